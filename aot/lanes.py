@@ -1,0 +1,248 @@
+"""The compiler-lane registry: the only list of lanes and emission profiles.
+
+A *lane* is a qualified compiler major (``llvm20`` .. ``llvm24``); it is chosen
+by the LLVM major of the compiler that does code generation. An *emission
+profile* is what the lowering emits for a lane: the datalayout per target, the
+intrinsic declaration shapes and a capability set. Lanes and profiles are
+distinct on purpose: ``llvm23`` and ``llvm24`` are two lanes that share the
+``llvm23`` profile, because characterizing the real LLVM 24 found no emission
+delta (docs/llvm24-lane.md holds that evidence).
+
+    LLVM major --lane_for_major--> Lane --profile_of--> Profile
+    "--lane"/ROCKE_AOT_LANE/API ---get_lane-----^          |
+                                                           +--> datalayout(target)
+                                                           +--> has(capability)
+
+Every surface (Python API, CLI, service, tests) resolves lanes through this
+module. Anything not in ``LANES`` fails closed: an unknown name or a non-string
+value is a :class:`LaneError` (a ``ValueError``), and an LLVM major with no lane
+(15, 19, 21, 25, ...) is refused with the major, the toolchain and the
+qualified lanes named. A newer major is never clamped to the newest lane.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from rocke_aot.errors import CapabilityError, LaneError
+
+ENV_LANE = "ROCKE_AOT_LANE"
+
+# Datalayouts as the real toolchains report them (llvmlite 0.46 / LLVM 20.1.8 and
+# llvmlite 0.50 / LLVM 22.1.0, every wired arch gave the same string per target
+# family). They are data the lowering emits, so they live here; the drift guard
+# (aot/drift.py) compares them with every available toolchain and refuses one
+# that disagrees, so a hand-copy error cannot survive a test run.
+_AMDGCN_DL_LLVM20 = (
+    "e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32"
+    "-p7:160:256:256:32-p8:128:128-p9:192:256:256:32-i64:64-v16:16-v24:32"
+    "-v32:32-v48:64-v96:128-v192:256-v256:256-v512:512-v1024:1024-v2048:2048"
+    "-n32:64-S32-A5-G1-ni:7:8:9"
+)
+_AMDGCN_DL_LLVM22 = (
+    "e-m:e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32"
+    "-p7:160:256:256:32-p8:128:128:128:48-p9:192:256:256:32-i64:64-v16:16-v24:32"
+    "-v32:32-v48:64-v96:128-v192:256-v256:256-v512:512-v1024:1024-v2048:2048"
+    "-n32:64-S32-A5-G1-ni:7:8:9"
+)
+_NVPTX_DL_LLVM20 = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+_NVPTX_DL_LLVM22 = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+
+# Capabilities a profile may hold. Operations and families ask for these (or
+# for a minimum lane) instead of comparing lane names.
+CAPABILITIES = MappingProxyType(
+    {
+        "target:gfx90a": "the code generator knows gfx90a",
+        "target:gfx942": "the code generator knows gfx942",
+        "target:gfx950": "the code generator knows gfx950",
+        "target:gfx1250": "the code generator knows gfx1250 (LLVM 22 and newer)",
+        "target:sm_90": "the NVPTX back end can target sm_90 with PTX 8.0",
+        "mfma:f16": "gfx9 MFMA f16 intrinsics (llvm.amdgcn.mfma.f32.*f16)",
+        "mfma:gfx950": "gfx950 MFMA (llvm.amdgcn.mfma.f32.32x32x16.f16/bf16)",
+        "wmma:gfx1250": "gfx1250 WMMA (llvm.amdgcn.wmma.f32.16x16x32.f16/bf16)",
+        "ptr-captures-attr": "understands the captures(...) parameter attribute",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the lowering emits for the lanes that map to it."""
+
+    name: str
+    datalayouts: Mapping[str, str]  # target family ("amdgcn", "nvptx64") -> datalayout
+    capabilities: frozenset[str]
+    description: str = ""
+
+    def datalayout(self, family: str) -> str:
+        try:
+            return self.datalayouts[family]
+        except KeyError:
+            raise CapabilityError(
+                f"emission profile {self.name!r} has no datalayout for target family "
+                f"{family!r} (known: {', '.join(sorted(self.datalayouts))})"
+            ) from None
+
+    def has(self, capability: str) -> bool:
+        if capability not in CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r}")
+        return capability in self.capabilities
+
+
+@dataclass(frozen=True, order=True)
+class Lane:
+    """A qualified compiler major. Ordered by LLVM major."""
+
+    major: int
+    name: str = field(compare=False)
+    profile_name: str = field(compare=False)
+
+    @property
+    def profile(self) -> Profile:
+        return PROFILES[self.profile_name]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_COMMON = frozenset(
+    {"target:gfx90a", "target:gfx942", "target:gfx950", "target:sm_90", "mfma:f16", "mfma:gfx950"}
+)
+
+PROFILES: Mapping[str, Profile] = MappingProxyType(
+    {
+        "llvm20": Profile(
+            "llvm20",
+            MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM20, "nvptx64": _NVPTX_DL_LLVM20}),
+            _COMMON,
+            "LLVM 20: no gfx1250, no WMMA for gfx1250",
+        ),
+        "llvm22": Profile(
+            "llvm22",
+            MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22, "nvptx64": _NVPTX_DL_LLVM22}),
+            _COMMON | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
+            "LLVM 22: adds gfx1250 and its WMMA; new datalayout (m:e, p8 index width)",
+        ),
+        "llvm23": Profile(
+            "llvm23",
+            MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22, "nvptx64": _NVPTX_DL_LLVM22}),
+            _COMMON | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
+            "LLVM 23 and 24: characterized with no datalayout or declaration delta from 22",
+        ),
+    }
+)
+
+# The qualified lanes, oldest first. This tuple is the only list of lanes.
+LANES: tuple[Lane, ...] = (
+    Lane(20, "llvm20", "llvm20"),
+    Lane(22, "llvm22", "llvm22"),
+    Lane(23, "llvm23", "llvm23"),
+    Lane(24, "llvm24", "llvm23"),
+)
+_BY_NAME: Mapping[str, Lane] = MappingProxyType({lane.name: lane for lane in LANES})
+_BY_MAJOR: Mapping[int, Lane] = MappingProxyType({lane.major: lane for lane in LANES})
+
+LANE_NAMES: tuple[str, ...] = tuple(lane.name for lane in LANES)
+
+
+def _qualified() -> str:
+    return ", ".join(f"{lane.name} (LLVM {lane.major})" for lane in LANES)
+
+
+def lane_for_major(major: int, toolchain: str = "an unnamed toolchain") -> Lane:
+    """The lane of a compiler whose LLVM major is ``major``; fail closed otherwise."""
+    if isinstance(major, bool) or not isinstance(major, int):
+        raise LaneError(f"LLVM major must be an int, got {type(major).__name__} {major!r} from {toolchain}")
+    lane = _BY_MAJOR.get(major)
+    if lane is None:
+        newest = LANES[-1]
+        hint = (
+            f"; LLVM {major} is newer than the newest qualified lane {newest.name} and is not "
+            f"clamped to it: qualify it first"
+            if major > newest.major
+            else ""
+        )
+        raise LaneError(
+            f"LLVM major {major} from {toolchain} has no qualified compiler lane "
+            f"(qualified: {_qualified()}){hint}"
+        )
+    return lane
+
+
+def get_lane(value: object, source: str = "lane") -> Lane:
+    """Validate an explicit lane (a name, or a Lane). ``source`` names where it came from."""
+    if isinstance(value, Lane):
+        if _BY_NAME.get(value.name) != value:
+            raise LaneError(f"{source}: {value!r} is not a registered lane")
+        return value
+    if not isinstance(value, str):
+        raise LaneError(
+            f"{source}: a lane must be a string such as 'llvm22', got {type(value).__name__} {value!r}"
+        )
+    lane = _BY_NAME.get(value)
+    if lane is None:
+        raise LaneError(f"{source}: unknown compiler lane {value!r}; qualified lanes: {_qualified()}")
+    return lane
+
+
+def lane_from_env(env: Mapping[str, str] | None = None) -> Lane | None:
+    """The lane named by ``ROCKE_AOT_LANE``, validated; ``None`` only when it is unset."""
+    env = os.environ if env is None else env
+    if ENV_LANE not in env:
+        return None
+    value = env[ENV_LANE]
+    if value == "":
+        raise LaneError(f"{ENV_LANE} is set but empty; unset it or name a lane ({_qualified()})")
+    return get_lane(value, source=ENV_LANE)
+
+
+def resolve_lane(explicit: object = None, env: Mapping[str, str] | None = None) -> Lane | None:
+    """An explicit lane wins over ``ROCKE_AOT_LANE``; both are validated.
+
+    ``explicit=None`` means "not given"; any other non-string value is an error.
+    """
+    if explicit is not None:
+        return get_lane(explicit)
+    return lane_from_env(env)
+
+
+def profile_of(lane: object) -> Profile:
+    return get_lane(lane).profile
+
+
+def lanes_for_profile(profile: str) -> tuple[Lane, ...]:
+    if profile not in PROFILES:
+        raise LaneError(f"unknown emission profile {profile!r}; profiles: {', '.join(PROFILES)}")
+    return tuple(lane for lane in LANES if lane.profile_name == profile)
+
+
+def require(lane: object, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
+    """Refuse lowering ``op`` for ``lane`` when it lacks a capability or is below a minimum lane."""
+    lane = get_lane(lane)
+    if min_lane is not None:
+        floor = get_lane(min_lane, source=f"minimum lane of {op}")
+        if lane < floor:
+            raise CapabilityError(f"{op} needs compiler lane {floor.name} or newer; lane is {lane.name}")
+    if capability is not None and not lane.profile.has(capability):
+        raise CapabilityError(
+            f"{op} needs capability {capability!r} ({CAPABILITIES[capability]}), which emission "
+            f"profile {lane.profile.name!r} of lane {lane.name} lacks"
+        )
+
+
+def _check_registry() -> None:
+    # Every lane names a real profile; every profile capability is known. Checked at import
+    # so a bad edit to this table fails loudly everywhere.
+    for lane in LANES:
+        if lane.profile_name not in PROFILES:
+            raise RuntimeError(f"lane {lane.name} maps to unknown profile {lane.profile_name}")
+    for profile in PROFILES.values():
+        unknown = profile.capabilities - set(CAPABILITIES)
+        if unknown:
+            raise RuntimeError(f"profile {profile.name} has unknown capabilities {sorted(unknown)}")
+
+
+_check_registry()

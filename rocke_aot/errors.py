@@ -1,0 +1,100 @@
+"""The one error hierarchy of rocke-aot.
+
+Every library error derives from :class:`RockeError`. Each surface translates
+them in exactly one place: the CLI (``rocke_aot.aot.cli``) maps them to
+``click`` exceptions and exit codes, the service maps them to HTTP statuses.
+
+    RockeError
+    ├── LaneError (ValueError)          unknown lane, unqualified LLVM major, bad type
+    ├── SpecError (ValueError)          malformed spec or problem
+    ├── CapabilityError                 an op needs a lane/capability/arch the target lacks
+    ├── AdmissionError                  a variant table refuses (family, arch, lane) on purpose
+    ├── ToolchainError                  a toolchain is missing, broken or refused
+    │   ├── ToolchainRefused            detected, but not qualified (e.g. LLVM 15 COMGR)
+    │   └── DriftError                  profile datalayout != the toolchain's
+    ├── CompileError                    LLVM/linker failed; carries the tool's message
+    │   └── CompileTimeout
+    ├── CodeObjectError                 a code object fails validation
+    └── CacheError
+        ├── NotFoundError (KeyError)
+        ├── IntegrityError              a blob's sha256 does not match
+        ├── SchemaVersionError
+        └── BundleError                 a malformed or tampered export bundle
+"""
+
+from __future__ import annotations
+
+
+class RockeError(Exception):
+    """Base of every rocke-aot error."""
+
+
+class LaneError(RockeError, ValueError):
+    """An unknown or unqualified compiler lane, or an LLVM major with no lane."""
+
+
+class SpecError(RockeError, ValueError):
+    """A malformed spec, knob or problem."""
+
+
+class CapabilityError(RockeError):
+    """An operation needs a capability, minimum lane or arch feature the target lacks."""
+
+
+class AdmissionError(RockeError):
+    """A variant table refuses this (family, arch, lane) on purpose; ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
+
+
+class ToolchainError(RockeError):
+    """A toolchain is missing or unusable."""
+
+
+class ToolchainRefused(ToolchainError):
+    """A real toolchain was found but is not qualified for any lane."""
+
+
+class DriftError(ToolchainError):
+    """The emission profile's datalayout differs from the toolchain's."""
+
+
+class CompileError(RockeError):
+    """Code generation or linking failed. ``log`` holds the tool's own message."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
+
+
+class CompileTimeout(CompileError):
+    """A compile exceeded its time limit and its worker was killed."""
+
+
+class CodeObjectError(RockeError):
+    """A code object does not match its arch, or is malformed."""
+
+
+class CacheError(RockeError):
+    """Base of cache errors."""
+
+
+class NotFoundError(CacheError, KeyError):
+    """No artifact (or blob) under this key."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else "not found"
+
+
+class IntegrityError(CacheError):
+    """A stored blob does not hash to its recorded sha256; its bytes are never returned."""
+
+
+class SchemaVersionError(CacheError):
+    """The store's schema version is not the one this code knows."""
+
+
+class BundleError(CacheError):
+    """An export bundle is malformed, or a blob in it does not match its manifest."""

@@ -1,0 +1,1 @@
+"""rocke_aot.variants."""
