@@ -52,7 +52,7 @@ def emit_json(obj: object) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the group and translate library errors in one place."""
     try:
-        cli.main(args=argv, prog_name="rocke-aot", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="rocke-aot", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)
         sys.exit(1)
@@ -67,4 +67,5 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
-    sys.exit(0)
+    # Commands return an int exit code when they have one (e.g. build: 1 when a compile failed).
+    sys.exit(rv if isinstance(rv, int) else 0)
