@@ -1,0 +1,93 @@
+"""The toolchain abstraction: one small base, one small module per compiler kind.
+
+    detect_all() ──> [Toolchain, ...]           (toolchains/__init__.py)
+        │
+        ├── LlvmliteToolchain(python)   an interpreter whose llvmlite provides LLVM (llvm20, llvm22)
+        ├── ComgrToolchain(lib)         a COMGR library through rocm.bindings.amd_comgr
+        └── (library compilers)         e.g. the LLVM 24 AMDGPU code generator from the triton wheel
+    each with
+        .detect()   -> ToolchainInfo  (LLVM version from the toolchain itself, lane or refusal,
+                                       arches, datalayouts as the real target machine reports them)
+        .identity() -> dict           (everything that changes the bytes; goes into cache keys)
+        .compile(ir, target)          -> CompileResult (code object bytes; in an isolated worker)
+
+Detection never trusts a table of package versions: the LLVM major comes from the
+toolchain (llvmlite's ``llvm_version_info``, what a compiled probe records, a
+library's revision string), then resolves through the one lane registry.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from rocke_aot.aot.lanes import Lane, get_lane
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import ToolchainRefused
+
+
+@dataclass(frozen=True)
+class ToolchainInfo:
+    kind: str  # "llvmlite", "comgr", "triton-codegen"
+    location: str  # interpreter path, library path
+    llvm_version: str | None  # "22.1.0"
+    llvm_major: int | None
+    lane: str | None  # the lane it qualifies for, None when refused
+    refusal: str | None  # why it is not qualified (unknown major, drift, broken install)
+    arches: tuple[str, ...] = ()  # processors it can target (of those rocke-aot wires)
+    datalayouts: Mapping[str, str] = field(default_factory=dict)  # processor -> reported datalayout
+    drift: Mapping[str, str] = field(default_factory=dict)  # processor -> "ok" | "drift: ..."
+    extra: Mapping[str, Any] = field(default_factory=dict)  # kind-specific facts (linker, revision)
+
+    @property
+    def usable(self) -> bool:
+        return self.lane is not None and self.refusal is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "llvm_version": self.llvm_version,
+            "llvm_major": self.llvm_major,
+            "lane": self.lane,
+            "refusal": self.refusal,
+            "arches": list(self.arches),
+            "drift": dict(self.drift),
+            "extra": dict(self.extra),
+        }
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    code_object: bytes  # HSACO (AMDGPU) or cubin (NVPTX)
+    format: str  # "hsaco" | "cubin"
+    log: str = ""  # warnings the tools printed
+    ptx: str | None = None  # NVPTX: the PTX the cubin came from
+    asm: str | None = None  # textual ISA where the toolchain produced it on the way
+
+
+class Toolchain(ABC):
+    """A real compiler on this host."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def detect(self) -> ToolchainInfo:
+        """Probe the toolchain itself; never raises for an unqualified one (see ``refusal``)."""
+
+    @abstractmethod
+    def identity(self) -> dict[str, str]:
+        """Everything about this toolchain that changes output bytes (cache-key input)."""
+
+    @abstractmethod
+    def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
+        """LLVM IR text -> code object, in an isolated worker; raises CompileError."""
+
+    @property
+    def lane(self) -> Lane:
+        """The qualified lane, or ToolchainRefused with the reason."""
+        info = self.detect()
+        if not info.usable:
+            raise ToolchainRefused(f"{info.kind} toolchain at {info.location}: {info.refusal}")
+        return get_lane(info.lane)
