@@ -1,0 +1,187 @@
+"""Toolchain discovery, registration and lane-environment installation.
+
+    detect_all()
+      ├── LlvmliteToolchain(sys.executable)                the project's own llvmlite (LLVM 22)
+      ├── registered entries in $ROCKE_AOT_HOME/toolchains.json
+      │     {"kind": "llvmlite", "python": ...}            lane envs, offline interpreters
+      │     {"kind": <other>, ...}  -> <kind module>.from_registry(entry)
+      └── <kind module>.discover()                         auto-discovered ones (e.g. a COMGR library)
+
+    install_lane("llvm20")  -> venv $ROCKE_AOT_HOME/lanes/llvm20 + pip install llvmlite==0.46.0
+                               -> detect -> must resolve to the lane asked for -> register
+
+Kind modules (one small file each) may define ``discover() -> list[Toolchain]`` and
+``from_registry(entry: dict) -> Toolchain``; they are listed in ``KIND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+from typing import Callable
+
+from rocke_aot.aot.lanes import Lane, get_lane
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
+from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
+from rocke_aot.errors import ToolchainError
+from rocke_aot.paths import home
+
+__all__ = [
+    "CompileResult", "Toolchain", "ToolchainInfo", "LlvmliteToolchain",
+    "detect_all", "toolchains_for_lane", "install_lane", "register", "unregister", "registry_path",
+]
+
+# kind -> module implementing discover()/from_registry(); llvmlite is built in.
+KIND_MODULES: dict[str, str] = {
+    "comgr": "rocke_aot.aot.toolchains.comgr",
+    "triton-codegen": "rocke_aot.aot.toolchains.triton24",
+}
+
+# How `rocke-aot toolchain install <lane>` makes a lane environment: pip requirements
+# and the toolchain kind that the environment provides. Keyed by lane name and
+# checked against the lane registry (a recipe for an unknown lane fails at import).
+INSTALL_RECIPES: dict[str, dict] = {
+    "llvm20": {"requirements": ["llvmlite==0.46.0"], "kind": "llvmlite"},
+    "llvm24": {"requirements": ["triton==3.9.0"], "kind": "triton-codegen"},
+}
+for _lane in INSTALL_RECIPES:
+    get_lane(_lane, source="INSTALL_RECIPES")
+
+
+def registry_path() -> Path:
+    return home() / "toolchains.json"
+
+
+def _load_registry() -> list[dict]:
+    path = registry_path()
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ToolchainError(f"{path} is not valid JSON ({e}); fix or delete it") from e
+    entries = data.get("toolchains") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "kind" in e for e in entries):
+        raise ToolchainError(f"{path}: expected {{'toolchains': [{{'kind': ...}}, ...]}}")
+    return entries
+
+
+def _save_registry(entries: list[dict]) -> None:
+    path = registry_path()
+    # write-then-rename so a concurrent reader never sees a half-written file
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".toolchains-")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"toolchains": entries}, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _kind_module(kind: str):
+    name = KIND_MODULES.get(kind)
+    if name is None:
+        return None
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name == name:
+            return None
+        raise
+
+
+def _from_entry(entry: dict) -> Toolchain:
+    kind = entry["kind"]
+    if kind == "llvmlite":
+        return LlvmliteToolchain(entry["python"], label=entry.get("label"))
+    module = _kind_module(kind)
+    if module is None or not hasattr(module, "from_registry"):
+        raise ToolchainError(f"registered toolchain of unknown kind {kind!r} in {registry_path()}")
+    return module.from_registry(entry)
+
+
+def detect_all() -> list[Toolchain]:
+    """Every toolchain on this host, qualified or not (see ``.detect().refusal``)."""
+    found: list[Toolchain] = [LlvmliteToolchain(sys.executable, label="project")]
+    seen = {("llvmlite", os.path.realpath(sys.executable))}
+    for entry in _load_registry():
+        tc = _from_entry(entry)
+        ident = (tc.kind, os.path.realpath(tc.detect().location))
+        if ident not in seen:
+            seen.add(ident)
+            found.append(tc)
+    for kind in KIND_MODULES:
+        module = _kind_module(kind)
+        discover: Callable[[], list[Toolchain]] | None = getattr(module, "discover", None)
+        for tc in discover() if discover else []:
+            ident = (tc.kind, os.path.realpath(tc.detect().location))
+            if ident not in seen:
+                seen.add(ident)
+                found.append(tc)
+    return found
+
+
+def toolchains_for_lane(lane: object, toolchains: list[Toolchain] | None = None) -> list[Toolchain]:
+    """Usable toolchains qualified for ``lane`` (validated), in discovery order."""
+    lane = get_lane(lane)
+    pool = detect_all() if toolchains is None else toolchains
+    return [tc for tc in pool if tc.detect().usable and tc.detect().lane == lane.name]
+
+
+def register(entry: dict) -> Toolchain:
+    """Register a toolchain (e.g. an offline interpreter); it must detect as qualified."""
+    tc = _from_entry(entry)
+    info = tc.detect()
+    if not info.usable:
+        raise ToolchainError(f"not registering {info.kind} at {info.location}: {info.refusal}")
+    entries = [e for e in _load_registry() if e != entry]
+    entries.append(entry)
+    _save_registry(entries)
+    return tc
+
+
+def unregister(location: str) -> int:
+    entries = _load_registry()
+    keep = [e for e in entries if location not in (e.get("python"), e.get("library"), e.get("venv"))]
+    _save_registry(keep)
+    return len(entries) - len(keep)
+
+
+def install_lane(lane: object, *, quiet: bool = True) -> Toolchain:
+    """Make (or reuse) the lane's virtual environment, install its compiler, register it.
+
+    Idempotent: an existing environment that already detects as this lane is kept.
+    """
+    lane = get_lane(lane, source="toolchain install")
+    recipe = INSTALL_RECIPES.get(lane.name)
+    if recipe is None:
+        raise ToolchainError(
+            f"no installer for lane {lane.name}; installable: {', '.join(INSTALL_RECIPES)}"
+            + (" (llvm22 is the project's own llvmlite)" if lane.name == "llvm22" else "")
+        )
+    env_dir = home() / "lanes" / lane.name
+    python = env_dir / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *recipe["requirements"]]
+    if quiet:
+        cmd.insert(4, "-q")
+    proc = subprocess.run(cmd, capture_output=quiet, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"pip install into {env_dir} failed:\n{(proc.stderr or '')[-2000:]}")
+    entry = {"kind": recipe["kind"], "label": lane.name}
+    entry["python" if recipe["kind"] == "llvmlite" else "venv"] = str(env_dir if recipe["kind"] != "llvmlite" else python)
+    tc = register(entry)
+    got = tc.detect().lane
+    if got != lane.name:
+        unregister(entry.get("python") or entry.get("venv"))
+        raise ToolchainError(f"installed environment {env_dir} detects as {got}, not {lane.name}")
+    return tc
+
+
+def lane_of(tc: Toolchain) -> Lane | None:
+    info = tc.detect()
+    return get_lane(info.lane) if info.usable else None

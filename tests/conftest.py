@@ -1,0 +1,42 @@
+"""Shared fixtures: the real toolchains of this host, found once per session.
+
+Tests run against real compilers. When one the suite needs is missing, the
+fixture FAILS with the setup command to run: CI runs that setup first, so a
+missing toolchain there is a broken setup, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rocke_aot.aot import toolchains as tcs
+
+
+@pytest.fixture(scope="session")
+def all_toolchains():
+    return tcs.detect_all()
+
+
+def _need_lane(all_toolchains, lane: str):
+    found = tcs.toolchains_for_lane(lane, all_toolchains)
+    if not found:
+        pytest.fail(f"no {lane} toolchain on this host: run `bash scripts/setup.sh` "
+                    f"(it runs `rocke-aot toolchain install {lane}`)")
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def llvm22(all_toolchains):
+    return _need_lane(all_toolchains, "llvm22")
+
+
+@pytest.fixture(scope="session")
+def llvm20(all_toolchains):
+    return _need_lane(all_toolchains, "llvm20")
+
+
+@pytest.fixture
+def tmp_home(tmp_path, monkeypatch):
+    """An empty ROCKE_AOT_HOME (no registered toolchains, empty default cache)."""
+    monkeypatch.setenv("ROCKE_AOT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
