@@ -1,0 +1,72 @@
+"""Blob encoding: zstd on the way in, decompress + size + sha256 check on every way out.
+
+    raw code object ──sha256──> blob id
+          └──zstd(level)──> stored bytes ──(DB / bundle)──> decode(stored, sha256, size)
+                                                             ├─ zstd error      -> IntegrityError
+                                                             ├─ size mismatch   -> IntegrityError
+                                                             ├─ sha256 mismatch -> IntegrityError
+                                                             └─ raw bytes (only when all match)
+
+The decompressor is bounded by the recorded size, so a corrupt or hostile frame can
+never expand into more memory than the code object it claims to be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import zstandard
+
+from rocke_aot.errors import IntegrityError
+
+CODEC = "zstd"
+# bench/bench_cache.py measured levels on real code objects (docs/cache.md): ratio keeps
+# improving up to 19 while compress time stays ~1 ms per kernel and decompression
+# speed does not depend on the level, so a write-once, read-many cache takes 19.
+DEFAULT_LEVEL = 19
+
+_local = threading.local()  # zstd contexts are not thread-safe; one per thread
+
+
+def _cctx(level: int) -> zstandard.ZstdCompressor:
+    cache = getattr(_local, "cctx", None)
+    if cache is None:
+        cache = _local.cctx = {}
+    if level not in cache:
+        cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return cache[level]
+
+
+def _dctx() -> zstandard.ZstdDecompressor:
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def encode(raw: bytes, level: int = DEFAULT_LEVEL) -> bytes:
+    return _cctx(level).compress(raw)
+
+
+def decode(stored: bytes, sha256: str, size: int, codec: str = CODEC) -> bytes:
+    """The verified raw bytes of a stored blob, or IntegrityError naming the blob."""
+    if codec != CODEC:
+        raise IntegrityError(f"blob {sha256}: unknown codec {codec!r}")
+    try:
+        claimed = zstandard.frame_content_size(bytes(stored))
+        if claimed != size:  # refuse before allocating what a corrupt header claims
+            raise IntegrityError(f"blob {sha256}: frame claims {claimed} bytes, recorded size is {size}")
+        raw = _dctx().decompress(bytes(stored), max_output_size=max(size, 1))
+    except zstandard.ZstdError as e:
+        raise IntegrityError(f"blob {sha256}: stored bytes do not decompress ({e})") from None
+    if len(raw) != size:
+        raise IntegrityError(f"blob {sha256}: decompressed to {len(raw)} bytes, recorded size is {size}")
+    got = sha256_hex(raw)
+    if got != sha256:
+        raise IntegrityError(f"blob {sha256}: content hashes to {got}; the stored blob is corrupt")
+    return raw

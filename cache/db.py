@@ -1,0 +1,205 @@
+"""Engines and schema: where a store lives, how it is opened, how its schema is checked.
+
+    url or None ──resolve_url──> "sqlite:////home/u/.cache/rocke-aot/cache.sqlite"
+        │                         (None -> $ROCKE_AOT_CACHE -> $ROCKE_AOT_HOME/cache.sqlite
+        │                          -> platformdirs user_cache_dir("rocke-aot")/cache.sqlite)
+        ▼
+    make_engine(url) ── SQLite: every connection gets WAL, busy_timeout, foreign keys and
+        │               driver-level autocommit, so SQLAlchemy's "begin" hook decides how a
+        │               transaction starts: BEGIN IMMEDIATE for writes (the write lock is
+        │               taken up front, so two writers never deadlock upgrading a read lock
+        │               and never see "database is locked"), plain BEGIN for reads.
+        │               PostgreSQL: psycopg 3; writers serialize against GC/eviction with an
+        │               advisory lock instead (see ``write_tx``).
+        ▼
+    ensure_schema(engine) ── read alembic_version (no Alembic import on this fast path)
+                            ├─ at head and rocke_meta.schema_version matches -> done
+                            ├─ empty store or older known revision -> Alembic upgrade, inside
+                            │   one write transaction (concurrent first opens serialize)
+                            └─ unknown revision, unstamped tables, wrong version -> SchemaVersionError
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from rocke_aot.cache import models
+from rocke_aot.errors import CacheError, SchemaVersionError
+
+ENV_CACHE = "ROCKE_AOT_CACHE"
+ENV_HOME = "ROCKE_AOT_HOME"
+BUSY_TIMEOUT_MS = 60_000
+# Advisory lock ids on PostgreSQL (arbitrary constants, "rocke" in ASCII-ish digits).
+PG_LOCK_SCHEMA = 7_263_011
+PG_LOCK_WRITE = 7_263_012
+
+
+def default_path() -> Path:
+    home = os.environ.get(ENV_HOME)
+    if home:
+        return Path(home).expanduser() / "cache.sqlite"
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("rocke-aot")) / "cache.sqlite"
+
+
+def resolve_url(url: str | os.PathLike | None = None) -> str:
+    """A SQLAlchemy URL for ``url``; a plain path means a SQLite file."""
+    if url is None:
+        url = os.environ.get(ENV_CACHE) or None
+    if url is None:
+        path = default_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path}"
+    url = os.fspath(url)
+    if not url:
+        raise CacheError("cache URL is empty; give a path, sqlite:///... or postgresql+psycopg://...")
+    if "://" not in url:
+        path = Path(url).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        # psycopg 3 is the driver this project installs; SQLAlchemy's default is psycopg2.
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    scheme = url.split("://", 1)[0]
+    if scheme not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
+        raise CacheError(f"unsupported cache URL scheme {scheme!r}; use a path, sqlite:/// or postgresql+psycopg://")
+    return url
+
+
+def display_url(url: str) -> str:
+    """The URL with any password hidden (for stats and error messages)."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+        # Driver autocommit: pysqlite must not emit its own BEGINs; ours below decide.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        # NORMAL is durable against process crashes in WAL mode (only an OS crash may drop
+        # the last commits) and keeps every state consistent.
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection):
+        if conn.get_execution_options().get("rocke_write"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def make_engine(url: str) -> Engine:
+    try:
+        if url.startswith("sqlite"):
+            engine = create_engine(url)
+            _sqlite_hooks(engine)
+        else:
+            engine = create_engine(url, pool_pre_ping=True)
+    except (ArgumentError, NoSuchModuleError) as e:
+        raise CacheError(f"cannot open cache {display_url(url)}: {e}") from e
+    return engine
+
+
+@contextlib.contextmanager
+def write_tx(engine: Engine, *, exclusive: bool = False) -> Iterator[Connection]:
+    """One write transaction. SQLite: BEGIN IMMEDIATE. PostgreSQL: an advisory lock,
+    shared for puts (they run concurrently) and exclusive for GC/eviction/import, so a GC
+    never deletes a blob that a concurrent put has just decided to reuse."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(rocke_write=True)
+        with conn.begin():
+            if conn.dialect.name == "postgresql":
+                fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+                conn.execute(text(f"SELECT {fn}(:k)"), {"k": PG_LOCK_WRITE})
+            yield conn
+
+
+@contextlib.contextmanager
+def read_tx(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn:
+        with conn.begin():
+            yield conn
+
+
+def _current_revision(conn: Connection) -> tuple[str | None, bool]:
+    """(alembic revision or None, whether any cache table exists)."""
+    insp = inspect(conn)
+    has_version = insp.has_table("alembic_version")
+    has_tables = any(insp.has_table(t) for t in ("artifacts", "blobs", "rocke_meta"))
+    if not has_version:
+        return None, has_tables
+    rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(rows) > 1:
+        raise SchemaVersionError(f"cache has several Alembic heads {rows}; this rocke-aot knows {models.REVISIONS}")
+    return (rows[0] if rows else None), has_tables
+
+
+def _check_head(conn: Connection, url: str) -> None:
+    stored = conn.execute(select(models.meta.c.value).where(models.meta.c.name == "schema_version")).scalar()
+    if stored != str(models.SCHEMA_VERSION):
+        raise SchemaVersionError(
+            f"cache {display_url(url)} records schema version {stored!r}, but its Alembic revision "
+            f"{models.HEAD_REVISION} means version {models.SCHEMA_VERSION}; the store was altered by hand"
+        )
+
+
+def _classify(rev: str | None, has_tables: bool, url: str) -> str:
+    """'ok' (at head), 'upgrade' (empty or older known revision); raises otherwise."""
+    if rev == models.HEAD_REVISION:
+        return "ok"
+    if rev is None:
+        if has_tables:
+            raise SchemaVersionError(
+                f"cache {display_url(url)} has tables but no Alembic revision stamp; it was not "
+                f"created by rocke-aot (or was damaged). Refusing to use it."
+            )
+        return "upgrade"
+    if rev in models.REVISIONS:
+        return "upgrade"
+    raise SchemaVersionError(
+        f"cache {display_url(url)} is at schema revision {rev!r}, which this rocke-aot does not know "
+        f"(it knows {', '.join(models.REVISIONS)}; head {models.HEAD_REVISION}, schema version "
+        f"{models.SCHEMA_VERSION}). A newer rocke-aot wrote it: upgrade rocke-aot, or use another cache."
+    )
+
+
+def _alembic_upgrade(conn: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, "head")
+
+
+def ensure_schema(engine: Engine, url: str, *, create: bool = True) -> None:
+    """Bring the store to the head revision (creating it if empty) or refuse it."""
+    with read_tx(engine) as conn:
+        rev, has_tables = _current_revision(conn)
+        if _classify(rev, has_tables, url) == "ok":
+            _check_head(conn, url)
+            return
+    if not create:
+        raise SchemaVersionError(f"cache {display_url(url)} is at revision {rev!r}, not {models.HEAD_REVISION}")
+    with write_tx(engine, exclusive=True) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_LOCK_SCHEMA})
+        # Re-read under the lock: another process may have migrated meanwhile.
+        rev, has_tables = _current_revision(conn)
+        if _classify(rev, has_tables, url) == "upgrade":
+            _alembic_upgrade(conn)
+        _check_head(conn, url)

@@ -1,0 +1,193 @@
+"""Cache keys: every input that changes a code object's bytes, hashed canonically.
+
+    KeyInputs(arch, lane, profile, family, spec, lowering_digest, toolchain)
+        │  __post_init__: validate + canonicalize (arch -> canonical target ID,
+        │                 lane/profile checked against the one lane registry,
+        │                 spec/toolchain -> canonical JSON)
+        ▼
+    encode(inputs) = b"rocke-aot/artifact-key/v1\\n" + canonical_json({...all seven fields...})
+        ▼
+    artifact_key(inputs) = sha256(encode(inputs)).hexdigest()
+
+Canonical JSON is ``json.dumps(sort_keys=True, separators=(",", ":"))`` over a value
+that was checked first: string keys only (``json`` would silently turn ``1`` into
+``"1"``, making two different specs collide), no NaN/infinity, no sets or bytes or
+arbitrary objects (their text form is not stable). Field order therefore never
+matters, while every value does: ``1`` and ``"1"`` and ``1.0`` and ``True`` are four
+different keys. The encoding carries a version (``KEY_VERSION``) so a future change of
+the encoding can never collide with keys made by this one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from rocke_aot.aot.lanes import get_lane
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import LaneError, SpecError
+
+KEY_VERSION = 1
+_PREFIX = f"rocke-aot/artifact-key/v{KEY_VERSION}\n".encode()
+_FAMILY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _check_json(value: Any, where: str) -> Any:
+    """Return a plain-JSON copy of ``value`` (tuples -> lists), refusing anything ambiguous."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)  # int subclasses (IntEnum) would otherwise print their own way
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SpecError(f"{where}: {value!r} has no canonical JSON form")
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise SpecError(f"{where}: keys must be strings, got {type(k).__name__} {k!r}")
+            out[k] = _check_json(v, f"{where}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_check_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise SpecError(f"{where}: {type(value).__name__} {value!r} is not a JSON value")
+
+
+def canonical_json(obj: Any) -> str:
+    """The one text form of a JSON value: sorted keys, no whitespace, checked types."""
+    return json.dumps(
+        _check_json(obj, "value"), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Plain dicts/lists again (for JSON output) from a frozen spec or toolchain."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class KeyInputs:
+    """Everything that changes a code object's bytes. Validated and canonicalized on creation."""
+
+    arch: str  # canonical target ID ("gfx942:sramecc+:xnack-"); a permuted ID is canonicalized
+    lane: str  # a registered lane name
+    profile: str  # must be the lane's profile
+    family: str  # kernel generator name
+    spec: Mapping[str, Any]  # the family's parameters and knobs (frozen after validation)
+    lowering_digest: str  # digest of the lowering code that produced the IR
+    toolchain: Mapping[str, str]  # toolchain identity: kind, LLVM version, linker version, ...
+    _spec_json: str = field(init=False, repr=False, compare=False)
+    _toolchain_json: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lane, str):
+            raise LaneError(f"key input lane must be a string, got {type(self.lane).__name__} {self.lane!r}")
+        lane = get_lane(self.lane, source="key input lane")
+        if not isinstance(self.profile, str):
+            raise LaneError(f"key input profile must be a string, got {type(self.profile).__name__} {self.profile!r}")
+        if self.profile != lane.profile_name:
+            raise LaneError(
+                f"key input profile {self.profile!r} does not match lane {lane.name}, "
+                f"whose emission profile is {lane.profile_name!r}"
+            )
+        if not isinstance(self.arch, str):
+            raise SpecError(f"key input arch must be a target ID string, got {type(self.arch).__name__} {self.arch!r}")
+        object.__setattr__(self, "arch", Target.parse(self.arch).id)
+        if not isinstance(self.family, str) or not _FAMILY_RE.match(self.family):
+            raise SpecError(f"key input family must be a name like 'gemm', got {self.family!r}")
+        if not isinstance(self.lowering_digest, str) or not self.lowering_digest or self.lowering_digest != self.lowering_digest.strip():
+            raise SpecError(f"key input lowering_digest must be a non-empty string, got {self.lowering_digest!r}")
+        if not isinstance(self.spec, Mapping):
+            raise SpecError(f"key input spec must be a mapping, got {type(self.spec).__name__}")
+        if not isinstance(self.toolchain, Mapping) or not self.toolchain:
+            raise SpecError("key input toolchain must be a non-empty mapping (the toolchain identity)")
+        for k, v in self.toolchain.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise SpecError(f"toolchain identity must map strings to strings, got {k!r}: {v!r}")
+        if "kind" not in self.toolchain:
+            raise SpecError("toolchain identity must name its 'kind'")
+        spec_json = canonical_json(self.spec)
+        toolchain_json = canonical_json(self.toolchain)
+        object.__setattr__(self, "_spec_json", spec_json)
+        object.__setattr__(self, "_toolchain_json", toolchain_json)
+        object.__setattr__(self, "spec", _frozen(json.loads(spec_json)))
+        object.__setattr__(self, "toolchain", _frozen(json.loads(toolchain_json)))
+
+    def __hash__(self) -> int:  # the mappings are unhashable; the encoding is the identity
+        return hash(encode(self))
+
+    @property
+    def spec_json(self) -> str:
+        return self._spec_json
+
+    @property
+    def toolchain_json(self) -> str:
+        return self._toolchain_json
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch,
+            "lane": self.lane,
+            "profile": self.profile,
+            "family": self.family,
+            "spec": thaw(self.spec),
+            "lowering_digest": self.lowering_digest,
+            "toolchain": thaw(self.toolchain),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "KeyInputs":
+        names = ("arch", "lane", "profile", "family", "spec", "lowering_digest", "toolchain")
+        missing = [n for n in names if n not in d]
+        if missing:
+            raise SpecError(f"key inputs lack {', '.join(missing)}")
+        return cls(**{n: d[n] for n in names})
+
+
+def encode(inputs: KeyInputs) -> bytes:
+    """The versioned byte encoding the key hashes. Built from the already-canonical parts."""
+    if not isinstance(inputs, KeyInputs):
+        raise SpecError(f"artifact_key needs KeyInputs, got {type(inputs).__name__}")
+    body = canonical_json(
+        {
+            "arch": inputs.arch,
+            "family": inputs.family,
+            "lane": inputs.lane,
+            "lowering_digest": inputs.lowering_digest,
+            "profile": inputs.profile,
+            "spec": thaw(inputs.spec),
+            "toolchain": thaw(inputs.toolchain),
+        }
+    )
+    return _PREFIX + body.encode()
+
+
+def artifact_key(inputs: KeyInputs) -> str:
+    """Hex sha256 of the canonical, versioned encoding of every key input."""
+    return hashlib.sha256(encode(inputs)).hexdigest()
+
+
+def check_key(key: object) -> str:
+    """A key is 64 lowercase hex digits; anything else is a SpecError (never a silent miss)."""
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise SpecError(f"an artifact key is 64 lowercase hex digits, got {key!r}")
+    return key

@@ -1,0 +1,1 @@
+"""Alembic migrations of the cache schema (run by Store.open; see env.py)."""

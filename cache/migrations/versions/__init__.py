@@ -1,0 +1,1 @@
+"""Alembic revision scripts, one per schema change; ids are listed in models.REVISIONS."""

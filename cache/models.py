@@ -1,0 +1,97 @@
+"""The cache schema (SQLAlchemy Core tables), shared by the store and the Alembic migrations.
+
+    blobs                          artifacts                                 rocke_meta
+    ─────                          ─────────                                 ──────────
+    sha256 (PK, of raw bytes) ◄─── blob_sha256 (FK, NULL for a failure)      name (PK)
+    size      (raw bytes)          key (PK)  status 'ok' | 'failed'          value
+    stored_size, codec, data       arch lane profile family spec_json        ("schema_version")
+    created_at                     lowering_digest toolchain_json
+                                   ir_sha256 metadata_json provenance_json
+                                   error log built_at last_read_at
+
+One ``artifacts`` table holds both successes and cached failures (``status``), so the
+builder's no-op path is a single indexed ``key IN (...)`` query over one table. A
+CHECK constraint keeps the two shapes apart: an 'ok' row has a blob, a 'failed' row
+has an error and no blob. The foreign key (no cascade) means a blob an artifact still
+references can never be deleted, on either backend.
+
+Times are float seconds since the epoch: they sort the same on SQLite and PostgreSQL
+and least-recently-read eviction only needs their order.
+
+The schema is created and upgraded only through Alembic (``cache/migrations``); the
+revision ids this code knows are listed in ``REVISIONS`` (a test checks they match the
+migration scripts) and ``SCHEMA_VERSION`` is what the newest one writes to
+``rocke_meta``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+SCHEMA_VERSION = 1
+# Alembic revision ids, oldest first; the last one is the head this code runs on.
+REVISIONS: tuple[str, ...] = ("0001",)
+HEAD_REVISION = REVISIONS[-1]
+SCHEMA_FOR_REVISION = {"0001": 1}
+
+metadata = MetaData()
+
+meta = Table(
+    "rocke_meta",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(256), nullable=False),
+)
+
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("size", Integer, nullable=False),  # raw code-object bytes
+    Column("stored_size", Integer, nullable=False),  # compressed bytes as stored
+    Column("codec", String(32), nullable=False),  # "zstd" (room for dictionary codecs later)
+    Column("data", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("status", String(8), nullable=False),
+    Column("arch", String(128), nullable=False),
+    Column("lane", String(32), nullable=False),
+    Column("profile", String(32), nullable=False),
+    Column("family", String(128), nullable=False),
+    Column("spec_json", Text, nullable=False),
+    Column("lowering_digest", String(128), nullable=False),
+    Column("toolchain_json", Text, nullable=False),
+    Column("blob_sha256", String(64), ForeignKey("blobs.sha256", name="fk_artifacts_blob"), nullable=True),
+    Column("ir_sha256", String(64), nullable=True),
+    Column("metadata_json", Text, nullable=False),
+    Column("provenance_json", Text, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("log", Text, nullable=True),
+    Column("built_at", Float, nullable=False),
+    Column("last_read_at", Float, nullable=True),
+    CheckConstraint(
+        "(status = 'ok' AND blob_sha256 IS NOT NULL AND error IS NULL)"
+        " OR (status = 'failed' AND blob_sha256 IS NULL AND error IS NOT NULL)",
+        name="ck_artifacts_status_shape",
+    ),
+    Index("ix_artifacts_arch_lane_family", "arch", "lane", "family"),
+    Index("ix_artifacts_blob", "blob_sha256"),
+    Index("ix_artifacts_last_read", "last_read_at"),
+)

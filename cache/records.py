@@ -1,0 +1,233 @@
+"""Value types the store hands out (all frozen), and their conversion from table rows.
+
+    artifacts row ──to_artifact──> Artifact   (status 'ok'; code_object filled by get() only)
+                  ──to_failure───> Failure    (status 'failed'; a cached negative entry)
+    lookup_many ─────────────────> Hit        (key, kind, blob sha256 or error; no blob loaded)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from rocke_aot.cache.keys import KeyInputs, _frozen, thaw
+
+
+def _ts(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, tz=timezone.utc)
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    key: str
+    arch: str
+    lane: str
+    profile: str
+    family: str
+    spec: Mapping[str, Any]
+    lowering_digest: str
+    toolchain: Mapping[str, str]
+    ir_sha256: str | None
+    sha256: str  # of the raw code object (the blob id)
+    size: int  # raw code-object bytes
+    stored_size: int  # compressed bytes as stored (shared by every artifact of that blob)
+    metadata: Mapping[str, Any]
+    provenance: Mapping[str, Any]
+    built_at: datetime
+    last_read_at: datetime | None
+    # Verified bytes from Store.get(); None in listings (find), which never load blobs.
+    code_object: bytes | None = field(default=None, repr=False, compare=False)
+
+    __hash__ = None  # type: ignore[assignment]  # mappings inside; compare, don't hash
+
+    @property
+    def inputs(self) -> KeyInputs:
+        return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.lowering_digest, self.toolchain)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "status": "ok",
+            "arch": self.arch,
+            "lane": self.lane,
+            "profile": self.profile,
+            "family": self.family,
+            "spec": thaw(self.spec),
+            "lowering_digest": self.lowering_digest,
+            "toolchain": thaw(self.toolchain),
+            "ir_sha256": self.ir_sha256,
+            "sha256": self.sha256,
+            "size": self.size,
+            "stored_size": self.stored_size,
+            "metadata": thaw(self.metadata),
+            "provenance": thaw(self.provenance),
+            "built_at": _iso(self.built_at),
+            "last_read_at": _iso(self.last_read_at),
+        }
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A cached build failure: the builder does not retry it unless forced."""
+
+    key: str
+    arch: str
+    lane: str
+    profile: str
+    family: str
+    spec: Mapping[str, Any]
+    lowering_digest: str
+    toolchain: Mapping[str, str]
+    error: str
+    log: str
+    failed_at: datetime
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def inputs(self) -> KeyInputs:
+        return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.lowering_digest, self.toolchain)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "status": "failed",
+            "arch": self.arch,
+            "lane": self.lane,
+            "profile": self.profile,
+            "family": self.family,
+            "spec": thaw(self.spec),
+            "lowering_digest": self.lowering_digest,
+            "toolchain": thaw(self.toolchain),
+            "error": self.error,
+            "log": self.log,
+            "failed_at": _iso(self.failed_at),
+        }
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One present key from lookup_many: an artifact (``sha256`` set) or a cached failure."""
+
+    key: str
+    kind: str  # "artifact" | "failure"
+    sha256: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "artifact"
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    url: str
+    backend: str
+    schema_version: int
+    artifacts: int
+    failures: int
+    blobs: int
+    raw_bytes: int  # sum of distinct blobs' raw sizes
+    stored_bytes: int  # sum of distinct blobs' compressed sizes
+    referenced_raw_bytes: int  # sum over artifacts (what the store would hold without dedup)
+    orphan_blobs: int
+    by_arch_lane: tuple[tuple[str, str, int], ...]
+    max_bytes: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["by_arch_lane"] = [{"arch": a, "lane": l, "artifacts": n} for a, l, n in self.by_arch_lane]
+        d["compression_ratio"] = round(self.raw_bytes / self.stored_bytes, 3) if self.stored_bytes else None
+        return d
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    checked_blobs: int
+    checked_artifacts: int
+    corrupt: tuple[tuple[str, str], ...]  # (blob sha256, reason)
+    affected_keys: tuple[str, ...]  # artifacts whose blob is corrupt or missing
+    bad_keys: tuple[tuple[str, str], ...]  # (key, reason): key != artifact_key(stored inputs)
+    orphan_blobs: int
+
+    @property
+    def ok(self) -> bool:
+        return not (self.corrupt or self.affected_keys or self.bad_keys)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checked_blobs": self.checked_blobs,
+            "checked_artifacts": self.checked_artifacts,
+            "corrupt": [{"sha256": s, "reason": r} for s, r in self.corrupt],
+            "affected_keys": list(self.affected_keys),
+            "bad_keys": [{"key": k, "reason": r} for k, r in self.bad_keys],
+            "orphan_blobs": self.orphan_blobs,
+        }
+
+
+@dataclass(frozen=True)
+class GcReport:
+    artifacts_evicted: int
+    blobs_deleted: int
+    bytes_freed: int  # stored (compressed) bytes
+    stored_bytes_after: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _loads(s: str | None) -> Any:
+    return None if s is None else json.loads(s)
+
+
+def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Artifact:
+    inputs = KeyInputs(
+        row["arch"], row["lane"], row["profile"], row["family"],
+        _loads(row["spec_json"]), row["lowering_digest"], _loads(row["toolchain_json"]),
+    )
+    return Artifact(
+        key=row["key"],
+        arch=inputs.arch,
+        lane=inputs.lane,
+        profile=inputs.profile,
+        family=inputs.family,
+        spec=inputs.spec,
+        lowering_digest=inputs.lowering_digest,
+        toolchain=inputs.toolchain,
+        ir_sha256=row["ir_sha256"],
+        sha256=row["blob_sha256"],
+        size=row["size"],
+        stored_size=row["stored_size"],
+        metadata=_frozen(_loads(row["metadata_json"])),
+        provenance=_frozen(_loads(row["provenance_json"])),
+        built_at=_ts(row["built_at"]),
+        last_read_at=_ts(row["last_read_at"]),
+        code_object=code_object,
+    )
+
+
+def to_failure(row: Mapping[str, Any]) -> Failure:
+    inputs = KeyInputs(
+        row["arch"], row["lane"], row["profile"], row["family"],
+        _loads(row["spec_json"]), row["lowering_digest"], _loads(row["toolchain_json"]),
+    )
+    return Failure(
+        key=row["key"],
+        arch=inputs.arch,
+        lane=inputs.lane,
+        profile=inputs.profile,
+        family=inputs.family,
+        spec=inputs.spec,
+        lowering_digest=inputs.lowering_digest,
+        toolchain=inputs.toolchain,
+        error=row["error"],
+        log=row["log"] or "",
+        failed_at=_ts(row["built_at"]),
+    )

@@ -1,0 +1,493 @@
+"""The content-addressed store: one class over SQLite (default) or PostgreSQL.
+
+    put(inputs, code_object) ─┬─ key = artifact_key(inputs), blob = sha256(code_object)
+                              └─ ONE write transaction:
+                                   blob row (insert, or reuse; a corrupt copy is repaired)
+                                   artifact row (insert; idempotent when identical)
+                                 -> a reader never sees an artifact without its blob
+    put_failure(inputs, error, log) ── a 'failed' artifact row (negative entry), no blob
+    lookup_many(keys) ── chunked ``key IN (...)`` over artifacts only -> {key: Hit}
+    get(key) ── row + blob ─> codec.decode (decompress, size, sha256) ─> Artifact
+                 mismatch -> IntegrityError, the bytes never leave; then touch last_read_at
+    find / stats / verify ── listings and reports (verify decodes every blob)
+    gc ── delete blobs no artifact references
+    evict(max_bytes) ── drop least-recently-read artifacts until the blobs fit, then gc
+    export / import_ ── cache/bundle.py
+
+Writers: SQLite BEGIN IMMEDIATE (db.write_tx); PostgreSQL shared advisory lock for puts,
+exclusive for gc/evict/import. ``last_read_at`` is refreshed at most every
+``touch_interval`` seconds per artifact, so hot reads do not turn into a write each.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any, Iterable, Iterator, Mapping
+
+from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from rocke_aot.cache import codec, db, models
+from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key
+from rocke_aot.cache.models import artifacts as A
+from rocke_aot.cache.models import blobs as B
+from rocke_aot.cache.records import (
+    Artifact,
+    Failure,
+    GcReport,
+    Hit,
+    StoreStats,
+    VerifyReport,
+    to_artifact,
+    to_failure,
+)
+from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, SpecError
+
+ENV_MAX_BYTES = "ROCKE_AOT_CACHE_MAX_BYTES"
+LOOKUP_CHUNK = 500  # well under SQLite's and PostgreSQL's bound-parameter limits
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+# Columns of one artifact row with its blob's sizes (no blob data): listings and gets.
+_ROW = [*A.c, B.c.size, B.c.stored_size]
+_ROW_FROM = A.outerjoin(B, A.c.blob_sha256 == B.c.sha256)
+
+
+def _insert(conn: Connection, table):
+    return (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
+
+
+def _json(value: Any, what: str) -> str:
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{what} must be a mapping, got {type(value).__name__}")
+    return canonical_json(value)
+
+
+def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+class Store:
+    """A cache store. Open with :meth:`Store.open`; use as a context manager or call close()."""
+
+    def __init__(self, url: str, engine, *, level: int, max_bytes: int | None, touch_interval: float):
+        self.url = url
+        self.engine = engine
+        self.level = level
+        self.max_bytes = max_bytes
+        self.touch_interval = touch_interval
+
+    @classmethod
+    def open(
+        cls,
+        url: str | os.PathLike | None = None,
+        *,
+        level: int = codec.DEFAULT_LEVEL,
+        max_bytes: int | None = None,
+        touch_interval: float = 60.0,
+        create: bool = True,
+    ) -> "Store":
+        """Open (creating or upgrading through Alembic) the store at ``url``.
+
+        ``url`` None -> ``$ROCKE_AOT_CACHE`` -> ``$ROCKE_AOT_HOME/cache.sqlite`` -> the user
+        cache dir. ``max_bytes`` (or ``$ROCKE_AOT_CACHE_MAX_BYTES``) caps the stored bytes:
+        puts beyond it evict least-recently-read artifacts.
+        """
+        resolved = db.resolve_url(url)
+        if max_bytes is None and os.environ.get(ENV_MAX_BYTES):
+            try:
+                max_bytes = int(os.environ[ENV_MAX_BYTES])
+            except ValueError:
+                raise CacheError(f"{ENV_MAX_BYTES} must be an integer byte count, got {os.environ[ENV_MAX_BYTES]!r}") from None
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
+            raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        engine = db.make_engine(resolved)
+        try:
+            db.ensure_schema(engine, resolved, create=create)
+        except Exception:
+            engine.dispose()
+            raise
+        return cls(resolved, engine, level=level, max_bytes=max_bytes, touch_interval=touch_interval)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({db.display_url(self.url)!r})"
+
+    @property
+    def backend(self) -> str:
+        return self.engine.dialect.name
+
+    # ---- writes -------------------------------------------------------------------------
+
+    def put(
+        self,
+        inputs: KeyInputs,
+        code_object: bytes,
+        *,
+        ir_sha256: str,
+        metadata: Mapping[str, Any],
+        provenance: Mapping[str, Any],
+        replace: bool = False,
+    ) -> Artifact:
+        """Publish a code object under the key of ``inputs``; blob and row in one transaction.
+
+        Idempotent: the same inputs and bytes again return the stored artifact. The same
+        inputs with *different* bytes are refused (the key misses an input, or the build is
+        not deterministic) unless ``replace`` (a forced rebuild). A success replaces a
+        cached failure of the same key.
+        """
+        if not isinstance(inputs, KeyInputs):
+            raise SpecError(f"put needs KeyInputs, got {type(inputs).__name__}")
+        if not isinstance(code_object, (bytes, bytearray, memoryview)) or len(code_object) == 0:
+            raise SpecError("put needs a non-empty code object (bytes)")
+        if not isinstance(ir_sha256, str) or not _SHA_RE.match(ir_sha256):
+            raise SpecError(f"ir_sha256 must be 64 lowercase hex digits, got {ir_sha256!r}")
+        raw = bytes(code_object)
+        key = artifact_key(inputs)
+        sha = codec.sha256_hex(raw)
+        stored = codec.encode(raw, self.level)
+        row = {
+            "key": key,
+            "status": "ok",
+            "arch": inputs.arch,
+            "lane": inputs.lane,
+            "profile": inputs.profile,
+            "family": inputs.family,
+            "spec_json": inputs.spec_json,
+            "lowering_digest": inputs.lowering_digest,
+            "toolchain_json": inputs.toolchain_json,
+            "blob_sha256": sha,
+            "ir_sha256": ir_sha256,
+            "metadata_json": _json(metadata, "metadata"),
+            "provenance_json": _json(provenance, "provenance"),
+            "error": None,
+            "log": None,
+        }
+        with db.write_tx(self.engine) as conn:
+            now = time.time()
+            row["built_at"] = row["last_read_at"] = now
+            _publish_blob(conn, sha, raw, stored, now)
+            _publish_artifact(conn, row, replace=replace)
+            out = conn.execute(select(*_ROW).select_from(_ROW_FROM).where(A.c.key == key)).mappings().one()
+        art = to_artifact(out, code_object=raw)
+        if self.max_bytes is not None and self.stored_bytes() > self.max_bytes:
+            self.evict(self.max_bytes)
+        return art
+
+    def put_failure(self, inputs: KeyInputs, error: str, log: str = "") -> Hit:
+        """Record that building ``inputs`` failed, so builds skip it unless forced.
+
+        A key that already holds an artifact keeps it (a good binary is never shadowed by a
+        later flaky failure): the returned Hit then has kind 'artifact'.
+        """
+        if not isinstance(inputs, KeyInputs):
+            raise SpecError(f"put_failure needs KeyInputs, got {type(inputs).__name__}")
+        if not isinstance(error, str) or not error:
+            raise SpecError("put_failure needs a non-empty error message")
+        if not isinstance(log, str):
+            raise SpecError(f"log must be a string, got {type(log).__name__}")
+        key = artifact_key(inputs)
+        with db.write_tx(self.engine) as conn:
+            now = time.time()
+            cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == key)).first()
+            if cur is not None and cur.status == "ok":
+                return Hit(key, "artifact", sha256=cur.blob_sha256)
+            values = {
+                "status": "failed", "error": error, "log": log, "built_at": now, "last_read_at": None,
+                "blob_sha256": None, "ir_sha256": None,
+            }
+            if cur is None:
+                conn.execute(A.insert().values(
+                    key=key, arch=inputs.arch, lane=inputs.lane, profile=inputs.profile, family=inputs.family,
+                    spec_json=inputs.spec_json, lowering_digest=inputs.lowering_digest,
+                    toolchain_json=inputs.toolchain_json, metadata_json="{}", provenance_json="{}", **values,
+                ))
+            else:
+                conn.execute(update(A).where(A.c.key == key).values(**values))
+        return Hit(key, "failure", error=error)
+
+    # ---- reads --------------------------------------------------------------------------
+
+    def get(self, key: str) -> Artifact:
+        """The artifact with verified ``code_object``; NotFoundError / IntegrityError."""
+        check_key(key)
+        with db.read_tx(self.engine) as conn:
+            row = conn.execute(
+                select(*_ROW, B.c.codec, B.c.data).select_from(_ROW_FROM).where(A.c.key == key)
+            ).mappings().first()
+        if row is None:
+            raise NotFoundError(f"no artifact {key} in {self}")
+        if row["status"] != "ok":
+            raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
+        if row["data"] is None:  # the foreign key forbids it; a hand-edited store may not
+            raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
+        raw = codec.decode(row["data"], row["blob_sha256"], row["size"], row["codec"])
+        now = time.time()
+        last = row["last_read_at"]
+        if last is None or now - last >= self.touch_interval:
+            with db.write_tx(self.engine) as conn:
+                conn.execute(update(A).where(A.c.key == key).values(last_read_at=now))
+            row = {**row, "last_read_at": now}
+        return to_artifact(row, code_object=raw)
+
+    def get_failure(self, key: str) -> Failure:
+        check_key(key)
+        with db.read_tx(self.engine) as conn:
+            row = conn.execute(select(A).where(A.c.key == key)).mappings().first()
+        if row is None or row["status"] != "failed":
+            raise NotFoundError(f"no cached failure {key} in {self}")
+        return to_failure(row)
+
+    def lookup_many(self, keys: Iterable[str]) -> dict[str, Hit]:
+        """For each present key: artifact or cached failure. Bulk, chunked; no blob is read."""
+        wanted = list(dict.fromkeys(keys))
+        for k in wanted:
+            if not isinstance(k, str) or not _SHA_RE.match(k):
+                check_key(k)  # raises with the message
+        out: dict[str, Hit] = {}
+        stmt = select(A.c.key, A.c.status, A.c.blob_sha256, A.c.error).where(
+            A.c.key.in_(bindparam("keys", expanding=True))
+        )
+        with db.read_tx(self.engine) as conn:
+            for chunk in _chunks(wanted, LOOKUP_CHUNK):
+                for key, status, sha, error in conn.execute(stmt, {"keys": chunk}):
+                    out[key] = Hit(key, "artifact", sha256=sha) if status == "ok" else Hit(key, "failure", error=error)
+        return out
+
+    def find(
+        self,
+        arch: str | None = None,
+        lane: str | None = None,
+        family: str | None = None,
+        profile: str | None = None,
+        *,
+        status: str = "ok",
+        key_prefix: str | None = None,
+        limit: int | None = None,
+    ) -> list[Artifact | Failure]:
+        """List artifacts (``status='ok'``), failures ('failed') or both ('all'); no blobs."""
+        if status not in ("ok", "failed", "all"):
+            raise SpecError(f"status must be 'ok', 'failed' or 'all', got {status!r}")
+        conds = []
+        if arch is not None:
+            from rocke_aot.aot.targets import Target
+
+            conds.append(A.c.arch == Target.parse(arch).id)
+        for col, val in ((A.c.lane, lane), (A.c.family, family), (A.c.profile, profile)):
+            if val is not None:
+                if not isinstance(val, str):
+                    raise SpecError(f"filter {col.name} must be a string, got {val!r}")
+                conds.append(col == val)
+        if status != "all":
+            conds.append(A.c.status == status)
+        if key_prefix is not None:
+            if not isinstance(key_prefix, str) or not re.match(r"^[0-9a-f]{1,64}$", key_prefix):
+                raise SpecError(f"a key prefix is lowercase hex, got {key_prefix!r}")
+            conds.append(A.c.key.like(key_prefix + "%"))
+        stmt = select(*_ROW).select_from(_ROW_FROM).where(and_(True, *conds))
+        stmt = stmt.order_by(A.c.arch, A.c.lane, A.c.family, A.c.key)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with db.read_tx(self.engine) as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [to_artifact(r) if r["status"] == "ok" else to_failure(r) for r in rows]
+
+    def resolve_key(self, prefix: str) -> str:
+        """The one key starting with ``prefix`` (for the CLI); NotFoundError or SpecError."""
+        if not isinstance(prefix, str) or not re.match(r"^[0-9a-f]{4,64}$", prefix):
+            raise SpecError(f"give at least 4 lowercase hex digits of a key, got {prefix!r}")
+        with db.read_tx(self.engine) as conn:
+            keys = conn.execute(select(A.c.key).where(A.c.key.like(prefix + "%")).limit(2)).scalars().all()
+        if not keys:
+            raise NotFoundError(f"no artifact or failure whose key starts with {prefix} in {self}")
+        if len(keys) > 1:
+            raise SpecError(f"key prefix {prefix} is ambiguous; give more digits")
+        return keys[0]
+
+    def stored_bytes(self) -> int:
+        with db.read_tx(self.engine) as conn:
+            return int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
+
+    def stats(self) -> StoreStats:
+        with db.read_tx(self.engine) as conn:
+            counts = dict(conn.execute(select(A.c.status, func.count()).group_by(A.c.status)).all())
+            nblobs, raw, stored = conn.execute(
+                select(func.count(), func.coalesce(func.sum(B.c.size), 0), func.coalesce(func.sum(B.c.stored_size), 0))
+            ).one()
+            referenced = conn.execute(
+                select(func.coalesce(func.sum(B.c.size), 0)).select_from(A.join(B, A.c.blob_sha256 == B.c.sha256))
+            ).scalar()
+            orphans = conn.execute(select(func.count()).select_from(B).where(~_referenced(B.c.sha256))).scalar()
+            by = conn.execute(
+                select(A.c.arch, A.c.lane, func.count()).where(A.c.status == "ok")
+                .group_by(A.c.arch, A.c.lane).order_by(A.c.arch, A.c.lane)
+            ).all()
+        return StoreStats(
+            url=db.display_url(self.url), backend=self.backend, schema_version=models.SCHEMA_VERSION,
+            artifacts=counts.get("ok", 0), failures=counts.get("failed", 0), blobs=nblobs,
+            raw_bytes=int(raw), stored_bytes=int(stored), referenced_raw_bytes=int(referenced),
+            orphan_blobs=orphans, by_arch_lane=tuple((a, l, n) for a, l, n in by), max_bytes=self.max_bytes,
+        )
+
+    def verify(self, batch: int = 256) -> VerifyReport:
+        """Decode every blob (decompress + size + sha256) and recompute every key."""
+        corrupt: list[tuple[str, str]] = []
+        checked = 0
+        last = ""
+        while True:  # keyset pages, so a huge store never sits in memory at once
+            with db.read_tx(self.engine) as conn:
+                page = conn.execute(
+                    select(B.c.sha256, B.c.size, B.c.codec, B.c.data)
+                    .where(B.c.sha256 > last).order_by(B.c.sha256).limit(batch)
+                ).all()
+            if not page:
+                break
+            for sha, size, cod, data in page:
+                checked += 1
+                try:
+                    codec.decode(data, sha, size, cod)
+                except IntegrityError as e:
+                    corrupt.append((sha, str(e)))
+            last = page[-1][0]
+        bad_sha = {s for s, _ in corrupt}
+        affected: list[str] = []
+        bad_keys: list[tuple[str, str]] = []
+        with db.read_tx(self.engine) as conn:
+            rows = conn.execute(select(*_ROW, B.c.sha256.label("present")).select_from(_ROW_FROM)).mappings().all()
+            orphans = conn.execute(select(func.count()).select_from(B).where(~_referenced(B.c.sha256))).scalar()
+        for r in rows:
+            if r["status"] == "ok" and (r["present"] is None or r["blob_sha256"] in bad_sha):
+                affected.append(r["key"])
+            try:
+                inputs = (to_artifact(r) if r["status"] == "ok" and r["present"] else to_failure(r)).inputs
+                want = artifact_key(inputs)
+                if want != r["key"]:
+                    bad_keys.append((r["key"], f"stored inputs hash to {want}"))
+            except Exception as e:  # noqa: BLE001 - any unreadable row is reported, not raised
+                bad_keys.append((r["key"], f"unreadable inputs: {type(e).__name__}: {e}"))
+        return VerifyReport(checked, len(rows), tuple(corrupt), tuple(sorted(affected)), tuple(bad_keys), orphans)
+
+    # ---- space --------------------------------------------------------------------------
+
+    def gc(self) -> GcReport:
+        """Delete blobs that no artifact references."""
+        with db.write_tx(self.engine, exclusive=True) as conn:
+            n, freed = _delete_orphans(conn)
+            after = conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar()
+        return GcReport(0, n, freed, int(after))
+
+    def evict(self, max_bytes: int) -> GcReport:
+        """Drop least-recently-read artifacts until the stored blobs fit in ``max_bytes``.
+
+        Failures hold no blob and are not evicted. Blobs shared by several artifacts are
+        freed only when their last artifact goes.
+        """
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        with db.write_tx(self.engine, exclusive=True) as conn:
+            deleted, freed = _delete_orphans(conn)
+            total = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
+            victims: list[str] = []
+            if total > max_bytes:
+                rows = conn.execute(
+                    select(A.c.key, A.c.blob_sha256, B.c.stored_size)
+                    .select_from(A.join(B, A.c.blob_sha256 == B.c.sha256))
+                    .order_by(A.c.last_read_at, A.c.built_at, A.c.key)
+                ).all()
+                refs: dict[str, int] = {}
+                for _, sha, _ in rows:
+                    refs[sha] = refs.get(sha, 0) + 1
+                for key, sha, stored_size in rows:
+                    if total <= max_bytes:
+                        break
+                    victims.append(key)
+                    refs[sha] -= 1
+                    if refs[sha] == 0:
+                        total -= stored_size
+                for chunk in _chunks(victims, LOOKUP_CHUNK):
+                    conn.execute(delete(A).where(A.c.key.in_(chunk)))
+                n, more = _delete_orphans(conn)
+                deleted += n
+                freed += more
+            after = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
+        return GcReport(len(victims), deleted, freed, after)
+
+    # ---- bundles ------------------------------------------------------------------------
+
+    def export(self, path: str | os.PathLike, **filters: Any) -> dict[str, Any]:
+        from rocke_aot.cache.bundle import export_bundle
+
+        return export_bundle(self, path, **filters)
+
+    def import_(self, path: str | os.PathLike) -> dict[str, Any]:
+        from rocke_aot.cache.bundle import import_bundle
+
+        return import_bundle(self, path)
+
+
+def _referenced(sha_col):
+    return select(A.c.key).where(A.c.blob_sha256 == sha_col).exists()
+
+
+def _delete_orphans(conn: Connection) -> tuple[int, int]:
+    orphan = select(B.c.sha256, B.c.stored_size).where(~_referenced(B.c.sha256))
+    rows = conn.execute(orphan).all()
+    if rows:
+        for chunk in _chunks([r[0] for r in rows], LOOKUP_CHUNK):
+            conn.execute(delete(B).where(B.c.sha256.in_(chunk), ~_referenced(B.c.sha256)))
+    return len(rows), sum(r[1] for r in rows)
+
+
+def _publish_blob(conn: Connection, sha: str, raw: bytes, stored: bytes, now: float) -> None:
+    """Insert the blob, or reuse the stored copy; a stored copy that fails to verify is
+    overwritten with these (known-good) bytes, so a put also heals a corrupt blob."""
+    cur = conn.execute(select(B.c.size, B.c.codec, B.c.data).where(B.c.sha256 == sha)).first()
+    if cur is not None:
+        try:
+            codec.decode(cur.data, sha, cur.size, cur.codec)
+            return
+        except IntegrityError:
+            conn.execute(
+                update(B).where(B.c.sha256 == sha)
+                .values(size=len(raw), stored_size=len(stored), codec=codec.CODEC, data=stored)
+            )
+            return
+    conn.execute(
+        _insert(conn, B)
+        .values(sha256=sha, size=len(raw), stored_size=len(stored), codec=codec.CODEC, data=stored, created_at=now)
+        .on_conflict_do_nothing(index_elements=["sha256"])
+    )
+
+
+def _publish_artifact(conn: Connection, row: dict[str, Any], *, replace: bool) -> None:
+    key = row["key"]
+    for _ in range(2):  # a concurrent PostgreSQL insert of the same key is seen on the retry
+        cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == key)).first()
+        if cur is None:
+            res = conn.execute(_insert(conn, A).values(**row).on_conflict_do_nothing(index_elements=["key"]))
+            if res.rowcount == 1:
+                return
+            continue
+        if cur.status == "ok" and cur.blob_sha256 == row["blob_sha256"]:
+            return  # idempotent: same inputs, same bytes
+        if cur.status == "ok" and not replace:
+            raise CacheError(
+                f"artifact {key} already holds code object {cur.blob_sha256}, and the same key inputs "
+                f"now gave {row['blob_sha256']}: the build is not deterministic or the key misses an "
+                f"input. Refusing to overwrite (pass replace=True for a forced rebuild)."
+            )
+        values = {k: v for k, v in row.items() if k != "key"}
+        conn.execute(update(A).where(A.c.key == key).values(**values))
+        return
+    raise CacheError(f"artifact {key}: could not insert or read it back")
