@@ -1,0 +1,260 @@
+"""Export/import bundles: one uncompressed tar file with a manifest and the zstd blobs.
+
+    bundle.tar
+      manifest.json            {"format": "rocke-aot-bundle", "version": 1,
+                                "entries": [artifact or failure, with every key input],
+                                "blobs": {raw sha256: {size, stored_size, codec, stored_sha256}}}
+      blobs/<raw sha256>.zst   the stored (already zstd) bytes, exactly as in the store
+
+    export: read rows + blobs ─> decode every blob (a corrupt one refuses the export)
+            ─> write <path>.tmp ─> fsync ─> rename   (a bundle is complete or absent)
+    import: manifest checked first (format, every key recomputed from its inputs, every blob
+            referenced and present exactly once) ─> ONE exclusive write transaction:
+            per blob member: size, stored sha256, decompress, raw sha256 ─> publish blob;
+            then every entry. Any mismatch raises BundleError and rolls back: nothing
+            from a tampered bundle is ever published.
+
+Blobs travel compressed (no second compression pass), and the tar is never extracted
+to disk: members are read by name, so a crafted path cannot escape anywhere.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from rocke_aot.cache import codec, db
+from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
+from rocke_aot.cache.models import artifacts as A
+from rocke_aot.cache.models import blobs as B
+from rocke_aot.errors import BundleError, CacheError, IntegrityError, RockeError
+
+if TYPE_CHECKING:
+    from rocke_aot.cache.store import Store
+
+FORMAT = "rocke-aot-bundle"
+VERSION = 1
+MANIFEST = "manifest.json"
+_MEMBER_RE = re.compile(r"^blobs/([0-9a-f]{64})\.zst$")
+_MAX_MANIFEST = 512 * 1024 * 1024
+
+
+def _entry(row: Any) -> dict[str, Any]:
+    e = {
+        "key": row["key"],
+        "status": row["status"],
+        "arch": row["arch"],
+        "lane": row["lane"],
+        "profile": row["profile"],
+        "family": row["family"],
+        "spec": json.loads(row["spec_json"]),
+        "lowering_digest": row["lowering_digest"],
+        "toolchain": json.loads(row["toolchain_json"]),
+        "built_at": row["built_at"],
+    }
+    if row["status"] == "ok":
+        e.update(
+            blob_sha256=row["blob_sha256"], ir_sha256=row["ir_sha256"],
+            metadata=json.loads(row["metadata_json"]), provenance=json.loads(row["provenance_json"]),
+        )
+    else:
+        e.update(error=row["error"], log=row["log"] or "")
+    return e
+
+
+def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None = None, lane: str | None = None,
+                  family: str | None = None, failures: bool = True) -> dict[str, Any]:
+    """Write the (filtered) store to one bundle file; returns a summary."""
+    path = Path(path)
+    conds = []
+    if arch is not None:
+        from rocke_aot.aot.targets import Target
+
+        conds.append(A.c.arch == Target.parse(arch).id)
+    if lane is not None:
+        conds.append(A.c.lane == lane)
+    if family is not None:
+        conds.append(A.c.family == family)
+    if not failures:
+        conds.append(A.c.status == "ok")
+    with db.read_tx(store.engine) as conn:
+        rows = conn.execute(select(A).where(*conds).order_by(A.c.key)).mappings().all()
+        entries = [_entry(r) for r in rows]
+        shas = sorted({e["blob_sha256"] for e in entries if e["status"] == "ok"})
+        blob_meta: dict[str, dict[str, Any]] = {}
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                # Blob facts first (the manifest must list them); data is re-read below in pages.
+                for i in range(0, len(shas), 256):
+                    for sha, size, stored_size, cod in conn.execute(
+                        select(B.c.sha256, B.c.size, B.c.stored_size, B.c.codec).where(B.c.sha256.in_(shas[i:i + 256]))
+                    ):
+                        blob_meta[sha] = {"size": size, "stored_size": stored_size, "codec": cod}
+                missing = set(shas) - set(blob_meta)
+                if missing:
+                    raise IntegrityError(f"artifacts reference missing blobs {sorted(missing)[:3]}; run verify")
+                for i in range(0, len(shas), 256):
+                    for sha, data in conn.execute(select(B.c.sha256, B.c.data).where(B.c.sha256.in_(shas[i:i + 256]))):
+                        data = bytes(data)
+                        m = blob_meta[sha]
+                        codec.decode(data, sha, m["size"], m["codec"])  # never export a corrupt blob
+                        m["stored_sha256"] = codec.sha256_hex(data)
+                        m["_data"] = data
+                manifest = {
+                    "format": FORMAT, "version": VERSION, "created_at": time.time(),
+                    "entries": entries,
+                    "blobs": {s: {k: v for k, v in m.items() if k != "_data"} for s, m in blob_meta.items()},
+                }
+                _add(tar, MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+                for sha in shas:
+                    _add(tar, f"blobs/{sha}.zst", blob_meta[sha].pop("_data"))
+                tar.close()
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    n_ok = sum(e["status"] == "ok" for e in entries)
+    return {"path": str(path), "artifacts": n_ok, "failures": len(entries) - n_ok, "blobs": len(shas),
+            "bytes": path.stat().st_size}
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mtime = 0  # the bundle's bytes depend on the store's content only
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError("not a rocke-aot bundle manifest")
+    if manifest.get("version") != VERSION:
+        raise BundleError(f"bundle format version {manifest.get('version')!r}; this rocke-aot reads {VERSION}")
+    entries, blob_meta = manifest.get("entries"), manifest.get("blobs")
+    if not isinstance(entries, list) or not isinstance(blob_meta, dict):
+        raise BundleError("bundle manifest lacks its entries or blobs")
+    seen: set[str] = set()
+    used: set[str] = set()
+    for e in entries:
+        if not isinstance(e, dict) or e.get("status") not in ("ok", "failed"):
+            raise BundleError(f"malformed bundle entry {str(e)[:200]}")
+        try:
+            key = artifact_key(KeyInputs.from_dict(e))
+        except RockeError as err:
+            raise BundleError(f"bundle entry {e.get('key')!r} has invalid key inputs: {err}") from None
+        if key != e.get("key"):
+            raise BundleError(f"bundle entry {e.get('key')!r}: its key inputs hash to {key}; the manifest was altered")
+        if key in seen:
+            raise BundleError(f"bundle lists key {key} twice")
+        seen.add(key)
+        if e["status"] == "ok":
+            if e.get("blob_sha256") not in blob_meta:
+                raise BundleError(f"bundle entry {key} references blob {e.get('blob_sha256')!r}, not in the manifest")
+            used.add(e["blob_sha256"])
+        elif not isinstance(e.get("error"), str) or not e["error"]:
+            raise BundleError(f"bundle failure entry {key} has no error message")
+    for sha, m in blob_meta.items():
+        if not isinstance(m, dict) or not all(isinstance(m.get(k), int) for k in ("size", "stored_size")):
+            raise BundleError(f"bundle blob {sha!r}: malformed manifest record")
+    extra = set(blob_meta) - used
+    if extra:
+        raise BundleError(f"bundle manifest lists {len(extra)} blobs no entry references")
+    return entries, blob_meta
+
+
+def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
+    """Verify and publish a bundle, all or nothing; returns a summary."""
+    from rocke_aot.cache.store import _publish_artifact, _publish_blob
+
+    path = Path(path)
+    added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0}
+    try:
+        tar = tarfile.open(path, mode="r:")
+    except (OSError, tarfile.TarError) as e:
+        raise BundleError(f"cannot read bundle {path}: {e}") from None
+    with tar:
+        try:
+            first = tar.next()
+            if first is None or first.name != MANIFEST or not first.isfile() or first.size > _MAX_MANIFEST:
+                raise BundleError(f"bundle {path} does not start with {MANIFEST}")
+            manifest = json.loads(tar.extractfile(first).read())
+        except (tarfile.TarError, OSError, ValueError) as e:
+            raise BundleError(f"bundle {path}: unreadable manifest ({e})") from None
+        entries, blob_meta = _check_manifest(manifest)
+        try:
+            with db.write_tx(store.engine, exclusive=True) as conn:
+                now = time.time()
+                seen: set[str] = set()
+                for member in tar:
+                    m = _MEMBER_RE.match(member.name)
+                    if not m or not member.isfile():
+                        raise BundleError(f"bundle {path}: unexpected member {member.name!r}")
+                    sha = m.group(1)
+                    if sha not in blob_meta or sha in seen:
+                        raise BundleError(f"bundle {path}: blob {sha} is not in the manifest, or appears twice")
+                    meta = blob_meta[sha]
+                    if member.size != meta["stored_size"]:
+                        raise BundleError(f"bundle blob {sha}: {member.size} bytes, manifest says {meta['stored_size']}")
+                    stored = tar.extractfile(member).read()
+                    try:
+                        raw = codec.decode(stored, sha, meta["size"], meta.get("codec", codec.CODEC))
+                    except IntegrityError as e:
+                        raise BundleError(f"bundle {path} is tampered or corrupt: {e}") from None
+                    seen.add(sha)
+                    existed = conn.execute(select(B.c.sha256).where(B.c.sha256 == sha)).first() is not None
+                    _publish_blob(conn, sha, raw, stored, now)
+                    added["blobs"] += not existed
+                if seen != set(blob_meta):
+                    raise BundleError(f"bundle {path}: {len(set(blob_meta) - seen)} blobs of the manifest are missing")
+                for e in entries:
+                    _import_entry(conn, e, added, _publish_artifact)
+        except tarfile.TarError as e:
+            raise BundleError(f"bundle {path}: {e}") from None
+        except CacheError as e:
+            if isinstance(e, BundleError):
+                raise
+            raise BundleError(f"bundle {path} conflicts with the store: {e}") from None
+    return {"path": str(path), **added}
+
+
+def _import_entry(conn, e: dict[str, Any], added: dict[str, int], publish_artifact) -> None:
+    inputs = KeyInputs.from_dict(e)
+    cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == e["key"])).first()
+    base = {
+        "key": e["key"], "arch": inputs.arch, "lane": inputs.lane, "profile": inputs.profile, "family": inputs.family,
+        "spec_json": inputs.spec_json, "lowering_digest": inputs.lowering_digest,
+        "toolchain_json": inputs.toolchain_json, "built_at": float(e.get("built_at") or time.time()),
+    }
+    if e["status"] == "ok":
+        if cur is not None and cur.status == "ok" and cur.blob_sha256 == e["blob_sha256"]:
+            added["unchanged"] += 1
+            return
+        ir = e.get("ir_sha256")
+        if not (isinstance(ir, str) and re.match(r"^[0-9a-f]{64}$", ir)):
+            raise BundleError(f"bundle entry {e['key']}: malformed ir_sha256 {ir!r}")
+        row = {**base, "status": "ok", "blob_sha256": e["blob_sha256"], "ir_sha256": ir,
+               "metadata_json": canonical_json(e.get("metadata") or {}),
+               "provenance_json": canonical_json(e.get("provenance") or {}),
+               "error": None, "log": None, "last_read_at": base["built_at"]}
+        publish_artifact(conn, row, replace=False)
+        added["artifacts"] += 1
+        return
+    if cur is not None:  # an artifact wins over an imported failure; a failure is kept as is
+        added["unchanged"] += 1
+        return
+    conn.execute(A.insert().values(**base, status="failed", blob_sha256=None, ir_sha256=None, metadata_json="{}",
+                                   provenance_json="{}", error=e["error"], log=str(e.get("log") or ""),
+                                   last_read_at=None))
+    added["failures"] += 1

@@ -1,0 +1,246 @@
+"""`rocke-aot cache stats|ls|show|verify|gc|export|import`: thin commands over Store.
+
+    --cache URL (default: $ROCKE_AOT_CACHE, else the user cache dir) ──> Store.open
+    command ──> one Store method ──> text, or one JSON document with --json
+
+Library errors propagate as rocke_aot.errors types; rocke_aot.aot.cli.main translates
+them (NotFoundError/IntegrityError/... exit 1, SpecError/LaneError exit 2). ``verify``
+returns exit code 1 when it finds damage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator
+
+import click
+
+from rocke_aot.aot.cli_options import ARCH, LANE, json_option
+from rocke_aot.cache.db import ENV_CACHE
+from rocke_aot.cache.records import Artifact
+from rocke_aot.cache.store import Store
+
+cache_option = click.option(
+    "--cache", "cache_url", metavar="URL", default=None,
+    help=f"Cache location: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${ENV_CACHE}, "
+    "else cache.sqlite in the user cache dir).",
+)
+
+
+@contextlib.contextmanager
+def _store(url: str | None) -> Iterator[Store]:
+    store = Store.open(url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _emit(obj) -> None:
+    from rocke_aot.aot.cli import emit_json
+
+    emit_json(obj)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@click.group("cache")
+def cache() -> None:
+    """Inspect and maintain the content-addressed kernel cache.
+
+    \b
+    Example:
+        rocke-aot cache stats
+        rocke-aot cache ls --arch gfx942 --lane llvm22
+        rocke-aot cache --help
+    """
+
+
+@cache.command("stats")
+@cache_option
+@json_option
+def stats(cache_url: str | None, as_json: bool) -> None:
+    """Counts and sizes: artifacts, cached failures, blobs, compression, per arch and lane.
+
+    \b
+    Example:
+        rocke-aot cache stats
+        rocke-aot cache stats --cache postgresql+psycopg://cache@db/rocke --json
+    """
+    with _store(cache_url) as store:
+        s = store.stats().as_dict()
+    if as_json:
+        _emit(s)
+        return
+    click.echo(f"cache      {s['url']} ({s['backend']}, schema {s['schema_version']})")
+    click.echo(f"artifacts  {s['artifacts']}   failures {s['failures']}   blobs {s['blobs']} "
+               f"(orphans {s['orphan_blobs']})")
+    ratio = f"{s['compression_ratio']:.2f}x" if s["compression_ratio"] else "-"
+    click.echo(f"bytes      raw {_human_bytes(s['raw_bytes'])}, stored {_human_bytes(s['stored_bytes'])} ({ratio})"
+               + (f", cap {_human_bytes(s['max_bytes'])}" if s["max_bytes"] is not None else ""))
+    for row in s["by_arch_lane"]:
+        click.echo(f"  {row['arch']:<28} {row['lane']:<8} {row['artifacts']}")
+
+
+@cache.command("ls")
+@click.option("--arch", type=ARCH, default=None, help="Only this arch target ID.")
+@click.option("--lane", type=LANE, default=None, help="Only this compiler lane.")
+@click.option("--family", default=None, help="Only this kernel family.")
+@click.option("--status", type=click.Choice(["ok", "failed", "all"]), default="ok", show_default=True,
+              help="Artifacts, cached failures, or both.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many rows.")
+@cache_option
+@json_option
+def ls(arch, lane, family, status, limit, cache_url, as_json) -> None:
+    """List artifacts (or cached failures) without loading any code object.
+
+    \b
+    Example:
+        rocke-aot cache ls --arch gfx942 --family gemm
+        rocke-aot cache ls --status failed --json
+    """
+    with _store(cache_url) as store:
+        rows = store.find(arch=arch.id if arch else None, lane=lane.name if lane else None, family=family,
+                          status=status, limit=limit)
+    if as_json:
+        _emit([r.as_dict() for r in rows])
+        return
+    for r in rows:
+        tail = f"{r.size:>8} B  {r.sha256[:12]}" if isinstance(r, Artifact) else f"FAILED: {r.error.splitlines()[0][:60]}"
+        click.echo(f"{r.key[:16]}  {r.arch:<24} {r.lane:<7} {r.family:<18} {tail}")
+    if not rows:
+        click.echo("(no entries)", err=True)
+
+
+@cache.command("show")
+@click.argument("key")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the verified code object to this file.")
+@cache_option
+@json_option
+def show(key: str, out: Path | None, cache_url, as_json) -> None:
+    """Show one entry by key (or a unique prefix of at least 4 hex digits).
+
+    An artifact's code object is read and verified (decompress + sha256) before
+    anything is printed; a cached failure shows its error and log.
+
+    \b
+    Example:
+        rocke-aot cache show 3f2a9c
+        rocke-aot cache show 3f2a9c --out kernel.hsaco
+    """
+    with _store(cache_url) as store:
+        full = store.resolve_key(key)
+        hit = store.lookup_many([full])[full]
+        entry = store.get(full) if hit.ok else store.get_failure(full)
+    if out is not None:
+        if not isinstance(entry, Artifact):
+            raise click.UsageError(f"{full} is a cached failure; it has no code object to write")
+        out.write_bytes(entry.code_object)
+    d = entry.as_dict()
+    if as_json:
+        _emit(d)
+        return
+    for k, v in d.items():
+        click.echo(f"{k:<16} {v}")
+
+
+@cache.command("verify")
+@cache_option
+@json_option
+def verify(cache_url, as_json) -> int:
+    """Decompress and sha256-check every blob; recompute every key. Exit 1 on damage.
+
+    \b
+    Example:
+        rocke-aot cache verify
+        rocke-aot cache verify --json
+    """
+    with _store(cache_url) as store:
+        report = store.verify()
+    if as_json:
+        _emit(report.as_dict())
+    else:
+        click.echo(f"checked {report.checked_blobs} blobs, {report.checked_artifacts} entries: "
+                   + ("ok" if report.ok else "DAMAGED"))
+        for sha, reason in report.corrupt:
+            click.echo(f"  corrupt blob {sha}: {reason}")
+        for key in report.affected_keys:
+            click.echo(f"  affected artifact {key}")
+        for key, reason in report.bad_keys:
+            click.echo(f"  bad key {key}: {reason}")
+    return 0 if report.ok else 1
+
+
+@cache.command("gc")
+@click.option("--max-bytes", type=click.IntRange(min=0), default=None,
+              help="Also evict least-recently-read artifacts until the stored bytes fit.")
+@cache_option
+@json_option
+def gc(max_bytes, cache_url, as_json) -> None:
+    """Delete blobs no artifact references; with --max-bytes, evict to a size cap first.
+
+    \b
+    Example:
+        rocke-aot cache gc
+        rocke-aot cache gc --max-bytes 2000000000
+    """
+    with _store(cache_url) as store:
+        report = store.evict(max_bytes) if max_bytes is not None else store.gc()
+    if as_json:
+        _emit(report.as_dict())
+        return
+    click.echo(f"evicted {report.artifacts_evicted} artifacts, deleted {report.blobs_deleted} blobs, "
+               f"freed {_human_bytes(report.bytes_freed)}; {_human_bytes(report.stored_bytes_after)} stored")
+
+
+@cache.command("export")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--arch", type=ARCH, default=None, help="Only this arch target ID.")
+@click.option("--lane", type=LANE, default=None, help="Only this compiler lane.")
+@click.option("--family", default=None, help="Only this kernel family.")
+@click.option("--no-failures", is_flag=True, help="Leave cached failures out.")
+@cache_option
+@json_option
+def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
+    """Write the cache (or a filtered part) to one bundle file with a sha256 manifest.
+
+    \b
+    Example:
+        rocke-aot cache export gfx942.bundle --arch gfx942
+    """
+    with _store(cache_url) as store:
+        summary = store.export(path, arch=arch.id if arch else None, lane=lane.name if lane else None,
+                               family=family, failures=not no_failures)
+    if as_json:
+        _emit(summary)
+        return
+    click.echo(f"wrote {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
+               f"{summary['blobs']} blobs, {_human_bytes(summary['bytes'])}")
+
+
+@cache.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@cache_option
+@json_option
+def import_(path, cache_url, as_json) -> None:
+    """Verify every blob of a bundle, then publish it all in one transaction (or nothing).
+
+    \b
+    Example:
+        rocke-aot cache import gfx942.bundle --cache /shared/rocke/cache.sqlite
+    """
+    with _store(cache_url) as store:
+        summary = store.import_(path)
+    if as_json:
+        _emit(summary)
+        return
+    click.echo(f"imported {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
+               f"{summary['blobs']} new blobs, {summary['unchanged']} already present")
