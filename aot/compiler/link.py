@@ -1,0 +1,35 @@
+"""Relocatable object -> HSACO with ld.lld.
+
+    obj bytes --(tmpdir/k.o)--> ld.lld -shared --no-undefined k.o -o k.hsaco --> HSACO bytes
+
+ld.lld adds no build ID and no timestamp unless asked, and records only its own
+version in .comment, so the same object gives the same HSACO (tested). The
+temporary file names do not reach the output (an input file name would only
+appear in a STT_FILE symbol, which LLVM does not emit for these modules).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+from rocke_aot.aot.compiler.worker import llvm_error_summary
+from rocke_aot.aot.toolchains.lld import find_lld
+from rocke_aot.errors import CompileError, CompileTimeout
+
+
+def link_hsaco(obj: bytes, *, timeout: float = 60.0, lld: str | None = None) -> bytes:
+    lld = lld or find_lld()
+    with tempfile.TemporaryDirectory(prefix="rocke-link-") as tmp:
+        src, out = Path(tmp) / "k.o", Path(tmp) / "k.hsaco"
+        src.write_bytes(obj)
+        cmd = [lld, "-shared", "--no-undefined", str(src), "-o", str(out)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 0.1))
+        except subprocess.TimeoutExpired as e:
+            raise CompileTimeout(f"ld.lld exceeded {timeout:g}s", str(e.stderr or "")) from None
+        if proc.returncode != 0:
+            log = (proc.stderr + proc.stdout).strip()
+            raise CompileError(f"ld.lld failed: {llvm_error_summary(log)}", log)
+        return out.read_bytes()

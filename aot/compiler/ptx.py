@@ -1,0 +1,56 @@
+"""NVPTX: PTX text -> cubin with ptxas (the PTX is kept beside the cubin).
+
+    PTX --(tmpdir/k.ptx)--> ptxas -arch=sm_90 -O3 k.ptx -o k.cubin --> cubin bytes
+
+ptxas is located through ROCKE_AOT_PTXAS, PATH, then the usual CUDA install paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from rocke_aot.aot.compiler.worker import llvm_error_summary
+from rocke_aot.errors import CompileError, CompileTimeout, ToolchainError
+
+ENV_PTXAS = "ROCKE_AOT_PTXAS"
+
+
+def find_ptxas() -> str:
+    env = os.environ.get(ENV_PTXAS)
+    if env is not None:
+        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
+            raise ToolchainError(f"{ENV_PTXAS}={env!r} is not an executable file")
+        return env
+    for path in (shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas"):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise ToolchainError(f"ptxas not found ({ENV_PTXAS} unset, not on PATH, not in /usr/local/cuda/bin)")
+
+
+@functools.lru_cache(maxsize=None)
+def ptxas_version(path: str | None = None) -> str:
+    path = path or find_ptxas()
+    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "unknown"
+
+
+def assemble_cubin(ptx: str, arch: str, *, timeout: float = 60.0) -> bytes:
+    ptxas = find_ptxas()
+    with tempfile.TemporaryDirectory(prefix="rocke-ptxas-") as tmp:
+        src, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
+        src.write_text(ptx)
+        cmd = [ptxas, f"-arch={arch}", "-O3", str(src), "-o", str(out)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 0.1))
+        except subprocess.TimeoutExpired as e:
+            raise CompileTimeout(f"ptxas exceeded {timeout:g}s", str(e.stderr or "")) from None
+        if proc.returncode != 0:
+            log = (proc.stderr + proc.stdout).strip()
+            raise CompileError(f"ptxas failed: {llvm_error_summary(log)}", log)
+        return out.read_bytes()
