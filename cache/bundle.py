@@ -197,7 +197,7 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
             with db.write_tx(store.engine, exclusive=True) as conn:
                 now = time.time()
                 seen: set[str] = set()
-                for member in tar:
+                while (member := tar.next()) is not None:  # after the manifest, in file order
                     m = _MEMBER_RE.match(member.name)
                     if not m or not member.isfile():
                         raise BundleError(f"bundle {path}: unexpected member {member.name!r}")
