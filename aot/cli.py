@@ -22,6 +22,7 @@ from rocke_aot.errors import LaneError, RockeError, SpecError
 _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.aot.cli_toolchains", "toolchains"),
     ("rocke_aot.aot.cli_toolchains", "toolchain"),
+    ("rocke_aot.aot.cli_build", "build"),
     ("rocke_aot.cache.cli", "cache"),
 )
 

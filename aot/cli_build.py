@@ -1,0 +1,90 @@
+"""`rocke-aot build`: fill the kernel cache for one or more arches."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_env
+
+
+@click.command("build")
+@click.option("--arch", "arches", type=ARCH, multiple=True, required=True,
+              help="Target ID to build for (repeatable): gfx942, gfx950, gfx1250, gfx942:sramecc+:xnack-, sm_90.")
+@click.option("--family", "families", multiple=True, help="Only this kernel family (repeatable); default: all.")
+@lanes_option()
+@click.option("--cache", "cache_url", default=None, metavar="URL",
+              help="Cache URL (sqlite:///path or postgresql+psycopg://...); default: $ROCKE_AOT_CACHE, else the user cache dir.")
+@click.option("--jobs", "-j", type=click.IntRange(1, 512), default=None, help="Parallel compiles (default: one per core).")
+@click.option("--force", is_flag=True, help="Retry cached failures.")
+@click.option("--dry-run", is_flag=True, help="Plan and look up only; compile nothing.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=300.0, show_default=True, help="Seconds per compile.")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Run the compiles on this Dask scheduler.")
+@json_option
+def build(arches, families, lanes, cache_url, jobs, force, dry_run, timeout, scheduler, as_json) -> int:
+    """Build (or top up) the kernel cache for ARCH on every lane with a toolchain here.
+
+    Specs come from the variant tables; each key is computed without lowering and
+    all keys are looked up in one query, so only misses are compiled. A second run
+    compiles nothing; a killed build, run again, compiles only what is missing.
+    Combinations a table refuses are listed with their reason; a requested lane
+    with no toolchain on this host is a named skip, never counted as built.
+    Exit code 0 only when nothing failed.
+
+    \b
+    Example:
+        rocke-aot build --arch gfx1250
+        rocke-aot build --arch gfx942 --arch gfx950 --family gemm --lane llvm22 --json
+        rocke-aot build --arch gfx942 --scheduler tcp://10.0.0.5:8786
+    """
+    from rocke_aot.aot.build import build as run_build
+    from rocke_aot.aot.build.summary import render
+    from rocke_aot.cache.store import Store
+
+    lanes = lanes_or_env(lanes)
+    console = Console(stderr=True)
+    show_progress = not as_json and console.is_terminal
+    submit = None
+    client = None
+    if scheduler:
+        from rocke_aot.aot.build.dask_backend import connect, dask_submitter
+
+        client = connect(scheduler)
+        submit = dask_submitter(client, timeout=timeout)
+    with Store.open(cache_url) as store:
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("built {task.fields[built]} failed {task.fields[failed]}"),
+                            TimeElapsedColumn(), console=console, disable=not show_progress)
+        state = {"task": None}
+
+        def on_plan(plan) -> None:
+            if show_progress:
+                console.print(f"planned {plan.planned}: {len(plan.cached)} cached, {len(plan.to_build)} to build, "
+                              f"{len(plan.refused)} refused combinations")
+            state["task"] = progress.add_task("compiling", total=len(plan.to_build), built=0, failed=0)
+
+        counts = {"built": 0, "failed": 0}
+
+        def on_result(job, status) -> None:
+            counts[status] += 1
+            progress.update(state["task"], advance=1, description=job.label, **counts)
+
+        try:
+            with progress:
+                summary = run_build(arches=arches, families=families or None, lanes=lanes, store=store,
+                                    jobs=jobs, force=force, dry_run=dry_run, timeout=timeout, submit=submit,
+                                    on_plan=on_plan, on_result=on_result)
+        finally:
+            if client is not None:
+                client.close()
+    if as_json:
+        from rocke_aot.aot.cli import emit_json
+
+        emit_json(summary.data)
+    else:
+        render(summary, Console())
+    return summary.exit_code
