@@ -1,0 +1,36 @@
+"""The builder: plan from the variant tables, compile the misses in parallel, store them.
+
+    build(arches, families, lanes, store) = make_plan (plan.py) -> execute (run.py) -> summarize
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+from rocke_aot.aot.build.plan import Job, Plan, Refusal, Skip, choose_lanes, make_plan
+from rocke_aot.aot.build.run import BuildOutput, Outcome, build_one, compile_count, execute
+from rocke_aot.aot.build.summary import BuildSummary, summarize
+
+__all__ = [
+    "Job", "Plan", "Refusal", "Skip", "choose_lanes", "make_plan",
+    "BuildOutput", "Outcome", "build_one", "compile_count", "execute",
+    "BuildSummary", "summarize", "build",
+]
+
+
+def build(*, arches, families=None, lanes=(), store, toolchains=None, jobs=None, force=False,
+          dry_run=False, timeout=300.0, submit=None, on_plan: Callable[[Plan], None] | None = None,
+          on_result=None) -> BuildSummary:
+    from rocke_aot.aot.toolchains import detect_all
+
+    start = time.perf_counter()
+    tcs = detect_all() if toolchains is None else toolchains
+    plan = make_plan(arches=arches, families=families, lanes=lanes, toolchains=tcs, store=store, force=force)
+    if on_plan:
+        on_plan(plan)
+    before = compile_count()
+    outcome = Outcome() if dry_run else execute(plan, store, jobs=jobs, timeout=timeout, submit=submit,
+                                               on_result=on_result)
+    return summarize(plan, outcome, store=store, arches=arches, dry_run=dry_run,
+                     compiles=compile_count() - before, seconds=time.perf_counter() - start)

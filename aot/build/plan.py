@@ -1,0 +1,161 @@
+"""Planning a build: variant tables -> keys -> one bulk lookup -> the misses to compile.
+
+    arches x lanes x families
+        │ lane without a usable toolchain ──────────────> Skip("llvm24: no toolchain on this host")
+        │ variant table refuses (family, arch, lane) ───> Refusal(reason)   (never attempted)
+        ▼
+    enumerate_specs(family, arch, lane) -> Job(key = artifact_key(KeyInputs(...)))   (no lowering)
+        ▼
+    store.lookup_many(all keys)   ONE bulk query
+        ├── artifact present ───> cached
+        ├── failure present  ───> known failure (retried only with force=True)
+        └── absent ─────────────> to build
+
+Keys need no lowering: every input (target ID, lane, profile, family, canonical
+spec, the lowering code's digest, the toolchain identity) is known up front, so a
+no-op rebuild is pure hashing plus one query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from rocke_aot.aot.lanes import LANES, Lane, get_lane
+from rocke_aot.aot.targets import Target
+from rocke_aot.aot.toolchains.base import Toolchain
+from rocke_aot.cache.keys import KeyInputs, artifact_key
+from rocke_aot.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    family: str
+    spec: Mapping[str, Any]  # canonical JSON-able spec (what the key hashes)
+    target: Target
+    lane: Lane
+    toolchain: Toolchain = field(compare=False, repr=False)
+    inputs: KeyInputs = field(compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.family}/{self.target.id}/{self.lane.name}"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    family: str
+    arch: str
+    lane: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    lane: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    to_build: list[Job] = field(default_factory=list)
+    cached: list[Job] = field(default_factory=list)
+    known_failures: list[tuple[Job, str]] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    toolchains: dict[str, Mapping[str, str]] = field(default_factory=dict)  # lane -> identity
+
+    @property
+    def planned(self) -> int:
+        return len(self.to_build) + len(self.cached) + len(self.known_failures)
+
+
+def choose_lanes(requested: Sequence[Lane], toolchains: Sequence[Toolchain]) -> tuple[dict[str, Toolchain], list[Skip]]:
+    """lane -> the toolchain that builds it; requested lanes without one become named skips.
+
+    No lanes requested: every qualified lane that has a toolchain here. A lane is
+    never reported as built when nothing here can compile it.
+    """
+    usable: dict[str, Toolchain] = {}
+    for tc in toolchains:
+        info = tc.detect()
+        if info.usable and info.lane not in usable:
+            usable[info.lane] = tc
+    wanted = [get_lane(lane) for lane in requested] or [lane for lane in LANES if lane.name in usable]
+    chosen, skips = {}, []
+    for lane in dict.fromkeys(wanted):
+        if lane.name in usable:
+            chosen[lane.name] = usable[lane.name]
+        else:
+            skips.append(Skip(lane.name, f"{lane.name}: no LLVM {lane.major} toolchain on this host"))
+    return chosen, skips
+
+
+def make_plan(
+    *,
+    arches: Sequence[Target],
+    families: Sequence[str] | None,
+    lanes: Sequence[Lane],
+    toolchains: Sequence[Toolchain],
+    store,
+    force: bool = False,
+) -> Plan:
+    from rocke_aot.aot.lower import lowering_digest
+    from rocke_aot.variants import table
+
+    all_families = table.family_names()
+    for fam in families or ():
+        if fam not in all_families:
+            raise SpecError(f"unknown family {fam!r}; known: {', '.join(all_families)}")
+    fams = list(families) if families else list(all_families)
+    chosen, skips = choose_lanes(lanes, toolchains)
+    plan = Plan(skipped=skips)
+    digest = lowering_digest()
+    jobs: list[Job] = []
+    for lane_name, tc in chosen.items():
+        lane = get_lane(lane_name)
+        identity = tc.identity()
+        plan.toolchains[lane.name] = identity
+        tc_arches = set(tc.detect().arches)
+        for target in arches:
+            for fam in fams:
+                adm = table.admission(fam, target.processor, lane)
+                if not adm.served:
+                    plan.refused.append(Refusal(fam, target.id, lane.name, adm.reason))
+                    continue
+                if target.processor not in tc_arches:
+                    # The table serves it but this host's toolchain cannot target it: refuse
+                    # on purpose rather than let LLVM ignore the processor and misbehave.
+                    plan.refused.append(Refusal(fam, target.id, lane.name,
+                                                f"the {lane.name} toolchain here does not know {target.processor}"))
+                    continue
+                for spec in table.enumerate_specs(fam, target.processor, lane):
+                    spec_dict = spec.to_dict()
+                    inputs = KeyInputs(target.id, lane.name, lane.profile_name, fam, spec_dict, digest, identity)
+                    jobs.append(Job(artifact_key(inputs), fam, spec_dict, target, lane, tc, inputs))
+    hits = store.lookup_many([j.key for j in jobs]) if jobs else {}
+    for job in _dedupe(jobs):
+        hit = hits.get(job.key)
+        if hit is None:
+            plan.to_build.append(job)
+        elif hit.ok:
+            plan.cached.append(job)
+        elif force:
+            plan.to_build.append(job)
+        else:
+            plan.known_failures.append((job, hit.error or "failed"))
+    return plan
+
+
+def _dedupe(jobs: Iterable[Job]) -> list[Job]:
+    # The same arch given twice (or two grids producing one spec) must not compile twice.
+    seen: dict[str, Job] = {}
+    for job in jobs:
+        seen.setdefault(job.key, job)
+    return list(seen.values())
+
+
+def with_toolchain(job: Job, tc: Toolchain) -> Job:
+    return dataclasses.replace(job, toolchain=tc)

@@ -1,0 +1,81 @@
+"""The build summary: one value, rendered as a rich table or as one JSON document."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocke_aot.aot.build.plan import Plan
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.data["failed"]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def __getitem__(self, k: str) -> Any:
+        return self.data[k]
+
+
+def summarize(plan: Plan, outcome, *, store, arches, dry_run: bool, compiles: int, seconds: float) -> BuildSummary:
+    refused: dict[str, list[str]] = defaultdict(list)
+    for r in plan.refused:
+        refused[r.reason].append(f"{r.family}/{r.arch}/{r.lane}")
+    failed = [
+        {"family": j.family, "arch": j.target.id, "lane": j.lane.name, "key": j.key, "error": err}
+        for j, err in outcome.failed
+    ]
+    data = {
+        "cache": getattr(store, "url", str(store)),
+        "arches": [t.id for t in arches],
+        "lanes": sorted(plan.toolchains),
+        "toolchains": {k: dict(v) for k, v in sorted(plan.toolchains.items())},
+        "dry_run": dry_run,
+        "planned": plan.planned,
+        "to_build": len(plan.to_build),
+        "built": len(outcome.built),
+        "cached": len(plan.cached),
+        "known_failures": [
+            {"family": j.family, "arch": j.target.id, "lane": j.lane.name, "key": j.key, "error": e}
+            for j, e in plan.known_failures
+        ],
+        "failed": failed,
+        "refused": [{"reason": reason, "count": len(c), "combinations": sorted(c)} for reason, c in sorted(refused.items())],
+        "skipped": [{"lane": s.lane, "reason": s.reason} for s in plan.skipped],
+        "compiles": compiles,
+        "seconds": round(seconds, 3),
+        "compile_seconds": round(outcome.compile_seconds, 3),
+    }
+    return BuildSummary(data)
+
+
+def render(summary: BuildSummary, console) -> None:
+    from rich.table import Table
+
+    d = summary.data
+    t = Table(title=f"rocke-aot build: {', '.join(d['arches'])}  ({d['seconds']:.1f}s)", show_header=True)
+    t.add_column("outcome")
+    t.add_column("count", justify="right")
+    t.add_column("detail", overflow="fold")
+    t.add_row("planned", str(d["planned"]), f"lanes: {', '.join(d['lanes']) or 'none'}")
+    t.add_row("built", str(d["built"]), "(dry run: nothing compiled)" if d["dry_run"] else f"{d['compiles']} compiles")
+    t.add_row("already cached", str(d["cached"]), d["cache"])
+    for f in d["known_failures"][:5]:
+        t.add_row("known failure", "", f"{f['family']}/{f['arch']}/{f['lane']}: {f['error']} (--force retries)")
+    if len(d["known_failures"]) > 5:
+        t.add_row("known failure", str(len(d["known_failures"])), "...")
+    for r in d["refused"]:
+        t.add_row("refused", str(r["count"]), r["reason"])
+    for f in d["failed"]:
+        t.add_row("[red]failed[/red]", "", f"{f['family']}/{f['arch']}/{f['lane']}: {f['error']}")
+    for s in d["skipped"]:
+        t.add_row("skipped lane", "", s["reason"])
+    console.print(t)
