@@ -1,0 +1,338 @@
+"""The LLVM 24 AMDGPU code generator from the triton wheel, as a toolchain (kind "triton-codegen").
+
+    where the library comes from (discover / from_registry)
+      $ROCKE_AOT_LLVM24_LIB                                   an explicit .so
+      <venv>/lib/python3.*/site-packages/triton/backends/amd/lib/libtriton_amd_codegen.so
+          registered venvs ({"kind": "triton-codegen", "venv": ...}, made by
+          `rocke-aot toolchain install llvm24`), $ROCKE_AOT_HOME/lanes/llvm24, and this
+          interpreter's own site-packages (the `llvm24` extra)
+
+    detect()   _triton24_worker.py "triton24.describe" (a subprocess: ctypes, no triton import)
+               -> LLVM version named by the library's bitcode reader -> lane_for_major -> llvm24
+               -> per wired processor: recognized?, datalayout, the triple LLVM asks for
+               -> apply_drift_guard (profile datalayout == what the library's target machine uses)
+    compile()  IR text --worker "triton24.compile"--> AMDGCN asm --(same call)--> relocatable
+               --ld.lld -shared--> HSACO
+
+Every library call runs in a fresh worker process: an LLVM abort ("LLVM ERROR: Cannot select")
+kills the worker, and its last words are read back from a stderr file this side owns.
+
+The adapter speaks interface version 1 of the library's options struct (see the worker). A
+toolchain constructed for any other version is refused before the library is touched, and the
+worker refuses it too; the library itself refuses a version it does not know, which ``detect``
+records (``extra["next_version_refusal"]``).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import glob
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rocke_aot.aot.drift import apply_drift_guard
+from rocke_aot.aot.lanes import lane_for_major
+from rocke_aot.aot.targets import Target
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
+from rocke_aot.errors import CompileError, CompileTimeout, LaneError, ToolchainError, ToolchainRefused
+from rocke_aot.variants.arch import ARCHES
+
+ENV_LIB = "ROCKE_AOT_LLVM24_LIB"
+LIB_RELPATH = "triton/backends/amd/lib/libtriton_amd_codegen.so"
+INTERFACE_VERSION = 1  # the options layout _triton24_worker.py implements
+WORKER = Path(__file__).with_name("_triton24_worker.py")
+KIND = "triton-codegen"
+SETUP_HINT = "run `bash scripts/setup.sh` (it runs `rocke-aot toolchain install llvm24`)"
+
+_TRIPLE_RE = re.compile(r'^\s*target\s+triple\s*=\s*"([^"]*)"', re.M)
+_DATALAYOUT_RE = re.compile(r'^\s*target\s+datalayout\s*=\s*"([^"]*)"', re.M)
+
+
+def wired_amdgpu_processors() -> list[str]:
+    return [name for name, info in ARCHES.items() if info.family == "amdgcn"]
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def library_in_venv(venv: str | Path) -> Path | None:
+    hits = sorted(glob.glob(os.path.join(str(venv), "lib", "python3*", "site-packages", LIB_RELPATH)))
+    return Path(hits[-1]) if hits else None
+
+
+def _own_site_library() -> Path | None:
+    # find_spec on a top-level package locates it without importing it (nothing heavy loads).
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        lib = Path(root).parent / LIB_RELPATH
+        if lib.is_file():
+            return lib
+    return None
+
+
+def candidate_libraries() -> list[Path]:
+    """Every place a library may be, in priority order (existing files only)."""
+    from rocke_aot.paths import home
+
+    found: list[Path] = []
+    explicit = os.environ.get(ENV_LIB)
+    if explicit:
+        found.append(Path(explicit))  # kept even when missing: detect() then says so
+    lane_env = library_in_venv(home() / "lanes" / "llvm24")
+    if lane_env:
+        found.append(lane_env)
+    own = _own_site_library()
+    if own:
+        found.append(own)
+    out, seen = [], set()
+    for p in found:
+        key = os.path.realpath(p)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def discover() -> list["Triton24Toolchain"]:
+    return [Triton24Toolchain(p) for p in candidate_libraries()]
+
+
+def from_registry(entry: dict) -> "Triton24Toolchain":
+    if entry.get("library"):
+        return Triton24Toolchain(entry["library"], label=entry.get("label"))
+    venv = entry.get("venv")
+    if not venv:
+        raise ToolchainError(f"a {KIND} registry entry needs 'library' or 'venv': {entry!r}")
+    lib = library_in_venv(venv)
+    # A venv without the library still yields a toolchain, whose detect() refuses with the reason.
+    return Triton24Toolchain(lib or Path(venv) / "lib" / "python3" / "site-packages" / LIB_RELPATH,
+                             label=entry.get("label"), venv=venv)
+
+
+def find_llvm24(toolchains: list[Toolchain] | None = None) -> "Triton24Toolchain":
+    """The first usable LLVM 24 code generator, or ToolchainError saying how to install one."""
+    pool = toolchains if toolchains is not None else discover()
+    reasons = []
+    for tc in pool:
+        if isinstance(tc, Triton24Toolchain):
+            info = tc.detect()
+            if info.usable and info.lane == "llvm24":
+                return tc
+            reasons.append(f"{info.location}: {info.refusal}")
+    detail = ("; ".join(reasons)) if reasons else "no library found"
+    raise ToolchainError(f"no usable LLVM 24 code generator ({detail}): {SETUP_HINT}")
+
+
+# ------------------------------------------------------------------ the worker
+
+
+def run_worker(kind: str, payload: dict, *, timeout: float = 120.0) -> tuple[dict, bytes | None]:
+    """One request in a fresh worker process. Raises CompileError (with LLVM's words) on failure."""
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-I", str(WORKER), kind],
+                input=json.dumps(payload).encode(), stdout=subprocess.PIPE, stderr=err, timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise CompileTimeout(f"LLVM 24 worker ({kind}) exceeded {timeout:.0f}s and was killed") from e
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
+    try:
+        reply = json.loads(proc.stdout) if proc.stdout else None
+    except json.JSONDecodeError:
+        reply = None
+    if reply is None:
+        # The process died (an LLVM abort, a signal): its last stderr lines say why.
+        last = [ln for ln in stderr.splitlines() if ln.strip()][-6:]
+        why = "\n".join(last) or f"exit status {proc.returncode}"
+        raise CompileError(f"LLVM 24 worker ({kind}) died (exit {proc.returncode}): {why}", log=stderr[-8000:])
+    if not reply["ok"]:
+        raise CompileError(reply["error"], log=stderr[-8000:])
+    blob = base64.b64decode(reply["blob_b64"]) if reply.get("blob_b64") else None
+    return reply["result"], blob
+
+
+# ------------------------------------------------------------------ linking
+
+
+def _linker() -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, identity) of the ld.lld that links HSACOs.
+
+    The compile helper's locator (aot/toolchains/lld.py) is the authority once it exists; until
+    then Debian's lld-22. The wheel carries no standalone ld.lld (its LLD lives inside
+    libtriton.so behind a pybind module), so the located one is used and recorded.
+    """
+    try:
+        from rocke_aot.aot.toolchains import lld as lld_mod  # the compile helper's locator
+
+        path = str(lld_mod.find_lld()) if hasattr(lld_mod, "find_lld") else None
+        ident = dict(lld_mod.linker_identity()) if hasattr(lld_mod, "linker_identity") else {}
+        if path:
+            return [path], ident
+    except ImportError:
+        pass
+    for cand in (shutil.which("ld.lld"), "/usr/lib/llvm-22/bin/ld.lld"):
+        if cand and os.path.isfile(cand):
+            out = subprocess.run([cand, "--version"], capture_output=True, text=True).stdout.strip()
+            return [cand], {"linker": cand, "linker_version": out}
+    raise ToolchainError("no ld.lld found to link HSACOs: install lld-22 (bash scripts/setup.sh)")
+
+
+def link_hsaco(obj: bytes) -> bytes:
+    argv, _ = _linker()
+    with tempfile.TemporaryDirectory(prefix="rocke-llvm24-") as d:
+        src, dst = os.path.join(d, "k.o"), os.path.join(d, "k.hsaco")
+        with open(src, "wb") as f:
+            f.write(obj)
+        proc = subprocess.run([*argv, "-shared", src, "-o", dst], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"ld.lld failed: {proc.stderr.strip()[-2000:]}", log=proc.stderr)
+        with open(dst, "rb") as f:
+            return f.read()
+
+
+# ------------------------------------------------------------------ the toolchain
+
+
+class Triton24Toolchain(Toolchain):
+    kind = KIND
+
+    def __init__(self, library: str | Path, *, interface_version: int = INTERFACE_VERSION,
+                 label: str | None = None, venv: str | None = None):
+        self.library = str(library)
+        self.interface_version = interface_version
+        self.label = label
+        self.venv = venv
+
+    def __repr__(self) -> str:
+        return f"Triton24Toolchain({self.library!r})"
+
+    def _refused(self, reason: str, **kw) -> ToolchainInfo:
+        return ToolchainInfo(self.kind, self.library, kw.pop("llvm_version", None), kw.pop("llvm_major", None),
+                             None, reason, **kw)
+
+    @functools.cached_property
+    def _info(self) -> ToolchainInfo:
+        if self.interface_version != INTERFACE_VERSION:
+            return self._refused(
+                f"interface version {self.interface_version} refused: this adapter knows only the code "
+                f"generator interface version {INTERFACE_VERSION}; characterize the library and extend "
+                f"the adapter first")
+        if not os.path.isfile(self.library):
+            return self._refused(f"no LLVM 24 code generator library at {self.library}: {SETUP_HINT}")
+        processors = wired_amdgpu_processors()
+        try:
+            d, _ = run_worker("triton24.describe", {"library": self.library, "processors": processors,
+                                                    "interface_version": self.interface_version})
+        except (CompileError, ToolchainError) as e:
+            return self._refused(f"probing the library failed: {e}")
+        where = f"the LLVM code generator library {self.library}"
+        lane = refusal = None
+        try:
+            lane = lane_for_major(d["llvm_major"], toolchain=where).name
+        except LaneError as e:
+            refusal = str(e)
+        targets = d["targets"]
+        arches = tuple(p for p in processors if targets[p]["known"] and targets[p]["datalayout"])
+        info = ToolchainInfo(
+            kind=self.kind,
+            location=self.library,
+            llvm_version=d["llvm_version"],
+            llvm_major=d["llvm_major"],
+            lane=lane,
+            refusal=refusal,
+            arches=arches,
+            datalayouts={p: targets[p]["datalayout"] for p in arches},
+            extra={
+                "revision": d["revision"],
+                "interface_version": d["interface_version"],
+                "next_version_refusal": d["next_version_refusal"],
+                "version_source": d["reader_message"],
+                "suggested_triples": {p: targets[p]["suggested_triple"] for p in arches},
+                "label": self.label or "",
+                "venv": self.venv or "",
+            },
+        )
+        return apply_drift_guard(info)
+
+    def detect(self) -> ToolchainInfo:
+        return self._info
+
+    @functools.cached_property
+    def _library_sha256(self) -> str:
+        h = hashlib.sha256()
+        with open(self.library, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    def identity(self) -> dict[str, str]:
+        info = self.detect()
+        if not info.usable:
+            raise ToolchainRefused(f"{self.kind} at {self.library}: {info.refusal}")
+        _, linker = _linker()
+        return {
+            "kind": self.kind,
+            "llvm_version": str(info.llvm_version),
+            "revision": str(info.extra["revision"]),
+            "interface_version": str(info.extra["interface_version"]),
+            "library_sha256": self._library_sha256,
+            **{k: str(v) for k, v in linker.items()},
+        }
+
+    def triple_for(self, target: Target) -> str:
+        """The triple LLVM 24 asks for (its deprecation warning names it) for this processor."""
+        info = self.detect()
+        suggested = info.extra.get("suggested_triples", {}).get(target.processor)
+        return suggested or target.triple
+
+    def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
+        target = Target.parse(target)
+        info = self.detect()
+        if not info.usable:
+            raise ToolchainRefused(f"{self.kind} at {self.library}: {info.refusal}")
+        if not target.is_amdgpu or target.processor not in info.arches:
+            raise CompileError(f"the LLVM 24 AMDGPU code generator cannot target {target.id} "
+                               f"(it targets: {', '.join(info.arches)})")
+        # The library replaces the module's triple with the one passed in, and its datalayout with
+        # the target machine's, silently. So check here what the IR claims, and fail closed.
+        m = _TRIPLE_RE.search(ir)
+        triple = m.group(1) if m else self.triple_for(target)
+        allowed = {target.triple, self.triple_for(target)}
+        if triple not in allowed:
+            raise CompileError(f"IR triple {triple!r} does not name {target.processor} "
+                               f"(expected one of {sorted(allowed)})")
+        m = _DATALAYOUT_RE.search(ir)
+        if m and m.group(1) != info.datalayouts[target.processor]:
+            raise CompileError(f"IR datalayout {m.group(1)!r} differs from LLVM 24's "
+                               f"{info.datalayouts[target.processor]!r} for {target.processor}: "
+                               f"the IR was lowered for another emission profile")
+        result, obj = run_worker("triton24.compile", {
+            "library": self.library, "interface_version": self.interface_version, "ir": ir,
+            "triple": triple, "processor": target.processor, "features": target.llvm_features,
+        }, timeout=timeout)
+        hsaco = link_hsaco(obj)
+        return CompileResult(code_object=hsaco, format="hsaco", log=result.get("log", ""), asm=result["asm"])
+
+    def compile_object(self, ir: str, target: Target, triple: str, *, timeout: float = 120.0) -> tuple[bytes, str, str]:
+        """(relocatable, asm, log) without linking or IR checks: characterization only."""
+        target = Target.parse(target)
+        result, obj = run_worker("triton24.compile", {
+            "library": self.library, "interface_version": self.interface_version, "ir": ir,
+            "triple": triple, "processor": target.processor, "features": target.llvm_features,
+        }, timeout=timeout)
+        return obj, result["asm"], result.get("log", "")
+
+
