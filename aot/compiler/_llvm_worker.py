@@ -26,8 +26,9 @@ add request kinds, e.g. a COMGR or a library code generator driven through ctype
 Built-in kinds:
     ping          -> {"pid", "python"}
     llvm.info     -> {"llvm_version", "llvmlite_version"}
-    llvm.compile  payload {ir, triple, cpu, features, emit: "obj"|"asm", opt: 0..3}
-                  IR -> parse -> verify -> O<opt> module pipeline (new pass manager)
+    llvm.compile  payload {ir, triple, cpu, features, emit: "obj"|"asm", opt: 0..3, pipeline: true}
+                  IR -> parse -> verify -> O<opt> module pipeline (new pass manager;
+                  skipped with pipeline=false, to show what codegen alone gives)
                   -> object (AMDGPU) or assembly (NVPTX PTX)      -> blob
 """
 
@@ -145,7 +146,7 @@ def _llvm_compile(payload, blob, ctx):
     elif mod.data_layout != reported:
         ctx.fail(f"IR datalayout {mod.data_layout!r} differs from the target machine's {reported!r}")
     mod.triple = triple
-    if opt > 0:
+    if opt > 0 and payload.get("pipeline", True):
         # Codegen alone neither optimizes loops nor infers the amdgpu-no-* attributes;
         # run the middle end as clang and COMGR do.
         pto = llvm.create_pipeline_tuning_options(speed_level=opt)
