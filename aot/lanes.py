@@ -69,6 +69,65 @@ CAPABILITIES = MappingProxyType(
 
 
 @dataclass(frozen=True)
+class IntrinsicDecl:
+    """One intrinsic declaration shape a profile emits (types as LLVM IR text)."""
+
+    name: str  # the LLVM symbol, e.g. "llvm.amdgcn.mfma.f32.32x32x8f16"
+    ret: str  # "<16 x float>", "void", "i32"
+    params: tuple[str, ...] = ()
+
+
+def _decls(**shapes: tuple) -> Mapping[str, IntrinsicDecl]:
+    # key -> (llvm name, return type, param types); keys are what the lowering asks for.
+    return MappingProxyType({k: IntrinsicDecl(n, r, tuple(p)) for k, (n, r, p) in shapes.items()})
+
+
+_MFMA_ARGS = ("i32", "i32", "i32")  # cbsz, abid, blgp
+_INTRINSICS_COMMON = dict(
+    workitem_id_x=("llvm.amdgcn.workitem.id.x", "i32", ()),
+    workgroup_id_x=("llvm.amdgcn.workgroup.id.x", "i32", ()),
+    s_barrier=("llvm.amdgcn.s.barrier", "void", ()),
+    mfma_f32_32x32x8f16=("llvm.amdgcn.mfma.f32.32x32x8f16", "<16 x float>",
+                         ("<4 x half>", "<4 x half>", "<16 x float>") + _MFMA_ARGS),
+    mfma_f32_16x16x16f16=("llvm.amdgcn.mfma.f32.16x16x16f16", "<4 x float>",
+                          ("<4 x half>", "<4 x half>", "<4 x float>") + _MFMA_ARGS),
+    mfma_f32_32x32x8bf16_1k=("llvm.amdgcn.mfma.f32.32x32x8bf16.1k", "<16 x float>",
+                             ("<4 x i16>", "<4 x i16>", "<16 x float>") + _MFMA_ARGS),
+    mfma_f32_16x16x16bf16_1k=("llvm.amdgcn.mfma.f32.16x16x16bf16.1k", "<4 x float>",
+                              ("<4 x i16>", "<4 x i16>", "<4 x float>") + _MFMA_ARGS),
+    mfma_f32_32x32x16_f16=("llvm.amdgcn.mfma.f32.32x32x16.f16", "<16 x float>",
+                           ("<8 x half>", "<8 x half>", "<16 x float>") + _MFMA_ARGS),
+    mfma_f32_32x32x16_bf16=("llvm.amdgcn.mfma.f32.32x32x16.bf16", "<16 x float>",
+                            ("<8 x bfloat>", "<8 x bfloat>", "<16 x float>") + _MFMA_ARGS),
+    fmuladd_f32=("llvm.fmuladd.f32", "float", ("float", "float", "float")),
+    tid_x=("llvm.nvvm.read.ptx.sreg.tid.x", "i32", ()),
+    ctaid_x=("llvm.nvvm.read.ptx.sreg.ctaid.x", "i32", ()),
+)
+# LLVM 21 replaced llvm.nvvm.barrier0 by llvm.nvvm.barrier.cta.sync.aligned.all(i32 id);
+# LLVM 20 emits an external call for the new name, so each profile declares its own.
+_INTRINSICS_LLVM20 = _decls(**_INTRINSICS_COMMON, barrier=("llvm.nvvm.barrier0", "void", ()))
+_INTRINSICS_LLVM22 = _decls(
+    **_INTRINSICS_COMMON,
+    barrier=("llvm.nvvm.barrier.cta.sync.aligned.all", "void", ("i32",)),
+    # gfx1250 WMMA: (neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b), all modifiers immarg.
+    wmma_f32_16x16x32_f16=("llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16", "<8 x float>",
+                           ("i1", "<16 x half>", "i1", "<16 x half>", "i16", "<8 x float>", "i1", "i1")),
+    wmma_f32_16x16x32_bf16=("llvm.amdgcn.wmma.f32.16x16x32.bf16.v8f32.v16bf16", "<8 x float>",
+                            ("i1", "<16 x bfloat>", "i1", "<16 x bfloat>", "i16", "<8 x float>", "i1", "i1")),
+)
+# The implicit kernel inputs a kernel can disclaim ("amdgpu-no-*"), as the attributor of
+# each LLVM infers them (measured with the O3 pipeline); the lowering states the ones a
+# kernel does not use, so a code generator without the attributor (LLVM 24's) agrees.
+_AMDGPU_NO_INPUTS_LLVM20 = (
+    "completion-action", "default-queue", "dispatch-id", "dispatch-ptr", "flat-scratch-init",
+    "heap-ptr", "hostcall-ptr", "implicitarg-ptr", "lds-kernel-id", "multigrid-sync-arg",
+    "queue-ptr", "workgroup-id-x", "workgroup-id-y", "workgroup-id-z", "workitem-id-x",
+    "workitem-id-y", "workitem-id-z",
+)
+_AMDGPU_NO_INPUTS_LLVM22 = _AMDGPU_NO_INPUTS_LLVM20 + ("cluster-id-x", "cluster-id-y", "cluster-id-z")
+
+
+@dataclass(frozen=True)
 class Profile:
     """What the lowering emits for the lanes that map to it."""
 
@@ -76,6 +135,9 @@ class Profile:
     datalayouts: Mapping[str, str]  # target family ("amdgcn", "nvptx64") -> datalayout
     capabilities: frozenset[str]
     description: str = ""
+    intrinsics: Mapping[str, IntrinsicDecl] = field(default_factory=dict)  # key -> declaration
+    amdgpu_no_inputs: tuple[str, ...] = ()  # implicit inputs "amdgpu-no-<x>" can disclaim
+    amdgpu_no_agpr: tuple[str, str | None] | None = None  # attribute for "no AGPRs" (name, value)
 
     def datalayout(self, family: str) -> str:
         try:
@@ -84,6 +146,14 @@ class Profile:
             raise CapabilityError(
                 f"emission profile {self.name!r} has no datalayout for target family "
                 f"{family!r} (known: {', '.join(sorted(self.datalayouts))})"
+            ) from None
+
+    def intrinsic(self, key: str) -> IntrinsicDecl:
+        try:
+            return self.intrinsics[key]
+        except KeyError:
+            raise CapabilityError(
+                f"emission profile {self.name!r} declares no intrinsic {key!r}"
             ) from None
 
     def has(self, capability: str) -> bool:
@@ -119,18 +189,21 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
             MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM20, "nvptx64": _NVPTX_DL_LLVM20}),
             _COMMON,
             "LLVM 20: no gfx1250, no WMMA for gfx1250",
+            _INTRINSICS_LLVM20, _AMDGPU_NO_INPUTS_LLVM20, ("amdgpu-no-agpr", None),
         ),
         "llvm22": Profile(
             "llvm22",
             MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22, "nvptx64": _NVPTX_DL_LLVM22}),
             _COMMON | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
             "LLVM 22: adds gfx1250 and its WMMA; new datalayout (m:e, p8 index width)",
+            _INTRINSICS_LLVM22, _AMDGPU_NO_INPUTS_LLVM22, ("amdgpu-agpr-alloc", "0"),
         ),
         "llvm23": Profile(
             "llvm23",
             MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22, "nvptx64": _NVPTX_DL_LLVM22}),
             _COMMON | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
             "LLVM 23 and 24: characterized with no datalayout or declaration delta from 22",
+            _INTRINSICS_LLVM22, _AMDGPU_NO_INPUTS_LLVM22, ("amdgpu-agpr-alloc", "0"),
         ),
     }
 )

@@ -1,0 +1,341 @@
+"""The gemm family: C = A x B (row-major, f16/bf16 in, f32 accumulate, f16/bf16/f32 out).
+
+    lower_gemm(spec, target, lane)
+      1. spec.geometry(target)            threads, wave grid, instruction, LDS (refuses early)
+      2. lanes.require(...)               target + matrix capability, before any IR exists
+      3. kernel(A, B, C, M, N, K)         1-D grid: ceil(M/bm) * ceil(N/bn) work-groups
+           entry:  tile (tm, tn) from the work-group id; zeroed accumulators
+           [double buffer: stage K-tile 0 into LDS stage 0; barrier]
+           loop kt < ceil(K/bk):
+               single: stage K-tile kt -> LDS; barrier; compute; barrier
+               double: stage K-tile kt+1 -> LDS stage (kt+1)&1 (if any); compute stage kt&1;
+                       barrier    (one barrier: the stage written was last read before it)
+           exit:   every accumulator element, guarded by row < M and col < N, converted, stored
+      compute:
+           fma        each thread a thread_m x thread_n micro tile, llvm.fmuladd.f32
+           mfma/wmma  each wave tiles_m x tiles_n instruction tiles; the fragment of lane l is
+                      read from LDS at the coordinates mma.MmaInstr.a_coord/b_coord give, and
+                      results are stored at d_coord: the same maps the numpy model checks.
+
+Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
+a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the
+K tail) falls back to per-element loads whose address is clamped to 0 when out of range,
+so no load ever leaves the tensor and missing elements read as zero. Data stays as i16
+bits until the arithmetic, so f16 and bf16 share every load and LDS path.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from rocke_aot.aot import lanes
+from rocke_aot.aot.lower import mma
+from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
+from rocke_aot.aot.lower.module import (BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel,
+                                        MAX_TENSOR_BYTES, Sym, ir_sha256, parse_type)
+from rocke_aot.aot.lower.nvptx import NvptxKernel
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import CapabilityError
+from rocke_aot.variants.gemm import GemmGeometry, GemmSpec
+
+PARAMS = [
+    ("A", "ptr addrspace(1)", "read_only"),
+    ("B", "ptr addrspace(1)", "read_only"),
+    ("C", "ptr addrspace(1)", "write_only"),
+    ("M", "i32", None),
+    ("N", "i32", None),
+    ("K", "i32", None),
+]
+_OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
+
+
+def grid(spec: GemmSpec, m: int, n: int) -> tuple[int, int, int]:
+    """Work-groups to launch for an M x N output (1-D)."""
+    return (-(-m // spec.block_m) * -(-n // spec.block_n), 1, 1)
+
+
+def _c32(v: int) -> ir.Constant:
+    return ir.Constant(I32, v)
+
+
+class _GemmLowering:
+    def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry):
+        self.spec, self.geo = spec, geo
+        cls = AmdgpuKernel if target.is_amdgpu else NvptxKernel
+        self.kb: KernelModule = cls(spec.kernel_name, target, lane, geo.threads)
+        self.instr = mma.INSTRS[geo.instr] if geo.instr else None
+        if self.instr is not None:
+            self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
+                                            op=f"gemm {spec.path} ({self.instr.mnemonic})")
+        self.fmuladd = self.kb.declare("fmuladd_f32") if self.instr is None else None
+
+    # -- small helpers ----------------------------------------------------------------
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.kb.builder
+
+    def S(self, v: ir.Value) -> Sym:
+        return Sym(self.b, v)
+
+    def and_(self, *preds: ir.Value) -> ir.Value:
+        out = preds[0]
+        for p in preds[1:]:
+            out = self.b.and_(out, p)
+        return out
+
+    def gep(self, base: ir.Value, idx: Sym, ty: ir.Type = I16) -> ir.Value:
+        return self.b.gep(base, [idx.v], source_etype=ty)
+
+    def to_f32(self, bits: ir.Value) -> ir.Value:
+        if self.spec.in_dtype == "f16":
+            return self.b.fpext(self.b.bitcast(bits, F16), F32)
+        # bf16 -> f32 is exact: the 16 bits are the high half of the f32.
+        wide = self.b.shl(self.b.zext(bits, I32), _c32(16))
+        return self.b.bitcast(wide, F32)
+
+    # -- global -> LDS ------------------------------------------------------------------
+    def load_vec(self, ptr: ir.Value, base: Sym, row_ok: ir.Value, col: Sym, limit: Sym, vw: int) -> ir.Value:
+        """vw i16 at ptr[base + 0..vw-1]; zero where row_ok is false or col+e >= limit."""
+        b = self.b
+        if vw == 1:
+            ok = self.and_(row_ok, col.lt(limit))
+            idx = b.select(ok, base.v, _c32(0))
+            v = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
+            return b.select(ok, v, ir.Constant(I16, 0))
+        vty = ir.VectorType(I16, vw)
+        full = self.and_(row_ok, b.icmp_unsigned("<=", (col + vw).v, limit.v))
+        with b.if_else(full) as (then, otherwise):
+            with then:
+                v_full = b.load(self.gep(ptr, base), typ=vty, align=2)
+                blk_full = b.block
+            with otherwise:
+                v_part = ir.Constant(vty, None)
+                for e in range(vw):
+                    ok = self.and_(row_ok, (col + e).lt(limit))
+                    idx = b.select(ok, (base + e).v, _c32(0))
+                    x = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
+                    v_part = b.insert_element(v_part, b.select(ok, x, ir.Constant(I16, 0)), _c32(e))
+                blk_part = b.block
+        phi = b.phi(vty)
+        phi.add_incoming(v_full, blk_full)
+        phi.add_incoming(v_part, blk_part)
+        return phi
+
+    def stage_tile(self, kt: Sym, stage: Sym | int) -> None:
+        """Copy K-tile kt of A (bm x bk) and B (bk x bn) into LDS stage ``stage``."""
+        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        for which in ("A", "B"):
+            rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
+            vpr = cols // vw  # vectors per row
+            chunks = rows * vpr
+            off = self.stage_base(stage) + (0 if which == "A" else s.block_m * s.block_k)
+            for it in range(-(-chunks // T)):
+                c = self.tid + it * T
+                guard = None
+                if (it + 1) * T > chunks:
+                    guard = self.b.if_then(c.lt(chunks))
+                    guard.__enter__()
+                r, v = c // vpr, c % vpr
+                if which == "A":
+                    grow, gcol = self.row0 + r, kt * s.block_k + v * vw
+                    row_ok, limit, ld = grow.lt(self.M), self.K, self.K
+                    ptr = self.A
+                else:
+                    grow, gcol = kt * s.block_k + r, self.col0 + v * vw
+                    row_ok, limit, ld = grow.lt(self.K), self.N, self.N
+                    ptr = self.B
+                val = self.load_vec(ptr, grow * ld + gcol, row_ok, gcol, limit, vw)
+                dst = self.gep(self.lds, off + r * cols + v * vw)
+                self.b.store(val, dst, align=2)
+                if guard is not None:
+                    guard.__exit__(None, None, None)
+
+    def stage_base(self, stage: Sym | int) -> Sym:
+        s = self.spec
+        per = s.block_m * s.block_k + s.block_k * s.block_n
+        return self.S(_c32(0)) + stage * per if isinstance(stage, int) else stage * per
+
+    def lds_load(self, idx: Sym) -> ir.Value:
+        return self.b.load(self.gep(self.lds, idx), typ=I16, align=2)
+
+    # -- compute ------------------------------------------------------------------------
+    def compute(self, stage: Sym | int, acc: list[ir.Value]) -> list[ir.Value]:
+        s, g = self.spec, self.geo
+        a_off = self.stage_base(stage)
+        b_off = a_off + s.block_m * s.block_k
+        if self.instr is None:
+            tx, ty = self.tid % (s.block_n // g.thread_n), self.tid // (s.block_n // g.thread_n)
+            out = list(acc)
+            for kk in range(s.block_k):
+                av = [self.to_f32(self.lds_load(a_off + (ty * g.thread_m + i) * s.block_k + kk))
+                      for i in range(g.thread_m)]
+                bv = [self.to_f32(self.lds_load(b_off + kk * s.block_n + tx * g.thread_n + j))
+                      for j in range(g.thread_n)]
+                for i in range(g.thread_m):
+                    for j in range(g.thread_n):
+                        k = i * g.thread_n + j
+                        out[k] = self.b.call(self.fmuladd, [av[i], bv[j], out[k]])
+            return out
+        ins = self.instr
+        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
+        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        decl = self.kb.profile.intrinsic(ins.key)
+        a_ty, b_ty = parse_type(decl.params[1 if ins.kind == "wmma" else 0]), parse_type(
+            decl.params[3 if ins.kind == "wmma" else 1])
+        out = list(acc)
+        for ks in range(s.block_k // ins.k):
+            afr = []
+            for i in range(g.tiles_m):
+                vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+                for j in range(ins.a_per_lane):
+                    r, c = ins.a_coord(lane, j)
+                    x = self.lds_load(a_off + (wm0 + i * ins.m + r) * s.block_k + (c + ks * ins.k))
+                    vec = self.b.insert_element(vec, x, _c32(j))
+                afr.append(self.b.bitcast(vec, a_ty))
+            bfr = []
+            for t in range(g.tiles_n):
+                vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+                for j in range(ins.a_per_lane):
+                    kr, c = ins.b_coord(lane, j)
+                    x = self.lds_load(b_off + (kr + ks * ins.k) * s.block_n + (wn0 + t * ins.n + c))
+                    vec = self.b.insert_element(vec, x, _c32(j))
+                bfr.append(self.b.bitcast(vec, b_ty))
+            for i in range(g.tiles_m):
+                for t in range(g.tiles_n):
+                    k = i * g.tiles_n + t
+                    out[k] = self.b.call(self.mma_fn, self.mma_args(afr[i], bfr[t], out[k]))
+        return out
+
+    def mma_args(self, a: ir.Value, b: ir.Value, c: ir.Value) -> list[ir.Value]:
+        if self.instr.kind == "wmma":  # neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b
+            f = ir.Constant(I1, 0)
+            return [f, a, f, b, ir.Constant(I16, 0), c, f, f]
+        return [a, b, c, _c32(0), _c32(0), _c32(0)]  # cbsz, abid, blgp
+
+    # -- epilogue -----------------------------------------------------------------------
+    def store_out(self, row: Sym, col: Sym, value: ir.Value) -> None:
+        b = self.b
+        with b.if_then(self.and_(row.lt(self.M), col.lt(self.N))):
+            out_ty = _OUT_TYPES[self.spec.out_dtype]
+            v = value if out_ty is F32 else b.fptrunc(value, out_ty)
+            b.store(v, self.gep(self.C, row * self.N + col, out_ty))
+
+    def epilogue(self, acc: list[ir.Value]) -> None:
+        s, g = self.spec, self.geo
+        if self.instr is None:
+            tx, ty = self.tid % (s.block_n // g.thread_n), self.tid // (s.block_n // g.thread_n)
+            for i in range(g.thread_m):
+                for j in range(g.thread_n):
+                    self.store_out(self.row0 + ty * g.thread_m + i, self.col0 + tx * g.thread_n + j,
+                                   acc[i * g.thread_n + j])
+            return
+        ins = self.instr
+        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
+        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        for i in range(g.tiles_m):
+            for t in range(g.tiles_n):
+                vec = acc[i * g.tiles_n + t]
+                for r in range(ins.acc_per_lane):
+                    dr, dc = ins.d_coord(lane, r)
+                    x = self.b.extract_element(vec, _c32(r))
+                    self.store_out(self.row0 + wm0 + i * ins.m + dr, self.col0 + wn0 + t * ins.n + dc, x)
+
+    # -- the kernel ---------------------------------------------------------------------
+    def build(self) -> str:
+        s, g, kb = self.spec, self.geo, self.kb
+        self.A, self.B, self.C, m, n, k = kb.define_kernel(PARAMS)
+        b = self.b
+        self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
+        stages = 2 if s.double_buffer else 1
+        per = s.block_m * s.block_k + s.block_k * s.block_n
+        self.lds = kb.shared_array("gemm_lds", I16, stages * per, 2)
+        self.tid = self.S(kb.workitem_id())
+        gid = self.S(kb.workgroup_id())
+        tiles_n = (self.N + (s.block_n - 1)) // s.block_n
+        self.row0 = (gid // tiles_n) * s.block_m
+        self.col0 = (gid % tiles_n) * s.block_n
+        ktiles = (self.K + (s.block_k - 1)) // s.block_k
+        if self.instr is None:
+            zero = [ir.Constant(F32, 0.0)] * (g.thread_m * g.thread_n)
+            acc_ty = F32
+        else:
+            acc_ty = ir.VectorType(F32, self.instr.acc_per_lane)
+            zero = [ir.Constant(acc_ty, None)] * (g.tiles_m * g.tiles_n)
+        if s.double_buffer:
+            with b.if_then(self.S(_c32(0)).lt(ktiles)):
+                self.stage_tile(self.S(_c32(0)), 0)
+            kb.barrier()
+        pre = b.block
+        head = kb.kernel.append_basic_block("k_loop")
+        body = kb.kernel.append_basic_block("k_body")
+        done = kb.kernel.append_basic_block("k_done")
+        b.branch(head)
+        b.position_at_end(head)
+        kt_phi = b.phi(I32, name="kt")
+        acc_phis = [b.phi(acc_ty) for _ in zero]
+        b.cbranch(self.S(kt_phi).lt(ktiles), body, done)
+        b.position_at_end(body)
+        kt = self.S(kt_phi)
+        if s.double_buffer:
+            nxt = kt + 1
+            with b.if_then(nxt.lt(ktiles)):
+                self.stage_tile(nxt, nxt % 2)
+            acc = self.compute(kt % 2, acc_phis)
+            kb.barrier()
+        else:
+            self.stage_tile(kt, 0)
+            kb.barrier()
+            acc = self.compute(0, acc_phis)
+            kb.barrier()
+        kt_next = (kt + 1).v
+        latch = b.block
+        b.branch(head)
+        kt_phi.add_incoming(_c32(0), pre)
+        kt_phi.add_incoming(kt_next, latch)
+        for phi, z, a in zip(acc_phis, zero, acc):
+            phi.add_incoming(z, pre)
+            phi.add_incoming(a, latch)
+        b.position_at_end(done)
+        self.epilogue(acc_phis)
+        b.ret_void()
+        return kb.finish()
+
+
+def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
+    target, lane = Target.parse(target), lanes.get_lane(lane)
+    if not isinstance(spec, GemmSpec):
+        raise TypeError(f"lower_gemm needs a GemmSpec, got {type(spec).__name__}")
+    # Refuse on capability before the arch-dependent layout: gfx1250 on llvm20 names the op.
+    lanes.require(lane, capability=f"target:{target.processor}", op=f"gemm for {target.id}")
+    if spec.path == "wmma" or spec.path == "mfma":
+        if not target.is_amdgpu:
+            raise CapabilityError(f"gemm path {spec.path} is not available on {target.processor}")
+        instr = mma.select(target.processor, spec.path, spec.in_dtype, spec.mma)
+        lanes.require(lane, capability=instr.capability, op=f"gemm {spec.path} ({instr.mnemonic})")
+    geo = spec.geometry(target)
+    low = _GemmLowering(spec, target, lane, geo)
+    text = low.build()
+    meta = {
+        "path": spec.path,
+        "instruction": low.instr.mnemonic if low.instr else None,
+        "grid": "ceil(M/block_m) * ceil(N/block_n) work-groups, 1-D",
+        "block_m": spec.block_m, "block_n": spec.block_n,
+        "geometry": {k: v for k, v in vars(geo).items()},
+    }
+    return LoweredKernel(
+        family="gemm", kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
+        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
+        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
+        metadata=meta,
+    )
+
+
+def _family():
+    from rocke_aot.aot.families import Family
+
+    return Family("gemm", GemmSpec, lower_gemm, "C = A x B, row-major; mfma / wmma / fma paths")
+
+
+FAMILY = _family()

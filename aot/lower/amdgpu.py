@@ -1,0 +1,80 @@
+"""AMDGPU kernels: the amdgpu_kernel ABI on top of KernelModule.
+
+    AmdgpuKernel(name, target, lane, block_size)
+        .define_kernel(params)        amdgpu_kernel, noalias pointers in addrspace(1)
+        .workitem_id() / .workgroup_id()      llvm.amdgcn.workitem.id.x / workgroup.id.x
+        .barrier()                    llvm.amdgcn.s.barrier (+ workgroup fences around it)
+        .shared_array(...)            LDS, addrspace(3)
+        .finish()  -> IR text, with the kernel's attributes:
+             "amdgpu-flat-work-group-size"="B,B"      the block size it was lowered for
+             "target-cpu", "target-features"          the target ID + wavefrontsize32/64
+             "amdgpu-no-<input>" for every implicit input the kernel does not use
+             (the list comes from the lane's profile; see lanes._AMDGPU_NO_INPUTS_*)
+             the profile's "no AGPRs" attribute when the kernel has no matrix op
+
+Only 1-D ids (x) are offered, so the y/z ids are always disclaimed; an op that needs
+another implicit input (the dispatch pointer, ...) must add itself to ``uses`` first.
+Stating these ourselves is what lets a code generator without the attributor (LLVM 24's)
+still enable only the kernarg segment pointer in the kernel descriptor.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from rocke_aot.aot.lower.module import KernelModule
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import CapabilityError
+
+MAX_BLOCK = 1024
+
+
+class AmdgpuKernel(KernelModule):
+    calling_convention = "amdgpu_kernel"
+
+    def __init__(self, name: str, target: Target, lane: object, block_size: int):
+        super().__init__(name, target, lane)
+        if not self.target.is_amdgpu:
+            raise CapabilityError(f"{self.target.id} is not an AMDGPU target")
+        if not 1 <= block_size <= MAX_BLOCK:
+            raise CapabilityError(f"block size {block_size} outside 1..{MAX_BLOCK}")
+        self.block_size = block_size
+        self.wave_size = self.target.wave_size
+        self.uses: set[str] = {"workitem-id-x", "workgroup-id-x"}  # always delivered for kernels
+        self.uses_matrix = False
+
+    def workitem_id(self) -> ir.Value:
+        v = self.builder.call(self.declare("workitem_id_x"), [])
+        return v
+
+    def workgroup_id(self) -> ir.Value:
+        return self.builder.call(self.declare("workgroup_id_x"), [])
+
+    def barrier(self) -> None:
+        # The fences make LDS writes before the barrier visible to reads after it (as
+        # __syncthreads does); s.barrier alone only orders execution.
+        self.builder.fence("release", targetscope="workgroup")
+        self.builder.call(self.declare("s_barrier"), [])
+        self.builder.fence("acquire", targetscope="workgroup")
+
+    def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
+        """Declare a matrix intrinsic after checking the lane allows it (refuse before LLVM)."""
+        self.require(capability=capability, op=op)
+        self.uses_matrix = True
+        return self.declare(key)
+
+    def finish(self) -> str:
+        fn = self.kernel
+        attrs = fn.attributes
+        attrs.add_string("amdgpu-flat-work-group-size", f"{self.block_size},{self.block_size}")
+        attrs.add_string("target-cpu", self.target.processor)
+        wave = f"+wavefrontsize{self.wave_size}"
+        feats = ",".join(f for f in (self.target.llvm_features, wave) if f)
+        attrs.add_string("target-features", feats)
+        for inp in self.profile.amdgpu_no_inputs:
+            if inp not in self.uses:
+                attrs.add_string(f"amdgpu-no-{inp}")
+        if not self.uses_matrix and self.target.info.has_agprs and self.profile.amdgpu_no_agpr:
+            attrs.add_string(*self.profile.amdgpu_no_agpr)
+        attrs.add("nounwind")
+        return super().finish()

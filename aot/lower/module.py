@@ -1,0 +1,288 @@
+"""The target-neutral half of the lowering toolkit: module, types, kernel values.
+
+    lower(family, spec, target, lane)                       (aot/lower/__init__.py)
+        |
+        v
+    KernelModule(target, lane)  -- ir.Module with the triple and the lane PROFILE's datalayout
+        |  .declare("mfma_f32_32x32x8f16")  -> ir.Function from profile.intrinsic(key)
+        |  .require(capability=..., op=...)  -> lanes.require, before anything is emitted
+        |  subclassed by AmdgpuKernel (amdgpu.py) and NvptxKernel (nvptx.py)
+        v
+    family lowerer fills the body through the KernelModule + IRBuilder + Sym index algebra
+        |
+        v
+    LoweredKernel  (frozen): IR text, kernel name, ir_sha256, kernarg layout, metadata
+
+Determinism: llvmlite numbers unnamed values per function in creation order, the module
+name is the kernel name, attributes print sorted, and declarations are added in the
+order the lowering asks for them; nothing here reads the clock, the environment or a
+hash seed, so the same (family, spec, arch, lane) gives byte-identical IR text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import llvmlite.ir as ir
+
+from rocke_aot.aot import lanes
+from rocke_aot.aot.targets import Target
+
+I1 = ir.IntType(1)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F16 = ir.HalfType()
+F32 = ir.FloatType()
+
+# Tensor offsets are computed in i32: the largest tensor a kernel may address, in bytes.
+MAX_TENSOR_BYTES = 2**31 - 1
+
+
+class BFloatType(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite.ir has no bf16 type). Only used for casts and operands."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BFloatType)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+BF16 = BFloatType()
+
+_SCALARS: Mapping[str, ir.Type] = MappingProxyType(
+    {"void": ir.VoidType(), "i1": I1, "i16": I16, "i32": I32, "i64": I64,
+     "half": F16, "float": F32, "bfloat": BF16}
+)
+_VEC_RE = re.compile(r"^<(\d+) x ([a-z0-9]+)>$")
+
+
+def parse_type(text: str) -> ir.Type:
+    """The llvmlite type of a profile's type text ("<16 x float>", "i32", "ptr addrspace(3)")."""
+    text = text.strip()
+    if text in _SCALARS:
+        return _SCALARS[text]
+    m = _VEC_RE.match(text)
+    if m and m.group(2) in _SCALARS:
+        return ir.VectorType(_SCALARS[m.group(2)], int(m.group(1)))
+    m = re.match(r"^ptr(?: addrspace\((\d+)\))?$", text)
+    if m:
+        return ir.PointerType(addrspace=int(m.group(1) or 0))
+    raise ValueError(f"intrinsic type {text!r} is not one the lowering knows")
+
+
+class KernelAttributes(ir.values.FunctionAttributes):
+    """Function attributes that also accept LLVM string attributes (``"key"`` / ``"key"="v"``).
+
+    llvmlite only knows enum attributes; AMDGPU kernels are described by string ones.
+    They print sorted with the rest, so the header text is deterministic.
+    """
+
+    def add_string(self, key: str, value: str | None = None) -> None:
+        if '"' in key or (value is not None and '"' in value):
+            raise ValueError(f"attribute {key!r}={value!r} contains a quote")
+        set.add(self, f'"{key}"' if value is None else f'"{key}"="{value}"')
+
+    def add(self, name: str) -> None:  # keep llvmlite's validation for enum attributes
+        super().add(name)
+
+
+@dataclass(frozen=True)
+class KernArg:
+    """One explicit kernel argument as the kernarg segment lays it out."""
+
+    name: str
+    kind: str  # "global_buffer" | "by_value"
+    type: str  # LLVM type text: "ptr addrspace(1)", "i32"
+    offset: int
+    size: int
+    access: str | None = None  # "read_only" | "write_only" for buffers
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "type": self.type, "offset": self.offset,
+                "size": self.size, "access": self.access}
+
+
+def kernarg_layout(args: list[tuple[str, str, str | None]]) -> tuple[KernArg, ...]:
+    """Natural-alignment layout of (name, type text, access) as AMDGPU/NVPTX lay kernargs out."""
+    out, offset = [], 0
+    for name, ty, access in args:
+        size = 8 if ty.startswith("ptr") else {"i32": 4, "i64": 8, "float": 4}[ty]
+        offset = (offset + size - 1) // size * size
+        kind = "global_buffer" if ty.startswith("ptr") else "by_value"
+        out.append(KernArg(name, kind, ty, offset, size, access))
+        offset += size
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class LoweredKernel:
+    """The result of lowering one (family, spec, target, lane): IR text plus what it needs."""
+
+    family: str
+    kernel_name: str
+    target: str  # canonical target ID
+    lane: str
+    profile: str
+    ir: str
+    ir_sha256: str
+    kernargs: tuple[KernArg, ...]
+    block_size: int  # work-items (threads) per work-group, 1-D
+    lds_bytes: int  # static LDS / shared memory the kernel allocates
+    max_tensor_bytes: int = MAX_TENSOR_BYTES
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # family facts (grid formula, path)
+
+    @property
+    def kernarg_size(self) -> int:
+        last = self.kernargs[-1] if self.kernargs else None
+        return 0 if last is None else last.offset + last.size
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family, "kernel_name": self.kernel_name, "target": self.target,
+            "lane": self.lane, "profile": self.profile, "ir_sha256": self.ir_sha256,
+            "kernargs": [a.as_dict() for a in self.kernargs], "kernarg_size": self.kernarg_size,
+            "block_size": self.block_size, "lds_bytes": self.lds_bytes,
+            "max_tensor_bytes": self.max_tensor_bytes, "metadata": dict(self.metadata),
+        }
+
+
+class Sym:
+    """An i32 index expression that emits IR: the same ``//``, ``%``, ``*``, ``+`` that the
+    numpy layout models (mma.py) evaluate on arrays, so one index-map function serves both.
+
+    Values are non-negative by construction (thread ids, tile indices), so ``//``/``%`` by
+    a power of two become shifts and masks; other constants use unsigned div/rem.
+    """
+
+    __slots__ = ("b", "v")
+
+    def __init__(self, builder: ir.IRBuilder, value: ir.Value):
+        self.b, self.v = builder, value
+
+    def _c(self, x: "Sym | int") -> ir.Value:
+        return x.v if isinstance(x, Sym) else ir.Constant(I32, int(x))
+
+    def __add__(self, o: "Sym | int") -> "Sym":
+        if isinstance(o, int) and o == 0:
+            return self
+        return Sym(self.b, self.b.add(self.v, self._c(o)))
+
+    __radd__ = __add__
+
+    def __sub__(self, o: "Sym | int") -> "Sym":
+        return Sym(self.b, self.b.sub(self.v, self._c(o)))
+
+    def __mul__(self, o: "Sym | int") -> "Sym":
+        if isinstance(o, int):
+            if o == 1:
+                return self
+            if o > 0 and o & (o - 1) == 0:
+                return Sym(self.b, self.b.shl(self.v, ir.Constant(I32, o.bit_length() - 1)))
+        return Sym(self.b, self.b.mul(self.v, self._c(o)))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o: "Sym | int") -> "Sym":
+        if isinstance(o, Sym):
+            return Sym(self.b, self.b.udiv(self.v, o.v))
+        if o == 1:
+            return self
+        if o > 0 and o & (o - 1) == 0:
+            return Sym(self.b, self.b.lshr(self.v, ir.Constant(I32, o.bit_length() - 1)))
+        return Sym(self.b, self.b.udiv(self.v, self._c(o)))
+
+    def __mod__(self, o: "Sym | int") -> "Sym":
+        if isinstance(o, Sym):
+            return Sym(self.b, self.b.urem(self.v, o.v))
+        if o > 0 and o & (o - 1) == 0:
+            return Sym(self.b, self.b.and_(self.v, ir.Constant(I32, o - 1)))
+        return Sym(self.b, self.b.urem(self.v, self._c(o)))
+
+    def lt(self, o: "Sym | int") -> ir.Value:
+        return self.b.icmp_unsigned("<", self.v, self._c(o))
+
+
+class KernelModule:
+    """An ir.Module for one kernel on one (target, lane); subclasses add the target's ABI."""
+
+    calling_convention = ""
+
+    def __init__(self, name: str, target: Target, lane: object):
+        self.target = Target.parse(target)
+        self.lane = lanes.get_lane(lane)
+        self.profile = self.lane.profile
+        self.require(capability=f"target:{self.target.processor}", op=f"kernel for {self.target.id}")
+        self.name = name
+        self.module = ir.Module(name=name)
+        self.module.triple = self.target.triple
+        self.module.data_layout = self.profile.datalayout(self.target.family)
+        self._declared: dict[str, ir.Function] = {}
+        self.kernel: ir.Function | None = None
+        self.builder: ir.IRBuilder | None = None
+        self.lds_bytes = 0
+
+    def require(self, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
+        """Refuse ``op`` for this lane now, before any IR for it exists."""
+        lanes.require(self.lane, capability=capability, min_lane=min_lane, op=op)
+
+    def declare(self, key: str) -> ir.Function:
+        """The intrinsic ``key`` exactly as the lane's profile declares it."""
+        fn = self._declared.get(key)
+        if fn is None:
+            decl = self.profile.intrinsic(key)
+            fty = ir.FunctionType(parse_type(decl.ret), [parse_type(p) for p in decl.params])
+            fn = ir.Function(self.module, fty, decl.name)
+            self._declared[key] = fn
+        return fn
+
+    def define_kernel(self, params: list[tuple[str, str, str | None]]) -> list[ir.Argument]:
+        """Define the kernel with (name, type text, access) params and start its entry block."""
+        fty = ir.FunctionType(ir.VoidType(), [parse_type(t) for _, t, _ in params])
+        fn = ir.Function(self.module, fty, self.name)
+        fn.calling_convention = self.calling_convention
+        fn.attributes = KernelAttributes()
+        for arg, (pname, ty, access) in zip(fn.args, params):
+            arg.name = pname
+            if ty.startswith("ptr"):
+                arg.add_attribute("noalias")
+                if self.profile.has("ptr-captures-attr"):
+                    arg.add_attribute("captures(none)")
+        self.kernel = fn
+        self.kernargs = kernarg_layout(params)
+        self.builder = ir.IRBuilder(fn.append_basic_block("entry"))
+        return list(fn.args)
+
+    def shared_array(self, name: str, elem: ir.Type, count: int, elem_bytes: int, align: int = 16) -> ir.GlobalVariable:
+        """Static work-group memory (LDS / shared), address space 3 on both targets."""
+        gv = ir.GlobalVariable(self.module, ir.ArrayType(elem, count), name, addrspace=3)
+        gv.linkage = "internal"
+        gv.initializer = ir.Constant(ir.ArrayType(elem, count), ir.Undefined)
+        gv.align = align
+        # llvmlite types a global as a typed pointer; the IR is opaque-pointer IR, so address
+        # it through an opaque ptr addrspace(3) like every other pointer (prints the same).
+        gv.type = ir.PointerType(addrspace=3)
+        self.lds_bytes = (self.lds_bytes + align - 1) // align * align + count * elem_bytes
+        return gv
+
+    def sym(self, value: ir.Value) -> Sym:
+        return Sym(self.builder, value)
+
+    def finish(self) -> str:
+        """Seal the kernel (target attributes) and return the IR text."""
+        return str(self.module)
+
+
+def ir_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,57 @@
+"""NVPTX kernels for sm_90: the qualification path beside AMDGPU.
+
+    NvptxKernel(name, target, lane, block_size)
+        .define_kernel(params)     ptx_kernel calling convention (LLVM 20 and 22 both take it;
+                                   no nvvm.annotations needed), pointers in addrspace(1)
+        .workitem_id()             llvm.nvvm.read.ptx.sreg.tid.x
+        .workgroup_id()            llvm.nvvm.read.ptx.sreg.ctaid.x
+        .barrier()                 the profile's CTA barrier: llvm.nvvm.barrier0 (LLVM 20) or
+                                   llvm.nvvm.barrier.cta.sync.aligned.all(i32 0) (LLVM 21+)
+        .shared_array(...)         shared memory, addrspace(3)
+        .finish()                  "nvvm.maxntid" is left to launch bounds at run time
+
+The same family code drives this class and AmdgpuKernel: only the ids, barrier and
+ABI differ. The PTX comes from the toolchain's NVPTX target machine with ``+ptx80``.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from rocke_aot.aot.lower.module import I32, KernelModule
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import CapabilityError
+
+MAX_BLOCK = 1024
+PTX_FEATURES = "+ptx80"  # what the toolchain's target machine must be created with
+
+
+class NvptxKernel(KernelModule):
+    calling_convention = "ptx_kernel"
+
+    def __init__(self, name: str, target: Target, lane: object, block_size: int):
+        super().__init__(name, target, lane)
+        if self.target.family != "nvptx64":
+            raise CapabilityError(f"{self.target.id} is not an NVPTX target")
+        if not 1 <= block_size <= MAX_BLOCK:
+            raise CapabilityError(f"block size {block_size} outside 1..{MAX_BLOCK}")
+        self.block_size = block_size
+        self.wave_size = self.target.wave_size
+
+    def workitem_id(self) -> ir.Value:
+        return self.builder.call(self.declare("tid_x"), [])
+
+    def workgroup_id(self) -> ir.Value:
+        return self.builder.call(self.declare("ctaid_x"), [])
+
+    def barrier(self) -> None:
+        fn = self.declare("barrier")
+        # LLVM 21+ takes the barrier id (0, the one __syncthreads uses); LLVM 20's barrier0 none.
+        self.builder.call(fn, [ir.Constant(I32, 0) for _ in fn.ftype.args])
+
+    def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
+        raise CapabilityError(f"{op}: no matrix instructions are wired for {self.target.id}")
+
+    def finish(self) -> str:
+        self.kernel.attributes.add("nounwind")
+        return super().finish()

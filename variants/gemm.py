@@ -1,0 +1,169 @@
+"""GemmSpec: the gemm family's baked parameters and tuning knobs, validated.
+
+    GemmSpec(in_dtype, out_dtype, block_m, block_n, block_k, waves, path, double_buffer,
+             vector_width, mma)
+        .to_dict() / GemmSpec.from_dict(d)      canonical, JSON-able, round-trips exactly
+        .kernel_name                            deterministic symbol name
+        .geometry(target)  -> GemmGeometry      the arch-dependent layout the lowerer uses;
+                                                raises SpecError/CapabilityError when the
+                                                spec cannot run on that arch
+
+C = A x B, row-major, A: M x K, B: K x N, C: M x N; M, N, K are kernel arguments.
+Construction checks what does not depend on the arch (types, ranges, powers of two);
+``geometry`` checks the rest (threads per block, instruction tiling, LDS capacity).
+The variants helper builds knob grids from these same checks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from rocke_aot.errors import CapabilityError, SpecError
+
+IN_DTYPES = ("f16", "bf16")
+OUT_DTYPES = ("f16", "bf16", "f32")
+PATHS = ("mfma", "wmma", "fma")
+VECTOR_WIDTHS = (1, 2, 4, 8)
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+@dataclass(frozen=True)
+class GemmGeometry:
+    """How one spec maps onto one arch (all counts per work-group)."""
+
+    threads: int
+    wave_size: int
+    waves_m: int  # mfma/wmma: wave grid over the block tile
+    waves_n: int
+    instr: str | None  # matrix instruction key (aot.lower.mma), None for fma
+    tiles_m: int  # matrix-instruction tiles per wave along M (mfma/wmma)
+    tiles_n: int
+    thread_m: int  # fma: each thread's micro tile
+    thread_n: int
+    lds_bytes: int
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    in_dtype: str = "f16"
+    out_dtype: str = "f32"
+    block_m: int = 64
+    block_n: int = 64
+    block_k: int = 32
+    waves: int = 4
+    path: str = "fma"
+    double_buffer: bool = False
+    vector_width: int = 4
+    mma: str = "auto"  # matrix instruction shape ("32x32x8", ...) or "auto" = the arch default
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = {"str": str, "int": int, "bool": bool}[f.type]
+            if type(v) is not want:  # bool is not an int here, and 64.0 is not 64
+                raise SpecError(f"gemm spec field {f.name} must be {f.type}, got {v!r}")
+        if self.in_dtype not in IN_DTYPES:
+            raise SpecError(f"gemm in_dtype {self.in_dtype!r} not in {IN_DTYPES}")
+        if self.out_dtype not in OUT_DTYPES:
+            raise SpecError(f"gemm out_dtype {self.out_dtype!r} not in {OUT_DTYPES}")
+        if self.path not in PATHS:
+            raise SpecError(f"gemm path {self.path!r} not in {PATHS}")
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not (_pow2(v) and 1 <= v <= 256):
+                raise SpecError(f"gemm {name}={v} must be a power of two in 1..256")
+        if not (_pow2(self.waves) and self.waves <= 16):
+            raise SpecError(f"gemm waves={self.waves} must be a power of two in 1..16")
+        if self.vector_width not in VECTOR_WIDTHS:
+            raise SpecError(f"gemm vector_width={self.vector_width} not in {VECTOR_WIDTHS}")
+        if self.block_k % self.vector_width or self.block_n % self.vector_width:
+            raise SpecError(
+                f"gemm vector_width={self.vector_width} must divide block_k={self.block_k} "
+                f"and block_n={self.block_n} (loads are vectors along K for A, N for B)"
+            )
+        if self.path == "fma" and self.mma != "auto":
+            raise SpecError("gemm mma shape only applies to the mfma and wmma paths")
+
+    # -- canonical form ---------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dict(sorted(asdict(self).items()))
+
+    @classmethod
+    def from_dict(cls, d: object) -> "GemmSpec":
+        if not isinstance(d, dict):
+            raise SpecError(f"a gemm spec must be a mapping, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SpecError(f"unknown gemm spec fields {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    @property
+    def kernel_name(self) -> str:
+        db = "db" if self.double_buffer else "sb"
+        mma = "" if self.mma == "auto" else "_" + self.mma
+        return (f"gemm_{self.in_dtype}_{self.out_dtype}_{self.path}{mma}_{self.block_m}x"
+                f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}")
+
+    # -- arch-dependent layout ----------------------------------------------------------
+    def lds_bytes(self) -> int:
+        per_stage = DTYPE_BYTES[self.in_dtype] * (self.block_m * self.block_k + self.block_k * self.block_n)
+        return per_stage * (2 if self.double_buffer else 1)
+
+    def geometry(self, target: Any) -> GemmGeometry:
+        """Lay the spec onto ``target`` (a Target); refuse what cannot work there."""
+        from rocke_aot.aot.lower import mma  # the instruction table lives beside the lowering
+
+        info = target.info
+        threads = self.waves * info.wave_size
+        if threads > 1024:
+            raise SpecError(f"gemm: {self.waves} waves x {info.wave_size} = {threads} threads > 1024")
+        lds = self.lds_bytes()
+        if lds > info.lds_bytes:
+            raise SpecError(f"gemm: needs {lds} bytes of LDS, {target.processor} has {info.lds_bytes}")
+        if self.path == "fma":
+            tm, tn = _fma_micro_tile(self.block_m, self.block_n, threads)
+            return GemmGeometry(threads, info.wave_size, 1, 1, None, 0, 0, tm, tn, lds)
+        if self.path == "wmma" and info.family != "amdgcn":
+            raise CapabilityError(f"gemm path wmma is not available on {target.processor}")
+        instr = mma.select(target.processor, self.path, self.in_dtype, self.mma)
+        if self.block_k % instr.k:
+            raise SpecError(f"gemm: block_k={self.block_k} is not a multiple of {instr.mnemonic}'s K={instr.k}")
+        wm, wn = _wave_grid(self.block_m, self.block_n, self.waves, instr.m, instr.n)
+        return GemmGeometry(threads, info.wave_size, wm, wn, instr.key,
+                            self.block_m // (wm * instr.m), self.block_n // (wn * instr.n), 0, 0, lds)
+
+
+def _fma_micro_tile(bm: int, bn: int, threads: int) -> tuple[int, int]:
+    elems = bm * bn
+    if elems % threads:
+        raise SpecError(f"gemm fma: a {bm}x{bn} tile does not split over {threads} threads")
+    per = elems // threads
+    tn = 1
+    while tn * 2 <= math.isqrt(per) and bn % (tn * 2) == 0:
+        tn *= 2
+    tm = per // tn
+    if bm % tm or (bm // tm) * (bn // tn) != threads:
+        raise SpecError(f"gemm fma: cannot lay {threads} threads over a {bm}x{bn} tile")
+    return tm, tn
+
+
+def _wave_grid(bm: int, bn: int, waves: int, im: int, inn: int) -> tuple[int, int]:
+    best = None
+    wn = 1
+    while wn <= waves:
+        wm = waves // wn
+        if bm % (wm * im) == 0 and bn % (wn * inn) == 0:
+            score = (abs(bm // wm - bn // wn), wn)
+            if best is None or score < best[0]:
+                best = (score, (wm, wn))
+        wn *= 2
+    if best is None:
+        raise SpecError(f"gemm: a {bm}x{bn} tile does not split over {waves} waves of {im}x{inn} tiles")
+    return best[1]
