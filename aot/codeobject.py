@@ -233,6 +233,9 @@ def _check_feature(target: Target, name: str, flags: int) -> str:
 
 def _pick_kernel(kernels: list[dict], kernel: str | None) -> dict:
     names = [k.get(".name") for k in kernels]
+    if not kernels:
+        # e.g. LLVM silently drops a kernel it cannot compile for the wave size asked for
+        raise CodeObjectError("code object has no kernels in its metadata")
     if kernel is None:
         if len(kernels) != 1:
             raise CodeObjectError(f"code object has {len(kernels)} kernels ({names}); name the one to validate")

@@ -9,9 +9,10 @@
     the worker runs in WorkerPool (pool.py): one long-lived process per thread and
     interpreter; an LLVM abort or a timeout kills that process only (worker.py).
 
-The builder submits many compiles at once with ``submit_llvmlite`` on its own
-pool; ``compile_llvmlite`` is the synchronous form on the process-wide pool
-(what LlvmliteToolchain.compile uses).
+``compile_llvmlite`` (what LlvmliteToolchain.compile uses) runs on the calling
+thread with that thread's worker from the process-wide pool, so a builder with N
+threads has N worker processes per interpreter; ``submit_llvmlite`` queues a
+compile on a pool's own threads instead.
 """
 
 from __future__ import annotations
@@ -75,4 +76,6 @@ def compile_llvmlite(python: str, ir: str, target: object, *, timeout: float = 1
     Raises CompileError carrying LLVM's message (an abort kills only the worker)
     or CompileTimeout.
     """
-    return submit_llvmlite(pool or default_pool(), python, ir, target, timeout=timeout).result()
+    pool = pool or default_pool()
+    # On the calling thread: a caller that runs N threads (the builder) gets N workers.
+    return _compile(pool.call_fn(), str(python), ir, Target.parse(target), timeout)

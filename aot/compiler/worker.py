@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import signal
 import subprocess
 import tempfile
 import time
@@ -166,7 +167,7 @@ class Worker:
             self._proc.wait()
             log = self._stderr_from(mark)
             raise CompileError(
-                f"{self.spec.describe()} died (exit {self._proc.returncode}): {llvm_error_summary(log)}", log
+                f"{self.spec.describe()} died ({_exit_text(self._proc.returncode)}): {llvm_error_summary(log)}", log
             ) from None
         return header, blob
 
@@ -212,3 +213,12 @@ class Worker:
 
 class _WorkerDied(Exception):
     pass
+
+
+def _exit_text(code: int) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
