@@ -34,6 +34,7 @@ from sqlalchemy import select
 from rocke_aot.cache import codec, db
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
+from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.errors import BundleError, CacheError, IntegrityError, RockeError
 
@@ -103,10 +104,10 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
                 if missing:
                     raise IntegrityError(f"artifacts reference missing blobs {sorted(missing)[:3]}; run verify")
                 for i in range(0, len(shas), 256):
-                    for sha, data in conn.execute(select(B.c.sha256, B.c.data).where(B.c.sha256.in_(shas[i:i + 256]))):
+                    for sha, data in conn.execute(select(B.c.sha256, blob_data).where(B.c.sha256.in_(shas[i:i + 256]))):
                         data = bytes(data)
                         m = blob_meta[sha]
-                        codec.decode(data, sha, m["size"], m["codec"])  # never export a corrupt blob
+                        codec.decode(data, sha, m["size"], m["codec"], m["stored_size"])  # never export a corrupt blob
                         m["stored_sha256"] = codec.sha256_hex(data)
                         m["_data"] = data
                 manifest = {
@@ -209,7 +210,7 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
                         raise BundleError(f"bundle blob {sha}: {member.size} bytes, manifest says {meta['stored_size']}")
                     stored = tar.extractfile(member).read()
                     try:
-                        raw = codec.decode(stored, sha, meta["size"], meta.get("codec", codec.CODEC))
+                        raw = codec.decode(stored, sha, meta["size"], meta.get("codec", codec.CODEC), meta["stored_size"])
                     except IntegrityError as e:
                         raise BundleError(f"bundle {path} is tampered or corrupt: {e}") from None
                     seen.add(sha)

@@ -53,15 +53,21 @@ def encode(raw: bytes, level: int = DEFAULT_LEVEL) -> bytes:
     return _cctx(level).compress(raw)
 
 
-def decode(stored: bytes, sha256: str, size: int, codec: str = CODEC) -> bytes:
-    """The verified raw bytes of a stored blob, or IntegrityError naming the blob."""
+def decode(stored: bytes, sha256: str, size: int, codec: str = CODEC, stored_size: int | None = None) -> bytes:
+    """The verified raw bytes of a stored blob, or IntegrityError naming the blob.
+
+    Strict: bytes after the frame (even a second valid frame) are corruption too, as is a
+    stored length other than the recorded one.
+    """
     if codec != CODEC:
         raise IntegrityError(f"blob {sha256}: unknown codec {codec!r}")
+    if stored_size is not None and len(stored) != stored_size:
+        raise IntegrityError(f"blob {sha256}: {len(stored)} stored bytes, recorded {stored_size}")
     try:
         claimed = zstandard.frame_content_size(bytes(stored))
         if claimed != size:  # refuse before allocating what a corrupt header claims
             raise IntegrityError(f"blob {sha256}: frame claims {claimed} bytes, recorded size is {size}")
-        raw = _dctx().decompress(bytes(stored), max_output_size=max(size, 1))
+        raw = _dctx().decompress(bytes(stored), max_output_size=max(size, 1), allow_extra_data=False)
     except zstandard.ZstdError as e:
         raise IntegrityError(f"blob {sha256}: stored bytes do not decompress ({e})") from None
     if len(raw) != size:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     CheckConstraint,
+    cast,
     Column,
     Float,
     ForeignKey,
@@ -95,3 +96,9 @@ artifacts = Table(
     Index("ix_artifacts_blob", "blob_sha256"),
     Index("ix_artifacts_last_read", "last_read_at"),
 )
+
+# What every read of blob bytes selects. The CAST keeps a damaged row readable: on SQLite a
+# hand edit such as ``data || data`` turns the value into TEXT, which the driver would fail
+# to decode as UTF-8 before the sha256 check ever ran; cast back to bytes, it is simply a
+# blob whose hash does not match, and is reported as corrupt.
+blob_data = cast(blobs.c.data, LargeBinary).label("data")

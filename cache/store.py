@@ -33,6 +33,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from rocke_aot.cache import codec, db, models
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key
 from rocke_aot.cache.models import artifacts as A
+from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.records import (
     Artifact,
@@ -224,7 +225,7 @@ class Store:
         check_key(key)
         with db.read_tx(self.engine) as conn:
             row = conn.execute(
-                select(*_ROW, B.c.codec, B.c.data).select_from(_ROW_FROM).where(A.c.key == key)
+                select(*_ROW, B.c.codec, blob_data).select_from(_ROW_FROM).where(A.c.key == key)
             ).mappings().first()
         if row is None:
             raise NotFoundError(f"no artifact {key} in {self}")
@@ -232,7 +233,7 @@ class Store:
             raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
         if row["data"] is None:  # the foreign key forbids it; a hand-edited store may not
             raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
-        raw = codec.decode(row["data"], row["blob_sha256"], row["size"], row["codec"])
+        raw = codec.decode(row["data"], row["blob_sha256"], row["size"], row["codec"], row["stored_size"])
         now = time.time()
         last = row["last_read_at"]
         if last is None or now - last >= self.touch_interval:
@@ -348,15 +349,15 @@ class Store:
         while True:  # keyset pages, so a huge store never sits in memory at once
             with db.read_tx(self.engine) as conn:
                 page = conn.execute(
-                    select(B.c.sha256, B.c.size, B.c.codec, B.c.data)
+                    select(B.c.sha256, B.c.size, B.c.codec, blob_data, B.c.stored_size)
                     .where(B.c.sha256 > last).order_by(B.c.sha256).limit(batch)
                 ).all()
             if not page:
                 break
-            for sha, size, cod, data in page:
+            for sha, size, cod, data, stored_size in page:
                 checked += 1
                 try:
-                    codec.decode(data, sha, size, cod)
+                    codec.decode(data, sha, size, cod, stored_size)
                 except IntegrityError as e:
                     corrupt.append((sha, str(e)))
             last = page[-1][0]
@@ -452,10 +453,10 @@ def _delete_orphans(conn: Connection) -> tuple[int, int]:
 def _publish_blob(conn: Connection, sha: str, raw: bytes, stored: bytes, now: float) -> None:
     """Insert the blob, or reuse the stored copy; a stored copy that fails to verify is
     overwritten with these (known-good) bytes, so a put also heals a corrupt blob."""
-    cur = conn.execute(select(B.c.size, B.c.codec, B.c.data).where(B.c.sha256 == sha)).first()
+    cur = conn.execute(select(B.c.size, B.c.codec, blob_data, B.c.stored_size).where(B.c.sha256 == sha)).first()
     if cur is not None:
         try:
-            codec.decode(cur.data, sha, cur.size, cur.codec)
+            codec.decode(cur.data, sha, cur.size, cur.codec, cur.stored_size)
             return
         except IntegrityError:
             conn.execute(

@@ -152,10 +152,19 @@ def test_flipped_byte_raises_and_verify_reports_it(store):
 def test_valid_frame_with_wrong_content_is_caught(store):
     a = put(store, 1)
     other = codec.encode(code_object(1)[:-1] + b"\x00")  # same size, decompresses fine
-    _sql(store, "UPDATE blobs SET data = :d WHERE sha256 = :s", d=other, s=a.sha256)
+    # Keep every recorded length consistent, so only the sha256 can notice.
+    _sql(store, "UPDATE blobs SET data = :d, stored_size = :n WHERE sha256 = :s", d=other, n=len(other), s=a.sha256)
     with pytest.raises(IntegrityError, match="hashes to"):
         store.get(a.key)
     assert store.verify().corrupt[0][0] == a.sha256
+
+
+def test_trailing_bytes_after_the_frame_are_corruption(store):
+    a = put(store, 1)
+    _sql(store, "UPDATE blobs SET data = :d WHERE sha256 = :s", d=codec.encode(code_object(1)) * 2, s=a.sha256)
+    with pytest.raises(IntegrityError):
+        store.get(a.key)
+    assert not store.verify().ok
 
 
 def test_verify_recomputes_keys(store):
