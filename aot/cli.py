@@ -23,6 +23,7 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.aot.cli_toolchains", "toolchains"),
     ("rocke_aot.aot.cli_toolchains", "toolchain"),
     ("rocke_aot.aot.cli_build", "build"),
+    ("rocke_aot.aot.cli_variants", "variants"),
     ("rocke_aot.cache.cli", "cache"),
 )
 

@@ -1,16 +1,35 @@
 """Arch data: the one table of per-processor facts (wave size, LDS, CUs, limits).
 
-Every figure carries its source. The lowering (wave size, LDS), the code-object
-validator (wave size, LDS), the variant tables (admission) and the
-tile-efficiency models (CU count) all read this table; nothing else holds these
-numbers.
+Every figure carries its source (``ArchInfo.sources``: field -> where it comes
+from). The lowering (wave size, LDS), the code-object validator (wave size,
+LDS, register limits), the variant tables (admission: matrix unit, LDS and
+register budgets) and the tile-efficiency models (CU count) all read this
+table; nothing else holds these numbers.
+
+    ARCHES["gfx942"] -> ArchInfo(wave_size=64, lds_bytes=65536, cu_count=304, ...)
+        .sources["lds_bytes"] -> "LLVM AMDGPUBaseInfo getAddressableLocalMemorySize ..."
+
+Register limits are per lane of one wave: the VGPRs one wave may address (on
+gfx90a+ the unified file holds VGPRs and AGPRs together, 512 per lane) and the
+addressable SGPRs; for NVIDIA, registers per thread.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
+
+_LLVM_LDS = (
+    "LLVM AMDGPUBaseInfo getAddressableLocalMemorySize: 65536 for gfx7+, 163840 for gfx950, "
+    "327680 for gfx1250 (AMDGPUUsage 'LDS size' per work-group)"
+)
+_LLVM_SGPR_GFX9 = "LLVM AMDGPUUsage DWARF register map: SGPR0-SGPR101 addressable on GFX9 (102)"
+_LLVM_SGPR_GFX10 = "LLVM AMDGPUUsage DWARF register map: SGPR0-SGPR105 addressable on GFX10+ (106)"
+_UNIFIED_VGPR = (
+    "AMD CDNA2/CDNA3/CDNA4 ISA guides: 512 unified VGPR+AGPR per lane of a wave64 "
+    "(256 ArchVGPRs + 256 AccVGPRs)"
+)
 
 
 @dataclass(frozen=True)
@@ -20,43 +39,100 @@ class ArchInfo:
     wave_size: int
     lds_bytes: int  # most LDS / shared memory one work-group may allocate
     cu_count: int  # compute units (AMD) or SMs (NVIDIA) of the reference product
-    max_vgprs: int  # architectural VGPRs per lane available to one wave (AMD); regs/thread (NVIDIA)
+    max_vgprs: int  # VGPRs per lane one wave may address (AMD, unified with AGPRs); regs/thread (NVIDIA)
     max_sgprs: int  # addressable SGPRs per wave (AMD); 0 for NVIDIA
     has_agprs: bool  # accumulation VGPRs (gfx90a+ MFMA), counted with VGPRs in a unified file
     target_features: tuple[str, ...]  # target-ID features the processor accepts (sramecc, xnack)
     product: str
-    source: str
+    matrix_unit: str | None = None  # "mfma" (gfx9), "wmma" (gfx1250), None (no matrix path wired)
+    max_block: int = 1024  # most work-items per work-group
+    static_lds_bytes: int | None = None  # static allocation limit when below lds_bytes (CUDA: 48 KiB)
+    sources: Mapping[str, str] = field(default_factory=dict)  # field name -> source of the figure
+
+    @property
+    def source(self) -> str:
+        """Every source, one line per figure (for display)."""
+        return "; ".join(f"{k}: {v}" for k, v in sorted(self.sources.items()))
+
+    @property
+    def static_lds_limit(self) -> int:
+        """The most static LDS / shared memory a kernel of this table may declare."""
+        return self.lds_bytes if self.static_lds_bytes is None else self.static_lds_bytes
+
+
+def _src(**kw: str) -> Mapping[str, str]:
+    return MappingProxyType(dict(kw))
 
 
 ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
     {
         "gfx90a": ArchInfo(
             "gfx90a", "amdgcn", 64, 64 * 1024, 110, 512, 102, True, ("sramecc", "xnack"),
-            "AMD Instinct MI250X (one GCD)",
-            "AMD CDNA2 ISA guide (LDS 64 KiB per work-group, 512 unified VGPR+AGPR); "
-            "MI250X data sheet (220 CUs over two GCDs)",
+            "AMD Instinct MI250X (one GCD)", "mfma",
+            sources=_src(
+                wave_size="AMD CDNA2 ISA guide: wave64",
+                lds_bytes=_LLVM_LDS,
+                cu_count="AMD Instinct MI250X data sheet: 220 CUs over two GCDs, 110 per GCD",
+                max_vgprs=_UNIFIED_VGPR,
+                max_sgprs=_LLVM_SGPR_GFX9,
+                matrix_unit="AMD CDNA2 ISA guide: MFMA (v_mfma_f32_32x32x8f16, ...)",
+                max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
+            ),
         ),
         "gfx942": ArchInfo(
             "gfx942", "amdgcn", 64, 64 * 1024, 304, 512, 102, True, ("sramecc", "xnack"),
-            "AMD Instinct MI300X",
-            "AMD CDNA3 ISA guide (LDS 64 KiB); MI300X data sheet (304 CUs)",
+            "AMD Instinct MI300X", "mfma",
+            sources=_src(
+                wave_size="AMD CDNA3 ISA guide: wave64",
+                lds_bytes=_LLVM_LDS,
+                cu_count="AMD Instinct MI300X data sheet: 304 CUs",
+                max_vgprs=_UNIFIED_VGPR,
+                max_sgprs=_LLVM_SGPR_GFX9,
+                matrix_unit="AMD CDNA3 ISA guide: MFMA; measured: mfma.f32.32x32x8f16 compiles on LLVM 20 and 22",
+                max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
+            ),
         ),
         "gfx950": ArchInfo(
             "gfx950", "amdgcn", 64, 160 * 1024, 256, 512, 102, True, ("sramecc", "xnack"),
-            "AMD Instinct MI355X",
-            "AMD CDNA4 ISA guide (LDS 160 KiB per CU); MI355X data sheet (256 CUs)",
+            "AMD Instinct MI355X", "mfma",
+            sources=_src(
+                wave_size="AMD CDNA4 ISA guide: wave64",
+                lds_bytes=_LLVM_LDS,
+                cu_count="AMD Instinct MI355X data sheet: 256 CUs",
+                max_vgprs=_UNIFIED_VGPR,
+                max_sgprs=_LLVM_SGPR_GFX9,
+                matrix_unit="AMD CDNA4 ISA guide: MFMA incl. 32x32x16 f16/bf16 (gfx950 only)",
+                max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
+            ),
         ),
         "gfx1250": ArchInfo(
             "gfx1250", "amdgcn", 32, 320 * 1024, 256, 1024, 106, False, ("xnack",),
-            "AMD gfx1250 (GFX12.5)",
-            "LLVM AMDGPUUsage (gfx1250: wave32, 320 KiB LDS); CU count: reference "
-            "configuration assumed equal to gfx950 until a product sheet is public",
+            "AMD gfx1250 (GFX12.5)", "wmma",
+            sources=_src(
+                wave_size="LLVM AMDGPUUsage: gfx1250 is wave32 only",
+                lds_bytes=_LLVM_LDS,
+                cu_count="assumed equal to gfx950 (256) until a product data sheet is public",
+                max_vgprs="LLVM AMDGPUUsage DWARF register map (llvm-project PR 159447): "
+                          "VGPR0-VGPR1023 in wave32 on GFX1250",
+                max_sgprs=_LLVM_SGPR_GFX10,
+                matrix_unit="measured: llvm.amdgcn.wmma.f32.16x16x32.f16 compiles for gfx1250 on LLVM 22 only",
+                max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
+            ),
         ),
         "sm_90": ArchInfo(
             "sm_90", "nvptx64", 32, 227 * 1024, 132, 255, 0, False, (),
-            "NVIDIA H200 SXM",
-            "CUDA C Programming Guide, compute capability 9.0 (227 KiB shared memory per "
-            "block, 255 registers per thread); H200 data sheet (132 SMs)",
+            "NVIDIA H200 SXM", None, 1024, 48 * 1024,
+            sources=_src(
+                wave_size="CUDA C Programming Guide: warp size 32",
+                lds_bytes="CUDA C Programming Guide, compute capability 9.0: 227 KiB shared memory "
+                          "per block (dynamic, opt-in)",
+                static_lds_bytes="CUDA C Programming Guide: static shared memory is limited to 48 KiB "
+                                 "per block; more needs dynamic shared memory and an opt-in",
+                cu_count="NVIDIA H200 SXM data sheet: 132 SMs",
+                max_vgprs="CUDA C Programming Guide, compute capability 9.0: 255 registers per thread",
+                max_block="CUDA C Programming Guide: 1024 threads per block",
+                matrix_unit="none wired: sm_90 is the fma qualification path",
+            ),
         ),
     }
 )
@@ -65,6 +141,8 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
 def arch_info(processor: str) -> ArchInfo:
     from rocke_aot.errors import SpecError
 
+    if not isinstance(processor, str):
+        raise SpecError(f"a processor must be a string such as 'gfx942', got {processor!r}")
     try:
         return ARCHES[processor]
     except KeyError:

@@ -1,0 +1,69 @@
+"""`rocke-aot variants`: what the variant tables serve, per (family, arch, lane).
+
+    table.report(families, arches, lanes) -> rows (count of specs, or refusal reason;
+                                              per-path refusals such as "wmma needs gfx1250")
+        -> a rich table, or --json (one document: rows + refusals + completeness holes)
+
+Exit code 1 when the tables are incomplete (a registered lane some family neither
+serves nor refuses on purpose), so CI catches it from the command line as well.
+"""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_env
+
+
+@click.command("variants")
+@click.option("--family", "families", multiple=True, help="Only this family (repeatable).")
+@click.option("--arch", "arches", type=ARCH, multiple=True, help="Only this arch target ID (repeatable).")
+@lanes_option(help="Only this lane (repeatable); validated like every --lane. Default: every lane.")
+@json_option
+def variants(families, arches, lanes, as_json: bool) -> int:
+    """Count the specs each (family, arch, lane) serves, and list every refusal with its reason.
+
+    Counts come from the variant tables alone: nothing is lowered or compiled.
+    A refused combination (for example gfx1250 on llvm20) and a refused path
+    (for example wmma on gfx942) are listed with the reason.
+
+    \b
+    Example:
+        rocke-aot variants
+        rocke-aot variants --family conv_dgrad_patch --arch gfx1250 --json
+    """
+    from rocke_aot.variants import table
+
+    rows = table.report(families or None, arches or None, lanes_or_env(lanes) or None)
+    holes = table.check_complete()
+    refusals = [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": "all", "reason": r.reason}
+                for r in rows if not r.served]
+    refusals += [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": f"path {p}", "reason": why}
+                 for r in rows if r.served for p, why in r.paths.items() if why != "served"]
+    if as_json:
+        from rocke_aot.aot.cli import emit_json
+
+        emit_json({"rows": [r.as_dict() for r in rows], "refusals": refusals,
+                   "total": sum(r.count for r in rows), "holes": [str(h) for h in holes]})
+        return 1 if holes else 0
+    con = Console(width=200)
+    counts = Table(title="variant tables")
+    for col in ("family", "arch", "lane", "specs", "paths"):
+        counts.add_column(col, overflow="fold")
+    for r in rows:
+        paths = " ".join(p for p, why in r.paths.items() if why == "served")
+        counts.add_row(r.family, r.arch, r.lane, str(r.count) if r.served else "refused", paths or "-")
+    con.print(counts)
+    if refusals:
+        ref = Table(title="refusals")
+        for col in ("family", "arch", "lane", "scope", "reason"):
+            ref.add_column(col, overflow="fold")
+        for x in refusals:
+            ref.add_row(x["family"], x["arch"], x["lane"], x["scope"], x["reason"])
+        con.print(ref)
+    con.print(f"total specs: {sum(r.count for r in rows)}")
+    for h in holes:
+        con.print(f"[red]INCOMPLETE[/red] {h}")
+    return 1 if holes else 0

@@ -1,0 +1,317 @@
+"""The convolution specs: baked parameters apart from tuning knobs, validated.
+
+    ConvDirectFwdSpec   NHWC forward conv, KRSC weights, NHWK output
+        baked  dtype, c, k, r, s, stride_h/w, pad_h/w, dil_h/w     (fixed in the binary)
+        knobs  tile_h, tile_w, tile_k, c_chunk, path              (tuning)
+        runtime kernel args: batch N, height H, width W
+    ConvDgradPatchSpec  dX of a patch embedding (stride == filter == P, no padding)
+        baked  dtype, c, p
+        knobs  tile_h, tile_w (dY pixels per block), r_blk (patch rows per block),
+               k_chunk (dY channels per step), path
+        runtime kernel args: N, H, W (of dX) and K (dY channels)
+
+    spec.to_dict() / Spec.from_dict(d)   canonical, JSON-able, round-trips exactly
+    spec.baked() / spec.knobs()          the two halves, for tables, keys and the CLI
+    spec.kernel_name                     deterministic symbol name
+    spec.geometry(target)                the arch layout the lowerer uses (threads, LDS);
+                                         SpecError/CapabilityError where it cannot run
+    spec.grid(problem)                   1-D launch size for a problem (main + border blocks)
+
+Construction checks what does not depend on the arch; ``geometry`` the rest. The
+variant tables (variants/tables/conv.py) filter their knob grids through these
+same checks, so a served spec always lowers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from rocke_aot.errors import CapabilityError, SpecError
+
+DTYPES = ("f16", "bf16", "f32")
+PATHS = ("mfma", "wmma", "fma")
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+PATCH_SIZES = (4, 14, 16)
+COL_TILE = 16  # dgrad_patch: GEMM columns are padded to whole 16-column tiles
+FMA_TARGET_THREADS = 256  # fma: a block aims at this many threads
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_types(spec: Any, what: str) -> None:
+    for f in fields(spec):
+        v = getattr(spec, f.name)
+        want = {"str": str, "int": int}[f.type]
+        if type(v) is not want:  # bool is not an int here, and 64.0 is not 64
+            raise SpecError(f"{what} spec field {f.name} must be {f.type}, got {v!r}")
+
+
+def _from_dict(cls: Any, d: object) -> Any:
+    if not isinstance(d, dict):
+        raise SpecError(f"a {cls.family} spec must be a mapping, got {type(d).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    missing = sorted(known - set(d))
+    if unknown or missing:
+        raise SpecError(f"{cls.family} spec: unknown fields {unknown}, missing fields {missing}")
+    return cls(**d)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """How one conv spec maps onto one arch (counts per block)."""
+
+    threads: int
+    wave_size: int
+    per_thread: int  # fma: outputs (channels / columns) per thread
+    instr: str | None  # mma instruction key, None for fma
+    lds_bytes: int
+
+
+def _fma_split(rows: int, cols: int, what: str) -> tuple[int, int]:
+    """(threads, columns per thread): one row per thread, columns split so threads <= 256."""
+    per = max(1, rows * cols // FMA_TARGET_THREADS)
+    while cols % per:
+        per -= 1
+    threads = rows * (cols // per)
+    if threads > 1024:
+        raise SpecError(f"{what}: {threads} threads per block > 1024")
+    return threads, per
+
+
+def _mma_instr(target: Any, path: str, dtype: str) -> Any:
+    from rocke_aot.aot.lower import mma  # the instruction table lives beside the lowering
+
+    return mma.select(target.processor, path, dtype, "auto")
+
+
+def _path_allowed(target: Any, path: str, dtype: str, what: str) -> None:
+    unit = target.info.matrix_unit
+    if path == "fma":
+        return
+    if dtype == "f32":
+        raise SpecError(f"{what}: path {path} needs f16 or bf16 inputs, not f32")
+    if unit != path:
+        raise CapabilityError(f"{what}: path {path} needs an arch with {path}; "
+                              f"{target.processor} has {unit or 'no matrix unit wired'}")
+
+
+@dataclass(frozen=True)
+class ConvDirectFwdSpec:
+    family: ClassVar[str] = "conv_direct_fwd"
+    BAKED: ClassVar[tuple[str, ...]] = ("dtype", "c", "k", "r", "s", "stride_h", "stride_w",
+                                        "pad_h", "pad_w", "dil_h", "dil_w")
+    KNOBS: ClassVar[tuple[str, ...]] = ("tile_h", "tile_w", "tile_k", "c_chunk", "path")
+
+    dtype: str = "f16"
+    c: int = 64
+    k: int = 64
+    r: int = 3
+    s: int = 3
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 1
+    pad_w: int = 1
+    dil_h: int = 1
+    dil_w: int = 1
+    tile_h: int = 8
+    tile_w: int = 8
+    tile_k: int = 32
+    c_chunk: int = 16
+    path: str = "fma"
+
+    def __post_init__(self) -> None:
+        _check_types(self, self.family)
+        if self.dtype not in DTYPES:
+            raise SpecError(f"{self.family} dtype {self.dtype!r} not in {DTYPES}")
+        if self.path not in PATHS:
+            raise SpecError(f"{self.family} path {self.path!r} not in {PATHS}")
+        for name in ("c", "k", "r", "s", "stride_h", "stride_w", "dil_h", "dil_w",
+                     "tile_h", "tile_w", "tile_k", "c_chunk"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"{self.family} {name}={getattr(self, name)} must be >= 1")
+        for name in ("pad_h", "pad_w"):
+            if getattr(self, name) < 0:
+                raise SpecError(f"{self.family} {name}={getattr(self, name)} must be >= 0")
+        if self.c % self.c_chunk:
+            raise SpecError(f"{self.family} c_chunk={self.c_chunk} must divide c={self.c}")
+        if self.pad_h >= self.dil_h * (self.r - 1) + 1 or self.pad_w >= self.dil_w * (self.s - 1) + 1:
+            raise SpecError(f"{self.family}: padding must be smaller than the dilated filter")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(sorted(asdict(self).items()))
+
+    @classmethod
+    def from_dict(cls, d: object) -> "ConvDirectFwdSpec":
+        return _from_dict(cls, d)
+
+    def baked(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in self.BAKED}
+
+    def knobs(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in self.KNOBS}
+
+    @property
+    def kernel_name(self) -> str:
+        return (f"conv_fwd_{self.dtype}_c{self.c}k{self.k}_r{self.r}s{self.s}"
+                f"_u{self.stride_h}v{self.stride_w}_p{self.pad_h}q{self.pad_w}_d{self.dil_h}e{self.dil_w}"
+                f"_{self.path}_t{self.tile_h}x{self.tile_w}x{self.tile_k}_cc{self.c_chunk}")
+
+    # -- shape helpers (shared by the lowerer, the efficiency model and the GPU test) --------
+    @property
+    def halo_h(self) -> int:
+        return (self.tile_h - 1) * self.stride_h + (self.r - 1) * self.dil_h + 1
+
+    @property
+    def halo_w(self) -> int:
+        return (self.tile_w - 1) * self.stride_w + (self.s - 1) * self.dil_w + 1
+
+    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        oh = (h + 2 * self.pad_h - self.dil_h * (self.r - 1) - 1) // self.stride_h + 1
+        ow = (w + 2 * self.pad_w - self.dil_w * (self.s - 1) - 1) // self.stride_w + 1
+        return max(oh, 0), max(ow, 0)
+
+    def grid(self, n: int, h: int, w: int) -> int:
+        """Blocks to launch (1-D): n x ceil(OH/tile_h) x ceil(OW/tile_w) x ceil(K/tile_k)."""
+        oh, ow = self.out_hw(h, w)
+        return n * _ceil(oh, self.tile_h) * _ceil(ow, self.tile_w) * _ceil(self.k, self.tile_k)
+
+    def lds_bytes(self) -> int:
+        e = DTYPE_BYTES[self.dtype]
+        return e * (self.halo_h * self.halo_w * self.c_chunk + self.tile_k * self.r * self.s * self.c_chunk)
+
+    def geometry(self, target: Any) -> ConvGeometry:
+        info = target.info
+        what = self.family
+        _path_allowed(target, self.path, self.dtype, what)
+        lds = self.lds_bytes() + 4  # + 4: lowering rounds LDS arrays up to 16-byte alignment
+        if lds > info.static_lds_limit:
+            raise SpecError(f"{what}: needs about {lds} bytes of LDS, {target.processor} allows "
+                            f"{info.static_lds_limit} static")
+        if self.path == "fma":
+            threads, per = _fma_split(self.tile_h * self.tile_w, self.tile_k, what)
+            return ConvGeometry(threads, info.wave_size, per, None, lds)
+        instr = _mma_instr(target, self.path, self.dtype)
+        rows = self.tile_h * self.tile_w
+        if rows % instr.m or self.tile_k % instr.n:
+            raise SpecError(f"{what}: a {rows}-pixel x {self.tile_k}-channel tile is not whole "
+                            f"{instr.m}x{instr.n} {instr.mnemonic} tiles")
+        if self.c_chunk % instr.k:
+            raise SpecError(f"{what}: c_chunk={self.c_chunk} is not a multiple of {instr.mnemonic}'s K={instr.k}")
+        waves = (rows // instr.m) * (self.tile_k // instr.n)
+        threads = waves * info.wave_size
+        if threads > 1024:
+            raise SpecError(f"{what}: {waves} waves x {info.wave_size} = {threads} threads > 1024")
+        return ConvGeometry(threads, info.wave_size, 0, instr.key, lds)
+
+
+@dataclass(frozen=True)
+class ConvDgradPatchSpec:
+    family: ClassVar[str] = "conv_dgrad_patch"
+    BAKED: ClassVar[tuple[str, ...]] = ("dtype", "c", "p")
+    KNOBS: ClassVar[tuple[str, ...]] = ("tile_h", "tile_w", "r_blk", "k_chunk", "path")
+
+    dtype: str = "f16"
+    c: int = 3
+    p: int = 16
+    tile_h: int = 4
+    tile_w: int = 8
+    r_blk: int = 4
+    k_chunk: int = 16
+    path: str = "fma"
+
+    def __post_init__(self) -> None:
+        _check_types(self, self.family)
+        if self.dtype not in DTYPES:
+            raise SpecError(f"{self.family} dtype {self.dtype!r} not in {DTYPES}")
+        if self.path not in PATHS:
+            raise SpecError(f"{self.family} path {self.path!r} not in {PATHS}")
+        if self.p not in PATCH_SIZES:
+            raise SpecError(f"{self.family} patch size p={self.p} not in {PATCH_SIZES}")
+        for name in ("c", "tile_h", "tile_w", "r_blk", "k_chunk"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"{self.family} {name}={getattr(self, name)} must be >= 1")
+        if self.p % self.r_blk:
+            raise SpecError(f"{self.family} r_blk={self.r_blk} must divide p={self.p}")
+        # Admission of the column tiling: a block's r_blk*P*C GEMM columns are padded to
+        # whole 16-column tiles with at most one eighth of padding.
+        cols = self.cols
+        if (self.cols_padded - cols) * 8 > cols:
+            raise SpecError(
+                f"{self.family}: r_blk*P*C = {self.r_blk}*{self.p}*{self.c} = {cols} GEMM columns pad to "
+                f"{self.cols_padded}, more than one eighth of padding"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(sorted(asdict(self).items()))
+
+    @classmethod
+    def from_dict(cls, d: object) -> "ConvDgradPatchSpec":
+        return _from_dict(cls, d)
+
+    def baked(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in self.BAKED}
+
+    def knobs(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in self.KNOBS}
+
+    @property
+    def kernel_name(self) -> str:
+        return (f"conv_dgrad_patch_{self.dtype}_p{self.p}c{self.c}_{self.path}"
+                f"_t{self.tile_h}x{self.tile_w}_r{self.r_blk}_kc{self.k_chunk}")
+
+    @property
+    def cols(self) -> int:
+        """GEMM columns one block owns: r_blk patch rows x P columns x C channels."""
+        return self.r_blk * self.p * self.c
+
+    @property
+    def cols_padded(self) -> int:
+        return _ceil(self.cols, COL_TILE) * COL_TILE
+
+    @property
+    def rows(self) -> int:
+        """GEMM rows one block owns: tile_h x tile_w dY pixels."""
+        return self.tile_h * self.tile_w
+
+    def main_blocks(self, n: int, h: int, w: int) -> int:
+        hp, wp = h // self.p, w // self.p
+        return n * _ceil(hp, self.tile_h) * _ceil(wp, self.tile_w) * (self.p // self.r_blk)
+
+    def border_blocks(self, n: int, h: int, w: int) -> int:
+        """Blocks zeroing the dX border no patch covers (0 when P divides H and W)."""
+        hp, wp = h // self.p, w // self.p
+        border = n * (h * w - hp * self.p * wp * self.p) * self.c
+        return 0 if border == 0 else min(_ceil(border, 256 * 4), 65535)
+
+    def grid(self, n: int, h: int, w: int) -> int:
+        return self.main_blocks(n, h, w) + self.border_blocks(n, h, w)
+
+    def lds_bytes(self) -> int:
+        e = DTYPE_BYTES[self.dtype]
+        return e * (self.rows * self.k_chunk + self.k_chunk * self.cols_padded)
+
+    def geometry(self, target: Any) -> ConvGeometry:
+        info = target.info
+        what = self.family
+        _path_allowed(target, self.path, self.dtype, what)
+        lds = self.lds_bytes() + 16
+        if lds > info.static_lds_limit:
+            raise SpecError(f"{what}: needs about {lds} bytes of LDS, {target.processor} allows "
+                            f"{info.static_lds_limit} static")
+        if self.path == "fma":
+            threads, per = _fma_split(self.rows, self.cols_padded, what)
+            if threads < 256 and self.rows * self.cols_padded >= 256:
+                pass  # fine: small tiles simply launch fewer threads
+            return ConvGeometry(threads, info.wave_size, per, None, lds)
+        instr = _mma_instr(target, self.path, self.dtype)
+        if self.rows % instr.m or self.cols_padded % instr.n:
+            raise SpecError(f"{what}: a {self.rows}x{self.cols_padded} block tile is not whole "
+                            f"{instr.m}x{instr.n} {instr.mnemonic} tiles")
+        if self.k_chunk % instr.k:
+            raise SpecError(f"{what}: k_chunk={self.k_chunk} is not a multiple of {instr.mnemonic}'s K={instr.k}")
+        waves = min(self.rows // instr.m * (self.cols_padded // instr.n), 1024 // info.wave_size, 8)
+        return ConvGeometry(waves * info.wave_size, info.wave_size, 0, instr.key, lds)

@@ -1,0 +1,125 @@
+"""Problems: the runtime shapes a kernel is asked to run, as frozen values.
+
+    GemmProblem(m, n, k, dtype="f16", out_dtype=None, batch=1)
+    ConvProblem(n, h, w, c, k, r, s, stride_h/w, pad_h/w, dil_h/w, dtype)     .out_hw
+    PatchDgradProblem(n, h, w, c, k, p, dtype)                              .hp, .wp
+    problem_from_dict(family, d)  for JSON (the service): unknown or missing fields refused
+
+Validated on construction (ints are ints, extents positive), so the efficiency
+models never see a malformed problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from rocke_aot.errors import SpecError
+
+_DTYPES = ("f16", "bf16", "f32")
+
+
+def _validate(obj: Any, positive: tuple[str, ...], non_negative: tuple[str, ...] = ()) -> None:
+    what = type(obj).__name__
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        if f.name in ("dtype", "out_dtype"):
+            if v is None and f.name == "out_dtype":
+                continue
+            if v not in _DTYPES:
+                raise SpecError(f"{what}.{f.name} must be one of {_DTYPES}, got {v!r}")
+            continue
+        if type(v) is not int:
+            raise SpecError(f"{what}.{f.name} must be an int, got {v!r}")
+        if f.name in positive and v < 1:
+            raise SpecError(f"{what}.{f.name} must be >= 1, got {v}")
+        if f.name in non_negative and v < 0:
+            raise SpecError(f"{what}.{f.name} must be >= 0, got {v}")
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    m: int
+    n: int
+    k: int
+    dtype: str = "f16"
+    out_dtype: str | None = None  # None: any output dtype will do
+    batch: int = 1
+
+    def __post_init__(self) -> None:
+        _validate(self, ("m", "n", "k", "batch"))
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    n: int
+    h: int
+    w: int
+    c: int
+    k: int
+    r: int
+    s: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    dtype: str = "f16"
+
+    def __post_init__(self) -> None:
+        _validate(self, ("n", "h", "w", "c", "k", "r", "s", "stride_h", "stride_w", "dil_h", "dil_w"),
+                  ("pad_h", "pad_w"))
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        oh = (self.h + 2 * self.pad_h - self.dil_h * (self.r - 1) - 1) // self.stride_h + 1
+        ow = (self.w + 2 * self.pad_w - self.dil_w * (self.s - 1) - 1) // self.stride_w + 1
+        return max(oh, 0), max(ow, 0)
+
+
+@dataclass(frozen=True)
+class PatchDgradProblem:
+    """dX of a patch embedding: dY is [n, h//p, w//p, k], dX is [n, h, w, c]."""
+
+    n: int
+    h: int
+    w: int
+    c: int
+    k: int
+    p: int
+    dtype: str = "f16"
+
+    def __post_init__(self) -> None:
+        _validate(self, ("n", "h", "w", "c", "k", "p"))
+
+    @property
+    def hp(self) -> int:
+        return self.h // self.p
+
+    @property
+    def wp(self) -> int:
+        return self.w // self.p
+
+
+PROBLEM_TYPES: Mapping[str, type] = {
+    "gemm": GemmProblem,
+    "conv_direct_fwd": ConvProblem,
+    "conv_dgrad_patch": PatchDgradProblem,
+}
+
+
+def problem_from_dict(family: str, d: object) -> Any:
+    cls = PROBLEM_TYPES.get(family) if isinstance(family, str) else None
+    if cls is None:
+        raise SpecError(f"no problem type for family {family!r}; known: {', '.join(PROBLEM_TYPES)}")
+    if not isinstance(d, dict):
+        raise SpecError(f"a {family} problem must be a mapping, got {type(d).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise SpecError(f"unknown {family} problem fields {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**d)
+    except TypeError as e:  # a required field is missing
+        raise SpecError(f"{family} problem: {e}") from None

@@ -1,0 +1,95 @@
+"""Variant tables of the convolution families.
+
+    conv_direct_fwd    baked layers (dtype, C, K, R x S, stride, padding, dilation)
+                       x knobs (tile_h, tile_w, tile_k, c_chunk, path)
+    conv_dgrad_patch   baked (dtype, C, P in {4, 14, 16})
+                       x knobs (tile_h, tile_w, r_blk, k_chunk, path)
+
+Every point of the product goes through the spec's own checks (construction, then
+``geometry(target)``: LDS, threads, whole mma tiles), so the grid holds only specs
+that lower. Lane decisions name every registered lane on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rocke_aot.aot.lanes import Lane
+from rocke_aot.aot.targets import Target
+from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
+from rocke_aot.variants.table import SERVE, FamilyTable, Serve
+from rocke_aot.variants.tables._common import matrix_paths
+
+_LLVM24 = Serve("llvm24 shares the llvm23 emission profile; its compiles use the LLVM 24 code generator")
+
+# Representative layers: a 3x3 body conv, a strided 3x3, a 1x1 projection, a 7x7/2 RGB
+# stem (C=3: fma only, no mma K-atom divides it), a dilated 3x3, and a bf16 3x3.
+_FWD_LAYERS: tuple[Mapping[str, Any], ...] = (
+    dict(dtype="f16", c=64, k=64, r=3, s=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1, dil_h=1, dil_w=1),
+    dict(dtype="f16", c=64, k=128, r=3, s=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1, dil_h=1, dil_w=1),
+    dict(dtype="f16", c=256, k=64, r=1, s=1, stride_h=1, stride_w=1, pad_h=0, pad_w=0, dil_h=1, dil_w=1),
+    dict(dtype="f16", c=3, k=64, r=7, s=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3, dil_h=1, dil_w=1),
+    dict(dtype="f16", c=32, k=32, r=3, s=3, stride_h=1, stride_w=1, pad_h=2, pad_w=2, dil_h=2, dil_w=2),
+    dict(dtype="bf16", c=64, k=64, r=3, s=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1, dil_h=1, dil_w=1),
+)
+
+
+def _fwd_baked(target: Target, lane: Lane) -> tuple[Mapping[str, Any], ...]:
+    return _FWD_LAYERS
+
+
+def _fwd_knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tuple]:
+    c = baked["c"]
+    chunks = tuple(x for x in (8, 16, 32) if c % x == 0) or (c,)
+    return {"tile_h": (4, 8), "tile_w": (8, 16), "tile_k": (16, 32, 64), "c_chunk": chunks}
+
+
+def _fwd_make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> ConvDirectFwdSpec:
+    return ConvDirectFwdSpec(**baked, **knobs)
+
+
+CONV_DIRECT_FWD = FamilyTable(
+    family="conv_direct_fwd",
+    lane_decisions={"llvm20": SERVE, "llvm22": SERVE, "llvm23": SERVE, "llvm24": _LLVM24},
+    baked=_fwd_baked,
+    knobs=_fwd_knobs,
+    make_spec=_fwd_make,
+    check=lambda spec, target: spec.geometry(target),
+    spec_from_dict=ConvDirectFwdSpec.from_dict,
+    paths=matrix_paths,
+)
+
+# Patch embeddings: RGB (C=3) at the three patch sizes, a C=4 /14, and a bf16 /16.
+_PATCH_LAYERS: tuple[Mapping[str, Any], ...] = (
+    dict(dtype="f16", c=3, p=4),
+    dict(dtype="f16", c=3, p=14),
+    dict(dtype="f16", c=3, p=16),
+    dict(dtype="f16", c=4, p=14),
+    dict(dtype="bf16", c=3, p=16),
+)
+
+
+def _patch_baked(target: Target, lane: Lane) -> tuple[Mapping[str, Any], ...]:
+    return _PATCH_LAYERS
+
+
+def _patch_knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tuple]:
+    p = baked["p"]
+    return {"tile_h": (2, 4), "tile_w": (4, 8), "r_blk": tuple(d for d in range(1, p + 1) if p % d == 0),
+            "k_chunk": (16, 32)}
+
+
+def _patch_make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> ConvDgradPatchSpec:
+    return ConvDgradPatchSpec(**baked, **knobs)
+
+
+CONV_DGRAD_PATCH = FamilyTable(
+    family="conv_dgrad_patch",
+    lane_decisions={"llvm20": SERVE, "llvm22": SERVE, "llvm23": SERVE, "llvm24": _LLVM24},
+    baked=_patch_baked,
+    knobs=_patch_knobs,
+    make_spec=_patch_make,
+    check=lambda spec, target: spec.geometry(target),
+    spec_from_dict=ConvDgradPatchSpec.from_dict,
+    paths=matrix_paths,
+)

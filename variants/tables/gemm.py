@@ -1,0 +1,52 @@
+"""The gemm family's variant table (GemmSpec itself lives in variants/gemm.py).
+
+    baked   (in_dtype, out_dtype)
+    knobs   block_m, block_n, block_k, waves, double_buffer, vector_width, path
+            (mma = "auto": the arch's default instruction for the path)
+
+Every point goes through GemmSpec's own checks (construction, then
+``geometry(target)``: threads, instruction tiling, LDS), so the grid holds only
+specs that lower.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rocke_aot.aot.lanes import Lane
+from rocke_aot.aot.targets import Target
+from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.variants.table import SERVE, FamilyTable, Serve
+from rocke_aot.variants.tables._common import matrix_paths
+
+_DTYPES: tuple[Mapping[str, Any], ...] = (
+    dict(in_dtype="f16", out_dtype="f32"),
+    dict(in_dtype="f16", out_dtype="f16"),
+    dict(in_dtype="bf16", out_dtype="bf16"),
+)
+
+
+def _baked(target: Target, lane: Lane) -> tuple[Mapping[str, Any], ...]:
+    return _DTYPES
+
+
+def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tuple]:
+    return {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "block_k": (32, 64),
+            "waves": (2, 4), "double_buffer": (False, True), "vector_width": (4,)}
+
+
+def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
+    return GemmSpec(**baked, **knobs)
+
+
+GEMM = FamilyTable(
+    family="gemm",
+    lane_decisions={"llvm20": SERVE, "llvm22": SERVE, "llvm23": SERVE,
+                    "llvm24": Serve("llvm24 shares the llvm23 emission profile")},
+    baked=_baked,
+    knobs=_knobs,
+    make_spec=_make,
+    check=lambda spec, target: spec.geometry(target),
+    spec_from_dict=GemmSpec.from_dict,
+    paths=matrix_paths,
+)
