@@ -21,6 +21,7 @@ msgpack the metadata note, nothing here walks ELF bytes by hand.
 from __future__ import annotations
 
 import io
+import json
 import struct
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -112,9 +113,8 @@ class CodeObjectInfo:
     comment: tuple[str, ...] = ()  # .comment strings (linker / producer versions)
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["args"] = [asdict(a) for a in self.args]
-        return out
+        """Plain JSON types (tuples become lists), as stored in artifact metadata."""
+        return json.loads(json.dumps(asdict(self)))
 
 
 # ---------------------------------------------------------------- helpers

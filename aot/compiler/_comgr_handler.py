@@ -40,6 +40,10 @@ def _bindings(ctx):
     paths.get_library_path = lambda name, *a, **k: os.fsencode(lib) if name == "amd_comgr" else original(name, *a, **k)
     from rocm.bindings import amd_comgr as c
 
+    # The bindings print and ignore a failed dlopen/dlsym and return garbage, so ask first.
+    missing = [f for f in ("amd_comgr_get_version", "amd_comgr_do_action") if not c.has_symbol(f)]
+    if missing:
+        ctx.fail(f"{lib} is not a COMGR library (no {', '.join(missing)})")
     status, major, minor = c.amd_comgr_get_version()
     if major == 2:
         class Actions(c._amd_comgr_action_kind_s__Base):
