@@ -4,9 +4,11 @@ A *lane* is a qualified compiler major (``llvm20`` .. ``llvm24``); it is chosen
 by the LLVM major of the compiler that does code generation. An *emission
 profile* is what the lowering emits for a lane: the datalayout per target, the
 intrinsic declaration shapes and a capability set. Lanes and profiles are
-distinct on purpose: ``llvm23`` and ``llvm24`` are two lanes that share the
-``llvm23`` profile, because characterizing the real LLVM 24 found no emission
-delta (docs/llvm24-lane.md holds that evidence).
+distinct on purpose: several lanes may share one profile when their compilers
+show no emission delta. ``llvm24`` has its own profile: characterizing the real
+LLVM 24 (the triton wheel's AMDGPU code generator) found three deltas from the
+LLVM 22 emission -- datalayout (address spaces 10..15), the subarch triple, and
+xnack/sramecc as module flags (docs/llvm24-lane.md holds that evidence).
 
     LLVM major --lane_for_major--> Lane --profile_of--> Profile
     "--lane"/ROCKE_AOT_LANE/API ---get_lane-----^          |
@@ -48,6 +50,15 @@ _AMDGCN_DL_LLVM22 = (
     "-v32:32-v48:64-v96:128-v192:256-v256:256-v512:512-v1024:1024-v2048:2048"
     "-n32:64-S32-A5-G1-ni:7:8:9"
 )
+# LLVM 24.0.0git (triton 3.9.0's libtriton_amd_codegen.so, revision 6bc4aaf6641c-1), read
+# from the module its target machine prints, identical for gfx90a/gfx942/gfx950/gfx1250 and
+# for the plain and subarch triples: LLVM 22's string plus p10..p15 (docs/llvm24-lane.md).
+_AMDGCN_DL_LLVM24 = (
+    "e-m:e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32"
+    "-p7:160:256:256:32-p8:128:128:128:48-p9:192:256:256:32-p10:32:32-p11:32:32-p12:32:32"
+    "-p13:32:32-p14:32:32-p15:32:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128-v192:256"
+    "-v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7:8:9"
+)
 _NVPTX_DL_LLVM20 = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 _NVPTX_DL_LLVM22 = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 
@@ -64,6 +75,10 @@ CAPABILITIES = MappingProxyType(
         "mfma:gfx950": "gfx950 MFMA (llvm.amdgcn.mfma.f32.32x32x16.f16/bf16)",
         "wmma:gfx1250": "gfx1250 WMMA (llvm.amdgcn.wmma.f32.16x16x32.f16/bf16)",
         "ptr-captures-attr": "understands the captures(...) parameter attribute",
+        "triple:amdgpu-subarch": "AMDGPU triples name the subarch (amdgpu9.50-amd-amdhsa for gfx950): "
+        "LLVM 24 deprecates amdgcn-amd-amdhsa, LLVM 22 rejects the subarch form",
+        "target-id:module-flags": "xnack/sramecc come from module flags !\"amdgpu.xnack\"/!\"amdgpu.sramecc\" "
+        "(i32 0|1, absent = any), not subtarget features (LLVM 24 reports those as errors and ignores them)",
     }
 )
 
@@ -156,6 +171,12 @@ class Profile:
                 f"emission profile {self.name!r} declares no intrinsic {key!r}"
             ) from None
 
+    def triple(self, target) -> str:
+        """The target triple this profile emits for ``target`` (a targets.Target)."""
+        if target.is_amdgpu and "triple:amdgpu-subarch" in self.capabilities:
+            return amdgpu_subarch_triple(target.processor)
+        return target.triple
+
     def has(self, capability: str) -> bool:
         if capability not in CAPABILITIES:
             raise ValueError(f"unknown capability {capability!r}")
@@ -202,7 +223,19 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
             "llvm23",
             MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22, "nvptx64": _NVPTX_DL_LLVM22}),
             _COMMON | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
-            "LLVM 23 and 24: characterized with no datalayout or declaration delta from 22",
+            "LLVM 23: no LLVM 23 toolchain has been characterized; emits as LLVM 22 (a real LLVM 23 "
+            "that reports another datalayout is refused by the drift guard)",
+            _INTRINSICS_LLVM22, _AMDGPU_NO_INPUTS_LLVM22, ("amdgpu-agpr-alloc", "0"),
+        ),
+        # Characterized on the real LLVM 24 (docs/llvm24-lane.md): the same intrinsic shapes and
+        # amdgpu-no-* inputs as LLVM 22; AMDGPU only (the LLVM 24 code generator has no NVPTX).
+        "llvm24": Profile(
+            "llvm24",
+            MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM24}),
+            (_COMMON - {"target:sm_90"})
+            | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr", "triple:amdgpu-subarch",
+               "target-id:module-flags"},
+            "LLVM 24: datalayout adds p10..p15; subarch triples; xnack/sramecc as module flags",
             _INTRINSICS_LLVM22, _AMDGPU_NO_INPUTS_LLVM22, ("amdgpu-agpr-alloc", "0"),
         ),
     }
@@ -213,12 +246,26 @@ LANES: tuple[Lane, ...] = (
     Lane(20, "llvm20", "llvm20"),
     Lane(22, "llvm22", "llvm22"),
     Lane(23, "llvm23", "llvm23"),
-    Lane(24, "llvm24", "llvm23"),
+    Lane(24, "llvm24", "llvm24"),
 )
 _BY_NAME: Mapping[str, Lane] = MappingProxyType({lane.name: lane for lane in LANES})
 _BY_MAJOR: Mapping[int, Lane] = MappingProxyType({lane.major: lane for lane in LANES})
 
 LANE_NAMES: tuple[str, ...] = tuple(lane.name for lane in LANES)
+
+
+def amdgpu_subarch_triple(processor: str) -> str:
+    """gfx950 -> amdgpu9.50-amd-amdhsa, gfx90a -> amdgpu9.0a-..., gfx1250 -> amdgpu12.50-...
+
+    The rule LLVM 24 states in its deprecation warning; the characterization checks it against
+    the triple the real LLVM 24 asks for on every wired arch.
+    """
+    import re
+
+    m = re.fullmatch(r"gfx(\d+)([0-9a-f])([0-9a-f])", processor)
+    if not m:
+        raise CapabilityError(f"{processor!r} is not an AMDGPU processor name (gfx<major><minor><stepping>)")
+    return f"amdgpu{m.group(1)}.{m.group(2)}{m.group(3)}-amd-amdhsa"
 
 
 def _qualified() -> str:

@@ -226,7 +226,7 @@ class KernelModule:
         self.require(capability=f"target:{self.target.processor}", op=f"kernel for {self.target.id}")
         self.name = name
         self.module = ir.Module(name=name)
-        self.module.triple = self.target.triple
+        self.module.triple = self.profile.triple(self.target)  # llvm24: subarch triple
         self.module.data_layout = self.profile.datalayout(self.target.family)
         self._declared: dict[str, ir.Function] = {}
         self.kernel: ir.Function | None = None
