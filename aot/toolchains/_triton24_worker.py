@@ -286,8 +286,10 @@ def _compile(payload, blob, ctx):
     if asm is None:
         ctx.fail(f"LLVM code generation failed: {err}")
     for line in ctx.stderr()[mark:].splitlines():
-        if any(w in line for w in _FATAL_WARNINGS):
-            ctx.fail(f"LLVM warning treated as an error: {line.strip()}")
+        # LLVM 24 prints "error: xnack/sramecc should be specified via module flags" for a
+        # target-ID feature passed as a subtarget feature, then ignores it and returns success.
+        if any(w in line for w in _FATAL_WARNINGS) or line.lstrip().startswith("error:"):
+            ctx.fail(f"LLVM diagnostic treated as an error: {line.strip()}")
     obj, err = _raw_assemble(lib, asm, triple, processor, features)
     if obj is None:
         ctx.fail(f"the library's assembler rejected its own AMDGCN: {err}")

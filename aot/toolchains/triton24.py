@@ -7,15 +7,16 @@
           `rocke-aot toolchain install llvm24`), $ROCKE_AOT_HOME/lanes/llvm24, and this
           interpreter's own site-packages (the `llvm24` extra)
 
-    detect()   _triton24_worker.py "triton24.describe" (a subprocess: ctypes, no triton import)
+    detect()   _triton24_worker.py "triton24.describe" (in a worker: ctypes, no triton import)
                -> LLVM version named by the library's bitcode reader -> lane_for_major -> llvm24
                -> per wired processor: recognized?, datalayout, the triple LLVM asks for
                -> apply_drift_guard (profile datalayout == what the library's target machine uses)
     compile()  IR text --worker "triton24.compile"--> AMDGCN asm --(same call)--> relocatable
                --ld.lld -shared--> HSACO
 
-Every library call runs in a fresh worker process: an LLVM abort ("LLVM ERROR: Cannot select")
-kills the worker, and its last words are read back from a stderr file this side owns.
+Every library call runs in a long-lived worker process (aot/compiler's pool, this kind's
+handlers loaded as a plugin): an LLVM abort ("LLVM ERROR: Cannot select") kills only that
+worker, and its last words are read back from a stderr file this side owns.
 
 The adapter speaks interface version 1 of the library's options struct (see the worker). A
 toolchain constructed for any other version is refused before the library is touched, and the
@@ -25,25 +26,20 @@ records (``extra["next_version_refusal"]``).
 
 from __future__ import annotations
 
-import base64
 import functools
 import glob
 import hashlib
 import importlib.util
-import json
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.aot.lanes import lane_for_major
 from rocke_aot.aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
-from rocke_aot.errors import CompileError, CompileTimeout, LaneError, ToolchainError, ToolchainRefused
+from rocke_aot.errors import CompileError, LaneError, ToolchainError, ToolchainRefused
 from rocke_aot.variants.arch import ARCHES
 
 ENV_LIB = "ROCKE_AOT_LLVM24_LIB"
@@ -55,6 +51,7 @@ SETUP_HINT = "run `bash scripts/setup.sh` (it runs `rocke-aot toolchain install 
 
 _TRIPLE_RE = re.compile(r'^\s*target\s+triple\s*=\s*"([^"]*)"', re.M)
 _DATALAYOUT_RE = re.compile(r'^\s*target\s+datalayout\s*=\s*"([^"]*)"', re.M)
+_MODULE_FLAG_RE = re.compile(r'!\{\s*i32\s+\d+,\s*!"amdgpu\.(xnack|sramecc)",\s*i32\s+([01])\s*\}')
 
 
 def wired_amdgpu_processors() -> list[str]:
@@ -138,69 +135,34 @@ def find_llvm24(toolchains: list[Toolchain] | None = None) -> "Triton24Toolchain
 
 
 def run_worker(kind: str, payload: dict, *, timeout: float = 120.0) -> tuple[dict, bytes | None]:
-    """One request in a fresh worker process. Raises CompileError (with LLVM's words) on failure."""
-    with tempfile.TemporaryFile() as err:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", str(WORKER), kind],
-                input=json.dumps(payload).encode(), stdout=subprocess.PIPE, stderr=err, timeout=timeout,
-            )
-        except subprocess.TimeoutExpired as e:
-            raise CompileTimeout(f"LLVM 24 worker ({kind}) exceeded {timeout:.0f}s and was killed") from e
-        err.seek(0)
-        stderr = err.read().decode("utf-8", "replace")
-    try:
-        reply = json.loads(proc.stdout) if proc.stdout else None
-    except json.JSONDecodeError:
-        reply = None
-    if reply is None:
-        # The process died (an LLVM abort, a signal): its last stderr lines say why.
-        last = [ln for ln in stderr.splitlines() if ln.strip()][-6:]
-        why = "\n".join(last) or f"exit status {proc.returncode}"
-        raise CompileError(f"LLVM 24 worker ({kind}) died (exit {proc.returncode}): {why}", log=stderr[-8000:])
-    if not reply["ok"]:
-        raise CompileError(reply["error"], log=stderr[-8000:])
-    blob = base64.b64decode(reply["blob_b64"]) if reply.get("blob_b64") else None
-    return reply["result"], blob
+    """One request on this thread's long-lived worker (the compile helper's pool, with
+    _triton24_worker.py as a plugin). An LLVM abort kills that worker only and becomes a
+    CompileError carrying LLVM's message; the next request starts a fresh worker."""
+    from rocke_aot.aot.compiler import WorkerSpec, default_pool
+
+    spec = WorkerSpec.of(sys.executable, plugins=[WORKER])
+    reply = default_pool().call(spec, kind, payload, None, timeout=timeout)
+    result = dict(reply.result)
+    result.setdefault("log", reply.log)
+    return result, reply.blob
 
 
 # ------------------------------------------------------------------ linking
 
 
-def _linker() -> tuple[list[str], dict[str, str]]:
-    """(argv prefix, identity) of the ld.lld that links HSACOs.
+def _linker() -> tuple[str, dict[str, str]]:
+    """The located ld.lld and its identity (aot/toolchains/lld.py). The wheel carries no
+    standalone LLD 24 (its LLD is linked into libtriton.so behind a pybind module), so the
+    located ld.lld (Debian's LLD 22) links, and its version line is recorded."""
+    from rocke_aot.aot.toolchains.lld import find_lld, linker_identity
 
-    The compile helper's locator (aot/toolchains/lld.py) is the authority once it exists; until
-    then Debian's lld-22. The wheel carries no standalone ld.lld (its LLD lives inside
-    libtriton.so behind a pybind module), so the located one is used and recorded.
-    """
-    try:
-        from rocke_aot.aot.toolchains import lld as lld_mod  # the compile helper's locator
-
-        path = str(lld_mod.find_lld()) if hasattr(lld_mod, "find_lld") else None
-        ident = dict(lld_mod.linker_identity()) if hasattr(lld_mod, "linker_identity") else {}
-        if path:
-            return [path], ident
-    except ImportError:
-        pass
-    for cand in (shutil.which("ld.lld"), "/usr/lib/llvm-22/bin/ld.lld"):
-        if cand and os.path.isfile(cand):
-            out = subprocess.run([cand, "--version"], capture_output=True, text=True).stdout.strip()
-            return [cand], {"linker": cand, "linker_version": out}
-    raise ToolchainError("no ld.lld found to link HSACOs: install lld-22 (bash scripts/setup.sh)")
+    return find_lld(), linker_identity()
 
 
-def link_hsaco(obj: bytes) -> bytes:
-    argv, _ = _linker()
-    with tempfile.TemporaryDirectory(prefix="rocke-llvm24-") as d:
-        src, dst = os.path.join(d, "k.o"), os.path.join(d, "k.hsaco")
-        with open(src, "wb") as f:
-            f.write(obj)
-        proc = subprocess.run([*argv, "-shared", src, "-o", dst], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CompileError(f"ld.lld failed: {proc.stderr.strip()[-2000:]}", log=proc.stderr)
-        with open(dst, "rb") as f:
-            return f.read()
+def link_hsaco(obj: bytes, *, timeout: float = 60.0) -> bytes:
+    from rocke_aot.aot.compiler.link import link_hsaco as _link
+
+    return _link(obj, timeout=timeout)
 
 
 # ------------------------------------------------------------------ the toolchain
@@ -262,6 +224,7 @@ class Triton24Toolchain(Toolchain):
                 "version_source": d["reader_message"],
                 "suggested_triples": {p: targets[p]["suggested_triple"] for p in arches},
                 "label": self.label or "",
+                "linker": self._linker_note(),
                 "venv": self.venv or "",
             },
         )
@@ -269,6 +232,14 @@ class Triton24Toolchain(Toolchain):
 
     def detect(self) -> ToolchainInfo:
         return self._info
+
+    @staticmethod
+    def _linker_note() -> str:
+        try:
+            path, ident = _linker()
+            return f"{ident.get('linker', '?')} at {path}"
+        except ToolchainError as e:
+            return f"none: {e}"
 
     @functools.cached_property
     def _library_sha256(self) -> str:
@@ -319,19 +290,27 @@ class Triton24Toolchain(Toolchain):
             raise CompileError(f"IR datalayout {m.group(1)!r} differs from LLVM 24's "
                                f"{info.datalayouts[target.processor]!r} for {target.processor}: "
                                f"the IR was lowered for another emission profile")
+        # LLVM 24 takes xnack/sramecc from module flags only (a subtarget feature is reported
+        # as an error and ignored), so the IR must carry the target ID's settings itself.
+        flags = {m.group(1): m.group(2) == "1" for m in _MODULE_FLAG_RE.finditer(ir)}
+        for name, on in target.features:
+            if flags.get(name) != on:
+                raise CompileError(
+                    f"{target.id} needs module flag !\"amdgpu.{name}\" = {int(on)} in the IR (LLVM 24 takes "
+                    f"target-ID settings from module flags); the IR has {flags.get(name)!r}")
         result, obj = run_worker("triton24.compile", {
             "library": self.library, "interface_version": self.interface_version, "ir": ir,
-            "triple": triple, "processor": target.processor, "features": target.llvm_features,
+            "triple": triple, "processor": target.processor, "features": "",
         }, timeout=timeout)
         hsaco = link_hsaco(obj)
         return CompileResult(code_object=hsaco, format="hsaco", log=result.get("log", ""), asm=result["asm"])
 
-    def compile_object(self, ir: str, target: Target, triple: str, *, timeout: float = 120.0) -> tuple[bytes, str, str]:
+    def compile_object(self, ir: str, processor: str, triple: str, features: str = "", *,
+                       timeout: float = 120.0) -> tuple[bytes, str, str]:
         """(relocatable, asm, log) without linking or IR checks: characterization only."""
-        target = Target.parse(target)
         result, obj = run_worker("triton24.compile", {
             "library": self.library, "interface_version": self.interface_version, "ir": ir,
-            "triple": triple, "processor": target.processor, "features": target.llvm_features,
+            "triple": triple, "processor": processor, "features": features,
         }, timeout=timeout)
         return obj, result["asm"], result.get("log", "")
 
