@@ -25,6 +25,8 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.aot.cli_build", "build"),
     ("rocke_aot.aot.cli_variants", "variants"),
     ("rocke_aot.cache.cli", "cache"),
+    ("rocke_aot.aot.cli_compile", "lower_cmd"),
+    ("rocke_aot.aot.cli_compile", "compile_cmd"),
 )
 
 

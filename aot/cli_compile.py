@@ -1,0 +1,177 @@
+"""`rocke-aot lower` (print one spec's IR) and `rocke-aot compile` (write its code object).
+
+    --family F --spec JSON --arch A --lane L
+        -> lower(F, spec, A, L)                          (aot/lower; refusals before LLVM)
+        -> lower: the IR text
+        -> compile: the lane's first usable toolchain .compile(ir, A)   (isolated worker)
+                    -> validate (aot/codeobject.py) -> write -o; print metadata (--json)
+    compile --ir FILE skips lowering and compiles that IR (the kernel name is then read
+    from the code object).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import click
+
+from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_env
+from rocke_aot.errors import SpecError, ToolchainError
+
+
+def _spec(value: str | None) -> dict:
+    if value is None:
+        return {}
+    text = Path(value[1:]).read_text() if value.startswith("@") else value
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"--spec is not valid JSON ({e})") from None
+    if not isinstance(spec, dict):
+        raise SpecError(f"--spec must be a JSON object, got {type(spec).__name__}")
+    return spec
+
+
+def _lane(lane):
+    lanes = lanes_or_env(lane)
+    if not lanes:
+        raise click.UsageError("give --lane (or set ROCKE_AOT_LANE)")
+    return lanes[0]
+
+
+def _lower(family, spec, arch, lane):
+    from rocke_aot.aot.lower import lower
+
+    return lower(family, _spec(spec), arch, _lane(lane))
+
+
+_common = [
+    click.option("--family", default="gemm", show_default=True, help="Kernel family."),
+    click.option("--spec", default=None, metavar="JSON|@FILE",
+                 help="The family's spec as a JSON object (fields not given take their defaults)."),
+    click.option("--arch", type=ARCH, required=True, help="Target ID: gfx942, gfx942:sramecc+:xnack-, gfx1250, sm_90 ..."),
+    lanes_option(multiple=False, help="Compiler lane (default: $ROCKE_AOT_LANE)."),
+]
+
+
+def _with_common(fn):
+    for opt in reversed(_common):
+        fn = opt(fn)
+    return fn
+
+
+@click.command("lower")
+@_with_common
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the IR here instead of printing it.")
+@json_option
+def lower_cmd(family, spec, arch, lane, output, as_json) -> None:
+    """Print the LLVM IR of one spec, lowered for ARCH on LANE (deterministic text).
+
+    \b
+    Example:
+        rocke-aot lower --family gemm --arch gfx942 --lane llvm22 --spec '{"path": "mfma"}'
+        rocke-aot lower --arch gfx1250 --lane llvm22 --spec '{"path": "wmma"}' --json | jq .ir_sha256
+    """
+    kernel = _lower(family, spec, arch, lane)
+    if output is not None:
+        output.write_text(kernel.ir)
+    if as_json:
+        from rocke_aot.aot.cli import emit_json
+
+        emit_json(dict(kernel.as_dict(), ir=None if output else kernel.ir, output=str(output) if output else None))
+    elif output is None:
+        click.echo(kernel.ir, nl=False)
+
+
+def _pick_toolchain(lane, arch):
+    from rocke_aot.aot import toolchains as tcs
+
+    found = tcs.toolchains_for_lane(lane)
+    if not found:
+        raise ToolchainError(f"no {lane.name} toolchain on this host (see `rocke-aot toolchains`)")
+    for tc in found:
+        if arch.processor in tc.detect().arches:
+            return tc
+    raise ToolchainError(f"no {lane.name} toolchain here can target {arch.processor}")
+
+
+@click.command("compile")
+@_with_common
+@click.option("--ir", "ir_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Compile this IR file instead of lowering a spec.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Code object to write (HSACO for AMD, cubin for sm_90; the PTX goes beside it as .ptx).")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True, help="Seconds.")
+@json_option
+def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> None:
+    """Lower one spec, compile it in an isolated worker, validate and write the code object.
+
+    The lane's first toolchain on this host that can target ARCH does the compile
+    (`rocke-aot toolchains` lists them). Prints the code object's metadata: kernel,
+    kernargs, VGPR/SGPR/AGPR counts, LDS, scratch, wave size, the user SGPR inputs
+    its descriptor enables.
+
+    \b
+    Example:
+        rocke-aot compile --arch gfx942 --lane llvm22 --spec '{"path": "mfma"}' -o k.hsaco
+        rocke-aot compile --arch sm_90 --lane llvm22 -o k.cubin --json
+    """
+    from rocke_aot.aot.codeobject import validate
+
+    lane_obj = _lane(lane)
+    if ir_file is not None:
+        if spec is not None:
+            raise click.UsageError("--ir and --spec exclude each other")
+        ir, kernel, kernel_name = ir_file.read_text(), None, None
+    else:
+        kernel = _lower(family, spec, arch, lane_obj)
+        ir, kernel_name = kernel.ir, kernel.kernel_name
+    tc = _pick_toolchain(lane_obj, arch)
+    result = tc.compile(ir, arch, timeout=timeout)
+    info = validate(result.code_object, arch, kernel=kernel_name)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_bytes(result.code_object)
+    os.replace(tmp, output)
+    ptx_path = None
+    if result.ptx is not None:
+        ptx_path = output.with_suffix(".ptx")
+        ptx_path.write_text(result.ptx)
+    doc = {
+        "output": str(output),
+        "format": result.format,
+        "sha256": hashlib.sha256(result.code_object).hexdigest(),
+        "bytes": len(result.code_object),
+        "ptx": str(ptx_path) if ptx_path else None,
+        "lane": lane_obj.name,
+        "toolchain": tc.identity(),
+        "toolchain_location": tc.detect().location,
+        "ir_sha256": hashlib.sha256(ir.encode()).hexdigest(),
+        "kernel": kernel.as_dict() if kernel else None,
+        "code_object": info.as_dict(),
+        "log": result.log,
+    }
+    if as_json:
+        from rocke_aot.aot.cli import emit_json
+
+        emit_json(doc)
+        return
+    click.echo(f"wrote {output} ({result.format}, {len(result.code_object)} bytes, sha256 {doc['sha256'][:16]}...)")
+    if ptx_path:
+        click.echo(f"wrote {ptx_path}")
+    click.echo(f"kernel     {info.kernel}  target {info.target}  lane {lane_obj.name}")
+    click.echo(f"toolchain  {tc.kind} {tc.detect().llvm_version} at {tc.detect().location}")
+    if info.format == "hsaco":
+        kd = info.descriptor
+        click.echo(f"kernarg    {info.kernarg_size} bytes: " + ", ".join(f"{a.name}@{a.offset}" for a in info.args))
+        click.echo(f"registers  vgpr {info.vgpr_count}  agpr {info.agpr_count}  sgpr {info.sgpr_count}  "
+                   f"spills v{info.vgpr_spill_count}/s{info.sgpr_spill_count}")
+        click.echo(f"memory     lds {info.lds_bytes} B  scratch {info.private_segment_bytes} B/work-item")
+        click.echo(f"wave       {info.wavefront_size}  inputs {', '.join(kd.user_sgpr_inputs)}  "
+                   f"code object v{info.code_object_version}")
+    for line in result.log.splitlines():
+        click.echo(f"log: {line}", err=True)
