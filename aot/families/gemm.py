@@ -66,7 +66,7 @@ class _GemmLowering:
         self.instr = mma.INSTRS[geo.instr] if geo.instr else None
         if self.instr is not None:
             self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
-                                            op=f"gemm {spec.path} ({self.instr.mnemonic})")
+                                            op=f"gemm {spec.path} ({self.instr.mnemonic_for(target.processor)})")
         self.fmuladd = self.kb.declare("fmuladd_f32") if self.instr is None else None
 
     # -- small helpers ----------------------------------------------------------------
@@ -313,13 +313,13 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
         if not target.is_amdgpu:
             raise CapabilityError(f"gemm path {spec.path} is not available on {target.processor}")
         instr = mma.select(target.processor, spec.path, spec.in_dtype, spec.mma)
-        lanes.require(lane, capability=instr.capability, op=f"gemm {spec.path} ({instr.mnemonic})")
+        lanes.require(lane, capability=instr.capability, op=f"gemm {spec.path} ({instr.mnemonic_for(target.processor)})")
     geo = spec.geometry(target)
     low = _GemmLowering(spec, target, lane, geo)
     text = low.build()
     meta = {
         "path": spec.path,
-        "instruction": low.instr.mnemonic if low.instr else None,
+        "instruction": low.instr.mnemonic_for(target.processor) if low.instr else None,
         "grid": "ceil(M/block_m) * ceil(N/block_n) work-groups, 1-D",
         "block_m": spec.block_m, "block_n": spec.block_n,
         "geometry": {k: v for k, v in vars(geo).items()},
@@ -339,3 +339,9 @@ def _family():
 
 
 FAMILY = _family()
+
+
+def paths_for(processor: str, in_dtype: str = "f16") -> tuple[str, ...]:
+    """The gemm paths the lowering implements on a processor (lane capabilities aside)."""
+    matrix = tuple(p for p in ("mfma", "wmma") if mma.shapes_for(processor, p, in_dtype))
+    return matrix + ("fma",)

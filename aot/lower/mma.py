@@ -39,7 +39,7 @@ from rocke_aot.errors import CapabilityError
 @dataclass(frozen=True)
 class MmaInstr:
     key: str  # the profile's intrinsic key
-    mnemonic: str  # what llvm-objdump prints
+    mnemonic: str  # what llvm-objdump prints for gfx940 and newer
     kind: str  # "mfma" | "wmma"
     m: int
     n: int
@@ -47,6 +47,13 @@ class MmaInstr:
     wave_size: int
     in_dtype: str  # "f16" | "bf16"
     capability: str  # lanes capability the op needs
+    mnemonic_gfx90a: str | None = None  # gfx90a's (pre-gfx940) spelling, where it differs
+
+    def mnemonic_for(self, processor: str) -> str:
+        """The ISA mnemonic as the disassembler prints it for ``processor``."""
+        if processor == "gfx90a" and self.mnemonic_gfx90a:
+            return self.mnemonic_gfx90a
+        return self.mnemonic
 
     @property
     def a_per_lane(self) -> int:
@@ -78,16 +85,20 @@ class MmaInstr:
         return (lane // self.n) * 4 + (4 * groups * (r // 4) + r % 4), lane % self.n
 
 
-def _mfma(key: str, mnem: str, m: int, n: int, k: int, dt: str, cap: str) -> MmaInstr:
-    return MmaInstr(key, mnem, "mfma", m, n, k, 64, dt, cap)
+def _mfma(key: str, mnem: str, m: int, n: int, k: int, dt: str, cap: str, old: str | None = None) -> MmaInstr:
+    return MmaInstr(key, mnem, "mfma", m, n, k, 64, dt, cap, old)
 
 
 INSTRS: Mapping[str, MmaInstr] = MappingProxyType({
     i.key: i for i in (
-        _mfma("mfma_f32_32x32x8f16", "v_mfma_f32_32x32x8", 32, 32, 8, "f16", "mfma:f16"),
-        _mfma("mfma_f32_16x16x16f16", "v_mfma_f32_16x16x16", 16, 16, 16, "f16", "mfma:f16"),
-        _mfma("mfma_f32_32x32x8bf16_1k", "v_mfma_f32_32x32x8_bf16", 32, 32, 8, "bf16", "mfma:f16"),
-        _mfma("mfma_f32_16x16x16bf16_1k", "v_mfma_f32_16x16x16_bf16", 16, 16, 16, "bf16", "mfma:f16"),
+        _mfma("mfma_f32_32x32x8f16", "v_mfma_f32_32x32x8_f16", 32, 32, 8, "f16", "mfma:f16",
+              "v_mfma_f32_32x32x8f16"),
+        _mfma("mfma_f32_16x16x16f16", "v_mfma_f32_16x16x16_f16", 16, 16, 16, "f16", "mfma:f16",
+              "v_mfma_f32_16x16x16f16"),
+        _mfma("mfma_f32_32x32x8bf16_1k", "v_mfma_f32_32x32x8_bf16", 32, 32, 8, "bf16", "mfma:f16",
+              "v_mfma_f32_32x32x8bf16_1k"),
+        _mfma("mfma_f32_16x16x16bf16_1k", "v_mfma_f32_16x16x16_bf16", 16, 16, 16, "bf16", "mfma:f16",
+              "v_mfma_f32_16x16x16bf16_1k"),
         _mfma("mfma_f32_32x32x16_f16", "v_mfma_f32_32x32x16_f16", 32, 32, 16, "f16", "mfma:gfx950"),
         _mfma("mfma_f32_32x32x16_bf16", "v_mfma_f32_32x32x16_bf16", 32, 32, 16, "bf16", "mfma:gfx950"),
         MmaInstr("wmma_f32_16x16x32_f16", "v_wmma_f32_16x16x32_f16", "wmma", 16, 16, 32, 32,

@@ -1,0 +1,167 @@
+"""Matrix-instruction lane layouts: the numpy model (aot/lower/mma.py) against the documented
+formulas, and the index maps the lowering emits (Sym -> IR, run on the host) against the model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+
+from rocke_aot.aot.lower import mma
+from rocke_aot.aot.lower.module import I32, Sym
+from rocke_aot.errors import CapabilityError
+
+LANES64 = np.arange(64)
+
+
+def _layout(instr, coord, count):
+    lane = np.arange(instr.wave_size)
+    return [tuple(np.broadcast_to(x, lane.shape) for x in coord(lane, j)) for j in range(count)]
+
+
+# -- the documented layouts, written out independently of mma.py (DESIGN.md, AMD docs) ----
+def test_16x16x16_f16_matches_documented_layout():
+    ins = mma.INSTRS["mfma_f32_16x16x16f16"]
+    l = LANES64
+    for j in range(4):
+        r, c = ins.a_coord(l, j)
+        assert (r == l % 16).all() and (c == 4 * (l // 16) + j).all()
+        k, n = ins.b_coord(l, j)
+        assert (k == 4 * (l // 16) + j).all() and (n == l % 16).all()
+    for reg in range(4):
+        r, c = ins.d_coord(l, reg)
+        assert (r == 4 * (l // 16) + reg).all() and (c == l % 16).all()
+
+
+def test_32x32x8_f16_matches_documented_layout():
+    ins = mma.INSTRS["mfma_f32_32x32x8f16"]
+    l = LANES64
+    for j in range(4):
+        r, c = ins.a_coord(l, j)
+        assert (r == l % 32).all() and (c == 4 * (l // 32) + j).all()
+        k, n = ins.b_coord(l, j)
+        assert (k == 4 * (l // 32) + j).all() and (n == l % 32).all()
+    for reg in range(16):
+        r, c = ins.d_coord(l, reg)
+        assert (r == 8 * (reg // 4) + 4 * (l // 32) + reg % 4).all() and (c == l % 32).all()
+
+
+def test_gfx950_32x32x16_eight_consecutive_k_per_lane():
+    for key in ("mfma_f32_32x32x16_f16", "mfma_f32_32x32x16_bf16"):
+        ins = mma.INSTRS[key]
+        assert ins.a_per_lane == 8 and ins.acc_per_lane == 16
+        l = LANES64
+        for j in range(8):
+            r, c = ins.a_coord(l, j)
+            assert (r == l % 32).all() and (c == 8 * (l // 32) + j).all()
+        # the result layout is the 32x32 one of 32x32x8
+        ref = mma.INSTRS["mfma_f32_32x32x8f16"]
+        for reg in range(16):
+            assert all((a == b).all() for a, b in zip(ins.d_coord(l, reg), ref.d_coord(l, reg)))
+
+
+def test_gfx1250_wmma_16x16x32_layout():
+    ins = mma.INSTRS["wmma_f32_16x16x32_f16"]
+    assert (ins.wave_size, ins.a_per_lane, ins.acc_per_lane) == (32, 16, 8)
+    l = np.arange(32)
+    # lanes 0-15: K 0..7 then 16..23; lanes 16-31: K 8..15 then 24..31 (row = lane % 16)
+    expect_k = {j: np.where(l < 16, (0 if j < 8 else 16) + j % 8, (8 if j < 8 else 24) + j % 8)
+                for j in range(16)}
+    for j in range(16):
+        r, c = ins.a_coord(l, j)
+        assert (r == l % 16).all() and (c == expect_k[j]).all()
+        k, n = ins.b_coord(l, j)
+        assert (k == expect_k[j]).all() and (n == l % 16).all()
+    for reg in range(8):
+        r, c = ins.d_coord(l, reg)
+        assert (r == reg + 8 * (l // 16)).all() and (c == l % 16).all()
+
+
+# -- the model ----------------------------------------------------------------------
+@pytest.mark.parametrize("key", sorted(mma.INSTRS))
+def test_layout_covers_each_element_once_and_executes_a_matmul(key):
+    ins = mma.INSTRS[key]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((ins.m, ins.k))
+    b = rng.standard_normal((ins.k, ins.n))
+    c = rng.standard_normal((ins.m, ins.n))
+    fa, fb = mma.fragments(ins, a, b)
+    assert fa.shape == (ins.wave_size, ins.a_per_lane)
+    fd = mma.execute(ins, fa, fb, mma.accumulator(ins, c))
+    lane = np.arange(ins.wave_size)
+    d = a @ b + c
+    for r in range(ins.acc_per_lane):
+        np.testing.assert_allclose(fd[:, r], d[ins.d_coord(lane, r)], rtol=1e-12)
+
+
+def test_model_rejects_a_layout_that_drops_elements():
+    ins = mma.INSTRS["mfma_f32_32x32x8f16"]
+    fa = np.zeros((64, 4))
+    broken = mma.MmaInstr(ins.key, ins.mnemonic, ins.kind, ins.m, ins.n, ins.k, ins.wave_size,
+                          ins.in_dtype, ins.capability)
+    object.__setattr__(broken, "a_coord", lambda lane, j: (lane % 32, 0 * lane + j))  # K 4..7 lost
+    with pytest.raises(AssertionError, match="exactly once"):
+        mma.execute(broken, fa, fa, np.zeros((64, 16)))
+
+
+def test_arch_instruction_table():
+    assert mma.select("gfx942", "mfma", "f16").key == "mfma_f32_32x32x8f16"
+    assert mma.select("gfx90a", "mfma", "bf16").key == "mfma_f32_32x32x8bf16_1k"
+    assert mma.select("gfx950", "mfma", "f16").key == "mfma_f32_32x32x16_f16"
+    assert mma.select("gfx950", "mfma", "bf16", "32x32x8").key == "mfma_f32_32x32x8bf16_1k"
+    assert mma.select("gfx1250", "wmma", "bf16").key == "wmma_f32_16x16x32_bf16"
+    with pytest.raises(CapabilityError, match="32x32x16 is not available on gfx942"):
+        mma.select("gfx942", "mfma", "f16", "32x32x16")
+    with pytest.raises(CapabilityError, match="not available on sm_90"):
+        mma.select("sm_90", "mfma", "f16")
+    with pytest.raises(CapabilityError):
+        mma.select("gfx1250", "mfma", "f16")
+
+
+# -- the maps the lowering emits: Sym builds IR with the same functions; run it on the host ---
+@pytest.fixture(scope="module")
+def host_jit():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    engines = []
+
+    def build(funcs):
+        """funcs: name -> python fn(Sym) -> Sym; returns name -> ctypes fn(lane) -> int."""
+        mod = ir.Module(name="coords")
+        for name, fn in funcs.items():
+            f = ir.Function(mod, ir.FunctionType(I32, [I32]), name)
+            b = ir.IRBuilder(f.append_basic_block())
+            out = fn(Sym(b, f.args[0]))
+            b.ret(out.v if isinstance(out, Sym) else ir.Constant(I32, int(out)))
+        tm = llvm.Target.from_default_triple().create_target_machine()
+        m = llvm.parse_assembly(str(mod))
+        ee = llvm.create_mcjit_compiler(m, tm)
+        ee.finalize_object()
+        engines.append(ee)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32)
+        return {n: proto(ee.get_function_address(n)) for n in funcs}
+
+    return build
+
+
+@pytest.mark.parametrize("key", sorted(mma.INSTRS))
+def test_emitted_index_maps_equal_the_model(host_jit, key):
+    ins = mma.INSTRS[key]
+    funcs = {}
+    for what, coord, count in (("a", ins.a_coord, ins.a_per_lane), ("b", ins.b_coord, ins.a_per_lane),
+                               ("d", ins.d_coord, ins.acc_per_lane)):
+        for j in range(count):
+            for axis in (0, 1):
+                funcs[f"{what}_{j}_{axis}"] = (lambda c, j, axis: lambda lane: c(lane, j)[axis])(coord, j, axis)
+    fns = host_jit(funcs)
+    lane = np.arange(ins.wave_size)
+    for name, fn in fns.items():
+        what, j, axis = name.split("_")
+        coord = {"a": ins.a_coord, "b": ins.b_coord, "d": ins.d_coord}[what]
+        expect = np.broadcast_to(coord(lane, int(j))[int(axis)], lane.shape)
+        got = np.array([fn(int(x)) for x in lane])
+        assert (got == expect).all(), name
