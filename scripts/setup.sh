@@ -38,7 +38,7 @@ if ! command -v ptxas >/dev/null 2>&1 && [ ! -x .venv/bin/ptxas ]; then
 fi
 
 # 4. Lane toolchains (idempotent: reuse environments that already detect as their lane).
-for lane in ${ROCKE_AOT_SETUP_LANES:-llvm20}; do
+for lane in ${ROCKE_AOT_SETUP_LANES:-llvm20 llvm24}; do  # llvm24: triton 3.9 wheel (LLVM 24 codegen)
   log "toolchain install $lane"
   .venv/bin/rocke-aot toolchain install "$lane"
 done
