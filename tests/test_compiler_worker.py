@@ -157,3 +157,15 @@ def test_closed_pool_refuses_work():
     p.close()
     with pytest.raises(RuntimeError, match="closed"):
         p.call(WorkerSpec.of(PY), "ping")
+
+
+def test_a_real_llvm_compile_over_its_budget_is_killed(pool):
+    from rocke_aot.aot.lower import lower
+
+    big = lower("gemm", {"path": "fma", "block_m": 128, "block_n": 128}, "sm_90", "llvm22").ir
+    spec = WorkerSpec.of(PY)
+    pool.call(spec, "ping")  # started: the budget below is for codegen alone
+    with pytest.raises(CompileTimeout):
+        compile_llvmlite(PY, big, "sm_90", pool=pool, timeout=0.05)
+    assert compile_llvmlite(PY, ADD1, "gfx942", pool=pool).format == "hsaco"
+    assert pool.stats()["started"] == 2
