@@ -55,9 +55,28 @@ _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _ROW = [*A.c, B.c.size, B.c.stored_size]
 _ROW_FROM = A.outerjoin(B, A.c.blob_sha256 == B.c.sha256)
 
+# The hot statements are built once: constructing a SELECT costs more than running it on
+# SQLite, and the builder's no-op path and get() are the hot paths.
+_Q_ROW = select(*_ROW).select_from(_ROW_FROM).where(A.c.key == bindparam("k"))
+_Q_GET = select(*_ROW, B.c.codec, blob_data).select_from(_ROW_FROM).where(A.c.key == bindparam("k"))
+_Q_STATUS = select(A.c.status, A.c.blob_sha256).where(A.c.key == bindparam("k"))
+_Q_BLOB = select(B.c.size, B.c.codec, blob_data, B.c.stored_size).where(B.c.sha256 == bindparam("s"))
+_Q_LOOKUP = select(A.c.key, A.c.status, A.c.blob_sha256, A.c.error).where(
+    A.c.key.in_(bindparam("keys", expanding=True))
+)
+_U_TOUCH = update(A).where(A.c.key == bindparam("k")).values(last_read_at=bindparam("t"))
 
-def _insert(conn: Connection, table):
-    return (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
+
+_INSERT_IGNORE: dict[tuple[str, str], Any] = {}
+
+
+def _insert_ignore(conn: Connection, table):
+    """INSERT ... ON CONFLICT (primary key) DO NOTHING, built once per dialect and table."""
+    k = (conn.dialect.name, table.name)
+    if k not in _INSERT_IGNORE:
+        ins = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
+        _INSERT_IGNORE[k] = ins.on_conflict_do_nothing(index_elements=[c.name for c in table.primary_key])
+    return _INSERT_IGNORE[k]
 
 
 def _json(value: Any, what: str) -> str:
@@ -180,7 +199,7 @@ class Store:
             row["built_at"] = row["last_read_at"] = now
             _publish_blob(conn, sha, raw, stored, now)
             _publish_artifact(conn, row, replace=replace)
-            out = conn.execute(select(*_ROW).select_from(_ROW_FROM).where(A.c.key == key)).mappings().one()
+            out = conn.execute(_Q_ROW, {"k": key}).mappings().one()
         art = to_artifact(out, code_object=raw)
         if self.max_bytes is not None and self.stored_bytes() > self.max_bytes:
             self.evict(self.max_bytes)
@@ -201,7 +220,7 @@ class Store:
         key = artifact_key(inputs)
         with db.write_tx(self.engine) as conn:
             now = time.time()
-            cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == key)).first()
+            cur = conn.execute(_Q_STATUS, {"k": key}).first()
             if cur is not None and cur.status == "ok":
                 return Hit(key, "artifact", sha256=cur.blob_sha256)
             values = {
@@ -224,9 +243,7 @@ class Store:
         """The artifact with verified ``code_object``; NotFoundError / IntegrityError."""
         check_key(key)
         with db.read_tx(self.engine) as conn:
-            row = conn.execute(
-                select(*_ROW, B.c.codec, blob_data).select_from(_ROW_FROM).where(A.c.key == key)
-            ).mappings().first()
+            row = conn.execute(_Q_GET, {"k": key}).mappings().first()
         if row is None:
             raise NotFoundError(f"no artifact {key} in {self}")
         if row["status"] != "ok":
@@ -238,7 +255,7 @@ class Store:
         last = row["last_read_at"]
         if last is None or now - last >= self.touch_interval:
             with db.write_tx(self.engine) as conn:
-                conn.execute(update(A).where(A.c.key == key).values(last_read_at=now))
+                conn.execute(_U_TOUCH, {"k": key, "t": now})
             row = {**row, "last_read_at": now}
         return to_artifact(row, code_object=raw)
 
@@ -257,12 +274,9 @@ class Store:
             if not isinstance(k, str) or not _SHA_RE.match(k):
                 check_key(k)  # raises with the message
         out: dict[str, Hit] = {}
-        stmt = select(A.c.key, A.c.status, A.c.blob_sha256, A.c.error).where(
-            A.c.key.in_(bindparam("keys", expanding=True))
-        )
         with db.read_tx(self.engine) as conn:
             for chunk in _chunks(wanted, LOOKUP_CHUNK):
-                for key, status, sha, error in conn.execute(stmt, {"keys": chunk}):
+                for key, status, sha, error in conn.execute(_Q_LOOKUP, {"keys": chunk}):
                     out[key] = Hit(key, "artifact", sha256=sha) if status == "ok" else Hit(key, "failure", error=error)
         return out
 
@@ -453,7 +467,7 @@ def _delete_orphans(conn: Connection) -> tuple[int, int]:
 def _publish_blob(conn: Connection, sha: str, raw: bytes, stored: bytes, now: float) -> None:
     """Insert the blob, or reuse the stored copy; a stored copy that fails to verify is
     overwritten with these (known-good) bytes, so a put also heals a corrupt blob."""
-    cur = conn.execute(select(B.c.size, B.c.codec, blob_data, B.c.stored_size).where(B.c.sha256 == sha)).first()
+    cur = conn.execute(_Q_BLOB, {"s": sha}).first()
     if cur is not None:
         try:
             codec.decode(cur.data, sha, cur.size, cur.codec, cur.stored_size)
@@ -465,18 +479,18 @@ def _publish_blob(conn: Connection, sha: str, raw: bytes, stored: bytes, now: fl
             )
             return
     conn.execute(
-        _insert(conn, B)
-        .values(sha256=sha, size=len(raw), stored_size=len(stored), codec=codec.CODEC, data=stored, created_at=now)
-        .on_conflict_do_nothing(index_elements=["sha256"])
+        _insert_ignore(conn, B),
+        {"sha256": sha, "size": len(raw), "stored_size": len(stored), "codec": codec.CODEC, "data": stored,
+         "created_at": now},
     )
 
 
 def _publish_artifact(conn: Connection, row: dict[str, Any], *, replace: bool) -> None:
     key = row["key"]
     for _ in range(2):  # a concurrent PostgreSQL insert of the same key is seen on the retry
-        cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == key)).first()
+        cur = conn.execute(_Q_STATUS, {"k": key}).first()
         if cur is None:
-            res = conn.execute(_insert(conn, A).values(**row).on_conflict_do_nothing(index_elements=["key"]))
+            res = conn.execute(_insert_ignore(conn, A), row)
             if res.rowcount == 1:
                 return
             continue

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from rocke_aot.aot.lanes import LANES
 from rocke_aot.cache.keys import KEY_VERSION, KeyInputs, artifact_key, canonical_json, check_key, encode
 from rocke_aot.errors import LaneError, SpecError
 
@@ -49,9 +50,13 @@ def test_each_input_changes_the_key(field, value):
     assert key(**over) != key()
 
 
-def test_lanes_sharing_a_profile_still_have_distinct_keys():
-    # llvm23 and llvm24 share the llvm23 emission profile; their binaries differ, so must keys.
-    assert key(lane="llvm23", profile="llvm23") != key(lane="llvm24", profile="llvm23")
+def test_every_lane_has_its_own_keys():
+    # Lanes may share an emission profile (the registry allows it); their binaries still
+    # differ, so the lane itself must be in the key, not only the profile.
+    keys = {key(lane=lane.name, profile=lane.profile_name) for lane in LANES}
+    assert len(keys) == len(LANES)
+    enc = encode(KeyInputs(**BASE))
+    assert b'"lane":"llvm22"' in enc and b'"profile":"llvm22"' in enc
 
 
 def test_all_changes_give_distinct_keys():
@@ -112,7 +117,7 @@ def test_canonical_json_form():
         ({"lane": "LLVM22"}, LaneError),
         ({"profile": "llvm23"}, LaneError),  # not lane llvm22's profile
         ({"profile": 22}, LaneError),
-        ({"lane": "llvm24", "profile": "llvm24"}, LaneError),  # llvm24's profile is llvm23
+        ({"lane": "llvm20", "profile": "llvm22"}, LaneError),
         ({"arch": 942}, SpecError),
         ({"arch": "gfx9999"}, SpecError),
         ({"arch": "gfx942:xnack"}, SpecError),
