@@ -27,6 +27,7 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.cache.cli", "cache"),
     ("rocke_aot.aot.cli_compile", "lower_cmd"),
     ("rocke_aot.aot.cli_compile", "compile_cmd"),
+    ("rocke_aot.aot.characterize", "characterize_cmd"),
 )
 
 
