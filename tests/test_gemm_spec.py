@@ -1,0 +1,81 @@
+"""GemmSpec: validation (SpecError), canonical dict round trip, arch geometry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.variants.gemm import GemmSpec
+
+
+def test_canonical_dict_round_trips_through_json():
+    s = GemmSpec(in_dtype="bf16", out_dtype="bf16", block_m=128, block_n=32, block_k=16, waves=2,
+                 path="mfma", double_buffer=True, vector_width=8, mma="16x16x16")
+    d = s.to_dict()
+    assert list(d) == sorted(d)
+    assert GemmSpec.from_dict(json.loads(json.dumps(d))) == s
+    assert json.dumps(d, sort_keys=True) == json.dumps(GemmSpec.from_dict(d).to_dict(), sort_keys=True)
+    assert GemmSpec.from_dict({}) == GemmSpec()
+    assert hash(s) == hash(GemmSpec.from_dict(d))
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"in_dtype": "f32"}, "in_dtype"),
+    ({"out_dtype": "f64"}, "out_dtype"),
+    ({"path": "xdl"}, "path"),
+    ({"block_m": 48}, "block_m=48"),
+    ({"block_k": 0}, "block_k=0"),
+    ({"block_n": 512}, "block_n=512"),
+    ({"waves": 3}, "waves=3"),
+    ({"vector_width": 3}, "vector_width=3"),
+    ({"vector_width": 8, "block_k": 4}, "must divide block_k"),
+    ({"block_m": 64.0}, "block_m must be int"),
+    ({"double_buffer": 1}, "double_buffer must be bool"),
+    ({"waves": True}, "waves must be int"),
+    ({"path": "fma", "mma": "32x32x8"}, "mma shape only applies"),
+])
+def test_invalid_specs_raise_spec_error(bad, match):
+    with pytest.raises(SpecError, match=match):
+        GemmSpec(**bad)
+
+
+def test_from_dict_rejects_unknown_fields_and_non_mappings():
+    with pytest.raises(SpecError, match="unknown gemm spec fields \\['blockm'\\]"):
+        GemmSpec.from_dict({"blockm": 64})
+    with pytest.raises(SpecError, match="mapping"):
+        GemmSpec.from_dict([("path", "fma")])
+
+
+def test_geometry_per_arch():
+    g = GemmSpec(path="mfma", block_m=128, block_n=128, waves=4).geometry(Target.parse("gfx942"))
+    assert (g.threads, g.waves_m, g.waves_n, g.tiles_m, g.tiles_n) == (256, 2, 2, 2, 2)
+    assert g.instr == "mfma_f32_32x32x8f16"
+    g = GemmSpec(path="wmma").geometry(Target.parse("gfx1250"))
+    assert (g.threads, g.wave_size, g.instr) == (128, 32, "wmma_f32_16x16x32_f16")
+    g = GemmSpec(path="fma", waves=4).geometry(Target.parse("sm_90"))
+    assert (g.threads, g.thread_m * g.thread_n) == (128, 64 * 64 // 128)
+    assert (64 // g.thread_m) * (64 // g.thread_n) == 128
+
+
+def test_geometry_refusals():
+    with pytest.raises(SpecError, match="block_k=8 is not a multiple of v_mfma_f32_32x32x16_f16's K=16"):
+        GemmSpec(path="mfma", block_k=8).geometry(Target.parse("gfx950"))
+    with pytest.raises(SpecError, match="does not split over 4 waves"):
+        GemmSpec(path="mfma", block_m=32, block_n=32, waves=4).geometry(Target.parse("gfx942"))
+    with pytest.raises(SpecError, match="LDS"):
+        GemmSpec(block_m=256, block_n=256, block_k=128, double_buffer=True, waves=16).geometry(Target.parse("gfx942"))
+    with pytest.raises(SpecError, match="1024"):
+        GemmSpec(waves=16, block_m=256, block_n=256).geometry(Target.parse("gfx942"))
+    with pytest.raises(SpecError, match="does not split over"):
+        GemmSpec(block_m=8, block_n=8, waves=4).geometry(Target.parse("gfx942"))
+    with pytest.raises(CapabilityError, match="wmma is not available on sm_90"):
+        GemmSpec(path="wmma").geometry(Target.parse("sm_90"))
+
+
+def test_kernel_name_is_a_function_of_the_spec():
+    names = {GemmSpec(path=p, double_buffer=d).kernel_name for p in ("fma", "mfma") for d in (False, True)}
+    assert len(names) == 4
+    assert all(n.isidentifier() for n in names)
