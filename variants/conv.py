@@ -35,6 +35,9 @@ DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 PATCH_SIZES = (4, 14, 16)
 COL_TILE = 16  # dgrad_patch: GEMM columns are padded to whole 16-column tiles
 FMA_TARGET_THREADS = 256  # fma: a block aims at this many threads
+MAX_ACC_PER_THREAD = 64  # fma accumulators per thread / mma tiles x registers per lane: no spills
+BORDER_ELEMS_PER_BLOCK = 1024  # dgrad_patch: border elements one zeroing block covers per pass
+MAX_BORDER_BLOCKS = 65535
 
 
 def _ceil(a: int, b: int) -> int:
@@ -77,6 +80,8 @@ def _fma_split(rows: int, cols: int, what: str) -> tuple[int, int]:
     while cols % per:
         per -= 1
     threads = rows * (cols // per)
+    if per > MAX_ACC_PER_THREAD:
+        raise SpecError(f"{what}: {per} accumulators per thread > {MAX_ACC_PER_THREAD}")
     if threads > 1024:
         raise SpecError(f"{what}: {threads} threads per block > 1024")
     return threads, per
@@ -285,7 +290,7 @@ class ConvDgradPatchSpec:
         """Blocks zeroing the dX border no patch covers (0 when P divides H and W)."""
         hp, wp = h // self.p, w // self.p
         border = n * (h * w - hp * self.p * wp * self.p) * self.c
-        return 0 if border == 0 else min(_ceil(border, 256 * 4), 65535)
+        return 0 if border == 0 else min(_ceil(border, BORDER_ELEMS_PER_BLOCK), MAX_BORDER_BLOCKS)
 
     def grid(self, n: int, h: int, w: int) -> int:
         return self.main_blocks(n, h, w) + self.border_blocks(n, h, w)
@@ -304,8 +309,6 @@ class ConvDgradPatchSpec:
                             f"{info.static_lds_limit} static")
         if self.path == "fma":
             threads, per = _fma_split(self.rows, self.cols_padded, what)
-            if threads < 256 and self.rows * self.cols_padded >= 256:
-                pass  # fine: small tiles simply launch fewer threads
             return ConvGeometry(threads, info.wave_size, per, None, lds)
         instr = _mma_instr(target, self.path, self.dtype)
         if self.rows % instr.m or self.cols_padded % instr.n:
@@ -313,5 +316,10 @@ class ConvDgradPatchSpec:
                             f"{instr.m}x{instr.n} {instr.mnemonic} tiles")
         if self.k_chunk % instr.k:
             raise SpecError(f"{what}: k_chunk={self.k_chunk} is not a multiple of {instr.mnemonic}'s K={instr.k}")
-        waves = min(self.rows // instr.m * (self.cols_padded // instr.n), 1024 // info.wave_size, 8)
+        tiles = (self.rows // instr.m) * (self.cols_padded // instr.n)
+        # Waves share the tiles evenly: the most waves (up to 8) that divide the tile count.
+        waves = max(d for d in range(1, min(8, 1024 // info.wave_size) + 1) if tiles % d == 0)
+        if (tiles // waves) * instr.acc_per_lane > MAX_ACC_PER_THREAD:
+            raise SpecError(f"{what}: {tiles // waves} {instr.mnemonic} tiles per wave hold more than "
+                            f"{MAX_ACC_PER_THREAD} accumulators per lane")
         return ConvGeometry(waves * info.wave_size, info.wave_size, 0, instr.key, lds)

@@ -19,6 +19,8 @@ from rocke_aot.errors import SpecError
 # Family modules under rocke_aot.aot.families, one per line.
 _FAMILY_MODULES: tuple[str, ...] = (
     "gemm",
+    "conv_direct_fwd",
+    "conv_dgrad_patch",
 )
 
 

@@ -1,0 +1,243 @@
+"""What the two convolution lowerers share: a block-tile GEMM engine on LDS operands.
+
+Both conv families are, per block, a GEMM tile: ROWS x COLS outputs accumulated over a
+reduction staged through LDS chunk by chunk. The family says where its operands live:
+
+    family (conv_direct_fwd.py / conv_dgrad_patch.py)
+        a_addr(row: Sym, kk: Sym|int) -> Sym      LDS index of A[row][kk] for the current step
+        b_addr(kk, col: Sym|int)      -> Sym      LDS index of B[kk][col]
+        store(row: Sym, col: Sym, f32 value)      guarded epilogue store
+    TileGemm (this module)
+        zero() -> accumulators
+        step(acc, ksteps) -> acc      ksteps reduction indices from the current LDS contents
+            fma   thread t: row t % ROWS, columns (t // ROWS) * per + 0..per-1;
+                  llvm.fmuladd.f32 per (kk, column)
+            mfma/wmma  wave w: tiles w, w + W, ... of the ROWS x COLS tile; fragment element j
+                  of lane l read at mma.MmaInstr.a_coord / b_coord (the maps the numpy model in
+                  aot/lower/mma.py checks); results stored at d_coord
+        epilogue(acc)                 every accumulator through the family's store()
+    loop(b, count, carried, body)     a counted loop whose carried values are phis
+
+Loads from global memory never leave a tensor: an out-of-range element's address is
+replaced by 0 and its value by zero (``guarded_load``). Offsets are i32 (tensors below
+2 GiB, aot.lower.module.MAX_TENSOR_BYTES). Data stays as raw bits (i16 for f16/bf16)
+until the arithmetic, so f16 and bf16 share every load and LDS path.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import llvmlite.ir as ir
+
+from rocke_aot.aot.lower import mma
+from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
+from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, Sym, parse_type
+from rocke_aot.aot.lower.nvptx import NvptxKernel
+from rocke_aot.aot.targets import Target
+from rocke_aot.variants.conv import ConvGeometry
+
+ELEM = {"f16": I16, "bf16": I16, "f32": F32}  # how a tensor element travels (raw bits)
+ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+OUT = {"f16": F16, "bf16": BF16, "f32": F32}
+
+
+def c32(v: int) -> ir.Constant:
+    return ir.Constant(I32, v)
+
+
+def kernel_for(name: str, target: Target, lane: object, threads: int) -> KernelModule:
+    cls = AmdgpuKernel if target.is_amdgpu else NvptxKernel
+    return cls(name, target, lane, threads)
+
+
+def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
+         body: Callable[[Sym, list[ir.Value]], list[ir.Value]], name: str) -> list[ir.Value]:
+    """for i in range(count): carried = body(i, carried); returns the final carried values.
+
+    ``count`` may be a runtime Sym; the trip test is at the head, so a zero count runs
+    nothing. ``body`` may create blocks; it must return one value per carried value.
+    """
+    b = kb.builder
+    pre = b.block
+    head = kb.kernel.append_basic_block(f"{name}_head")
+    body_bb = kb.kernel.append_basic_block(f"{name}_body")
+    done = kb.kernel.append_basic_block(f"{name}_done")
+    b.branch(head)
+    b.position_at_end(head)
+    i_phi = b.phi(I32, name=name)
+    phis = [b.phi(v.type) for v in carried]
+    limit = count.v if isinstance(count, Sym) else c32(count)
+    b.cbranch(b.icmp_unsigned("<", i_phi, limit), body_bb, done)
+    b.position_at_end(body_bb)
+    out = body(Sym(b, i_phi), list(phis))
+    if len(out) != len(phis):
+        raise AssertionError("loop body must return one value per carried value")
+    nxt = b.add(i_phi, c32(1))
+    latch = b.block
+    b.branch(head)
+    i_phi.add_incoming(c32(0), pre)
+    i_phi.add_incoming(nxt, latch)
+    for phi, init, new in zip(phis, carried, out):
+        phi.add_incoming(init, pre)
+        phi.add_incoming(new, latch)
+    b.position_at_end(done)
+    return list(phis)
+
+
+class ConvLowering:
+    """Shared state and helpers of one conv kernel being lowered."""
+
+    def __init__(self, spec, target: Target, lane, geo: ConvGeometry, rows: int, cols: int):
+        self.spec, self.geo, self.target = spec, geo, target
+        self.rows, self.cols = rows, cols
+        self.kb = kernel_for(spec.kernel_name, target, lane, geo.threads)
+        self.elem = ELEM[spec.dtype]
+        self.instr = mma.INSTRS[geo.instr] if geo.instr else None
+        if self.instr is not None:
+            self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
+                                            op=f"{spec.family} {spec.path} ({self.instr.mnemonic})")
+            decl = self.kb.profile.intrinsic(self.instr.key)
+            wm = self.instr.kind == "wmma"
+            self.a_ty = parse_type(decl.params[1 if wm else 0])
+            self.b_ty = parse_type(decl.params[3 if wm else 1])
+            self.ntn = cols // self.instr.n
+            self.ntiles = (rows // self.instr.m) * self.ntn
+            self.waves = geo.threads // geo.wave_size
+            if self.ntiles % self.waves:
+                raise AssertionError("geometry must give every wave the same number of tiles")
+            self.tiles_per_wave = self.ntiles // self.waves
+        else:
+            self.fmuladd = self.kb.declare("fmuladd_f32")
+            self.per = geo.per_thread
+            if geo.threads * self.per != rows * cols:
+                raise AssertionError("fma geometry must cover the tile exactly")
+
+    # -- small helpers ------------------------------------------------------------------
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.kb.builder
+
+    def S(self, v: ir.Value | int) -> Sym:
+        return Sym(self.b, c32(v) if isinstance(v, int) else v)
+
+    def all_of(self, *preds: ir.Value) -> ir.Value:
+        out = preds[0]
+        for p in preds[1:]:
+            out = self.b.and_(out, p)
+        return out
+
+    def gep(self, base: ir.Value, idx: Sym, ty: ir.Type) -> ir.Value:
+        return self.b.gep(base, [idx.v], source_etype=ty)
+
+    def guarded_load(self, ptr: ir.Value, idx: Sym, ok: ir.Value) -> ir.Value:
+        """ptr[idx] as raw bits where ``ok``, else zero; the address is 0 when not ok."""
+        b = self.b
+        safe = b.select(ok, idx.v, c32(0))
+        v = b.load(self.gep(ptr, self.S(safe), self.elem), typ=self.elem, align=ELEM_BYTES[self.spec.dtype])
+        return b.select(ok, v, ir.Constant(self.elem, 0 if self.elem is I16 else 0.0))
+
+    def lds_store(self, lds: ir.Value, idx: Sym, value: ir.Value) -> None:
+        self.b.store(value, self.gep(lds, idx, self.elem), align=ELEM_BYTES[self.spec.dtype])
+
+    def lds_load(self, lds: ir.Value, idx: Sym) -> ir.Value:
+        return self.b.load(self.gep(lds, idx, self.elem), typ=self.elem, align=ELEM_BYTES[self.spec.dtype])
+
+    def to_f32(self, bits: ir.Value) -> ir.Value:
+        dt = self.spec.dtype
+        if dt == "f32":
+            return bits
+        if dt == "f16":
+            return self.b.fpext(self.b.bitcast(bits, F16), F32)
+        # bf16 -> f32 is exact: the 16 bits are the high half of the f32.
+        return self.b.bitcast(self.b.shl(self.b.zext(bits, I32), c32(16)), F32)
+
+    def store_out(self, ptr: ir.Value, idx: Sym, value: ir.Value) -> None:
+        ty = OUT[self.spec.dtype]
+        v = value if ty is F32 else self.b.fptrunc(value, ty)
+        self.b.store(v, self.gep(ptr, idx, ty), align=ELEM_BYTES[self.spec.dtype])
+
+    def copy_to_lds(self, total: int, fn: Callable[[Sym], tuple[ir.Value, Sym]]) -> None:
+        """Every thread moves elements e = tid, tid + T, ... < total; fn(e) -> (value, lds index)."""
+        T = self.geo.threads
+        for it in range(-(-total // T)):
+            e = self.tid + it * T
+            guard = None
+            if (it + 1) * T > total:
+                guard = self.b.if_then(e.lt(total))
+                guard.__enter__()
+            value, idx = fn(e)
+            self.lds_store(self.lds, idx, value)
+            if guard is not None:
+                guard.__exit__(None, None, None)
+
+    # -- the tile GEMM ------------------------------------------------------------------------
+    def acc_type(self) -> ir.Type:
+        return F32 if self.instr is None else ir.VectorType(F32, self.instr.acc_per_lane)
+
+    def zero(self) -> list[ir.Value]:
+        if self.instr is None:
+            return [ir.Constant(F32, 0.0)] * self.per
+        return [ir.Constant(self.acc_type(), None)] * self.tiles_per_wave
+
+    def fma_coords(self) -> tuple[Sym, list[Sym]]:
+        row = self.tid % self.rows
+        col0 = (self.tid // self.rows) * self.per
+        return row, [col0 + j for j in range(self.per)]
+
+    def mma_tile(self, i: int) -> tuple[Sym, Sym]:
+        """(row0, col0) of the i-th tile of this wave."""
+        ins = self.instr
+        wave = self.tid // self.geo.wave_size
+        t = wave + i * self.waves
+        return (t // self.ntn) * ins.m, (t % self.ntn) * ins.n
+
+    def step(self, acc: list[ir.Value], ksteps: int,
+             a_addr: Callable[[Sym, Sym | int], Sym], b_addr: Callable[[Sym | int, Sym], Sym]) -> list[ir.Value]:
+        """acc += A[:, 0:ksteps] x B[0:ksteps, :] from LDS (this block's ROWS x COLS tile)."""
+        b = self.b
+        out = list(acc)
+        if self.instr is None:
+            row, cols = self.fma_coords()
+            for kk in range(ksteps):
+                a = self.to_f32(self.lds_load(self.lds, a_addr(row, kk)))
+                for j, col in enumerate(cols):
+                    bv = self.to_f32(self.lds_load(self.lds, b_addr(kk, col)))
+                    out[j] = b.call(self.fmuladd, [a, bv, out[j]])
+            return out
+        ins = self.instr
+        if ksteps % ins.k:
+            raise AssertionError(f"{ksteps} reduction steps are not whole {ins.mnemonic} K={ins.k}")
+        lane = self.tid % self.geo.wave_size
+        for ks in range(ksteps // ins.k):
+            for i in range(self.tiles_per_wave):
+                r0, c0 = self.mma_tile(i)
+                va = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+                vb = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+                for j in range(ins.a_per_lane):
+                    r, kk = ins.a_coord(lane, j)
+                    va = b.insert_element(va, self.lds_load(self.lds, a_addr(r0 + r, kk + ks * ins.k)), c32(j))
+                    kr, c = ins.b_coord(lane, j)
+                    vb = b.insert_element(vb, self.lds_load(self.lds, b_addr(kr + ks * ins.k, c0 + c)), c32(j))
+                out[i] = b.call(self.mma_fn, self._mma_args(b.bitcast(va, self.a_ty), b.bitcast(vb, self.b_ty), out[i]))
+        return out
+
+    def _mma_args(self, a: ir.Value, bv: ir.Value, c: ir.Value) -> list[ir.Value]:
+        if self.instr.kind == "wmma":  # neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b
+            f = ir.Constant(I1, 0)
+            return [f, a, f, bv, ir.Constant(I16, 0), c, f, f]
+        return [a, bv, c, c32(0), c32(0), c32(0)]  # cbsz, abid, blgp
+
+    def epilogue(self, acc: list[ir.Value], store: Callable[[Sym, Sym, ir.Value], None]) -> None:
+        if self.instr is None:
+            row, cols = self.fma_coords()
+            for j, col in enumerate(cols):
+                store(row, col, acc[j])
+            return
+        ins = self.instr
+        lane = self.tid % self.geo.wave_size
+        for i in range(self.tiles_per_wave):
+            r0, c0 = self.mma_tile(i)
+            for r in range(ins.acc_per_lane):
+                dr, dc = ins.d_coord(lane, r)
+                store(r0 + dr, c0 + dc, self.b.extract_element(acc[i], c32(r)))

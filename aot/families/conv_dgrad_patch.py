@@ -1,0 +1,211 @@
+"""The conv_dgrad_patch family: dX of a patch embedding (stride == filter == P, no padding).
+
+    forward:  Y[n, i, j, k] = sum_{r, s, c} X[n, i*P + r, j*P + s, c] * W[k, r, s, c]
+    dgrad:    dX[n, i*P + r, j*P + s, c] = sum_k dY[n, i, j, k] * W[k, r, s, c]
+              for i < Hp = H // P, j < Wp = W // P; every other dX element (the border no
+              patch covers when P does not divide H or W) is zero.
+    Patches do not overlap, so the dgrad is ONE GEMM with no tap reduction:
+        dY[pixels, K] x W[K, P*P*C]  (the KRSC weight tensor already is that operand)
+    followed by a pixel shuffle: GEMM column (r, s, c) of pixel (i, j) lands at
+    dX[n, i*P + r, j*P + s, c].
+    baked: dtype, C, P; runtime kernel args: N, H, W (of dX) and K (dY channels)
+
+    lower_conv_dgrad_patch(spec, target, lane)
+      kernel(dY, Wt, dX, N, H, W, K)    1-D grid = main blocks + border blocks (spec.grid)
+        main block (n, i0, j0, r0): ROWS = tile_h x tile_w dY pixels, COLS = r_blk*P*C GEMM
+            columns (patch rows r0 .. r0+r_blk-1, contiguous in W's (r, s, c) order) padded
+            to whole 16-column tiles; for each K chunk: stage dY[rows][k_chunk] and
+            W[k_chunk][cols] into LDS (zero past K and past the real columns); barrier;
+            acc += A x B (TileGemm.step); barrier.  Epilogue: the pixel-shuffled store,
+            guarded by i < Hp, j < Wp, col < r_blk*P*C.
+        border block b: a grid-stride loop over the N * (H*W - Hp*P*Wp*P) * C border
+            elements (rows >= Hp*P, then columns >= Wp*P of the covered rows), storing 0.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from rocke_aot.aot import lanes
+from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop
+from rocke_aot.aot.lower import mma
+from rocke_aot.aot.lower.module import I32, MAX_TENSOR_BYTES, LoweredKernel, Sym, ir_sha256
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import CapabilityError
+from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
+
+PARAMS = [
+    ("dY", "ptr addrspace(1)", "read_only"),
+    ("Wt", "ptr addrspace(1)", "read_only"),
+    ("dX", "ptr addrspace(1)", "write_only"),
+    ("N", "i32", None),
+    ("H", "i32", None),
+    ("W", "i32", None),
+    ("K", "i32", None),
+]
+
+
+def _udiv(a: Sym, d: Sym) -> Sym:
+    return Sym(a.b, a.b.udiv(a.v, d.v))
+
+
+def _urem(a: Sym, d: Sym) -> Sym:
+    return Sym(a.b, a.b.urem(a.v, d.v))
+
+
+class _PatchLowering(ConvLowering):
+    def build(self) -> str:
+        s, kb = self.spec, self.kb
+        dY, Wt, dX, n_arg, h_arg, w_arg, k_arg = kb.define_kernel(PARAMS)
+        self.dY, self.Wt, self.dX = dY, Wt, dX
+        self.N, self.H, self.W, self.K = self.S(n_arg), self.S(h_arg), self.S(w_arg), self.S(k_arg)
+        self.tid = self.S(kb.workitem_id())
+        gid = self.S(kb.workgroup_id())
+        self.lds = kb.shared_array("patch_lds", self.elem, s.rows * s.k_chunk + s.k_chunk * s.cols_padded,
+                                   4 if s.dtype == "f32" else 2)
+        self.Hp, self.Wp = self.H // s.p, self.W // s.p
+        nth = (self.Hp + (s.tile_h - 1)) // s.tile_h
+        ntw = (self.Wp + (s.tile_w - 1)) // s.tile_w
+        nrb = s.p // s.r_blk
+        main = self.N * nth * ntw * nrb
+        with self.b.if_else(gid.lt(main)) as (then, otherwise):
+            with then:
+                rb, rest = gid % nrb, gid // nrb
+                tj, rest = _urem(rest, ntw), _udiv(rest, ntw)
+                ti, n = _urem(rest, nth), _udiv(rest, nth)
+                self._main(n, ti * s.tile_h, tj * s.tile_w, rb * s.r_blk)
+            with otherwise:
+                self._border(gid - main)
+        self.b.ret_void()
+        return kb.finish()
+
+    # -- the GEMM blocks ----------------------------------------------------------------------
+    def _main(self, n: Sym, i0: Sym, j0: Sym, r0: Sym) -> None:
+        s, kb = self.spec, self.kb
+        self.n, self.i0, self.j0, self.r0 = n, i0, j0, r0
+        a_size = s.rows * s.k_chunk
+        nchunks = (self.K + (s.k_chunk - 1)) // s.k_chunk
+
+        def chunk(ci: Sym, acc):
+            k0 = ci * s.k_chunk
+            self.copy_to_lds(a_size, lambda e: self._dy_elem(e, k0))
+            self.copy_to_lds(s.k_chunk * s.cols_padded, lambda e: self._w_elem(e, k0, a_size))
+            kb.barrier()
+            acc = self.step(acc, s.k_chunk, lambda row, kk: row * s.k_chunk + kk,
+                            lambda kk, col: a_size + kk * s.cols_padded + col)
+            kb.barrier()
+            return acc
+
+        acc = loop(kb, nchunks, self.zero(), chunk, "kchunk")
+        self.epilogue(acc, self._store)
+
+    def _pixel(self, row: Sym) -> tuple[Sym, Sym]:
+        return self.i0 + row // self.spec.tile_w, self.j0 + row % self.spec.tile_w
+
+    def _dy_elem(self, e: Sym, k0: Sym):
+        s = self.spec
+        row, kk = e // s.k_chunk, e % s.k_chunk
+        i, j = self._pixel(row)
+        k = k0 + kk
+        ok = self.all_of(i.lt(self.Hp), j.lt(self.Wp), k.lt(self.K))
+        idx = ((self.n * self.Hp + i) * self.Wp + j) * self.K + k
+        return self.guarded_load(self.dY, idx, ok), e
+
+    def _w_elem(self, e: Sym, k0: Sym, a_size: int):
+        s = self.spec
+        kk, col = e // s.cols_padded, e % s.cols_padded
+        k = k0 + kk
+        ok = self.all_of(col.lt(s.cols), k.lt(self.K))
+        # The block's columns are patch rows r0 .. r0+r_blk-1 of W[k] in (r, s, c) order.
+        idx = k * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + col
+        return self.guarded_load(self.Wt, idx, ok), e + a_size
+
+    def _store(self, row: Sym, col: Sym, value) -> None:
+        s = self.spec
+        i, j = self._pixel(row)
+        with self.b.if_then(self.all_of(i.lt(self.Hp), j.lt(self.Wp), col.lt(s.cols))):
+            rr = col // (s.p * s.c)
+            q = (col // s.c) % s.p
+            c = col % s.c
+            h = i * s.p + self.r0 + rr
+            w = j * s.p + q
+            self.store_out(self.dX, ((self.n * self.H + h) * self.W + w) * s.c + c, value)
+
+    # -- the border blocks ----------------------------------------------------------------------
+    def _border(self, bid: Sym) -> None:
+        s, b = self.spec, self.b
+        T = self.geo.threads
+        hc, wc = self.Hp * s.p, self.Wp * s.p
+        below = (self.H - hc) * self.W  # pixels in the rows no patch covers
+        cw = self.W - wc  # uncovered columns of the covered rows
+        per_img = (self.H * self.W - hc * wc) * s.c
+        total = self.N * per_img
+        nb = (total + (BORDER_ELEMS_PER_BLOCK - 1)) // BORDER_ELEMS_PER_BLOCK
+        nb = Sym(b, b.select(nb.lt(MAX_BORDER_BLOCKS), nb.v, c32(MAX_BORDER_BLOCKS)))
+        stride = nb * T
+        e0 = bid * T + self.tid
+        # A zero divisor is never used by a live element, but udiv by 0 is undefined, so
+        # divide by max(x, 1): per_img = 0 means no border blocks are launched at all.
+        one = c32(1)
+        safe_img = Sym(b, b.select(per_img.lt(1), one, per_img.v))
+        safe_cw = Sym(b, b.select(cw.lt(1), one, cw.v))
+        iters = Sym(b, b.select(e0.lt(total), _udiv(total - e0 + (stride - 1), stride).v, c32(0)))
+        zero = ir.Constant(OUT[s.dtype], 0.0)
+
+        def body(it: Sym, carried):
+            e = e0 + _mul(it, stride)
+            n, rem = _udiv(e, safe_img), _urem(e, safe_img)
+            c, pix = rem % s.c, rem // s.c
+            in_below = pix.lt(below)
+            pb = pix - below
+            h = b.select(in_below, (hc + _udiv(pix, self.W)).v, _udiv(pb, safe_cw).v)
+            w = b.select(in_below, _urem(pix, self.W).v, (wc + _urem(pb, safe_cw)).v)
+            idx = ((n * self.H + Sym(b, h)) * self.W + Sym(b, w)) * s.c + c
+            b.store(zero, self.gep(self.dX, idx, OUT[s.dtype]))
+            return carried
+
+        loop(self.kb, iters, [], body, "border")
+
+
+def _mul(a: Sym, o: Sym) -> Sym:
+    return Sym(a.b, a.b.mul(a.v, o.v))
+
+
+def lower_conv_dgrad_patch(spec: ConvDgradPatchSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
+    target, lane = Target.parse(target), lanes.get_lane(lane)
+    if not isinstance(spec, ConvDgradPatchSpec):
+        raise TypeError(f"lower_conv_dgrad_patch needs a ConvDgradPatchSpec, got {type(spec).__name__}")
+    lanes.require(lane, capability=f"target:{target.processor}", op=f"conv_dgrad_patch for {target.id}")
+    if spec.path != "fma":
+        if not target.is_amdgpu:
+            raise CapabilityError(f"conv_dgrad_patch path {spec.path} is not available on {target.processor}")
+        instr = mma.select(target.processor, spec.path, spec.dtype)
+        lanes.require(lane, capability=instr.capability, op=f"conv_dgrad_patch {spec.path} ({instr.mnemonic})")
+    geo = spec.geometry(target)
+    low = _PatchLowering(spec, target, lane, geo, spec.rows, spec.cols_padded)
+    text = low.build()
+    meta = {
+        "path": spec.path,
+        "instruction": low.instr.mnemonic if low.instr else None,
+        "grid": "N * ceil(Hp/tile_h) * ceil(Wp/tile_w) * (P/r_blk) main work-groups + "
+                "min(ceil(border elements / 1024), 65535) border work-groups, 1-D",
+        "runtime_args": ["N", "H", "W", "K"],
+        "baked": spec.baked(),
+        "geometry": {k: v for k, v in vars(geo).items()},
+    }
+    return LoweredKernel(
+        family="conv_dgrad_patch", kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
+        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
+        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
+        metadata=meta,
+    )
+
+
+def _family():
+    from rocke_aot.aot.families import Family
+
+    return Family("conv_dgrad_patch", ConvDgradPatchSpec, lower_conv_dgrad_patch,
+                  "dX of a patch embedding: one GEMM dY x W[K, P*P*C] + pixel shuffle, border zeroed")
+
+
+FAMILY = _family()

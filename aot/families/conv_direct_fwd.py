@@ -1,0 +1,170 @@
+"""The conv_direct_fwd family: NHWC forward convolution, direct (no im2col buffer).
+
+    Y[n, oh, ow, k] = sum_{r, s, c} X[n, oh*u - p + r*d, ow*v - q + s*e, c] * W[k, r, s, c]
+    X: N x H x W x C (NHWC), W: K x R x S x C (KRSC), Y: N x OH x OW x K (NHWK)
+    baked: dtype, C, K, R, S, stride, padding, dilation; runtime kernel args: N, H, W
+
+    lower_conv_direct_fwd(spec, target, lane)
+      1. refuse before any IR: target capability, matrix path capability, spec.geometry
+      2. kernel(X, Wt, Y, N, H, W)       1-D grid: N * ceil(OH/tile_h) * ceil(OW/tile_w)
+                                                      * ceil(K/tile_k) blocks  (spec.grid)
+           block (n, oh0, ow0, k0) owns a tile_h x tile_w x tile_k output tile = a GEMM tile
+           of ROWS = tile_h*tile_w pixels x COLS = tile_k channels
+           for each input-channel chunk c0 (C / c_chunk of them):
+               stage the input halo [halo_h][halo_w][c_chunk] (zero outside the image:
+               that is the padding) and the weights [tile_k][R*S][c_chunk] into LDS; barrier
+               for each filter tap (r, s):  acc += A_tap x B_tap  (TileGemm.step)
+                   A_tap[row][cc] = halo[py*u + r*d][px*v + s*e][cc]   (row = py*tile_w + px)
+                   B_tap[cc][col] = wts[col][r*S + s][cc]
+               barrier
+           epilogue: guarded by oh < OH, ow < OW, k < K; converted to dtype; stored NHWK
+"""
+
+from __future__ import annotations
+
+from rocke_aot.aot import lanes
+from rocke_aot.aot.families._conv_ir import ConvLowering, c32, loop
+from rocke_aot.aot.lower import mma
+from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, LoweredKernel, Sym, ir_sha256
+from rocke_aot.aot.targets import Target
+from rocke_aot.errors import CapabilityError
+from rocke_aot.variants.conv import ConvDirectFwdSpec
+
+PARAMS = [
+    ("X", "ptr addrspace(1)", "read_only"),
+    ("Wt", "ptr addrspace(1)", "read_only"),
+    ("Y", "ptr addrspace(1)", "write_only"),
+    ("N", "i32", None),
+    ("H", "i32", None),
+    ("W", "i32", None),
+]
+
+
+def _udiv(a: Sym, d: Sym) -> Sym:
+    return Sym(a.b, a.b.udiv(a.v, d.v))
+
+
+def _urem(a: Sym, d: Sym) -> Sym:
+    return Sym(a.b, a.b.urem(a.v, d.v))
+
+
+class _FwdLowering(ConvLowering):
+    def build(self) -> str:
+        s, kb = self.spec, self.kb
+        X, Wt, Y, n_arg, h_arg, w_arg = kb.define_kernel(PARAMS)
+        self.H, self.W = self.S(h_arg), self.S(w_arg)
+        self.tid = self.S(kb.workitem_id())
+        gid = self.S(kb.workgroup_id())
+        halo = s.halo_h * s.halo_w * s.c_chunk
+        self.lds = kb.shared_array("conv_lds", self.elem, halo + s.tile_k * s.r * s.s * s.c_chunk,
+                                   4 if s.dtype == "f32" else 2)
+        # Output extent from the runtime H, W (the host launches spec.grid(), zero when empty).
+        self.OH = (self.H + (2 * s.pad_h - s.dil_h * (s.r - 1) - 1)) // s.stride_h + 1
+        self.OW = (self.W + (2 * s.pad_w - s.dil_w * (s.s - 1) - 1)) // s.stride_w + 1
+        nkt = -(-s.k // s.tile_k)
+        ntw = (self.OW + (s.tile_w - 1)) // s.tile_w
+        nth = (self.OH + (s.tile_h - 1)) // s.tile_h
+        kt, rest = gid % nkt, gid // nkt
+        tw_i, rest = _urem(rest, ntw), _udiv(rest, ntw)
+        th_i, n = _urem(rest, nth), _udiv(rest, nth)
+        self.n, self.k0 = n, kt * s.tile_k
+        self.oh0, self.ow0 = th_i * s.tile_h, tw_i * s.tile_w
+        self.X, self.Wt = X, Wt
+        rs = s.r * s.s
+
+        def chunk(ci: Sym, acc):
+            c0 = ci * s.c_chunk
+            self.copy_to_lds(halo, lambda e: self._halo_elem(e, c0))
+            self.copy_to_lds(s.tile_k * rs * s.c_chunk, lambda e: self._weight_elem(e, c0, halo))
+            kb.barrier()
+
+            def tap(t: Sym, acc_t):
+                r, q = t // s.s, t % s.s
+                return self.step(acc_t, s.c_chunk, lambda row, kk: self._a(row, kk, r, q),
+                                 lambda kk, col: halo + (col * rs + t) * s.c_chunk + kk)
+
+            acc = loop(kb, rs, acc, tap, "tap")
+            kb.barrier()
+            return acc
+
+        acc = loop(kb, s.c // s.c_chunk, self.zero(), chunk, "cchunk")
+        self.Y = Y
+        self.epilogue(acc, self._store)
+        self.b.ret_void()
+        return kb.finish()
+
+    def _halo_elem(self, e: Sym, c0: Sym):
+        s = self.spec
+        hy = e // (s.halo_w * s.c_chunk)
+        hx = (e // s.c_chunk) % s.halo_w
+        cc = e % s.c_chunk
+        # Negative coordinates wrap to huge unsigned values, so one unsigned compare per
+        # axis rejects both sides of the image: that zero fill is the padding.
+        ih = self.oh0 * s.stride_h + hy - s.pad_h
+        iw = self.ow0 * s.stride_w + hx - s.pad_w
+        ok = self.all_of(ih.lt(self.H), iw.lt(self.W))
+        idx = ((self.n * self.H + ih) * self.W + iw) * s.c + c0 + cc
+        return self.guarded_load(self.X, idx, ok), e
+
+    def _weight_elem(self, e: Sym, c0: Sym, halo: int):
+        s = self.spec
+        rs = s.r * s.s
+        kl = e // (rs * s.c_chunk)
+        t = (e // s.c_chunk) % rs
+        cc = e % s.c_chunk
+        k = self.k0 + kl
+        idx = (k * rs + t) * s.c + c0 + cc
+        return self.guarded_load(self.Wt, idx, k.lt(s.k)), e + halo
+
+    def _a(self, row: Sym, kk, r: Sym, q: Sym) -> Sym:
+        s = self.spec
+        py, px = row // s.tile_w, row % s.tile_w
+        return ((py * s.stride_h + r * s.dil_h) * s.halo_w + px * s.stride_w + q * s.dil_w) * s.c_chunk + kk
+
+    def _store(self, row: Sym, col: Sym, value) -> None:
+        s = self.spec
+        oh = self.oh0 + row // s.tile_w
+        ow = self.ow0 + row % s.tile_w
+        k = self.k0 + col
+        with self.b.if_then(self.all_of(oh.lt(self.OH), ow.lt(self.OW), k.lt(s.k))):
+            self.store_out(self.Y, ((self.n * self.OH + oh) * self.OW + ow) * s.k + k, value)
+
+
+def lower_conv_direct_fwd(spec: ConvDirectFwdSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
+    target, lane = Target.parse(target), lanes.get_lane(lane)
+    if not isinstance(spec, ConvDirectFwdSpec):
+        raise TypeError(f"lower_conv_direct_fwd needs a ConvDirectFwdSpec, got {type(spec).__name__}")
+    # Refuse on capability first: gfx1250 on llvm20 names the op, before any geometry.
+    lanes.require(lane, capability=f"target:{target.processor}", op=f"conv_direct_fwd for {target.id}")
+    if spec.path != "fma":
+        if not target.is_amdgpu:
+            raise CapabilityError(f"conv_direct_fwd path {spec.path} is not available on {target.processor}")
+        instr = mma.select(target.processor, spec.path, spec.dtype)
+        lanes.require(lane, capability=instr.capability, op=f"conv_direct_fwd {spec.path} ({instr.mnemonic})")
+    geo = spec.geometry(target)
+    low = _FwdLowering(spec, target, lane, geo, spec.tile_h * spec.tile_w, spec.tile_k)
+    text = low.build()
+    meta = {
+        "path": spec.path,
+        "instruction": low.instr.mnemonic if low.instr else None,
+        "grid": "N * ceil(OH/tile_h) * ceil(OW/tile_w) * ceil(K/tile_k) work-groups, 1-D",
+        "runtime_args": ["N", "H", "W"],
+        "baked": spec.baked(),
+        "geometry": {k: v for k, v in vars(geo).items()},
+    }
+    return LoweredKernel(
+        family="conv_direct_fwd", kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
+        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
+        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
+        metadata=meta,
+    )
+
+
+def _family():
+    from rocke_aot.aot.families import Family
+
+    return Family("conv_direct_fwd", ConvDirectFwdSpec, lower_conv_direct_fwd,
+                  "NHWC forward convolution, baked filter/stride/padding/dilation/channels")
+
+
+FAMILY = _family()
