@@ -87,10 +87,19 @@ def _fma_split(rows: int, cols: int, what: str) -> tuple[int, int]:
     return threads, per
 
 
-def _mma_instr(target: Any, path: str, dtype: str) -> Any:
+def _mma_instr(target: Any, path: str, dtype: str, rows: int, cols: int, kdim: int, what: str) -> Any:
+    """The arch's first instruction shape (its default first) that tiles rows x cols and kdim."""
     from rocke_aot.aot.lower import mma  # the instruction table lives beside the lowering
 
-    return mma.select(target.processor, path, dtype, "auto")
+    shapes = mma.shapes_for(target.processor, path, dtype)
+    if not shapes:
+        mma.select(target.processor, path, dtype)  # raises CapabilityError with the reason
+    for shape in shapes:
+        instr = mma.select(target.processor, path, dtype, shape)
+        if rows % instr.m == 0 and cols % instr.n == 0 and kdim % instr.k == 0:
+            return instr
+    raise SpecError(f"{what}: no {path} shape of {target.processor} ({', '.join(shapes)}) tiles a "
+                    f"{rows}x{cols} block tile with a reduction step of {kdim}")
 
 
 def _path_allowed(target: Any, path: str, dtype: str, what: str) -> None:
@@ -199,13 +208,8 @@ class ConvDirectFwdSpec:
         if self.path == "fma":
             threads, per = _fma_split(self.tile_h * self.tile_w, self.tile_k, what)
             return ConvGeometry(threads, info.wave_size, per, None, lds)
-        instr = _mma_instr(target, self.path, self.dtype)
         rows = self.tile_h * self.tile_w
-        if rows % instr.m or self.tile_k % instr.n:
-            raise SpecError(f"{what}: a {rows}-pixel x {self.tile_k}-channel tile is not whole "
-                            f"{instr.m}x{instr.n} {instr.mnemonic} tiles")
-        if self.c_chunk % instr.k:
-            raise SpecError(f"{what}: c_chunk={self.c_chunk} is not a multiple of {instr.mnemonic}'s K={instr.k}")
+        instr = _mma_instr(target, self.path, self.dtype, rows, self.tile_k, self.c_chunk, what)
         waves = (rows // instr.m) * (self.tile_k // instr.n)
         threads = waves * info.wave_size
         if threads > 1024:
@@ -310,16 +314,13 @@ class ConvDgradPatchSpec:
         if self.path == "fma":
             threads, per = _fma_split(self.rows, self.cols_padded, what)
             return ConvGeometry(threads, info.wave_size, per, None, lds)
-        instr = _mma_instr(target, self.path, self.dtype)
-        if self.rows % instr.m or self.cols_padded % instr.n:
-            raise SpecError(f"{what}: a {self.rows}x{self.cols_padded} block tile is not whole "
-                            f"{instr.m}x{instr.n} {instr.mnemonic} tiles")
-        if self.k_chunk % instr.k:
-            raise SpecError(f"{what}: k_chunk={self.k_chunk} is not a multiple of {instr.mnemonic}'s K={instr.k}")
+        instr = _mma_instr(target, self.path, self.dtype, self.rows, self.cols_padded, self.k_chunk, what)
         tiles = (self.rows // instr.m) * (self.cols_padded // instr.n)
-        # Waves share the tiles evenly: the most waves (up to 8) that divide the tile count.
-        waves = max(d for d in range(1, min(8, 1024 // info.wave_size) + 1) if tiles % d == 0)
-        if (tiles // waves) * instr.acc_per_lane > MAX_ACC_PER_THREAD:
-            raise SpecError(f"{what}: {tiles // waves} {instr.mnemonic} tiles per wave hold more than "
+        # Up to 8 waves share the tiles: as few tiles per wave as 8 waves allow, then as few
+        # waves as that needs (the last round may leave some waves a spare tile to skip).
+        per_wave = _ceil(tiles, min(8, 1024 // info.wave_size))
+        waves = _ceil(tiles, per_wave)
+        if per_wave * instr.acc_per_lane > MAX_ACC_PER_THREAD:
+            raise SpecError(f"{what}: {per_wave} {instr.mnemonic} tiles per wave hold more than "
                             f"{MAX_ACC_PER_THREAD} accumulators per lane")
         return ConvGeometry(waves * info.wave_size, info.wave_size, 0, instr.key, lds)

@@ -104,9 +104,10 @@ class ConvLowering:
             self.ntn = cols // self.instr.n
             self.ntiles = (rows // self.instr.m) * self.ntn
             self.waves = geo.threads // geo.wave_size
-            if self.ntiles % self.waves:
-                raise AssertionError("geometry must give every wave the same number of tiles")
-            self.tiles_per_wave = self.ntiles // self.waves
+            # When the waves do not divide the tiles, the last round's spare slots compute a
+            # duplicate tile (t mod ntiles, so every mma stays wave-uniform) and store nothing.
+            self.tiles_per_wave = -(-self.ntiles // self.waves)
+            self.spare = self.tiles_per_wave * self.waves != self.ntiles
         else:
             self.fmuladd = self.kb.declare("fmuladd_f32")
             self.per = geo.per_thread
@@ -185,11 +186,16 @@ class ConvLowering:
         col0 = (self.tid // self.rows) * self.per
         return row, [col0 + j for j in range(self.per)]
 
+    def mma_slot(self, i: int) -> Sym:
+        """The tile index of this wave's i-th slot (may be >= ntiles in a spare slot)."""
+        return self.tid // self.geo.wave_size + i * self.waves
+
     def mma_tile(self, i: int) -> tuple[Sym, Sym]:
-        """(row0, col0) of the i-th tile of this wave."""
+        """(row0, col0) of the tile this wave computes in its i-th slot."""
         ins = self.instr
-        wave = self.tid // self.geo.wave_size
-        t = wave + i * self.waves
+        t = self.mma_slot(i)
+        if self.spare and (i + 1) * self.waves > self.ntiles:
+            t = t % self.ntiles
         return (t // self.ntn) * ins.m, (t % self.ntn) * ins.n
 
     def step(self, acc: list[ir.Value], ksteps: int,
@@ -237,7 +243,13 @@ class ConvLowering:
         ins = self.instr
         lane = self.tid % self.geo.wave_size
         for i in range(self.tiles_per_wave):
+            guard = None
+            if self.spare and (i + 1) * self.waves > self.ntiles:
+                guard = self.b.if_then(self.mma_slot(i).lt(self.ntiles))
+                guard.__enter__()
             r0, c0 = self.mma_tile(i)
             for r in range(ins.acc_per_lane):
                 dr, dc = ins.d_coord(lane, r)
                 store(r0 + dr, c0 + dc, self.b.extract_element(acc[i], c32(r)))
+            if guard is not None:
+                guard.__exit__(None, None, None)
