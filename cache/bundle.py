@@ -3,13 +3,17 @@
     bundle.tar
       manifest.json            {"format": "rocke-aot-bundle", "version": 1,
                                 "entries": [artifact or failure, with every key input],
-                                "blobs": {raw sha256: {size, stored_size, codec, stored_sha256}}}
+                                "blobs": {raw sha256: {size, stored_size, codec, stored_sha256,
+                                                       dict_sha256 (when zstd-dict)}},
+                                "dicts": {dict sha256: {arch, family, samples}}}
+      dicts/<sha256>.zdict     trained zstd dictionaries the blobs need (before any blob)
       blobs/<raw sha256>.zst   the stored (already zstd) bytes, exactly as in the store
 
     export: read rows + blobs ─> decode every blob (a corrupt one refuses the export)
             ─> write <path>.tmp ─> fsync ─> rename   (a bundle is complete or absent)
     import: manifest checked first (format, every key recomputed from its inputs, every blob
             referenced and present exactly once) ─> ONE exclusive write transaction:
+            per dictionary: sha256 ─> publish (or reuse by sha256, mapped to the local id);
             per blob member: size, stored sha256, decompress, raw sha256 ─> publish blob;
             then every entry. Any mismatch raises BundleError and rolls back: nothing
             from a tampered bundle is ever published.
@@ -31,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from rocke_aot.cache import codec, db
+from rocke_aot.cache import blobs, codec, db
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
+from rocke_aot.cache.models import zstd_dicts as D
 from rocke_aot.errors import BundleError, CacheError, IntegrityError, RockeError
 
 if TYPE_CHECKING:
@@ -45,6 +50,7 @@ FORMAT = "rocke-aot-bundle"
 VERSION = 1
 MANIFEST = "manifest.json"
 _MEMBER_RE = re.compile(r"^blobs/([0-9a-f]{64})\.zst$")
+_DICT_RE = re.compile(r"^dicts/([0-9a-f]{64})\.zdict$")
 _MAX_MANIFEST = 512 * 1024 * 1024
 
 
@@ -94,30 +100,34 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         try:
             with open(tmp, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                # Blob facts first (the manifest must list them); data is re-read below in pages.
-                for i in range(0, len(shas), 256):
-                    for sha, size, stored_size, cod in conn.execute(
-                        select(B.c.sha256, B.c.size, B.c.stored_size, B.c.codec).where(B.c.sha256.in_(shas[i:i + 256]))
-                    ):
-                        blob_meta[sha] = {"size": size, "stored_size": stored_size, "codec": cod}
+                # Pass 1: verify every blob and record its facts (the manifest comes first in
+                # the file); pass 2 streams the same bytes (same read snapshot) into the tar.
+                dict_ids: dict[int, str] = {}
+                for sha, size, stored_size, cod, data, dict_id in _blob_pages(conn, shas):
+                    zdict = store._dicts.load(conn, dict_id) if dict_id is not None else None
+                    codec.decode(data, sha, size, cod, stored_size, zdict)  # never export a corrupt blob
+                    blob_meta[sha] = {"size": size, "stored_size": stored_size, "codec": cod,
+                                      "stored_sha256": codec.sha256_hex(data)}
+                    if zdict is not None:
+                        blob_meta[sha]["dict_sha256"] = dict_ids.setdefault(dict_id, zdict.sha256)
                 missing = set(shas) - set(blob_meta)
                 if missing:
                     raise IntegrityError(f"artifacts reference missing blobs {sorted(missing)[:3]}; run verify")
-                for i in range(0, len(shas), 256):
-                    for sha, data in conn.execute(select(B.c.sha256, blob_data).where(B.c.sha256.in_(shas[i:i + 256]))):
-                        data = bytes(data)
-                        m = blob_meta[sha]
-                        codec.decode(data, sha, m["size"], m["codec"], m["stored_size"])  # never export a corrupt blob
-                        m["stored_sha256"] = codec.sha256_hex(data)
-                        m["_data"] = data
+                dict_rows = conn.execute(
+                    select(D.c.id, D.c.arch, D.c.family, D.c.samples).where(D.c.id.in_(list(dict_ids)))
+                ).all()
+                dicts_meta = {dict_ids[i]: {"arch": a, "family": f, "samples": n} for i, a, f, n in dict_rows}
                 manifest = {
                     "format": FORMAT, "version": VERSION, "created_at": time.time(),
-                    "entries": entries,
-                    "blobs": {s: {k: v for k, v in m.items() if k != "_data"} for s, m in blob_meta.items()},
+                    "entries": entries, "blobs": blob_meta, "dicts": dicts_meta,
                 }
                 _add(tar, MANIFEST, json.dumps(manifest, sort_keys=True).encode())
-                for sha in shas:
-                    _add(tar, f"blobs/{sha}.zst", blob_meta[sha].pop("_data"))
+                for dict_id, dsha in sorted(dict_ids.items()):
+                    _add(tar, f"dicts/{dsha}.zdict", store._dicts.load(conn, dict_id).data)
+                for sha, _, _, _, data, _ in _blob_pages(conn, shas):
+                    if codec.sha256_hex(data) != blob_meta[sha]["stored_sha256"]:
+                        raise IntegrityError(f"blob {sha} changed during export")
+                    _add(tar, f"blobs/{sha}.zst", data)
                 tar.close()
                 f.flush()
                 os.fsync(f.fileno())
@@ -128,6 +138,16 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
     n_ok = sum(e["status"] == "ok" for e in entries)
     return {"path": str(path), "artifacts": n_ok, "failures": len(entries) - n_ok, "blobs": len(shas),
             "bytes": path.stat().st_size}
+
+
+def _blob_pages(conn, shas: list[str], page: int = 256):
+    for i in range(0, len(shas), page):
+        rows = conn.execute(
+            select(B.c.sha256, B.c.size, B.c.stored_size, B.c.codec, blob_data, B.c.dict_id)
+            .where(B.c.sha256.in_(shas[i:i + page])).order_by(B.c.sha256)
+        ).all()
+        for sha, size, stored_size, cod, data, dict_id in rows:
+            yield sha, size, stored_size, cod, bytes(data), dict_id
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -177,7 +197,7 @@ def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict
 
 def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
     """Verify and publish a bundle, all or nothing; returns a summary."""
-    from rocke_aot.cache.store import _publish_artifact, _publish_blob
+    from rocke_aot.cache.store import _publish_artifact
 
     path = Path(path)
     added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0}
@@ -194,13 +214,23 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
         except (tarfile.TarError, OSError, ValueError) as e:
             raise BundleError(f"bundle {path}: unreadable manifest ({e})") from None
         entries, blob_meta = _check_manifest(manifest)
+        dicts_meta = manifest.get("dicts") or {}
+        if not isinstance(dicts_meta, dict):
+            raise BundleError("bundle manifest: malformed dicts")
         try:
             with db.write_tx(store.engine, exclusive=True) as conn:
                 now = time.time()
                 seen: set[str] = set()
+                zdicts: dict[str, tuple[int, codec.Dictionary]] = {}  # dict sha256 -> (local id, dict)
                 while (member := tar.next()) is not None:  # after the manifest, in file order
+                    if not member.isfile():
+                        raise BundleError(f"bundle {path}: unexpected member {member.name!r}")
+                    d = _DICT_RE.match(member.name)
+                    if d:
+                        zdicts[d.group(1)] = _import_dict(conn, store, tar, member, d.group(1), dicts_meta, zdicts, now)
+                        continue
                     m = _MEMBER_RE.match(member.name)
-                    if not m or not member.isfile():
+                    if not m:
                         raise BundleError(f"bundle {path}: unexpected member {member.name!r}")
                     sha = m.group(1)
                     if sha not in blob_meta or sha in seen:
@@ -209,14 +239,20 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
                     if member.size != meta["stored_size"]:
                         raise BundleError(f"bundle blob {sha}: {member.size} bytes, manifest says {meta['stored_size']}")
                     stored = tar.extractfile(member).read()
+                    if meta.get("stored_sha256") not in (None, codec.sha256_hex(stored)):
+                        raise BundleError(f"bundle {path} is tampered or corrupt: blob {sha} stored bytes "
+                                          f"do not match the manifest's stored_sha256")
+                    dict_id, zdict = zdicts.get(meta.get("dict_sha256"), (None, None))
+                    if meta.get("dict_sha256") and zdict is None:
+                        raise BundleError(f"bundle blob {sha}: its dictionary {meta['dict_sha256']} is not in the bundle")
                     try:
-                        raw = codec.decode(stored, sha, meta["size"], meta.get("codec", codec.CODEC), meta["stored_size"])
+                        raw = codec.decode(stored, sha, meta["size"], meta.get("codec", codec.CODEC),
+                                           meta["stored_size"], zdict)
                     except IntegrityError as e:
                         raise BundleError(f"bundle {path} is tampered or corrupt: {e}") from None
                     seen.add(sha)
-                    existed = conn.execute(select(B.c.sha256).where(B.c.sha256 == sha)).first() is not None
-                    _publish_blob(conn, sha, raw, stored, now)
-                    added["blobs"] += not existed
+                    added["blobs"] += blobs.publish_blob(conn, store._dicts, sha, raw, stored, meta.get("codec", codec.CODEC),
+                                                         dict_id, now)
                 if seen != set(blob_meta):
                     raise BundleError(f"bundle {path}: {len(set(blob_meta) - seen)} blobs of the manifest are missing")
                 for e in entries:
@@ -228,6 +264,24 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
                 raise
             raise BundleError(f"bundle {path} conflicts with the store: {e}") from None
     return {"path": str(path), **added}
+
+
+def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: dict, now: float):
+    """Verify a dictionary member and publish it (or find it already stored); -> (local id, dict)."""
+    if dsha not in dicts_meta or dsha in seen:
+        raise BundleError(f"bundle dictionary {dsha} is not in the manifest, or appears twice")
+    try:
+        zdict = codec.Dictionary(tar.extractfile(member).read(), dsha)
+    except IntegrityError as e:
+        raise BundleError(f"bundle is tampered or corrupt: {e}") from None
+    local = conn.execute(select(D.c.id).where(D.c.sha256 == dsha)).scalar()
+    if local is None:
+        meta = dicts_meta[dsha]
+        local = conn.execute(D.insert().values(
+            arch=str(meta.get("arch")), family=str(meta.get("family")), sha256=dsha, size=len(zdict.data),
+            samples=int(meta.get("samples") or 0), data=zdict.data, created_at=now,
+        )).inserted_primary_key[0]
+    return local, zdict
 
 
 def _import_entry(conn, e: dict[str, Any], added: dict[str, int], publish_artifact) -> None:

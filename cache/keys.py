@@ -191,3 +191,32 @@ def check_key(key: object) -> str:
     if not isinstance(key, str) or not _KEY_RE.match(key):
         raise SpecError(f"an artifact key is 64 lowercase hex digits, got {key!r}")
     return key
+
+
+class KeyTemplate:
+    """Keys for many specs that share every other input: the builder's planning fast path.
+
+    The non-spec inputs are validated once (through KeyInputs), their canonical encoding
+    is split around the spec, and ``key(spec_json)`` is one sha256 over
+    head + spec + tail. ``spec_json`` must be ``canonical_json(spec)``; the result equals
+    ``artifact_key(KeyInputs(..., spec, ...))`` byte for byte (tested over whole grids).
+    """
+
+    _MARK = "rocke-aot-spec-slot-7f3a"
+
+    def __init__(self, arch: str, lane: str, profile: str, family: str, lowering_digest: str,
+                 toolchain: Mapping[str, str]):
+        self.proto = KeyInputs(arch, lane, profile, family, {}, lowering_digest, toolchain)
+        body = canonical_json({**self.proto.as_dict(), "spec": self._MARK})
+        parts = body.split(json.dumps(self._MARK), 1)
+        if len(parts) != 2 or self._MARK in parts[0] + parts[1]:
+            raise SpecError("a key input contains the spec slot marker; cannot template this key")
+        self._head = _PREFIX + parts[0].encode()
+        self._tail = parts[1].encode()
+
+    def key(self, spec_json: str) -> str:
+        return hashlib.sha256(self._head + spec_json.encode() + self._tail).hexdigest()
+
+    def inputs(self, spec: Mapping[str, Any]) -> KeyInputs:
+        p = self.proto
+        return KeyInputs(p.arch, p.lane, p.profile, p.family, spec, p.lowering_digest, p.toolchain)

@@ -6,8 +6,9 @@
     size      (raw bytes)          key (PK)  status 'ok' | 'failed'          value
     stored_size, codec, data       arch lane profile family spec_json        ("schema_version")
     created_at                     lowering_digest toolchain_json
-                                   ir_sha256 metadata_json provenance_json
-                                   error log built_at last_read_at
+    dict_id ───┐                   ir_sha256 metadata_json provenance_json
+               │                   error log built_at last_read_at
+               └──> zstd_dicts (id, arch, family, sha256, data): a trained dictionary
 
 One ``artifacts`` table holds both successes and cached failures (``status``), so the
 builder's no-op path is a single indexed ``key IN (...)`` query over one table. A
@@ -41,11 +42,11 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
-REVISIONS: tuple[str, ...] = ("0001",)
+REVISIONS: tuple[str, ...] = ("0001", "0002")
 HEAD_REVISION = REVISIONS[-1]
-SCHEMA_FOR_REVISION = {"0001": 1}
+SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2}
 
 metadata = MetaData()
 
@@ -62,9 +63,25 @@ blobs = Table(
     Column("sha256", String(64), primary_key=True),
     Column("size", Integer, nullable=False),  # raw code-object bytes
     Column("stored_size", Integer, nullable=False),  # compressed bytes as stored
-    Column("codec", String(32), nullable=False),  # "zstd" (room for dictionary codecs later)
+    Column("codec", String(32), nullable=False),  # "zstd" | "zstd-dict"
     Column("data", LargeBinary, nullable=False),
     Column("created_at", Float, nullable=False),
+    Column("dict_id", Integer, nullable=True),  # zstd_dicts.id for "zstd-dict" (rev 0002)
+)
+
+# Trained zstd dictionaries, one current per (arch, family) (the newest id); never deleted.
+zstd_dicts = Table(
+    "zstd_dicts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("arch", String(128), nullable=False),
+    Column("family", String(128), nullable=False),
+    Column("sha256", String(64), nullable=False, unique=True),
+    Column("size", Integer, nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_zstd_dicts_arch_family", "arch", "family"),
 )
 
 artifacts = Table(

@@ -31,7 +31,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from rocke_aot.cache import codec, db, models
+from rocke_aot.cache import blobs, codec, db, models
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
@@ -59,9 +59,8 @@ _ROW_FROM = A.outerjoin(B, A.c.blob_sha256 == B.c.sha256)
 # The hot statements are built once: constructing a SELECT costs more than running it on
 # SQLite, and the builder's no-op path and get() are the hot paths.
 _Q_ROW = select(*_ROW).select_from(_ROW_FROM).where(A.c.key == bindparam("k"))
-_Q_GET = select(*_ROW, B.c.codec, blob_data).select_from(_ROW_FROM).where(A.c.key == bindparam("k"))
+_Q_GET = select(*_ROW, B.c.codec, blob_data, B.c.dict_id).select_from(_ROW_FROM).where(A.c.key == bindparam("k"))
 _Q_STATUS = select(A.c.status, A.c.blob_sha256).where(A.c.key == bindparam("k"))
-_Q_BLOB = select(B.c.size, B.c.codec, blob_data, B.c.stored_size).where(B.c.sha256 == bindparam("s"))
 
 
 @functools.lru_cache(maxsize=16)
@@ -107,6 +106,7 @@ class Store:
         self.level = level
         self.max_bytes = max_bytes
         self.touch_interval = touch_interval
+        self._dicts = blobs.Dicts()
 
     @classmethod
     def open(
@@ -184,7 +184,9 @@ class Store:
         raw = bytes(code_object)
         key = artifact_key(inputs)
         sha = codec.sha256_hex(raw)
-        stored = codec.encode(raw, self.level)
+        dict_id, zdict = self._dicts.current(self.engine, inputs.arch, inputs.family)
+        stored = codec.encode(raw, self.level, zdict)  # outside the write lock: it is the slow part
+        cod = codec.CODEC if zdict is None else codec.CODEC_DICT
         row = {
             "key": key,
             "status": "ok",
@@ -205,7 +207,7 @@ class Store:
         with db.write_tx(self.engine) as conn:
             now = time.time()
             row["built_at"] = row["last_read_at"] = now
-            _publish_blob(conn, sha, raw, stored, now)
+            blobs.publish_blob(conn, self._dicts, sha, raw, stored, cod, dict_id, now)
             _publish_artifact(conn, row, replace=replace)
             out = conn.execute(_Q_ROW, {"k": key}).mappings().one()
         art = to_artifact(out, code_object=raw)
@@ -252,13 +254,14 @@ class Store:
         check_key(key)
         with db.read_tx(self.engine) as conn:
             row = conn.execute(_Q_GET, {"k": key}).mappings().first()
-        if row is None:
-            raise NotFoundError(f"no artifact {key} in {self}")
-        if row["status"] != "ok":
-            raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
-        if row["data"] is None:  # the foreign key forbids it; a hand-edited store may not
-            raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
-        raw = codec.decode(row["data"], row["blob_sha256"], row["size"], row["codec"], row["stored_size"])
+            if row is None:
+                raise NotFoundError(f"no artifact {key} in {self}")
+            if row["status"] != "ok":
+                raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
+            if row["data"] is None:  # the foreign key forbids it; a hand-edited store may not
+                raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
+            raw = self._dicts.decode(conn, row["blob_sha256"], row["size"], row["codec"], row["stored_size"],
+                                     row["data"], row["dict_id"])
         now = time.time()
         last = row["last_read_at"]
         if last is None or now - last >= self.touch_interval:
@@ -355,7 +358,7 @@ class Store:
             referenced = conn.execute(
                 select(func.coalesce(func.sum(B.c.size), 0)).select_from(A.join(B, A.c.blob_sha256 == B.c.sha256))
             ).scalar()
-            orphans = conn.execute(select(func.count()).select_from(B).where(~_referenced(B.c.sha256))).scalar()
+            orphans = conn.execute(select(func.count()).select_from(B).where(~blobs.referenced(B.c.sha256))).scalar()
             by = conn.execute(
                 select(A.c.arch, A.c.lane, func.count()).where(A.c.status == "ok")
                 .group_by(A.c.arch, A.c.lane).order_by(A.c.arch, A.c.lane)
@@ -375,24 +378,24 @@ class Store:
         while True:  # keyset pages, so a huge store never sits in memory at once
             with db.read_tx(self.engine) as conn:
                 page = conn.execute(
-                    select(B.c.sha256, B.c.size, B.c.codec, blob_data, B.c.stored_size)
+                    select(B.c.sha256, B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id)
                     .where(B.c.sha256 > last).order_by(B.c.sha256).limit(batch)
                 ).all()
+                for sha, size, cod, data, stored_size, dict_id in page:
+                    checked += 1
+                    try:
+                        self._dicts.decode(conn, sha, size, cod, stored_size, data, dict_id)
+                    except IntegrityError as e:
+                        corrupt.append((sha, str(e)))
             if not page:
                 break
-            for sha, size, cod, data, stored_size in page:
-                checked += 1
-                try:
-                    codec.decode(data, sha, size, cod, stored_size)
-                except IntegrityError as e:
-                    corrupt.append((sha, str(e)))
             last = page[-1][0]
         bad_sha = {s for s, _ in corrupt}
         affected: list[str] = []
         bad_keys: list[tuple[str, str]] = []
         with db.read_tx(self.engine) as conn:
             rows = conn.execute(select(*_ROW, B.c.sha256.label("present")).select_from(_ROW_FROM)).mappings().all()
-            orphans = conn.execute(select(func.count()).select_from(B).where(~_referenced(B.c.sha256))).scalar()
+            orphans = conn.execute(select(func.count()).select_from(B).where(~blobs.referenced(B.c.sha256))).scalar()
         for r in rows:
             if r["status"] == "ok" and (r["present"] is None or r["blob_sha256"] in bad_sha):
                 affected.append(r["key"])
@@ -410,7 +413,7 @@ class Store:
     def gc(self) -> GcReport:
         """Delete blobs that no artifact references."""
         with db.write_tx(self.engine, exclusive=True) as conn:
-            n, freed = _delete_orphans(conn)
+            n, freed = blobs.delete_orphans(conn)
             after = conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar()
         return GcReport(0, n, freed, int(after))
 
@@ -423,7 +426,7 @@ class Store:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         with db.write_tx(self.engine, exclusive=True) as conn:
-            deleted, freed = _delete_orphans(conn)
+            deleted, freed = blobs.delete_orphans(conn)
             total = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
             victims: list[str] = []
             if total > max_bytes:
@@ -444,13 +447,18 @@ class Store:
                         total -= stored_size
                 for chunk in _chunks(victims, LOOKUP_CHUNK):
                     conn.execute(delete(A).where(A.c.key.in_(chunk)))
-                n, more = _delete_orphans(conn)
+                n, more = blobs.delete_orphans(conn)
                 deleted += n
                 freed += more
             after = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
         return GcReport(len(victims), deleted, freed, after)
 
     # ---- bundles ------------------------------------------------------------------------
+
+    def train_dictionaries(self, **kw: Any) -> list[dict[str, Any]]:
+        """Train a zstd dictionary per (arch, family) where it pays and recompress that pair's
+        blobs with it (see cache/blobs.py; measured in docs/cache.md). New puts of the pair use it."""
+        return blobs.train(self, **kw)
 
     def export(self, path: str | os.PathLike, **filters: Any) -> dict[str, Any]:
         from rocke_aot.cache.bundle import export_bundle
@@ -461,40 +469,6 @@ class Store:
         from rocke_aot.cache.bundle import import_bundle
 
         return import_bundle(self, path)
-
-
-def _referenced(sha_col):
-    return select(A.c.key).where(A.c.blob_sha256 == sha_col).exists()
-
-
-def _delete_orphans(conn: Connection) -> tuple[int, int]:
-    orphan = select(B.c.sha256, B.c.stored_size).where(~_referenced(B.c.sha256))
-    rows = conn.execute(orphan).all()
-    if rows:
-        for chunk in _chunks([r[0] for r in rows], LOOKUP_CHUNK):
-            conn.execute(delete(B).where(B.c.sha256.in_(chunk), ~_referenced(B.c.sha256)))
-    return len(rows), sum(r[1] for r in rows)
-
-
-def _publish_blob(conn: Connection, sha: str, raw: bytes, stored: bytes, now: float) -> None:
-    """Insert the blob, or reuse the stored copy; a stored copy that fails to verify is
-    overwritten with these (known-good) bytes, so a put also heals a corrupt blob."""
-    cur = conn.execute(_Q_BLOB, {"s": sha}).first()
-    if cur is not None:
-        try:
-            codec.decode(cur.data, sha, cur.size, cur.codec, cur.stored_size)
-            return
-        except IntegrityError:
-            conn.execute(
-                update(B).where(B.c.sha256 == sha)
-                .values(size=len(raw), stored_size=len(stored), codec=codec.CODEC, data=stored)
-            )
-            return
-    conn.execute(
-        _insert_ignore(conn, B),
-        {"sha256": sha, "size": len(raw), "stored_size": len(stored), "codec": codec.CODEC, "data": stored,
-         "created_at": now},
-    )
 
 
 def _publish_artifact(conn: Connection, row: dict[str, Any], *, replace: bool) -> None:

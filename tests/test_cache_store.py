@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
-from rocke_aot.cache import codec, db
+from rocke_aot.cache import codec, db, models
 from rocke_aot.cache.keys import artifact_key
 from rocke_aot.cache.store import LOOKUP_CHUNK, Store
 from rocke_aot.errors import BundleError, CacheError, IntegrityError, NotFoundError, SchemaVersionError, SpecError
@@ -234,13 +234,13 @@ def test_size_cap_on_put(store_url):
 def test_schema_version_is_checked(store_url):
     Store.open(store_url).close()
     s = Store.open(store_url)
-    _sql(s, "UPDATE rocke_meta SET value = '2' WHERE name = 'schema_version'")
+    _sql(s, f"UPDATE rocke_meta SET value = '{models.SCHEMA_VERSION + 1}' WHERE name = 'schema_version'")
     s.close()
     with pytest.raises(SchemaVersionError, match="schema version"):
         Store.open(store_url)
     engine = db.make_engine(db.resolve_url(store_url))
     with engine.begin() as conn:
-        conn.execute(text("UPDATE rocke_meta SET value = '1'"))
+        conn.execute(text(f"UPDATE rocke_meta SET value = '{models.SCHEMA_VERSION}'"))
         conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
     with pytest.raises(SchemaVersionError, match="0099"):
         Store.open(store_url)
