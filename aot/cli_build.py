@@ -17,6 +17,8 @@ from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_
               help="Target ID to build for (repeatable): gfx942, gfx950, gfx1250, gfx942:sramecc+:xnack-, sm_90.")
 @click.option("--family", "families", multiple=True, help="Only this kernel family (repeatable); default: all.")
 @lanes_option()
+@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE",
+              help="Only specs whose FIELD equals VALUE (repeatable), e.g. --where path=fma --where block_m=64.")
 @click.option("--cache", "cache_url", default=None, metavar="URL",
               help="Cache URL (sqlite:///path or postgresql+psycopg://...); default: $ROCKE_AOT_CACHE, else the user cache dir.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 512), default=None, help="Parallel compiles (default: one per core).")
@@ -25,7 +27,7 @@ from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=300.0, show_default=True, help="Seconds per compile.")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Run the compiles on this Dask scheduler.")
 @json_option
-def build(arches, families, lanes, cache_url, jobs, force, dry_run, timeout, scheduler, as_json) -> int:
+def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeout, scheduler, as_json) -> int:
     """Build (or top up) the kernel cache for ARCH on every lane with a toolchain here.
 
     Specs come from the variant tables; each key is computed without lowering and
@@ -39,9 +41,11 @@ def build(arches, families, lanes, cache_url, jobs, force, dry_run, timeout, sch
     Example:
         rocke-aot build --arch gfx1250
         rocke-aot build --arch gfx942 --arch gfx950 --family gemm --lane llvm22 --json
+        rocke-aot build --arch gfx950 --where path=mfma --where block_m=128
         rocke-aot build --arch gfx942 --scheduler tcp://10.0.0.5:8786
     """
     from rocke_aot.aot.build import build as run_build
+    from rocke_aot.aot.build.plan import parse_where
     from rocke_aot.aot.build.summary import render
     from rocke_aot.cache.store import Store
 
@@ -77,6 +81,7 @@ def build(arches, families, lanes, cache_url, jobs, force, dry_run, timeout, sch
             with progress:
                 summary = run_build(arches=arches, families=families or None, lanes=lanes, store=store,
                                     jobs=jobs, force=force, dry_run=dry_run, timeout=timeout, submit=submit,
+                                    where=parse_where(where),
                                     on_plan=on_plan, on_result=on_result)
         finally:
             if client is not None:

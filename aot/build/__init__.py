@@ -20,13 +20,14 @@ __all__ = [
 
 
 def build(*, arches, families=None, lanes=(), store, toolchains=None, jobs=None, force=False,
-          dry_run=False, timeout=300.0, submit=None, on_plan: Callable[[Plan], None] | None = None,
+          dry_run=False, timeout=300.0, submit=None, where=None, on_plan: Callable[[Plan], None] | None = None,
           on_result=None) -> BuildSummary:
     from rocke_aot.aot.toolchains import detect_all
 
     start = time.perf_counter()
     tcs = detect_all() if toolchains is None else toolchains
-    plan = make_plan(arches=arches, families=families, lanes=lanes, toolchains=tcs, store=store, force=force)
+    plan = make_plan(arches=arches, families=families, lanes=lanes, toolchains=tcs, store=store, force=force,
+                     where=where)
     if on_plan:
         on_plan(plan)
     before = compile_count()

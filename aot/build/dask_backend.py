@@ -61,7 +61,7 @@ def dask_submitter(client, *, timeout: float):
     def submit(job) -> Future:
         out: Future = Future()
         dfut = client.submit(remote_build, job.family, dict(job.spec), job.target.id, job.lane.name,
-                             dict(job.inputs.toolchain), timeout, pure=False, key=f"rocke-build-{job.key}")
+                             dict(job.template.proto.toolchain), timeout, pure=False, key=f"rocke-build-{job.key}")
 
         def done(f) -> None:
             try:

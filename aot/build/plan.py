@@ -19,13 +19,15 @@ no-op rebuild is pure hashing plus one query.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from rocke_aot.aot.lanes import LANES, Lane, get_lane
 from rocke_aot.aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
-from rocke_aot.cache.keys import KeyInputs, artifact_key
+from rocke_aot.cache.keys import KeyInputs, KeyTemplate
 from rocke_aot.errors import SpecError
 
 
@@ -33,15 +35,36 @@ from rocke_aot.errors import SpecError
 class Job:
     key: str
     family: str
-    spec: Mapping[str, Any]  # canonical JSON-able spec (what the key hashes)
+    spec_json: str  # canonical JSON of the spec (what the key hashes)
     target: Target
     lane: Lane
     toolchain: Toolchain = field(compare=False, repr=False)
-    inputs: KeyInputs = field(compare=False, repr=False)
+    template: KeyTemplate = field(compare=False, repr=False)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return json.loads(self.spec_json)
+
+    @property
+    def inputs(self) -> KeyInputs:
+        # Built (and validated) only for jobs that get stored: a no-op plan never pays for it.
+        return self.template.inputs(self.spec)
 
     @property
     def label(self) -> str:
         return f"{self.family}/{self.target.id}/{self.lane.name}"
+
+
+@functools.lru_cache(maxsize=None)
+def spec_json(spec: Any) -> str:
+    """Canonical JSON of a frozen spec, memoized: specs are immutable values from the tables.
+
+    Same text as cache.keys.canonical_json (sorted keys, no whitespace); spec dicts come from
+    the families' own ``to_dict`` (string keys, JSON scalars), checked once by KeyInputs
+    before anything is stored.
+    """
+    return json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -101,7 +124,10 @@ def make_plan(
     toolchains: Sequence[Toolchain],
     store,
     force: bool = False,
+    where: Mapping[str, Any] | None = None,
 ) -> Plan:
+    """Plan a build. ``where`` keeps only specs whose fields equal the given values
+    (e.g. ``{"path": "fma"}``); an unknown field is a SpecError, not an empty build."""
     from rocke_aot.aot.lower import lowering_digest
     from rocke_aot.variants import table
 
@@ -131,10 +157,12 @@ def make_plan(
                     plan.refused.append(Refusal(fam, target.id, lane.name,
                                                 f"the {lane.name} toolchain here does not know {target.processor}"))
                     continue
-                for spec in table.enumerate_specs(fam, target.processor, lane):
-                    spec_dict = spec.to_dict()
-                    inputs = KeyInputs(target.id, lane.name, lane.profile_name, fam, spec_dict, digest, identity)
-                    jobs.append(Job(artifact_key(inputs), fam, spec_dict, target, lane, tc, inputs))
+                tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity)
+                key = tpl.key
+                sjs = map(spec_json, table.enumerate_specs(fam, target.processor, lane))
+                if where:
+                    sjs = [sj for sj in sjs if _matches(fam, json.loads(sj), where)]
+                jobs.extend(Job(key(sj), fam, sj, target, lane, tc, tpl) for sj in sjs)
     hits = store.lookup_many([j.key for j in jobs]) if jobs else {}
     for job in _dedupe(jobs):
         hit = hits.get(job.key)
@@ -147,6 +175,30 @@ def make_plan(
         else:
             plan.known_failures.append((job, hit.error or "failed"))
     return plan
+
+
+def _matches(family: str, spec: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+    for field_name, want in where.items():
+        if field_name not in spec:
+            raise SpecError(f"--where {field_name}=...: family {family} specs have no field {field_name!r} "
+                            f"(fields: {', '.join(sorted(spec))})")
+        if spec[field_name] != want:
+            return False
+    return True
+
+
+def parse_where(items: Sequence[str]) -> dict[str, Any]:
+    """["path=fma", "block_m=64", "double_buffer=true"] -> {"path": "fma", "block_m": 64, ...}."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise SpecError(f"--where expects FIELD=VALUE, got {item!r}")
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out
 
 
 def _dedupe(jobs: Iterable[Job]) -> list[Job]:

@@ -64,12 +64,12 @@ def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, 
 
     start = time.perf_counter()
     fam = get_family(family)
-    kernel = lower(family, fam.spec_from_dict(dict(spec)), target, lane)
+    kernel = lower(family, fam.spec_from(dict(spec)), target, lane)
     _count_compile()
     result = toolchain.compile(kernel.ir, target, timeout=timeout)
     info = validate(result.code_object, target)
     metadata = {
-        "kernel": kernel.metadata_dict() if hasattr(kernel, "metadata_dict") else {},
+        "kernel": kernel.as_dict(),
         "code_object": info.as_dict(),
         "format": result.format,
     }
