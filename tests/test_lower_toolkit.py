@@ -16,6 +16,7 @@ from rocke_aot.aot.families import families, get_family
 from rocke_aot.aot.lower import LoweredKernel, lower, lowering_digest
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
+from rocke_aot.aot.targets import Target
 from rocke_aot.errors import CapabilityError, LaneError, SpecError
 from rocke_aot.variants.gemm import GemmSpec
 
@@ -33,8 +34,13 @@ def _decls(ir_text):
 @pytest.mark.parametrize("lane", lanes.LANE_NAMES)
 @pytest.mark.parametrize("arch,path", [("gfx942", "mfma"), ("gfx90a", "fma"), ("sm_90", "fma")])
 def test_datalayout_and_declarations_come_from_the_profile(lane, arch, path):
-    k = lower("gemm", GemmSpec(path=path), arch, lane)
     profile = lanes.get_lane(lane).profile
+    if not profile.has(f"target:{arch}"):  # e.g. llvm24: an AMDGPU-only code generator
+        with pytest.raises(CapabilityError, match=f"target:{arch}"):
+            lower("gemm", GemmSpec(path=path), arch, lane)
+        return
+    k = lower("gemm", GemmSpec(path=path), arch, lane)
+    assert f'target triple = "{profile.triple(Target.parse(arch))}"' in k.ir
     family = "nvptx64" if arch == "sm_90" else "amdgcn"
     assert f'target datalayout = "{profile.datalayout(family)}"' in k.ir
     by_name = {d.name: d for d in profile.intrinsics.values()}
@@ -142,6 +148,20 @@ def test_amdgpu_kernel_attributes_state_unused_inputs():
                     GemmSpec(path="wmma").kernel_name))
     assert w["target-features"] == "+wavefrontsize32"
     assert w["amdgpu-flat-work-group-size"] == "128,128"  # 4 waves of 32
+
+
+def test_target_id_features_as_module_flags_where_the_profile_says_so():
+    spec = GemmSpec(path="mfma")
+    k24 = lower("gemm", spec, "gfx950:sramecc+:xnack-", "llvm24")
+    a = dict(_attrs(k24.ir, spec.kernel_name))
+    assert a["target-features"] == "+wavefrontsize64"  # no xnack/sramecc subtarget features
+    assert '!{ i32 1, !"amdgpu.sramecc", i32 1 }' in k24.ir
+    assert '!{ i32 1, !"amdgpu.xnack", i32 0 }' in k24.ir
+    assert 'target triple = "amdgpu9.50-amd-amdhsa"' in k24.ir
+    assert "llvm.module.flags" not in lower("gemm", spec, "gfx950", "llvm24").ir  # "any": no flag
+    k22 = lower("gemm", spec, "gfx950:sramecc+:xnack-", "llvm22")
+    assert "llvm.module.flags" not in k22.ir
+    assert dict(_attrs(k22.ir, spec.kernel_name))["target-features"] == "+sramecc,-xnack,+wavefrontsize64"
 
 
 def test_lowered_kernel_is_frozen_and_describes_the_kernel():

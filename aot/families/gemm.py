@@ -29,11 +29,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot.aot import lanes
-from rocke_aot.aot.lower import mma
-from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
-from rocke_aot.aot.lower.module import (BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel,
-                                        MAX_TENSOR_BYTES, Sym, ir_sha256, parse_type)
-from rocke_aot.aot.lower.nvptx import NvptxKernel
+from rocke_aot.aot.lower import kernel_for, mma
+from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel, Sym, parse_type
 from rocke_aot.aot.targets import Target
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.gemm import GemmGeometry, GemmSpec
@@ -61,8 +58,7 @@ def _c32(v: int) -> ir.Constant:
 class _GemmLowering:
     def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry):
         self.spec, self.geo = spec, geo
-        cls = AmdgpuKernel if target.is_amdgpu else NvptxKernel
-        self.kb: KernelModule = cls(spec.kernel_name, target, lane, geo.threads)
+        self.kb: KernelModule = kernel_for(spec.kernel_name, target, lane, geo.threads)
         self.instr = mma.INSTRS[geo.instr] if geo.instr else None
         if self.instr is not None:
             self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
@@ -104,22 +100,20 @@ class _GemmLowering:
             return b.select(ok, v, ir.Constant(I16, 0))
         vty = ir.VectorType(I16, vw)
         full = self.and_(row_ok, b.icmp_unsigned("<=", (col + vw).v, limit.v))
-        with b.if_else(full) as (then, otherwise):
-            with then:
-                v_full = b.load(self.gep(ptr, base), typ=vty, align=2)
-                blk_full = b.block
-            with otherwise:
-                v_part = ir.Constant(vty, None)
-                for e in range(vw):
-                    ok = self.and_(row_ok, (col + e).lt(limit))
-                    idx = b.select(ok, (base + e).v, _c32(0))
-                    x = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
-                    v_part = b.insert_element(v_part, b.select(ok, x, ir.Constant(I16, 0)), _c32(e))
-                blk_part = b.block
-        phi = b.phi(vty)
-        phi.add_incoming(v_full, blk_full)
-        phi.add_incoming(v_part, blk_part)
-        return phi
+
+        def whole():
+            return b.load(self.gep(ptr, base), typ=vty, align=2)
+
+        def edge():
+            v = ir.Constant(vty, None)
+            for e in range(vw):
+                ok = self.and_(row_ok, (col + e).lt(limit))
+                idx = b.select(ok, (base + e).v, _c32(0))
+                x = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
+                v = b.insert_element(v, b.select(ok, x, ir.Constant(I16, 0)), _c32(e))
+            return v
+
+        return self.kb.select_value(full, whole, edge, name="ld")
 
     def stage_tile(self, kt: Sym, stage: Sym | int) -> None:
         """Copy K-tile kt of A (bm x bk) and B (bk x bn) into LDS stage ``stage``."""
@@ -132,8 +126,8 @@ class _GemmLowering:
             for it in range(-(-chunks // T)):
                 c = self.tid + it * T
                 guard = None
-                if (it + 1) * T > chunks:
-                    guard = self.b.if_then(c.lt(chunks))
+                if (it + 1) * T > chunks:  # the last round has fewer chunks than threads
+                    guard = self.kb.if_then(c.lt(chunks), name="stage")
                     guard.__enter__()
                 r, v = c // vpr, c % vpr
                 if which == "A":
@@ -216,7 +210,7 @@ class _GemmLowering:
     # -- epilogue -----------------------------------------------------------------------
     def store_out(self, row: Sym, col: Sym, value: ir.Value) -> None:
         b = self.b
-        with b.if_then(self.and_(row.lt(self.M), col.lt(self.N))):
+        with self.kb.if_then(self.and_(row.lt(self.M), col.lt(self.N)), name="st"):
             out_ty = _OUT_TYPES[self.spec.out_dtype]
             v = value if out_ty is F32 else b.fptrunc(value, out_ty)
             b.store(v, self.gep(self.C, row * self.N + col, out_ty))
@@ -243,7 +237,7 @@ class _GemmLowering:
                     self.store_out(self.row0 + wm0 + i * ins.m + dr, self.col0 + wn0 + t * ins.n + dc, x)
 
     # -- the kernel ---------------------------------------------------------------------
-    def build(self) -> str:
+    def build(self) -> None:
         s, g, kb = self.spec, self.geo, self.kb
         self.A, self.B, self.C, m, n, k = kb.define_kernel(PARAMS)
         b = self.b
@@ -264,7 +258,7 @@ class _GemmLowering:
             acc_ty = ir.VectorType(F32, self.instr.acc_per_lane)
             zero = [ir.Constant(acc_ty, None)] * (g.tiles_m * g.tiles_n)
         if s.double_buffer:
-            with b.if_then(self.S(_c32(0)).lt(ktiles)):
+            with kb.if_then(self.S(_c32(0)).lt(ktiles), name="pro"):
                 self.stage_tile(self.S(_c32(0)), 0)
             kb.barrier()
         pre = b.block
@@ -280,7 +274,7 @@ class _GemmLowering:
         kt = self.S(kt_phi)
         if s.double_buffer:
             nxt = kt + 1
-            with b.if_then(nxt.lt(ktiles)):
+            with kb.if_then(nxt.lt(ktiles), name="pre"):
                 self.stage_tile(nxt, nxt % 2)
             acc = self.compute(kt % 2, acc_phis)
             kb.barrier()
@@ -300,7 +294,6 @@ class _GemmLowering:
         b.position_at_end(done)
         self.epilogue(acc_phis)
         b.ret_void()
-        return kb.finish()
 
 
 def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
@@ -316,7 +309,7 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
         lanes.require(lane, capability=instr.capability, op=f"gemm {spec.path} ({instr.mnemonic_for(target.processor)})")
     geo = spec.geometry(target)
     low = _GemmLowering(spec, target, lane, geo)
-    text = low.build()
+    low.build()
     meta = {
         "path": spec.path,
         "instruction": low.instr.mnemonic_for(target.processor) if low.instr else None,
@@ -324,12 +317,7 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
         "block_m": spec.block_m, "block_n": spec.block_n,
         "geometry": {k: v for k, v in vars(geo).items()},
     }
-    return LoweredKernel(
-        family="gemm", kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
-        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
-        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
-        metadata=meta,
-    )
+    return low.kb.lowered("gemm", meta)
 
 
 def _family():

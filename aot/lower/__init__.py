@@ -23,8 +23,8 @@ from rocke_aot.aot.lower.module import (MAX_TENSOR_BYTES, KernArg, KernelModule,
                                         Sym)
 from rocke_aot.aot.targets import Target
 
-__all__ = ["lower", "lowering_digest", "LoweredKernel", "KernArg", "KernelModule", "Sym",
-           "MAX_TENSOR_BYTES"]
+__all__ = ["lower", "lowering_digest", "kernel_for", "LoweredKernel", "KernArg", "KernelModule",
+           "Sym", "MAX_TENSOR_BYTES"]
 
 _AOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +37,19 @@ def lower(family: str, spec: object, target: object, lane: object) -> LoweredKer
     lane = get_lane(lane)
     target = Target.parse(target)
     return fam.lowerer(fam.spec_from(spec), target, lane)
+
+
+def kernel_for(name: str, target: object, lane: object, block_size: int) -> KernelModule:
+    """The kernel builder for ``target``: AmdgpuKernel (amdgcn) or NvptxKernel (sm_90).
+
+    Refuses (CapabilityError) a target the lane's profile lacks, before any IR exists.
+    """
+    from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
+    from rocke_aot.aot.lower.nvptx import NvptxKernel
+
+    target = Target.parse(target)
+    cls = AmdgpuKernel if target.is_amdgpu else NvptxKernel
+    return cls(name, target, get_lane(lane), block_size)
 
 
 def lowering_digest() -> str:

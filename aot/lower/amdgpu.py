@@ -8,6 +8,8 @@
         .finish()  -> IR text, with the kernel's attributes:
              "amdgpu-flat-work-group-size"="B,B"      the block size it was lowered for
              "target-cpu", "target-features"          the target ID + wavefrontsize32/64
+             (profiles with target-id:module-flags, LLVM 24: xnack/sramecc as
+              !llvm.module.flags !{i32 1, !"amdgpu.<feature>", i32 0|1} instead)
              "amdgpu-no-<input>" for every implicit input the kernel does not use
              (the list comes from the lane's profile; see lanes._AMDGPU_NO_INPUTS_*)
              the profile's "no AGPRs" attribute when the kernel has no matrix op
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from rocke_aot.aot.lower.module import KernelModule
+from rocke_aot.aot.lower.module import I32, KernelModule
 from rocke_aot.aot.targets import Target
 from rocke_aot.errors import CapabilityError
 
@@ -69,7 +71,15 @@ class AmdgpuKernel(KernelModule):
         attrs.add_string("amdgpu-flat-work-group-size", f"{self.block_size},{self.block_size}")
         attrs.add_string("target-cpu", self.target.processor)
         wave = f"+wavefrontsize{self.wave_size}"
-        feats = ",".join(f for f in (self.target.llvm_features, wave) if f)
+        if self.profile.has("target-id:module-flags"):
+            # LLVM 24: xnack/sramecc are module properties; as subtarget features they are an
+            # error that LLVM then ignores (the code object would say "any").
+            for name, on in self.target.features:
+                self.module.add_named_metadata(
+                    "llvm.module.flags", [ir.Constant(I32, 1), f"amdgpu.{name}", ir.Constant(I32, int(on))])
+            feats = wave
+        else:
+            feats = ",".join(f for f in (self.target.llvm_features, wave) if f)
         attrs.add_string("target-features", feats)
         for inp in self.profile.amdgpu_no_inputs:
             if inp not in self.uses:

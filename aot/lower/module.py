@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import llvmlite.ir as ir
 
@@ -276,12 +277,53 @@ class KernelModule:
         self.lds_bytes = (self.lds_bytes + align - 1) // align * align + count * elem_bytes
         return gv
 
+    @contextmanager
+    def if_then(self, pred: ir.Value, name: str = "if") -> Iterator[None]:
+        """``if (pred) { body }`` with short block names ("name", "name.end"; llvmlite numbers
+        repeats): llvmlite's own if_then nests ".endif" suffixes, which grow with every guard."""
+        b = self.builder
+        then, after = b.append_basic_block(name), b.append_basic_block(f"{name}.end")
+        b.cbranch(pred, then, after)
+        b.position_at_end(then)
+        yield
+        if not b.block.is_terminated:
+            b.branch(after)
+        b.position_at_end(after)
+
+    def select_value(self, pred: ir.Value, then_fn, else_fn, name: str = "sel") -> ir.Value:
+        """``pred ? then_fn() : else_fn()`` where each arm emits its own code (branches + phi)."""
+        b = self.builder
+        t_blk, e_blk = b.append_basic_block(name), b.append_basic_block(f"{name}.else")
+        join = b.append_basic_block(f"{name}.end")
+        b.cbranch(pred, t_blk, e_blk)
+        arms = []
+        for blk, fn in ((t_blk, then_fn), (e_blk, else_fn)):
+            b.position_at_end(blk)
+            v = fn()
+            arms.append((v, b.block))
+            b.branch(join)
+        b.position_at_end(join)
+        phi = b.phi(arms[0][0].type)
+        for v, blk in arms:
+            phi.add_incoming(v, blk)
+        return phi
+
     def sym(self, value: ir.Value) -> Sym:
         return Sym(self.builder, value)
 
     def finish(self) -> str:
         """Seal the kernel (target attributes) and return the IR text."""
         return str(self.module)
+
+    def lowered(self, family: str, metadata: Mapping[str, Any] | None = None) -> LoweredKernel:
+        """Finish the kernel and package it: what every family lowerer returns."""
+        text = self.finish()
+        return LoweredKernel(
+            family=family, kernel_name=self.name, target=self.target.id, lane=self.lane.name,
+            profile=self.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=self.kernargs,
+            block_size=self.block_size, lds_bytes=self.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
+            metadata=MappingProxyType(dict(metadata or {})),
+        )
 
 
 def ir_sha256(text: str) -> str:
