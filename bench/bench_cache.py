@@ -146,7 +146,7 @@ def variants(per: int):
     return out
 
 
-def build_corpus(per: int) -> list[dict]:
+def build_corpus(per: int, arches: tuple[str, ...] = ARCHES) -> list[dict]:
     import llvmlite.binding as llvm
 
     llvm.initialize_all_targets()
@@ -154,7 +154,7 @@ def build_corpus(per: int) -> list[dict]:
     target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
     corpus = []
     with tempfile.TemporaryDirectory() as tmp:
-        for arch in ARCHES:
+        for arch in arches:
             tm = target.create_target_machine(cpu=arch, opt=3, reloc="pic", codemodel="default")
             for i, (family, knobs, gen) in enumerate(variants(per)):
                 name = f"{family}_{'_'.join(f'{k}{v}' for k, v in knobs.items())}"
