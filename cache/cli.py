@@ -1,4 +1,4 @@
-"""`rocke-aot cache stats|ls|show|verify|gc|export|import`: thin commands over Store.
+"""`rocke-aot cache stats|ls|show|verify|gc|export|import|train-dicts`: thin commands over Store.
 
     --cache URL (default: $ROCKE_AOT_CACHE, else the user cache dir) ──> Store.open
     command ──> one Store method ──> text, or one JSON document with --json
@@ -244,3 +244,34 @@ def import_(path, cache_url, as_json) -> None:
         return
     click.echo(f"imported {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
                f"{summary['blobs']} new blobs, {summary['unchanged']} already present")
+
+
+@cache.command("train-dicts")
+@click.option("--min-samples", type=click.IntRange(min=2), default=64, show_default=True,
+              help="Only (arch, family) pairs with at least this many distinct code objects.")
+@click.option("--dict-size", type=click.IntRange(min=256), default=16384, show_default=True,
+              help="Dictionary size in bytes.")
+@cache_option
+@json_option
+def train_dicts(min_samples, dict_size, cache_url, as_json) -> None:
+    """Train a zstd dictionary per (arch, family) where it pays, and recompress with it.
+
+    A dictionary is adopted only when, counting its own bytes, it shrinks that pair's
+    blobs by at least 15%; every recompressed blob is verified before it is written.
+
+    \b
+    Example:
+        rocke-aot cache train-dicts
+        rocke-aot cache train-dicts --min-samples 32 --json
+    """
+    with _store(cache_url) as store:
+        reports = store.train_dictionaries(min_samples=min_samples, dict_size=dict_size)
+    if as_json:
+        _emit(reports)
+        return
+    for r in reports:
+        if r["adopted"]:
+            click.echo(f"{r['arch']:<24} {r['family']:<18} adopted: ratio {r['ratio_plain']} -> {r['ratio_dict']}, "
+                       f"{r['recompressed']} blobs, {_human_bytes(r['bytes_before'])} -> {_human_bytes(r['bytes_after'])}")
+        else:
+            click.echo(f"{r['arch']:<24} {r['family']:<18} skipped: {r['reason']}")

@@ -93,8 +93,16 @@ def test_export_import(filled, tmp_path):
     assert "imported" in run("cache", "import", str(bundle), "--cache", other).output
 
 
+def test_train_dicts_reports_each_pair(filled):
+    url, _ = filled
+    rows = json.loads(run("cache", "train-dicts", "--cache", url, "--json", "--min-samples", "50").output)
+    assert {(r["arch"], r["family"]) for r in rows} == {("gfx942", "gemm"), ("gfx950", "gemm")}
+    assert not any(r["adopted"] for r in rows) and all("samples" in r["reason"] for r in rows)
+    assert "skipped" in run("cache", "train-dicts", "--cache", url).output
+
+
 def test_help_has_examples():
-    for sub in ("stats", "ls", "show", "verify", "gc", "export", "import"):
+    for sub in ("stats", "ls", "show", "verify", "gc", "export", "import", "train-dicts"):
         out = run("cache", sub, "--help").output
         assert "Example:" in out and "--cache" in out and "--json" in out, sub
 
