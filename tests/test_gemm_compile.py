@@ -49,8 +49,8 @@ def _check(result, k, arch, tmp_path):
     assert info.lds_bytes == k.lds_bytes
     assert info.wavefront_size == Target.parse(arch).wave_size
     assert info.private_segment_bytes == 0, "no spills for the default tiles"
-    assert info.descriptor.user_sgpr_inputs == MINIMAL_INPUTS.get(arch, KERNARG_ONLY)
-    asm = _objdump(result.code_object, arch, tmp_path)
+    assert info.descriptor.user_sgpr_inputs == MINIMAL_INPUTS.get(Target.parse(arch).processor, KERNARG_ONLY)
+    asm = _objdump(result.code_object, Target.parse(arch).processor, tmp_path)
     matrix = set(re.findall(r"\bv_(?:mfma|wmma)\w*", asm))
     if k.metadata["path"] == "fma":
         assert not matrix
@@ -121,3 +121,29 @@ def test_descriptor_minimal_without_the_attributor(tmp_path, arch, path):
     asm = subprocess.run([str(LLVM22_BIN / "llvm-objdump"), "-d", f"--mcpu={arch}", str(tmp_path / "ours.hsaco")],
                          capture_output=True, text=True, check=True).stdout
     assert re.search(r"s_load_\w+ s\[\d+:\d+\], s\[0:1\]", asm), "kernargs are read through s[0:1]"
+
+
+@pytest.fixture(scope="module")
+def llvm24_toolchain(all_toolchains):
+    from rocke_aot.aot import toolchains as tcs
+
+    found = tcs.toolchains_for_lane("llvm24", all_toolchains)
+    if not found:
+        pytest.fail("no llvm24 toolchain on this host: run `bash scripts/setup.sh` "
+                    "(it runs `rocke-aot toolchain install llvm24`)")
+    return found[0]
+
+
+@pytest.mark.parametrize("arch,path", [("gfx942", "mfma"), ("gfx950:sramecc+:xnack-", "mfma"),
+                                       ("gfx1250", "wmma"), ("gfx942", "fma")])
+def test_llvm24_code_generator_gives_minimal_descriptors(llvm24_toolchain, llvm22, tmp_path, arch, path):
+    """LLVM 24's code generator runs no attributor: the kernel's own amdgpu-no-* attributes
+    are what keep its descriptor to the kernarg pointer, the same as the llvm22 build."""
+    spec = GemmSpec(path=path)
+    k24 = lower("gemm", spec, arch, "llvm24")
+    info24 = validate(llvm24_toolchain.compile(k24.ir, arch).code_object, arch, kernel=k24.kernel_name)
+    k22 = lower("gemm", spec, arch, "llvm22")
+    info22 = _check(compile_llvmlite(llvm22.python, k22.ir, arch), k22, arch, tmp_path)
+    assert info24.descriptor.user_sgpr_inputs == info22.descriptor.user_sgpr_inputs == KERNARG_ONLY
+    assert info24.descriptor.workgroup_ids == ("x",)
+    assert info24.sramecc == info22.sramecc  # the target ID's setting survives (module flags)
