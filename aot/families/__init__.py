@@ -11,6 +11,7 @@ lowering toolkit (aot/lower) can be imported by a family without an import cycle
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -42,15 +43,22 @@ class Family:
 
 
 _LOADED: dict[str, Family] = {}
+_LOAD_LOCK = threading.Lock()
 
 
 def _load() -> dict[str, Family]:
+    # Builder threads (and Dask worker threads) may ask at once: load under a lock and
+    # publish the complete table in one assignment, so nobody sees it half-filled.
     if not _LOADED:
-        for mod_name in _FAMILY_MODULES:
-            fam = importlib.import_module(f"{__name__}.{mod_name}").FAMILY
-            if fam.name in _LOADED:
-                raise RuntimeError(f"family {fam.name} registered twice")
-            _LOADED[fam.name] = fam
+        with _LOAD_LOCK:
+            if not _LOADED:
+                table: dict[str, Family] = {}
+                for mod_name in _FAMILY_MODULES:
+                    fam = importlib.import_module(f"{__name__}.{mod_name}").FAMILY
+                    if fam.name in table:
+                        raise RuntimeError(f"family {fam.name} registered twice")
+                    table[fam.name] = fam
+                _LOADED.update(table)
     return _LOADED
 
 
