@@ -282,7 +282,8 @@ def _validate_hsaco(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
 
     meta = _metadata(elf)
     meta_target = meta.get("amdhsa.target")
-    if not isinstance(meta_target, str) or meta_target.split("--")[-1].split(":")[0] != target.processor:
+    # "amdgcn-amd-amdhsa--gfx942:xnack-" (LLVM 22) or "amdgpu9.42-amd-amdhsa-unknown-gfx942" (LLVM 24)
+    if not isinstance(meta_target, str) or meta_target.split(":")[0].rsplit("-", 1)[-1] != target.processor:
         raise CodeObjectError(f"metadata amdhsa.target {meta_target!r} is not for {target.processor}")
     k = _pick_kernel(meta.get("amdhsa.kernels") or [], kernel)
     name = k.get(".name")
@@ -340,8 +341,8 @@ def _check_arch_limits(info: CodeObjectInfo, target: Target) -> None:
     vgprs = (info.vgpr_count or 0) + (info.agpr_count or 0 if arch.has_agprs else 0)
     if vgprs > arch.max_vgprs:
         raise CodeObjectError(f"kernel {info.kernel} uses {vgprs} VGPRs+AGPRs; {target.processor} has {arch.max_vgprs}")
-    if (info.sgpr_count or 0) > arch.max_sgprs:
-        raise CodeObjectError(f"kernel {info.kernel} uses {info.sgpr_count} SGPRs; {target.processor} has {arch.max_sgprs}")
+    if (info.sgpr_count or 0) > arch.max_sgpr_count:  # .sgpr_count includes VCC/FLAT_SCRATCH/XNACK
+        raise CodeObjectError(f"kernel {info.kernel} uses {info.sgpr_count} SGPRs; {target.processor} has {arch.max_sgpr_count}")
 
 
 def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObjectInfo:

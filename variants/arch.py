@@ -26,6 +26,11 @@ _LLVM_LDS = (
 )
 _LLVM_SGPR_GFX9 = "LLVM AMDGPUUsage DWARF register map: SGPR0-SGPR101 addressable on GFX9 (102)"
 _LLVM_SGPR_GFX10 = "LLVM AMDGPUUsage DWARF register map: SGPR0-SGPR105 addressable on GFX10+ (106)"
+_SPECIALS_GFX9 = (
+    "LLVM AMDGPUBaseInfo getNumExtraSGPRs: VCC (2) + FLAT_SCRATCH and XNACK_MASK (6 in all) on "
+    "GFX8/9 (llvm MC test: gfx90a extrasgpr_flatscr 6), counted in the metadata .sgpr_count"
+)
+_SPECIALS_GFX10 = "LLVM AMDGPUBaseInfo getNumExtraSGPRs: only VCC (2) on GFX10+"
 _UNIFIED_VGPR = (
     "AMD CDNA2/CDNA3/CDNA4 ISA guides: 512 unified VGPR+AGPR per lane of a wave64 "
     "(256 ArchVGPRs + 256 AccVGPRs)"
@@ -47,12 +52,19 @@ class ArchInfo:
     matrix_unit: str | None = None  # "mfma" (gfx9), "wmma" (gfx1250), None (no matrix path wired)
     max_block: int = 1024  # most work-items per work-group
     static_lds_bytes: int | None = None  # static allocation limit when below lds_bytes (CUDA: 48 KiB)
+    sgpr_specials: int = 0  # special SGPRs (VCC, FLAT_SCRATCH, XNACK_MASK) metadata .sgpr_count adds
     sources: Mapping[str, str] = field(default_factory=dict)  # field name -> source of the figure
 
     @property
     def source(self) -> str:
         """Every source, one line per figure (for display)."""
         return "; ".join(f"{k}: {v}" for k, v in sorted(self.sources.items()))
+
+    @property
+    def max_sgpr_count(self) -> int:
+        """The most SGPRs a code object's metadata ``.sgpr_count`` may report (it counts the
+        special SGPRs on top of the addressable ones)."""
+        return self.max_sgprs + self.sgpr_specials
 
     @property
     def static_lds_limit(self) -> int:
@@ -69,12 +81,14 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         "gfx90a": ArchInfo(
             "gfx90a", "amdgcn", 64, 64 * 1024, 110, 512, 102, True, ("sramecc", "xnack"),
             "AMD Instinct MI250X (one GCD)", "mfma",
+            sgpr_specials=6,
             sources=_src(
                 wave_size="AMD CDNA2 ISA guide: wave64",
                 lds_bytes=_LLVM_LDS,
                 cu_count="AMD Instinct MI250X data sheet: 220 CUs over two GCDs, 110 per GCD",
                 max_vgprs=_UNIFIED_VGPR,
                 max_sgprs=_LLVM_SGPR_GFX9,
+                sgpr_specials=_SPECIALS_GFX9,
                 matrix_unit="AMD CDNA2 ISA guide: MFMA (v_mfma_f32_32x32x8f16, ...)",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
@@ -82,12 +96,14 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         "gfx942": ArchInfo(
             "gfx942", "amdgcn", 64, 64 * 1024, 304, 512, 102, True, ("sramecc", "xnack"),
             "AMD Instinct MI300X", "mfma",
+            sgpr_specials=6,
             sources=_src(
                 wave_size="AMD CDNA3 ISA guide: wave64",
                 lds_bytes=_LLVM_LDS,
                 cu_count="AMD Instinct MI300X data sheet: 304 CUs",
                 max_vgprs=_UNIFIED_VGPR,
                 max_sgprs=_LLVM_SGPR_GFX9,
+                sgpr_specials=_SPECIALS_GFX9,
                 matrix_unit="AMD CDNA3 ISA guide: MFMA; measured: mfma.f32.32x32x8f16 compiles on LLVM 20 and 22",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
@@ -95,12 +111,14 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         "gfx950": ArchInfo(
             "gfx950", "amdgcn", 64, 160 * 1024, 256, 512, 102, True, ("sramecc", "xnack"),
             "AMD Instinct MI355X", "mfma",
+            sgpr_specials=6,
             sources=_src(
                 wave_size="AMD CDNA4 ISA guide: wave64",
                 lds_bytes=_LLVM_LDS,
                 cu_count="AMD Instinct MI355X data sheet: 256 CUs",
                 max_vgprs=_UNIFIED_VGPR,
                 max_sgprs=_LLVM_SGPR_GFX9,
+                sgpr_specials=_SPECIALS_GFX9,
                 matrix_unit="AMD CDNA4 ISA guide: MFMA incl. 32x32x16 f16/bf16 (gfx950 only)",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
@@ -108,6 +126,7 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         "gfx1250": ArchInfo(
             "gfx1250", "amdgcn", 32, 320 * 1024, 256, 1024, 106, False, ("xnack",),
             "AMD gfx1250 (GFX12.5)", "wmma",
+            sgpr_specials=2,
             sources=_src(
                 wave_size="LLVM AMDGPUUsage: gfx1250 is wave32 only",
                 lds_bytes=_LLVM_LDS,
@@ -115,6 +134,7 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                 max_vgprs="LLVM AMDGPUUsage DWARF register map (llvm-project PR 159447): "
                           "VGPR0-VGPR1023 in wave32 on GFX1250",
                 max_sgprs=_LLVM_SGPR_GFX10,
+                sgpr_specials=_SPECIALS_GFX10,
                 matrix_unit="measured: llvm.amdgcn.wmma.f32.16x16x32.f16 compiles for gfx1250 on LLVM 22 only",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
