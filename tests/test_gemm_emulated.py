@@ -194,6 +194,9 @@ def _inputs(dtype, shape, rng):
 
 
 CASES = [
+    ("sm_90", GemmSpec()),  # the first spec test_gemm_gpu runs on the H200
+    ("gfx942", GemmSpec(path="mfma", mma="16x16x16", block_m=16, block_n=16, block_k=16, waves=1,
+                        vector_width=8)),  # fewer load chunks than threads: guarded staging
     ("sm_90", GemmSpec(path="fma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, waves=2,
                        vector_width=1)),
     ("sm_90", GemmSpec(path="fma", in_dtype="bf16", out_dtype="bf16", block_m=32, block_n=64, block_k=16,
@@ -208,7 +211,7 @@ CASES = [
     ("gfx1250", GemmSpec(path="wmma", in_dtype="bf16", out_dtype="f32", block_m=16, block_n=32, block_k=64,
                          waves=1, double_buffer=True)),
 ]
-SIZES = [(1, 1, 1), (37, 45, 70)]
+SIZES = [(1, 1, 1), (37, 45, 70), (130, 70, 33)]
 
 
 @pytest.mark.parametrize("arch,spec", CASES, ids=[f"{a}-{s.kernel_name}" for a, s in CASES])

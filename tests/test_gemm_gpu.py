@@ -112,7 +112,7 @@ def _decode(out: np.ndarray, dtype: str) -> np.ndarray:
     return (out.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def _run(spec: GemmSpec, m: int, n: int, k: int, image: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _run(spec: GemmSpec, m: int, n: int, k: int, image: bytes, name: str, threads: int) -> tuple[np.ndarray, np.ndarray]:
     from cuda.bindings import driver as cu
 
     rng = np.random.default_rng(m * 1_000_003 + n * 1009 + k)
@@ -135,7 +135,6 @@ def _run(spec: GemmSpec, m: int, n: int, k: int, image: bytes, name: str) -> tup
             holders += [np.array([v], dtype=np.int32) for v in (m, n, k)]
             params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
             gx, _, _ = grid(spec, m, n)
-            threads = spec.waves * 32
             _check(cu.cuLaunchKernel(fn, gx, 1, 1, threads, 1, 1, 0, 0, params.ctypes.data, 0))
             _check(cu.cuCtxSynchronize())
             _check(cu.cuMemcpyDtoH(out.ctypes.data, bufs[2], out.nbytes))
@@ -153,7 +152,7 @@ def test_sm90_fma_gemm_matches_numpy(cuda_ctx, spec):
     k = lower("gemm", spec, "sm_90", "llvm22")
     image, kind = _module_image(k.ir)
     for m, n, kk in SIZES:
-        got, want = _run(spec, m, n, kk, image, k.kernel_name)
+        got, want = _run(spec, m, n, kk, image, k.kernel_name, k.block_size)
         assert np.isfinite(got).all(), f"{m}x{n}x{kk}: unwritten or non-finite outputs"
         # f32 accumulation of exact products (16-bit x 16-bit fits in f32): the sum carries
         # ~K * 2^-24 relative error at worst; a 16-bit output adds one rounding of the result
