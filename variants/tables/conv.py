@@ -20,7 +20,7 @@ from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from rocke_aot.variants.table import SERVE, FamilyTable, Serve
 from rocke_aot.variants.tables._common import matrix_paths
 
-_LLVM24 = Serve("llvm24 shares the llvm23 emission profile; its compiles use the LLVM 24 code generator")
+_LLVM24 = Serve("the LLVM 24 AMDGPU code generator; its profile has no NVPTX, so sm_90 is refused there")
 
 # Representative layers: a 3x3 body conv, a strided 3x3, a 1x1 projection, a 7x7/2 RGB
 # stem (C=3: fma only, no mma K-atom divides it), a dilated 3x3, and a bf16 3x3.

@@ -42,7 +42,7 @@ def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
 GEMM = FamilyTable(
     family="gemm",
     lane_decisions={"llvm20": SERVE, "llvm22": SERVE, "llvm23": SERVE,
-                    "llvm24": Serve("llvm24 shares the llvm23 emission profile")},
+                    "llvm24": Serve("the LLVM 24 AMDGPU code generator; no NVPTX, so sm_90 is refused there")},
     baked=_baked,
     knobs=_knobs,
     make_spec=_make,
