@@ -338,9 +338,11 @@ def _check_arch_limits(info: CodeObjectInfo, target: Target) -> None:
         raise CodeObjectError("kernel descriptor LDS size disagrees with the metadata")
     if info.kernarg_size is None or info.descriptor.kernarg_size != info.kernarg_size:
         raise CodeObjectError("kernel descriptor kernarg size disagrees with the metadata")
-    vgprs = (info.vgpr_count or 0) + (info.agpr_count or 0 if arch.has_agprs else 0)
-    if vgprs > arch.max_vgprs:
-        raise CodeObjectError(f"kernel {info.kernel} uses {vgprs} VGPRs+AGPRs; {target.processor} has {arch.max_vgprs}")
+    # On the unified-register archs (gfx90a+) .vgpr_count is already the total of VGPRs and
+    # AGPRs (LLVM's TotalNumVgprs: 9 VGPRs + 32 AGPRs report 44), so it alone is compared.
+    if (info.vgpr_count or 0) > arch.max_vgprs:
+        raise CodeObjectError(f"kernel {info.kernel} uses {info.vgpr_count} VGPRs (AGPRs included); "
+                              f"{target.processor} has {arch.max_vgprs}")
     if (info.sgpr_count or 0) > arch.max_sgpr_count:  # .sgpr_count includes VCC/FLAT_SCRATCH/XNACK
         raise CodeObjectError(f"kernel {info.kernel} uses {info.sgpr_count} SGPRs; {target.processor} has {arch.max_sgpr_count}")
 

@@ -176,3 +176,20 @@ def test_descriptor_decoding_and_comment(objs):
     kd = decode_kernel_descriptor(b"\0" * 56 + struct.pack("<H", 0b1110) + b"\0" * 6)
     assert kd.user_sgpr_inputs == ("dispatch_ptr", "queue_ptr", "kernarg_segment_ptr")
     assert comment_strings(objs["gfx942"])[0].startswith("Linker: ")
+
+
+AGPR_KERNEL = """\
+target triple = "amdgcn-amd-amdhsa"
+
+define amdgpu_kernel void @regs() {
+  call void asm sideeffect "", "~{v255}"()
+  call void asm sideeffect "", "~{a255}"()
+  ret void
+}
+"""
+
+
+def test_agprs_are_counted_once_on_unified_register_archs():
+    # 256 VGPRs + 256 AGPRs: the whole 512-entry unified file, which is allowed
+    info = validate(compile_llvmlite(PY, AGPR_KERNEL, "gfx942").code_object, "gfx942")
+    assert info.agpr_count == 256 and info.vgpr_count == 512
