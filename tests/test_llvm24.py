@@ -226,28 +226,29 @@ def test_llvm22_and_llvm24_code_objects_both_validate_with_only_the_kernarg_poin
         assert (got["llvm22"].xnack, got["llvm24"].xnack) == ("any", "unsupported")
 
 
-def test_identity_records_llvm24_and_the_linker(llvm24):
+def test_identity_records_llvm24_the_middle_end_and_the_linker(llvm24):
     ident = llvm24.identity()
     assert ident["llvm_version"].startswith("24.") and ident["kind"] == t24.KIND
     assert "LLD" in ident["linker"] and len(ident["library_sha256"]) == 64
+    assert ident["middle_end"].startswith("llvmlite ") and "LLVM 22." in ident["middle_end"]
+    bare = t24.Triton24Toolchain(llvm24.library, middle_end=False)
+    assert bare.identity()["middle_end"] == "none" and bare.identity() != ident
 
 
-# ------------------------------------------------------------------ characterization
+def _registers(asm: str) -> int:
+    import re
+
+    return sum(int(n) for n in re.findall(r"; Num[VA]gprs: (\d+)", asm))
 
 
-def test_characterization_of_gfx1250_records_the_deltas(llvm24):
-    report = ch.characterize("llvm24", ("gfx1250",))
-    a, s = report["arches"]["gfx1250"], report["summary"]
-    assert s["datalayout_differs_from_llvm22"] == ["gfx1250"]
-    assert s["subarch_triple_rejected_by_llvm22"] == ["gfx1250"]
-    assert s["intrinsic_availability_differs"] == {"gfx1250": []}
-    assert a["intrinsics"]["llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16"]["llvm24"] == "ok"
-    assert a["intrinsics"]["llvm.amdgcn.mfma.f32.32x32x8f16"]["llvm24"].startswith("fails")
-    assert s["xnack_flag"]["gfx1250"] == {"llvm22_O3": "any", "llvm24_codegen": "unsupported",
-                                          "llvm24_codegen_amdgpu_no": "unsupported"}
-    enables = s["descriptor_enables_beyond_kernarg"]["gfx1250"]
-    assert {"dispatch_ptr", "queue_ptr"} <= set(enables["llvm24_codegen"])  # no attributor
-    assert enables["llvm24_codegen_amdgpu_no"] == enables["llvm22_O3"] == ["workgroup_id_x"]
-    p23 = a["llvm23_profile_ir"]
-    assert p23["compiles"] and p23["text_identical_to_llvm24_form"]
-    assert any("no subarch in the target triple is deprecated" in d for d in p23["diagnostics"])
+def test_the_middle_end_makes_llvm24_code_as_lean_as_llvm22(llvm24, llvm22_tc):
+    # The library is codegen only: without a middle end this gfx950 tile needs 256 VGPRs +
+    # 208 AGPRs (occupancy 1); with the O3 pipeline first it needs what LLVM 22 needs (216).
+    spec = {"path": "mfma", "block_m": 128, "block_n": 128, "block_k": 32, "waves": 2}
+    k = lower("gemm", spec, "gfx950", "llvm24")
+    bare = t24.Triton24Toolchain(llvm24.library, middle_end=False).compile(k.ir, "gfx950")
+    full = llvm24.compile(k.ir, "gfx950")
+    assert _registers(bare.asm) > 1.5 * _registers(full.asm)
+    ref = validate(llvm22_tc.compile(lower("gemm", spec, "gfx950", "llvm22").ir, "gfx950").code_object, "gfx950")
+    got = validate(full.code_object, "gfx950")
+    assert (got.vgpr_count, got.agpr_count) == (ref.vgpr_count, ref.agpr_count)

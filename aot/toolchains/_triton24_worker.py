@@ -86,6 +86,10 @@ _TRIVIAL_IR = b"define amdgpu_kernel void @rocke_probe() {\n  ret void\n}\n"
 def _library(path):
     lib = _libs.get(path)
     if lib is None:
+        if "llvmlite.binding" in sys.modules:
+            # One LLVM per process: the middle end (llvmlite) runs in workers of its own.
+            raise HandlerError("this worker already runs llvmlite's LLVM; the LLVM 24 library loads "
+                               "only in code generator workers")
         if not os.path.isfile(path):
             raise HandlerError(f"no code generator library at {path}")
         lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
@@ -296,6 +300,44 @@ def _compile(payload, blob, ctx):
     return {"asm": asm, "log": ctx.stderr()[mark:]}, obj
 
 
+_ADDRSPACE_10_UP = re.compile(r"addrspace\((1[0-5])\)")
+
+
+def _optimize(payload, blob, ctx):
+    """The middle end: llvmlite's O3 module pipeline (LLVM 22 here) -> bitcode for LLVM 24.
+
+    The library is a code generator only; clang, COMGR and Triton all run a middle end first.
+    This worker runs the project's llvmlite for it, retargeted to that LLVM's own triple and
+    datalayout (LLVM 24's adds only address spaces 10..15, which the IR must not use), and
+    returns bitcode, which LLVM 24 reads with its guaranteed upgrade path.
+    """
+    if _libs:
+        ctx.fail("this worker has the LLVM 24 library loaded; the middle end runs in workers of its own")
+    ir = payload["ir"]
+    m = _ADDRSPACE_10_UP.search(ir)
+    if m:
+        ctx.fail(f"IR uses addrspace({m.group(1)}), where LLVM 22's and LLVM 24's datalayouts differ: "
+                 f"the LLVM 22 middle end cannot optimize it")
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
+    tm = target.create_target_machine(cpu=payload["processor"], features="", opt=3, reloc="pic")
+    try:
+        mod = llvm.parse_assembly(ir)
+        mod.triple = "amdgcn-amd-amdhsa"
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+    except RuntimeError as e:
+        ctx.fail(f"invalid LLVM IR: {str(e).strip()}")
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    return {"llvm_version": ".".join(map(str, llvm.llvm_version_info)),
+            "llvmlite_version": llvmlite.__version__}, mod.as_bitcode()
+
+
 def _raw_version(payload, blob, ctx):
     """Call compile with an arbitrary options version (characterization of the library's check)."""
     lib = _library(payload["library"])
@@ -309,6 +351,7 @@ HANDLERS = {
     "triton24.describe": _describe,
     "triton24.compile": _compile,
     "triton24.raw_version": _raw_version,
+    "triton24.optimize": _optimize,
 }
 
 

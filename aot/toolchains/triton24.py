@@ -11,7 +11,8 @@
                -> LLVM version named by the library's bitcode reader -> lane_for_major -> llvm24
                -> per wired processor: recognized?, datalayout, the triple LLVM asks for
                -> apply_drift_guard (profile datalayout == what the library's target machine uses)
-    compile()  IR text --worker "triton24.compile"--> AMDGCN asm --(same call)--> relocatable
+    compile()  IR text --middle-end worker "triton24.optimize" (llvmlite O3, LLVM 22)--> bitcode
+               --codegen worker "triton24.compile" (LLVM 24)--> AMDGCN asm --(same call)--> relocatable
                --ld.lld -shared--> HSACO
 
 Every library call runs in a long-lived worker process (aot/compiler's pool, this kind's
@@ -33,6 +34,7 @@ import importlib.util
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
@@ -134,14 +136,19 @@ def find_llvm24(toolchains: list[Toolchain] | None = None) -> "Triton24Toolchain
 # ------------------------------------------------------------------ the worker
 
 
-def run_worker(kind: str, payload: dict, *, timeout: float = 120.0) -> tuple[dict, bytes | None]:
+def run_worker(kind: str, payload: dict, blob: bytes | None = None, *, timeout: float = 120.0,
+               role: str = "codegen") -> tuple[dict, bytes | None]:
     """One request on this thread's long-lived worker (the compile helper's pool, with
     _triton24_worker.py as a plugin). An LLVM abort kills that worker only and becomes a
-    CompileError carrying LLVM's message; the next request starts a fresh worker."""
+    CompileError carrying LLVM's message; the next request starts a fresh worker.
+
+    ``role`` keeps the two LLVMs apart: "codegen" workers load the LLVM 24 library,
+    "middle-end" workers run llvmlite; never both in one process.
+    """
     from rocke_aot.aot.compiler import WorkerSpec, default_pool
 
-    spec = WorkerSpec.of(sys.executable, plugins=[WORKER])
-    reply = default_pool().call(spec, kind, payload, None, timeout=timeout)
+    spec = WorkerSpec.of(sys.executable, plugins=[WORKER], env={"ROCKE_AOT_TRITON24_ROLE": role})
+    reply = default_pool().call(spec, kind, payload, blob, timeout=timeout)
     result = dict(reply.result)
     result.setdefault("log", reply.log)
     return result, reply.blob
@@ -172,8 +179,15 @@ class Triton24Toolchain(Toolchain):
     kind = KIND
 
     def __init__(self, library: str | Path, *, interface_version: int = INTERFACE_VERSION,
-                 label: str | None = None, venv: str | None = None):
+                 label: str | None = None, venv: str | None = None, middle_end: bool = True):
         self.library = str(library)
+        # The library is a code generator only. Without a middle end, kernels keep every
+        # redundant address computation: measured on gfx950, a 128x128 mfma gemm needs 256
+        # VGPRs + 208 AGPRs (occupancy 1) instead of LLVM 22 O3's 216 VGPRs (occupancy 2), and
+        # a gfx942 conv spills 7 SGPRs. So, as Triton runs its core LLVM before this library,
+        # the project's llvmlite (LLVM 22) runs the O3 module pipeline first
+        # (docs/llvm24-lane.md). middle_end=False: codegen only (characterization).
+        self.middle_end = middle_end
         self.interface_version = interface_version
         self.label = label
         self.venv = venv
@@ -260,8 +274,19 @@ class Triton24Toolchain(Toolchain):
             "revision": str(info.extra["revision"]),
             "interface_version": str(info.extra["interface_version"]),
             "library_sha256": self._library_sha256,
+            "middle_end": self._middle_end_identity(),
             **{k: str(v) for k, v in linker.items()},
         }
+
+    def _middle_end_identity(self) -> str:
+        if not self.middle_end:
+            return "none"
+        from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
+
+        me = LlvmliteToolchain(sys.executable).detect()
+        if not me.llvm_version:
+            raise ToolchainRefused(f"the llvm24 middle end (llvmlite under {sys.executable}) is unusable: {me.refusal}")
+        return f"llvmlite {me.extra.get('llvmlite_version')} LLVM {me.llvm_version} O3"
 
     def triple_for(self, target: Target) -> str:
         """The triple LLVM 24 asks for (its deprecation warning names it) for this processor."""
@@ -298,12 +323,19 @@ class Triton24Toolchain(Toolchain):
                 raise CompileError(
                     f"{target.id} needs module flag !\"amdgpu.{name}\" = {int(on)} in the IR (LLVM 24 takes "
                     f"target-ID settings from module flags); the IR has {flags.get(name)!r}")
-        result, obj = run_worker("triton24.compile", {
-            "library": self.library, "interface_version": self.interface_version, "ir": ir,
-            "triple": triple, "processor": target.processor, "features": "",
-        }, timeout=timeout)
+        payload = {"library": self.library, "interface_version": self.interface_version,
+                   "triple": triple, "processor": target.processor, "features": ""}
+        log = ""
+        if self.middle_end:
+            start = time.monotonic()
+            res, bitcode = run_worker("triton24.optimize", {"ir": ir, "processor": target.processor},
+                                      timeout=timeout, role="middle-end")
+            log, timeout = res.get("log", ""), max(1.0, timeout - (time.monotonic() - start))
+            result, obj = run_worker("triton24.compile", payload, bitcode, timeout=timeout)
+        else:
+            result, obj = run_worker("triton24.compile", {**payload, "ir": ir}, timeout=timeout)
         hsaco = link_hsaco(obj)
-        return CompileResult(code_object=hsaco, format="hsaco", log=result.get("log", ""), asm=result["asm"])
+        return CompileResult(code_object=hsaco, format="hsaco", log=log + result.get("log", ""), asm=result["asm"])
 
     def compile_object(self, ir: str, processor: str, triple: str, features: str = "", *,
                        timeout: float = 120.0) -> tuple[bytes, str, str]:
