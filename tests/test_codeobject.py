@@ -193,3 +193,20 @@ def test_agprs_are_counted_once_on_unified_register_archs():
     # 256 VGPRs + 256 AGPRs: the whole 512-entry unified file, which is allowed
     info = validate(compile_llvmlite(PY, AGPR_KERNEL, "gfx942").code_object, "gfx942")
     assert info.agpr_count == 256 and info.vgpr_count == 512
+
+
+def test_llvm24_objects_validate():
+    from rocke_aot.aot import toolchains as tcs
+    from rocke_aot.aot.targets import Target
+
+    found = tcs.toolchains_for_lane("llvm24")
+    if not found:
+        pytest.fail("no llvm24 toolchain on this host: run `bash scripts/setup.sh` "
+                    "(it runs `rocke-aot toolchain install llvm24`)")
+    llvm24 = found[0]
+    info = validate(llvm24.compile(ADD1, Target.parse("gfx1250")).code_object, "gfx1250")
+    # LLVM 24 records no xnack setting for gfx1250, and names the subarch in amdhsa.target
+    assert info.xnack == "unsupported" and info.metadata_target.endswith("gfx1250")
+    assert info.descriptor.user_sgpr_inputs == ("kernarg_segment_ptr",)
+    info = validate(llvm24.compile(ADD1, Target.parse("gfx950")).code_object, "gfx950")
+    assert info.wavefront_size == 64 and info.code_object_version >= 5
