@@ -59,7 +59,11 @@ PLUGIN = textwrap.dedent("""\
         print("stray stdout must not corrupt the protocol")
         return {"n": len(blob or b"")}, (blob or b"")[::-1]
 
-    HANDLERS = {"test.sleep": _sleep, "test.abort": _abort, "test.echo": _echo}
+    def _noisy(payload, blob, ctx):
+        os.write(2, payload["text"].encode() * payload["times"])
+        return {"said": len(ctx.stderr())}, None
+
+    HANDLERS = {"test.sleep": _sleep, "test.abort": _abort, "test.echo": _echo, "test.noisy": _noisy}
 """)
 
 
@@ -169,3 +173,17 @@ def test_a_real_llvm_compile_over_its_budget_is_killed(pool):
         compile_llvmlite(PY, big, "sm_90", pool=pool, timeout=0.05)
     assert compile_llvmlite(PY, ADD1, "gfx942", pool=pool).format == "hsaco"
     assert pool.stats()["started"] == 2
+
+
+def test_stderr_is_per_request_and_the_file_stays_bounded(plugin_spec):
+    from rocke_aot.aot.compiler import Worker
+
+    worker = Worker(plugin_spec, stderr_keep=1000)
+    try:
+        for i in range(4):
+            reply = worker.call("test.noisy", {"text": f"line {i}\n", "times": 300})
+            assert reply.log == f"line {i}\n" * 300 and reply.result["said"] == len(reply.log)
+            assert worker._stderr_size() == len(reply.log)  # truncated before each request
+        assert worker.started == 1
+    finally:
+        worker.close()

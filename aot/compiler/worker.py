@@ -70,9 +70,10 @@ def llvm_error_summary(text: str) -> str:
 class Worker:
     """A long-lived worker process; not thread-safe (one caller at a time)."""
 
-    def __init__(self, spec: WorkerSpec, *, max_requests: int = 2000):
+    def __init__(self, spec: WorkerSpec, *, max_requests: int = 2000, stderr_keep: int = _STDERR_KEEP):
         self.spec = spec
         self.max_requests = max_requests
+        self.stderr_keep = stderr_keep
         self._proc: subprocess.Popen | None = None
         self._stderr = None
         self._served = 0
@@ -178,7 +179,7 @@ class Worker:
         """Run one request; raises CompileError (worker error or crash) or CompileTimeout."""
         if self._proc is None or self._proc.poll() is not None or self._served >= self.max_requests:
             self._start()
-        if self._stderr_size() > _STDERR_KEEP:
+        if self._stderr_size() > self.stderr_keep:
             # The worker is idle (blocked on stdin) and shares this file offset.
             os.ftruncate(self._stderr.fileno(), 0)
             os.lseek(self._stderr.fileno(), 0, os.SEEK_SET)
