@@ -141,6 +141,16 @@ def test_target_id_settings_must_be_module_flags(llvm24):
         llvm24.compile_object(bare, "gfx942", sub, "-xnack")
 
 
+def test_lowered_target_ids_build_and_gfx1250_xnack_modes_are_refused(llvm24):
+    assert llvm24.detect().extra["settable_features"]["gfx1250"] == []  # measured, not assumed
+    for tid in ("gfx950:sramecc+:xnack-", "gfx942:xnack+"):
+        info = validate(llvm24.compile(lower("gemm", {"path": "mfma"}, tid, "llvm24").ir, tid).code_object, tid)
+        assert (info.xnack, info.sramecc) == {"gfx950:sramecc+:xnack-": ("off", "on"),
+                                              "gfx942:xnack+": ("on", "any")}[tid]
+    with pytest.raises(CompileError, match="gfx1250 has no xnack modes"):
+        llvm24.compile(lower("gemm", {"path": "wmma"}, "gfx1250:xnack-", "llvm24").ir, "gfx1250:xnack-")
+
+
 def test_ir_for_another_profile_is_refused_not_silently_relaid(llvm24):
     k = lower("gemm", {"path": "mfma"}, "gfx942", "llvm23")  # LLVM 22 datalayout
     with pytest.raises(CompileError, match="another emission profile"):

@@ -260,7 +260,17 @@ def _target(payload, blob, ctx):
     warnings = sorted({ln.strip() for ln in said.splitlines() if ln.startswith("warning:") or "warning:" in ln[:40]})
     suggested = _SUGGESTED_TRIPLE.search(said)
     amdgcn_target = re.search(r'\.amdgcn_target "([^"]+)"', asm or "")
+    # Which target-ID settings this processor honours: with the module flag set to 0, LLVM 24
+    # names the setting in the target directive ("gfx942:xnack-"); gfx1250 has no xnack modes.
+    settable = []
+    for feat in payload.get("probe_features", ()):
+        flagged = _TRIVIAL_IR + f'!llvm.module.flags = !{{!0}}\n!0 = !{{i32 1, !"amdgpu.{feat}", i32 0}}\n'.encode()
+        fasm, _ = _raw_compile(lib, flagged, triple, processor)
+        directive = re.search(r'\.amdgcn_target "([^"]+)"', fasm or "")
+        if directive and f":{feat}-" in directive.group(1):
+            settable.append(feat)
     return {
+        "settable_features": settable,
         "processor": processor,
         "triple": triple,
         "known": err is None and not any(w in said for w in _FATAL_WARNINGS),
@@ -275,7 +285,9 @@ def _target(payload, blob, ctx):
 def _describe(payload, blob, ctx):
     """``info`` plus ``target`` for each of ``processors``, in one process (detection)."""
     info, _ = _info(payload, blob, ctx)
-    info["targets"] = {p: _target({**payload, "processor": p}, None, ctx)[0] for p in payload["processors"]}
+    features = payload.get("probe_features", {})
+    info["targets"] = {p: _target({**payload, "processor": p, "probe_features": features.get(p, ())}, None, ctx)[0]
+                       for p in payload["processors"]}
     return info, None
 
 

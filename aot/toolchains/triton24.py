@@ -210,8 +210,9 @@ class Triton24Toolchain(Toolchain):
             return self._refused(f"no LLVM 24 code generator library at {self.library}: {SETUP_HINT}")
         processors = wired_amdgpu_processors()
         try:
-            d, _ = run_worker("triton24.describe", {"library": self.library, "processors": processors,
-                                                    "interface_version": self.interface_version})
+            d, _ = run_worker("triton24.describe", {
+                "library": self.library, "processors": processors, "interface_version": self.interface_version,
+                "probe_features": {p: list(ARCHES[p].target_features) for p in processors}})
         except (CompileError, ToolchainError) as e:
             return self._refused(f"probing the library failed: {e}")
         where = f"the LLVM code generator library {self.library}"
@@ -237,6 +238,7 @@ class Triton24Toolchain(Toolchain):
                 "next_version_refusal": d["next_version_refusal"],
                 "version_source": d["reader_message"],
                 "suggested_triples": {p: targets[p]["suggested_triple"] for p in arches},
+                "settable_features": {p: list(targets[p]["settable_features"]) for p in arches},
                 "label": self.label or "",
                 "linker": self._linker_note(),
                 "venv": self.venv or "",
@@ -318,7 +320,12 @@ class Triton24Toolchain(Toolchain):
         # LLVM 24 takes xnack/sramecc from module flags only (a subtarget feature is reported
         # as an error and ignored), so the IR must carry the target ID's settings itself.
         flags = {m.group(1): m.group(2) == "1" for m in _MODULE_FLAG_RE.finditer(ir)}
+        settable = info.extra["settable_features"][target.processor]
         for name, on in target.features:
+            if name not in settable:
+                raise CompileError(
+                    f"LLVM 24 cannot build {target.id}: {target.processor} has no {name} modes there "
+                    f"(it records {name} as unsupported); use a target ID without :{name}{'+' if on else '-'}")
             if flags.get(name) != on:
                 raise CompileError(
                     f"{target.id} needs module flag !\"amdgpu.{name}\" = {int(on)} in the IR (LLVM 24 takes "
