@@ -35,6 +35,10 @@ Two ways to run it:
 
 Every payload names the library (``library``) and the interface version the adapter speaks
 (``interface_version``); a version other than the one this file knows is refused before any call.
+
+``triton24.optimize`` is the middle end the library lacks: llvmlite's O3 pipeline (LLVM 22) ->
+bitcode. It runs in workers of its own role: one LLVM per process, never llvmlite's and the
+library's together (each handler refuses if the other LLVM is already loaded).
 """
 
 import base64

@@ -9,7 +9,8 @@
 
     detect()   _triton24_worker.py "triton24.describe" (in a worker: ctypes, no triton import)
                -> LLVM version named by the library's bitcode reader -> lane_for_major -> llvm24
-               -> per wired processor: recognized?, datalayout, the triple LLVM asks for
+               -> per wired processor: recognized?, datalayout, the triple LLVM asks for,
+                  which target-ID settings (xnack, sramecc) it honours as module flags
                -> apply_drift_guard (profile datalayout == what the library's target machine uses)
     compile()  IR text --middle-end worker "triton24.optimize" (llvmlite O3, LLVM 22)--> bitcode
                --codegen worker "triton24.compile" (LLVM 24)--> AMDGCN asm --(same call)--> relocatable
