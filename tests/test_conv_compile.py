@@ -3,7 +3,8 @@ every refused one is refused with its reason before LLVM is reached.
 
     default run: a representative sample, one spec per (family, arch, path) for every
                  family (gemm included) on llvm22, the conv families' gfx942 and sm_90
-                 paths on llvm20 (code objects validated,
+                 paths on llvm20, their gfx1250 and mfma paths on the real LLVM 24
+                 (code objects validated,
                  matrix instructions found in the disassembly, no scratch spills)
     -m slow:     the whole grid of every served (family, arch, lane) on both lanes
 """
@@ -100,6 +101,28 @@ def test_sample_covers_every_conv_arch_and_path():
                 assert (fam, arch, "llvm22", path) in got
         assert (fam, "gfx942", "llvm20", "mfma") in got and (fam, "sm_90", "llvm20", "fma") in got
         assert not any(g[:3] == (fam, "gfx1250", "llvm20") for g in got)
+
+
+LLVM24_SAMPLE = [p for p in _sample("llvm24") if p.values[0] != "gemm"
+                 and (p.values[1] == "gfx1250" or p.values[3].path == "mfma")]
+
+
+@pytest.fixture(scope="module")
+def llvm24_tc():
+    from rocke_aot.aot.toolchains import triton24
+    from rocke_aot.errors import ToolchainError
+
+    try:
+        return triton24.find_llvm24()
+    except ToolchainError as e:  # setup installs it; missing is a broken setup, not a skip
+        pytest.fail(str(e))
+
+
+@pytest.mark.parametrize("fam,arch,lane,spec", LLVM24_SAMPLE)
+def test_served_sample_compiles_on_the_real_llvm24(llvm24_tc, fam, arch, lane, spec):
+    k = lower(fam, spec, arch, lane)
+    info = validate(llvm24_tc.compile(k.ir, arch, timeout=300).code_object, arch, kernel=k.kernel_name)
+    assert info.lds_bytes == k.lds_bytes and info.private_segment_bytes == 0
 
 
 # -- refusals: decided before LLVM -------------------------------------------------------------
