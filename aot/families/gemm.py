@@ -159,17 +159,18 @@ class _GemmLowering:
         b_off = a_off + s.block_m * s.block_k
         if self.instr is None:
             tx, ty = self.tid % (s.block_n // g.thread_n), self.tid // (s.block_n // g.thread_n)
-            out = list(acc)
-            for kk in range(s.block_k):
-                av = [self.to_f32(self.lds_load(a_off + (ty * g.thread_m + i) * s.block_k + kk))
-                      for i in range(g.thread_m)]
-                bv = [self.to_f32(self.lds_load(b_off + kk * s.block_n + tx * g.thread_n + j))
-                      for j in range(g.thread_n)]
-                for i in range(g.thread_m):
-                    for j in range(g.thread_n):
-                        k = i * g.thread_n + j
-                        out[k] = self.b.call(self.fmuladd, [av[i], bv[j], out[k]])
-            return out
+            a_row = a_off + ty * (g.thread_m * s.block_k)  # this thread's first A row in LDS
+            b_col = b_off + tx * g.thread_n
+
+            def step(kk: Sym, vals: list[ir.Value]) -> list[ir.Value]:
+                av = [self.to_f32(self.lds_load(a_row + kk + i * s.block_k)) for i in range(g.thread_m)]
+                b_k = b_col + kk * s.block_n
+                bv = [self.to_f32(self.lds_load(b_k + j)) for j in range(g.thread_n)]
+                return [self.b.call(self.fmuladd, [av[i], bv[j], vals[i * g.thread_n + j]])
+                        for i in range(g.thread_m) for j in range(g.thread_n)]
+
+            # a runtime loop over the K-tile: the IR stays small, LLVM's O3 unrolls it
+            return self.kb.loop(s.block_k, list(acc), step, name="kk")
         ins = self.instr
         lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
         wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
@@ -253,45 +254,28 @@ class _GemmLowering:
         ktiles = (self.K + (s.block_k - 1)) // s.block_k
         if self.instr is None:
             zero = [ir.Constant(F32, 0.0)] * (g.thread_m * g.thread_n)
-            acc_ty = F32
         else:
-            acc_ty = ir.VectorType(F32, self.instr.acc_per_lane)
-            zero = [ir.Constant(acc_ty, None)] * (g.tiles_m * g.tiles_n)
+            zero = [ir.Constant(ir.VectorType(F32, self.instr.acc_per_lane), None)] * (g.tiles_m * g.tiles_n)
         if s.double_buffer:
             with kb.if_then(self.S(_c32(0)).lt(ktiles), name="pro"):
                 self.stage_tile(self.S(_c32(0)), 0)
             kb.barrier()
-        pre = b.block
-        head = kb.kernel.append_basic_block("k_loop")
-        body = kb.kernel.append_basic_block("k_body")
-        done = kb.kernel.append_basic_block("k_done")
-        b.branch(head)
-        b.position_at_end(head)
-        kt_phi = b.phi(I32, name="kt")
-        acc_phis = [b.phi(acc_ty) for _ in zero]
-        b.cbranch(self.S(kt_phi).lt(ktiles), body, done)
-        b.position_at_end(body)
-        kt = self.S(kt_phi)
-        if s.double_buffer:
-            nxt = kt + 1
-            with kb.if_then(nxt.lt(ktiles), name="pre"):
-                self.stage_tile(nxt, nxt % 2)
-            acc = self.compute(kt % 2, acc_phis)
-            kb.barrier()
-        else:
-            self.stage_tile(kt, 0)
-            kb.barrier()
-            acc = self.compute(0, acc_phis)
-            kb.barrier()
-        kt_next = (kt + 1).v
-        latch = b.block
-        b.branch(head)
-        kt_phi.add_incoming(_c32(0), pre)
-        kt_phi.add_incoming(kt_next, latch)
-        for phi, z, a in zip(acc_phis, zero, acc):
-            phi.add_incoming(z, pre)
-            phi.add_incoming(a, latch)
-        b.position_at_end(done)
+
+        def k_tile(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            if s.double_buffer:
+                nxt = kt + 1
+                with kb.if_then(nxt.lt(ktiles), name="pre"):
+                    self.stage_tile(nxt, nxt % 2)
+                acc = self.compute(kt % 2, acc)
+                kb.barrier()
+            else:
+                self.stage_tile(kt, 0)
+                kb.barrier()
+                acc = self.compute(0, acc)
+                kb.barrier()
+            return acc
+
+        acc_phis = kb.loop(ktiles, zero, k_tile, name="k")
         self.epilogue(acc_phis)
         b.ret_void()
 

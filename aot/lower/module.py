@@ -308,6 +308,36 @@ class KernelModule:
             phi.add_incoming(v, blk)
         return phi
 
+    def loop(self, trip: "Sym | int", carried: list[ir.Value], body, name: str = "loop") -> list[ir.Value]:
+        """``for i in range(trip)`` with loop-carried values; returns their final values.
+
+        ``body(i: Sym, values: list) -> list`` emits one iteration. A runtime loop keeps the
+        IR small (LLVM's O3 unrolls what pays); constant trips are fine too.
+        """
+        b = self.builder
+        pre = b.block
+        head, blk, done = (b.append_basic_block(n) for n in (name, f"{name}.body", f"{name}.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        iv = b.phi(I32, name=f"{name}.i")
+        phis = [b.phi(v.type) for v in carried]
+        limit = trip.v if isinstance(trip, Sym) else ir.Constant(I32, int(trip))
+        b.cbranch(b.icmp_unsigned("<", iv, limit), blk, done)
+        b.position_at_end(blk)
+        new = body(Sym(b, iv), list(phis))
+        if len(new) != len(phis):
+            raise ValueError(f"loop body returned {len(new)} values for {len(phis)} carried")
+        nxt = b.add(iv, ir.Constant(I32, 1))
+        latch = b.block
+        b.branch(head)
+        iv.add_incoming(ir.Constant(I32, 0), pre)
+        iv.add_incoming(nxt, latch)
+        for phi, first, last in zip(phis, carried, new):
+            phi.add_incoming(first, pre)
+            phi.add_incoming(last, latch)
+        b.position_at_end(done)
+        return phis
+
     def sym(self, value: ir.Value) -> Sym:
         return Sym(self.builder, value)
 
