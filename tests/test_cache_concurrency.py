@@ -9,7 +9,7 @@ import signal
 import time
 import traceback
 
-from _pg import code_object, inputs, put
+from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
 from rocke_aot.cache.keys import artifact_key
 from rocke_aot.cache.store import Store
 
@@ -138,3 +138,36 @@ def test_writers_killed_at_random_points(tmp_path):
             p.join(10)
         with _assert_consistent(url) as s:
             assert s.stats().artifacts > 0
+
+
+def _same_keys(url: str, p: int, barrier, errors) -> None:
+    try:
+        barrier.wait()
+        with Store.open(url) as s:
+            for j in range(60):
+                a = put(s, j)  # every process puts the same keys and bytes at the same time
+                assert s.get(a.key).code_object == code_object(j)
+    except BaseException:  # noqa: BLE001
+        errors.put(f"process {p}: {traceback.format_exc()}")
+        raise
+
+
+def test_racing_identical_puts_on_both_backends(store_url):
+    # Exercises the conflict paths: ON CONFLICT DO NOTHING for the blob and the artifact row
+    # (PostgreSQL runs puts concurrently under a shared advisory lock), idempotent re-put.
+    Store.open(store_url).close()
+    barrier, errors = CTX.Barrier(3), CTX.Queue()
+    procs = [CTX.Process(target=_same_keys, args=(store_url, p, barrier, errors)) for p in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    msgs = []
+    while not errors.empty():
+        msgs.append(errors.get())
+    assert not msgs, "\n".join(msgs)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    with Store.open(store_url) as s:
+        st = s.stats()
+        assert (st.artifacts, st.blobs) == (60, 60)
+        assert s.verify().ok
