@@ -116,33 +116,42 @@ class _GemmLowering:
         return self.kb.select_value(full, whole, edge, name="ld")
 
     def stage_tile(self, kt: Sym, stage: Sym | int) -> None:
-        """Copy K-tile kt of A (bm x bk) and B (bk x bn) into LDS stage ``stage``."""
+        """Copy K-tile kt of A (bm x bk) and B (bk x bn) into LDS stage ``stage``.
+
+        The tile is cut into vector_width-element chunks; work-item t moves chunks
+        t, t + T, t + 2T, ... (a runtime loop when there is more than one round).
+        """
         s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
             vpr = cols // vw  # vectors per row
             chunks = rows * vpr
             off = self.stage_base(stage) + (0 if which == "A" else s.block_m * s.block_k)
-            for it in range(-(-chunks // T)):
+
+            def one_round(it: Sym | int, _vals, which=which, cols=cols, vpr=vpr, chunks=chunks, off=off):
                 c = self.tid + it * T
                 guard = None
-                if (it + 1) * T > chunks:  # the last round has fewer chunks than threads
+                if chunks % T:  # some round has fewer chunks than work-items
                     guard = self.kb.if_then(c.lt(chunks), name="stage")
                     guard.__enter__()
                 r, v = c // vpr, c % vpr
                 if which == "A":
                     grow, gcol = self.row0 + r, kt * s.block_k + v * vw
-                    row_ok, limit, ld = grow.lt(self.M), self.K, self.K
-                    ptr = self.A
+                    row_ok, limit, ld, ptr = grow.lt(self.M), self.K, self.K, self.A
                 else:
                     grow, gcol = kt * s.block_k + r, self.col0 + v * vw
-                    row_ok, limit, ld = grow.lt(self.K), self.N, self.N
-                    ptr = self.B
+                    row_ok, limit, ld, ptr = grow.lt(self.K), self.N, self.N, self.B
                 val = self.load_vec(ptr, grow * ld + gcol, row_ok, gcol, limit, vw)
-                dst = self.gep(self.lds, off + r * cols + v * vw)
-                self.b.store(val, dst, align=2)
+                self.b.store(val, self.gep(self.lds, off + r * cols + v * vw), align=2)
                 if guard is not None:
                     guard.__exit__(None, None, None)
+                return []
+
+            rounds = -(-chunks // T)
+            if rounds == 1:
+                one_round(0, [])
+            else:
+                self.kb.loop(rounds, [], one_round, name=f"stage{which}")
 
     def stage_base(self, stage: Sym | int) -> Sym:
         s = self.spec
@@ -178,14 +187,15 @@ class _GemmLowering:
         decl = self.kb.profile.intrinsic(ins.key)
         a_ty, b_ty = parse_type(decl.params[1 if ins.kind == "wmma" else 0]), parse_type(
             decl.params[3 if ins.kind == "wmma" else 1])
-        out = list(acc)
-        for ks in range(s.block_k // ins.k):
+
+        def k_step(ks: Sym | int, out: list[ir.Value]) -> list[ir.Value]:
+            k0 = ks * ins.k
             afr = []
             for i in range(g.tiles_m):
                 vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
                 for j in range(ins.a_per_lane):
                     r, c = ins.a_coord(lane, j)
-                    x = self.lds_load(a_off + (wm0 + i * ins.m + r) * s.block_k + (c + ks * ins.k))
+                    x = self.lds_load(a_off + (wm0 + i * ins.m + r) * s.block_k + (c + k0))
                     vec = self.b.insert_element(vec, x, _c32(j))
                 afr.append(self.b.bitcast(vec, a_ty))
             bfr = []
@@ -193,14 +203,14 @@ class _GemmLowering:
                 vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
                 for j in range(ins.a_per_lane):
                     kr, c = ins.b_coord(lane, j)
-                    x = self.lds_load(b_off + (kr + ks * ins.k) * s.block_n + (wn0 + t * ins.n + c))
+                    x = self.lds_load(b_off + (kr + k0) * s.block_n + (wn0 + t * ins.n + c))
                     vec = self.b.insert_element(vec, x, _c32(j))
                 bfr.append(self.b.bitcast(vec, b_ty))
-            for i in range(g.tiles_m):
-                for t in range(g.tiles_n):
-                    k = i * g.tiles_n + t
-                    out[k] = self.b.call(self.mma_fn, self.mma_args(afr[i], bfr[t], out[k]))
-        return out
+            return [self.b.call(self.mma_fn, self.mma_args(afr[i], bfr[t], out[i * g.tiles_n + t]))
+                    for i in range(g.tiles_m) for t in range(g.tiles_n)]
+
+        steps = s.block_k // ins.k
+        return k_step(0, list(acc)) if steps == 1 else self.kb.loop(steps, list(acc), k_step, name="ks")
 
     def mma_args(self, a: ir.Value, b: ir.Value, c: ir.Value) -> list[ir.Value]:
         if self.instr.kind == "wmma":  # neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b
