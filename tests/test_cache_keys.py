@@ -157,3 +157,14 @@ def test_inputs_are_frozen_and_hashable():
 def test_check_key(bad):
     with pytest.raises(SpecError):
         check_key(bad)
+
+
+def test_key_template_matches_artifact_key():
+    # KeyTemplate (the builder's planning fast path) must give artifact_key byte for byte.
+    from rocke_aot.cache.keys import KeyTemplate
+
+    tpl = KeyTemplate(BASE["arch"], BASE["lane"], BASE["profile"], BASE["family"], BASE["lowering_digest"],
+                      BASE["toolchain"])
+    for spec in (BASE["spec"], {}, {"a": [1, 2.5, None, True]}, {"é": "ü", "n": {"m": {}}}):
+        assert tpl.key(canonical_json(spec)) == key(spec=spec)
+        assert artifact_key(tpl.inputs(spec)) == key(spec=spec)
