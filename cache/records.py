@@ -47,6 +47,11 @@ class Artifact:
     __hash__ = None  # type: ignore[assignment]  # mappings inside; compare, don't hash
 
     @property
+    def blob_sha256(self) -> str:
+        """The blob id (sha256 of the raw code object); same as ``sha256``."""
+        return self.sha256
+
+    @property
     def inputs(self) -> KeyInputs:
         return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.lowering_digest, self.toolchain)
 

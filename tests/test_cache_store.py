@@ -42,7 +42,7 @@ def test_put_get_round_trip(store):
     assert art.key == artifact_key(inputs(1))
     got = store.get(art.key)
     assert got.code_object == code_object(1)
-    assert got.sha256 == hashlib.sha256(code_object(1)).hexdigest() and got.size == 4096
+    assert got.sha256 == got.blob_sha256 == hashlib.sha256(code_object(1)).hexdigest() and got.size == 4096
     assert got.stored_size < got.size  # zstd actually compressed it
     assert got.inputs == inputs(1) and got.lane == "llvm22" and got.profile == "llvm22"
     assert got.metadata["kernel"] == "k1" and got.provenance["i"] == 1
