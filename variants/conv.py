@@ -229,7 +229,7 @@ class ConvDgradPatchSpec:
     p: int = 16
     tile_h: int = 4
     tile_w: int = 8
-    r_blk: int = 4
+    r_blk: int = 2
     k_chunk: int = 16
     path: str = "fma"
 

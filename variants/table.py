@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from rocke_aot.aot import lanes as lane_registry
 from rocke_aot.aot.lanes import CAPABILITIES, Lane
 from rocke_aot.aot.targets import Target
-from rocke_aot.errors import AdmissionError, CapabilityError, LaneError, SpecError
+from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
 from rocke_aot.variants.arch import ARCHES
 
 PATHS = ("mfma", "wmma", "fma")
@@ -323,5 +323,5 @@ __all__ = [
     "Admission", "SERVE", "Serve", "Refuse", "FamilyTable", "Hole", "Row", "PATHS",
     "admission", "require_admitted", "enumerate_specs", "count_specs", "path_admission",
     "path_admissions", "family_names", "get_table", "registered_lanes", "check_complete",
-    "report", "spec_from_dict", "target_admission", "LaneError",
+    "report", "spec_from_dict", "target_admission",
 ]

@@ -29,7 +29,7 @@ import llvmlite.ir as ir
 from rocke_aot.aot import lanes
 from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop
 from rocke_aot.aot.lower import mma
-from rocke_aot.aot.lower.module import I32, MAX_TENSOR_BYTES, LoweredKernel, Sym, ir_sha256
+from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, LoweredKernel, Sym, ir_sha256
 from rocke_aot.aot.targets import Target
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec

@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from rocke_aot.aot import lanes
-from rocke_aot.aot.families._conv_ir import ConvLowering, c32, loop
+from rocke_aot.aot.families._conv_ir import ConvLowering, loop
 from rocke_aot.aot.lower import mma
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, LoweredKernel, Sym, ir_sha256
 from rocke_aot.aot.targets import Target
