@@ -287,3 +287,10 @@ def test_cli_variants_fails_on_an_undecided_lane(extra_lane):
     assert res.return_value == 1
     doc = json.loads(res.output)
     assert any("llvm25" in h for h in doc["holes"])
+
+
+@pytest.mark.parametrize("cls", [ConvDirectFwdSpec, ConvDgradPatchSpec])
+def test_default_conv_specs_lay_out_on_every_arch(cls):
+    for arch in ARCHES:
+        geo = cls().geometry(Target.parse(arch))  # fma: every arch
+        assert 1 <= geo.threads <= 1024 and geo.lds_bytes <= arch_info(arch).static_lds_limit
