@@ -69,6 +69,12 @@ def test_geometry_refusals():
         GemmSpec(block_m=256, block_n=256, block_k=128, double_buffer=True, waves=16).geometry(Target.parse("gfx942"))
     with pytest.raises(SpecError, match="does not split over"):
         GemmSpec(block_m=8, block_n=8, waves=4).geometry(Target.parse("gfx942"))
+    # sm_90: static shared memory is capped at 48 KiB per kernel, whatever the SM has
+    big = GemmSpec(block_m=128, block_n=128, block_k=64, waves=2, double_buffer=True)
+    assert big.lds_bytes() == 65536
+    big.geometry(Target.parse("gfx950"))
+    with pytest.raises(SpecError, match="sm_90 allows 49152 per kernel"):
+        big.geometry(Target.parse("sm_90"))
     with pytest.raises(CapabilityError, match="wmma is not available on sm_90"):
         GemmSpec(path="wmma").geometry(Target.parse("sm_90"))
 

@@ -228,3 +228,13 @@ class _FakeInspect:
 
     def getsourcefile(self, obj):
         return str(self.path)
+
+
+def test_nvptx_static_shared_memory_is_capped_before_ptxas():
+    from rocke_aot.aot.lower import kernel_for
+    from rocke_aot.aot.lower.module import I16
+
+    kb = kernel_for("probe", "sm_90", "llvm22", 128)
+    kb.shared_array("ok", I16, 24 * 1024, 2)
+    with pytest.raises(CapabilityError, match="49152 bytes a kernel may declare on sm_90"):
+        kb.shared_array("too_much", I16, 16, 2)

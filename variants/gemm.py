@@ -125,8 +125,13 @@ class GemmSpec:
         if threads > 1024:
             raise SpecError(f"gemm: {self.waves} waves x {info.wave_size} = {threads} threads > 1024")
         lds = self.lds_bytes()
-        if lds > info.lds_bytes:
-            raise SpecError(f"gemm: needs {lds} bytes of LDS, {target.processor} has {info.lds_bytes}")
+        limit = info.lds_bytes
+        if info.family == "nvptx64":  # static shared memory only (see aot/lower/nvptx.py)
+            from rocke_aot.aot.lower.nvptx import STATIC_SHARED_BYTES
+
+            limit = min(limit, STATIC_SHARED_BYTES)
+        if lds > limit:
+            raise SpecError(f"gemm: needs {lds} bytes of LDS, {target.processor} allows {limit} per kernel")
         if self.path == "fma":
             tm, tn = _fma_micro_tile(self.block_m, self.block_n, threads)
             return GemmGeometry(threads, info.wave_size, 1, 1, None, 0, 0, tm, tn, lds)

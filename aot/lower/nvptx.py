@@ -24,6 +24,10 @@ from rocke_aot.errors import CapabilityError
 
 MAX_BLOCK = 1024
 PTX_FEATURES = "+ptx80"  # what the toolchain's target machine must be created with
+# Static __shared__ data is limited to 48 KiB per kernel (CUDA programming guide; ptxas:
+# "uses too much shared data (0x10000 bytes, 0xc000 max)"); more needs dynamic shared
+# memory and a launch-time opt-in, which these kernels do not use.
+STATIC_SHARED_BYTES = 48 * 1024
 
 
 class NvptxKernel(KernelModule):
@@ -48,6 +52,15 @@ class NvptxKernel(KernelModule):
         fn = self.declare("barrier")
         # LLVM 21+ takes the barrier id (0, the one __syncthreads uses); LLVM 20's barrier0 none.
         self.builder.call(fn, [ir.Constant(I32, 0) for _ in fn.ftype.args])
+
+    def shared_array(self, name, elem, count, elem_bytes, align=16):
+        gv = super().shared_array(name, elem, count, elem_bytes, align)
+        if self.lds_bytes > STATIC_SHARED_BYTES:
+            raise CapabilityError(
+                f"{self.name}: {self.lds_bytes} bytes of static shared memory exceed the "
+                f"{STATIC_SHARED_BYTES} bytes a kernel may declare on {self.target.id}"
+            )
+        return gv
 
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
         raise CapabilityError(f"{op}: no matrix instructions are wired for {self.target.id}")
