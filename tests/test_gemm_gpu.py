@@ -45,32 +45,54 @@ def _ptxas_from_triton() -> str | None:
     return path if os.access(path, os.X_OK) else None
 
 
+def _ptx_in_process(ir_text: str) -> str:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    tm = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
+        cpu="sm_90", features="+ptx80", opt=3)
+    mod = llvm.parse_assembly(ir_text)
+    mod.verify()
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_assembly(mod)
+
+
 def _module_image(ir_text: str) -> tuple[bytes, str]:
-    """(image for cuModuleLoadData, what it is): a cubin when a ptxas exists, else PTX."""
-    from rocke_aot.aot.compiler import compile_llvmlite
-    from rocke_aot.aot.compiler.ptx import ENV_PTXAS, find_ptxas
-    from rocke_aot.errors import ToolchainError
+    """(image for cuModuleLoadData, how it was made).
 
-    try:
-        find_ptxas()
-    except ToolchainError:
-        bundled = _ptxas_from_triton()
-        if bundled:
-            os.environ[ENV_PTXAS] = bundled
-    try:
-        res = compile_llvmlite(sys.executable, ir_text, "sm_90")
-        return res.code_object, "cubin"
-    except ToolchainError:
-        import llvmlite.binding as llvm  # no ptxas anywhere: the driver JIT takes the PTX
+    The project's compiler (isolated worker: O3 + NVPTX -> PTX -> ptxas -> cubin) when it and
+    a ptxas are available; otherwise the same O3 + NVPTX steps in-process, then a ptxas if
+    one can be found, else the PTX itself (the driver JIT-compiles it for the device).
+    """
+    import shutil
+    import subprocess
+    import tempfile
 
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        tm = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
-            cpu="sm_90", features="+ptx80", opt=3)
-        mod = llvm.parse_assembly(ir_text)
-        pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
-        pb.getModulePassManager().run(mod, pb)
-        return tm.emit_assembly(mod).encode() + b"\0", "ptx"
+    ptxas = os.environ.get("ROCKE_AOT_PTXAS") or shutil.which("ptxas") or _ptxas_from_triton()
+    if ptxas:
+        os.environ.setdefault("ROCKE_AOT_PTXAS", ptxas)
+    try:
+        from rocke_aot.aot.compiler import compile_llvmlite
+        from rocke_aot.errors import ToolchainError
+
+        try:
+            return compile_llvmlite(sys.executable, ir_text, "sm_90").code_object, "cubin (rocke-aot compiler)"
+        except ToolchainError:
+            pass
+    except ImportError:  # a GPU box without the project's optional dependencies
+        pass
+    ptx = _ptx_in_process(ir_text)
+    if ptxas:
+        with tempfile.TemporaryDirectory() as tmp:
+            src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+            with open(src, "w") as f:
+                f.write(ptx)
+            subprocess.run([ptxas, "-arch=sm_90", "-O3", src, "-o", out], check=True)
+            with open(out, "rb") as f:
+                return f.read(), f"cubin ({ptxas})"
+    return ptx.encode() + b"\0", "ptx (driver JIT)"
 
 
 def _check(res):
