@@ -147,3 +147,26 @@ def test_llvm24_code_generator_gives_minimal_descriptors(llvm24_toolchain, llvm2
     assert info24.descriptor.user_sgpr_inputs == info22.descriptor.user_sgpr_inputs == KERNARG_ONLY
     assert info24.descriptor.workgroup_ids == ("x",)
     assert info24.sramecc == info22.sramecc  # the target ID's setting survives (module flags)
+
+
+def _extremes(arch: str) -> list[GemmSpec]:
+    """The served grid's heaviest specs on ``arch``: largest LDS, and largest tile per path."""
+    from rocke_aot.variants import table
+
+    specs = list(table.enumerate_specs("gemm", arch, "llvm22"))
+    picks = {max(specs, key=lambda s: (s.lds_bytes(), s.block_m * s.block_n, s.kernel_name))}
+    for path in {s.path for s in specs}:
+        mine = [s for s in specs if s.path == path]
+        picks.add(max(mine, key=lambda s: (s.block_m * s.block_n // s.waves, s.block_k, s.kernel_name)))
+    return sorted(picks, key=lambda s: s.kernel_name)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_heaviest_grid_specs_compile_without_spills(llvm22, tmp_path, arch):
+    """What the variant table serves must build: the specs at the edge of the grid compile,
+    fit the arch (LDS, static shared memory on sm_90) and do not spill."""
+    for spec in _extremes(arch):
+        k = lower("gemm", spec, arch, "llvm22")
+        info = _check(compile_llvmlite(llvm22.python, k.ir, arch, timeout=300), k, arch, tmp_path)
+        if arch != "sm_90":
+            assert info.vgpr_spill_count in (0, None) and info.private_segment_bytes == 0, spec
