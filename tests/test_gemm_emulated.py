@@ -193,8 +193,10 @@ def _inputs(dtype, shape, rng):
     return buf, x.astype(np.float64)
 
 
+from test_gemm_gpu import SPECS as GPU_SPECS  # noqa: E402  (the specs the H200 run uses)
+
 CASES = [
-    ("sm_90", GemmSpec()),  # the first spec test_gemm_gpu runs on the H200
+    *[("sm_90", spec) for spec in GPU_SPECS],  # exactly what test_gemm_gpu runs on the H200
     ("gfx942", GemmSpec(path="mfma", mma="16x16x16", block_m=16, block_n=16, block_k=16, waves=1,
                         vector_width=8)),  # fewer load chunks than threads: guarded staging
     ("sm_90", GemmSpec(path="fma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, waves=2,
