@@ -75,6 +75,9 @@ def test_geometry_refusals():
     big.geometry(Target.parse("gfx950"))
     with pytest.raises(SpecError, match="sm_90 allows 49152 per kernel"):
         big.geometry(Target.parse("sm_90"))
+    with pytest.raises(SpecError, match="needs 256 accumulators per work-item"):
+        GemmSpec(block_m=128, block_n=128, waves=2).geometry(Target.parse("sm_90"))
+    GemmSpec(block_m=128, block_n=128, waves=2).geometry(Target.parse("gfx942"))  # wave64: 128
     with pytest.raises(CapabilityError, match="wmma is not available on sm_90"):
         GemmSpec(path="wmma").geometry(Target.parse("sm_90"))
 

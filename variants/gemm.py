@@ -145,11 +145,20 @@ class GemmSpec:
                             self.block_m // (wm * instr.m), self.block_n // (wn * instr.n), 0, 0, lds)
 
 
+# Most f32 accumulators one fma work-item may hold: 128 compiled without spills everywhere
+# (sm_90: 160 registers; gfx942: within 256 VGPRs); 256 made ptxas spill (255 registers +
+# 352 bytes of spill stores for a 128x128 tile over 64 threads), which is slow, not wrong.
+MAX_FMA_ACCUMULATORS = 128
+
+
 def _fma_micro_tile(bm: int, bn: int, threads: int) -> tuple[int, int]:
     elems = bm * bn
     if elems % threads:
         raise SpecError(f"gemm fma: a {bm}x{bn} tile does not split over {threads} threads")
     per = elems // threads
+    if per > MAX_FMA_ACCUMULATORS:
+        raise SpecError(f"gemm fma: a {bm}x{bn} tile over {threads} threads needs {per} accumulators "
+                        f"per work-item (at most {MAX_FMA_ACCUMULATORS}: more spills registers)")
     tn = 1
     while tn * 2 <= math.isqrt(per) and bn % (tn * 2) == 0:
         tn *= 2
