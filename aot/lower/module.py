@@ -9,9 +9,11 @@
         |  subclassed by AmdgpuKernel (amdgpu.py) and NvptxKernel (nvptx.py)
         v
     family lowerer fills the body through the KernelModule + IRBuilder + Sym index algebra
-        |
+        |  control flow: .if_then(pred), .select_value(pred, a, b), .loop(trip, carried, body)
+        |  memory: .define_kernel(params) (kernarg layout), .shared_array(...) (addrspace 3)
         v
-    LoweredKernel  (frozen): IR text, kernel name, ir_sha256, kernarg layout, metadata
+    .lowered(family, metadata) -> LoweredKernel (frozen): IR text, kernel name, ir_sha256,
+                                  kernarg layout, block size, LDS bytes, max_tensor_bytes
 
 Determinism: llvmlite numbers unnamed values per function in creation order, the module
 name is the kernel name, attributes print sorted, and declarations are added in the
