@@ -238,3 +238,19 @@ def test_nvptx_static_shared_memory_is_capped_before_ptxas():
     kb.shared_array("ok", I16, 24 * 1024, 2)
     with pytest.raises(CapabilityError, match="49152 bytes a kernel may declare on sm_90"):
         kb.shared_array("too_much", I16, 16, 2)
+
+
+@pytest.mark.parametrize("lane", ["llvm20", "llvm22"])
+def test_nvptx_kernels_carry_launch_bounds(lane, all_toolchains):
+    """Without .maxntid ptxas may use more registers than the block can launch with
+    (seen on an H200: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES for a 296-thread dgrad kernel)."""
+    from rocke_aot.aot import toolchains as tcs
+    from rocke_aot.aot.lower import lower
+    from rocke_aot.aot.targets import Target
+    from rocke_aot.variants.gemm import GemmSpec
+
+    k = lower("gemm", GemmSpec(path="fma", in_dtype="f16", out_dtype="f32"), "sm_90", lane)
+    tc = tcs.toolchains_for_lane(lane, all_toolchains)[0]
+    ptx = tc.compile(k.ir, Target.parse("sm_90")).ptx
+    bounds = [line.split() for line in ptx.splitlines() if ".maxntid" in line]
+    assert bounds and bounds[0][1].rstrip(",") == str(k.block_size)

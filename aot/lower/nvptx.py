@@ -8,7 +8,12 @@
         .barrier()                 the profile's CTA barrier: llvm.nvvm.barrier0 (LLVM 20) or
                                    llvm.nvvm.barrier.cta.sync.aligned.all(i32 0) (LLVM 21+)
         .shared_array(...)         shared memory, addrspace(3)
-        .finish()                  "nvvm.maxntid" is left to launch bounds at run time
+        .finish()                  launch bounds: !nvvm.annotations maxntidx = block size, so
+                                   ptxas budgets registers for the block the kernel is launched
+                                   with (without it a register-heavy kernel assembles fine and
+                                   then fails at launch with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).
+                                   LLVM 20 reads only the annotation; LLVM 22 upgrades it to the
+                                   "nvvm.maxntid" attribute; both print ".maxntid" in the PTX.
 
 The same family code drives this class and AmdgpuKernel: only the ids, barrier and
 ABI differ. The PTX comes from the toolchain's NVPTX target machine with ``+ptx80``.
@@ -67,4 +72,8 @@ class NvptxKernel(KernelModule):
 
     def finish(self) -> str:
         self.kernel.attributes.add("nounwind")
+        self.module.add_named_metadata(
+            "nvvm.annotations",
+            [self.kernel, ir.MetaDataString(self.module, "maxntidx"), ir.Constant(I32, self.block_size)],
+        )
         return super().finish()
