@@ -360,3 +360,41 @@ def test_conv_direct_fwd_bf16_ir_is_numerically_right(arch, spec):
     CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x_bits, w_bits, y, n, h, w)
     got = (y.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     np.testing.assert_allclose(got, conv_fwd_ref(x, wt, spec), rtol=2**-7, atol=2e-2)
+
+
+# -- the GPU test's kernels, dry-run here (slow: a few minutes of Python threads) -------------
+
+def _gpu_test_specs(fam: str) -> list:
+    from test_conv_gpu import FWD_SPECS, PATCH_SPECS  # the exact selection tests/test_conv_gpu.py runs
+
+    return FWD_SPECS if fam == "conv_direct_fwd" else PATCH_SPECS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fam", ["conv_direct_fwd", "conv_dgrad_patch"])
+def test_the_gpu_tests_kernels_on_the_cpu(fam):
+    rng = np.random.default_rng(6)
+    for spec in _gpu_test_specs(fam):
+        k = lower(fam, spec, "sm_90", "llvm22")
+        if spec.dtype == "f16":
+            mk = lambda shape: (lambda v: (v.view(np.uint16), v.astype(np.float64)))(_rand(rng, shape))  # noqa: E731
+        else:
+            mk = lambda shape: _bf16(rng, shape)  # noqa: E731
+        if fam == "conv_direct_fwd":
+            n, h, w = 1, 9, 11
+            (xb, x), (wb, wt) = mk((n, h, w, spec.c)), mk((spec.k, spec.r, spec.s, spec.c))
+            oh, ow = spec.out_hw(h, w)
+            out = np.full((n, oh, ow, spec.k), 0xFFFF, np.uint16)
+            CpuGrid(k).launch(spec.grid(n, h, w), xb, wb, out, n, h, w)
+            want = conv_fwd_ref(x, wt, spec)
+        else:
+            p, kk = spec.p, 37
+            n, h, w = 1, 2 * p + 3, 2 * p - 1
+            (db, dy), (wb, wt) = mk((n, h // p, w // p, kk)), mk((kk, p, p, spec.c))
+            out = np.full((n, h, w, spec.c), 0xFFFF, np.uint16)
+            CpuGrid(k).launch(spec.grid(n, h, w), db, wb, out, n, h, w, kk)
+            want = patch_dgrad_ref(dy, wt, h, w)
+        got = (out.view(np.float16).astype(np.float64) if spec.dtype == "f16"
+               else (out.astype(np.uint32) << 16).view(np.float32).astype(np.float64))
+        rtol = 2.0**-10 if spec.dtype == "f16" else 2.0**-7
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=2e-2, err_msg=spec.kernel_name)
