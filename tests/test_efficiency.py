@@ -171,3 +171,15 @@ def test_problems_validate_and_parse():
         ConvProblem(1, 8, 8, 3, 8, 3, 3, dtype="f8")
     with pytest.raises(SpecError, match="no problem type"):
         problem_from_dict("conv_wgrad", {})
+
+
+def test_rank_table_ranks_what_the_table_serves():
+    prob = {"n": 2, "h": 56, "w": 56, "c": 64, "k": 64, "r": 3, "s": 3, "pad_h": 1, "pad_w": 1}
+    r = E.rank_table("conv_direct_fwd", prob, "gfx942", "llvm22", min_efficiency=0.2)
+    served = list(table.enumerate_specs("conv_direct_fwd", "gfx942", "llvm22"))
+    assert len(r.accepted) + len(r.rejected) == len(served) and r.accepted
+    assert all(x.spec.c == 64 and x.spec.k == 64 and x.spec.r == 3 for x in r.accepted)
+    from rocke_aot.errors import AdmissionError
+
+    with pytest.raises(AdmissionError, match="no gfx1250 target"):
+        E.rank_table("conv_direct_fwd", prob, "gfx1250", "llvm20")

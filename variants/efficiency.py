@@ -14,6 +14,8 @@
     rank(candidates, problem, arch, min_efficiency=0.0)
         -> Ranking(accepted=(Ranked(spec, eff), ...) best first,
                    rejected=(Rejected(spec, reason), ...))
+    rank_table(family, problem, arch, lane, min_efficiency=0.0)
+        the same over every spec the variant table serves for (arch, lane)
 
 Everything here is a pure function of its arguments plus the arch table
 (variants/arch.py, for the CU count): the builder, the service and the benchmark
@@ -288,6 +290,20 @@ def rank(candidates: Iterable[Any], problem: Any, arch: object, *, min_efficienc
     return Ranking(tuple(accepted), tuple(rejected))
 
 
-__all__ = ["DimGranularity", "Efficiency", "Model", "MODELS", "Ranked", "Rejected", "Ranking",
+def rank_table(family: str, problem: Any, arch: object, lane: object, *,
+               min_efficiency: float = 0.0) -> Ranking:
+    """Rank every spec the family's variant table serves for (arch, lane) on ``problem``.
+
+    A refused (arch, lane) raises AdmissionError with the table's reason; a problem given
+    as a dict is parsed with ``problem_from_dict`` (the service's JSON).
+    """
+    from rocke_aot.variants import table
+
+    if isinstance(problem, dict):
+        problem = problem_from_dict(family, problem)
+    return rank(table.enumerate_specs(family, arch, lane), problem, arch, min_efficiency=min_efficiency)
+
+
+__all__ = ["rank_table", "DimGranularity", "Efficiency", "Model", "MODELS", "Ranked", "Rejected", "Ranking",
            "accepts", "efficiency", "rank", "dim", "cu_granularity", "family_of",
            "GemmProblem", "ConvProblem", "PatchDgradProblem", "problem_from_dict", "PROBLEM_TYPES"]
