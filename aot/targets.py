@@ -12,6 +12,7 @@ Unknown processors and features are refused here, before anything reaches LLVM
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -31,6 +32,12 @@ class Target:
     def parse(cls, target_id: object) -> "Target":
         if isinstance(target_id, Target):
             return target_id
+        if isinstance(target_id, str):
+            return _parse_cached(cls, target_id)  # targets are immutable: parse each ID once
+        return cls._parse(target_id)
+
+    @classmethod
+    def _parse(cls, target_id: object) -> "Target":
         if not isinstance(target_id, str) or not target_id:
             raise SpecError(f"an arch must be a target ID string such as 'gfx942', got {target_id!r}")
         processor, *feats = target_id.split(":")
@@ -85,3 +92,8 @@ class Target:
 
     def __str__(self) -> str:
         return self.id
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_cached(cls: type, target_id: str) -> Target:
+    return cls._parse(target_id)

@@ -18,11 +18,10 @@ no-op rebuild is pure hashing plus one query.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from rocke_aot.aot.lanes import LANES, Lane, get_lane
 from rocke_aot.aot.targets import Target
@@ -31,15 +30,17 @@ from rocke_aot.cache.keys import KeyInputs, KeyTemplate
 from rocke_aot.errors import SpecError
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(NamedTuple):
+    """One spec to build for one (arch, lane). A NamedTuple, not a frozen dataclass: a no-op
+    plan creates one per spec of the grid, and tuple creation is several times cheaper."""
+
     key: str
     family: str
     spec_json: str  # canonical JSON of the spec (what the key hashes)
     target: Target
     lane: Lane
-    toolchain: Toolchain = field(compare=False, repr=False)
-    template: KeyTemplate = field(compare=False, repr=False)
+    toolchain: Toolchain
+    template: KeyTemplate
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -210,4 +211,4 @@ def _dedupe(jobs: Iterable[Job]) -> list[Job]:
 
 
 def with_toolchain(job: Job, tc: Toolchain) -> Job:
-    return dataclasses.replace(job, toolchain=tc)
+    return job._replace(toolchain=tc)

@@ -56,8 +56,12 @@ class BuildOutput:
 
 
 def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, toolchain: Toolchain,
-              *, timeout: float = 300.0) -> BuildOutput:
-    """Lower, compile and validate one kernel. Raises RockeError subclasses on failure."""
+              *, timeout: float = 300.0, slots: threading.Semaphore | None = None) -> BuildOutput:
+    """Lower, compile and validate one kernel. Raises RockeError subclasses on failure.
+
+    ``slots`` bounds how many compiles run at once; lowering and validation happen outside
+    it, so with one more thread than slots the next kernel is lowered while this one compiles.
+    """
     from rocke_aot.aot.codeobject import validate
     from rocke_aot.aot.families import get_family
     from rocke_aot.aot.lower import lower
@@ -66,7 +70,11 @@ def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, 
     fam = get_family(family)
     kernel = lower(family, fam.spec_from(dict(spec)), target, lane)
     _count_compile()
-    result = toolchain.compile(kernel.ir, target, timeout=timeout)
+    if slots is None:
+        result = toolchain.compile(kernel.ir, target, timeout=timeout)
+    else:
+        with slots:
+            result = toolchain.compile(kernel.ir, target, timeout=timeout)
     info = validate(result.code_object, target)
     metadata = {
         "kernel": kernel.as_dict(),
@@ -102,9 +110,12 @@ def _first_line(e: BaseException) -> str:
 Submit = Callable[[Job], Future]
 
 
-def local_submitter(executor: ThreadPoolExecutor, timeout: float) -> Submit:
+def local_submitter(executor: ThreadPoolExecutor, timeout: float, jobs: int) -> Submit:
+    slots = threading.BoundedSemaphore(jobs)
+
     def submit(job: Job) -> Future:
-        return executor.submit(build_one, job.family, job.spec, job.target, job.lane, job.toolchain, timeout=timeout)
+        return executor.submit(build_one, job.family, job.spec, job.target, job.lane, job.toolchain,
+                               timeout=timeout, slots=slots)
 
     return submit
 
@@ -118,8 +129,9 @@ def execute(plan: Plan, store, *, jobs: int | None = None, timeout: float = 300.
     where = host or platform.node()
     executor = None
     if submit is None:
-        executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="rocke-build")
-        submit = local_submitter(executor, timeout)
+        # One thread more than compile slots: lowering the next kernel overlaps the compiles.
+        executor = ThreadPoolExecutor(max_workers=jobs + 1, thread_name_prefix="rocke-build")
+        submit = local_submitter(executor, timeout, jobs)
     pending: dict[Future, Job] = {}
     queue = list(reversed(plan.to_build))
     # Keep a bounded window in flight so a killed build has little half-done work and
