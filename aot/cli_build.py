@@ -61,7 +61,8 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
         submit = dask_submitter(client, timeout=timeout)
     with Store.open(cache_url) as store:
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("built {task.fields[built]} failed {task.fields[failed]}"),
+                            TextColumn("planned {task.fields[planned]} cached {task.fields[cached]} "
+                                       "built {task.fields[built]} failed {task.fields[failed]}"),
                             TimeElapsedColumn(), console=console, disable=not show_progress)
         state = {"task": None}
 
@@ -69,7 +70,8 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
             if show_progress:
                 console.print(f"planned {plan.planned}: {len(plan.cached)} cached, {len(plan.to_build)} to build, "
                               f"{len(plan.refused)} refused combinations")
-            state["task"] = progress.add_task("compiling", total=len(plan.to_build), built=0, failed=0)
+            state["task"] = progress.add_task("compiling", total=len(plan.to_build), built=0, failed=0,
+                                              planned=plan.planned, cached=len(plan.cached))
 
         counts = {"built": 0, "failed": 0}
 
