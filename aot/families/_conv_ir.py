@@ -17,6 +17,10 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
                   aot/lower/mma.py checks); results stored at d_coord
         epilogue(acc)                 every accumulator through the family's store()
     loop(b, count, carried, body)     a counted loop whose carried values are phis
+    lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
+                  refusals before any IR (target, matrix path), the geometry, the
+                  LoweredKernel with its metadata; the family's ConvLowering subclass names
+                  FAMILY, SPEC, GRID, RUNTIME_ARGS and its tile (ROWS, COLS)
 
 Loads from global memory never leave a tensor: an out-of-range element's address is
 replaced by 0 and its value by zero (``guarded_load``). Offsets are i32 (tensors below
@@ -30,11 +34,12 @@ from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
-from rocke_aot.aot.lower import mma
-from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
-from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, Sym, parse_type
-from rocke_aot.aot.lower.nvptx import NvptxKernel
+from rocke_aot.aot import lanes
+from rocke_aot.aot.lower import kernel_for, mma
+from rocke_aot.aot.lower.module import (BF16, F16, F32, I1, I16, I32, MAX_TENSOR_BYTES, KernelModule,
+                                        LoweredKernel, Sym, ir_sha256, parse_type)
 from rocke_aot.aot.targets import Target
+from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.conv import ConvGeometry
 
 ELEM = {"f16": I16, "bf16": I16, "f32": F32}  # how a tensor element travels (raw bits)
@@ -46,9 +51,13 @@ def c32(v: int) -> ir.Constant:
     return ir.Constant(I32, v)
 
 
-def kernel_for(name: str, target: Target, lane: object, threads: int) -> KernelModule:
-    cls = AmdgpuKernel if target.is_amdgpu else NvptxKernel
-    return cls(name, target, lane, threads)
+def udiv(a: Sym, d: Sym) -> Sym:
+    """a / d, both runtime values (Sym's own // takes a constant divisor)."""
+    return Sym(a.b, a.b.udiv(a.v, d.v))
+
+
+def urem(a: Sym, d: Sym) -> Sym:
+    return Sym(a.b, a.b.urem(a.v, d.v))
 
 
 def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
@@ -86,7 +95,23 @@ def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
 
 
 class ConvLowering:
-    """Shared state and helpers of one conv kernel being lowered."""
+    """Shared state and helpers of one conv kernel being lowered.
+
+    A family subclass sets the class attributes below, implements build() -> IR text and
+    tile(spec) -> (ROWS, COLS); lower_conv drives it.
+    """
+
+    FAMILY: str
+    SPEC: type
+    GRID: str  # the launch grid in words (metadata)
+    RUNTIME_ARGS: list[str]
+
+    @staticmethod
+    def tile(spec) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def build(self) -> str:
+        raise NotImplementedError
 
     def __init__(self, spec, target: Target, lane, geo: ConvGeometry, rows: int, cols: int):
         self.spec, self.geo, self.target = spec, geo, target
@@ -118,6 +143,14 @@ class ConvLowering:
     @property
     def b(self) -> ir.IRBuilder:
         return self.kb.builder
+
+    def start(self, params: list, lds_name: str, lds_elems: int) -> tuple[list[ir.Argument], Sym]:
+        """Define the kernel, its thread id (self.tid) and LDS (self.lds); -> (args, block id)."""
+        args = self.kb.define_kernel(params)
+        self.tid = self.S(self.kb.workitem_id())
+        gid = self.S(self.kb.workgroup_id())
+        self.lds = self.kb.shared_array(lds_name, self.elem, lds_elems, ELEM_BYTES[self.spec.dtype])
+        return args, gid
 
     def S(self, v: ir.Value | int) -> Sym:
         return Sym(self.b, c32(v) if isinstance(v, int) else v)
@@ -253,3 +286,35 @@ class ConvLowering:
                 store(r0 + dr, c0 + dc, self.b.extract_element(acc[i], c32(r)))
             if guard is not None:
                 guard.__exit__(None, None, None)
+
+
+def lower_conv(cls: type[ConvLowering], spec, target: object, lane: object) -> LoweredKernel:
+    """Lower ``spec`` with the family's ConvLowering subclass ``cls``."""
+    family = cls.FAMILY
+    target, lane = Target.parse(target), lanes.get_lane(lane)
+    if not isinstance(spec, cls.SPEC):
+        raise TypeError(f"lower_{family} needs a {cls.SPEC.__name__}, got {type(spec).__name__}")
+    # Refuse on capability first: gfx1250 on llvm20 names the op, before any geometry.
+    lanes.require(lane, capability=f"target:{target.processor}", op=f"{family} for {target.id}")
+    if spec.path != "fma":
+        if not target.is_amdgpu:
+            raise CapabilityError(f"{family} path {spec.path} is not available on {target.processor}")
+        instr = mma.select(target.processor, spec.path, spec.dtype)
+        lanes.require(lane, capability=instr.capability, op=f"{family} {spec.path} ({instr.mnemonic})")
+    geo = spec.geometry(target)
+    low = cls(spec, target, lane, geo, *cls.tile(spec))
+    text = low.build()
+    meta = {
+        "path": spec.path,
+        "instruction": low.instr.mnemonic if low.instr else None,
+        "grid": cls.GRID,
+        "runtime_args": list(cls.RUNTIME_ARGS),
+        "baked": spec.baked(),
+        "geometry": {k: v for k, v in vars(geo).items()},
+    }
+    return LoweredKernel(
+        family=family, kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
+        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
+        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
+        metadata=meta,
+    )

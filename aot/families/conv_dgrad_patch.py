@@ -27,11 +27,9 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot.aot import lanes
-from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop
-from rocke_aot.aot.lower import mma
-from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, LoweredKernel, Sym, ir_sha256
+from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop, lower_conv, udiv, urem
+from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.aot.targets import Target
-from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
 
 PARAMS = [
@@ -45,24 +43,23 @@ PARAMS = [
 ]
 
 
-def _udiv(a: Sym, d: Sym) -> Sym:
-    return Sym(a.b, a.b.udiv(a.v, d.v))
-
-
-def _urem(a: Sym, d: Sym) -> Sym:
-    return Sym(a.b, a.b.urem(a.v, d.v))
-
-
 class _PatchLowering(ConvLowering):
+    FAMILY = "conv_dgrad_patch"
+    SPEC = ConvDgradPatchSpec
+    GRID = ("N * ceil(Hp/tile_h) * ceil(Wp/tile_w) * (P/r_blk) main work-groups + "
+            "min(ceil(border elements / 1024), 65535) border work-groups, 1-D")
+    RUNTIME_ARGS = ["N", "H", "W", "K"]
+
+    @staticmethod
+    def tile(spec: ConvDgradPatchSpec) -> tuple[int, int]:
+        return spec.rows, spec.cols_padded
+
     def build(self) -> str:
         s, kb = self.spec, self.kb
-        dY, Wt, dX, n_arg, h_arg, w_arg, k_arg = kb.define_kernel(PARAMS)
+        (dY, Wt, dX, n_arg, h_arg, w_arg, k_arg), gid = self.start(
+            PARAMS, "patch_lds", s.rows * s.k_chunk + s.k_chunk * s.cols_padded)
         self.dY, self.Wt, self.dX = dY, Wt, dX
         self.N, self.H, self.W, self.K = self.S(n_arg), self.S(h_arg), self.S(w_arg), self.S(k_arg)
-        self.tid = self.S(kb.workitem_id())
-        gid = self.S(kb.workgroup_id())
-        self.lds = kb.shared_array("patch_lds", self.elem, s.rows * s.k_chunk + s.k_chunk * s.cols_padded,
-                                   4 if s.dtype == "f32" else 2)
         self.Hp, self.Wp = self.H // s.p, self.W // s.p
         nth = (self.Hp + (s.tile_h - 1)) // s.tile_h
         ntw = (self.Wp + (s.tile_w - 1)) // s.tile_w
@@ -71,8 +68,8 @@ class _PatchLowering(ConvLowering):
         with self.b.if_else(gid.lt(main)) as (then, otherwise):
             with then:
                 rb, rest = gid % nrb, gid // nrb
-                tj, rest = _urem(rest, ntw), _udiv(rest, ntw)
-                ti, n = _urem(rest, nth), _udiv(rest, nth)
+                tj, rest = urem(rest, ntw), udiv(rest, ntw)
+                ti, n = urem(rest, nth), udiv(rest, nth)
                 self._main(n, ti * s.tile_h, tj * s.tile_w, rb * s.r_blk)
             with otherwise:
                 self._border(gid - main)
@@ -149,17 +146,17 @@ class _PatchLowering(ConvLowering):
         one = c32(1)
         safe_img = Sym(b, b.select(per_img.lt(1), one, per_img.v))
         safe_cw = Sym(b, b.select(cw.lt(1), one, cw.v))
-        iters = Sym(b, b.select(e0.lt(total), _udiv(total - e0 + (stride - 1), stride).v, c32(0)))
+        iters = Sym(b, b.select(e0.lt(total), udiv(total - e0 + (stride - 1), stride).v, c32(0)))
         zero = ir.Constant(OUT[s.dtype], 0.0)
 
         def body(it: Sym, carried):
             e = e0 + _mul(it, stride)
-            n, rem = _udiv(e, safe_img), _urem(e, safe_img)
+            n, rem = udiv(e, safe_img), urem(e, safe_img)
             c, pix = rem % s.c, rem // s.c
             in_below = pix.lt(below)
             pb = pix - below
-            h = b.select(in_below, (hc + _udiv(pix, self.W)).v, _udiv(pb, safe_cw).v)
-            w = b.select(in_below, _urem(pix, self.W).v, (wc + _urem(pb, safe_cw)).v)
+            h = b.select(in_below, (hc + udiv(pix, self.W)).v, udiv(pb, safe_cw).v)
+            w = b.select(in_below, urem(pix, self.W).v, (wc + urem(pb, safe_cw)).v)
             idx = ((n * self.H + Sym(b, h)) * self.W + Sym(b, w)) * s.c + c
             b.store(zero, self.gep(self.dX, idx, OUT[s.dtype]))
             return carried
@@ -172,33 +169,7 @@ def _mul(a: Sym, o: Sym) -> Sym:
 
 
 def lower_conv_dgrad_patch(spec: ConvDgradPatchSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
-    target, lane = Target.parse(target), lanes.get_lane(lane)
-    if not isinstance(spec, ConvDgradPatchSpec):
-        raise TypeError(f"lower_conv_dgrad_patch needs a ConvDgradPatchSpec, got {type(spec).__name__}")
-    lanes.require(lane, capability=f"target:{target.processor}", op=f"conv_dgrad_patch for {target.id}")
-    if spec.path != "fma":
-        if not target.is_amdgpu:
-            raise CapabilityError(f"conv_dgrad_patch path {spec.path} is not available on {target.processor}")
-        instr = mma.select(target.processor, spec.path, spec.dtype)
-        lanes.require(lane, capability=instr.capability, op=f"conv_dgrad_patch {spec.path} ({instr.mnemonic})")
-    geo = spec.geometry(target)
-    low = _PatchLowering(spec, target, lane, geo, spec.rows, spec.cols_padded)
-    text = low.build()
-    meta = {
-        "path": spec.path,
-        "instruction": low.instr.mnemonic if low.instr else None,
-        "grid": "N * ceil(Hp/tile_h) * ceil(Wp/tile_w) * (P/r_blk) main work-groups + "
-                "min(ceil(border elements / 1024), 65535) border work-groups, 1-D",
-        "runtime_args": ["N", "H", "W", "K"],
-        "baked": spec.baked(),
-        "geometry": {k: v for k, v in vars(geo).items()},
-    }
-    return LoweredKernel(
-        family="conv_dgrad_patch", kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
-        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
-        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
-        metadata=meta,
-    )
+    return lower_conv(_PatchLowering, spec, target, lane)
 
 
 def _family():

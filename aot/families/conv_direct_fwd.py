@@ -23,11 +23,9 @@
 from __future__ import annotations
 
 from rocke_aot.aot import lanes
-from rocke_aot.aot.families._conv_ir import ConvLowering, loop
-from rocke_aot.aot.lower import mma
-from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, LoweredKernel, Sym, ir_sha256
+from rocke_aot.aot.families._conv_ir import ConvLowering, loop, lower_conv, udiv, urem
+from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.aot.targets import Target
-from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.conv import ConvDirectFwdSpec
 
 PARAMS = [
@@ -40,24 +38,22 @@ PARAMS = [
 ]
 
 
-def _udiv(a: Sym, d: Sym) -> Sym:
-    return Sym(a.b, a.b.udiv(a.v, d.v))
-
-
-def _urem(a: Sym, d: Sym) -> Sym:
-    return Sym(a.b, a.b.urem(a.v, d.v))
-
-
 class _FwdLowering(ConvLowering):
+    FAMILY = "conv_direct_fwd"
+    SPEC = ConvDirectFwdSpec
+    GRID = "N * ceil(OH/tile_h) * ceil(OW/tile_w) * ceil(K/tile_k) work-groups, 1-D"
+    RUNTIME_ARGS = ["N", "H", "W"]
+
+    @staticmethod
+    def tile(spec: ConvDirectFwdSpec) -> tuple[int, int]:
+        return spec.tile_h * spec.tile_w, spec.tile_k
+
     def build(self) -> str:
         s, kb = self.spec, self.kb
-        X, Wt, Y, n_arg, h_arg, w_arg = kb.define_kernel(PARAMS)
-        self.H, self.W = self.S(h_arg), self.S(w_arg)
-        self.tid = self.S(kb.workitem_id())
-        gid = self.S(kb.workgroup_id())
         halo = s.halo_h * s.halo_w * s.c_chunk
-        self.lds = kb.shared_array("conv_lds", self.elem, halo + s.tile_k * s.r * s.s * s.c_chunk,
-                                   4 if s.dtype == "f32" else 2)
+        (X, Wt, Y, n_arg, h_arg, w_arg), gid = self.start(PARAMS, "conv_lds",
+                                                          halo + s.tile_k * s.r * s.s * s.c_chunk)
+        self.H, self.W = self.S(h_arg), self.S(w_arg)
         # Output extent from the runtime H, W (the host launches spec.grid(), zero when empty).
         self.OH = (self.H + (2 * s.pad_h - s.dil_h * (s.r - 1) - 1)) // s.stride_h + 1
         self.OW = (self.W + (2 * s.pad_w - s.dil_w * (s.s - 1) - 1)) // s.stride_w + 1
@@ -65,8 +61,8 @@ class _FwdLowering(ConvLowering):
         ntw = (self.OW + (s.tile_w - 1)) // s.tile_w
         nth = (self.OH + (s.tile_h - 1)) // s.tile_h
         kt, rest = gid % nkt, gid // nkt
-        tw_i, rest = _urem(rest, ntw), _udiv(rest, ntw)
-        th_i, n = _urem(rest, nth), _udiv(rest, nth)
+        tw_i, rest = urem(rest, ntw), udiv(rest, ntw)
+        th_i, n = urem(rest, nth), udiv(rest, nth)
         self.n, self.k0 = n, kt * s.tile_k
         self.oh0, self.ow0 = th_i * s.tile_h, tw_i * s.tile_w
         self.X, self.Wt = X, Wt
@@ -131,33 +127,7 @@ class _FwdLowering(ConvLowering):
 
 
 def lower_conv_direct_fwd(spec: ConvDirectFwdSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
-    target, lane = Target.parse(target), lanes.get_lane(lane)
-    if not isinstance(spec, ConvDirectFwdSpec):
-        raise TypeError(f"lower_conv_direct_fwd needs a ConvDirectFwdSpec, got {type(spec).__name__}")
-    # Refuse on capability first: gfx1250 on llvm20 names the op, before any geometry.
-    lanes.require(lane, capability=f"target:{target.processor}", op=f"conv_direct_fwd for {target.id}")
-    if spec.path != "fma":
-        if not target.is_amdgpu:
-            raise CapabilityError(f"conv_direct_fwd path {spec.path} is not available on {target.processor}")
-        instr = mma.select(target.processor, spec.path, spec.dtype)
-        lanes.require(lane, capability=instr.capability, op=f"conv_direct_fwd {spec.path} ({instr.mnemonic})")
-    geo = spec.geometry(target)
-    low = _FwdLowering(spec, target, lane, geo, spec.tile_h * spec.tile_w, spec.tile_k)
-    text = low.build()
-    meta = {
-        "path": spec.path,
-        "instruction": low.instr.mnemonic if low.instr else None,
-        "grid": "N * ceil(OH/tile_h) * ceil(OW/tile_w) * ceil(K/tile_k) work-groups, 1-D",
-        "runtime_args": ["N", "H", "W"],
-        "baked": spec.baked(),
-        "geometry": {k: v for k, v in vars(geo).items()},
-    }
-    return LoweredKernel(
-        family="conv_direct_fwd", kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
-        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
-        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
-        metadata=meta,
-    )
+    return lower_conv(_FwdLowering, spec, target, lane)
 
 
 def _family():
