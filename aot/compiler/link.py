@@ -10,13 +10,11 @@ appear in a STT_FILE symbol, which LLVM does not emit for these modules).
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from pathlib import Path
 
-from rocke_aot.aot.compiler.worker import llvm_error_summary
+from rocke_aot.aot.compiler._tool import run_tool
 from rocke_aot.aot.toolchains.lld import find_lld
-from rocke_aot.errors import CompileError, CompileTimeout
 
 
 def link_hsaco(obj: bytes, *, timeout: float = 60.0, lld: str | None = None) -> bytes:
@@ -24,12 +22,5 @@ def link_hsaco(obj: bytes, *, timeout: float = 60.0, lld: str | None = None) -> 
     with tempfile.TemporaryDirectory(prefix="rocke-link-") as tmp:
         src, out = Path(tmp) / "k.o", Path(tmp) / "k.hsaco"
         src.write_bytes(obj)
-        cmd = [lld, "-shared", "--no-undefined", str(src), "-o", str(out)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 0.1))
-        except subprocess.TimeoutExpired as e:
-            raise CompileTimeout(f"ld.lld exceeded {timeout:g}s", str(e.stderr or "")) from None
-        if proc.returncode != 0:
-            log = (proc.stderr + proc.stdout).strip()
-            raise CompileError(f"ld.lld failed: {llvm_error_summary(log)}", log)
+        run_tool("ld.lld", [lld, "-shared", "--no-undefined", str(src), "-o", str(out)], timeout=timeout)
         return out.read_bytes()

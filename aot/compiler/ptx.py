@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rocke_aot.aot.compiler.worker import llvm_error_summary
-from rocke_aot.errors import CompileError, CompileTimeout, ToolchainError
+from rocke_aot.aot.compiler._tool import run_tool
+from rocke_aot.errors import ToolchainError
 
 ENV_PTXAS = "ROCKE_AOT_PTXAS"
 
@@ -45,12 +45,5 @@ def assemble_cubin(ptx: str, arch: str, *, timeout: float = 60.0) -> bytes:
     with tempfile.TemporaryDirectory(prefix="rocke-ptxas-") as tmp:
         src, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         src.write_text(ptx)
-        cmd = [ptxas, f"-arch={arch}", "-O3", str(src), "-o", str(out)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 0.1))
-        except subprocess.TimeoutExpired as e:
-            raise CompileTimeout(f"ptxas exceeded {timeout:g}s", str(e.stderr or "")) from None
-        if proc.returncode != 0:
-            log = (proc.stderr + proc.stdout).strip()
-            raise CompileError(f"ptxas failed: {llvm_error_summary(log)}", log)
+        run_tool("ptxas", [ptxas, f"-arch={arch}", "-O3", str(src), "-o", str(out)], timeout=timeout)
         return out.read_bytes()
