@@ -13,7 +13,8 @@
 
 Detection never trusts a table of package versions: the LLVM major comes from the
 toolchain (llvmlite's ``llvm_version_info``, what a compiled probe records, a
-library's revision string), then resolves through the one lane registry.
+library's revision string), then resolves through the one lane registry
+(``info_for_major``: lane or refusal, one place for every toolchain kind).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from rocke_aot.aot.lanes import Lane, get_lane
+from rocke_aot.aot.lanes import Lane, get_lane, lane_for_major
 from rocke_aot.aot.targets import Target
-from rocke_aot.errors import ToolchainRefused
+from rocke_aot.errors import LaneError, ToolchainRefused
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,19 @@ class ToolchainInfo:
             "drift": dict(self.drift),
             "extra": dict(self.extra),
         }
+
+
+def info_for_major(kind: str, location: str, llvm_version: str, llvm_major: int, *, toolchain: str,
+                   **fields: Any) -> ToolchainInfo:
+    """The ToolchainInfo of a toolchain whose LLVM major is known: the lane registry gives
+    its lane, or (a major no lane has) the refusal naming ``toolchain``. ``fields``: the
+    rest of ToolchainInfo (arches, datalayouts, extra)."""
+    lane = refusal = None
+    try:
+        lane = lane_for_major(llvm_major, toolchain=toolchain).name
+    except LaneError as e:
+        refusal = str(e)
+    return ToolchainInfo(kind, location, llvm_version, llvm_major, lane, refusal, **fields)
 
 
 @dataclass(frozen=True)

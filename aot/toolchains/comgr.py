@@ -28,10 +28,9 @@ import re
 import sys
 from pathlib import Path
 
-from rocke_aot.aot.lanes import lane_for_major
 from rocke_aot.aot.targets import Target
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
-from rocke_aot.errors import CompileError, LaneError, ToolchainError
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.errors import CompileError, ToolchainError
 from rocke_aot.variants.arch import ARCHES
 
 ENV_COMGR = "ROCKE_AOT_COMGR"
@@ -129,13 +128,8 @@ class ComgrToolchain(Toolchain):
         if version is None:
             return refused(f"COMGR probe code object records no LLVM version (.comment: {comment!r})",
                            arches=arches, extra=extra)
-        major = int(version.split(".")[0])
-        lane = refusal = None
-        try:
-            lane = lane_for_major(major, toolchain=f"COMGR at {self.library}").name
-        except LaneError as e:
-            refusal = str(e)
-        return ToolchainInfo(self.kind, self.library, version, major, lane, refusal, arches=arches, extra=extra)
+        return info_for_major(self.kind, self.library, version, int(version.split(".")[0]),
+                              toolchain=f"COMGR at {self.library}", arches=arches, extra=extra)
 
     def detect(self) -> ToolchainInfo:
         return self._info

@@ -19,10 +19,9 @@ import sys
 from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.aot.lanes import lane_for_major
 from rocke_aot.aot.targets import Target
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
-from rocke_aot.errors import LaneError, ToolchainError
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.errors import ToolchainError
 from rocke_aot.variants.arch import ARCHES
 
 _PROBE = Path(__file__).with_name("_llvmlite_probe.py")
@@ -69,24 +68,12 @@ class LlvmliteToolchain(Toolchain):
             probe = _probe(self.python)
         except ToolchainError as e:
             return ToolchainInfo(self.kind, self.python, None, None, None, str(e))
-        major = probe["llvm_major"]
         targets = probe["targets"]
         arches = tuple(p for p, t in targets.items() if t.get("known"))
-        datalayouts = {p: targets[p]["datalayout"] for p in arches}
-        lane = refusal = None
-        try:
-            lane = lane_for_major(major, toolchain=where).name
-        except LaneError as e:
-            refusal = str(e)
-        info = ToolchainInfo(
-            kind=self.kind,
-            location=self.python,
-            llvm_version=probe["llvm_version"],
-            llvm_major=major,
-            lane=lane,
-            refusal=refusal,
+        info = info_for_major(
+            self.kind, self.python, probe["llvm_version"], probe["llvm_major"], toolchain=where,
             arches=arches,
-            datalayouts=datalayouts,
+            datalayouts={p: targets[p]["datalayout"] for p in arches},
             extra={"llvmlite_version": probe["llvmlite_version"], "label": self.label or ""},
         )
         return apply_drift_guard(info)
