@@ -144,23 +144,22 @@ class KeyInputs:
         return self._toolchain_json
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "arch": self.arch,
-            "lane": self.lane,
-            "profile": self.profile,
-            "family": self.family,
-            "spec": thaw(self.spec),
-            "lowering_digest": self.lowering_digest,
-            "toolchain": thaw(self.toolchain),
-        }
+        return inputs_dict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "KeyInputs":
-        names = ("arch", "lane", "profile", "family", "spec", "lowering_digest", "toolchain")
-        missing = [n for n in names if n not in d]
+        missing = [n for n in INPUT_FIELDS if n not in d]
         if missing:
             raise SpecError(f"key inputs lack {', '.join(missing)}")
-        return cls(**{n: d[n] for n in names})
+        return cls(**{n: d[n] for n in INPUT_FIELDS})
+
+
+INPUT_FIELDS = ("arch", "lane", "profile", "family", "spec", "lowering_digest", "toolchain")
+
+
+def inputs_dict(obj: Any) -> dict[str, Any]:
+    """The key-input fields of ``obj`` (KeyInputs, or a record carrying them) as plain JSON values."""
+    return {n: thaw(getattr(obj, n)) for n in INPUT_FIELDS}
 
 
 def encode(inputs: KeyInputs) -> bytes:

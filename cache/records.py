@@ -3,6 +3,8 @@
     artifacts row ──to_artifact──> Artifact   (status 'ok'; code_object filled by get() only)
                   ──to_failure───> Failure    (status 'failed'; a cached negative entry)
     lookup_many ─────────────────> Hit        (key, kind, blob sha256 or error; no blob loaded)
+
+Artifact and Failure share their leading fields (the key and its KeyInputs) through _Keyed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from rocke_aot.cache.keys import KeyInputs, _frozen, thaw
+from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, _frozen, inputs_dict, thaw
 
 
 def _ts(t: float | None) -> datetime | None:
@@ -24,7 +26,9 @@ def _iso(t: datetime | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Artifact:
+class _Keyed:
+    """A stored entry's key and the KeyInputs it was computed from."""
+
     key: str
     arch: str
     lane: str
@@ -33,6 +37,19 @@ class Artifact:
     spec: Mapping[str, Any]
     lowering_digest: str
     toolchain: Mapping[str, str]
+
+    __hash__ = None  # type: ignore[assignment]  # mappings inside; compare, don't hash
+
+    @property
+    def inputs(self) -> KeyInputs:
+        return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.lowering_digest, self.toolchain)
+
+    def _keyed_dict(self, status: str) -> dict[str, Any]:
+        return {"key": self.key, "status": status, **inputs_dict(self)}
+
+
+@dataclass(frozen=True)
+class Artifact(_Keyed):
     ir_sha256: str | None
     sha256: str  # of the raw code object (the blob id)
     size: int  # raw code-object bytes
@@ -44,28 +61,16 @@ class Artifact:
     # Verified bytes from Store.get(); None in listings (find), which never load blobs.
     code_object: bytes | None = field(default=None, repr=False, compare=False)
 
-    __hash__ = None  # type: ignore[assignment]  # mappings inside; compare, don't hash
+    __hash__ = None  # type: ignore[assignment]  # (dataclass would add one to a subclass)
 
     @property
     def blob_sha256(self) -> str:
         """The blob id (sha256 of the raw code object); same as ``sha256``."""
         return self.sha256
 
-    @property
-    def inputs(self) -> KeyInputs:
-        return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.lowering_digest, self.toolchain)
-
     def as_dict(self) -> dict[str, Any]:
         return {
-            "key": self.key,
-            "status": "ok",
-            "arch": self.arch,
-            "lane": self.lane,
-            "profile": self.profile,
-            "family": self.family,
-            "spec": thaw(self.spec),
-            "lowering_digest": self.lowering_digest,
-            "toolchain": thaw(self.toolchain),
+            **self._keyed_dict("ok"),
             "ir_sha256": self.ir_sha256,
             "sha256": self.sha256,
             "size": self.size,
@@ -78,38 +83,18 @@ class Artifact:
 
 
 @dataclass(frozen=True)
-class Failure:
+class Failure(_Keyed):
     """A cached build failure: the builder does not retry it unless forced."""
 
-    key: str
-    arch: str
-    lane: str
-    profile: str
-    family: str
-    spec: Mapping[str, Any]
-    lowering_digest: str
-    toolchain: Mapping[str, str]
     error: str
     log: str
     failed_at: datetime
 
     __hash__ = None  # type: ignore[assignment]
 
-    @property
-    def inputs(self) -> KeyInputs:
-        return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.lowering_digest, self.toolchain)
-
     def as_dict(self) -> dict[str, Any]:
         return {
-            "key": self.key,
-            "status": "failed",
-            "arch": self.arch,
-            "lane": self.lane,
-            "profile": self.profile,
-            "family": self.family,
-            "spec": thaw(self.spec),
-            "lowering_digest": self.lowering_digest,
-            "toolchain": thaw(self.toolchain),
+            **self._keyed_dict("failed"),
             "error": self.error,
             "log": self.log,
             "failed_at": _iso(self.failed_at),
@@ -192,20 +177,18 @@ def _loads(s: str | None) -> Any:
     return None if s is None else json.loads(s)
 
 
-def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Artifact:
+def _keyed(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The _Keyed fields of a row, its inputs validated and canonicalized through KeyInputs."""
     inputs = KeyInputs(
         row["arch"], row["lane"], row["profile"], row["family"],
         _loads(row["spec_json"]), row["lowering_digest"], _loads(row["toolchain_json"]),
     )
+    return {"key": row["key"], **{n: getattr(inputs, n) for n in INPUT_FIELDS}}
+
+
+def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Artifact:
     return Artifact(
-        key=row["key"],
-        arch=inputs.arch,
-        lane=inputs.lane,
-        profile=inputs.profile,
-        family=inputs.family,
-        spec=inputs.spec,
-        lowering_digest=inputs.lowering_digest,
-        toolchain=inputs.toolchain,
+        **_keyed(row),
         ir_sha256=row["ir_sha256"],
         sha256=row["blob_sha256"],
         size=row["size"],
@@ -219,19 +202,8 @@ def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Art
 
 
 def to_failure(row: Mapping[str, Any]) -> Failure:
-    inputs = KeyInputs(
-        row["arch"], row["lane"], row["profile"], row["family"],
-        _loads(row["spec_json"]), row["lowering_digest"], _loads(row["toolchain_json"]),
-    )
     return Failure(
-        key=row["key"],
-        arch=inputs.arch,
-        lane=inputs.lane,
-        profile=inputs.profile,
-        family=inputs.family,
-        spec=inputs.spec,
-        lowering_digest=inputs.lowering_digest,
-        toolchain=inputs.toolchain,
+        **_keyed(row),
         error=row["error"],
         log=row["log"] or "",
         failed_at=_ts(row["built_at"]),
