@@ -64,6 +64,40 @@ def _from_dict(cls: Any, d: object) -> Any:
     return cls(**d)
 
 
+class _ConvSpec:
+    """What both conv specs do alike: the field checks every spec starts with and the
+    canonical form. A subclass is a frozen dataclass naming ``family``, BAKED and KNOBS."""
+
+    family: ClassVar[str]
+    BAKED: ClassVar[tuple[str, ...]]
+    KNOBS: ClassVar[tuple[str, ...]]
+
+    def _check_basics(self) -> None:
+        _check_types(self, self.family)
+        if self.dtype not in DTYPES:
+            raise SpecError(f"{self.family} dtype {self.dtype!r} not in {DTYPES}")
+        if self.path not in PATHS:
+            raise SpecError(f"{self.family} path {self.path!r} not in {PATHS}")
+
+    def _at_least(self, low: int, names: tuple[str, ...]) -> None:
+        for name in names:
+            if getattr(self, name) < low:
+                raise SpecError(f"{self.family} {name}={getattr(self, name)} must be >= {low}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(sorted(asdict(self).items()))
+
+    @classmethod
+    def from_dict(cls, d: object) -> Any:
+        return _from_dict(cls, d)
+
+    def baked(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in self.BAKED}
+
+    def knobs(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in self.KNOBS}
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
     """How one conv spec maps onto one arch (counts per block)."""
@@ -115,7 +149,7 @@ def _path_allowed(target: Any, path: str, dtype: str, what: str) -> None:
 
 
 @dataclass(frozen=True)
-class ConvDirectFwdSpec:
+class ConvDirectFwdSpec(_ConvSpec):
     family: ClassVar[str] = "conv_direct_fwd"
     BAKED: ClassVar[tuple[str, ...]] = ("dtype", "c", "k", "r", "s", "stride_h", "stride_w",
                                         "pad_h", "pad_w", "dil_h", "dil_w")
@@ -139,35 +173,14 @@ class ConvDirectFwdSpec:
     path: str = "fma"
 
     def __post_init__(self) -> None:
-        _check_types(self, self.family)
-        if self.dtype not in DTYPES:
-            raise SpecError(f"{self.family} dtype {self.dtype!r} not in {DTYPES}")
-        if self.path not in PATHS:
-            raise SpecError(f"{self.family} path {self.path!r} not in {PATHS}")
-        for name in ("c", "k", "r", "s", "stride_h", "stride_w", "dil_h", "dil_w",
-                     "tile_h", "tile_w", "tile_k", "c_chunk"):
-            if getattr(self, name) < 1:
-                raise SpecError(f"{self.family} {name}={getattr(self, name)} must be >= 1")
-        for name in ("pad_h", "pad_w"):
-            if getattr(self, name) < 0:
-                raise SpecError(f"{self.family} {name}={getattr(self, name)} must be >= 0")
+        self._check_basics()
+        self._at_least(1, ("c", "k", "r", "s", "stride_h", "stride_w", "dil_h", "dil_w",
+                           "tile_h", "tile_w", "tile_k", "c_chunk"))
+        self._at_least(0, ("pad_h", "pad_w"))
         if self.c % self.c_chunk:
             raise SpecError(f"{self.family} c_chunk={self.c_chunk} must divide c={self.c}")
         if self.pad_h >= self.dil_h * (self.r - 1) + 1 or self.pad_w >= self.dil_w * (self.s - 1) + 1:
             raise SpecError(f"{self.family}: padding must be smaller than the dilated filter")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(sorted(asdict(self).items()))
-
-    @classmethod
-    def from_dict(cls, d: object) -> "ConvDirectFwdSpec":
-        return _from_dict(cls, d)
-
-    def baked(self) -> dict[str, Any]:
-        return {n: getattr(self, n) for n in self.BAKED}
-
-    def knobs(self) -> dict[str, Any]:
-        return {n: getattr(self, n) for n in self.KNOBS}
 
     @property
     def kernel_name(self) -> str:
@@ -219,7 +232,7 @@ class ConvDirectFwdSpec:
 
 
 @dataclass(frozen=True)
-class ConvDgradPatchSpec:
+class ConvDgradPatchSpec(_ConvSpec):
     family: ClassVar[str] = "conv_dgrad_patch"
     BAKED: ClassVar[tuple[str, ...]] = ("dtype", "c", "p")
     KNOBS: ClassVar[tuple[str, ...]] = ("tile_h", "tile_w", "r_blk", "k_chunk", "path")
@@ -234,16 +247,10 @@ class ConvDgradPatchSpec:
     path: str = "fma"
 
     def __post_init__(self) -> None:
-        _check_types(self, self.family)
-        if self.dtype not in DTYPES:
-            raise SpecError(f"{self.family} dtype {self.dtype!r} not in {DTYPES}")
-        if self.path not in PATHS:
-            raise SpecError(f"{self.family} path {self.path!r} not in {PATHS}")
+        self._check_basics()
         if self.p not in PATCH_SIZES:
             raise SpecError(f"{self.family} patch size p={self.p} not in {PATCH_SIZES}")
-        for name in ("c", "tile_h", "tile_w", "r_blk", "k_chunk"):
-            if getattr(self, name) < 1:
-                raise SpecError(f"{self.family} {name}={getattr(self, name)} must be >= 1")
+        self._at_least(1, ("c", "tile_h", "tile_w", "r_blk", "k_chunk"))
         if self.p % self.r_blk:
             raise SpecError(f"{self.family} r_blk={self.r_blk} must divide p={self.p}")
         # Admission of the column tiling: a block's r_blk*P*C GEMM columns are padded to
@@ -254,19 +261,6 @@ class ConvDgradPatchSpec:
                 f"{self.family}: r_blk*P*C = {self.r_blk}*{self.p}*{self.c} = {cols} GEMM columns pad to "
                 f"{self.cols_padded}, more than one eighth of padding"
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(sorted(asdict(self).items()))
-
-    @classmethod
-    def from_dict(cls, d: object) -> "ConvDgradPatchSpec":
-        return _from_dict(cls, d)
-
-    def baked(self) -> dict[str, Any]:
-        return {n: getattr(self, n) for n in self.BAKED}
-
-    def knobs(self) -> dict[str, Any]:
-        return {n: getattr(self, n) for n in self.KNOBS}
 
     @property
     def kernel_name(self) -> str:
