@@ -11,8 +11,9 @@
 
 Run on the GPU machine:  bash scripts/gpu-tests.sh tests/test_conv_gpu.py
 The CUDA helpers (module image with the ptxas fallbacks, driver error check, context
-fixture) are shared with tests/test_gemm_gpu.py; everything CUDA and torch is imported
-inside the tests, so collecting this file needs neither a GPU nor torch.
+fixture, launch) live in tests/_cuda.py, shared with tests/test_gemm_gpu.py; everything
+CUDA and torch is imported inside the tests, so collecting this file needs neither a GPU
+nor torch.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants import table
-from test_gemm_gpu import _check, _module_image, cuda_ctx  # noqa: F401  (shared CUDA helpers)
+from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 pytestmark = pytest.mark.gpu
 
@@ -39,48 +40,6 @@ def _two_per_layer(fam: str) -> list:
 
 FWD_SPECS = _two_per_layer("conv_direct_fwd")
 PATCH_SPECS = _two_per_layer("conv_dgrad_patch")
-
-
-def _inputs(dtype: str, shape: tuple, rng) -> tuple[np.ndarray, np.ndarray]:
-    """(16-bit storage, exact float64 values) for f16 or bf16 data."""
-    x = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
-    if dtype == "f16":
-        h = x.astype(np.float16)
-        return h.view(np.uint16), h.astype(np.float64)
-    bits = (x.view(np.uint32) >> 16).astype(np.uint16)  # truncated to bf16: exactly representable
-    return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
-def _decode(bits: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "f16":
-        return bits.view(np.float16).astype(np.float64)
-    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
-def _launch(image: bytes, name: str, grid: int, block: int, ins: list[np.ndarray], out: np.ndarray,
-            ints: tuple[int, ...]) -> None:
-    from cuda.bindings import driver as cu
-
-    img = np.frombuffer(image, dtype=np.uint8)
-    module = _check(cu.cuModuleLoadData(img.ctypes.data))
-    bufs = []
-    try:
-        fn = _check(cu.cuModuleGetFunction(module, name.encode()))
-        for host in (*ins, out):
-            d = _check(cu.cuMemAlloc(max(host.nbytes, 1)))
-            bufs.append(d)
-            _check(cu.cuMemcpyHtoD(d, host.ctypes.data, host.nbytes))
-        holders = [np.array([int(d)], dtype=np.uint64) for d in bufs]
-        holders += [np.array([v], dtype=np.int32) for v in ints]
-        params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        if grid:
-            _check(cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, 0, params.ctypes.data, 0))
-        _check(cu.cuCtxSynchronize())
-        _check(cu.cuMemcpyDtoH(out.ctypes.data, bufs[-1], out.nbytes))
-    finally:
-        for d in bufs:
-            cu.cuMemFree(d)
-        cu.cuModuleUnload(module)
 
 
 def _tolerance(dtype: str, terms: int) -> tuple[float, float]:
@@ -107,19 +66,19 @@ def test_sm90_conv_direct_fwd_matches_torch(cuda_ctx, spec):  # noqa: F811
     import torch
 
     k = lower("conv_direct_fwd", spec, "sm_90", "llvm22")
-    image, kind = _module_image(k.ir)
+    image, kind = module_image(k.ir)
     for n, h, w in _fwd_shapes(spec):
         rng = np.random.default_rng(n * 10007 + h * 101 + w)
-        x_bits, x = _inputs(spec.dtype, (n, h, w, spec.c), rng)
-        w_bits, wt = _inputs(spec.dtype, (spec.k, spec.r, spec.s, spec.c), rng)
+        x_bits, x = inputs(spec.dtype, (n, h, w, spec.c), rng)
+        w_bits, wt = inputs(spec.dtype, (spec.k, spec.r, spec.s, spec.c), rng)
         oh, ow = spec.out_hw(h, w)
         out = np.full((n, oh, ow, spec.k), 0xFFFF, dtype=np.uint16)  # NaN: unwritten shows
-        _launch(image, k.kernel_name, spec.grid(n, h, w), k.block_size, [x_bits, w_bits], out, (n, h, w))
+        launch(image, k.kernel_name, spec.grid(n, h, w), k.block_size, [x_bits, w_bits], out, (n, h, w))
         want = torch.nn.functional.conv2d(
             torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(wt).permute(0, 3, 1, 2),
             stride=(spec.stride_h, spec.stride_w), padding=(spec.pad_h, spec.pad_w),
             dilation=(spec.dil_h, spec.dil_w)).permute(0, 2, 3, 1).numpy()
-        _compare(_decode(out, spec.dtype), want, spec.dtype, spec.r * spec.s * spec.c,
+        _compare(decode(out, spec.dtype), want, spec.dtype, spec.r * spec.s * spec.c,
                  f"{k.kernel_name} [{kind}] N={n} H={h} W={w}")
 
 
@@ -134,19 +93,19 @@ def test_sm90_conv_dgrad_patch_matches_torch(cuda_ctx, spec):  # noqa: F811
     import torch
 
     k = lower("conv_dgrad_patch", spec, "sm_90", "llvm22")
-    image, kind = _module_image(k.ir)
+    image, kind = module_image(k.ir)
     p = spec.p
     for n, h, w, kk in _patch_shapes(p):
         rng = np.random.default_rng(n * 10007 + h * 101 + w + kk)
         hp, wp = h // p, w // p
-        dy_bits, dy = _inputs(spec.dtype, (n, hp, wp, kk), rng)
-        w_bits, wt = _inputs(spec.dtype, (kk, p, p, spec.c), rng)
+        dy_bits, dy = inputs(spec.dtype, (n, hp, wp, kk), rng)
+        w_bits, wt = inputs(spec.dtype, (kk, p, p, spec.c), rng)
         out = np.full((n, h, w, spec.c), 0xFFFF, dtype=np.uint16)
-        _launch(image, k.kernel_name, spec.grid(n, h, w), k.block_size, [dy_bits, w_bits], out, (n, h, w, kk))
+        launch(image, k.kernel_name, spec.grid(n, h, w), k.block_size, [dy_bits, w_bits], out, (n, h, w, kk))
         want = torch.nn.grad.conv2d_input(
             (n, spec.c, h, w), torch.from_numpy(wt).permute(0, 3, 1, 2),
             torch.from_numpy(dy).permute(0, 3, 1, 2), stride=p).permute(0, 2, 3, 1).numpy()
-        got = _decode(out, spec.dtype)
+        got = decode(out, spec.dtype)
         _compare(got, want, spec.dtype, kk, f"{k.kernel_name} [{kind}] N={n} H={h} W={w} K={kk}")
         if h % p or w % p:
             assert (got[:, hp * p:] == 0).all() and (got[:, :, wp * p:] == 0).all(), "border not zeroed"
