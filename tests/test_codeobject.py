@@ -17,8 +17,7 @@ from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite
 from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.errors import CodeObjectError
 
-from test_compiler_llvm import NVPTX_ADD1
-from test_compiler_worker import ADD1
+from _kernels import ADD1, NVPTX_ADD1
 
 PY = sys.executable
 E_FLAGS_OFFSET = 0x30  # ELF64 header

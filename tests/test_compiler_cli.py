@@ -14,7 +14,7 @@ from rocke_aot.aot.lanes import LANE_NAMES
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.errors import CapabilityError, ToolchainError
 
-from test_compiler_worker import ADD1
+from _kernels import ADD1
 
 
 @pytest.fixture

@@ -20,26 +20,11 @@ from rocke_aot.aot.targets import Target
 from rocke_aot.aot.toolchains.lld import find_lld, linker_identity, lld_version
 from rocke_aot.errors import CompileError
 
-from test_compiler_worker import ADD1
+from _kernels import ADD1, NVPTX_ADD1
 
 PY = sys.executable
 OBJDUMP = "/usr/lib/llvm-22/bin/llvm-objdump"
 
-NVPTX_ADD1 = """\
-target triple = "nvptx64-nvidia-cuda"
-
-define ptx_kernel void @add1(ptr addrspace(1) %out, ptr addrspace(1) %in) {
-  %id = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
-  %idx = zext i32 %id to i64
-  %p = getelementptr float, ptr addrspace(1) %in, i64 %idx
-  %v = load float, ptr addrspace(1) %p
-  %r = fadd float %v, 1.0
-  %q = getelementptr float, ptr addrspace(1) %out, i64 %idx
-  store float %r, ptr addrspace(1) %q
-  ret void
-}
-declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
-"""
 
 
 def _disasm(hsaco: bytes, tmp_path) -> str:

@@ -13,24 +13,9 @@ import pytest
 
 from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite, submit_llvmlite
 from rocke_aot.errors import CompileError, CompileTimeout
+from _kernels import ADD1
 
 PY = sys.executable
-
-ADD1 = """\
-target triple = "amdgcn-amd-amdhsa"
-
-define amdgpu_kernel void @add1(ptr addrspace(1) %out, ptr addrspace(1) %in) {
-  %id = call i32 @llvm.amdgcn.workitem.id.x()
-  %idx = zext i32 %id to i64
-  %p = getelementptr float, ptr addrspace(1) %in, i64 %idx
-  %v = load float, ptr addrspace(1) %p
-  %r = fadd float %v, 1.0
-  %q = getelementptr float, ptr addrspace(1) %out, i64 %idx
-  store float %r, ptr addrspace(1) %q
-  ret void
-}
-declare i32 @llvm.amdgcn.workitem.id.x()
-"""
 
 # gfx950's 32x32x16 f16 MFMA: LLVM aborts ("Cannot select") when asked for it on gfx942.
 MFMA_32X32X16 = """\
