@@ -26,7 +26,6 @@ PY = sys.executable
 OBJDUMP = "/usr/lib/llvm-22/bin/llvm-objdump"
 
 
-
 def _disasm(hsaco: bytes, tmp_path) -> str:
     path = tmp_path / "k.hsaco"
     path.write_bytes(hsaco)
