@@ -13,192 +13,19 @@ rendezvous where the wave's operand registers go through aot.lower.mma.execute, 
 numpy model of the instruction's documented lane layout (tests/test_mma_layouts.py
 checks that model). So these tests prove the conv index maps, LDS staging, guards and
 epilogues of every path; that the model matches the silicon is the layout tests' job,
-and a GPU run's.
+and a GPU run's. The simulator (CpuGrid) is tests/_host_sim.py, shared with
+tests/test_gemm_emulated.py.
 """
 
 from __future__ import annotations
-
-import ctypes
-import re
-import threading
 
 import numpy as np
 import pytest
 
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
-
-llvm = pytest.importorskip("llvmlite.binding")  # the project depends on llvmlite: never skipped
-
-
-_MMA_OPERANDS = {"mfma": (0, 1, 2), "wmma": (1, 3, 5)}  # param positions of A, B, C
-_F2BF = """
-define bfloat @"sim_f2bf"(float %x) {
-  %b = bitcast float %x to i32
-  %lsb = lshr i32 %b, 16
-  %odd = and i32 %lsb, 1
-  %bias = add i32 %odd, 32767
-  %r = add i32 %b, %bias
-  %h = lshr i32 %r, 16
-  %t = trunc i32 %h to i16
-  %o = bitcast i16 %t to bfloat
-  ret bfloat %o
-}
-"""
-
-
-def _retarget(text: str) -> tuple[str, list]:
-    """sm_90 / AMDGPU kernel IR -> host IR calling the simulator's callbacks.
-
-    Returns the text and the matrix instructions (aot.lower.mma.MmaInstr) it calls, in the
-    order of their callback ids.
-    """
-    from rocke_aot.aot.lower import mma
-
-    text = re.sub(r'target triple = "[^"]*"', f'target triple = "{llvm.get_process_triple()}"', text)
-    text = re.sub(r'target datalayout = "[^"]*"\n', "", text)
-    text = text.replace(" addrspace(1)", "").replace(" addrspace(3)", "")
-    text = text.replace("ptx_kernel ", "").replace("amdgpu_kernel ", "")
-    text = re.sub(r'^\s*fence syncscope\("workgroup"\) \w+\n', "", text, flags=re.M)
-    # The target's string attributes (target-cpu, amdgpu-*) mean nothing on the host.
-    text = re.sub(r' "(?:amdgpu-[\w-]+|target-cpu|target-features)"(?:="[^"]*")?', "", text)
-    for old, new in (("llvm.nvvm.read.ptx.sreg.tid.x", "sim_tid"), ("llvm.amdgcn.workitem.id.x", "sim_tid"),
-                     ("llvm.nvvm.read.ptx.sreg.ctaid.x", "sim_ctaid"),
-                     ("llvm.amdgcn.workgroup.id.x", "sim_ctaid"),
-                     ("llvm.nvvm.barrier.cta.sync.aligned.all", "sim_barrier"),
-                     ("llvm.amdgcn.s.barrier", "sim_barrier0")):
-        text = text.replace(f'@"{old}"', f'@"{new}"')
-    # fptrunc to bfloat may need a libcall the JIT lacks: round to nearest even in integers.
-    text, n_bf = re.subn(r"(%\S+) = fptrunc float (%\S+) to bfloat", r'\1 = call bfloat @"sim_f2bf"(float \2)', text)
-    if n_bf:
-        text += _F2BF
-    instrs = []
-    by_name = {}
-    for ins in mma.INSTRS.values():
-        for lane in ("llvm22", "llvm20"):
-            from rocke_aot.aot import lanes
-            try:
-                by_name[lanes.get_lane(lane).profile.intrinsic(ins.key).name] = ins
-            except Exception:
-                pass
-    for m in re.finditer(r'^declare (\S+(?: x \w+>)?) @"(llvm\.amdgcn\.(?:mfma|wmma)[\w.]*)"\((.*)\)$',
-                         text, flags=re.M):
-        ret, name, params = m.group(1), m.group(2), m.group(3)
-        ins = by_name[name]
-        ptypes = [p.rsplit(" ", 1)[0] for p in params.split(", ")]
-        ia, ib, ic = _MMA_OPERANDS[ins.kind]
-        wid = len(instrs)
-        instrs.append(ins)
-        args = ", ".join(f"{t} %p{i}" for i, t in enumerate(ptypes))
-        body = [f'define {ret} @"sim_mma_{wid}"({args}) {{']
-        for tag, i in (("a", ia), ("b", ib), ("c", ic)):
-            body += [f"  %{tag} = alloca {ptypes[i]}", f"  store {ptypes[i]} %p{i}, ptr %{tag}"]
-        body += [f"  %d = alloca {ret}",
-                 f'  call void @"sim_mma"(i32 {wid}, ptr %a, ptr %b, ptr %c, ptr %d)',
-                 f"  %r = load {ret}, ptr %d", f"  ret {ret} %r", "}"]
-        text = text.replace(m.group(0), "\n".join(body)).replace(f'@"{name}"', f'@"sim_mma_{wid}"')
-    if instrs:
-        text += '\ndeclare void @"sim_mma"(i32, ptr, ptr, ptr, ptr)\n'
-    assert "llvm.nvvm" not in text and "llvm.amdgcn" not in text, "an intrinsic the simulator does not model"
-    return text, instrs
-
-
-class CpuGrid:
-    """Run a lowered kernel on the CPU, block after block, T threads per block.
-
-    Matrix instructions rendezvous per wave: every lane deposits its operand registers,
-    one lane runs aot.lower.mma.execute (the numpy model of the instruction's documented
-    lane layout) and every lane takes its result registers back.
-    """
-
-    _lock = threading.Lock()
-
-    def __init__(self, kernel, wave_size: int = 32):
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        text, self.instrs = _retarget(kernel.ir)
-        self.threads = kernel.block_size
-        self.wave_size = wave_size
-        self.local = threading.local()
-        self.barrier = threading.Barrier(self.threads)
-        waves = -(-self.threads // wave_size)
-        self.wave_barriers = [threading.Barrier(min(wave_size, self.threads - w * wave_size)) for w in range(waves)]
-        self.slots = [dict() for _ in range(waves)]
-        self._cbs = [
-            ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: self.local.tid),
-            ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: self.local.ctaid),
-            ctypes.CFUNCTYPE(None, ctypes.c_int32)(lambda _id: self.barrier.wait()),
-            ctypes.CFUNCTYPE(None)(lambda: self.barrier.wait()),
-            ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.c_void_p)(self._mma),
-        ]
-        for name, cb in zip(("sim_tid", "sim_ctaid", "sim_barrier", "sim_barrier0", "sim_mma"), self._cbs):
-            llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
-        tm = llvm.Target.from_default_triple().create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        mod.data_layout = str(tm.target_data)
-        with self._lock:
-            self.engine = llvm.create_mcjit_compiler(mod, tm)
-            self.engine.finalize_object()
-        self.addr = self.engine.get_function_address(kernel.kernel_name)
-        self.kinds = [a.kind for a in kernel.kernargs]
-
-    def _mma(self, wid, pa, pb, pc, pd) -> None:
-        from rocke_aot.aot.lower import mma
-
-        ins = self.instrs[wid]
-        tid = self.local.tid
-        wave, lane = divmod(tid, self.wave_size)
-        n_in, n_acc = ins.a_per_lane, ins.acc_per_lane
-
-        def operand(ptr):
-            bits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint16)), (n_in,)).copy()
-            if ins.in_dtype == "f16":
-                return bits.view(np.float16).astype(np.float64)
-            return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-        slot = self.slots[wave]
-        slot[("a", lane)] = operand(pa)
-        slot[("b", lane)] = operand(pb)
-        slot[("c", lane)] = np.ctypeslib.as_array(ctypes.cast(pc, ctypes.POINTER(ctypes.c_float)), (n_acc,)).copy()
-        if self.wave_barriers[wave].wait() == 0:
-            lanes_ = range(ins.wave_size)
-            fa = np.stack([slot[("a", x)] for x in lanes_])
-            fb = np.stack([slot[("b", x)] for x in lanes_])
-            fc = np.stack([slot[("c", x)] for x in lanes_]).astype(np.float64)
-            slot["d"] = mma.execute(ins, fa, fb, fc)
-        self.wave_barriers[wave].wait()
-        out = np.ctypeslib.as_array(ctypes.cast(pd, ctypes.POINTER(ctypes.c_float)), (n_acc,))
-        out[:] = slot["d"][lane]
-
-    def launch(self, grid: int, *args) -> None:
-        types = [ctypes.c_void_p if k == "global_buffer" else ctypes.c_int32 for k in self.kinds]
-        fn = ctypes.CFUNCTYPE(None, *types)(self.addr)
-        cargs = [a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args]
-        errors: list[BaseException] = []
-        between = threading.Barrier(self.threads)
-
-        def run(tid: int) -> None:
-            self.local.tid = tid
-            try:
-                for blk in range(grid):
-                    self.local.ctaid = blk
-                    fn(*cargs)
-                    between.wait()  # the next block reuses the same LDS
-            except BaseException as e:  # pragma: no cover - reported below
-                errors.append(e)
-                for bar in [self.barrier, between, *self.wave_barriers]:
-                    bar.abort()
-
-        ts = [threading.Thread(target=run, args=(t,)) for t in range(self.threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        if errors:
-            raise errors[0]
+from _cuda import decode
+from _host_sim import CpuGrid
 
 
 # -- numpy references (NHWC activations, KRSC weights) -----------------------------------------
@@ -358,7 +185,7 @@ def test_conv_direct_fwd_bf16_ir_is_numerically_right(arch, spec):
     y = np.full((n, oh, ow, spec.k), 0xFFFF, np.uint16)
     k = lower("conv_direct_fwd", spec, arch, "llvm22")
     CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x_bits, w_bits, y, n, h, w)
-    got = (y.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    got = decode(y, "bf16")
     np.testing.assert_allclose(got, conv_fwd_ref(x, wt, spec), rtol=2**-7, atol=2e-2)
 
 
@@ -394,7 +221,6 @@ def test_the_gpu_tests_kernels_on_the_cpu(fam):
             out = np.full((n, h, w, spec.c), 0xFFFF, np.uint16)
             CpuGrid(k).launch(spec.grid(n, h, w), db, wb, out, n, h, w, kk)
             want = patch_dgrad_ref(dy, wt, h, w)
-        got = (out.view(np.float16).astype(np.float64) if spec.dtype == "f16"
-               else (out.astype(np.uint32) << 16).view(np.float32).astype(np.float64))
+        got = decode(out, spec.dtype)
         rtol = 2.0**-10 if spec.dtype == "f16" else 2.0**-7
         np.testing.assert_allclose(got, want, rtol=rtol, atol=2e-2, err_msg=spec.kernel_name)

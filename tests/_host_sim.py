@@ -1,0 +1,204 @@
+"""Run a lowered kernel's own IR on this host's CPU (no GPU): the tests' one simulator.
+
+    CpuGrid(lowered, wave_size=32)
+        lowered.ir --_retarget--> host IR, the same instructions with
+            triple / datalayout      -> the host's (address spaces dropped: one flat memory)
+            thread / block ids       -> sim_tid / sim_ctaid     (ctypes callbacks)
+            barriers (CTA, s.barrier)-> sim_barrier*            (a threading.Barrier)
+            workgroup fences, target attributes -> dropped (the Python barrier orders memory)
+            fptrunc to bfloat        -> sim_f2bf: round to nearest even in integers, NaN kept
+                                        (no x86 libcall needed)
+            mfma / wmma calls        -> sim_mma_<i>: spill the operands, call sim_mma
+        --MCJIT--> .launch(grid, *args): one OS thread per work-item, blocks one after
+            another; ndarray args pass their buffer, ints pass as they are (a pointer too)
+
+Matrix instructions rendezvous per wave: every lane deposits its operand registers, one
+lane runs aot.lower.mma.execute (the numpy model of the instruction's documented lane
+layout, checked by tests/test_mma_layouts.py) and every lane takes its results back. So
+index maps, LDS staging, guards and epilogues are exercised exactly as lowered; LLVM's
+AMDGPU / NVPTX code generation itself is not (the compile and GPU tests cover that).
+
+Used by tests/test_conv_cpu_sim.py and tests/test_gemm_emulated.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from _cuda import decode
+
+_MMA_OPERANDS = {"mfma": (0, 1, 2), "wmma": (1, 3, 5)}  # param positions of A, B, C
+_ID_CALLS = {
+    "llvm.nvvm.read.ptx.sreg.tid.x": "sim_tid", "llvm.amdgcn.workitem.id.x": "sim_tid",
+    "llvm.nvvm.read.ptx.sreg.ctaid.x": "sim_ctaid", "llvm.amdgcn.workgroup.id.x": "sim_ctaid",
+    "llvm.nvvm.barrier.cta.sync.aligned.all": "sim_barrier",  # takes a barrier id
+    "llvm.nvvm.barrier0": "sim_barrier0", "llvm.amdgcn.s.barrier": "sim_barrier0",
+}
+_F2BF = """
+define bfloat @"sim_f2bf"(float %x) {
+  %b = bitcast float %x to i32
+  %nan = fcmp uno float %x, %x
+  %lsb = lshr i32 %b, 16
+  %odd = and i32 %lsb, 1
+  %bias = add i32 %odd, 32767
+  %r = add i32 %b, %bias
+  %h = lshr i32 %r, 16
+  %t = trunc i32 %h to i16
+  %q = select i1 %nan, i16 32704, i16 %t
+  %o = bitcast i16 %q to bfloat
+  ret bfloat %o
+}
+"""
+
+
+def _instrs_by_intrinsic() -> dict:
+    """LLVM intrinsic name -> aot.lower.mma.MmaInstr, over every registered lane's profile."""
+    from rocke_aot.aot import lanes
+    from rocke_aot.aot.lower import mma
+
+    return {decl.name: mma.INSTRS[key] for lane in lanes.LANES
+            for key, decl in lane.profile.intrinsics.items() if key in mma.INSTRS}
+
+
+def _retarget(text: str) -> tuple[str, list]:
+    """sm_90 / AMDGPU kernel IR -> host IR calling the simulator's callbacks.
+
+    Returns the text and the matrix instructions (aot.lower.mma.MmaInstr) it calls, in the
+    order of their callback ids.
+    """
+    text = re.sub(r'target triple = "[^"]*"', f'target triple = "{llvm.get_process_triple()}"', text)
+    text = re.sub(r'target datalayout = "[^"]*"\n', "", text)
+    text = re.sub(r" addrspace\(\d+\)", "", text)
+    text = text.replace("ptx_kernel ", "").replace("amdgpu_kernel ", "")
+    text = re.sub(r'^\s*fence syncscope\("workgroup"\) \w+\n', "", text, flags=re.M)
+    # The target's string attributes (target-cpu, amdgpu-*) mean nothing on the host.
+    text = re.sub(r' "(?:amdgpu-[\w-]+|target-cpu|target-features)"(?:="[^"]*")?', "", text)
+    for old, new in _ID_CALLS.items():
+        text = text.replace(f'@"{old}"', f'@"{new}"')
+    # fptrunc to bfloat may need a libcall the JIT lacks: round to nearest even in integers.
+    text, n_bf = re.subn(r"(%\S+) = fptrunc float (%\S+) to bfloat", r'\1 = call bfloat @"sim_f2bf"(float \2)', text)
+    if n_bf:
+        text += _F2BF
+    instrs = []
+    by_name = _instrs_by_intrinsic()
+    for m in re.finditer(r'^declare (\S+(?: x \w+>)?) @"(llvm\.amdgcn\.(?:mfma|wmma)[\w.]*)"\((.*)\)$',
+                         text, flags=re.M):
+        ret, name, params = m.group(1), m.group(2), m.group(3)
+        ins = by_name[name]
+        ptypes = [p.rsplit(" ", 1)[0] for p in params.split(", ")]
+        ia, ib, ic = _MMA_OPERANDS[ins.kind]
+        wid = len(instrs)
+        instrs.append(ins)
+        args = ", ".join(f"{t} %p{i}" for i, t in enumerate(ptypes))
+        body = [f'define {ret} @"sim_mma_{wid}"({args}) {{']
+        for tag, i in (("a", ia), ("b", ib), ("c", ic)):
+            body += [f"  %{tag} = alloca {ptypes[i]}", f"  store {ptypes[i]} %p{i}, ptr %{tag}"]
+        body += [f"  %d = alloca {ret}",
+                 f'  call void @"sim_mma"(i32 {wid}, ptr %a, ptr %b, ptr %c, ptr %d)',
+                 f"  %r = load {ret}, ptr %d", f"  ret {ret} %r", "}"]
+        text = text.replace(m.group(0), "\n".join(body)).replace(f'@"{name}"', f'@"sim_mma_{wid}"')
+    if instrs:
+        text += '\ndeclare void @"sim_mma"(i32, ptr, ptr, ptr, ptr)\n'
+    assert "llvm.nvvm" not in text and "llvm.amdgcn" not in text, "an intrinsic the simulator does not model"
+    return text, instrs
+
+
+class CpuGrid:
+    """Run a lowered kernel on the CPU, block after block, T threads per block.
+
+    Matrix instructions rendezvous per wave: every lane deposits its operand registers,
+    one lane runs aot.lower.mma.execute (the numpy model of the instruction's documented
+    lane layout) and every lane takes its result registers back.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, kernel, wave_size: int = 32):
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        text, self.instrs = _retarget(kernel.ir)
+        self.threads = kernel.block_size
+        self.wave_size = wave_size
+        self.local = threading.local()
+        self.barrier = threading.Barrier(self.threads)
+        waves = -(-self.threads // wave_size)
+        self.wave_barriers = [threading.Barrier(min(wave_size, self.threads - w * wave_size)) for w in range(waves)]
+        self.slots = [dict() for _ in range(waves)]
+        self._cbs = [
+            ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: self.local.tid),
+            ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: self.local.ctaid),
+            ctypes.CFUNCTYPE(None, ctypes.c_int32)(lambda _id: self.barrier.wait()),
+            ctypes.CFUNCTYPE(None)(lambda: self.barrier.wait()),
+            ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p)(self._mma),
+        ]
+        for name, cb in zip(("sim_tid", "sim_ctaid", "sim_barrier", "sim_barrier0", "sim_mma"), self._cbs):
+            llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
+        tm = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        mod.data_layout = str(tm.target_data)
+        with self._lock:
+            self.engine = llvm.create_mcjit_compiler(mod, tm)
+            self.engine.finalize_object()
+        self.addr = self.engine.get_function_address(kernel.kernel_name)
+        self.kinds = [a.kind for a in kernel.kernargs]
+
+    def _mma(self, wid, pa, pb, pc, pd) -> None:
+        from rocke_aot.aot.lower import mma
+
+        ins = self.instrs[wid]
+        tid = self.local.tid
+        wave, lane = divmod(tid, self.wave_size)
+        n_in, n_acc = ins.a_per_lane, ins.acc_per_lane
+
+        def operand(ptr):
+            bits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint16)), (n_in,)).copy()
+            return decode(bits, ins.in_dtype)
+
+        slot = self.slots[wave]
+        slot[("a", lane)] = operand(pa)
+        slot[("b", lane)] = operand(pb)
+        slot[("c", lane)] = np.ctypeslib.as_array(ctypes.cast(pc, ctypes.POINTER(ctypes.c_float)), (n_acc,)).copy()
+        if self.wave_barriers[wave].wait() == 0:
+            lanes_ = range(ins.wave_size)
+            fa = np.stack([slot[("a", x)] for x in lanes_])
+            fb = np.stack([slot[("b", x)] for x in lanes_])
+            fc = np.stack([slot[("c", x)] for x in lanes_]).astype(np.float64)
+            slot["d"] = mma.execute(ins, fa, fb, fc)
+        self.wave_barriers[wave].wait()
+        out = np.ctypeslib.as_array(ctypes.cast(pd, ctypes.POINTER(ctypes.c_float)), (n_acc,))
+        out[:] = slot["d"][lane]
+
+    def launch(self, grid: int, *args) -> None:
+        types = [ctypes.c_void_p if k == "global_buffer" else ctypes.c_int32 for k in self.kinds]
+        fn = ctypes.CFUNCTYPE(None, *types)(self.addr)
+        cargs = [a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args]
+        errors: list[BaseException] = []
+        between = threading.Barrier(self.threads)
+
+        def run(tid: int) -> None:
+            self.local.tid = tid
+            try:
+                for blk in range(grid):
+                    self.local.ctaid = blk
+                    fn(*cargs)
+                    between.wait()  # the next block reuses the same LDS
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+                for bar in [self.barrier, between, *self.wave_barriers]:
+                    bar.abort()
+
+        ts = [threading.Thread(target=run, args=(t,)) for t in range(self.threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errors:
+            raise errors[0]
