@@ -8,28 +8,19 @@ ptxas is located through ROCKE_AOT_PTXAS, PATH, then the usual CUDA install path
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from rocke_aot.aot.compiler._tool import run_tool
-from rocke_aot.errors import ToolchainError
+from rocke_aot.aot.toolchains.base import find_executable
 
 ENV_PTXAS = "ROCKE_AOT_PTXAS"
 
 
 def find_ptxas() -> str:
-    env = os.environ.get(ENV_PTXAS)
-    if env is not None:
-        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
-            raise ToolchainError(f"{ENV_PTXAS}={env!r} is not an executable file")
-        return env
-    for path in (shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas"):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    raise ToolchainError(f"ptxas not found ({ENV_PTXAS} unset, not on PATH, not in /usr/local/cuda/bin)")
+    return find_executable("ptxas", ENV_PTXAS, ("/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas"),
+                           f"ptxas not found ({ENV_PTXAS} unset, not on PATH, not in /usr/local/cuda/bin)")
 
 
 @functools.lru_cache(maxsize=None)

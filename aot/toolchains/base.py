@@ -19,13 +19,15 @@ library's revision string), then resolves through the one lane registry
 
 from __future__ import annotations
 
+import os
+import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 from rocke_aot.aot.lanes import Lane, get_lane, lane_for_major
 from rocke_aot.aot.targets import Target
-from rocke_aot.errors import LaneError, ToolchainRefused
+from rocke_aot.errors import LaneError, ToolchainError, ToolchainRefused
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,21 @@ def info_for_major(kind: str, location: str, llvm_version: str, llvm_major: int,
     except LaneError as e:
         refusal = str(e)
     return ToolchainInfo(kind, location, llvm_version, llvm_major, lane, refusal, **fields)
+
+
+def find_executable(name: str, env_var: str, candidates: Iterable[str], missing: str) -> str:
+    """A tool's executable: ``env_var`` when set (it must name an executable file: a typo
+    fails, it never falls through), else ``name`` on PATH, else the first executable of
+    ``candidates``; ToolchainError(``missing``) when there is none."""
+    env = os.environ.get(env_var)
+    if env is not None:
+        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
+            raise ToolchainError(f"{env_var}={env!r} is not an executable file")
+        return env
+    for path in (shutil.which(name), *candidates):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise ToolchainError(missing)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import functools
 import glob
-import os
 import re
-import shutil
 import subprocess
 
+from rocke_aot.aot.toolchains.base import find_executable
 from rocke_aot.errors import ToolchainError
 
 ENV_LLD = "ROCKE_AOT_LLD"
@@ -31,22 +30,11 @@ def _llvm_dir_key(path: str) -> int:
 
 def find_lld() -> str:
     """The ld.lld to use; ToolchainError naming every place looked at when none is found."""
-    env = os.environ.get(ENV_LLD)
-    if env is not None:
-        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
-            raise ToolchainError(f"{ENV_LLD}={env!r} is not an executable file")
-        return env
-    found = shutil.which("ld.lld")
-    if found:
-        return found
     candidates = sorted(glob.glob("/usr/lib/llvm-*/bin/ld.lld"), key=_llvm_dir_key, reverse=True)
-    candidates.append("/opt/rocm/llvm/bin/ld.lld")
-    for path in candidates:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    raise ToolchainError(
+    return find_executable(
+        "ld.lld", ENV_LLD, [*candidates, "/opt/rocm/llvm/bin/ld.lld"],
         f"ld.lld not found ({ENV_LLD} unset, not on PATH, no /usr/lib/llvm-*/bin/ld.lld, "
-        "no /opt/rocm/llvm/bin/ld.lld): install Debian's lld-22 (apt-get install lld-22)"
+        "no /opt/rocm/llvm/bin/ld.lld): install Debian's lld-22 (apt-get install lld-22)",
     )
 
 
