@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from rocke_aot.aot.lower import lower
+from rocke_aot.aot.targets import Target
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from _cuda import decode
 from _host_sim import CpuGrid
@@ -72,18 +73,35 @@ FWD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("spec,shape", FWD_CASES, ids=[s.kernel_name for s, _ in FWD_CASES])
-def test_conv_direct_fwd_fma_ir_is_numerically_right(spec, shape):
+def _run_fwd(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the kernel's f16 output as float64, the numpy reference) for random f16 inputs."""
     n, h, w = shape
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     x = _rand(rng, (n, h, w, spec.c))
     wt = _rand(rng, (spec.k, spec.r, spec.s, spec.c))
     oh, ow = spec.out_hw(h, w)
-    y = np.full((n, oh, ow, spec.k), np.nan, np.float16)
-    k = lower("conv_direct_fwd", spec, "sm_90", "llvm22")
-    CpuGrid(k).launch(spec.grid(n, h, w), x, wt, y, n, h, w)
-    ref = conv_fwd_ref(x.astype(np.float64), wt, spec)
-    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
+    y = np.full((n, oh, ow, spec.k), np.nan, np.float16)  # NaN: an element never written shows
+    k = lower("conv_direct_fwd", spec, arch, "llvm22")
+    CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x, wt, y, n, h, w)
+    return y.astype(np.float64), conv_fwd_ref(x.astype(np.float64), wt, spec)
+
+
+def _run_patch(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the kernel's f16 dX as float64, the numpy reference) for random f16 inputs."""
+    n, h, w, kk = shape
+    rng = np.random.default_rng(seed)
+    dy = _rand(rng, (n, h // spec.p, w // spec.p, kk))
+    wt = _rand(rng, (kk, spec.p, spec.p, spec.c))
+    dx = np.full((n, h, w, spec.c), np.nan, np.float16)  # NaN: an element never written shows
+    k = lower("conv_dgrad_patch", spec, arch, "llvm22")
+    CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), dy, wt, dx, n, h, w, kk)
+    return dx.astype(np.float64), patch_dgrad_ref(dy, wt, h, w)
+
+
+@pytest.mark.parametrize("spec,shape", FWD_CASES, ids=[s.kernel_name for s, _ in FWD_CASES])
+def test_conv_direct_fwd_fma_ir_is_numerically_right(spec, shape):
+    got, ref = _run_fwd("sm_90", spec, shape, seed=1)
+    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
 
 
 PATCH_CASES = [
@@ -97,16 +115,10 @@ PATCH_CASES = [
 
 @pytest.mark.parametrize("spec,shape", PATCH_CASES, ids=[s.kernel_name for s, _ in PATCH_CASES])
 def test_conv_dgrad_patch_fma_ir_is_numerically_right(spec, shape):
-    n, h, w, kk = shape
-    rng = np.random.default_rng(2)
+    dx, ref = _run_patch("sm_90", spec, shape, seed=2)
+    np.testing.assert_allclose(dx, ref, rtol=2e-2, atol=2e-2)
+    _, h, w, _ = shape
     hp, wp = h // spec.p, w // spec.p
-    dy = _rand(rng, (n, hp, wp, kk))
-    wt = _rand(rng, (kk, spec.p, spec.p, spec.c))
-    dx = np.full((n, h, w, spec.c), np.nan, np.float16)  # NaN: an element never written shows
-    k = lower("conv_dgrad_patch", spec, "sm_90", "llvm22")
-    CpuGrid(k).launch(spec.grid(n, h, w), dy, wt, dx, n, h, w, kk)
-    ref = patch_dgrad_ref(dy, wt, h, w)
-    np.testing.assert_allclose(dx.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
     if h % spec.p or w % spec.p:
         assert (dx[:, hp * spec.p:] == 0).all() and (dx[:, :, wp * spec.p:] == 0).all()
 
@@ -123,18 +135,8 @@ MMA_FWD = [
 
 @pytest.mark.parametrize("arch,spec,shape", MMA_FWD, ids=[f"{a}-{s.path}" for a, s, _ in MMA_FWD])
 def test_conv_direct_fwd_mma_ir_is_numerically_right(arch, spec, shape):
-    n, h, w = shape
-    rng = np.random.default_rng(3)
-    x = _rand(rng, (n, h, w, spec.c))
-    wt = _rand(rng, (spec.k, spec.r, spec.s, spec.c))
-    oh, ow = spec.out_hw(h, w)
-    y = np.full((n, oh, ow, spec.k), np.nan, np.float16)
-    k = lower("conv_direct_fwd", spec, arch, "llvm22")
-    from rocke_aot.aot.targets import Target
-
-    CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x, wt, y, n, h, w)
-    np.testing.assert_allclose(y.astype(np.float64), conv_fwd_ref(x.astype(np.float64), wt, spec),
-                               rtol=2e-2, atol=3e-2)
+    got, ref = _run_fwd(arch, spec, shape, seed=3)
+    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=3e-2)
 
 
 MMA_PATCH = [
@@ -147,16 +149,8 @@ MMA_PATCH = [
 
 @pytest.mark.parametrize("arch,spec,shape", MMA_PATCH, ids=[f"{a}-{s.path}-p{s.p}" for a, s, _ in MMA_PATCH])
 def test_conv_dgrad_patch_mma_ir_is_numerically_right(arch, spec, shape):
-    n, h, w, kk = shape
-    rng = np.random.default_rng(4)
-    dy = _rand(rng, (n, h // spec.p, w // spec.p, kk))
-    wt = _rand(rng, (kk, spec.p, spec.p, spec.c))
-    dx = np.full((n, h, w, spec.c), np.nan, np.float16)
-    k = lower("conv_dgrad_patch", spec, arch, "llvm22")
-    from rocke_aot.aot.targets import Target
-
-    CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), dy, wt, dx, n, h, w, kk)
-    np.testing.assert_allclose(dx.astype(np.float64), patch_dgrad_ref(dy, wt, h, w), rtol=2e-2, atol=3e-2)
+    dx, ref = _run_patch(arch, spec, shape, seed=4)
+    np.testing.assert_allclose(dx, ref, rtol=2e-2, atol=3e-2)
 
 
 def _bf16(rng, shape):
@@ -175,8 +169,6 @@ BF16_CASES = [
 
 @pytest.mark.parametrize("arch,spec", BF16_CASES, ids=[f"{a}-{s.path}" for a, s in BF16_CASES])
 def test_conv_direct_fwd_bf16_ir_is_numerically_right(arch, spec):
-    from rocke_aot.aot.targets import Target
-
     n, h, w = 1, 5, 9
     rng = np.random.default_rng(5)
     x_bits, x = _bf16(rng, (n, h, w, spec.c))
