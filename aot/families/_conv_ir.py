@@ -18,9 +18,10 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
         epilogue(acc)                 every accumulator through the family's store()
     loop(b, count, carried, body)     a counted loop whose carried values are phis
     lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
-                  refusals before any IR (target, matrix path), the geometry, the
-                  LoweredKernel with its metadata; the family's ConvLowering subclass names
-                  FAMILY, SPEC, GRID, RUNTIME_ARGS and its tile (ROWS, COLS)
+                  refusals before any IR (target, matrix path), the geometry, and the
+                  LoweredKernel with its metadata (KernelModule.lowered, as gemm); the
+                  family's ConvLowering subclass names FAMILY, SPEC, GRID, RUNTIME_ARGS
+                  and its tile (ROWS, COLS)
 
 Loads from global memory never leave a tensor: an out-of-range element's address is
 replaced by 0 and its value by zero (``guarded_load``). Offsets are i32 (tensors below
@@ -36,8 +37,7 @@ import llvmlite.ir as ir
 
 from rocke_aot.aot import lanes
 from rocke_aot.aot.lower import kernel_for, mma
-from rocke_aot.aot.lower.module import (BF16, F16, F32, I1, I16, I32, MAX_TENSOR_BYTES, KernelModule,
-                                        LoweredKernel, Sym, ir_sha256, parse_type)
+from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel, Sym, parse_type
 from rocke_aot.aot.targets import Target
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.conv import ConvGeometry
@@ -97,7 +97,7 @@ def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
 class ConvLowering:
     """Shared state and helpers of one conv kernel being lowered.
 
-    A family subclass sets the class attributes below, implements build() -> IR text and
+    A family subclass sets the class attributes below, implements build() (emit the kernel) and
     tile(spec) -> (ROWS, COLS); lower_conv drives it.
     """
 
@@ -110,7 +110,8 @@ class ConvLowering:
     def tile(spec) -> tuple[int, int]:
         raise NotImplementedError
 
-    def build(self) -> str:
+    def build(self) -> None:
+        """Emit the whole kernel into self.kb (lower_conv packages it)."""
         raise NotImplementedError
 
     def __init__(self, spec, target: Target, lane, geo: ConvGeometry, rows: int, cols: int):
@@ -303,7 +304,7 @@ def lower_conv(cls: type[ConvLowering], spec, target: object, lane: object) -> L
         lanes.require(lane, capability=instr.capability, op=f"{family} {spec.path} ({instr.mnemonic})")
     geo = spec.geometry(target)
     low = cls(spec, target, lane, geo, *cls.tile(spec))
-    text = low.build()
+    low.build()
     meta = {
         "path": spec.path,
         "instruction": low.instr.mnemonic if low.instr else None,
@@ -312,9 +313,4 @@ def lower_conv(cls: type[ConvLowering], spec, target: object, lane: object) -> L
         "baked": spec.baked(),
         "geometry": {k: v for k, v in vars(geo).items()},
     }
-    return LoweredKernel(
-        family=family, kernel_name=spec.kernel_name, target=target.id, lane=lane.name,
-        profile=lane.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=low.kb.kernargs,
-        block_size=geo.threads, lds_bytes=low.kb.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
-        metadata=meta,
-    )
+    return low.kb.lowered(family, meta)

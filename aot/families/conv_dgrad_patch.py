@@ -54,7 +54,7 @@ class _PatchLowering(ConvLowering):
     def tile(spec: ConvDgradPatchSpec) -> tuple[int, int]:
         return spec.rows, spec.cols_padded
 
-    def build(self) -> str:
+    def build(self) -> None:
         s, kb = self.spec, self.kb
         (dY, Wt, dX, n_arg, h_arg, w_arg, k_arg), gid = self.start(
             PARAMS, "patch_lds", s.rows * s.k_chunk + s.k_chunk * s.cols_padded)
@@ -74,7 +74,6 @@ class _PatchLowering(ConvLowering):
             with otherwise:
                 self._border(gid - main)
         self.b.ret_void()
-        return kb.finish()
 
     # -- the GEMM blocks ----------------------------------------------------------------------
     def _main(self, n: Sym, i0: Sym, j0: Sym, r0: Sym) -> None:

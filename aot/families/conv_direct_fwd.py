@@ -48,7 +48,7 @@ class _FwdLowering(ConvLowering):
     def tile(spec: ConvDirectFwdSpec) -> tuple[int, int]:
         return spec.tile_h * spec.tile_w, spec.tile_k
 
-    def build(self) -> str:
+    def build(self) -> None:
         s, kb = self.spec, self.kb
         halo = s.halo_h * s.halo_w * s.c_chunk
         (X, Wt, Y, n_arg, h_arg, w_arg), gid = self.start(PARAMS, "conv_lds",
@@ -87,7 +87,6 @@ class _FwdLowering(ConvLowering):
         self.Y = Y
         self.epilogue(acc, self._store)
         self.b.ret_void()
-        return kb.finish()
 
     def _halo_elem(self, e: Sym, c0: Sym):
         s = self.spec
