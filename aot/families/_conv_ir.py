@@ -156,12 +156,6 @@ class ConvLowering:
     def S(self, v: ir.Value | int) -> Sym:
         return Sym(self.b, c32(v) if isinstance(v, int) else v)
 
-    def all_of(self, *preds: ir.Value) -> ir.Value:
-        out = preds[0]
-        for p in preds[1:]:
-            out = self.b.and_(out, p)
-        return out
-
     def gep(self, base: ir.Value, idx: Sym, ty: ir.Type) -> ir.Value:
         return self.b.gep(base, [idx.v], source_etype=ty)
 
@@ -179,13 +173,7 @@ class ConvLowering:
         return self.b.load(self.gep(lds, idx, self.elem), typ=self.elem, align=ELEM_BYTES[self.spec.dtype])
 
     def to_f32(self, bits: ir.Value) -> ir.Value:
-        dt = self.spec.dtype
-        if dt == "f32":
-            return bits
-        if dt == "f16":
-            return self.b.fpext(self.b.bitcast(bits, F16), F32)
-        # bf16 -> f32 is exact: the 16 bits are the high half of the f32.
-        return self.b.bitcast(self.b.shl(self.b.zext(bits, I32), c32(16)), F32)
+        return self.kb.bits_to_f32(bits, self.spec.dtype)
 
     def store_out(self, ptr: ir.Value, idx: Sym, value: ir.Value) -> None:
         ty = OUT[self.spec.dtype]

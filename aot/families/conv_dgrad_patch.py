@@ -103,7 +103,7 @@ class _PatchLowering(ConvLowering):
         row, kk = e // s.k_chunk, e % s.k_chunk
         i, j = self._pixel(row)
         k = k0 + kk
-        ok = self.all_of(i.lt(self.Hp), j.lt(self.Wp), k.lt(self.K))
+        ok = self.kb.all_of(i.lt(self.Hp), j.lt(self.Wp), k.lt(self.K))
         idx = ((self.n * self.Hp + i) * self.Wp + j) * self.K + k
         return self.guarded_load(self.dY, idx, ok), e
 
@@ -111,7 +111,7 @@ class _PatchLowering(ConvLowering):
         s = self.spec
         kk, col = e // s.cols_padded, e % s.cols_padded
         k = k0 + kk
-        ok = self.all_of(col.lt(s.cols), k.lt(self.K))
+        ok = self.kb.all_of(col.lt(s.cols), k.lt(self.K))
         # The block's columns are patch rows r0 .. r0+r_blk-1 of W[k] in (r, s, c) order.
         idx = k * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + col
         return self.guarded_load(self.Wt, idx, ok), e + a_size
@@ -119,7 +119,7 @@ class _PatchLowering(ConvLowering):
     def _store(self, row: Sym, col: Sym, value) -> None:
         s = self.spec
         i, j = self._pixel(row)
-        with self.b.if_then(self.all_of(i.lt(self.Hp), j.lt(self.Wp), col.lt(s.cols))):
+        with self.b.if_then(self.kb.all_of(i.lt(self.Hp), j.lt(self.Wp), col.lt(s.cols))):
             rr = col // (s.p * s.c)
             q = (col // s.c) % s.p
             c = col % s.c

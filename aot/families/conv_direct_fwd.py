@@ -97,7 +97,7 @@ class _FwdLowering(ConvLowering):
         # axis rejects both sides of the image: that zero fill is the padding.
         ih = self.oh0 * s.stride_h + hy - s.pad_h
         iw = self.ow0 * s.stride_w + hx - s.pad_w
-        ok = self.all_of(ih.lt(self.H), iw.lt(self.W))
+        ok = self.kb.all_of(ih.lt(self.H), iw.lt(self.W))
         idx = ((self.n * self.H + ih) * self.W + iw) * s.c + c0 + cc
         return self.guarded_load(self.X, idx, ok), e
 
@@ -121,7 +121,7 @@ class _FwdLowering(ConvLowering):
         oh = self.oh0 + row // s.tile_w
         ow = self.ow0 + row % s.tile_w
         k = self.k0 + col
-        with self.b.if_then(self.all_of(oh.lt(self.OH), ow.lt(self.OW), k.lt(s.k))):
+        with self.b.if_then(self.kb.all_of(oh.lt(self.OH), ow.lt(self.OW), k.lt(s.k))):
             self.store_out(self.Y, ((self.n * self.OH + oh) * self.OW + ow) * s.k + k, value)
 
 

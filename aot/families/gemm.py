@@ -73,33 +73,23 @@ class _GemmLowering:
     def S(self, v: ir.Value) -> Sym:
         return Sym(self.b, v)
 
-    def and_(self, *preds: ir.Value) -> ir.Value:
-        out = preds[0]
-        for p in preds[1:]:
-            out = self.b.and_(out, p)
-        return out
-
     def gep(self, base: ir.Value, idx: Sym, ty: ir.Type = I16) -> ir.Value:
         return self.b.gep(base, [idx.v], source_etype=ty)
 
     def to_f32(self, bits: ir.Value) -> ir.Value:
-        if self.spec.in_dtype == "f16":
-            return self.b.fpext(self.b.bitcast(bits, F16), F32)
-        # bf16 -> f32 is exact: the 16 bits are the high half of the f32.
-        wide = self.b.shl(self.b.zext(bits, I32), _c32(16))
-        return self.b.bitcast(wide, F32)
+        return self.kb.bits_to_f32(bits, self.spec.in_dtype)
 
     # -- global -> LDS ------------------------------------------------------------------
     def load_vec(self, ptr: ir.Value, base: Sym, row_ok: ir.Value, col: Sym, limit: Sym, vw: int) -> ir.Value:
         """vw i16 at ptr[base + 0..vw-1]; zero where row_ok is false or col+e >= limit."""
         b = self.b
         if vw == 1:
-            ok = self.and_(row_ok, col.lt(limit))
+            ok = self.kb.all_of(row_ok, col.lt(limit))
             idx = b.select(ok, base.v, _c32(0))
             v = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
             return b.select(ok, v, ir.Constant(I16, 0))
         vty = ir.VectorType(I16, vw)
-        full = self.and_(row_ok, b.icmp_unsigned("<=", (col + vw).v, limit.v))
+        full = self.kb.all_of(row_ok, b.icmp_unsigned("<=", (col + vw).v, limit.v))
 
         def whole():
             return b.load(self.gep(ptr, base), typ=vty, align=2)
@@ -107,7 +97,7 @@ class _GemmLowering:
         def edge():
             v = ir.Constant(vty, None)
             for e in range(vw):
-                ok = self.and_(row_ok, (col + e).lt(limit))
+                ok = self.kb.all_of(row_ok, (col + e).lt(limit))
                 idx = b.select(ok, (base + e).v, _c32(0))
                 x = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
                 v = b.insert_element(v, b.select(ok, x, ir.Constant(I16, 0)), _c32(e))
@@ -221,7 +211,7 @@ class _GemmLowering:
     # -- epilogue -----------------------------------------------------------------------
     def store_out(self, row: Sym, col: Sym, value: ir.Value) -> None:
         b = self.b
-        with self.kb.if_then(self.and_(row.lt(self.M), col.lt(self.N)), name="st"):
+        with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
             out_ty = _OUT_TYPES[self.spec.out_dtype]
             v = value if out_ty is F32 else b.fptrunc(value, out_ty)
             b.store(v, self.gep(self.C, row * self.N + col, out_ty))

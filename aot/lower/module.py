@@ -11,6 +11,7 @@
     family lowerer fills the body through the KernelModule + IRBuilder + Sym index algebra
         |  control flow: .if_then(pred), .select_value(pred, a, b), .loop(trip, carried, body)
         |  memory: .define_kernel(params) (kernarg layout), .shared_array(...) (addrspace 3)
+        |  values: .all_of(*preds), .bits_to_f32(bits, dtype) (a tensor element's raw bits)
         v
     .lowered(family, metadata) -> LoweredKernel (frozen): IR text, kernel name, ir_sha256,
                                   kernarg layout, block size, LDS bytes, max_tensor_bytes
@@ -342,6 +343,23 @@ class KernelModule:
 
     def sym(self, value: ir.Value) -> Sym:
         return Sym(self.builder, value)
+
+    def all_of(self, *preds: ir.Value) -> ir.Value:
+        """The AND of one or more i1 predicates (left to right)."""
+        out = preds[0]
+        for p in preds[1:]:
+            out = self.builder.and_(out, p)
+        return out
+
+    def bits_to_f32(self, bits: ir.Value, dtype: str) -> ir.Value:
+        """An element as f32 from how it travels: f32 as is, f16 / bf16 as i16 raw bits."""
+        b = self.builder
+        if dtype == "f32":
+            return bits
+        if dtype == "f16":
+            return b.fpext(b.bitcast(bits, F16), F32)
+        # bf16 -> f32 is exact: the 16 bits are the high half of the f32.
+        return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
 
     def finish(self) -> str:
         """Seal the kernel (target attributes) and return the IR text."""
