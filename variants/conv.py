@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.variants._fields import check_types
 
 DTYPES = ("f16", "bf16", "f32")
 PATHS = ("mfma", "wmma", "fma")
@@ -43,14 +44,6 @@ MAX_BORDER_BLOCKS = 65535
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _check_types(spec: Any, what: str) -> None:
-    for f in fields(spec):
-        v = getattr(spec, f.name)
-        want = {"str": str, "int": int}[f.type]
-        if type(v) is not want:  # bool is not an int here, and 64.0 is not 64
-            raise SpecError(f"{what} spec field {f.name} must be {f.type}, got {v!r}")
 
 
 def _from_dict(cls: Any, d: object) -> Any:
@@ -73,7 +66,7 @@ class _ConvSpec:
     KNOBS: ClassVar[tuple[str, ...]]
 
     def _check_basics(self) -> None:
-        _check_types(self, self.family)
+        check_types(self, self.family)
         if self.dtype not in DTYPES:
             raise SpecError(f"{self.family} dtype {self.dtype!r} not in {DTYPES}")
         if self.path not in PATHS:

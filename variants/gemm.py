@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.variants._fields import check_types
 
 IN_DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
@@ -63,11 +64,7 @@ class GemmSpec:
     mma: str = "auto"  # matrix instruction shape ("32x32x8", ...) or "auto" = the arch default
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            want = {"str": str, "int": int, "bool": bool}[f.type]
-            if type(v) is not want:  # bool is not an int here, and 64.0 is not 64
-                raise SpecError(f"gemm spec field {f.name} must be {f.type}, got {v!r}")
+        check_types(self, "gemm")
         if self.in_dtype not in IN_DTYPES:
             raise SpecError(f"gemm in_dtype {self.in_dtype!r} not in {IN_DTYPES}")
         if self.out_dtype not in OUT_DTYPES:
