@@ -2,6 +2,8 @@
 
     check_types(spec, "gemm")   each field's value has exactly its annotated type
                                 ("str", "int", "bool"), else SpecError naming the field
+    check_known(cls, d, "gemm spec")   d is a mapping of cls's fields only (missing ones may
+                                take their defaults), else SpecError naming the extras
 """
 
 from __future__ import annotations
@@ -19,3 +21,12 @@ def check_types(spec: Any, what: str) -> None:
         v = getattr(spec, f.name)
         if type(v) is not _TYPES[f.type]:  # bool is not an int here, and 64.0 is not 64
             raise SpecError(f"{what} spec field {f.name} must be {f.type}, got {v!r}")
+
+
+def check_known(cls: Any, d: object, what: str) -> None:
+    if not isinstance(d, dict):
+        raise SpecError(f"a {what} must be a mapping, got {type(d).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise SpecError(f"unknown {what} fields {unknown}; known: {sorted(known)}")

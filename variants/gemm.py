@@ -17,11 +17,11 @@ The variants helper builds knob grids from these same checks.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rocke_aot.errors import CapabilityError, SpecError
-from rocke_aot.variants._fields import check_types
+from rocke_aot.variants._fields import check_known, check_types
 
 IN_DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
@@ -93,12 +93,7 @@ class GemmSpec:
 
     @classmethod
     def from_dict(cls, d: object) -> "GemmSpec":
-        if not isinstance(d, dict):
-            raise SpecError(f"a gemm spec must be a mapping, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise SpecError(f"unknown gemm spec fields {unknown}; known: {sorted(known)}")
+        check_known(cls, d, "gemm spec")
         return cls(**d)
 
     @property

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from rocke_aot.errors import SpecError
+from rocke_aot.variants._fields import check_known
 
 _DTYPES = ("f16", "bf16", "f32")
 
@@ -113,12 +114,7 @@ def problem_from_dict(family: str, d: object) -> Any:
     cls = PROBLEM_TYPES.get(family) if isinstance(family, str) else None
     if cls is None:
         raise SpecError(f"no problem type for family {family!r}; known: {', '.join(PROBLEM_TYPES)}")
-    if not isinstance(d, dict):
-        raise SpecError(f"a {family} problem must be a mapping, got {type(d).__name__}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise SpecError(f"unknown {family} problem fields {unknown}; known: {sorted(known)}")
+    check_known(cls, d, f"{family} problem")
     try:
         return cls(**d)
     except TypeError as e:  # a required field is missing
