@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from rocke_aot.errors import CapabilityError, SpecError
 from rocke_aot.variants._fields import check_types
+from rocke_aot.variants.problems import out_extent
 
 DTYPES = ("f16", "bf16", "f32")
 PATHS = ("mfma", "wmma", "fma")
@@ -191,9 +192,8 @@ class ConvDirectFwdSpec(_ConvSpec):
         return (self.tile_w - 1) * self.stride_w + (self.s - 1) * self.dil_w + 1
 
     def out_hw(self, h: int, w: int) -> tuple[int, int]:
-        oh = (h + 2 * self.pad_h - self.dil_h * (self.r - 1) - 1) // self.stride_h + 1
-        ow = (w + 2 * self.pad_w - self.dil_w * (self.s - 1) - 1) // self.stride_w + 1
-        return max(oh, 0), max(ow, 0)
+        return (out_extent(h, self.r, self.stride_h, self.pad_h, self.dil_h),
+                out_extent(w, self.s, self.stride_w, self.pad_w, self.dil_w))
 
     def grid(self, n: int, h: int, w: int) -> int:
         """Blocks to launch (1-D): n x ceil(OH/tile_h) x ceil(OW/tile_w) x ceil(K/tile_k)."""

@@ -38,6 +38,11 @@ def _validate(obj: Any, positive: tuple[str, ...], non_negative: tuple[str, ...]
             raise SpecError(f"{what}.{f.name} must be >= 0, got {v}")
 
 
+def out_extent(size: int, filt: int, stride: int, pad: int, dil: int) -> int:
+    """Output positions of a convolution along one axis (0 when the filter does not fit)."""
+    return max((size + 2 * pad - dil * (filt - 1) - 1) // stride + 1, 0)
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     m: int
@@ -74,9 +79,8 @@ class ConvProblem:
 
     @property
     def out_hw(self) -> tuple[int, int]:
-        oh = (self.h + 2 * self.pad_h - self.dil_h * (self.r - 1) - 1) // self.stride_h + 1
-        ow = (self.w + 2 * self.pad_w - self.dil_w * (self.s - 1) - 1) // self.stride_w + 1
-        return max(oh, 0), max(ow, 0)
+        return (out_extent(self.h, self.r, self.stride_h, self.pad_h, self.dil_h),
+                out_extent(self.w, self.s, self.stride_w, self.pad_w, self.dil_w))
 
 
 @dataclass(frozen=True)
