@@ -174,3 +174,50 @@ def test_injected_llvm_abort_is_one_recorded_failure(cache_url, llvm22, monkeypa
         forced = builder.build(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"], store=store, force=True,
                                where=WHERE_API)
         assert forced["compiles"] == 1 and forced["failed"] == [] and forced.exit_code == 0
+
+
+_POISON_SITECUSTOMIZE = '''
+# Loaded by the real rocke-aot binary in one test only (PYTHONPATH): the first kernel lowered
+# gets an extra function that asks gfx942 for gfx1250's WMMA, so LLVM aborts in its worker.
+import dataclasses
+import rocke_aot.aot.lower as _lower_mod
+
+_real = _lower_mod.lower
+_done = []
+
+
+def lower(family, spec, target, lane):
+    k = _real(family, spec, target, lane)
+    if _done:
+        return k
+    _done.append(1)
+    bad = (
+        "\\ndeclare <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1, <16 x half>, i1, <16 x half>, i16, <8 x float>, i1, i1)\\n"
+        "define amdgpu_kernel void @rocke_poison(ptr addrspace(1) %o) {\\n"
+        "  %r = call <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1 0, <16 x half> zeroinitializer, i1 0, <16 x half> zeroinitializer, i16 0, <8 x float> zeroinitializer, i1 0, i1 0)\\n"
+        "  store <8 x float> %r, ptr addrspace(1) %o\\n  ret void\\n}\\n"
+    )
+    return dataclasses.replace(k, ir=k.ir + bad)
+
+
+_lower_mod.lower = lower
+'''
+
+
+def test_real_binary_llvm_abort_is_one_recorded_failure(tmp_path, cache_url, llvm22):
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(_POISON_SITECUSTOMIZE)
+    args = ["build", "--family", "gemm", "--arch", "gfx942", "--lane", "llvm22", "--cache", cache_url,
+            "--jobs", "2", *WHERE, "--json"]
+    p = run_cli(*args, env={"PYTHONPATH": str(tmp_path / "inject")})
+    assert p.returncode == 1, p.stderr  # a failure makes the exit code 1 ...
+    s = json.loads(p.stdout)
+    assert len(s["failed"]) == 1 and "Cannot select" in s["failed"][0]["error"]
+    assert s["built"] == s["planned"] - 1 >= 3  # ... and the rest of the build went on
+    # without the injection the cached failure is reported, not retried; --force retries it
+    p = run_cli(*args)
+    s = json.loads(p.stdout)
+    assert p.returncode == 0 and s["compiles"] == 0 and len(s["known_failures"]) == 1
+    p = run_cli(*args, "--force")
+    s = json.loads(p.stdout)
+    assert p.returncode == 0 and s["compiles"] == 1 and s["failed"] == []
