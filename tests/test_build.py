@@ -25,6 +25,13 @@ EXE = str(Path(sys.executable).with_name("rocke-aot"))
 WHERE = ["--where", "block_m=64", "--where", "block_n=64", "--where", "block_k=32", "--where", "in_dtype=f16",
          "--where", "out_dtype=f32", "--where", "double_buffer=false"]
 SMALL = ["--family", "gemm", "--arch", "gfx942", "--arch", "gfx1250", "--lane", "llvm22", "--lane", "llvm20", *WHERE]
+# An extra function that asks gfx942 for gfx1250's WMMA: LLVM aborts ("Cannot select") on it.
+POISON_IR = (
+    "\ndeclare <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1, <16 x half>, i1, <16 x half>, i16, <8 x float>, i1, i1)\n"
+    "define amdgpu_kernel void @rocke_poison(ptr addrspace(1) %o) {\n"
+    "  %r = call <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1 0, <16 x half> zeroinitializer, i1 0, <16 x half> zeroinitializer, i16 0, <8 x float> zeroinitializer, i1 0, i1 0)\n"
+    "  store <8 x float> %r, ptr addrspace(1) %o\n  ret void\n}\n"
+)
 WHERE_API = {"block_m": 64, "block_n": 64, "block_k": 32, "in_dtype": "f16", "out_dtype": "f32", "double_buffer": False}
 
 
@@ -143,7 +150,6 @@ def test_sigkill_mid_build_then_rerun_completes(cache_url, llvm22):
 def test_injected_llvm_abort_is_one_recorded_failure(cache_url, llvm22, monkeypatch):
     """One kernel's IR asks gfx942 for a gfx1250-only WMMA: LLVM aborts in its worker."""
     from rocke_aot.aot import lower as lower_mod
-    from rocke_aot.aot.build import run as run_mod
 
     real_lower = lower_mod.lower
     poisoned = []
@@ -152,13 +158,7 @@ def test_injected_llvm_abort_is_one_recorded_failure(cache_url, llvm22, monkeypa
         k = real_lower(family, spec, target, lane)
         if not poisoned:
             poisoned.append(k)
-            bad = (
-                "\ndeclare <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1, <16 x half>, i1, <16 x half>, i16, <8 x float>, i1, i1)\n"
-                "define amdgpu_kernel void @rocke_poison(ptr addrspace(1) %o) {\n"
-                "  %r = call <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1 0, <16 x half> zeroinitializer, i1 0, <16 x half> zeroinitializer, i16 0, <8 x float> zeroinitializer, i1 0, i1 0)\n"
-                "  store <8 x float> %r, ptr addrspace(1) %o\n  ret void\n}\n"
-            )
-            return dataclasses.replace(k, ir=k.ir + bad)
+            return dataclasses.replace(k, ir=k.ir + POISON_IR)
         return k
 
     monkeypatch.setattr(lower_mod, "lower", lower)
@@ -176,7 +176,7 @@ def test_injected_llvm_abort_is_one_recorded_failure(cache_url, llvm22, monkeypa
         assert forced["compiles"] == 1 and forced["failed"] == [] and forced.exit_code == 0
 
 
-_POISON_SITECUSTOMIZE = '''
+_POISON_SITECUSTOMIZE = "POISON_IR = " + repr(POISON_IR) + '''
 # Loaded by the real rocke-aot binary in one test only (PYTHONPATH): the first kernel lowered
 # gets an extra function that asks gfx942 for gfx1250's WMMA, so LLVM aborts in its worker.
 import dataclasses
@@ -191,13 +191,7 @@ def lower(family, spec, target, lane):
     if _done:
         return k
     _done.append(1)
-    bad = (
-        "\\ndeclare <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1, <16 x half>, i1, <16 x half>, i16, <8 x float>, i1, i1)\\n"
-        "define amdgpu_kernel void @rocke_poison(ptr addrspace(1) %o) {\\n"
-        "  %r = call <8 x float> @llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16(i1 0, <16 x half> zeroinitializer, i1 0, <16 x half> zeroinitializer, i16 0, <8 x float> zeroinitializer, i1 0, i1 0)\\n"
-        "  store <8 x float> %r, ptr addrspace(1) %o\\n  ret void\\n}\\n"
-    )
-    return dataclasses.replace(k, ir=k.ir + bad)
+    return dataclasses.replace(k, ir=k.ir + POISON_IR)
 
 
 _lower_mod.lower = lower

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 from rocke_aot.aot.build.plan import Job, Plan, Refusal, Skip, choose_lanes, make_plan
 from rocke_aot.aot.build.run import BuildOutput, Outcome, build_one, compile_count, execute

@@ -4,7 +4,8 @@
         │ lane without a usable toolchain ──────────────> Skip("llvm24: no toolchain on this host")
         │ variant table refuses (family, arch, lane) ───> Refusal(reason)   (never attempted)
         ▼
-    enumerate_specs(family, arch, lane) -> Job(key = artifact_key(KeyInputs(...)))   (no lowering)
+    enumerate_specs(family, arch, lane) -> Job(key = KeyTemplate(...).key(spec_json))   (no lowering;
+                                           equal to artifact_key(KeyInputs(...)), tested)
         ▼
     store.lookup_many(all keys)   ONE bulk query
         ├── artifact present ───> cached
@@ -27,7 +28,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from rocke_aot.aot.lanes import LANES, Lane, get_lane
 from rocke_aot.aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
-from rocke_aot.cache.keys import KeyInputs, KeyTemplate
+from rocke_aot.cache.keys import KeyInputs, KeyTemplate, canonical_json
 from rocke_aot.errors import SpecError
 
 
@@ -59,14 +60,9 @@ class Job(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def spec_json(spec: Any) -> str:
-    """Canonical JSON of a frozen spec, memoized: specs are immutable values from the tables.
-
-    Same text as cache.keys.canonical_json (sorted keys, no whitespace); spec dicts come from
-    the families' own ``to_dict`` (string keys, JSON scalars), checked once by KeyInputs
-    before anything is stored.
-    """
-    return json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    """cache.keys.canonical_json of a frozen spec, memoized: specs are immutable values from
+    the tables, so each is checked and encoded once per process, not once per plan."""
+    return canonical_json(spec.to_dict())
 
 
 @dataclass(frozen=True)
@@ -226,7 +222,3 @@ def _dedupe(jobs: Iterable[Job]) -> list[Job]:
     for job in jobs:
         seen.setdefault(job.key, job)
     return list(seen.values())
-
-
-def with_toolchain(job: Job, tc: Toolchain) -> Job:
-    return job._replace(toolchain=tc)

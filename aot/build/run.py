@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import rocke_aot
 from rocke_aot.aot.build.plan import Job, Plan
-from rocke_aot.aot.lanes import Lane, get_lane
+from rocke_aot.aot.lanes import Lane
 from rocke_aot.aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.errors import CompileTimeout, RockeError
@@ -169,7 +169,3 @@ def execute(plan: Plan, store, *, jobs: int | None = None, timeout: float = 300.
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
     return outcome
-
-
-def lane_of(name: str) -> Lane:
-    return get_lane(name)

@@ -26,7 +26,7 @@ import venv
 from pathlib import Path
 from typing import Callable
 
-from rocke_aot.aot.lanes import Lane, get_lane
+from rocke_aot.aot.lanes import get_lane
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
@@ -180,8 +180,3 @@ def install_lane(lane: object, *, quiet: bool = True) -> Toolchain:
         unregister(entry.get("python") or entry.get("venv"))
         raise ToolchainError(f"installed environment {env_dir} detects as {got}, not {lane.name}")
     return tc
-
-
-def lane_of(tc: Toolchain) -> Lane | None:
-    info = tc.detect()
-    return get_lane(info.lane) if info.usable else None

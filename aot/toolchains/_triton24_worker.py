@@ -389,7 +389,7 @@ class _OneShotContext:
                 os.pread(2, 0, 0)
                 self._reader = 2
             except OSError:  # opened write-only (a shell's 2>file): read it through its path
-                self._reader = os.open(f"/proc/self/fd/2", os.O_RDONLY)
+                self._reader = os.open("/proc/self/fd/2", os.O_RDONLY)
         except OSError:
             self._reader = None
         if self._reader is None:  # a pipe or a tty

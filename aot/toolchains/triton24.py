@@ -39,10 +39,9 @@ import time
 from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.aot.lanes import lane_for_major
 from rocke_aot.aot.targets import Target
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
-from rocke_aot.errors import CompileError, LaneError, ToolchainError, ToolchainRefused
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.variants.arch import ARCHES
 
 ENV_LIB = "ROCKE_AOT_LLVM24_LIB"
@@ -217,20 +216,10 @@ class Triton24Toolchain(Toolchain):
         except (CompileError, ToolchainError) as e:
             return self._refused(f"probing the library failed: {e}")
         where = f"the LLVM code generator library {self.library}"
-        lane = refusal = None
-        try:
-            lane = lane_for_major(d["llvm_major"], toolchain=where).name
-        except LaneError as e:
-            refusal = str(e)
         targets = d["targets"]
         arches = tuple(p for p in processors if targets[p]["known"] and targets[p]["datalayout"])
-        info = ToolchainInfo(
-            kind=self.kind,
-            location=self.library,
-            llvm_version=d["llvm_version"],
-            llvm_major=d["llvm_major"],
-            lane=lane,
-            refusal=refusal,
+        info = info_for_major(
+            self.kind, self.library, d["llvm_version"], d["llvm_major"], toolchain=where,
             arches=arches,
             datalayouts={p: targets[p]["datalayout"] for p in arches},
             extra={
