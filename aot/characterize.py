@@ -19,17 +19,14 @@ is a measured "fails", never a crash of this tool.
 from __future__ import annotations
 
 import io
-import json
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import click
 from elftools.elf.elffile import ELFFile
 
-from rocke_aot.aot import lanes
-from rocke_aot.aot.cli_options import LANE
+from rocke_aot import lanes
 from rocke_aot.aot.toolchains.triton24 import Triton24Toolchain, discover, find_llvm24, link_hsaco
 from rocke_aot.errors import CompileError, ToolchainError
 
@@ -289,7 +286,7 @@ def tc_datalayout(tc: Triton24Toolchain, processor: str, triple: str) -> str | N
 
 
 def _target_features(processor: str) -> tuple[str, ...]:
-    from rocke_aot.variants.arch import ARCHES as TABLE
+    from rocke_aot.arch import ARCHES as TABLE
 
     return TABLE[processor].target_features
 
@@ -352,28 +349,3 @@ def summarize(report: dict) -> dict[str, Any]:
     s["llvm23_ir_machine_code_identical"] = {p: a["llvm23_profile_ir"].get("text_identical_to_llvm24_form")
                                              for p, a in arches.items()}
     return s
-
-
-@click.command("characterize")
-@click.option("--lane", "lane", type=LANE, default="llvm24", show_default=True, help="The lane to characterize.")
-@click.option("--arch", "arches", multiple=True, type=click.Choice(ARCHES), help="Only these arches (repeatable).")
-@click.option("--out", "out", type=click.Path(dir_okay=False, writable=True), help="Write the JSON report here.")
-def characterize_cmd(lane, arches, out) -> None:
-    """Measure a lane's real compiler against LLVM 22: datalayout, triple, flags, intrinsics.
-
-    The report is JSON; its "summary" lists every delta. Each compile runs in an
-    isolated worker, so an intrinsic an arch lacks is recorded as "fails: ...".
-
-    \b
-    Example:
-        rocke-aot characterize --lane llvm24 --out llvm24-report.json
-        rocke-aot characterize --lane llvm24 --arch gfx1250
-    """
-    report = characterize(lane.name, tuple(arches) or ARCHES)
-    text = json.dumps(report, indent=2, sort_keys=True, default=str)
-    if out:
-        with open(out, "w") as f:
-            f.write(text + "\n")
-        click.echo(json.dumps(report["summary"], indent=2, sort_keys=True))
-    else:
-        click.echo(text)

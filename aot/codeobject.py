@@ -7,7 +7,7 @@
       │        └── .kd bytes -> KernelDescriptor (user SGPR inputs enabled, wave32, LDS, scratch)
       ├── note NT_AMDGPU_METADATA --msgpack--> kernel name, kernarg size and args,
       │        VGPR/SGPR/AGPR counts, LDS, wavefront size, private segment (spills)
-      └── arch limits (variants/arch.py): wave size equal, LDS and registers within the arch
+      └── arch limits (rocke_aot/arch.py): wave size equal, LDS and registers within the arch
                                            │
                                CodeObjectInfo (frozen; as_dict()) or CodeObjectError
 
@@ -30,7 +30,7 @@ import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import CodeObjectError
 
 EM_AMDGPU = 224

@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from rocke_aot.aot.lanes import Profile, get_lane
+from rocke_aot.lanes import Profile, get_lane
 from rocke_aot.aot.toolchains.base import ToolchainInfo
-from rocke_aot.variants.arch import ARCHES
+from rocke_aot.arch import ARCHES
 
 
 def check_drift(profile: Profile, datalayouts: Mapping[str, str]) -> dict[str, str]:

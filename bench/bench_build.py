@@ -66,10 +66,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from rocke_aot.aot.build import build, make_plan
-    from rocke_aot.aot.build.plan import parse_where
+    from rocke_aot.aot.builder import build, make_plan
+    from rocke_aot.aot.builder.plan import parse_where
     from rocke_aot.aot.lower import lower
-    from rocke_aot.aot.targets import Target
+    from rocke_aot.targets import Target
     from rocke_aot.aot.toolchains import detect_all, toolchains_for_lane
     from rocke_aot.cache.store import Store
     from rocke_aot.variants import table

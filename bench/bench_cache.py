@@ -29,7 +29,7 @@ from pathlib import Path
 
 import zstandard
 
-ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1250")  # the wired AMD arches (variants/arch.py)
+ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1250")  # the wired AMD arches (rocke_aot/arch.py)
 LLD = os.environ.get("ROCKE_AOT_LLD", "/usr/lib/llvm-22/bin/ld.lld")
 
 # Three small kernel families, with knobs that change the generated code (unroll, loop

@@ -83,7 +83,7 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
     path = Path(path)
     conds = []
     if arch is not None:
-        from rocke_aot.aot.targets import Target
+        from rocke_aot.targets import Target
 
         conds.append(A.c.arch == Target.parse(arch).id)
     if lane is not None:

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from rocke_aot.aot.lanes import get_lane
-from rocke_aot.aot.targets import Target
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 from rocke_aot.errors import LaneError, SpecError
 
 KEY_VERSION = 1

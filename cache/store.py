@@ -346,7 +346,7 @@ class Store:
             raise SpecError(f"status must be 'ok', 'failed' or 'all', got {status!r}")
         conds = []
         if arch is not None:
-            from rocke_aot.aot.targets import Target
+            from rocke_aot.targets import Target
 
             conds.append(A.c.arch == Target.parse(arch).id)
         for col, val in ((A.c.lane, lane), (A.c.family, family), (A.c.profile, profile)):

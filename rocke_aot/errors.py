@@ -1,7 +1,7 @@
 """The one error hierarchy of rocke-aot.
 
 Every library error derives from :class:`RockeError`. Each surface translates
-them in exactly one place: the CLI (``rocke_aot.aot.cli``) maps them to
+them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
 ``click`` exceptions and exit codes, the service maps them to HTTP statuses.
 
     RockeError

@@ -58,8 +58,8 @@ define bfloat @"sim_f2bf"(float %x) {
 
 def _instrs_by_intrinsic() -> dict:
     """LLVM intrinsic name -> aot.lower.mma.MmaInstr, over every registered lane's profile."""
-    from rocke_aot.aot import lanes
-    from rocke_aot.aot.lower import mma
+    from rocke_aot import lanes
+    from rocke_aot import mma
 
     return {decl.name: mma.INSTRS[key] for lane in lanes.LANES
             for key, decl in lane.profile.intrinsics.items() if key in mma.INSTRS}
@@ -151,7 +151,7 @@ class CpuGrid:
         self.kinds = [a.kind for a in kernel.kernargs]
 
     def _mma(self, wid, pa, pb, pc, pd) -> None:
-        from rocke_aot.aot.lower import mma
+        from rocke_aot import mma
 
         ins = self.instrs[wid]
         tid = self.local.tid

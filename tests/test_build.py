@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rocke_aot.aot import build as builder
-from rocke_aot.aot.cli import cli
-from rocke_aot.aot.targets import Target
+from rocke_aot.aot import builder
+from rocke_aot.cli.main import cli
+from rocke_aot.targets import Target
 from rocke_aot.cache.store import Store
 
 EXE = str(Path(sys.executable).with_name("rocke-aot"))

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from rocke_aot.aot.build import build, make_plan
-from rocke_aot.aot.build.plan import choose_lanes, parse_where, spec_json
-from rocke_aot.aot.lanes import get_lane
+from rocke_aot.aot.builder import build, make_plan
+from rocke_aot.aot.builder.plan import choose_lanes, parse_where, spec_json
+from rocke_aot.lanes import get_lane
 from rocke_aot.aot.lower import lowering_digest
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, artifact_key, canonical_json
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import SpecError
@@ -87,7 +87,7 @@ def test_choose_lanes_defaults_to_lanes_with_toolchains_and_skips_by_name(all_to
 
 def test_dask_local_cluster_builds_same_keys_and_bytes(tmp_path, llvm22):
     distributed = pytest.importorskip("distributed", reason="installed by the test extra")
-    from rocke_aot.aot.build.dask_backend import dask_submitter
+    from rocke_aot.aot.builder.dask_backend import dask_submitter
 
     args = dict(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"], toolchains=[llvm22], where=TINY)
     with Store.open(tmp_path / "local.sqlite") as local:

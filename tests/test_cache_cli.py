@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
-from rocke_aot.aot.cli import cli
+from rocke_aot.cli.main import cli
 from rocke_aot.cache import models
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import IntegrityError, NotFoundError, SpecError

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from rocke_aot.aot.lanes import LANES
+from rocke_aot.lanes import LANES
 from rocke_aot.cache.keys import KEY_VERSION, KeyInputs, artifact_key, canonical_json, check_key, encode
 from rocke_aot.errors import LaneError, SpecError
 

@@ -196,7 +196,7 @@ def test_agprs_are_counted_once_on_unified_register_archs():
 
 def test_llvm24_objects_validate():
     from rocke_aot.aot import toolchains as tcs
-    from rocke_aot.aot.targets import Target
+    from rocke_aot.targets import Target
 
     found = tcs.toolchains_for_lane("llvm24")
     if not found:

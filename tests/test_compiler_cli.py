@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from rocke_aot.aot import toolchains as tcs
-from rocke_aot.aot.cli import cli
-from rocke_aot.aot.lanes import LANE_NAMES
+from rocke_aot.cli.main import cli
+from rocke_aot.lanes import LANE_NAMES
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.errors import CapabilityError, ToolchainError
 

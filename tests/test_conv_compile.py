@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from rocke_aot.aot import lanes
+from rocke_aot import lanes
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
 from rocke_aot.aot.lower import lower
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
 from rocke_aot.variants import table
-from rocke_aot.variants.arch import ARCHES
+from rocke_aot.arch import ARCHES
 
 LLVM22_BIN = Path("/usr/lib/llvm-22/bin")
 COMPILE_LANES = ("llvm22", "llvm20")  # lanes whose toolchains every host here has (conftest)

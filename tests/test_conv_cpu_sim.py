@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from rocke_aot.aot.lower import lower
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from _cuda import decode
 from _host_sim import CpuGrid

@@ -123,7 +123,7 @@ def test_rank_breaks_ties_by_fewer_blocks_then_spec():
     b = GemmSpec(block_m=128, block_n=128, waves=4)
     c = GemmSpec(block_m=128, block_n=128, waves=2)
     # on a 1-CU arch every candidate is perfectly efficient: fewer, larger blocks win
-    from rocke_aot.variants.arch import ARCHES
+    from rocke_aot.arch import ARCHES
     import dataclasses
 
     one_cu = dataclasses.replace(ARCHES["gfx942"], cu_count=1)

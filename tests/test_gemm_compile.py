@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rocke_aot.aot import lanes
+from rocke_aot import lanes
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
 from rocke_aot.aot.families.gemm import paths_for
 from rocke_aot.aot.lower import lower
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.gemm import GemmSpec
 

@@ -4,7 +4,7 @@
         triple/datalayout -> the host's, address spaces dropped (one flat memory),
         thread / block ids, barriers, workgroup fences -> ctypes callbacks / dropped
         MFMA / WMMA calls   -> one wave's lanes gathered through the NUMPY MODEL
-                               (aot/lower/mma.py execute) -- the instruction's documented
+                               (rocke_aot/mma.py execute) -- the instruction's documented
                                lane layout, independent of how the lowering indexes LDS
         fptrunc to bfloat   -> an integer round-to-nearest-even (no x86 libcall needed)
     --MCJIT--> one OS thread per work-item, work-groups one after another -> C vs numpy
@@ -91,7 +91,7 @@ def test_lowered_gemm_computes_a_x_b(arch, spec):
 
 
 def low_target(arch):
-    from rocke_aot.aot.targets import Target
+    from rocke_aot.targets import Target
     return Target.parse(arch)
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError, SpecError
 from rocke_aot.variants.gemm import GemmSpec
 

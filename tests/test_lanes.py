@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from rocke_aot.aot import lanes
-from rocke_aot.aot.cli import cli
+from rocke_aot import lanes
+from rocke_aot.cli.main import cli
 from rocke_aot.errors import CapabilityError, LaneError
 
 

@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from rocke_aot.aot import lanes
+from rocke_aot import lanes
 from rocke_aot.aot import lower as lower_pkg
 from rocke_aot.aot.families import families, get_family
 from rocke_aot.aot.lower import LoweredKernel, lower, lowering_digest
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError, LaneError, SpecError
 from rocke_aot.variants.gemm import GemmSpec
 
@@ -218,7 +218,7 @@ def test_lowering_digest_tracks_the_source(tmp_path, monkeypatch):
     # spec-class modules live outside the copy; relocate them under it for relative naming
     monkeypatch.setattr(lower_pkg, "inspect", _FakeInspect(copy / "families" / "gemm.py"))
     base = lowering_digest()
-    (copy / "lower" / "mma.py").write_text((copy / "lower" / "mma.py").read_text() + "\n# edit\n")
+    (copy / "lower" / "module.py").write_text((copy / "lower" / "module.py").read_text() + "\n# edit\n")
     assert lowering_digest() != base
 
 
@@ -246,7 +246,7 @@ def test_nvptx_kernels_carry_launch_bounds(lane, all_toolchains):
     (seen on an H200: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES for a 296-thread dgrad kernel)."""
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.lower import lower
-    from rocke_aot.aot.targets import Target
+    from rocke_aot.targets import Target
     from rocke_aot.variants.gemm import GemmSpec
 
     k = lower("gemm", GemmSpec(path="fma", in_dtype="f16", out_dtype="f32"), "sm_90", lane)

@@ -1,4 +1,4 @@
-"""Matrix-instruction lane layouts: the numpy model (aot/lower/mma.py) against the documented
+"""Matrix-instruction lane layouts: the numpy model (rocke_aot/mma.py) against the documented
 formulas, and the index maps the lowering emits (Sym -> IR, run on the host) against the model.
 """
 
@@ -11,7 +11,7 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from rocke_aot.aot.lower import mma
+from rocke_aot import mma
 from rocke_aot.aot.lower.module import I32, Sym
 from rocke_aot.errors import CapabilityError
 

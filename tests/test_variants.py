@@ -8,13 +8,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from rocke_aot.aot import lanes
-from rocke_aot.aot.cli import cli
-from rocke_aot.aot.lanes import Lane
-from rocke_aot.aot.targets import Target
+from rocke_aot import lanes
+from rocke_aot.cli.main import cli
+from rocke_aot.lanes import Lane
+from rocke_aot.targets import Target
 from rocke_aot.errors import AdmissionError, LaneError, SpecError
 from rocke_aot.variants import table
-from rocke_aot.variants.arch import ARCHES, arch_info
+from rocke_aot.arch import ARCHES, arch_info
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from rocke_aot.variants.tables import TABLES
 
@@ -282,7 +282,7 @@ def test_cli_variants_bad_inputs():
 
 
 def test_cli_variants_fails_on_an_undecided_lane(extra_lane):
-    # The command returns its exit code; rocke_aot.aot.cli.main turns it into the process's.
+    # The command returns its exit code; rocke_aot.cli.main.main turns it into the process's.
     res = CliRunner().invoke(cli, ["variants", "--json", "--arch", "gfx942"], standalone_mode=False)
     assert res.return_value == 1
     doc = json.loads(res.output)

@@ -27,13 +27,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+from rocke_aot import mma
+from rocke_aot.dtypes import DTYPE_BYTES, DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
 from rocke_aot.variants._fields import check_types
 from rocke_aot.variants.problems import out_extent
 
-DTYPES = ("f16", "bf16", "f32")
+
 PATHS = ("mfma", "wmma", "fma")
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 PATCH_SIZES = (4, 14, 16)
 COL_TILE = 16  # dgrad_patch: GEMM columns are padded to whole 16-column tiles
 FMA_TARGET_THREADS = 256  # fma: a block aims at this many threads
@@ -103,7 +104,7 @@ class ConvGeometry:
     lds_bytes: int
 
 
-def _fma_split(rows: int, cols: int, what: str) -> tuple[int, int]:
+def _fma_split(rows: int, cols: int, what: str, max_threads: int) -> tuple[int, int]:
     """(threads, columns per thread): one row per thread, columns split so threads <= 256."""
     per = max(1, rows * cols // FMA_TARGET_THREADS)
     while cols % per:
@@ -111,15 +112,13 @@ def _fma_split(rows: int, cols: int, what: str) -> tuple[int, int]:
     threads = rows * (cols // per)
     if per > MAX_FMA_PER_THREAD:
         raise SpecError(f"{what}: {per} accumulators per thread > {MAX_FMA_PER_THREAD}")
-    if threads > 1024:
-        raise SpecError(f"{what}: {threads} threads per block > 1024")
+    if threads > max_threads:
+        raise SpecError(f"{what}: {threads} threads per block > {max_threads}")
     return threads, per
 
 
 def _mma_instr(target: Any, path: str, dtype: str, rows: int, cols: int, kdim: int, what: str) -> Any:
     """The arch's first instruction shape (its default first) that tiles rows x cols and kdim."""
-    from rocke_aot.aot.lower import mma  # the instruction table lives beside the lowering
-
     shapes = mma.shapes_for(target.processor, path, dtype)
     if not shapes:
         mma.select(target.processor, path, dtype)  # raises CapabilityError with the reason
@@ -213,14 +212,14 @@ class ConvDirectFwdSpec(_ConvSpec):
             raise SpecError(f"{what}: needs about {lds} bytes of LDS, {target.processor} allows "
                             f"{info.static_lds_limit} static")
         if self.path == "fma":
-            threads, per = _fma_split(self.tile_h * self.tile_w, self.tile_k, what)
+            threads, per = _fma_split(self.tile_h * self.tile_w, self.tile_k, what, info.max_block)
             return ConvGeometry(threads, info.wave_size, per, None, lds)
         rows = self.tile_h * self.tile_w
         instr = _mma_instr(target, self.path, self.dtype, rows, self.tile_k, self.c_chunk, what)
         waves = (rows // instr.m) * (self.tile_k // instr.n)
         threads = waves * info.wave_size
-        if threads > 1024:
-            raise SpecError(f"{what}: {waves} waves x {info.wave_size} = {threads} threads > 1024")
+        if threads > info.max_block:
+            raise SpecError(f"{what}: {waves} waves x {info.wave_size} = {threads} threads > {info.max_block}")
         return ConvGeometry(threads, info.wave_size, 0, instr.key, lds)
 
 
@@ -300,7 +299,7 @@ class ConvDgradPatchSpec(_ConvSpec):
             raise SpecError(f"{what}: needs about {lds} bytes of LDS, {target.processor} allows "
                             f"{info.static_lds_limit} static")
         if self.path == "fma":
-            threads, per = _fma_split(self.rows, self.cols_padded, what)
+            threads, per = _fma_split(self.rows, self.cols_padded, what, info.max_block)
             return ConvGeometry(threads, info.wave_size, per, None, lds)
         instr = _mma_instr(target, self.path, self.dtype, self.rows, self.cols_padded, self.k_chunk, what)
         tiles = (self.rows // instr.m) * (self.cols_padded // instr.n)

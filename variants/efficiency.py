@@ -18,7 +18,7 @@
         the same over every spec the variant table serves for (arch, lane)
 
 Everything here is a pure function of its arguments plus the arch table
-(variants/arch.py, for the CU count): the builder, the service and the benchmark
+(rocke_aot/arch.py, for the CU count): the builder, the service and the benchmark
 runner all call the same code. Problems are frozen values; ``problem_from_dict``
 builds one from JSON for the service.
 """
@@ -28,13 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
-from rocke_aot.variants.arch import ArchInfo, arch_info
+from rocke_aot.arch import ArchInfo, arch_info
 from rocke_aot.variants.problems import (PROBLEM_TYPES, ConvProblem, GemmProblem,
                                          PatchDgradProblem, problem_from_dict)
 
-MAX_TENSOR_BYTES = 2**31 - 1  # kernels compute tensor offsets in i32 (aot/lower/module.py)
-_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
 def _ceil(a: int, b: int) -> int:
@@ -99,7 +98,7 @@ def _combine(dims: Iterable[DimGranularity], tiles: int, info: ArchInfo) -> Effi
 
 
 def _too_big(what: str, elems: int, dtype: str) -> str | None:
-    size = elems * _BYTES[dtype]
+    size = elems * DTYPE_BYTES[dtype]
     if size > MAX_TENSOR_BYTES:
         return (f"{what} is {size} bytes, over the {MAX_TENSOR_BYTES}-byte limit of 32-bit "
                 f"offsets: split the batch")

@@ -20,14 +20,15 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rocke_aot import mma
+from rocke_aot.dtypes import DTYPE_BYTES, DTYPES, MATRIX_IN_DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
 from rocke_aot.variants._fields import check_known, check_types
 
-IN_DTYPES = ("f16", "bf16")
-OUT_DTYPES = ("f16", "bf16", "f32")
+IN_DTYPES = MATRIX_IN_DTYPES
+OUT_DTYPES = DTYPES
 PATHS = ("mfma", "wmma", "fma")
 VECTOR_WIDTHS = (1, 2, 4, 8)
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
 def _pow2(x: int) -> bool:
@@ -110,18 +111,12 @@ class GemmSpec:
 
     def geometry(self, target: Any) -> GemmGeometry:
         """Lay the spec onto ``target`` (a Target); refuse what cannot work there."""
-        from rocke_aot.aot.lower import mma  # the instruction table lives beside the lowering
-
         info = target.info
         threads = self.waves * info.wave_size
-        if threads > 1024:
-            raise SpecError(f"gemm: {self.waves} waves x {info.wave_size} = {threads} threads > 1024")
+        if threads > info.max_block:
+            raise SpecError(f"gemm: {self.waves} waves x {info.wave_size} = {threads} threads > {info.max_block}")
         lds = self.lds_bytes()
-        limit = info.lds_bytes
-        if info.family == "nvptx64":  # static shared memory only (see aot/lower/nvptx.py)
-            from rocke_aot.aot.lower.nvptx import STATIC_SHARED_BYTES
-
-            limit = min(limit, STATIC_SHARED_BYTES)
+        limit = info.static_lds_limit  # NVPTX kernels use static shared memory only (48 KiB)
         if lds > limit:
             raise SpecError(f"gemm: needs {lds} bytes of LDS, {target.processor} allows {limit} per kernel")
         if self.path == "fma":

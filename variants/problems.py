@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from rocke_aot.dtypes import DTYPES
 from rocke_aot.errors import SpecError
 from rocke_aot.variants._fields import check_known
 
-_DTYPES = ("f16", "bf16", "f32")
+_DTYPES = DTYPES
 
 
 def _validate(obj: Any, positive: tuple[str, ...], non_negative: tuple[str, ...] = ()) -> None:

@@ -20,7 +20,7 @@ for EVERY (arch, lane) pair.
     path_admissions(family, arch, lane)   -> {path: Admission}  ("wmma needs gfx1250", ...)
     check_complete()                      -> [] or the list of holes (lane x family)
 
-The lanes come only from the registry (``rocke_aot.aot.lanes.LANES``), read at call time
+The lanes come only from the registry (``rocke_aot.lanes.LANES``), read at call time
 through :func:`registered_lanes`, so a lane added there reaches every check here.
 """
 
@@ -31,11 +31,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from rocke_aot.aot import lanes as lane_registry
-from rocke_aot.aot.lanes import CAPABILITIES, Lane
-from rocke_aot.aot.targets import Target
+from rocke_aot import lanes as lane_registry
+from rocke_aot.lanes import CAPABILITIES, Lane
+from rocke_aot.targets import Target
 from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
-from rocke_aot.variants.arch import ARCHES
+from rocke_aot.arch import ARCHES
 
 PATHS = ("mfma", "wmma", "fma")
 

@@ -24,7 +24,7 @@ from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.aot.compiler.pool import WorkerPool, default_pool
 from rocke_aot.aot.compiler.ptx import assemble_cubin
 from rocke_aot.aot.compiler.worker import WORKER_SCRIPT, Reply, Worker, WorkerSpec
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult
 from rocke_aot.errors import CompileTimeout
 

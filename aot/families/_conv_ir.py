@@ -14,7 +14,7 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
                   llvm.fmuladd.f32 per (kk, column)
             mfma/wmma  wave w: tiles w, w + W, ... of the ROWS x COLS tile; fragment element j
                   of lane l read at mma.MmaInstr.a_coord / b_coord (the maps the numpy model in
-                  aot/lower/mma.py checks); results stored at d_coord
+                  rocke_aot/mma.py checks); results stored at d_coord
         epilogue(acc)                 every accumulator through the family's store()
     loop(b, count, carried, body)     a counted loop whose carried values are phis
     lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
@@ -35,15 +35,16 @@ from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
-from rocke_aot.aot import lanes
-from rocke_aot.aot.lower import kernel_for, mma
+from rocke_aot import lanes
+from rocke_aot import mma
+from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel, Sym, parse_type
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
+from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.conv import ConvGeometry
 
 ELEM = {"f16": I16, "bf16": I16, "f32": F32}  # how a tensor element travels (raw bits)
-ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 OUT = {"f16": F16, "bf16": BF16, "f32": F32}
 
 
@@ -150,7 +151,7 @@ class ConvLowering:
         args = self.kb.define_kernel(params)
         self.tid = self.S(self.kb.workitem_id())
         gid = self.S(self.kb.workgroup_id())
-        self.lds = self.kb.shared_array(lds_name, self.elem, lds_elems, ELEM_BYTES[self.spec.dtype])
+        self.lds = self.kb.shared_array(lds_name, self.elem, lds_elems, DTYPE_BYTES[self.spec.dtype])
         return args, gid
 
     def S(self, v: ir.Value | int) -> Sym:
@@ -163,14 +164,14 @@ class ConvLowering:
         """ptr[idx] as raw bits where ``ok``, else zero; the address is 0 when not ok."""
         b = self.b
         safe = b.select(ok, idx.v, c32(0))
-        v = b.load(self.gep(ptr, self.S(safe), self.elem), typ=self.elem, align=ELEM_BYTES[self.spec.dtype])
+        v = b.load(self.gep(ptr, self.S(safe), self.elem), typ=self.elem, align=DTYPE_BYTES[self.spec.dtype])
         return b.select(ok, v, ir.Constant(self.elem, 0 if self.elem is I16 else 0.0))
 
     def lds_store(self, lds: ir.Value, idx: Sym, value: ir.Value) -> None:
-        self.b.store(value, self.gep(lds, idx, self.elem), align=ELEM_BYTES[self.spec.dtype])
+        self.b.store(value, self.gep(lds, idx, self.elem), align=DTYPE_BYTES[self.spec.dtype])
 
     def lds_load(self, lds: ir.Value, idx: Sym) -> ir.Value:
-        return self.b.load(self.gep(lds, idx, self.elem), typ=self.elem, align=ELEM_BYTES[self.spec.dtype])
+        return self.b.load(self.gep(lds, idx, self.elem), typ=self.elem, align=DTYPE_BYTES[self.spec.dtype])
 
     def to_f32(self, bits: ir.Value) -> ir.Value:
         return self.kb.bits_to_f32(bits, self.spec.dtype)
@@ -178,7 +179,7 @@ class ConvLowering:
     def store_out(self, ptr: ir.Value, idx: Sym, value: ir.Value) -> None:
         ty = OUT[self.spec.dtype]
         v = value if ty is F32 else self.b.fptrunc(value, ty)
-        self.b.store(v, self.gep(ptr, idx, ty), align=ELEM_BYTES[self.spec.dtype])
+        self.b.store(v, self.gep(ptr, idx, ty), align=DTYPE_BYTES[self.spec.dtype])
 
     def copy_to_lds(self, total: int, fn: Callable[[Sym], tuple[ir.Value, Sym]]) -> None:
         """Every thread moves elements e = tid, tid + T, ... < total; fn(e) -> (value, lds index)."""

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from rocke_aot.aot import lanes
+from rocke_aot import lanes
 from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop, lower_conv, udiv, urem
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
 
 PARAMS = [

@@ -22,10 +22,10 @@
 
 from __future__ import annotations
 
-from rocke_aot.aot import lanes
+from rocke_aot import lanes
 from rocke_aot.aot.families._conv_ir import ConvLowering, loop, lower_conv, udiv, urem
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDirectFwdSpec
 
 PARAMS = [

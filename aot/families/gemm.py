@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from rocke_aot.aot import lanes
-from rocke_aot.aot.lower import kernel_for, mma
+from rocke_aot import lanes
+from rocke_aot import mma
+from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel, Sym, parse_type
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.gemm import GemmGeometry, GemmSpec
 

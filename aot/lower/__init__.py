@@ -4,7 +4,7 @@
         families.get_family(name).lowerer(spec, Target, Lane)
             uses KernelModule (module.py) through AmdgpuKernel (amdgpu.py) / NvptxKernel
             (nvptx.py), matrix instruction layouts from mma.py, the datalayout and every
-            intrinsic declaration from the lane's emission profile (aot/lanes.py)
+            intrinsic declaration from the lane's emission profile (rocke_aot/lanes.py)
     lowering_digest() -> sha256 of the lowering source (cache-key input)
 
 Nothing here compiles: the IR text goes to a toolchain (aot/compiler). Refusals happen
@@ -18,10 +18,10 @@ import hashlib
 import inspect
 from pathlib import Path
 
-from rocke_aot.aot.lanes import get_lane
+from rocke_aot.lanes import get_lane
 from rocke_aot.aot.lower.module import (MAX_TENSOR_BYTES, KernArg, KernelModule, LoweredKernel,
                                         Sym)
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 
 __all__ = ["lower", "lowering_digest", "kernel_for", "LoweredKernel", "KernArg", "KernelModule",
            "Sym", "MAX_TENSOR_BYTES"]

@@ -25,10 +25,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot.aot.lower.module import I32, KernelModule
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
-
-MAX_BLOCK = 1024
 
 
 class AmdgpuKernel(KernelModule):
@@ -38,8 +36,8 @@ class AmdgpuKernel(KernelModule):
         super().__init__(name, target, lane)
         if not self.target.is_amdgpu:
             raise CapabilityError(f"{self.target.id} is not an AMDGPU target")
-        if not 1 <= block_size <= MAX_BLOCK:
-            raise CapabilityError(f"block size {block_size} outside 1..{MAX_BLOCK}")
+        if not 1 <= block_size <= self.target.info.max_block:
+            raise CapabilityError(f"block size {block_size} outside 1..{self.target.info.max_block}")
         self.block_size = block_size
         self.wave_size = self.target.wave_size
         self.uses: set[str] = {"workitem-id-x", "workgroup-id-x"}  # always delivered for kernels

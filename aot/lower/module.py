@@ -33,8 +33,9 @@ from typing import Any, Iterator, Mapping
 
 import llvmlite.ir as ir
 
-from rocke_aot.aot import lanes
-from rocke_aot.aot.targets import Target
+from rocke_aot import lanes
+from rocke_aot.dtypes import MAX_TENSOR_BYTES
+from rocke_aot.targets import Target
 
 I1 = ir.IntType(1)
 I16 = ir.IntType(16)
@@ -44,7 +45,6 @@ F16 = ir.HalfType()
 F32 = ir.FloatType()
 
 # Tensor offsets are computed in i32: the largest tensor a kernel may address, in bytes.
-MAX_TENSOR_BYTES = 2**31 - 1
 
 
 class BFloatType(ir.Type):

@@ -24,15 +24,10 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot.aot.lower.module import I32, KernelModule
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
 
-MAX_BLOCK = 1024
 PTX_FEATURES = "+ptx80"  # what the toolchain's target machine must be created with
-# Static __shared__ data is limited to 48 KiB per kernel (CUDA programming guide; ptxas:
-# "uses too much shared data (0x10000 bytes, 0xc000 max)"); more needs dynamic shared
-# memory and a launch-time opt-in, which these kernels do not use.
-STATIC_SHARED_BYTES = 48 * 1024
 
 
 class NvptxKernel(KernelModule):
@@ -42,8 +37,8 @@ class NvptxKernel(KernelModule):
         super().__init__(name, target, lane)
         if self.target.family != "nvptx64":
             raise CapabilityError(f"{self.target.id} is not an NVPTX target")
-        if not 1 <= block_size <= MAX_BLOCK:
-            raise CapabilityError(f"block size {block_size} outside 1..{MAX_BLOCK}")
+        if not 1 <= block_size <= self.target.info.max_block:
+            raise CapabilityError(f"block size {block_size} outside 1..{self.target.info.max_block}")
         self.block_size = block_size
         self.wave_size = self.target.wave_size
 
@@ -60,10 +55,14 @@ class NvptxKernel(KernelModule):
 
     def shared_array(self, name, elem, count, elem_bytes, align=16):
         gv = super().shared_array(name, elem, count, elem_bytes, align)
-        if self.lds_bytes > STATIC_SHARED_BYTES:
+        # Static __shared__ data is limited to 48 KiB per kernel (the arch table's
+        # static_lds_bytes; ptxas: "uses too much shared data (0x10000 bytes, 0xc000 max)");
+        # more needs dynamic shared memory and a launch-time opt-in, which these kernels do not use.
+        limit = self.target.info.static_lds_limit
+        if self.lds_bytes > limit:
             raise CapabilityError(
                 f"{self.name}: {self.lds_bytes} bytes of static shared memory exceed the "
-                f"{STATIC_SHARED_BYTES} bytes a kernel may declare on {self.target.id}"
+                f"{limit} bytes a kernel may declare on {self.target.id}"
             )
         return gv
 

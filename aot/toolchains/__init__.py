@@ -26,7 +26,7 @@ import venv
 from pathlib import Path
 from typing import Callable
 
-from rocke_aot.aot.lanes import get_lane
+from rocke_aot.lanes import get_lane
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError

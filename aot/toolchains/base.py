@@ -25,8 +25,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
-from rocke_aot.aot.lanes import Lane, get_lane, lane_for_major
-from rocke_aot.aot.targets import Target
+from rocke_aot.lanes import Lane, get_lane, lane_for_major
+from rocke_aot.targets import Target
 from rocke_aot.errors import LaneError, ToolchainError, ToolchainRefused
 
 

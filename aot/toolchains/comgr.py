@@ -28,10 +28,10 @@ import re
 import sys
 from pathlib import Path
 
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.errors import CompileError, ToolchainError
-from rocke_aot.variants.arch import ARCHES
+from rocke_aot.arch import ARCHES
 
 ENV_COMGR = "ROCKE_AOT_COMGR"
 PLUGIN = Path(__file__).resolve().parent.parent / "compiler" / "_comgr_handler.py"

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.errors import ToolchainError
-from rocke_aot.variants.arch import ARCHES
+from rocke_aot.arch import ARCHES
 
 _PROBE = Path(__file__).with_name("_llvmlite_probe.py")
 _TRIPLES = {"amdgcn": "amdgcn-amd-amdhsa", "nvptx64": "nvptx64-nvidia-cuda"}

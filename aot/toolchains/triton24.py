@@ -39,10 +39,10 @@ import time
 from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.aot.targets import Target
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
-from rocke_aot.variants.arch import ARCHES
+from rocke_aot.arch import ARCHES
 
 ENV_LIB = "ROCKE_AOT_LLVM24_LIB"
 LIB_RELPATH = "triton/backends/amd/lib/libtriton_amd_codegen.so"

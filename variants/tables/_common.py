@@ -6,8 +6,8 @@ variants/table.py); these helpers only build the common shapes.
 
 from __future__ import annotations
 
-from rocke_aot.aot.lanes import Lane
-from rocke_aot.aot.targets import Target
+from rocke_aot.lanes import Lane
+from rocke_aot.targets import Target
 
 
 def matrix_paths(target: Target, lane: Lane) -> tuple[str, ...]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rocke_aot.aot.lanes import Lane
-from rocke_aot.aot.targets import Target
+from rocke_aot.lanes import Lane
+from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from rocke_aot.variants.table import SERVE, FamilyTable, Serve
 from rocke_aot.variants.tables._common import matrix_paths

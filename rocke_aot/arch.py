@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from rocke_aot.errors import SpecError
+
 _LLVM_LDS = (
     "LLVM AMDGPUBaseInfo getAddressableLocalMemorySize: 65536 for gfx7+, 163840 for gfx950, "
     "327680 for gfx1250 (AMDGPUUsage 'LDS size' per work-group)"
@@ -159,8 +161,6 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
 
 
 def arch_info(processor: str) -> ArchInfo:
-    from rocke_aot.errors import SpecError
-
     if not isinstance(processor, str):
         raise SpecError(f"a processor must be a string such as 'gfx942', got {processor!r}")
     try:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from rocke_aot.aot.build.plan import Job, Plan, Refusal, Skip, choose_lanes, make_plan
-from rocke_aot.aot.build.run import BuildOutput, Outcome, build_one, compile_count, execute
-from rocke_aot.aot.build.summary import BuildSummary, summarize
+from rocke_aot.aot.builder.plan import Job, Plan, Refusal, Skip, choose_lanes, make_plan
+from rocke_aot.aot.builder.run import BuildOutput, Outcome, build_one, compile_count, execute
+from rocke_aot.aot.builder.summary import BuildSummary, summarize
 
 __all__ = [
     "Job", "Plan", "Refusal", "Skip", "choose_lanes", "make_plan",

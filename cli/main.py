@@ -5,13 +5,12 @@ one place, :func:`main`: a ``LaneError``/``SpecError`` (bad input) exits 2 like
 click's own usage errors, any other ``RockeError`` exits 1 with its message.
 
 Command groups live beside the code they drive (``aot/cli_*.py``,
-``cache/cli.py``, ...) and are registered in ``_COMMAND_MODULES``.
+``cli/cache.py``, ...) and are registered in ``_COMMAND_MODULES``.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 
 import click
@@ -20,14 +19,14 @@ from rocke_aot.errors import LaneError, RockeError, SpecError
 
 # module path -> attribute holding a click command or group
 _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
-    ("rocke_aot.aot.cli_toolchains", "toolchains"),
-    ("rocke_aot.aot.cli_toolchains", "toolchain"),
-    ("rocke_aot.aot.cli_build", "build"),
-    ("rocke_aot.aot.cli_variants", "variants"),
-    ("rocke_aot.cache.cli", "cache"),
-    ("rocke_aot.aot.cli_compile", "lower_cmd"),
-    ("rocke_aot.aot.cli_compile", "compile_cmd"),
-    ("rocke_aot.aot.characterize", "characterize_cmd"),
+    ("rocke_aot.cli.toolchains", "toolchains"),
+    ("rocke_aot.cli.toolchains", "toolchain"),
+    ("rocke_aot.cli.build", "build"),
+    ("rocke_aot.cli.variants", "variants"),
+    ("rocke_aot.cli.cache", "cache"),
+    ("rocke_aot.cli.compile", "lower_cmd"),
+    ("rocke_aot.cli.compile", "compile_cmd"),
+    ("rocke_aot.cli.characterize", "characterize_cmd"),
 )
 
 
@@ -49,10 +48,6 @@ for _mod, _attr in _COMMAND_MODULES:
     except ModuleNotFoundError as e:  # pragma: no cover - only while a module is being written
         if e.name != _mod:
             raise
-
-
-def emit_json(obj: object) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_env
+from rocke_aot.variants import table
+from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 
 
 @click.command("variants")
@@ -34,8 +35,6 @@ def variants(families, arches, lanes, as_json: bool) -> int:
         rocke-aot variants
         rocke-aot variants --family conv_dgrad_patch --arch gfx1250 --json
     """
-    from rocke_aot.variants import table
-
     rows = table.report(families or None, arches or None, lanes_or_env(lanes) or None)
     holes = table.check_complete()
     refusals = [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": "all", "reason": r.reason}
@@ -43,8 +42,6 @@ def variants(families, arches, lanes, as_json: bool) -> int:
     refusals += [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": f"path {p}", "reason": why}
                  for r in rows if r.served for p, why in r.paths.items() if why != "served"]
     if as_json:
-        from rocke_aot.aot.cli import emit_json
-
         emit_json({"rows": [r.as_dict() for r in rows], "refusals": refusals,
                    "total": sum(r.count for r in rows), "holes": [str(h) for h in holes]})
         return 1 if holes else 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from rocke_aot.aot.lanes import ENV_LANE, LANE_NAMES, Lane, get_lane, lane_from_env
-from rocke_aot.aot.targets import Target
+from rocke_aot.lanes import ENV_LANE, LANE_NAMES, Lane, get_lane, lane_from_env
+from rocke_aot.targets import Target
 from rocke_aot.errors import LaneError, SpecError
 
 
@@ -64,3 +66,8 @@ def lanes_or_env(lanes) -> tuple[Lane, ...]:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document for machines.")
+
+
+def emit_json(obj: object) -> None:
+    """One JSON document on stdout (every --json output goes through here)."""
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))

@@ -25,8 +25,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from rocke_aot.aot.lanes import LANES, Lane, get_lane
-from rocke_aot.aot.targets import Target
+from rocke_aot.lanes import LANES, Lane, get_lane
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, canonical_json
 from rocke_aot.errors import SpecError

@@ -25,9 +25,9 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 import rocke_aot
-from rocke_aot.aot.build.plan import Job, Plan
-from rocke_aot.aot.lanes import Lane
-from rocke_aot.aot.targets import Target
+from rocke_aot.aot.builder.plan import Job, Plan
+from rocke_aot.lanes import Lane
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.errors import CompileTimeout, RockeError
 

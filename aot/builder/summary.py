@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocke_aot.aot.build.plan import Plan
+from rocke_aot.aot.builder.plan import Plan
 
 
 @dataclass(frozen=True)

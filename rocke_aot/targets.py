@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from rocke_aot.errors import SpecError
-from rocke_aot.variants.arch import ARCHES, ArchInfo, arch_info
+from rocke_aot.arch import ARCHES, ArchInfo, arch_info
 
 _TRIPLES = {"amdgcn": "amdgcn-amd-amdhsa", "nvptx64": "nvptx64-nvidia-cuda"}
 _FEATURE_RE = re.compile(r"^([a-z][a-z0-9_]*)([+-])$")

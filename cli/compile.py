@@ -18,7 +18,10 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_env
+from rocke_aot.aot.lower import lower
+from rocke_aot.aot import toolchains as tcs
+from rocke_aot.aot.codeobject import validate
+from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.errors import SpecError, ToolchainError
 
 
@@ -43,8 +46,6 @@ def _lane(lane):
 
 
 def _lower(family, spec, arch, lane):
-    from rocke_aot.aot.lower import lower
-
     return lower(family, _spec(spec), arch, _lane(lane))
 
 
@@ -80,16 +81,12 @@ def lower_cmd(family, spec, arch, lane, output, as_json) -> None:
     if output is not None:
         output.write_text(kernel.ir)
     if as_json:
-        from rocke_aot.aot.cli import emit_json
-
         emit_json(dict(kernel.as_dict(), ir=None if output else kernel.ir, output=str(output) if output else None))
     elif output is None:
         click.echo(kernel.ir, nl=False)
 
 
 def _pick_toolchain(lane, arch):
-    from rocke_aot.aot import toolchains as tcs
-
     found = tcs.toolchains_for_lane(lane)
     if not found:
         raise ToolchainError(f"no {lane.name} toolchain on this host (see `rocke-aot toolchains`)")
@@ -120,8 +117,6 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
         rocke-aot compile --arch gfx942 --lane llvm22 --spec '{"path": "mfma"}' -o k.hsaco
         rocke-aot compile --arch sm_90 --lane llvm22 -o k.cubin --json
     """
-    from rocke_aot.aot.codeobject import validate
-
     lane_obj = _lane(lane)
     if ir_file is not None:
         if spec is not None:
@@ -156,8 +151,6 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
         "log": result.log,
     }
     if as_json:
-        from rocke_aot.aot.cli import emit_json
-
         emit_json(doc)
         return
     click.echo(f"wrote {output} ({result.format}, {len(result.code_object)} bytes, sha256 {doc['sha256'][:16]}...)")

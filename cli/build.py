@@ -7,7 +7,11 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rocke_aot.aot.cli_options import ARCH, json_option, lanes_option, lanes_or_env
+from rocke_aot.aot.builder import build as run_build
+from rocke_aot.aot.builder.plan import parse_where
+from rocke_aot.aot.builder.summary import render
+from rocke_aot.cache.store import Store
+from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 
 
 @click.command("build")
@@ -42,18 +46,13 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
         rocke-aot build --arch gfx950 --where path=mfma --where block_m=128
         rocke-aot build --arch gfx942 --scheduler tcp://10.0.0.5:8786
     """
-    from rocke_aot.aot.build import build as run_build
-    from rocke_aot.aot.build.plan import parse_where
-    from rocke_aot.aot.build.summary import render
-    from rocke_aot.cache.store import Store
-
     lanes = lanes_or_env(lanes)
     console = Console(stderr=True)
     show_progress = not as_json and console.is_terminal
     submit = None
     client = None
     if scheduler:
-        from rocke_aot.aot.build.dask_backend import connect, dask_submitter
+        from rocke_aot.aot.builder.dask_backend import connect, dask_submitter
 
         client = connect(scheduler)
         submit = dask_submitter(client, timeout=timeout)
@@ -87,8 +86,6 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
             if client is not None:
                 client.close()
     if as_json:
-        from rocke_aot.aot.cli import emit_json
-
         emit_json(summary.data)
     else:
         render(summary, Console())

@@ -3,7 +3,7 @@
     --cache URL (default: $ROCKE_AOT_CACHE, else the user cache dir) ──> Store.open
     command ──> one Store method ──> text, or one JSON document with --json
 
-Library errors propagate as rocke_aot.errors types; rocke_aot.aot.cli.main translates
+Library errors propagate as rocke_aot.errors types; rocke_aot.cli.main.main translates
 them (NotFoundError/IntegrityError/... exit 1, SpecError/LaneError exit 2). ``verify``
 returns exit code 1 when it finds damage.
 """
@@ -16,7 +16,7 @@ from typing import Iterator
 
 import click
 
-from rocke_aot.aot.cli_options import ARCH, LANE, json_option
+from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
 from rocke_aot.cache.db import ENV_CACHE
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
@@ -35,12 +35,6 @@ def _store(url: str | None) -> Iterator[Store]:
         yield store
     finally:
         store.close()
-
-
-def _emit(obj) -> None:
-    from rocke_aot.aot.cli import emit_json
-
-    emit_json(obj)
 
 
 def _human_bytes(n: int) -> str:
@@ -77,7 +71,7 @@ def stats(cache_url: str | None, as_json: bool) -> None:
     with _store(cache_url) as store:
         s = store.stats().as_dict()
     if as_json:
-        _emit(s)
+        emit_json(s)
         return
     click.echo(f"cache      {s['url']} ({s['backend']}, schema {s['schema_version']})")
     click.echo(f"artifacts  {s['artifacts']}   failures {s['failures']}   blobs {s['blobs']} "
@@ -110,7 +104,7 @@ def ls(arch, lane, family, status, limit, cache_url, as_json) -> None:
         rows = store.find(arch=arch.id if arch else None, lane=lane.name if lane else None, family=family,
                           status=status, limit=limit)
     if as_json:
-        _emit([r.as_dict() for r in rows])
+        emit_json([r.as_dict() for r in rows])
         return
     for r in rows:
         tail = f"{r.size:>8} B  {r.sha256[:12]}" if isinstance(r, Artifact) else f"FAILED: {r.error.splitlines()[0][:60]}"
@@ -146,7 +140,7 @@ def show(key: str, out: Path | None, cache_url, as_json) -> None:
         out.write_bytes(entry.code_object)
     d = entry.as_dict()
     if as_json:
-        _emit(d)
+        emit_json(d)
         return
     for k, v in d.items():
         click.echo(f"{k:<16} {v}")
@@ -166,7 +160,7 @@ def verify(cache_url, as_json) -> int:
     with _store(cache_url) as store:
         report = store.verify()
     if as_json:
-        _emit(report.as_dict())
+        emit_json(report.as_dict())
     else:
         click.echo(f"checked {report.checked_blobs} blobs, {report.checked_artifacts} entries: "
                    + ("ok" if report.ok else "DAMAGED"))
@@ -195,7 +189,7 @@ def gc(max_bytes, cache_url, as_json) -> None:
     with _store(cache_url) as store:
         report = store.evict(max_bytes) if max_bytes is not None else store.gc()
     if as_json:
-        _emit(report.as_dict())
+        emit_json(report.as_dict())
         return
     click.echo(f"evicted {report.artifacts_evicted} artifacts, deleted {report.blobs_deleted} blobs, "
                f"freed {_human_bytes(report.bytes_freed)}; {_human_bytes(report.stored_bytes_after)} stored")
@@ -220,7 +214,7 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
         summary = store.export(path, arch=arch.id if arch else None, lane=lane.name if lane else None,
                                family=family, failures=not no_failures)
     if as_json:
-        _emit(summary)
+        emit_json(summary)
         return
     click.echo(f"wrote {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
                f"{summary['blobs']} blobs, {_human_bytes(summary['bytes'])}")
@@ -240,7 +234,7 @@ def import_(path, cache_url, as_json) -> None:
     with _store(cache_url) as store:
         summary = store.import_(path)
     if as_json:
-        _emit(summary)
+        emit_json(summary)
         return
     click.echo(f"imported {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
                f"{summary['blobs']} new blobs, {summary['unchanged']} already present")
@@ -267,7 +261,7 @@ def train_dicts(min_samples, dict_size, cache_url, as_json) -> None:
     with _store(cache_url) as store:
         reports = store.train_dictionaries(min_samples=min_samples, dict_size=dict_size)
     if as_json:
-        _emit(reports)
+        emit_json(reports)
         return
     for r in reports:
         if r["adopted"]:

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rocke_aot.aot import toolchains as tcs
-from rocke_aot.aot.cli_options import LANE, json_option, lanes_option, lanes_or_env
+from rocke_aot.cli.options import LANE, emit_json, json_option, lanes_option, lanes_or_env
 
 
 @click.command("toolchains")
@@ -31,8 +31,6 @@ def toolchains(lanes, as_json: bool) -> None:
     if wanted:
         rows = [r for r in rows if r["lane"] in wanted]
     if as_json:
-        from rocke_aot.aot.cli import emit_json
-
         emit_json(rows)
         return
     table = Table(title="toolchains", show_lines=False)

@@ -49,9 +49,9 @@ def _toolchain_for(lane: str, identity: Mapping[str, str]):
 def remote_build(family: str, spec: Mapping[str, Any], target_id: str, lane: str,
                  identity: Mapping[str, str], timeout: float):
     """Runs on a Dask worker."""
-    from rocke_aot.aot.build.run import build_one
-    from rocke_aot.aot.lanes import get_lane
-    from rocke_aot.aot.targets import Target
+    from rocke_aot.aot.builder.run import build_one
+    from rocke_aot.lanes import get_lane
+    from rocke_aot.targets import Target
 
     return build_one(family, spec, Target.parse(target_id), get_lane(lane), _toolchain_for(lane, identity),
                      timeout=timeout)

@@ -1,0 +1,18 @@
+"""Element types every layer names, their sizes, and the addressing limit of the kernels.
+
+    DTYPE_BYTES["f16"] -> 2          the storage size of one element
+    MAX_TENSOR_BYTES   -> 2**31 - 1  kernels index tensors with signed 32-bit byte offsets,
+                                     so a larger tensor is refused up front (or chunked by
+                                     a runner), never silently wrapped
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"f16": 2, "bf16": 2, "f32": 4})
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)  # every element type a spec or problem may name
+MATRIX_IN_DTYPES: tuple[str, ...] = ("f16", "bf16")  # operand types of the matrix paths
+
+MAX_TENSOR_BYTES = 2**31 - 1
