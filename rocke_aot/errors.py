@@ -15,6 +15,7 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     ├── CompileError                    LLVM/linker failed; carries the tool's message
     │   └── CompileTimeout
     ├── CodeObjectError                 a code object fails validation
+    ├── RuntimeUnavailable              no GPU runtime or device here (a named skip)
     └── CacheError
         ├── NotFoundError (KeyError)
         ├── IntegrityError              a blob's sha256 does not match
@@ -98,3 +99,7 @@ class SchemaVersionError(CacheError):
 
 class BundleError(CacheError):
     """An export bundle is malformed, or a blob in it does not match its manifest."""
+
+
+class RuntimeUnavailable(RockeError):
+    """No GPU runtime (binding, driver library) or no device on this host: a named skip."""

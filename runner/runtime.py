@@ -1,0 +1,278 @@
+"""One small GPU runtime interface, two implementations: CUDA (sm_90) and HIP (AMD targets).
+
+    open_runtime("sm_90")   -> CudaRuntime  (cuda.bindings.driver: cuModuleLoadData, cuLaunchKernel, cuEvent*)
+    open_runtime("gfx942")  -> HipRuntime   (hip-python: hipModuleLoadData, hipModuleLaunchKernel, hipEvent*)
+        │ no binding, no driver library, no device ──> RuntimeUnavailable (a named skip, never a traceback)
+        ▼
+    rt.load(image) -> Module;  module.function(name) -> Function
+    rt.alloc / upload / download / free        device buffers (plain allocations, no managed memory)
+    rt.launch(fn, grid, block, kernargs)       kernargs: the packed kernel-argument buffer
+                                               (runner/pack.py), laid out by the artifact's
+                                               launch contract
+    rt.time(fn_call, warmup, reps) -> [ms]     device events around each call
+
+Arguments travel the same way on both runtimes: one buffer packed at the contract's offsets,
+and ``kernelParams[i]`` pointing at argument i inside it (both drivers copy each parameter
+from its pointer with the size the kernel declares), so there is no per-family launch code.
+"""
+
+from __future__ import annotations
+
+import abc
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from rocke_aot.errors import RockeError, RuntimeUnavailable
+from rocke_aot.targets import Target
+
+
+class GpuError(RockeError):
+    """A GPU runtime call failed (the driver's error is in the message)."""
+
+
+@dataclass(frozen=True)
+class KernArgs:
+    """A packed kernel-argument buffer and where each argument starts in it."""
+
+    buffer: bytes
+    offsets: tuple[int, ...]
+
+
+class Runtime(abc.ABC):
+    name: str = ""
+
+    @abc.abstractmethod
+    def device_name(self) -> str: ...
+
+    @abc.abstractmethod
+    def load(self, image: bytes) -> Any: ...
+
+    @abc.abstractmethod
+    def function(self, module: Any, name: str) -> Any: ...
+
+    @abc.abstractmethod
+    def unload(self, module: Any) -> None: ...
+
+    @abc.abstractmethod
+    def alloc(self, nbytes: int) -> int: ...
+
+    @abc.abstractmethod
+    def free(self, ptr: int) -> None: ...
+
+    @abc.abstractmethod
+    def upload(self, ptr: int, host: np.ndarray) -> None: ...
+
+    @abc.abstractmethod
+    def download(self, ptr: int, host: np.ndarray) -> None: ...
+
+    @abc.abstractmethod
+    def synchronize(self) -> None: ...
+
+    @abc.abstractmethod
+    def _launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int) -> None: ...
+
+    @abc.abstractmethod
+    def _events(self) -> tuple[Callable[[], Any], Callable[[Any], None], Callable[[Any, Any], float]]: ...
+
+    def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], args: KernArgs, shared: int = 0) -> None:
+        if any(g <= 0 for g in grid):
+            return  # an empty problem launches nothing
+        buf = ctypes.create_string_buffer(args.buffer, max(len(args.buffer), 1))
+        base = ctypes.addressof(buf)
+        params = (ctypes.c_void_p * max(len(args.offsets), 1))(*[base + o for o in args.offsets])
+        self._launch(fn, tuple(grid), tuple(block), ctypes.addressof(params), shared)
+        # buf and params must outlive the (asynchronous) launch call; the drivers copy the
+        # argument values when the call returns, so keeping them until here suffices.
+        del buf, params
+
+    def time(self, call: Callable[[], None], *, warmup: int = 3, reps: int = 10) -> list[float]:
+        """Milliseconds of each of ``reps`` calls, measured with device events after ``warmup`` calls."""
+        create, record, elapsed = self._events()
+        for _ in range(warmup):
+            call()
+        self.synchronize()
+        out = []
+        for _ in range(reps):
+            start, stop = create(), create()
+            record(start)
+            call()
+            record(stop)
+            out.append(elapsed(start, stop))
+        return out
+
+
+def _check(res: Any, what: str, ok: Any) -> Any:
+    err = res[0] if isinstance(res, tuple) else res
+    if err != ok:
+        raise GpuError(f"{what} failed: {err}")
+    if isinstance(res, tuple):
+        return res[1] if len(res) == 2 else res[1:]
+    return None
+
+
+class CudaRuntime(Runtime):
+    name = "cuda"
+
+    def __init__(self, ordinal: int = 0):
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as e:
+            raise RuntimeUnavailable(f"CUDA runtime unavailable: the cuda-bindings package is not installed ({e})") from None
+        self.cu = cu
+        ok = cu.CUresult.CUDA_SUCCESS
+        self._ok = ok
+        try:
+            err = cu.cuInit(0)[0]
+        except Exception as e:  # the binding raises when libcuda.so cannot be loaded
+            raise RuntimeUnavailable(f"CUDA runtime unavailable: no CUDA driver on this host ({e})") from None
+        if err != ok:
+            raise RuntimeUnavailable(f"CUDA runtime unavailable: cuInit failed with {err} (no driver or no device)")
+        count = _check(cu.cuDeviceGetCount(), "cuDeviceGetCount", ok)
+        if not count:
+            raise RuntimeUnavailable("CUDA runtime unavailable: no CUDA device on this host")
+        self.dev = _check(cu.cuDeviceGet(ordinal), "cuDeviceGet", ok)
+        self.ctx = _check(cu.cuDevicePrimaryCtxRetain(self.dev), "cuDevicePrimaryCtxRetain", ok)
+        _check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent", ok)
+
+    def c(self, res: Any, what: str) -> Any:
+        return _check(res, what, self._ok)
+
+    def device_name(self) -> str:
+        raw = self.c(self.cu.cuDeviceGetName(256, self.dev), "cuDeviceGetName")
+        return raw.split(b"\0", 1)[0].decode()
+
+    def load(self, image: bytes) -> Any:
+        img = np.frombuffer(bytes(image) + b"\0", dtype=np.uint8)
+        return self.c(self.cu.cuModuleLoadData(img.ctypes.data), "cuModuleLoadData")
+
+    def function(self, module: Any, name: str) -> Any:
+        return self.c(self.cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+
+    def unload(self, module: Any) -> None:
+        self.cu.cuModuleUnload(module)
+
+    def alloc(self, nbytes: int) -> int:
+        return int(self.c(self.cu.cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc({nbytes})"))
+
+    def free(self, ptr: int) -> None:
+        self.cu.cuMemFree(ptr)
+
+    def upload(self, ptr: int, host: np.ndarray) -> None:
+        host = np.ascontiguousarray(host)
+        self.c(self.cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+
+    def download(self, ptr: int, host: np.ndarray) -> None:
+        self.c(self.cu.cuMemcpyDtoH(host.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")
+
+    def synchronize(self) -> None:
+        self.c(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def _launch(self, fn, grid, block, params, shared) -> None:
+        self.c(self.cu.cuLaunchKernel(fn, *grid, *block, shared, 0, params, 0), "cuLaunchKernel")
+
+    def _events(self):
+        cu = self.cu
+
+        def create():
+            return self.c(cu.cuEventCreate(0), "cuEventCreate")
+
+        def record(ev):
+            self.c(cu.cuEventRecord(ev, 0), "cuEventRecord")
+
+        def elapsed(a, b):
+            self.c(cu.cuEventSynchronize(b), "cuEventSynchronize")
+            ms = self.c(cu.cuEventElapsedTime(a, b), "cuEventElapsedTime")
+            cu.cuEventDestroy(a)
+            cu.cuEventDestroy(b)
+            return float(ms)
+
+        return create, record, elapsed
+
+
+class HipRuntime(Runtime):
+    name = "hip"
+
+    def __init__(self, ordinal: int = 0):
+        try:
+            from hip import hip
+        except ImportError as e:
+            raise RuntimeUnavailable(f"HIP runtime unavailable: hip-python is not installed ({e})") from None
+        self.hip = hip
+        try:
+            err = hip.hipInit(0)
+        except RuntimeError as e:  # hip-python raises when libamdhip64.so cannot be loaded
+            raise RuntimeUnavailable(f"HIP runtime unavailable: no ROCm HIP runtime (libamdhip64.so) on this host "
+                                     f"({e})") from None
+        self._ok = hip.hipError_t.hipSuccess
+        err = err[0] if isinstance(err, tuple) else err
+        if err != self._ok:
+            raise RuntimeUnavailable(f"HIP runtime unavailable: hipInit failed with {err} (no driver or no device)")
+        count = self.c(hip.hipGetDeviceCount(), "hipGetDeviceCount")
+        if not count:
+            raise RuntimeUnavailable("HIP runtime unavailable: no AMD GPU on this host")
+        self.c(hip.hipSetDevice(ordinal), "hipSetDevice")
+        self.ordinal = ordinal
+
+    def c(self, res: Any, what: str) -> Any:
+        return _check(res, what, self._ok)
+
+    def device_name(self) -> str:
+        props = self.c(self.hip.hipGetDeviceProperties(self.ordinal), "hipGetDeviceProperties")
+        return f"{props.name.decode() if isinstance(props.name, bytes) else props.name} ({props.gcnArchName})"
+
+    def load(self, image: bytes) -> Any:
+        img = np.frombuffer(bytes(image), dtype=np.uint8)
+        return self.c(self.hip.hipModuleLoadData(img.ctypes.data), "hipModuleLoadData")
+
+    def function(self, module: Any, name: str) -> Any:
+        return self.c(self.hip.hipModuleGetFunction(module, name.encode()), f"hipModuleGetFunction({name})")
+
+    def unload(self, module: Any) -> None:
+        self.hip.hipModuleUnload(module)
+
+    def alloc(self, nbytes: int) -> int:
+        return int(self.c(self.hip.hipMalloc(max(int(nbytes), 1)), f"hipMalloc({nbytes})"))
+
+    def free(self, ptr: int) -> None:
+        self.hip.hipFree(ptr)
+
+    def upload(self, ptr: int, host: np.ndarray) -> None:
+        host = np.ascontiguousarray(host)
+        self.c(self.hip.hipMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "hipMemcpyHtoD")
+
+    def download(self, ptr: int, host: np.ndarray) -> None:
+        self.c(self.hip.hipMemcpyDtoH(host.ctypes.data, ptr, host.nbytes), "hipMemcpyDtoH")
+
+    def synchronize(self) -> None:
+        self.c(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
+
+    def _launch(self, fn, grid, block, params, shared) -> None:
+        self.c(self.hip.hipModuleLaunchKernel(fn, *grid, *block, shared, None, params, None),
+               "hipModuleLaunchKernel")
+
+    def _events(self):
+        hip = self.hip
+
+        def create():
+            return self.c(hip.hipEventCreate(), "hipEventCreate")
+
+        def record(ev):
+            self.c(hip.hipEventRecord(ev, None), "hipEventRecord")
+
+        def elapsed(a, b):
+            self.c(hip.hipEventSynchronize(b), "hipEventSynchronize")
+            ms = self.c(hip.hipEventElapsedTime(a, b), "hipEventElapsedTime")
+            hip.hipEventDestroy(a)
+            hip.hipEventDestroy(b)
+            return float(ms)
+
+        return create, record, elapsed
+
+
+def open_runtime(arch: object, ordinal: int = 0) -> Runtime:
+    """The runtime that runs code objects for ``arch``: CUDA for NVPTX targets, HIP for AMDGPU."""
+    target = Target.parse(arch)
+    return HipRuntime(ordinal) if target.is_amdgpu else CudaRuntime(ordinal)
