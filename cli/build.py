@@ -1,7 +1,20 @@
-"""`rocke-aot build`: fill the kernel cache for one or more arches."""
+"""`rocke-aot build`: fill the kernel cache for one or more arches.
+
+    options -> aot.builder.build(..., where=parse_where(--where), on_plan, on_result)
+        progress, on stderr:  a terminal (and no --json)  -> a rich progress bar
+                              not a terminal (CI logs)    -> PlainProgress: a line
+                                  "built X/Y, cached C, failed F, elapsed Ns" every
+                                  --progress-interval seconds (default 10), from a timer
+                                  thread, so a long compile still shows the build is alive
+        result -> rich table, or --json (one document on stdout); exit code 0 only when
+                  nothing failed
+"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 
 import click
 from rich.console import Console
@@ -28,8 +41,11 @@ from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, la
 @click.option("--dry-run", is_flag=True, help="Plan and look up only; compile nothing.")
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=300.0, show_default=True, help="Seconds per compile.")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Run the compiles on this Dask scheduler.")
+@click.option("--progress-interval", type=click.FloatRange(0.01, 3600), default=10.0, show_default=True,
+              metavar="SECONDS", help="When stderr is not a terminal (CI logs): a plain progress line this often.")
 @json_option
-def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeout, scheduler, as_json) -> int:
+def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeout, scheduler, progress_interval,
+          as_json) -> int:
     """Build (or top up) the kernel cache for ARCH on every lane with a toolchain here.
 
     Specs come from the variant tables; each key is computed without lowering and
@@ -37,7 +53,11 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
     compiles nothing; a killed build, run again, compiles only what is missing.
     Combinations a table refuses are listed with their reason; a requested lane
     with no toolchain on this host is a named skip, never counted as built.
-    Exit code 0 only when nothing failed.
+    Exit code 0 only when nothing failed. --where takes a field of the family's
+    spec and a value of that field's type (ints like 64, bools true/false,
+    text as is); an unknown field or a mistyped value exits 2. When stderr is
+    not a terminal, a plain progress line is written every --progress-interval
+    seconds.
 
     \b
     Example:
@@ -49,6 +69,7 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
     lanes = lanes_or_env(lanes)
     console = Console(stderr=True)
     show_progress = not as_json and console.is_terminal
+    plain = None if console.is_terminal else PlainProgress(progress_interval)
     submit = None
     client = None
     if scheduler:
@@ -69,15 +90,19 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
                               f"{len(plan.refused)} refused combinations")
             state["task"] = progress.add_task("compiling", total=len(plan.to_build), built=0, failed=0,
                                               planned=plan.planned, cached=len(plan.cached))
+            if plain is not None:
+                plain.planned(len(plan.to_build), len(plan.cached))
 
         counts = {"built": 0, "failed": 0}
 
         def on_result(job, status) -> None:
             counts[status] += 1
             progress.update(state["task"], advance=1, description=job.label, **counts)
+            if plain is not None:
+                plain.result(status)
 
         try:
-            with progress:
+            with progress, (plain or contextlib.nullcontext()):
                 summary = run_build(arches=arches, families=families or None, lanes=lanes, store=store,
                                     jobs=jobs, force=force, dry_run=dry_run, timeout=timeout, submit=submit,
                                     where=parse_where(where),
@@ -90,3 +115,47 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
     else:
         render(summary, Console())
     return summary.exit_code
+
+
+class PlainProgress:
+    """Plain progress lines on stderr, every ``interval`` seconds from a timer thread (a
+    compile may take minutes; a line must come even when nothing finishes) and once at
+    the end. Counts are written by the driver thread and only read here."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.total: int | None = None
+        self.cached = self.built = self.failed = 0
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rocke-build-progress", daemon=True)
+
+    def planned(self, to_build: int, cached: int) -> None:
+        self.total, self.cached = to_build, cached
+
+    def result(self, status: str) -> None:
+        if status == "built":
+            self.built += 1
+        else:
+            self.failed += 1
+
+    def line(self) -> str:
+        elapsed = f"elapsed {time.monotonic() - self._start:.0f}s"
+        if self.total is None:
+            return f"planning, {elapsed}"
+        return f"built {self.built}/{self.total}, cached {self.cached}, failed {self.failed}, {elapsed}"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            click.echo(self.line(), err=True)
+
+    def __enter__(self) -> "PlainProgress":
+        self._start = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        if exc[0] is None:
+            click.echo(self.line(), err=True)

@@ -3,7 +3,8 @@
     --family F --spec JSON --arch A --lane L
         -> lower(F, spec, A, L)                          (aot/lower; refusals before LLVM)
         -> lower: the IR text
-        -> compile: the lane's first usable toolchain .compile(ir, A)   (isolated worker)
+        -> compile: toolchains.toolchain_for(L, A).compile(ir, A)   (isolated worker; chosen
+                    before lowering by the one chooser the build plan uses too)
                     -> validate (aot/codeobject.py) -> write -o; print metadata (--json)
     compile --ir FILE skips lowering and compiles that IR (the kernel name is then read
     from the code object).
@@ -22,7 +23,7 @@ from rocke_aot.aot.lower import lower
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
-from rocke_aot.errors import SpecError, ToolchainError
+from rocke_aot.errors import SpecError
 
 
 def _spec(value: str | None) -> dict:
@@ -86,16 +87,6 @@ def lower_cmd(family, spec, arch, lane, output, as_json) -> None:
         click.echo(kernel.ir, nl=False)
 
 
-def _pick_toolchain(lane, arch):
-    found = tcs.toolchains_for_lane(lane)
-    if not found:
-        raise ToolchainError(f"no {lane.name} toolchain on this host (see `rocke-aot toolchains`)")
-    for tc in found:
-        if arch.processor in tc.detect().arches:
-            return tc
-    raise ToolchainError(f"no {lane.name} toolchain here can target {arch.processor}")
-
-
 @click.command("compile")
 @_with_common
 @click.option("--ir", "ir_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -108,7 +99,7 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
     """Lower one spec, compile it in an isolated worker, validate and write the code object.
 
     The lane's first toolchain on this host that can target ARCH does the compile
-    (`rocke-aot toolchains` lists them). Prints the code object's metadata: kernel,
+    (`rocke-aot toolchains` lists them; `rocke-aot build` chooses the same way). Prints the code object's metadata: kernel,
     kernargs, VGPR/SGPR/AGPR counts, LDS, scratch, wave size, the user SGPR inputs
     its descriptor enables.
 
@@ -118,14 +109,16 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
         rocke-aot compile --arch sm_90 --lane llvm22 -o k.cubin --json
     """
     lane_obj = _lane(lane)
+    if ir_file is not None and spec is not None:
+        raise click.UsageError("--ir and --spec exclude each other")
+    # Chosen before lowering, by the same function the build plan uses: a (lane, arch) that
+    # `rocke-aot build` refuses for want of a toolchain is refused here, with the same message.
+    tc = tcs.toolchain_for(lane_obj, arch)
     if ir_file is not None:
-        if spec is not None:
-            raise click.UsageError("--ir and --spec exclude each other")
         ir, kernel, kernel_name = ir_file.read_text(), None, None
     else:
         kernel = _lower(family, spec, arch, lane_obj)
         ir, kernel_name = kernel.ir, kernel.kernel_name
-    tc = _pick_toolchain(lane_obj, arch)
     result = tc.compile(ir, arch, timeout=timeout)
     info = validate(result.code_object, arch, kernel=kernel_name)
     output.parent.mkdir(parents=True, exist_ok=True)

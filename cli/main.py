@@ -1,17 +1,23 @@
 """The ``rocke-aot`` command line: thin click commands over the library.
 
 Commands parse, call the library and format. Library errors are translated in
-one place, :func:`main`: a ``LaneError``/``SpecError`` (bad input) exits 2 like
-click's own usage errors, any other ``RockeError`` exits 1 with its message.
+one place, :class:`RockeGroup`'s ``invoke`` (so ``CliRunner`` sees what the real
+binary does):
 
-Command groups live beside the code they drive (``aot/cli_*.py``,
-``cli/cache.py``, ...) and are registered in ``_COMMAND_MODULES``.
+    command raises LaneError / SpecError (bad input) -> "Error: <message>", exit 2
+                                                        (like click's own usage errors)
+                   any other RockeError              -> "Error: <Type>: <message>", exit 1
+                   anything else                     -> propagates (a bug: traceback)
+    command returns an int                           -> that exit code (build: 1 when a
+                                                        compile failed; variants: 1 on holes)
+
+Command groups live beside the code they drive (``cli/build.py``, ``cli/cache.py``,
+...) and are registered in ``_COMMAND_MODULES``.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 
 import click
 
@@ -30,7 +36,36 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class BadInput(click.ClickException):
+    """A LaneError/SpecError from the library: the user's input was wrong (exit 2)."""
+
+    exit_code = 2
+
+
+class LibraryError(click.ClickException):
+    """Any other RockeError: named by its type, exit 1."""
+
+    exit_code = 1
+
+
+class RockeGroup(click.Group):
+    """The top-level group: translates library errors and int return codes for every
+    command and subgroup below it (they all run inside this ``invoke``)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            rv = super().invoke(ctx)
+        except (LaneError, SpecError) as e:
+            raise BadInput(str(e)) from e
+        except RockeError as e:
+            raise LibraryError(f"{type(e).__name__}: {e}") from e
+        # Commands return an int exit code when they have one (e.g. build: 1 when a compile failed).
+        if isinstance(rv, int) and not isinstance(rv, bool) and rv != 0:
+            ctx.exit(rv)
+        return rv
+
+
+@click.group(cls=RockeGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="rocke-aot")
 def cli() -> None:
     """rocke-aot: build, store and serve precompiled AMD GPU kernels.
@@ -51,22 +86,6 @@ for _mod, _attr in _COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the group and translate library errors in one place."""
-    try:
-        rv = cli.main(args=argv, prog_name="rocke-aot", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("Aborted!", err=True)
-        sys.exit(1)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except (LaneError, SpecError) as e:
-        click.echo(f"Error: {e}", err=True)
-        sys.exit(2)
-    except RockeError as e:
-        click.echo(f"Error: {type(e).__name__}: {e}", err=True)
-        sys.exit(1)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    # Commands return an int exit code when they have one (e.g. build: 1 when a compile failed).
-    sys.exit(rv if isinstance(rv, int) else 0)
+    """Entry point (the ``rocke-aot`` script): click's standalone mode; errors are
+    translated by :class:`RockeGroup`, so this adds nothing of its own."""
+    cli.main(args=argv, prog_name="rocke-aot")

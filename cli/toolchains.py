@@ -92,7 +92,13 @@ def register_cmd(python: str | None) -> None:
 @toolchain.command("remove")
 @click.argument("location")
 def remove(location: str) -> None:
-    """Forget a registered toolchain by its interpreter, library or environment path."""
+    """Forget a registered toolchain by its interpreter, library or environment path.
+
+    \b
+    Example:
+        rocke-aot toolchain remove /opt/llvm20-env/bin/python
+        rocke-aot toolchain remove ~/.cache/rocke-aot/lanes/llvm24
+    """
     n = tcs.unregister(location)
     if not n:
         raise click.ClickException(f"no registered toolchain at {location}")

@@ -100,7 +100,8 @@ def test_lane_without_toolchain_is_a_named_skip(cache_url, llvm22, all_toolchain
                                  "--cache", cache_url, "--json"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
-    assert s["skipped"] == [{"lane": "llvm23", "reason": "llvm23: no LLVM 23 toolchain on this host"}]
+    assert s["skipped"] == [{"lane": "llvm23",
+                             "reason": "llvm23: no LLVM 23 toolchain on this host (see `rocke-aot toolchains`)"}]
     assert s["built"] == 0 and s["planned"] == 0 and "llvm23" not in s["lanes"]
 
 

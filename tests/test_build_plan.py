@@ -72,8 +72,9 @@ def test_where_filters_and_rejects_unknown_fields(tmp_path, llvm22):
         with pytest.raises(SpecError, match="no field 'colour'"):
             make_plan(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"],
                       toolchains=[llvm22], store=store, where={"colour": "red"})
+    # syntax only here; the values are typed per family by where_for (tests/test_cli.py)
     assert parse_where(["path=fma", "block_m=64", "double_buffer=false"]) == {
-        "path": "fma", "block_m": 64, "double_buffer": False}
+        "path": "fma", "block_m": "64", "double_buffer": "false"}
     with pytest.raises(SpecError):
         parse_where(["block_m"])
 
@@ -82,7 +83,8 @@ def test_choose_lanes_defaults_to_lanes_with_toolchains_and_skips_by_name(all_to
     chosen, skips = choose_lanes([], all_toolchains)
     assert {"llvm20", "llvm22"} <= set(chosen) and not skips
     chosen, skips = choose_lanes([get_lane("llvm23"), get_lane("llvm22")], all_toolchains)
-    assert list(chosen) == ["llvm22"] and [s.reason for s in skips] == ["llvm23: no LLVM 23 toolchain on this host"]
+    assert list(chosen) == ["llvm22"] and [s.reason for s in skips] == [
+        "llvm23: no LLVM 23 toolchain on this host (see `rocke-aot toolchains`)"]
 
 
 def test_dask_local_cluster_builds_same_keys_and_bytes(tmp_path, llvm22):

@@ -1,4 +1,6 @@
-"""`rocke-aot cache ...` through click's CliRunner on the real group, and once as the real binary."""
+"""`rocke-aot cache ...` through click's CliRunner on the real group (standalone mode: the exit
+codes and messages the binary gives, library errors translated by the group), and once as the
+real binary."""
 
 from __future__ import annotations
 
@@ -15,15 +17,14 @@ from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
 from rocke_aot.cli.main import cli
 from rocke_aot.cache import models
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import IntegrityError, NotFoundError, SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args, ok: bool = True):
-    res = CliRunner().invoke(cli, list(args), standalone_mode=False, catch_exceptions=True)
+    res = CliRunner().invoke(cli, list(args))
     if ok:
-        assert res.exception is None, res.output + repr(res.exception)
+        assert res.exit_code == 0, res.output + repr(res.exception)
     return res
 
 
@@ -53,7 +54,7 @@ def test_ls(filled):
     assert [f["error"] for f in fails] == ["LLVM ERROR: Cannot select"]
     assert arts[0].key[:16] in run("cache", "ls", "--cache", url).output
     bad = run("cache", "ls", "--cache", url, "--lane", "llvm21", ok=False)
-    assert "unknown compiler lane" in bad.output or "unknown compiler lane" in str(bad.exception)
+    assert bad.exit_code == 2 and "unknown compiler lane" in bad.stderr
 
 
 def test_show_by_prefix_and_out(filled, tmp_path):
@@ -63,21 +64,22 @@ def test_show_by_prefix_and_out(filled, tmp_path):
     run("cache", "show", arts[1].key, "--cache", url, "--out", str(tmp_path / "k.hsaco"))
     assert (tmp_path / "k.hsaco").read_bytes() == code_object(1)
     res = run("cache", "show", "0000beef", "--cache", url, ok=False)
-    assert isinstance(res.exception, NotFoundError)
-    assert isinstance(run("cache", "show", "xyz", "--cache", url, ok=False).exception, SpecError)
+    assert res.exit_code == 1 and res.stderr.startswith("Error: NotFoundError: ")
+    res = run("cache", "show", "xyz", "--cache", url, ok=False)  # a SpecError: bad input, exit 2
+    assert res.exit_code == 2 and res.stderr.startswith("Error: ") and "SpecError" not in res.stderr
 
 
 def test_verify_and_gc(filled):
     url, arts = filled
     res = run("cache", "verify", "--cache", url, "--json")
-    assert json.loads(res.output)["ok"] is True and res.return_value == 0
+    assert json.loads(res.output)["ok"] is True and res.exit_code == 0
     with Store.open(url) as s, s.engine.begin() as conn:
         conn.exec_driver_sql(f"UPDATE blobs SET data = data || data WHERE sha256 = '{arts[0].sha256}'")
-    res = run("cache", "verify", "--cache", url, "--json")
-    d = json.loads(res.output)
-    assert d["ok"] is False and d["affected_keys"] == [arts[0].key] and res.return_value == 1
+    res = run("cache", "verify", "--cache", url, "--json", ok=False)
+    d = json.loads(res.stdout)
+    assert d["ok"] is False and d["affected_keys"] == [arts[0].key] and res.exit_code == 1
     res = run("cache", "show", arts[0].key, "--cache", url, ok=False)
-    assert isinstance(res.exception, IntegrityError)
+    assert res.exit_code == 1 and res.stderr.startswith("Error: IntegrityError: ")
     d = json.loads(run("cache", "gc", "--cache", url, "--json", "--max-bytes", "0").output)
     assert d["artifacts_evicted"] == 4 and d["stored_bytes_after"] == 0
 

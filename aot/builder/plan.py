@@ -1,10 +1,14 @@
 """Planning a build: variant tables -> keys -> one bulk lookup -> the misses to compile.
 
     arches x lanes x families
-        │ lane without a usable toolchain ──────────────> Skip("llvm24: no toolchain on this host")
+        │ lane without a usable toolchain ──────────────> Skip("llvm24: no LLVM 24 toolchain on this host ...")
         │ variant table refuses (family, arch, lane) ───> Refusal(reason)   (never attempted)
+        │ toolchain_for(lane, arch) finds none ─────────> Refusal(its ToolchainError message; the
+        │                                                  same chooser `rocke-aot compile` uses)
         ▼
-    enumerate_specs(family, arch, lane) -> Job(key = KeyTemplate(...).key(spec_json))   (no lowering;
+    enumerate_specs(family, arch, lane), filtered by where_for(family, --where)  (typed from the
+                                           spec dataclass; unknown field / bad value: SpecError)
+        -> Job(key = KeyTemplate(...).key(spec_json))   (no lowering;
                                            equal to artifact_key(KeyInputs(...)), tested)
         ▼
     store.lookup_many(all keys)   ONE bulk query
@@ -19,17 +23,21 @@ no-op rebuild is pure hashing plus one query.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import json
+import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from rocke_aot.lanes import LANES, Lane, get_lane
 from rocke_aot.targets import Target
+from rocke_aot.aot.toolchains import toolchain_for
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, canonical_json
-from rocke_aot.errors import SpecError
+from rocke_aot.errors import SpecError, ToolchainError
 
 
 class Job(NamedTuple):
@@ -94,23 +102,21 @@ class Plan:
 
 
 def choose_lanes(requested: Sequence[Lane], toolchains: Sequence[Toolchain]) -> tuple[dict[str, Toolchain], list[Skip]]:
-    """lane -> the toolchain that builds it; requested lanes without one become named skips.
+    """lane -> its first usable toolchain; requested lanes without one become named skips.
 
     No lanes requested: every qualified lane that has a toolchain here. A lane is
-    never reported as built when nothing here can compile it.
+    never reported as built when nothing here can compile it. Which toolchain compiles
+    each target is chosen per (lane, target) by ``toolchain_for``, as `rocke-aot compile` does.
     """
-    usable: dict[str, Toolchain] = {}
-    for tc in toolchains:
-        info = tc.detect()
-        if info.usable and info.lane not in usable:
-            usable[info.lane] = tc
-    wanted = [get_lane(lane) for lane in requested] or [lane for lane in LANES if lane.name in usable]
+    pool = list(toolchains)
+    wanted = [get_lane(lane) for lane in requested] or list(LANES)
     chosen, skips = {}, []
     for lane in dict.fromkeys(wanted):
-        if lane.name in usable:
-            chosen[lane.name] = usable[lane.name]
-        else:
-            skips.append(Skip(lane.name, f"{lane.name}: no LLVM {lane.major} toolchain on this host"))
+        try:
+            chosen[lane.name] = toolchain_for(lane, None, pool)
+        except ToolchainError as e:
+            if requested:  # a lane nobody asked for is simply not built
+                skips.append(Skip(lane.name, str(e)))
     return chosen, skips
 
 
@@ -142,7 +148,8 @@ def _make_plan(
     where: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Plan a build. ``where`` keeps only specs whose fields equal the given values
-    (e.g. ``{"path": "fma"}``); an unknown field is a SpecError, not an empty build."""
+    (e.g. ``{"path": "fma", "block_m": "64"}``, typed per family by :func:`where_for`); an
+    unknown field or a value of the wrong type is a SpecError, not an empty build."""
     from rocke_aot.aot.lower import lowering_digest
     from rocke_aot.variants import table
 
@@ -155,28 +162,32 @@ def _make_plan(
     plan = Plan(skipped=skips)
     digest = lowering_digest()
     jobs: list[Job] = []
-    for lane_name, tc in chosen.items():
+    wants = {fam: where_for(fam, where) for fam in fams} if where else {}  # checked before any lane
+    for lane_name, lane_tc in chosen.items():
         lane = get_lane(lane_name)
-        identity = tc.identity()
-        plan.toolchains[lane.name] = identity
-        tc_arches = set(tc.detect().arches)
+        plan.toolchains[lane.name] = lane_tc.identity()
         for target in arches:
+            # The one chooser `rocke-aot compile` uses too: a toolchain of this lane that
+            # knows the processor, or the reason none does (refused on purpose rather than
+            # letting LLVM ignore an unknown processor and misbehave).
+            try:
+                tc, no_tc = toolchain_for(lane, target, toolchains), None
+            except ToolchainError as e:
+                tc, no_tc = None, str(e)
+            identity = tc.identity() if tc is not None else None
             for fam in fams:
                 adm = table.admission(fam, target.processor, lane)
                 if not adm.served:
                     plan.refused.append(Refusal(fam, target.id, lane.name, adm.reason))
                     continue
-                if target.processor not in tc_arches:
-                    # The table serves it but this host's toolchain cannot target it: refuse
-                    # on purpose rather than let LLVM ignore the processor and misbehave.
-                    plan.refused.append(Refusal(fam, target.id, lane.name,
-                                                f"the {lane.name} toolchain here does not know {target.processor}"))
+                if tc is None:
+                    plan.refused.append(Refusal(fam, target.id, lane.name, no_tc))
                     continue
                 tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity)
                 key = tpl.key
                 sjs = map(spec_json, table.enumerate_specs(fam, target.processor, lane))
                 if where:
-                    sjs = [sj for sj in sjs if _matches(fam, json.loads(sj), where)]
+                    sjs = [sj for sj in sjs if _matches(json.loads(sj), wants[fam])]
                 jobs.extend(Job(key(sj), fam, sj, target, lane, tc, tpl) for sj in sjs)
     hits = store.lookup_many([j.key for j in jobs]) if jobs else {}
     for job in _dedupe(jobs):
@@ -192,28 +203,87 @@ def _make_plan(
     return plan
 
 
-def _matches(family: str, spec: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
-    for field_name, want in where.items():
-        if field_name not in spec:
-            raise SpecError(f"--where {field_name}=...: family {family} specs have no field {field_name!r} "
-                            f"(fields: {', '.join(sorted(spec))})")
-        if spec[field_name] != want:
-            return False
-    return True
+def _matches(spec: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    return all(spec[name] == value for name, value in want.items())
 
 
-def parse_where(items: Sequence[str]) -> dict[str, Any]:
-    """["path=fma", "block_m=64", "double_buffer=true"] -> {"path": "fma", "block_m": 64, ...}."""
-    out: dict[str, Any] = {}
+def parse_where(items: Sequence[str]) -> dict[str, str]:
+    """["path=fma", "block_m=64"] -> {"path": "fma", "block_m": "64"}: syntax only.
+
+    The values stay text here; :func:`where_for` types them per family from the spec
+    dataclass (a family is known only once the plan runs). A field given twice is refused
+    rather than silently keeping the last one.
+    """
+    out: dict[str, str] = {}
     for item in items:
         name, sep, raw = item.partition("=")
+        name = name.strip()
         if not sep or not name:
             raise SpecError(f"--where expects FIELD=VALUE, got {item!r}")
-        try:
-            out[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[name] = raw
+        if name in out:
+            raise SpecError(f"--where {name} given twice ({out[name]!r} and {raw!r}); give each field once")
+        out[name] = raw
     return out
+
+
+_BOOL_WORDS = {"true": True, "false": False, "True": True, "False": False}
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def spec_field_types(family: str) -> dict[str, type]:
+    """field name -> type, read from the family's spec dataclass annotations (never a hand list)."""
+    from rocke_aot.aot.families import get_family
+
+    cls = get_family(family).spec_class
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def where_for(family: str, where: Mapping[str, Any]) -> dict[str, Any]:
+    """Type a ``--where`` filter for one family's specs, or refuse it (SpecError, exit 2).
+
+    An unknown field is refused (naming the family's fields), and so is a value that does
+    not parse as the field's annotated type: int fields take a decimal integer (``64``),
+    bool fields ``true``/``false`` (JSON; Python's ``True``/``False`` are accepted too),
+    str fields the text as given (or a JSON string, ``"fma"``). A value already typed (the
+    library API) must have exactly the field's type: ``1`` is not a bool, ``64.0`` not an int.
+    """
+    types = spec_field_types(family)
+    out: dict[str, Any] = {}
+    for name, value in where.items():
+        if name not in types:
+            raise SpecError(f"--where {name}=...: family {family} specs have no field {name!r} "
+                            f"(fields: {', '.join(sorted(types))}; narrow the families with --family)")
+        out[name] = _typed(family, name, types[name], value)
+    return out
+
+
+def _typed(family: str, name: str, typ: type, value: Any) -> Any:
+    accepted = {bool: "true or false", int: "an integer such as 64", str: "text such as fma"}.get(typ)
+    if accepted is None:
+        raise SpecError(f"--where {name}: family {family} field {name!r} has type {typ!r}, which --where cannot compare")
+    problem = f"--where {name}={value!r}: family {family} field {name!r} is {typ.__name__}; give {accepted}"
+    if not isinstance(value, str):
+        if type(value) is not typ:
+            raise SpecError(problem)
+        return value
+    if typ is bool:
+        if value.strip() not in _BOOL_WORDS:
+            raise SpecError(problem)
+        return _BOOL_WORDS[value.strip()]
+    if typ is int:
+        if not _INT.fullmatch(value.strip()):
+            raise SpecError(problem)
+        return int(value)
+    if value.startswith('"'):
+        try:
+            text = json.loads(value)
+        except json.JSONDecodeError:
+            raise SpecError(problem) from None
+        if not isinstance(text, str):
+            raise SpecError(problem)
+        return text
+    return value
 
 
 def _dedupe(jobs: Iterable[Job]) -> list[Job]:

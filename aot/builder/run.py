@@ -6,6 +6,8 @@
                           ▼
     driver thread:  ok      -> store.put(inputs, code object, metadata, provenance)
                     failure -> store.put_failure(...)   (not for timeouts: they may be load)
+                    RockeError (CompileError, ...): its message; anything else (a bug):
+                    its full traceback in the failure row and logged (logger rocke_aot.aot.builder.run)
                     every result is written as it lands, so a build killed with SIGKILL
                     resumes with only the missing keys
 
@@ -15,10 +17,12 @@ real toolchain invocations in this process: a no-op rebuild leaves it unchanged.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import threading
 import time
+import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +34,8 @@ from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.errors import CompileTimeout, RockeError
+
+_log = logging.getLogger(__name__)
 
 _COMPILES = 0
 _COMPILES_LOCK = threading.Lock()
@@ -154,8 +160,13 @@ def execute(plan: Plan, store, *, jobs: int | None = None, timeout: float = 300.
                         store.put_failure(job.inputs, msg, getattr(e, "log", "") or str(e))
                     status = "failed"
                 except Exception as e:  # a bug or a lost worker: one failure, the build goes on
-                    msg = _first_line(e)
-                    outcome.failed.append((job, msg))
+                    # Unexpected: the first line alone cannot be debugged, so the traceback goes
+                    # into the failure row (error and log) and the process log.
+                    trace = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+                    _log.error("build job %s (%s) raised an unexpected %s:\n%s",
+                               job.label, job.key, type(e).__name__, trace.rstrip())
+                    outcome.failed.append((job, f"{_first_line(e)} (unexpected; traceback in the failure record)"))
+                    store.put_failure(job.inputs, f"{_first_line(e)}\n{trace}", trace)
                     status = "failed"
                 else:
                     store.put(job.inputs, out.code_object, ir_sha256=out.ir_sha256,

@@ -7,6 +7,12 @@
       │     {"kind": <other>, ...}  -> <kind module>.from_registry(entry)
       └── <kind module>.discover()                         auto-discovered ones (e.g. a COMGR library)
 
+    toolchain_for(lane, target)  -> the ONE choice of compiler for (lane, target), used by both
+                                    `rocke-aot compile` and the builder's plan: the first usable
+                                    toolchain of the lane (discovery order) whose detected arches
+                                    include the target's processor; else ToolchainError naming the
+                                    lane and what was found
+
     install_lane("llvm20")  -> venv $ROCKE_AOT_HOME/lanes/llvm20 + pip install llvmlite==0.46.0
                                -> detect -> must resolve to the lane asked for -> register
 
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
@@ -34,7 +41,7 @@ from rocke_aot.paths import home
 
 __all__ = [
     "CompileResult", "Toolchain", "ToolchainInfo", "LlvmliteToolchain",
-    "detect_all", "toolchains_for_lane", "install_lane", "register", "unregister", "registry_path",
+    "detect_all", "toolchains_for_lane", "toolchain_for", "install_lane", "register", "unregister", "registry_path",
 ]
 
 # kind -> module implementing discover()/from_registry(); llvmlite is built in.
@@ -129,6 +136,34 @@ def toolchains_for_lane(lane: object, toolchains: list[Toolchain] | None = None)
     lane = get_lane(lane)
     pool = detect_all() if toolchains is None else toolchains
     return [tc for tc in pool if tc.detect().usable and tc.detect().lane == lane.name]
+
+
+def toolchain_for(lane: object, target: object | None = None,
+                  toolchains: list[Toolchain] | None = None) -> Toolchain:
+    """The toolchain that compiles ``lane`` for ``target``: the first usable toolchain
+    qualified for the lane (discovery order) whose detected arches include the target's
+    processor. ``target=None`` asks only whether the lane has any usable toolchain here.
+
+    Both `rocke-aot compile` and the build plan choose through this function, so a
+    combination one of them refuses the other refuses too, with the same message.
+    Raises ToolchainError naming the lane and what was found (LaneError for an unknown
+    lane, SpecError for a malformed target).
+    """
+    lane = get_lane(lane)
+    pool = detect_all() if toolchains is None else toolchains
+    found = toolchains_for_lane(lane, pool)
+    if not found:
+        hint = f"`rocke-aot toolchain install {lane.name}`" if lane.name in INSTALL_RECIPES else "`rocke-aot toolchains`"
+        raise ToolchainError(f"{lane.name}: no LLVM {lane.major} toolchain on this host (see {hint})")
+    if target is None:
+        return found[0]
+    processor = Target.parse(target).processor
+    for tc in found:
+        if processor in tc.detect().arches:
+            return tc
+    seen = "; ".join(f"{i.kind} LLVM {i.llvm_version} at {i.location} targets {' '.join(i.arches) or 'nothing'}"
+                     for i in (tc.detect() for tc in found))
+    raise ToolchainError(f"{lane.name}: no toolchain here can target {processor} (found: {seen})")
 
 
 def register(entry: dict) -> Toolchain:
