@@ -67,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from rocke_aot.aot.builder import build, make_plan
-    from rocke_aot.aot.builder.plan import parse_where
+    from rocke_aot.aot.builder.plan import parse_where, where_for
     from rocke_aot.aot.lower import lower
     from rocke_aot.targets import Target
     from rocke_aot.aot.toolchains import detect_all, toolchains_for_lane
@@ -77,7 +77,7 @@ def main() -> None:
     target = Target.parse(args.arch)
     tcs = detect_all()
     tc = toolchains_for_lane(args.lane, tcs)[0]
-    where = parse_where(args.where)
+    where = where_for(args.family, parse_where(args.where))  # typed as the builder types it
     specs = [s for s in table.enumerate_specs(args.family, target.processor, args.lane)
              if all(s.to_dict().get(k) == v for k, v in where.items())]
     kernels = [lower(args.family, s, target, args.lane) for s in specs]

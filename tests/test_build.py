@@ -1,4 +1,5 @@
-"""The builder end to end: real binary, real compilers, real SQLite cache."""
+"""The builder end to end: real compilers, real SQLite cache; the real binary where a fresh
+process matters (first build, no-op rebuild, SIGKILL, an LLVM abort), CliRunner elsewhere."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_dry_run_plans_without_compiling(cache_url, llvm22):
     r = CliRunner().invoke(cli, ["build", "--family", "gemm", "--arch", "gfx942", "--lane", "llvm22",
                                  "--cache", cache_url, "--dry-run", "--json"])
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert s["planned"] > 0 and s["to_build"] == s["planned"] and s["built"] == 0 and s["compiles"] == 0
 
 
@@ -99,7 +100,7 @@ def test_lane_without_toolchain_is_a_named_skip(cache_url, llvm22, all_toolchain
     r = CliRunner().invoke(cli, ["build", "--family", "gemm", "--arch", "gfx942", "--lane", "llvm23",
                                  "--cache", cache_url, "--json"])
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert s["skipped"] == [{"lane": "llvm23",
                              "reason": "llvm23: no LLVM 23 toolchain on this host (see `rocke-aot toolchains`)"}]
     assert s["built"] == 0 and s["planned"] == 0 and "llvm23" not in s["lanes"]
@@ -111,13 +112,13 @@ def test_lane_without_toolchain_is_a_named_skip(cache_url, llvm22, all_toolchain
     (["--arch", "gfx942:xnack"], "malformed target feature"),
 ])
 def test_bad_input_exits_2(cache_url, args, msg):
-    p = run_cli("build", *args, "--cache", cache_url)
-    assert p.returncode == 2 and msg in p.stderr
+    r = CliRunner().invoke(cli, ["build", *args, "--cache", cache_url])
+    assert r.exit_code == 2 and msg in r.stderr
 
 
 def test_unknown_family_is_a_named_error(cache_url):
-    p = run_cli("build", "--arch", "gfx942", "--family", "nope", "--cache", cache_url)
-    assert p.returncode == 2 and "unknown family 'nope'" in p.stderr
+    r = CliRunner().invoke(cli, ["build", "--arch", "gfx942", "--family", "nope", "--cache", cache_url])
+    assert r.exit_code == 2 and r.stderr.startswith("Error: unknown family 'nope'")
 
 
 def test_sigkill_mid_build_then_rerun_completes(cache_url, llvm22):
