@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from rocke_aot.aot.builder import build, make_plan
 from rocke_aot.aot.builder.plan import choose_lanes, parse_where, spec_json
 from rocke_aot.lanes import get_lane
-from rocke_aot.aot.lower import lowering_digest
 from rocke_aot.targets import Target
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, artifact_key, canonical_json
 from rocke_aot.cache.store import Store
