@@ -51,7 +51,7 @@ class ArchInfo:
     has_agprs: bool  # accumulation VGPRs (gfx90a+ MFMA), counted with VGPRs in a unified file
     target_features: tuple[str, ...]  # target-ID features the processor accepts (sramecc, xnack)
     product: str
-    matrix_unit: str | None = None  # "mfma" (gfx9), "wmma" (gfx1250), None (no matrix path wired)
+    matrix_unit: str | None = None  # "mfma" (gfx9), "wmma" (gfx1250), "mma" (sm_90 mma.sync), None
     max_block: int = 1024  # most work-items per work-group
     static_lds_bytes: int | None = None  # static allocation limit when below lds_bytes (CUDA: 48 KiB)
     sgpr_specials: int = 0  # special SGPRs (VCC, FLAT_SCRATCH, XNACK_MASK) metadata .sgpr_count adds
@@ -143,7 +143,7 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         ),
         "sm_90": ArchInfo(
             "sm_90", "nvptx64", 32, 227 * 1024, 132, 255, 0, False, (),
-            "NVIDIA H200 SXM", None, 1024, 48 * 1024,
+            "NVIDIA H200 SXM", "mma", 1024, 48 * 1024,
             sources=_src(
                 wave_size="CUDA C Programming Guide: warp size 32",
                 lds_bytes="CUDA C Programming Guide, compute capability 9.0: 227 KiB shared memory "
@@ -153,7 +153,8 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                 cu_count="NVIDIA H200 SXM data sheet: 132 SMs",
                 max_vgprs="CUDA C Programming Guide, compute capability 9.0: 255 registers per thread",
                 max_block="CUDA C Programming Guide: 1024 threads per block",
-                matrix_unit="none wired: sm_90 is the fma qualification path",
+                matrix_unit="PTX ISA: warp-level mma.sync m16n8k16 f16/bf16 (sm_80+); measured: "
+                            "llvm.nvvm.mma.m16n8k16.row.col.f32.f32 / .bf16 select on LLVM 20.1 and 22.1",
             ),
         ),
     }

@@ -74,6 +74,8 @@ CAPABILITIES = MappingProxyType(
         "mfma:f16": "gfx9 MFMA f16 intrinsics (llvm.amdgcn.mfma.f32.*f16)",
         "mfma:gfx950": "gfx950 MFMA (llvm.amdgcn.mfma.f32.32x32x16.f16/bf16)",
         "wmma:gfx1250": "gfx1250 WMMA (llvm.amdgcn.wmma.f32.16x16x32.f16/bf16)",
+        "mma:sm_90": "NVPTX warp-level mma.sync m16n8k16 f16/bf16 -> f32 "
+        "(llvm.nvvm.mma.m16n8k16.row.col.f32.f32 / .bf16; measured on LLVM 20.1 and 22.1)",
         "ptr-captures-attr": "understands the captures(...) parameter attribute",
         "triple:amdgpu-subarch": "AMDGPU triples name the subarch (amdgpu9.50-amd-amdhsa for gfx950): "
         "LLVM 24 deprecates amdgcn-amd-amdhsa, LLVM 22 rejects the subarch form",
@@ -116,6 +118,14 @@ _INTRINSICS_COMMON = dict(
                             ("<8 x bfloat>", "<8 x bfloat>", "<16 x float>") + _MFMA_ARGS),
     fmuladd_f32=("llvm.fmuladd.f32", "float", ("float", "float", "float")),
     tid_x=("llvm.nvvm.read.ptx.sreg.tid.x", "i32", ()),
+    # NVPTX mma.sync m16n8k16, f32 accumulate. The f16 form is named by its D and C types
+    # (".f32.f32"; ".f32.f16" is no intrinsic: LLVM emits it as an external call); the bf16 form
+    # by its input type, with A and B as .b32 registers of two bf16 each. Both LLVM 20.1.8 and
+    # 22.1.0 select mma.sync.aligned.m16n8k16.row.col.f32.{f16.f16,bf16.bf16}.f32 from these.
+    mma_f32_16x8x16_f16=("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", "{float, float, float, float}",
+                         ("<2 x half>",) * 6 + ("float",) * 4),
+    mma_f32_16x8x16_bf16=("llvm.nvvm.mma.m16n8k16.row.col.bf16", "{float, float, float, float}",
+                          ("i32",) * 6 + ("float",) * 4),
     ctaid_x=("llvm.nvvm.read.ptx.sreg.ctaid.x", "i32", ()),
 )
 # LLVM 21 replaced llvm.nvvm.barrier0 by llvm.nvvm.barrier.cta.sync.aligned.all(i32 id);
@@ -200,7 +210,8 @@ class Lane:
 
 
 _COMMON = frozenset(
-    {"target:gfx90a", "target:gfx942", "target:gfx950", "target:sm_90", "mfma:f16", "mfma:gfx950"}
+    {"target:gfx90a", "target:gfx942", "target:gfx950", "target:sm_90", "mfma:f16", "mfma:gfx950",
+     "mma:sm_90"}
 )
 
 PROFILES: Mapping[str, Profile] = MappingProxyType(
@@ -232,7 +243,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
         "llvm24": Profile(
             "llvm24",
             MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM24}),
-            (_COMMON - {"target:sm_90"})
+            (_COMMON - {"target:sm_90", "mma:sm_90"})
             | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr", "triple:amdgpu-subarch",
                "target-id:module-flags"},
             "LLVM 24: datalayout adds p10..p15; subarch triples; xnack/sramecc as module flags",

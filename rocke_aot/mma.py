@@ -23,6 +23,12 @@ Layout sources (wave64 MFMA, one block: G = W // M lane groups, kpl = K // G):
   and 24..31 (AMD's GFX12.5 "16-bit A-matrix 16x32" table): element j is
   K = 16*(j//8) + 8*(l//16) + j%8. B mirrors it with the column l%16. The 16x16 f32
   result: register r of lane l holds D[8*(l//16) + r][l%16].
+- NVPTX mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.f32 (sm_80+, warp of 32; PTX ISA
+  "Matrix Fragments for mma.m16n8k16 with floating point type"): with g = l // 4 (groupID)
+  and t = l % 4 (threadID_in_group), A element j (a0..a7, two per .b32 register, the lower
+  index in the low half) is A[g + 8*((j//2)%2)][2t + j%2 + 8*(j//4)]; B element j (b0..b3)
+  is B[2t + j%2 + 8*(j//2)][g]; result register r (c0..c3) is D[g + 8*(r//2)][2t + r%2].
+  Unlike MFMA/WMMA, M != N here: B holds k*n/32 = 4 elements per lane, A 8.
 """
 
 from __future__ import annotations
@@ -39,8 +45,8 @@ from rocke_aot.errors import CapabilityError
 @dataclass(frozen=True)
 class MmaInstr:
     key: str  # the profile's intrinsic key
-    mnemonic: str  # what llvm-objdump prints for gfx940 and newer
-    kind: str  # "mfma" | "wmma"
+    mnemonic: str  # what llvm-objdump prints for gfx940 and newer; NVPTX: the PTX instruction
+    kind: str  # "mfma" | "wmma" (AMDGPU) | "mma" (NVPTX mma.sync)
     m: int
     n: int
     k: int
@@ -60,11 +66,17 @@ class MmaInstr:
         return self.m * self.k // self.wave_size
 
     @property
+    def b_per_lane(self) -> int:
+        return self.k * self.n // self.wave_size
+
+    @property
     def acc_per_lane(self) -> int:
         return self.m * self.n // self.wave_size
 
     # -- the index maps (lane: int, numpy array or module.Sym; j / r: Python int) --------
     def a_coord(self, lane: Any, j: int) -> tuple[Any, Any]:
+        if self.kind == "mma":
+            return lane // 4 + 8 * ((j // 2) % 2), (lane % 4) * 2 + (j % 2 + 8 * (j // 4))
         if self.kind == "wmma":
             return lane % 16, (lane // 16) * 8 + (16 * (j // 8) + j % 8)
         groups = self.wave_size // self.m
@@ -72,6 +84,8 @@ class MmaInstr:
         return lane % self.m, (lane // self.m) * kpl + j
 
     def b_coord(self, lane: Any, j: int) -> tuple[Any, Any]:
+        if self.kind == "mma":
+            return (lane % 4) * 2 + (j % 2 + 8 * (j // 2)), lane // 4
         if self.kind == "wmma":
             return (lane // 16) * 8 + (16 * (j // 8) + j % 8), lane % 16
         groups = self.wave_size // self.n
@@ -79,6 +93,8 @@ class MmaInstr:
         return (lane // self.n) * kpl + j, lane % self.n
 
     def d_coord(self, lane: Any, r: int) -> tuple[Any, Any]:
+        if self.kind == "mma":
+            return lane // 4 + 8 * (r // 2), (lane % 4) * 2 + r % 2
         if self.kind == "wmma":
             return (lane // 16) * 8 + r, lane % 16
         groups = self.wave_size // self.n
@@ -105,6 +121,11 @@ INSTRS: Mapping[str, MmaInstr] = MappingProxyType({
                  "f16", "wmma:gfx1250"),
         MmaInstr("wmma_f32_16x16x32_bf16", "v_wmma_f32_16x16x32_bf16", "wmma", 16, 16, 32, 32,
                  "bf16", "wmma:gfx1250"),
+        # sm_90 tensor cores through mma.sync (what ptxas/cuobjdump print as HMMA.16816.F32[.BF16])
+        MmaInstr("mma_f32_16x8x16_f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "mma",
+                 16, 8, 16, 32, "f16", "mma:sm_90"),
+        MmaInstr("mma_f32_16x8x16_bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "mma",
+                 16, 8, 16, 32, "bf16", "mma:sm_90"),
     )
 })
 
@@ -121,6 +142,8 @@ _BY_ARCH: Mapping[tuple[str, str, str], Mapping[str, str]] = MappingProxyType({
                                  "16x16x16": "mfma_f32_16x16x16bf16_1k"},
     ("gfx1250", "wmma", "f16"): {"16x16x32": "wmma_f32_16x16x32_f16"},
     ("gfx1250", "wmma", "bf16"): {"16x16x32": "wmma_f32_16x16x32_bf16"},
+    ("sm_90", "mma", "f16"): {"16x8x16": "mma_f32_16x8x16_f16"},
+    ("sm_90", "mma", "bf16"): {"16x8x16": "mma_f32_16x8x16_bf16"},
 })
 
 
@@ -149,7 +172,7 @@ def fragments(instr: MmaInstr, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray
     """Per-lane operand registers [lane, j] for A (m x k) and B (k x n), by the layout."""
     lane = np.arange(instr.wave_size)
     fa = np.stack([a[instr.a_coord(lane, j)] for j in range(instr.a_per_lane)], axis=1)
-    fb = np.stack([b[instr.b_coord(lane, j)] for j in range(instr.a_per_lane)], axis=1)
+    fb = np.stack([b[instr.b_coord(lane, j)] for j in range(instr.b_per_lane)], axis=1)
     return fa, fb
 
 
@@ -176,6 +199,6 @@ def _gather(instr: MmaInstr, frag: np.ndarray, coord, shape: tuple[int, int], co
 def execute(instr: MmaInstr, fa: np.ndarray, fb: np.ndarray, fc: np.ndarray) -> np.ndarray:
     """What the instruction does to lane registers: D = A x B + C, in register form."""
     a = _gather(instr, fa, instr.a_coord, (instr.m, instr.k), instr.a_per_lane)
-    b = _gather(instr, fb, instr.b_coord, (instr.k, instr.n), instr.a_per_lane)
+    b = _gather(instr, fb, instr.b_coord, (instr.k, instr.n), instr.b_per_lane)
     c = _gather(instr, fc, instr.d_coord, (instr.m, instr.n), instr.acc_per_lane)
     return accumulator(instr, a @ b + c)

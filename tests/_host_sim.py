@@ -8,15 +8,17 @@
             workgroup fences, target attributes -> dropped (the Python barrier orders memory)
             fptrunc to bfloat        -> sim_f2bf: round to nearest even in integers, NaN kept
                                         (no x86 libcall needed)
-            mfma / wmma calls        -> sim_mma_<i>: spill the operands, call sim_mma
+            mfma / wmma / nvvm.mma   -> sim_mma_<i>: spill the operands, call sim_mma
         --MCJIT--> .launch(grid, *args): one OS thread per work-item, blocks one after
             another; ndarray args pass their buffer, ints pass as they are (a pointer too)
 
 Matrix instructions rendezvous per wave: every lane deposits its operand registers, one
-lane runs aot.lower.mma.execute (the numpy model of the instruction's documented lane
-layout, checked by tests/test_mma_layouts.py) and every lane takes its results back. So
-index maps, LDS staging, guards and epilogues are exercised exactly as lowered; LLVM's
-AMDGPU / NVPTX code generation itself is not (the compile and GPU tests cover that).
+lane runs the instruction's reference in tests/_isa_ref.py (written from the vendor
+documents, found by the intrinsic's LLVM name, importing nothing of rocke_aot) and every
+lane takes its results back. So the lowering's fragment maps (rocke_aot/mma.py), its
+register packing (aot/lower/matrix.py), LDS staging, guards and epilogues are checked
+against an implementation they did not produce; LLVM's AMDGPU / NVPTX code generation
+itself is not (the compile and GPU tests cover that).
 
 Used by tests/test_conv_cpu_sim.py and tests/test_gemm_emulated.py.
 """
@@ -30,9 +32,8 @@ import threading
 import llvmlite.binding as llvm
 import numpy as np
 
-from _cuda import decode
+from _isa_ref import REFS, decode16
 
-_MMA_OPERANDS = {"mfma": (0, 1, 2), "wmma": (1, 3, 5)}  # param positions of A, B, C
 _ID_CALLS = {
     "llvm.nvvm.read.ptx.sreg.tid.x": "sim_tid", "llvm.amdgcn.workitem.id.x": "sim_tid",
     "llvm.nvvm.read.ptx.sreg.ctaid.x": "sim_ctaid", "llvm.amdgcn.workgroup.id.x": "sim_ctaid",
@@ -56,20 +57,11 @@ define bfloat @"sim_f2bf"(float %x) {
 """
 
 
-def _instrs_by_intrinsic() -> dict:
-    """LLVM intrinsic name -> aot.lower.mma.MmaInstr, over every registered lane's profile."""
-    from rocke_aot import lanes
-    from rocke_aot import mma
-
-    return {decl.name: mma.INSTRS[key] for lane in lanes.LANES
-            for key, decl in lane.profile.intrinsics.items() if key in mma.INSTRS}
-
-
 def _retarget(text: str) -> tuple[str, list]:
     """sm_90 / AMDGPU kernel IR -> host IR calling the simulator's callbacks.
 
-    Returns the text and the matrix instructions (aot.lower.mma.MmaInstr) it calls, in the
-    order of their callback ids.
+    Returns the text and the matrix instructions it calls (tests/_isa_ref.IsaRef, found by
+    the intrinsic's LLVM name), in the order of their callback ids.
     """
     text = re.sub(r'target triple = "[^"]*"', f'target triple = "{llvm.get_process_triple()}"', text)
     text = re.sub(r'target datalayout = "[^"]*"\n', "", text)
@@ -85,19 +77,25 @@ def _retarget(text: str) -> tuple[str, list]:
     if n_bf:
         text += _F2BF
     instrs = []
-    by_name = _instrs_by_intrinsic()
-    for m in re.finditer(r'^declare (\S+(?: x \w+>)?) @"(llvm\.amdgcn\.(?:mfma|wmma)[\w.]*)"\((.*)\)$',
+    for m in re.finditer(r'^declare (.+?) @"(llvm\.(?:amdgcn\.(?:mfma|wmma)|nvvm\.mma)[\w.]*)"\((.*)\)$',
                          text, flags=re.M):
         ret, name, params = m.group(1), m.group(2), m.group(3)
-        ins = by_name[name]
+        if name not in REFS:
+            raise AssertionError(f"{name}: no reference implementation in tests/_isa_ref.py")
+        ref = REFS[name]
         ptypes = [p.rsplit(" ", 1)[0] for p in params.split(", ")]
-        ia, ib, ic = _MMA_OPERANDS[ins.kind]
         wid = len(instrs)
-        instrs.append(ins)
+        instrs.append(ref)
         args = ", ".join(f"{t} %p{i}" for i, t in enumerate(ptypes))
         body = [f'define {ret} @"sim_mma_{wid}"({args}) {{']
-        for tag, i in (("a", ia), ("b", ib), ("c", ic)):
-            body += [f"  %{tag} = alloca {ptypes[i]}", f"  store {ptypes[i]} %p{i}, ptr %{tag}"]
+        # Each operand's parameters are stored side by side (a struct of them): the registers'
+        # 16-bit elements then lie in memory order, element 0 of register 0 first.
+        for tag, idx in (("a", ref.a_params), ("b", ref.b_params), ("c", ref.c_params)):
+            sty = "{" + ", ".join(ptypes[i] for i in idx) + "}"
+            body.append(f"  %{tag} = alloca {sty}")
+            for f, i in enumerate(idx):
+                body += [f"  %{tag}{f} = getelementptr {sty}, ptr %{tag}, i32 0, i32 {f}",
+                         f"  store {ptypes[i]} %p{i}, ptr %{tag}{f}"]
         body += [f"  %d = alloca {ret}",
                  f'  call void @"sim_mma"(i32 {wid}, ptr %a, ptr %b, ptr %c, ptr %d)',
                  f"  %r = load {ret}, ptr %d", f"  ret {ret} %r", "}"]
@@ -112,8 +110,8 @@ class CpuGrid:
     """Run a lowered kernel on the CPU, block after block, T threads per block.
 
     Matrix instructions rendezvous per wave: every lane deposits its operand registers,
-    one lane runs aot.lower.mma.execute (the numpy model of the instruction's documented
-    lane layout) and every lane takes its result registers back.
+    one lane runs the instruction's tests/_isa_ref.py reference and every lane takes its
+    result registers back.
     """
 
     _lock = threading.Lock()
@@ -151,27 +149,27 @@ class CpuGrid:
         self.kinds = [a.kind for a in kernel.kernargs]
 
     def _mma(self, wid, pa, pb, pc, pd) -> None:
-        from rocke_aot import mma
-
-        ins = self.instrs[wid]
+        ref = self.instrs[wid]
         tid = self.local.tid
         wave, lane = divmod(tid, self.wave_size)
-        n_in, n_acc = ins.a_per_lane, ins.acc_per_lane
+        if ref.wave != self.wave_size:
+            raise AssertionError(f"{ref.intrinsic} runs on {ref.wave} lanes, the kernel's waves have {self.wave_size}")
+        n_acc = ref.d_regs
 
-        def operand(ptr):
-            bits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint16)), (n_in,)).copy()
-            return decode(bits, ins.in_dtype)
+        def operand(ptr, count):
+            bits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint16)), (count,)).copy()
+            return decode16(bits, ref.dtype)
 
         slot = self.slots[wave]
-        slot[("a", lane)] = operand(pa)
-        slot[("b", lane)] = operand(pb)
+        slot[("a", lane)] = operand(pa, ref.a_regs)
+        slot[("b", lane)] = operand(pb, ref.b_regs)
         slot[("c", lane)] = np.ctypeslib.as_array(ctypes.cast(pc, ctypes.POINTER(ctypes.c_float)), (n_acc,)).copy()
         if self.wave_barriers[wave].wait() == 0:
-            lanes_ = range(ins.wave_size)
+            lanes_ = range(ref.wave)
             fa = np.stack([slot[("a", x)] for x in lanes_])
             fb = np.stack([slot[("b", x)] for x in lanes_])
             fc = np.stack([slot[("c", x)] for x in lanes_]).astype(np.float64)
-            slot["d"] = mma.execute(ins, fa, fb, fc)
+            slot["d"] = ref.execute(fa, fb, fc)
         self.wave_barriers[wave].wait()
         out = np.ctypeslib.as_array(ctypes.cast(pd, ctypes.POINTER(ctypes.c_float)), (n_acc,))
         out[:] = slot["d"][lane]

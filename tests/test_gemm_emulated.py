@@ -61,6 +61,13 @@ CASES = [
                          waves=2, vector_width=8)),
     ("gfx1250", GemmSpec(path="wmma", in_dtype="bf16", out_dtype="f32", block_m=16, block_n=32, block_k=64,
                          waves=1, double_buffer=True)),
+    # sm_90 tensor cores (mma.sync m16n8k16): several warps, several tiles per warp, K tail
+    ("sm_90", GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32,
+                       waves=2, vector_width=4)),
+    ("sm_90", GemmSpec(path="mma", in_dtype="bf16", out_dtype="bf16", block_m=16, block_n=16, block_k=16,
+                       waves=1, vector_width=8, double_buffer=True)),
+    ("sm_90", GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=64, block_n=32, block_k=32,
+                       waves=4, vector_width=2, double_buffer=True)),
 ]
 SIZES = [(1, 1, 1), (37, 45, 70), (130, 70, 33)]
 

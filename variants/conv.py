@@ -34,7 +34,7 @@ from rocke_aot.variants._fields import check_types
 from rocke_aot.variants.problems import out_extent
 
 
-PATHS = ("mfma", "wmma", "fma")
+PATHS = ("mfma", "wmma", "mma", "fma")  # mma: NVPTX mma.sync (sm_90)
 PATCH_SIZES = (4, 14, 16)
 COL_TILE = 16  # dgrad_patch: GEMM columns are padded to whole 16-column tiles
 FMA_TARGET_THREADS = 256  # fma: a block aims at this many threads

@@ -27,7 +27,7 @@ from rocke_aot.variants._fields import check_known, check_types
 
 IN_DTYPES = MATRIX_IN_DTYPES
 OUT_DTYPES = DTYPES
-PATHS = ("mfma", "wmma", "fma")
+PATHS = ("mfma", "wmma", "mma", "fma")  # mma: NVPTX mma.sync (sm_90)
 VECTOR_WIDTHS = (1, 2, 4, 8)
 
 
@@ -86,7 +86,7 @@ class GemmSpec:
                 f"and block_n={self.block_n} (loads are vectors along K for A, N for B)"
             )
         if self.path == "fma" and self.mma != "auto":
-            raise SpecError("gemm mma shape only applies to the mfma and wmma paths")
+            raise SpecError("gemm mma shape only applies to the matrix paths (mfma, wmma, mma)")
 
     # -- canonical form ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from rocke_aot.targets import Target
 from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
 from rocke_aot.arch import ARCHES
 
-PATHS = ("mfma", "wmma", "fma")
+PATHS = ("mfma", "wmma", "mma", "fma")
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,8 @@ def require_admitted(family: str, arch: object, lane: object) -> None:
 
 
 def path_admission(target: Target, lane: Lane, path: str) -> Admission:
-    """Which matrix path an (arch, lane) offers: fma everywhere, mfma on gfx9, wmma on gfx1250."""
+    """Which matrix path an (arch, lane) offers: fma everywhere, mfma on gfx9, wmma on gfx1250,
+    mma (mma.sync) on sm_90."""
     unit = target.info.matrix_unit
     if path == "fma":
         return SERVED
@@ -183,6 +184,13 @@ def path_admission(target: Target, lane: Lane, path: str) -> Admission:
                                     f"{unit or 'no matrix unit wired'}")
         if not lane.profile.has("wmma:gfx1250"):
             return Admission(False, f"LLVM {lane.major} ({lane.name}) has no gfx1250 WMMA")
+        return SERVED
+    if path == "mma":
+        if unit != "mma":
+            return Admission(False, f"mma (NVPTX mma.sync) needs sm_90; {target.processor} has "
+                                    f"{unit or 'no matrix unit wired'}")
+        if not lane.profile.has("mma:sm_90"):
+            return Admission(False, f"LLVM {lane.major} ({lane.name}) has no NVPTX mma.sync")
         return SERVED
     raise SpecError(f"unknown path {path!r}; paths: {', '.join(PATHS)}")
 

@@ -12,9 +12,9 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
         step(acc, ksteps) -> acc      ksteps reduction indices from the current LDS contents
             fma   thread t: row t % ROWS, columns (t // ROWS) * per + 0..per-1;
                   llvm.fmuladd.f32 per (kk, column)
-            mfma/wmma  wave w: tiles w, w + W, ... of the ROWS x COLS tile; fragment element j
-                  of lane l read at mma.MmaInstr.a_coord / b_coord (the maps the numpy model in
-                  rocke_aot/mma.py checks); results stored at d_coord
+            mfma/wmma/mma  wave (warp) w: tiles w, w + W, ... of the ROWS x COLS tile; fragment
+                  element j of lane l read at mma.MmaInstr.a_coord / b_coord (rocke_aot/mma.py),
+                  the instruction called through aot/lower/matrix.py; results stored at d_coord
         epilogue(acc)                 every accumulator through the family's store()
     loop(b, count, carried, body)     a counted loop whose carried values are phis
     lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
@@ -38,7 +38,8 @@ import llvmlite.ir as ir
 from rocke_aot import lanes
 from rocke_aot import mma
 from rocke_aot.aot.lower import kernel_for
-from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel, Sym, parse_type
+from rocke_aot.aot.lower.matrix import call_matrix
+from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
@@ -124,10 +125,6 @@ class ConvLowering:
         if self.instr is not None:
             self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
                                             op=f"{spec.family} {spec.path} ({self.instr.mnemonic})")
-            decl = self.kb.profile.intrinsic(self.instr.key)
-            wm = self.instr.kind == "wmma"
-            self.a_ty = parse_type(decl.params[1 if wm else 0])
-            self.b_ty = parse_type(decl.params[3 if wm else 1])
             self.ntn = cols // self.instr.n
             self.ntiles = (rows // self.instr.m) * self.ntn
             self.waves = geo.threads // geo.wave_size
@@ -242,20 +239,15 @@ class ConvLowering:
             for i in range(self.tiles_per_wave):
                 r0, c0 = self.mma_tile(i)
                 va = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
-                vb = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+                vb = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
                 for j in range(ins.a_per_lane):
                     r, kk = ins.a_coord(lane, j)
                     va = b.insert_element(va, self.lds_load(self.lds, a_addr(r0 + r, kk + ks * ins.k)), c32(j))
+                for j in range(ins.b_per_lane):
                     kr, c = ins.b_coord(lane, j)
                     vb = b.insert_element(vb, self.lds_load(self.lds, b_addr(kr + ks * ins.k, c0 + c)), c32(j))
-                out[i] = b.call(self.mma_fn, self._mma_args(b.bitcast(va, self.a_ty), b.bitcast(vb, self.b_ty), out[i]))
+                out[i] = call_matrix(self.kb, self.mma_fn, ins, va, vb, out[i])
         return out
-
-    def _mma_args(self, a: ir.Value, bv: ir.Value, c: ir.Value) -> list[ir.Value]:
-        if self.instr.kind == "wmma":  # neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b
-            f = ir.Constant(I1, 0)
-            return [f, a, f, bv, ir.Constant(I16, 0), c, f, f]
-        return [a, bv, c, c32(0), c32(0), c32(0)]  # cbsz, abid, blgp
 
     def epilogue(self, acc: list[ir.Value], store: Callable[[Sym, Sym, ir.Value], None]) -> None:
         if self.instr is None:
@@ -287,7 +279,8 @@ def lower_conv(cls: type[ConvLowering], spec, target: object, lane: object) -> L
     # Refuse on capability first: gfx1250 on llvm20 names the op, before any geometry.
     lanes.require(lane, capability=f"target:{target.processor}", op=f"{family} for {target.id}")
     if spec.path != "fma":
-        if not target.is_amdgpu:
+        # mfma / wmma are AMDGPU instructions, mma (mma.sync) an NVPTX one
+        if (spec.path == "mma") == target.is_amdgpu:
             raise CapabilityError(f"{family} path {spec.path} is not available on {target.processor}")
         instr = mma.select(target.processor, spec.path, spec.dtype)
         lanes.require(lane, capability=instr.capability, op=f"{family} {spec.path} ({instr.mnemonic})")

@@ -13,9 +13,11 @@
            exit:   every accumulator element, guarded by row < M and col < N, converted, stored
       compute:
            fma        each thread a thread_m x thread_n micro tile, llvm.fmuladd.f32
-           mfma/wmma  each wave tiles_m x tiles_n instruction tiles; the fragment of lane l is
-                      read from LDS at the coordinates mma.MmaInstr.a_coord/b_coord give, and
-                      results are stored at d_coord: the same maps the numpy model checks.
+           mfma/wmma/mma  each wave (a warp on sm_90) tiles_m x tiles_n instruction tiles;
+                      the fragment of lane l is read from LDS at the coordinates
+                      mma.MmaInstr.a_coord/b_coord give, the instruction is called through
+                      aot/lower/matrix.py (its operand convention), results are stored at
+                      d_coord. mma (sm_90 mma.sync m16n8k16) is the same code with its maps.
 
 Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
 a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the
@@ -31,7 +33,8 @@ import llvmlite.ir as ir
 from rocke_aot import lanes
 from rocke_aot import mma
 from rocke_aot.aot.lower import kernel_for
-from rocke_aot.aot.lower.module import BF16, F16, F32, I1, I16, I32, KernelModule, LoweredKernel, Sym, parse_type
+from rocke_aot.aot.lower.matrix import call_matrix
+from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.gemm import GemmGeometry, GemmSpec
@@ -175,9 +178,6 @@ class _GemmLowering:
         lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
         wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
         wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
-        decl = self.kb.profile.intrinsic(ins.key)
-        a_ty, b_ty = parse_type(decl.params[1 if ins.kind == "wmma" else 0]), parse_type(
-            decl.params[3 if ins.kind == "wmma" else 1])
 
         def k_step(ks: Sym | int, out: list[ir.Value]) -> list[ir.Value]:
             k0 = ks * ins.k
@@ -188,26 +188,20 @@ class _GemmLowering:
                     r, c = ins.a_coord(lane, j)
                     x = self.lds_load(a_off + (wm0 + i * ins.m + r) * s.block_k + (c + k0))
                     vec = self.b.insert_element(vec, x, _c32(j))
-                afr.append(self.b.bitcast(vec, a_ty))
+                afr.append(vec)
             bfr = []
             for t in range(g.tiles_n):
-                vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
-                for j in range(ins.a_per_lane):
+                vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
+                for j in range(ins.b_per_lane):
                     kr, c = ins.b_coord(lane, j)
                     x = self.lds_load(b_off + (kr + k0) * s.block_n + (wn0 + t * ins.n + c))
                     vec = self.b.insert_element(vec, x, _c32(j))
-                bfr.append(self.b.bitcast(vec, b_ty))
-            return [self.b.call(self.mma_fn, self.mma_args(afr[i], bfr[t], out[i * g.tiles_n + t]))
+                bfr.append(vec)
+            return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
                     for i in range(g.tiles_m) for t in range(g.tiles_n)]
 
         steps = s.block_k // ins.k
         return k_step(0, list(acc)) if steps == 1 else self.kb.loop(steps, list(acc), k_step, name="ks")
-
-    def mma_args(self, a: ir.Value, b: ir.Value, c: ir.Value) -> list[ir.Value]:
-        if self.instr.kind == "wmma":  # neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b
-            f = ir.Constant(I1, 0)
-            return [f, a, f, b, ir.Constant(I16, 0), c, f, f]
-        return [a, b, c, _c32(0), _c32(0), _c32(0)]  # cbsz, abid, blgp
 
     # -- epilogue -----------------------------------------------------------------------
     def store_out(self, row: Sym, col: Sym, value: ir.Value) -> None:
@@ -287,8 +281,9 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
         raise TypeError(f"lower_gemm needs a GemmSpec, got {type(spec).__name__}")
     # Refuse on capability before the arch-dependent layout: gfx1250 on llvm20 names the op.
     lanes.require(lane, capability=f"target:{target.processor}", op=f"gemm for {target.id}")
-    if spec.path == "wmma" or spec.path == "mfma":
-        if not target.is_amdgpu:
+    if spec.path != "fma":
+        # mfma / wmma are AMDGPU instructions, mma (mma.sync) an NVPTX one
+        if (spec.path == "mma") == target.is_amdgpu:
             raise CapabilityError(f"gemm path {spec.path} is not available on {target.processor}")
         instr = mma.select(target.processor, spec.path, spec.in_dtype, spec.mma)
         lanes.require(lane, capability=instr.capability, op=f"gemm {spec.path} ({instr.mnemonic_for(target.processor)})")
@@ -316,5 +311,5 @@ FAMILY = _family()
 
 def paths_for(processor: str, in_dtype: str = "f16") -> tuple[str, ...]:
     """The gemm paths the lowering implements on a processor (lane capabilities aside)."""
-    matrix = tuple(p for p in ("mfma", "wmma") if mma.shapes_for(processor, p, in_dtype))
+    matrix = tuple(p for p in ("mfma", "wmma", "mma") if mma.shapes_for(processor, p, in_dtype))
     return matrix + ("fma",)

@@ -73,10 +73,13 @@ _VEC_RE = re.compile(r"^<(\d+) x ([a-z0-9]+)>$")
 
 
 def parse_type(text: str) -> ir.Type:
-    """The llvmlite type of a profile's type text ("<16 x float>", "i32", "ptr addrspace(3)")."""
+    """The llvmlite type of a profile's type text ("<16 x float>", "i32", "ptr addrspace(3)",
+    "{float, float}": a literal struct, what NVPTX mma.sync intrinsics return)."""
     text = text.strip()
     if text in _SCALARS:
         return _SCALARS[text]
+    if text.startswith("{") and text.endswith("}"):
+        return ir.LiteralStructType([parse_type(t) for t in text[1:-1].split(",")])
     m = _VEC_RE.match(text)
     if m and m.group(2) in _SCALARS:
         return ir.VectorType(_SCALARS[m.group(2)], int(m.group(1)))

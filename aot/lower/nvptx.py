@@ -8,6 +8,9 @@
         .barrier()                 the profile's CTA barrier: llvm.nvvm.barrier0 (LLVM 20) or
                                    llvm.nvvm.barrier.cta.sync.aligned.all(i32 0) (LLVM 21+)
         .shared_array(...)         shared memory, addrspace(3)
+        .matrix_op(key, cap, op)   capability check + declaration of an mma.sync intrinsic
+                                   (llvm.nvvm.mma.m16n8k16.row.col.*; called through
+                                   aot/lower/matrix.py call_matrix)
         .finish()                  launch bounds: !nvvm.annotations maxntidx = block size, so
                                    ptxas budgets registers for the block the kernel is launched
                                    with (without it a register-heavy kernel assembles fine and
@@ -67,7 +70,16 @@ class NvptxKernel(KernelModule):
         return gv
 
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
-        raise CapabilityError(f"{op}: no matrix instructions are wired for {self.target.id}")
+        """Declare an NVPTX matrix intrinsic (mma.sync) after checking the lane allows it.
+
+        Refused before LLVM: an AMDGPU instruction here would reach the NVPTX back end as an
+        unknown intrinsic (an external call, or an abort in instruction selection).
+        """
+        self.require(capability=capability, op=op)
+        name = self.profile.intrinsic(key).name
+        if not name.startswith("llvm.nvvm."):
+            raise CapabilityError(f"{op}: {name} is not an NVPTX instruction; {self.target.id} cannot run it")
+        return self.declare(key)
 
     def finish(self) -> str:
         self.kernel.attributes.add("nounwind")

@@ -11,7 +11,7 @@ from rocke_aot.targets import Target
 
 
 def matrix_paths(target: Target, lane: Lane) -> tuple[str, ...]:
-    """fma everywhere, plus the arch's matrix unit (mfma on gfx9, wmma on gfx1250).
+    """fma everywhere, plus the arch's matrix unit (mfma on gfx9, wmma on gfx1250, mma on sm_90).
 
     Whether the lane's profile has the intrinsics is decided by table.path_admission,
     which refuses with the reason; this only says what the family implements.
