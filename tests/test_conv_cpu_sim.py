@@ -1,4 +1,4 @@
-"""The conv lowerings' IR (sm_90 fma; gfx942/gfx950 mfma, gfx1250 wmma) run on this host's CPU vs numpy.
+"""The conv lowerings' IR (sm_90 fma and mma; gfx942/gfx950 mfma, gfx1250 wmma) run on this host's CPU vs numpy.
 
 No GPU is needed: the exact IR the NVPTX path compiles (same lowering, same index
 algebra, same guards, same barriers) is retargeted to the host and JIT-compiled with
@@ -8,12 +8,14 @@ would show up as wrong numbers. Only the triple, datalayout, address spaces, the
 target attributes and the id/barrier intrinsics change; tests/test_conv_gpu.py runs
 the sm_90 IR on a real H200.
 
-The AMDGPU matrix paths run the same way: each mfma/wmma call becomes a per-wave
-rendezvous where the wave's operand registers go through aot.lower.mma.execute, the
-numpy model of the instruction's documented lane layout (tests/test_mma_layouts.py
-checks that model). So these tests prove the conv index maps, LDS staging, guards and
-epilogues of every path; that the model matches the silicon is the layout tests' job,
-and a GPU run's. The simulator (CpuGrid) is tests/_host_sim.py, shared with
+The matrix paths run the same way: each mfma/wmma/mma.sync call becomes a per-wave
+rendezvous where the wave's operand registers go through the instruction's reference in
+tests/_isa_ref.py (written from the vendor documents, importing nothing of rocke_aot;
+tests/test_mma_layouts.py pins rocke_aot/mma.py's maps to it). So these tests prove the
+conv index maps, register packing, LDS staging, guards and epilogues of every path, and
+test_a_perturbed_operand_map_fails_the_conv_simulation shows a wrong map is caught. That
+the reference matches the silicon is a GPU run's job (sm_90: tests/test_conv_gpu.py).
+Tolerances are derived from the dtypes and the reduction length (error_bound below). The simulator (CpuGrid) is tests/_host_sim.py, shared with
 tests/test_gemm_emulated.py.
 """
 
@@ -59,6 +61,41 @@ def _rand(rng, shape):
     return rng.standard_normal(shape).astype(np.float16)
 
 
+# -- the tolerance, derived (replaces a flat rtol 2e-2) ---------------------------------------
+# Each output is s = sum of `terms` products x*w of 16-bit inputs, accumulated in f32, then
+# rounded to the 16-bit output type. The reference `ref` is the same sum in float64 of the
+# same 16-bit values (exact to ~2^-53, negligible here), and `absref` the sum of |x*w|.
+#  1. A product of two f16 (11-bit significands) or two bf16 (8-bit) values is exact in f32
+#     (24 bits), so the only f32 error is the accumulation: summing n terms in ANY order
+#     (fma chains, tree sums, the simulator's matrix instruction rounding a float64 partial
+#     sum once per instruction -- fewer roundings) errs by at most gamma_n * sum|x*w| with
+#     gamma_n = n*u / (1 - n*u), u = 2^-24 (Higham, Accuracy and Stability of Numerical
+#     Algorithms, 2nd ed., eq. 3.5 / Lemma 3.1).
+#  2. Rounding the f32 sum s to the output type to nearest adds at most u_out * |s| with
+#     u_out = 2^-11 (f16), 2^-8 (bf16), where s is normal, and at most half the subnormal
+#     spacing below that: 2^-25 for f16 (bf16 has f32's exponent range: 2^-134, negligible).
+#     |s| <= |ref| + gamma_n * absref.
+# Together: |out - ref| <= gamma_n*absref + u_out*(|ref| + gamma_n*absref) + 2^-25.
+# For f16 outputs of C*R*S = 576 terms this is about 2^-11 |ref| + 3.5e-5 * absref: 20x
+# tighter than the old rtol 2e-2 for large outputs, and a bound, not a guess.
+U_F32 = 2.0**-24
+U_OUT = {"f16": 2.0**-11, "bf16": 2.0**-8}
+
+
+def error_bound(ref: np.ndarray, absref: np.ndarray, terms: int, out_dtype: str) -> np.ndarray:
+    gamma = terms * U_F32 / (1 - terms * U_F32)
+    u = U_OUT[out_dtype]
+    return gamma * absref + u * (np.abs(ref) + gamma * absref) + 2.0**-25
+
+
+def assert_within_bound(got, ref, absref, terms, out_dtype, what="") -> None:
+    bound = error_bound(ref, absref, terms, out_dtype)
+    err = np.abs(got - ref)
+    bad = ~(err <= bound)  # NaN (an unwritten element) is bad
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.size} elements beyond the derived bound "
+                           f"(worst err/bound {np.nanmax(err / bound):.3g}, K={terms}, {out_dtype})")
+
+
 FWD_CASES = [
     # spec, (N, H, W): odd sizes, partial tiles, padding, stride, dilation, K and C chunks
     (ConvDirectFwdSpec(c=8, k=16, tile_h=2, tile_w=4, tile_k=16, c_chunk=8), (1, 5, 7)),
@@ -73,8 +110,8 @@ FWD_CASES = [
 ]
 
 
-def _run_fwd(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the kernel's f16 output as float64, the numpy reference) for random f16 inputs."""
+def _run_fwd(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the kernel's f16 output as float64, the numpy reference, the reference of |x|, |w|)."""
     n, h, w = shape
     rng = np.random.default_rng(seed)
     x = _rand(rng, (n, h, w, spec.c))
@@ -83,11 +120,16 @@ def _run_fwd(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.n
     y = np.full((n, oh, ow, spec.k), np.nan, np.float16)  # NaN: an element never written shows
     k = lower("conv_direct_fwd", spec, arch, "llvm22")
     CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x, wt, y, n, h, w)
-    return y.astype(np.float64), conv_fwd_ref(x.astype(np.float64), wt, spec)
+    xf = x.astype(np.float64)
+    return y.astype(np.float64), conv_fwd_ref(xf, wt, spec), conv_fwd_ref(np.abs(xf), np.abs(wt), spec)
 
 
-def _run_patch(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the kernel's f16 dX as float64, the numpy reference) for random f16 inputs."""
+def _fwd_terms(spec) -> int:
+    return spec.r * spec.s * spec.c
+
+
+def _run_patch(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the kernel's f16 dX as float64, the numpy reference, the reference of |dY|, |w|)."""
     n, h, w, kk = shape
     rng = np.random.default_rng(seed)
     dy = _rand(rng, (n, h // spec.p, w // spec.p, kk))
@@ -95,13 +137,14 @@ def _run_patch(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np
     dx = np.full((n, h, w, spec.c), np.nan, np.float16)  # NaN: an element never written shows
     k = lower("conv_dgrad_patch", spec, arch, "llvm22")
     CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), dy, wt, dx, n, h, w, kk)
-    return dx.astype(np.float64), patch_dgrad_ref(dy, wt, h, w)
+    return (dx.astype(np.float64), patch_dgrad_ref(dy, wt, h, w),
+            patch_dgrad_ref(np.abs(dy.astype(np.float64)), np.abs(wt.astype(np.float64)), h, w))
 
 
 @pytest.mark.parametrize("spec,shape", FWD_CASES, ids=[s.kernel_name for s, _ in FWD_CASES])
 def test_conv_direct_fwd_fma_ir_is_numerically_right(spec, shape):
-    got, ref = _run_fwd("sm_90", spec, shape, seed=1)
-    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
+    got, ref, absref = _run_fwd("sm_90", spec, shape, seed=1)
+    assert_within_bound(got, ref, absref, _fwd_terms(spec), "f16", spec.kernel_name)
 
 
 PATCH_CASES = [
@@ -115,17 +158,20 @@ PATCH_CASES = [
 
 @pytest.mark.parametrize("spec,shape", PATCH_CASES, ids=[s.kernel_name for s, _ in PATCH_CASES])
 def test_conv_dgrad_patch_fma_ir_is_numerically_right(spec, shape):
-    dx, ref = _run_patch("sm_90", spec, shape, seed=2)
-    np.testing.assert_allclose(dx, ref, rtol=2e-2, atol=2e-2)
+    dx, ref, absref = _run_patch("sm_90", spec, shape, seed=2)
+    assert_within_bound(dx, ref, absref, shape[3], "f16", spec.kernel_name)
     _, h, w, _ = shape
     hp, wp = h // spec.p, w // spec.p
     if h % spec.p or w % spec.p:
         assert (dx[:, hp * spec.p:] == 0).all() and (dx[:, :, wp * spec.p:] == 0).all()
 
 
-# -- the matrix paths: AMDGPU IR on the host, each mfma/wmma through the numpy layout model ------
+# -- the matrix paths: IR on the host, each mfma/wmma/mma.sync through tests/_isa_ref.py ----------
 
 MMA_FWD = [
+    ("sm_90", ConvDirectFwdSpec(c=16, k=32, tile_h=4, tile_w=8, tile_k=32, c_chunk=16, path="mma"), (1, 6, 9)),
+    ("sm_90", ConvDirectFwdSpec(c=32, k=24, r=3, s=3, stride_h=2, stride_w=2, tile_h=2, tile_w=8,
+                                tile_k=16, c_chunk=32, path="mma"), (2, 7, 11)),
     ("gfx942", ConvDirectFwdSpec(c=16, k=32, tile_h=4, tile_w=8, tile_k=32, c_chunk=16, path="mfma"), (1, 6, 9)),
     ("gfx950", ConvDirectFwdSpec(c=32, k=32, r=3, s=3, stride_h=2, stride_w=2, tile_h=4, tile_w=8,
                                  tile_k=32, c_chunk=16, path="mfma"), (1, 9, 13)),
@@ -135,11 +181,13 @@ MMA_FWD = [
 
 @pytest.mark.parametrize("arch,spec,shape", MMA_FWD, ids=[f"{a}-{s.path}" for a, s, _ in MMA_FWD])
 def test_conv_direct_fwd_mma_ir_is_numerically_right(arch, spec, shape):
-    got, ref = _run_fwd(arch, spec, shape, seed=3)
-    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=3e-2)
+    got, ref, absref = _run_fwd(arch, spec, shape, seed=3)
+    assert_within_bound(got, ref, absref, _fwd_terms(spec), "f16", spec.kernel_name)
 
 
 MMA_PATCH = [
+    ("sm_90", ConvDgradPatchSpec(c=3, p=16, tile_h=2, tile_w=8, r_blk=1, k_chunk=16, path="mma"), (1, 35, 20, 19)),
+    ("sm_90", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path="mma"), (1, 31, 29, 33)),
     ("gfx942", ConvDgradPatchSpec(c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16, path="mfma"), (1, 37, 20, 19)),
     ("gfx950", ConvDgradPatchSpec(c=3, p=4, tile_h=4, tile_w=8, r_blk=4, k_chunk=16, path="mfma"), (1, 13, 10, 40)),
     ("gfx1250", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path="wmma"),
@@ -149,8 +197,8 @@ MMA_PATCH = [
 
 @pytest.mark.parametrize("arch,spec,shape", MMA_PATCH, ids=[f"{a}-{s.path}-p{s.p}" for a, s, _ in MMA_PATCH])
 def test_conv_dgrad_patch_mma_ir_is_numerically_right(arch, spec, shape):
-    dx, ref = _run_patch(arch, spec, shape, seed=4)
-    np.testing.assert_allclose(dx, ref, rtol=2e-2, atol=3e-2)
+    dx, ref, absref = _run_patch(arch, spec, shape, seed=4)
+    assert_within_bound(dx, ref, absref, shape[3], "f16", spec.kernel_name)
 
 
 def _bf16(rng, shape):
@@ -160,6 +208,8 @@ def _bf16(rng, shape):
 
 BF16_CASES = [
     ("sm_90", ConvDirectFwdSpec(dtype="bf16", c=8, k=16, tile_h=2, tile_w=4, tile_k=16, c_chunk=8)),
+    ("sm_90", ConvDirectFwdSpec(dtype="bf16", c=16, k=16, tile_h=2, tile_w=8, tile_k=16, c_chunk=16,
+                                path="mma")),
     ("gfx942", ConvDirectFwdSpec(dtype="bf16", c=16, k=32, tile_h=4, tile_w=8, tile_k=32, c_chunk=16,
                                  path="mfma")),
     ("gfx1250", ConvDirectFwdSpec(dtype="bf16", c=32, k=16, tile_h=2, tile_w=8, tile_k=16, c_chunk=32,
@@ -178,7 +228,8 @@ def test_conv_direct_fwd_bf16_ir_is_numerically_right(arch, spec):
     k = lower("conv_direct_fwd", spec, arch, "llvm22")
     CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x_bits, w_bits, y, n, h, w)
     got = decode(y, "bf16")
-    np.testing.assert_allclose(got, conv_fwd_ref(x, wt, spec), rtol=2**-7, atol=2e-2)
+    assert_within_bound(got, conv_fwd_ref(x, wt, spec), conv_fwd_ref(np.abs(x), np.abs(wt), spec),
+                        _fwd_terms(spec), "bf16", spec.kernel_name)
 
 
 # -- the GPU test's kernels, dry-run here (slow: a few minutes of Python threads) -------------
@@ -205,14 +256,29 @@ def test_the_gpu_tests_kernels_on_the_cpu(fam):
             oh, ow = spec.out_hw(h, w)
             out = np.full((n, oh, ow, spec.k), 0xFFFF, np.uint16)
             CpuGrid(k).launch(spec.grid(n, h, w), xb, wb, out, n, h, w)
-            want = conv_fwd_ref(x, wt, spec)
+            want, absref, terms = conv_fwd_ref(x, wt, spec), conv_fwd_ref(np.abs(x), np.abs(wt), spec), _fwd_terms(spec)
         else:
             p, kk = spec.p, 37
             n, h, w = 1, 2 * p + 3, 2 * p - 1
             (db, dy), (wb, wt) = mk((n, h // p, w // p, kk)), mk((kk, p, p, spec.c))
             out = np.full((n, h, w, spec.c), 0xFFFF, np.uint16)
             CpuGrid(k).launch(spec.grid(n, h, w), db, wb, out, n, h, w, kk)
-            want = patch_dgrad_ref(dy, wt, h, w)
-        got = decode(out, spec.dtype)
-        rtol = 2.0**-10 if spec.dtype == "f16" else 2.0**-7
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=2e-2, err_msg=spec.kernel_name)
+            want, absref, terms = patch_dgrad_ref(dy, wt, h, w), patch_dgrad_ref(np.abs(dy), np.abs(wt), h, w), kk
+        assert_within_bound(decode(out, spec.dtype), want, absref, terms, spec.dtype, spec.kernel_name)
+
+
+# -- the simulator can fail: one operand's map perturbed in the lowering alone ------------------
+
+@pytest.mark.parametrize("mutation", ["a_k", "d_rows"])
+@pytest.mark.parametrize("arch,spec,shape", [MMA_FWD[0], MMA_FWD[2]], ids=["sm_90-mma", "gfx942-mfma"])
+def test_a_perturbed_operand_map_fails_the_conv_simulation(monkeypatch, arch, spec, shape, mutation):
+    # The conv tile GEMM with A's K order (not B's) or D's rows rotated in the lowering's maps
+    # (test_gemm_emulated.Mutant): the simulator's instruction reference does not read those
+    # maps, so the derived bound must be broken.
+    from test_gemm_emulated import mutate
+
+    key = spec.geometry(Target.parse(arch)).instr
+    mutate(monkeypatch, key, mutation)
+    got, ref, absref = _run_fwd(arch, spec, shape, seed=3)
+    with pytest.raises(AssertionError, match="beyond the derived bound"):
+        assert_within_bound(got, ref, absref, _fwd_terms(spec), "f16", spec.kernel_name)

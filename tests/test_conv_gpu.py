@@ -1,7 +1,7 @@
-"""Both conv families' sm_90 fma path on a real NVIDIA GPU against torch (marked ``gpu``).
+"""Both conv families' sm_90 paths (fma, mma.sync) on a real NVIDIA GPU against torch (``gpu``).
 
-    specs from the sm_90 variant table (two per baked layer: the first and the last of the
-    grid, so small and large tiles both run)
+    specs from the sm_90 variant table (two per baked layer and path: the first and the last
+    of the grid, so small and large tiles of both paths run)
         -> lower(fam, spec, "sm_90", "llvm22") -> NVPTX -> PTX -> ptxas -arch=sm_90 -> cubin
         -> cuda.bindings.driver (cuModuleLoadData, cuLaunchKernel; 1-D grid = spec.grid())
         -> compared with torch on the CPU in float64 on the exact same f16 / bf16 inputs:
@@ -29,9 +29,10 @@ pytestmark = pytest.mark.gpu
 
 
 def _two_per_layer(fam: str) -> list:
+    # per baked layer AND path, so both the fma and the mma (mma.sync) kernels run
     by_layer: dict = {}
     for spec in table.enumerate_specs(fam, "sm_90", "llvm22"):
-        by_layer.setdefault(tuple(sorted(spec.baked().items())), []).append(spec)
+        by_layer.setdefault((tuple(sorted(spec.baked().items())), spec.path), []).append(spec)
     out = []
     for specs in by_layer.values():
         out += [specs[0]] + ([specs[-1]] if len(specs) > 1 else [])

@@ -3,24 +3,30 @@
     lower(...).ir --tests/_host_sim.py CpuGrid--> host IR: same instructions, with
         triple/datalayout -> the host's, address spaces dropped (one flat memory),
         thread / block ids, barriers, workgroup fences -> ctypes callbacks / dropped
-        MFMA / WMMA calls   -> one wave's lanes gathered through the NUMPY MODEL
-                               (rocke_aot/mma.py execute) -- the instruction's documented
-                               lane layout, independent of how the lowering indexes LDS
+        MFMA / WMMA / mma.sync calls -> one wave's lanes gathered through the instruction's
+                               reference in tests/_isa_ref.py, written from the vendor
+                               documents and importing nothing of rocke_aot
         fptrunc to bfloat   -> an integer round-to-nearest-even (no x86 libcall needed)
     --MCJIT--> one OS thread per work-item, work-groups one after another -> C vs numpy
     (the same simulator runs the conv kernels: tests/test_conv_cpu_sim.py)
 
 So the loads, edge guards, K tail, LDS staging, double buffering, fragment index maps and
 output conversion that the GPU will execute are all exercised here; a fragment map that
-disagreed with the documented layout would give wrong numbers. What this cannot check is
+disagreed with the documented layout would give wrong numbers (test_a_perturbed_operand_map_
+fails_the_simulation shows it does). What this cannot check is
 LLVM's AMDGPU/NVPTX code generation itself (that is test_gemm_compile / test_gemm_gpu).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from types import MappingProxyType
+
 import numpy as np
 import pytest
 
+from rocke_aot import mma
 from rocke_aot.aot.families.gemm import grid
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants.gemm import GemmSpec
@@ -72,12 +78,12 @@ CASES = [
 SIZES = [(1, 1, 1), (37, 45, 70), (130, 70, 33)]
 
 
-@pytest.mark.parametrize("arch,spec", CASES, ids=[f"{a}-{s.kernel_name}" for a, s in CASES])
-def test_lowered_gemm_computes_a_x_b(arch, spec):
+def check_gemm(arch, spec, sizes=SIZES) -> None:
+    """Lower, run on the CPU simulator, compare with numpy; AssertionError on any difference."""
     low = lower("gemm", spec, arch, "llvm22")
     sim = CpuGrid(low, spec.geometry(low_target(arch)).wave_size)
     rng = np.random.default_rng(7)
-    for m, n, k in SIZES:
+    for m, n, k in sizes:
         a_bits, a = _inputs(spec.in_dtype, (m, k), rng)
         b_bits, b = _inputs(spec.in_dtype, (k, n), rng)
         nbytes = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
@@ -95,6 +101,59 @@ def test_lowered_gemm_computes_a_x_b(arch, spec):
         else:
             ref = want.astype(np.float16) if spec.out_dtype == "f16" else _bf16_round(want)
             np.testing.assert_array_equal(got, np.asarray(ref, dtype=np.float64), err_msg=f"{m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("arch,spec", CASES, ids=[f"{a}-{s.kernel_name}" for a, s in CASES])
+def test_lowered_gemm_computes_a_x_b(arch, spec):
+    check_gemm(arch, spec)
+
+
+# -- the simulator can fail: one operand's map perturbed in the lowering alone --------------
+@dataclass(frozen=True)
+class Mutant(mma.MmaInstr):
+    """An instruction whose lowering-side maps are wrong in one place only.
+
+    "a_k": A's K order is rotated by one (B's is not), so lane registers pair A[i][k+1] with
+    B[k][j]; "d_rows": result rows are rotated by one. The simulator's reference
+    (tests/_isa_ref.py) does not read these maps, so it must see wrong numbers.
+    """
+
+    mutation: str = ""
+
+    def a_coord(self, lane, j):
+        r, c = super().a_coord(lane, j)
+        return (r, (c + 1) % self.k) if self.mutation == "a_k" else (r, c)
+
+    def d_coord(self, lane, r):
+        row, col = super().d_coord(lane, r)
+        return ((row + 1) % self.m, col) if self.mutation == "d_rows" else (row, col)
+
+
+def mutate(monkeypatch, key: str, mutation: str) -> None:
+    ins = mma.INSTRS[key]
+    fields = {f.name: getattr(ins, f.name) for f in dataclasses.fields(mma.MmaInstr)}
+    monkeypatch.setattr(mma, "INSTRS", MappingProxyType({**mma.INSTRS, key: Mutant(**fields, mutation=mutation)}))
+
+
+MUTATION_CASES = [
+    ("sm_90", GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32,
+                       waves=2, vector_width=4)),
+    ("gfx942", GemmSpec(path="mfma", mma="16x16x16", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32,
+                        block_k=16, waves=1)),
+    ("gfx1250", GemmSpec(path="wmma", in_dtype="bf16", out_dtype="f32", block_m=16, block_n=32, block_k=32,
+                         waves=1)),
+]
+
+
+@pytest.mark.parametrize("mutation", ["a_k", "d_rows"])
+@pytest.mark.parametrize("arch,spec", MUTATION_CASES, ids=[a for a, _ in MUTATION_CASES])
+def test_a_perturbed_operand_map_fails_the_simulation(monkeypatch, arch, spec, mutation):
+    key = spec.geometry(low_target(arch)).instr
+    check_gemm(arch, spec, [(37, 45, 70)])  # unperturbed: passes
+    mutate(monkeypatch, key, mutation)
+    assert spec.geometry(low_target(arch)).instr == key and isinstance(mma.INSTRS[key], Mutant)
+    with pytest.raises(AssertionError):
+        check_gemm(arch, spec, [(37, 45, 70)])
 
 
 def low_target(arch):

@@ -1,5 +1,7 @@
 """Matrix-instruction lane layouts: the numpy model (rocke_aot/mma.py) against the documented
-formulas, and the index maps the lowering emits (Sym -> IR, run on the host) against the model.
+formulas and against the independent ISA reference (tests/_isa_ref.py, found through the
+intrinsic each lane profile declares), and the index maps the lowering emits (Sym -> IR, run
+on the host) against the model.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from rocke_aot import mma
+from rocke_aot import lanes, mma
 from rocke_aot.aot.lower.module import I32, Sym
 from rocke_aot.errors import CapabilityError
+from _isa_ref import REFS
 
 LANES64 = np.arange(64)
 
@@ -81,6 +84,96 @@ def test_gfx1250_wmma_16x16x32_layout():
         assert (r == reg + 8 * (l // 16)).all() and (c == l % 16).all()
 
 
+def test_nvptx_mma_m16n8k16_matches_the_ptx_fragment_table():
+    # PTX ISA "Matrix Fragments for mma.m16n8k16 with floating point type", written forward:
+    # groupID = laneid >> 2, threadID_in_group = laneid % 4
+    for key in ("mma_f32_16x8x16_f16", "mma_f32_16x8x16_bf16"):
+        ins = mma.INSTRS[key]
+        assert (ins.wave_size, ins.a_per_lane, ins.b_per_lane, ins.acc_per_lane) == (32, 8, 4, 4)
+        l = np.arange(32)
+        g, t = l >> 2, l % 4
+        for i in range(8):
+            r, c = ins.a_coord(l, i)
+            assert (r == (g if i < 2 or 4 <= i < 6 else g + 8)).all()
+            assert (c == t * 2 + (i & 1) + (8 if i >= 4 else 0)).all()
+        for i in range(4):
+            k, n = ins.b_coord(l, i)
+            assert (k == t * 2 + (i & 1) + (8 if i >= 2 else 0)).all() and (n == g).all()
+            r, c = ins.d_coord(l, i)
+            assert (r == (g if i < 2 else g + 8)).all() and (c == t * 2 + (i & 1)).all()
+
+
+# -- against the independent ISA reference (tests/_isa_ref.py) ---------------------------
+def _declared(key: str) -> str:
+    """The one LLVM intrinsic every lane profile that has instruction ``key`` declares for it."""
+    names = {lane.profile.intrinsics[key].name for lane in lanes.LANES if key in lane.profile.intrinsics}
+    assert len(names) == 1, f"{key}: profiles disagree on the intrinsic: {sorted(names)}"
+    return names.pop()
+
+
+def _elements(type_text: str) -> int:
+    """16-bit (or f32) elements one intrinsic parameter carries: <4 x half> 4, i32 2, float 1."""
+    t = type_text.strip()
+    if t.startswith("<"):
+        return int(t[1:].split(" x ")[0])
+    return {"i32": 2, "float": 1}[t]
+
+
+def test_every_instruction_the_tables_can_select_has_a_reference():
+    used = {key for table in mma._BY_ARCH.values() for key in table.values()}
+    assert used == set(mma.INSTRS)
+    assert {_declared(k) for k in used} == set(REFS), "a reference without an instruction, or vice versa"
+
+
+@pytest.mark.parametrize("key", sorted(mma.INSTRS))
+def test_instruction_maps_equal_the_isa_reference(key):
+    ins = mma.INSTRS[key]
+    ref = REFS[_declared(key)]
+    assert (ins.m, ins.n, ins.k, ins.wave_size, ins.in_dtype) == (ref.m, ref.n, ref.k, ref.wave, ref.dtype)
+    assert (ins.a_per_lane, ins.b_per_lane, ins.acc_per_lane) == (ref.a_regs, ref.b_regs, ref.d_regs)
+    lane = np.arange(ins.wave_size)
+    for what, coord, tab, count in (("A", ins.a_coord, ref.a_table(), ins.a_per_lane),
+                                    ("B", ins.b_coord, ref.b_table(), ins.b_per_lane),
+                                    ("D", ins.d_coord, ref.d_table(), ins.acc_per_lane)):
+        for j in range(count):
+            r, c = (np.broadcast_to(x, lane.shape) for x in coord(lane, j))
+            assert (r == tab[:, j, 0]).all() and (c == tab[:, j, 1]).all(), f"{key}: {what} element {j}"
+
+
+@pytest.mark.parametrize("key", sorted(mma.INSTRS))
+def test_profile_declarations_carry_the_reference_operands(key):
+    # The operands the profile declares at the reference's A / B / C positions hold exactly the
+    # fragment sizes the reference reads, for every lane profile with the instruction.
+    ref = REFS[_declared(key)]
+    for lane in lanes.LANES:
+        decl = lane.profile.intrinsics.get(key)
+        if decl is None:
+            continue
+        sizes = [sum(_elements(decl.params[i]) for i in idx) for idx in (ref.a_params, ref.b_params, ref.c_params)]
+        assert sizes == [ref.a_regs, ref.b_regs, ref.d_regs], (lane.name, decl)
+        assert sum(_elements(t) for t in decl.ret.strip("{}").split(",")) == ref.d_regs
+
+
+@pytest.mark.parametrize("key", sorted(mma.INSTRS))
+def test_model_and_reference_compute_the_same_registers(key):
+    ins = mma.INSTRS[key]
+    ref = REFS[_declared(key)]
+    rng = np.random.default_rng(1)
+    fa = rng.standard_normal((ins.wave_size, ins.a_per_lane))
+    fb = rng.standard_normal((ins.wave_size, ins.b_per_lane))
+    fc = rng.standard_normal((ins.wave_size, ins.acc_per_lane))
+    np.testing.assert_allclose(mma.execute(ins, fa, fb, fc), ref.execute(fa, fb, fc), rtol=1e-12, atol=1e-12)
+
+
+def test_reference_rejects_a_layout_that_is_not_a_bijection():
+    ref = REFS["llvm.nvvm.mma.m16n8k16.row.col.bf16"]
+    import dataclasses
+
+    broken = dataclasses.replace(ref, a_owner=lambda r, c: (4 * (r % 8) + (c % 8) // 2, c % 2))  # rows 8-15 lost
+    with pytest.raises(AssertionError, match="bijection"):
+        broken.a_table()
+
+
 # -- the model ----------------------------------------------------------------------
 @pytest.mark.parametrize("key", sorted(mma.INSTRS))
 def test_layout_covers_each_element_once_and_executes_a_matmul(key):
@@ -118,6 +211,10 @@ def test_arch_instruction_table():
         mma.select("gfx942", "mfma", "f16", "32x32x16")
     with pytest.raises(CapabilityError, match="not available on sm_90"):
         mma.select("sm_90", "mfma", "f16")
+    assert mma.select("sm_90", "mma", "bf16").key == "mma_f32_16x8x16_bf16"
+    assert mma.shapes_for("sm_90", "mma", "f16") == ("16x8x16",)
+    with pytest.raises(CapabilityError, match="mma with f16 inputs is not available on gfx942"):
+        mma.select("gfx942", "mma", "f16")
     with pytest.raises(CapabilityError):
         mma.select("gfx1250", "mfma", "f16")
 
@@ -152,7 +249,7 @@ def host_jit():
 def test_emitted_index_maps_equal_the_model(host_jit, key):
     ins = mma.INSTRS[key]
     funcs = {}
-    for what, coord, count in (("a", ins.a_coord, ins.a_per_lane), ("b", ins.b_coord, ins.a_per_lane),
+    for what, coord, count in (("a", ins.a_coord, ins.a_per_lane), ("b", ins.b_coord, ins.b_per_lane),
                                ("d", ins.d_coord, ins.acc_per_lane)):
         for j in range(count):
             for axis in (0, 1):

@@ -1,0 +1,88 @@
+"""The sm_90 tensor-core gemm (path ``mma``: mma.sync m16n8k16) on a real NVIDIA GPU (``gpu``).
+
+    every mma spec of the sm_90 variant table (llvm22 lane; f16 -> f32, f16 -> f16, bf16 -> bf16)
+        -> lower("gemm", spec, "sm_90", "llvm22") -> NVPTX -> PTX -> ptxas -> cubin
+           (compiled up front on all cores: the module fixture below)
+        -> cuda.bindings.driver launch on ragged problems, C poisoned (all bits set: NaN)
+        -> compared elementwise with a float64 numpy product of the exact same inputs
+
+Run on the GPU machine:  bash scripts/gpu-tests.sh tests/test_gemm_mma_gpu.py
+The speed comparison (mma vs fma vs torch.matmul) is scripts/bench_gemm_gpu.py.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from rocke_aot.aot.families.gemm import grid
+from rocke_aot.aot.lower import lower
+from rocke_aot.variants import table
+from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
+
+pytestmark = pytest.mark.gpu
+
+# 1x1x1 (one partial tile, one partial K step), odd sizes below one block's worth of
+# tiles in every direction, and a problem past 1000 with no dimension a multiple of 16.
+SIZES = [(1, 1, 1), (127, 129, 65), (1031, 1000, 1043)]
+SPECS = [s for s in table.enumerate_specs("gemm", "sm_90", "llvm22") if s.path == "mma"]
+
+
+@pytest.fixture(scope="module")
+def images():
+    """kernel name -> (image, how it was made, block size), compiled in parallel."""
+    def build(spec):
+        k = lower("gemm", spec, "sm_90", "llvm22")
+        image, kind = module_image(k.ir)
+        return k.kernel_name, (image, kind, k.block_size)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as ex:
+        return dict(ex.map(build, SPECS))
+
+
+_REFS: dict = {}
+
+
+def _problem(dtype: str, m: int, n: int, k: int):
+    """(A bits, B bits, float64 A x B), drawn once per (dtype, size) and shared by the specs."""
+    key = (dtype, m, n, k)
+    if key not in _REFS:
+        rng = np.random.default_rng(m * 1_000_003 + n * 1009 + k + (dtype == "bf16"))
+        a_bits, a = inputs(dtype, (m, k), rng)
+        b_bits, b = inputs(dtype, (k, n), rng)
+        _REFS[key] = (a_bits, b_bits, a @ b)
+    return _REFS[key]
+
+
+def tolerance(out_dtype: str, k: int) -> tuple[float, float]:
+    # Products of two 16-bit values are exact in f32; the sum of K of them in f32 carries at
+    # most about K * 2^-24 of sum |a||b| (<= K * 2^-24 * K here, |a|, |b| <= 1), bounded
+    # by 1e-6 * K for the K used; a 16-bit output adds half an ulp of the result (2^-11
+    # relative for f16, 2^-8 for bf16), so rtol is twice that. As tests/test_gemm_gpu.py.
+    return {"f32": (1e-5, 1e-6 * k), "f16": (2.0**-10, 1e-6 * k + 1e-4),
+            "bf16": (2.0**-7, 1e-6 * k + 1e-3)}[out_dtype]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.kernel_name for s in SPECS])
+def test_sm90_mma_gemm_matches_numpy(cuda_ctx, images, spec):  # noqa: F811
+    image, kind, threads = images[spec.kernel_name]
+    for m, n, k in SIZES:
+        a_bits, b_bits, want = _problem(spec.in_dtype, m, n, k)
+        nbytes = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
+        out = np.full(m * n * nbytes, 0xFF, dtype=np.uint8)  # poisoned: an unwritten element is NaN
+        launch(image, spec.kernel_name, grid(spec, m, n)[0], threads, [a_bits, b_bits], out, (m, n, k))
+        got = decode(out.view({4: np.uint32, 2: np.uint16}[nbytes]).reshape(m, n), spec.out_dtype)
+        assert np.isfinite(got).all(), f"{m}x{n}x{k}: unwritten or non-finite outputs"
+        rtol, atol = tolerance(spec.out_dtype, k)
+        bad = np.abs(got - want) > rtol * np.abs(want) + atol
+        print(f"{spec.kernel_name} [{kind}] {m}x{n}x{k}: max abs err {np.abs(got - want).max():.3g}, "
+              f"{int(bad.sum())} outside tolerance")
+        assert not bad.any(), f"{m}x{n}x{k}: {int(bad.sum())} elements outside rtol={rtol}, atol={atol}"
+
+
+def test_the_table_serves_mma_for_both_dtypes():
+    # what the test above iterates: a table change that drops a dtype must not pass silently
+    assert {(s.in_dtype, s.out_dtype) for s in SPECS} == {("f16", "f32"), ("f16", "f16"), ("bf16", "bf16")}
