@@ -43,7 +43,12 @@ def _objdump(hsaco: bytes, arch: str, tmp_path: Path) -> str:
 def _check(result, k, arch, tmp_path):
     info = validate(result.code_object, arch, kernel=k.kernel_name)
     if result.format == "cubin":
-        assert result.ptx and ".target sm_90" in result.ptx and "fma.rn.f32" in result.ptx
+        assert result.ptx and ".target sm_90" in result.ptx
+        matrix = set(re.findall(r"\bmma\.sync\.[\w.]+", result.ptx))
+        if k.metadata["path"] == "fma":
+            assert not matrix and "fma.rn.f32" in result.ptx
+        else:  # the tensor-core path: exactly the instruction the lowering named
+            assert matrix == {k.metadata["instruction"]}, matrix
         return info
     assert info.kernarg_size == k.kernarg_size == 36
     assert info.lds_bytes == k.lds_bytes

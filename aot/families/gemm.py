@@ -29,6 +29,7 @@ bits until the arithmetic, so f16 and bf16 share every load and LDS path.
 from __future__ import annotations
 
 import llvmlite.ir as ir
+import numpy as np
 
 from rocke_aot import lanes
 from rocke_aot import mma
@@ -59,6 +60,32 @@ def _c32(v: int) -> ir.Constant:
     return ir.Constant(I32, v)
 
 
+def a_fragment_run(ins: mma.MmaInstr, block_k: int) -> int:
+    """How many consecutive A fragment elements one LDS vector load may fetch (1, 2, 4, 8).
+
+    The A tile is row-major in LDS (K contiguous). Elements j..j+w-1 of every lane are one
+    aligned <w x i16> load when, for every lane, they are the same row and K, K+1, ..,
+    K+w-1 with K a multiple of w, and w divides block_k and the instruction's K (so the
+    row, stage and k-step offsets keep the alignment). Decided from the instruction's own
+    a_coord over all lanes (numpy), so it is a property of the map, not of an instruction
+    name: mma.sync pairs (w=2: 32-bit loads), MFMA 4 or 8, WMMA 8.
+    """
+    lane = np.arange(ins.wave_size)
+    w = ins.a_per_lane
+    while w > 1:
+        ok = ins.a_per_lane % w == 0 and block_k % w == 0 and ins.k % w == 0
+        for j in range(0, ins.a_per_lane, w) if ok else ():
+            r0, c0 = (np.broadcast_to(x, lane.shape) for x in ins.a_coord(lane, j))
+            ok = ok and bool((c0 % w == 0).all())
+            for e in range(1, w):
+                r, c = (np.broadcast_to(x, lane.shape) for x in ins.a_coord(lane, j + e))
+                ok = ok and bool((r == r0).all() and (c == c0 + e).all())
+        if ok:
+            return w
+        w //= 2
+    return 1
+
+
 class _GemmLowering:
     def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry):
         self.spec, self.geo = spec, geo
@@ -67,6 +94,7 @@ class _GemmLowering:
         if self.instr is not None:
             self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
                                             op=f"gemm {spec.path} ({self.instr.mnemonic_for(target.processor)})")
+            self.a_run = a_fragment_run(self.instr, spec.block_k)
         self.fmuladd = self.kb.declare("fmuladd_f32") if self.instr is None else None
 
     # -- small helpers ----------------------------------------------------------------
@@ -184,10 +212,16 @@ class _GemmLowering:
             afr = []
             for i in range(g.tiles_m):
                 vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
-                for j in range(ins.a_per_lane):
+                for j in range(0, ins.a_per_lane, self.a_run):
                     r, c = ins.a_coord(lane, j)
-                    x = self.lds_load(a_off + (wm0 + i * ins.m + r) * s.block_k + (c + k0))
-                    vec = self.b.insert_element(vec, x, _c32(j))
+                    idx = a_off + (wm0 + i * ins.m + r) * s.block_k + (c + k0)
+                    if self.a_run == 1:
+                        vec = self.b.insert_element(vec, self.lds_load(idx), _c32(j))
+                        continue
+                    run = self.b.load(self.gep(self.lds, idx), typ=ir.VectorType(I16, self.a_run),
+                                      align=2 * self.a_run)
+                    for e in range(self.a_run):
+                        vec = self.b.insert_element(vec, self.b.extract_element(run, _c32(e)), _c32(j + e))
                 afr.append(vec)
             bfr = []
             for t in range(g.tiles_n):
