@@ -117,10 +117,10 @@ def test_refused_enumeration_raises_with_the_reason():
 
 
 @pytest.mark.parametrize("arch,served,refused", [
-    ("gfx942", {"mfma", "fma"}, {"wmma": "wmma needs gfx1250"}),
+    ("gfx942", {"mfma", "fma"}, {"wmma": "wmma needs gfx1250", "mma": "mma (NVPTX mma.sync) needs sm_90"}),
     ("gfx950", {"mfma", "fma"}, {"wmma": "wmma needs gfx1250"}),
-    ("gfx1250", {"wmma", "fma"}, {"mfma": "mfma needs a gfx9 MFMA arch"}),
-    ("sm_90", {"fma"}, {"mfma": "mfma needs a gfx9", "wmma": "wmma needs gfx1250"}),
+    ("gfx1250", {"wmma", "fma"}, {"mfma": "mfma needs a gfx9 MFMA arch", "mma": "needs sm_90; gfx1250 has wmma"}),
+    ("sm_90", {"mma", "fma"}, {"mfma": "mfma needs a gfx9", "wmma": "wmma needs gfx1250"}),
 ])
 def test_path_admission(arch, served, refused):
     for fam in FAMILIES:
@@ -129,6 +129,22 @@ def test_path_admission(arch, served, refused):
         for path, why in refused.items():
             assert why in adm[path].reason
         assert {s.path for s in table.enumerate_specs(fam, arch, "llvm22")} == served
+
+
+def test_mma_path_needs_the_capability():
+    # sm_90's tensor-core path is refused, with the reason, on a lane whose profile lacks
+    # mma:sm_90 (none of the registered ones with NVPTX does; a copy without it stands in)
+    import dataclasses
+
+    from rocke_aot.lanes import Lane, PROFILES
+    from rocke_aot.targets import Target
+
+    lane = Lane(22, "llvm22", "llvm22")
+    stripped = dataclasses.replace(PROFILES["llvm22"], capabilities=PROFILES["llvm22"].capabilities - {"mma:sm_90"})
+    fake = type("L", (), {"profile": stripped, "major": 22, "name": "llvm22"})()
+    assert table.path_admission(Target.parse("sm_90"), lane, "mma").served
+    adm = table.path_admission(Target.parse("sm_90"), fake, "mma")
+    assert not adm.served and adm.reason == "LLVM 22 (llvm22) has no NVPTX mma.sync"
 
 
 def test_a_lane_without_wmma_refuses_the_wmma_path(monkeypatch):
@@ -244,7 +260,7 @@ def test_arch_figures_and_their_sources():
         if a.family == "amdgcn":
             assert a.sources.get("max_sgprs") and a.sources.get("sgpr_specials")
     assert {a: ARCHES[a].matrix_unit for a in ARCHES} == {
-        "gfx90a": "mfma", "gfx942": "mfma", "gfx950": "mfma", "gfx1250": "wmma", "sm_90": None}
+        "gfx90a": "mfma", "gfx942": "mfma", "gfx950": "mfma", "gfx1250": "wmma", "sm_90": "mma"}
 
 
 # -- the CLI ---------------------------------------------------------------------------------------
