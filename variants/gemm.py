@@ -105,8 +105,22 @@ class GemmSpec:
                 f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}")
 
     # -- arch-dependent layout ----------------------------------------------------------
+    @property
+    def lds_row_pad(self) -> int:
+        """Elements of padding after each LDS row of the A and B tiles (0, or 8 for mma).
+
+        The mma.sync fragment reads (a .b32 per lane at rows g / g+8, columns 2t..; B at
+        K rows 2t.. of column g) hit the same bank from 8 (A) or 4 (B) lanes when a row is a
+        power-of-two number of bytes long; 8 elements (16 bytes) more per row shifts each row
+        by four banks, which makes both conflict free and keeps every 16-byte vector aligned.
+        The AMD paths and fma keep unpadded rows (their IR and tables are unchanged).
+        """
+        return 8 if self.path == "mma" else 0
+
     def lds_bytes(self) -> int:
-        per_stage = DTYPE_BYTES[self.in_dtype] * (self.block_m * self.block_k + self.block_k * self.block_n)
+        pad = self.lds_row_pad
+        per_stage = DTYPE_BYTES[self.in_dtype] * (self.block_m * (self.block_k + pad)
+                                                  + self.block_k * (self.block_n + pad))
         return per_stage * (2 if self.double_buffer else 1)
 
     def geometry(self, target: Any) -> GemmGeometry:

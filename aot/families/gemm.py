@@ -60,12 +60,12 @@ def _c32(v: int) -> ir.Constant:
     return ir.Constant(I32, v)
 
 
-def a_fragment_run(ins: mma.MmaInstr, block_k: int) -> int:
+def a_fragment_run(ins: mma.MmaInstr, row_stride: int) -> int:
     """How many consecutive A fragment elements one LDS vector load may fetch (1, 2, 4, 8).
 
     The A tile is row-major in LDS (K contiguous). Elements j..j+w-1 of every lane are one
     aligned <w x i16> load when, for every lane, they are the same row and K, K+1, ..,
-    K+w-1 with K a multiple of w, and w divides block_k and the instruction's K (so the
+    K+w-1 with K a multiple of w, and w divides the LDS row stride and the instruction's K (so the
     row, stage and k-step offsets keep the alignment). Decided from the instruction's own
     a_coord over all lanes (numpy), so it is a property of the map, not of an instruction
     name: mma.sync pairs (w=2: 32-bit loads), MFMA 4 or 8, WMMA 8.
@@ -73,7 +73,7 @@ def a_fragment_run(ins: mma.MmaInstr, block_k: int) -> int:
     lane = np.arange(ins.wave_size)
     w = ins.a_per_lane
     while w > 1:
-        ok = ins.a_per_lane % w == 0 and block_k % w == 0 and ins.k % w == 0
+        ok = ins.a_per_lane % w == 0 and row_stride % w == 0 and ins.k % w == 0
         for j in range(0, ins.a_per_lane, w) if ok else ():
             r0, c0 = (np.broadcast_to(x, lane.shape) for x in ins.a_coord(lane, j))
             ok = ok and bool((c0 % w == 0).all())
@@ -94,7 +94,9 @@ class _GemmLowering:
         if self.instr is not None:
             self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
                                             op=f"gemm {spec.path} ({self.instr.mnemonic_for(target.processor)})")
-            self.a_run = a_fragment_run(self.instr, spec.block_k)
+            self.a_run = a_fragment_run(self.instr, spec.block_k + spec.lds_row_pad)
+        # LDS row strides (elements) of the A (block_m x block_k) and B (block_k x block_n) tiles
+        self.lda, self.ldb = spec.block_k + spec.lds_row_pad, spec.block_n + spec.lds_row_pad
         self.fmuladd = self.kb.declare("fmuladd_f32") if self.instr is None else None
 
     # -- small helpers ----------------------------------------------------------------
@@ -146,11 +148,12 @@ class _GemmLowering:
         s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
+            ld = self.lda if which == "A" else self.ldb
             vpr = cols // vw  # vectors per row
             chunks = rows * vpr
-            off = self.stage_base(stage) + (0 if which == "A" else s.block_m * s.block_k)
+            off = self.stage_base(stage) + (0 if which == "A" else s.block_m * self.lda)
 
-            def one_round(it: Sym | int, _vals, which=which, cols=cols, vpr=vpr, chunks=chunks, off=off):
+            def one_round(it: Sym | int, _vals, which=which, ld=ld, vpr=vpr, chunks=chunks, off=off):
                 c = self.tid + it * T
                 guard = None
                 if chunks % T:  # some round has fewer chunks than work-items
@@ -159,12 +162,12 @@ class _GemmLowering:
                 r, v = c // vpr, c % vpr
                 if which == "A":
                     grow, gcol = self.row0 + r, kt * s.block_k + v * vw
-                    row_ok, limit, ld, ptr = grow.lt(self.M), self.K, self.K, self.A
+                    row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
                 else:
                     grow, gcol = kt * s.block_k + r, self.col0 + v * vw
-                    row_ok, limit, ld, ptr = grow.lt(self.K), self.N, self.N, self.B
-                val = self.load_vec(ptr, grow * ld + gcol, row_ok, gcol, limit, vw)
-                self.b.store(val, self.gep(self.lds, off + r * cols + v * vw), align=2)
+                    row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
+                val = self.load_vec(ptr, grow * gld + gcol, row_ok, gcol, limit, vw)
+                self.b.store(val, self.gep(self.lds, off + r * ld + v * vw), align=2)
                 if guard is not None:
                     guard.__exit__(None, None, None)
                 return []
@@ -177,7 +180,7 @@ class _GemmLowering:
 
     def stage_base(self, stage: Sym | int) -> Sym:
         s = self.spec
-        per = s.block_m * s.block_k + s.block_k * s.block_n
+        per = s.block_m * self.lda + s.block_k * self.ldb
         return self.S(_c32(0)) + stage * per if isinstance(stage, int) else stage * per
 
     def lds_load(self, idx: Sym) -> ir.Value:
@@ -187,15 +190,15 @@ class _GemmLowering:
     def compute(self, stage: Sym | int, acc: list[ir.Value]) -> list[ir.Value]:
         s, g = self.spec, self.geo
         a_off = self.stage_base(stage)
-        b_off = a_off + s.block_m * s.block_k
+        b_off = a_off + s.block_m * self.lda
         if self.instr is None:
             tx, ty = self.tid % (s.block_n // g.thread_n), self.tid // (s.block_n // g.thread_n)
-            a_row = a_off + ty * (g.thread_m * s.block_k)  # this thread's first A row in LDS
+            a_row = a_off + ty * (g.thread_m * self.lda)  # this thread's first A row in LDS
             b_col = b_off + tx * g.thread_n
 
             def step(kk: Sym, vals: list[ir.Value]) -> list[ir.Value]:
-                av = [self.to_f32(self.lds_load(a_row + kk + i * s.block_k)) for i in range(g.thread_m)]
-                b_k = b_col + kk * s.block_n
+                av = [self.to_f32(self.lds_load(a_row + kk + i * self.lda)) for i in range(g.thread_m)]
+                b_k = b_col + kk * self.ldb
                 bv = [self.to_f32(self.lds_load(b_k + j)) for j in range(g.thread_n)]
                 return [self.b.call(self.fmuladd, [av[i], bv[j], vals[i * g.thread_n + j]])
                         for i in range(g.thread_m) for j in range(g.thread_n)]
@@ -214,7 +217,7 @@ class _GemmLowering:
                 vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
                 for j in range(0, ins.a_per_lane, self.a_run):
                     r, c = ins.a_coord(lane, j)
-                    idx = a_off + (wm0 + i * ins.m + r) * s.block_k + (c + k0)
+                    idx = a_off + (wm0 + i * ins.m + r) * self.lda + (c + k0)
                     if self.a_run == 1:
                         vec = self.b.insert_element(vec, self.lds_load(idx), _c32(j))
                         continue
@@ -228,7 +231,7 @@ class _GemmLowering:
                 vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
                 for j in range(ins.b_per_lane):
                     kr, c = ins.b_coord(lane, j)
-                    x = self.lds_load(b_off + (kr + k0) * s.block_n + (wn0 + t * ins.n + c))
+                    x = self.lds_load(b_off + (kr + k0) * self.ldb + (wn0 + t * ins.n + c))
                     vec = self.b.insert_element(vec, x, _c32(j))
                 bfr.append(vec)
             return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
@@ -273,7 +276,7 @@ class _GemmLowering:
         b = self.b
         self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
         stages = 2 if s.double_buffer else 1
-        per = s.block_m * s.block_k + s.block_k * s.block_n
+        per = s.block_m * self.lda + s.block_k * self.ldb
         self.lds = kb.shared_array("gemm_lds", I16, stages * per, 2)
         self.tid = self.S(kb.workitem_id())
         gid = self.S(kb.workgroup_id())
