@@ -5,6 +5,8 @@
     Target.triple        "amdgcn-amd-amdhsa" | "nvptx64-nvidia-cuda"
     Target.llvm_features "+sramecc,-xnack"   (what the target machine is created with)
     Target.id            the canonical target ID (features sorted), used in cache keys
+    code.compatible_with(device) / compatible(code, device) / compatible_ids(device)
+                         LLVM's target-ID matching: which artifacts a device may run
 
 Unknown processors and features are refused here, before anything reaches LLVM
 (LLVM ignores an unknown processor with a warning and then misbehaves).
@@ -93,7 +95,61 @@ class Target:
     def __str__(self) -> str:
         return self.id
 
+    def compatible_with(self, device: object) -> bool:
+        """Whether code built for this target ID may run on ``device`` (see :func:`compatible`)."""
+        return compatible(self, device)
+
 
 @functools.lru_cache(maxsize=1024)
 def _parse_cached(cls: type, target_id: str) -> Target:
     return cls._parse(target_id)
+
+
+# -- compatibility (LLVM AMDGPUUsage "Target ID") ---------------------------------------------
+#
+#     code object's target ID      device's target ID            runs?
+#     gfx942                       gfx942:sramecc+:xnack-        yes  (features "any" match either)
+#     gfx942:xnack-                gfx942:sramecc+:xnack-        yes
+#     gfx942:xnack+                gfx942:sramecc+:xnack-        no   (on vs off)
+#     gfx90a                       gfx942                        no   (another processor, never)
+#
+# A feature the code object leaves unset ("any") was compiled to work with either setting.
+# A feature the code object sets must equal the device's. A device ID that leaves a feature
+# unset does not say which mode the device runs in, so it matches only code that leaves it
+# unset too (fail closed: never hand out code that may fault on the real mode).
+
+
+def compatible(code: object, device: object) -> bool:
+    """Whether a code object built for target ID ``code`` may run on a ``device`` target ID."""
+    code_t, device_t = Target.parse(code), Target.parse(device)
+    if code_t.processor != device_t.processor:
+        return False
+    dev = dict(device_t.features)
+    for name, on in code_t.features:
+        if dev.get(name) is not on:  # None (device unset) or the opposite setting
+            return False
+    return True
+
+
+def compatible_ids(device: object) -> tuple[str, ...]:
+    """Every canonical target ID whose code objects run on ``device`` (most specific first).
+
+    For each feature the device sets, the code may set it the same way or leave it unset;
+    a feature the device leaves unset must be unset in the code too. Small: at most four IDs.
+    """
+    device_t = Target.parse(device)
+    options: list[list[tuple[str, bool] | None]] = []
+    for name, on in device_t.features:
+        options.append([(name, on), None])
+    out = []
+    for combo in _product(options):
+        feats = tuple(f for f in combo if f is not None)
+        out.append(Target(device_t.processor, feats).id)
+    return tuple(out)
+
+
+def _product(options: list[list]) -> list[tuple]:
+    out: list[tuple] = [()]
+    for opts in options:
+        out = [prev + (o,) for prev in out for o in opts]
+    return out
