@@ -79,13 +79,17 @@ def display_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _sqlite_hooks(engine: Engine) -> None:
+def _sqlite_hooks(engine: Engine, readonly: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # noqa: ANN001
         # Driver autocommit: pysqlite must not emit its own BEGINs; ours below decide.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if readonly:  # no journal-mode change (a write); the builders' WAL file is read as is
+            cur.execute("PRAGMA query_only = ON")
+            cur.close()
+            return
         cur.execute("PRAGMA journal_mode = WAL")
         # NORMAL is durable against process crashes in WAL mode (only an OS crash may drop
         # the last commits) and keeps every state consistent.
@@ -101,11 +105,28 @@ def _sqlite_hooks(engine: Engine) -> None:
             conn.exec_driver_sql("BEGIN")
 
 
-def make_engine(url: str) -> Engine:
+def readonly_url(url: str) -> str:
+    """SQLite: the same file opened with ``mode=ro`` (an SQLite URI), so the OS-level open is
+    read-only and a chmod 444 file works; PostgreSQL: unchanged (the engine sets every
+    transaction read-only, see make_engine)."""
+    if not url.startswith("sqlite"):
+        return url
+    path = make_url(url).database
+    if not path or path == ":memory:":
+        raise CacheError("a read-only store needs a SQLite file, not an in-memory database")
+    return f"sqlite+pysqlite:///file:{path}?mode=ro&uri=true"
+
+
+def make_engine(url: str, *, readonly: bool = False) -> Engine:
     try:
         if url.startswith("sqlite"):
-            engine = create_engine(url)
-            _sqlite_hooks(engine)
+            engine = create_engine(readonly_url(url) if readonly else url)
+            _sqlite_hooks(engine, readonly)
+        elif readonly:
+            # Every transaction read-only at the server too: a write that slips past the
+            # store's own check fails there instead of taking a lock builders wait on.
+            engine = create_engine(url, pool_pre_ping=True,
+                                   connect_args={"options": "-c default_transaction_read_only=on"})
         else:
             engine = create_engine(url, pool_pre_ping=True)
     except (ArgumentError, NoSuchModuleError) as e:

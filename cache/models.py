@@ -5,10 +5,13 @@
     sha256 (PK, of raw bytes) ◄─── blob_sha256 (FK, NULL for a failure)      name (PK)
     size      (raw bytes)          key (PK)  status 'ok' | 'failed'          value
     stored_size, codec, data       arch lane profile family spec_json        ("schema_version")
-    created_at                     lowering_digest toolchain_json
+    created_at                     lowering_digest toolchain_json generation
     dict_id ───┐                   ir_sha256 metadata_json provenance_json
                │                   error log built_at last_read_at
                └──> zstd_dicts (id, arch, family, sha256, data): a trained dictionary
+
+    generations (id, arch, lane, recipe_digest, toolchain_json, created_at, retired_at)
+    refs ((arch, lane) PK -> generation): the current generation each (arch, lane) serves
 
 One ``artifacts`` table holds both successes and cached failures (``status``), so the
 builder's no-op path is a single indexed ``key IN (...)`` query over one table. A
@@ -42,11 +45,11 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations")
 HEAD_REVISION = REVISIONS[-1]
-SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3}
+SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4}
 
 metadata = MetaData()
 
@@ -104,6 +107,8 @@ artifacts = Table(
     Column("log", Text, nullable=True),
     Column("built_at", Float, nullable=False),
     Column("last_read_at", Float, nullable=True),
+    # The build generation it belongs to (cache/generations.py; rev 0003_generations).
+    Column("generation", String(32), nullable=True),
     CheckConstraint(
         "(status = 'ok' AND blob_sha256 IS NOT NULL AND error IS NULL)"
         " OR (status = 'failed' AND blob_sha256 IS NULL AND error IS NOT NULL)",
@@ -114,6 +119,33 @@ artifacts = Table(
     Index("ix_artifacts_last_read", "last_read_at"),
     # Covering index of lookup_many (rev 0003): answered without touching the table.
     Index("ix_artifacts_lookup", "key", "status", "blob_sha256"),
+    Index("ix_artifacts_generation", "generation"),
+)
+
+# A generation: the artifacts one build produced for (arch, lane) with one recipe digest and
+# toolchain identity (rev 0003_generations). ``id`` is a hash of exactly those four.
+generations = Table(
+    "generations",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("arch", String(128), nullable=False),
+    Column("lane", String(32), nullable=False),
+    Column("recipe_digest", String(128), nullable=False),
+    Column("toolchain_json", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("retired_at", Float, nullable=True),  # when a ref last moved away from it
+    Index("ix_generations_arch_lane", "arch", "lane"),
+)
+
+# The current generation per (arch, lane), moved by a successful build (huggingface_hub's
+# refs are the model: a name that points at one immutable revision).
+refs = Table(
+    "refs",
+    metadata,
+    Column("arch", String(128), primary_key=True),
+    Column("lane", String(32), primary_key=True),
+    Column("generation", String(32), nullable=False),
+    Column("moved_at", Float, nullable=False),
 )
 
 # What every read of blob bytes selects. The CAST keeps a damaged row readable: on SQLite a

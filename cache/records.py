@@ -168,9 +168,12 @@ class GcReport:
     blobs_deleted: int
     bytes_freed: int  # stored (compressed) bytes
     stored_bytes_after: int
+    generations_dropped: tuple[str, ...] = ()  # gc --keep N: generations no ref points to
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["generations_dropped"] = list(self.generations_dropped)
+        return d
 
 
 def _loads(s: str | None) -> Any:

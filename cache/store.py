@@ -22,16 +22,19 @@ exclusive for gc/evict/import. ``last_read_at`` is refreshed at most every
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import time
+from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from rocke_aot.cache import blobs, codec, db, models
+from rocke_aot.cache import blobs, codec, db, generations, models
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
@@ -46,7 +49,10 @@ from rocke_aot.cache.records import (
     to_artifact,
     to_failure,
 )
-from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, SpecError
+from rocke_aot.candidates import Candidate, Resources
+from rocke_aot.cache.models import refs as R
+from rocke_aot.targets import Target, compatible_ids
+from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, ReadOnlyError, SpecError
 
 ENV_MAX_BYTES = "ROCKE_AOT_CACHE_MAX_BYTES"
 LOOKUP_CHUNK = 900  # under SQLite's oldest bound-parameter limit (999) and PostgreSQL's (65535)
@@ -93,6 +99,29 @@ def _lookup_sql(dialect: str, n: int) -> str:
     return "SELECT key, status, blob_sha256 FROM artifacts WHERE key IN (" + ",".join(["%s"] * n) + ")"
 
 
+def _processor_ids(target: Target) -> tuple[str, ...]:
+    """Every target ID of the device's processor (any/on/off per feature): at most nine."""
+    opts: list[tuple[str, ...]] = [()]
+    for name in target.info.target_features:
+        opts = [o + extra for o in opts for extra in ((), (f"{name}+",), (f"{name}-",))]
+    return tuple(Target.parse(":".join((target.processor, *o))).id for o in opts)
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates_sql(dialect: str, n_arch: int, n_lanes: int | None, current_only: bool) -> str:
+    # Raw DBAPI SQL, built once per shape: selection is a hot path of the service, and
+    # SQLAlchemy's statement compilation costs more than SQLite running the query.
+    p = "?" if dialect == "sqlite" else "%s"
+    sql = ("SELECT a.key, a.blob_sha256, a.arch, a.lane, a.profile, a.spec_json, a.generation, a.metadata_json, "
+           "a.built_at, r.generation FROM artifacts a LEFT JOIN refs r ON r.arch = a.arch AND r.lane = a.lane "
+           f"WHERE a.family = {p} AND a.status = 'ok' AND a.arch IN ({','.join([p] * n_arch)})")
+    if n_lanes is not None:
+        sql += f" AND a.lane IN ({','.join([p] * n_lanes)})"
+    if current_only:
+        sql += " AND a.generation = r.generation"
+    return sql + " ORDER BY a.key"
+
+
 _U_TOUCH = update(A).where(A.c.key == bindparam("k")).values(last_read_at=bindparam("t"))
 
 
@@ -122,13 +151,20 @@ def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
 class Store:
     """A cache store. Open with :meth:`Store.open`; use as a context manager or call close()."""
 
-    def __init__(self, url: str, engine, *, level: int, max_bytes: int | None, touch_interval: float):
+    def __init__(self, url: str, engine, *, level: int, max_bytes: int | None, touch_interval: float,
+                 readonly: bool = False):
         self.url = url
         self.engine = engine
         self.level = level
         self.max_bytes = max_bytes
         self.touch_interval = touch_interval
+        self.readonly = readonly
         self._dicts = blobs.Dicts()
+        # Read times wait here and are written in one transaction per touch_interval (never
+        # one write per get); a read-only store keeps none.
+        self._touches: dict[str, float] = {}
+        self._touch_flushed = time.time()
+        self._candidate_memo: dict[tuple, Any] = {}
 
     @classmethod
     def open(
@@ -139,12 +175,17 @@ class Store:
         max_bytes: int | None = None,
         touch_interval: float = 60.0,
         create: bool = True,
+        readonly: bool = False,
     ) -> "Store":
         """Open (creating or upgrading through Alembic) the store at ``url``.
 
         ``url`` None -> ``$ROCKE_AOT_CACHE`` -> ``$ROCKE_AOT_HOME/cache.sqlite`` -> the user
         cache dir. ``max_bytes`` (or ``$ROCKE_AOT_CACHE_MAX_BYTES``) caps the stored bytes:
         puts beyond it evict least-recently-read artifacts.
+
+        ``readonly``: no write ever (a read-only SQLite file or PostgreSQL role works; read
+        times are not recorded; every write method raises ReadOnlyError). The schema must
+        already be at head: a read-only store is never migrated.
         """
         resolved = db.resolve_url(url)
         if max_bytes is None and os.environ.get(ENV_MAX_BYTES):
@@ -154,16 +195,24 @@ class Store:
                 raise CacheError(f"{ENV_MAX_BYTES} must be an integer byte count, got {os.environ[ENV_MAX_BYTES]!r}") from None
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
-        engine = db.make_engine(resolved)
+        engine = db.make_engine(resolved, readonly=readonly)
         try:
-            db.ensure_schema(engine, resolved, create=create)
+            db.ensure_schema(engine, resolved, create=create and not readonly)
         except Exception:
             engine.dispose()
             raise
-        return cls(resolved, engine, level=level, max_bytes=max_bytes, touch_interval=touch_interval)
+        return cls(resolved, engine, level=level, max_bytes=max_bytes, touch_interval=touch_interval,
+                   readonly=readonly)
 
     def close(self) -> None:
-        self.engine.dispose()
+        try:
+            self.flush_reads()
+        finally:
+            self.engine.dispose()
+
+    def _writable(self, what: str) -> None:
+        if self.readonly:
+            raise ReadOnlyError(f"{self} is open read-only: {what} refused (open it without readonly=True)")
 
     def __enter__(self) -> "Store":
         return self
@@ -197,6 +246,7 @@ class Store:
         not deterministic) unless ``replace`` (a forced rebuild). A success replaces a
         cached failure of the same key.
         """
+        self._writable("put")
         if not isinstance(inputs, KeyInputs):
             raise SpecError(f"put needs KeyInputs, got {type(inputs).__name__}")
         if not isinstance(code_object, (bytes, bytearray, memoryview)) or len(code_object) == 0:
@@ -209,6 +259,7 @@ class Store:
         dict_id, zdict = self._dicts.current(self.engine, inputs.arch, inputs.family)
         stored = codec.encode(raw, self.level, zdict)  # outside the write lock: it is the slow part
         cod = codec.CODEC if zdict is None else codec.CODEC_DICT
+        gen = generations.generation_id(inputs.arch, inputs.lane, inputs.lowering_digest, inputs.toolchain_json)
         row = {
             "key": key,
             "status": "ok",
@@ -225,10 +276,13 @@ class Store:
             "provenance_json": _json(provenance, "provenance"),
             "error": None,
             "log": None,
+            "generation": gen,
         }
         with db.write_tx(self.engine) as conn:
             now = time.time()
             row["built_at"] = row["last_read_at"] = now
+            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.lowering_digest,
+                                 inputs.toolchain_json, now)
             blobs.publish_blob(conn, self._dicts, sha, raw, stored, cod, dict_id, now)
             _publish_artifact(conn, row, replace=replace)
             out = conn.execute(_Q_ROW, {"k": key}).mappings().one()
@@ -243,6 +297,7 @@ class Store:
         A key that already holds an artifact keeps it (a good binary is never shadowed by a
         later flaky failure): the returned Hit then has kind 'artifact'.
         """
+        self._writable("put_failure")
         if not isinstance(inputs, KeyInputs):
             raise SpecError(f"put_failure needs KeyInputs, got {type(inputs).__name__}")
         if not isinstance(error, str) or not error:
@@ -250,14 +305,17 @@ class Store:
         if not isinstance(log, str):
             raise SpecError(f"log must be a string, got {type(log).__name__}")
         key = artifact_key(inputs)
+        gen = generations.generation_id(inputs.arch, inputs.lane, inputs.lowering_digest, inputs.toolchain_json)
         with db.write_tx(self.engine) as conn:
             now = time.time()
+            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.lowering_digest,
+                                 inputs.toolchain_json, now)
             cur = conn.execute(_Q_STATUS, {"k": key}).first()
             if cur is not None and cur.status == "ok":
                 return Hit(key, "artifact", sha256=cur.blob_sha256)
             values = {
                 "status": "failed", "error": error, "log": log, "built_at": now, "last_read_at": None,
-                "blob_sha256": None, "ir_sha256": None,
+                "blob_sha256": None, "ir_sha256": None, "generation": gen,
             }
             if cur is None:
                 conn.execute(A.insert().values(
@@ -286,11 +344,22 @@ class Store:
                                      row["data"], row["dict_id"])
         now = time.time()
         last = row["last_read_at"]
-        if last is None or now - last >= self.touch_interval:
-            with db.write_tx(self.engine) as conn:
-                conn.execute(_U_TOUCH, {"k": key, "t": now})
+        if not self.readonly and (last is None or now - last >= self.touch_interval):
+            self._touches[key] = now
             row = {**row, "last_read_at": now}
+            if now - self._touch_flushed >= self.touch_interval or len(self._touches) >= 4096:
+                self.flush_reads()
         return to_artifact(row, code_object=raw)
+
+    def flush_reads(self) -> int:
+        """Write the pending read times in one transaction (eviction order); close() calls it."""
+        pending, self._touches = self._touches, {}
+        self._touch_flushed = time.time()
+        if not pending or self.readonly:
+            return 0
+        with db.write_tx(self.engine) as conn:
+            conn.execute(_U_TOUCH, [{"k": k, "t": t} for k, t in sorted(pending.items())])
+        return len(pending)
 
     def get_failure(self, key: str) -> Failure:
         check_key(key)
@@ -443,10 +512,145 @@ class Store:
                 bad_keys.append((r["key"], f"unreadable inputs: {type(e).__name__}: {e}"))
         return VerifyReport(checked, len(rows), tuple(corrupt), tuple(sorted(affected)), tuple(bad_keys), orphans)
 
+    # ---- selection, generations, paging ------------------------------------------------
+
+    def candidates(self, family: str, device: object, lanes: Iterable[str] | None = None, *,
+                   compatible_only: bool = True, current_only: bool = False) -> list[Candidate]:
+        """The stored artifacts of ``family`` that a ``device`` target ID may run, as Candidates.
+
+        One query over artifacts (left-joined to the refs, so each row knows whether its
+        generation is current). ``compatible_only`` False also returns the processor's other
+        target IDs (selection then rejects them, naming why); ``current_only`` leaves stale
+        generations out in SQL. Resources come from the stored metadata's "code_object"
+        section; rows are immutable per (key, blob), so each is parsed once per Store.
+        """
+        if not isinstance(family, str):
+            raise SpecError(f"family must be a string, got {family!r}")
+        target = Target.parse(device)
+        ids = compatible_ids(target) if compatible_only else _processor_ids(target)
+        lane_list = None if lanes is None else sorted(set(lanes))
+        if lane_list is not None and not all(isinstance(x, str) for x in lane_list):
+            raise SpecError(f"lanes must be lane names, got {lane_list!r}")
+        if lane_list == []:
+            return []
+        sql = _candidates_sql(self.engine.dialect.name, len(ids), None if lane_list is None else len(lane_list),
+                              current_only)
+        params = [family, *ids, *(lane_list or ())]
+        memo = self._candidate_memo
+        if len(memo) > 200_000:  # rows are small, but a long-lived service must not grow without bound
+            memo.clear()
+        info = target.info
+        out = []
+        with db.read_tx(self.engine) as conn:
+            cur = conn.connection.dbapi_connection.cursor()
+            try:
+                cur.execute(sql, params)
+                rows = cur.fetchall()
+            finally:
+                cur.close()
+        for key, sha, arch, lane, profile, spec_json, gen, meta_json, built_at, ref in rows:
+            is_current = ref is not None and ref == gen
+            mk = (key, sha, gen, is_current)
+            c = memo.get(mk)
+            if c is None:
+                meta = json.loads(meta_json)
+                c = Candidate(key, sha, family, MappingProxyType(json.loads(spec_json)), arch, lane, profile,
+                              gen or "", is_current, Resources.from_code_object(meta.get("code_object"), info),
+                              datetime.fromtimestamp(built_at, tz=timezone.utc))
+                memo[mk] = c
+            out.append(c)
+        return out
+
+    def candidates_bare_sql(self, family: str, device: object, lanes: Iterable[str] | None = None) -> tuple[str, list]:
+        """The SQL and parameters Store.candidates runs (for bench/bench_select.py's baseline)."""
+        target = Target.parse(device)
+        ids = _processor_ids(target)
+        lane_list = None if lanes is None else sorted(set(lanes))
+        return (_candidates_sql(self.engine.dialect.name, len(ids), None if lane_list is None else len(lane_list),
+                                False), [family, *ids, *(lane_list or ())])
+
+    def current_generation(self, arch: str, lane: str) -> str | None:
+        with db.read_tx(self.engine) as conn:
+            return generations.current(conn).get((Target.parse(arch).id, lane))
+
+    def generations(self, arch: str | None = None, lane: str | None = None) -> list[generations.Generation]:
+        """Every generation with its artifact and failure counts and whether it is current."""
+        with db.read_tx(self.engine) as conn:
+            return generations.listing(conn, None if arch is None else Target.parse(arch).id, lane)
+
+    def move_ref(self, arch: str, lane: str, generation: str) -> str | None:
+        """Make ``generation`` the current one of (arch, lane) (a successful build does this).
+
+        Returns the generation it replaced. An unknown generation is a NotFoundError.
+        """
+        self._writable("move_ref")
+        arch_id = Target.parse(arch).id
+        with db.write_tx(self.engine) as conn:
+            try:
+                return generations.move_ref(conn, arch_id, lane, generation, time.time())
+            except KeyError:
+                raise NotFoundError(f"no generation {generation} in {self}") from None
+
+    def gc_generations(self, keep: int = 0) -> GcReport:
+        """Drop generations no ref points to beyond the ``keep`` most recently retired per
+        (arch, lane): their artifacts and failures, then the blobs nothing references."""
+        self._writable("gc")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise SpecError(f"keep must be a non-negative int, got {keep!r}")
+        with db.write_tx(self.engine, exclusive=True) as conn:
+            gone = generations.doomed(conn, keep)
+            n = generations.drop(conn, gone, LOOKUP_CHUNK)
+            deleted, freed = blobs.delete_orphans(conn)
+            after = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
+        self._candidate_memo.clear()
+        return GcReport(n, deleted, freed, after, tuple(gone))
+
+    def get_blob(self, sha256: str) -> bytes:
+        """The verified raw bytes of one blob by its sha256 (immutable content URLs)."""
+        if not isinstance(sha256, str) or not _SHA_RE.match(sha256):
+            raise SpecError(f"a blob id is 64 lowercase hex digits, got {sha256!r}")
+        with db.read_tx(self.engine) as conn:
+            row = conn.execute(select(B.c.size, B.c.codec, B.c.stored_size, blob_data, B.c.dict_id)
+                               .where(B.c.sha256 == sha256)).first()
+            if row is None:
+                raise NotFoundError(f"no blob {sha256} in {self}")
+            size, cod, stored_size, data, dict_id = row
+            return self._dicts.decode(conn, sha256, size, cod, stored_size, data, dict_id)
+
+    def list_artifacts(self, *, arch: str | None = None, lane: str | None = None, family: str | None = None,
+                       cursor: str | None = None, limit: int = 100,
+                       current_only: bool = True) -> tuple[list[Artifact], str | None]:
+        """One page of artifacts in key order after ``cursor``, and the cursor of the next page
+        (None at the end). Keyset paging: a page costs the same at any depth, and a concurrent
+        put never shifts a page. ``current_only``: only current generations (what select serves)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise SpecError(f"limit must be an int within 1..10000, got {limit!r}")
+        if cursor is not None and (not isinstance(cursor, str) or not _SHA_RE.match(cursor)):
+            raise SpecError(f"cursor must be a key (64 lowercase hex digits) from a previous page, got {cursor!r}")
+        conds = [A.c.status == "ok"]
+        if arch is not None:
+            conds.append(A.c.arch == Target.parse(arch).id)
+        for col, val in ((A.c.lane, lane), (A.c.family, family)):
+            if val is not None:
+                if not isinstance(val, str):
+                    raise SpecError(f"filter {col.name} must be a string, got {val!r}")
+                conds.append(col == val)
+        if cursor is not None:
+            conds.append(A.c.key > cursor)
+        stmt = select(*_ROW).select_from(_ROW_FROM)
+        if current_only:
+            stmt = stmt.join(R, and_(R.c.arch == A.c.arch, R.c.lane == A.c.lane, R.c.generation == A.c.generation))
+        stmt = stmt.where(and_(*conds)).order_by(A.c.key).limit(limit + 1)
+        with db.read_tx(self.engine) as conn:
+            rows = conn.execute(stmt).mappings().all()
+        page = [to_artifact(r) for r in rows[:limit]]
+        return page, (page[-1].key if len(rows) > limit else None)
+
     # ---- space --------------------------------------------------------------------------
 
     def gc(self) -> GcReport:
         """Delete blobs that no artifact references."""
+        self._writable("gc")
         with db.write_tx(self.engine, exclusive=True) as conn:
             n, freed = blobs.delete_orphans(conn)
             after = conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar()
@@ -458,8 +662,10 @@ class Store:
         Failures hold no blob and are not evicted. Blobs shared by several artifacts are
         freed only when their last artifact goes.
         """
+        self._writable("evict")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        self.flush_reads()  # eviction orders by read time: the pending ones count
         with db.write_tx(self.engine, exclusive=True) as conn:
             deleted, freed = blobs.delete_orphans(conn)
             total = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
@@ -493,6 +699,7 @@ class Store:
     def train_dictionaries(self, **kw: Any) -> list[dict[str, Any]]:
         """Train a zstd dictionary per (arch, family) where it pays and recompress that pair's
         blobs with it (see cache/blobs.py; measured in docs/cache.md). New puts of the pair use it."""
+        self._writable("train-dicts")
         return blobs.train(self, **kw)
 
     def export(self, path: str | os.PathLike, **filters: Any) -> dict[str, Any]:
@@ -503,7 +710,11 @@ class Store:
     def import_(self, path: str | os.PathLike) -> dict[str, Any]:
         from rocke_aot.cache.bundle import import_bundle
 
-        return import_bundle(self, path)
+        self._writable("import")
+        out = import_bundle(self, path)
+        with db.write_tx(self.engine) as conn:  # imported rows join the generation of their inputs
+            generations.backfill(conn, _insert_ignore, time.time())
+        return out
 
 
 def _publish_artifact(conn: Connection, row: dict[str, Any], *, replace: bool) -> None:

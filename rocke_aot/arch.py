@@ -55,6 +55,11 @@ class ArchInfo:
     max_block: int = 1024  # most work-items per work-group
     static_lds_bytes: int | None = None  # static allocation limit when below lds_bytes (CUDA: 48 KiB)
     sgpr_specials: int = 0  # special SGPRs (VCC, FLAT_SCRATCH, XNACK_MASK) metadata .sgpr_count adds
+    # Occupancy facts (rocke_aot/candidates.py occupancy(); 0 = not modelled, e.g. NVIDIA):
+    max_waves_per_simd: int = 0  # waves one SIMD (EU) holds at most
+    vgpr_alloc_granule: int = 0  # VGPRs are allocated to a wave in blocks of this many
+    simds_per_cu: int = 0  # SIMDs sharing one CU's LDS
+    sgpr_limits_occupancy: bool = False  # GFX8/9: the per-SIMD SGPR file caps waves (GFX10+: no)
     sources: Mapping[str, str] = field(default_factory=dict)  # field name -> source of the figure
 
     @property
@@ -83,7 +88,8 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         "gfx90a": ArchInfo(
             "gfx90a", "amdgcn", 64, 64 * 1024, 110, 512, 102, True, ("sramecc", "xnack"),
             "AMD Instinct MI250X (one GCD)", "mfma",
-            sgpr_specials=6,
+            sgpr_specials=6, max_waves_per_simd=8, vgpr_alloc_granule=8, simds_per_cu=4,
+            sgpr_limits_occupancy=True,
             sources=_src(
                 wave_size="AMD CDNA2 ISA guide: wave64",
                 lds_bytes=_LLVM_LDS,
@@ -92,13 +98,18 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                 max_sgprs=_LLVM_SGPR_GFX9,
                 sgpr_specials=_SPECIALS_GFX9,
                 matrix_unit="AMD CDNA2 ISA guide: MFMA (v_mfma_f32_32x32x8f16, ...)",
+                max_waves_per_simd="LLVM AMDGPUBaseInfo getMaxWavesPerEU: 8 on gfx90a-class (GFX90AInsts)",
+                vgpr_alloc_granule="LLVM AMDGPUBaseInfo getVGPRAllocGranule: 8 with GFX90AInsts",
+                simds_per_cu="AMD CDNA ISA guides: 4 SIMDs per CU",
+                sgpr_limits_occupancy="LLVM GCNSubtarget getOccupancyWithNumSGPRs: GFX8/9 table",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
         ),
         "gfx942": ArchInfo(
             "gfx942", "amdgcn", 64, 64 * 1024, 304, 512, 102, True, ("sramecc", "xnack"),
             "AMD Instinct MI300X", "mfma",
-            sgpr_specials=6,
+            sgpr_specials=6, max_waves_per_simd=8, vgpr_alloc_granule=8, simds_per_cu=4,
+            sgpr_limits_occupancy=True,
             sources=_src(
                 wave_size="AMD CDNA3 ISA guide: wave64",
                 lds_bytes=_LLVM_LDS,
@@ -107,13 +118,18 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                 max_sgprs=_LLVM_SGPR_GFX9,
                 sgpr_specials=_SPECIALS_GFX9,
                 matrix_unit="AMD CDNA3 ISA guide: MFMA; measured: mfma.f32.32x32x8f16 compiles on LLVM 20 and 22",
+                max_waves_per_simd="LLVM AMDGPUBaseInfo getMaxWavesPerEU: 8 on gfx90a-class (GFX90AInsts)",
+                vgpr_alloc_granule="LLVM AMDGPUBaseInfo getVGPRAllocGranule: 8 with GFX90AInsts",
+                simds_per_cu="AMD CDNA ISA guides: 4 SIMDs per CU",
+                sgpr_limits_occupancy="LLVM GCNSubtarget getOccupancyWithNumSGPRs: GFX8/9 table",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
         ),
         "gfx950": ArchInfo(
             "gfx950", "amdgcn", 64, 160 * 1024, 256, 512, 102, True, ("sramecc", "xnack"),
             "AMD Instinct MI355X", "mfma",
-            sgpr_specials=6,
+            sgpr_specials=6, max_waves_per_simd=8, vgpr_alloc_granule=8, simds_per_cu=4,
+            sgpr_limits_occupancy=True,
             sources=_src(
                 wave_size="AMD CDNA4 ISA guide: wave64",
                 lds_bytes=_LLVM_LDS,
@@ -122,13 +138,17 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                 max_sgprs=_LLVM_SGPR_GFX9,
                 sgpr_specials=_SPECIALS_GFX9,
                 matrix_unit="AMD CDNA4 ISA guide: MFMA incl. 32x32x16 f16/bf16 (gfx950 only)",
+                max_waves_per_simd="LLVM AMDGPUBaseInfo getMaxWavesPerEU: 8 on gfx90a-class (GFX90AInsts)",
+                vgpr_alloc_granule="LLVM AMDGPUBaseInfo getVGPRAllocGranule: 8 with GFX90AInsts",
+                simds_per_cu="AMD CDNA ISA guides: 4 SIMDs per CU",
+                sgpr_limits_occupancy="LLVM GCNSubtarget getOccupancyWithNumSGPRs: GFX8/9 table",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
         ),
         "gfx1250": ArchInfo(
             "gfx1250", "amdgcn", 32, 320 * 1024, 256, 1024, 106, False, ("xnack",),
             "AMD gfx1250 (GFX12.5)", "wmma",
-            sgpr_specials=2,
+            sgpr_specials=2, max_waves_per_simd=16, vgpr_alloc_granule=16, simds_per_cu=2,
             sources=_src(
                 wave_size="LLVM AMDGPUUsage: gfx1250 is wave32 only",
                 lds_bytes=_LLVM_LDS,
@@ -138,6 +158,10 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                 max_sgprs=_LLVM_SGPR_GFX10,
                 sgpr_specials=_SPECIALS_GFX10,
                 matrix_unit="measured: llvm.amdgcn.wmma.f32.16x16x32.f16 compiles for gfx1250 on LLVM 22 only",
+                max_waves_per_simd="LLVM AMDGPUBaseInfo getMaxWavesPerEU: 16 on GFX10.3+ (gfx1250 assumed to follow)",
+                vgpr_alloc_granule="LLVM AMDGPUBaseInfo getVGPRAllocGranule: 16 for wave32 on GFX10.3+ "
+                                   "(gfx1250 assumed to follow)",
+                simds_per_cu="RDNA CU mode: 2 SIMD32 per CU (gfx1250 assumed to follow)",
                 max_block="LLVM AMDGPUUsage: amdgpu-flat-work-group-size at most 1024",
             ),
         ),

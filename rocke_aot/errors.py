@@ -20,6 +20,7 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
         ├── NotFoundError (KeyError)
         ├── IntegrityError              a blob's sha256 does not match
         ├── SchemaVersionError
+        ├── ReadOnlyError               a write asked of a store opened read-only
         └── BundleError                 a malformed or tampered export bundle
 """
 
@@ -95,6 +96,10 @@ class IntegrityError(CacheError):
 
 class SchemaVersionError(CacheError):
     """The store's schema version is not the one this code knows."""
+
+
+class ReadOnlyError(CacheError):
+    """A write (put, gc, ref move, ...) on a store opened with ``readonly=True``."""
 
 
 class BundleError(CacheError):
