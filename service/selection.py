@@ -1,0 +1,111 @@
+"""select(): the one way the CLI, the service and the runner pick a cached kernel for a problem.
+
+    select(store, target, family, problem, lanes=, min_efficiency=, limit=)
+        │ validate: family (variant tables), target ID, lanes (lane registry), problem
+        │           (JSON text, mapping or problem value) -> SpecError / LaneError naming the
+        │           field and the accepted values
+        ▼
+    store.candidates(family, target, lanes)         cache: ONE query, rows -> Candidates
+        ▼
+    variants.selection.rank(candidates, problem, target, min_efficiency, lanes)   pure
+        ▼
+    Selection(accepted best first [:limit], rejected with reasons)
+
+No key is recomputed and nothing is compiled: a service host has no compilers. The
+service package sits above cache and variants, the only floor allowed to join them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from rocke_aot.errors import SpecError
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
+from rocke_aot.variants import table
+from rocke_aot.variants.efficiency import PROBLEM_TYPES, problem_from_dict
+from rocke_aot.variants.selection import Choice, Rejection, rank
+
+DEFAULT_MIN_EFFICIENCY = 0.0  # no floor unless asked: a small problem still gets its best kernel
+
+
+@dataclass(frozen=True)
+class Selection:
+    target: str
+    family: str
+    problem: Any
+    lanes: tuple[str, ...] | None
+    min_efficiency: float
+    accepted: tuple[Choice, ...]  # best first, at most ``limit``
+    rejected: tuple[Rejection, ...]
+    beyond_limit: int  # accepted candidates left out by ``limit``
+
+    @property
+    def best(self) -> Choice | None:
+        return self.accepted[0] if self.accepted else None
+
+    def as_dict(self, *, explain: bool = True) -> dict[str, Any]:
+        d = {"target": self.target, "family": self.family, "problem": _problem_dict(self.problem),
+             "lanes": None if self.lanes is None else list(self.lanes), "min_efficiency": self.min_efficiency,
+             "accepted": [c.as_dict() for c in self.accepted], "beyond_limit": self.beyond_limit,
+             "rejected_count": len(self.rejected)}
+        if explain:
+            d["rejected"] = [r.as_dict() for r in self.rejected]
+        return d
+
+
+def _problem_dict(problem: Any) -> dict[str, Any]:
+    return {k: getattr(problem, k) for k in problem.__dataclass_fields__}
+
+
+def parse_problem(family: str, problem: Any) -> Any:
+    """A problem value of ``family`` from JSON text, a mapping, or the value itself."""
+    cls = PROBLEM_TYPES.get(family)
+    if cls is not None and isinstance(problem, cls):
+        return problem
+    if isinstance(problem, (str, bytes)):
+        try:
+            problem = json.loads(problem)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
+    if not isinstance(problem, Mapping):
+        raise SpecError(f"problem must be a JSON object of {family} problem fields, got {type(problem).__name__}")
+    return problem_from_dict(family, dict(problem))
+
+
+def _family(family: object) -> str:
+    names = table.family_names()
+    if not isinstance(family, str) or family not in names:
+        raise SpecError(f"family: unknown {family!r}; accepted: {', '.join(names)}")
+    return family
+
+
+def _lanes(lanes: Iterable[object] | None) -> tuple[str, ...] | None:
+    if lanes is None:
+        return None
+    if isinstance(lanes, str):
+        lanes = (lanes,)
+    return tuple(sorted({get_lane(x, source="lane").name for x in lanes}))
+
+
+def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[str] | None = None,
+           min_efficiency: float | None = None, limit: int | None = None, explain: bool = True) -> Selection:
+    """Rank the cached artifacts of ``family`` that ``target`` can run on ``problem``.
+
+    ``explain`` False skips the rows selection would only reject as stale or incompatible
+    (they are left out in SQL, so the rejected list then lacks those two reasons).
+    """
+    fam = _family(family)
+    tgt = Target.parse(target)
+    lane_names = _lanes(lanes)
+    prob = parse_problem(fam, problem)
+    floor = DEFAULT_MIN_EFFICIENCY if min_efficiency is None else min_efficiency
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise SpecError(f"limit must be a positive int, got {limit!r}")
+    cands = store.candidates(fam, tgt, lane_names, compatible_only=not explain, current_only=not explain)
+    ranking = rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names)
+    accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
+    return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
+                     len(ranking.accepted) - len(accepted))

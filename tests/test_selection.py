@@ -1,0 +1,199 @@
+"""Selection over what the cache holds: the hand-worked example of docs/selection.md, the
+lane policy, generations, named errors, and every spec of every variant table.
+
+Expected numbers are computed by hand (docs/selection.md shows the arithmetic), never by
+calling the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from _pg import pg_database, store_url  # noqa: F401
+from _selstore import put_fake
+
+from rocke_aot.arch import ARCHES
+from rocke_aot.candidates import occupancy
+from rocke_aot.cache.generations import generation_id
+from rocke_aot.cache.keys import canonical_json
+from rocke_aot.cache.store import Store
+from rocke_aot.errors import LaneError, SpecError
+from rocke_aot.service.selection import select
+from rocke_aot.variants import selection as S
+from rocke_aot.variants import table
+from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
+
+DEVICE = "gfx942:sramecc+:xnack-"
+PROBLEM = {"m": 1000, "n": 1000, "k": 512, "dtype": "f16"}
+
+
+def gemm(**kw):
+    base = dict(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="fma",
+                double_buffer=False, vector_width=4, mma="auto")
+    base.update(kw)
+    return base
+
+
+def _example_store(url):
+    """The eight artifacts of docs/selection.md's worked example."""
+    store = Store.open(url)
+    put_fake(store, "gfx942", "llvm22", "gemm", gemm(block_n=128), digest="d0")  # F (old generation)
+    arts = {
+        "A": put_fake(store, "gfx942", "llvm22", "gemm", gemm(), vgprs=128, sgprs=40, lds=8192, workgroup=256),
+        "B": put_fake(store, "gfx942", "llvm24", "gemm", gemm(), vgprs=96, sgprs=40, lds=8192, workgroup=256),
+        "C": put_fake(store, "gfx942:xnack-", "llvm22", "gemm", gemm(double_buffer=True), vgprs=48, sgprs=40,
+                      lds=16384, workgroup=256),
+        "D": put_fake(store, "gfx942", "llvm22", "gemm", gemm(block_m=128, block_n=128), vgprs=200),
+        "E": put_fake(store, "gfx942:xnack+", "llvm22", "gemm", gemm(block_m=32, block_n=32, waves=2)),
+        "G": put_fake(store, "gfx942", "llvm22", "gemm", gemm(in_dtype="bf16", out_dtype="bf16")),
+        "H": put_fake(store, "gfx942", "llvm22", "gemm", gemm(block_m=32, block_n=32, waves=2), vgprs=32, sgprs=90,
+                      lds=4096, workgroup=128),
+    }
+    # The build of digest d1 finished: gfx942/llvm22 moves from d0's generation to d1's.
+    gen1 = generation_id("gfx942", "llvm22", "d1", canonical_json({"kind": "fake", "llvm": "22.1.0"}))
+    store.move_ref("gfx942", "llvm22", gen1)
+    stale = [a for a in store.find(arch="gfx942", lane="llvm22", family="gemm") if a.spec["block_n"] == 128
+             and a.spec["block_m"] == 64][0]
+    arts["F"] = stale
+    return store, arts
+
+
+def test_hand_worked_example(store_url):
+    store, arts = _example_store(store_url)
+    with store:
+        sel = select(store, DEVICE, "gemm", json.dumps(PROBLEM), min_efficiency=0.5)
+    key_of = {a.key: name for name, a in arts.items()}
+    assert [key_of[c.candidate.key] for c in sel.accepted] == ["H", "B", "C"]
+    # 64x64 and 32x32 tiles: (1000/1024)^2 * 16/19 (hand arithmetic in docs/selection.md)
+    want = (1000 / 1024) ** 2 * 16 / 19
+    for c in sel.accepted:
+        assert c.efficiency.total == pytest.approx(want, rel=1e-12)
+        assert c.efficiency.total == pytest.approx(0.8030941611842105, rel=1e-12)
+    assert [c.candidate.occupancy for c in sel.accepted] == [8, 5, 4]
+    reasons = {key_of[r.candidate.key]: r.reason for r in sel.rejected}
+    assert reasons == {"A": S.OTHER_LANE, "D": S.BELOW_FLOOR, "E": S.INCOMPATIBLE, "F": S.STALE,
+                       "G": S.NOT_ACCEPTED}
+    d = next(r for r in sel.rejected if key_of[r.candidate.key] == "D")
+    assert "0.2008" in d.detail and "CU 0.2105" in d.detail  # (1000/1024)^2 * 4/19, CU 64/304
+    g = next(r for r in sel.rejected if key_of[r.candidate.key] == "G")
+    assert "dtype" in g.detail and "bf16" in g.detail
+    assert sel.accepted[0].candidate.resources.vgprs == 32  # read from the stored metadata
+
+
+def test_lanes_restrict_and_limit(store_url):
+    store, arts = _example_store(store_url)
+    with store:
+        sel = select(store, DEVICE, "gemm", PROBLEM, lanes=["llvm22"], min_efficiency=0.5, limit=1)
+    key_of = {a.key: name for name, a in arts.items()}
+    assert [key_of[c.candidate.key] for c in sel.accepted] == ["H"]  # A is no longer out-laned
+    assert sel.beyond_limit == 2  # A and C follow
+    assert "B" not in {key_of.get(r.candidate.key) for r in sel.rejected}  # llvm24 never fetched
+
+
+def test_ranking_is_deterministic_under_permutation(store_url):
+    store, _ = _example_store(store_url)
+    with store:
+        cands = store.candidates("gemm", DEVICE, compatible_only=False)
+    problem = GemmProblem(1000, 1000, 512)
+    first = S.rank(cands, problem, DEVICE, min_efficiency=0.5)
+    for perm in (list(reversed(cands)), cands[3:] + cands[:3]):
+        again = S.rank(perm, problem, DEVICE, min_efficiency=0.5)
+        assert [c.candidate.key for c in again.accepted] == [c.candidate.key for c in first.accepted]
+        assert [(r.candidate.key, r.reason) for r in again.rejected] == \
+               [(r.candidate.key, r.reason) for r in first.rejected]
+
+
+@pytest.mark.parametrize("kw,err,names", [
+    (dict(family="gemmm"), SpecError, ["family", "gemm", "conv_direct_fwd", "conv_dgrad_patch"]),
+    (dict(target="gfx943"), SpecError, ["gfx943", "gfx942", "gfx950"]),
+    (dict(lanes=["llvm21"]), LaneError, ["llvm21", "llvm22", "llvm24"]),
+    (dict(problem='{"m": 1, "n": 1}'), SpecError, ["k"]),
+    (dict(problem='{"m": 1, "n": 1, "k": 1, "q": 2}'), SpecError, ["q"]),
+    (dict(problem="{not json"), SpecError, ["problem"]),
+    (dict(min_efficiency=1.5), SpecError, ["min_efficiency"]),
+])
+def test_named_errors(tmp_path, kw, err, names):
+    args = dict(target=DEVICE, family="gemm", problem=PROBLEM)
+    lanes = kw.pop("lanes", None)
+    floor = kw.pop("min_efficiency", None)
+    args.update(kw)
+    with Store.open(tmp_path / "c.sqlite") as store, pytest.raises(err) as ei:
+        select(store, args["target"], args["family"], args["problem"], lanes=lanes, min_efficiency=floor)
+    for n in names:
+        assert n in str(ei.value)
+
+
+def test_occupancy_by_hand():
+    gfx942, gfx1250 = ARCHES["gfx942"], ARCHES["gfx1250"]
+    # 512 VGPRs per lane, granule 8: 100 -> 104 allocated -> 4 waves
+    assert occupancy(gfx942, vgprs=100, sgprs=30, lds_bytes=0, workgroup_size=256) == 4
+    # SGPR table (GFX9): 102 SGPRs -> 7 waves, under VGPR's 8
+    assert occupancy(gfx942, vgprs=16, sgprs=102, lds_bytes=0, workgroup_size=256) == 7
+    # LDS: 65536 // 40000 = 1 group of 1024/64 = 16 waves over 4 SIMDs -> 4
+    assert occupancy(gfx942, vgprs=16, sgprs=16, lds_bytes=40000, workgroup_size=1024) == 4
+    # gfx1250 wave32: 1024 VGPRs, granule 16: 200 -> 208 -> 4 waves; SGPRs never limit
+    assert occupancy(gfx1250, vgprs=200, sgprs=106, lds_bytes=0, workgroup_size=256) == 4
+    assert occupancy(ARCHES["sm_90"], vgprs=32, sgprs=0, lds_bytes=0, workgroup_size=256) is None
+
+
+# -- every spec of every variant table ------------------------------------------------------------
+
+def _flip(dtype: str) -> str:
+    return "bf16" if dtype == "f16" else "f16"
+
+
+# family -> (a problem the spec serves, a problem it cannot serve, the reason's field)
+PROBLEMS = {
+    "gemm": (lambda s: GemmProblem(4 * s.block_m, 4 * s.block_n, 256, s.in_dtype, s.out_dtype),
+             lambda s: GemmProblem(4 * s.block_m, 4 * s.block_n, 256, _flip(s.in_dtype)), "dtype"),
+    "conv_direct_fwd": (
+        lambda s: ConvProblem(1, 32, 32, s.c, s.k, s.r, s.s, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+                              s.dil_h, s.dil_w, s.dtype),
+        lambda s: ConvProblem(1, 32, 32, 2 * s.c, s.k, s.r, s.s, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+                              s.dil_h, s.dil_w, s.dtype), "input channels C"),
+    "conv_dgrad_patch": (lambda s: PatchDgradProblem(1, 8 * s.p, 8 * s.p, s.c, 64, s.p, s.dtype),
+                         lambda s: PatchDgradProblem(1, 8 * s.p, 8 * s.p, s.c, 64, s.p, _flip(s.dtype)), "dtype"),
+}
+
+
+@pytest.fixture(scope="module")
+def table_store(tmp_path_factory):
+    """Every spec of every family's gfx942/llvm22 grid, one fake artifact each."""
+    store = Store.open(tmp_path_factory.mktemp("tables") / "c.sqlite")
+    for fam in table.family_names():
+        for spec in table.enumerate_specs(fam, "gfx942", "llvm22"):
+            put_fake(store, "gfx942", "llvm22", fam, spec.to_dict())
+    yield store
+    store.close()
+
+
+def test_every_family_has_a_problem_builder():
+    assert set(PROBLEMS) == set(table.family_names())
+
+
+@pytest.mark.parametrize("family", sorted(PROBLEMS))
+def test_each_spec_selected_by_a_problem_it_serves(table_store, family):
+    serve, refuse, field = PROBLEMS[family]
+    cands = table_store.candidates(family, DEVICE)
+    specs = list(table.enumerate_specs(family, "gfx942", "llvm22"))
+    assert len(cands) == len(specs) > 0
+    by_spec = {canonical_json(dict(c.spec)): c for c in cands}
+    for spec in specs:
+        c = by_spec[canonical_json(spec.to_dict())]
+        ok = S.rank(cands, serve(spec), DEVICE)
+        assert c.key in {ch.candidate.key for ch in ok.accepted}, spec
+        bad = S.rank([c], refuse(spec), DEVICE)
+        assert not bad.accepted
+        (rej,) = bad.rejected
+        assert rej.reason == S.NOT_ACCEPTED and rej.detail.startswith(field), rej.detail
+
+
+@pytest.mark.parametrize("family", sorted(PROBLEMS))
+def test_select_through_the_store(table_store, family):
+    serve, _, _ = PROBLEMS[family]
+    spec = list(table.enumerate_specs(family, "gfx942", "llvm22"))[0]
+    sel = select(table_store, DEVICE, family, serve(spec))
+    assert spec in {c.spec for c in sel.accepted}
+    assert all(a.efficiency.total >= b.efficiency.total for a, b in zip(sel.accepted, sel.accepted[1:]))

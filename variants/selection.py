@@ -1,0 +1,192 @@
+"""Ranking what the cache holds: a pure function over Candidate records.
+
+    candidates (rocke_aot.candidates.Candidate, from cache Store.candidates)
+        │  sorted by key first, so the result never depends on the input order
+        ▼  per candidate, the first rule that fails names the rejection:
+    1 incompatible target       built for a target ID the device cannot run (LLVM target-ID rules)
+    2 stale generation          its generation is not the current one of its (arch, lane)
+    3 lane not requested        ``lanes=`` given and its lane is not among them
+    4 spec does not accept the problem   the family's efficiency model: accepts(spec, problem)
+    5 efficiency below the floor         efficiency(spec, problem, arch).total < min_efficiency
+        ▼  the qualified ones, grouped by equal spec:
+    6 other lane preferred      the newest lane (highest LLVM major) wins for an equal spec;
+      other target preferred    then the most specific target ID (device's exact features)
+        ▼
+    accepted, best first:  efficiency.total desc, occupancy desc (unknown last), key asc
+
+Deterministic; every rejection carries its reason and a detail. The rule and a worked
+example: docs/selection.md (tests/test_selection.py asserts the example's numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from rocke_aot.candidates import Candidate
+from rocke_aot.errors import SpecError
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target, compatible
+from rocke_aot.variants import efficiency as eff_models
+from rocke_aot.variants import table
+from rocke_aot.variants.efficiency import Efficiency
+
+INCOMPATIBLE = "incompatible target"
+STALE = "stale generation"
+LANE_NOT_REQUESTED = "lane not requested"
+NOT_ACCEPTED = "spec does not accept the problem"
+BELOW_FLOOR = "efficiency below the floor"
+OTHER_LANE = "other lane preferred"
+OTHER_TARGET = "other target preferred"
+BAD_SPEC = "stored spec does not parse"
+REASONS = (INCOMPATIBLE, STALE, LANE_NOT_REQUESTED, NOT_ACCEPTED, BELOW_FLOOR, OTHER_LANE, OTHER_TARGET, BAD_SPEC)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An accepted candidate with its parsed spec and efficiency breakdown."""
+
+    candidate: Candidate
+    spec: Any
+    efficiency: Efficiency
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict()}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    candidate: Candidate
+    reason: str  # one of REASONS
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.candidate.key, "arch": self.candidate.arch, "lane": self.candidate.lane,
+                "generation": self.candidate.generation, "spec": dict(self.candidate.spec),
+                "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Ranking:
+    accepted: tuple[Choice, ...]  # best first
+    rejected: tuple[Rejection, ...]  # in key order
+
+    @property
+    def best(self) -> Choice | None:
+        return self.accepted[0] if self.accepted else None
+
+
+# key -> parsed spec. A key hashes the spec (and everything else), so it names one spec forever.
+_SPECS: dict[tuple[str, str], Any] = {}
+
+
+def _spec(c: Candidate) -> Any:
+    k = (c.family, c.key)
+    s = _SPECS.get(k)
+    if s is None:
+        if len(_SPECS) > 200_000:
+            _SPECS.clear()
+        s = _SPECS[k] = table.spec_from_dict(c.family, dict(c.spec))
+    return s
+
+
+def _specificity(arch: str) -> int:
+    return len(Target.parse(arch).features)
+
+
+def _floor_detail(e: Efficiency, floor: float) -> str:
+    worst = min([(d.granularity, d.name) for d in e.dims] + [(e.cu_granularity, "CU")])
+    return f"efficiency {e.total:.4f} < {floor:.4f} (worst: {worst[1]} {worst[0]:.4f})"
+
+
+def order_key(choice: Choice) -> tuple:
+    """Best first: efficiency, then occupancy (unknown last), then the key (stable, unique)."""
+    occ = choice.candidate.occupancy
+    return (-choice.efficiency.total, -(occ if occ is not None else -1), choice.candidate.key)
+
+
+def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
+         min_efficiency: float = 0.0, lanes: Iterable[str] | None = None) -> Ranking:
+    """Accepted candidates best first and every rejected one with its reason (module doc)."""
+    if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) \
+            or not 0.0 <= min_efficiency <= 1.0:
+        raise SpecError(f"min_efficiency must be a number within 0..1, got {min_efficiency!r}")
+    dev = Target.parse(device)
+    wanted = None if lanes is None else {get_lane(x).name for x in lanes}
+    rejected: list[Rejection] = []
+    qualified: list[Choice] = []
+    effs: dict[Any, Efficiency] = {}  # equal specs (other lanes, target IDs) share one computation
+    compat: dict[str, bool] = {}
+    for c in sorted(candidates, key=lambda c: c.key):
+        ok = compat.get(c.arch)
+        if ok is None:
+            ok = compat[c.arch] = compatible(c.arch, dev)
+        if not ok:
+            rejected.append(Rejection(c, INCOMPATIBLE, f"built for {c.arch}; the device is {dev.id}"))
+            continue
+        if not c.current:
+            rejected.append(Rejection(c, STALE, f"generation {c.generation} is not the current one of "
+                                                f"{c.arch}/{c.lane}"))
+            continue
+        if wanted is not None and c.lane not in wanted:
+            rejected.append(Rejection(c, LANE_NOT_REQUESTED, f"lane {c.lane} not in {sorted(wanted)}"))
+            continue
+        try:
+            spec = _spec(c)
+        except SpecError as e:
+            rejected.append(Rejection(c, BAD_SPEC, str(e)))
+            continue
+        e = effs.get(spec)
+        if e is None:
+            why = eff_models.accepts(spec, problem)
+            if why:
+                rejected.append(Rejection(c, NOT_ACCEPTED, why))
+                continue
+            e = effs[spec] = eff_models.efficiency(spec, problem, dev)
+        if e.total < min_efficiency:
+            rejected.append(Rejection(c, BELOW_FLOOR, _floor_detail(e, min_efficiency)))
+            continue
+        qualified.append(Choice(c, spec, e))
+    # Lane policy: one artifact per equal spec, the newest lane's (then the most specific target).
+    best: dict[Any, Choice] = {}
+    for ch in qualified:
+        cur = best.get(ch.spec)
+        if cur is None or _prefer(ch, cur):
+            best[ch.spec] = ch
+    accepted = []
+    for ch in qualified:
+        win = best[ch.spec]
+        if win is ch:
+            accepted.append(ch)
+        elif win.candidate.lane != ch.candidate.lane:
+            rejected.append(Rejection(ch.candidate, OTHER_LANE,
+                                      f"the same spec is served by the newer lane {win.candidate.lane} "
+                                      f"({win.candidate.key[:12]})"))
+        else:
+            rejected.append(Rejection(ch.candidate, OTHER_TARGET,
+                                      f"the same spec is built for the more specific {win.candidate.arch} "
+                                      f"({win.candidate.key[:12]})"))
+    accepted.sort(key=order_key)
+    rejected.sort(key=lambda r: r.candidate.key)
+    return Ranking(tuple(accepted), tuple(rejected))
+
+
+def _prefer(a: Choice, b: Choice) -> bool:
+    """Whether ``a`` beats ``b`` for the same spec: newer lane, more specific target, lower key."""
+    ka = (-get_lane(a.candidate.lane).major, -_specificity(a.candidate.arch), a.candidate.key)
+    kb = (-get_lane(b.candidate.lane).major, -_specificity(b.candidate.arch), b.candidate.key)
+    return ka < kb
+
+
+def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: object, *,
+                  min_efficiency: float) -> list[Any]:
+    """The specs (a table's grid) that serve at least one problem at or above the floor, by the
+    same acceptance and floor rules as :func:`rank` (``rocke-aot build --problems``)."""
+    problems = [p if not isinstance(p, Mapping) else eff_models.problem_from_dict(family, p) for p in problems]
+    out = []
+    for spec in specs:
+        for p in problems:
+            if eff_models.accepts(spec, p) is None and eff_models.efficiency(spec, p, arch).total >= min_efficiency:
+                out.append(spec)
+                break
+    return out
