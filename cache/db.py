@@ -125,8 +125,11 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
         elif readonly:
             # Every transaction read-only at the server too: a write that slips past the
             # store's own check fails there instead of taking a lock builders wait on.
+            # Appended to the URL's own options (a search_path, ...), which connect_args replace.
+            opts = make_url(url).query.get("options", "")
+            opts = " ".join(opts) if isinstance(opts, tuple) else opts
             engine = create_engine(url, pool_pre_ping=True,
-                                   connect_args={"options": "-c default_transaction_read_only=on"})
+                                   connect_args={"options": f"{opts} -c default_transaction_read_only=on".strip()})
         else:
             engine = create_engine(url, pool_pre_ping=True)
     except (ArgumentError, NoSuchModuleError) as e:

@@ -1,0 +1,213 @@
+"""Generations (refs that a build moves, gc --keep N) and the read-only store, on SQLite and a
+real PostgreSQL (a read-only role created here)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from urllib.parse import quote
+
+import pytest
+from sqlalchemy import text
+
+from _pg import _connect, pg_database, store_url  # noqa: F401
+from _selstore import TOOLCHAIN, put_fake
+
+from rocke_aot.cache.generations import generation_id
+from rocke_aot.cache.keys import canonical_json
+from rocke_aot.cache.store import Store
+from rocke_aot.errors import IntegrityError, NotFoundError, ReadOnlyError, SpecError
+from rocke_aot.service.selection import select
+from rocke_aot.variants import selection as S
+
+DEVICE = "gfx942:sramecc+:xnack-"
+SPECS = [dict(in_dtype="f16", out_dtype="f32", block_m=bm, block_n=bn, block_k=32, waves=4, path="fma",
+              double_buffer=False, vector_width=4, mma="auto") for bm in (32, 64) for bn in (32, 64)]
+PROBLEM = {"m": 512, "n": 512, "k": 128}
+
+
+def _gen(digest, arch="gfx942", lane="llvm22"):
+    return generation_id(arch, lane, digest, canonical_json(TOOLCHAIN))
+
+
+def test_generations_never_mix(store_url):
+    with Store.open(store_url) as store:
+        old = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d1").key for s in SPECS}
+        new = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d2").key for s in SPECS}
+        assert not old & new
+        # The first build made the ref; a second build's puts do not move it by themselves.
+        assert store.current_generation("gfx942", "llvm22") == _gen("d1")
+        sel = select(store, DEVICE, "gemm", PROBLEM)
+        assert {c.candidate.key for c in sel.accepted} == old
+        assert {r.candidate.key for r in sel.rejected if r.reason == S.STALE} == new
+        # The build finished: its generation becomes current, atomically for every spec.
+        assert store.move_ref("gfx942", "llvm22", _gen("d2")) == _gen("d1")
+        sel = select(store, DEVICE, "gemm", PROBLEM)
+        assert {c.candidate.key for c in sel.accepted} == new
+        assert {r.candidate.key for r in sel.rejected} == old
+        assert all(r.reason == S.STALE for r in sel.rejected)
+        fast = select(store, DEVICE, "gemm", PROBLEM, explain=False)
+        assert [c.candidate.key for c in fast.accepted] == [c.candidate.key for c in sel.accepted]
+        # listings serve the current generation only
+        page, _ = store.list_artifacts(arch="gfx942", family="gemm", limit=100)
+        assert {a.key for a in page} == new
+        gens = {g.id: g for g in store.generations()}
+        assert gens[_gen("d2")].current and not gens[_gen("d1")].current
+        assert gens[_gen("d1")].artifacts == gens[_gen("d2")].artifacts == len(SPECS)
+        with pytest.raises(NotFoundError):
+            store.move_ref("gfx942", "llvm22", "0" * 32)
+
+
+def test_gc_keeps_n_generations_of_history(store_url):
+    with Store.open(store_url) as store:
+        keys = {}
+        for d in ("d1", "d2", "d3", "d4"):
+            keys[d] = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest=d).key for s in SPECS}
+            store.move_ref("gfx942", "llvm22", _gen(d))
+        other = put_fake(store, "gfx950", "llvm22", "gemm", SPECS[0], digest="d1").key  # another ref
+        rep = store.gc_generations(keep=1)
+        # current d4 stays, one of history (d3, retired last) stays, d1 and d2 go
+        assert sorted(rep.generations_dropped) == sorted([_gen("d1"), _gen("d2")])
+        assert rep.artifacts_evicted == 2 * len(SPECS) and rep.blobs_deleted == 2 * len(SPECS)
+        left = {a.key for a in store.find()}
+        assert left == keys["d3"] | keys["d4"] | {other}
+        rep = store.gc_generations(keep=0)
+        assert rep.generations_dropped == (_gen("d3"),)
+        assert {a.key for a in store.find()} == keys["d4"] | {other}
+        with pytest.raises(SpecError):
+            store.gc_generations(keep=-1)
+
+
+def test_paging_with_a_cursor(store_url):
+    with Store.open(store_url) as store:
+        keys = sorted(put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d1").key for s in SPECS)
+        keys += []
+        seen, cursor = [], None
+        while True:
+            page, cursor = store.list_artifacts(family="gemm", cursor=cursor, limit=3)
+            seen += [a.key for a in page]
+            if cursor is None:
+                break
+        assert seen == keys
+        with pytest.raises(SpecError, match="cursor"):
+            store.list_artifacts(cursor="nope")
+
+
+def test_get_blob_verifies(store_url):
+    with Store.open(store_url) as store:
+        art = put_fake(store, "gfx942", "llvm22", "gemm", SPECS[0])
+        raw = store.get(art.key).code_object
+        assert store.get_blob(art.sha256) == raw
+        with pytest.raises(NotFoundError):
+            store.get_blob("0" * 64)
+        with pytest.raises(SpecError):
+            store.get_blob("xyz")
+        if store.backend == "sqlite":
+            with store.engine.begin() as conn:
+                conn.execute(text("UPDATE blobs SET data = zeroblob(length(data))"))
+            with pytest.raises(IntegrityError):
+                store.get_blob(art.sha256)
+
+
+def test_reads_batch_their_times(tmp_path):
+    """get() never opens a write transaction per read: read times wait for flush_reads()."""
+    path = tmp_path / "c.sqlite"
+    with Store.open(path, touch_interval=0.0) as store:
+        keys = [put_fake(store, "gfx942", "llvm22", "gemm", s).key for s in SPECS]
+        writes = []
+        from rocke_aot.cache import db as dbmod
+        real = dbmod.write_tx
+
+        def counting(engine, **kw):
+            writes.append(1)
+            return real(engine, **kw)
+
+        dbmod.write_tx = counting
+        try:
+            store._touch_flushed = float("inf")  # hold the batch open for this check
+            for _ in range(3):
+                for k in keys:
+                    store.get(k)
+            assert writes == []
+            assert store.flush_reads() == len(keys)
+            assert writes == [1]
+        finally:
+            dbmod.write_tx = real
+
+
+def _writes_refused(store):
+    art_key = store.find()[0].key
+    assert store.get(art_key).code_object  # reads work
+    assert select(store, DEVICE, "gemm", PROBLEM).accepted
+    from _selstore import fake_inputs
+    for call in (lambda: put_fake(store, "gfx942", "llvm22", "gemm", SPECS[0], digest="zz"),
+                 lambda: store.put_failure(fake_inputs("gfx942", "llvm22", "gemm", SPECS[0]), "boom"),
+                 lambda: store.gc(), lambda: store.evict(0), lambda: store.gc_generations(0),
+                 lambda: store.move_ref("gfx942", "llvm22", _gen("d1")), lambda: store.train_dictionaries()):
+        with pytest.raises(ReadOnlyError, match="read-only"):
+            call()
+
+
+def test_readonly_sqlite_file(tmp_path):
+    path = tmp_path / "c.sqlite"
+    with Store.open(path) as store:
+        for s in SPECS:
+            put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d1")
+    os.chmod(path, 0o444)
+    before = path.read_bytes()
+    with Store.open(path, readonly=True) as ro:
+        _writes_refused(ro)
+        # Below the store's own check, SQLite itself refuses: the file is opened mode=ro.
+        with pytest.raises(Exception, match="readonly|read-only|read only"):
+            with ro.engine.begin() as conn:
+                conn.execute(text("DELETE FROM refs"))
+        for k in [a.key for a in ro.find()]:
+            ro.get(k)
+    assert path.read_bytes() == before  # no read time, no journal change: not a byte written
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT COUNT(*) FROM artifacts").fetchone()[0] == len(SPECS)
+    con.close()
+
+
+def test_readonly_sqlite_refuses_an_old_schema(tmp_path):
+    path = tmp_path / "c.sqlite"
+    Store.open(path).close()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE alembic_version SET version_num = '0003'")
+    con.commit()
+    con.close()
+    from rocke_aot.errors import SchemaVersionError
+    with pytest.raises(SchemaVersionError):
+        Store.open(path, readonly=True)
+
+
+def test_readonly_postgresql_role(pg_database):
+    dbname = pg_database.rsplit("/", 1)[1]
+    schema, role = f"ro_{secrets.token_hex(5)}", f"rocke_ro_{secrets.token_hex(5)}"
+    with _connect(dbname) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    url = f"{pg_database}?options={quote(f'-csearch_path={schema}')}"
+    try:
+        with Store.open(url) as store:
+            for s in SPECS:
+                put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d1")
+        with _connect(dbname) as conn:
+            conn.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+            conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+        ro_url = url.replace("postgresql+psycopg://postgres@", f"postgresql+psycopg://{role}@")
+        with Store.open(ro_url, readonly=True) as ro:
+            _writes_refused(ro)
+            with pytest.raises(Exception, match="read-only|permission denied"):
+                with ro.engine.begin() as conn:
+                    conn.execute(text("DELETE FROM refs"))
+        # The role really cannot write: a plain (not readonly) store of it fails at the server.
+        with pytest.raises(Exception, match="permission denied|read-only"):
+            with Store.open(ro_url) as rw:
+                put_fake(rw, "gfx942", "llvm22", "gemm", SPECS[0], digest="zz")
+    finally:
+        with _connect(dbname) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
