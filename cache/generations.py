@@ -42,6 +42,11 @@ def generation_id(arch: str, lane: str, recipe_digest: str, toolchain_json: str)
     return h.hexdigest()[:32]
 
 
+def generation_of(inputs) -> str:
+    """The generation a KeyInputs belongs to (its arch, lane, recipe digest and toolchain)."""
+    return generation_id(inputs.arch, inputs.lane, inputs.lowering_digest, inputs.toolchain_json)
+
+
 @dataclass(frozen=True)
 class Generation:
     id: str

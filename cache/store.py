@@ -195,6 +195,10 @@ class Store:
                 raise CacheError(f"{ENV_MAX_BYTES} must be an integer byte count, got {os.environ[ENV_MAX_BYTES]!r}") from None
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        if readonly and resolved.startswith("sqlite"):
+            path = resolved.split(":///", 1)[1]
+            if not os.path.isfile(path):
+                raise NotFoundError(f"no cache at {path}: a read-only store is never created (build one first)")
         engine = db.make_engine(resolved, readonly=readonly)
         try:
             db.ensure_schema(engine, resolved, create=create and not readonly)
@@ -259,7 +263,7 @@ class Store:
         dict_id, zdict = self._dicts.current(self.engine, inputs.arch, inputs.family)
         stored = codec.encode(raw, self.level, zdict)  # outside the write lock: it is the slow part
         cod = codec.CODEC if zdict is None else codec.CODEC_DICT
-        gen = generations.generation_id(inputs.arch, inputs.lane, inputs.lowering_digest, inputs.toolchain_json)
+        gen = generations.generation_of(inputs)
         row = {
             "key": key,
             "status": "ok",
@@ -305,7 +309,7 @@ class Store:
         if not isinstance(log, str):
             raise SpecError(f"log must be a string, got {type(log).__name__}")
         key = artifact_key(inputs)
-        gen = generations.generation_id(inputs.arch, inputs.lane, inputs.lowering_digest, inputs.toolchain_json)
+        gen = generations.generation_of(inputs)
         with db.write_tx(self.engine) as conn:
             now = time.time()
             generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.lowering_digest,

@@ -34,6 +34,10 @@ from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, la
 @lanes_option()
 @click.option("--where", "where", multiple=True, metavar="FIELD=VALUE",
               help="Only specs whose FIELD equals VALUE (repeatable), e.g. --where path=fma --where block_m=64.")
+@click.option("--problems", "problems", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
+              help='Only specs serving one of these problems: JSON {"gemm": [{"m": .., "n": .., "k": ..}], ...}.')
+@click.option("--min-efficiency", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="With --problems: a spec must reach this tile efficiency on at least one problem.")
 @click.option("--cache", "cache_url", default=None, metavar="URL",
               help="Cache URL (sqlite:///path or postgresql+psycopg://...); default: $ROCKE_AOT_CACHE, else the user cache dir.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 512), default=None, help="Parallel compiles (default: one per core).")
@@ -44,8 +48,8 @@ from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, la
 @click.option("--progress-interval", type=click.FloatRange(0.01, 3600), default=10.0, show_default=True,
               metavar="SECONDS", help="When stderr is not a terminal (CI logs): a plain progress line this often.")
 @json_option
-def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeout, scheduler, progress_interval,
-          as_json) -> int:
+def build(arches, families, lanes, where, problems, min_efficiency, cache_url, jobs, force, dry_run, timeout,
+          scheduler, progress_interval, as_json) -> int:
     """Build (or top up) the kernel cache for ARCH on every lane with a toolchain here.
 
     Specs come from the variant tables; each key is computed without lowering and
@@ -65,6 +69,7 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
         rocke-aot build --arch gfx942 --arch gfx950 --family gemm --lane llvm22 --json
         rocke-aot build --arch gfx950 --where path=mfma --where block_m=128
         rocke-aot build --arch gfx942 --scheduler tcp://10.0.0.5:8786
+        rocke-aot build --arch gfx942 --problems workload.json --min-efficiency 0.5
     """
     lanes = lanes_or_env(lanes)
     console = Console(stderr=True)
@@ -105,7 +110,7 @@ def build(arches, families, lanes, where, cache_url, jobs, force, dry_run, timeo
             with progress, (plain or contextlib.nullcontext()):
                 summary = run_build(arches=arches, families=families or None, lanes=lanes, store=store,
                                     jobs=jobs, force=force, dry_run=dry_run, timeout=timeout, submit=submit,
-                                    where=parse_where(where),
+                                    where=parse_where(where), problems=problems, min_efficiency=min_efficiency,
                                     on_plan=on_plan, on_result=on_result)
         finally:
             if client is not None:

@@ -18,7 +18,7 @@ import click
 
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
 from rocke_aot.cache.db import ENV_CACHE
-from rocke_aot.cache.records import Artifact
+from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
 
 cache_option = click.option(
@@ -70,6 +70,10 @@ def stats(cache_url: str | None, as_json: bool) -> None:
     """
     with _store(cache_url) as store:
         s = store.stats().as_dict()
+        gens = store.generations()
+    s["generations"] = {"total": len(gens), "current": sum(g.current for g in gens),
+                        "stale": sum(not g.current for g in gens),
+                        "stale_artifacts": sum(g.artifacts for g in gens if not g.current)}
     if as_json:
         emit_json(s)
         return
@@ -77,6 +81,9 @@ def stats(cache_url: str | None, as_json: bool) -> None:
     click.echo(f"artifacts  {s['artifacts']}   failures {s['failures']}   blobs {s['blobs']} "
                f"(orphans {s['orphan_blobs']})")
     ratio = f"{s['compression_ratio']:.2f}x" if s["compression_ratio"] else "-"
+    g = s["generations"]
+    click.echo(f"generations {g['total']} ({g['current']} current, {g['stale']} stale holding "
+               f"{g['stale_artifacts']} artifacts; `cache ls --generations`, `cache gc --keep N`)")
     click.echo(f"bytes      raw {_human_bytes(s['raw_bytes'])}, stored {_human_bytes(s['stored_bytes'])} ({ratio})"
                + (f", cap {_human_bytes(s['max_bytes'])}" if s["max_bytes"] is not None else ""))
     for row in s["by_arch_lane"]:
@@ -92,14 +99,29 @@ def stats(cache_url: str | None, as_json: bool) -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many rows.")
 @cache_option
 @json_option
-def ls(arch, lane, family, status, limit, cache_url, as_json) -> None:
+@click.option("--generations", "show_generations", is_flag=True,
+              help="List build generations per (arch, lane) instead: current (*) or stale, with counts.")
+def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) -> None:
     """List artifacts (or cached failures) without loading any code object.
 
     \b
     Example:
         rocke-aot cache ls --arch gfx942 --family gemm
         rocke-aot cache ls --status failed --json
+        rocke-aot cache ls --generations
     """
+    if show_generations:
+        with _store(cache_url) as store:
+            gens = store.generations(arch=arch.id if arch else None, lane=lane.name if lane else None)
+        if as_json:
+            emit_json([g.as_dict() for g in gens])
+            return
+        for g in gens:
+            click.echo(f"{'*' if g.current else ' '} {g.id[:16]}  {g.arch:<24} {g.lane:<7} "
+                       f"{g.artifacts:>6} artifacts {g.failures:>5} failures  recipe {g.recipe_digest[:16]}")
+        if not gens:
+            click.echo("(no generations)", err=True)
+        return
     with _store(cache_url) as store:
         rows = store.find(arch=arch.id if arch else None, lane=lane.name if lane else None, family=family,
                           status=status, limit=limit)
@@ -176,21 +198,34 @@ def verify(cache_url, as_json) -> int:
 @cache.command("gc")
 @click.option("--max-bytes", type=click.IntRange(min=0), default=None,
               help="Also evict least-recently-read artifacts until the stored bytes fit.")
+@click.option("--keep", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Drop build generations no ref points to, keeping the N most recently retired per "
+                   "(arch, lane).")
 @cache_option
 @json_option
-def gc(max_bytes, cache_url, as_json) -> None:
-    """Delete blobs no artifact references; with --max-bytes, evict to a size cap first.
+def gc(max_bytes, keep, cache_url, as_json) -> None:
+    """Delete blobs no artifact references; with --keep N, stale generations beyond N of
+    history first; with --max-bytes, evict to a size cap.
 
     \b
     Example:
         rocke-aot cache gc
+        rocke-aot cache gc --keep 1
         rocke-aot cache gc --max-bytes 2000000000
     """
     with _store(cache_url) as store:
-        report = store.evict(max_bytes) if max_bytes is not None else store.gc()
+        gens = store.gc_generations(keep) if keep is not None else None
+        report = store.evict(max_bytes) if max_bytes is not None else (gens or store.gc())
+    if gens is not None and report is not gens:  # both: one report of everything removed
+        report = GcReport(gens.artifacts_evicted + report.artifacts_evicted,
+                          gens.blobs_deleted + report.blobs_deleted, gens.bytes_freed + report.bytes_freed,
+                          report.stored_bytes_after, gens.generations_dropped)
+    dropped = report.generations_dropped
     if as_json:
         emit_json(report.as_dict())
         return
+    if keep is not None:
+        click.echo(f"dropped {len(dropped)} stale generations: {', '.join(g[:16] for g in dropped) or '-'}")
     click.echo(f"evicted {report.artifacts_evicted} artifacts, deleted {report.blobs_deleted} blobs, "
                f"freed {_human_bytes(report.bytes_freed)}; {_human_bytes(report.stored_bytes_after)} stored")
 

@@ -33,6 +33,7 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.cli.compile", "lower_cmd"),
     ("rocke_aot.cli.compile", "compile_cmd"),
     ("rocke_aot.cli.characterize", "characterize_cmd"),
+    ("rocke_aot.cli.select", "select_cmd"),
 )
 
 

@@ -170,6 +170,12 @@ def test_readonly_sqlite_file(tmp_path):
     con.close()
 
 
+def test_readonly_never_creates(tmp_path):
+    with pytest.raises(NotFoundError, match="never created"):
+        Store.open(tmp_path / "missing.sqlite", readonly=True)
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
 def test_readonly_sqlite_refuses_an_old_schema(tmp_path):
     path = tmp_path / "c.sqlite"
     Store.open(path).close()

@@ -30,7 +30,7 @@ import json
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from rocke_aot.lanes import LANES, Lane, get_lane
 from rocke_aot.targets import Target
@@ -146,6 +146,7 @@ def _make_plan(
     store,
     force: bool = False,
     where: Mapping[str, Any] | None = None,
+    spec_filter: Callable[[str, Target, Iterable[Any]], Iterable[Any]] | None = None,
 ) -> Plan:
     """Plan a build. ``where`` keeps only specs whose fields equal the given values
     (e.g. ``{"path": "fma", "block_m": "64"}``, typed per family by :func:`where_for`); an
@@ -185,7 +186,10 @@ def _make_plan(
                     continue
                 tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity)
                 key = tpl.key
-                sjs = map(spec_json, table.enumerate_specs(fam, target.processor, lane))
+                specs = table.enumerate_specs(fam, target.processor, lane)
+                if spec_filter is not None:  # build --problems (aot/builder/problems.py)
+                    specs = spec_filter(fam, target, specs)
+                sjs = map(spec_json, specs)
                 if where:
                     sjs = [sj for sj in sjs if _matches(json.loads(sj), wants[fam])]
                 jobs.extend(Job(key(sj), fam, sj, target, lane, tc, tpl) for sj in sjs)

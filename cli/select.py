@@ -1,0 +1,84 @@
+"""`rocke-aot select`: the cached kernels that can run a problem, ranked, with every rejection.
+
+    --arch --family --problem JSON|@FILE [--lane ...] [--min-efficiency] [--limit] [--cache]
+        ──> Store.open(readonly=True) ──> service.selection.select() (the one helper the
+            service and the runner use too) ──> a ranked table, or one JSON document
+
+Bad input (unknown family, arch or lane, a malformed problem) is a SpecError/LaneError:
+exit 2 through cli/main.py's one translation point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rocke_aot.cache.store import Store
+from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.errors import SpecError
+from rocke_aot.service.selection import select
+
+
+def _problem_text(value: str) -> str:
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            return path.read_text()
+        except OSError as e:
+            raise SpecError(f"--problem @{path}: cannot read it ({e.strerror})") from None
+    return value
+
+
+@click.command("select")
+@click.option("--arch", type=ARCH, required=True, help="The device's full target ID, e.g. gfx942:sramecc+:xnack-.")
+@click.option("--family", required=True, help="Kernel family (gemm, conv_direct_fwd, conv_dgrad_patch).")
+@click.option("--problem", "problem", required=True, metavar="JSON|@FILE",
+              help='The problem as JSON, e.g. \'{"m": 4096, "n": 4096, "k": 4096}\', or @file.json.')
+@click.option("--lane", "lanes", type=LANE, multiple=True, help="Only artifacts of this lane (repeatable).")
+@click.option("--min-efficiency", type=click.FloatRange(0.0, 1.0), default=None,
+              help="Reject candidates whose tile efficiency is below this (default: no floor).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many accepted rows.")
+@click.option("--cache", "cache_url", default=None, metavar="URL",
+              help="Cache URL (path, sqlite:///..., postgresql+psycopg://...); opened read-only.")
+@click.option("--explain", is_flag=True, help="Also list every rejected candidate with its reason.")
+@json_option
+def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, as_json) -> int:
+    """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
+
+    Tile efficiency first, then occupancy from the code object's resources, then the
+    key; for equal specs the newest lane wins. Only the current build generation of each
+    (arch, lane) is served. Exit 1 when nothing qualifies. docs/selection.md has the rule.
+
+    \b
+    Example:
+        rocke-aot select --arch gfx942:sramecc+:xnack- --family gemm --problem '{"m": 4096, "n": 4096, "k": 4096}'
+        rocke-aot select --arch gfx1250 --family conv_dgrad_patch --problem @patch.json --explain --json
+    """
+    text = _problem_text(problem)
+    with Store.open(cache_url, readonly=True) as store:
+        sel = select(store, arch, family, text, lanes=[lane.name for lane in lanes] or None,
+                     min_efficiency=min_efficiency, limit=limit)
+    if as_json:
+        emit_json(sel.as_dict(explain=explain))
+        return 0 if sel.accepted else 1
+    click.echo(f"{sel.family} on {sel.target}: {len(sel.accepted)} accepted"
+               + (f" (+{sel.beyond_limit} beyond --limit)" if sel.beyond_limit else "")
+               + f", {len(sel.rejected)} rejected" + ("" if explain else " (--explain lists them)"))
+    if sel.accepted:
+        click.echo(f"{'#':>3}  {'key':<16} {'lane':<7} {'arch':<24} {'eff':>7} {'occ':>4} {'vgpr':>5} "
+                   f"{'sgpr':>5} {'lds':>7} {'spill':>5}  spec")
+    for i, ch in enumerate(sel.accepted, 1):
+        c, r = ch.candidate, ch.candidate.resources
+        spec = " ".join(f"{k}={v}" for k, v in sorted(c.spec.items()))
+        click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {ch.efficiency.total:>7.4f} "
+                   f"{_n(r.occupancy):>4} {_n(r.vgprs):>5} {_n(r.sgprs):>5} {_n(r.lds_bytes):>7} {_n(r.spills):>5}  {spec}")
+    if explain:
+        for rej in sel.rejected:
+            click.echo(f"  rejected {rej.candidate.key[:16]} {rej.candidate.lane:<7} {rej.candidate.arch:<24} "
+                       f"{rej.reason}: {rej.detail}")
+    return 0 if sel.accepted else 1
+
+
+def _n(v) -> str:
+    return "-" if v is None else str(v)
