@@ -89,7 +89,7 @@ def move_ref(conn: Connection, arch: str, lane: str, gen: str, now: float) -> st
 
 
 def current(conn: Connection) -> dict[tuple[str, str], str]:
-    return {(a, l): g for a, l, g in conn.execute(select(R.c.arch, R.c.lane, R.c.generation))}
+    return {(arch, lane): g for arch, lane, g in conn.execute(select(R.c.arch, R.c.lane, R.c.generation))}
 
 
 def listing(conn: Connection, arch: str | None = None, lane: str | None = None) -> list[Generation]:

@@ -120,6 +120,8 @@ artifacts = Table(
     # Covering index of lookup_many (rev 0003): answered without touching the table.
     Index("ix_artifacts_lookup", "key", "status", "blob_sha256"),
     Index("ix_artifacts_generation", "generation"),
+    # Store.candidates: one family on one processor's target IDs (rev 0003_generations).
+    Index("ix_artifacts_family_arch_lane", "family", "arch", "lane"),
 )
 
 # A generation: the artifacts one build produced for (arch, lane) with one recipe digest and

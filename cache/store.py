@@ -119,7 +119,7 @@ def _candidates_sql(dialect: str, n_arch: int, n_lanes: int | None, current_only
         sql += f" AND a.lane IN ({','.join([p] * n_lanes)})"
     if current_only:
         sql += " AND a.generation = r.generation"
-    return sql + " ORDER BY a.key"
+    return sql  # no ORDER BY: rank() orders by key itself (a sort in SQL would cost a temp B-tree)
 
 
 _U_TOUCH = update(A).where(A.c.key == bindparam("k")).values(last_read_at=bindparam("t"))
@@ -164,7 +164,7 @@ class Store:
         # one write per get); a read-only store keeps none.
         self._touches: dict[str, float] = {}
         self._touch_flushed = time.time()
-        self._candidate_memo: dict[tuple, Any] = {}
+        self._candidate_memo: dict[str, Candidate] = {}
 
     @classmethod
     def open(
@@ -554,14 +554,14 @@ class Store:
                 cur.close()
         for key, sha, arch, lane, profile, spec_json, gen, meta_json, built_at, ref in rows:
             is_current = ref is not None and ref == gen
-            mk = (key, sha, gen, is_current)
-            c = memo.get(mk)
-            if c is None:
+            c = memo.get(key)
+            # A key's row is immutable except for a forced rebuild (new blob) and ref moves.
+            if c is None or c.blob_sha256 != sha or c.current is not is_current or c.family != family:
                 meta = json.loads(meta_json)
                 c = Candidate(key, sha, family, MappingProxyType(json.loads(spec_json)), arch, lane, profile,
                               gen or "", is_current, Resources.from_code_object(meta.get("code_object"), info),
                               datetime.fromtimestamp(built_at, tz=timezone.utc))
-                memo[mk] = c
+                memo[key] = c
             out.append(c)
         return out
 

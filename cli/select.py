@@ -72,7 +72,8 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         c, r = ch.candidate, ch.candidate.resources
         spec = " ".join(f"{k}={v}" for k, v in sorted(c.spec.items()))
         click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {ch.efficiency.total:>7.4f} "
-                   f"{_n(r.occupancy):>4} {_n(r.vgprs):>5} {_n(r.sgprs):>5} {_n(r.lds_bytes):>7} {_n(r.spills):>5}  {spec}")
+                   f"{_n(r.occupancy):>4} {_n(r.vgprs):>5} {_n(r.sgprs):>5} {_n(r.lds_bytes):>7} "
+                   f"{_n(r.spills):>5}  {spec}")
     if explain:
         for rej in sel.rejected:
             click.echo(f"  rejected {rej.candidate.key[:16]} {rej.candidate.lane:<7} {rej.candidate.arch:<24} "

@@ -6,8 +6,9 @@ Create Date: 2026-12-02
 
 A generation is the set of artifacts one build produced for (arch, lane): one recipe
 digest and one toolchain identity; its id hashes exactly those (cache/generations.py).
-``refs`` holds the generation each (arch, lane) serves; selection serves only it, so an
-old lowering is never mixed with a new one. Existing rows are backfilled: each gets its
+An index on (family, arch, lane) serves selection's one query. ``refs`` holds the generation
+each (arch, lane) serves; selection serves only it, so an old lowering is never mixed with a
+new one. Existing rows are backfilled: each gets its
 generation, and each (arch, lane) ref points at the generation of its newest artifact.
 """
 
@@ -43,6 +44,7 @@ def upgrade() -> None:
     )
     op.add_column("artifacts", sa.Column("generation", sa.String(32), nullable=True))
     op.create_index("ix_artifacts_generation", "artifacts", ["generation"])
+    op.create_index("ix_artifacts_family_arch_lane", "artifacts", ["family", "arch", "lane"])
     _backfill(op.get_bind())
     op.execute("UPDATE rocke_meta SET value = '4' WHERE name = 'schema_version'")
 
@@ -68,6 +70,7 @@ def _backfill(conn) -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_artifacts_family_arch_lane", "artifacts")
     op.drop_index("ix_artifacts_generation", "artifacts")
     with op.batch_alter_table("artifacts") as batch:
         batch.drop_column("generation")
