@@ -217,3 +217,32 @@ def test_readonly_postgresql_role(pg_database):
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
             conn.execute(f'DROP OWNED BY "{role}"')
             conn.execute(f'DROP ROLE "{role}"')
+
+
+def test_upgrade_from_0003_backfills_generations_and_refs(store_url):
+    """A store written before generations existed: each row gets the generation its inputs name,
+    and each (arch, lane) ref points at the generation of its newest artifact."""
+    from alembic import command
+    from alembic.config import Config
+    from pathlib import Path as P
+
+    import rocke_aot.cache as cache_pkg
+    from rocke_aot.cache import db as dbmod
+
+    with Store.open(store_url) as store:
+        put_fake(store, "gfx942", "llvm22", "gemm", SPECS[0], digest="d1")
+        put_fake(store, "gfx942", "llvm22", "gemm", SPECS[1], digest="d2")  # newer build
+        put_fake(store, "gfx950", "llvm24", "gemm", SPECS[0], digest="d1")
+        cfg = Config()
+        cfg.set_main_option("script_location", str(P(cache_pkg.__file__).parent / "migrations"))
+        with dbmod.write_tx(store.engine, exclusive=True) as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0003")
+        with store.engine.begin() as conn:  # the downgrade dropped the column: nothing to forget
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+    with Store.open(store_url) as store:  # upgrades again, backfilling
+        gens = {(g.arch, g.lane, g.recipe_digest): g for g in store.generations()}
+        assert set(gens) == {("gfx942", "llvm22", "d1"), ("gfx942", "llvm22", "d2"), ("gfx950", "llvm24", "d1")}
+        assert store.current_generation("gfx942", "llvm22") == _gen("d2")
+        assert store.current_generation("gfx950", "llvm24") == _gen("d1", "gfx950", "llvm24")
+        assert all(g.artifacts == 1 for g in gens.values())
