@@ -9,7 +9,9 @@
             the one query, Candidates, ranking), explain=True (every row of the processor, the
             stale and incompatible ones rejected with reasons) and explain=False (only the
             current, compatible rows: what a service answers), each against the bare SQL of the
-            same rows (raw DBAPI cursor: execute + fetchall), interleaved in the same run
+            same rows (raw DBAPI cursor: execute + fetchall), interleaved in the same run; and
+            select on a problem never asked before (explain=True): no verdict of the efficiency
+            models reused (variants/selection.py keeps them per (problem, processor))
     reports p50 and p99 in ms and the ratios; the first (cold) select separately
 
 Run:  .venv/bin/python bench/bench_select.py [--json] [--iters 200] [--url sqlite:///...]
@@ -109,13 +111,17 @@ def main() -> None:
             ids = compatible_ids(DEVICE)
             sql_cur, p_cur = _candidates_sql("sqlite", len(ids), None, True), [fam, *ids]
             rows_all, rows_cur = bare(store, sql_all, p_all), bare(store, sql_cur, p_cur)
-            t_sel, t_bare, t_fast, t_bare_cur = [], [], [], []
-            c_sel, c_bare, c_fast, c_bare_cur = [], [], [], []
-            for _ in range(args.iters):  # interleaved: drift on a shared machine hits all four alike
+            t_sel, t_bare, t_fast, t_bare_cur, t_new = [], [], [], [], []
+            c_sel, c_bare, c_fast, c_bare_cur, c_new = [], [], [], [], []
+            first_dim = next(iter(problem))
+            for i in range(args.iters):
+                # a problem never asked before: no verdict of the efficiency models is reused
+                fresh = {**problem, first_dim: problem[first_dim] + 1 + i}  # interleaved: drift on a shared machine hits all four alike
                 for fn, tw, tc in ((lambda: select(store, DEVICE, fam, problem), t_sel, c_sel),
                                    (lambda: bare(store, sql_all, p_all), t_bare, c_bare),
                                    (lambda: select(store, DEVICE, fam, problem, explain=False), t_fast, c_fast),
-                                   (lambda: bare(store, sql_cur, p_cur), t_bare_cur, c_bare_cur)):
+                                   (lambda: bare(store, sql_cur, p_cur), t_bare_cur, c_bare_cur),
+                                   (lambda: select(store, DEVICE, fam, fresh), t_new, c_new)):
                     # wall time, and this thread's CPU time: on a loaded shared host the second
                     # leaves out the time spent waiting for a core (SQLite runs in-process)
                     c, t = time.thread_time(), time.perf_counter()
@@ -134,6 +140,8 @@ def main() -> None:
             "fast_p50_ms": ms(t_fast, 50), "fast_p99_ms": ms(t_fast, 99),
             "bare_current_p50_ms": ms(t_bare_cur, 50), "bare_current_p99_ms": ms(t_bare_cur, 99),
             "ratio_fast_p50": round(pct(t_fast, 50) / pct(t_bare_cur, 50), 2),
+            "new_problem_p50_ms": ms(t_new, 50), "new_problem_p99_ms": ms(t_new, 99),
+            "cpu_new_problem_p50_ms": ms(c_new, 50),
             "cpu_select_p50_ms": ms(c_sel, 50), "cpu_bare_p50_ms": ms(c_bare, 50),
             "cpu_fast_p50_ms": ms(c_fast, 50), "cpu_bare_current_p50_ms": ms(c_bare_cur, 50),
             "cpu_ratio_p50": round(pct(c_sel, 50) / max(pct(c_bare, 50), 1e-9), 2),
@@ -154,10 +162,11 @@ def main() -> None:
               f"{r['bare_p50_ms']:>6.3f}/{r['bare_p99_ms']:<6.3f} "
               f"{r['ratio_p50']:>5} | {r['rows_current']:>5} {r['fast_p50_ms']:>6.3f}/{r['fast_p99_ms']:<6.3f} "
               f"{r['bare_current_p50_ms']:>6.3f}/{r['bare_current_p99_ms']:<6.3f} {r['ratio_fast_p50']:>5}")
-    print("CPU time (this thread), p50 ms:   select  bare   x  |  fast  bare   x")
+    print("CPU time (this thread), p50 ms:   select  bare   x  |  fast  bare   x  | new problem: wall p50/p99, CPU p50")
     for fam, r in results.items():
         print(f"  {fam:<17} {r['cpu_select_p50_ms']:>7.3f} {r['cpu_bare_p50_ms']:>6.3f} {r['cpu_ratio_p50']:>4} | "
-              f"{r['cpu_fast_p50_ms']:>6.3f} {r['cpu_bare_current_p50_ms']:>6.3f} {r['cpu_ratio_fast_p50']:>4}")
+              f"{r['cpu_fast_p50_ms']:>6.3f} {r['cpu_bare_current_p50_ms']:>6.3f} {r['cpu_ratio_fast_p50']:>4} | "
+              f"{r['new_problem_p50_ms']:>7.3f}/{r['new_problem_p99_ms']:<7.3f} {r['cpu_new_problem_p50_ms']:>7.3f}")
     print(f"host {out['host']}: {out['cpus']} CPUs, load average {out['loadavg_start']} at start, "
           f"{out['loadavg_end']} at end")
 

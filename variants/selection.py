@@ -49,8 +49,15 @@ class Choice(NamedTuple):
     a frozen dataclass: select builds one per row of a hot query, and a tuple is ~5x cheaper."""
 
     candidate: Candidate
-    spec: Any
+    spec: Any  # the parsed spec value (candidate.spec is the stored mapping)
     efficiency: Efficiency
+
+    # The candidate's identity, for callers that render rows (service, CLI).
+    key = property(lambda self: self.candidate.key)
+    sha256 = property(lambda self: self.candidate.blob_sha256)
+    arch = property(lambda self: self.candidate.arch)
+    lane = property(lambda self: self.candidate.lane)
+    resources = property(lambda self: self.candidate.resources)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict()}
@@ -62,6 +69,11 @@ class Rejection(NamedTuple):
     candidate: Candidate
     reason: str  # one of REASONS
     detail: str
+
+    key = property(lambda self: self.candidate.key)
+    arch = property(lambda self: self.candidate.arch)
+    lane = property(lambda self: self.candidate.lane)
+    spec = property(lambda self: self.candidate.spec)  # the stored mapping
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.candidate.key, "arch": self.candidate.arch, "lane": self.candidate.lane,
@@ -95,6 +107,21 @@ def _spec(c: Candidate) -> tuple[Any, str]:
     return got
 
 
+# (problem, processor) -> {spec text: reason or Efficiency}. Verdicts are pure functions of the
+# three, so a service asked the same shape again skips the models (bounded: cleared when full).
+_VERDICTS: dict[tuple[Any, str], dict[str, Any]] = {}
+
+
+def _verdicts(problem: Any, processor: str) -> dict[str, Any]:
+    k = (problem, processor)
+    got = _VERDICTS.get(k)
+    if got is None:
+        if len(_VERDICTS) > 1024:
+            _VERDICTS.clear()
+        got = _VERDICTS[k] = {}
+    return got
+
+
 def _specificity(arch: str) -> int:
     return len(Target.parse(arch).features)
 
@@ -121,7 +148,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     rejected: list[Rejection] = []
     qualified: list[tuple[str, Choice]] = []
     # Equal specs (other lanes, target IDs, generations) share one verdict: reason or Efficiency.
-    effs: dict[str, str | Efficiency] = {}
+    effs = _verdicts(problem, dev.processor)
     compat: dict[str, bool] = {}
     for c in sorted(candidates, key=attrgetter("key")):
         ok = compat.get(c.arch)
