@@ -162,7 +162,8 @@ def main() -> None:
               f"{r['bare_p50_ms']:>6.3f}/{r['bare_p99_ms']:<6.3f} "
               f"{r['ratio_p50']:>5} | {r['rows_current']:>5} {r['fast_p50_ms']:>6.3f}/{r['fast_p99_ms']:<6.3f} "
               f"{r['bare_current_p50_ms']:>6.3f}/{r['bare_current_p99_ms']:<6.3f} {r['ratio_fast_p50']:>5}")
-    print("CPU time (this thread), p50 ms:   select  bare   x  |  fast  bare   x  | new problem: wall p50/p99, CPU p50")
+    print("CPU time (this thread), p50 ms:   select  bare   x  |  fast  bare   x  "
+          "| new problem: wall p50/p99, CPU p50")
     for fam, r in results.items():
         print(f"  {fam:<17} {r['cpu_select_p50_ms']:>7.3f} {r['cpu_bare_p50_ms']:>6.3f} {r['cpu_ratio_p50']:>4} | "
               f"{r['cpu_fast_p50_ms']:>6.3f} {r['cpu_bare_current_p50_ms']:>6.3f} {r['cpu_ratio_fast_p50']:>4} | "
