@@ -114,9 +114,9 @@ def main() -> None:
             t_sel, t_bare, t_fast, t_bare_cur, t_new = [], [], [], [], []
             c_sel, c_bare, c_fast, c_bare_cur, c_new = [], [], [], [], []
             first_dim = next(iter(problem))
-            for i in range(args.iters):
+            for i in range(args.iters):  # interleaved: drift on a shared machine hits all alike
                 # a problem never asked before: no verdict of the efficiency models is reused
-                fresh = {**problem, first_dim: problem[first_dim] + 1 + i}  # interleaved: drift on a shared machine hits all four alike
+                fresh = {**problem, first_dim: problem[first_dim] + 1 + i}
                 for fn, tw, tc in ((lambda: select(store, DEVICE, fam, problem), t_sel, c_sel),
                                    (lambda: bare(store, sql_all, p_all), t_bare, c_bare),
                                    (lambda: select(store, DEVICE, fam, problem, explain=False), t_fast, c_fast),
