@@ -13,6 +13,13 @@
 
     cubin: EM_CUDA (190), the SM in e_flags, the kernel symbol (a lighter check).
 
+    launch_layout(contract, info, ptx=None) -> LaunchContract
+        hsaco: every argument's offset/size from the metadata note's .args (value_kind
+               global_buffer / by_value must match pointer / scalar), kernarg size from
+               .kernarg_segment_size; any disagreement with the lowering is a CodeObjectError
+        cubin: the PTX .entry's .param list (count, order, .u64 pointers / .u32 scalars) must
+               match the lowering's kernargs, which then stand as the layout
+
 Encodings are from LLVM's AMDGPUUsage (ELF header e_flags for code object v4+,
 the kernel descriptor, the code object metadata); pyelftools parses the ELF and
 msgpack the metadata note, nothing here walks ELF bytes by hand.
@@ -20,8 +27,10 @@ msgpack the metadata note, nothing here walks ELF bytes by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import re
 import struct
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,6 +41,7 @@ from elftools.elf.elffile import ELFFile
 
 from rocke_aot.targets import Target
 from rocke_aot.errors import CodeObjectError
+from rocke_aot.launch import SCALAR_TYPES, LaunchContract
 
 EM_AMDGPU = 224
 EM_CUDA = 190
@@ -365,3 +375,56 @@ def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
         raise CodeObjectError(f"kernel {kernel!r} not in the cubin (functions: {funcs})")
     return CodeObjectInfo(format="cubin", target=target.id, kernel=kernel, e_flags=flags,
                           wavefront_size=32, comment=_comment(elf))
+
+
+# ---------------------------------------------------------------- launch layout
+
+_VALUE_KIND = {"global_pointer": "global_buffer", "scalar": "by_value"}
+# PTX parameter state-space types per contract argument (PTX ISA: .param; pointers are .u64
+# in the nvptx64 ABI, with .ptr .global attributes; i32 is .u32 or .s32, i64 .u64 or .s64).
+_PTX_TYPES = {"global_pointer": ("u64",), "i32": ("u32", "s32", "b32"), "u32": ("u32", "b32"),
+              "i64": ("u64", "s64", "b64")}
+_PTX_PARAM = re.compile(r"\.param\s+\.([busf]\d+)((?:\s+\.\w+)*?)(?:\s+\.align\s+(\d+))?\s+([\w$]+)")
+
+
+def ptx_params(ptx: str, kernel: str) -> tuple[tuple[str, str], ...]:
+    """(PTX type, parameter name) of ``kernel``'s .entry, in order."""
+    m = re.search(r"\.entry\s+" + re.escape(kernel) + r"\s*\(([^)]*)\)", ptx)
+    if m is None:
+        raise CodeObjectError(f"PTX has no .entry {kernel}")
+    return tuple((p.group(1), p.group(4)) for p in _PTX_PARAM.finditer(m.group(1)))
+
+
+def launch_layout(contract: LaunchContract, info: CodeObjectInfo, ptx: str | None = None) -> LaunchContract:
+    """The contract with the compiled object's own kernarg layout (CodeObjectError on any mismatch)."""
+    if info.format == "cubin":
+        if ptx is None:
+            raise CodeObjectError(f"{contract.kernel}: a cubin's layout is checked against its PTX; none given")
+        params = ptx_params(ptx, contract.kernel)
+        if len(params) != len(contract.args):
+            raise CodeObjectError(f"{contract.kernel}: PTX has {len(params)} parameters, the lowering "
+                                  f"{len(contract.args)}")
+        for i, (a, (ty, name)) in enumerate(zip(contract.args, params)):
+            want = _PTX_TYPES["global_pointer" if a.kind == "global_pointer" else a.dtype]
+            if ty not in want or int(ty[1:]) // 8 != a.size or not name.endswith(f"_param_{i}"):
+                raise CodeObjectError(f"{contract.kernel}: PTX parameter {i} is .{ty} {name}, the lowering "
+                                      f"has {a.name} ({a.kind} {a.dtype}, {a.size} bytes)")
+        return contract
+    if len(info.args) != len(contract.args):
+        raise CodeObjectError(f"{contract.kernel}: code object has {len(info.args)} kernel arguments, the "
+                              f"lowering {len(contract.args)}")
+    laid = []
+    for a, k in zip(contract.args, info.args):
+        if k.name != a.name or k.value_kind != _VALUE_KIND[a.kind]:
+            raise CodeObjectError(f"{contract.kernel}: code object argument {k.name} ({k.value_kind}) is not "
+                                  f"the lowering's {a.name} ({a.kind})")
+        if (k.offset, k.size) != (a.offset, a.size):
+            raise CodeObjectError(f"{contract.kernel}: argument {a.name} is at {k.offset} ({k.size} bytes) in the "
+                                  f"code object, at {a.offset} ({a.size} bytes) in the lowering")
+        if a.kind == "scalar" and SCALAR_TYPES[a.dtype][0] != k.size:
+            raise CodeObjectError(f"{contract.kernel}: argument {a.name} is {k.size} bytes, {a.dtype} is not")
+        laid.append(dataclasses.replace(a, offset=k.offset, size=k.size))
+    if info.kernarg_size is None or info.kernarg_size < contract.kernarg_size:
+        raise CodeObjectError(f"{contract.kernel}: kernarg segment {info.kernarg_size} bytes, the arguments "
+                              f"need {contract.kernarg_size}")
+    return dataclasses.replace(contract, args=tuple(laid), kernarg_size=info.kernarg_size)

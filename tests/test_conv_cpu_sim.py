@@ -110,6 +110,11 @@ FWD_CASES = [
 ]
 
 
+def _grid(kernel, **problem) -> int:
+    """Blocks to launch: the kernel's own launch contract evaluated on the problem (1-D)."""
+    return kernel.launch.plan(problem).grid[0]
+
+
 def _run_fwd(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the kernel's f16 output as float64, the numpy reference, the reference of |x|, |w|)."""
     n, h, w = shape
@@ -119,7 +124,7 @@ def _run_fwd(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np.n
     oh, ow = spec.out_hw(h, w)
     y = np.full((n, oh, ow, spec.k), np.nan, np.float16)  # NaN: an element never written shows
     k = lower("conv_direct_fwd", spec, arch, "llvm22")
-    CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x, wt, y, n, h, w)
+    CpuGrid(k, Target.parse(arch).wave_size).launch(_grid(k, n=n, h=h, w=w), x, wt, y, n, h, w)
     xf = x.astype(np.float64)
     return y.astype(np.float64), conv_fwd_ref(xf, wt, spec), conv_fwd_ref(np.abs(xf), np.abs(wt), spec)
 
@@ -136,7 +141,7 @@ def _run_patch(arch: str, spec, shape: tuple, seed: int) -> tuple[np.ndarray, np
     wt = _rand(rng, (kk, spec.p, spec.p, spec.c))
     dx = np.full((n, h, w, spec.c), np.nan, np.float16)  # NaN: an element never written shows
     k = lower("conv_dgrad_patch", spec, arch, "llvm22")
-    CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), dy, wt, dx, n, h, w, kk)
+    CpuGrid(k, Target.parse(arch).wave_size).launch(_grid(k, n=n, h=h, w=w, k=kk), dy, wt, dx, n, h, w, kk)
     return (dx.astype(np.float64), patch_dgrad_ref(dy, wt, h, w),
             patch_dgrad_ref(np.abs(dy.astype(np.float64)), np.abs(wt.astype(np.float64)), h, w))
 
@@ -226,7 +231,7 @@ def test_conv_direct_fwd_bf16_ir_is_numerically_right(arch, spec):
     oh, ow = spec.out_hw(h, w)
     y = np.full((n, oh, ow, spec.k), 0xFFFF, np.uint16)
     k = lower("conv_direct_fwd", spec, arch, "llvm22")
-    CpuGrid(k, Target.parse(arch).wave_size).launch(spec.grid(n, h, w), x_bits, w_bits, y, n, h, w)
+    CpuGrid(k, Target.parse(arch).wave_size).launch(_grid(k, n=n, h=h, w=w), x_bits, w_bits, y, n, h, w)
     got = decode(y, "bf16")
     assert_within_bound(got, conv_fwd_ref(x, wt, spec), conv_fwd_ref(np.abs(x), np.abs(wt), spec),
                         _fwd_terms(spec), "bf16", spec.kernel_name)
@@ -255,14 +260,14 @@ def test_the_gpu_tests_kernels_on_the_cpu(fam):
             (xb, x), (wb, wt) = mk((n, h, w, spec.c)), mk((spec.k, spec.r, spec.s, spec.c))
             oh, ow = spec.out_hw(h, w)
             out = np.full((n, oh, ow, spec.k), 0xFFFF, np.uint16)
-            CpuGrid(k).launch(spec.grid(n, h, w), xb, wb, out, n, h, w)
+            CpuGrid(k).launch(_grid(k, n=n, h=h, w=w), xb, wb, out, n, h, w)
             want, absref, terms = conv_fwd_ref(x, wt, spec), conv_fwd_ref(np.abs(x), np.abs(wt), spec), _fwd_terms(spec)
         else:
             p, kk = spec.p, 37
             n, h, w = 1, 2 * p + 3, 2 * p - 1
             (db, dy), (wb, wt) = mk((n, h // p, w // p, kk)), mk((kk, p, p, spec.c))
             out = np.full((n, h, w, spec.c), 0xFFFF, np.uint16)
-            CpuGrid(k).launch(spec.grid(n, h, w), db, wb, out, n, h, w, kk)
+            CpuGrid(k).launch(_grid(k, n=n, h=h, w=w, k=kk), db, wb, out, n, h, w, kk)
             want, absref, terms = patch_dgrad_ref(dy, wt, h, w), patch_dgrad_ref(np.abs(dy), np.abs(wt), h, w), kk
         assert_within_bound(decode(out, spec.dtype), want, absref, terms, spec.dtype, spec.kernel_name)
 

@@ -9,7 +9,8 @@ from rocke_aot.variants import efficiency as E
 from rocke_aot.variants import table
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from rocke_aot.variants.gemm import GemmSpec
-from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem, problem_from_dict
+from rocke_aot.variants.families import problem_from_dict
+from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 
 def test_gemm_granularity_by_hand():

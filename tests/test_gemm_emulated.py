@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 from rocke_aot import mma
-from rocke_aot.aot.families.gemm import grid
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants.gemm import GemmSpec
 from _cuda import decode
@@ -89,7 +88,7 @@ def check_gemm(arch, spec, sizes=SIZES) -> None:
         nbytes = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
         c = np.full(m * n * nbytes + 64, 0xFF, dtype=np.uint8)  # NaN fill + a guard zone
         # A and B start past their NaN guard zones.
-        sim.launch(grid(spec, m, n)[0], a_bits.ctypes.data + 2 * GUARD, b_bits.ctypes.data + 2 * GUARD, c, m, n, k)
+        sim.launch(low.launch.plan({"m": m, "n": n, "k": k}).grid[0], a_bits.ctypes.data + 2 * GUARD, b_bits.ctypes.data + 2 * GUARD, c, m, n, k)
         assert (c[m * n * nbytes:] == 0xFF).all(), "wrote past the end of C"
         raw = c[: m * n * nbytes].view({4: np.float32, 2: np.uint16}[nbytes]).reshape(m, n)
         got = raw.astype(np.float64) if nbytes == 4 else decode(raw, spec.out_dtype)

@@ -16,7 +16,7 @@ from rocke_aot.errors import AdmissionError, LaneError, SpecError
 from rocke_aot.variants import table
 from rocke_aot.arch import ARCHES, arch_info
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
-from rocke_aot.variants.tables import TABLES
+from rocke_aot.variants.families import FAMILIES as REGISTRY
 
 FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")
 
@@ -54,9 +54,9 @@ def test_a_new_lane_is_refused_until_decided(extra_lane):
 def test_deciding_the_new_lane_closes_the_hole(extra_lane, monkeypatch):
     import dataclasses
 
-    for fam, t in list(TABLES.items()):
-        decided = dict(t.lane_decisions, llvm25=table.SERVE if fam != "gemm" else table.Refuse("not yet qualified"))
-        monkeypatch.setitem(TABLES, fam, dataclasses.replace(t, lane_decisions=decided))
+    for fam, e in list(REGISTRY.items()):
+        decided = dict(e.table.lane_decisions, llvm25=table.SERVE if fam != "gemm" else table.Refuse("not yet qualified"))
+        monkeypatch.setitem(REGISTRY, fam, dataclasses.replace(e, table=dataclasses.replace(e.table, lane_decisions=decided)))
     assert table.check_complete() == []
     assert table.admission("gemm", "gfx942", extra_lane).reason == "not yet qualified"
     assert table.admission("conv_direct_fwd", "gfx942", extra_lane).served
@@ -67,17 +67,18 @@ def test_deciding_the_new_lane_closes_the_hole(extra_lane, monkeypatch):
 def test_a_decision_for_a_lane_the_registry_lacks_is_a_hole(monkeypatch):
     import dataclasses
 
-    t = TABLES["conv_dgrad_patch"]
-    monkeypatch.setitem(TABLES, "conv_dgrad_patch",
-                        dataclasses.replace(t, lane_decisions=dict(t.lane_decisions, llvm21=table.SERVE)))
+    e = REGISTRY["conv_dgrad_patch"]
+    t = e.table
+    monkeypatch.setitem(REGISTRY, "conv_dgrad_patch", dataclasses.replace(
+        e, table=dataclasses.replace(t, lane_decisions=dict(t.lane_decisions, llvm21=table.SERVE))))
     holes = table.check_complete()
     assert [(h.family, h.lane) for h in holes] == [("conv_dgrad_patch", "llvm21")]
     assert "does not hold" in holes[0].problem
 
 
 def test_every_table_decides_every_registered_lane():
-    for fam, t in TABLES.items():
-        assert set(t.lane_decisions) == {lane.name for lane in lanes.LANES}, fam
+    for fam, e in REGISTRY.items():
+        assert set(e.table.lane_decisions) == {lane.name for lane in lanes.LANES}, fam
 
 
 # -- admission ---------------------------------------------------------------------------------

@@ -15,7 +15,10 @@
     spec.kernel_name                     deterministic symbol name
     spec.geometry(target)                the arch layout the lowerer uses (threads, LDS);
                                          SpecError/CapabilityError where it cannot run
-    spec.grid(problem)                   1-D launch size for a problem (main + border blocks)
+    spec.launch_formulas()               grid (main + border blocks), tile count and kernel
+                                         arguments as data (rocke_aot/launch.py): the one
+                                         definition the launch contract and the efficiency
+                                         model both evaluate
 
 Construction checks what does not depend on the arch; ``geometry`` the rest. The
 variant tables (variants/tables/conv.py) filter their knob grids through these
@@ -30,6 +33,7 @@ from typing import Any, ClassVar
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES, DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.launch import ArgDef, LaunchFormulas
 from rocke_aot.variants._fields import check_types
 from rocke_aot.variants.problems import out_extent
 
@@ -194,10 +198,26 @@ class ConvDirectFwdSpec(_ConvSpec):
         return (out_extent(h, self.r, self.stride_h, self.pad_h, self.dil_h),
                 out_extent(w, self.s, self.stride_w, self.pad_w, self.dil_w))
 
-    def grid(self, n: int, h: int, w: int) -> int:
-        """Blocks to launch (1-D): n x ceil(OH/tile_h) x ceil(OW/tile_w) x ceil(K/tile_k)."""
-        oh, ow = self.out_hw(h, w)
-        return n * _ceil(oh, self.tile_h) * _ceil(ow, self.tile_w) * _ceil(self.k, self.tile_k)
+    def launch_formulas(self) -> LaunchFormulas:
+        """kernel(X, Wt, Y, N, H, W) over a 1-D grid of N * ceil(OH/tile_h) * ceil(OW/tile_w)
+        * ceil(K/tile_k) blocks; OH, OW as out_extent (problems.py) computes them."""
+        def extent(size: str, filt: int, stride: int, pad: int, dil: int) -> str:
+            return f"max(({size} + {2 * pad - dil * (filt - 1) - 1}) // {stride} + 1, 0)"
+
+        return LaunchFormulas(
+            problem=("n", "h", "w"),
+            lets=(("oh", extent("h", self.r, self.stride_h, self.pad_h, self.dil_h)),
+                  ("ow", extent("w", self.s, self.stride_w, self.pad_w, self.dil_w)),
+                  ("tiles", f"n * ceil_div(oh, {self.tile_h}) * ceil_div(ow, {self.tile_w}) * "
+                            f"{_ceil(self.k, self.tile_k)}")),
+            grid=("tiles", "1", "1"),
+            args=(ArgDef("X", "global_pointer", self.dtype, f"n * h * w * {self.c}", "read_only"),
+                  ArgDef("Wt", "global_pointer", self.dtype, f"{self.k * self.r * self.s * self.c}", "read_only"),
+                  ArgDef("Y", "global_pointer", self.dtype, f"n * oh * ow * {self.k}", "write_only"),
+                  ArgDef("N", "scalar", "i32", "n"),
+                  ArgDef("H", "scalar", "i32", "h"),
+                  ArgDef("W", "scalar", "i32", "w")),
+        )
 
     def lds_bytes(self) -> int:
         e = DTYPE_BYTES[self.dtype]
@@ -273,18 +293,25 @@ class ConvDgradPatchSpec(_ConvSpec):
         """GEMM rows one block owns: tile_h x tile_w dY pixels."""
         return self.tile_h * self.tile_w
 
-    def main_blocks(self, n: int, h: int, w: int) -> int:
-        hp, wp = h // self.p, w // self.p
-        return n * _ceil(hp, self.tile_h) * _ceil(wp, self.tile_w) * (self.p // self.r_blk)
-
-    def border_blocks(self, n: int, h: int, w: int) -> int:
-        """Blocks zeroing the dX border no patch covers (0 when P divides H and W)."""
-        hp, wp = h // self.p, w // self.p
-        border = n * (h * w - hp * self.p * wp * self.p) * self.c
-        return 0 if border == 0 else min(_ceil(border, BORDER_ELEMS_PER_BLOCK), MAX_BORDER_BLOCKS)
-
-    def grid(self, n: int, h: int, w: int) -> int:
-        return self.main_blocks(n, h, w) + self.border_blocks(n, h, w)
+    def launch_formulas(self) -> LaunchFormulas:
+        """kernel(dY, Wt, dX, N, H, W, K) over a 1-D grid: the main (GEMM tile) blocks, then
+        the border blocks zeroing the dX elements no patch covers (none when P divides H and W)."""
+        p, c = self.p, self.c
+        return LaunchFormulas(
+            problem=("n", "h", "w", "k"),
+            lets=(("hp", f"h // {p}"), ("wp", f"w // {p}"),
+                  ("tiles", f"n * ceil_div(hp, {self.tile_h}) * ceil_div(wp, {self.tile_w}) * {p // self.r_blk}"),
+                  ("border", f"n * (h * w - hp * {p} * wp * {p}) * {c}"),
+                  ("border_blocks", f"min(ceil_div(border, {BORDER_ELEMS_PER_BLOCK}), {MAX_BORDER_BLOCKS})")),
+            grid=("tiles + border_blocks", "1", "1"),
+            args=(ArgDef("dY", "global_pointer", self.dtype, "n * hp * wp * k", "read_only"),
+                  ArgDef("Wt", "global_pointer", self.dtype, f"k * {p * p * c}", "read_only"),
+                  ArgDef("dX", "global_pointer", self.dtype, f"n * h * w * {c}", "write_only"),
+                  ArgDef("N", "scalar", "i32", "n"),
+                  ArgDef("H", "scalar", "i32", "h"),
+                  ArgDef("W", "scalar", "i32", "w"),
+                  ArgDef("K", "scalar", "i32", "k")),
+        )
 
     def lds_bytes(self) -> int:
         e = DTYPE_BYTES[self.dtype]

@@ -7,6 +7,9 @@
         .geometry(target)  -> GemmGeometry      the arch-dependent layout the lowerer uses;
                                                 raises SpecError/CapabilityError when the
                                                 spec cannot run on that arch
+        .launch_formulas() -> LaunchFormulas    grid, tile count and kernel arguments as data
+                                                (rocke_aot/launch.py): the one grid formula
+                                                the launch contract and the efficiency model read
 
 C = A x B, row-major, A: M x K, B: K x N, C: M x N; M, N, K are kernel arguments.
 Construction checks what does not depend on the arch (types, ranges, powers of two);
@@ -23,6 +26,7 @@ from typing import Any
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES, DTYPES, MATRIX_IN_DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.launch import ArgDef, LaunchFormulas
 from rocke_aot.variants._fields import check_known, check_types
 
 IN_DTYPES = MATRIX_IN_DTYPES
@@ -103,6 +107,22 @@ class GemmSpec:
         mma = "" if self.mma == "auto" else "_" + self.mma
         return (f"gemm_{self.in_dtype}_{self.out_dtype}_{self.path}{mma}_{self.block_m}x"
                 f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}")
+
+    # -- launch ------------------------------------------------------------------------
+    def launch_formulas(self) -> LaunchFormulas:
+        """kernel(A, B, C, M, N, K) over a 1-D grid of ceil(M/block_m) * ceil(N/block_n)
+        work-groups (tile (tm, tn) = (gid // tiles_n, gid % tiles_n), as the lowering reads it)."""
+        return LaunchFormulas(
+            problem=("m", "n", "k"),
+            lets=(("tiles", f"ceil_div(m, {self.block_m}) * ceil_div(n, {self.block_n})"),),
+            grid=("tiles", "1", "1"),
+            args=(ArgDef("A", "global_pointer", self.in_dtype, "m * k", "read_only"),
+                  ArgDef("B", "global_pointer", self.in_dtype, "k * n", "read_only"),
+                  ArgDef("C", "global_pointer", self.out_dtype, "m * n", "write_only"),
+                  ArgDef("M", "scalar", "i32", "m"),
+                  ArgDef("N", "scalar", "i32", "n"),
+                  ArgDef("K", "scalar", "i32", "k")),
+        )
 
     # -- arch-dependent layout ----------------------------------------------------------
     @property

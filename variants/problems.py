@@ -3,7 +3,7 @@
     GemmProblem(m, n, k, dtype="f16", out_dtype=None, batch=1)
     ConvProblem(n, h, w, c, k, r, s, stride_h/w, pad_h/w, dil_h/w, dtype)     .out_hw
     PatchDgradProblem(n, h, w, c, k, p, dtype)                              .hp, .wp
-    problem_from_dict(family, d)  for JSON (the service): unknown or missing fields refused
+    (which family takes which problem, and parsing one from JSON: variants/families.py)
 
 Validated on construction (ints are ints, extents positive), so the efficiency
 models never see a malformed problem.
@@ -12,11 +12,10 @@ models never see a malformed problem.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.dtypes import DTYPES
 from rocke_aot.errors import SpecError
-from rocke_aot.variants._fields import check_known
 
 _DTYPES = DTYPES
 
@@ -55,6 +54,11 @@ class GemmProblem:
 
     def __post_init__(self) -> None:
         _validate(self, ("m", "n", "k", "batch"))
+        # No gemm kernel has a batch dimension (grid or strides): a batch > 1 would run the
+        # first matrix only, so it is refused here, before it can reach a ranking or a launch.
+        if self.batch != 1:
+            raise SpecError(f"GemmProblem.batch={self.batch}: batched gemm is not launched (the kernels "
+                            f"have no batch dimension); launch batch=1 problems, one per matrix")
 
 
 @dataclass(frozen=True)
@@ -106,21 +110,3 @@ class PatchDgradProblem:
     @property
     def wp(self) -> int:
         return self.w // self.p
-
-
-PROBLEM_TYPES: Mapping[str, type] = {
-    "gemm": GemmProblem,
-    "conv_direct_fwd": ConvProblem,
-    "conv_dgrad_patch": PatchDgradProblem,
-}
-
-
-def problem_from_dict(family: str, d: object) -> Any:
-    cls = PROBLEM_TYPES.get(family) if isinstance(family, str) else None
-    if cls is None:
-        raise SpecError(f"no problem type for family {family!r}; known: {', '.join(PROBLEM_TYPES)}")
-    check_known(cls, d, f"{family} problem")
-    try:
-        return cls(**d)
-    except TypeError as e:  # a required field is missing
-        raise SpecError(f"{family} problem: {e}") from None

@@ -84,12 +84,14 @@ class FamilyTable:
     paths: Callable[[Target, Lane], Sequence[str]] = lambda target, lane: ("fma",)
 
 
-# -- the registry of tables ---------------------------------------------------------------
+# -- the tables, from the family registry ---------------------------------------------------------------
 
 def _tables() -> dict[str, FamilyTable]:
-    from rocke_aot.variants.tables import TABLES
+    # The registry (variants/families.py) holds each family's table; it imports the table
+    # modules, which import this one for FamilyTable, hence the lookup at call time.
+    from rocke_aot.variants.families import FAMILIES
 
-    return TABLES
+    return {name: entry.table for name, entry in FAMILIES.items()}
 
 
 def family_names() -> tuple[str, ...]:

@@ -68,7 +68,7 @@ def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, 
     ``slots`` bounds how many compiles run at once; lowering and validation happen outside
     it, so with one more thread than slots the next kernel is lowered while this one compiles.
     """
-    from rocke_aot.aot.codeobject import validate
+    from rocke_aot.aot.codeobject import launch_layout, validate
     from rocke_aot.aot.families import get_family
     from rocke_aot.aot.lower import lower
 
@@ -82,10 +82,14 @@ def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, 
         with slots:
             result = toolchain.compile(kernel.ir, target, timeout=timeout)
     info = validate(result.code_object, target)
+    # The launch contract a runner reads instead of per-family code: the lowering's formulas
+    # with the layout the compiled object itself declares (checked against the lowering).
+    contract = launch_layout(kernel.launch, info, getattr(result, "ptx", None))
     metadata = {
         "kernel": kernel.as_dict(),
         "code_object": info.as_dict(),
         "format": result.format,
+        "launch": contract.as_dict(),
     }
     return BuildOutput(result.code_object, kernel.ir_sha256, metadata, result.log, time.perf_counter() - start)
 

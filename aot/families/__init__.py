@@ -1,75 +1,108 @@
-"""The family registry: family name -> (spec class, lowerer).
+"""The aot side of the family registry: each entry of variants/families.py, with its lowerer
+resolved and the launch contract attached to what it lowers.
 
-    get_family("gemm") -> Family(name, spec_class=GemmSpec, lowerer=lower_gemm)
-    families()         -> ("gemm", ...)            every registered family, in registry order
+    variants.families.FAMILIES["gemm"].lowerer = "rocke_aot.aot.families.gemm:lower_gemm"
+        |  resolve_lowerer(text): import the module (under rocke_aot.aot.families only), getattr
+        v
+    get_family("gemm") -> Family(name, entry, spec_class=GemmSpec, lowerer=<lower + launch>)
+        lowerer(spec, target, lane) -> LoweredKernel whose .launch is the LaunchContract
+            (spec.launch_formulas(), block = the kernel's block size, the lowering's kernargs
+             as the layout; the builder re-checks the layout against the code object)
+    families() -> ("gemm", ...)       every registered family, in registry order
 
-A family module exposes ``FAMILY = Family(...)``; adding one is one line in
-``_FAMILY_MODULES``. Modules are imported on first use (not at package import), so the
-lowering toolkit (aot/lower) can be imported by a family without an import cycle.
+There is no list of families here: the variants registry is the only one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from rocke_aot.errors import SpecError
+from rocke_aot.launch import KernelArg, LaunchContract
+from rocke_aot.variants.families import FAMILIES, FamilyEntry, get_entry
 
-# Family modules under rocke_aot.aot.families, one per line.
-_FAMILY_MODULES: tuple[str, ...] = (
-    "gemm",
-    "conv_direct_fwd",
-    "conv_dgrad_patch",
-)
+_PACKAGE = __name__  # lowerers must live under rocke_aot.aot.families
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
-    spec_class: type  # frozen dataclass with to_dict()/from_dict() and kernel_name
-    lowerer: Callable[..., Any]  # (spec, Target, Lane) -> LoweredKernel
-    description: str = ""
+    entry: FamilyEntry
+    raw_lowerer: Callable[..., Any]  # (spec, Target, Lane) -> LoweredKernel without .launch
+
+    @property
+    def spec_class(self) -> type:
+        return self.entry.spec_type
+
+    @property
+    def description(self) -> str:
+        return self.entry.description
 
     def spec_from(self, spec: object) -> Any:
-        """A spec instance of this family from an instance or its canonical dict."""
-        if isinstance(spec, self.spec_class):
-            return spec
-        if isinstance(spec, dict):
-            return self.spec_class.from_dict(spec)
-        raise SpecError(f"family {self.name}: a spec must be a {self.spec_class.__name__} or a dict, "
-                        f"got {type(spec).__name__}")
+        return self.entry.spec_from(spec)
+
+    def lowerer(self, spec: Any, target: Any, lane: Any) -> Any:
+        """Lower, then attach the launch contract (IR untouched: the contract is metadata)."""
+        kernel = self.raw_lowerer(spec, target, lane)
+        return dataclasses.replace(kernel, launch=lowering_contract(spec, kernel))
+
+
+def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
+    """The launch contract from the spec's formulas and the lowering's own kernarg layout.
+
+    The family's argument list (names, kinds, dtypes) must be the kernel's parameter list,
+    in order: a lowerer and its formulas that disagree are a bug, refused here.
+    """
+    formulas = spec.launch_formulas()
+    if len(formulas.args) != len(kernel.kernargs):
+        raise SpecError(f"{kernel.kernel_name}: the family defines {len(formulas.args)} arguments, "
+                        f"the lowering {len(kernel.kernargs)}")
+    laid = []
+    for d, k in zip(formulas.args, kernel.kernargs):
+        want_kind = "global_pointer" if k.kind == "global_buffer" else "scalar"
+        if (d.name, d.kind) != (k.name, want_kind) or (d.kind == "scalar" and d.dtype != k.type):
+            raise SpecError(f"{kernel.kernel_name}: argument {k.name} ({k.kind} {k.type}) does not match "
+                            f"the family's {d.name} ({d.kind} {d.dtype})")
+        laid.append(KernelArg(d.name, d.kind, d.dtype, d.expr, k.offset, k.size, k.size, d.access))
+    return LaunchContract.build(kernel.kernel_name, formulas, (kernel.block_size, 1, 1), tuple(laid),
+                                kernel.kernarg_size, kernel.max_tensor_bytes)
+
+
+def resolve_lowerer(text: str) -> Callable[..., Any]:
+    """``"rocke_aot.aot.families.gemm:lower_gemm"`` -> the function (SpecError when it is not one)."""
+    mod_name, sep, attr = text.partition(":")
+    if not sep or not attr or not (mod_name == _PACKAGE or mod_name.startswith(_PACKAGE + ".")):
+        raise SpecError(f"lowerer {text!r} must be 'module:function' under {_PACKAGE}")
+    try:
+        fn = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise SpecError(f"lowerer {text!r} does not resolve: {e}") from None
+    if not callable(fn):
+        raise SpecError(f"lowerer {text!r} is not callable")
+    return fn
 
 
 _LOADED: dict[str, Family] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def _load() -> dict[str, Family]:
-    # Builder threads (and Dask worker threads) may ask at once: load under a lock and
-    # publish the complete table in one assignment, so nobody sees it half-filled.
-    if not _LOADED:
+def get_family(name: object) -> Family:
+    entry = get_entry(name)  # SpecError for an unknown or non-string name
+    fam = _LOADED.get(entry.name)
+    if fam is None or fam.entry is not entry:
+        # Builder (and Dask worker) threads may ask at once; resolving imports the family
+        # module, so do it under a lock and publish the finished Family in one assignment.
         with _LOAD_LOCK:
-            if not _LOADED:
-                table: dict[str, Family] = {}
-                for mod_name in _FAMILY_MODULES:
-                    fam = importlib.import_module(f"{__name__}.{mod_name}").FAMILY
-                    if fam.name in table:
-                        raise RuntimeError(f"family {fam.name} registered twice")
-                    table[fam.name] = fam
-                _LOADED.update(table)
-    return _LOADED
+            fam = _LOADED.get(entry.name)
+            if fam is None or fam.entry is not entry:
+                fam = Family(entry.name, entry, resolve_lowerer(entry.lowerer))
+                _LOADED[entry.name] = fam
+    return fam
 
 
 def families() -> tuple[str, ...]:
-    return tuple(_load())
-
-
-def get_family(name: object) -> Family:
-    if not isinstance(name, str):
-        raise SpecError(f"a family name must be a string, got {type(name).__name__} {name!r}")
-    fam = _load().get(name)
-    if fam is None:
-        raise SpecError(f"unknown kernel family {name!r}; families: {', '.join(_load())}")
-    return fam
+    return tuple(FAMILIES)

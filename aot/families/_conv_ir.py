@@ -20,7 +20,7 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
     lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
                   refusals before any IR (target, matrix path), the geometry, and the
                   LoweredKernel with its metadata (KernelModule.lowered, as gemm); the
-                  family's ConvLowering subclass names FAMILY, SPEC, GRID, RUNTIME_ARGS
+                  family's ConvLowering subclass names FAMILY, SPEC, RUNTIME_ARGS
                   and its tile (ROWS, COLS)
 
 Loads from global memory never leave a tensor: an out-of-range element's address is
@@ -105,7 +105,6 @@ class ConvLowering:
 
     FAMILY: str
     SPEC: type
-    GRID: str  # the launch grid in words (metadata)
     RUNTIME_ARGS: list[str]
 
     @staticmethod
@@ -290,7 +289,6 @@ def lower_conv(cls: type[ConvLowering], spec, target: object, lane: object) -> L
     meta = {
         "path": spec.path,
         "instruction": low.instr.mnemonic if low.instr else None,
-        "grid": cls.GRID,
         "runtime_args": list(cls.RUNTIME_ARGS),
         "baked": spec.baked(),
         "geometry": {k: v for k, v in vars(geo).items()},

@@ -11,7 +11,8 @@
     baked: dtype, C, P; runtime kernel args: N, H, W (of dX) and K (dY channels)
 
     lower_conv_dgrad_patch(spec, target, lane)
-      kernel(dY, Wt, dX, N, H, W, K)    1-D grid = main blocks + border blocks (spec.grid)
+      kernel(dY, Wt, dX, N, H, W, K)    1-D grid = main blocks + border blocks
+                                      (ConvDgradPatchSpec.launch_formulas)
         main block (n, i0, j0, r0): ROWS = tile_h x tile_w dY pixels, COLS = r_blk*P*C GEMM
             columns (patch rows r0 .. r0+r_blk-1, contiguous in W's (r, s, c) order) padded
             to whole 16-column tiles; for each K chunk: stage dY[rows][k_chunk] and
@@ -46,8 +47,6 @@ PARAMS = [
 class _PatchLowering(ConvLowering):
     FAMILY = "conv_dgrad_patch"
     SPEC = ConvDgradPatchSpec
-    GRID = ("N * ceil(Hp/tile_h) * ceil(Wp/tile_w) * (P/r_blk) main work-groups + "
-            "min(ceil(border elements / 1024), 65535) border work-groups, 1-D")
     RUNTIME_ARGS = ["N", "H", "W", "K"]
 
     @staticmethod
@@ -169,13 +168,3 @@ def _mul(a: Sym, o: Sym) -> Sym:
 
 def lower_conv_dgrad_patch(spec: ConvDgradPatchSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
     return lower_conv(_PatchLowering, spec, target, lane)
-
-
-def _family():
-    from rocke_aot.aot.families import Family
-
-    return Family("conv_dgrad_patch", ConvDgradPatchSpec, lower_conv_dgrad_patch,
-                  "dX of a patch embedding: one GEMM dY x W[K, P*P*C] + pixel shuffle, border zeroed")
-
-
-FAMILY = _family()

@@ -7,7 +7,8 @@
     lower_conv_direct_fwd(spec, target, lane)
       1. refuse before any IR: target capability, matrix path capability, spec.geometry
       2. kernel(X, Wt, Y, N, H, W)       1-D grid: N * ceil(OH/tile_h) * ceil(OW/tile_w)
-                                                      * ceil(K/tile_k) blocks  (spec.grid)
+                                                      * ceil(K/tile_k) blocks
+                                         (ConvDirectFwdSpec.launch_formulas)
            block (n, oh0, ow0, k0) owns a tile_h x tile_w x tile_k output tile = a GEMM tile
            of ROWS = tile_h*tile_w pixels x COLS = tile_k channels
            for each input-channel chunk c0 (C / c_chunk of them):
@@ -41,7 +42,6 @@ PARAMS = [
 class _FwdLowering(ConvLowering):
     FAMILY = "conv_direct_fwd"
     SPEC = ConvDirectFwdSpec
-    GRID = "N * ceil(OH/tile_h) * ceil(OW/tile_w) * ceil(K/tile_k) work-groups, 1-D"
     RUNTIME_ARGS = ["N", "H", "W"]
 
     @staticmethod
@@ -54,7 +54,7 @@ class _FwdLowering(ConvLowering):
         (X, Wt, Y, n_arg, h_arg, w_arg), gid = self.start(PARAMS, "conv_lds",
                                                           halo + s.tile_k * s.r * s.s * s.c_chunk)
         self.H, self.W = self.S(h_arg), self.S(w_arg)
-        # Output extent from the runtime H, W (the host launches spec.grid(), zero when empty).
+        # Output extent from the runtime H, W (the launch contract's grid is zero when empty).
         self.OH = (self.H + (2 * s.pad_h - s.dil_h * (s.r - 1) - 1)) // s.stride_h + 1
         self.OW = (self.W + (2 * s.pad_w - s.dil_w * (s.s - 1) - 1)) // s.stride_w + 1
         nkt = -(-s.k // s.tile_k)
@@ -127,13 +127,3 @@ class _FwdLowering(ConvLowering):
 
 def lower_conv_direct_fwd(spec: ConvDirectFwdSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
     return lower_conv(_FwdLowering, spec, target, lane)
-
-
-def _family():
-    from rocke_aot.aot.families import Family
-
-    return Family("conv_direct_fwd", ConvDirectFwdSpec, lower_conv_direct_fwd,
-                  "NHWC forward convolution, baked filter/stride/padding/dilation/channels")
-
-
-FAMILY = _family()

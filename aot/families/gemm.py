@@ -4,6 +4,7 @@
       1. spec.geometry(target)            threads, wave grid, instruction, LDS (refuses early)
       2. lanes.require(...)               target + matrix capability, before any IR exists
       3. kernel(A, B, C, M, N, K)         1-D grid: ceil(M/bm) * ceil(N/bn) work-groups
+                                          (GemmSpec.launch_formulas: the launch contract)
            entry:  tile (tm, tn) from the work-group id; zeroed accumulators
            [double buffer: stage K-tile 0 into LDS stage 0; barrier]
            loop kt < ceil(K/bk):
@@ -49,11 +50,6 @@ PARAMS = [
     ("K", "i32", None),
 ]
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
-
-
-def grid(spec: GemmSpec, m: int, n: int) -> tuple[int, int, int]:
-    """Work-groups to launch for an M x N output (1-D)."""
-    return (-(-m // spec.block_m) * -(-n // spec.block_n), 1, 1)
 
 
 def _c32(v: int) -> ir.Constant:
@@ -330,20 +326,10 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
     meta = {
         "path": spec.path,
         "instruction": low.instr.mnemonic_for(target.processor) if low.instr else None,
-        "grid": "ceil(M/block_m) * ceil(N/block_n) work-groups, 1-D",
         "block_m": spec.block_m, "block_n": spec.block_n,
         "geometry": {k: v for k, v in vars(geo).items()},
     }
     return low.kb.lowered("gemm", meta)
-
-
-def _family():
-    from rocke_aot.aot.families import Family
-
-    return Family("gemm", GemmSpec, lower_gemm, "C = A x B, row-major; mfma / wmma / fma paths")
-
-
-FAMILY = _family()
 
 
 def paths_for(processor: str, in_dtype: str = "f16") -> tuple[str, ...]:

@@ -15,6 +15,7 @@
         v
     .lowered(family, metadata) -> LoweredKernel (frozen): IR text, kernel name, ir_sha256,
                                   kernarg layout, block size, LDS bytes, max_tensor_bytes
+                                  (+ .launch, the LaunchContract, from aot/families)
 
 Determinism: llvmlite numbers unnamed values per function in creation order, the module
 name is the kernel name, attributes print sorted, and declarations are added in the
@@ -35,6 +36,7 @@ import llvmlite.ir as ir
 
 from rocke_aot import lanes
 from rocke_aot.dtypes import MAX_TENSOR_BYTES
+from rocke_aot.launch import LaunchContract
 from rocke_aot.targets import Target
 
 I1 = ir.IntType(1)
@@ -148,7 +150,11 @@ class LoweredKernel:
     block_size: int  # work-items (threads) per work-group, 1-D
     lds_bytes: int  # static LDS / shared memory the kernel allocates
     max_tensor_bytes: int = MAX_TENSOR_BYTES
-    metadata: Mapping[str, Any] = field(default_factory=dict)  # family facts (grid formula, path)
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # family facts (path, instruction, geometry)
+    # The launch contract (rocke_aot/launch.py): grid/block formulas and the kernel arguments
+    # as data. Attached by aot/families' Family.lowerer from the spec's launch formulas; the
+    # builder replaces its layout with the compiled code object's (checked equal).
+    launch: LaunchContract | None = None
 
     @property
     def kernarg_size(self) -> int:
@@ -162,6 +168,7 @@ class LoweredKernel:
             "kernargs": [a.as_dict() for a in self.kernargs], "kernarg_size": self.kernarg_size,
             "block_size": self.block_size, "lds_bytes": self.lds_bytes,
             "max_tensor_bytes": self.max_tensor_bytes, "metadata": dict(self.metadata),
+            "launch": self.launch.as_dict() if self.launch is not None else None,
         }
 
 

@@ -1,0 +1,173 @@
+"""The efficiency models: per family, can a spec run a problem, and how well (pure data).
+
+    Model(accepts, efficiency)                 one per family, named by its registry entry
+                                               (variants/families.py)
+    accepts(spec, problem)    -> None | why    baked filter / stride / channels / dtype, 32-bit offsets
+    efficiency(spec, problem, ArchInfo) -> Efficiency(dims, tiles, cus, cu_granularity, total)
+        tile granularity per tiled dim   size / (ceil(size / tile) * tile)
+        tiles                            spec.launch_formulas().tiles(problem): the same
+                                         formula the launch contract's grid is built from
+        CU granularity                   tiles / (ceil(tiles / CUs) * CUs)
+        total                            product of all of them
+
+Ranking and the per-spec dispatch through the registry live in variants/efficiency.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from rocke_aot.arch import ArchInfo
+from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
+from rocke_aot.errors import SpecError
+from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class DimGranularity:
+    name: str  # "M", "N", "OH", "cols", ...
+    size: int  # problem extent along the dim
+    tile: int  # the spec's tile along it
+    granularity: float  # size / (ceil(size/tile) * tile)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "tile": self.tile, "granularity": self.granularity}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    dims: tuple[DimGranularity, ...]
+    tiles: int  # blocks doing work (work-groups / CTAs)
+    cus: int
+    cu_granularity: float
+    total: float
+
+    @property
+    def tile_granularity(self) -> float:
+        out = 1.0
+        for d in self.dims:
+            out *= d.granularity
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dims": [d.as_dict() for d in self.dims], "tiles": self.tiles, "cus": self.cus,
+                "tile_granularity": self.tile_granularity, "cu_granularity": self.cu_granularity,
+                "total": self.total}
+
+
+def dim(name: str, size: int, tile: int) -> DimGranularity:
+    """Tile granularity along one dim: the useful fraction of the padded extent."""
+    if tile < 1:
+        raise SpecError(f"tile along {name} must be >= 1, got {tile}")
+    if size <= 0:
+        return DimGranularity(name, size, tile, 0.0)
+    return DimGranularity(name, size, tile, size / (_ceil(size, tile) * tile))
+
+
+def cu_granularity(tiles: int, cus: int) -> float:
+    """The useful fraction of the last wave of blocks: tiles / (ceil(tiles/CUs) * CUs)."""
+    if tiles <= 0:
+        return 0.0
+    return tiles / (_ceil(tiles, cus) * cus)
+
+
+def _combine(dims: Iterable[DimGranularity], tiles: int, info: ArchInfo) -> Efficiency:
+    dims = tuple(dims)
+    cu = cu_granularity(tiles, info.cu_count)
+    total = cu
+    for d in dims:
+        total *= d.granularity
+    return Efficiency(dims, tiles, info.cu_count, cu, total)
+
+
+def _too_big(what: str, elems: int, dtype: str) -> str | None:
+    size = elems * DTYPE_BYTES[dtype]
+    if size > MAX_TENSOR_BYTES:
+        return (f"{what} is {size} bytes, over the {MAX_TENSOR_BYTES}-byte limit of 32-bit "
+                f"offsets: split the batch")
+    return None
+
+
+def _first(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r), None)
+
+
+# -- gemm ------------------------------------------------------------------------------------
+
+def _gemm_accepts(spec: Any, p: GemmProblem) -> str | None:
+    if p.dtype != spec.in_dtype:
+        return f"dtype: problem is {p.dtype}, spec is baked for {spec.in_dtype}"
+    if p.out_dtype is not None and p.out_dtype != spec.out_dtype:
+        return f"out_dtype: problem wants {p.out_dtype}, spec writes {spec.out_dtype}"
+    return _first(_too_big("A", p.m * p.k, p.dtype), _too_big("B", p.k * p.n, p.dtype),
+                  _too_big("C", p.m * p.n, spec.out_dtype))
+
+
+def _gemm_eff(spec: Any, p: GemmProblem, info: ArchInfo) -> Efficiency:
+    tiles = spec.launch_formulas().tiles(p)
+    return _combine((dim("M", p.m, spec.block_m), dim("N", p.n, spec.block_n)), tiles, info)
+
+
+# -- conv_direct_fwd ---------------------------------------------------------------------------
+
+def _fwd_accepts(spec: Any, p: ConvProblem) -> str | None:
+    checks = (("dtype", p.dtype, spec.dtype), ("input channels C", p.c, spec.c),
+              ("output channels K", p.k, spec.k), ("filter R", p.r, spec.r), ("filter S", p.s, spec.s),
+              ("stride_h", p.stride_h, spec.stride_h), ("stride_w", p.stride_w, spec.stride_w),
+              ("pad_h", p.pad_h, spec.pad_h), ("pad_w", p.pad_w, spec.pad_w),
+              ("dil_h", p.dil_h, spec.dil_h), ("dil_w", p.dil_w, spec.dil_w))
+    for name, want, baked in checks:
+        if want != baked:
+            return f"{name}: problem has {want}, spec is baked for {baked}"
+    oh, ow = p.out_hw
+    if oh < 1 or ow < 1:
+        return f"output is empty ({oh}x{ow}) for a {p.h}x{p.w} input"
+    return _first(_too_big("input", p.n * p.h * p.w * p.c, p.dtype),
+                  _too_big("output", p.n * oh * ow * p.k, p.dtype))
+
+
+def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
+    oh, ow = p.out_hw
+    dims = (dim("OH", oh, spec.tile_h), dim("OW", ow, spec.tile_w), dim("K", p.k, spec.tile_k))
+    tiles = spec.launch_formulas().tiles(p)
+    return _combine(dims, tiles, info)
+
+
+# -- conv_dgrad_patch ----------------------------------------------------------------------------
+
+def _patch_accepts(spec: Any, p: PatchDgradProblem) -> str | None:
+    for name, want, baked in (("dtype", p.dtype, spec.dtype), ("patch size P", p.p, spec.p),
+                              ("channels C", p.c, spec.c)):
+        if want != baked:
+            return f"{name}: problem has {want}, spec is baked for {baked}"
+    if p.h < p.p or p.w < p.p:
+        return f"image {p.h}x{p.w} is smaller than one {p.p}x{p.p} patch: no GEMM to run"
+    return _first(_too_big("dX", p.n * p.h * p.w * p.c, p.dtype),
+                  _too_big("dY", p.n * p.hp * p.wp * p.k, p.dtype))
+
+
+def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
+    # GEMM rows: dY pixels, tiled tile_h x tile_w over the patch grid; GEMM columns: a
+    # block's r_blk*P*C columns padded to whole 16-column tiles (the padding is waste).
+    dims = (dim("Hp", p.hp, spec.tile_h), dim("Wp", p.wp, spec.tile_w),
+            DimGranularity("cols", spec.cols, spec.cols_padded, spec.cols / spec.cols_padded))
+    tiles = spec.launch_formulas().tiles(p)  # main blocks only: border blocks do no tile work
+    return _combine(dims, tiles, info)
+
+
+@dataclass(frozen=True)
+class Model:
+    accepts: Callable[[Any, Any], str | None]
+    efficiency: Callable[[Any, Any, ArchInfo], Efficiency]
+
+
+GEMM = Model(_gemm_accepts, _gemm_eff)
+CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff)
+CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff)
+
+
