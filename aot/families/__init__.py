@@ -4,6 +4,9 @@ resolved and the launch contract attached to what it lowers.
     variants.families.FAMILIES["gemm"].lowerer = "rocke_aot.aot.families.gemm:lower_gemm"
         |  resolve_lowerer(text): import the module (under rocke_aot.aot.families only), getattr
         v
+    kernel_params(spec) -> [("A", "ptr addrspace(1)", "read_only"), ..., ("K", "i32", None)]
+        what every family lowerer passes to define_kernel: the arguments of the spec's
+        launch_formulas, so the IR's parameters and the launch contract are one list
     get_family("gemm") -> Family(name, entry, spec_class=GemmSpec, lowerer=<lower + launch>)
         lowerer(spec, target, lane) -> LoweredKernel whose .launch is the LaunchContract
             (spec.launch_formulas(), block = the kernel's block size, the lowering's kernargs
@@ -49,6 +52,18 @@ class Family:
         """Lower, then attach the launch contract (IR untouched: the contract is metadata)."""
         kernel = self.raw_lowerer(spec, target, lane)
         return dataclasses.replace(kernel, launch=lowering_contract(spec, kernel))
+
+
+# LLVM type text of each contract argument kind / scalar dtype (both targets: global memory
+# is addrspace(1) on amdgcn and nvptx64).
+_LLVM_TYPES = {"global_pointer": "ptr addrspace(1)", "i32": "i32", "u32": "i32", "i64": "i64"}
+
+
+def kernel_params(spec: Any) -> list[tuple[str, str, str | None]]:
+    """The kernel's parameters (name, LLVM type text, access) for KernelModule.define_kernel,
+    from the spec's launch formulas: the argument list is defined once, in the family's spec."""
+    return [(a.name, _LLVM_TYPES["global_pointer" if a.kind == "global_pointer" else a.dtype], a.access)
+            for a in spec.launch_formulas().args]
 
 
 def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:

@@ -28,21 +28,11 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot import lanes
+from rocke_aot.aot.families import kernel_params
 from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop, lower_conv, udiv, urem
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
-
-PARAMS = [
-    ("dY", "ptr addrspace(1)", "read_only"),
-    ("Wt", "ptr addrspace(1)", "read_only"),
-    ("dX", "ptr addrspace(1)", "write_only"),
-    ("N", "i32", None),
-    ("H", "i32", None),
-    ("W", "i32", None),
-    ("K", "i32", None),
-]
-
 
 class _PatchLowering(ConvLowering):
     FAMILY = "conv_dgrad_patch"
@@ -56,7 +46,7 @@ class _PatchLowering(ConvLowering):
     def build(self) -> None:
         s, kb = self.spec, self.kb
         (dY, Wt, dX, n_arg, h_arg, w_arg, k_arg), gid = self.start(
-            PARAMS, "patch_lds", s.rows * s.k_chunk + s.k_chunk * s.cols_padded)
+            kernel_params(s), "patch_lds", s.rows * s.k_chunk + s.k_chunk * s.cols_padded)
         self.dY, self.Wt, self.dX = dY, Wt, dX
         self.N, self.H, self.W, self.K = self.S(n_arg), self.S(h_arg), self.S(w_arg), self.S(k_arg)
         self.Hp, self.Wp = self.H // s.p, self.W // s.p

@@ -24,20 +24,11 @@
 from __future__ import annotations
 
 from rocke_aot import lanes
+from rocke_aot.aot.families import kernel_params
 from rocke_aot.aot.families._conv_ir import ConvLowering, loop, lower_conv, udiv, urem
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDirectFwdSpec
-
-PARAMS = [
-    ("X", "ptr addrspace(1)", "read_only"),
-    ("Wt", "ptr addrspace(1)", "read_only"),
-    ("Y", "ptr addrspace(1)", "write_only"),
-    ("N", "i32", None),
-    ("H", "i32", None),
-    ("W", "i32", None),
-]
-
 
 class _FwdLowering(ConvLowering):
     FAMILY = "conv_direct_fwd"
@@ -51,7 +42,7 @@ class _FwdLowering(ConvLowering):
     def build(self) -> None:
         s, kb = self.spec, self.kb
         halo = s.halo_h * s.halo_w * s.c_chunk
-        (X, Wt, Y, n_arg, h_arg, w_arg), gid = self.start(PARAMS, "conv_lds",
+        (X, Wt, Y, n_arg, h_arg, w_arg), gid = self.start(kernel_params(s), "conv_lds",
                                                           halo + s.tile_k * s.r * s.s * s.c_chunk)
         self.H, self.W = self.S(h_arg), self.S(w_arg)
         # Output extent from the runtime H, W (the launch contract's grid is zero when empty).

@@ -34,6 +34,7 @@ import numpy as np
 
 from rocke_aot import lanes
 from rocke_aot import mma
+from rocke_aot.aot.families import kernel_params
 from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
@@ -41,14 +42,6 @@ from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.gemm import GemmGeometry, GemmSpec
 
-PARAMS = [
-    ("A", "ptr addrspace(1)", "read_only"),
-    ("B", "ptr addrspace(1)", "read_only"),
-    ("C", "ptr addrspace(1)", "write_only"),
-    ("M", "i32", None),
-    ("N", "i32", None),
-    ("K", "i32", None),
-]
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
 
 
@@ -268,7 +261,7 @@ class _GemmLowering:
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> None:
         s, g, kb = self.spec, self.geo, self.kb
-        self.A, self.B, self.C, m, n, k = kb.define_kernel(PARAMS)
+        self.A, self.B, self.C, m, n, k = kb.define_kernel(kernel_params(s))
         b = self.b
         self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
         stages = 2 if s.double_buffer else 1
