@@ -1,0 +1,371 @@
+"""The family registry and the launch contract.
+
+    formulas          the safe evaluator against Python arithmetic; unknown names, functions,
+                      syntax and division by zero are named errors; no eval()
+    registry          one entry per family; every lowerer named as data resolves; the old
+                      registrations (TABLES, MODELS, PROBLEM_TYPES, FAMILY) are gone
+    grid              for every family (parametrized over the registry), on many problems
+                      including ragged ones: the contract's grid == entry.launch(spec, problem)
+                      == a hand formula written here (output extents counted by brute force)
+    kernargs          a really compiled gfx942 and gfx1250 object per family (built by the
+                      builder's build_one): metadata["launch"] offsets/sizes == what
+                      llvm-readelf-22 --notes prints, field by field; sm_90: PTX .param list
+    refusals          GemmProblem.batch > 1, a problem a spec cannot run, a layout that
+                      disagrees with the code object or the PTX
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rocke_aot import launch as L
+from rocke_aot.aot.builder.run import build_one
+from rocke_aot.aot.codeobject import launch_layout, ptx_params, validate
+from rocke_aot.aot.families import get_family, kernel_params, resolve_lowerer
+from rocke_aot.aot.lower import lower
+from rocke_aot.errors import CodeObjectError, SpecError
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
+from rocke_aot.variants import efficiency, table
+from rocke_aot.variants.families import FAMILIES, get_entry, problem_from_dict
+from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
+
+READELF = shutil.which("llvm-readelf-22") or "/usr/lib/llvm-22/bin/llvm-readelf"
+
+
+# -- the evaluator ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,env,want", [
+    ("1 + 2 * 3", {}, 7),
+    ("(1 + 2) * 3", {}, 9),
+    ("10 - 4 - 3", {}, 3),                       # left associative
+    ("-7 // 2", {}, -4),                         # floor division, as Python
+    ("h + -3", {"h": 5}, 2),
+    ("17 % 5 * 2", {}, 4),
+    ("ceil_div(m, 64)", {"m": 129}, 3),
+    ("ceil_div(m, 64)", {"m": 128}, 2),
+    ("ceil_div(0, 1024)", {}, 0),
+    ("min(a, b, 3)", {"a": 9, "b": 4}, 3),
+    ("max((h + -3) // 2 + 1, 0)", {"h": 1}, 0),
+    ("n * ceil_div(oh, 8) * 2", {"n": 3, "oh": 17}, 18),
+])
+def test_formulas_evaluate_like_integer_arithmetic(text, env, want):
+    assert L.evaluate(text, env) == want
+
+
+def test_formulas_agree_with_python_on_random_expressions():
+    rng = random.Random(3)
+    for _ in range(300):
+        a, b, c = rng.randint(-50, 50), rng.randint(1, 40), rng.randint(-9, 9)
+        env = {"a": a, "b": b, "c": c}
+        assert L.evaluate("a * c + b // 3 - (a % b)", env) == a * c + b // 3 - (a % b)
+        assert L.evaluate("ceil_div(a, b) * max(c, 1)", env) == math.ceil(a / b) * max(c, 1)
+
+
+def test_an_unknown_name_is_a_named_error():
+    with pytest.raises(L.FormulaError, match="unknown name 'q'"):
+        L.evaluate("m * q", {"m": 2})
+    # found when the formulas are built, before anything is launched
+    with pytest.raises(L.FormulaError, match=r"grid.x: formula 'tiles \* z' reads unknown name\(s\) z"):
+        L.LaunchFormulas(problem=("m",), lets=(("tiles", "m"),), grid=("tiles * z", "1", "1"), args=())
+    with pytest.raises(L.FormulaError, match="argument A.*unknown name.*nope"):
+        L.LaunchFormulas(problem=("m",), lets=(("tiles", "m"),), grid=("tiles", "1", "1"),
+                         args=(L.ArgDef("A", "global_pointer", "f16", "nope"),))
+
+
+@pytest.mark.parametrize("text,match", [
+    ("__import__('os')", "unexpected character"),
+    ("m.real", "unexpected character"),
+    ("pow(m, 2)", "unknown function 'pow'"),
+    ("ceil_div(m)", "ceil_div takes 2 arguments"),
+    ("m +", "expected a value"),
+    ("(m", r"expected \)"),
+    ("m m", "unexpected 'm'"),
+    ("", "non-empty"),
+])
+def test_malformed_formulas_are_refused(text, match):
+    with pytest.raises(L.FormulaError, match=match):
+        L.evaluate(text, {"m": 1})
+
+
+def test_division_by_zero_is_named():
+    with pytest.raises(L.FormulaError, match="division by zero"):
+        L.evaluate("ceil_div(m, z)", {"m": 4, "z": 0})
+    with pytest.raises(L.FormulaError, match="modulo by zero"):
+        L.evaluate("m % z", {"m": 4, "z": 0})
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fam", list(FAMILIES))
+def test_every_entry_resolves_and_agrees(fam):
+    e = get_entry(fam)
+    fn = resolve_lowerer(e.lowerer)
+    mod, attr = e.lowerer.split(":")
+    assert fn.__module__ == mod and fn.__name__ == attr
+    assert get_family(fam).raw_lowerer is fn
+    assert e.table.family == fam and get_family(fam).spec_class is e.spec_type
+    assert e.spec_type.__name__ in repr(e.spec_type)
+    assert dataclasses.is_dataclass(e.problem_type)
+    assert set(table.family_names()) == set(FAMILIES)
+
+
+def test_the_other_registrations_are_gone():
+    import rocke_aot.aot.families.gemm as gemm_mod
+    import rocke_aot.variants.problems as problems
+    import rocke_aot.variants.tables as tables
+
+    assert not hasattr(tables, "TABLES")
+    assert not hasattr(efficiency, "MODELS")
+    assert not hasattr(problems, "PROBLEM_TYPES")
+    assert not hasattr(gemm_mod, "FAMILY") and not hasattr(gemm_mod, "grid")
+
+
+@pytest.mark.parametrize("text,match", [
+    ("os:system", "under rocke_aot.aot.families"),
+    ("rocke_aot.aot.families.gemm", "module:function"),
+    ("rocke_aot.aot.families.gemm:no_such", "does not resolve"),
+    ("rocke_aot.aot.families.nope:lower", "does not resolve"),
+])
+def test_a_lowerer_that_does_not_resolve_is_refused(text, match):
+    with pytest.raises(SpecError, match=match):
+        resolve_lowerer(text)
+
+
+# -- grids: contract == launch() == hand formula ----------------------------------------------
+
+def _cdiv(a: int, b: int) -> int:
+    return math.ceil(a / b) if a > 0 else 0
+
+
+def _positions(size: int, filt: int, stride: int, pad: int, dil: int) -> int:
+    # output positions counted one by one: o is valid while the dilated filter fits the padded input
+    return sum(1 for o in range(size + 2 * pad + 1) if o * stride + dil * (filt - 1) <= size + 2 * pad - 1)
+
+
+def _hand_grid(fam: str, s, p) -> tuple[int, int]:
+    """(grid.x, tile work-groups) written from the kernels' docstrings, not from the code under test."""
+    if fam == "gemm":
+        t = _cdiv(p.m, s.block_m) * _cdiv(p.n, s.block_n)
+        return t, t
+    if fam == "conv_direct_fwd":
+        oh = _positions(p.h, s.r, s.stride_h, s.pad_h, s.dil_h)
+        ow = _positions(p.w, s.s, s.stride_w, s.pad_w, s.dil_w)
+        t = p.n * _cdiv(oh, s.tile_h) * _cdiv(ow, s.tile_w) * _cdiv(s.k, s.tile_k)
+        return t, t
+    hp, wp = p.h // s.p, p.w // s.p
+    main = p.n * _cdiv(hp, s.tile_h) * _cdiv(wp, s.tile_w) * (s.p // s.r_blk)
+    covered = sum(1 for y in range(p.h) for x in range(p.w) if y < hp * s.p and x < wp * s.p)
+    border = p.n * (p.h * p.w - covered) * s.c
+    return main + min(_cdiv(border, 1024), 65535), main
+
+
+def _problems(fam: str, spec, rng: random.Random, count: int = 25) -> list:
+    out = []
+    for i in range(count):
+        small = i < count // 2  # half tiny and ragged, half larger
+        hi = 70 if small else 3000
+        if fam == "gemm":
+            out.append(GemmProblem(rng.randint(1, hi), rng.randint(1, hi), rng.randint(1, hi),
+                                   dtype=spec.in_dtype, out_dtype=spec.out_dtype))
+        elif fam == "conv_direct_fwd":
+            b = spec.baked()
+            h = rng.randint(b["dil_h"] * (b["r"] - 1) + 1 - 2 * b["pad_h"], 40 if small else 300)
+            w = rng.randint(b["dil_w"] * (b["s"] - 1) + 1 - 2 * b["pad_w"], 40 if small else 300)
+            out.append(ConvProblem(n=rng.randint(1, 4), h=max(h, 1), w=max(w, 1), **b))
+        else:
+            p = spec.p
+            out.append(PatchDgradProblem(n=rng.randint(1, 3), h=rng.randint(p, 5 * p + p - 1 if small else 40 * p),
+                                         w=rng.randint(p, 5 * p + p - 1 if small else 40 * p), c=spec.c,
+                                         k=rng.randint(1, 800), p=p, dtype=spec.dtype))
+    return out
+
+
+def _sample_specs(fam: str, arch: str, n: int = 6) -> list:
+    specs = list(table.enumerate_specs(fam, arch, "llvm22"))
+    return specs[:: max(1, len(specs) // n)]
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1250", "sm_90"])
+@pytest.mark.parametrize("fam", list(FAMILIES))
+def test_contract_grid_equals_launch_and_the_hand_formula(fam, arch):
+    entry = get_entry(fam)
+    rng = random.Random(hash((fam, arch)) & 0xFFFF)
+    for spec in _sample_specs(fam, arch):
+        kernel = lower(fam, spec, arch, "llvm22")
+        # what a runner gets: the stored form, read back
+        contract = L.LaunchContract.from_dict(kernel.as_dict()["launch"])
+        for prob in _problems(fam, spec, rng):
+            want_grid, want_tiles = _hand_grid(fam, spec, prob)
+            plan = contract.plan(prob)
+            via_launch = entry.launch(spec, prob, arch)
+            assert plan.grid == via_launch.grid == (want_grid, 1, 1), (spec.kernel_name, prob)
+            assert plan.block == via_launch.block == (kernel.block_size, 1, 1)
+            assert plan.args == via_launch.args
+            # the efficiency model counts the same tiles, from the same definition
+            assert efficiency.efficiency(spec, prob, arch).tiles == want_tiles
+
+
+def test_launch_arguments_are_in_kernarg_order_with_their_values():
+    spec = get_entry("gemm").spec_type(in_dtype="bf16", out_dtype="f16")
+    plan = get_entry("gemm").launch(spec, GemmProblem(100, 33, 7, dtype="bf16"), "gfx942")
+    assert [(a.name, a.kind, a.dtype, a.offset, a.size) for a in plan.args] == [
+        ("A", "global_pointer", "bf16", 0, 8), ("B", "global_pointer", "bf16", 8, 8),
+        ("C", "global_pointer", "f16", 16, 8), ("M", "scalar", "i32", 24, 4),
+        ("N", "scalar", "i32", 28, 4), ("K", "scalar", "i32", 32, 4)]
+    assert [a.value for a in plan.args] == [700, 231, 3300, 100, 33, 7]
+    assert [a.nbytes for a in plan.args[:3]] == [1400, 462, 6600]
+    assert plan.kernarg_size == 36 and plan.max_tensor_bytes == 2**31 - 1
+
+
+def test_the_kernel_parameters_are_the_contracts_arguments():
+    for fam in FAMILIES:
+        spec = _sample_specs(fam, "gfx942", 1)[0]
+        k = lower(fam, spec, "gfx942", "llvm22")
+        assert [(a.name, a.kind) for a in k.kernargs] == [
+            (n, "global_buffer" if t.startswith("ptr") else "by_value") for n, t, _ in kernel_params(spec)]
+        assert [a.name for a in k.launch.args] == [a.name for a in k.kernargs]
+
+
+def test_the_border_clamp_and_the_size_limit_are_in_the_contract():
+    spec = next(s for s in table.enumerate_specs("conv_dgrad_patch", "gfx942", "llvm22") if s.p == 16)
+    c = lower("conv_dgrad_patch", spec, "gfx942", "llvm22").launch
+    p = spec.p  # 512 * 3 * (1615^2 - 1600^2) = 74 M border elements: 72,338 blocks unclamped
+    huge = {"n": 512, "h": 100 * p + p - 1, "w": 100 * p + p - 1, "k": 64}
+    plan = c.plan(huge)
+    main = 512 * _cdiv(100, spec.tile_h) * _cdiv(100, spec.tile_w) * (p // spec.r_blk)
+    assert plan.grid[0] == main + 65535  # the border blocks are clamped (they grid-stride)
+    assert "dX" in plan.over_limit  # 512 * h * w * C * 2 bytes > 2^31 - 1: the runner must chunk
+    with pytest.raises(SpecError, match="over the 2147483647-byte limit"):
+        get_entry("conv_dgrad_patch").launch(spec, PatchDgradProblem(c=spec.c, p=p, dtype=spec.dtype, **huge),
+                                             "gfx942")
+
+
+def test_a_scalar_that_does_not_fit_its_type_is_refused():
+    c = lower("gemm", get_entry("gemm").spec_type(), "gfx942", "llvm22").launch
+    with pytest.raises(SpecError, match="argument M = 2147483648 does not fit i32"):
+        c.plan({"m": 2**31, "n": 1, "k": 1})
+    with pytest.raises(SpecError, match="lacks integer field"):
+        c.plan({"m": 3, "n": 4})
+
+
+def test_batched_gemm_is_refused_naming_the_field():
+    with pytest.raises(SpecError, match=r"GemmProblem.batch=4"):
+        GemmProblem(8, 8, 8, batch=4)
+    with pytest.raises(SpecError, match="batch"):
+        problem_from_dict("gemm", {"m": 8, "n": 8, "k": 8, "batch": 2})
+    assert GemmProblem(8, 8, 8, batch=1).batch == 1
+
+
+def test_launch_refuses_a_problem_the_spec_cannot_run():
+    spec = _sample_specs("conv_direct_fwd", "gfx942", 1)[0]
+    b = dict(spec.baked(), c=spec.c + 1)
+    with pytest.raises(SpecError, match="input channels C"):
+        get_entry("conv_direct_fwd").launch(spec, ConvProblem(n=1, h=9, w=9, **b), "gfx942")
+    with pytest.raises(SpecError, match="takes a ConvProblem"):
+        get_entry("conv_direct_fwd").launch(spec, GemmProblem(1, 1, 1), "gfx942")
+
+
+# -- kernargs: the compiled object, read by llvm-readelf ---------------------------------------
+
+def _readelf_args(path: Path) -> tuple[list[dict], int]:
+    """(.args of the one kernel, .kernarg_segment_size) from llvm-readelf --notes' YAML text."""
+    text = subprocess.run([READELF, "--notes", str(path)], capture_output=True, text=True, check=True).stdout
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip() in (".args:", "- .args:"))
+    args, indent = [], None
+    for ln in lines[start + 1:]:
+        m = re.match(r"^(\s*)(- )?\.(\w+):\s*(\S*)$", ln)
+        if not m:
+            break
+        lead = len(m.group(1)) + (2 if m.group(2) else 0)
+        if indent is None:
+            indent = lead
+        if lead < indent:
+            break  # back at the kernel's own keys
+        if m.group(2):
+            args.append({})
+        args[-1][m.group(3)] = m.group(4)
+    size = int(re.search(r"\.kernarg_segment_size:\s*(\d+)", text).group(1))
+    return args, size
+
+
+@pytest.fixture(scope="module")
+def built(llvm22):
+    """One spec per family, built for gfx942, gfx1250 and sm_90 by the builder's build_one."""
+    out = {}
+    for fam in FAMILIES:
+        for arch in ("gfx942", "gfx1250", "sm_90"):
+            spec = _sample_specs(fam, arch, 1)[-1]
+            res = build_one(fam, spec.to_dict(), Target.parse(arch), get_lane("llvm22"), llvm22)
+            out[fam, arch] = (spec, res)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1250"])
+@pytest.mark.parametrize("fam", list(FAMILIES))
+def test_stored_kernargs_match_llvm_readelf(built, tmp_path, fam, arch):
+    spec, res = built[fam, arch]
+    f = tmp_path / "k.hsaco"
+    f.write_bytes(res.code_object)
+    want, size = _readelf_args(f)
+    contract = L.LaunchContract.from_dict(res.metadata["launch"])
+    assert len(contract.args) == len(want) == len(res.metadata["kernel"]["kernargs"])
+    for a, w in zip(contract.args, want):
+        assert a.name == w["name"]
+        assert a.offset == int(w["offset"])
+        assert a.size == int(w["size"])
+        assert {"global_pointer": "global_buffer", "scalar": "by_value"}[a.kind] == w["value_kind"]
+        if a.kind == "global_pointer":
+            assert w["address_space"] == "global"
+    assert contract.kernarg_size == size
+    assert contract.max_tensor_bytes == 2**31 - 1
+    # the stored contract launches like the registry's launch()
+    rng = random.Random(11)
+    for prob in _problems(fam, spec, rng, 8):
+        assert contract.plan(prob).grid == get_entry(fam).launch(spec, prob, arch).grid == (_hand_grid(fam, spec, prob)[0], 1, 1)
+
+
+def test_sm90_contract_matches_the_ptx_params(built):
+    for fam in FAMILIES:
+        spec, res = built[fam, "sm_90"]
+        contract = L.LaunchContract.from_dict(res.metadata["launch"])
+        k = lower(fam, spec, "sm_90", "llvm22")
+        assert contract == k.launch  # a cubin keeps the lowering's layout, checked against the PTX
+        assert contract.block == (str(k.block_size), "1", "1")
+
+
+def test_a_layout_disagreeing_with_the_code_object_is_refused(llvm22):
+    from rocke_aot.aot.compiler import compile_llvmlite
+
+    spec = get_entry("gemm").spec_type()
+    k = lower("gemm", spec, "gfx942", "llvm22")
+    info = validate(compile_llvmlite(llvm22.python, k.ir, "gfx942").code_object, "gfx942")
+    assert launch_layout(k.launch, info) == k.launch
+    moved = dataclasses.replace(k.launch, args=k.launch.args[:3] + (
+        dataclasses.replace(k.launch.args[3], offset=28), dataclasses.replace(k.launch.args[4], offset=32),
+        dataclasses.replace(k.launch.args[5], offset=36)), kernarg_size=40)
+    with pytest.raises(CodeObjectError, match="argument M is at 24"):
+        launch_layout(moved, info)
+    renamed = dataclasses.replace(k.launch, args=(dataclasses.replace(k.launch.args[0], name="X"),) + k.launch.args[1:])
+    with pytest.raises(CodeObjectError, match="not the lowering's X"):
+        launch_layout(renamed, info)
+
+    ks = lower("gemm", spec, "sm_90", "llvm22")
+    res = compile_llvmlite(llvm22.python, ks.ir, "sm_90")
+    cinfo = validate(res.code_object, "sm_90")
+    assert [t for t, _ in ptx_params(res.ptx, ks.kernel_name)] == ["u64"] * 3 + ["u32"] * 3
+    assert launch_layout(ks.launch, cinfo, res.ptx) == ks.launch
+    bad = res.ptx.replace(f".param .u32 {ks.kernel_name}_param_5", f".param .u64 {ks.kernel_name}_param_5")
+    with pytest.raises(CodeObjectError, match="PTX parameter 5 is .u64"):
+        launch_layout(ks.launch, cinfo, bad)
+    with pytest.raises(CodeObjectError, match="none given"):
+        launch_layout(ks.launch, cinfo, None)
