@@ -5,9 +5,12 @@
         and a ptxas are available; else the same steps in-process plus any ptxas (PATH,
         ROCKE_AOT_PTXAS, the one in the triton wheel); else the PTX (the driver JITs it)
     cuda_ctx                   module fixture: the device's primary context, current
-    launch(image, name, grid, block, ins, out, ints)
-                               upload ins and out, launch a 1-D grid with args
-                               (*buffers, *i32 ints), download out
+    launch(image, contract, problem, tensors)
+                               the kernel's launch contract (rocke_aot/launch.py: an artifact's
+                               metadata["launch"] or LoweredKernel.launch) evaluated on the
+                               problem gives grid, block and every argument in order: pointers
+                               are tensors[name] (uploaded; written ones read back), scalars
+                               the contract's values. No per-family launch code here.
     inputs(dtype, shape, rng)  -> (16-bit storage, its exact float64 values), f16 / bf16
     decode(bits, dtype)        -> float64 values of f32 / f16 / bf16 storage
     check(res)                 a cuda.bindings result tuple -> its value, or RuntimeError
@@ -105,34 +108,55 @@ def cuda_ctx():
     check(cu.cuDevicePrimaryCtxRelease(dev))
 
 
-def launch(image: bytes, name: str, grid: int, block: int, ins: list[np.ndarray], out: np.ndarray,
-           ints: tuple[int, ...]) -> None:
-    """Run kernel ``name`` of ``image`` on (*ins, out, *ints) over ``grid`` blocks; out is read back.
+_SCALAR_NP = {"i32": np.int32, "u32": np.uint32, "i64": np.int64}
 
-    A zero grid launches nothing (an empty problem), and out keeps what it was filled with.
+
+def launch(image: bytes, contract, problem, tensors: dict[str, np.ndarray]):
+    """Run the contract's kernel of ``image`` on ``problem``; returns the evaluated LaunchPlan.
+
+    ``tensors`` maps each pointer argument's name to a host array at least as large as the
+    contract says; arguments the kernel writes (access other than read_only) are copied
+    back into their arrays. A zero grid launches nothing (an empty problem).
     """
     from cuda.bindings import driver as cu
 
+    from rocke_aot.launch import LaunchContract
+
+    if isinstance(contract, dict):
+        contract = LaunchContract.from_dict(contract)
+    plan = contract.plan(problem)
+    if plan.over_limit:
+        raise ValueError(f"{contract.kernel}: {plan.over_limit} exceed {plan.max_tensor_bytes} bytes: chunk the problem")
     img = np.frombuffer(image, dtype=np.uint8)
     module = check(cu.cuModuleLoadData(img.ctypes.data))
-    bufs = []
+    bufs, holders, written = [], [], []
     try:
-        fn = check(cu.cuModuleGetFunction(module, name.encode()))
-        for host in (*ins, out):
+        fn = check(cu.cuModuleGetFunction(module, contract.kernel.encode()))
+        for arg, laid in zip(plan.args, contract.args):
+            if arg.kind == "scalar":
+                holders.append(np.array([arg.value], dtype=_SCALAR_NP[arg.dtype]))
+                continue
+            host = tensors[arg.name]
+            if host.nbytes < arg.nbytes:
+                raise ValueError(f"{arg.name}: {host.nbytes} bytes given, the launch needs {arg.nbytes}")
             d = check(cu.cuMemAlloc(max(host.nbytes, 1)))
             bufs.append(d)
             check(cu.cuMemcpyHtoD(d, host.ctypes.data, host.nbytes))
-        holders = [np.array([int(d)], dtype=np.uint64) for d in bufs]
-        holders += [np.array([v], dtype=np.int32) for v in ints]
+            holders.append(np.array([int(d)], dtype=np.uint64))
+            if laid.access != "read_only":
+                written.append((host, d))
         params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        if grid:
-            check(cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, 0, params.ctypes.data, 0))
+        if not plan.empty:
+            check(cu.cuLaunchKernel(fn, *plan.grid, *plan.block, contract.dynamic_shared_bytes, 0,
+                                    params.ctypes.data, 0))
         check(cu.cuCtxSynchronize())
-        check(cu.cuMemcpyDtoH(out.ctypes.data, bufs[-1], out.nbytes))
+        for host, d in written:
+            check(cu.cuMemcpyDtoH(host.ctypes.data, d, host.nbytes))
     finally:
         for d in bufs:
             cu.cuMemFree(d)
         cu.cuModuleUnload(module)
+    return plan
 
 
 def inputs(dtype: str, shape: tuple, rng) -> tuple[np.ndarray, np.ndarray]:

@@ -3,7 +3,8 @@
     specs from the sm_90 variant table (two per baked layer and path: the first and the last
     of the grid, so small and large tiles of both paths run)
         -> lower(fam, spec, "sm_90", "llvm22") -> NVPTX -> PTX -> ptxas -arch=sm_90 -> cubin
-        -> cuda.bindings.driver (cuModuleLoadData, cuLaunchKernel; 1-D grid = spec.grid())
+        -> cuda.bindings.driver (cuModuleLoadData, cuLaunchKernel; grid, block and arguments
+           from the kernel's launch contract)
         -> compared with torch on the CPU in float64 on the exact same f16 / bf16 inputs:
            conv_direct_fwd   torch.nn.functional.conv2d
            conv_dgrad_patch  torch.nn.grad.conv2d_input (the autograd of conv2d's input),
@@ -23,6 +24,7 @@ import pytest
 
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants import table
+from rocke_aot.variants.problems import ConvProblem, PatchDgradProblem
 from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 pytestmark = pytest.mark.gpu
@@ -74,7 +76,7 @@ def test_sm90_conv_direct_fwd_matches_torch(cuda_ctx, spec):  # noqa: F811
         w_bits, wt = inputs(spec.dtype, (spec.k, spec.r, spec.s, spec.c), rng)
         oh, ow = spec.out_hw(h, w)
         out = np.full((n, oh, ow, spec.k), 0xFFFF, dtype=np.uint16)  # NaN: unwritten shows
-        launch(image, k.kernel_name, spec.grid(n, h, w), k.block_size, [x_bits, w_bits], out, (n, h, w))
+        launch(image, k.launch, ConvProblem(n=n, h=h, w=w, **spec.baked()), {"X": x_bits, "Wt": w_bits, "Y": out})
         want = torch.nn.functional.conv2d(
             torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(wt).permute(0, 3, 1, 2),
             stride=(spec.stride_h, spec.stride_w), padding=(spec.pad_h, spec.pad_w),
@@ -102,7 +104,8 @@ def test_sm90_conv_dgrad_patch_matches_torch(cuda_ctx, spec):  # noqa: F811
         dy_bits, dy = inputs(spec.dtype, (n, hp, wp, kk), rng)
         w_bits, wt = inputs(spec.dtype, (kk, p, p, spec.c), rng)
         out = np.full((n, h, w, spec.c), 0xFFFF, dtype=np.uint16)
-        launch(image, k.kernel_name, spec.grid(n, h, w), k.block_size, [dy_bits, w_bits], out, (n, h, w, kk))
+        launch(image, k.launch, PatchDgradProblem(n=n, h=h, w=w, c=spec.c, k=kk, p=p, dtype=spec.dtype),
+               {"dY": dy_bits, "Wt": w_bits, "dX": out})
         want = torch.nn.grad.conv2d_input(
             (n, spec.c, h, w), torch.from_numpy(wt).permute(0, 3, 1, 2),
             torch.from_numpy(dy).permute(0, 3, 1, 2), stride=p).permute(0, 2, 3, 1).numpy()

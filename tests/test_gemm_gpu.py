@@ -1,7 +1,8 @@
 """The sm_90 fma gemm on a real NVIDIA GPU against numpy (marked ``gpu``: deselected by default).
 
     lower("gemm", spec, "sm_90", "llvm22") -> compile_llvmlite (NVPTX -> PTX -> ptxas) -> cubin
-        -> cuda.bindings.driver: cuModuleLoadData, cuModuleGetFunction, cuLaunchKernel
+        -> cuda.bindings.driver: cuModuleLoadData, cuModuleGetFunction, cuLaunchKernel, with grid,
+           block and arguments from the kernel's launch contract (tests/_cuda.py launch)
         -> C compared with a float64 numpy product of the exact same (f16 / bf16) inputs
 
 Run on the GPU machine:  python -m pytest -m gpu tests/test_gemm_gpu.py -q
@@ -17,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rocke_aot.aot.families.gemm import grid
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.variants.problems import GemmProblem
 from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 pytestmark = pytest.mark.gpu
@@ -35,14 +36,15 @@ SPECS = [
 ]
 
 
-def _run(spec: GemmSpec, m: int, n: int, k: int, image: bytes, name: str, threads: int) -> tuple[np.ndarray, np.ndarray]:
+def _run(spec: GemmSpec, m: int, n: int, k: int, image: bytes, contract) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(m * 1_000_003 + n * 1009 + k)
     a_bits, a = inputs(spec.in_dtype, (m, k), rng)
     b_bits, b = inputs(spec.in_dtype, (k, n), rng)
     out_bytes = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
     out = np.full(m * n * out_bytes, 0xFF, dtype=np.uint8)  # NaN-filled: unwritten elements fail
 
-    launch(image, name, grid(spec, m, n)[0], threads, [a_bits, b_bits], out, (m, n, k))
+    launch(image, contract, GemmProblem(m, n, k, dtype=spec.in_dtype, out_dtype=spec.out_dtype),
+           {"A": a_bits, "B": b_bits, "C": out})
     got = decode(out.view({4: np.uint32, 2: np.uint16}[out_bytes]).reshape(m, n), spec.out_dtype)
     return got, a @ b
 
@@ -52,7 +54,7 @@ def test_sm90_fma_gemm_matches_numpy(cuda_ctx, spec):  # noqa: F811
     k = lower("gemm", spec, "sm_90", "llvm22")
     image, kind = module_image(k.ir)
     for m, n, kk in SIZES:
-        got, want = _run(spec, m, n, kk, image, k.kernel_name, k.block_size)
+        got, want = _run(spec, m, n, kk, image, k.launch)
         assert np.isfinite(got).all(), f"{m}x{n}x{kk}: unwritten or non-finite outputs"
         # f32 accumulation of exact products (16-bit x 16-bit fits in f32): the sum carries
         # ~K * 2^-24 relative error at worst; a 16-bit output adds one rounding of the result
