@@ -140,6 +140,7 @@ def parse(text: str) -> tuple:
     return _Parser(text).parse()
 
 
+@functools.lru_cache(maxsize=4096)
 def names(text: str) -> frozenset[str]:
     """Every name a formula reads."""
     out: set[str] = set()

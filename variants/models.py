@@ -15,13 +15,21 @@ Ranking and the per-spec dispatch through the registry live in variants/efficien
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
+from rocke_aot.launch import LaunchFormulas
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
+
+
+@functools.lru_cache(maxsize=8192)
+def formulas(spec: Any) -> LaunchFormulas:
+    """spec.launch_formulas(), memoized: ranking evaluates the same (frozen) specs again and again."""
+    return spec.launch_formulas()
 
 
 def _ceil(a: int, b: int) -> int:
@@ -109,7 +117,7 @@ def _gemm_accepts(spec: Any, p: GemmProblem) -> str | None:
 
 
 def _gemm_eff(spec: Any, p: GemmProblem, info: ArchInfo) -> Efficiency:
-    tiles = spec.launch_formulas().tiles(p)
+    tiles = formulas(spec).tiles(p)
     return _combine((dim("M", p.m, spec.block_m), dim("N", p.n, spec.block_n)), tiles, info)
 
 
@@ -134,7 +142,7 @@ def _fwd_accepts(spec: Any, p: ConvProblem) -> str | None:
 def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
     oh, ow = p.out_hw
     dims = (dim("OH", oh, spec.tile_h), dim("OW", ow, spec.tile_w), dim("K", p.k, spec.tile_k))
-    tiles = spec.launch_formulas().tiles(p)
+    tiles = formulas(spec).tiles(p)
     return _combine(dims, tiles, info)
 
 
@@ -156,7 +164,7 @@ def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
     # block's r_blk*P*C columns padded to whole 16-column tiles (the padding is waste).
     dims = (dim("Hp", p.hp, spec.tile_h), dim("Wp", p.wp, spec.tile_w),
             DimGranularity("cols", spec.cols, spec.cols_padded, spec.cols / spec.cols_padded))
-    tiles = spec.launch_formulas().tiles(p)  # main blocks only: border blocks do no tile work
+    tiles = formulas(spec).tiles(p)  # main blocks only: border blocks do no tile work
     return _combine(dims, tiles, info)
 
 
