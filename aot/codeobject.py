@@ -404,7 +404,7 @@ def launch_layout(contract: LaunchContract, info: CodeObjectInfo, ptx: str | Non
         if len(params) != len(contract.args):
             raise CodeObjectError(f"{contract.kernel}: PTX has {len(params)} parameters, the lowering "
                                   f"{len(contract.args)}")
-        for i, (a, (ty, name)) in enumerate(zip(contract.args, params)):
+        for i, (a, (ty, name)) in enumerate(zip(contract.args, params, strict=True)):
             want = _PTX_TYPES["global_pointer" if a.kind == "global_pointer" else a.dtype]
             if ty not in want or int(ty[1:]) // 8 != a.size or not name.endswith(f"_param_{i}"):
                 raise CodeObjectError(f"{contract.kernel}: PTX parameter {i} is .{ty} {name}, the lowering "
@@ -414,7 +414,7 @@ def launch_layout(contract: LaunchContract, info: CodeObjectInfo, ptx: str | Non
         raise CodeObjectError(f"{contract.kernel}: code object has {len(info.args)} kernel arguments, the "
                               f"lowering {len(contract.args)}")
     laid = []
-    for a, k in zip(contract.args, info.args):
+    for a, k in zip(contract.args, info.args, strict=True):
         if k.name != a.name or k.value_kind != _VALUE_KIND[a.kind]:
             raise CodeObjectError(f"{contract.kernel}: code object argument {k.name} ({k.value_kind}) is not "
                                   f"the lowering's {a.name} ({a.kind})")

@@ -132,7 +132,7 @@ def launch(image: bytes, contract, problem, tensors: dict[str, np.ndarray]):
     bufs, holders, written = [], [], []
     try:
         fn = check(cu.cuModuleGetFunction(module, contract.kernel.encode()))
-        for arg, laid in zip(plan.args, contract.args):
+        for arg, laid in zip(plan.args, contract.args, strict=True):
             if arg.kind == "scalar":
                 holders.append(np.array([arg.value], dtype=_SCALAR_NP[arg.dtype]))
                 continue

@@ -24,7 +24,7 @@ with the argument layout read back from the compiled code object.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchContract, LaunchFormulas, LaunchPlan

@@ -77,7 +77,7 @@ def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
         raise SpecError(f"{kernel.kernel_name}: the family defines {len(formulas.args)} arguments, "
                         f"the lowering {len(kernel.kernargs)}")
     laid = []
-    for d, k in zip(formulas.args, kernel.kernargs):
+    for d, k in zip(formulas.args, kernel.kernargs, strict=True):
         want_kind = "global_pointer" if k.kind == "global_buffer" else "scalar"
         if (d.name, d.kind) != (k.name, want_kind) or (d.kind == "scalar" and d.dtype != k.type):
             raise SpecError(f"{kernel.kernel_name}: argument {k.name} ({k.kind} {k.type}) does not match "
