@@ -16,6 +16,11 @@
             scalars: value = the formula's result (checked to fit the scalar type)
             pointers: value = elements the buffer holds, nbytes = value * dtype size, so a
                       runner can refuse or chunk a tensor over max_tensor_bytes
+        contract.split_units(problem) -> ("m", 100000, {"A": 128, "C": 256})
+            the axis a runner may split a too-large launch along (Split: the problem field,
+            and per pointer argument the elements one unit of it spans); each chunk is the
+            same contract on the problem with that field = the chunk's count, the listed
+            pointers advanced by start * bytes per unit (runner/chunk.py plans the chunks)
 
 Formulas are integer expressions over named integers: literals, names, ``+ - * // %``,
 unary minus, parentheses and the functions ``ceil_div(a, b)``, ``min(a, ...)``,
@@ -228,6 +233,34 @@ class ArgDef:
 
 
 @dataclass(frozen=True)
+class Split:
+    """The axis a launch can be cut along: ``field`` (a problem field) and, for every pointer
+    argument that grows with it, the elements one unit spans (a formula; other pointers,
+    e.g. weights, are shared by every chunk)."""
+
+    field: str
+    strides: tuple[tuple[str, str], ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "strides": [[a, t] for a, t in self.strides]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Split | None":
+        return None if d is None else cls(d["field"], tuple((a, t) for a, t in d["strides"]))
+
+
+def _check_split(split: "Split | None", problem: tuple[str, ...], args) -> None:
+    if split is None:
+        return
+    if split.field not in problem:
+        raise FormulaError(f"split field {split.field!r} is not a problem field ({', '.join(problem)})")
+    pointers = {a.name for a in args if a.kind == "global_pointer"}
+    for name, _ in split.strides:
+        if name not in pointers:
+            raise SpecError(f"split stride for {name!r}, which is not a pointer argument ({', '.join(sorted(pointers))})")
+
+
+@dataclass(frozen=True)
 class LaunchFormulas:
     """The target-independent half of a launch: a family's ``launch_formulas(spec)``.
 
@@ -240,9 +273,11 @@ class LaunchFormulas:
     lets: tuple[tuple[str, str], ...]
     grid: tuple[str, str, str]
     args: tuple[ArgDef, ...]
+    split: Split | None = None
 
     def __post_init__(self) -> None:
-        check_names(self.problem, self.lets, self.grid, self.args)
+        check_names(self.problem, self.lets, self.grid, self.args, split=self.split)
+        _check_split(self.split, self.problem, self.args)
         if "tiles" not in dict(self.lets):
             raise SpecError("launch formulas need a let named 'tiles' (the tile work-groups)")
 
@@ -257,7 +292,7 @@ class LaunchFormulas:
         return tuple(evaluate(g, env) for g in self.grid)  # type: ignore[return-value]
 
 
-def check_names(problem: tuple[str, ...], lets, grid, args, block=("1", "1", "1")) -> None:
+def check_names(problem: tuple[str, ...], lets, grid, args, block=("1", "1", "1"), split=None) -> None:
     """Every formula reads only problem fields and earlier lets (FormulaError naming the rest)."""
     known = set(problem)
     for name, text in lets:
@@ -269,6 +304,8 @@ def check_names(problem: tuple[str, ...], lets, grid, args, block=("1", "1", "1"
         _known(text, known, f"block.{axis}")
     for a in args:
         _known(a.expr, known, f"argument {a.name}")
+    for name, text in (split.strides if split is not None else ()):
+        _known(text, known, f"split stride of {name}")
 
 
 def _known(text: str, known: set[str], where: str) -> None:
@@ -379,9 +416,11 @@ class LaunchContract:
     kernarg_size: int
     max_tensor_bytes: int = MAX_TENSOR_BYTES
     dynamic_shared_bytes: int = 0  # the kernels use static LDS / shared memory only
+    split: Split | None = None
 
     def __post_init__(self) -> None:
-        check_names(self.problem, self.lets, self.grid, self.args, self.block)
+        check_names(self.problem, self.lets, self.grid, self.args, self.block, self.split)
+        _check_split(self.split, self.problem, self.args)
         end = 0
         for a in self.args:
             if a.offset % a.align or a.offset < end:
@@ -401,7 +440,7 @@ class LaunchContract:
                             f"arguments {[a.name for a in formulas.args]}")
         size = kernarg_size if kernarg_size is not None else (laid[-1].offset + laid[-1].size if laid else 0)
         return cls(kernel, formulas.problem, formulas.lets, formulas.grid, tuple(str(b) for b in block),
-                   laid, size, max_tensor_bytes)
+                   laid, size, max_tensor_bytes, split=formulas.split)
 
     def plan(self, problem: object) -> LaunchPlan:
         env = bind(self.problem, self.lets, problem)
@@ -421,11 +460,21 @@ class LaunchContract:
                 bound.append(BoundArg(a.name, a.kind, a.dtype, a.offset, a.size, v, v * DTYPE_BYTES[a.dtype]))
         return LaunchPlan(grid, block, tuple(bound), self.kernarg_size, self.max_tensor_bytes)  # type: ignore[arg-type]
 
+    def split_units(self, problem: object) -> tuple[str, int, dict[str, int]]:
+        """(split field, its extent, bytes one unit spans per split pointer) for chunking."""
+        if self.split is None:
+            raise SpecError(f"{self.kernel}: the launch has no split axis; it cannot be chunked")
+        env = bind(self.problem, self.lets, problem)
+        dtypes = {a.name: a.dtype for a in self.args}
+        units = {name: evaluate(text, env) * DTYPE_BYTES[dtypes[name]] for name, text in self.split.strides}
+        return self.split.field, env[self.split.field], units
+
     def as_dict(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "problem": list(self.problem),
                 "lets": [[n, t] for n, t in self.lets], "grid": list(self.grid), "block": list(self.block),
                 "args": [a.as_dict() for a in self.args], "kernarg_size": self.kernarg_size,
-                "max_tensor_bytes": self.max_tensor_bytes, "dynamic_shared_bytes": self.dynamic_shared_bytes}
+                "max_tensor_bytes": self.max_tensor_bytes, "dynamic_shared_bytes": self.dynamic_shared_bytes,
+                "split": self.split.as_dict() if self.split is not None else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LaunchContract":
@@ -435,7 +484,8 @@ class LaunchContract:
                        lets=tuple((n, t) for n, t in d["lets"]), grid=tuple(d["grid"]),
                        block=tuple(d["block"]), args=tuple(KernelArg(**a) for a in d["args"]),
                        kernarg_size=d["kernarg_size"], max_tensor_bytes=d["max_tensor_bytes"],
-                       dynamic_shared_bytes=d.get("dynamic_shared_bytes", 0))
+                       dynamic_shared_bytes=d.get("dynamic_shared_bytes", 0),
+                       split=Split.from_dict(d.get("split")))
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, SpecError):
                 raise
@@ -443,5 +493,5 @@ class LaunchContract:
 
 
 __all__ = ["ArgDef", "BoundArg", "FormulaError", "KernelArg", "LaunchContract", "LaunchFormulas",
-           "LaunchPlan", "evaluate", "names", "natural_layout", "parse", "problem_fields", "FUNCTIONS",
+           "LaunchPlan", "Split", "evaluate", "names", "natural_layout", "parse", "problem_fields", "FUNCTIONS",
            "KINDS", "MAX_TENSOR_BYTES", "POINTER_BYTES", "SCALAR_TYPES"]

@@ -355,7 +355,8 @@ def test_a_layout_disagreeing_with_the_code_object_is_refused(llvm22):
         dataclasses.replace(k.launch.args[5], offset=36)), kernarg_size=40)
     with pytest.raises(CodeObjectError, match="argument M is at 24"):
         launch_layout(moved, info)
-    renamed = dataclasses.replace(k.launch, args=(dataclasses.replace(k.launch.args[0], name="X"),) + k.launch.args[1:])
+    renamed = dataclasses.replace(k.launch, args=(k.launch.args[0], dataclasses.replace(k.launch.args[1], name="X"))
+                                  + k.launch.args[2:])
     with pytest.raises(CodeObjectError, match="not the lowering's X"):
         launch_layout(renamed, info)
 
@@ -369,3 +370,46 @@ def test_a_layout_disagreeing_with_the_code_object_is_refused(llvm22):
         launch_layout(ks.launch, cinfo, bad)
     with pytest.raises(CodeObjectError, match="none given"):
         launch_layout(ks.launch, cinfo, None)
+
+
+# -- chunking: the split axis is data too ------------------------------------------------------
+
+@pytest.mark.parametrize("fam", list(FAMILIES))
+def test_split_strides_account_for_the_split_tensors(fam):
+    """Each split pointer holds extent x (elements per unit); the others do not grow with the axis."""
+    rng = random.Random(5)
+    for spec in _sample_specs(fam, "gfx942", 3):
+        c = lower(fam, spec, "gfx942", "llvm22").launch
+        for prob in _problems(fam, spec, rng, 10):
+            field, extent, units = c.split_units(prob)
+            plan = {a.name: a for a in c.plan(prob).args}
+            for name, per_unit in units.items():
+                assert plan[name].nbytes == extent * per_unit, (name, prob)
+            bigger = dataclasses.replace(prob, **{field: extent + 3})
+            for a in c.plan(bigger).args:
+                if a.kind == "global_pointer" and a.name not in units:
+                    assert a.nbytes == plan[a.name].nbytes  # shared by every chunk (weights, B)
+
+
+def test_a_problem_past_the_limit_chunks_into_launches_that_fit():
+    from rocke_aot.runner.chunk import plan_chunks
+
+    spec = _sample_specs("conv_direct_fwd", "gfx942", 1)[0]
+    c = lower("conv_direct_fwd", spec, "gfx942", "llvm22").launch
+    prob = {"h": 224, "w": 224, "n": 2 * (2**31 // (224 * 224 * spec.c * 2))}  # X: about twice the limit
+    assert c.plan(prob).over_limit
+    field, extent, units = c.split_units(prob)
+    chunks = plan_chunks(extent, units, c.max_tensor_bytes)
+    assert len(chunks) >= 2 and sum(ch.count for ch in chunks) == extent
+    for ch in chunks:
+        assert not c.plan(dict(prob, **{field: ch.count})).over_limit
+
+
+def test_a_split_naming_an_unknown_field_or_a_scalar_is_refused():
+    args = (L.ArgDef("A", "global_pointer", "f16", "m"), L.ArgDef("M", "scalar", "i32", "m"))
+    with pytest.raises(L.FormulaError, match="split field 'q' is not a problem field"):
+        L.LaunchFormulas(("m",), (("tiles", "m"),), ("tiles", "1", "1"), args, L.Split("q", (("A", "1"),)))
+    with pytest.raises(SpecError, match="'M', which is not a pointer argument"):
+        L.LaunchFormulas(("m",), (("tiles", "m"),), ("tiles", "1", "1"), args, L.Split("m", (("M", "1"),)))
+    with pytest.raises(L.FormulaError, match="split stride of A.*unknown name.*z"):
+        L.LaunchFormulas(("m",), (("tiles", "m"),), ("tiles", "1", "1"), args, L.Split("m", (("A", "z"),)))

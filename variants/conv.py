@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES, DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
-from rocke_aot.launch import ArgDef, LaunchFormulas
+from rocke_aot.launch import ArgDef, LaunchFormulas, Split
 from rocke_aot.variants._fields import check_types
 from rocke_aot.variants.problems import out_extent
 
@@ -217,6 +217,7 @@ class ConvDirectFwdSpec(_ConvSpec):
                   ArgDef("N", "scalar", "i32", "n"),
                   ArgDef("H", "scalar", "i32", "h"),
                   ArgDef("W", "scalar", "i32", "w")),
+            split=Split("n", (("X", f"h * w * {self.c}"), ("Y", f"oh * ow * {self.k}"))),  # the batch
         )
 
     def lds_bytes(self) -> int:
@@ -311,6 +312,7 @@ class ConvDgradPatchSpec(_ConvSpec):
                   ArgDef("H", "scalar", "i32", "h"),
                   ArgDef("W", "scalar", "i32", "w"),
                   ArgDef("K", "scalar", "i32", "k")),
+            split=Split("n", (("dY", "hp * wp * k"), ("dX", f"h * w * {c}"))),  # the batch
         )
 
     def lds_bytes(self) -> int:

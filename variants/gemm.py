@@ -26,7 +26,7 @@ from typing import Any
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES, DTYPES, MATRIX_IN_DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
-from rocke_aot.launch import ArgDef, LaunchFormulas
+from rocke_aot.launch import ArgDef, LaunchFormulas, Split
 from rocke_aot.variants._fields import check_known, check_types
 
 IN_DTYPES = MATRIX_IN_DTYPES
@@ -122,6 +122,8 @@ class GemmSpec:
                   ArgDef("M", "scalar", "i32", "m"),
                   ArgDef("N", "scalar", "i32", "n"),
                   ArgDef("K", "scalar", "i32", "k")),
+            # rows of A and C: a chunk of M rows is the same gemm on A + start*K, C + start*N
+            split=Split("m", (("A", "k"), ("C", "n"))),
         )
 
     # -- arch-dependent layout ----------------------------------------------------------
