@@ -397,6 +397,8 @@ def ptx_params(ptx: str, kernel: str) -> tuple[tuple[str, str], ...]:
 
 def launch_layout(contract: LaunchContract, info: CodeObjectInfo, ptx: str | None = None) -> LaunchContract:
     """The contract with the compiled object's own kernarg layout (CodeObjectError on any mismatch)."""
+    if not isinstance(contract, LaunchContract):
+        raise CodeObjectError(f"no launch contract to lay out for {info.kernel} (lowered outside aot.lower.lower?)")
     if info.format == "cubin":
         if ptx is None:
             raise CodeObjectError(f"{contract.kernel}: a cubin's layout is checked against its PTX; none given")
