@@ -26,9 +26,10 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from _cuda import check, module_image  # noqa: E402
-from rocke_aot.aot.families.gemm import grid  # noqa: E402
 from rocke_aot.aot.lower import lower  # noqa: E402
 from rocke_aot.variants import table  # noqa: E402
+from rocke_aot.variants.families import get_entry  # noqa: E402
+from rocke_aot.variants.problems import GemmProblem  # noqa: E402
 
 REPS = 20
 TOP = 4
@@ -54,7 +55,7 @@ class Kernel:
         holders = [np.array([t.data_ptr()], dtype=np.uint64) for t in (a, b, c)]
         holders += [np.array([v], dtype=np.int32) for v in (m, n, k)]
         params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        g = grid(self.spec, m, n)[0]
+        g = get_entry("gemm").formulas(self.spec).grid_of(GemmProblem(m, n, k))[0]  # the launch contract's grid
 
         def run():
             check(cu.cuLaunchKernel(self.fn, g, 1, 1, self.block, 1, 1, 0, stream, params.ctypes.data, 0))

@@ -3,7 +3,8 @@
     every mma spec of the sm_90 variant table (llvm22 lane; f16 -> f32, f16 -> f16, bf16 -> bf16)
         -> lower("gemm", spec, "sm_90", "llvm22") -> NVPTX -> PTX -> ptxas -> cubin
            (compiled up front on all cores: the module fixture below)
-        -> cuda.bindings.driver launch on ragged problems, C poisoned (all bits set: NaN)
+        -> cuda.bindings.driver launch on ragged problems through the kernel's launch contract
+           (tests/_cuda.py launch), C poisoned (all bits set: NaN)
         -> compared elementwise with a float64 numpy product of the exact same inputs
 
 Run on the GPU machine:  bash scripts/gpu-tests.sh tests/test_gemm_mma_gpu.py
@@ -18,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from rocke_aot.aot.families.gemm import grid
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants import table
+from rocke_aot.variants.problems import GemmProblem
 from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 # 1x1x1 (one partial tile, one partial K step), odd sizes below one block's worth of
@@ -31,11 +32,11 @@ SPECS = [s for s in table.enumerate_specs("gemm", "sm_90", "llvm22") if s.path =
 
 @pytest.fixture(scope="module")
 def images():
-    """kernel name -> (image, how it was made, block size), compiled in parallel."""
+    """kernel name -> (image, how it was made, launch contract), compiled in parallel."""
     def build(spec):
         k = lower("gemm", spec, "sm_90", "llvm22")
         image, kind = module_image(k.ir)
-        return k.kernel_name, (image, kind, k.block_size)
+        return k.kernel_name, (image, kind, k.launch)
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as ex:
         return dict(ex.map(build, SPECS))
@@ -67,12 +68,13 @@ def tolerance(out_dtype: str, k: int) -> tuple[float, float]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("spec", SPECS, ids=[s.kernel_name for s in SPECS])
 def test_sm90_mma_gemm_matches_numpy(cuda_ctx, images, spec):  # noqa: F811
-    image, kind, threads = images[spec.kernel_name]
+    image, kind, contract = images[spec.kernel_name]
     for m, n, k in SIZES:
         a_bits, b_bits, want = _problem(spec.in_dtype, m, n, k)
         nbytes = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
         out = np.full(m * n * nbytes, 0xFF, dtype=np.uint8)  # poisoned: an unwritten element is NaN
-        launch(image, spec.kernel_name, grid(spec, m, n)[0], threads, [a_bits, b_bits], out, (m, n, k))
+        launch(image, contract, GemmProblem(m, n, k, dtype=spec.in_dtype, out_dtype=spec.out_dtype),
+               {"A": a_bits, "B": b_bits, "C": out})
         got = decode(out.view({4: np.uint32, 2: np.uint16}[nbytes]).reshape(m, n), spec.out_dtype)
         assert np.isfinite(got).all(), f"{m}x{n}x{k}: unwritten or non-finite outputs"
         rtol, atol = tolerance(spec.out_dtype, k)

@@ -90,7 +90,7 @@ class FamilyEntry:
 FAMILIES: dict[str, FamilyEntry] = {e.name: e for e in (
     FamilyEntry("gemm", GemmSpec, GemmProblem, GEMM, models.GEMM,
                 "rocke_aot.aot.families.gemm:lower_gemm",
-                "C = A x B, row-major; mfma / wmma / fma paths"),
+                "C = A x B, row-major; mfma / wmma / mma (sm_90) / fma paths"),
     FamilyEntry("conv_direct_fwd", ConvDirectFwdSpec, ConvProblem, CONV_DIRECT_FWD, models.CONV_DIRECT_FWD,
                 "rocke_aot.aot.families.conv_direct_fwd:lower_conv_direct_fwd",
                 "NHWC forward convolution, baked filter/stride/padding/dilation/channels"),
