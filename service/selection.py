@@ -25,7 +25,7 @@ from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.efficiency import PROBLEM_TYPES, problem_from_dict
+from rocke_aot.variants.families import FAMILIES, problem_from_dict
 from rocke_aot.variants.selection import Choice, Rejection, rank
 
 DEFAULT_MIN_EFFICIENCY = 0.0  # no floor unless asked: a small problem still gets its best kernel
@@ -62,8 +62,8 @@ def _problem_dict(problem: Any) -> dict[str, Any]:
 
 def parse_problem(family: str, problem: Any) -> Any:
     """A problem value of ``family`` from JSON text, a mapping, or the value itself."""
-    cls = PROBLEM_TYPES.get(family)
-    if cls is not None and isinstance(problem, cls):
+    entry = FAMILIES.get(family)  # the family registry: one problem type per family
+    if entry is not None and isinstance(problem, entry.problem_type):
         return problem
     if isinstance(problem, (str, bytes)):
         try:
