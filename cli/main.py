@@ -21,7 +21,7 @@ import importlib
 
 import click
 
-from rocke_aot.errors import LaneError, RockeError, SpecError
+from rocke_aot.errors import LaneError, RockeError, RuntimeUnavailable, SpecError
 
 # module path -> attribute holding a click command or group
 _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
@@ -34,6 +34,7 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.cli.compile", "compile_cmd"),
     ("rocke_aot.cli.characterize", "characterize_cmd"),
     ("rocke_aot.cli.select", "select_cmd"),
+    ("rocke_aot.cli.bench", "bench_cmd"),
 )
 
 
@@ -49,6 +50,15 @@ class LibraryError(click.ClickException):
     exit_code = 1
 
 
+class Skipped(click.ClickException):
+    """RuntimeUnavailable: no GPU runtime or device here. A named skip, exit 77 (automake's SKIP)."""
+
+    exit_code = 77
+
+    def show(self, file=None) -> None:
+        click.echo(f"Skipped: {self.message}", err=True)
+
+
 class RockeGroup(click.Group):
     """The top-level group: translates library errors and int return codes for every
     command and subgroup below it (they all run inside this ``invoke``)."""
@@ -58,6 +68,8 @@ class RockeGroup(click.Group):
             rv = super().invoke(ctx)
         except (LaneError, SpecError) as e:
             raise BadInput(str(e)) from e
+        except RuntimeUnavailable as e:
+            raise Skipped(str(e)) from e
         except RockeError as e:
             raise LibraryError(f"{type(e).__name__}: {e}") from e
         # Commands return an int exit code when they have one (e.g. build: 1 when a compile failed).

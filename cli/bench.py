@@ -1,0 +1,123 @@
+"""`rocke-aot bench --run-from-cache`: run problems with cached kernels only (runner/bench.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from rocke_aot.cache.store import Store
+from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
+from rocke_aot.errors import SpecError
+from rocke_aot.runner.bench import ServerSource, StoreSource, bench, parse_candidates
+from rocke_aot.runner.runtime import open_runtime
+from rocke_aot.service.selection import parse_problem
+
+
+def load_problems(family: str, problems_file: str | None, problem: str | None) -> list:
+    """Problems from --problem JSON or --problems FILE (a list, or {family: [...]})."""
+    if (problems_file is None) == (problem is None):
+        raise click.UsageError("give exactly one of --problems FILE and --problem JSON")
+    try:
+        doc = json.loads(problem) if problem is not None else json.loads(Path(problems_file).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SpecError(f"cannot read the problems: {e}") from None
+    if isinstance(doc, dict) and family in doc and isinstance(doc[family], list):
+        doc = doc[family]
+    elif isinstance(doc, dict) and problem is not None:
+        doc = [doc]
+    if not isinstance(doc, list) or not doc:
+        raise SpecError(f"problems must be a non-empty JSON list (or {{\"{family}\": [...]}}), got {type(doc).__name__}")
+    return doc
+
+
+@click.command("bench")
+@click.option("--run-from-cache", "from_cache", is_flag=True, required=True,
+              help="Run kernels from the cache (or server) only; nothing is compiled. Required.")
+@click.option("--arch", type=ARCH, required=True, help="Target ID of the device (sm_90, gfx942:sramecc+:xnack-, ...).")
+@click.option("--family", required=True, help="Kernel family (gemm, conv_direct_fwd, conv_dgrad_patch).")
+@click.option("--problems", "problems_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="JSON file: a list of problems, or {FAMILY: [...]} (bench/problems/*.json).")
+@click.option("--problem", default=None, help="One problem as JSON, e.g. '{\"m\": 1024, \"n\": 1024, \"k\": 1024}'.")
+@click.option("--cache", "cache_url", default=None, metavar="URL", help="Local cache URL (default: $ROCKE_AOT_CACHE).")
+@click.option("--server", default=None, metavar="URL", help="Fetch candidates from a rocke-aot server instead.")
+@click.option("--candidates", default="all", show_default=True, help="'all', or 'top:N' (the N best-ranked).")
+@lanes_option()
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Check every output against a float64 reference.")
+@click.option("--vendor/--no-vendor", default=True, show_default=True, help="Time the vendor library on the same problems.")
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000))
+@click.option("--reps", default=10, show_default=True, type=click.IntRange(1, 10000))
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON report here.")
+@json_option
+def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, server, candidates, lanes, verify,
+              vendor, warmup, reps, out, as_json) -> int:
+    """Run problems with cached kernels: verify each candidate, time it, rank the results.
+
+    Candidates come from the same select() as `rocke-aot select` (a local cache, or a server
+    with --server). Exit code 77 when this host has no GPU runtime or device (a named skip).
+
+    \b
+    Example:
+        rocke-aot bench --run-from-cache --arch sm_90 --family gemm --problem '{"m": 4096, "n": 4096, "k": 4096}'
+        rocke-aot bench --run-from-cache --arch sm_90 --family conv_direct_fwd \\
+            --problems bench/problems/conv_direct_fwd.json --candidates top:8 --json
+    """
+    # Bad input is refused before anything looks for a GPU (exit 2 on any host).
+    probs = [parse_problem(family, p) for p in load_problems(family, problems_file, problem)]
+    limit = parse_candidates(candidates)
+    rt = open_runtime(arch)  # RuntimeUnavailable -> exit 77 (cli/main.py)
+    lane_names = [ln.name for ln in lanes_or_env(lanes)] or None
+    console = Console(stderr=True)
+    done = {"n": 0, "total": 0}
+
+    def on_problem(n: int) -> None:
+        done["total"] += n
+
+    def progress() -> None:
+        done["n"] += 1
+        if not as_json:
+            console.print(f"[dim]ran {done['n']}/{done['total']} candidate runs[/dim]", end="\r")
+
+    if server:
+        from rocke_aot.service.client import Client
+
+        with Client(server, cache=cache_url) as client:
+            report = bench(ServerSource(client), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
+                           verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
+                           progress=progress)
+    else:
+        with Store.open(cache_url, readonly=True) as store:
+            report = bench(StoreSource(store), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
+                           verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
+                           progress=progress)
+    doc = report.as_dict()
+    if out:
+        Path(out).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    if as_json:
+        emit_json(doc)
+    else:
+        _render(console, report)
+    return 1 if report.summary()["failed_runs"] else 0
+
+
+def _render(console: Console, report) -> None:
+    out = Console()
+    for p in report.problems:
+        t = Table(title=f"{report.family} {json.dumps(p.problem)} on {report.device}")
+        for col in ("rank", "kernel", "lane", "efficiency", "median ms", "TFLOP/s", "verified", "note"):
+            t.add_column(col)
+        best = p.best
+        for r in sorted(p.results, key=lambda r: (r.median_ms is None, r.median_ms or 0)):
+            t.add_row(str(r.rank), ("* " if best and r.key == best.key else "") + r.kernel, r.lane,
+                      f"{r.efficiency:.3f}" if r.efficiency is not None else "-",
+                      f"{r.median_ms:.4f}" if r.median_ms is not None else "-",
+                      f"{r.tflops:.2f}" if r.tflops is not None else "-",
+                      {True: "yes", False: "NO", None: "-"}[r.verified], r.error or (f"{r.chunks} chunks" if r.chunks > 1 else ""))
+        out.print(t)
+        if p.vendor_ms and best:
+            out.print(f"  vendor {p.vendor}: {p.vendor_ms:.4f} ms; best kernel at {p.vendor_ms / best.median_ms:.2f}x "
+                      f"of its speed; selection quality {p.selection_quality:.3f}")
+    out.print(json.dumps(report.summary(), indent=1))

@@ -1,0 +1,139 @@
+"""`rocke-aot bench --run-from-cache`: problems -> select() -> cached kernels -> run_problem.
+
+    Source (one interface, two places the kernels come from)
+        StoreSource(store)    select() over a local cache, blobs and contracts from Store.get
+        ServerSource(client)  POST /v1/select, then Client.get(key) (verified, kept locally)
+    bench(source, runtime, arch, family, problems, candidates="all"|"top:N")
+        for each problem: the accepted candidates in ranked order (rank 0 = the selection's
+        first choice) -> run.run_problem -> ProblemReport (times, verification, vendor)
+    summary(reports) -> selection quality (best measured / top-ranked time per problem:
+        median and minimum) and the best kernel's ratio to the vendor library
+
+Nothing is compiled here: a candidate without a stored launch contract is an error.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from rocke_aot.errors import SpecError
+from rocke_aot.launch import LaunchContract
+from rocke_aot.runner.run import Candidate, ProblemReport, run_problem
+from rocke_aot.runner.runtime import Runtime
+from rocke_aot.service.selection import parse_problem, select
+
+
+class Source(Protocol):
+    def ranked(self, arch: str, family: str, problem: Any, lanes: Sequence[str] | None) -> list[dict[str, Any]]: ...
+
+    def load(self, key: str) -> tuple[bytes, dict[str, Any]]: ...
+
+
+def _candidate(entry: dict[str, Any], rank: int, image: bytes, metadata: dict[str, Any]) -> Candidate:
+    launch = metadata.get("launch")
+    if not launch:
+        raise SpecError(f"artifact {entry['key']} has no launch contract in its metadata (built before the "
+                        f"contract existed?); rebuild it")
+    contract = LaunchContract.from_dict(launch)
+    return Candidate(entry["key"], contract.kernel, image, contract, rank,
+                     entry.get("efficiency"), entry.get("spec") or {}, entry.get("lane", ""))
+
+
+class StoreSource:
+    def __init__(self, store):
+        self.store = store
+
+    def ranked(self, arch, family, problem, lanes):
+        sel = select(self.store, arch, family, problem, lanes=lanes, explain=False)
+        return [{"key": c.key, "lane": c.lane, "spec": dict(c.candidate.spec), "efficiency": c.efficiency.total}
+                for c in sel.accepted]
+
+    def load(self, key):
+        art = self.store.get(key)
+        return art.code_object, _plain(art.metadata)
+
+
+class ServerSource:
+    def __init__(self, client):
+        self.client = client
+
+    def ranked(self, arch, family, problem, lanes):
+        doc = self.client.select(arch, family, _problem_dict(problem), lanes=lanes)
+        out = []
+        for c in doc["accepted"]:
+            eff = c.get("efficiency")
+            out.append({"key": c["key"], "lane": c.get("lane", ""), "spec": c.get("spec") or {},
+                        "efficiency": eff.get("total") if isinstance(eff, dict) else eff})
+        return out
+
+    def load(self, key):
+        art = self.client.get(key)
+        return art.code_object, _plain(art.metadata)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _problem_dict(problem: Any) -> dict[str, Any]:
+    return {k: getattr(problem, k) for k in problem.__dataclass_fields__}
+
+
+def parse_candidates(text: str) -> int | None:
+    """"all" -> None (every accepted candidate), "top:N" -> N."""
+    if text == "all":
+        return None
+    head, _, n = text.partition(":")
+    if head == "top" and n.isdigit() and int(n) >= 1:
+        return int(n)
+    raise SpecError(f"--candidates takes 'all' or 'top:N' with N >= 1, got {text!r}")
+
+
+@dataclass
+class BenchReport:
+    arch: str
+    family: str
+    device: str
+    runtime: str
+    problems: list[ProblemReport]
+
+    def summary(self) -> dict[str, Any]:
+        q = [p.selection_quality for p in self.problems if p.selection_quality is not None]
+        v = [p.vendor_ms / p.best.median_ms for p in self.problems if p.vendor_ms and p.best]
+        failed = sum(1 for p in self.problems for r in p.results if r.verified is False or r.error)
+        return {"problems": len(self.problems), "runs": sum(len(p.results) for p in self.problems),
+                "failed_runs": failed,
+                "selection_quality_median": statistics.median(q) if q else None,
+                "selection_quality_min": min(q) if q else None,
+                "best_over_vendor_median": statistics.median(v) if v else None}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"arch": self.arch, "family": self.family, "device": self.device, "runtime": self.runtime,
+                "summary": self.summary(), "problems": [p.as_dict() for p in self.problems]}
+
+
+def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterable[Any], *,
+          candidates: int | None = None, lanes: Sequence[str] | None = None, verify: bool = True,
+          warmup: int = 2, reps: int = 10, vendor: bool = True,
+          on_problem: Callable[[int], None] | None = None, progress: Callable[[], None] | None = None) -> BenchReport:
+    reports = []
+    for i, raw in enumerate(problems):
+        problem = parse_problem(family, raw)
+        ranked = source.ranked(arch, family, problem, lanes)
+        if candidates is not None:
+            ranked = ranked[:candidates]
+        if on_problem:
+            on_problem(len(ranked))
+        cands = []
+        for rank, entry in enumerate(ranked):
+            image, meta = source.load(entry["key"])
+            cands.append(_candidate(entry, rank, image, meta))
+        reports.append(run_problem(rt, family, problem, cands, verify=verify, warmup=warmup, reps=reps,
+                                   seed=i, vendor=vendor, progress=progress))
+    return BenchReport(arch, family, rt.device_name(), rt.name, reports)

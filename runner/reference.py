@@ -1,0 +1,146 @@
+"""What each family computes, for checking and counting: references, flops, error bounds.
+
+    inputs(dtype, count, rng)      -> (storage bits for the device, exact float64 values)
+    decode(bits, dtype)            -> float64 values of f32 / f16 / bf16 storage
+    SEMANTICS[family].reference(problem, {arg: float64 values}) -> float64 output (flat)
+                     .flops(problem), .terms(problem)  (products summed into one output)
+    bound(ref_abs, terms, out_dtype) -> elementwise error bound of a correct kernel
+
+The launch is data (the artifact's launch contract); what the numbers MEAN is per family,
+and lives here, beside nothing that launches. References run in float64: torch (on the GPU
+when there is one) where torch is installed, numpy otherwise.
+
+Error bound of a correct kernel (f32 accumulation of exact 16-bit products, Higham's
+gamma_K = K u / (1 - K u), u = 2^-24, eq. 3.5), plus one rounding of the output
+(u_out = 2^-11 for f16, 2^-8 for bf16, 2^-24 for f32):
+    |got - ref| <= gamma_K * S + u_out * (|ref| + gamma_K * S) + 2^-25,   S = sum |a_i b_i|
+S is the same reference applied to the inputs' absolute values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from rocke_aot.errors import SpecError
+
+U_OUT = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
+
+
+def inputs(dtype: str, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(storage for the device, the exact float64 values it holds), uniform in [-1, 1)."""
+    x = rng.uniform(-1.0, 1.0, size=count).astype(np.float32)
+    if dtype == "f32":
+        return x, x.astype(np.float64)
+    if dtype == "f16":
+        h = x.astype(np.float16)
+        return h.view(np.uint16), h.astype(np.float64)
+    if dtype == "bf16":
+        bits = (x.view(np.uint32) >> 16).astype(np.uint16)  # truncation: exactly representable
+        return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    raise SpecError(f"no input generator for dtype {dtype!r}")
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    return np.dtype(np.float32 if dtype == "f32" else np.uint16)
+
+
+def decode(bits: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "f32":
+        return bits.view(np.float32).astype(np.float64)
+    if dtype == "f16":
+        return bits.view(np.float16).astype(np.float64)
+    if dtype == "bf16":
+        return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    raise SpecError(f"no decoder for dtype {dtype!r}")
+
+
+def bound(ref_abs: np.ndarray, ref: np.ndarray, terms: int, out_dtype: str) -> np.ndarray:
+    u = 2.0**-24
+    gamma = terms * u / (1 - terms * u)
+    return gamma * ref_abs + U_OUT[out_dtype] * (np.abs(ref) + gamma * ref_abs) + 2.0**-25
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _dev(torch):
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _gemm(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
+    a, b = v["A"].reshape(p.m, p.k), v["B"].reshape(p.k, p.n)
+    torch = _torch()
+    if torch is not None:
+        d = _dev(torch)
+        return (torch.from_numpy(a).to(d) @ torch.from_numpy(b).to(d)).cpu().numpy().ravel()
+    return (a @ b).ravel()
+
+
+def _conv_fwd(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
+    x = v["X"].reshape(p.n, p.h, p.w, p.c)
+    wt = v["Wt"].reshape(p.k, p.r, p.s, p.c)
+    oh, ow = p.out_hw
+    torch = _torch()
+    if torch is not None:
+        d = _dev(torch)
+        y = torch.nn.functional.conv2d(
+            torch.from_numpy(x).to(d).permute(0, 3, 1, 2), torch.from_numpy(wt).to(d).permute(0, 3, 1, 2),
+            stride=(p.stride_h, p.stride_w), padding=(p.pad_h, p.pad_w), dilation=(p.dil_h, p.dil_w))
+        return y.permute(0, 2, 3, 1).contiguous().cpu().numpy().ravel()
+    xp = np.pad(x, ((0, 0), (p.pad_h, p.pad_h), (p.pad_w, p.pad_w), (0, 0)))
+    y = np.zeros((p.n, oh, ow, p.k))
+    for r in range(p.r):
+        for s in range(p.s):
+            r0, s0 = r * p.dil_h, s * p.dil_w
+            win = xp[:, r0:r0 + p.stride_h * (oh - 1) + 1:p.stride_h, s0:s0 + p.stride_w * (ow - 1) + 1:p.stride_w, :]
+            y += np.einsum("nhwc,kc->nhwk", win, wt[:, r, s, :])
+    return y.ravel()
+
+
+def _dgrad_patch(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
+    hp, wp, pp = p.h // p.p, p.w // p.p, p.p
+    dy = v["dY"].reshape(p.n, hp, wp, p.k)
+    wt = v["Wt"].reshape(p.k, pp, pp, p.c)
+    torch = _torch()
+    if torch is not None:
+        d = _dev(torch)
+        t = torch.einsum("nyxk,kijc->nyixjc", torch.from_numpy(dy).to(d), torch.from_numpy(wt).to(d)).cpu().numpy()
+    else:
+        t = np.einsum("nyxk,kijc->nyixjc", dy, wt)
+    dx = np.zeros((p.n, p.h, p.w, p.c))
+    dx[:, :hp * pp, :wp * pp, :] = t.reshape(p.n, hp * pp, wp * pp, p.c)  # the uncovered border is zero
+    return dx.ravel()
+
+
+@dataclass(frozen=True)
+class Semantics:
+    output: str  # the argument the kernel writes
+    reference: Callable[[Any, Mapping[str, np.ndarray]], np.ndarray]
+    flops: Callable[[Any], int]
+    terms: Callable[[Any], int]  # products summed into one output element
+
+
+SEMANTICS: Mapping[str, Semantics] = {
+    "gemm": Semantics("C", _gemm, lambda p: 2 * p.m * p.n * p.k, lambda p: p.k),
+    "conv_direct_fwd": Semantics(
+        "Y", _conv_fwd, lambda p: 2 * p.n * p.out_hw[0] * p.out_hw[1] * p.k * p.r * p.s * p.c,
+        lambda p: p.r * p.s * p.c),
+    "conv_dgrad_patch": Semantics(
+        "dX", _dgrad_patch, lambda p: 2 * p.n * (p.h // p.p) * (p.w // p.p) * p.k * p.p * p.p * p.c,
+        lambda p: p.k),
+}
+
+
+def semantics(family: str) -> Semantics:
+    try:
+        return SEMANTICS[family]
+    except KeyError:
+        raise SpecError(f"the runner has no reference for family {family!r}; known: {', '.join(SEMANTICS)}") from None

@@ -1,0 +1,298 @@
+"""Run one family's problems with cached kernels: upload, launch (chunked), verify, time.
+
+    for each problem:
+        host inputs (runner/reference.inputs; the same values for every candidate)
+        for each candidate (image bytes + its artifact's launch contract, in selection order):
+            launches(contract, problem, device pointers)
+                contract.plan(problem) fits max_tensor_bytes? -> one launch
+                else split axis (contract.split_units) -> runner/chunk.plan_chunks -> one launch
+                     per chunk on the sub-problem, split pointers advanced to the chunk
+            verify: output poisoned first, every element finite and within the error bound of
+                    runner/reference (float64 reference of the same inputs)
+            time:   device events around all of a problem's launches, warm-up then repeats;
+                    the median, and TFLOP/s from the family's flop count
+        vendor (CUDA with torch): torch.matmul / conv2d / conv2d_input on the same problem
+
+Nothing here is per family but the reference (runner/reference.py): the launch is data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from rocke_aot.errors import RockeError, SpecError
+from rocke_aot.launch import LaunchContract, LaunchPlan
+from rocke_aot.runner import reference as ref
+from rocke_aot.runner.chunk import plan_chunks
+from rocke_aot.runner.runtime import KernArgs, Runtime
+
+_SCALAR_FORMATS = {"i32": "<i", "u32": "<I", "i64": "<q"}
+
+
+def pack(plan: LaunchPlan, pointers: Mapping[str, int]) -> KernArgs:
+    """The kernel-argument buffer: every argument at its contract offset, little-endian."""
+    buf = bytearray(plan.kernarg_size)
+    for a in plan.args:
+        if a.kind == "global_pointer":
+            if a.size != 8:
+                raise SpecError(f"argument {a.name}: a global pointer is 8 bytes, the contract says {a.size}")
+            struct.pack_into("<Q", buf, a.offset, pointers[a.name])
+        else:
+            fmt = _SCALAR_FORMATS.get(a.dtype)
+            if fmt is None or struct.calcsize(fmt) != a.size:
+                raise SpecError(f"argument {a.name}: no packing for scalar {a.dtype} of {a.size} bytes")
+            struct.pack_into(fmt, buf, a.offset, a.value)
+    return KernArgs(bytes(buf), tuple(a.offset for a in plan.args))
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: KernArgs
+
+
+def launches(contract: LaunchContract, problem: Any, pointers: Mapping[str, int]) -> list[Launch]:
+    """The launches that run ``problem``: one, or one per chunk of the split axis."""
+    plan = contract.plan(problem)
+    if not plan.over_limit:
+        return [Launch(plan.grid, plan.block, pack(plan, pointers))]
+    name, extent, units = contract.split_units(problem)
+    out = []
+    for chunk in plan_chunks(extent, units, contract.max_tensor_bytes):
+        sub = dataclasses.replace(problem, **{name: chunk.count})
+        p = contract.plan(sub)
+        if p.over_limit:  # a tensor that does not grow with the split axis is itself too large
+            raise SpecError(f"{contract.kernel}: {', '.join(p.over_limit)} exceed {contract.max_tensor_bytes} "
+                            f"bytes even in a chunk of {name}={chunk.count}")
+        moved = {n: ptr + chunk.byte_offset(units[n]) if n in units else ptr for n, ptr in pointers.items()}
+        out.append(Launch(p.grid, p.block, pack(p, moved)))
+    return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What the runner needs of one cached kernel (from a store or a server)."""
+
+    key: str
+    kernel: str
+    image: bytes
+    contract: LaunchContract
+    rank: int | None = None  # 0 = the selection's first choice
+    efficiency: float | None = None
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    lane: str = ""
+
+
+@dataclass
+class RunResult:
+    key: str
+    kernel: str
+    rank: int | None
+    efficiency: float | None
+    lane: str
+    median_ms: float | None = None
+    tflops: float | None = None
+    chunks: int = 0
+    verified: bool | None = None
+    max_rel_err: float | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ProblemReport:
+    family: str
+    problem: dict[str, Any]
+    results: list[RunResult]
+    vendor_ms: float | None = None
+    vendor: str | None = None
+
+    @property
+    def timed(self) -> list[RunResult]:
+        return sorted((r for r in self.results if r.median_ms is not None and r.verified is not False),
+                      key=lambda r: r.median_ms)
+
+    @property
+    def best(self) -> RunResult | None:
+        return self.timed[0] if self.timed else None
+
+    @property
+    def top_ranked(self) -> RunResult | None:
+        ranked = [r for r in self.results if r.rank is not None and r.median_ms is not None and r.verified is not False]
+        return min(ranked, key=lambda r: r.rank) if ranked else None
+
+    @property
+    def selection_quality(self) -> float | None:
+        """Best measured time over the top-ranked candidate's time (1.0: the ranking's first
+        choice was the fastest)."""
+        best, top = self.best, self.top_ranked
+        return None if best is None or top is None else best.median_ms / top.median_ms
+
+    def as_dict(self) -> dict[str, Any]:
+        best, top = self.best, self.top_ranked
+        return {"family": self.family, "problem": self.problem,
+                "results": [r.as_dict() for r in self.results],
+                "best": best.key if best else None, "top_ranked": top.key if top else None,
+                "selection_quality": self.selection_quality,
+                "vendor": self.vendor, "vendor_ms": self.vendor_ms,
+                "best_over_vendor": (self.vendor_ms / best.median_ms) if best and self.vendor_ms else None}
+
+
+class _Buffers:
+    """Device buffers by (argument, dtype, elements), reused across candidates of a problem."""
+
+    def __init__(self, rt: Runtime, rng_seed: int):
+        self.rt, self.seed = rt, rng_seed
+        self.dev: dict[tuple[str, str, int], int] = {}
+        self.values: dict[tuple[str, str, int], np.ndarray] = {}
+
+    def input(self, name: str, dtype: str, count: int) -> int:
+        k = (name, dtype, count)
+        if k not in self.dev:
+            rng = np.random.default_rng([self.seed, zlib.crc32(f"{name}:{dtype}".encode()), count & 0xFFFFFFFF])
+            bits, vals = ref.inputs(dtype, count, rng)
+            self.dev[k] = self.rt.alloc(bits.nbytes)
+            self.rt.upload(self.dev[k], bits)
+            self.values[k] = vals
+        return self.dev[k]
+
+    def output(self, name: str, dtype: str, count: int) -> int:
+        k = (name, dtype, count)
+        if k not in self.dev:
+            self.dev[k] = self.rt.alloc(count * ref.storage_dtype(dtype).itemsize)
+        return self.dev[k]
+
+    def free(self) -> None:
+        for ptr in self.dev.values():
+            self.rt.free(ptr)
+        self.dev.clear()
+
+
+def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[Candidate], *,
+                verify: bool = True, warmup: int = 2, reps: int = 10, seed: int = 0,
+                vendor: bool = True, progress: Callable[[], None] | None = None) -> ProblemReport:
+    sem = ref.semantics(family)
+    bufs = _Buffers(rt, seed)
+    report = ProblemReport(family, dataclasses.asdict(problem), [])
+    refs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    try:
+        for cand in candidates:
+            res = RunResult(cand.key, cand.kernel, cand.rank, cand.efficiency, cand.lane)
+            report.results.append(res)
+            try:
+                _run_one(rt, sem, problem, cand, bufs, refs, res, verify, warmup, reps)
+            except RockeError as e:
+                res.error = f"{type(e).__name__}: {e}"
+            if progress:
+                progress()
+        if vendor:
+            report.vendor, report.vendor_ms = _vendor(family, problem, rt, warmup, reps)
+    finally:
+        bufs.free()
+    return report
+
+
+def _run_one(rt, sem, problem, cand: Candidate, bufs: _Buffers, refs, res: RunResult, verify, warmup, reps) -> None:
+    plan = cand.contract.plan(problem)
+    pointers: dict[str, int] = {}
+    out_arg = None
+    for a in plan.args:
+        if a.kind != "global_pointer":
+            continue
+        if a.name == sem.output:
+            pointers[a.name] = bufs.output(a.name, a.dtype, a.value)
+            out_arg = a
+        else:
+            pointers[a.name] = bufs.input(a.name, a.dtype, a.value)
+    if out_arg is None:
+        raise SpecError(f"{cand.kernel}: the contract has no output argument {sem.output!r}")
+    todo = launches(cand.contract, problem, pointers)
+    res.chunks = len(todo)
+    module = rt.load(cand.image)
+    try:
+        fn = rt.function(module, cand.contract.kernel)
+
+        def call() -> None:
+            for ln in todo:
+                rt.launch(fn, ln.grid, ln.block, ln.args)
+
+        if verify:
+            poison = np.full(out_arg.nbytes, 0xFF, dtype=np.uint8)  # NaN in f32, f16 and bf16
+            rt.upload(pointers[out_arg.name], poison)
+            call()
+            rt.synchronize()
+            out = np.empty(out_arg.value, dtype=ref.storage_dtype(out_arg.dtype))
+            rt.download(pointers[out_arg.name], out)
+            got = ref.decode(out, out_arg.dtype)
+            key = tuple((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
+                        and a.name != sem.output)
+            if key not in refs:
+                vals = {n: bufs.values[(n, d, c)] for n, d, c in key}
+                refs[key] = (sem.reference(problem, vals), sem.reference(problem, {n: np.abs(v) for n, v in vals.items()}))
+            want, want_abs = refs[key]
+            lim = ref.bound(want_abs, want, sem.terms(problem), out_arg.dtype)
+            err = np.abs(got - want)
+            ok = np.isfinite(got) & (err <= lim)
+            res.verified = bool(ok.all())
+            res.max_rel_err = float((err / np.maximum(lim, 1e-300)).max()) if got.size else 0.0
+            if not res.verified:
+                bad = int((~ok).sum())
+                res.error = f"{bad} of {got.size} outputs outside the error bound (or unwritten)"
+                return
+        times = rt.time(call, warmup=warmup, reps=reps)
+        res.median_ms = statistics.median(times)
+        res.tflops = sem.flops(problem) / (res.median_ms * 1e-3) / 1e12 if res.median_ms > 0 else None
+    finally:
+        rt.unload(module)
+
+
+def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[str | None, float | None]:
+    """The vendor library on the same problem (torch on CUDA), median milliseconds."""
+    if rt.name != "cuda":
+        return None, None
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    if not torch.cuda.is_available():
+        return None, None
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[p.dtype]
+    d = "cuda"
+    if family == "gemm":
+        a, b = torch.randn(p.m, p.k, device=d, dtype=dt), torch.randn(p.k, p.n, device=d, dtype=dt)
+        name, fn = "torch.matmul", lambda: torch.matmul(a, b)
+    elif family == "conv_direct_fwd":
+        x = torch.randn(p.n, p.c, p.h, p.w, device=d, dtype=dt).to(memory_format=torch.channels_last)
+        w = torch.randn(p.k, p.c, p.r, p.s, device=d, dtype=dt).to(memory_format=torch.channels_last)
+        name, fn = "torch.nn.functional.conv2d", lambda: torch.nn.functional.conv2d(
+            x, w, stride=(p.stride_h, p.stride_w), padding=(p.pad_h, p.pad_w), dilation=(p.dil_h, p.dil_w))
+    elif family == "conv_dgrad_patch":
+        hp, wp = p.h // p.p, p.w // p.p
+        dy = torch.randn(p.n, p.k, hp, wp, device=d, dtype=dt).to(memory_format=torch.channels_last)
+        w = torch.randn(p.k, p.c, p.p, p.p, device=d, dtype=dt)
+        name, fn = "torch.nn.grad.conv2d_input", lambda: torch.nn.grad.conv2d_input(
+            (p.n, p.c, p.h, p.w), w, dy, stride=p.p)
+    else:
+        return None, None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return name, statistics.median(times)
