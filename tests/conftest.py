@@ -3,12 +3,16 @@
 Tests run against real compilers. When one the suite needs is missing, the
 fixture FAILS with the setup command to run: CI runs that setup first, so a
 missing toolchain there is a broken setup, never a silent skip.
+
+``pg_server`` (tests/_pg.py) lives here so the whole session shares ONE throwaway
+PostgreSQL cluster (a fixture imported into several modules would be one per module).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from _pg import pg_server  # noqa: F401 - the session's PostgreSQL server (one per session)
 from rocke_aot.aot import toolchains as tcs
 
 
