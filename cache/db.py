@@ -3,6 +3,8 @@
     url or None ──resolve_url──> "sqlite:////home/u/.cache/rocke-aot/cache.sqlite"
         │                         (None -> $ROCKE_AOT_CACHE -> $ROCKE_AOT_HOME/cache.sqlite
         │                          -> platformdirs user_cache_dir("rocke-aot")/cache.sqlite)
+        │  a bad URL fails HERE with CacheAccessError: unknown scheme, in-memory SQLite, a
+        │  directory that does not exist, a read-only file
         ▼
     make_engine(url) ── SQLite: every connection gets WAL, busy_timeout, foreign keys and
         │               driver-level autocommit, so SQLAlchemy's "begin" hook decides how a
@@ -10,7 +12,10 @@
         │               taken up front, so two writers never deadlock upgrading a read lock
         │               and never see "database is locked"), plain BEGIN for reads.
         │               PostgreSQL: psycopg 3; writers serialize against GC/eviction with an
-        │               advisory lock instead (see ``write_tx``).
+        │               advisory lock instead (see ``write_tx``); a connect timeout, so an
+        │               unreachable server fails in seconds.
+        │               Both: driver errors about access (cannot open, read-only, disk full,
+        │               server unreachable) become CacheAccessError, at open or mid-build.
         ▼
     ensure_schema(engine) ── read alembic_version (no Alembic import on this fast path)
                             ├─ at head and rocke_meta.schema_version matches -> done
@@ -31,11 +36,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from rocke_aot.cache import models
-from rocke_aot.errors import CacheError, SchemaVersionError
+from rocke_aot.errors import CacheAccessError, SchemaVersionError
 
 ENV_CACHE = "ROCKE_AOT_CACHE"
 ENV_HOME = "ROCKE_AOT_HOME"
 BUSY_TIMEOUT_MS = 60_000
+# Seconds to wait for a PostgreSQL server to answer (libpq waits forever by default); a URL's
+# own ?connect_timeout= wins.
+PG_CONNECT_TIMEOUT_S = 10
 # Advisory lock ids on PostgreSQL (arbitrary constants, "rocke" in ASCII-ish digits).
 PG_LOCK_SCHEMA = 7_263_011
 PG_LOCK_WRITE = 7_263_012
@@ -51,26 +59,82 @@ def default_path() -> Path:
 
 
 def resolve_url(url: str | os.PathLike | None = None) -> str:
-    """A SQLAlchemy URL for ``url``; a plain path means a SQLite file."""
+    """A SQLAlchemy URL for ``url``; a plain path means a SQLite file.
+
+    Only the default location (no URL, no $ROCKE_AOT_CACHE) has its directory created: a
+    given path must name a file in an existing, writable directory, so a typo fails here
+    with :class:`CacheAccessError` instead of deep inside the driver (or silently creating
+    a tree somewhere)."""
     if url is None:
         url = os.environ.get(ENV_CACHE) or None
     if url is None:
         path = default_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{path}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CacheAccessError(f"cannot create the default cache directory {path.parent}: {e.strerror or e}") from None
+        return check_sqlite_path(f"sqlite:///{path}")
     url = os.fspath(url)
-    if not url:
-        raise CacheError("cache URL is empty; give a path, sqlite:///... or postgresql+psycopg://...")
+    if not isinstance(url, str) or not url:
+        raise CacheAccessError("cache URL is empty; give a path, sqlite:///FILE or postgresql+psycopg://...")
     if "://" not in url:
         path = Path(url).expanduser().resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{path}"
+        return check_sqlite_path(f"sqlite:///{path}")
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         # psycopg 3 is the driver this project installs; SQLAlchemy's default is psycopg2.
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     scheme = url.split("://", 1)[0]
     if scheme not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
-        raise CacheError(f"unsupported cache URL scheme {scheme!r}; use a path, sqlite:/// or postgresql+psycopg://")
+        raise CacheAccessError(
+            f"unsupported cache URL scheme {scheme!r} in {_safe(url)}; use a path, sqlite:///FILE or "
+            "postgresql+psycopg://USER@HOST/DB"
+        )
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise CacheAccessError(f"malformed cache URL {_safe(url)}: {e}") from None
+    if parsed.get_backend_name() == "sqlite":
+        return check_sqlite_path(url)
+    return url  # PostgreSQL: no host means libpq's local socket; reachability is checked on open
+
+
+def _safe(url: str) -> str:
+    """``url`` for a message: the password hidden when it parses, else only its scheme."""
+    try:
+        return display_url(url)
+    except Exception:  # noqa: BLE001 - an unparsable URL must not leak what follows the scheme
+        return url.split("://", 1)[0] + "://..."
+
+
+def check_sqlite_path(url: str, *, writable: bool = False) -> str:
+    """``url`` (sqlite) when its file can be a store; :class:`CacheAccessError` saying why not.
+
+    ``writable`` (make_engine, unless the store is opened read-only): SQLite in WAL mode
+    writes even to read (the -wal and -shm files beside the database), so the file must be
+    writable, and a new file needs a writable directory. ``os.access`` honours read-only
+    mounts (EROFS) even for root."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        raise CacheAccessError(
+            f"cache URL {url} is an in-memory SQLite database, which keeps nothing; give a file: sqlite:///PATH"
+        )
+    path = Path(database).expanduser()
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise CacheAccessError(f"cache path {path} is a directory; name a file in it, e.g. {path / 'cache.sqlite'}")
+    if not parent.is_dir():
+        why = "is not a directory" if parent.exists() else "does not exist"
+        raise CacheAccessError(f"cannot open cache {url}: directory {parent} {why}; create it first")
+    if not writable:
+        return url
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise CacheAccessError(
+                f"cache file {path} is read-only (or unreadable) here: rocke-aot writes to its cache "
+                "(SQLite keeps a write-ahead log beside it even to read); give a writable copy or fix its permissions"
+            )
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise CacheAccessError(f"cannot create cache {path}: directory {parent} is not writable here")
     return url
 
 
@@ -113,12 +177,60 @@ def readonly_url(url: str) -> str:
         return url
     path = make_url(url).database
     if not path or path == ":memory:":
-        raise CacheError("a read-only store needs a SQLite file, not an in-memory database")
+        raise CacheAccessError("a read-only store needs a SQLite file, not an in-memory database")
     return f"sqlite+pysqlite:///file:{path}?mode=ro&uri=true"
 
 
+def _access_error(url: str, exc: BaseException) -> CacheAccessError | None:
+    """The CacheAccessError a driver error means, or None when it is not about access.
+
+    Only the failures a user can act on are named (what the driver calls them differs per
+    backend); anything else (a lock timeout, a constraint) keeps its own exception."""
+    msg = str(exc).strip()
+    first = msg.splitlines()[0] if msg else type(exc).__name__
+    where = display_url(url)
+    low = msg.lower()
+    if "readonly database" in low:
+        return CacheAccessError(f"cache {where} is read-only: this command writes to it ({first})")
+    if "database or disk is full" in low or "no space left" in low or getattr(exc, "sqlstate", None) == "53100":
+        return CacheAccessError(f"no space left on the device holding cache {where} ({first}); the store keeps "
+                                "only whole transactions: free space and run the command again")
+    if "disk i/o error" in low:
+        return CacheAccessError(f"I/O error on cache {where} ({first}): is its disk full or its file system read-only?")
+    if "unable to open database file" in low:
+        return CacheAccessError(f"cannot open cache {where} ({first}): check that the file and its directory "
+                                "exist and are writable")
+    return None
+
+
+def _pg_access_error(url: str, exc: BaseException) -> CacheAccessError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return CacheAccessError(f"cannot reach the PostgreSQL server of cache {display_url(url)}: {first}")
+
+
+def _translate_errors(engine: Engine, url: str) -> None:
+    """Driver errors about access (cannot open, read-only, disk full, server unreachable)
+    become CacheAccessError wherever they happen: at open, or mid-build on a put."""
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(ctx):
+        if ctx.is_pre_ping:  # a stale pooled connection: SQLAlchemy reconnects by itself
+            return
+        exc = ctx.original_exception
+        if engine.dialect.name == "postgresql" and ctx.connection is None and ctx.statement is None:
+            # Raised while connecting: refused, timed out, unknown host, bad password.
+            raise _pg_access_error(url, exc)
+        err = _access_error(url, exc)
+        if err is not None:
+            raise err
+
+
 def make_engine(url: str, *, readonly: bool = False) -> Engine:
+    if url.startswith("sqlite") and not readonly:
+        check_sqlite_path(url, writable=True)
     try:
+        # PostgreSQL: fail fast on an unreachable server (libpq's default is to wait forever).
+        timeout = {} if "connect_timeout" in make_url(url).query else {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         if url.startswith("sqlite"):
             engine = create_engine(readonly_url(url) if readonly else url)
             _sqlite_hooks(engine, readonly)
@@ -128,12 +240,13 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
             # Appended to the URL's own options (a search_path, ...), which connect_args replace.
             opts = make_url(url).query.get("options", "")
             opts = " ".join(opts) if isinstance(opts, tuple) else opts
-            engine = create_engine(url, pool_pre_ping=True,
-                                   connect_args={"options": f"{opts} -c default_transaction_read_only=on".strip()})
+            engine = create_engine(url, pool_pre_ping=True, connect_args={
+                "options": f"{opts} -c default_transaction_read_only=on".strip(), **timeout})
         else:
-            engine = create_engine(url, pool_pre_ping=True)
+            engine = create_engine(url, pool_pre_ping=True, connect_args=timeout)
     except (ArgumentError, NoSuchModuleError) as e:
-        raise CacheError(f"cannot open cache {display_url(url)}: {e}") from e
+        raise CacheAccessError(f"cannot open cache {_safe(url)}: {e}") from None
+    _translate_errors(engine, url)
     return engine
 
 

@@ -21,7 +21,10 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
         ├── IntegrityError              a blob's sha256 does not match
         ├── SchemaVersionError
         ├── ReadOnlyError               a write asked of a store opened read-only
-        └── BundleError                 a malformed or tampered export bundle
+        ├── BundleError                 a malformed or tampered export bundle
+        └── CacheAccessError            the store cannot be opened, reached or written (bad
+                                        URL, missing directory, read-only file, full disk,
+                                        unreachable server)
 """
 
 from __future__ import annotations
@@ -108,3 +111,8 @@ class BundleError(CacheError):
 
 class RuntimeUnavailable(RockeError):
     """No GPU runtime (binding, driver library) or no device on this host: a named skip."""
+
+
+class CacheAccessError(CacheError):
+    """The store cannot be opened, reached or written: an unknown URL scheme, a directory that
+    does not exist, a read-only file, a full disk, an unreachable or refusing server."""

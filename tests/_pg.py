@@ -23,7 +23,6 @@ Import into a test module with ``from _pg import pg_database, store_url  # noqa:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import glob
 import os
@@ -34,7 +33,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
+from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
@@ -122,13 +121,16 @@ class Cluster:
         cmd = list(argv)
         if self.run_as:
             cmd = ["runuser", "-u", self.run_as, "--", *cmd]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.root)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.root, check=False)
         if check and proc.returncode != 0:
-            tail = ""
-            with contextlib.suppress(OSError):
-                tail = open(self.log).read()[-2000:]
-            pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}\n{tail}")
+            pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}\n{self._log_tail()}")
         return proc
+
+    def _log_tail(self) -> str:
+        try:
+            return Path(self.log).read_text()[-2000:]
+        except OSError:
+            return ""
 
     def start(self) -> PgServer:
         admin_pw = secrets.token_urlsafe(18)
@@ -155,8 +157,7 @@ class Cluster:
             if proc.returncode == 0:
                 break
         else:
-            tail = open(self.log).read()[-2000:] if os.path.exists(self.log) else ""
-            pytest.fail(f"pg_ctl start failed: {proc.stderr.strip()}\n{tail}")
+            pytest.fail(f"pg_ctl start failed: {proc.stderr.strip()}\n{self._log_tail()}")
         self.started = True
         admin = PgServer("127.0.0.1", self.port, "rocke_admin", admin_pw, "postgres")
         user_pw = secrets.token_urlsafe(18)
@@ -236,11 +237,11 @@ def inputs(i: int = 0, **over):
     """Distinct, valid KeyInputs for ``i`` (override any field)."""
     from rocke_aot.cache.keys import KeyInputs
 
-    fields = dict(
-        arch="gfx942", lane="llvm22", profile="llvm22", family="gemm",
-        spec={"dtype": "f16", "tile_m": 64, "tile_n": 64, "i": i}, lowering_digest="lower-v1",
-        toolchain=dict(TOOLCHAIN),
-    )
+    fields = {
+        "arch": "gfx942", "lane": "llvm22", "profile": "llvm22", "family": "gemm",
+        "spec": {"dtype": "f16", "tile_m": 64, "tile_n": 64, "i": i}, "lowering_digest": "lower-v1",
+        "toolchain": dict(TOOLCHAIN),
+    }
     fields.update(over)
     return KeyInputs(**fields)
 
