@@ -1,45 +1,151 @@
 #!/usr/bin/env bash
-# Idempotent setup on a fresh Debian machine: system packages, the project venv,
-# and the lane toolchains. Safe to run again: each step checks before it acts.
+# Idempotent setup on a fresh Debian machine: system packages, the project venv, ptxas and
+# the lane toolchains. Every step checks before it acts and prints what it did and how long
+# it took; a run that finds everything in place says "nothing to do: ..." and changes nothing.
+#
+# One script for the README's commands, CI and the Dockerfile (so they cannot drift):
+#   bash scripts/setup.sh                 everything: apt (incl. PostgreSQL for the tests),
+#                                         .venv with the [test] extra, ptxas, lanes
+#   bash scripts/setup.sh --image         what the service image needs: no PostgreSQL server,
+#                                         no test extra, no inspection tools (llvm-22)
+#   bash scripts/setup.sh --only apt      one step (apt | venv | ptxas | lanes); repeatable
+#   bash scripts/setup.sh --check         change nothing: exit 1 naming what a run would do
+#   ROCKE_AOT_SETUP_LANES="llvm20 llvm24" the lane toolchains to install (default)
+#   ROCKE_AOT_HOME=DIR                    where lane toolchains are registered
+#                                         (default ~/.cache/rocke-aot)
+#   PYTHON=python3.12                     the interpreter the venv is made from
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
-# 1. Debian packages: ld.lld 22 (links HSACOs), llvm-22 (readelf/objdump for inspection),
-#    Debian's COMGR (a real COMGR for the COMGR code path), PostgreSQL for the store tests.
-APT_PKGS=(lld-22 llvm-22 libamd-comgr2 postgresql)
-missing=()
-for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-  log "apt-get install ${missing[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}" >/dev/null
-fi
-
-# 2. ptxas for the sm_90 path: the CUDA one on PATH, else NVIDIA's pip wheel in the venv.
-# 3. The project venv (re-installed only when pyproject.toml changed).
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then log "creating .venv"; "$PY" -m venv .venv; fi
-STAMP=.venv/.rocke-aot-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
-  log "pip install -e .[test]"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -U pip >/dev/null
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
-  echo "$want" > "$STAMP"
-fi
-if ! command -v ptxas >/dev/null 2>&1 && [ ! -x .venv/bin/ptxas ]; then
-  log "no ptxas on PATH: installing NVIDIA's nvcc wheel into .venv"
-  .venv/bin/python -m pip install -q --disable-pip-version-check "nvidia-cuda-nvcc-cu12"
-  found=$(find .venv -name ptxas -type f | head -1)
-  [ -n "$found" ] && ln -sf "$ROOT/$found" .venv/bin/ptxas
-fi
-
-# 4. Lane toolchains (idempotent: reuse environments that already detect as their lane).
-for lane in ${ROCKE_AOT_SETUP_LANES:-llvm20 llvm24}; do  # llvm24: triton 3.9 wheel (LLVM 24 codegen)
-  log "toolchain install $lane"
-  .venv/bin/rocke-aot toolchain install "$lane"
+PROFILE=dev
+CHECK=0
+ONLY=()
+while (($#)); do
+  case "$1" in
+    --image) PROFILE=image ;;
+    --only) shift; ONLY+=("${1:?--only needs a step: apt, venv, ptxas or lanes}") ;;
+    --check) CHECK=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
 done
-log "ready"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+now() { date +%s.%N; }
+T0=$(now)
+DONE=()     # steps that changed something
+CHECKED=()  # steps that found everything in place
+step_start() { STEP=$1; STEP_T=$(now); }
+step_end() {  # step_end did|ok WHAT
+  local secs; secs=$(awk -v a="$STEP_T" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+  if [ "$1" = did ]; then DONE+=("$STEP"); log "$STEP: $2 (${secs} s)"; else CHECKED+=("$2"); log "$STEP: nothing to do, $2 (${secs} s)"; fi
+}
+# would WHAT: under --check, record what a run would do and tell the step to skip its action.
+WOULD=()
+would() { ((CHECK)) || return 1; WOULD+=("$STEP: $*"); log "$STEP: would $*"; return 0; }
+want() { ((${#ONLY[@]} == 0)) && return 0; local s; for s in "${ONLY[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+
+# 1. Debian packages. Runtime: python3 (+venv), ld.lld 22 (links HSACOs), Debian's COMGR (the
+#    COMGR code path). dev adds llvm-22 (readelf/objdump: the tests' reference reader) and
+#    PostgreSQL's server binaries: the test suite initdb's its own throwaway cluster with them
+#    (tests/_pg.py), as the unprivileged `postgres` account the package creates.
+APT_PKGS=(python3 python3-venv ca-certificates lld-22 libamd-comgr2)
+[ "$PROFILE" = dev ] && APT_PKGS+=(llvm-22 postgresql)
+if want apt; then
+  step_start apt
+  missing=()
+  for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})) && would "install ${missing[*]}"; then :
+  elif ((${#missing[@]})); then
+    log "apt: installing ${missing[*]}"
+    $SUDO apt-get update -q >/dev/null
+    # No recommends: a server's extras (and the image's size) stay out; policy-rc.d-free
+    # containers may not start the packaged cluster, which the tests never use anyway.
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    step_end did "installed ${missing[*]}"
+  else
+    step_end ok "apt packages present (${APT_PKGS[*]})"
+  fi
+fi
+
+# 2. The project venv, re-installed only when pyproject.toml (or the profile) changed.
+PY=${PYTHON:-python3}
+STAMP=.venv/.rocke-aot-installed
+EXTRA=""; [ "$PROFILE" = dev ] && EXTRA="[test]"
+if want venv; then
+  step_start venv
+  stamp_want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PROFILE"
+  if [ -x .venv/bin/python ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$stamp_want" ]; then
+    step_end ok ".venv up to date with pyproject.toml ($PROFILE)"
+  elif would "pip install -e .$EXTRA into .venv"; then :
+  else
+    [ -x .venv/bin/python ] || { log "venv: creating .venv with $PY"; "$PY" -m venv .venv; }
+    log "venv: pip install -e .$EXTRA"
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir -U pip >/dev/null
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir -e ".$EXTRA"
+    echo "$stamp_want" > "$STAMP"
+    step_end did "installed rocke-aot$EXTRA into .venv"
+  fi
+fi
+
+# 3. ptxas for the sm_90 path: the CUDA one on PATH, else NVIDIA's pip wheel in the venv.
+if want ptxas; then
+  step_start ptxas
+  if command -v ptxas >/dev/null 2>&1 || [ -x .venv/bin/ptxas ]; then
+    step_end ok "ptxas at $(command -v ptxas || echo "$ROOT/.venv/bin/ptxas")"
+  elif would "install NVIDIA's nvcc wheel for ptxas"; then :
+  else
+    log "ptxas: none on PATH, installing NVIDIA's nvcc wheel into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "nvidia-cuda-nvcc-cu12"
+    found=$(find .venv -name ptxas -type f | head -1)
+    [ -n "$found" ] || { log "ptxas: the wheel has no ptxas binary"; exit 1; }
+    ln -sf "$ROOT/$found" .venv/bin/ptxas
+    step_end did "linked .venv/bin/ptxas -> $found"
+  fi
+fi
+
+# 4. Lane toolchains: a lane counts as present when $ROCKE_AOT_HOME/toolchains.json registers
+#    it and its environment is still on disk (a file read, not a probe of every compiler);
+#    the others get `rocke-aot toolchain install LANE` (idempotent itself, and it verifies).
+if want lanes; then
+  step_start lanes
+  LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm24}  # llvm24: triton 3.9 wheel (LLVM 24 codegen)
+  have=$(.venv/bin/python - <<'PY' 2>/dev/null || true
+import json, os
+from rocke_aot import paths
+try:
+    entries = json.loads((paths.home() / "toolchains.json").read_text()).get("toolchains", [])
+except (OSError, ValueError):
+    entries = []
+print(" ".join(e["label"] for e in entries
+               if e.get("label") and any(os.path.exists(e[k]) for k in ("python", "venv") if e.get(k))))
+PY
+)
+  todo=()
+  for lane in $LANES; do [[ " $have " == *" $lane "* ]] || todo+=("$lane"); done
+  if ((${#todo[@]})) && would "install lane toolchains ${todo[*]}"; then :
+  elif ((${#todo[@]})); then
+    for lane in "${todo[@]}"; do
+      log "lanes: rocke-aot toolchain install $lane"
+      .venv/bin/rocke-aot toolchain install "$lane"
+    done
+    step_end did "installed lane toolchains ${todo[*]}"
+  else
+    step_end ok "lane toolchains present (${LANES:-none requested})"
+  fi
+fi
+
+total=$(awk -v a="$T0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+if ((${#WOULD[@]})); then
+  log "not set up (--check changed nothing): $(printf '%s; ' "${WOULD[@]}")"
+  exit 1
+elif ((${#DONE[@]})); then
+  log "ready: changed ${DONE[*]} in ${total} s"
+else
+  log "nothing to do: $(printf '%s; ' "${CHECKED[@]}")checked in ${total} s"
+fi
