@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -91,7 +93,7 @@ def resolve_url(url: str | os.PathLike | None = None) -> str:
         )
     try:
         parsed = make_url(url)
-    except ArgumentError as e:
+    except (ArgumentError, ValueError) as e:  # ValueError: e.g. a port that is not a number
         raise CacheAccessError(f"malformed cache URL {_safe(url)}: {e}") from None
     if parsed.get_backend_name() == "sqlite":
         return check_sqlite_path(url)
@@ -143,6 +145,21 @@ def display_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def _set_wal(cur) -> None:
+    """PRAGMA journal_mode = WAL, retried while another process holds the lock: switching a
+    new file to WAL can answer "database is locked" at once, without the busy handler (seen
+    with four processes opening one new store together under load)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def _sqlite_hooks(engine: Engine, readonly: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # noqa: ANN001
@@ -154,7 +171,7 @@ def _sqlite_hooks(engine: Engine, readonly: bool = False) -> None:
             cur.execute("PRAGMA query_only = ON")
             cur.close()
             return
-        cur.execute("PRAGMA journal_mode = WAL")
+        _set_wal(cur)
         # NORMAL is durable against process crashes in WAL mode (only an OS crash may drop
         # the last commits) and keeps every state consistent.
         cur.execute("PRAGMA synchronous = NORMAL")

@@ -45,10 +45,11 @@ from rocke_aot.cli.main import cli
 from rocke_aot.errors import CacheAccessError, IntegrityError
 
 EXE = str(Path(sys.executable).with_name("rocke-aot"))
-# Six fma GEMM kernels for gfx942 on llvm22: big enough to kill mid-way, small enough to
-# rebuild twenty times.
+# Four fma GEMM kernels for gfx942 on llvm22 (f16 in; f16 or f32 out; single/double
+# buffered): enough puts to kill between, small enough to rebuild twenty times.
 GRID = ["--arch", "gfx942", "--family", "gemm", "--lane", "llvm22", "--where", "path=fma", "--where", "block_m=32",
-        "--where", "block_n=32", "--where", "block_k=32", "--where", "waves=2", "--jobs", "2"]
+        "--where", "block_n=32", "--where", "block_k=32", "--where", "waves=2", "--where", "in_dtype=f16",
+        "--jobs", "2"]
 KILL_POINTS = int(os.environ.get("ROCKE_AOT_KILL_POINTS", "20"))
 SEED = int(os.environ.get("ROCKE_AOT_FAULT_SEED", str(int(time.time()))))
 
@@ -155,6 +156,7 @@ def _bad_urls(tmp_path):
         ("in-memory", "sqlite://", "in-memory SQLite database, which keeps nothing", None),
         ("refused", f"postgresql+psycopg://u:pw@127.0.0.1:{_closed_port()}/d",
          "cannot reach the PostgreSQL server", None),
+        ("port not a number", "postgresql+psycopg://u:pw@127.0.0.1:x5432/d", "malformed cache URL", None),
     ]
 
 
