@@ -10,7 +10,7 @@
     disk corruption ─> one byte of a blob flipped in the SQLite FILE (not through SQL):
                        `cache show` refuses it (IntegrityError, nothing written), the other
                        artifacts still read, `cache verify` names the blob and its key
-    full disk      ──> a build into a 2 MiB tmpfs with ~48 KiB left: a clear "no space
+    full disk      ──> a build into a 2 MiB tmpfs with ~120 KiB left: a clear "no space
                        left" error, exit 1; after freeing space `verify` is clean and a
                        rerun completes                                       [reliability]
 
@@ -318,9 +318,9 @@ def test_full_disk_during_build_fails_clearly_and_keeps_the_store(tmp_path, refe
         preexec = None
         if mounted:
             st = os.statvfs(d)
-            filler.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 48 * 1024))
+            filler.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 120 * 1024))
         else:  # documented fallback: no mount permission -> a per-process file size limit
-            preexec = _fsize_limit(_sqlite_path(url).stat().st_size + 48 * 1024)
+            preexec = _fsize_limit(_sqlite_path(url).stat().st_size + 120 * 1024)
         p = subprocess.run([EXE, "build", *GRID, "--cache", url], capture_output=True, text=True,
                            timeout=300, preexec_fn=preexec, check=False)
         assert p.returncode == 1, p.stdout + p.stderr

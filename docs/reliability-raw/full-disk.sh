@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A build into a 2 MiB tmpfs with about 48 KiB left after the store's schema; then space is
+# A build into a 2 MiB tmpfs with LEFT_KIB (default 120) KiB left after the store's schema; then space is
 # freed, the same store is verified and the build rerun. Root, from the repository root:
 #   bash docs/reliability-raw/full-disk.sh
 set -u
@@ -10,7 +10,7 @@ D=$(mktemp -d); mount -t tmpfs -o size=2m tmpfs "$D"
 U="sqlite:///$D/cache.sqlite"
 $R cache stats --cache "$U" >/dev/null                      # schema only
 avail=$(df --output=avail -B1 "$D" | tail -1)
-head -c $((avail - 48 * 1024)) /dev/zero > "$D/filler"
+head -c $((avail - ${LEFT_KIB:-120} * 1024)) /dev/zero > "$D/filler"
 echo "\$ df -h $D"; df -h "$D" | tail -1
 echo "\$ rocke-aot build ${GRID[*]} --cache $U"
 $R build "${GRID[@]}" --cache "$U"; echo "-> exit $?"
