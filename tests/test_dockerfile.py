@@ -64,7 +64,7 @@ def _flag(argv: list[str], name: str) -> str:
 
 def _readme_port() -> int:
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"^## Docker\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    m = re.search(r"^## Docker\n(.*?)(?=^## |\Z)", text, re.DOTALL | re.MULTILINE)
     assert m, "README has a Docker section"
     ports = re.findall(r"docker run[^\n]*?-p\s+(\d+):(\d+)", m.group(1))
     assert ports, "the README's Docker section shows `docker run -p HOST:CONTAINER`"
@@ -73,7 +73,7 @@ def _readme_port() -> int:
 
 def test_setup_script_is_used_with_flags_it_parses(stages):
     setup_src = SETUP.read_text()
-    cases = set(re.findall(r"^\s+(--[a-z-]+)(?:\|[^)]*)?\)", setup_src, re.M))
+    cases = set(re.findall(r"^\s+(--[a-z-]+)(?:\|[^)]*)?\)", setup_src, re.MULTILINE))
     uses = [v for stage in stages for v in _all(stage, "RUN") if "scripts/setup.sh" in v]
     assert any("scripts/setup.sh" in v for v in _all(stages[0], "RUN")), "the build stage runs setup.sh"
     assert any("scripts/setup.sh" in v for v in _all(stages[-1], "RUN")), "the final stage checks with setup.sh"
