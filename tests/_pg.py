@@ -7,7 +7,8 @@
               as the unprivileged `postgres` user when we are root (initdb refuses root),
               scram-sha-256 on every local and loopback line of pg_hba.conf (no trust),
             postgres on 127.0.0.1:<free port>, its socket in the temp dir,
-            CREATE ROLE rocke_test LOGIN CREATEDB PASSWORD <random>, CREATE DATABASE rocke_test
+            CREATE ROLE rocke_test LOGIN SUPERUSER PASSWORD <random> (tests create and drop
+              their own roles in it), CREATE DATABASE rocke_test
         ──> PgServer(host, port, user, password, dbname);  at exit: pg_ctl stop, rm -rf
     pg_database (session)  a fresh database rocke_test_<pid>_<hex> on that server, dropped after
     store_url (per test)   parametrized: "sqlite" -> a file under tmp_path;
@@ -162,7 +163,9 @@ class Cluster:
         admin = PgServer("127.0.0.1", self.port, "rocke_admin", admin_pw, "postgres")
         user_pw = secrets.token_urlsafe(18)
         with admin.connect() as conn:
-            conn.execute(f"CREATE ROLE rocke_test LOGIN CREATEDB PASSWORD '{user_pw}'")
+            # SUPERUSER: tests make and drop their own roles (a read-only role: DROP OWNED BY needs
+            # more than CREATEROLE on PostgreSQL 15); the cluster is this session's alone.
+            conn.execute(f"CREATE ROLE rocke_test LOGIN SUPERUSER PASSWORD '{user_pw}'")
             conn.execute("CREATE DATABASE rocke_test OWNER rocke_test")
         return PgServer("127.0.0.1", self.port, "rocke_test", user_pw, "rocke_test")
 
@@ -196,6 +199,8 @@ def pg_server():
 @pytest.fixture(scope="session")
 def pg_database(pg_server):
     """The SQLAlchemy URL of a fresh database on the test server, dropped at the end."""
+    global _SERVER
+    _SERVER = pg_server
     name = f"rocke_test_{os.getpid()}_{secrets.token_hex(4)}"
     with pg_server.connect() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -209,6 +214,22 @@ def pg_database(pg_server):
 def _connect_url(url: str):
     """A psycopg connection (autocommit) to the database a pg_database URL names."""
     return server_from_url(url).connect()
+
+
+_SERVER: PgServer | None = None  # the session's server, set by pg_server (for _connect)
+
+
+def _connect(dbname: str):
+    """A psycopg connection (autocommit) to ``dbname`` on the session's server, as its role."""
+    assert _SERVER is not None, "request the pg_database fixture first"
+    return _SERVER.connect(dbname)
+
+
+def role_url(url: str, role: str, password: str) -> str:
+    """``url`` with its user and password replaced by ``role`` / ``password``."""
+    parts = urlsplit(url)
+    netloc = f"{quote(role, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port}"
+    return parts._replace(netloc=netloc).geturl()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 from sqlalchemy import text
 
-from _pg import _connect, pg_database, store_url  # noqa: F401
+from _pg import _connect, pg_database, role_url, store_url  # noqa: F401
 from _selstore import TOOLCHAIN, put_fake
 
 from rocke_aot.cache.generations import generation_id
@@ -193,7 +193,7 @@ def test_readonly_postgresql_role(pg_database):
     schema, role = f"ro_{secrets.token_hex(5)}", f"rocke_ro_{secrets.token_hex(5)}"
     with _connect(dbname) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'CREATE ROLE "{role}" LOGIN PASSWORD \'{role}-pw\'')  # the test cluster: scram
     url = f"{pg_database}?options={quote(f'-csearch_path={schema}')}"
     try:
         with Store.open(url) as store:
@@ -202,7 +202,7 @@ def test_readonly_postgresql_role(pg_database):
         with _connect(dbname) as conn:
             conn.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
             conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
-        ro_url = url.replace("postgresql+psycopg://postgres@", f"postgresql+psycopg://{role}@")
+        ro_url = role_url(url, role, f"{role}-pw")
         with Store.open(ro_url, readonly=True) as ro:
             _writes_refused(ro)
             with pytest.raises(Exception, match="read-only|permission denied"):
