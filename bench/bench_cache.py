@@ -248,7 +248,7 @@ def bench_store(corpus: list[dict], n_lookup: int = 10_000) -> dict:
             with_inputs = []
             for i in range(n_fill):
                 c = corpus[i % len(corpus)]
-                inp = KeyInputs(c["arch"], "llvm22", "llvm22", c["family"], {**c["knobs"], "i": i}, "bench", tc)
+                inp = KeyInputs(c["arch"], "llvm22", "llvm22", c["family"], {**c["knobs"], "i": i}, "bench", tc, {})
                 with_inputs.append((inp, c["data"]))
             for inp, data in with_inputs:
                 a = s.put(inp, data, ir_sha256=hashlib.sha256(data).hexdigest(), metadata={}, provenance={})

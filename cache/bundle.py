@@ -1,7 +1,7 @@
 """Export/import bundles: one uncompressed tar file with a manifest and the zstd blobs.
 
     bundle.tar
-      manifest.json            {"format": "rocke-aot-bundle", "version": 1,
+      manifest.json            {"format": "rocke-aot-bundle", "version": 2,
                                 "entries": [artifact or failure, with every key input],
                                 "blobs": {raw sha256: {size, stored_size, codec, stored_sha256,
                                                        dict_sha256 (when zstd-dict)}},
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from rocke_aot.cache.store import Store
 
 FORMAT = "rocke-aot-bundle"
-VERSION = 1
+VERSION = 2  # v2: entries carry recipe_digest and options (cache key v2)
 MANIFEST = "manifest.json"
 _MEMBER_RE = re.compile(r"^blobs/([0-9a-f]{64})\.zst$")
 _DICT_RE = re.compile(r"^dicts/([0-9a-f]{64})\.zdict$")
@@ -63,8 +63,9 @@ def _entry(row: Any) -> dict[str, Any]:
         "profile": row["profile"],
         "family": row["family"],
         "spec": json.loads(row["spec_json"]),
-        "lowering_digest": row["lowering_digest"],
+        "recipe_digest": row["recipe_digest"],
         "toolchain": json.loads(row["toolchain_json"]),
+        "options": json.loads(row["options_json"]),
         "built_at": row["built_at"],
     }
     if row["status"] == "ok":
@@ -289,8 +290,8 @@ def _import_entry(conn, e: dict[str, Any], added: dict[str, int], publish_artifa
     cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == e["key"])).first()
     base = {
         "key": e["key"], "arch": inputs.arch, "lane": inputs.lane, "profile": inputs.profile, "family": inputs.family,
-        "spec_json": inputs.spec_json, "lowering_digest": inputs.lowering_digest,
-        "toolchain_json": inputs.toolchain_json, "built_at": float(e.get("built_at") or time.time()),
+        "spec_json": inputs.spec_json, "recipe_digest": inputs.recipe_digest,
+        "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json, "built_at": float(e.get("built_at") or time.time()),
     }
     if e["status"] == "ok":
         if cur is not None and cur.status == "ok" and cur.blob_sha256 == e["blob_sha256"]:

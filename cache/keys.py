@@ -1,11 +1,11 @@
 """Cache keys: every input that changes a code object's bytes, hashed canonically.
 
-    KeyInputs(arch, lane, profile, family, spec, lowering_digest, toolchain)
+    KeyInputs(arch, lane, profile, family, spec, recipe_digest, toolchain, options)
         │  __post_init__: validate + canonicalize (arch -> canonical target ID,
         │                 lane/profile checked against the one lane registry,
-        │                 spec/toolchain -> canonical JSON)
+        │                 spec/toolchain/options -> canonical JSON)
         ▼
-    encode(inputs) = b"rocke-aot/artifact-key/v1\\n" + canonical_json({...all seven fields...})
+    encode(inputs) = b"rocke-aot/artifact-key/v2\\n" + canonical_json({...all eight fields...})
         ▼
     artifact_key(inputs) = sha256(encode(inputs)).hexdigest()
 
@@ -32,7 +32,9 @@ from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.errors import LaneError, SpecError
 
-KEY_VERSION = 1
+# v2: lowering_digest became recipe_digest (every module on the lowering/compile path, by
+# rule: aot/recipe.py) and the compile options became a field of their own.
+KEY_VERSION = 2
 _PREFIX = f"rocke-aot/artifact-key/v{KEY_VERSION}\n".encode()
 _FAMILY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -93,10 +95,12 @@ class KeyInputs:
     profile: str  # must be the lane's profile
     family: str  # kernel generator name
     spec: Mapping[str, Any]  # the family's parameters and knobs (frozen after validation)
-    lowering_digest: str  # digest of the lowering code that produced the IR
-    toolchain: Mapping[str, str]  # toolchain identity: kind, LLVM version, linker version, ...
+    recipe_digest: str  # aot/recipe.py: sha256 of every module on the lowering/compile path
+    toolchain: Mapping[str, str]  # toolchain identity: kind, versions, sha256 of its library and tools
+    options: Mapping[str, Any]  # compile options (aot/compiler/options.py), as the compile reads them
     _spec_json: str = field(init=False, repr=False, compare=False)
     _toolchain_json: str = field(init=False, repr=False, compare=False)
+    _options_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.lane, str):
@@ -114,8 +118,11 @@ class KeyInputs:
         object.__setattr__(self, "arch", Target.parse(self.arch).id)
         if not isinstance(self.family, str) or not _FAMILY_RE.match(self.family):
             raise SpecError(f"key input family must be a name like 'gemm', got {self.family!r}")
-        if not isinstance(self.lowering_digest, str) or not self.lowering_digest or self.lowering_digest != self.lowering_digest.strip():
-            raise SpecError(f"key input lowering_digest must be a non-empty string, got {self.lowering_digest!r}")
+        if not isinstance(self.recipe_digest, str) or not self.recipe_digest or self.recipe_digest != self.recipe_digest.strip():
+            raise SpecError(f"key input recipe_digest must be a non-empty string, got {self.recipe_digest!r}")
+        if not isinstance(self.options, Mapping):
+            raise SpecError(f"key input options must be a mapping (the compile options), "
+                            f"got {type(self.options).__name__}")
         if not isinstance(self.spec, Mapping):
             raise SpecError(f"key input spec must be a mapping, got {type(self.spec).__name__}")
         if not isinstance(self.toolchain, Mapping) or not self.toolchain:
@@ -127,10 +134,13 @@ class KeyInputs:
             raise SpecError("toolchain identity must name its 'kind'")
         spec_json = canonical_json(self.spec)
         toolchain_json = canonical_json(self.toolchain)
+        options_json = canonical_json(self.options)
         object.__setattr__(self, "_spec_json", spec_json)
         object.__setattr__(self, "_toolchain_json", toolchain_json)
+        object.__setattr__(self, "_options_json", options_json)
         object.__setattr__(self, "spec", _frozen(json.loads(spec_json)))
         object.__setattr__(self, "toolchain", _frozen(json.loads(toolchain_json)))
+        object.__setattr__(self, "options", _frozen(json.loads(options_json)))
 
     def __hash__(self) -> int:  # the mappings are unhashable; the encoding is the identity
         return hash(encode(self))
@@ -143,6 +153,10 @@ class KeyInputs:
     def toolchain_json(self) -> str:
         return self._toolchain_json
 
+    @property
+    def options_json(self) -> str:
+        return self._options_json
+
     def as_dict(self) -> dict[str, Any]:
         return inputs_dict(self)
 
@@ -154,7 +168,7 @@ class KeyInputs:
         return cls(**{n: d[n] for n in INPUT_FIELDS})
 
 
-INPUT_FIELDS = ("arch", "lane", "profile", "family", "spec", "lowering_digest", "toolchain")
+INPUT_FIELDS = ("arch", "lane", "profile", "family", "spec", "recipe_digest", "toolchain", "options")
 
 
 def inputs_dict(obj: Any) -> dict[str, Any]:
@@ -171,8 +185,9 @@ def encode(inputs: KeyInputs) -> bytes:
             "arch": inputs.arch,
             "family": inputs.family,
             "lane": inputs.lane,
-            "lowering_digest": inputs.lowering_digest,
+            "options": thaw(inputs.options),
             "profile": inputs.profile,
+            "recipe_digest": inputs.recipe_digest,
             "spec": thaw(inputs.spec),
             "toolchain": thaw(inputs.toolchain),
         }
@@ -203,9 +218,9 @@ class KeyTemplate:
 
     _MARK = "rocke-aot-spec-slot-7f3a"
 
-    def __init__(self, arch: str, lane: str, profile: str, family: str, lowering_digest: str,
-                 toolchain: Mapping[str, str]):
-        self.proto = KeyInputs(arch, lane, profile, family, {}, lowering_digest, toolchain)
+    def __init__(self, arch: str, lane: str, profile: str, family: str, recipe_digest: str,
+                 toolchain: Mapping[str, str], options: Mapping[str, Any]):
+        self.proto = KeyInputs(arch, lane, profile, family, {}, recipe_digest, toolchain, options)
         body = canonical_json({**self.proto.as_dict(), "spec": self._MARK})
         parts = body.split(json.dumps(self._MARK), 1)
         if len(parts) != 2 or self._MARK in parts[0] + parts[1]:
@@ -218,4 +233,4 @@ class KeyTemplate:
 
     def inputs(self, spec: Mapping[str, Any]) -> KeyInputs:
         p = self.proto
-        return KeyInputs(p.arch, p.lane, p.profile, p.family, spec, p.lowering_digest, p.toolchain)
+        return KeyInputs(p.arch, p.lane, p.profile, p.family, spec, p.recipe_digest, p.toolchain, p.options)

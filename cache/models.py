@@ -5,7 +5,7 @@
     sha256 (PK, of raw bytes) ◄─── blob_sha256 (FK, NULL for a failure)      name (PK)
     size      (raw bytes)          key (PK)  status 'ok' | 'failed'          value
     stored_size, codec, data       arch lane profile family spec_json        ("schema_version")
-    created_at                     lowering_digest toolchain_json generation
+    created_at                     recipe_digest toolchain_json options_json generation
     dict_id ───┐                   ir_sha256 metadata_json provenance_json
                │                   error log built_at last_read_at
                └──> zstd_dicts (id, arch, family, sha256, data): a trained dictionary
@@ -45,11 +45,11 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options")
 HEAD_REVISION = REVISIONS[-1]
-SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4}
+SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4, "0002_recipe_options": 5}
 
 metadata = MetaData()
 
@@ -97,8 +97,9 @@ artifacts = Table(
     Column("profile", String(32), nullable=False),
     Column("family", String(128), nullable=False),
     Column("spec_json", Text, nullable=False),
-    Column("lowering_digest", String(128), nullable=False),
+    Column("recipe_digest", String(128), nullable=False),  # was lowering_digest (rev 0002_recipe_options)
     Column("toolchain_json", Text, nullable=False),
+    Column("options_json", Text, nullable=False),  # compile options (rev 0002_recipe_options)
     Column("blob_sha256", String(64), ForeignKey("blobs.sha256", name="fk_artifacts_blob"), nullable=True),
     Column("ir_sha256", String(64), nullable=True),
     Column("metadata_json", Text, nullable=False),

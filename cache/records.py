@@ -35,14 +35,16 @@ class _Keyed:
     profile: str
     family: str
     spec: Mapping[str, Any]
-    lowering_digest: str
+    recipe_digest: str
     toolchain: Mapping[str, str]
+    options: Mapping[str, Any]
 
     __hash__ = None  # type: ignore[assignment]  # mappings inside; compare, don't hash
 
     @property
     def inputs(self) -> KeyInputs:
-        return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.lowering_digest, self.toolchain)
+        return KeyInputs(self.arch, self.lane, self.profile, self.family, self.spec, self.recipe_digest,
+                         self.toolchain, self.options)
 
     def _keyed_dict(self, status: str) -> dict[str, Any]:
         return {"key": self.key, "status": status, **inputs_dict(self)}
@@ -184,7 +186,7 @@ def _keyed(row: Mapping[str, Any]) -> dict[str, Any]:
     """The _Keyed fields of a row, its inputs validated and canonicalized through KeyInputs."""
     inputs = KeyInputs(
         row["arch"], row["lane"], row["profile"], row["family"],
-        _loads(row["spec_json"]), row["lowering_digest"], _loads(row["toolchain_json"]),
+        _loads(row["spec_json"]), row["recipe_digest"], _loads(row["toolchain_json"]), _loads(row["options_json"]),
     )
     return {"key": row["key"], **{n: getattr(inputs, n) for n in INPUT_FIELDS}}
 

@@ -272,8 +272,9 @@ class Store:
             "profile": inputs.profile,
             "family": inputs.family,
             "spec_json": inputs.spec_json,
-            "lowering_digest": inputs.lowering_digest,
+            "recipe_digest": inputs.recipe_digest,
             "toolchain_json": inputs.toolchain_json,
+            "options_json": inputs.options_json,
             "blob_sha256": sha,
             "ir_sha256": ir_sha256,
             "metadata_json": _json(metadata, "metadata"),
@@ -324,8 +325,8 @@ class Store:
             if cur is None:
                 conn.execute(A.insert().values(
                     key=key, arch=inputs.arch, lane=inputs.lane, profile=inputs.profile, family=inputs.family,
-                    spec_json=inputs.spec_json, lowering_digest=inputs.lowering_digest,
-                    toolchain_json=inputs.toolchain_json, metadata_json="{}", provenance_json="{}", **values,
+                    spec_json=inputs.spec_json, recipe_digest=inputs.recipe_digest,
+                    toolchain_json=inputs.toolchain_json, options_json=inputs.options_json, metadata_json="{}", provenance_json="{}", **values,
                 ))
             else:
                 conn.execute(update(A).where(A.c.key == key).values(**values))

@@ -260,7 +260,7 @@ def inputs(i: int = 0, **over):
 
     fields = {
         "arch": "gfx942", "lane": "llvm22", "profile": "llvm22", "family": "gemm",
-        "spec": {"dtype": "f16", "tile_m": 64, "tile_n": 64, "i": i}, "lowering_digest": "lower-v1",
+        "spec": {"dtype": "f16", "tile_m": 64, "tile_n": 64, "i": i}, "recipe_digest": "recipe-v1", "options": {},
         "toolchain": dict(TOOLCHAIN),
     }
     fields.update(over)

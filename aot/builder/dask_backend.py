@@ -1,9 +1,13 @@
 """Scale-out: run the compiles on a Dask cluster; the driver still writes the cache.
 
-    driver: make_plan ──> client.submit(remote_build, family, spec, target ID, lane, identity)
-    worker: detect its toolchains once ──> the one for that lane whose identity equals the
-            planned one (else a named failure: a different compiler would make different
-            bytes under the planned key) ──> build_one ──> BuildOutput back to the driver
+    driver: make_plan ──> client.submit(remote_build, family, spec, target ID, lane, identity,
+                                        recipe digest, compile options)
+    worker: its own recipe digest (aot/recipe.py) must equal the planned one (else WorkerRefused:
+            another checkout of rocke-aot would lower or compile differently under the planned key)
+        ──> detect its toolchains once ──> the one for that lane whose identity equals the
+            planned one and whose compile options for the target equal the planned ones (else
+            a named failure: a different compiler would make different bytes under the planned
+            key) ──> build_one ──> BuildOutput back to the driver
     driver: store.put / put_failure (single writer)
 
 Workers need only the project installed (and the lane toolchains for the lanes they build).
@@ -16,7 +20,14 @@ import platform
 from concurrent.futures import Future
 from typing import Any, Mapping
 
-from rocke_aot.errors import ToolchainError
+from rocke_aot.aot.recipe import recipe_digest
+from rocke_aot.cache.keys import canonical_json, thaw
+from rocke_aot.errors import ToolchainError, ToolchainRefused
+
+
+class WorkerRefused(ToolchainRefused):
+    """A Dask worker cannot build a job as planned (other code, toolchain or options). A host
+    problem, not a property of the key: the driver does not cache it as a build failure."""
 
 
 def connect(address: str):
@@ -41,27 +52,44 @@ def _toolchain_for(lane: str, identity: Mapping[str, str]):
     for tc in toolchains_for_lane(lane, _worker_toolchains()):
         if tc.identity() == dict(identity):
             return tc
-    raise ToolchainError(
+    raise WorkerRefused(
         f"Dask worker {platform.node()} has no {lane} toolchain with the planned identity {dict(identity)}"
     )
 
 
+def check_recipe(planned: str) -> None:
+    """Refuse a job planned under another recipe digest than this worker's code has."""
+    mine = recipe_digest()
+    if planned != mine:
+        raise WorkerRefused(
+            f"Dask worker {platform.node()} runs rocke-aot code with recipe digest {mine[:16]}..., but the job "
+            f"was planned under {str(planned)[:16]}...: its lowering/compile code differs from the driver's, "
+            f"so it would store other bytes under the planned key; install the driver's rocke-aot on the worker")
+
+
 def remote_build(family: str, spec: Mapping[str, Any], target_id: str, lane: str,
-                 identity: Mapping[str, str], timeout: float):
+                 identity: Mapping[str, str], recipe: str, options: Mapping[str, Any], timeout: float):
     """Runs on a Dask worker."""
     from rocke_aot.aot.builder.run import build_one
     from rocke_aot.lanes import get_lane
     from rocke_aot.targets import Target
 
-    return build_one(family, spec, Target.parse(target_id), get_lane(lane), _toolchain_for(lane, identity),
-                     timeout=timeout)
+    check_recipe(recipe)
+    target = Target.parse(target_id)
+    tc = _toolchain_for(lane, identity)
+    if canonical_json(tc.compile_options(target)) != canonical_json(thaw(options)):
+        raise WorkerRefused(f"Dask worker {platform.node()}: the {lane} toolchain compiles {target.id} with "
+                             f"options {tc.compile_options(target)}, the job was planned with {dict(options)}")
+    return build_one(family, spec, target, get_lane(lane), tc, timeout=timeout)
 
 
 def dask_submitter(client, *, timeout: float):
     def submit(job) -> Future:
         out: Future = Future()
+        proto = job.template.proto
         dfut = client.submit(remote_build, job.family, dict(job.spec), job.target.id, job.lane.name,
-                             dict(job.template.proto.toolchain), timeout, pure=False, key=f"rocke-build-{job.key}")
+                             thaw(proto.toolchain), proto.recipe_digest, thaw(proto.options), timeout,
+                             pure=False, key=f"rocke-build-{job.key}")
 
         def done(f) -> None:
             try:

@@ -17,8 +17,9 @@
         └── absent ─────────────> to build
 
 Keys need no lowering: every input (target ID, lane, profile, family, canonical
-spec, the lowering code's digest, the toolchain identity) is known up front, so a
-no-op rebuild is pure hashing plus one query.
+spec, the recipe digest of the lowering/compile code (aot/recipe.py), the toolchain
+identity, the compile options) is known up front, so a no-op rebuild is pure hashing
+plus one query.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from rocke_aot.lanes import LANES, Lane, get_lane
 from rocke_aot.targets import Target
+from rocke_aot.aot.recipe import recipe_digest
 from rocke_aot.aot.toolchains import toolchain_for
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, canonical_json
@@ -151,7 +153,6 @@ def _make_plan(
     """Plan a build. ``where`` keeps only specs whose fields equal the given values
     (e.g. ``{"path": "fma", "block_m": "64"}``, typed per family by :func:`where_for`); an
     unknown field or a value of the wrong type is a SpecError, not an empty build."""
-    from rocke_aot.aot.lower import lowering_digest
     from rocke_aot.variants import table
 
     all_families = table.family_names()
@@ -161,7 +162,7 @@ def _make_plan(
     fams = list(families) if families else list(all_families)
     chosen, skips = choose_lanes(lanes, toolchains)
     plan = Plan(skipped=skips)
-    digest = lowering_digest()
+    digest = recipe_digest()  # memoized per process: a no-op plan stays pure hashing
     jobs: list[Job] = []
     wants = {fam: where_for(fam, where) for fam in fams} if where else {}  # checked before any lane
     for lane_name, lane_tc in chosen.items():
@@ -184,7 +185,8 @@ def _make_plan(
                 if tc is None:
                     plan.refused.append(Refusal(fam, target.id, lane.name, no_tc))
                     continue
-                tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity)
+                tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity,
+                                  tc.compile_options(target))
                 key = tpl.key
                 specs = table.enumerate_specs(fam, target.processor, lane)
                 if spec_filter is not None:  # build --problems (aot/builder/problems.py)

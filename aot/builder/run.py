@@ -33,7 +33,7 @@ from rocke_aot.aot.builder.plan import Job, Plan
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
-from rocke_aot.errors import CompileTimeout, RockeError
+from rocke_aot.errors import CompileTimeout, RockeError, ToolchainRefused
 
 _log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Outcome:
 def provenance(job: Job, out: BuildOutput, where: str) -> dict[str, Any]:
     return {
         "toolchain": dict(job.inputs.toolchain),
-        "lowering_digest": job.inputs.lowering_digest,
+        "recipe_digest": job.inputs.recipe_digest,
         "host": where,
         "built_at": datetime.now(timezone.utc).isoformat(),
         "rocke_aot": rocke_aot.__version__,
@@ -160,7 +160,9 @@ def execute(plan: Plan, store, *, jobs: int | None = None, timeout: float = 300.
                 except RockeError as e:
                     msg = _first_line(e)
                     outcome.failed.append((job, msg))
-                    if not isinstance(e, CompileTimeout):
+                    # A timeout or a refusing toolchain (e.g. a Dask worker with other code) says
+                    # nothing about the key: only real build failures are cached.
+                    if not isinstance(e, (CompileTimeout, ToolchainRefused)):
                         store.put_failure(job.inputs, msg, getattr(e, "log", "") or str(e))
                     status = "failed"
                 except Exception as e:  # a bug or a lost worker: one failure, the build goes on

@@ -21,6 +21,7 @@ import time
 from concurrent.futures import Future
 
 from rocke_aot.aot.compiler.link import link_hsaco
+from rocke_aot.aot.compiler.options import LLVMLITE
 from rocke_aot.aot.compiler.pool import WorkerPool, default_pool
 from rocke_aot.aot.compiler.ptx import assemble_cubin
 from rocke_aot.aot.compiler.worker import WORKER_SCRIPT, Reply, Worker, WorkerSpec
@@ -35,13 +36,20 @@ __all__ = [
 
 
 def llvm_payload(ir: str, target: Target) -> dict:
-    """The llvm.compile request for ``target``: object for AMDGPU, PTX for NVPTX."""
+    """The llvm.compile request for ``target``: object for AMDGPU, PTX for NVPTX.
+
+    Every option comes from options.LLVMLITE (the same values the cache key carries).
+    """
     return {
         "ir": ir,
         "triple": target.triple,
         "cpu": target.processor,
-        "features": target.llvm_features if target.is_amdgpu else "+ptx80",
-        "opt": 3,
+        "features": target.llvm_features if target.is_amdgpu else LLVMLITE.nvptx_features,
+        "opt": LLVMLITE.opt_level,
+        "speed_level": LLVMLITE.speed_level,
+        "pipeline": LLVMLITE.speed_level > 0,
+        "reloc": LLVMLITE.reloc,
+        "codemodel": LLVMLITE.code_model,
         "emit": "obj" if target.is_amdgpu else "asm",
     }
 

@@ -26,7 +26,8 @@ add request kinds, e.g. a COMGR or a library code generator driven through ctype
 Built-in kinds:
     ping          -> {"pid", "python"}
     llvm.info     -> {"llvm_version", "llvmlite_version"}
-    llvm.compile  payload {ir, triple, cpu, features, emit: "obj"|"asm", opt: 0..3, pipeline: true}
+    llvm.compile  payload {ir, triple, cpu, features, emit: "obj"|"asm", opt: 0..3, pipeline: true,
+                           speed_level (default opt), reloc ("pic"), codemodel ("default")}
                   IR -> parse -> verify -> O<opt> module pipeline (new pass manager;
                   skipped with pipeline=false, to show what codegen alone gives)
                   -> object (AMDGPU) or assembly (NVPTX PTX)      -> blob
@@ -94,8 +95,8 @@ def _binding():
     return _llvm
 
 
-def _target_machine(ctx, triple, cpu, features, opt):
-    key = (triple, cpu, features, opt)
+def _target_machine(ctx, triple, cpu, features, opt, reloc="pic", codemodel="default"):
+    key = (triple, cpu, features, opt, reloc, codemodel)
     tm = _target_machines.get(key)
     if tm is None:
         llvm = _binding()
@@ -104,7 +105,7 @@ def _target_machine(ctx, triple, cpu, features, opt):
         except RuntimeError as e:
             ctx.fail(f"LLVM has no target for triple {triple!r}: {e}")
         before = ctx.stderr()
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="pic", codemodel="default")
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc=reloc, codemodel=codemodel)
         said = ctx.stderr()[len(before):]
         for line in said.splitlines():
             if any(w in line for w in _FATAL_WARNINGS):
@@ -130,7 +131,10 @@ def _llvm_compile(payload, blob, ctx):
     emit = payload.get("emit", "obj")
     if emit not in ("obj", "asm"):
         ctx.fail(f"unknown emit kind {emit!r}")
-    tm = _target_machine(ctx, triple, cpu, features, opt)
+    # The builder's requests carry every option (aot/compiler/options.py, also in the cache key);
+    # the defaults here serve hand-made requests (characterization, tests) only.
+    tm = _target_machine(ctx, triple, cpu, features, opt, payload.get("reloc", "pic"),
+                         payload.get("codemodel", "default"))
     try:
         mod = llvm.parse_assembly(payload["ir"])
         mod.verify()
@@ -149,7 +153,7 @@ def _llvm_compile(payload, blob, ctx):
     if opt > 0 and payload.get("pipeline", True):
         # Codegen alone neither optimizes loops nor infers the amdgpu-no-* attributes;
         # run the middle end as clang and COMGR do.
-        pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+        pto = llvm.create_pipeline_tuning_options(speed_level=int(payload.get("speed_level", opt)))
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
     out = tm.emit_object(mod) if emit == "obj" else tm.emit_assembly(mod).encode()

@@ -1,6 +1,6 @@
 """Relocatable object -> HSACO with ld.lld.
 
-    obj bytes --(tmpdir/k.o)--> ld.lld -shared --no-undefined k.o -o k.hsaco --> HSACO bytes
+    obj bytes --(tmpdir/k.o)--> ld.lld LLD_FLAGS (-shared --no-undefined, options.py) k.o -o k.hsaco --> HSACO bytes
 
 ld.lld adds no build ID and no timestamp unless asked, and records only its own
 version in .comment, so the same object gives the same HSACO (tested). The
@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rocke_aot.aot.compiler._tool import run_tool
+from rocke_aot.aot.compiler.options import LLD_FLAGS
 from rocke_aot.aot.toolchains.lld import find_lld
 
 
@@ -22,5 +23,5 @@ def link_hsaco(obj: bytes, *, timeout: float = 60.0, lld: str | None = None) -> 
     with tempfile.TemporaryDirectory(prefix="rocke-link-") as tmp:
         src, out = Path(tmp) / "k.o", Path(tmp) / "k.hsaco"
         src.write_bytes(obj)
-        run_tool("ld.lld", [lld, "-shared", "--no-undefined", str(src), "-o", str(out)], timeout=timeout)
+        run_tool("ld.lld", [lld, *LLD_FLAGS, str(src), "-o", str(out)], timeout=timeout)
         return out.read_bytes()

@@ -1,6 +1,6 @@
 """NVPTX: PTX text -> cubin with ptxas (the PTX is kept beside the cubin).
 
-    PTX --(tmpdir/k.ptx)--> ptxas -arch=sm_90 -O3 k.ptx -o k.cubin --> cubin bytes
+    PTX --(tmpdir/k.ptx)--> ptxas -arch=sm_90 PTXAS_FLAGS (-O3, options.py) k.ptx -o k.cubin --> cubin bytes
 
 ptxas is located through ROCKE_AOT_PTXAS, PATH, then the usual CUDA install paths.
 """
@@ -13,7 +13,9 @@ import tempfile
 from pathlib import Path
 
 from rocke_aot.aot.compiler._tool import run_tool
-from rocke_aot.aot.toolchains.base import find_executable
+from rocke_aot.aot.compiler.options import PTXAS_FLAGS
+from rocke_aot.aot.toolchains.base import file_sha256, find_executable
+from rocke_aot.errors import ToolchainError
 
 ENV_PTXAS = "ROCKE_AOT_PTXAS"
 
@@ -31,10 +33,21 @@ def ptxas_version(path: str | None = None) -> str:
     return lines[-1].strip() if lines else "unknown"
 
 
+def ptxas_identity() -> dict[str, str]:
+    """ptxas's version line and the sha256 of the file found (a wrapper script hashes as the
+    script; its version line still names the real ptxas). "absent" when there is none: the
+    sm_90 compile then fails, and a later install moves every key of that toolchain."""
+    try:
+        path = find_ptxas()
+    except ToolchainError:
+        return {"ptxas": "absent"}
+    return {"ptxas": ptxas_version(path), "ptxas_sha256": file_sha256(path)}
+
+
 def assemble_cubin(ptx: str, arch: str, *, timeout: float = 60.0) -> bytes:
     ptxas = find_ptxas()
     with tempfile.TemporaryDirectory(prefix="rocke-ptxas-") as tmp:
         src, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         src.write_text(ptx)
-        run_tool("ptxas", [ptxas, f"-arch={arch}", "-O3", str(src), "-o", str(out)], timeout=timeout)
+        run_tool("ptxas", [ptxas, f"-arch={arch}", *PTXAS_FLAGS, str(src), "-o", str(out)], timeout=timeout)
         return out.read_bytes()

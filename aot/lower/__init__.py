@@ -5,7 +5,9 @@
             uses KernelModule (module.py) through AmdgpuKernel (amdgpu.py) / NvptxKernel
             (nvptx.py), matrix instruction layouts from mma.py, the datalayout and every
             intrinsic declaration from the lane's emission profile (rocke_aot/lanes.py)
-    lowering_digest() -> sha256 of the lowering source (cache-key input)
+
+The cache key's digest of this code is aot/recipe.py's recipe_digest(): every module on the
+lowering and compile path, chosen by rule (this package is one of its roots).
 
 Nothing here compiles: the IR text goes to a toolchain (aot/compiler). Refusals happen
 here, before LLVM: an unknown family or malformed spec is a SpecError, an op the lane or
@@ -14,20 +16,13 @@ arch lacks is a CapabilityError naming the op.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-from pathlib import Path
-
 from rocke_aot.lanes import get_lane
 from rocke_aot.aot.lower.module import (MAX_TENSOR_BYTES, KernArg, KernelModule, LoweredKernel,
                                         Sym)
 from rocke_aot.targets import Target
 
-__all__ = ["lower", "lowering_digest", "kernel_for", "LoweredKernel", "KernArg", "KernelModule",
+__all__ = ["lower", "kernel_for", "LoweredKernel", "KernArg", "KernelModule",
            "Sym", "MAX_TENSOR_BYTES"]
-
-_AOT = Path(__file__).resolve().parent.parent
-
 
 def lower(family: str, spec: object, target: object, lane: object) -> LoweredKernel:
     """Lower one spec of ``family`` for ``target`` (Target or target ID) on ``lane``."""
@@ -50,22 +45,3 @@ def kernel_for(name: str, target: object, lane: object, block_size: int) -> Kern
     target = Target.parse(target)
     cls = AmdgpuKernel if target.is_amdgpu else NvptxKernel
     return cls(name, target, get_lane(lane), block_size)
-
-
-def lowering_digest() -> str:
-    """sha256 over the lowering source: aot/lower/*.py, aot/families/*.py and the modules
-    defining each registered family's spec class (their geometry shapes the IR too).
-
-    Any edit there changes the digest, so cache keys built with it go stale on purpose.
-    """
-    from rocke_aot.aot import families
-
-    files = set(_AOT.joinpath("lower").glob("*.py")) | set(_AOT.joinpath("families").glob("*.py"))
-    for name in families.families():
-        files.add(Path(inspect.getsourcefile(families.get_family(name).spec_class)).resolve())
-    h = hashlib.sha256()
-    root = _AOT.parent
-    for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()

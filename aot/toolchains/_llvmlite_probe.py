@@ -1,6 +1,6 @@
 """Standalone probe run under any interpreter that has llvmlite (stdlib + llvmlite only).
 
-Prints one JSON object: llvmlite and LLVM versions, and for each processor asked
+Prints one JSON object: llvmlite and LLVM versions, the libllvmlite path, and for each processor asked
 for, the datalayout its target machine reports and whether LLVM recognizes the
 processor (LLVM only warns on stderr "is not a recognized processor" and goes
 on, so fd 2 is captured around each target-machine creation).
@@ -27,6 +27,14 @@ def _capture_fd2(fn):
         return result, tmp.read().decode("utf-8", "replace")
 
 
+def _library_path(llvm):
+    """The libllvmlite shared library this interpreter loads (its sha256 goes into the key)."""
+    try:
+        return os.path.realpath(llvm.ffi.lib._name)  # the path handed to ctypes.CDLL
+    except Exception:  # a future llvmlite without it: the identity then refuses, naming this
+        return None
+
+
 def main() -> None:
     wanted = json.loads(sys.argv[1])
     import llvmlite
@@ -38,6 +46,7 @@ def main() -> None:
         "llvmlite_version": llvmlite.__version__,
         "llvm_version": ".".join(str(x) for x in llvm.llvm_version_info),
         "llvm_major": llvm.llvm_version_info[0],
+        "library": _library_path(llvm),
         "targets": {},
     }
     for triple, cpus in wanted.items():

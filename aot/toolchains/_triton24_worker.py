@@ -126,10 +126,17 @@ def _take(lib, ptr, size=None):
         lib.triton_amdgpu_free(ptr)
 
 
-def _raw_compile(lib, ir, triple, processor, features="", version=INTERFACE_VERSION, dump_ir=False):
-    """(assembly | None, error | None): one call of triton_amdgpu_compile."""
-    opts = Options(version, triple.encode(), processor.encode(), features.encode(), b"", b"", b"",
-                   0, 0, 0, 1 if dump_ir else 0, 0)
+_PLAIN = {"abi": "", "flags": "", "disabled_passes": "", "enable_fp_fusion": 0, "disable_optimization": 0,
+          "canonicalize_gep": 0}
+
+
+def _raw_compile(lib, ir, triple, processor, features="", version=INTERFACE_VERSION, dump_ir=False, options=None):
+    """(assembly | None, error | None): one call of triton_amdgpu_compile. ``options``: the
+    struct's other fields (the builder sends aot/compiler/options.py TRITON24's; probes: _PLAIN)."""
+    o = options if options is not None else _PLAIN
+    opts = Options(version, triple.encode(), processor.encode(), features.encode(), o["abi"].encode(),
+                   o["flags"].encode(), o["disabled_passes"].encode(), int(o["enable_fp_fusion"]),
+                   int(o["disable_optimization"]), int(o["canonicalize_gep"]), 1 if dump_ir else 0, 0)
     out, out_n, err = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_void_p()
     rc = lib.triton_amdgpu_compile(ir, len(ir), ctypes.byref(opts), ctypes.byref(out),
                                    ctypes.byref(out_n), ctypes.byref(err))
@@ -302,7 +309,9 @@ def _compile(payload, blob, ctx):
     triple, processor, features = payload["triple"], payload["processor"], payload.get("features", "")
     ir = payload["ir"].encode() if "ir" in payload else blob
     mark = len(ctx.stderr())
-    asm, err = _raw_compile(lib, ir, triple, processor, features)
+    if "options" not in payload:
+        ctx.fail("triton24.compile needs 'options' (the Options struct fields, aot/compiler/options.py)")
+    asm, err = _raw_compile(lib, ir, triple, processor, features, options=payload["options"])
     if asm is None:
         ctx.fail(f"LLVM code generation failed: {err}")
     for line in ctx.stderr()[mark:].splitlines():
@@ -340,7 +349,9 @@ def _optimize(payload, blob, ctx):
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
-    tm = target.create_target_machine(cpu=payload["processor"], features="", opt=3, reloc="pic")
+    # Every option comes from the payload (aot/compiler/options.py TRITON24.middle_end, in the key).
+    tm = target.create_target_machine(cpu=payload["processor"], features="", opt=int(payload["opt"]),
+                                      reloc=payload["reloc"], codemodel=payload["codemodel"])
     try:
         mod = llvm.parse_assembly(ir)
         mod.triple = "amdgcn-amd-amdhsa"
@@ -348,7 +359,7 @@ def _optimize(payload, blob, ctx):
         mod.verify()
     except RuntimeError as e:
         ctx.fail(f"invalid LLVM IR: {str(e).strip()}")
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=int(payload["speed_level"])))
     pb.getModulePassManager().run(mod, pb)
     return {"llvm_version": ".".join(map(str, llvm.llvm_version_info)),
             "llvmlite_version": llvmlite.__version__}, mod.as_bitcode()

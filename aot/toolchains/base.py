@@ -8,7 +8,9 @@
     each with
         .detect()   -> ToolchainInfo  (LLVM version from the toolchain itself, lane or refusal,
                                        arches, datalayouts as the real target machine reports them)
-        .identity() -> dict           (everything that changes the bytes; goes into cache keys)
+        .identity() -> dict           (everything that changes the bytes; goes into cache keys:
+                                       versions plus the sha256 of every library and binary it runs)
+        .compile_options(target)      (the options it compiles with; goes into cache keys)
         .compile(ir, target)          -> CompileResult (code object bytes; in an isolated worker)
 
 Detection never trusts a table of package versions: the LLVM major comes from the
@@ -19,8 +21,10 @@ library's revision string), then resolves through the one lane registry
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
@@ -89,6 +93,39 @@ def find_executable(name: str, env_var: str, candidates: Iterable[str], missing:
     raise ToolchainError(missing)
 
 
+_FILE_HASHES: dict[tuple[str, int, int], str] = {}
+_FILE_HASH_LOCK = threading.Lock()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a toolchain file (a shared library, a linker binary), after symlinks.
+
+    Hashed once per process per (real path, mtime, size): identities are asked for per lane
+    and per plan, and a library is 100-200 MB. A file replaced in place (new mtime or size)
+    is hashed again. ToolchainError when it cannot be read: an identity never guesses.
+    """
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        raise ToolchainError(f"cannot hash toolchain file {path}: {e}") from e
+    memo = (real, st.st_mtime_ns, st.st_size)
+    got = _FILE_HASHES.get(memo)
+    if got is None:
+        with _FILE_HASH_LOCK:
+            got = _FILE_HASHES.get(memo)
+            if got is None:
+                h = hashlib.sha256()
+                try:
+                    with open(real, "rb") as f:
+                        for chunk in iter(lambda: f.read(1 << 20), b""):
+                            h.update(chunk)
+                except OSError as e:
+                    raise ToolchainError(f"cannot hash toolchain file {path}: {e}") from e
+                got = _FILE_HASHES[memo] = h.hexdigest()
+    return got
+
+
 @dataclass(frozen=True)
 class CompileResult:
     code_object: bytes  # HSACO (AMDGPU) or cubin (NVPTX)
@@ -110,6 +147,11 @@ class Toolchain(ABC):
     @abstractmethod
     def identity(self) -> dict[str, str]:
         """Everything about this toolchain that changes output bytes (cache-key input)."""
+
+    @abstractmethod
+    def compile_options(self, target: Target) -> Mapping[str, Any]:
+        """The options this toolchain compiles ``target`` with (aot/compiler/options.py, the
+        very values its compile path reads): a JSON mapping, cache-key input ``options``."""
 
     @abstractmethod
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:

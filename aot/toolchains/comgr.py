@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 
 from rocke_aot.targets import Target
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.aot.compiler.options import COMGR
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
 from rocke_aot.errors import CompileError, ToolchainError
 from rocke_aot.arch import ARCHES
 
@@ -119,7 +120,7 @@ class ComgrToolchain(Toolchain):
         if probe_isa is None:
             return refused("COMGR reports no ISA", arches=arches, extra=extra)
         try:
-            exe = self._call("comgr.compile", {"ir": PROBE_IR, "isa": probe_isa, "options": ["-O3"]}, 120.0).blob
+            exe = self._call("comgr.compile", {"ir": PROBE_IR, "isa": probe_isa, "options": list(COMGR.flags)}, 120.0).blob
             comment = comment_strings(exe)
         except Exception as e:  # a probe failure refuses the toolchain, with the reason
             return refused(f"COMGR probe compile for {probe_isa} failed: {e}", arches=arches, extra=extra)
@@ -141,7 +142,11 @@ class ComgrToolchain(Toolchain):
             "llvm_version": str(info.llvm_version),
             "comgr_interface": str(info.extra.get("comgr_interface")),
             "linker": " / ".join(info.extra.get("recorded", [])),
+            "library_sha256": file_sha256(self.library),
         }
+
+    def compile_options(self, target: Target) -> dict:
+        return COMGR.for_target(Target.parse(target))
 
     def isa_name(self, target: Target) -> str:
         return f"amdgcn-amd-amdhsa--{target.id}"
@@ -156,7 +161,7 @@ class ComgrToolchain(Toolchain):
         if target.processor not in info.arches:
             raise CompileError(f"COMGR at {self.library} (LLVM {info.llvm_version}) does not know {target.processor}; "
                                f"it knows {', '.join(info.arches) or 'none of the wired arches'}")
-        reply = self._call("comgr.compile", {"ir": ir, "isa": self.isa_name(target), "options": ["-O3"]}, timeout)
+        reply = self._call("comgr.compile", {"ir": ir, "isa": self.isa_name(target), "options": list(COMGR.flags)}, timeout)
         return CompileResult(reply.blob, "hsaco", log="\n".join(x for x in (reply.result.get("log"), reply.log) if x))
 
 

@@ -16,7 +16,7 @@ import glob
 import re
 import subprocess
 
-from rocke_aot.aot.toolchains.base import find_executable
+from rocke_aot.aot.toolchains.base import file_sha256, find_executable
 from rocke_aot.errors import ToolchainError
 
 ENV_LLD = "ROCKE_AOT_LLD"
@@ -57,5 +57,7 @@ def lld_version(path: str | None = None) -> tuple[int, int, int]:
 
 
 def linker_identity() -> dict[str, str]:
-    """What about the linker changes output bytes: its version line (goes into .comment)."""
-    return {"linker": lld_version_line(find_lld())}
+    """What about the linker changes output bytes: its version line (goes into .comment) and
+    the binary itself (two builds of one version may still differ)."""
+    path = find_lld()
+    return {"linker": lld_version_line(path), "linker_sha256": file_sha256(path)}

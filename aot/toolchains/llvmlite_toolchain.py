@@ -20,8 +20,11 @@ from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.targets import Target
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
-from rocke_aot.errors import ToolchainError
+from rocke_aot.aot.compiler.options import LLVMLITE
+from rocke_aot.aot.compiler.ptx import ptxas_identity
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
+from rocke_aot.aot.toolchains.lld import linker_identity
+from rocke_aot.errors import ToolchainError, ToolchainRefused
 from rocke_aot.arch import ARCHES
 
 _PROBE = Path(__file__).with_name("_llvmlite_probe.py")
@@ -74,7 +77,8 @@ class LlvmliteToolchain(Toolchain):
             self.kind, self.python, probe["llvm_version"], probe["llvm_major"], toolchain=where,
             arches=arches,
             datalayouts={p: targets[p]["datalayout"] for p in arches},
-            extra={"llvmlite_version": probe["llvmlite_version"], "label": self.label or ""},
+            extra={"llvmlite_version": probe["llvmlite_version"], "label": self.label or "",
+                   "library": probe.get("library") or ""},
         )
         return apply_drift_guard(info)
 
@@ -82,15 +86,24 @@ class LlvmliteToolchain(Toolchain):
         return self._info
 
     def identity(self) -> dict[str, str]:
-        from rocke_aot.aot.toolchains.lld import linker_identity
-
+        """Versions, the sha256 of this interpreter's libllvmlite (two wheels of one version
+        may carry different LLVM builds), the linker, and ptxas (it makes the sm_90 cubins)."""
         info = self.detect()
+        library = info.extra.get("library")
+        if not info.usable or not library:
+            raise ToolchainRefused(f"llvmlite under {self.python}: "
+                                   f"{info.refusal or 'the probe did not report the libllvmlite path'}")
         return {
             "kind": self.kind,
             "llvm_version": str(info.llvm_version),
             "llvmlite_version": str(info.extra.get("llvmlite_version")),
+            "library_sha256": file_sha256(library),
             **linker_identity(),
+            **ptxas_identity(),
         }
+
+    def compile_options(self, target: Target) -> dict:
+        return LLVMLITE.for_target(Target.parse(target))
 
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
         from rocke_aot.aot.compiler import compile_llvmlite

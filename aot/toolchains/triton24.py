@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import hashlib
 import importlib.util
 import os
 import re
@@ -40,7 +39,8 @@ from pathlib import Path
 
 from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.targets import Target
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.aot.compiler.options import TRITON24
+from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.arch import ARCHES
 
@@ -247,13 +247,12 @@ class Triton24Toolchain(Toolchain):
         except ToolchainError as e:
             return f"none: {e}"
 
-    @functools.cached_property
+    @property
     def _library_sha256(self) -> str:
-        h = hashlib.sha256()
-        with open(self.library, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return file_sha256(self.library)
+
+    def compile_options(self, target: Target) -> dict:
+        return TRITON24.for_target(Target.parse(target), middle_end=self.middle_end)
 
     def identity(self) -> dict[str, str]:
         info = self.detect()
@@ -278,7 +277,9 @@ class Triton24Toolchain(Toolchain):
         me = LlvmliteToolchain(sys.executable).detect()
         if not me.llvm_version:
             raise ToolchainRefused(f"the llvm24 middle end (llvmlite under {sys.executable}) is unusable: {me.refusal}")
-        return f"llvmlite {me.extra.get('llvmlite_version')} LLVM {me.llvm_version} O3"
+        # The middle end's library is part of what makes the bytes: hash it like llvm22's.
+        return (f"llvmlite {me.extra.get('llvmlite_version')} LLVM {me.llvm_version} "
+                f"libllvmlite sha256:{file_sha256(me.extra['library'])}")
 
     def triple_for(self, target: Target) -> str:
         """The triple LLVM 24 asks for (its deprecation warning names it) for this processor."""
@@ -321,12 +322,15 @@ class Triton24Toolchain(Toolchain):
                     f"{target.id} needs module flag !\"amdgpu.{name}\" = {int(on)} in the IR (LLVM 24 takes "
                     f"target-ID settings from module flags); the IR has {flags.get(name)!r}")
         payload = {"library": self.library, "interface_version": self.interface_version,
-                   "triple": triple, "processor": target.processor, "features": ""}
+                   "triple": triple, "processor": target.processor, "features": "",
+                   "options": TRITON24.library_options()}
         log = ""
         if self.middle_end:
             start = time.monotonic()
-            res, bitcode = run_worker("triton24.optimize", {"ir": ir, "processor": target.processor},
-                                      timeout=timeout, role="middle-end")
+            me = TRITON24.middle_end
+            res, bitcode = run_worker("triton24.optimize", {
+                "ir": ir, "processor": target.processor, "speed_level": me.speed_level, "opt": me.opt_level,
+                "reloc": me.reloc, "codemodel": me.code_model}, timeout=timeout, role="middle-end")
             log, timeout = res.get("log", ""), max(1.0, timeout - (time.monotonic() - start))
             result, obj = run_worker("triton24.compile", payload, bitcode, timeout=timeout)
         else:
@@ -340,6 +344,7 @@ class Triton24Toolchain(Toolchain):
         result, obj = run_worker("triton24.compile", {
             "library": self.library, "interface_version": self.interface_version, "ir": ir,
             "triple": triple, "processor": processor, "features": features,
+            "options": TRITON24.library_options(),
         }, timeout=timeout)
         return obj, result["asm"], result.get("log", "")
 

@@ -1,0 +1,288 @@
+"""The recipe digest: every rocke_aot module that can shape the IR or the code object, chosen by rule.
+
+    ROOTS: every module of rocke_aot.aot.lower, .families, .compiler, .toolchains
+           (worker scripts such as _llvm_worker.py run as separate processes: being a module
+           of a root package is what covers them) + rocke_aot.aot.codeobject
+        │
+        ▼ closure over the import graph, read statically (AST, never by importing):
+        │   import a.b.c / from a.b import c / from .x import y   at any depth (inside
+        │       functions too); importing a.b.c runs a/__init__ and a/b/__init__, so those count
+        │   importlib.import_module("lit") / __import__("lit")
+        │   importlib.import_module(f"{__name__}.{m}") with m a loop variable over, or
+        │       import_module(name) with name read from, a module-level tuple/list/dict literal
+        │       of strings (families' _FAMILY_MODULES, toolchains' KIND_MODULES)
+        │   a dynamic import the rule cannot resolve is a RecipeError naming file and line:
+        │       nothing can slip past the digest by being clever
+        ▼
+    recipe_modules() -> ("rocke_aot", "rocke_aot.aot", "rocke_aot.aot.codeobject", ...)  sorted
+    recipe_digest()  -> sha256( RULE_VERSION, then per module: name \\0 source bytes \\0 )
+
+Only modules of the import package count; third-party code (llvmlite, the LLVM libraries,
+ld.lld, ptxas) is covered by the toolchain identity, which hashes those files.
+The default call (the live packages) is memoized per process: a no-op rebuild plans once per
+process and must stay pure hashing.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+import itertools
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from rocke_aot.errors import RockeError
+
+RULE_VERSION = "rocke-aot/recipe/v1"
+
+# The packages whose folders the rule reads (one import package over several folders).
+PACKAGES: tuple[str, ...] = ("rocke_aot", "rocke_aot.aot", "rocke_aot.cache", "rocke_aot.variants",
+                             "rocke_aot.service", "rocke_aot.cli")
+# Every module of these packages is a root (the lowering and the compile path) ...
+ROOT_PACKAGES: tuple[str, ...] = ("rocke_aot.aot.lower", "rocke_aot.aot.families", "rocke_aot.aot.compiler",
+                                  "rocke_aot.aot.toolchains")
+# ... and these single modules (validation of the code object shapes what is stored).
+ROOT_MODULES: tuple[str, ...] = ("rocke_aot.aot.codeobject",)
+
+_IMPORT_FUNCS = {"import_module", "__import__"}
+
+
+class RecipeError(RockeError):
+    """The recipe rule cannot decide what a module imports (or a module it names is missing)."""
+
+
+def _default_dirs() -> dict[str, Path]:
+    # find_spec reads where a package lives without running it (no upward import from aot).
+    out = {}
+    for pkg in PACKAGES:
+        spec = importlib.util.find_spec(pkg)
+        if spec is None or not spec.submodule_search_locations:
+            raise RecipeError(f"package {pkg} is not importable; cannot compute the recipe digest")
+        out[pkg] = Path(list(spec.submodule_search_locations)[0]).resolve()
+    return out
+
+
+class _Tree:
+    """Module name <-> file, for one mapping of packages to folders."""
+
+    def __init__(self, package_dirs: Mapping[str, str | Path]):
+        self.dirs = {k: Path(v) for k, v in package_dirs.items()}
+        # longest package prefix first: rocke_aot.aot.x lives in aot/, not rocke_aot/aot/
+        self._order = sorted(self.dirs, key=lambda p: -p.count("."))
+
+    def file(self, module: str) -> Path | None:
+        for pkg in self._order:
+            if module == pkg or module.startswith(pkg + "."):
+                rest = module[len(pkg) + 1:].split(".") if module != pkg else []
+                base = self.dirs[pkg].joinpath(*rest)
+                if base.joinpath("__init__.py").is_file():
+                    return base / "__init__.py"
+                if rest and base.with_suffix(".py").is_file():
+                    return base.with_suffix(".py")
+                return None
+        return None
+
+    def is_package(self, module: str) -> bool:
+        f = self.file(module)
+        return f is not None and f.name == "__init__.py"
+
+    def package_modules(self, package: str) -> list[str]:
+        f = self.file(package)
+        if f is None or f.name != "__init__.py":
+            raise RecipeError(f"root package {package} has no folder in the given package directories")
+        return [package] + [f"{package}.{p.stem}" for p in sorted(f.parent.glob("*.py")) if p.stem != "__init__"]
+
+
+def _in_scope(name: str) -> bool:
+    return name == "rocke_aot" or name.startswith("rocke_aot.")
+
+
+def _with_parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _string_tables(tree: ast.Module) -> dict[str, list[str]]:
+    """Module-level NAME = tuple/list/set/dict literal -> its string items (dict: values)."""
+    out: dict[str, list[str]] = {}
+    for node in tree.body:
+        targets, value = [], None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        items = (value.values if isinstance(value, ast.Dict)
+                 else value.elts if isinstance(value, (ast.Tuple, ast.List, ast.Set)) else None)
+        if items is None:
+            continue
+        strings = [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+        for t in targets:
+            if isinstance(t, ast.Name) and strings:
+                out[t.id] = strings
+    return out
+
+
+class _Scanner:
+    """What one module imports (rocke_aot modules only), by the rule in the module docstring."""
+
+    def __init__(self, tree_map: _Tree, module: str, path: Path):
+        self.t, self.module, self.path = tree_map, module, path
+        self.src = path.read_bytes()
+        try:
+            self.ast = ast.parse(self.src, filename=str(path))
+        except SyntaxError as e:
+            raise RecipeError(f"{path}: cannot parse ({e})") from e
+        self.tables = _string_tables(self.ast)
+        self.package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        # name -> the table it iterates over (for loops, comprehensions) or is read from (T.get / T[...])
+        self.bound: dict[str, list[str]] = {}
+        for node in ast.walk(self.ast):
+            if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name):
+                src = self._table_of(node.iter)
+                if src is not None:
+                    self.bound.setdefault(node.target.id, []).extend(src)
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                src = self._table_read(node.value)
+                if src is not None:
+                    self.bound.setdefault(node.targets[0].id, []).extend(src)
+
+    def _table_of(self, node: ast.AST) -> list[str] | None:
+        if isinstance(node, ast.Name):
+            return self.tables.get(node.id)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            vals = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            return vals if len(vals) == len(node.elts) else None
+        return None
+
+    def _table_read(self, node: ast.AST) -> list[str] | None:
+        # T.get(...) or T[...] with T a module-level literal table
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            return self._table_of(node.func.value)
+        if isinstance(node, ast.Subscript):
+            return self._table_of(node.value)
+        return None
+
+    def _fail(self, node: ast.AST, what: str) -> RecipeError:
+        return RecipeError(f"{self.path}:{getattr(node, 'lineno', '?')}: {what}; the recipe rule cannot "
+                           f"tell which module it imports (use a literal, or a module-level table of literals)")
+
+    def _values(self, node: ast.AST) -> list[str]:
+        """Every string an import_module argument can take, or RecipeError."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, ast.Name):
+            if node.id == "__name__":
+                return [self.module]
+            if node.id in self.bound:
+                return self.bound[node.id]
+            if node.id in self.tables:
+                return self.tables[node.id]
+            raise self._fail(node, f"dynamic import of variable {node.id!r}")
+        if isinstance(node, ast.JoinedStr):
+            parts: list[list[str]] = []
+            for v in node.values:
+                if isinstance(v, ast.Constant):
+                    parts.append([str(v.value)])
+                elif isinstance(v, ast.FormattedValue) and v.conversion == -1 and v.format_spec is None:
+                    parts.append(self._values(v.value))
+                else:
+                    raise self._fail(node, "f-string import with a conversion or format spec")
+            return ["".join(p) for p in itertools.product(*parts)]
+        raise self._fail(node, f"dynamic import of a {type(node).__name__} expression")
+
+    def _resolve_from(self, node: ast.ImportFrom) -> str:
+        if node.level == 0:
+            return node.module or ""
+        base = self.package.split(".")
+        if node.level > 1:
+            base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
+    def imports(self) -> set[str]:
+        found: set[str] = set()
+        for node in ast.walk(self.ast):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if _in_scope(alias.name):
+                        found.update(_with_parents(alias.name))
+            elif isinstance(node, ast.ImportFrom):
+                base = self._resolve_from(node)
+                if not _in_scope(base):
+                    continue
+                found.update(_with_parents(base))
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    if alias.name != "*" and self.t.file(sub) is not None:
+                        found.add(sub)  # "from pkg import module": the submodule runs too
+            elif isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if name in _IMPORT_FUNCS and node.args:
+                    for mod in self._values(node.args[0]):
+                        if _in_scope(mod):
+                            found.update(_with_parents(mod))
+        return found
+
+
+def _closure(tree_map: _Tree) -> dict[str, Path]:
+    roots = [m for pkg in ROOT_PACKAGES for m in tree_map.package_modules(pkg)] + list(ROOT_MODULES)
+    todo = [m for r in roots for m in _with_parents(r)]
+    seen: dict[str, Path] = {}
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        path = tree_map.file(mod)
+        if path is None:
+            raise RecipeError(f"module {mod} is imported on the lowering/compile path but has no source file "
+                              f"under the package directories {sorted(map(str, tree_map.dirs.values()))}")
+        seen[mod] = path
+        todo.extend(_Scanner(tree_map, mod, path).imports() - seen.keys())
+    return seen
+
+
+def _compute(package_dirs: Mapping[str, str | Path]) -> tuple[tuple[str, ...], str]:
+    mods = _closure(_Tree(package_dirs))
+    h = hashlib.sha256(RULE_VERSION.encode() + b"\n")
+    for name in sorted(mods):
+        h.update(name.encode() + b"\0" + mods[name].read_bytes() + b"\0")
+    return tuple(sorted(mods)), h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _live() -> tuple[tuple[str, ...], str]:
+    return _compute(_default_dirs())
+
+
+def _resolve(package_dirs: Mapping[str, str | Path] | None) -> tuple[tuple[str, ...], str]:
+    if package_dirs is None:
+        return _live()
+    missing = [p for p in PACKAGES if p not in package_dirs]
+    if missing:
+        raise RecipeError(f"package_dirs lacks {', '.join(missing)}")
+    return _compute(package_dirs)
+
+
+def recipe_modules(package_dirs: Mapping[str, str | Path] | None = None) -> tuple[str, ...]:
+    """The modules the rule selects, sorted (default: the live packages, memoized)."""
+    return _resolve(package_dirs)[0]
+
+
+def recipe_digest(package_dirs: Mapping[str, str | Path] | None = None) -> str:
+    """Hex sha256 over the source of every recipe module (default: the live packages, memoized)."""
+    return _resolve(package_dirs)[1]
+
+
+def module_files(package_dirs: Mapping[str, str | Path] | None = None) -> dict[str, Path]:
+    """module name -> its source file, for the modules the rule selects."""
+    return _closure(_Tree(package_dirs if package_dirs is not None else _default_dirs()))
+
+
+def default_package_dirs() -> dict[str, Path]:
+    return _default_dirs()
+
+
+def _iter_names(mods: Iterable[str]) -> str:  # for error messages and docs
+    return ", ".join(mods)
