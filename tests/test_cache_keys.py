@@ -14,8 +14,14 @@ from rocke_aot.errors import LaneError, SpecError
 BASE = dict(
     arch="gfx942:sramecc+:xnack-", lane="llvm22", profile="llvm22", family="gemm",
     spec={"dtype": "f16", "tile": [64, 64], "knobs": {"unroll": 2, "lds": True}},
-    lowering_digest="0f1e2d", toolchain={"kind": "llvmlite", "llvm_version": "22.1.0", "linker": "LLD 22.1.8"},
+    recipe_digest="0f1e2d", toolchain={"kind": "llvmlite", "llvm_version": "22.1.0", "linker": "LLD 22.1.8"},
+    options={"speed_level": 3, "opt_level": 3, "reloc": "pic", "ld.lld": ["-shared", "--no-undefined"]},
 )
+
+
+# sha256 of the expected encoding in test_encoding_is_versioned_and_stable (computed by hand
+# from those bytes with `printf ... | sha256sum`-equivalent hashing, not by the code under test).
+KEY_SHA256 = "57c713d8e0e6cd06d697ca9333b4da4fe0b6a09cf9f927bf2f6ce4c21d848d3c"
 
 
 def key(**over) -> str:
@@ -34,11 +40,18 @@ CHANGES = [
     ("spec", {**BASE["spec"], "tile": [64, 64, 1]}),
     ("spec", {**BASE["spec"], "knobs": {"unroll": 4, "lds": True}}),
     ("spec", {**BASE["spec"], "extra": None}),
-    ("lowering_digest", "0f1e2e"),
+    ("recipe_digest", "0f1e2e"),
     ("toolchain", {**BASE["toolchain"], "llvm_version": "22.1.1"}),
     ("toolchain", {**BASE["toolchain"], "linker": "LLD 22.1.9"}),
     ("toolchain", {**BASE["toolchain"], "kind": "comgr"}),
     ("toolchain", {**BASE["toolchain"], "revision": "abc"}),
+    ("toolchain", {**BASE["toolchain"], "library_sha256": "0" * 64}),
+    ("options", {**BASE["options"], "speed_level": 2}),
+    ("options", {**BASE["options"], "opt_level": 2}),
+    ("options", {**BASE["options"], "reloc": "static"}),
+    ("options", {**BASE["options"], "ld.lld": ["-shared"]}),
+    ("options", {**BASE["options"], "ptxas": ["-O3"]}),
+    ("options", {}),
 ]
 
 
@@ -93,14 +106,16 @@ def test_encoding_is_versioned_and_stable():
     # The exact bytes the key hashes, written out: changing the encoding must be a
     # deliberate KEY_VERSION bump, never an accident of refactoring.
     expected = (
-        b"rocke-aot/artifact-key/v1\n"
-        b'{"arch":"gfx942:sramecc+:xnack-","family":"gemm","lane":"llvm22","lowering_digest":"0f1e2d",'
-        b'"profile":"llvm22","spec":{"dtype":"f16","knobs":{"lds":true,"unroll":2},"tile":[64,64]},'
+        b"rocke-aot/artifact-key/v2\n"
+        b'{"arch":"gfx942:sramecc+:xnack-","family":"gemm","lane":"llvm22",'
+        b'"options":{"ld.lld":["-shared","--no-undefined"],"opt_level":3,"reloc":"pic","speed_level":3},'
+        b'"profile":"llvm22","recipe_digest":"0f1e2d",'
+        b'"spec":{"dtype":"f16","knobs":{"lds":true,"unroll":2},"tile":[64,64]},'
         b'"toolchain":{"kind":"llvmlite","linker":"LLD 22.1.8","llvm_version":"22.1.0"}}'
     )
-    assert KEY_VERSION == 1
+    assert KEY_VERSION == 2
     assert encode(KeyInputs(**BASE)) == expected
-    assert key() == hashlib.sha256(expected).hexdigest() == "f414c3b36bdee71088458f8a0511005d0a53d73ab709f47cdc227d1aee67d071"
+    assert key() == hashlib.sha256(expected).hexdigest() == KEY_SHA256
 
 
 def test_canonical_json_form():
@@ -131,8 +146,12 @@ def test_canonical_json_form():
         ({"spec": {"x": {1, 2}}}, SpecError),
         ({"spec": {"x": b"raw"}}, SpecError),
         ({"spec": {"x": object()}}, SpecError),
-        ({"lowering_digest": ""}, SpecError),
-        ({"lowering_digest": None}, SpecError),
+        ({"recipe_digest": ""}, SpecError),
+        ({"recipe_digest": None}, SpecError),
+        ({"options": None}, SpecError),
+        ({"options": ["-O3"]}, SpecError),
+        ({"options": {"flags": {"-O3"}}}, SpecError),
+        ({"options": {"speed": math.nan}}, SpecError),
         ({"toolchain": {}}, SpecError),
         ({"toolchain": {"llvm_version": "22.1.0"}}, SpecError),  # no kind
         ({"toolchain": {"kind": "llvmlite", "llvm_major": 22}}, SpecError),
@@ -163,8 +182,82 @@ def test_key_template_matches_artifact_key():
     # KeyTemplate (the builder's planning fast path) must give artifact_key byte for byte.
     from rocke_aot.cache.keys import KeyTemplate
 
-    tpl = KeyTemplate(BASE["arch"], BASE["lane"], BASE["profile"], BASE["family"], BASE["lowering_digest"],
-                      BASE["toolchain"])
+    tpl = KeyTemplate(BASE["arch"], BASE["lane"], BASE["profile"], BASE["family"], BASE["recipe_digest"],
+                      BASE["toolchain"], BASE["options"])
     for spec in (BASE["spec"], {}, {"a": [1, 2.5, None, True]}, {"é": "ü", "n": {"m": {}}}):
         assert tpl.key(canonical_json(spec)) == key(spec=spec)
         assert artifact_key(tpl.inputs(spec)) == key(spec=spec)
+
+
+# ---- the builder's real inputs: compile options and toolchain libraries move the key -----------
+
+
+def _plan_key(tc, target="gfx942", spec=None):
+    """The key the builder plans for ``tc`` (same code path as aot/builder/plan.py)."""
+    from rocke_aot.aot.recipe import recipe_digest
+    from rocke_aot.cache.keys import KeyTemplate
+    from rocke_aot.targets import Target
+
+    t = Target.parse(target)
+    tpl = KeyTemplate(t.id, "llvm22", "llvm22", "gemm", recipe_digest(), tc.identity(), tc.compile_options(t))
+    return tpl.key(canonical_json(spec or {"block_m": 32}))
+
+
+def test_changing_one_compile_option_moves_the_key_and_the_compile_request(llvm22, monkeypatch):
+    from rocke_aot.aot import compiler
+    from rocke_aot.aot.compiler import options
+    from rocke_aot.targets import Target
+
+    base_key = _plan_key(llvm22)
+    base_payload = compiler.llvm_payload("ir", Target.parse("gfx942"))
+    assert base_payload["speed_level"] == 3 and base_payload["reloc"] == "pic"
+    # Frozen value: swap the one definition for another (as an edit of options.py would).
+    monkeypatch.setattr(options, "LLVMLITE", options.LlvmOptions(speed_level=2))
+    monkeypatch.setattr(compiler, "LLVMLITE", options.LLVMLITE)
+    from rocke_aot.aot.toolchains import llvmlite_toolchain
+    monkeypatch.setattr(llvmlite_toolchain, "LLVMLITE", options.LLVMLITE)
+    assert _plan_key(llvm22) != base_key
+    # ... and the compile itself asks the worker for exactly that option.
+    assert compiler.llvm_payload("ir", Target.parse("gfx942"))["speed_level"] == 2
+
+
+def test_ld_lld_flags_are_in_the_amdgpu_options_and_ptxas_flags_in_the_nvptx_ones(llvm22):
+    from rocke_aot.aot.compiler.options import LLD_FLAGS, PTXAS_FLAGS
+    from rocke_aot.targets import Target
+
+    amd = llvm22.compile_options(Target.parse("gfx942"))
+    nv = llvm22.compile_options(Target.parse("sm_90"))
+    assert amd["ld.lld"] == ["-shared", "--no-undefined"] == list(LLD_FLAGS) and "ptxas" not in amd
+    assert nv["ptxas"] == ["-O3"] == list(PTXAS_FLAGS) and nv["features"] == "+ptx80" and "ld.lld" not in nv
+
+
+def test_changing_the_library_hash_in_the_identity_moves_the_key(llvm22, tmp_path):
+    import dataclasses
+
+    from rocke_aot.aot.toolchains import LlvmliteToolchain
+
+    lib = tmp_path / "libllvmlite.so"
+    lib.write_bytes(b"\x7fELF" + b"\0" * 4096)
+    tc = LlvmliteToolchain(llvm22.python)
+    info = tc.detect()
+    tc.__dict__["_info"] = dataclasses.replace(info, extra={**info.extra, "library": str(lib)})
+    ident = tc.identity()
+    assert ident["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
+    k1 = _plan_key(tc)
+    assert k1 != _plan_key(llvm22)  # the real library hashes otherwise
+    # One byte changed in the library (new size: re-hashed, not served from the memo).
+    lib.write_bytes(b"\x7fELF" + b"\0" * 4095 + b"\1" + b"\0")
+    assert tc.identity()["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
+    assert _plan_key(tc) != k1
+
+
+def test_real_identities_hash_their_libraries_and_tools(llvm22):
+    from rocke_aot.aot.toolchains.lld import find_lld
+
+    ident = llvm22.identity()
+    lib = llvm22.detect().extra["library"]
+    assert lib.endswith(".so") and "llvmlite" in lib
+    with open(lib, "rb") as f:
+        assert ident["library_sha256"] == hashlib.file_digest(f, "sha256").hexdigest()
+    with open(find_lld(), "rb") as f:
+        assert ident["linker_sha256"] == hashlib.file_digest(f, "sha256").hexdigest()

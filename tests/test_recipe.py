@@ -1,0 +1,158 @@
+"""The recipe digest: every module the rule selects moves the key; modules off the path do not.
+
+Each test works on a copy of the package folders (rocke_aot/, aot/, cache/, variants/,
+service/, cli/) given to recipe_digest(package_dirs=...), so edits never touch the checkout.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rocke_aot.aot.recipe import (PACKAGES, RecipeError, default_package_dirs, module_files, recipe_digest,
+                                  recipe_modules)
+from rocke_aot.cache.keys import KeyTemplate
+
+LIVE_MODULES = recipe_modules()
+TOOLCHAIN = {"kind": "llvmlite", "llvm_version": "22.1.0", "linker": "LLD 22.1.8"}
+OPTIONS = {"speed_level": 3}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> dict[str, Path]:
+    """A copy of the package tree: package name -> copied folder."""
+    root = tmp_path_factory.mktemp("tree")
+    out = {}
+    for pkg, src in default_package_dirs().items():
+        dst = root / pkg.replace(".", "_")
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        out[pkg] = dst
+    return out
+
+
+def _file(tree: dict[str, Path], module: str) -> Path:
+    return module_files(tree)[module]
+
+
+def _key(digest: str) -> str:
+    return KeyTemplate("gfx942", "llvm22", "llvm22", "gemm", digest, TOOLCHAIN, OPTIONS).key('{"block_m":32}')
+
+
+class _Edit:
+    """Change a file of the copy for the duration of a with-block."""
+
+    def __init__(self, path: Path, new: bytes):
+        self.path, self.new = path, new
+
+    def __enter__(self):
+        self.old = self.path.read_bytes()
+        self.path.write_bytes(self.new)
+
+    def __exit__(self, *exc):
+        self.path.write_bytes(self.old)
+
+
+def test_the_copy_digests_like_the_live_packages(tree):
+    assert recipe_modules(tree) == LIVE_MODULES
+    assert recipe_digest(tree) == recipe_digest()
+    assert recipe_digest() == recipe_digest()  # memoized and stable
+
+
+def test_the_rule_selects_the_lowering_and_compile_path_and_nothing_of_the_cli_or_cache():
+    mods = set(LIVE_MODULES)
+    # roots: whole packages, worker scripts included, and the code-object validator
+    for m in ("rocke_aot.aot.lower.module", "rocke_aot.aot.lower.amdgpu", "rocke_aot.aot.families.gemm",
+              "rocke_aot.aot.families.conv_direct_fwd", "rocke_aot.aot.compiler._llvm_worker",
+              "rocke_aot.aot.compiler.link", "rocke_aot.aot.compiler.options",
+              "rocke_aot.aot.toolchains._triton24_worker", "rocke_aot.aot.toolchains._llvmlite_probe",
+              "rocke_aot.aot.codeobject"):
+        assert m in mods, m
+    # reached through the closure: the vocabulary and the spec modules
+    for m in ("rocke_aot.lanes", "rocke_aot.targets", "rocke_aot.arch", "rocke_aot.mma", "rocke_aot.dtypes",
+              "rocke_aot.variants.gemm", "rocke_aot.variants.conv", "rocke_aot.aot.drift"):
+        assert m in mods, m
+    assert not [m for m in mods if m.startswith(("rocke_aot.cli", "rocke_aot.cache", "rocke_aot.service",
+                                                 "rocke_aot.aot.builder"))]
+    assert list(LIVE_MODULES) == sorted(LIVE_MODULES)
+
+
+@pytest.mark.parametrize("module", LIVE_MODULES)
+def test_a_one_byte_edit_of_a_recipe_module_moves_the_key(tree, module):
+    base = recipe_digest(tree)
+    path = _file(tree, module)
+    with _Edit(path, path.read_bytes() + b"\n"):
+        edited = recipe_digest(tree)
+    assert edited != base
+    assert _key(edited) != _key(base)
+    assert recipe_digest(tree) == base  # restored
+
+
+@pytest.mark.parametrize("path", ["cli/cache.py", "cli/main.py", "cache/store.py", "aot/builder/plan.py"])
+def test_an_edit_off_the_compile_path_keeps_the_key(tree, path):
+    pkg = {"cli": "rocke_aot.cli", "cache": "rocke_aot.cache", "aot": "rocke_aot.aot"}[path.split("/")[0]]
+    f = tree[pkg].joinpath(*path.split("/")[1:])
+    base = recipe_digest(tree)
+    with _Edit(f, f.read_bytes() + b"\n# off the path\n"):
+        assert recipe_digest(tree) == base
+        assert _key(recipe_digest(tree)) == _key(base)
+
+
+def test_an_import_inside_a_function_brings_its_module_in(tree):
+    f = _file(tree, "rocke_aot.aot.lower.module")
+    extra = b"\n\ndef _late():\n    from rocke_aot.cache import codec  # noqa\n    return codec\n"
+    with _Edit(f, f.read_bytes() + extra):
+        mods = recipe_modules(tree)
+        assert "rocke_aot.cache.codec" in mods and "rocke_aot.cache" in mods
+        c = tree["rocke_aot.cache"] / "codec.py"
+        base = recipe_digest(tree)
+        with _Edit(c, c.read_bytes() + b"\n"):
+            assert recipe_digest(tree) != base
+
+
+def test_a_new_module_in_a_root_package_is_covered(tree):
+    new = tree["rocke_aot.aot"] / "families" / "tiny_new.py"
+    new.write_text("X = 1\n")
+    try:
+        base = recipe_digest(tree)
+        assert "rocke_aot.aot.families.tiny_new" in recipe_modules(tree)  # listed nowhere, still a root
+        new.write_text("X = 2\n")
+        assert recipe_digest(tree) != base
+    finally:
+        new.unlink()
+
+
+def test_table_driven_dynamic_imports_are_followed(tree):
+    # As aot/families (_FAMILY_MODULES, f"{__name__}.{mod_name}") and aot/toolchains
+    # (KIND_MODULES.get(kind)) do, in a module the closure reaches (not a root itself).
+    f = tree["rocke_aot.variants"] / "__init__.py"
+    extra = (b"\nimport importlib\n_MODS = ('efficiency',)\n_KINDS = {'t': 'rocke_aot.variants.table'}\n"
+             b"def _load(kind):\n    for m in _MODS:\n        importlib.import_module(f'{__name__}.{m}')\n"
+             b"    name = _KINDS.get(kind)\n    return importlib.import_module(name)\n")
+    assert "rocke_aot.variants.efficiency" not in LIVE_MODULES and "rocke_aot.variants.table" not in LIVE_MODULES
+    with _Edit(f, f.read_bytes() + extra):
+        mods = recipe_modules(tree)
+    assert {"rocke_aot.variants.efficiency", "rocke_aot.variants.table"} <= set(mods)
+
+
+def test_an_unresolvable_dynamic_import_fails_closed(tree):
+    f = _file(tree, "rocke_aot.aot.lower.nvptx")
+    extra = b"\n\ndef _dyn(name):\n    import importlib\n    return importlib.import_module(name + '.x')\n"
+    with _Edit(f, f.read_bytes() + extra):
+        with pytest.raises(RecipeError, match=r"nvptx.py:\d+"):
+            recipe_digest(tree)
+
+
+def test_a_missing_module_on_the_path_fails_closed(tree):
+    f = _file(tree, "rocke_aot.aot.lower.nvptx")
+    with _Edit(f, f.read_bytes() + b"\nimport rocke_aot.aot.no_such_module  # noqa\n"):
+        with pytest.raises(RecipeError, match="no_such_module"):
+            recipe_digest(tree)
+
+
+def test_package_dirs_must_name_every_package(tree):
+    partial = {k: v for k, v in tree.items() if k != "rocke_aot.cli"}
+    with pytest.raises(RecipeError, match="rocke_aot.cli"):
+        recipe_digest(partial)
+    assert set(PACKAGES) == set(tree)
