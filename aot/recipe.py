@@ -26,10 +26,10 @@ process and must stay pure hashing.
 from __future__ import annotations
 
 import ast
-import functools
 import hashlib
 import importlib.util
 import itertools
+import threading
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -243,7 +243,18 @@ def _closure(tree_map: _Tree) -> dict[str, Path]:
     return seen
 
 
+# One computation at a time: builder and Dask worker threads ask at once, and CPython 3.11's
+# ast.parse is not safe to run in two threads together ("AST constructor recursion depth
+# mismatch", seen on a Dask worker with two threads).
+_LOCK = threading.Lock()
+
+
 def _compute(package_dirs: Mapping[str, str | Path]) -> tuple[tuple[str, ...], str]:
+    with _LOCK:
+        return _compute_locked(package_dirs)
+
+
+def _compute_locked(package_dirs: Mapping[str, str | Path]) -> tuple[tuple[str, ...], str]:
     mods = _closure(_Tree(package_dirs))
     h = hashlib.sha256(RULE_VERSION.encode() + b"\n")
     for name in sorted(mods):
@@ -251,9 +262,15 @@ def _compute(package_dirs: Mapping[str, str | Path]) -> tuple[tuple[str, ...], s
     return tuple(sorted(mods)), h.hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
+_LIVE: list[tuple[tuple[str, ...], str]] = []
+
+
 def _live() -> tuple[tuple[str, ...], str]:
-    return _compute(_default_dirs())
+    if not _LIVE:
+        with _LOCK:
+            if not _LIVE:
+                _LIVE.append(_compute_locked(_default_dirs()))
+    return _LIVE[0]
 
 
 def _resolve(package_dirs: Mapping[str, str | Path] | None) -> tuple[tuple[str, ...], str]:
@@ -277,12 +294,9 @@ def recipe_digest(package_dirs: Mapping[str, str | Path] | None = None) -> str:
 
 def module_files(package_dirs: Mapping[str, str | Path] | None = None) -> dict[str, Path]:
     """module name -> its source file, for the modules the rule selects."""
-    return _closure(_Tree(package_dirs if package_dirs is not None else _default_dirs()))
+    with _LOCK:
+        return _closure(_Tree(package_dirs if package_dirs is not None else _default_dirs()))
 
 
 def default_package_dirs() -> dict[str, Path]:
     return _default_dirs()
-
-
-def _iter_names(mods: Iterable[str]) -> str:  # for error messages and docs
-    return ", ".join(mods)

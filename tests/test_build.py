@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from rocke_aot.aot import builder
+from rocke_aot.aot.recipe import recipe_digest
 from rocke_aot.cli.main import cli
 from rocke_aot.targets import Target
 from rocke_aot.cache.store import Store
@@ -71,7 +72,7 @@ def test_build_real_binary_builds_verifies_and_refuses_with_reasons(first_build)
             got = store.get(a.key)  # decompress + sha256 verify
             assert got.code_object[:4] == b"\x7fELF"
             assert a.provenance["toolchain"]["llvm_version"].split(".")[0] == a.lane[4:]
-            assert a.provenance["lowering_digest"] == a.lowering_digest and a.provenance["host"]
+            assert a.provenance["recipe_digest"] == a.recipe_digest == recipe_digest() and a.provenance["host"]
         report = store.verify()
         assert report.ok
 

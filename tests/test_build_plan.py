@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 
@@ -23,13 +24,15 @@ TINY = {"block_m": 32, "block_n": 32, "block_k": 32, "in_dtype": "f16", "out_dty
 def test_template_keys_equal_canonical_keys_over_whole_grid(family, arch, lane):
     ident = {"kind": "llvmlite", "llvm_version": "22.1.0", "linker": "LLD 22.1.8"}
     lane_ = get_lane(lane)
-    tpl = KeyTemplate(arch, lane, lane_.profile_name, family, "digest", ident)
+    opts = {"speed_level": 3, "ld.lld": ["-shared"]}
+    tpl = KeyTemplate(arch, lane, lane_.profile_name, family, "digest", ident, opts)
     specs = list(table.enumerate_specs(family, arch, lane))
     assert specs
     for spec in specs:
         sj = spec_json(spec)
         assert sj == canonical_json(spec.to_dict())
-        assert tpl.key(sj) == artifact_key(KeyInputs(arch, lane, lane_.profile_name, family, spec.to_dict(), "digest", ident))
+        assert tpl.key(sj) == artifact_key(KeyInputs(arch, lane, lane_.profile_name, family, spec.to_dict(), "digest",
+                                                     ident, opts))
 
 
 def _plan(store, tcs, **kw):
@@ -49,6 +52,9 @@ class _OtherLinker:
 
     def identity(self):
         return {**self.tc.identity(), "linker": "LLD 99.0.0"}
+
+    def compile_options(self, target):
+        return self.tc.compile_options(target)
 
     def compile(self, *a, **kw):
         return self.tc.compile(*a, **kw)
@@ -99,3 +105,33 @@ def test_dask_local_cluster_builds_same_keys_and_bytes(tmp_path, llvm22):
         assert s["built"] == 2 and s.exit_code == 0
         got = {a.key: remote.get(a.key).sha256 for a in remote.find()}
     assert got == want and len(want) == 2
+
+
+def test_dask_workers_refuse_a_job_planned_under_another_recipe(tmp_path, llvm22):
+    distributed = pytest.importorskip("distributed", reason="installed by the test extra")
+    from rocke_aot.aot.builder import execute
+    from rocke_aot.aot.builder.dask_backend import WorkerRefused, dask_submitter, remote_build
+    from rocke_aot.aot.recipe import recipe_digest
+
+    gfx942 = Target.parse("gfx942")
+    ident, opts = llvm22.identity(), llvm22.compile_options(gfx942)
+    other = "0" * 64
+    assert other != recipe_digest()
+    # The function the worker runs, called directly: refused before any toolchain is touched.
+    with pytest.raises(WorkerRefused, match="recipe digest"):
+        remote_build("gemm", TINY | {"block_k": 32}, "gfx942", "llvm22", ident, other, opts, 60)
+    with pytest.raises(WorkerRefused, match="options"):
+        remote_build("gemm", TINY | {"block_k": 32}, "gfx942", "llvm22", ident, recipe_digest(),
+                     {**opts, "speed_level": 2}, 60)
+    with Store.open(tmp_path / "c.sqlite") as store:
+        plan = _plan(store, [llvm22])
+        assert len(plan.to_build) == 2
+        for job in plan.to_build:  # as if the driver ran other lowering code than the workers
+            job.template.proto = dataclasses.replace(job.template.proto, recipe_digest=other)
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                      dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+            out = execute(plan, store, submit=dask_submitter(client, timeout=120))
+        assert not out.built and len(out.failed) == 2
+        assert all("WorkerRefused" in msg and "recipe digest" in msg for _, msg in out.failed)
+        # a refusal says nothing about the key: nothing is cached, the next build retries
+        assert store.stats().failures == 0 and store.stats().artifacts == 0

@@ -128,14 +128,14 @@ def test_bundles_carry_dictionaries(store_url, kernels, tmp_path):
         assert (st.artifacts, st.blobs) == (0, 0)
 
 
-def test_upgrade_from_revision_0001_keeps_the_data(store_url):
+def test_upgrade_from_revision_0001_keeps_the_data_until_key_v2(store_url):
     engine = db.make_engine(db.resolve_url(store_url))
     cfg = Config()
     cfg.set_main_option("script_location", str(ROOT / "cache" / "migrations"))
     raw = b"\x7fELF" + bytes(range(256)) * 8
     sha = hashlib.sha256(raw).hexdigest()
     inp = inputs(1)
-    key = artifact_key(inp)
+    key = "ab" * 32  # a v1 key (made before key v2; no v2 key can equal it)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0001")
@@ -147,12 +147,21 @@ def test_upgrade_from_revision_0001_keeps_the_data(store_url):
             " toolchain_json, blob_sha256, ir_sha256, metadata_json, provenance_json, built_at, last_read_at)"
             " VALUES (:k, 'ok', :arch, :lane, :profile, :family, :spec, :ld, :tc, :s, :ir, '{}', '{}', 1, 1)"),
             {"k": key, "arch": inp.arch, "lane": inp.lane, "profile": inp.profile, "family": inp.family,
-             "spec": inp.spec_json, "ld": inp.lowering_digest, "tc": inp.toolchain_json, "s": sha, "ir": "0" * 64})
+             "spec": inp.spec_json, "ld": "lower-v1", "tc": inp.toolchain_json, "s": sha, "ir": "0" * 64})
         assert conn.execute(text("SELECT value FROM rocke_meta")).scalar() == "1"
+        command.upgrade(cfg, "0003")  # dictionaries, the lookup index: the data stays
+        assert conn.execute(text("SELECT key FROM artifacts")).scalars().all() == [key]
+        assert conn.execute(text("SELECT value FROM rocke_meta")).scalar() == "3"
     engine.dispose()
-    with Store.open(store_url) as s:  # upgrades 0001 -> head through Alembic
-        assert s.get(key).code_object == raw
+    with Store.open(store_url) as s:  # upgrades 0003 -> head (0002_recipe_options) through Alembic
+        # v1 keys can never be hit under key v2: their rows are gone, the blob waits for gc
+        st = s.stats()
+        assert (st.artifacts, st.failures, st.blobs, st.orphan_blobs) == (0, 0, 1, 1)
+        assert s.gc().blobs_deleted == 1
         with s.engine.connect() as conn:
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == models.HEAD_REVISION
+            assert models.HEAD_REVISION == "0002_recipe_options"
             assert conn.execute(text("SELECT value FROM rocke_meta")).scalar() == str(models.SCHEMA_VERSION)
             assert compare_metadata(MigrationContext.configure(conn), models.metadata) == []
+        a = s.put(inp, raw, ir_sha256="0" * 64, metadata={}, provenance={})
+        assert s.get(a.key).code_object == raw and s.get(a.key).recipe_digest == inp.recipe_digest

@@ -169,9 +169,15 @@ def test_trailing_bytes_after_the_frame_are_corruption(store):
 
 def test_verify_recomputes_keys(store):
     a = put(store, 1)
-    _sql(store, "UPDATE artifacts SET lowering_digest = 'tampered' WHERE key = :k", k=a.key)
+    _sql(store, "UPDATE artifacts SET recipe_digest = 'tampered' WHERE key = :k", k=a.key)
     report = store.verify()
     assert [k for k, _ in report.bad_keys] == [a.key]
+
+
+def test_verify_recomputes_keys_over_the_options(store):
+    a = put(store, 1)
+    _sql(store, "UPDATE artifacts SET options_json = '{\"speed_level\":2}' WHERE key = :k", k=a.key)
+    assert [k for k, _ in store.verify().bad_keys] == [a.key]
 
 
 def test_blob_of_an_artifact_cannot_be_deleted(store):

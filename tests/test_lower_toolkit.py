@@ -11,9 +11,8 @@ import sys
 import pytest
 
 from rocke_aot import lanes
-from rocke_aot.aot import lower as lower_pkg
 from rocke_aot.aot.families import families, get_family
-from rocke_aot.aot.lower import LoweredKernel, lower, lowering_digest
+from rocke_aot.aot.lower import LoweredKernel, lower
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
 from rocke_aot.targets import Target
@@ -205,29 +204,29 @@ def test_parse_type():
         parse_type("x86_fp80")
 
 
-def test_lowering_digest_tracks_the_source(tmp_path, monkeypatch):
-    d1 = lowering_digest()
-    assert d1 == lowering_digest() and re.fullmatch(r"[0-9a-f]{64}", d1)
-    # a copy of the aot tree with one byte changed in a lowering file changes the digest
+def test_recipe_digest_tracks_the_lowering_source_and_every_family_spec_module(tmp_path):
+    import inspect
     import shutil
-    root = lower_pkg._AOT
-    copy = tmp_path / "aot"
-    shutil.copytree(root / "lower", copy / "lower", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(root / "families", copy / "families", ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(lower_pkg, "_AOT", copy)
-    # spec-class modules live outside the copy; relocate them under it for relative naming
-    monkeypatch.setattr(lower_pkg, "inspect", _FakeInspect(copy / "families" / "gemm.py"))
-    base = lowering_digest()
-    (copy / "lower" / "module.py").write_text((copy / "lower" / "module.py").read_text() + "\n# edit\n")
-    assert lowering_digest() != base
 
+    from rocke_aot.aot.recipe import default_package_dirs, recipe_digest, recipe_modules
 
-class _FakeInspect:
-    def __init__(self, path):
-        self.path = path
-
-    def getsourcefile(self, obj):
-        return str(self.path)
+    d1 = recipe_digest()
+    assert d1 == recipe_digest() and re.fullmatch(r"[0-9a-f]{64}", d1)
+    mods = recipe_modules()
+    # each registered family's spec class shapes the IR: its module is in the recipe
+    for name in families():
+        spec_mod = inspect.getmodule(get_family(name).spec_class).__name__
+        lowerer_mod = get_family(name).lowerer.__module__
+        assert spec_mod in mods and lowerer_mod in mods, name
+    # a copy of the package tree with one byte changed in a lowering file changes the digest
+    dirs = {}
+    for pkg, src in default_package_dirs().items():
+        dirs[pkg] = tmp_path / pkg.replace(".", "_")
+        shutil.copytree(src, dirs[pkg], ignore=shutil.ignore_patterns("__pycache__"))
+    assert recipe_digest(dirs) == d1
+    module = dirs["rocke_aot.aot"] / "lower" / "module.py"
+    module.write_bytes(module.read_bytes() + b"#")
+    assert recipe_digest(dirs) != d1
 
 
 def test_nvptx_static_shared_memory_is_capped_before_ptxas():
