@@ -1,11 +1,11 @@
-"""`rocke-aot cache stats|ls|show|verify|gc|export|import|train-dicts`: thin commands over Store.
+"""`rocke-aot cache stats|ls|show|verify|audit|gc|export|import|train-dicts`: thin commands over Store.
 
     --cache URL (default: $ROCKE_AOT_CACHE, else the user cache dir) ──> Store.open
     command ──> one Store method ──> text, or one JSON document with --json
 
 Library errors propagate as rocke_aot.errors types; rocke_aot.cli.main.main translates
 them (NotFoundError/IntegrityError/... exit 1, SpecError/LaneError exit 2). ``verify``
-returns exit code 1 when it finds damage.
+and ``audit`` (aot/audit.py: re-lower, compare IR) return exit code 1 when they find damage.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Iterator
 
 import click
 
+from rocke_aot.aot.audit import audit as run_audit
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
 from rocke_aot.cache.db import ENV_CACHE
 from rocke_aot.cache.records import Artifact, GcReport
@@ -304,3 +305,35 @@ def train_dicts(min_samples, dict_size, cache_url, as_json) -> None:
                        f"{r['recompressed']} blobs, {_human_bytes(r['bytes_before'])} -> {_human_bytes(r['bytes_after'])}")
         else:
             click.echo(f"{r['arch']:<24} {r['family']:<18} skipped: {r['reason']}")
+
+
+@cache.command("audit")
+@click.option("--sample", type=click.IntRange(min=1), default=None,
+              help="Re-lower only this many artifacts (a seeded random sample); default: all.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@cache_option
+@json_option
+def audit(sample, seed, cache_url, as_json) -> int:
+    """Re-lower stored artifacts with the current code; report IR that differs under the same key.
+
+    Only artifacts stored under the current recipe digest are checked (the others are
+    unreachable). An artifact whose IR sha256 differs from its record is a digest hole: the
+    key did not move although the code now lowers other IR. Exit 1 on any hole.
+
+    \b
+    Example:
+        rocke-aot cache audit
+        rocke-aot cache audit --sample 200 --json
+    """
+    with _store(cache_url) as store:
+        report = run_audit(store, sample=sample, seed=seed)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        click.echo(f"recipe {report.recipe_digest[:16]}...: {report.artifacts} artifacts, {report.same_recipe} "
+                   f"under this recipe, {report.checked} re-lowered: " + ("ok" if report.ok else
+                                                                        f"{len(report.holes)} DIGEST HOLES"))
+        for h in report.holes:
+            got = h.current_ir_sha256 or f"refused ({h.error})"
+            click.echo(f"  hole {h.key} {h.family} {h.arch} {h.lane}: stored IR {h.stored_ir_sha256}, now {got}")
+    return 0 if report.ok else 1

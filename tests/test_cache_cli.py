@@ -104,7 +104,7 @@ def test_train_dicts_reports_each_pair(filled):
 
 
 def test_help_has_examples():
-    for sub in ("stats", "ls", "show", "verify", "gc", "export", "import", "train-dicts"):
+    for sub in ("stats", "ls", "show", "verify", "audit", "gc", "export", "import", "train-dicts"):
         out = run("cache", sub, "--help").output
         assert "Example:" in out and "--cache" in out and "--json" in out, sub
 

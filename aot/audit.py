@@ -1,0 +1,81 @@
+"""Cache audit: re-lower stored artifacts with the current code and look for digest holes.
+
+    store.find(status="ok")                       every artifact (no blobs loaded)
+        │ recipe_digest == recipe_digest() ?      only "same key" rows: a row stored under
+        │   no ──> skipped (other recipe)         another recipe is unreachable anyway
+        ▼ sample N (seeded, reproducible)
+    lower(family, spec, arch, lane).ir_sha256  ──  == stored ir_sha256 ──> ok
+                                               └─  != ──> HOLE: the key did not move, yet the
+                                                   current code lowers other IR, so the cache
+                                                   may serve a binary this code would not make
+    lowering raises ──> error (the current code refuses what it once built: also a hole)
+
+A hole means the recipe rule (aot/recipe.py) misses something that shapes the IR: a module
+read outside the import graph, a data file, an environment variable. ``rocke-aot cache audit``
+exits 1 on any hole or error.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from rocke_aot.aot.lower import lower
+from rocke_aot.aot.recipe import recipe_digest
+from rocke_aot.cache.keys import thaw
+from rocke_aot.errors import RockeError, SpecError
+
+
+@dataclass(frozen=True)
+class Hole:
+    key: str
+    family: str
+    arch: str
+    lane: str
+    stored_ir_sha256: str | None
+    current_ir_sha256: str | None  # None: the current code refused to lower it
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    recipe_digest: str
+    artifacts: int  # every artifact in the store
+    same_recipe: int  # of those, stored under the current recipe digest
+    checked: int  # re-lowered (all same-recipe ones, or the sample)
+    holes: tuple[Hole, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.holes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "recipe_digest": self.recipe_digest, "artifacts": self.artifacts,
+                "same_recipe": self.same_recipe, "checked": self.checked,
+                "skipped_other_recipe": self.artifacts - self.same_recipe,
+                "holes": [h.as_dict() for h in self.holes]}
+
+
+def audit(store, *, sample: int | None = None, seed: int = 0) -> AuditReport:
+    """Re-lower the artifacts stored under the current recipe digest (all, or ``sample`` of
+    them chosen with ``seed``) and report every one whose IR differs from its record."""
+    if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool) or sample < 1):
+        raise SpecError(f"audit sample must be a positive integer, got {sample!r}")
+    current = recipe_digest()
+    arts = store.find(status="ok")
+    same = [a for a in arts if a.recipe_digest == current]
+    chosen = same if sample is None or sample >= len(same) else random.Random(seed).sample(same, sample)
+    holes = []
+    for a in sorted(chosen, key=lambda a: a.key):
+        try:
+            ir_sha = lower(a.family, thaw(a.spec), a.arch, a.lane).ir_sha256
+        except RockeError as e:
+            holes.append(Hole(a.key, a.family, a.arch, a.lane, a.ir_sha256, None, f"{type(e).__name__}: {e}"))
+            continue
+        if ir_sha != a.ir_sha256:
+            holes.append(Hole(a.key, a.family, a.arch, a.lane, a.ir_sha256, ir_sha))
+    return AuditReport(current, len(arts), len(same), len(chosen), tuple(holes))
