@@ -31,7 +31,7 @@ import importlib.util
 import itertools
 import threading
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from rocke_aot.errors import RockeError
 

@@ -44,7 +44,7 @@ def built(tmp_path_factory, all_toolchains):
 def _copy(src: str, tmp_path) -> str:
     # each test damages its own copy of the built store
     dst = tmp_path / "copy.sqlite"
-    dst.write_bytes(open(src.removeprefix("sqlite:///"), "rb").read())
+    dst.write_bytes(Path(src.removeprefix("sqlite:///")).read_bytes())
     return f"sqlite:///{dst}"
 
 
