@@ -176,7 +176,7 @@ def test_verify_recomputes_keys(store):
 
 def test_verify_recomputes_keys_over_the_options(store):
     a = put(store, 1)
-    _sql(store, "UPDATE artifacts SET options_json = '{\"speed_level\":2}' WHERE key = :k", k=a.key)
+    _sql(store, "UPDATE artifacts SET options_json = :o WHERE key = :k", o='{"speed_level":2}', k=a.key)
     assert [k for k, _ in store.verify().bad_keys] == [a.key]
 
 
