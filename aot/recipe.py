@@ -39,7 +39,7 @@ RULE_VERSION = "rocke-aot/recipe/v1"
 
 # The packages whose folders the rule reads (one import package over several folders).
 PACKAGES: tuple[str, ...] = ("rocke_aot", "rocke_aot.aot", "rocke_aot.cache", "rocke_aot.variants",
-                             "rocke_aot.service", "rocke_aot.cli")
+                             "rocke_aot.service", "rocke_aot.runner", "rocke_aot.cli")
 # Every module of these packages is a root (the lowering and the compile path) ...
 ROOT_PACKAGES: tuple[str, ...] = ("rocke_aot.aot.lower", "rocke_aot.aot.families", "rocke_aot.aot.compiler",
                                   "rocke_aot.aot.toolchains")

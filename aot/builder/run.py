@@ -5,7 +5,8 @@
                           │                 process: an LLVM abort kills only it) -> validate
                           ▼
     driver thread:  ok      -> store.put(inputs, code object, metadata, provenance)
-                    failure -> store.put_failure(...)   (not for timeouts: they may be load)
+                    failure -> store.put_failure(...)   (not for timeouts: they may be load; not for
+                                                         refusals such as a Dask worker with other code)
                     RockeError (CompileError, ...): its message; anything else (a bug):
                     its full traceback in the failure row and logged (logger rocke_aot.aot.builder.run)
                     every result is written as it lands, so a build killed with SIGKILL
