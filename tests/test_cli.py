@@ -181,6 +181,9 @@ class _NoGfx1250:
     def identity(self):
         return {**self.tc.identity(), "variant": "no-gfx1250"}
 
+    def compile_options(self, target):
+        return self.tc.compile_options(target)
+
     def compile(self, *a, **kw):
         return self.tc.compile(*a, **kw)
 
