@@ -13,6 +13,8 @@
 
 The id is a pure function of what makes a build's bytes differ (the same code and
 toolchain give the same generation, so a top-up or no-op rebuild stays in it).
+The compile options (the key's ``options``) need no part of their own: they are defined in
+aot/compiler/options.py, a module of the recipe, so the recipe digest moves with them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def generation_id(arch: str, lane: str, recipe_digest: str, toolchain_json: str)
 
 def generation_of(inputs) -> str:
     """The generation a KeyInputs belongs to (its arch, lane, recipe digest and toolchain)."""
-    return generation_id(inputs.arch, inputs.lane, inputs.lowering_digest, inputs.toolchain_json)
+    return generation_id(inputs.arch, inputs.lane, inputs.recipe_digest, inputs.toolchain_json)
 
 
 @dataclass(frozen=True)
@@ -142,13 +144,13 @@ def drop(conn: Connection, gens: list[str], chunk: int) -> int:
 def backfill(conn: Connection, insert_ignore, now: float) -> int:
     """Give rows without a generation (an imported bundle's) the one their inputs name."""
     groups = conn.execute(
-        select(A.c.arch, A.c.lane, A.c.lowering_digest, A.c.toolchain_json).where(A.c.generation.is_(None))
-        .group_by(A.c.arch, A.c.lane, A.c.lowering_digest, A.c.toolchain_json)).all()
+        select(A.c.arch, A.c.lane, A.c.recipe_digest, A.c.toolchain_json).where(A.c.generation.is_(None))
+        .group_by(A.c.arch, A.c.lane, A.c.recipe_digest, A.c.toolchain_json)).all()
     n = 0
     for arch, lane, digest, tc_json in groups:
         gen = generation_id(arch, lane, digest, tc_json)
         register(conn, insert_ignore, gen, arch, lane, digest, tc_json, now)
         n += conn.execute(update(A).where(and_(
-            A.c.generation.is_(None), A.c.arch == arch, A.c.lane == lane, A.c.lowering_digest == digest,
+            A.c.generation.is_(None), A.c.arch == arch, A.c.lane == lane, A.c.recipe_digest == digest,
             A.c.toolchain_json == tc_json)).values(generation=gen)).rowcount
     return n

@@ -286,7 +286,7 @@ class Store:
         with db.write_tx(self.engine) as conn:
             now = time.time()
             row["built_at"] = row["last_read_at"] = now
-            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.lowering_digest,
+            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.recipe_digest,
                                  inputs.toolchain_json, now)
             blobs.publish_blob(conn, self._dicts, sha, raw, stored, cod, dict_id, now)
             _publish_artifact(conn, row, replace=replace)
@@ -313,7 +313,7 @@ class Store:
         gen = generations.generation_of(inputs)
         with db.write_tx(self.engine) as conn:
             now = time.time()
-            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.lowering_digest,
+            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.recipe_digest,
                                  inputs.toolchain_json, now)
             cur = conn.execute(_Q_STATUS, {"k": key}).first()
             if cur is not None and cur.status == "ok":
