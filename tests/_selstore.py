@@ -18,7 +18,8 @@ TOOLCHAIN = {"kind": "fake", "llvm": "22.1.0"}
 
 def fake_inputs(arch: str, lane: str, family: str, spec: Mapping[str, Any], digest: str = "d1",
                 toolchain: Mapping[str, str] | None = None) -> KeyInputs:
-    return KeyInputs(arch, lane, get_lane(lane).profile_name, family, dict(spec), digest, dict(toolchain or TOOLCHAIN))
+    return KeyInputs(arch, lane, get_lane(lane).profile_name, family, dict(spec), digest, dict(toolchain or TOOLCHAIN),
+                     {"speed_level": 3})
 
 
 def code_object_section(*, vgprs: int = 32, sgprs: int = 24, lds: int = 0, workgroup: int = 256,

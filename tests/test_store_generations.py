@@ -221,7 +221,10 @@ def test_readonly_postgresql_role(pg_database):
 
 def test_upgrade_from_0003_backfills_generations_and_refs(store_url):
     """A store written before generations existed: each row gets the generation its inputs name,
-    and each (arch, lane) ref points at the generation of its newest artifact."""
+    and each (arch, lane) ref points at the generation of its newest artifact.
+
+    (Checked at revision 0003_generations with SQL: the next revision, 0002_recipe_options
+    (cache key v2), empties the v1 rows again, so the head store cannot show the backfill.)"""
     from alembic import command
     from alembic.config import Config
     from pathlib import Path as P
@@ -230,19 +233,37 @@ def test_upgrade_from_0003_backfills_generations_and_refs(store_url):
     from rocke_aot.cache import db as dbmod
 
     with Store.open(store_url) as store:
-        put_fake(store, "gfx942", "llvm22", "gemm", SPECS[0], digest="d1")
-        put_fake(store, "gfx942", "llvm22", "gemm", SPECS[1], digest="d2")  # newer build
-        put_fake(store, "gfx950", "llvm24", "gemm", SPECS[0], digest="d1")
+        made = [put_fake(store, "gfx942", "llvm22", "gemm", SPECS[0], digest="d1"),
+                put_fake(store, "gfx942", "llvm22", "gemm", SPECS[1], digest="d2"),  # newer build
+                put_fake(store, "gfx950", "llvm24", "gemm", SPECS[0], digest="d1")]
+        with store.engine.begin() as conn:
+            rows = [dict(r) for r in conn.execute(text(
+                "SELECT key, status, arch, lane, profile, family, spec_json, recipe_digest, toolchain_json, "
+                "blob_sha256, ir_sha256, metadata_json, provenance_json FROM artifacts")).mappings()]
+        order = {a.key: i for i, a in enumerate(made)}
         cfg = Config()
         cfg.set_main_option("script_location", str(P(cache_pkg.__file__).parent / "migrations"))
         with dbmod.write_tx(store.engine, exclusive=True) as conn:
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, "0003")
-        with store.engine.begin() as conn:  # the downgrade dropped the column: nothing to forget
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
-    with Store.open(store_url) as store:  # upgrades again, backfilling
-        gens = {(g.arch, g.lane, g.recipe_digest): g for g in store.generations()}
-        assert set(gens) == {("gfx942", "llvm22", "d1"), ("gfx942", "llvm22", "d2"), ("gfx950", "llvm24", "d1")}
-        assert store.current_generation("gfx942", "llvm22") == _gen("d2")
-        assert store.current_generation("gfx950", "llvm24") == _gen("d1", "gfx950", "llvm24")
-        assert all(g.artifacts == 1 for g in gens.values())
+            # the rows as a 0003 store held them (the downgrade emptied the table: v2 rows are
+            # unreachable under v1 keys), built in the order made
+            for r in rows:
+                conn.execute(text(
+                    "INSERT INTO artifacts (key, status, arch, lane, profile, family, spec_json, lowering_digest, "
+                    "toolchain_json, blob_sha256, ir_sha256, metadata_json, provenance_json, built_at, last_read_at) "
+                    "VALUES (:key, :status, :arch, :lane, :profile, :family, :spec_json, :recipe_digest, "
+                    ":toolchain_json, :blob_sha256, :ir_sha256, :metadata_json, :provenance_json, :t, :t)"),
+                    {**r, "t": 1000.0 + order[r["key"]]})
+            command.upgrade(cfg, "0003_generations")  # backfilling
+            gens = conn.execute(text("SELECT id, arch, lane, recipe_digest FROM generations")).all()
+            assert {(a, l, d) for _, a, l, d in gens} == {("gfx942", "llvm22", "d1"), ("gfx942", "llvm22", "d2"),
+                                                          ("gfx950", "llvm24", "d1")}
+            assert all(i == _gen(d, a, l) for i, a, l, d in gens)
+            refs = dict(((a, l), g) for a, l, g in conn.execute(text("SELECT arch, lane, generation FROM refs")))
+            assert refs == {("gfx942", "llvm22"): _gen("d2"), ("gfx950", "llvm24"): _gen("d1", "gfx950", "llvm24")}
+            per_gen = conn.execute(text("SELECT generation, COUNT(*) FROM artifacts GROUP BY generation")).all()
+            assert sorted(n for _, n in per_gen) == [1, 1, 1] and None not in {g for g, _ in per_gen}
+    with Store.open(store_url) as store:  # on to the head: key v2 drops the v1 rows and their generations
+        assert store.stats().artifacts == 0 and not store.generations()
