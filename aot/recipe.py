@@ -11,8 +11,10 @@
         │   importlib.import_module(f"{__name__}.{m}") with m a loop variable over, or
         │       import_module(name) with name read from, a module-level tuple/list/dict literal
         │       of strings (families' _FAMILY_MODULES, toolchains' KIND_MODULES)
-        │   a dynamic import the rule cannot resolve is a RecipeError naming file and line:
-        │       nothing can slip past the digest by being clever
+        │   any other dynamic import: a module that declares
+        │       __recipe_imports__ = ("pkg", ...) (and enforces it) brings in every module of
+        │       those packages; without the declaration it is a RecipeError naming file and
+        │       line: nothing can slip past the digest by being clever
         ▼
     recipe_modules() -> ("rocke_aot", "rocke_aot.aot", "rocke_aot.aot.codeobject", ...)  sorted
     recipe_digest()  -> sha256( RULE_VERSION, then per module: name \\0 source bytes \\0 )
@@ -200,6 +202,11 @@ class _Scanner:
             base = base[: len(base) - (node.level - 1)]
         return ".".join(base + ([node.module] if node.module else []))
 
+    def _declared(self) -> list[str] | None:
+        """``__recipe_imports__ = ("pkg", ...)`` at module level: this module's dynamic imports
+        load only modules of those packages (the module itself must enforce it)."""
+        return self.tables.get("__recipe_imports__")
+
     def imports(self) -> set[str]:
         found: set[str] = set()
         for node in ast.walk(self.ast):
@@ -220,7 +227,14 @@ class _Scanner:
                 f = node.func
                 name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
                 if name in _IMPORT_FUNCS and node.args:
-                    for mod in self._values(node.args[0]):
+                    try:
+                        mods = self._values(node.args[0])
+                    except RecipeError:
+                        if not self._declared():
+                            raise
+                        # declared: every module of the packages it may import from is covered
+                        mods = [m for pkg in self._declared() for m in self.t.package_modules(pkg)]
+                    for mod in mods:
                         if _in_scope(mod):
                             found.update(_with_parents(mod))
         return found

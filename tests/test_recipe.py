@@ -127,13 +127,13 @@ def test_table_driven_dynamic_imports_are_followed(tree):
     # As aot/families (_FAMILY_MODULES, f"{__name__}.{mod_name}") and aot/toolchains
     # (KIND_MODULES.get(kind)) do, in a module the closure reaches (not a root itself).
     f = tree["rocke_aot.variants"] / "__init__.py"
-    extra = (b"\nimport importlib\n_MODS = ('efficiency',)\n_KINDS = {'t': 'rocke_aot.variants.table'}\n"
+    extra = (b"\nimport importlib\n_MODS = ('efficiency',)\n_KINDS = {'t': 'rocke_aot.variants.selection'}\n"
              b"def _load(kind):\n    for m in _MODS:\n        importlib.import_module(f'{__name__}.{m}')\n"
              b"    name = _KINDS.get(kind)\n    return importlib.import_module(name)\n")
-    assert "rocke_aot.variants.efficiency" not in LIVE_MODULES and "rocke_aot.variants.table" not in LIVE_MODULES
+    assert "rocke_aot.variants.efficiency" not in LIVE_MODULES and "rocke_aot.variants.selection" not in LIVE_MODULES
     with _Edit(f, f.read_bytes() + extra):
         mods = recipe_modules(tree)
-    assert {"rocke_aot.variants.efficiency", "rocke_aot.variants.table"} <= set(mods)
+    assert {"rocke_aot.variants.efficiency", "rocke_aot.variants.selection"} <= set(mods)
 
 
 def test_an_unresolvable_dynamic_import_fails_closed(tree):
@@ -156,3 +156,15 @@ def test_package_dirs_must_name_every_package(tree):
     with pytest.raises(RecipeError, match="rocke_aot.cli"):
         recipe_digest(partial)
     assert set(PACKAGES) == set(tree)
+
+
+def test_a_declared_dynamic_import_brings_in_its_whole_package(tree):
+    # As aot/families' resolve_lowerer: import_module(a variable), restricted to one package.
+    f = tree["rocke_aot.variants"] / "__init__.py"
+    extra = (b"\nimport importlib\n__recipe_imports__ = ('rocke_aot.cache',)\n"
+             b"def _load(name):\n    return importlib.import_module(name)\n")
+    with _Edit(f, f.read_bytes() + extra):
+        mods = recipe_modules(tree)
+    cache = {f"rocke_aot.cache.{p.stem}" for p in tree["rocke_aot.cache"].glob("*.py") if p.stem != "__init__"}
+    assert not cache & set(LIVE_MODULES)
+    assert cache and cache | {"rocke_aot.cache"} <= set(mods)

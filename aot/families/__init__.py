@@ -29,6 +29,9 @@ from rocke_aot.launch import KernelArg, LaunchContract
 from rocke_aot.variants.families import FAMILIES, FamilyEntry, get_entry
 
 _PACKAGE = __name__  # lowerers must live under rocke_aot.aot.families
+# For the cache key's recipe rule (aot/recipe.py): resolve_lowerer imports only modules of
+# this package (checked below), so every module of it is part of the recipe digest.
+__recipe_imports__ = ("rocke_aot.aot.families",)
 
 
 @dataclass(frozen=True)
