@@ -35,6 +35,7 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.cli.characterize", "characterize_cmd"),
     ("rocke_aot.cli.select", "select_cmd"),
     ("rocke_aot.cli.bench", "bench_cmd"),
+    ("rocke_aot.cli.golden", "golden_cmd"),
 )
 
 

@@ -1,0 +1,576 @@
+"""IR goldens: the sha256 of the IR every lane emits for a representative set of specs.
+
+    select_cases(families)                     the cases, chosen BY RULE from the variant tables:
+        per (family, arch, lane the table serves): the admitted grid, grouped by
+        (baked parameter set, path) -- so every dtype, every baked layer and every path --
+        then, per group, a greedy cover of every knob's extremes (min and max of each
+        numeric or boolean knob over the admitted points: block sizes, waves, tiles,
+        double_buffer both ways; every value of a non-numeric knob); ties go to the earlier
+        point of the table's enumeration order. The union over lanes is the case list.
+    evaluate(cases, lane)                      per case: lower(family, spec, arch, lane) -> sha256,
+        size, kernel name, the intrinsics it declares; or an expected failure with its reason
+        (the table refuses the (arch, lane), the lane's grid lacks the point, lowering refuses)
+    check(golden, fresh)  -> Report            drift (hash, size, kernel, failure reason), added or
+        missing cases, lane-registry problems (stale lane, missing lane, undecided lane, alias
+        across profiles), each drift with the first differing IR lines (old IR from the store)
+    write(...)                                 the golden file + the IR store; prints what changed
+
+Lowering takes the lane as an argument, so every lane of the registry is checked on any host,
+whatever compilers it has. A lane may alias another lane's cases (``"alias_of"``) only when
+both map to the same emission profile in the registry (rocke_aot/lanes.py); an aliased lane
+is still lowered, and compared with its target's entries.
+
+Files (reviewed like code): ``aot/goldens/ir-goldens.json`` (hashes, failures, counters) and
+``aot/goldens/ir-goldens.ir.zst`` (zstd JSON {sha256: IR text}: the IR of every recorded hash,
+so a drift report can show the old lines without checking out old code). docs/goldens.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import zstandard
+
+from rocke_aot import lanes as lane_registry
+from rocke_aot.aot.lower import lower
+from rocke_aot.arch import ARCHES
+from rocke_aot.errors import CapabilityError, LaneError, RockeError, SpecError
+from rocke_aot.variants import table
+
+SCHEMA = 1
+RULE = ("per (family, arch, served lane): the admitted grid grouped by (baked parameters, path); "
+        "per group a greedy cover of each knob's min and max (every value of a non-numeric knob), "
+        "ties to the earlier point in table order; cases = the union over lanes")
+GOLDEN_DIR = Path(__file__).resolve().parent / "goldens"
+GOLDEN_PATH = GOLDEN_DIR / "ir-goldens.json"
+IR_STORE_PATH = GOLDEN_DIR / "ir-goldens.ir.zst"
+# llvmlite quotes global names: declare i32 @"llvm.amdgcn.workitem.id.x"()
+_INTRINSIC_RE = re.compile(r'^declare\b[^@]*@"?(llvm\.[A-Za-z0-9_.]+)"?\(', re.M)
+_DIFF_LINES = 6  # lines of a drift report's diff excerpt
+
+
+class GoldenError(RockeError):
+    """The golden file cannot be used or written (dirty tree, corrupt store, bad format)."""
+
+
+# ------------------------------------------------------------------ the cases
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    arch: str
+    spec: Mapping[str, Any]  # canonical spec dict
+    kernel: str  # the spec's kernel name (unique per family and arch)
+
+    @property
+    def id(self) -> str:
+        return f"{self.family}/{self.arch}/{self.kernel}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "arch": self.arch, "spec": dict(self.spec)}
+
+
+def _group_key(spec_dict: Mapping[str, Any], baked: Mapping[str, Any]) -> str:
+    return json.dumps([sorted(baked.items()), spec_dict.get("path")], default=str)
+
+
+def _ordered(v: Any) -> bool:
+    return isinstance(v, (bool, int, float))
+
+
+def representative(specs: Sequence[Any], knob_names: Iterable[str]) -> list[Any]:
+    """The greedy cover of every knob's extremes over ``specs`` (one group: same baked, path)."""
+    dicts = [s.to_dict() for s in specs]
+    targets: set[tuple[str, Any]] = set()
+    for name in knob_names:
+        values = {d[name] for d in dicts if name in d}
+        if len(values) < 2:
+            continue
+        if all(_ordered(v) for v in values):
+            targets |= {(name, min(values)), (name, max(values))}
+        else:
+            targets |= {(name, v) for v in values}
+    chosen: list[int] = [0] if not targets and dicts else []
+    while targets:
+        best, gain = None, 0
+        for i, d in enumerate(dicts):
+            g = sum(1 for n, v in targets if d.get(n) == v and type(d.get(n)) is type(v))
+            if g > gain:
+                best, gain = i, g
+        if best is None:  # cannot happen: every target value comes from some point
+            raise GoldenError(f"no point covers {sorted(targets, key=str)}")
+        chosen.append(best)
+        targets = {(n, v) for n, v in targets
+                   if not (dicts[best].get(n) == v and type(dicts[best].get(n)) is type(v))}
+    return [specs[i] for i in sorted(chosen)]
+
+
+def _lane_selection(family: str, arch: str, lane: lane_registry.Lane) -> list[Any]:
+    tab = table.get_table(family)
+    target = table._target(arch)
+    specs = list(table.enumerate_specs(family, arch, lane))
+    out: list[Any] = []
+    for baked in tab.baked(target, lane):
+        knobs = [k for k in tab.knobs(baked, target, lane) if k != "path"]
+        groups: dict[str, list[Any]] = {}
+        for s in specs:
+            d = s.to_dict()
+            if all(d.get(k) == v for k, v in baked.items()):
+                groups.setdefault(_group_key(d, baked), []).append(s)
+        for group in groups.values():
+            out += representative(group, knobs)
+    return out
+
+
+def select_cases(families: Sequence[str] | None = None) -> list[Case]:
+    """Every case of the rule, in (family, arch, table order); ids are unique."""
+    cases: dict[str, Case] = {}
+    for family in families or table.family_names():
+        for arch in ARCHES:
+            for lane in table.registered_lanes():
+                if not table.admission(family, arch, lane).served:
+                    continue
+                for spec in _lane_selection(family, arch, lane):
+                    case = Case(family, arch, spec.to_dict(), spec.kernel_name)
+                    old = cases.setdefault(case.id, case)
+                    if old.spec != case.spec:
+                        raise GoldenError(f"two specs share the case id {case.id}: {old.spec} / {case.spec}")
+    return list(cases.values())
+
+
+# ------------------------------------------------------------------ one lane's results
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One case on one lane: lowered (sha256, size, kernel, intrinsics) or refused (reason)."""
+
+    sha256: str | None = None
+    size: int = 0
+    kernel: str = ""
+    intrinsics: tuple[str, ...] = ()
+    stage: str | None = None  # None (lowered) | "admission" | "grid" | "lowering"
+    reason: str = ""
+    ir: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.stage is None
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.ok:
+            return {"sha256": self.sha256, "size": self.size, "kernel": self.kernel,
+                    "intrinsics": list(self.intrinsics)}
+        return {"stage": self.stage, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Outcome":
+        if "sha256" in d:
+            return cls(d["sha256"], int(d["size"]), d["kernel"], tuple(d.get("intrinsics", ())))
+        return cls(stage=d["stage"], reason=d["reason"])
+
+
+def declared_intrinsics(ir: str) -> tuple[str, ...]:
+    """The ``llvm.*`` intrinsics an IR module declares, sorted."""
+    return tuple(sorted(set(_INTRINSIC_RE.findall(ir))))
+
+
+def evaluate_case(case: Case, lane: lane_registry.Lane) -> Outcome:
+    adm = table.admission(case.family, case.arch, lane)
+    if not adm.served:
+        return Outcome(stage="admission", reason=adm.reason)
+    spec = table.spec_from_dict(case.family, case.spec)
+    if spec not in table.enumerate_specs(case.family, case.arch, lane):
+        paths = table.path_admissions(case.family, case.arch, lane)
+        why = paths.get(case.spec.get("path"))
+        reason = why.reason if why is not None and not why.served else "not a point of the lane's grid"
+        return Outcome(stage="grid", reason=reason)
+    try:
+        k = lower(case.family, spec, case.arch, lane)
+    except (CapabilityError, SpecError) as e:
+        return Outcome(stage="lowering", reason=f"{type(e).__name__}: {e}")
+    ir = k.ir
+    return Outcome(hashlib.sha256(ir.encode()).hexdigest(), len(ir.encode()), k.kernel_name,
+                   declared_intrinsics(ir), ir=ir)
+
+
+def _evaluate_chunk(cases: Sequence[Case], lane_name: str) -> list[Outcome]:
+    lane = lane_registry.get_lane(lane_name)
+    return [evaluate_case(c, lane) for c in cases]
+
+
+def evaluate(cases: Sequence[Case], lanes: Sequence[lane_registry.Lane], *,
+             jobs: int = 1) -> dict[str, dict[str, Outcome]]:
+    """lane name -> case id -> Outcome (every lane lowered, aliased or not).
+
+    ``jobs`` > 1 lowers in that many spawned processes (lowering is pure Python, so threads
+    would not help); 1 lowers here, which is what a test that monkeypatches the lowering needs.
+    """
+    if jobs <= 1:
+        return {lane.name: dict(zip((c.id for c in cases), _evaluate_chunk(cases, lane.name)))
+                for lane in lanes}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    size = max(1, -(-len(cases) // (4 * jobs)))
+    chunks = [list(cases[i:i + size]) for i in range(0, len(cases), size)]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+        futures = {lane.name: [ex.submit(_evaluate_chunk, ch, lane.name) for ch in chunks] for lane in lanes}
+        out = {}
+        for name, futs in futures.items():
+            outcomes = [o for f in futs for o in f.result()]
+            out[name] = dict(zip((c.id for c in cases), outcomes))
+    return out
+
+
+def summarize(outcomes: Mapping[str, Outcome]) -> dict[str, Any]:
+    ok = [o for o in outcomes.values() if o.ok]
+    failed = [o for o in outcomes.values() if not o.ok]
+    stages: dict[str, int] = {}
+    for o in failed:
+        stages[o.stage] = stages.get(o.stage, 0) + 1
+    return {"cases": len(outcomes), "ok_cases": len(ok), "expected_failures": len(failed),
+            "failures_by_stage": dict(sorted(stages.items())), "ir_bytes": sum(o.size for o in ok),
+            "distinct_ir": len({o.sha256 for o in ok})}
+
+
+# ------------------------------------------------------------------ the files
+
+
+def load(path: Path = GOLDEN_PATH) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise GoldenError(f"no golden file at {path}: run `rocke-aot golden --write`") from None
+    except json.JSONDecodeError as e:
+        raise GoldenError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise GoldenError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else '?'} "
+                          f"is not {SCHEMA}")
+    return doc
+
+
+def load_ir_store(path: Path = IR_STORE_PATH) -> dict[str, str]:
+    """sha256 -> IR text; every entry is verified against its key."""
+    if not Path(path).exists():
+        return {}
+    try:
+        store = json.loads(zstandard.ZstdDecompressor().decompress(Path(path).read_bytes()))
+    except (zstandard.ZstdError, json.JSONDecodeError) as e:
+        raise GoldenError(f"{path} is not a zstd JSON IR store: {e}") from None
+    for sha, ir in store.items():
+        if hashlib.sha256(ir.encode()).hexdigest() != sha:
+            raise GoldenError(f"{path}: the IR stored under {sha[:12]} does not hash to it")
+    return store
+
+
+def _dump_ir_store(store: Mapping[str, str], path: Path) -> None:
+    raw = json.dumps(dict(sorted(store.items())), indent=0, sort_keys=True).encode()
+    params = zstandard.ZstdCompressionParameters.from_level(19, enable_ldm=True, window_log=27)
+    Path(path).write_bytes(zstandard.ZstdCompressor(compression_params=params).compress(raw))
+
+
+def lane_entries(doc: Mapping[str, Any], lane: str) -> tuple[dict[str, Any], str]:
+    """(case id -> outcome dict, the lane whose entries these are) after resolving an alias."""
+    entry = doc["lanes"][lane]
+    target = entry.get("alias_of")
+    if target is None:
+        return dict(entry.get("results", {})) | dict(entry.get("expected_failures", {})), lane
+    validate_alias(lane, target, doc)
+    return lane_entries(doc, target)[0], target
+
+
+def validate_alias(lane: str, target: str, doc: Mapping[str, Any] | None = None) -> None:
+    """An alias is legal only between two registered lanes that map to the same profile."""
+    a = lane_registry.get_lane(lane, source=f"golden lane {lane}")
+    b = lane_registry.get_lane(target, source=f"alias target of golden lane {lane}")
+    if a.profile_name != b.profile_name:
+        raise LaneError(f"golden lane {lane} aliases {target}, but {lane} maps to profile "
+                        f"{a.profile_name!r} and {target} to {b.profile_name!r}: an alias must not "
+                        f"cross emission profiles")
+    if doc is not None:
+        if target not in doc["lanes"]:
+            raise LaneError(f"golden lane {lane} aliases {target}, which the golden does not hold")
+        if doc["lanes"][target].get("alias_of"):
+            raise LaneError(f"golden lane {lane} aliases {target}, itself an alias: alias the target directly")
+
+
+# ------------------------------------------------------------------ check
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # "drift" | "added" | "missing" | "stale-lane" | "missing-lane" | "undecided" | "profile"
+    lane: str
+    case: str = ""
+    old: str = ""  # old hash or reason
+    new: str = ""
+    detail: tuple[str, ...] = ()  # the first differing IR lines, or an explanation
+
+    def render(self) -> str:
+        head = {"drift": "DRIFT", "added": "NEW CASE", "missing": "MISSING CASE", "stale-lane": "STALE LANE",
+                "missing-lane": "MISSING LANE", "undecided": "UNDECIDED LANE", "profile": "PROFILE",
+                }.get(self.kind, self.kind.upper())
+        lines = [f"{head} lane {self.lane}" + (f" case {self.case}" if self.case else "")]
+        if self.old or self.new:
+            lines.append(f"  old: {self.old or '-'}")
+            lines.append(f"  new: {self.new or '-'}")
+        lines += [f"  {d}" for d in self.detail]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Report:
+    findings: tuple[Finding, ...]
+    checked: Mapping[str, Mapping[str, int]]  # lane -> summary counters of the fresh run
+    aliases: Mapping[str, str]  # lane -> alias target, as validated
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def render(self) -> str:
+        out = [f.render() for f in self.findings]
+        for lane, s in self.checked.items():
+            alias = f" (alias of {self.aliases[lane]})" if lane in self.aliases else ""
+            out.append(f"lane {lane}{alias}: {s['ok_cases']} lowered, {s['expected_failures']} expected "
+                       f"failures, {s['cases']} cases")
+        out.append("golden check: OK" if self.ok else f"golden check: {len(self.findings)} finding(s)")
+        return "\n".join(out)
+
+
+def first_difference(old: str | None, new: str | None) -> tuple[str, ...]:
+    """The first differing lines of two IR texts, as a small unified diff with line numbers."""
+    if old is None:
+        return ("(the old IR is not in the IR store; rewrite the goldens to keep it)",)
+    a, b = old.splitlines(), new.splitlines() if new is not None else []
+    for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        tag, i1, i2, j1, j2 = op
+        if tag == "equal":
+            continue
+        lines = [f"first difference at line {i1 + 1}:"]
+        lines += [f"- {ln}" for ln in a[i1:min(i2, i1 + _DIFF_LINES)]]
+        lines += [f"+ {ln}" for ln in b[j1:min(j2, j1 + _DIFF_LINES)]]
+        return tuple(lines)
+    return ("(same lines; the texts differ in line endings)",)
+
+
+def _describe(o: Mapping[str, Any] | Outcome) -> str:
+    d = o.as_dict() if isinstance(o, Outcome) else o
+    if "sha256" in d:
+        return f"{d['sha256']} ({d['size']} bytes, kernel {d['kernel']})"
+    return f"refused at {d['stage']}: {d['reason']}"
+
+
+def registry_findings(doc: Mapping[str, Any], lanes: Sequence[str] | None = None) -> list[Finding]:
+    """Stale lanes, missing lanes, undecided lanes and recorded profiles vs the registry."""
+    out: list[Finding] = []
+    registered = {lane.name: lane for lane in table.registered_lanes()}
+    for name in sorted(set(doc.get("lanes", {})) - set(registered)):
+        out.append(Finding("stale-lane", name, detail=(
+            f"the golden holds lane {name}, which the lane registry does not: remove it "
+            f"(`rocke-aot golden --write`)",)))
+    for name, lane in registered.items():
+        if lanes and name not in lanes:
+            continue
+        entry = doc.get("lanes", {}).get(name)
+        if entry is None:
+            out.append(Finding("missing-lane", name, detail=(
+                f"registry lane {name} has no golden: every lane must be lowered and recorded "
+                f"(`rocke-aot golden --write --lane {name}`)",)))
+        elif entry.get("profile") != lane.profile_name:
+            out.append(Finding("profile", name, old=str(entry.get("profile")), new=lane.profile_name,
+                               detail=(f"lane {name} now maps to profile {lane.profile_name}",)))
+    for hole in table.check_complete():
+        if hole.lane in registered and (not lanes or hole.lane in lanes):
+            out.append(Finding("undecided", hole.lane, detail=(str(hole),)))
+    return out
+
+
+def check(doc: Mapping[str, Any] | None = None, *, lanes: Sequence[str] | None = None,
+          families: Sequence[str] | None = None, ir_store: Mapping[str, str] | None = None,
+          jobs: int = 1) -> Report:
+    """Lower every case on every lane (or those named) and compare with the golden."""
+    doc = load() if doc is None else doc
+    lane_names = [lane_registry.get_lane(x).name for x in lanes] if lanes else None
+    findings = registry_findings(doc, lane_names)
+    store = load_ir_store() if ir_store is None else ir_store
+    cases = select_cases(families)
+    fams = set(families or table.family_names())
+    checked: dict[str, dict[str, int]] = {}
+    aliases: dict[str, str] = {}
+    todo = [lane for lane in table.registered_lanes()
+            if (not lane_names or lane.name in lane_names) and lane.name in doc.get("lanes", {})]
+    # (a registry lane the golden lacks is a missing-lane finding above)
+    for lane in todo:
+        lane_entries(doc, lane.name)  # validate every alias before the slow part
+    results = evaluate(cases, todo, jobs=jobs)
+    for lane in todo:
+        recorded, source = lane_entries(doc, lane.name)
+        if source != lane.name:
+            aliases[lane.name] = source
+        recorded = {cid: o for cid, o in recorded.items() if cid.split("/", 1)[0] in fams}
+        fresh = results[lane.name]
+        checked[lane.name] = summarize(fresh)
+        via = f" (via alias {source})" if source != lane.name else ""
+        for cid, new in fresh.items():
+            old = recorded.get(cid)
+            if old is None:
+                findings.append(Finding("added", lane.name, cid, new=_describe(new), detail=(
+                    f"a case of the rule that the golden{via} does not hold",)))
+                continue
+            if Outcome.from_dict(old) == new:
+                continue
+            detail: tuple[str, ...] = ()
+            if "sha256" in old and new.ok:
+                detail = first_difference(store.get(old["sha256"]), new.ir)
+            findings.append(Finding("drift", lane.name, cid, _describe(old) + via, _describe(new), detail))
+        for cid in sorted(set(recorded) - set(fresh)):
+            findings.append(Finding("missing", lane.name, cid, old=_describe(recorded[cid]), detail=(
+                "the golden holds a case the rule no longer selects",)))
+    return Report(tuple(findings), checked, aliases)
+
+
+# ------------------------------------------------------------------ write
+
+
+def git_dirty(root: Path | None = None) -> list[str]:
+    """Paths git reports as changed or untracked, outside the golden files themselves."""
+    root = root or GOLDEN_DIR.parent.parent
+    try:
+        proc = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise GoldenError(f"cannot run git status in {root}: {e}") from None
+    if proc.returncode != 0:
+        raise GoldenError(f"git status failed in {root}: {proc.stderr.strip()}")
+    mine = GOLDEN_DIR.relative_to(root).as_posix() + "/"
+    return [ln[3:] for ln in proc.stdout.splitlines() if ln[3:] and not ln[3:].startswith(mine)]
+
+
+def build(cases: Sequence[Case], results: Mapping[str, Mapping[str, Outcome]],
+          previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The golden document for ``results`` (lane -> case -> Outcome).
+
+    A lane whose profile an earlier lane already has, and whose outcomes equal that lane's,
+    is written as an alias of it; any other lane gets its own entries. Lanes and cases not in
+    ``results`` are kept from ``previous`` (a partial --write), minus stale lanes.
+    """
+    registered = {lane.name: lane for lane in table.registered_lanes()}
+    prev_lanes = dict((previous or {}).get("lanes", {}))
+    doc_cases = {cid: c for cid, c in (previous or {}).get("cases", {}).items()}
+    doc_cases.update({c.id: c.as_dict() for c in cases})
+    out_lanes: dict[str, Any] = {}
+    canonical: dict[str, str] = {}  # profile -> the first lane written in full
+    for name, lane in registered.items():
+        if name in results:
+            merged = {}
+            if name in prev_lanes:
+                merged = lane_entries({"lanes": prev_lanes}, name)[0]
+                merged = {cid: o for cid, o in merged.items() if cid.split("/", 1)[0]
+                          not in {c.family for c in cases}}
+            merged.update({cid: o.as_dict() for cid, o in results[name].items()})
+            target = canonical.get(lane.profile_name)
+            if target is not None and _full(out_lanes[target]) == merged:
+                out_lanes[name] = {"profile": lane.profile_name, "alias_of": target}
+                continue
+            out_lanes[name] = {
+                "profile": lane.profile_name,
+                "results": {cid: o for cid, o in sorted(merged.items()) if "sha256" in o},
+                "expected_failures": {cid: o for cid, o in sorted(merged.items()) if "sha256" not in o},
+            }
+            canonical.setdefault(lane.profile_name, name)
+        elif name in prev_lanes:
+            out_lanes[name] = prev_lanes[name]
+            if "alias_of" not in prev_lanes[name]:
+                canonical.setdefault(lane.profile_name, name)
+    for name, entry in out_lanes.items():
+        full = _full(out_lanes[entry["alias_of"]]) if "alias_of" in entry else _full(entry)
+        entry["summary"] = summarize({cid: Outcome.from_dict(o) for cid, o in full.items()})
+    live = {cid for e in out_lanes.values() for cid in _full(e)} | {
+        cid for e in out_lanes.values() if "alias_of" in e for cid in _full(out_lanes[e["alias_of"]])}
+    return {
+        "schema": SCHEMA,
+        "rule": RULE,
+        "ir_store": IR_STORE_PATH.name,
+        "cases": {cid: c for cid, c in sorted(doc_cases.items()) if cid in live},
+        "lanes": out_lanes,
+        "summary": {"lanes": len(out_lanes), "cases": len(live),
+                    "aliases": {n: e["alias_of"] for n, e in out_lanes.items() if "alias_of" in e},
+                    "ok_cases": {n: e["summary"]["ok_cases"] for n, e in out_lanes.items()},
+                    "expected_failures": {n: e["summary"]["expected_failures"] for n, e in out_lanes.items()}},
+    }
+
+
+def _full(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(entry.get("results", {})) | dict(entry.get("expected_failures", {}))
+
+
+def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """What a write changed, one line per lane and case (for the reviewer)."""
+    if not old:
+        return [f"new golden file: {new['summary']}"]
+    lines = []
+    for lane in sorted(set(old.get("lanes", {})) | set(new["lanes"])):
+        if lane not in new["lanes"]:
+            lines.append(f"lane {lane}: removed (stale)")
+            continue
+        if lane not in old.get("lanes", {}):
+            lines.append(f"lane {lane}: added")
+            continue
+        a = _resolved(old, lane)
+        b = _resolved(new, lane)
+        for cid in sorted(set(a) | set(b)):
+            if a.get(cid) == b.get(cid):
+                continue
+            if cid not in b:
+                lines.append(f"lane {lane} {cid}: removed")
+            elif cid not in a:
+                lines.append(f"lane {lane} {cid}: added {_describe(b[cid])}")
+            else:
+                lines.append(f"lane {lane} {cid}: {_describe(a[cid])} -> {_describe(b[cid])}")
+        ea, eb = old["lanes"][lane].get("alias_of"), new["lanes"][lane].get("alias_of")
+        if ea != eb:
+            lines.append(f"lane {lane}: alias {ea or 'none'} -> {eb or 'none'}")
+    return lines
+
+
+def _resolved(doc: Mapping[str, Any], lane: str) -> dict[str, Any]:
+    entry = doc["lanes"][lane]
+    return _full(doc["lanes"][entry["alias_of"]]) if "alias_of" in entry else _full(entry)
+
+
+def write(*, lanes: Sequence[str] | None = None, families: Sequence[str] | None = None,
+          allow_dirty: bool = False, path: Path = GOLDEN_PATH, store_path: Path = IR_STORE_PATH,
+          root: Path | None = None, jobs: int = 1) -> list[str]:
+    """Lower, then write the golden file and the IR store; returns the change lines."""
+    if not allow_dirty:
+        dirty = git_dirty(root)
+        if dirty:
+            raise GoldenError("refusing to write goldens on a dirty tree (the hashes would describe "
+                              "uncommitted code): " + ", ".join(dirty[:8])
+                              + (" ..." if len(dirty) > 8 else "") + "; commit first or pass --allow-dirty")
+    previous = load(path) if Path(path).exists() else None
+    lane_objs = [lane_registry.get_lane(x) for x in lanes] if lanes else list(table.registered_lanes())
+    cases = select_cases(families)
+    results = evaluate(cases, lane_objs, jobs=jobs)
+    doc = build(cases, results, previous if (lanes or families) else None)
+    store = load_ir_store(store_path) if (lanes or families) else {}
+    store.update({o.sha256: o.ir for r in results.values() for o in r.values() if o.ok and o.ir is not None})
+    live = {o["sha256"] for e in doc["lanes"].values() for o in e.get("results", {}).values()}
+    store = {sha: ir for sha, ir in store.items() if sha in live}
+    missing = live - set(store)
+    if missing:
+        raise GoldenError(f"{len(missing)} recorded hashes have no IR in the store; rewrite without filters")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    _dump_ir_store(store, store_path)
+    return changes(previous, doc)

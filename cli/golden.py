@@ -1,0 +1,66 @@
+"""`rocke-aot golden --check|--write`: the IR goldens of every lane (aot/golden.py, docs/goldens.md).
+
+    --check   lower every case on every lane (or --lane/--family), compare with
+              aot/goldens/ir-goldens.json, print the drift report; exit 1 on any finding
+    --write   lower and rewrite the golden file and its IR store; refuses on a dirty git
+              tree unless --allow-dirty; prints what changed
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from rocke_aot.aot import golden
+from rocke_aot.cli.options import emit_json, json_option, lanes_option
+
+
+@click.command("golden")
+@click.option("--check", "mode", flag_value="check", help="Compare fresh IR with the golden (CI runs this).")
+@click.option("--write", "mode", flag_value="write", help="Rewrite the golden file and its IR store.")
+@lanes_option(help="Only this lane (repeatable). Default: every lane of the registry.")
+@click.option("--family", "families", multiple=True, help="Only this family (repeatable).")
+@click.option("--allow-dirty", is_flag=True, help="--write even when the git tree has uncommitted changes.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=lambda: min(4, os.cpu_count() or 1),
+              show_default="min(4, cores)", help="Processes that lower in parallel.")
+@json_option
+def golden_cmd(mode, lanes, families, allow_dirty, jobs, as_json) -> int:
+    """Check (or write) the IR goldens: sha256, size and kernel of every case on every lane.
+
+    Cases come from the variant tables by rule (every path and dtype, each knob's
+    extremes); lowering takes the lane as an argument, so every lane is checked on
+    any host. A drift prints the case, the lane, old and new hash and the first
+    differing IR lines.
+
+    \b
+    Example:
+        rocke-aot golden --check
+        rocke-aot golden --check --lane llvm24 --family gemm
+        rocke-aot golden --write
+    """
+    if mode is None:
+        raise click.UsageError("give --check or --write")
+    names = [lane.name for lane in lanes] or None
+    fams = list(families) or None
+    if fams:
+        from rocke_aot.variants.table import get_table
+
+        for f in fams:
+            get_table(f)  # an unknown family is a SpecError (exit 2)
+    if mode == "write":
+        lines = golden.write(lanes=names, families=fams, allow_dirty=allow_dirty, jobs=jobs)
+        if as_json:
+            emit_json({"written": str(golden.GOLDEN_PATH), "changes": lines})
+        else:
+            click.echo("\n".join(lines) if lines else "no change")
+            click.echo(f"wrote {golden.GOLDEN_PATH} and {golden.IR_STORE_PATH}")
+        return 0
+    report = golden.check(lanes=names, families=fams, jobs=jobs)
+    if as_json:
+        emit_json({"ok": report.ok, "lanes": report.checked, "aliases": report.aliases,
+                   "findings": [{"kind": f.kind, "lane": f.lane, "case": f.case, "old": f.old, "new": f.new,
+                                 "detail": list(f.detail)} for f in report.findings]})
+    else:
+        click.echo(report.render())
+    return 0 if report.ok else 1
