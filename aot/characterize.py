@@ -1,41 +1,62 @@
-"""Characterize a compiler lane against a reference lane: `rocke-aot characterize --lane llvm24`.
+"""The arch-domain characterization: what every toolchain on this host can really build.
 
-    for each wired AMDGPU arch (gfx90a, gfx942, gfx950, gfx1250):
-      datalayout   what each toolchain's target machine uses (LLVM 24: read from its IR dump)
-      triple       the triple LLVM 24 asks for; does the reference LLVM accept it?
-      target ID    sramecc/xnack via subtarget features vs module flags -> e_flags of each
-      intrinsics   every intrinsic the families use, compiled alone in an isolated worker on each
-                   LLVM -> "ok" | "fails: <LLVM's message>"
-      descriptor   user-SGPR / system-SGPR enables of a minimal kernel: reference (O3, attributor)
-                   vs LLVM 24 codegen without and with explicit amdgpu-no-* attributes
-      profile IR   the same kernel emitted with the llvm23 profile (LLVM 22 datalayout, plain
-                   triple) vs the candidate llvm24 form: warnings, and whether the code is identical
-    -> one JSON report (and a summary of deltas) that docs/llvm24-lane.md cites.
+    domain(lanes?, arches?) -> {lane: document}        `rocke-aot characterize`
+        for each lane with a usable toolchain here (llvm20: llvmlite 0.46 venv, llvm22: the
+        project's llvmlite 0.50, llvm24: the LLVM 24 code generator library; a refused one
+        such as Debian's COMGR 2.4 / LLVM 15 has no column, and neither has a lane with no
+        toolchain: both are named skips, "unvalidated", never measured)
+          x every wired arch (rocke_aot/arch.py ARCHES)
+          x probes:  target         a minimal kernel for the processor
+                     intrinsic:<n>  one kernel calling one intrinsic, for every intrinsic any
+                                    emission profile declares (rocke_aot/lanes.py; the matrix
+                                    instructions of rocke_aot/mma.py are among them, checked)
+                     feature:<f>-   the target-ID settings the arch accepts (xnack, sramecc),
+                                    set the way the lane sets them; ptx80 on NVPTX
+        each probe is one request to an isolated worker of the compile pool (aot/compiler/
+        pool.py) with a timeout, since LLVM aborts the process on an intrinsic the arch lacks:
+            ok | arch_absent (LLVM's message as evidence) | name_absent | toolchain_crash | timeout
+    -> one JSON document per lane: schema, lane, profile, toolchain identity, probe options,
+       results, summary; recorded in variants/characterization/<lane>.json (beside the
+       variant data, which it backs: `rocke-aot variants` shows backed / unvalidated).
 
-Every compile runs in a worker process (LLVM aborts on an intrinsic the arch lacks); a crash
-is a measured "fails", never a crash of this tool.
+The probe IR builders (probe_ir, minimal_kernel_ir) are shared with the LLVM 24 delta report
+(aot/characterize_llvm24.py, `rocke-aot characterize --llvm24-report`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
-from elftools.elf.elffile import ELFFile
+from rocke_aot import lanes, mma
+from rocke_aot.arch import ARCHES as ARCH_TABLE
 
-from rocke_aot import lanes
-from rocke_aot.aot.toolchains.triton24 import Triton24Toolchain, discover, find_llvm24, link_hsaco
-from rocke_aot.errors import CompileError, ToolchainError
-
-ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1250")
+SCHEMA = 1
 PLAIN_TRIPLE = "amdgcn-amd-amdhsa"
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+STATUSES = ("ok", "arch_absent", "name_absent", "toolchain_crash", "timeout")
+RECORD_DIR = Path(__file__).resolve().parent.parent / "variants" / "characterization"
+PROBE_TIMEOUT = 60.0
+PROBE_OPTIONS = {
+    "compile": "codegen only (llvmlite: opt 3 target machine, no module pipeline; LLVM 24: the "
+               "library's codegen), AMDGPU -> relocatable, NVPTX -> PTX",
+    "operands": "vector and float operands loaded from the kernel's pointer; immarg modifiers 0",
+    "triple": "the lane profile's triple (LLVM 24: the subarch triple it asks for)",
+    "feature_probe": "minimal kernel with <feature> off; ok when the object's e_flags say off",
+    "timeout_s": PROBE_TIMEOUT,
+}
 
-# Operands a probe passes: vectors are loaded from the kernel's pointer (nothing folds away),
-# scalar modifiers (MFMA cbsz/abid/blgp, WMMA neg/reuse/c_mod; all immarg) are zero.
-_ZERO = {"i1": "false", "i16": "0", "i32": "0", "float": "0.0"}
+# Operands a probe passes: vectors and floats are loaded from the kernel's pointer (nothing folds
+# away), integer modifiers (MFMA cbsz/abid/blgp, WMMA neg/reuse/c_mod, a barrier id) are zero.
+_ZERO = {"i1": "false", "i16": "0", "i32": "0"}
+
+
+# ------------------------------------------------------------------ probe IR
 
 
 def amdgpu_intrinsics(profile: lanes.Profile) -> dict[str, lanes.IntrinsicDecl]:
@@ -47,15 +68,16 @@ def probe_ir(decl: lanes.IntrinsicDecl, datalayout: str | None = None, triple: s
     """A kernel that calls one intrinsic with the profile's declaration shape."""
     loads, args = [], []
     for i, ty in enumerate(decl.params):
-        if ty.startswith("<"):
+        if ty in _ZERO:
+            args.append(f"{ty} {_ZERO[ty]}")
+        else:
             loads.append(f"  %a{i} = load {ty}, ptr addrspace(1) %p")
             args.append(f"{ty} %a{i}")
-        else:
-            args.append(f"{ty} {_ZERO[ty]}")
     call = f"call {decl.ret} @{decl.name}({', '.join(args)})"
     body = "\n".join(loads + ([f"  {call}"] if decl.ret == "void" else
                                [f"  %r = {call}", f"  store {decl.ret} %r, ptr addrspace(1) %p"]))
-    return (_header(datalayout, triple) + "define amdgpu_kernel void @probe(ptr addrspace(1) %p) {\n"
+    cc = "ptx_kernel" if triple.startswith("nvptx") else "amdgpu_kernel"
+    return (_header(datalayout, triple) + f"define {cc} void @probe(ptr addrspace(1) %p) {{\n"
             + body + f"\n  ret void\n}}\n\ndeclare {decl.ret} @{decl.name}({', '.join(decl.params)})\n")
 
 
@@ -103,249 +125,363 @@ def minimal_kernel_ir(datalayout: str | None, triple: str, *, no_inputs: bool, l
             + f"attributes #0 = {{ {attrs} }}\n" + flags)
 
 
-# ------------------------------------------------------------------ LLVM 22 (llvmlite) side
+def minimal_nvptx_ir() -> str:
+    return (_header(None, NVPTX_TRIPLE) + "define ptx_kernel void @k(ptr addrspace(1) %p) {\n"
+            "  %v = load float, ptr addrspace(1) %p\n  %w = fadd float %v, 1.0\n"
+            "  store float %w, ptr addrspace(1) %p\n  ret void\n}\n")
 
 
-def llvm22_compile(ir: str, cpu: str, triple: str = PLAIN_TRIPLE, features: str = "",
-                   python: str | None = None) -> dict:
-    """IR -> O3 pipeline + codegen -> relocatable, in the compile pool's llvmlite worker."""
-    from rocke_aot.aot.compiler import WorkerSpec, default_pool
-
-    payload = {"ir": ir, "triple": triple, "cpu": cpu, "features": features, "opt": 3, "emit": "obj"}
-    try:
-        reply = default_pool().call(WorkerSpec.of(python or sys.executable), "llvm.compile", payload)
-    except CompileError as e:
-        return {"ok": False, "error": str(e), "log": e.log}
-    return {"ok": True, "obj": reply.blob, "log": reply.log}
+# ------------------------------------------------------------------ what is probed
 
 
-# ------------------------------------------------------------------ code-object facts
+def probed_intrinsics() -> dict[str, lanes.IntrinsicDecl]:
+    """Every intrinsic any emission profile declares, by LLVM name (one shape per name, checked),
+    with every matrix instruction of mma.py among them."""
+    out: dict[str, lanes.IntrinsicDecl] = {}
+    for profile in lanes.PROFILES.values():
+        for decl in profile.intrinsics.values():
+            old = out.setdefault(decl.name, decl)
+            if old != decl:
+                raise ValueError(f"two declaration shapes for {decl.name}: {old} / {decl}")
+    for key, instr in mma.INSTRS.items():
+        if not any(key in p.intrinsics for p in lanes.PROFILES.values()):
+            raise ValueError(f"matrix instruction {key} ({instr.mnemonic}) has no profile declaration")
+    return dict(sorted(out.items()))
 
-_MACH_MASK, _XNACK_MASK, _SRAMECC_MASK = 0xFF, 0x300, 0xC00
+
+def _applies(name: str, family: str) -> bool:
+    if name.startswith("llvm.amdgcn."):
+        return family == "amdgcn"
+    if name.startswith("llvm.nvvm."):
+        return family == "nvptx64"
+    return True  # target-independent (llvm.fmuladd.f32)
+
+
+def features_for(processor: str) -> tuple[str, ...]:
+    info = ARCH_TABLE[processor]
+    return ("ptx80",) if info.family == "nvptx64" else info.target_features
+
+
+# ------------------------------------------------------------------ classification
+
+
+def _evidence(text: str) -> str:
+    from rocke_aot.aot.compiler.worker import llvm_error_summary
+
+    line = llvm_error_summary(text)
+    line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
+    line = re.sub(r"^(?:llvm\.compile|triton24\.compile): ", "", line.strip())
+    return line.split("LLVM ERROR: ", 1)[-1].strip()[:400]
+
+
+def classify_error(exc: Exception) -> dict[str, str]:
+    """A failed probe -> status and evidence (LLVM's own line)."""
+    from rocke_aot.errors import CompileTimeout
+
+    if isinstance(exc, CompileTimeout):
+        return {"status": "timeout", "evidence": f"no answer within {PROBE_TIMEOUT:g}s; worker killed"}
+    text = (getattr(exc, "log", "") or "") + "\n" + str(exc)
+    ev = _evidence(text)
+    if re.search(r"Cannot select|requires target feature|not supported on this (?:GPU|target)|"
+                 r"is not a recognized processor|No available targets|has no target for triple|"
+                 r"instruction not supported", text):
+        return {"status": "arch_absent", "evidence": ev}
+    if re.search(r"Intrinsic has incorrect|Invalid intrinsic|Unknown intrinsic|invalid LLVM IR|"
+                 r"is not a recognized feature", text):
+        return {"status": "name_absent", "evidence": ev}
+    return {"status": "toolchain_crash", "evidence": ev}
+
+
+def _undefined_symbols(obj: bytes) -> set[str]:
+    from elftools.elf.elffile import ELFFile
+
+    symtab = ELFFile(io.BytesIO(obj)).get_section_by_name(".symtab")
+    return {s.name for s in (symtab.iter_symbols() if symtab else ()) if s["st_shndx"] == "SHN_UNDEF" and s.name}
+
+
+def classify_output(name: str, out: bytes, fmt: str) -> dict[str, str]:
+    """A compiled intrinsic probe: ok, or name_absent when LLVM did not know the name and
+    compiled a call to an external function of that name instead."""
+    if fmt == "obj" and name in _undefined_symbols(out):
+        return {"status": "name_absent", "evidence": f"compiled to a call of an undefined external {name}"}
+    if fmt == "asm" and re.search(rf"\.extern\s+\.func\b.*\b{re.escape(name)}\b", out.decode("utf-8", "replace")):
+        return {"status": "name_absent", "evidence": f"compiled to a call of an external function {name}"}
+    return {"status": "ok"}
+
+
 _SETTING = {0: "unsupported", 1: "any", 2: "off", 3: "on"}
+_FEATURE_SHIFT = {"xnack": 8, "sramecc": 10}
 
 
-def elf_facts(data: bytes) -> dict[str, Any]:
-    """e_flags decoded (code object v4+ layout), ABI version, and each kernel descriptor's enables."""
-    elf = ELFFile(io.BytesIO(data))
-    flags = elf.header["e_flags"]
-    facts: dict[str, Any] = {
-        "e_flags": hex(flags),
-        "mach": hex(flags & _MACH_MASK),
-        "xnack": _SETTING[(flags & _XNACK_MASK) >> 8],
-        "sramecc": _SETTING[(flags & _SRAMECC_MASK) >> 10],
-        "abi_version": elf.header["e_ident"]["EI_ABIVERSION"],
-        "descriptors": {},
-    }
-    symtab = elf.get_section_by_name(".symtab")
-    for sym in symtab.iter_symbols() if symtab else []:
-        if not sym.name.endswith(".kd") or sym["st_size"] != 64:
-            continue
-        sec = elf.get_section(sym["st_shndx"])
-        off = sym["st_value"] - sec["sh_addr"] if elf["e_type"] == "ET_DYN" else sym["st_value"]
-        kd = sec.data()[off:off + 64]
-        rsrc2 = int.from_bytes(kd[52:56], "little")
-        props = int.from_bytes(kd[56:58], "little")
-        facts["descriptors"][sym.name[:-3]] = {
-            "private_segment_buffer": bool(props & 1), "dispatch_ptr": bool(props & 2),
-            "queue_ptr": bool(props & 4), "kernarg_segment_ptr": bool(props & 8),
-            "dispatch_id": bool(props & 16), "flat_scratch_init": bool(props & 32),
-            "user_sgpr_count": (rsrc2 >> 1) & 0x1F,
-            "workgroup_id_x": bool(rsrc2 & (1 << 7)), "workgroup_id_y": bool(rsrc2 & (1 << 8)),
-            "workgroup_id_z": bool(rsrc2 & (1 << 9)), "workitem_id_max_dim": (rsrc2 >> 11) & 3,
-        }
-    return facts
+def feature_setting(obj: bytes, feature: str) -> str:
+    from elftools.elf.elffile import ELFFile
+
+    flags = ELFFile(io.BytesIO(obj)).header["e_flags"]
+    return _SETTING[(flags >> _FEATURE_SHIFT[feature]) & 3]
 
 
-def _text(data: bytes) -> bytes:
-    return ELFFile(io.BytesIO(data)).get_section_by_name(".text").data()
+# ------------------------------------------------------------------ the lanes' toolchains
 
 
-def _asm_delta(a: str, b: str) -> list[str]:
-    """Lines of two assembly listings that differ (comments dropped), as "-old" / "+new"."""
-    import difflib
+class LaneProber:
+    """How one lane's toolchain compiles a probe: the worker to ask, and the request."""
 
-    def clean(text: str) -> list[str]:
-        return [ln.split(";")[0].rstrip() for ln in text.splitlines() if ln.split(";")[0].strip()]
+    def __init__(self, lane: lanes.Lane, toolchain: Any):
+        from rocke_aot.aot.compiler import WorkerSpec
+        from rocke_aot.aot.toolchains import triton24
 
-    return [d for d in difflib.unified_diff(clean(a), clean(b), lineterm="", n=0)
-            if d[:1] in "+-" and not d.startswith(("+++", "---"))]
+        self.lane, self.toolchain, self.info = lane, toolchain, toolchain.detect()
+        self.library = isinstance(toolchain, triton24.Triton24Toolchain)
+        if self.library:
+            self.spec = WorkerSpec.of(sys.executable, plugins=[triton24.WORKER],
+                                      env={"ROCKE_AOT_TRITON24_ROLE": "codegen"})
+        else:
+            self.spec = WorkerSpec.of(toolchain.python)
+
+    def identity(self) -> dict[str, str]:
+        """What about the toolchain decides the probes (no linker: probes do not link)."""
+        ident = self.toolchain.identity()
+        return {k: v for k, v in sorted(ident.items()) if k not in ("linker", "middle_end")}
+
+    def targets_family(self, processor: str) -> bool:
+        return not self.library or ARCH_TABLE[processor].family == "amdgcn"
+
+    def triple(self, processor: str) -> str:
+        if ARCH_TABLE[processor].family == "nvptx64":
+            return NVPTX_TRIPLE
+        if self.library:
+            return self.info.extra.get("suggested_triples", {}).get(processor) or PLAIN_TRIPLE
+        return PLAIN_TRIPLE
+
+    def request(self, ir: str, processor: str, features: str = "") -> tuple[str, dict, str]:
+        """(worker kind, payload, output format)."""
+        nvptx = ARCH_TABLE[processor].family == "nvptx64"
+        if self.library:
+            from rocke_aot.aot.toolchains.triton24 import INTERFACE_VERSION
+
+            return "triton24.compile", {"library": self.toolchain.library, "interface_version": INTERFACE_VERSION,
+                                        "ir": ir, "triple": self.triple(processor), "processor": processor,
+                                        "features": features}, "obj"
+        return "llvm.compile", {"ir": ir, "triple": self.triple(processor), "cpu": processor,
+                                "features": features, "opt": 3, "pipeline": False,
+                                "emit": "asm" if nvptx else "obj"}, "asm" if nvptx else "obj"
 
 
-# ------------------------------------------------------------------ the report
+def lane_toolchains(only: Sequence[str] | None = None) -> tuple[dict[str, LaneProber], dict[str, str]]:
+    """(lane -> prober for the lanes with a usable toolchain here, lane or toolchain -> why skipped).
+
+    A lane with no toolchain is a named skip ("unvalidated"); a refused toolchain (an LLVM
+    major with no lane, a drift refusal) is listed with its refusal and gets no column.
+    """
+    from rocke_aot.aot.toolchains import detect_all
+
+    wanted = [lanes.get_lane(x).name for x in only] if only else list(lanes.LANE_NAMES)
+    present: dict[str, LaneProber] = {}
+    skips: dict[str, str] = {}
+    for tc in detect_all():
+        info = tc.detect()
+        if not info.usable:
+            skips[f"{info.kind} at {info.location}"] = f"refused: {info.refusal}"
+        elif info.lane in wanted and info.lane not in present:
+            present[info.lane] = LaneProber(lanes.get_lane(info.lane), tc)
+    for name in wanted:
+        if name not in present:
+            major = lanes.get_lane(name).major
+            skips[name] = f"unvalidated: no LLVM {major} toolchain on this host"
+    return present, skips
 
 
-def _llvm24(tc: Triton24Toolchain, ir: str, processor: str, triple: str) -> dict[str, Any]:
-    try:
-        obj, asm, log = tc.compile_object(ir, processor, triple)
-        return {"ok": True, "obj": obj, "asm": asm, "log": log}
-    except CompileError as e:
-        return {"ok": False, "error": str(e).splitlines()[0] if str(e) else repr(e), "log": e.log}
+# ------------------------------------------------------------------ running the probes
 
 
-def _status(res: dict) -> str:
-    return "ok" if res["ok"] else f"fails: {res['error'].splitlines()[0][:300]}"
+def _probe_task(call: Callable, prober: LaneProber, processor: str, probe: str) -> dict[str, Any]:
+    """One probe on one pool thread (its own worker process for prober.spec)."""
+    from rocke_aot.errors import CompileError, RockeError
 
-
-def _warnings(log: str) -> list[str]:
-    return sorted({ln.strip() for ln in log.splitlines() if "warning:" in ln or ln.lstrip().startswith("error:")})
-
-
-def characterize_arch(tc: Triton24Toolchain, processor: str, ref_python: str | None = None,
-                      intrinsics: tuple[str, ...] | None = None) -> dict[str, Any]:
-    info = tc.detect()
-    dl24 = info.datalayouts.get(processor)
-    sub = info.extra.get("suggested_triples", {}).get(processor)
-    dl23 = lanes.PROFILES["llvm23"].datalayout("amdgcn")
-    out: dict[str, Any] = {"processor": processor}
-
-    # datalayout and triple
-    ref = llvm22_compile(minimal_kernel_ir(None, PLAIN_TRIPLE, no_inputs=False), processor, python=ref_python)
-    sub_on_22 = llvm22_compile(minimal_kernel_ir(None, sub or PLAIN_TRIPLE, no_inputs=False), processor,
-                               triple=sub or PLAIN_TRIPLE, python=ref_python)
-    from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
-
-    dl22 = LlvmliteToolchain(ref_python or sys.executable).detect().datalayouts.get(processor)
-    out["datalayout"] = {"llvm22": dl22, "llvm24": dl24, "llvm23_profile": dl23,
-                         "llvm24_profile": lanes.PROFILES["llvm24"].datalayouts.get("amdgcn"),
-                         "llvm24_equals_llvm22": dl22 == dl24,
-                         "llvm24_with_subarch_triple": tc_datalayout(tc, processor, sub) if sub else None}
-    plain = _llvm24(tc, minimal_kernel_ir(None, PLAIN_TRIPLE, no_inputs=False), processor, PLAIN_TRIPLE)
-    subr = _llvm24(tc, minimal_kernel_ir(None, sub, no_inputs=False), processor, sub) if sub else None
-    out["triple"] = {
-        "llvm24_asks_for": sub,
-        "derived_rule": lanes_amdgpu_triple(processor),
-        "llvm24_warnings_with_plain_triple": _warnings(plain.get("log", "")),
-        "llvm24_warnings_with_subarch_triple": _warnings(subr.get("log", "")) if subr else None,
-        "llvm22_accepts_subarch_triple": bool(sub_on_22.get("ok")),
-        "llvm22_error_for_subarch_triple": None if sub_on_22.get("ok") else sub_on_22.get("error"),
-    }
-    # code objects and descriptors (the minimal kernel: kernarg pointer, workitem id x, LDS, barrier)
-    objs: dict[str, Any] = {}
-    if ref.get("ok"):
-        objs["llvm22_O3"] = elf_facts(link_hsaco(ref["obj"]))
-    if plain["ok"]:
-        objs["llvm24_codegen"] = elf_facts(link_hsaco(plain["obj"]))
-    noin = _llvm24(tc, minimal_kernel_ir(None, sub or PLAIN_TRIPLE, no_inputs=True), processor, sub or PLAIN_TRIPLE)
-    if noin["ok"]:
-        objs["llvm24_codegen_amdgpu_no"] = elf_facts(link_hsaco(noin["obj"]))
-    out["code_objects"] = objs
-    # target-ID settings: subtarget features (the LLVM 22 way) vs module flags (LLVM 24)
-    tid: dict[str, Any] = {}
-    for feat in ("xnack", "sramecc"):
-        if feat not in _target_features(processor):
-            continue
-        res_feat = _llvm24_features(tc, minimal_kernel_ir(None, sub, no_inputs=True), processor, sub, f"-{feat}")
-        res_flag = _llvm24(tc, minimal_kernel_ir(None, sub, no_inputs=True, module_flags={f"amdgpu.{feat}": 0}),
-                           processor, sub)
-        ref_feat = llvm22_compile(minimal_kernel_ir(None, PLAIN_TRIPLE, no_inputs=True), processor,
-                                  features=f"-{feat}", python=ref_python)
-        tid[f"{feat}-"] = {
-            "llvm22_subtarget_feature": elf_facts(link_hsaco(ref_feat["obj"]))[feat] if ref_feat.get("ok") else _status(ref_feat),
-            "llvm24_subtarget_feature": (elf_facts(link_hsaco(res_feat["obj"]))[feat] if res_feat["ok"] else _status(res_feat)),
-            "llvm24_subtarget_feature_diagnostics": _warnings(res_feat.get("log", "")),
-            "llvm24_module_flag": elf_facts(link_hsaco(res_flag["obj"]))[feat] if res_flag["ok"] else _status(res_flag),
-        }
-    out["target_id"] = tid
-    # llvm23-profile IR on LLVM 24 vs the llvm24 form: identical machine code?
-    p23 = _llvm24(tc, minimal_kernel_ir(dl23, PLAIN_TRIPLE, no_inputs=True), processor, PLAIN_TRIPLE)
-    p24 = _llvm24(tc, minimal_kernel_ir(dl24, sub or PLAIN_TRIPLE, no_inputs=True), processor, sub or PLAIN_TRIPLE)
-    if p23["ok"] and p24["ok"]:
-        out["llvm23_profile_ir"] = {
-            "compiles": True,
-            "diagnostics": _warnings(p23["log"]),
-            "text_identical_to_llvm24_form": _text(p23["obj"]) == _text(p24["obj"]),
-            "asm_lines_that_differ": _asm_delta(p23["asm"], p24["asm"]),
-            "note_target_llvm23_ir": re.search(r'\.amdgcn_target "([^"]+)"', p23["asm"]).group(1),
-            "note_target_llvm24_ir": re.search(r'\.amdgcn_target "([^"]+)"', p24["asm"]).group(1),
-        }
+    fam = ARCH_TABLE[processor].family
+    kind_, _, what = probe.partition(":")
+    features, module_flags, feature = "", None, None
+    if kind_ == "intrinsic":
+        ir = probe_ir(probed_intrinsics()[what], None, prober.triple(processor))
+    elif kind_ == "feature":
+        feature = what.rstrip("+-")
+        if fam == "nvptx64":
+            ir, features = minimal_nvptx_ir(), f"+{feature}"
+        elif prober.lane.profile.has("target-id:module-flags"):
+            module_flags = {f"amdgpu.{feature}": 0}
+            ir = minimal_kernel_ir(None, prober.triple(processor), no_inputs=True, lds_barrier=False,
+                                   module_flags=module_flags)
+        else:
+            ir = minimal_kernel_ir(None, prober.triple(processor), no_inputs=True, lds_barrier=False)
+            features = f"-{feature}"
     else:
-        out["llvm23_profile_ir"] = {"compiles": False, "llvm23": _status(p23), "llvm24": _status(p24)}
-    # intrinsic availability, each alone in a worker
-    decls24 = amdgpu_intrinsics(lanes.PROFILES["llvm24"])
-    decls22 = amdgpu_intrinsics(lanes.PROFILES["llvm22"])
-    names = intrinsics or tuple(decls24)
+        ir = (minimal_nvptx_ir() if fam == "nvptx64"
+              else minimal_kernel_ir(None, prober.triple(processor), no_inputs=True))
+    kind, payload, fmt = prober.request(ir, processor, features)
+    try:
+        reply = call(prober.spec, kind, payload, None, PROBE_TIMEOUT)
+    except CompileError as e:
+        return classify_error(e)
+    except RockeError as e:
+        return {"status": "toolchain_crash", "evidence": _evidence(str(e))}
+    out = reply.blob or b""
+    if kind_ == "intrinsic":
+        return classify_output(what, out, fmt)
+    if kind_ == "feature":
+        if fam == "nvptx64":
+            m = re.search(r"^\.version\s+(\S+)", out.decode("utf-8", "replace"), re.M)
+            got = m.group(1) if m else "?"
+            return {"status": "ok", "evidence": f".version {got}"} if got == "8.0" else \
+                {"status": "arch_absent", "evidence": f"PTX .version {got} with +{feature}"}
+        setting = feature_setting(out, feature)
+        if setting == "off":
+            return {"status": "ok"}
+        return {"status": "arch_absent", "evidence": f"e_flags {feature} {setting} for {processor} "
+                f"({'module flag' if module_flags else 'subtarget feature'} {feature} off)"}
+    return {"status": "ok"}
 
-    def one(key: str) -> tuple[str, dict]:
-        r22 = llvm22_compile(probe_ir(decls22[key]), processor, python=ref_python) if key in decls22 else None
-        r24 = _llvm24(tc, probe_ir(decls24[key], None, sub or PLAIN_TRIPLE), processor, sub or PLAIN_TRIPLE)
-        return decls24[key].name, {"llvm22": _status(r22) if r22 else "not declared by the llvm22 profile",
-                                   "llvm24": _status(r24),
-                                   "declaration_same_as_llvm22_profile": decls22.get(key) == decls24[key]}
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        out["intrinsics"] = dict(pool.map(one, names))
+def _arch_probes(processor: str) -> list[str]:
+    fam = ARCH_TABLE[processor].family
+    return (["target"] + [f"intrinsic:{n}" for n in probed_intrinsics() if _applies(n, fam)]
+            + [f"feature:{f}-" if f != "ptx80" else "feature:ptx80+" for f in features_for(processor)])
+
+
+def probe_lanes(probers: Mapping[str, LaneProber], arches: Sequence[str] | None = None, *,
+                jobs: int = 4) -> dict[str, dict[str, Any]]:
+    """Run every probe of every lane in parallel through a worker pool; one document per lane."""
+    from rocke_aot.aot.compiler import WorkerPool
+
+    arches = list(arches or ARCH_TABLE)
+    futures: dict[tuple[str, str, str], Future] = {}
+    fixed: dict[tuple[str, str, str], dict] = {}
+    with WorkerPool(size=jobs) as pool:
+        for lane, prober in probers.items():
+            for processor in arches:
+                for probe in _arch_probes(processor):
+                    key = (lane, processor, probe)
+                    if not prober.targets_family(processor):
+                        fixed[key] = {"status": "arch_absent", "evidence": (
+                            f"{prober.info.kind} targets only {', '.join(prober.info.arches)} "
+                            f"(no {ARCH_TABLE[processor].family} back end)")}
+                    else:
+                        futures[key] = pool.submit_task(_probe_task, prober, processor, probe)
+        results = {**fixed, **{k: f.result() for k, f in futures.items()}}
+    return {lane: document(prober, {k[1:]: v for k, v in results.items() if k[0] == lane}, arches)
+            for lane, prober in probers.items()}
+
+
+def document(prober: LaneProber, results: Mapping[tuple[str, str], dict], arches: Sequence[str]) -> dict[str, Any]:
+    declared = {d.name for d in prober.lane.profile.intrinsics.values()}
+    doc_arches: dict[str, Any] = {}
+    counts = {s: 0 for s in STATUSES}
+    for processor in arches:
+        entry: dict[str, Any] = {"target": None, "intrinsics": {}, "features": {}}
+        for probe in _arch_probes(processor):
+            res = dict(results[(processor, probe)])
+            counts[res["status"]] += 1
+            kind, _, what = probe.partition(":")
+            if kind == "target":
+                entry["target"] = res
+            elif kind == "intrinsic":
+                entry["intrinsics"][what] = {**res, "profile_declares": what in declared}
+            else:
+                entry["features"][what] = res
+        # the target itself is absent: every probe of it is, and says so
+        doc_arches[processor] = entry
+    return {
+        "schema": SCHEMA,
+        "lane": prober.lane.name,
+        "profile": prober.lane.profile_name,
+        "toolchain": prober.identity(),
+        "probe_options": PROBE_OPTIONS,
+        "arches": doc_arches,
+        "summary": counts,
+    }
+
+
+def domain(lane_names: Sequence[str] | None = None, arches: Sequence[str] | None = None, *,
+           jobs: int = 4) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(lane -> fresh document, skipped lane or toolchain -> reason) for this host."""
+    probers, skips = lane_toolchains(lane_names)
+    return probe_lanes(probers, arches, jobs=jobs), skips
+
+
+# ------------------------------------------------------------------ recorded documents
+
+
+def record_path(lane: str, root: Path = RECORD_DIR) -> Path:
+    return Path(root) / f"{lanes.get_lane(lane).name}.json"
+
+
+def load_recorded(root: Path = RECORD_DIR) -> dict[str, dict[str, Any]]:
+    """lane -> the recorded document (only lanes some host has measured)."""
+    out = {}
+    for lane in lanes.LANE_NAMES:
+        path = record_path(lane, root)
+        if path.exists():
+            doc = json.loads(path.read_text())
+            if doc.get("schema") != SCHEMA or doc.get("lane") != lane:
+                raise ValueError(f"{path}: schema {doc.get('schema')} lane {doc.get('lane')} is not "
+                                 f"schema {SCHEMA} lane {lane}")
+            out[lane] = doc
     return out
 
 
-def tc_datalayout(tc: Triton24Toolchain, processor: str, triple: str) -> str | None:
-    from rocke_aot.aot.toolchains.triton24 import run_worker
-
-    res, _ = run_worker("triton24.target", {"library": tc.library, "processor": processor, "triple": triple})
-    return res.get("datalayout")
-
-
-def _target_features(processor: str) -> tuple[str, ...]:
-    from rocke_aot.arch import ARCHES as TABLE
-
-    return TABLE[processor].target_features
+def write_recorded(docs: Mapping[str, Mapping[str, Any]], root: Path = RECORD_DIR) -> list[Path]:
+    Path(root).mkdir(parents=True, exist_ok=True)
+    paths = []
+    for lane, doc in docs.items():
+        path = record_path(lane, root)
+        path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        paths.append(path)
+    return paths
 
 
-def _llvm24_features(tc: Triton24Toolchain, ir: str, processor: str, triple: str, features: str) -> dict:
-    try:
-        obj, asm, log = tc.compile_object(ir, processor, triple, features)
-        return {"ok": True, "obj": obj, "asm": asm, "log": log}
-    except CompileError as e:
-        return {"ok": False, "error": str(e), "log": e.log}
+def differences(recorded: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[str]:
+    """What a fresh run on this host measured differently from the recorded document."""
+    if recorded["toolchain"] != fresh["toolchain"]:
+        return [f"toolchain identity differs: recorded {recorded['toolchain']}, here {fresh['toolchain']} "
+                f"(re-run `rocke-aot characterize --write --lane {fresh['lane']}`)"]
+    out = []
+    for processor, entry in fresh["arches"].items():
+        old = recorded["arches"].get(processor)
+        if old is None:
+            out.append(f"{processor}: not recorded")
+            continue
+        pairs = [("target", old["target"], entry["target"])]
+        pairs += [(f"intrinsic {n}", old["intrinsics"].get(n), r) for n, r in entry["intrinsics"].items()]
+        pairs += [(f"feature {n}", old["features"].get(n), r) for n, r in entry["features"].items()]
+        for what, a, b in pairs:
+            if a != b:
+                out.append(f"{processor} {what}: recorded {a}, measured {b}")
+    return out
 
 
-def lanes_amdgpu_triple(processor: str) -> str | None:
-    fn = getattr(lanes, "amdgpu_subarch_triple", None)
-    return fn(processor) if fn else None
+def used_intrinsics(golden_doc: Mapping[str, Any], family: str, arch: str, lane: str) -> set[str]:
+    """The intrinsics the golden cases of (family, arch) declare on ``lane`` (resolving aliases)."""
+    from rocke_aot.aot.golden import lane_entries
+
+    entries, _ = lane_entries(golden_doc, lane)
+    return {i for cid, o in entries.items() if cid.startswith(f"{family}/{arch}/") for i in o.get("intrinsics", ())}
 
 
-def characterize(lane: str = "llvm24", arches: tuple[str, ...] = ARCHES, ref_python: str | None = None,
-                 intrinsics: tuple[str, ...] | None = None) -> dict[str, Any]:
-    lane_obj = lanes.get_lane(lane)
-    if lane_obj.name != "llvm24":
-        raise ToolchainError(f"characterization is wired for the llvm24 lane only, not {lane_obj.name}")
-    # A drift refusal is exactly what characterization must look at, so take the library even then.
-    tc = None
-    for cand in discover():
-        info = cand.detect()
-        if info.llvm_major == 24 and info.arches:
-            tc = cand
-            break
-    if tc is None:
-        find_llvm24()  # raises with the setup hint
-    info = tc.detect()
-    report = {
-        "lane": lane_obj.name,
-        "reference": "llvm22 (llvmlite under " + (ref_python or sys.executable) + ", O3 pipeline + codegen)",
-        "toolchain": {**info.as_dict(), "datalayouts": dict(info.datalayouts)},
-        "profiles": {name: {"amdgcn_datalayout": p.datalayouts.get("amdgcn"),
-                            "capabilities": sorted(p.capabilities)} for name, p in lanes.PROFILES.items()},
-        "lane_profile": lane_obj.profile_name,
-        "arches": {p: characterize_arch(tc, p, ref_python, intrinsics) for p in arches},
-    }
-    report["summary"] = summarize(report)
-    return report
-
-
-def summarize(report: dict) -> dict[str, Any]:
-    arches = report["arches"]
-    s: dict[str, Any] = {}
-    s["datalayout_differs_from_llvm22"] = sorted(p for p, a in arches.items() if not a["datalayout"]["llvm24_equals_llvm22"])
-    s["subarch_triple_rejected_by_llvm22"] = sorted(
-        p for p, a in arches.items() if not a["triple"]["llvm22_accepts_subarch_triple"])
-    s["intrinsic_availability_differs"] = {
-        p: sorted(n for n, r in a["intrinsics"].items() if (r["llvm22"] == "ok") != (r["llvm24"] == "ok"))
-        for p, a in arches.items()}
-    s["xnack_flag"] = {p: {k: v.get("xnack") for k, v in a["code_objects"].items()} for p, a in arches.items()}
-    s["descriptor_enables_beyond_kernarg"] = {
-        p: {k: sorted(n for n, v in next(iter(v["descriptors"].values())).items()
-                      if v is True and n != "kernarg_segment_ptr")
-            for k, v in a["code_objects"].items()} for p, a in arches.items()}
-    s["llvm23_ir_machine_code_identical"] = {p: a["llvm23_profile_ir"].get("text_identical_to_llvm24_form")
-                                             for p, a in arches.items()}
-    return s
+def backing(family: str, arch: str, lane: str, recorded: Mapping[str, Any],
+            golden_doc: Mapping[str, Any]) -> tuple[str, str]:
+    """(state, detail) of a served (family, arch, lane): "characterized" (every intrinsic its golden
+    cases use is ok on the recorded toolchain), "contradicted" (one is not), or "unvalidated"."""
+    doc = recorded.get(lane)
+    if doc is None:
+        return "unvalidated", f"no characterization of {lane} recorded (no LLVM {lanes.get_lane(lane).major} toolchain measured)"
+    entry = doc["arches"].get(arch)
+    if entry is None:
+        return "unvalidated", f"the {lane} characterization does not cover {arch}"
+    if entry["target"]["status"] != "ok":
+        return "contradicted", f"{arch}: {entry['target']['status']}: {entry['target'].get('evidence', '')}"
+    used = used_intrinsics(golden_doc, family, arch, lane)
+    bad = sorted(n for n in used if entry["intrinsics"].get(n, {}).get("status") != "ok")
+    if bad:
+        n = bad[0]
+        r = entry["intrinsics"].get(n, {"status": "not probed"})
+        return "contradicted", f"{n}: {r['status']} {r.get('evidence', '')}".strip()
+    return "characterized", f"{len(used)} intrinsics ok on {doc['toolchain'].get('llvm_version')}"
