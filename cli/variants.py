@@ -4,6 +4,10 @@
                                               per-path refusals such as "wmma needs gfx1250")
         -> a rich table, or --json (one document: rows + refusals + completeness holes)
 
+Each served row also says whether a recorded arch-domain characterization backs it
+(aot/characterize.py ``backing``: every intrinsic its golden cases use is "ok" on that lane's
+measured toolchain) or whether it is "unvalidated" (no toolchain of that lane was measured).
+
 Exit code 1 when the tables are incomplete (a registered lane some family neither
 serves nor refuses on purpose), so CI catches it from the command line as well.
 """
@@ -14,6 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from rocke_aot.aot import characterize, golden
 from rocke_aot.variants import table
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 
@@ -35,7 +40,7 @@ def variants(families, arches, lanes, as_json: bool) -> int:
         rocke-aot variants
         rocke-aot variants --family conv_dgrad_patch --arch gfx1250 --json
     """
-    rows = table.report(families or None, arches or None, lanes_or_env(lanes) or None)
+    rows = _with_backing(table.report(families or None, arches or None, lanes_or_env(lanes) or None))
     holes = table.check_complete()
     refusals = [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": "all", "reason": r.reason}
                 for r in rows if not r.served]
@@ -47,11 +52,12 @@ def variants(families, arches, lanes, as_json: bool) -> int:
         return 1 if holes else 0
     con = Console(width=200)
     counts = Table(title="variant tables")
-    for col in ("family", "arch", "lane", "specs", "paths"):
+    for col in ("family", "arch", "lane", "specs", "paths", "backing"):
         counts.add_column(col, overflow="fold")
     for r in rows:
         paths = " ".join(p for p, why in r.paths.items() if why == "served")
-        counts.add_row(r.family, r.arch, r.lane, str(r.count) if r.served else "refused", paths or "-")
+        counts.add_row(r.family, r.arch, r.lane, str(r.count) if r.served else "refused", paths or "-",
+                       r.backing or "-")
     con.print(counts)
     if refusals:
         ref = Table(title="refusals")
@@ -64,3 +70,18 @@ def variants(families, arches, lanes, as_json: bool) -> int:
     for h in holes:
         con.print(f"[red]INCOMPLETE[/red] {h}")
     return 1 if holes else 0
+
+
+def _with_backing(rows: list[table.Row]) -> list[table.Row]:
+    """Served rows gain their backing: characterized / contradicted / unvalidated."""
+    import dataclasses
+
+    recorded = characterize.load_recorded()
+    doc = golden.load()
+    out = []
+    for r in rows:
+        if r.served:
+            state, detail = characterize.backing(r.family, r.arch, r.lane, recorded, doc)
+            r = dataclasses.replace(r, backing=state, backing_detail=detail)
+        out.append(r)
+    return out

@@ -306,10 +306,15 @@ class Row:
     count: int
     reason: str
     paths: Mapping[str, str]  # path -> "served" or the refusal reason
+    # whether a measured characterization backs a served row: "characterized", "unvalidated"
+    # or "contradicted" (filled by the CLI from aot/characterize.py; this layer cannot measure)
+    backing: str = ""
+    backing_detail: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"family": self.family, "arch": self.arch, "lane": self.lane, "served": self.served,
-                "count": self.count, "reason": self.reason, "paths": dict(self.paths)}
+                "count": self.count, "reason": self.reason, "paths": dict(self.paths),
+                "backing": self.backing, "backing_detail": self.backing_detail}
 
 
 def report(families: Sequence[str] | None = None, arches: Sequence[object] | None = None,

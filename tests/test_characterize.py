@@ -1,0 +1,164 @@
+"""The arch-domain characterization (aot/characterize.py) and what it gates.
+
+- the recorded documents (variants/characterization/<lane>.json) equal a fresh run on every
+  lane whose toolchain this host has (llvm20, llvm22, llvm24 here; probed in parallel through
+  the worker pool); a lane without a toolchain is a named skip, never measured;
+- no variant table serves an (arch, lane) whose used intrinsics the recorded characterization
+  marks absent;
+- the measured facts agree with what DESIGN.md states from independent checks.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rocke_aot import lanes
+from rocke_aot.aot import characterize as ch
+from rocke_aot.aot import golden
+from rocke_aot.arch import ARCHES
+from rocke_aot.errors import CompileError, CompileTimeout
+from rocke_aot.variants import table
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return ch.load_recorded()
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    return ch.domain(jobs=4)
+
+
+@pytest.fixture(scope="module")
+def golden_doc():
+    return golden.load()
+
+
+def test_recorded_characterization_equals_a_fresh_run_on_this_host(recorded, fresh):
+    docs, skips = fresh
+    # the project's own llvmlite is always here, so at least llvm22 is measured
+    assert "llvm22" in docs
+    for lane, doc in docs.items():
+        assert lane in recorded, f"{lane} has a toolchain here but no recorded characterization"
+        assert ch.differences(recorded[lane], doc) == [], lane
+    # every registry lane is measured or a named skip, never both, never neither
+    for lane in lanes.LANE_NAMES:
+        assert (lane in docs) != (lane in skips), lane
+        if lane in skips:
+            assert skips[lane].startswith("unvalidated: no LLVM")
+
+
+def test_every_recorded_document_covers_every_arch_and_probe(recorded):
+    assert recorded, "no characterization recorded"
+    names = set(ch.probed_intrinsics())
+    for lane, doc in recorded.items():
+        assert doc["profile"] == lanes.get_lane(lane).profile_name
+        assert set(doc["arches"]) == set(ARCHES)
+        assert doc["toolchain"]["llvm_version"].split(".")[0] == str(lanes.get_lane(lane).major)
+        for arch, entry in doc["arches"].items():
+            fam = ARCHES[arch].family
+            assert set(entry["intrinsics"]) == {n for n in names if ch._applies(n, fam)}
+            for r in [entry["target"], *entry["intrinsics"].values(), *entry["features"].values()]:
+                assert r["status"] in ch.STATUSES
+                if r["status"] != "ok":
+                    assert r.get("evidence"), (lane, arch, r)
+
+
+def test_no_table_serves_an_arch_lane_whose_intrinsics_are_absent(recorded, golden_doc):
+    characterized = 0
+    for family in table.family_names():
+        for arch in ARCHES:
+            for lane in lanes.LANE_NAMES:
+                if not table.admission(family, arch, lane).served:
+                    continue
+                state, detail = ch.backing(family, arch, lane, recorded, golden_doc)
+                assert state != "contradicted", f"{family} {arch} {lane}: {detail}"
+                characterized += state == "characterized"
+                if lane not in recorded:
+                    assert state == "unvalidated"
+    assert characterized > 0
+
+
+def test_the_gate_fails_when_a_used_intrinsic_is_marked_absent(recorded, golden_doc):
+    # what the gate above would see if LLVM 22 lost gfx950's 32x32x16 MFMA
+    lost = copy.deepcopy(recorded)
+    name = "llvm.amdgcn.mfma.f32.32x32x16.f16"
+    lost["llvm22"]["arches"]["gfx950"]["intrinsics"][name] = {"status": "arch_absent", "evidence": "Cannot select"}
+    assert name in ch.used_intrinsics(golden_doc, "gemm", "gfx950", "llvm22")
+    state, detail = ch.backing("gemm", "gfx950", "llvm22", lost, golden_doc)
+    assert state == "contradicted" and name in detail
+    # and an absent target contradicts every family on it
+    lost["llvm22"]["arches"]["gfx942"]["target"] = {"status": "arch_absent", "evidence": "not a recognized processor"}
+    assert ch.backing("conv_dgrad_patch", "gfx942", "llvm22", lost, golden_doc)[0] == "contradicted"
+
+
+def test_measured_facts_agree_with_the_design_notes(recorded):
+    # DESIGN.md, "Measured facts": mfma.f32.32x32x8f16 compiles for gfx942 on LLVM 20 and 22;
+    # mfma.f32.32x32x16.f16 only for gfx950; wmma.f32.16x16x32.f16 only for gfx1250, only LLVM 22+;
+    # llvmlite 0.46 / LLVM 20 does not know gfx1250.
+    def st(lane, arch, name):
+        return recorded[lane]["arches"][arch]["intrinsics"][name]["status"]
+
+    for lane in ("llvm20", "llvm22"):
+        assert st(lane, "gfx942", "llvm.amdgcn.mfma.f32.32x32x8f16") == "ok"
+        assert st(lane, "gfx942", "llvm.amdgcn.mfma.f32.32x32x16.f16") == "arch_absent"
+        assert st(lane, "gfx950", "llvm.amdgcn.mfma.f32.32x32x16.f16") == "ok"
+    wmma = "llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16"
+    assert st("llvm22", "gfx1250", wmma) == "ok"
+    assert st("llvm22", "gfx942", wmma) == "arch_absent"
+    assert "Cannot select" in recorded["llvm22"]["arches"]["gfx942"]["intrinsics"][wmma]["evidence"]
+    assert recorded["llvm20"]["arches"]["gfx1250"]["target"]["status"] == "arch_absent"
+    assert "not a recognized processor" in recorded["llvm20"]["arches"]["gfx1250"]["target"]["evidence"]
+    # LLVM 21 renamed the NVPTX barrier: LLVM 20 compiles the new name as an external call
+    assert st("llvm20", "sm_90", "llvm.nvvm.barrier.cta.sync.aligned.all") == "name_absent"
+    assert st("llvm22", "sm_90", "llvm.nvvm.barrier.cta.sync.aligned.all") == "ok"
+    if "llvm24" in recorded:
+        # docs/llvm24-lane.md: the LLVM 24 library is AMDGPU only; gfx1250 has no xnack modes there
+        assert recorded["llvm24"]["arches"]["sm_90"]["target"]["status"] == "arch_absent"
+        assert recorded["llvm24"]["arches"]["gfx1250"]["features"]["xnack-"]["status"] == "arch_absent"
+        assert recorded["llvm24"]["arches"]["gfx942"]["features"]["xnack-"]["status"] == "ok"
+
+
+def test_classification_of_worker_failures():
+    abort = CompileError("worker under /x/python died (killed by SIGABRT): LLVM ERROR: Cannot select: "
+                         "intrinsic %llvm.amdgcn.mfma.f32.32x32x16.f16",
+                         "LLVM ERROR: Cannot select: intrinsic %llvm.amdgcn.mfma.f32.32x32x16.f16\n")
+    assert ch.classify_error(abort) == {"status": "arch_absent",
+                                        "evidence": "Cannot select: intrinsic %llvm.amdgcn.mfma.f32.32x32x16.f16"}
+    assert ch.classify_error(CompileTimeout("exceeded 60s"))["status"] == "timeout"
+    crash = CompileError("worker died (killed by SIGSEGV): Segmentation fault at 0x7f00ab", "")
+    got = ch.classify_error(crash)
+    assert got["status"] == "toolchain_crash" and "0x?" in got["evidence"]
+    bad = CompileError("llvm.compile: invalid LLVM IR: Intrinsic has incorrect return type!", "")
+    assert ch.classify_error(bad)["status"] == "name_absent"
+
+
+def test_a_probe_past_its_timeout_is_a_timeout_and_the_worker_is_replaced():
+    from rocke_aot.aot.compiler import WorkerPool
+
+    probers, _ = ch.lane_toolchains(["llvm22"])
+    prober = probers["llvm22"]
+    with WorkerPool(size=1) as pool:
+        run = pool.call_fn()
+        res = ch._probe_task(lambda spec, kind, payload, blob, timeout: run(spec, kind, payload, blob, 1e-4),
+                             prober, "gfx942", "intrinsic:llvm.amdgcn.mfma.f32.32x32x8f16")
+        assert res["status"] == "timeout"
+        # the next probe gets a fresh worker and a real answer
+        assert ch._probe_task(run, prober, "gfx942", "intrinsic:llvm.amdgcn.mfma.f32.32x32x8f16") == {"status": "ok"}
+
+
+def test_variants_cli_shows_the_backing_column(capsys):
+    from rocke_aot.cli.main import main
+    import json
+
+    with pytest.raises(SystemExit) as exc:
+        main(["variants", "--family", "gemm", "--arch", "gfx942", "--json"])
+    assert exc.value.code == 0
+    rows = {r["lane"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    recorded = ch.load_recorded()
+    for lane, r in rows.items():
+        assert r["backing"] == ("characterized" if lane in recorded else "unvalidated"), r
+    assert rows["llvm23"]["backing_detail"].startswith("no characterization of llvm23")
