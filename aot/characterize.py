@@ -157,9 +157,15 @@ def _applies(name: str, family: str) -> bool:
     return True  # target-independent (llvm.fmuladd.f32)
 
 
-def features_for(processor: str) -> tuple[str, ...]:
+def feature_probes(processor: str) -> tuple[str, ...]:
+    """The target features the lowering uses on ``processor``, as probes: the wave size it
+    states ("+wavefrontsize64" on gfx9, "+wavefrontsize32" on gfx1250: aot/lower/amdgpu.py),
+    each target-ID setting the arch accepts, turned off (xnack-, sramecc-), and PTX 8.0 on
+    NVPTX (aot/compiler: "+ptx80")."""
     info = ARCH_TABLE[processor]
-    return ("ptx80",) if info.family == "nvptx64" else info.target_features
+    if info.family == "nvptx64":
+        return ("ptx80+",)
+    return (f"wavefrontsize{info.wave_size}+",) + tuple(f"{f}-" for f in info.target_features)
 
 
 # ------------------------------------------------------------------ classification
@@ -211,6 +217,24 @@ def classify_output(name: str, out: bytes, fmt: str) -> dict[str, str]:
 
 _SETTING = {0: "unsupported", 1: "any", 2: "off", 3: "on"}
 _FEATURE_SHIFT = {"xnack": 8, "sramecc": 10}
+
+
+def wave32_kernels(obj: bytes) -> dict[str, bool]:
+    """Kernel name -> the descriptor's ENABLE_WAVEFRONT_SIZE32 bit (kernel_code_properties bit 10,
+    AMDGPUUsage "Kernel Descriptor"), read from a relocatable's or a linked object's .kd symbols."""
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(obj))
+    symtab = elf.get_section_by_name(".symtab")
+    out = {}
+    for sym in symtab.iter_symbols() if symtab else ():
+        if not sym.name.endswith(".kd") or sym["st_size"] != 64 or not isinstance(sym["st_shndx"], int):
+            continue
+        sec = elf.get_section(sym["st_shndx"])
+        off = sym["st_value"] - sec["sh_addr"] if elf["e_type"] == "ET_DYN" else sym["st_value"]
+        props = int.from_bytes(sec.data()[off + 56:off + 58], "little")
+        out[sym.name[:-3]] = bool(props & (1 << 10))
+    return out
 
 
 def feature_setting(obj: bytes, feature: str) -> str:
@@ -305,7 +329,9 @@ def _probe_task(call: Callable, prober: LaneProber, processor: str, probe: str) 
         ir = probe_ir(probed_intrinsics()[what], None, prober.triple(processor))
     elif kind_ == "feature":
         feature = what.rstrip("+-")
-        if fam == "nvptx64":
+        if feature.startswith("wavefrontsize"):
+            ir, features = minimal_kernel_ir(None, prober.triple(processor), no_inputs=True), f"+{feature}"
+        elif fam == "nvptx64":
             ir, features = minimal_nvptx_ir(), f"+{feature}"
         elif prober.lane.profile.has("target-id:module-flags"):
             module_flags = {f"amdgpu.{feature}": 0}
@@ -333,6 +359,13 @@ def _probe_task(call: Callable, prober: LaneProber, processor: str, probe: str) 
             got = m.group(1) if m else "?"
             return {"status": "ok", "evidence": f".version {got}"} if got == "8.0" else \
                 {"status": "arch_absent", "evidence": f"PTX .version {got} with +{feature}"}
+        if feature.startswith("wavefrontsize"):
+            want32 = feature == "wavefrontsize32"
+            got = wave32_kernels(out).get("k")
+            if got is None:
+                return {"status": "toolchain_crash", "evidence": "no kernel descriptor k.kd in the object"}
+            return {"status": "ok"} if got == want32 else {"status": "arch_absent", "evidence": (
+                f"+{feature} gave a wave{'32' if got else '64'} kernel descriptor on {processor}")}
         setting = feature_setting(out, feature)
         if setting == "off":
             return {"status": "ok"}
@@ -344,7 +377,7 @@ def _probe_task(call: Callable, prober: LaneProber, processor: str, probe: str) 
 def _arch_probes(processor: str) -> list[str]:
     fam = ARCH_TABLE[processor].family
     return (["target"] + [f"intrinsic:{n}" for n in probed_intrinsics() if _applies(n, fam)]
-            + [f"feature:{f}-" if f != "ptx80" else "feature:ptx80+" for f in features_for(processor)])
+            + [f"feature:{f}" for f in feature_probes(processor)])
 
 
 def probe_lanes(probers: Mapping[str, LaneProber], arches: Sequence[str] | None = None, *,

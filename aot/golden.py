@@ -42,6 +42,7 @@ from rocke_aot import lanes as lane_registry
 from rocke_aot.aot.lower import lower
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CapabilityError, LaneError, RockeError, SpecError
+from rocke_aot.targets import Target
 from rocke_aot.variants import table
 
 SCHEMA = 1
@@ -115,7 +116,7 @@ def representative(specs: Sequence[Any], knob_names: Iterable[str]) -> list[Any]
 
 def _lane_selection(family: str, arch: str, lane: lane_registry.Lane) -> list[Any]:
     tab = table.get_table(family)
-    target = table._target(arch)
+    target = Target.parse(arch)
     specs = list(table.enumerate_specs(family, arch, lane))
     out: list[Any] = []
     for baked in tab.baked(target, lane):

@@ -115,6 +115,10 @@ def test_measured_facts_agree_with_the_design_notes(recorded):
     # LLVM 21 renamed the NVPTX barrier: LLVM 20 compiles the new name as an external call
     assert st("llvm20", "sm_90", "llvm.nvvm.barrier.cta.sync.aligned.all") == "name_absent"
     assert st("llvm22", "sm_90", "llvm.nvvm.barrier.cta.sync.aligned.all") == "ok"
+    # the wave size the lowering states (arch.py: gfx9 wave64, gfx1250 wave32 only) is honoured:
+    # the kernel descriptor's wave32 bit follows it
+    assert recorded["llvm22"]["arches"]["gfx942"]["features"]["wavefrontsize64+"] == {"status": "ok"}
+    assert recorded["llvm22"]["arches"]["gfx1250"]["features"]["wavefrontsize32+"] == {"status": "ok"}
     if "llvm24" in recorded:
         # docs/llvm24-lane.md: the LLVM 24 library is AMDGPU only; gfx1250 has no xnack modes there
         assert recorded["llvm24"]["arches"]["sm_90"]["target"]["status"] == "arch_absent"
