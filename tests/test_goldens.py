@@ -23,7 +23,7 @@ from rocke_aot.aot.lower import lower as real_lower
 from rocke_aot.errors import LaneError
 from rocke_aot.lanes import Lane
 from rocke_aot.variants import table
-from rocke_aot.variants.tables import TABLES
+from rocke_aot.variants.families import FAMILIES as REGISTRY
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_golden_file_is_complete_and_consistent(doc):
 
 def _reference_cover_targets(family, arch, lane):
     """Recomputed here from the table alone: per (baked, path) group, each knob's extremes."""
-    tab = TABLES[family]
+    tab = table.get_table(family)
     target = table._target(arch)
     lane = table._lane(lane)
     specs = [s.to_dict() for s in table.enumerate_specs(family, arch, lane)]
@@ -217,9 +217,9 @@ def sibling_lane(monkeypatch):
     fake = Lane(25, "llvm25", "llvm24")
     monkeypatch.setattr(lanes, "LANES", lanes.LANES + (fake,))
     monkeypatch.setattr(lanes, "_BY_NAME", MappingProxyType({**lanes._BY_NAME, "llvm25": fake}))
-    for fam, t in list(TABLES.items()):
-        decided = dict(t.lane_decisions, llvm25=t.lane_decisions["llvm24"])
-        monkeypatch.setitem(TABLES, fam, dataclasses.replace(t, lane_decisions=decided))
+    for fam, e in list(REGISTRY.items()):
+        decided = dict(e.table.lane_decisions, llvm25=e.table.lane_decisions["llvm24"])
+        monkeypatch.setitem(REGISTRY, fam, dataclasses.replace(e, table=dataclasses.replace(e.table, lane_decisions=decided)))
     return fake
 
 
