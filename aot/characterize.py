@@ -263,9 +263,12 @@ class LaneProber:
             self.spec = WorkerSpec.of(toolchain.python)
 
     def identity(self) -> dict[str, str]:
-        """What about the toolchain decides the probes (no linker: probes do not link)."""
+        """What about the toolchain decides the probes: the code generator only. Probes neither
+        link nor assemble PTX, so the linker, ptxas and the llvm24 lane's middle end (and their
+        file hashes, which differ between a CUDA install and NVIDIA's pip wheel) stay out."""
         ident = self.toolchain.identity()
-        return {k: v for k, v in sorted(ident.items()) if k not in ("linker", "middle_end")}
+        return {k: v for k, v in sorted(ident.items())
+                if not k.startswith(("linker", "ptxas", "middle_end"))}
 
     def targets_family(self, processor: str) -> bool:
         return not self.library or ARCH_TABLE[processor].family == "amdgcn"
@@ -281,11 +284,12 @@ class LaneProber:
         """(worker kind, payload, output format)."""
         nvptx = ARCH_TABLE[processor].family == "nvptx64"
         if self.library:
+            from rocke_aot.aot.compiler.options import TRITON24
             from rocke_aot.aot.toolchains.triton24 import INTERFACE_VERSION
 
             return "triton24.compile", {"library": self.toolchain.library, "interface_version": INTERFACE_VERSION,
                                         "ir": ir, "triple": self.triple(processor), "processor": processor,
-                                        "features": features}, "obj"
+                                        "features": features, "options": TRITON24.library_options()}, "obj"
         return "llvm.compile", {"ir": ir, "triple": self.triple(processor), "cpu": processor,
                                 "features": features, "opt": 3, "pipeline": False,
                                 "emit": "asm" if nvptx else "obj"}, "asm" if nvptx else "obj"
