@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Qualification of `rocke-aot bench --run-from-cache` on an NVIDIA GPU (sm_90), as docs/bench.md
+# reports it: build the sm_90 cache, serve it on loopback, run the problem sets from the server
+# once and from the local cache once, a chunked problem over 2 GiB, and the vendor library.
+# Needs python3 with llvmlite 0.50, numpy, torch, cuda-bindings and ptxas; other packages as
+# wheels in .whl/ (see scripts/gpu-tests.sh). Results go to ${OUT:-/tmp/rocke-out}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/rocke-out}; mkdir -p "$OUT"
+SITE=${ROCKE_AOT_GPU_SITE:-/tmp/rocke-site}
+PY=${PYTHON:-python3}
+rm -rf "$SITE"; mkdir -p "$SITE"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl
+fi
+"$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" .
+export PYTHONPATH="$SITE" PATH="$PATH:/usr/local/cuda/bin"
+export ROCKE_AOT_HOME=/tmp/rocke-home CACHE=/tmp/rocke-home/cache.sqlite
+RA() { "$PY" -c 'import sys; from rocke_aot.cli.main import main; sys.argv[0]="rocke-aot"; main()' "$@"; }
+cd /tmp   # so the repository folders cannot shadow the installed package
+REPO=$OLDPWD
+t0=$(date +%s)
+RA toolchains 2>&1 | tee "$OUT/toolchains.txt"
+RA build --arch sm_90 --lane llvm22 --cache "$CACHE" -j 16 --json > "$OUT/build.json" 2> "$OUT/build.log" || true
+"$PY" -c "import json; d=json.load(open('$OUT/build.json')); print({k: d[k] for k in d if isinstance(d[k], (int, float, str))})"
+echo "build: $(( $(date +%s) - t0 )) s"
+# a real server on loopback
+RA serve --cache "$CACHE" --host 127.0.0.1 --port 8765 > "$OUT/serve.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for i in $(seq 50); do "$PY" -c "import httpx; httpx.get('http://127.0.0.1:8765/healthz').raise_for_status()" 2>/dev/null && break; sleep 0.2; done
+P=$REPO/bench/problems
+# 1. selection quality: every candidate, from the local cache, timed (numerics: pass 2)
+for fam in gemm conv_direct_fwd conv_dgrad_patch; do
+  RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --cache "$CACHE" \
+     --candidates all --no-verify --warmup 1 --reps 5 --out "$OUT/quality-$fam.json" --json > /dev/null \
+     2> "$OUT/quality-$fam.log" || echo "quality $fam: rc=$?"
+  echo "quality $fam: $(( $(date +%s) - t0 )) s"
+done
+# 2. numerics + speed of the top candidates, fetched from the server (a fresh local store)
+for fam in gemm conv_direct_fwd conv_dgrad_patch; do
+  RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --server http://127.0.0.1:8765 \
+     --cache /tmp/rocke-client-$fam.sqlite --candidates top:3 --verify --reps 10 --out "$OUT/server-$fam.json" \
+     > "$OUT/server-$fam.txt" 2>&1 || echo "server $fam: rc=$?"
+  echo "server $fam: $(( $(date +%s) - t0 )) s"
+done
+# 3. one problem over 2 GiB (A: 1,050,000 x 1024 f16 = 2.15e9 bytes), chunked and verified
+RA bench --run-from-cache --arch sm_90 --family gemm --problem '{"m": 1050000, "n": 128, "k": 1024}' \
+   --cache "$CACHE" --candidates top:1 --verify --reps 3 --out "$OUT/chunked.json" > "$OUT/chunked.txt" 2>&1 \
+   || echo "chunked: rc=$?"
+echo "total: $(( $(date +%s) - t0 )) s"
+"$PY" - "$OUT" <<'PY'
+import json, sys, glob, os
+out = sys.argv[1]
+for f in sorted(glob.glob(os.path.join(out, "*.json"))):
+    if os.path.basename(f) == "build.json":
+        continue
+    d = json.load(open(f))
+    print(os.path.basename(f), json.dumps(d.get("summary")))
+PY

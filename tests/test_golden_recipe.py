@@ -1,0 +1,78 @@
+"""The goldens and the cache key agree: whatever moves a golden IR hash moves the recipe digest.
+
+Two checks, both in subprocesses that import a COPY of the package (laid out as a wheel
+installs it, tests/test_layers.py), so nothing is patched in this process:
+
+1. Lowering every golden case of a lane imports only modules the recipe rule selects: an
+   edit anywhere else cannot move a golden hash, and an edit inside moves the key.
+2. One real IR-shaping edit (an implicit input the llvm22 profile disclaims, in the lane
+   registry) moves a golden case's hash AND the recipe digest of the same copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rocke_aot.aot import golden
+from rocke_aot.aot.recipe import recipe_digest, recipe_modules
+from test_layers import _lay_out
+
+_PROBE = r"""
+import json, sys
+from rocke_aot.aot import golden
+from rocke_aot import lanes
+lane = lanes.get_lane("llvm22")
+cases = [c for c in golden.select_cases() if c.arch in ("gfx942", "gfx1250", "sm_90")][: int(sys.argv[1])]
+out = {c.id: golden.evaluate_case(c, lane).sha256 for c in cases}
+mods = sorted(m for m in sys.modules if m.startswith("rocke_aot"))
+print(json.dumps({"hashes": out, "modules": mods}))
+"""
+
+
+def _run(site: Path, n: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(site))
+    proc = subprocess.run([sys.executable, "-c", _PROBE, str(n)], cwd=site, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _dirs(site: Path) -> dict[str, Path]:
+    return {"rocke_aot": site / "rocke_aot", **{f"rocke_aot.{p}": site / "rocke_aot" / p
+                                                 for p in ("aot", "cache", "variants", "service", "cli", "runner")}}
+
+
+def test_golden_lowering_imports_only_recipe_modules(tmp_path):
+    site = _lay_out(tmp_path / "site")
+    got = _run(site, 60)
+    selected = set(recipe_modules(_dirs(site)))
+    # packages' __init__ modules that only hold other modules count as their package
+    outside = [m for m in got["modules"] if m not in selected and m != "rocke_aot.aot.golden"
+               and not any(s.startswith(m + ".") for s in selected)]
+    assert outside == [], f"golden lowering imported modules the recipe digest does not cover: {outside}"
+    doc = golden.load()
+    recorded = doc["lanes"]["llvm22"]["results"]
+    # the copy lowers exactly what the golden file records (the copy is faithful)
+    for cid, sha in got["hashes"].items():
+        entry = recorded[cid]
+        assert entry.get("sha256") == sha, cid
+
+
+def test_an_ir_edit_moves_the_golden_hash_and_the_recipe_digest(tmp_path):
+    site = _lay_out(tmp_path / "site")
+    before_digest = recipe_digest(_dirs(site))
+    assert before_digest == recipe_digest()  # the copy is the live tree
+    base = _run(site, 12)
+    lanes_py = site / "rocke_aot" / "lanes.py"
+    src = lanes_py.read_text()
+    needle = '_AMDGPU_NO_INPUTS_LLVM22 = _AMDGPU_NO_INPUTS_LLVM20 + ("cluster-id-x", "cluster-id-y", "cluster-id-z")'
+    assert needle in src
+    lanes_py.write_text(src.replace(needle, needle.replace(', "cluster-id-z")', ")")))
+    after = _run(site, 12)
+    moved = [c for c in base["hashes"] if c.split("/")[1] != "sm_90" and base["hashes"][c] != after["hashes"][c]]
+    assert moved, "the edit should change the IR of the AMDGPU golden cases"
+    assert recipe_digest(_dirs(site)) != before_digest
