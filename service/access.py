@@ -1,0 +1,183 @@
+"""What the service reads from a store, behind a few thin functions (swap points).
+
+    open_store(url)           Store.open(url, readonly=True) when the store supports it,
+                              else Store.open(url) (a store at head is only read)
+    Frames.load(store, sha)   blob row ──codec.decode (decompress, size, sha256)──> Frame
+                              (verified once per worker; kept in a byte-bounded LRU with an
+                              age limit, so the hot path reads neither the database nor zstd)
+    kernel_row(store, key)    the artifact row (no blob bytes, no last-read write)
+    list_page(store, ...)     keyset page over artifacts ordered by key (cursor = last key)
+    select(store, ...)        rocke_aot.service.selection.select when it exists, else the
+                              stand-in in service/fallback_select.py
+
+Why not Store.get(): it touches ``last_read_at`` (a write) and hands back only raw bytes;
+the service needs the stored zstd frame too (served as is to ``Accept-Encoding: zstd``).
+
+Frame integrity: the store keeps no digest of the compressed frame, so instead of adding a
+column (a migration racing the generations migration), the frame is verified the one way
+the store already trusts: ``codec.decode`` decompresses it, bounded by the recorded size,
+and checks the content sha256. A frame is only ever served after that check succeeded in
+this worker; the client checks the content sha256 again after decompressing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, bindparam, select as sa_select
+
+from rocke_aot.cache import codec, db
+from rocke_aot.cache.models import artifacts as A
+from rocke_aot.cache.models import blob_data
+from rocke_aot.cache.models import blobs as B
+from rocke_aot.cache.records import Artifact, to_artifact
+from rocke_aot.cache.store import Store
+from rocke_aot.errors import IntegrityError, NotFoundError
+
+_Q_BLOB = sa_select(B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id).where(B.c.sha256 == bindparam("s"))
+_Q_BLOB_EXISTS = sa_select(B.c.size).where(B.c.sha256 == bindparam("s"))
+_ROW = [*A.c, B.c.size, B.c.stored_size]
+_ROW_FROM = A.outerjoin(B, A.c.blob_sha256 == B.c.sha256)
+_Q_KERNEL = sa_select(*_ROW).select_from(_ROW_FROM).where(A.c.key == bindparam("k"))
+
+
+def open_store(url: str, *, readonly: bool = True) -> Store:
+    """The store, read-only where the store module offers it (issue 11)."""
+    if readonly and "readonly" in inspect.signature(Store.open).parameters:
+        return Store.open(url, readonly=True)
+    return Store.open(url)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A verified blob: its raw bytes and, for plain zstd, the stored frame as is."""
+
+    sha256: str
+    raw: bytes
+    zstd_frame: bytes | None  # None for dictionary frames: a client could not decode them alone
+
+    @property
+    def cost(self) -> int:
+        return len(self.raw) + (len(self.zstd_frame) if self.zstd_frame else 0)
+
+
+class Frames:
+    """Per-worker LRU of verified blobs. Blobs are immutable by sha256, so an entry never goes
+    stale; the age limit only bounds how long a blob deleted from the store (gc) can still be
+    served by a worker that verified it earlier."""
+
+    def __init__(self, max_bytes: int = 64 << 20, max_age: float = 300.0):
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self._lru: OrderedDict[str, tuple[float, Frame]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def cached(self, sha: str) -> Frame | None:
+        with self._lock:
+            hit = self._lru.get(sha)
+            if hit is None:
+                return None
+            if time.monotonic() - hit[0] > self.max_age:
+                self._drop(sha)
+                return None
+            self._lru.move_to_end(sha)
+            return hit[1]
+
+    def _drop(self, sha: str) -> None:
+        _, f = self._lru.pop(sha)
+        self._bytes -= f.cost
+
+    def _keep(self, frame: Frame) -> None:
+        if frame.cost > self.max_bytes:
+            return
+        with self._lock:
+            if frame.sha256 in self._lru:
+                self._drop(frame.sha256)
+            self._lru[frame.sha256] = (time.monotonic(), frame)
+            self._bytes += frame.cost
+            while self._bytes > self.max_bytes:
+                self._drop(next(iter(self._lru)))
+
+    def load(self, store: Store, sha: str) -> Frame:
+        """The verified blob ``sha``: NotFoundError, or IntegrityError (never the bytes)."""
+        hit = self.cached(sha)
+        if hit is not None:
+            return hit
+        with db.read_tx(store.engine) as conn:
+            row = conn.execute(_Q_BLOB, {"s": sha}).first()
+            if row is None:
+                raise NotFoundError(f"no blob {sha} in the store")
+            size, cod, data, stored_size, dict_id = row
+            data = bytes(data)
+            if cod == codec.CODEC:
+                raw = codec.decode(data, sha, size, cod, stored_size)
+                frame = Frame(sha, raw, data)
+            else:  # a dictionary frame: decoded with the store's dictionary, served raw
+                raw = _decode_with_dict(store, conn, sha, size, cod, stored_size, data, dict_id)
+                frame = Frame(sha, raw, None)
+        self._keep(frame)
+        return frame
+
+    def exists(self, store: Store, sha: str) -> bool:
+        if self.cached(sha) is not None:
+            return True
+        with db.read_tx(store.engine) as conn:
+            return conn.execute(_Q_BLOB_EXISTS, {"s": sha}).first() is not None
+
+
+def _decode_with_dict(store: Store, conn, sha, size, cod, stored_size, data, dict_id) -> bytes:
+    # The store's own dictionary cache (immutable dictionaries by id); swap for issue 11's
+    # Store.get_blob(sha) when it lands.
+    return store._dicts.decode(conn, sha, size, cod, stored_size, data, dict_id)
+
+
+def kernel_row(store: Store, key: str) -> Artifact:
+    """The artifact under ``key`` (metadata only); NotFoundError for a miss or a failure row."""
+    with db.read_tx(store.engine) as conn:
+        row = conn.execute(_Q_KERNEL, {"k": key}).mappings().first()
+    if row is None:
+        raise NotFoundError(f"no artifact {key} in the store")
+    if row["status"] != "ok":
+        raise NotFoundError(f"{key} is a cached build failure, not an artifact")
+    if row["size"] is None:
+        raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
+    return to_artifact(row)
+
+
+def list_page(store: Store, *, arch: str | None, lane: str | None, family: str | None,
+              cursor: str | None, limit: int) -> tuple[list[Artifact], str | None]:
+    """One page of artifacts ordered by key, and the cursor of the next page (None at the end).
+
+    Stand-in for issue 11's ``Store.list_artifacts``; filters are already validated."""
+    lister = getattr(store, "list_artifacts", None)
+    if lister is not None:
+        page = lister(arch=arch, lane=lane, family=family, cursor=cursor, limit=limit)
+        items = list(getattr(page, "items", page[0] if isinstance(page, tuple) else page))
+        nxt = getattr(page, "next_cursor", page[1] if isinstance(page, tuple) else None)
+        return items, nxt
+    conds: list[Any] = [A.c.status == "ok"]
+    for col, val in ((A.c.arch, arch), (A.c.lane, lane), (A.c.family, family)):
+        if val is not None:
+            conds.append(col == val)
+    if cursor is not None:
+        conds.append(A.c.key > cursor)
+    stmt = sa_select(*_ROW).select_from(_ROW_FROM).where(and_(*conds)).order_by(A.c.key).limit(limit + 1)
+    with db.read_tx(store.engine) as conn:
+        rows = conn.execute(stmt).mappings().all()
+    items = [to_artifact(r) for r in rows[:limit]]
+    return items, (items[-1].key if len(rows) > limit else None)
+
+
+def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None, limit=None):
+    """The one selection helper (issue 11) when present, else the service's stand-in."""
+    try:
+        from rocke_aot.service.selection import select as shared
+    except ImportError:
+        from rocke_aot.service.fallback_select import select as shared
+    return shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit)

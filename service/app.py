@@ -1,0 +1,480 @@
+"""The artifact service: FastAPI over one Store.
+
+    client ─HTTP─> MetricsMiddleware ─> BodyLimit ─> routes ─> access.* ─> Store (SQLite | PostgreSQL)
+                                                     └─ errors.install: library errors -> statuses
+
+    GET|HEAD /v1/blobs/{sha256}      code object by content: ETag, immutable, 304, zstd pass-through
+    GET|HEAD /v1/kernels/{key}       the blob of that key (answered directly, Content-Location set)
+    GET  /v1/kernels/{key}/meta      the artifact record
+    GET  /v1/kernels                 keyset-paginated listing (arch, lane, family filters)
+    POST /v1/select                  the shared select(): ranked candidates + rejections
+    PUT  /v1/kernels/{key}           publish (bearer token; verified; 401/403/409/413/422)
+    GET  /healthz, GET /metrics
+
+Reads never write (no last-read touches): a replica can run on a read-only role. Hot blob
+fetches are answered from a per-worker cache of verified blobs (access.Frames) without a
+thread hop; everything that touches the database runs in the threadpool.
+``create_app(store_or_url, token=...)`` builds an app; ``app_from_env`` is the factory
+``rocke-aot serve`` hands uvicorn (each worker opens its own Store).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import os
+from dataclasses import fields as dc_fields
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path, Query, Request, Security
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import ValidationError
+from sqlalchemy import text
+
+from rocke_aot.aot.codeobject import validate as validate_code_object
+from rocke_aot.arch import ARCHES
+from rocke_aot.cache import db
+from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
+from rocke_aot.cache.records import Artifact
+from rocke_aot.cache.store import Store
+from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
+from rocke_aot.lanes import LANE_NAMES, get_lane
+from rocke_aot.service import access, errors
+from rocke_aot.service.errors import Conflict, FieldError, ReadOnly, TooLarge, Unauthorized
+from rocke_aot.service.fallback_select import resources
+from rocke_aot.service.metrics import Metrics, MetricsMiddleware
+from rocke_aot.service.schemas import (
+    MAX_PAGE,
+    SHA_PATTERN,
+    Candidate,
+    Health,
+    KernelMeta,
+    KernelPage,
+    KernelSummary,
+    PublishRequest,
+    PublishResponse,
+    Rejection,
+    Resources,
+    SelectRequest,
+    SelectResponse,
+)
+from rocke_aot.targets import Target
+from rocke_aot.variants import table
+from rocke_aot.variants.problems import PROBLEM_TYPES, problem_from_dict
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
+DEFAULT_MAX_BODY = 64 << 10  # any other request body (select)
+ENV_CACHE = "ROCKE_AOT_SERVE_CACHE"
+ENV_TOKEN_FILE = "ROCKE_AOT_SERVE_TOKEN_FILE"
+ENV_MAX_PUBLISH = "ROCKE_AOT_SERVE_MAX_PUBLISH"
+
+Sha = Annotated[str, Path(pattern=SHA_PATTERN, description="sha256 of the raw code object, 64 lowercase hex")]
+Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 lowercase hex")]
+
+
+def get_store(request: Request) -> Store:
+    """The Store, injected into every route (the app's; tests may override it)."""
+    return request.app.state.store
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+_bearer = HTTPBearer(auto_error=False, description="The server's publish token (rocke-aot serve --token-file)")
+
+
+class BodyLimit:
+    """Bounded request bodies: a declared or streamed body over the limit is 413 before any
+    route sees it (publish: ``max_publish``; everything else: ``max_body``)."""
+
+    def __init__(self, app, max_body: int, max_publish: int):
+        self.app, self.max_body, self.max_publish = app, max_body, max_publish
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        limit = self.max_publish if scope["method"] == "PUT" else self.max_body
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            return await self._refuse(send, limit)
+        chunks, total, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunk = msg.get("body", b"")
+            total += len(chunk)
+            if total > limit:
+                return await self._refuse(send, limit)
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        whole = b"".join(chunks)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(send, limit: int):
+        payload = json.dumps(errors.body("TooLarge", f"request body over the {limit}-byte limit")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+# ---- field validation: the library's named errors, with the field and its accepted values ----
+
+def _arch(value: str, field: str = "arch") -> Target:
+    try:
+        return Target.parse(value)
+    except SpecError as e:
+        raise FieldError(field, str(e), list(ARCHES)) from None
+
+
+def _lane(value: object, field: str = "lane") -> str:
+    try:
+        return get_lane(value, source=field).name
+    except LaneError as e:
+        raise FieldError(field, str(e), list(LANE_NAMES)) from None
+
+
+def _family(value: str, field: str = "family") -> str:
+    try:
+        table.get_table(value)
+    except SpecError as e:
+        raise FieldError(field, str(e), list(table.family_names())) from None
+    return value
+
+
+def _problem(family: str, value: dict) -> Any:
+    try:
+        return problem_from_dict(family, value)
+    except SpecError as e:
+        names = [f.name for f in dc_fields(PROBLEM_TYPES[family])]
+        raise FieldError("problem", str(e), names) from None
+
+
+# ---- responses -----------------------------------------------------------------------------
+
+def _etag_matches(header: str | None, sha: str) -> bool:
+    if not header:
+        return False
+    for tag in header.split(","):
+        tag = tag.strip()
+        if tag == "*":
+            return True
+        if tag.startswith("W/"):
+            tag = tag[2:]
+        if tag.strip('"') == sha:
+            return True
+    return False
+
+
+def _accepts_zstd(header: str | None) -> bool:
+    if not header:
+        return False
+    for item in header.split(","):
+        name, _, params = item.strip().partition(";")
+        if name.strip().lower() == "zstd":
+            q = params.strip()
+            if q.startswith("q="):
+                try:
+                    return float(q[2:]) > 0
+                except ValueError:
+                    return False
+            return True
+    return False
+
+
+def _prefix(request: Request) -> str:
+    return request.scope.get("root_path", "")
+
+
+def _summary(a: Artifact, request: Request) -> dict[str, Any]:
+    return {"key": a.key, "arch": a.arch, "lane": a.lane, "profile": a.profile, "family": a.family,
+            "spec": thaw(a.spec), "sha256": a.sha256, "size": a.size,
+            "url": f"{_prefix(request)}/v1/blobs/{a.sha256}"}
+
+
+_LAUNCH_FIELDS = ("kernel_name", "kernargs", "kernarg_size", "block_size", "lds_bytes", "max_tensor_bytes")
+
+
+def _launch(md: dict[str, Any]) -> dict[str, Any] | None:
+    if isinstance(md.get("launch"), dict):
+        return md["launch"]
+    kernel = md.get("kernel")
+    if not isinstance(kernel, dict):
+        return None
+    out = {k: kernel[k] for k in _LAUNCH_FIELDS if k in kernel}
+    if isinstance(kernel.get("metadata"), dict):
+        out["family_facts"] = kernel["metadata"]
+    return out or None
+
+
+def kernel_meta(a: Artifact, request: Request) -> KernelMeta:
+    md = thaw(a.metadata)
+    return KernelMeta(
+        **_summary(a, request), lowering_digest=a.lowering_digest, toolchain=dict(thaw(a.toolchain)),
+        ir_sha256=a.ir_sha256, stored_size=a.stored_size,
+        built_at=a.built_at.isoformat() if a.built_at else None,
+        launch=_launch(md), resources=Resources(**resources(md)), provenance=thaw(a.provenance),
+    )
+
+
+def create_app(store: Store | str, *, token: str | None = None, max_publish: int = DEFAULT_MAX_PUBLISH,
+               max_body: int = DEFAULT_MAX_BODY, frame_cache_bytes: int = 64 << 20) -> FastAPI:
+    """The service over ``store`` (a Store, or a URL opened read-only where possible).
+
+    ``token`` None: publishing is off (403). A token enables PUT for bearers of it.
+    """
+    own_store = not isinstance(store, Store)
+    the_store = access.open_store(store, readonly=token is None) if own_store else store
+    metrics = Metrics()
+    frames = access.Frames(max_bytes=frame_cache_bytes)
+    app = FastAPI(
+        title="rocke-aot artifact service",
+        version="1",
+        summary="Precompiled AMD GPU kernels by key, by content and by problem (tile efficiency).",
+        description="Every code object is verified (sha256 of its raw bytes) before it leaves the server; "
+                    "clients verify again after decompressing. Errors answer an ErrorBody naming the error "
+                    "class, the field at fault and its accepted values.",
+    )
+    app.state.store = the_store
+    app.state.metrics = metrics
+    app.state.frames = frames
+    app.state.token = token
+    errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
+    app.add_middleware(BodyLimit, max_body=max_body, max_publish=max_publish)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if own_store:
+        app.router.on_shutdown.append(the_store.close)
+
+    async def blob_response(request: Request, store: Store, sha: str, head: bool,
+                            extra: dict[str, str] | None = None) -> Response:
+        headers = {"ETag": f'"{sha}"', "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding", **(extra or {})}
+        if _etag_matches(request.headers.get("if-none-match"), sha):
+            if not await run_in_threadpool(frames.exists, store, sha):
+                metrics.lookups.labels("miss").inc()
+                raise NotFoundError(f"no blob {sha} in the store")
+            metrics.not_modified.inc()
+            return Response(status_code=304, headers=headers)
+        frame = frames.cached(sha)
+        if frame is None:
+            metrics.frame_cache.labels("miss").inc()
+            try:
+                frame = await run_in_threadpool(frames.load, store, sha)
+            except NotFoundError:
+                metrics.lookups.labels("miss").inc()
+                raise
+        else:
+            metrics.frame_cache.labels("hit").inc()
+        metrics.lookups.labels("hit").inc()
+        if frame.zstd_frame is not None and _accepts_zstd(request.headers.get("accept-encoding")):
+            content, encoding = frame.zstd_frame, "zstd"
+            headers["Content-Encoding"] = "zstd"
+        else:
+            content, encoding = frame.raw, "identity"
+        headers["Content-Length"] = str(len(content))
+        if head:
+            return Response(b"", headers=headers, media_type="application/octet-stream")
+        metrics.bytes_served.labels(encoding).inc(len(content))
+        return Response(content, headers=headers, media_type="application/octet-stream")
+
+    blob_doc = {"description": "The code object (raw, or the stored zstd frame with Content-Encoding: zstd)",
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+    @app.get("/v1/blobs/{sha256}", tags=["fetch"], response_class=Response,
+             responses={200: blob_doc, **errors.responses(304, 404, 422, 500)},
+             summary="A code object by content (immutable)")
+    async def get_blob(request: Request, store: StoreDep, sha256: Sha) -> Response:
+        return await blob_response(request, store, sha256, head=False)
+
+    @app.head("/v1/blobs/{sha256}", tags=["fetch"], response_class=Response,
+              responses={200: {"description": "Headers of the code object"}, **errors.responses(304, 404, 422, 500)},
+              summary="Headers of a code object by content")
+    async def head_blob(request: Request, store: StoreDep, sha256: Sha) -> Response:
+        return await blob_response(request, store, sha256, head=True)
+
+    async def kernel_blob(request: Request, store: Store, key: str, head: bool) -> Response:
+        try:
+            art = await run_in_threadpool(access.kernel_row, store, key)
+        except NotFoundError:
+            metrics.lookups.labels("miss").inc()
+            raise
+        return await blob_response(request, store, art.sha256, head,
+                                   {"Content-Location": f"{_prefix(request)}/v1/blobs/{art.sha256}"})
+
+    @app.get("/v1/kernels/{key}", tags=["fetch"], response_class=Response,
+             responses={200: blob_doc, **errors.responses(304, 404, 422, 500)},
+             summary="The code object of an artifact key")
+    async def get_kernel(request: Request, store: StoreDep, key: Key) -> Response:
+        return await kernel_blob(request, store, key, head=False)
+
+    @app.head("/v1/kernels/{key}", tags=["fetch"], response_class=Response,
+              responses={200: {"description": "Headers of the code object"}, **errors.responses(304, 404, 422, 500)},
+              summary="Headers of the code object of an artifact key")
+    async def head_kernel(request: Request, store: StoreDep, key: Key) -> Response:
+        return await kernel_blob(request, store, key, head=True)
+
+    @app.get("/v1/kernels/{key}/meta", tags=["fetch"], response_model=KernelMeta,
+             responses=errors.responses(404, 422, 500), summary="The artifact record of a key")
+    def get_meta(request: Request, store: StoreDep, key: Key) -> KernelMeta:
+        try:
+            art = access.kernel_row(store, key)
+        except NotFoundError:
+            metrics.lookups.labels("miss").inc()
+            raise
+        metrics.lookups.labels("hit").inc()
+        return kernel_meta(art, request)
+
+    @app.get("/v1/kernels", tags=["list"], response_model=KernelPage, responses=errors.responses(422, 500),
+             summary="Artifacts, a page at a time, ordered by key")
+    def list_kernels(
+        request: Request, store: StoreDep,
+        arch: Annotated[str | None, Query(max_length=128, description="Exact target ID")] = None,
+        lane: Annotated[str | None, Query(max_length=32, description=f"One of {', '.join(LANE_NAMES)}")] = None,
+        family: Annotated[str | None, Query(max_length=64)] = None,
+        cursor: Annotated[str | None, Query(pattern=SHA_PATTERN, description="next_cursor of the previous page")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    ) -> KernelPage:
+        arch_id = _arch(arch).id if arch is not None else None
+        lane_name = _lane(lane) if lane is not None else None
+        fam = _family(family) if family is not None else None
+        items, nxt = access.list_page(store, arch=arch_id, lane=lane_name, family=fam, cursor=cursor, limit=limit)
+        return KernelPage(items=[KernelSummary(**_summary(a, request)) for a in items], next_cursor=nxt)
+
+    @app.post("/v1/select", tags=["select"], response_model=SelectResponse,
+              responses=errors.responses(413, 422, 500),
+              summary="Stored candidates for a problem, ranked by tile efficiency, and the rejected ones with reasons")
+    def select(request: Request, store: StoreDep, req: SelectRequest) -> SelectResponse:
+        target = _arch(req.arch)
+        family = _family(req.family)
+        lanes = [_lane(l, f"lanes.{i}") for i, l in enumerate(req.lanes)] if req.lanes else None
+        problem = _problem(family, req.problem)
+        sel = access.select(store, target, family, problem, lanes=lanes, min_efficiency=req.min_efficiency,
+                            limit=req.limit)
+        p = _prefix(request)
+        return SelectResponse(
+            accepted=[Candidate(key=c.key, sha256=c.sha256, arch=c.arch, lane=c.lane, spec=dict(c.spec),
+                                efficiency=dict(c.efficiency), resources=Resources(**dict(c.resources)),
+                                url=f"{p}/v1/blobs/{c.sha256}", kernel_url=f"{p}/v1/kernels/{c.key}")
+                      for c in sel.accepted],
+            rejected=[Rejection(key=r.key, lane=r.lane, spec=dict(r.spec), reason=r.reason) for r in sel.rejected],
+        )
+
+    @app.put("/v1/kernels/{key}", tags=["publish"], response_model=PublishResponse,
+             responses=errors.responses(401, 403, 409, 413, 422, 500),
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"$ref": "#/components/schemas/PublishRequest"}}}}},
+             summary="Publish a code object under its key (bearer token)")
+    async def publish(request: Request, store: StoreDep, key: Key,
+                      credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]) -> PublishResponse:
+        want = request.app.state.token
+        if want is None:
+            metrics.publishes.labels("read_only").inc()
+            raise ReadOnly("this server is read-only: it was started without a publish token")
+        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), want.encode()):
+            metrics.publishes.labels("unauthorized").inc()
+            raise Unauthorized("a publish needs the server's bearer token (Authorization: Bearer ...)")
+        raw_body = await request.body()
+        try:
+            req = PublishRequest.model_validate_json(raw_body)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(p) for p in first.get("loc", ())) or "body"
+            raise FieldError(loc, f"{loc}: {first.get('msg')}") from None
+        out = await run_in_threadpool(_publish, store, key, req)
+        metrics.publishes.labels("created" if out[0] else "exists").inc()
+        return PublishResponse(created=out[0], kernel=kernel_meta(out[1], request))
+
+    @app.get("/healthz", tags=["ops"], response_model=Health, responses=errors.responses(503))
+    def healthz(store: StoreDep) -> Health:
+        with db.read_tx(store.engine) as conn:
+            conn.execute(text("SELECT 1"))
+        return Health(status="ok", backend=store.backend)
+
+    @app.get("/metrics", tags=["ops"], response_class=Response,
+             responses={200: {"description": "Prometheus text exposition",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}})
+    def prometheus() -> Response:
+        payload, ctype = metrics.render()
+        return Response(payload, media_type=ctype)
+
+    # The publish body is read by hand (auth first, then a bounded parse), so FastAPI does not
+    # see the model; add it to the document's components for the $ref above.
+    def openapi():
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary,
+                                 description=app.description, routes=app.routes)
+            comps = schema.setdefault("components", {}).setdefault("schemas", {})
+            comps["PublishRequest"] = PublishRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+    return app
+
+
+def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifact]:
+    """Every check before the one write; any refusal writes nothing."""
+    target = _arch(req.arch)
+    lane = _lane(req.lane)
+    family = _family(req.family)
+    try:
+        code = base64.b64decode(req.code_object, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise FieldError("code_object", f"code_object is not base64: {e}") from None
+    if not code:
+        raise FieldError("code_object", "code_object is empty")
+    from rocke_aot.cache.codec import sha256_hex
+
+    got = sha256_hex(code)
+    if got != req.sha256:
+        raise FieldError("sha256", f"the code object hashes to {got}, not the declared {req.sha256}")
+    profile = req.profile if req.profile is not None else get_lane(lane).profile_name
+    try:
+        inputs = KeyInputs(target.id, lane, profile, family, req.spec, req.lowering_digest, req.toolchain)
+    except (SpecError, LaneError) as e:
+        raise FieldError("spec", f"key inputs refused: {e}") from None
+    want = artifact_key(inputs)
+    if want != key:
+        raise FieldError("key", f"the key inputs hash to {want}, not {key}")
+    validate_code_object(code, target)  # CodeObjectError -> 422
+    existing = store.lookup_many([key]).get(key)
+    if existing is not None and existing.ok:
+        if existing.sha256 != got:
+            raise Conflict(f"artifact {key} already holds code object {existing.sha256}; refusing {got}")
+        return False, access.kernel_row(store, key)
+    try:
+        store.put(inputs, code, ir_sha256=req.ir_sha256, metadata=req.metadata, provenance=req.provenance)
+    except CacheError as e:
+        if "already holds" in str(e):  # a concurrent publish of other bytes won the race
+            raise Conflict(str(e)) from None
+        raise
+    return True, access.kernel_row(store, key)
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory for ``rocke-aot serve`` (every worker process builds its own app)."""
+    url = os.environ.get(ENV_CACHE)
+    if not url:
+        raise CacheError(f"{ENV_CACHE} is not set (rocke-aot serve sets it)")
+    token = None
+    path = os.environ.get(ENV_TOKEN_FILE)
+    if path:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip() or None
+    max_publish = int(os.environ.get(ENV_MAX_PUBLISH, DEFAULT_MAX_PUBLISH))
+    return create_app(url, token=token, max_publish=max_publish)
