@@ -36,6 +36,9 @@ _COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("rocke_aot.cli.select", "select_cmd"),
     ("rocke_aot.cli.bench", "bench_cmd"),
     ("rocke_aot.cli.golden", "golden_cmd"),
+    ("rocke_aot.cli.serve", "serve"),
+    ("rocke_aot.cli.fetch", "fetch"),
+    ("rocke_aot.cli.publish", "publish"),
 )
 
 

@@ -227,7 +227,7 @@ def kernel_meta(a: Artifact, request: Request) -> KernelMeta:
         **_summary(a, request), lowering_digest=a.lowering_digest, toolchain=dict(thaw(a.toolchain)),
         ir_sha256=a.ir_sha256, stored_size=a.stored_size,
         built_at=a.built_at.isoformat() if a.built_at else None,
-        launch=_launch(md), resources=Resources(**resources(md)), provenance=thaw(a.provenance),
+        launch=_launch(md), resources=Resources(**resources(md)), provenance=thaw(a.provenance), metadata=md,
     )
 
 

@@ -67,6 +67,7 @@ class KernelMeta(KernelSummary):
     launch: dict[str, Any] | None = Field(None, description="Launch contract: kernel name, kernargs, block size, grid")
     resources: Resources
     provenance: dict[str, Any]
+    metadata: dict[str, Any] = Field(description="Everything the builder recorded (kernel, code_object, format)")
 
 
 class KernelPage(BaseModel):

@@ -1,0 +1,69 @@
+"""`rocke-aot publish --server URL --token T --arch A --lane L --family F --spec JSON ... FILE`.
+
+    FILE + key inputs ──KeyInputs──> key ──Client.publish──> PUT /v1/kernels/{key}
+    (the server checks the token, the sha256, the key and the code object for the arch;
+     409 when the key holds other bytes)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from rocke_aot.cache.codec import sha256_hex
+from rocke_aot.cache.keys import KeyInputs
+from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.errors import SpecError
+from rocke_aot.service.client import ENV_TOKEN, Client
+
+
+def _json_arg(value: str, what: str) -> dict:
+    text = Path(value[1:]).read_text() if value.startswith("@") else value
+    try:
+        out = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{what} is not JSON: {e}") from None
+    if not isinstance(out, dict):
+        raise SpecError(f"{what} must be a JSON object, got {type(out).__name__}")
+    return out
+
+
+@click.command("publish")
+@click.option("--server", required=True, metavar="URL", envvar="ROCKE_AOT_SERVER", help="Service base URL.")
+@click.option("--token", default=None, envvar=ENV_TOKEN, help=f"Publish token (or ${ENV_TOKEN}).")
+@click.option("--arch", required=True, type=ARCH, help="Target ID the code object was built for.")
+@click.option("--lane", required=True, type=LANE, help="Compiler lane that built it.")
+@click.option("--profile", default=None, help="Emission profile (default: the lane's).")
+@click.option("--family", required=True, help="Kernel family, e.g. gemm.")
+@click.option("--spec", "spec", required=True, metavar="JSON|@FILE", help="The spec (a JSON object).")
+@click.option("--lowering-digest", required=True, help="Recipe digest of the lowering that produced it.")
+@click.option("--toolchain", required=True, metavar="JSON|@FILE", help="Toolchain identity (a JSON object).")
+@click.option("--ir-sha256", required=True, help="sha256 of the LLVM IR it was compiled from.")
+@click.option("--metadata", default=None, metavar="JSON|@FILE", help="Builder metadata (a JSON object).")
+@click.option("--cache", "cache_url", metavar="URL", default=None, help="Local store (default: $ROCKE_AOT_CACHE).")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@json_option
+def publish(server, token, arch, lane, profile, family, spec, lowering_digest, toolchain, ir_sha256, metadata,
+            cache_url, file, as_json) -> None:
+    """Publish a code object FILE to a service under the key of its inputs.
+
+    \b
+    Example:
+        ROCKE_AOT_TOKEN=... rocke-aot publish --server http://127.0.0.1:8080 --arch gfx942 \\
+            --lane llvm22 --family gemm --spec @spec.json --lowering-digest 9c1e... \\
+            --toolchain @toolchain.json --ir-sha256 5a7b... kernel.hsaco
+    """
+    code = Path(file).read_bytes()
+    inputs = KeyInputs(arch.id, lane.name, profile or lane.profile_name, family, _json_arg(spec, "--spec"),
+                       lowering_digest, _json_arg(toolchain, "--toolchain"))
+    with Client(server, cache=cache_url, token=token, offline=False) as client:
+        out = client.publish(inputs, code, ir_sha256=ir_sha256,
+                             metadata=_json_arg(metadata, "--metadata") if metadata else {},
+                             provenance={"published_from": str(Path(file).name), "sha256": sha256_hex(code)})
+    if as_json:
+        emit_json(out)
+    else:
+        k = out["kernel"]
+        click.echo(f"{'published' if out['created'] else 'already there'}: {k['key']}  sha256 {k['sha256']}")

@@ -1,0 +1,69 @@
+"""`rocke-aot serve`: run the artifact service (service/app.py) under uvicorn.
+
+    --cache URL ──> ROCKE_AOT_SERVE_CACHE ─┐
+    --token-file F ──> ROCKE_AOT_SERVE_TOKEN_FILE ─┼─> uvicorn "rocke_aot.service.app:app_from_env" (factory)
+    --workers N>1 ──> PROMETHEUS_MULTIPROC_DIR = a fresh temp dir (metrics summed over workers)
+
+Every worker process opens its own Store. Binds 127.0.0.1 unless --host says otherwise;
+without --token-file the server is read-only (PUT answers 403).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import click
+
+from rocke_aot.cache.db import ENV_CACHE, resolve_url
+from rocke_aot.errors import SpecError
+
+
+@click.command("serve")
+@click.option("--cache", "cache_url", metavar="URL", default=None,
+              help=f"Store to serve: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${ENV_CACHE}).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told).")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes.")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File holding the publish bearer token; without it PUT /v1/kernels/{key} is refused (403).")
+@click.option("--max-publish-bytes", type=click.IntRange(1024, 1 << 30), default=None,
+              help="Largest publish request body (default 16 MiB).")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(cache_url, host, port, workers, token_file, max_publish_bytes, log_level) -> None:
+    """Serve the kernel cache over HTTP (FastAPI + uvicorn).
+
+    \b
+    Example:
+        rocke-aot serve --cache /srv/rocke/cache.sqlite --port 8080 --workers 4
+        curl http://127.0.0.1:8080/v1/kernels?arch=gfx942&limit=10
+    """
+    import uvicorn
+
+    from rocke_aot.service import app as service_app
+
+    url = resolve_url(cache_url)
+    if token_file is not None:
+        with open(token_file, encoding="utf-8") as f:
+            if not f.read().strip():
+                raise SpecError(f"--token-file {token_file} is empty")
+    os.environ[service_app.ENV_CACHE] = url
+    if token_file is not None:
+        os.environ[service_app.ENV_TOKEN_FILE] = os.path.abspath(token_file)
+    else:
+        os.environ.pop(service_app.ENV_TOKEN_FILE, None)
+    if max_publish_bytes is not None:
+        os.environ[service_app.ENV_MAX_PUBLISH] = str(max_publish_bytes)
+    service_app.app_from_env().state.store.close()  # open once here: a bad URL fails before binding
+    multiproc = None
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiproc = tempfile.mkdtemp(prefix="rocke-aot-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
+    try:
+        uvicorn.run("rocke_aot.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
+                    log_level=log_level, access_log=False)
+    finally:
+        if multiproc:
+            shutil.rmtree(multiproc, ignore_errors=True)
