@@ -125,6 +125,10 @@ def install(app: FastAPI, on_integrity=None) -> None:
         errs = exc.errors()
         first = errs[0] if errs else {}
         loc = ".".join(str(p) for p in first.get("loc", ()))
+        if first.get("type") == "json_invalid":  # loc is (body, byte offset): name the body
+            ctx = first.get("ctx", {}).get("error", "")
+            return JSONResponse(body("RequestValidationError", f"malformed JSON body: {ctx or first.get('msg')} "
+                                     f"(at byte {first.get('loc', ('', '?'))[-1]})", "body"), status_code=422)
         msg = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in errs[:5])
         return JSONResponse(body("RequestValidationError", msg or "invalid request", loc or None), status_code=422)
 

@@ -1,0 +1,92 @@
+"""Fixtures of the service tests: real kernels, stores filled with them, a real server.
+
+    kernel_bundle (session)  the real builder compiles 8 gemm fma specs for gfx942 on the
+                             llvm22 lane into a SQLite store, exported once as a bundle
+    filled_store(url, bundle) a store at ``url`` holding those artifacts (bundle import)
+    live_server(url, ...)    `rocke-aot serve` in a subprocess on a free loopback port;
+                             waits for /healthz, always terminated (then killed) on exit
+
+Import with ``from _service import kernel_bundle, filled_store, live_server  # noqa: F401``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rocke_aot.cache.store import Store
+
+EXE = str(Path(sys.executable).with_name("rocke-aot"))
+WHERE = {"block_m": 64, "block_n": 64, "in_dtype": "f16", "out_dtype": "f32", "path": "fma"}
+
+
+@pytest.fixture(scope="session")
+def kernel_bundle(tmp_path_factory, llvm22):
+    """(sqlite path, bundle path) of a real build: 8 gemm kernels for gfx942, lane llvm22."""
+    from rocke_aot.aot import builder
+    from rocke_aot.lanes import get_lane
+    from rocke_aot.targets import Target
+
+    d = tmp_path_factory.mktemp("kernels")
+    path = d / "built.sqlite"
+    with Store.open(path) as store:
+        summary = builder.build(arches=[Target.parse("gfx942")], families=["gemm"], lanes=[get_lane("llvm22")],
+                                store=store, toolchains=[llvm22], where=WHERE)
+        assert summary.ok, summary["failed"]
+        arts = store.find()
+        assert len(arts) == 8, [a.spec for a in arts]
+        store.export(d / "kernels.bundle")
+    return path, d / "kernels.bundle"
+
+
+def filled_store(url, bundle) -> Store:
+    store = Store.open(url)
+    store.import_(bundle)
+    return store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def live_server(cache_url: str, *, workers: int = 1, token_file: str | None = None, env: dict | None = None):
+    """Yield the base URL of a real `rocke-aot serve`; the process is always stopped."""
+    port = free_port()
+    args = [EXE, "serve", "--cache", str(cache_url), "--port", str(port), "--workers", str(workers)]
+    if token_file:
+        args += ["--token-file", token_file]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"rocke-aot serve exited {proc.returncode}: {proc.stdout.read()}")
+            try:
+                if httpx.get(base + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("rocke-aot serve did not answer /healthz within 60 s")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
