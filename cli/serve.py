@@ -15,8 +15,8 @@ import shutil
 import tempfile
 
 import click
-
 from rocke_aot.cache.db import ENV_CACHE, resolve_url
+
 from rocke_aot.errors import SpecError
 
 
@@ -41,7 +41,6 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, log_lev
         curl http://127.0.0.1:8080/v1/kernels?arch=gfx942&limit=10
     """
     import uvicorn
-
     from rocke_aot.service import app as service_app
 
     url = resolve_url(cache_url)

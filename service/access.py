@@ -29,14 +29,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select as sa_select
-
 from rocke_aot.cache import codec, db
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.records import Artifact, to_artifact
 from rocke_aot.cache.store import Store
+from sqlalchemy import and_, bindparam
+from sqlalchemy import select as sa_select
+
 from rocke_aot.errors import IntegrityError, NotFoundError
 
 _Q_BLOB = sa_select(B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id).where(B.c.sha256 == bindparam("s"))
@@ -174,10 +175,28 @@ def list_page(store: Store, *, arch: str | None, lane: str | None, family: str |
     return items, (items[-1].key if len(rows) > limit else None)
 
 
-def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None, limit=None):
-    """The one selection helper (issue 11) when present, else the service's stand-in."""
+def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None,
+           limit=None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(accepted best first, rejected) as plain dicts, from the one selection helper (issue
+    11's ``service/selection.py``) when present, else the service's stand-in."""
     try:
         from rocke_aot.service.selection import select as shared
     except ImportError:
-        from rocke_aot.service.fallback_select import select as shared
-    return shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit)
+        from rocke_aot.service.fallback_select import select as fallback
+
+        return fallback(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit)
+    sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit)
+    return [_choice(c) for c in sel.accepted], [_rejection(r) for r in sel.rejected]
+
+
+def _choice(c) -> dict[str, Any]:
+    cand = c.candidate  # issue 11: Choice(candidate, spec, efficiency)
+    return {"key": cand.key, "sha256": cand.blob_sha256, "arch": cand.arch, "lane": cand.lane,
+            "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), "resources": cand.resources.as_dict(),
+            "generation": cand.generation}
+
+
+def _rejection(r) -> dict[str, Any]:
+    cand = r.candidate  # issue 11: Rejection(candidate, reason, detail)
+    return {"key": cand.key, "lane": cand.lane, "arch": cand.arch, "spec": dict(cand.spec),
+            "reason": f"{r.reason}: {r.detail}" if r.detail else r.reason}

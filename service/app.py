@@ -33,18 +33,18 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
-from sqlalchemy import text
-
 from rocke_aot.aot.codeobject import validate as validate_code_object
-from rocke_aot.arch import ARCHES
 from rocke_aot.cache import db
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
-from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.service import access, errors
-from rocke_aot.service.errors import Conflict, FieldError, ReadOnly, TooLarge, Unauthorized
+from rocke_aot.service.errors import (
+    Conflict,
+    FieldError,
+    ReadOnly,
+    Unauthorized,
+)
 from rocke_aot.service.fallback_select import resources
 from rocke_aot.service.metrics import Metrics, MetricsMiddleware
 from rocke_aot.service.schemas import (
@@ -62,9 +62,14 @@ from rocke_aot.service.schemas import (
     SelectRequest,
     SelectResponse,
 )
-from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.problems import PROBLEM_TYPES, problem_from_dict
+from sqlalchemy import text
+
+from rocke_aot.arch import ARCHES
+from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
+from rocke_aot.lanes import LANE_NAMES, get_lane
+from rocke_aot.targets import Target
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
@@ -173,8 +178,7 @@ def _etag_matches(header: str | None, sha: str) -> bool:
         tag = tag.strip()
         if tag == "*":
             return True
-        if tag.startswith("W/"):
-            tag = tag[2:]
+        tag = tag.removeprefix("W/")
         if tag.strip('"') == sha:
             return True
     return False
@@ -361,15 +365,13 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         family = _family(req.family)
         lanes = [_lane(l, f"lanes.{i}") for i, l in enumerate(req.lanes)] if req.lanes else None
         problem = _problem(family, req.problem)
-        sel = access.select(store, target, family, problem, lanes=lanes, min_efficiency=req.min_efficiency,
-                            limit=req.limit)
+        accepted, rejected = access.select(store, target, family, problem, lanes=lanes,
+                                           min_efficiency=req.min_efficiency, limit=req.limit)
         p = _prefix(request)
         return SelectResponse(
-            accepted=[Candidate(key=c.key, sha256=c.sha256, arch=c.arch, lane=c.lane, spec=dict(c.spec),
-                                efficiency=dict(c.efficiency), resources=Resources(**dict(c.resources)),
-                                url=f"{p}/v1/blobs/{c.sha256}", kernel_url=f"{p}/v1/kernels/{c.key}")
-                      for c in sel.accepted],
-            rejected=[Rejection(key=r.key, lane=r.lane, spec=dict(r.spec), reason=r.reason) for r in sel.rejected],
+            accepted=[Candidate(**c, url=f"{p}/v1/blobs/{c['sha256']}", kernel_url=f"{p}/v1/kernels/{c['key']}")
+                      for c in accepted],
+            rejected=[Rejection(**r) for r in rejected],
         )
 
     @app.put("/v1/kernels/{key}", tags=["publish"], response_model=PublishResponse,

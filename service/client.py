@@ -23,15 +23,18 @@ from __future__ import annotations
 import base64
 import os
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 import zstandard
-
 from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
+from rocke_aot.service import access
+from rocke_aot.service.errors import Conflict, ReadOnly, TooLarge, Unauthorized
+
 from rocke_aot.errors import (
     CacheError,
     IntegrityError,
@@ -40,8 +43,6 @@ from rocke_aot.errors import (
     RockeError,
     SpecError,
 )
-from rocke_aot.service import access
-from rocke_aot.service.errors import Conflict, ReadOnly, TooLarge, Unauthorized
 
 ENV_OFFLINE = "ROCKE_AOT_OFFLINE"
 ENV_TOKEN = "ROCKE_AOT_TOKEN"
@@ -114,7 +115,7 @@ class Client:
         if self._own_store:
             self.store.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -223,14 +224,9 @@ class Client:
         """Ranked candidates and rejections (the SelectResponse document). Offline: the same
         select() over the local store, in the same shape."""
         if self.offline:
-            sel = access.select(self.store, arch, family, dict(problem), lanes=lanes, min_efficiency=min_efficiency,
-                                limit=limit)
-            return {"accepted": [{"key": c.key, "sha256": c.sha256, "arch": c.arch, "lane": c.lane,
-                                  "spec": thaw(c.spec), "efficiency": thaw(c.efficiency),
-                                  "resources": thaw(c.resources), "url": None, "kernel_url": None}
-                                 for c in sel.accepted],
-                    "rejected": [{"key": r.key, "lane": r.lane, "spec": thaw(r.spec), "reason": r.reason}
-                                 for r in sel.rejected]}
+            accepted, rejected = access.select(self.store, arch, family, dict(problem), lanes=lanes,
+                                               min_efficiency=min_efficiency, limit=limit)
+            return {"accepted": [{**c, "url": None, "kernel_url": None} for c in accepted], "rejected": rejected}
         body: dict[str, Any] = {"arch": arch, "family": family, "problem": dict(problem)}
         if lanes is not None:
             body["lanes"] = list(lanes)

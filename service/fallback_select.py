@@ -7,7 +7,7 @@
         ▼
     equal specs: the newest lane wins, the others are rejected ("other lane preferred")
         ▼
-    Selection(accepted best first [:limit], rejected with reasons)
+    (accepted best first [:limit], rejected with reasons), as plain dicts
 
 Kept deliberately small: ``access.select`` imports the shared helper first, so this file
 is deleted once that exists. No generations, no full target-ID compatibility rules.
@@ -15,14 +15,15 @@ is deleted once that exists. No generations, no full target-ID compatibility rul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rocke_aot.cache.keys import thaw
-from rocke_aot.lanes import get_lane
-from rocke_aot.targets import Target
 from rocke_aot.variants import efficiency, table
 from rocke_aot.variants.problems import problem_from_dict
+
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 
 RESOURCE_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "vgpr_spill_count", "sgpr_spill_count",
                    "lds_bytes", "private_segment_bytes", "wavefront_size", "max_flat_workgroup_size")
@@ -34,43 +35,20 @@ def resources(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return {f: co.get(f) for f in RESOURCE_FIELDS if co.get(f) is not None}
 
 
-@dataclass(frozen=True)
-class Choice:
-    key: str
-    sha256: str
-    arch: str
-    lane: str
-    spec: Mapping[str, Any]
-    efficiency: Mapping[str, Any]
-    resources: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Refusal:
-    key: str
-    lane: str
-    spec: Mapping[str, Any]
-    reason: str
-
-
-@dataclass(frozen=True)
-class Selection:
-    accepted: tuple[Choice, ...]
-    rejected: tuple[Refusal, ...]
-
-
-def select(store, target, family: str, problem, *, lanes=None, min_efficiency=None, limit=None) -> Selection:
+def select(store, target, family: str, problem, *, lanes=None, min_efficiency=None,
+           limit=None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(accepted best first, rejected), each a plain dict (the shape access.select returns)."""
     target = Target.parse(target)
     table.get_table(family)
     wanted = {get_lane(l, source="lanes").name for l in lanes} if lanes else None
     if isinstance(problem, Mapping):
         problem = problem_from_dict(family, dict(problem))
     arts = [a for a in store.find(family=family) if a.arch in (target.id, target.processor)]
-    rejected: list[Refusal] = []
+    rejected: list[dict[str, Any]] = []
     specs, by_spec = [], {}
     for a in arts:
         if wanted is not None and a.lane not in wanted:
-            rejected.append(Refusal(a.key, a.lane, thaw(a.spec), f"lane {a.lane} not requested"))
+            rejected.append(_refusal(a, f"lane {a.lane} not requested"))
             continue
         s = table.spec_from_dict(family, thaw(a.spec))
         specs.append(s)
@@ -78,19 +56,21 @@ def select(store, target, family: str, problem, *, lanes=None, min_efficiency=No
     ranking = efficiency.rank(specs, problem, target, min_efficiency=min_efficiency or 0.0)
     for r in ranking.rejected:
         a = by_spec[id(r.spec)]
-        rejected.append(Refusal(a.key, a.lane, thaw(a.spec), r.reason))
-    accepted: list[Choice] = []
-    best_lane: dict[Any, str] = {}
+        rejected.append(_refusal(a, r.reason))
+    accepted: list[dict[str, Any]] = []
     for r in ranking.accepted:
         a = by_spec[id(r.spec)]
         newest = max((by_spec[id(o.spec)].lane for o in ranking.accepted if o.spec == r.spec),
                      key=lambda n: get_lane(n).major)
-        best_lane.setdefault(r.spec, newest)
         if a.lane != newest:
-            rejected.append(Refusal(a.key, a.lane, thaw(a.spec), f"other lane preferred: {newest}"))
+            rejected.append(_refusal(a, f"other lane preferred: {newest}"))
             continue
-        accepted.append(Choice(a.key, a.sha256, a.arch, a.lane, thaw(a.spec), r.efficiency.as_dict(),
-                               resources(a.metadata)))
+        accepted.append({"key": a.key, "sha256": a.sha256, "arch": a.arch, "lane": a.lane, "spec": thaw(a.spec),
+                         "efficiency": r.efficiency.as_dict(), "resources": resources(thaw(a.metadata))})
     if limit is not None:
         accepted = accepted[:limit]
-    return Selection(tuple(accepted), tuple(rejected))
+    return accepted, rejected
+
+
+def _refusal(a, reason: str) -> dict[str, Any]:
+    return {"key": a.key, "lane": a.lane, "arch": a.arch, "spec": thaw(a.spec), "reason": reason}

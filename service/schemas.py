@@ -94,13 +94,15 @@ class Candidate(BaseModel):
     lane: str
     spec: dict[str, Any]
     efficiency: dict[str, Any] = Field(description="Tile-efficiency breakdown; 'total' is the product")
-    resources: Resources
+    resources: dict[str, Any] = Field(description="Code-object resources (and occupancy where selection derives it)")
+    generation: str | None = Field(None, description="The build generation the artifact belongs to")
     url: str = Field(description="Fetch URL of the code object (by content)")
     kernel_url: str
 
 
 class Rejection(BaseModel):
     key: str
+    arch: str
     lane: str
     spec: dict[str, Any]
     reason: str

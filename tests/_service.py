@@ -21,7 +21,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from rocke_aot.cache.store import Store
 
 EXE = str(Path(sys.executable).with_name("rocke-aot"))
@@ -32,6 +31,7 @@ WHERE = {"block_m": 64, "block_n": 64, "in_dtype": "f16", "out_dtype": "f32", "p
 def kernel_bundle(tmp_path_factory, llvm22):
     """(sqlite path, bundle path) of a real build: 8 gemm kernels for gfx942, lane llvm22."""
     from rocke_aot.aot import builder
+
     from rocke_aot.lanes import get_lane
     from rocke_aot.targets import Target
 
