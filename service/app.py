@@ -82,8 +82,9 @@ Sha = Annotated[str, Path(pattern=SHA_PATTERN, description="sha256 of the raw co
 Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 lowercase hex")]
 
 
-def get_store(request: Request) -> Store:
-    """The Store, injected into every route (the app's; tests may override it)."""
+async def get_store(request: Request) -> Store:
+    """The Store, injected into every route (the app's; tests may override it). Async on
+    purpose: FastAPI runs a sync dependency in the threadpool, a thread hop per request."""
     return request.app.state.store
 
 
@@ -268,21 +269,21 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         headers = {"ETag": f'"{sha}"', "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding", **(extra or {})}
         if _etag_matches(request.headers.get("if-none-match"), sha):
             if not await run_in_threadpool(frames.exists, store, sha):
-                metrics.lookups.labels("miss").inc()
+                metrics.lookup_miss.inc()
                 raise NotFoundError(f"no blob {sha} in the store")
             metrics.not_modified.inc()
             return Response(status_code=304, headers=headers)
         frame = frames.cached(sha)
         if frame is None:
-            metrics.frame_cache.labels("miss").inc()
+            metrics.frame_miss.inc()
             try:
                 frame = await run_in_threadpool(frames.load, store, sha)
             except NotFoundError:
-                metrics.lookups.labels("miss").inc()
+                metrics.lookup_miss.inc()
                 raise
         else:
-            metrics.frame_cache.labels("hit").inc()
-        metrics.lookups.labels("hit").inc()
+            metrics.frame_hit.inc()
+        metrics.lookup_hit.inc()
         if frame.zstd_frame is not None and _accepts_zstd(request.headers.get("accept-encoding")):
             content, encoding = frame.zstd_frame, "zstd"
             headers["Content-Encoding"] = "zstd"
@@ -291,7 +292,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         headers["Content-Length"] = str(len(content))
         if head:
             return Response(b"", headers=headers, media_type="application/octet-stream")
-        metrics.bytes_served.labels(encoding).inc(len(content))
+        metrics.served[encoding].inc(len(content))
         return Response(content, headers=headers, media_type="application/octet-stream")
 
     blob_doc = {"description": "The code object (raw, or the stored zstd frame with Content-Encoding: zstd)",
@@ -313,7 +314,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         try:
             art = await run_in_threadpool(access.kernel_row, store, key)
         except NotFoundError:
-            metrics.lookups.labels("miss").inc()
+            metrics.lookup_miss.inc()
             raise
         return await blob_response(request, store, art.sha256, head,
                                    {"Content-Location": f"{_prefix(request)}/v1/blobs/{art.sha256}"})
@@ -336,9 +337,9 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         try:
             art = access.kernel_row(store, key)
         except NotFoundError:
-            metrics.lookups.labels("miss").inc()
+            metrics.lookup_miss.inc()
             raise
-        metrics.lookups.labels("hit").inc()
+        metrics.lookup_hit.inc()
         return kernel_meta(art, request)
 
     @app.get("/v1/kernels", tags=["list"], response_model=KernelPage, responses=errors.responses(422, 500),
@@ -347,9 +348,9 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         request: Request, store: StoreDep,
         arch: Annotated[str | None, Query(max_length=128, description="Exact target ID")] = None,
         lane: Annotated[str | None, Query(max_length=32, description=f"One of {', '.join(LANE_NAMES)}")] = None,
-        family: Annotated[str | None, Query(max_length=64)] = None,
+        family: Annotated[str | None, Query(max_length=64, description="Kernel family, e.g. gemm")] = None,
         cursor: Annotated[str | None, Query(pattern=SHA_PATTERN, description="next_cursor of the previous page")] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, 1..{MAX_PAGE}")] = 100,
     ) -> KernelPage:
         arch_id = _arch(arch).id if arch is not None else None
         lane_name = _lane(lane) if lane is not None else None

@@ -7,6 +7,7 @@
     NotFoundError                          404
     IntegrityError                         500   counted in metrics, logged; the bytes never leave
     SchemaVersionError                     503
+    sqlalchemy DBAPIError (store down)     503   StoreUnavailable; the driver's text is only logged
     CacheError (other)                     500
     service: Unauthorized 401, ReadOnly 403, Conflict 409, TooLarge 413
     pydantic RequestValidationError        422   field = the first error's location
@@ -22,6 +23,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rocke_aot.errors import (
@@ -137,6 +139,13 @@ def install(app: FastAPI, on_integrity=None) -> None:
         return JSONResponse(body(names.get(exc.status_code, "HTTPException"), str(exc.detail)),
                             status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
+    async def store_down(request: Request, exc: Exception) -> JSONResponse:
+        # The driver's message may carry SQL and parameters: log it, answer without it.
+        log.error("store error on %s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse(body("StoreUnavailable", f"the store did not answer ({type(exc).__name__})"),
+                            status_code=503)
+
+    app.add_exception_handler(DBAPIError, store_down)
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(StarletteHTTPException, http)
 

@@ -50,6 +50,10 @@ class Metrics:
         self.not_modified = Counter("rocke_not_modified_total", "304 answers to If-None-Match", registry=r)
         self.verification_failures = Counter(
             "rocke_verification_failures_total", "Blobs refused because they failed verification", registry=r)
+        # The hot path's children, bound once (labels() validates and takes a lock each call).
+        self.lookup_hit, self.lookup_miss = self.lookups.labels("hit"), self.lookups.labels("miss")
+        self.frame_hit, self.frame_miss = self.frame_cache.labels("hit"), self.frame_cache.labels("miss")
+        self.served = {e: self.bytes_served.labels(e) for e in ("identity", "zstd")}
         self.publishes = Counter("rocke_publishes_total", "Publish attempts by outcome", ["outcome"], registry=r)
 
     def render(self) -> tuple[bytes, str]:
@@ -68,6 +72,7 @@ class MetricsMiddleware:
     def __init__(self, app, metrics: Metrics):
         self.app = app
         self.metrics = metrics
+        self._children: dict[tuple[str, str, int], tuple] = {}  # bounded: route templates x methods x statuses
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -85,5 +90,10 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             name = getattr(route, "path", None) or "<unmatched>"
-            self.metrics.requests.labels(name, scope.get("method", ""), str(status[0])).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - start)
+            k = (name, scope.get("method", ""), status[0])
+            children = self._children.get(k)
+            if children is None:  # labels() validates and locks; keep the children per label set
+                children = self._children[k] = (self.metrics.requests.labels(name, k[1], str(k[2])),
+                                                self.metrics.latency.labels(name))
+            children[0].inc()
+            children[1].observe(time.perf_counter() - start)

@@ -391,7 +391,7 @@ def test_openapi_documents_every_endpoint_parameter_and_error(client):
             assert "422" in op["responses"], (method, path)
             assert op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
         for prm in op.get("parameters", []):
-            assert prm["schema"], prm
+            assert prm["schema"] and prm.get("description"), (method, path, prm)
     assert {"401", "403", "409", "413", "422"} <= set(ops[("PUT", "/v1/kernels/{key}")]["responses"])
     assert ops[("PUT", "/v1/kernels/{key}")]["requestBody"]["content"]["application/json"]["schema"]["$ref"] \
         == "#/components/schemas/PublishRequest"
