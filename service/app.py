@@ -1,6 +1,7 @@
 """The artifact service: FastAPI over one Store.
 
-    client ─HTTP─> MetricsMiddleware ─> BodyLimit ─> routes ─> access.* ─> Store (SQLite | PostgreSQL)
+    client ─HTTP─> MetricsMiddleware ─> BodyLimit ─> HotBlobs ─> routes ─> access.* ─> Store (SQLite | PostgreSQL)
+                                                        └─ GET of a blob this worker verified: answered from memory
                                                      └─ errors.install: library errors -> statuses
 
     GET|HEAD /v1/blobs/{sha256}      code object by content: ETag, immutable, 304, zstd pass-through
@@ -138,6 +139,45 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": payload})
 
 
+class HotBlobs:
+    """The hot path: ``GET /v1/blobs/{sha256}`` of a blob this worker already verified
+    (access.Frames hit, no If-None-Match) is answered here, before FastAPI's routing and
+    dependency resolution (which cost more than the rest of the request; docs/service.md).
+    Every other request, and every miss, goes to the documented route, which answers the
+    same headers and bytes."""
+
+    def __init__(self, app, frames: access.Frames, metrics: Metrics, route_holder: dict):
+        self.app, self.frames, self.metrics, self.route_holder = app, frames, metrics, route_holder
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "GET":
+            path = scope["path"]
+            if len(path) == 74 and path.startswith("/v1/blobs/"):
+                frame = self.frames.cached(path[10:])
+                if frame is not None:
+                    headers = dict(scope["headers"])
+                    if b"if-none-match" not in headers:
+                        return await self._send(scope, send, frame, headers.get(b"accept-encoding"))
+        await self.app(scope, receive, send)
+
+    async def _send(self, scope, send, frame: access.Frame, accept: bytes | None) -> None:
+        scope["route"] = self.route_holder.get("blob")  # the metrics label: the route template
+        self.metrics.frame_hit.inc()
+        self.metrics.lookup_hit.inc()
+        if frame.zstd_frame is not None and accept is not None and _accepts_zstd(accept.decode("latin-1")):
+            content, encoding = frame.zstd_frame, "zstd"
+        else:
+            content, encoding = frame.raw, "identity"
+        headers = [(b"etag", f'"{frame.sha256}"'.encode()), (b"cache-control", IMMUTABLE.encode()),
+                   (b"vary", b"Accept-Encoding")]
+        if encoding == "zstd":
+            headers.append((b"content-encoding", b"zstd"))
+        headers += [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/octet-stream")]
+        self.metrics.served[encoding].inc(len(content))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+
 # ---- field validation: the library's named errors, with the field and its accepted values ----
 
 def _arch(value: str, field: str = "arch") -> Target:
@@ -259,6 +299,8 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     app.state.frames = frames
     app.state.token = token
     errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
+    route_holder: dict = {}
+    app.add_middleware(HotBlobs, frames=frames, metrics=metrics, route_holder=route_holder)
     app.add_middleware(BodyLimit, max_body=max_body, max_publish=max_publish)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if own_store:
@@ -412,6 +454,9 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     def prometheus() -> Response:
         payload, ctype = metrics.render()
         return Response(payload, media_type=ctype)
+
+    route_holder["blob"] = next(r for r in app.routes if getattr(r, "path", "") == "/v1/blobs/{sha256}"
+                                and "GET" in getattr(r, "methods", ()))
 
     # The publish body is read by hand (auth first, then a bounded parse), so FastAPI does not
     # see the model; add it to the document's components for the $ref above.

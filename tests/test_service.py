@@ -398,3 +398,20 @@ def test_openapi_documents_every_endpoint_parameter_and_error(client):
     assert "PublishRequest" in doc["components"]["schemas"]
     assert "HTTPBearer" in json.dumps(doc["components"]["securitySchemes"])
     assert "304" in ops[("GET", "/v1/blobs/{sha256}")]["responses"]
+
+
+def test_hot_path_answers_exactly_what_the_route_answers(store):
+    """The first GET is a miss (the FastAPI route verifies and caches), the second a hit
+    (HotBlobs answers from memory): same status, headers and bytes, both encodings."""
+    a = store.find()[3]
+    for enc in ("identity", "zstd", "gzip, zstd;q=0.5"):
+        with TestClient(create_app(store)) as c:
+            got = []
+            for _ in range(2):
+                with c.stream("GET", f"/v1/blobs/{a.sha256}", headers={"Accept-Encoding": enc}) as r:
+                    got.append((r.status_code, {k: v for k, v in r.headers.items() if k not in ("date", "server")},
+                                b"".join(r.iter_raw())))
+            assert got[0] == got[1], enc
+            assert metric(c, "rocke_frame_cache_total", result="hit") == 1
+            assert metric(c, "rocke_frame_cache_total", result="miss") == 1
+            assert metric(c, "rocke_http_requests_total", route="/v1/blobs/{sha256}", status="200") == 2
