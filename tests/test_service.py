@@ -302,7 +302,8 @@ def test_publish_verifies_and_refuses_without_writing(tmp_path, store):
     from rocke_aot.cache.store import Store
 
     src = store.find()
-    a, other = src[0], src[1]
+    a = src[0]
+    other = next(x for x in src if x.sha256 != a.sha256)  # two specs may compile to the same bytes
     code, other_code = store.get(a.key).code_object, store.get(other.key).code_object
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with Store.open(tmp_path / "empty.sqlite") as dst, TestClient(create_app(dst, token=TOKEN)) as c:
