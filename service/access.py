@@ -7,8 +7,8 @@
                               age limit, so the hot path reads neither the database nor zstd)
     kernel_row(store, key)    the artifact row (no blob bytes, no last-read write)
     list_page(store, ...)     keyset page over artifacts ordered by key (cursor = last key)
-    select(store, ...)        rocke_aot.service.selection.select when it exists, else the
-                              stand-in in service/fallback_select.py
+    select(store, ...)        rocke_aot.service.selection.select (the one helper), its
+                              results as plain dicts for the response models
 
 Why not Store.get(): it touches ``last_read_at`` (a write) and hands back only raw bytes;
 the service needs the stored zstd frame too (served as is to ``Accept-Encoding: zstd``).
@@ -177,14 +177,9 @@ def list_page(store: Store, *, arch: str | None, lane: str | None, family: str |
 
 def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None,
            limit=None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(accepted best first, rejected) as plain dicts, from the one selection helper (issue
-    11's ``service/selection.py``) when present, else the service's stand-in."""
-    try:
-        from rocke_aot.service.selection import select as shared
-    except ImportError:
-        from rocke_aot.service.fallback_select import select as fallback
+    """(accepted best first, rejected) as plain dicts, from the one selection helper."""
+    from rocke_aot.service.selection import select as shared
 
-        return fallback(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit)
     sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit)
     return [_choice(c) for c in sel.accepted], [_rejection(r) for r in sel.rejected]
 

@@ -46,7 +46,6 @@ from rocke_aot.service.errors import (
     ReadOnly,
     Unauthorized,
 )
-from rocke_aot.service.fallback_select import resources
 from rocke_aot.service.metrics import Metrics, MetricsMiddleware
 from rocke_aot.service.schemas import (
     MAX_PAGE,
@@ -249,6 +248,15 @@ def _summary(a: Artifact, request: Request) -> dict[str, Any]:
     return {"key": a.key, "arch": a.arch, "lane": a.lane, "profile": a.profile, "family": a.family,
             "spec": thaw(a.spec), "sha256": a.sha256, "size": a.size,
             "url": f"{_prefix(request)}/v1/blobs/{a.sha256}"}
+
+
+RESOURCE_FIELDS = tuple(Resources.model_fields)
+
+
+def resources(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Code-object resources recorded at build time (aot/codeobject.py CodeObjectInfo)."""
+    co = metadata.get("code_object") or {}
+    return {f: co[f] for f in RESOURCE_FIELDS if co.get(f) is not None}
 
 
 _LAUNCH_FIELDS = ("kernel_name", "kernargs", "kernarg_size", "block_size", "lds_bytes", "max_tensor_bytes")

@@ -177,11 +177,16 @@ def test_select_ranks_by_hand_worked_efficiency(client, store):
     r = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm", "min_efficiency": 0.9,
                                         "problem": {"m": 1000, "n": 1000, "k": 512}}).json()
     assert r["accepted"] == [] and len(r["rejected"]) == 8
-    assert all(x["reason"].startswith("efficiency 0.803") for x in r["rejected"])
+    assert all(x["reason"].startswith("efficiency below the floor: efficiency 0.803") for x in r["rejected"])
     # a dtype no stored spec is baked for
     r = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm",
                                         "problem": {"m": 64, "n": 64, "k": 64, "dtype": "f32"}}).json()
-    assert r["accepted"] == [] and all("dtype" in x["reason"] for x in r["rejected"])
+    assert r["accepted"] == [] and all(x["reason"].startswith("spec does not accept the problem: dtype")
+                                       for x in r["rejected"])
+    # every accepted candidate carries its generation and its occupancy (from the shared select)
+    body = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm",
+                                           "problem": {"m": 1000, "n": 1000, "k": 512}}).json()
+    assert all(c["generation"] and c["resources"]["occupancy"] for c in body["accepted"])
 
 
 # ---- bad inputs: one table -------------------------------------------------------------------
