@@ -125,11 +125,14 @@ def build_store(workdir: Path) -> tuple[str, dict]:
 
 
 def fill_10k(url: str) -> dict:
-    """Bring the store to >= 10,000 artifacts: every gemm spec of gfx942/llvm22 under 26 recipe
-    digests, each with its real key (artifact_key of its inputs), pointing at a real code
-    object of the build with the build's metadata. Test data, so the rows go in with one
-    INSERT in one transaction (10,000 puts, one write transaction each, take minutes here)."""
+    """Bring the store to >= 10,000 artifacts: every gemm spec of gfx942/llvm22 in the build's
+    own (current) generation, and the same specs under 25 other recipe digests (older
+    generations, which the service's select leaves out in SQL). Each row has its real key
+    and generation (computed from its inputs) and points at a real code object with the
+    build's metadata. Test data, so the rows go in with one INSERT in one transaction
+    (10,000 puts, one write transaction each, take minutes here)."""
     from rocke_aot.cache import db
+    from rocke_aot.cache.generations import generation_of
     from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, thaw
     from rocke_aot.cache.models import artifacts as A
     from rocke_aot.cache.store import Store
@@ -138,23 +141,30 @@ def fill_10k(url: str) -> dict:
     t = time.perf_counter()
     with Store.open(url) as store:
         src = store.find()[0]
+        have = {a.key for a in store.find()}
         specs = list(table.enumerate_specs("gemm", "gfx942", "llvm22"))
         rows = []
         now = time.time()
         for d in range(26):
+            digest = src.lowering_digest if d == 0 else f"bench-recipe-{d}"
             for s in specs:
-                ins = KeyInputs("gfx942", "llvm22", "llvm22", "gemm", s.to_dict(), f"bench-recipe-{d}", src.toolchain)
-                rows.append({"key": artifact_key(ins), "status": "ok", "arch": ins.arch, "lane": ins.lane,
+                ins = KeyInputs("gfx942", "llvm22", "llvm22", "gemm", s.to_dict(), digest, src.toolchain)
+                key = artifact_key(ins)
+                if key in have:
+                    continue
+                rows.append({"key": key, "status": "ok", "arch": ins.arch, "lane": ins.lane,
                              "profile": ins.profile, "family": ins.family, "spec_json": ins.spec_json,
                              "lowering_digest": ins.lowering_digest, "toolchain_json": ins.toolchain_json,
                              "blob_sha256": src.sha256, "ir_sha256": src.ir_sha256,
                              "metadata_json": canonical_json(thaw(src.metadata)),
                              "provenance_json": canonical_json({"bench": d}), "error": None, "log": None,
-                             "built_at": now, "last_read_at": None})
+                             "built_at": now, "last_read_at": None, "generation": generation_of(ins)})
         with db.write_tx(store.engine) as conn:
             conn.execute(A.insert(), rows)
         total = store.stats().artifacts
-    return {"put": len(rows), "artifacts": total, "fill_s": round(time.perf_counter() - t, 1)}
+        current = len(store.find()) - sum(1 for r in rows if r["lowering_digest"] != src.lowering_digest)
+    return {"put": len(rows), "artifacts": total, "current_generation": current,
+            "fill_s": round(time.perf_counter() - t, 1)}
 
 
 def select_latency(base: str, seconds: float) -> dict:
@@ -284,7 +294,8 @@ def main() -> None:
         print(f"  {k}: {v}")
     f, s = res["fill"], res["select"]
     print(f"select over {f['artifacts']} artifacts (filled {f['put']} in {f['fill_s']} s): p50 {s['p50_ms']} ms, "
-          f"p99 {s['p99_ms']} ms over {s['requests']} sequential requests "
+          f"p99 {s['p99_ms']} ms over {s['requests']} sequential requests; {f['current_generation']} in the current "
+          f"generation "
           f"({s['accepted']} accepted, {s['rejected']} rejected)")
     print(f"wall {res['wall_s']} s")
     print("\n--- raw wrk output ---")

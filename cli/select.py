@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
-from rocke_aot.errors import SpecError
 from rocke_aot.service.selection import select
+
+from rocke_aot.errors import SpecError
 
 
 def _problem_text(value: str) -> str:
@@ -42,8 +42,10 @@ def _problem_text(value: str) -> str:
 @click.option("--cache", "cache_url", default=None, metavar="URL",
               help="Cache URL (path, sqlite:///..., postgresql+psycopg://...); opened read-only.")
 @click.option("--explain", is_flag=True, help="Also list every rejected candidate with its reason.")
+@click.option("--server", default=None, metavar="URL",
+              help="Ask a rocke-aot service (POST /v1/select) instead of opening a cache.")
 @json_option
-def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, as_json) -> int:
+def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, server, as_json) -> int:
     """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
 
     Tile efficiency first, then occupancy from the code object's resources, then the
@@ -56,6 +58,9 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         rocke-aot select --arch gfx1250 --family conv_dgrad_patch --problem @patch.json --explain --json
     """
     text = _problem_text(problem)
+    if server is not None:
+        return _remote(server, arch.id, family, text, [lane.name for lane in lanes] or None, min_efficiency, limit,
+                       explain, as_json)
     with Store.open(cache_url, readonly=True) as store:
         sel = select(store, arch, family, text, lanes=[lane.name for lane in lanes] or None,
                      min_efficiency=min_efficiency, limit=limit)
@@ -79,6 +84,33 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
             click.echo(f"  rejected {rej.candidate.key[:16]} {rej.candidate.lane:<7} {rej.candidate.arch:<24} "
                        f"{rej.reason}: {rej.detail}")
     return 0 if sel.accepted else 1
+
+
+def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, as_json) -> int:
+    """The same selection from a service (service/client.py); the server runs select()."""
+    import json
+
+    from rocke_aot.service.client import Client
+
+    try:
+        prob = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
+    with Client(server, offline=False) as client:  # no local store is opened for a select
+        doc = client.select(arch, family, prob, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
+                            explain=explain)
+    if not explain:
+        doc.pop("rejected")
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"{family} on {arch} ({server}): {len(doc['accepted'])} accepted")
+        for i, c in enumerate(doc["accepted"], 1):
+            spec = " ".join(f"{k}={v}" for k, v in sorted(c["spec"].items()))
+            click.echo(f"{i:>3}  {c['key'][:16]} {c['lane']:<7} {c['arch']:<24} {c['efficiency']['total']:>7.4f}  {spec}")
+        for r in doc.get("rejected", []):
+            click.echo(f"  rejected {r['key'][:16]} {r['lane']:<7} {r['arch']:<24} {r['reason']}")
+    return 0 if doc["accepted"] else 1
 
 
 def _n(v) -> str:

@@ -175,13 +175,16 @@ def list_page(store: Store, *, arch: str | None, lane: str | None, family: str |
     return items, (items[-1].key if len(rows) > limit else None)
 
 
-def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None,
-           limit=None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(accepted best first, rejected) as plain dicts, from the one selection helper."""
+def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None, limit=None,
+           explain: bool = True, max_rejected: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(accepted best first, the first ``max_rejected`` rejected, how many were rejected) as
+    plain dicts, from the one selection helper."""
     from rocke_aot.service.selection import select as shared
 
-    sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit)
-    return [_choice(c) for c in sel.accepted], [_rejection(r) for r in sel.rejected]
+    sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
+                 explain=explain)
+    shown = sel.rejected if max_rejected is None else sel.rejected[:max_rejected]
+    return [_choice(c) for c in sel.accepted], [_rejection(r) for r in shown], len(sel.rejected)
 
 
 def _choice(c) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from rocke_aot.service.errors import (
 from rocke_aot.service.metrics import Metrics, MetricsMiddleware
 from rocke_aot.service.schemas import (
     MAX_PAGE,
+    MAX_REJECTED,
     SHA_PATTERN,
     Candidate,
     Health,
@@ -416,13 +417,14 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         family = _family(req.family)
         lanes = [_lane(l, f"lanes.{i}") for i, l in enumerate(req.lanes)] if req.lanes else None
         problem = _problem(family, req.problem)
-        accepted, rejected = access.select(store, target, family, problem, lanes=lanes,
-                                           min_efficiency=req.min_efficiency, limit=req.limit)
+        accepted, rejected, n_rejected = access.select(
+            store, target, family, problem, lanes=lanes, min_efficiency=req.min_efficiency, limit=req.limit,
+            explain=req.explain, max_rejected=MAX_REJECTED)
         p = _prefix(request)
         return SelectResponse(
             accepted=[Candidate(**c, url=f"{p}/v1/blobs/{c['sha256']}", kernel_url=f"{p}/v1/kernels/{c['key']}")
                       for c in accepted],
-            rejected=[Rejection(**r) for r in rejected],
+            rejected=[Rejection(**r) for r in rejected], rejected_count=n_rejected,
         )
 
     @app.put("/v1/kernels/{key}", tags=["publish"], response_model=PublishResponse,

@@ -101,7 +101,8 @@ class Client:
         self.base_url = base_url.rstrip("/") if base_url else None
         self.token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
         self._own_store = not isinstance(cache, Store)
-        self.store = Store.open(cache) if self._own_store else cache
+        self._cache = cache
+        self._store: Store | None = None if self._own_store else cache
         self.retries, self.backoff = retries, backoff
         self._http = http or httpx.Client(base_url=self.base_url or "http://offline.invalid", timeout=timeout)
         self._own_http = http is None
@@ -109,11 +110,18 @@ class Client:
         self._blobs: dict[str, bytes] = {}
         self.requests_made = 0
 
+    @property
+    def store(self) -> Store:
+        """The local store, opened on first use (a remote select or publish never opens it)."""
+        if self._store is None:
+            self._store = Store.open(self._cache)
+        return self._store
+
     def close(self) -> None:
         if self._own_http:
             self._http.close()
-        if self._own_store:
-            self.store.close()
+        if self._own_store and self._store is not None:
+            self._store.close()
 
     def __enter__(self) -> Client:
         return self
@@ -220,13 +228,14 @@ class Client:
     # ---- select / publish -----------------------------------------------------------------
 
     def select(self, arch: str, family: str, problem: Mapping[str, Any], *, lanes=None,
-               min_efficiency: float | None = None, limit: int | None = None) -> dict[str, Any]:
+               min_efficiency: float | None = None, limit: int | None = None, explain: bool = False) -> dict[str, Any]:
         """Ranked candidates and rejections (the SelectResponse document). Offline: the same
         select() over the local store, in the same shape."""
         if self.offline:
-            accepted, rejected = access.select(self.store, arch, family, dict(problem), lanes=lanes,
-                                               min_efficiency=min_efficiency, limit=limit)
-            return {"accepted": [{**c, "url": None, "kernel_url": None} for c in accepted], "rejected": rejected}
+            accepted, rejected, n = access.select(self.store, arch, family, dict(problem), lanes=lanes,
+                                                  min_efficiency=min_efficiency, limit=limit, explain=explain)
+            return {"accepted": [{**c, "url": None, "kernel_url": None} for c in accepted], "rejected": rejected,
+                    "rejected_count": n}
         body: dict[str, Any] = {"arch": arch, "family": family, "problem": dict(problem)}
         if lanes is not None:
             body["lanes"] = list(lanes)
@@ -234,6 +243,8 @@ class Client:
             body["min_efficiency"] = min_efficiency
         if limit is not None:
             body["limit"] = limit
+        if explain:
+            body["explain"] = True
         return self._request("POST", "/v1/select", json=body).json()
 
     def publish(self, inputs: KeyInputs, code_object: bytes, *, ir_sha256: str,

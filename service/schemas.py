@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 SHA_PATTERN = r"^[0-9a-f]{64}$"
 MAX_PAGE = 1000
 MAX_SELECT = 1000
+MAX_REJECTED = 1000
 
 
 class ErrorBody(BaseModel):
@@ -85,6 +86,8 @@ class SelectRequest(BaseModel):
     lanes: list[str] | None = Field(None, max_length=16, description="Restrict to these compiler lanes")
     min_efficiency: float | None = Field(None, ge=0.0, le=1.0)
     limit: int | None = Field(None, ge=1, le=MAX_SELECT)
+    explain: bool = Field(False, description="Also consider (and reject, with the reason) artifacts of stale "
+                                             "generations and incompatible targets; off, they are left out in SQL")
 
 
 class Candidate(BaseModel):
@@ -110,7 +113,8 @@ class Rejection(BaseModel):
 
 class SelectResponse(BaseModel):
     accepted: list[Candidate]
-    rejected: list[Rejection]
+    rejected: list[Rejection] = Field(description=f"At most {MAX_REJECTED}, in key order")
+    rejected_count: int = Field(description="All rejected candidates, also those beyond the list")
 
 
 class PublishRequest(BaseModel):

@@ -205,3 +205,20 @@ def test_cli_fetch_and_publish(server, tmp_path):
     assert p.returncode == 1 and "Unauthorized" in p.stderr
     p = subprocess.run([*args[:6], "llvm99", *args[7:]], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "llvm99" in p.stderr
+
+
+def test_cli_select_through_the_server(server, tmp_path):
+    base, src = server
+    p = subprocess.run([EXE, "select", "--server", base, "--arch", "gfx942", "--family", "gemm",
+                        "--problem", '{"m": 1000, "n": 1000, "k": 512}', "--limit", "2", "--json"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "ROCKE_AOT_HOME": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    local = subprocess.run([EXE, "select", "--cache", src.url, "--arch", "gfx942", "--family", "gemm",
+                            "--problem", '{"m": 1000, "n": 1000, "k": 512}', "--limit", "2", "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert [c["key"] for c in doc["accepted"]] == [c["key"] for c in json.loads(local.stdout)["accepted"]]
+    assert not (tmp_path / "cache.sqlite").exists()  # a remote select opens no local store
+    p = subprocess.run([EXE, "select", "--server", base, "--arch", "gfx942", "--family", "gemm",
+                        "--problem", '{"m": 1}'], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "problem" in p.stderr

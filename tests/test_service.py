@@ -176,7 +176,7 @@ def test_select_ranks_by_hand_worked_efficiency(client, store):
     # below the floor: rejected with the efficiency named
     r = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm", "min_efficiency": 0.9,
                                         "problem": {"m": 1000, "n": 1000, "k": 512}}).json()
-    assert r["accepted"] == [] and len(r["rejected"]) == 8
+    assert r["accepted"] == [] and len(r["rejected"]) == 8 == r["rejected_count"]
     assert all(x["reason"].startswith("efficiency below the floor: efficiency 0.803") for x in r["rejected"])
     # a dtype no stored spec is baked for
     r = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm",
