@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
 from rocke_aot.cli.options import emit_json, json_option
 from rocke_aot.service.client import Client
 

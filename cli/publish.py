@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import click
+
 from rocke_aot.cache.codec import sha256_hex
 from rocke_aot.cache.keys import KeyInputs
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
-from rocke_aot.service.client import ENV_TOKEN, Client
-
 from rocke_aot.errors import SpecError
+from rocke_aot.service.client import ENV_TOKEN, Client
 
 
 def _json_arg(value: str, what: str) -> dict:

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
-from rocke_aot.service.selection import select
-
 from rocke_aot.errors import SpecError
+from rocke_aot.service.selection import select
 
 
 def _problem_text(value: str) -> str:

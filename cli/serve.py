@@ -15,8 +15,8 @@ import shutil
 import tempfile
 
 import click
-from rocke_aot.cache.db import ENV_CACHE, resolve_url
 
+from rocke_aot.cache.db import ENV_CACHE, resolve_url
 from rocke_aot.errors import SpecError
 
 

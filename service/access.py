@@ -29,15 +29,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import and_, bindparam
+from sqlalchemy import select as sa_select
+
 from rocke_aot.cache import codec, db
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.records import Artifact, to_artifact
 from rocke_aot.cache.store import Store
-from sqlalchemy import and_, bindparam
-from sqlalchemy import select as sa_select
-
 from rocke_aot.errors import IntegrityError, NotFoundError
 
 _Q_BLOB = sa_select(B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id).where(B.c.sha256 == bindparam("s"))

@@ -34,11 +34,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
+from sqlalchemy import text
+
 from rocke_aot.aot.codeobject import validate as validate_code_object
+from rocke_aot.arch import ARCHES
 from rocke_aot.cache import db
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
+from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
+from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.service import access, errors
 from rocke_aot.service.errors import (
     Conflict,
@@ -63,14 +68,9 @@ from rocke_aot.service.schemas import (
     SelectRequest,
     SelectResponse,
 )
+from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.problems import PROBLEM_TYPES, problem_from_dict
-from sqlalchemy import text
-
-from rocke_aot.arch import ARCHES
-from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
-from rocke_aot.lanes import LANE_NAMES, get_lane
-from rocke_aot.targets import Target
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)

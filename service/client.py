@@ -28,13 +28,11 @@ from typing import Any
 
 import httpx
 import zstandard
+
 from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
-from rocke_aot.service import access
-from rocke_aot.service.errors import Conflict, ReadOnly, TooLarge, Unauthorized
-
 from rocke_aot.errors import (
     CacheError,
     IntegrityError,
@@ -43,6 +41,8 @@ from rocke_aot.errors import (
     RockeError,
     SpecError,
 )
+from rocke_aot.service import access
+from rocke_aot.service.errors import Conflict, ReadOnly, TooLarge, Unauthorized
 
 ENV_OFFLINE = "ROCKE_AOT_OFFLINE"
 ENV_TOKEN = "ROCKE_AOT_TOKEN"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from rocke_aot.cache.store import Store
 
 EXE = str(Path(sys.executable).with_name("rocke-aot"))

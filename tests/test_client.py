@@ -12,14 +12,12 @@ import time
 import httpx
 import pytest
 import zstandard
+from sqlalchemy import update
+
 from _service import EXE, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
 from rocke_aot.cache.keys import thaw
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.store import Store
-from rocke_aot.service.client import Client, OfflineMiss
-from rocke_aot.service.errors import Conflict, Unauthorized
-from sqlalchemy import update
-
 from rocke_aot.errors import (
     CacheError,
     IntegrityError,
@@ -27,6 +25,8 @@ from rocke_aot.errors import (
     NotFoundError,
     SpecError,
 )
+from rocke_aot.service.client import Client, OfflineMiss
+from rocke_aot.service.errors import Conflict, Unauthorized
 
 TOKEN = "client-test-token"
 

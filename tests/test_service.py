@@ -14,17 +14,17 @@ import logging
 
 import pytest
 import zstandard
-from _service import filled_store, kernel_bundle  # noqa: F401
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from rocke_aot.aot.codeobject import validate
-from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
-from rocke_aot.cache.models import blobs as B
-from rocke_aot.service.app import IMMUTABLE, create_app
 from sqlalchemy import select, text, update
 
+from _service import filled_store, kernel_bundle  # noqa: F401
+from rocke_aot.aot.codeobject import validate
 from rocke_aot.arch import ARCHES
+from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
+from rocke_aot.cache.models import blobs as B
 from rocke_aot.lanes import LANE_NAMES
+from rocke_aot.service.app import IMMUTABLE, create_app
 
 TOKEN = "publish-token-for-tests"
 
