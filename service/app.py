@@ -70,7 +70,7 @@ from rocke_aot.service.schemas import (
 )
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.problems import PROBLEM_TYPES, problem_from_dict
+from rocke_aot.variants.families import FAMILIES, problem_from_dict
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
@@ -206,7 +206,7 @@ def _problem(family: str, value: dict) -> Any:
     try:
         return problem_from_dict(family, value)
     except SpecError as e:
-        names = [f.name for f in dc_fields(PROBLEM_TYPES[family])]
+        names = [f.name for f in dc_fields(FAMILIES[family].problem_type)]
         raise FieldError("problem", str(e), names) from None
 
 

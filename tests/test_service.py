@@ -130,8 +130,10 @@ def test_kernel_by_key_and_meta(client, store):
         info = validate(r.content, "gfx942")  # the code object's own metadata note, parsed independently
         assert m["resources"]["vgpr_count"] == info.vgpr_count and m["resources"]["sgpr_count"] == info.sgpr_count
         assert m["resources"]["lds_bytes"] == info.lds_bytes and m["resources"]["wavefront_size"] == 64
-        assert m["launch"]["kernel_name"] == info.kernel
-        assert m["launch"]["kernarg_size"] == info.kernarg_size
+        # the launch contract the builder stored, its argument layout as the code object's note says
+        assert m["launch"] == thaw(a.metadata)["launch"]
+        note = {(x.offset, x.size) for x in info.args}
+        assert m["launch"]["args"] and all((x["offset"], x["size"]) in note for x in m["launch"]["args"])
         assert m["spec"] == thaw(a.spec) and m["lane"] == "llvm22" and m["profile"] == a.profile
         assert m["toolchain"] == thaw(a.toolchain) and m["ir_sha256"] == a.ir_sha256
         ins = KeyInputs(m["arch"], m["lane"], m["profile"], m["family"], m["spec"], m["lowering_digest"], m["toolchain"])
