@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from _pg import _connect, pg_database  # noqa: F401
 from _service import EXE, filled_store, kernel_bundle, live_server  # noqa: F401
 from rocke_aot.cache.store import Store
+from rocke_aot.variants.selection import STALE
 
 
 def fetch_all(base: str, arts, rounds: int = 3) -> list[tuple[int, str, str]]:
@@ -140,8 +141,14 @@ def test_postgresql_read_only_role_serves_while_a_writer_publishes(pg_schema, ke
             for k in new_keys:
                 m = httpx.get(f"{base}/v1/kernels/{k}/meta").json()
                 assert m["sha256"] == arts[0].sha256
-            sel = httpx.post(f"{base}/v1/select", json={"arch": "gfx942", "family": "gemm",
-                                                        "problem": {"m": 512, "n": 512, "k": 128}}).json()
-            assert len(sel["accepted"]) + len(sel["rejected"]) == len(arts) + len(new_keys)
+            # the writer's artifacts are other generations (other recipe digests): select serves the
+            # current one only, and names the others stale when asked to explain
+            req = {"arch": "gfx942", "family": "gemm", "problem": {"m": 512, "n": 512, "k": 128}}
+            sel = httpx.post(f"{base}/v1/select", json=req).json()
+            assert len(sel["accepted"]) == len(arts) and sel["rejected_count"] == 0
+            sel = httpx.post(f"{base}/v1/select", json={**req, "explain": True}).json()
+            assert len(sel["accepted"]) == len(arts) and len(sel["rejected"]) == len(new_keys) == sel["rejected_count"]
+            assert {r["key"] for r in sel["rejected"]} == set(new_keys)
+            assert all(r["reason"].startswith(STALE) for r in sel["rejected"])
     finally:
         writer.close()
