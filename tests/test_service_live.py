@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from _pg import _connect, pg_database  # noqa: F401
+from _pg import _connect, pg_database, role_url  # noqa: F401
 from _service import EXE, filled_store, kernel_bundle, live_server  # noqa: F401
 from rocke_aot.cache.store import Store
 from rocke_aot.variants.selection import STALE
@@ -99,15 +99,15 @@ def _role_exists(conn, role: str) -> bool:
 
 def test_postgresql_read_only_role_serves_while_a_writer_publishes(pg_schema, kernel_bundle):
     base_url, schema, role, dbname = pg_schema
+    password = secrets.token_hex(8)
     opts = quote(f"-csearch_path={schema}")
     writer_url = f"{base_url}?options={opts}"
     writer = filled_store(writer_url, kernel_bundle[1])
     with _connect(dbname) as conn:
-        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}'")
         conn.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
         conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
-    host = base_url.split("@", 1)[1]
-    ro_url = f"postgresql+psycopg://{role}@{host}?options={opts}"
+    ro_url = f"{role_url(base_url, role, password)}?options={opts}"
     arts = writer.find()
     try:
         with live_server(ro_url, workers=2) as base:
