@@ -146,15 +146,15 @@ def fill_10k(url: str) -> dict:
         rows = []
         now = time.time()
         for d in range(26):
-            digest = src.lowering_digest if d == 0 else f"bench-recipe-{d}"
+            digest = src.recipe_digest if d == 0 else f"bench-recipe-{d}"
             for s in specs:
-                ins = KeyInputs("gfx942", "llvm22", "llvm22", "gemm", s.to_dict(), digest, src.toolchain)
+                ins = KeyInputs("gfx942", "llvm22", "llvm22", "gemm", s.to_dict(), digest, src.toolchain, src.options)
                 key = artifact_key(ins)
                 if key in have:
                     continue
                 rows.append({"key": key, "status": "ok", "arch": ins.arch, "lane": ins.lane,
                              "profile": ins.profile, "family": ins.family, "spec_json": ins.spec_json,
-                             "lowering_digest": ins.lowering_digest, "toolchain_json": ins.toolchain_json,
+                             "recipe_digest": ins.recipe_digest, "toolchain_json": ins.toolchain_json, "options_json": ins.options_json,
                              "blob_sha256": src.sha256, "ir_sha256": src.ir_sha256,
                              "metadata_json": canonical_json(thaw(src.metadata)),
                              "provenance_json": canonical_json({"bench": d}), "error": None, "log": None,
@@ -162,7 +162,7 @@ def fill_10k(url: str) -> dict:
         with db.write_tx(store.engine) as conn:
             conn.execute(A.insert(), rows)
         total = store.stats().artifacts
-        current = len(store.find()) - sum(1 for r in rows if r["lowering_digest"] != src.lowering_digest)
+        current = len(store.find()) - sum(1 for r in rows if r["recipe_digest"] != src.recipe_digest)
     return {"put": len(rows), "artifacts": total, "current_generation": current,
             "fill_s": round(time.perf_counter() - t, 1)}
 

@@ -38,26 +38,27 @@ def _json_arg(value: str, what: str) -> dict:
 @click.option("--profile", default=None, help="Emission profile (default: the lane's).")
 @click.option("--family", required=True, help="Kernel family, e.g. gemm.")
 @click.option("--spec", "spec", required=True, metavar="JSON|@FILE", help="The spec (a JSON object).")
-@click.option("--lowering-digest", required=True, help="Recipe digest of the lowering that produced it.")
+@click.option("--recipe-digest", required=True, help="Recipe digest of the lowering that produced it.")
 @click.option("--toolchain", required=True, metavar="JSON|@FILE", help="Toolchain identity (a JSON object).")
+@click.option("--options", "options", default="{}", metavar="JSON|@FILE", help="Compile options (a JSON object).")
 @click.option("--ir-sha256", required=True, help="sha256 of the LLVM IR it was compiled from.")
 @click.option("--metadata", default=None, metavar="JSON|@FILE", help="Builder metadata (a JSON object).")
 @click.option("--cache", "cache_url", metavar="URL", default=None, help="Local store (default: $ROCKE_AOT_CACHE).")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @json_option
-def publish(server, token, arch, lane, profile, family, spec, lowering_digest, toolchain, ir_sha256, metadata,
+def publish(server, token, arch, lane, profile, family, spec, recipe_digest, toolchain, options, ir_sha256, metadata,
             cache_url, file, as_json) -> None:
     """Publish a code object FILE to a service under the key of its inputs.
 
     \b
     Example:
         ROCKE_AOT_TOKEN=... rocke-aot publish --server http://127.0.0.1:8080 --arch gfx942 \\
-            --lane llvm22 --family gemm --spec @spec.json --lowering-digest 9c1e... \\
+            --lane llvm22 --family gemm --spec @spec.json --recipe-digest 9c1e... \\
             --toolchain @toolchain.json --ir-sha256 5a7b... kernel.hsaco
     """
     code = Path(file).read_bytes()
     inputs = KeyInputs(arch.id, lane.name, profile or lane.profile_name, family, _json_arg(spec, "--spec"),
-                       lowering_digest, _json_arg(toolchain, "--toolchain"))
+                       recipe_digest, _json_arg(toolchain, "--toolchain"), _json_arg(options, "--options"))
     with Client(server, cache=cache_url, token=token, offline=False) as client:
         out = client.publish(inputs, code, ir_sha256=ir_sha256,
                              metadata=_json_arg(metadata, "--metadata") if metadata else {},

@@ -278,7 +278,8 @@ def _launch(md: dict[str, Any]) -> dict[str, Any] | None:
 def kernel_meta(a: Artifact, request: Request) -> KernelMeta:
     md = thaw(a.metadata)
     return KernelMeta(
-        **_summary(a, request), lowering_digest=a.lowering_digest, toolchain=dict(thaw(a.toolchain)),
+        **_summary(a, request), recipe_digest=a.recipe_digest, toolchain=dict(thaw(a.toolchain)),
+        options=dict(thaw(a.options)),
         ir_sha256=a.ir_sha256, stored_size=a.stored_size,
         built_at=a.built_at.isoformat() if a.built_at else None,
         launch=_launch(md), resources=Resources(**resources(md)), provenance=thaw(a.provenance), metadata=md,
@@ -503,7 +504,7 @@ def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifac
         raise FieldError("sha256", f"the code object hashes to {got}, not the declared {req.sha256}")
     profile = req.profile if req.profile is not None else get_lane(lane).profile_name
     try:
-        inputs = KeyInputs(target.id, lane, profile, family, req.spec, req.lowering_digest, req.toolchain)
+        inputs = KeyInputs(target.id, lane, profile, family, req.spec, req.recipe_digest, req.toolchain, req.options)
     except (SpecError, LaneError) as e:
         raise FieldError("spec", f"key inputs refused: {e}") from None
     want = artifact_key(inputs)

@@ -188,7 +188,7 @@ class Client:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and artifact {key} is not in the local store {self.store}")
         meta = self._request("GET", f"/v1/kernels/{key}/meta").json()
         inputs = KeyInputs(meta["arch"], meta["lane"], meta["profile"], meta["family"], meta["spec"],
-                           meta["lowering_digest"], meta["toolchain"])
+                           meta["recipe_digest"], meta["toolchain"], meta.get("options") or {})
         if artifact_key(inputs) != key:
             raise IntegrityError(f"the server's record of {key} hashes to {artifact_key(inputs)}")
         raw = self._fetch_blob(meta["sha256"], meta["size"])
@@ -257,8 +257,8 @@ class Client:
         key = artifact_key(inputs)
         body = {
             "arch": inputs.arch, "lane": inputs.lane, "profile": inputs.profile, "family": inputs.family,
-            "spec": thaw(inputs.spec), "lowering_digest": inputs.lowering_digest, "toolchain": thaw(inputs.toolchain),
-            "ir_sha256": ir_sha256, "sha256": codec.sha256_hex(bytes(code_object)),
+            "spec": thaw(inputs.spec), "recipe_digest": inputs.recipe_digest, "toolchain": thaw(inputs.toolchain),
+            "options": thaw(inputs.options), "ir_sha256": ir_sha256, "sha256": codec.sha256_hex(bytes(code_object)),
             "code_object": base64.b64encode(bytes(code_object)).decode(),
             "metadata": thaw(metadata or {}), "provenance": thaw(provenance or {}),
         }

@@ -60,8 +60,9 @@ class KernelSummary(BaseModel):
 class KernelMeta(KernelSummary):
     """The artifact record."""
 
-    lowering_digest: str
+    recipe_digest: str
     toolchain: dict[str, str] = Field(description="Toolchain identity (LLVM, linker, ...)")
+    options: dict[str, Any] = Field(description="Compile options (part of the key)")
     ir_sha256: str | None
     stored_size: int
     built_at: str | None
@@ -127,8 +128,9 @@ class PublishRequest(BaseModel):
     profile: str | None = Field(None, max_length=32, description="Default: the lane's emission profile")
     family: str = Field(max_length=64)
     spec: dict[str, Any] = Field(max_length=256)
-    lowering_digest: str = Field(max_length=128)
+    recipe_digest: str = Field(max_length=128)
     toolchain: dict[str, str] = Field(max_length=64)
+    options: dict[str, Any] = Field(default_factory=dict, max_length=64, description="Compile options (keyed)")
     ir_sha256: str = Field(pattern=SHA_PATTERN)
     sha256: str = Field(pattern=SHA_PATTERN, description="sha256 of the decoded code object")
     code_object: str = Field(description="The code object, base64 (RFC 4648, no line breaks)")

@@ -108,7 +108,7 @@ def test_publish_through_the_client(server, tmp_path):
     from rocke_aot.cache.keys import KeyInputs
 
     ins = art.inputs
-    new = KeyInputs(ins.arch, ins.lane, ins.profile, ins.family, ins.spec, "published-by-client", ins.toolchain)
+    new = KeyInputs(ins.arch, ins.lane, ins.profile, ins.family, ins.spec, "published-by-client", ins.toolchain, ins.options)
     with Client(base, cache=tmp_path / "l.sqlite", token=TOKEN) as c:
         out = c.publish(new, art.code_object, ir_sha256=art.ir_sha256, metadata=thaw(art.metadata))
         assert out["created"] is True and out["kernel"]["sha256"] == a.sha256
@@ -166,7 +166,7 @@ def test_client_refuses_bytes_that_do_not_verify(tmp_path, kernel_bundle, tamper
         a = src.find()[0]
         raw = src.get(a.key).code_object
     meta = {"key": a.key, "arch": a.arch, "lane": a.lane, "profile": a.profile, "family": a.family,
-            "spec": thaw(a.spec), "lowering_digest": a.lowering_digest, "toolchain": thaw(a.toolchain),
+            "spec": thaw(a.spec), "recipe_digest": a.recipe_digest, "toolchain": thaw(a.toolchain), "options": thaw(a.options),
             "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256, "metadata": {}, "provenance": {}}
     evil = raw[:-1] + bytes([raw[-1] ^ 1])
     frame, enc = {
@@ -194,13 +194,13 @@ def test_cli_fetch_and_publish(server, tmp_path):
     art = src.get(a.key)
     (tmp_path / "spec.json").write_text(json.dumps(thaw(art.spec)))
     args = [EXE, "publish", "--server", base, "--arch", "gfx942", "--lane", "llvm22", "--family", "gemm",
-            "--spec", f"@{tmp_path / 'spec.json'}", "--lowering-digest", "cli-published",
-            "--toolchain", json.dumps(thaw(art.toolchain)), "--ir-sha256", art.ir_sha256, "--cache", str(tmp_path / "p.sqlite"), str(out), "--json"]
+            "--spec", f"@{tmp_path / 'spec.json'}", "--recipe-digest", "cli-published",
+            "--toolchain", json.dumps(thaw(art.toolchain)), "--options", json.dumps(thaw(art.options)), "--ir-sha256", art.ir_sha256, "--cache", str(tmp_path / "p.sqlite"), str(out), "--json"]
     p = subprocess.run(args, capture_output=True, text=True, timeout=120, env={**os.environ, "ROCKE_AOT_TOKEN": TOKEN})
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["created"] is True and doc["kernel"]["sha256"] == a.sha256
-    assert doc["kernel"]["lowering_digest"] == "cli-published"
+    assert doc["kernel"]["recipe_digest"] == "cli-published"
     p = subprocess.run(args[:4] + ["--token", "nope"] + args[4:], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "Unauthorized" in p.stderr
     p = subprocess.run([*args[:6], "llvm99", *args[7:]], capture_output=True, text=True, timeout=120)

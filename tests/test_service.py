@@ -136,7 +136,7 @@ def test_kernel_by_key_and_meta(client, store):
         assert m["launch"]["args"] and all((x["offset"], x["size"]) in note for x in m["launch"]["args"])
         assert m["spec"] == thaw(a.spec) and m["lane"] == "llvm22" and m["profile"] == a.profile
         assert m["toolchain"] == thaw(a.toolchain) and m["ir_sha256"] == a.ir_sha256
-        ins = KeyInputs(m["arch"], m["lane"], m["profile"], m["family"], m["spec"], m["lowering_digest"], m["toolchain"])
+        ins = KeyInputs(m["arch"], m["lane"], m["profile"], m["family"], m["spec"], m["recipe_digest"], m["toolchain"], m["options"])
         assert artifact_key(ins) == a.key  # the record is enough to recompute the key
 
 
@@ -292,7 +292,7 @@ def test_read_only_server_refuses_publish(store):
 
 def publish_body(a, code: bytes, **over):
     d = {"arch": a.arch, "lane": a.lane, "profile": a.profile, "family": a.family, "spec": thaw(a.spec),
-         "lowering_digest": a.lowering_digest, "toolchain": thaw(a.toolchain), "ir_sha256": a.ir_sha256,
+         "recipe_digest": a.recipe_digest, "toolchain": thaw(a.toolchain), "options": thaw(a.options), "ir_sha256": a.ir_sha256,
          "sha256": hashlib.sha256(code).hexdigest(), "code_object": base64.b64encode(code).decode(),
          "metadata": thaw(a.metadata), "provenance": {"from": "test"}}
     d.update(over)
@@ -322,7 +322,8 @@ def test_publish_verifies_and_refuses_without_writing(tmp_path, store):
             (publish_body(a, code, code_object="!!notbase64!!"), a.key, 422, "code_object"),
             (publish_body(a, code, lane="llvm99"), a.key, 422, "lane"),
             (publish_body(a, code, arch="gfx90a"),
-             artifact_key(KeyInputs("gfx90a", a.lane, a.profile, a.family, a.spec, a.lowering_digest, a.toolchain)),
+             artifact_key(KeyInputs("gfx90a", a.lane, a.profile, a.family, a.spec, a.recipe_digest, a.toolchain,
+                                   a.options)),
              422, "CodeObjectError"),  # gfx942 bytes declared for gfx90a
         ]
         for body, key, status, what in refusals:

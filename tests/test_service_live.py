@@ -125,7 +125,8 @@ def test_postgresql_read_only_role_serves_while_a_writer_publishes(pg_schema, ke
                     ins = src.inputs
                     from rocke_aot.cache.keys import KeyInputs
 
-                    k = KeyInputs(ins.arch, ins.lane, ins.profile, ins.family, ins.spec, f"writer-{i}", ins.toolchain)
+                    k = KeyInputs(ins.arch, ins.lane, ins.profile, ins.family, ins.spec, f"writer-{i}", ins.toolchain,
+                                  ins.options)
                     new_keys.append(writer.put(k, src.code_object, ir_sha256=src.ir_sha256, metadata=src.metadata,
                                                provenance={"i": i}).key)
                     i += 1
