@@ -16,7 +16,6 @@ from sqlalchemy import text
 
 from _pg import inputs, pg_database, store_url  # noqa: F401
 from rocke_aot.cache import codec, db, models
-from rocke_aot.cache.keys import artifact_key
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import BundleError, IntegrityError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 
@@ -164,7 +165,7 @@ def test_bad_inputs_fail_closed(over, err):
 
 def test_inputs_are_frozen_and_hashable():
     k = KeyInputs(**BASE)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         k.lane = "llvm20"
     with pytest.raises(TypeError):
         k.spec["dtype"] = "bf16"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlalchemy.exc
 import hashlib
 import io
 import json
@@ -182,7 +183,7 @@ def test_verify_recomputes_keys_over_the_options(store):
 
 def test_blob_of_an_artifact_cannot_be_deleted(store):
     a = put(store, 1)
-    with pytest.raises(Exception):
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
         _sql(store, "DELETE FROM blobs WHERE sha256 = :s", s=a.sha256)
     assert store.get(a.key).code_object == code_object(1)
 

@@ -6,6 +6,7 @@ leave them: wrong arch, wrong feature setting, truncated, bytes overwritten.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import sys
 
@@ -76,7 +77,7 @@ def test_good_object_reports_its_metadata(objs):
     assert info.comment and info.comment[0].startswith("Linker:")
     d = info.as_dict()
     assert d["descriptor"]["user_sgpr_inputs"] == ["kernarg_segment_ptr"] and d["args"][1]["name"] == "in"
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         info.kernel = "x"  # frozen
 
 

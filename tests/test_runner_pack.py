@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import struct
 
@@ -102,6 +101,11 @@ def test_sm90_packing_follows_the_ptx_params(built, fam):
         off = -(-off // sz) * sz
         assert a.offset == off
         off += sz
+    values = {"M": prob.m, "N": prob.n, "K": prob.k} if fam == "gemm" else {
+        "N": prob.n, "H": prob.h, "W": prob.w, **({"K": prob.k} if fam == "conv_dgrad_patch" else {})}
+    for i, (a, sz) in enumerate(zip(contract.args, sizes)):
+        raw = ka.buffer[a.offset:a.offset + sz]
+        assert struct.unpack("<Q" if sz == 8 else "<i", raw)[0] == (0x1000 * (i + 1) if sz == 8 else values[a.name])
 
 
 def test_chunked_gemm_launches_advance_the_row_pointers(built):

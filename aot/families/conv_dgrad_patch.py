@@ -44,7 +44,7 @@ class _PatchLowering(ConvLowering):
         return spec.rows, spec.cols_padded
 
     def build(self) -> None:
-        s, kb = self.spec, self.kb
+        s = self.spec
         (dY, Wt, dX, n_arg, h_arg, w_arg, k_arg), gid = self.start(
             kernel_params(s), "patch_lds", s.rows * s.k_chunk + s.k_chunk * s.cols_padded)
         self.dY, self.Wt, self.dX = dY, Wt, dX

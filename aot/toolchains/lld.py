@@ -58,6 +58,11 @@ def lld_version(path: str | None = None) -> tuple[int, int, int]:
 
 def linker_identity() -> dict[str, str]:
     """What about the linker changes output bytes: its version line (goes into .comment) and
-    the binary itself (two builds of one version may still differ)."""
-    path = find_lld()
+    the binary itself (two builds of one version may still differ). "absent" when there is
+    none (a machine that builds only sm_90 cubins): AMDGPU links then fail, and a later
+    install moves every key of that toolchain, as ptxas_identity does."""
+    try:
+        path = find_lld()
+    except ToolchainError:
+        return {"linker": "absent"}
     return {"linker": lld_version_line(path), "linker_sha256": file_sha256(path)}
