@@ -38,4 +38,4 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["/opt/rocke-aot/.venv/bin/python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
 ENTRYPOINT ["/opt/rocke-aot/.venv/bin/rocke-aot", "serve"]
-CMD ["--cache", "sqlite:////var/lib/rocke-aot/cache.sqlite", "--host", "0.0.0.0", "--port", "8080"]
+CMD ["--cache", "sqlite:////var/lib/rocke-aot/cache.sqlite", "--create", "--host", "0.0.0.0", "--port", "8080"]

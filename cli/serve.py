@@ -30,20 +30,28 @@ from rocke_aot.errors import SpecError
               help="File holding the publish bearer token; without it PUT /v1/kernels/{key} is refused (403).")
 @click.option("--max-publish-bytes", type=click.IntRange(1024, 1 << 30), default=None,
               help="Largest publish request body (default 16 MiB).")
+@click.option("--create", is_flag=True, default=False,
+              help="Create an empty store when the cache does not exist yet (a fresh volume); without it a "
+              "missing cache is an error, so a mistyped path never serves an empty store.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(cache_url, host, port, workers, token_file, max_publish_bytes, log_level) -> None:
+def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create, log_level) -> None:
     """Serve the kernel cache over HTTP (FastAPI + uvicorn).
 
     \b
     Example:
         rocke-aot serve --cache /srv/rocke/cache.sqlite --port 8080 --workers 4
+        rocke-aot serve --cache /var/lib/rocke-aot/cache.sqlite --create --host 0.0.0.0
         curl http://127.0.0.1:8080/v1/kernels?arch=gfx942&limit=10
     """
     import uvicorn
     from rocke_aot.service import app as service_app
 
     url = resolve_url(cache_url)
+    if create:
+        from rocke_aot.cache.store import Store
+
+        Store.open(url).close()  # creates the schema when missing; an existing store is untouched
     if token_file is not None:
         with open(token_file, encoding="utf-8") as f:
             if not f.read().strip():
