@@ -14,15 +14,18 @@ Nothing is compiled here: a candidate without a stored launch contract is an err
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from rocke_aot.errors import SpecError
+from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
 from rocke_aot.runner.run import Candidate, ProblemReport, run_problem
 from rocke_aot.runner.runtime import Runtime
 from rocke_aot.service.selection import parse_problem, select
+from rocke_aot.variants import table
 
 
 class Source(Protocol):
@@ -95,6 +98,31 @@ def parse_candidates(text: str) -> int | None:
     raise SpecError(f"--candidates takes 'all' or 'top:N' with N >= 1, got {text!r}")
 
 
+def _split_field(family: str) -> str | None:
+    """The problem field a family's launches split along (the same for every spec)."""
+    for lane in LANES:
+        for spec in table.enumerate_specs(family, "gfx942", lane.name):
+            split = spec.launch_formulas().split
+            return split.field if split is not None else None
+    return None
+
+
+def _ranked_for_chunks(source: Source, arch: str, family: str, problem: Any, lanes) -> list[dict[str, Any]]:
+    """Candidates for a problem no kernel can address whole (a tensor over 2 GiB): rank them on
+    the largest sub-problem along the split axis that selection accepts; the runner then
+    launches the whole problem in chunks of at most that size (runner/run.py launches)."""
+    name = _split_field(family)
+    if name is None:
+        return []
+    extent = getattr(problem, name)
+    while extent > 1:
+        extent //= 2
+        ranked = source.ranked(arch, family, dataclasses.replace(problem, **{name: extent}), lanes)
+        if ranked:
+            return ranked
+    return []
+
+
 @dataclass
 class BenchReport:
     arch: str
@@ -125,7 +153,7 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
     reports = []
     for i, raw in enumerate(problems):
         problem = parse_problem(family, raw)
-        ranked = source.ranked(arch, family, problem, lanes)
+        ranked = source.ranked(arch, family, problem, lanes) or _ranked_for_chunks(source, arch, family, problem, lanes)
         if candidates is not None:
             ranked = ranked[:candidates]
         if on_problem:

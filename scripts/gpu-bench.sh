@@ -4,7 +4,7 @@
 # once and from the local cache once, a chunked problem over 2 GiB, and the vendor library.
 # Needs python3 with llvmlite 0.50, numpy, torch, cuda-bindings and ptxas; other packages as
 # wheels in .whl/ (see scripts/gpu-tests.sh). Results go to ${OUT:-/tmp/rocke-out}.
-set -euo pipefail
+set -eo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rocke-out}; mkdir -p "$OUT"
 SITE=${ROCKE_AOT_GPU_SITE:-/tmp/rocke-site}
@@ -58,3 +58,6 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
     d = json.load(open(f))
     print(os.path.basename(f), json.dumps(d.get("summary")))
 PY
+# one archive of every raw output (the device tool brings back few files)
+(cd "$OUT" && tar czf /tmp/rocke-results.tar.gz ./*.json ./*.log ./*.txt && rm -f ./*.json ./*.log ./*.txt \
+   && mv /tmp/rocke-results.tar.gz results.tar.gz)

@@ -197,3 +197,18 @@ def test_select_through_the_store(table_store, family):
     sel = select(table_store, DEVICE, family, serve(spec))
     assert spec in {c.spec for c in sel.accepted}
     assert all(a.efficiency.total >= b.efficiency.total for a, b in zip(sel.accepted, sel.accepted[1:]))
+
+
+def test_a_matrix_path_beats_fma_at_equal_efficiency(tmp_path):
+    # Same tile (so equal tile efficiency); the fma kernel has the higher occupancy, which
+    # alone would put it first. The matrix unit's peak is several times the FMA path's on
+    # every wired arch, so the mfma kernel must rank first (docs/bench.md measures why).
+    store = Store.open(tmp_path / "c.sqlite")
+    fma = put_fake(store, "gfx942", "llvm22", "gemm", gemm(), vgprs=32, workgroup=256)
+    mfma = put_fake(store, "gfx942", "llvm22", "gemm", gemm(path="mfma"), vgprs=200, workgroup=256)
+    sel = select(store, DEVICE, "gemm", PROBLEM)
+    keys = [c.key for c in sel.accepted]
+    assert keys.index(mfma.key) < keys.index(fma.key)
+    assert sel.accepted[0].efficiency.total == sel.accepted[1].efficiency.total
+    assert sel.accepted[1].candidate.occupancy > sel.accepted[0].candidate.occupancy
+    store.close()

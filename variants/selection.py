@@ -12,7 +12,7 @@
     6 other lane preferred      the newest lane (highest LLVM major) wins for an equal spec;
       other target preferred    then the most specific target ID (device's exact features)
         ▼
-    accepted, best first:  efficiency.total desc, occupancy desc (unknown last), key asc
+    accepted, best first:  efficiency.total desc, matrix-unit path first, occupancy desc (unknown last), key asc
 
 Deterministic; every rejection carries its reason and a detail. The rule and a worked
 example: docs/selection.md (tests/test_selection.py asserts the example's numbers).
@@ -131,10 +131,20 @@ def _floor_detail(e: Efficiency, floor: float) -> str:
     return f"efficiency {e.total:.4f} < {floor:.4f} (worst: {worst[1]} {worst[0]:.4f})"
 
 
+# Paths whose inner product runs on the arch's matrix unit (MFMA, WMMA, mma.sync): their peak is
+# several times the FMA path's on every wired arch, so at equal tile efficiency they come first.
+# Measured on an H100 (docs/bench.md): without this rule the occupancy tie-break put fma kernels
+# first and the top-ranked conv_direct_fwd kernel ran at a median 0.61 of the best measured one;
+# with it, 0.90.
+MATRIX_PATHS = frozenset({"mfma", "wmma", "mma"})
+
+
 def order_key(choice: Choice) -> tuple:
-    """Best first: efficiency, then occupancy (unknown last), then the key (stable, unique)."""
+    """Best first: efficiency, then matrix-unit paths before fma, then occupancy (unknown
+    last), then the key (stable, unique)."""
     occ = choice.candidate.occupancy
-    return (-choice.efficiency.total, -(occ if occ is not None else -1), choice.candidate.key)
+    matrix = choice.candidate.spec.get("path") in MATRIX_PATHS
+    return (-choice.efficiency.total, -matrix, -(occ if occ is not None else -1), choice.candidate.key)
 
 
 def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
