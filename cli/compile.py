@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
@@ -22,21 +21,11 @@ import click
 from rocke_aot.aot.lower import lower
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
-from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
-from rocke_aot.errors import SpecError
+from rocke_aot.cli.options import ARCH, emit_json, json_object_arg, json_option, lanes_option, lanes_or_env
 
 
 def _spec(value: str | None) -> dict:
-    if value is None:
-        return {}
-    text = Path(value[1:]).read_text() if value.startswith("@") else value
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"--spec is not valid JSON ({e})") from None
-    if not isinstance(spec, dict):
-        raise SpecError(f"--spec must be a JSON object, got {type(spec).__name__}")
-    return spec
+    return {} if value is None else json_object_arg(value, "--spec")
 
 
 def _lane(lane):

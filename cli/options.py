@@ -71,3 +71,22 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print one JS
 def emit_json(obj: object) -> None:
     """One JSON document on stdout (every --json output goes through here)."""
     click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def json_object_arg(value: str, what: str) -> dict:
+    """A JSON object given inline or as @FILE (--spec, --toolchain, ...); SpecError otherwise."""
+    from pathlib import Path
+
+    from rocke_aot.errors import SpecError
+
+    try:
+        text = Path(value[1:]).read_text() if value.startswith("@") else value
+    except OSError as e:
+        raise SpecError(f"{what}: cannot read {value[1:]!r} ({e.strerror})") from None
+    try:
+        out = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{what} is not valid JSON ({e})") from None
+    if not isinstance(out, dict):
+        raise SpecError(f"{what} must be a JSON object, got {type(out).__name__}")
+    return out

@@ -7,27 +7,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from rocke_aot.cache.codec import sha256_hex
 from rocke_aot.cache.keys import KeyInputs
-from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
-from rocke_aot.errors import SpecError
+from rocke_aot.cli.options import ARCH, LANE, emit_json, json_object_arg, json_option
 from rocke_aot.service.client import ENV_TOKEN, Client
-
-
-def _json_arg(value: str, what: str) -> dict:
-    text = Path(value[1:]).read_text() if value.startswith("@") else value
-    try:
-        out = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{what} is not JSON: {e}") from None
-    if not isinstance(out, dict):
-        raise SpecError(f"{what} must be a JSON object, got {type(out).__name__}")
-    return out
 
 
 @click.command("publish")
@@ -57,11 +44,11 @@ def publish(server, token, arch, lane, profile, family, spec, recipe_digest, too
             --toolchain @toolchain.json --ir-sha256 5a7b... kernel.hsaco
     """
     code = Path(file).read_bytes()
-    inputs = KeyInputs(arch.id, lane.name, profile or lane.profile_name, family, _json_arg(spec, "--spec"),
-                       recipe_digest, _json_arg(toolchain, "--toolchain"), _json_arg(options, "--options"))
+    inputs = KeyInputs(arch.id, lane.name, profile or lane.profile_name, family, json_object_arg(spec, "--spec"),
+                       recipe_digest, json_object_arg(toolchain, "--toolchain"), json_object_arg(options, "--options"))
     with Client(server, cache=cache_url, token=token, offline=False) as client:
         out = client.publish(inputs, code, ir_sha256=ir_sha256,
-                             metadata=_json_arg(metadata, "--metadata") if metadata else {},
+                             metadata=json_object_arg(metadata, "--metadata") if metadata else {},
                              provenance={"published_from": str(Path(file).name), "sha256": sha256_hex(code)})
     if as_json:
         emit_json(out)
