@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import re
+import threading
 import time
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -165,6 +166,11 @@ class Store:
         self._touches: dict[str, float] = {}
         self._touch_flushed = time.time()
         self._candidate_memo: dict[str, Candidate] = {}
+        # Parsed candidate lists per query shape, valid while the database has not changed
+        # (SQLite only, see _unchanged_since_last_look); the lock keeps check + fill atomic.
+        self._candidate_lists: dict[tuple, tuple[Candidate, ...]] = {}
+        self._seen_conns: dict[Any, tuple[int, int]] = {}
+        self._candidate_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -520,7 +526,7 @@ class Store:
     # ---- selection, generations, paging ------------------------------------------------
 
     def candidates(self, family: str, device: object, lanes: Iterable[str] | None = None, *,
-                   compatible_only: bool = True, current_only: bool = False) -> list[Candidate]:
+                   compatible_only: bool = True, current_only: bool = False) -> tuple[Candidate, ...]:
         """The stored artifacts of ``family`` that a ``device`` target ID may run, as Candidates.
 
         One query over artifacts (left-joined to the refs, so each row knows whether its
@@ -537,22 +543,62 @@ class Store:
         if lane_list is not None and not all(isinstance(x, str) for x in lane_list):
             raise SpecError(f"lanes must be lane names, got {lane_list!r}")
         if lane_list == []:
-            return []
-        sql = _candidates_sql(self.engine.dialect.name, len(ids), None if lane_list is None else len(lane_list),
-                              current_only)
+            return ()
+        dialect = self.engine.dialect.name
+        sql = _candidates_sql(dialect, len(ids), None if lane_list is None else len(lane_list), current_only)
         params = [family, *ids, *(lane_list or ())]
+        if dialect != "sqlite":  # no cheap change stamp on PostgreSQL: query every time
+            with db.read_tx(self.engine) as conn:
+                return tuple(self._candidate_rows(conn, sql, params, family, target))
+        shape = (sql, tuple(params))
+        with self._candidate_lock, db.read_tx(self.engine) as conn:
+            if not self._unchanged_since_last_look(conn):
+                self._candidate_lists.clear()
+            got = self._candidate_lists.get(shape)
+            if got is None:
+                if len(self._candidate_lists) > 4096:
+                    self._candidate_lists.clear()
+                got = self._candidate_lists[shape] = tuple(self._candidate_rows(conn, sql, params, family, target))
+            return got
+
+    def _unchanged_since_last_look(self, conn: Connection) -> bool:
+        """Whether no transaction has committed to the database since this connection last looked.
+
+        SQLite's ``PRAGMA data_version`` moves when another connection (any process) commits,
+        ``total_changes()`` when this one does; a connection seen for the first time proves
+        nothing. If anything committed after a list was filled, the first look after that commit,
+        on whichever pooled connection, differs from that connection's previous look (taken before
+        the commit), so the lists are dropped before any is served: a build that moves a ref, a
+        put, a publish, gc, eviction, an import all refill them. Connections are held (not their
+        ids: a new connection could reuse a dead one's id); the pool keeps few, the dict is bounded.
+        """
+        raw = conn.connection.dbapi_connection
+        cur = raw.cursor()
+        try:
+            cur.execute("SELECT data_version, total_changes() FROM pragma_data_version")
+            stamp = tuple(cur.fetchone())
+        finally:
+            cur.close()
+        seen = self._seen_conns
+        same = seen.get(raw) == stamp
+        if not same:
+            if len(seen) > 64:
+                seen.clear()
+            seen[raw] = stamp
+        return same
+
+    def _candidate_rows(self, conn: Connection, sql: str, params: list, family: str, target: Target) -> list[Candidate]:
         memo = self._candidate_memo
         if len(memo) > 200_000:  # rows are small, but a long-lived service must not grow without bound
             memo.clear()
         info = target.info
         out = []
-        with db.read_tx(self.engine) as conn:
-            cur = conn.connection.dbapi_connection.cursor()
-            try:
-                cur.execute(sql, params)
-                rows = cur.fetchall()
-            finally:
-                cur.close()
+        cur = conn.connection.dbapi_connection.cursor()
+        try:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        finally:
+            cur.close()
         for key, sha, arch, lane, profile, spec_json, gen, meta_json, built_at, ref in rows:
             is_current = ref is not None and ref == gen
             c = memo.get(key)

@@ -18,6 +18,8 @@ service package sits above cache and variants, the only floor allowed to join th
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -26,7 +28,7 @@ from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import FAMILIES, problem_from_dict
-from rocke_aot.variants.selection import Choice, Rejection, rank
+from rocke_aot.variants.selection import Choice, Ranking, Rejection, rank
 
 DEFAULT_MIN_EFFICIENCY = 0.0  # no floor unless asked: a small problem still gets its best kernel
 
@@ -90,6 +92,36 @@ def _lanes(lanes: Iterable[object] | None) -> tuple[str, ...] | None:
     return tuple(sorted({get_lane(x, source="lane").name for x in lanes}))
 
 
+# store -> {(family, target, lanes, problem, floor, explain): (candidates, Ranking)}. rank() is a
+# pure function of its arguments, so a ranking is reused exactly when the store hands back the
+# very same candidate tuple (Store.candidates returns one object per query shape until the
+# database changes: a moved ref, a put, a gc all give a new tuple, so the identity test fails
+# and the ranking is recomputed). Holding the tuple keeps its id from being reused.
+_RANKINGS: "weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Any, Ranking]]]" = weakref.WeakKeyDictionary()
+_RANKINGS_LOCK = threading.Lock()
+
+
+def _ranked(store, cands, args: tuple, compute) -> Ranking:
+    try:
+        memo = _RANKINGS.get(store)
+        if memo is None:
+            with _RANKINGS_LOCK:
+                memo = _RANKINGS.setdefault(store, {})
+    except TypeError:  # a store that cannot be weakly referenced: no memo
+        return compute()
+    try:
+        hit = memo.get(args)
+    except TypeError:  # an unhashable problem value: rank it straight
+        return compute()
+    if hit is not None and hit[0] is cands:
+        return hit[1]
+    ranking = compute()
+    if len(memo) > 4096:
+        memo.clear()
+    memo[args] = (cands, ranking)
+    return ranking
+
+
 def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[str] | None = None,
            min_efficiency: float | None = None, limit: int | None = None, explain: bool = True) -> Selection:
     """Rank the cached artifacts of ``family`` that ``target`` can run on ``problem``.
@@ -105,7 +137,8 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise SpecError(f"limit must be a positive int, got {limit!r}")
     cands = store.candidates(fam, tgt, lane_names, compatible_only=not explain, current_only=not explain)
-    ranking = rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names)
+    ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain),
+                      lambda: rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names))
     accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
     return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
                      len(ranking.accepted) - len(accepted))
