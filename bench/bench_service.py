@@ -13,7 +13,7 @@
 Whole-run ratios only (throughput vs bare FastAPI and vs nginx): the machine is shared, so
 absolute numbers move between runs while the ratios of one run hold. Keep it under ~3 min.
 
-    .venv/bin/python bench/bench_service.py [--seconds 5] [--json]
+    .venv/bin/python bench/bench_service.py [--seconds 5] [--select-only] [--json]
 """
 
 from __future__ import annotations
@@ -167,23 +167,39 @@ def fill_10k(url: str) -> dict:
             "fill_s": round(time.perf_counter() - t, 1)}
 
 
-def select_latency(base: str, seconds: float) -> dict:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a server process and its workers (psutil)."""
+    import psutil
+
+    procs = [psutil.Process(pid)]
+    procs += procs[0].children(recursive=True)
+    return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+
+
+def select_latency(base: str, seconds: float, pid: int) -> dict:
     body = {"arch": "gfx942", "family": "gemm", "problem": {"m": 4096, "n": 4096, "k": 4096}, "limit": 10}
     times = []
     with httpx.Client(base_url=base, timeout=60) as c:
+        t = time.perf_counter()
         first = c.post("/v1/select", json=body)
+        first_ms = (time.perf_counter() - t) * 1e3
         first.raise_for_status()
         doc = first.json()
+        server0, client0 = _cpu_s(pid), time.thread_time()
         end = time.monotonic() + seconds
         while time.monotonic() < end or len(times) < 5:
             t = time.perf_counter()
             r = c.post("/v1/select", json=body)
             times.append((time.perf_counter() - t) * 1e3)
             r.raise_for_status()
+        server_cpu, client_cpu = _cpu_s(pid) - server0, time.thread_time() - client0
     times.sort()
-    return {"requests": len(times), "p50_ms": round(statistics.median(times), 2),
-            "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 2),
-            "accepted": len(doc["accepted"]), "rejected": len(doc["rejected"])}
+    n = len(times)
+    return {"requests": n, "p50_ms": round(statistics.median(times), 2),
+            "p99_ms": round(times[min(n - 1, int(n * 0.99))], 2), "first_ms": round(first_ms, 2),
+            # mean CPU per request: the server's (all its processes), and this client's thread
+            "server_cpu_ms": round(server_cpu / n * 1e3, 3), "client_cpu_ms": round(client_cpu / n * 1e3, 3),
+            "bytes": len(first.content), "accepted": len(doc["accepted"]), "rejected": len(doc["rejected"])}
 
 
 def nginx_conf(prefix: Path, root: Path, port: int, workers: int) -> Path:
@@ -216,7 +232,7 @@ http {{
     return conf
 
 
-def run(seconds: int, select_seconds: float) -> dict:
+def run(seconds: int, select_seconds: float, select_only: bool = False) -> dict:
     if not shutil.which("wrk") or not shutil.which("nginx") and not Path("/usr/sbin/nginx").exists():
         raise SystemExit("needs wrk and nginx: apt-get install -y wrk nginx-light")
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -231,7 +247,7 @@ def run(seconds: int, select_seconds: float) -> dict:
         blob_file = work / "blob.bin"
         blob_file.write_bytes(raw)
         out: dict = {"host_cores": os.cpu_count(), "seconds": seconds, "connections": CONNECTIONS, **info, "runs": []}
-        for workers in sorted({1, os.cpu_count() or 1}):
+        for workers in [] if select_only else sorted({1, os.cpu_count() or 1}):
             port = free_port()
             base = f"http://127.0.0.1:{port}"
             with process([EXE, "serve", "--cache", url, "--port", str(port), "--workers", str(workers)],
@@ -259,8 +275,8 @@ def run(seconds: int, select_seconds: float) -> dict:
         out["fill"] = fill_10k(url)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        with process([EXE, "serve", "--cache", url, "--port", str(port)], base + "/healthz"):
-            out["select"] = select_latency(base, select_seconds)
+        with process([EXE, "serve", "--cache", url, "--port", str(port)], base + "/healthz") as proc:
+            out["select"] = select_latency(base, select_seconds, proc.pid)
         by = {(r["server"], r["workers"]): r for r in out["runs"]}
         out["ratios"] = {}
         for (server, w), r in by.items():
@@ -276,11 +292,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=5, help="wrk duration per server (default 5)")
     ap.add_argument("--select-seconds", type=float, default=10.0)
+    ap.add_argument("--select-only", action="store_true", help="only the POST /v1/select part (no wrk, no nginx)")
     ap.add_argument("--json", action="store_true", help="one JSON document (with wrk's raw output)")
     a = ap.parse_args()
     t = time.perf_counter()
-    res = run(a.seconds, a.select_seconds)
+    res = run(a.seconds, a.select_seconds, a.select_only)
     res["wall_s"] = round(time.perf_counter() - t, 1)
+    res["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     if a.json:
         print(json.dumps(res, indent=2))
         return
@@ -296,8 +314,9 @@ def main() -> None:
     print(f"select over {f['artifacts']} artifacts (filled {f['put']} in {f['fill_s']} s): p50 {s['p50_ms']} ms, "
           f"p99 {s['p99_ms']} ms over {s['requests']} sequential requests; {f['current_generation']} in the current "
           f"generation "
-          f"({s['accepted']} accepted, {s['rejected']} rejected)")
-    print(f"wall {res['wall_s']} s")
+          f"({s['accepted']} accepted, {s['rejected']} rejected, {s['bytes']} bytes); first request {s['first_ms']} ms; "
+          f"CPU per request: server {s['server_cpu_ms']} ms, client {s['client_cpu_ms']} ms")
+    print(f"wall {res['wall_s']} s; load average at the end {res['loadavg_end']}")
     print("\n--- raw wrk output ---")
     for r in res["runs"]:
         print(f"## {r['server']}, {r['workers']} worker(s)\n{r['raw']}")
