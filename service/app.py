@@ -419,8 +419,10 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         lanes = [_lane(l, f"lanes.{i}") for i, l in enumerate(req.lanes)] if req.lanes else None
         problem = _problem(family, req.problem)
         args = (store, target, family, problem)
+        # The rejected entries are listed only when asked to explain (rejected_count always counts
+        # them): they were ~90% of a default answer's bytes and of its serialization.
         kw = dict(lanes=lanes, min_efficiency=req.min_efficiency, limit=req.limit, explain=req.explain,
-                  max_rejected=MAX_REJECTED)
+                  max_rejected=MAX_REJECTED if req.explain else 0)
         # SQLite answers a repeated select from Store's cached candidates and rankings in well under
         # a millisecond, cheaper than the threadpool hop it would otherwise take (a cold one, after a
         # store change, blocks this worker's loop for one uncached select); PostgreSQL goes over the

@@ -87,8 +87,10 @@ class SelectRequest(BaseModel):
     lanes: list[str] | None = Field(None, max_length=16, description="Restrict to these compiler lanes")
     min_efficiency: float | None = Field(None, ge=0.0, le=1.0)
     limit: int | None = Field(None, ge=1, le=MAX_SELECT)
-    explain: bool = Field(False, description="Also consider (and reject, with the reason) artifacts of stale "
-                                             "generations and incompatible targets; off, they are left out in SQL")
+    explain: bool = Field(False, description="List the rejected candidates with their reasons, and also consider "
+                                             "(and reject) artifacts of stale generations and incompatible targets; "
+                                             "off, those are left out in SQL and 'rejected' is empty "
+                                             "('rejected_count' still counts the rejections)")
 
 
 class Candidate(BaseModel):
@@ -114,7 +116,7 @@ class Rejection(BaseModel):
 
 class SelectResponse(BaseModel):
     accepted: list[Candidate]
-    rejected: list[Rejection] = Field(description=f"At most {MAX_REJECTED}, in key order")
+    rejected: list[Rejection] = Field(description=f"Only with explain: at most {MAX_REJECTED}, in key order")
     rejected_count: int = Field(description="All rejected candidates, also those beyond the list")
 
 

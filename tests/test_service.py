@@ -176,14 +176,16 @@ def test_select_ranks_by_hand_worked_efficiency(client, store):
     assert len(client.post("/v1/select", json={"arch": "gfx942", "family": "gemm", "limit": 2,
                                                "problem": {"m": 1000, "n": 1000, "k": 512}}).json()["accepted"]) == 2
     # below the floor: rejected with the efficiency named
-    r = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm", "min_efficiency": 0.9,
-                                        "problem": {"m": 1000, "n": 1000, "k": 512}}).json()
+    floor = {"arch": "gfx942", "family": "gemm", "min_efficiency": 0.9, "problem": {"m": 1000, "n": 1000, "k": 512}}
+    r = client.post("/v1/select", json=floor).json()
+    assert r["accepted"] == [] and r["rejected"] == [] and r["rejected_count"] == 8  # listed only with explain
+    r = client.post("/v1/select", json={**floor, "explain": True}).json()
     assert r["accepted"] == [] and len(r["rejected"]) == 8 == r["rejected_count"]
     assert all(x["reason"].startswith("efficiency below the floor: efficiency 0.803") for x in r["rejected"])
     # a dtype no stored spec is baked for
-    r = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm",
+    r = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm", "explain": True,
                                         "problem": {"m": 64, "n": 64, "k": 64, "dtype": "f32"}}).json()
-    assert r["accepted"] == [] and all(x["reason"].startswith("spec does not accept the problem: dtype")
+    assert r["accepted"] == [] and r["rejected"] and all(x["reason"].startswith("spec does not accept the problem: dtype")
                                        for x in r["rejected"])
     # every accepted candidate carries its generation and its occupancy (from the shared select)
     body = client.post("/v1/select", json={"arch": "gfx942", "family": "gemm",
