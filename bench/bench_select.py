@@ -11,8 +11,13 @@
             current, compatible rows: what a service answers), each against the bare SQL of the
             same rows (raw DBAPI cursor: execute + fetchall), interleaved in the same run; and
             select on a problem never asked before (explain=True): no verdict of the efficiency
-            models reused (variants/selection.py keeps them per (problem, processor))
+            models reused (variants/selection.py keeps them per (problem, processor)); and
+            explain=False right after a store change (Store's cached candidate lists dropped: the
+            query, the rows, the ranking; what the first select after a build costs)
     reports p50 and p99 in ms and the ratios; the first (cold) select separately
+
+A repeated select on an unchanged store is answered from Store's cached candidate lists and
+service/selection.py's rankings (one PRAGMA read checks the store did not change).
 
 Run:  .venv/bin/python bench/bench_select.py [--json] [--iters 200] [--url sqlite:///...]
 Results and raw output go into docs/selection.md by hand; nothing here asserts anything.
@@ -111,8 +116,12 @@ def main() -> None:
             ids = compatible_ids(DEVICE)
             sql_cur, p_cur = _candidates_sql("sqlite", len(ids), None, True), [fam, *ids]
             rows_all, rows_cur = bare(store, sql_all, p_all), bare(store, sql_cur, p_cur)
-            t_sel, t_bare, t_fast, t_bare_cur, t_new = [], [], [], [], []
-            c_sel, c_bare, c_fast, c_bare_cur, c_new = [], [], [], [], []
+            t_sel, t_bare, t_fast, t_bare_cur, t_new, t_unc = [], [], [], [], [], []
+            c_sel, c_bare, c_fast, c_bare_cur, c_new, c_unc = [], [], [], [], [], []
+
+            def uncached():  # the first select after a store change: the candidate lists dropped
+                store._candidate_lists.clear()
+                select(store, DEVICE, fam, problem, explain=False)
             first_dim = next(iter(problem))
             for i in range(args.iters):  # interleaved: drift on a shared machine hits all alike
                 # a problem never asked before: no verdict of the efficiency models is reused
@@ -121,7 +130,8 @@ def main() -> None:
                                    (lambda: bare(store, sql_all, p_all), t_bare, c_bare),
                                    (lambda: select(store, DEVICE, fam, problem, explain=False), t_fast, c_fast),
                                    (lambda: bare(store, sql_cur, p_cur), t_bare_cur, c_bare_cur),
-                                   (lambda: select(store, DEVICE, fam, fresh), t_new, c_new)):
+                                   (lambda: select(store, DEVICE, fam, fresh), t_new, c_new),
+                                   (uncached, t_unc, c_unc)):
                     # wall time, and this thread's CPU time: on a loaded shared host the second
                     # leaves out the time spent waiting for a core (SQLite runs in-process)
                     c, t = time.thread_time(), time.perf_counter()
@@ -142,6 +152,7 @@ def main() -> None:
             "ratio_fast_p50": round(pct(t_fast, 50) / pct(t_bare_cur, 50), 2),
             "new_problem_p50_ms": ms(t_new, 50), "new_problem_p99_ms": ms(t_new, 99),
             "cpu_new_problem_p50_ms": ms(c_new, 50),
+            "uncached_p50_ms": ms(t_unc, 50), "uncached_p99_ms": ms(t_unc, 99), "cpu_uncached_p50_ms": ms(c_unc, 50),
             "cpu_select_p50_ms": ms(c_sel, 50), "cpu_bare_p50_ms": ms(c_bare, 50),
             "cpu_fast_p50_ms": ms(c_fast, 50), "cpu_bare_current_p50_ms": ms(c_bare_cur, 50),
             "cpu_ratio_p50": round(pct(c_sel, 50) / max(pct(c_bare, 50), 1e-9), 2),
@@ -168,6 +179,10 @@ def main() -> None:
         print(f"  {fam:<17} {r['cpu_select_p50_ms']:>7.3f} {r['cpu_bare_p50_ms']:>6.3f} {r['cpu_ratio_p50']:>4} | "
               f"{r['cpu_fast_p50_ms']:>6.3f} {r['cpu_bare_current_p50_ms']:>6.3f} {r['cpu_ratio_fast_p50']:>4} | "
               f"{r['new_problem_p50_ms']:>7.3f}/{r['new_problem_p99_ms']:<7.3f} {r['cpu_new_problem_p50_ms']:>7.3f}")
+    print("after a store change (candidate lists dropped, explain=False): wall p50/p99, CPU p50, x bare (CPU)")
+    for fam, r in results.items():
+        print(f"  {fam:<17} {r['uncached_p50_ms']:>7.3f}/{r['uncached_p99_ms']:<7.3f} {r['cpu_uncached_p50_ms']:>7.3f} "
+              f"{r['cpu_uncached_p50_ms'] / max(r['cpu_bare_current_p50_ms'], 1e-9):>5.2f}")
     print(f"host {out['host']}: {out['cpus']} CPUs, load average {out['loadavg_start']} at start, "
           f"{out['loadavg_end']} at end")
 
