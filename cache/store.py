@@ -13,6 +13,10 @@
     gc ── delete blobs no artifact references
     evict(max_bytes) ── drop least-recently-read artifacts until the blobs fit, then gc
     export / import_ ── cache/bundle.py
+    candidates(family, device, lanes) ── ONE raw query -> tuple of Candidates (selection's input);
+                 SQLite: the tuple is kept per query shape and served again while
+                 PRAGMA data_version / total_changes() show no commit since (any writer,
+                 any process), else every kept tuple is dropped first
 
 Writers: SQLite BEGIN IMMEDIATE (db.write_tx); PostgreSQL shared advisory lock for puts,
 exclusive for gc/evict/import. ``last_read_at`` is refreshed at most every

@@ -6,8 +6,10 @@
         │           field and the accepted values
         ▼
     store.candidates(family, target, lanes)         cache: ONE query, rows -> Candidates
+        │  (SQLite: the same tuple again while the database is unchanged, no query)
         ▼
     variants.selection.rank(candidates, problem, target, min_efficiency, lanes)   pure
+        │  (reused for the very same candidate tuple and arguments: _RANKINGS)
         ▼
     Selection(accepted best first [:limit], rejected with reasons)
 
