@@ -267,6 +267,10 @@ def test_server_sigkilled_mid_response(tmp_path, kernel_bundle):  # noqa: F811
         proc.wait(timeout=10)
         kills += 1
         verify(url)  # the store is consistent with the server dead
+        with Store.open(tmp_path / "nodown.sqlite") as s0, Client(base, cache=s0, retries=1, backoff=0.1) as c0:
+            with pytest.raises(RockeError) as down:  # no server and no retries left: a named error
+                c0.get_blob(shas[0])
+            assert type(down.value).__name__ == "CacheError" and "after 2 attempts" in str(down.value)
         time.sleep(0.3)
     # restart on the same port while the clients retry: they get the bytes again
     with server(url, port) as (proc2, base):
@@ -385,9 +389,11 @@ def test_bad_input_through_the_cli_changes_nothing(hostile, tmp_path):
     problems = tmp_path / "problems"
     problems.mkdir()
     (problems / "notjson.json").write_text("{nope")
-    (problems / "neg.json").write_text(json.dumps([{"family": "gemm", "m": -1, "n": 64, "k": 64}]))
-    (problems / "str.json").write_text(json.dumps([{"family": "gemm", "m": "64", "n": 64, "k": 64}]))
-    (problems / "fam.json").write_text(json.dumps([{"family": "conv9", "m": 64}]))
+    (problems / "list.json").write_text(json.dumps([{"family": "gemm", "m": 64, "n": 64, "k": 64}]))
+    (problems / "neg.json").write_text(json.dumps({"gemm": [{"m": -1, "n": 64, "k": 64}]}))
+    (problems / "str.json").write_text(json.dumps({"gemm": [{"m": "64", "n": 64, "k": 64}]}))
+    (problems / "extra.json").write_text(json.dumps({"gemm": [{"m": 64, "n": 64, "k": 64, "q": 1}]}))
+    (problems / "fam.json").write_text(json.dumps({"conv9": [{"m": 64}]}))
     b = ["build", "--cache", url, "--family", "gemm"]
     cases = [
         (b + ["--arch", "gfx9999", "--lane", "llvm22"], 2, "gfx9999"),
@@ -401,17 +407,19 @@ def test_bad_input_through_the_cli_changes_nothing(hostile, tmp_path):
         (b + ["--arch", "gfx942", "--lane", "llvm22", "--where", "block_m"], 2, "FIELD=VALUE"),
         (b + ["--arch", "gfx942", "--lane", "llvm22", "--where", "=1"], 2, ""),
         (b + ["--arch", "gfx942", "--lane", "llvm22", "--where", "double_buffer=maybe"], 2, "double_buffer"),
-        *[(b + ["--arch", "gfx942", "--lane", "llvm22", "--problems", str(problems / f)], 2, "")
-          for f in ("notjson.json", "neg.json", "str.json", "fam.json")],
+        *[(b + ["--arch", "gfx942", "--lane", "llvm22", "--problems", str(problems / f)], 2, frag)
+          for f, frag in (("notjson.json", "not JSON"), ("list.json", "expected an object"), ("neg.json", ">= 1"),
+                          ("str.json", "int"), ("extra.json", "unknown gemm problem fields"), ("fam.json", "conv9"))],
         (["cache", "show", "nothex", "--cache", url], 2, "key"),
         (["cache", "show", key.upper(), "--cache", url], 2, "key"),
         (["cache", "show", "../" + key, "--cache", url], 2, "key"),
         (["cache", "show", "0" * 64, "--cache", url], 1, "NotFoundError"),
-        (["select", "--cache", url, "--arch", "gfx942", "--family", "gemm", "--problem", "m=-1,n=64,k=64"], 2, ""),
-        (["select", "--cache", url, "--arch", "gfx942", "--family", "gemm", "--problem", "m=x"], 2, ""),
-        (["select", "--cache", url, "--arch", "gfx9999", "--family", "gemm", "--problem", "m=64,n=64,k=64"], 2, ""),
+        (["select", "--cache", url, "--arch", "gfx942", "--family", "gemm", "--problem", '{"m": -1, "n": 64, "k": 64}'], 2, ">= 1"),
+        (["select", "--cache", url, "--arch", "gfx942", "--family", "gemm", "--problem", '{"m": 64}'], 2, "missing"),
+        (["select", "--cache", url, "--arch", "gfx942", "--family", "gemm", "--problem", "m=x"], 2, "not JSON"),
+        (["select", "--cache", url, "--arch", "gfx9999", "--family", "gemm", "--problem", '{"m": 64, "n": 64, "k": 64}'], 2, "gfx9999"),
         (["select", "--cache", url, "--arch", "gfx942", "--family", "gemm", "--lane", "llvm99",
-          "--problem", "m=64,n=64,k=64"], 2, ""),
+          "--problem", '{"m": 64, "n": 64, "k": 64}'], 2, "llvm99"),
     ]
     bundles = bad_bundles(tmp_path, good_bundle, victim)
     cases += [(["cache", "import", str(p), "--cache", url], 1, "BundleError") for p in bundles.values()]
