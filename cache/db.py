@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -330,6 +331,12 @@ def _classify(rev: str | None, has_tables: bool, url: str) -> str:
     )
 
 
+# Alembic's migration context is a module-level proxy (alembic.context): two threads of one
+# process migrating two stores at once would run each other's DDL on the wrong connection
+# ("table rocke_meta already exists", KeyError 'script'). One migration per process at a time.
+_ALEMBIC_LOCK = threading.Lock()
+
+
 def _alembic_upgrade(conn: Connection) -> None:
     from alembic import command
     from alembic.config import Config
@@ -337,7 +344,8 @@ def _alembic_upgrade(conn: Connection) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     cfg.attributes["connection"] = conn
-    command.upgrade(cfg, "head")
+    with _ALEMBIC_LOCK:
+        command.upgrade(cfg, "head")
 
 
 def ensure_schema(engine: Engine, url: str, *, create: bool = True) -> None:

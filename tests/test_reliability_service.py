@@ -575,3 +575,20 @@ def test_bundle_cannot_overwrite_an_artifact_with_other_bytes(hostile, tmp_path)
             s.import_(_bundle(tmp_path / "evil.bundle", evil, members))
         assert s.get(e0["key"]).sha256 == arts[e0["key"]].sha256 == e0["blob_sha256"]
     assert sqlite_digest(path) == before
+
+
+def test_new_stores_opened_from_threads_at_once(tmp_path):
+    """Bug found by the SIGKILL test: two threads creating two new stores at once raced in
+    Alembic's process-global migration context (DDL on the wrong connection)."""
+    import concurrent.futures as cf
+
+    def open_one(i: int) -> str:
+        with Store.open(tmp_path / f"s{i}.sqlite") as s:
+            return len(s.find())
+
+    with cf.ThreadPoolExecutor(6) as ex:
+        list(ex.map(open_one, range(12)))  # any exception re-raises here
+    for i in range(12):  # every file has the full schema (stdlib sqlite3)
+        with contextlib.closing(sqlite3.connect(tmp_path / f"s{i}.sqlite")) as conn:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"artifacts", "blobs", "alembic_version"} <= names, names
