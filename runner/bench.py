@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from rocke_aot.cache.keys import thaw
 from rocke_aot.errors import SpecError
 from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
@@ -55,7 +56,7 @@ class StoreSource:
 
     def load(self, key):
         art = self.store.get(key)
-        return art.code_object, _plain(art.metadata)
+        return art.code_object, thaw(art.metadata)
 
 
 class ServerSource:
@@ -63,7 +64,7 @@ class ServerSource:
         self.client = client
 
     def ranked(self, arch, family, problem, lanes):
-        doc = self.client.select(arch, family, _problem_dict(problem), lanes=lanes)
+        doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes)
         out = []
         for c in doc["accepted"]:
             eff = c.get("efficiency")
@@ -73,19 +74,7 @@ class ServerSource:
 
     def load(self, key):
         art = self.client.get(key)
-        return art.code_object, _plain(art.metadata)
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "items"):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _problem_dict(problem: Any) -> dict[str, Any]:
-    return {k: getattr(problem, k) for k in problem.__dataclass_fields__}
+        return art.code_object, thaw(art.metadata)
 
 
 def parse_candidates(text: str) -> int | None:
