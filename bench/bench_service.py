@@ -55,6 +55,15 @@ except ImportError:  # pragma: no cover
     bare_app = None
 
 
+def uvicorn_impl() -> str:
+    """What uvicorn's "auto" picks here (both servers under test run the same uvicorn)."""
+    import importlib.util
+
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return f"loop={loop} http={http}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -246,7 +255,8 @@ def run(seconds: int, select_seconds: float, select_only: bool = False) -> dict:
         (work / "v1" / "blobs" / sha).write_bytes(raw)
         blob_file = work / "blob.bin"
         blob_file.write_bytes(raw)
-        out: dict = {"host_cores": os.cpu_count(), "seconds": seconds, "connections": CONNECTIONS, **info, "runs": []}
+        out: dict = {"host_cores": os.cpu_count(), "seconds": seconds, "connections": CONNECTIONS,
+                     "uvicorn": uvicorn_impl(), **info, "runs": []}
         for workers in [] if select_only else sorted({1, os.cpu_count() or 1}):
             port = free_port()
             base = f"http://127.0.0.1:{port}"
@@ -304,7 +314,7 @@ def main() -> None:
         return
     print(f"hot blob {res['hot_sha256'][:12]}: {res['hot_size']} bytes raw, {res['hot_stored_size']} stored (zstd); "
           f"build {res['build_s']} s ({res['kernels']} kernels {res['sizes']}); {res['host_cores']} cores; "
-          f"wrk -t2 -c{CONNECTIONS} -d{res['seconds']}s")
+          f"wrk -t2 -c{CONNECTIONS} -d{res['seconds']}s; uvicorn {res['uvicorn']}")
     print(f"{'server':<20} {'workers':>7} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8}")
     for r in res["runs"]:
         print(f"{r['server']:<20} {r['workers']:>7} {r['rps']:>10.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['non_2xx']:>8}")

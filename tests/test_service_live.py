@@ -153,3 +153,15 @@ def test_postgresql_read_only_role_serves_while_a_writer_publishes(pg_schema, ke
             assert all(r["reason"].startswith(STALE) for r in sel["rejected"])
     finally:
         writer.close()
+
+
+def test_serve_runs_on_the_c_parser_and_loop():
+    """`rocke-aot serve` leaves loop and http on uvicorn's "auto"; the hot-fetch p99 goal was met
+    on httptools + uvloop (docs/service.md) and missed on h11 + asyncio. A dependency dropped from
+    pyproject.toml would silently fall back; this names it."""
+    from uvicorn.config import Config
+
+    config = Config(app=lambda scope, receive, send: None)  # the defaults serve passes through
+    config.load()
+    assert config.http_protocol_class.__module__ == "uvicorn.protocols.http.httptools_impl"
+    assert config.get_loop_factory().__module__.split(".")[0] == "uvloop"
