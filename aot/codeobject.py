@@ -11,7 +11,15 @@
                                            │
                                CodeObjectInfo (frozen; as_dict()) or CodeObjectError
 
-    cubin: EM_CUDA (190), the SM in e_flags, the kernel symbol (a lighter check).
+    cubin: EM_CUDA (190), the SM in e_flags, the kernel symbol (a lighter check), and its
+           resources: the global .nv.info section's records (u8 format, u8 attribute; format
+           0x04 EIFMT_SVAL then u16 size and the value) EIATTR_REGCOUNT (0x2f: u32 symbol
+           index, u32 registers per thread) -> vgpr_count and EIATTR_FRAME_SIZE (0x11: symbol,
+           bytes of local memory per thread, spills included) -> private_segment_bytes; the
+           size of .nv.shared.<kernel> less the system's reserved 1 KB it spans (when a
+           .nv.shared.reserved section exists) -> lds_bytes (static shared memory). On an H200
+           all three equal the driver's cuFuncGetAttribute NUM_REGS, LOCAL_SIZE_BYTES and
+           SHARED_SIZE_BYTES for 832 sm_90 kernels; a truncated record is a CodeObjectError.
 
     launch_layout(contract, info, ptx=None) -> LaunchContract
         hsaco: every argument's offset/size from the metadata note's .args (value_kind
@@ -373,8 +381,51 @@ def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
         kernel = funcs[0]
     elif kernel not in funcs:
         raise CodeObjectError(f"kernel {kernel!r} not in the cubin (functions: {funcs})")
+    regs, frame = _cubin_info(elf, kernel)
+    shared = elf.get_section_by_name(f".nv.shared.{kernel}")
+    lds = shared["sh_size"] if shared is not None else 0
+    if lds and any(sec.name.startswith(".nv.shared.reserved") for sec in elf.iter_sections()):
+        # The section spans the system's reserved area too (1 KB on sm_90): measured on an H200,
+        # section size - 1024 == CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES for all 832 sm_90 kernels
+        # (docs/bench-raw/h200/occupancy.json); the reservation is counted by residency instead.
+        lds = max(0, lds - target.info.lds_reserved_per_group)
     return CodeObjectInfo(format="cubin", target=target.id, kernel=kernel, e_flags=flags,
-                          wavefront_size=32, comment=_comment(elf))
+                          wavefront_size=32, comment=_comment(elf), vgpr_count=regs,
+                          private_segment_bytes=frame, lds_bytes=lds)
+
+
+_EIFMT_SVAL = 0x04
+_EIATTR_FRAME_SIZE = 0x11
+_EIATTR_REGCOUNT = 0x2F
+
+
+def _cubin_info(elf: ELFFile, kernel: str) -> tuple[int | None, int | None]:
+    """(registers per thread, frame bytes) of ``kernel`` from the global .nv.info records."""
+    sec = elf.get_section_by_name(".nv.info")
+    if sec is None:
+        return None, None
+    index = next((i for i, sym in enumerate(elf.get_section_by_name(".symtab").iter_symbols())
+                  if sym.name == kernel), None)
+    data, i, regs, frame = sec.data(), 0, None, None
+    while i < len(data):
+        if i + 4 > len(data):
+            raise CodeObjectError(f"cubin .nv.info: truncated record at byte {i} of {len(data)}")
+        fmt, attr, size = data[i], data[i + 1], int.from_bytes(data[i + 2:i + 4], "little")
+        if fmt != _EIFMT_SVAL:  # EIFMT_NVAL / BVAL / HVAL: the u16 is the value, nothing follows
+            i += 4
+            continue
+        if i + 4 + size > len(data):
+            raise CodeObjectError(f"cubin .nv.info: record 0x{attr:x} at byte {i} claims {size} bytes, "
+                                  f"{len(data) - i - 4} remain")
+        if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and size >= 8:
+            sym, value = int.from_bytes(data[i + 4:i + 8], "little"), int.from_bytes(data[i + 8:i + 12], "little")
+            if sym == index:
+                if attr == _EIATTR_REGCOUNT:
+                    regs = value
+                else:
+                    frame = value
+        i += 4 + size
+    return regs, frame
 
 
 # ---------------------------------------------------------------- launch layout

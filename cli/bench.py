@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
+from rocke_aot.cli.progress import PeriodicLines
 from rocke_aot.errors import SpecError
 from rocke_aot.runner.bench import ServerSource, StoreSource, bench, parse_candidates
 from rocke_aot.runner.runtime import open_runtime
@@ -51,9 +54,11 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000))
 @click.option("--reps", default=10, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON report here.")
+@click.option("--progress-interval", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds between progress lines when stderr is not a terminal.")
 @json_option
 def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, server, candidates, lanes, verify,
-              vendor, warmup, reps, out, as_json) -> int:
+              vendor, warmup, reps, out, progress_interval, as_json) -> int:
     """Run problems with cached kernels: verify each candidate, time it, rank the results.
 
     Candidates come from the same select() as `rocke-aot select` (a local cache, or a server
@@ -71,28 +76,38 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
     rt = open_runtime(arch)  # RuntimeUnavailable -> exit 77 (cli/main.py)
     lane_names = [ln.name for ln in lanes_or_env(lanes)] or None
     console = Console(stderr=True)
-    done = {"n": 0, "total": 0}
+    done = {"n": 0, "total": 0, "problems": 0}
+    # problems x candidates: the total grows as each problem's candidates are known
+    bar = Progress(TextColumn("bench {task.fields[problem]}/" + str(len(probs)) + " problems"), BarColumn(),
+                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                   disable=as_json or not console.is_terminal)
+    task = bar.add_task("runs", total=0, problem=0)
+    lines = None if as_json or console.is_terminal else PeriodicLines(
+        progress_interval, lambda: f"problem {done['problems']}/{len(probs)}, ran {done['n']}/{done['total']} "
+                                   f"candidate runs")
 
     def on_problem(n: int) -> None:
         done["total"] += n
+        done["problems"] += 1
+        bar.update(task, total=done["total"], problem=done["problems"])
 
     def progress() -> None:
         done["n"] += 1
-        if not as_json:
-            console.print(f"[dim]ran {done['n']}/{done['total']} candidate runs[/dim]", end="\r")
+        bar.update(task, advance=1)
 
-    if server:
-        from rocke_aot.service.client import Client
+    with bar, (lines or contextlib.nullcontext()):
+        if server:
+            from rocke_aot.service.client import Client
 
-        with Client(server, cache=cache_url) as client:
-            report = bench(ServerSource(client), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
-                           verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
-                           progress=progress)
-    else:
-        with Store.open(cache_url, readonly=True) as store:
-            report = bench(StoreSource(store), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
-                           verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
-                           progress=progress)
+            with Client(server, cache=cache_url) as client:
+                report = bench(ServerSource(client), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
+                               verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
+                               progress=progress)
+        else:
+            with Store.open(cache_url, readonly=True) as store:
+                report = bench(StoreSource(store), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
+                               verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
+                               progress=progress)
     doc = report.as_dict()
     if out:
         Path(out).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
@@ -105,14 +120,17 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
 
 def _render(console: Console, report) -> None:
     out = Console()
+    if not out.is_terminal:  # a log or a pipe: wide enough for whole kernel names
+        out = Console(width=200)
     for p in report.problems:
         t = Table(title=f"{report.family} {json.dumps(p.problem)} on {report.device}")
-        for col in ("rank", "kernel", "lane", "efficiency", "median ms", "TFLOP/s", "verified", "note"):
+        for col in ("rank", "kernel", "lane", "efficiency", "est. ms", "median ms", "TFLOP/s", "verified", "note"):
             t.add_column(col)
         best = p.best
         for r in sorted(p.results, key=lambda r: (r.median_ms is None, r.median_ms or 0)):
             t.add_row(str(r.rank), ("* " if best and r.key == best.key else "") + r.kernel, r.lane,
                       f"{r.efficiency:.3f}" if r.efficiency is not None else "-",
+                      f"{r.estimate_ms:.4f}" if r.estimate_ms is not None else "-",
                       f"{r.median_ms:.4f}" if r.median_ms is not None else "-",
                       f"{r.tflops:.2f}" if r.tflops is not None else "-",
                       {True: "yes", False: "NO", None: "-"}[r.verified], r.error or (f"{r.chunks} chunks" if r.chunks > 1 else ""))

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 
 import click
 from rich.console import Console
@@ -25,6 +23,7 @@ from rocke_aot.aot.builder.plan import parse_where
 from rocke_aot.aot.builder.summary import render
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
+from rocke_aot.cli.progress import PeriodicLines
 
 
 @click.command("build")
@@ -122,18 +121,13 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
     return summary.exit_code
 
 
-class PlainProgress:
-    """Plain progress lines on stderr, every ``interval`` seconds from a timer thread (a
-    compile may take minutes; a line must come even when nothing finishes) and once at
-    the end. Counts are written by the driver thread and only read here."""
+class PlainProgress(PeriodicLines):
+    """Build progress lines when stderr is not a terminal (cli/progress.py)."""
 
     def __init__(self, interval: float):
-        self.interval = interval
+        super().__init__(interval)
         self.total: int | None = None
         self.cached = self.built = self.failed = 0
-        self._start = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rocke-build-progress", daemon=True)
 
     def planned(self, to_build: int, cached: int) -> None:
         self.total, self.cached = to_build, cached
@@ -145,22 +139,6 @@ class PlainProgress:
             self.failed += 1
 
     def line(self) -> str:
-        elapsed = f"elapsed {time.monotonic() - self._start:.0f}s"
         if self.total is None:
-            return f"planning, {elapsed}"
-        return f"built {self.built}/{self.total}, cached {self.cached}, failed {self.failed}, {elapsed}"
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            click.echo(self.line(), err=True)
-
-    def __enter__(self) -> "PlainProgress":
-        self._start = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        if exc[0] is None:
-            click.echo(self.line(), err=True)
+            return f"planning, {self.elapsed()}"
+        return f"built {self.built}/{self.total}, cached {self.cached}, failed {self.failed}, {self.elapsed()}"

@@ -60,6 +60,10 @@ class ArchInfo:
     vgpr_alloc_granule: int = 0  # VGPRs are allocated to a wave in blocks of this many
     simds_per_cu: int = 0  # SIMDs sharing one CU's LDS
     sgpr_limits_occupancy: bool = False  # GFX8/9: the per-SIMD SGPR file caps waves (GFX10+: no)
+    occupancy_vgprs: int = 0  # registers per lane of one SIMD's file when not max_vgprs (NVIDIA)
+    lds_per_cu: int = 0  # LDS / shared memory of one CU (0: lds_bytes)
+    lds_reserved_per_group: int = 0  # shared memory the system reserves per resident block
+    max_groups_per_cu: int = 0  # resident work-groups per CU at most (0: not modelled)
     sources: Mapping[str, str] = field(default_factory=dict)  # field name -> source of the figure
 
     @property
@@ -168,7 +172,20 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         "sm_90": ArchInfo(
             "sm_90", "nvptx64", 32, 227 * 1024, 132, 255, 0, False, (),
             "NVIDIA H200 SXM", "mma", 1024, 48 * 1024,
+            max_waves_per_simd=16, vgpr_alloc_granule=8, simds_per_cu=4, occupancy_vgprs=512,
+            lds_per_cu=228 * 1024, lds_reserved_per_group=1024, max_groups_per_cu=32,
             sources=_src(
+                max_waves_per_simd="CUDA C Programming Guide, compute capability 9.0: 64 resident warps "
+                                   "per SM over 4 SM sub-partitions (16 each)",
+                vgpr_alloc_granule="CUDA Occupancy Calculator, cc 9.0: registers are allocated per warp "
+                                   "in units of 256 (8 per thread)",
+                simds_per_cu="NVIDIA Hopper tuning guide: 4 SM sub-partitions (processing blocks) per SM",
+                occupancy_vgprs="CUDA C Programming Guide, cc 9.0: 64K 32-bit registers per SM = "
+                                "16K per sub-partition = 512 per lane",
+                lds_per_cu="CUDA C Programming Guide, cc 9.0: 228 KB shared memory per SM",
+                lds_reserved_per_group="CUDA C Programming Guide: 1 KB of shared memory per block is "
+                                       "reserved for system use (cc 8.0+)",
+                max_groups_per_cu="CUDA C Programming Guide, cc 9.0: 32 resident blocks per SM",
                 wave_size="CUDA C Programming Guide: warp size 32",
                 lds_bytes="CUDA C Programming Guide, compute capability 9.0: 227 KiB shared memory "
                           "per block (dynamic, opt-in)",

@@ -52,13 +52,38 @@ def occupancy(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_bytes
     if not info.max_waves_per_simd or vgprs is None:
         return None
     waves = info.max_waves_per_simd
-    waves = min(waves, info.max_vgprs // (_ceil(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule))
+    file = info.occupancy_vgprs or info.max_vgprs
+    waves = min(waves, file // (_ceil(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule))
     if info.sgpr_limits_occupancy and sgprs is not None:
         waves = min(waves, _sgpr_waves(sgprs))
     if lds_bytes and workgroup_size:
-        groups = info.lds_bytes // lds_bytes
+        groups = (info.lds_per_cu or info.lds_bytes) // (lds_bytes + info.lds_reserved_per_group)
         waves = min(waves, groups * _ceil(workgroup_size, info.wave_size) // info.simds_per_cu)
     return max(waves, 0)
+
+
+def groups_per_cu(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_bytes: int | None,
+                  workgroup_size: int | None) -> int | None:
+    """Work-groups (CUDA blocks) one CU (SM) holds at once: the fewest the wave slots, the
+    register file (per SIMD, at the allocation granule), LDS (plus any per-group reservation) and
+    the per-CU group limit allow, at group granularity, as the CUDA occupancy calculator counts.
+    ``vgprs`` None: no register limit (an upper bound). None where the arch has no occupancy
+    facts or the group size is unknown."""
+    if not info.max_waves_per_simd or not info.simds_per_cu or not workgroup_size:
+        return None
+    waves = _ceil(workgroup_size, info.wave_size)
+    groups = info.max_waves_per_simd * info.simds_per_cu // waves
+    if vgprs is not None:
+        file = info.occupancy_vgprs or info.max_vgprs
+        per_simd = file // (_ceil(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule)
+        if info.sgpr_limits_occupancy and sgprs is not None:
+            per_simd = min(per_simd, _sgpr_waves(sgprs))
+        groups = min(groups, min(per_simd, info.max_waves_per_simd) * info.simds_per_cu // waves)
+    if lds_bytes:
+        groups = min(groups, (info.lds_per_cu or info.lds_bytes) // (lds_bytes + info.lds_reserved_per_group))
+    if info.max_groups_per_cu:
+        groups = min(groups, info.max_groups_per_cu)
+    return max(groups, 0)
 
 
 @dataclass(frozen=True, slots=True)

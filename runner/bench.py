@@ -42,7 +42,8 @@ def _candidate(entry: dict[str, Any], rank: int, image: bytes, metadata: dict[st
                         f"contract existed?); rebuild it")
     contract = LaunchContract.from_dict(launch)
     return Candidate(entry["key"], contract.kernel, image, contract, rank,
-                     entry.get("efficiency"), entry.get("spec") or {}, entry.get("lane", ""))
+                     entry.get("efficiency"), entry.get("spec") or {}, entry.get("lane", ""),
+                     entry.get("estimate_ms"), entry.get("resources"))
 
 
 class StoreSource:
@@ -51,8 +52,8 @@ class StoreSource:
 
     def ranked(self, arch, family, problem, lanes):
         sel = select(self.store, arch, family, problem, lanes=lanes, explain=False)
-        return [{"key": c.key, "lane": c.lane, "spec": dict(c.candidate.spec), "efficiency": c.efficiency.total}
-                for c in sel.accepted]
+        return [{"key": c.key, "lane": c.lane, "spec": dict(c.candidate.spec), "efficiency": c.efficiency.total,
+                 "estimate_ms": c.estimate_ms, "resources": c.candidate.resources.as_dict()} for c in sel.accepted]
 
     def load(self, key):
         art = self.store.get(key)
@@ -69,7 +70,8 @@ class ServerSource:
         for c in doc["accepted"]:
             eff = c.get("efficiency")
             out.append({"key": c["key"], "lane": c.get("lane", ""), "spec": c.get("spec") or {},
-                        "efficiency": eff.get("total") if isinstance(eff, dict) else eff})
+                        "efficiency": eff.get("total") if isinstance(eff, dict) else eff,
+                        "estimate_ms": c.get("estimate_ms"), "resources": c.get("resources")})
         return out
 
     def load(self, key):

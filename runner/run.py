@@ -89,6 +89,8 @@ class Candidate:
     efficiency: float | None = None
     spec: Mapping[str, Any] = field(default_factory=dict)
     lane: str = ""
+    estimate_ms: float | None = None  # the selection's time estimate (variants/perf.py)
+    resources: Mapping[str, Any] | None = None  # code-object resources (registers, LDS, residency)
 
 
 @dataclass
@@ -104,6 +106,8 @@ class RunResult:
     verified: bool | None = None
     max_rel_err: float | None = None
     error: str | None = None
+    estimate_ms: float | None = None  # what the selection predicted (bench/fit_perf.py fits on these runs)
+    resources: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -187,7 +191,8 @@ def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[Can
     refs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     try:
         for cand in candidates:
-            res = RunResult(cand.key, cand.kernel, cand.rank, cand.efficiency, cand.lane)
+            res = RunResult(cand.key, cand.kernel, cand.rank, cand.efficiency, cand.lane,
+                            estimate_ms=cand.estimate_ms, resources=dict(cand.resources) if cand.resources else None)
             report.results.append(res)
             try:
                 _run_one(rt, sem, problem, cand, bufs, refs, res, verify, warmup, reps)

@@ -37,6 +37,17 @@ for fam in gemm conv_direct_fwd conv_dgrad_patch; do
      2> "$OUT/quality-$fam.log" || echo "quality $fam: rc=$?"
   echo "quality $fam: $(( $(date +%s) - t0 )) s"
 done
+# 1b. the same on hold-out problems the time model's constants were never fitted on
+for fam in gemm conv_direct_fwd conv_dgrad_patch; do
+  RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/holdout-$fam.json --cache "$CACHE" \
+     --candidates all --no-verify --warmup 1 --reps 5 --out "$OUT/holdout-$fam.json" --json > /dev/null \
+     2> "$OUT/holdout-$fam.log" || echo "holdout $fam: rc=$?"
+  echo "holdout $fam: $(( $(date +%s) - t0 )) s"
+done
+# 1c. residency: parsed cubin resources and groups per SM against the driver's occupancy API
+"$PY" "$REPO/bench/gpu_occupancy.py" --cache "$CACHE" --out "$OUT/occupancy.json" > "$OUT/occupancy.txt" 2>&1 \
+  || echo "occupancy: rc=$?"
+head -c 3000 "$OUT/occupancy.txt"
 # 2. numerics + speed of the top candidates, fetched from the server (a fresh local store)
 for fam in gemm conv_direct_fwd conv_dgrad_patch; do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --server http://127.0.0.1:8765 \
@@ -53,7 +64,7 @@ echo "total: $(( $(date +%s) - t0 )) s"
 import json, sys, glob, os
 out = sys.argv[1]
 for f in sorted(glob.glob(os.path.join(out, "*.json"))):
-    if os.path.basename(f) == "build.json":
+    if os.path.basename(f) in ("build.json", "occupancy.json"):
         continue
     d = json.load(open(f))
     print(os.path.basename(f), json.dumps(d.get("summary")))

@@ -190,8 +190,8 @@ def select(store: Store, target, family: str, problem, *, lanes=None, min_effici
 def _choice(c) -> dict[str, Any]:
     cand = c.candidate  # issue 11: Choice(candidate, spec, efficiency)
     return {"key": cand.key, "sha256": cand.blob_sha256, "arch": cand.arch, "lane": cand.lane,
-            "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), "resources": cand.resources.as_dict(),
-            "generation": cand.generation}
+            "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), "estimate_ms": c.estimate_ms,
+            "resources": cand.resources.as_dict(), "generation": cand.generation}
 
 
 def _rejection(r) -> dict[str, Any]:

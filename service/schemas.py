@@ -100,6 +100,8 @@ class Candidate(BaseModel):
     lane: str
     spec: dict[str, Any]
     efficiency: dict[str, Any] = Field(description="Tile-efficiency breakdown; 'total' is the product")
+    estimate_ms: float | None = Field(None, description="The time model's estimate in milliseconds (variants/perf.py); "
+                                                        "null where the arch has no measured constants")
     resources: dict[str, Any] = Field(description="Code-object resources (and occupancy where selection derives it)")
     generation: str | None = Field(None, description="The build generation the artifact belongs to")
     url: str = Field(description="Fetch URL of the code object (by content)")

@@ -15,7 +15,7 @@ from _pg import pg_database, store_url  # noqa: F401
 from _selstore import put_fake
 
 from rocke_aot.arch import ARCHES
-from rocke_aot.candidates import occupancy
+from rocke_aot.candidates import groups_per_cu, occupancy
 from rocke_aot.cache.generations import generation_id
 from rocke_aot.cache.keys import canonical_json
 from rocke_aot.cache.store import Store
@@ -135,7 +135,22 @@ def test_occupancy_by_hand():
     assert occupancy(gfx942, vgprs=16, sgprs=16, lds_bytes=40000, workgroup_size=1024) == 4
     # gfx1250 wave32: 1024 VGPRs, granule 16: 200 -> 208 -> 4 waves; SGPRs never limit
     assert occupancy(gfx1250, vgprs=200, sgprs=106, lds_bytes=0, workgroup_size=256) == 4
-    assert occupancy(ARCHES["sm_90"], vgprs=32, sgprs=0, lds_bytes=0, workgroup_size=256) is None
+    # sm_90 (CUDA C Programming Guide, cc 9.0): 64K registers per SM = 512 per lane of each of 4
+    # sub-partitions, allocated per warp in 256s (8 per thread); 16 warps per sub-partition.
+    sm90 = ARCHES["sm_90"]
+    assert occupancy(sm90, vgprs=32, sgprs=0, lds_bytes=0, workgroup_size=256) == 16  # 512 // 32 = 16
+    # 95 -> 96 registers: 512 // 96 = 5 warps per sub-partition
+    assert occupancy(sm90, vgprs=95, sgprs=0, lds_bytes=10752, workgroup_size=128) == 5
+    # groups per SM: 5 x 4 = 20 warps // 4 per block = 5 blocks; shared 228 KB // (10752 + 1 KB reserved) = 19
+    assert groups_per_cu(sm90, vgprs=95, sgprs=None, lds_bytes=10752, workgroup_size=128) == 5
+    # shared-limited: 40 KiB + 1 KiB -> 228 KB // 41 KB = 5; registers 32 -> 16 x 4 // 8 = 8
+    assert groups_per_cu(sm90, vgprs=32, sgprs=None, lds_bytes=40 * 1024, workgroup_size=256) == 5
+    # block-limited: 32 threads, 16 registers, no shared memory: 64 warps would allow 64, the cap is 32
+    assert groups_per_cu(sm90, vgprs=16, sgprs=None, lds_bytes=0, workgroup_size=32) == 32
+    # warp-limited: 1024 threads = 32 warps, 32 registers: 64 // 32 = 2
+    assert groups_per_cu(sm90, vgprs=32, sgprs=None, lds_bytes=0, workgroup_size=1024) == 2
+    # 255 registers -> 256: 512 // 256 = 2 warps per sub-partition = 8 warps: 8 // 4 = 2 blocks of 128
+    assert groups_per_cu(sm90, vgprs=255, sgprs=None, lds_bytes=0, workgroup_size=128) == 2
 
 
 # -- every spec of every variant table ------------------------------------------------------------

@@ -194,6 +194,20 @@ class ConvDirectFwdSpec(_ConvSpec):
     def halo_w(self) -> int:
         return (self.tile_w - 1) * self.stride_w + (self.s - 1) * self.dil_w + 1
 
+    # -- the LDS layout (one definition: the lowerer builds its addresses with these on
+    #    symbolic values, the time model (variants/perf.py) counts bank conflicts with them) --
+    def lds_a_index(self, row: Any, kk: Any, r: Any = 0, q: Any = 0) -> Any:
+        """Element index of A[row][kk] (output pixel ``row`` of the tile, channel ``kk`` of the
+        chunk) at filter tap (r, q): the halo is [halo_h][halo_w][c_chunk]."""
+        py, px = row // self.tile_w, row % self.tile_w
+        return ((py * self.stride_h + r * self.dil_h) * self.halo_w + px * self.stride_w + q * self.dil_w) \
+            * self.c_chunk + kk
+
+    def lds_b_index(self, kk: Any, col: Any, tap: Any = 0) -> Any:
+        """Element index of B[kk][col] at tap ``tap``: weights [tile_k][r*s][c_chunk] after the halo."""
+        halo = self.halo_h * self.halo_w * self.c_chunk
+        return halo + (col * (self.r * self.s) + tap) * self.c_chunk + kk
+
     def out_hw(self, h: int, w: int) -> tuple[int, int]:
         return (out_extent(h, self.r, self.stride_h, self.pad_h, self.dil_h),
                 out_extent(w, self.s, self.stride_w, self.pad_w, self.dil_w))
@@ -293,6 +307,15 @@ class ConvDgradPatchSpec(_ConvSpec):
     def rows(self) -> int:
         """GEMM rows one block owns: tile_h x tile_w dY pixels."""
         return self.tile_h * self.tile_w
+
+    # -- the LDS layout (the lowerer's addresses and the time model's bank count, one definition) --
+    def lds_a_index(self, row: Any, kk: Any) -> Any:
+        """Element index of A[row][kk]: dY rows [rows][k_chunk]."""
+        return row * self.k_chunk + kk
+
+    def lds_b_index(self, kk: Any, col: Any) -> Any:
+        """Element index of B[kk][col]: weights [k_chunk][cols_padded] after A."""
+        return self.rows * self.k_chunk + kk * self.cols_padded + col
 
     def launch_formulas(self) -> LaunchFormulas:
         """kernel(dY, Wt, dX, N, H, W, K) over a 1-D grid: the main (GEMM tile) blocks, then

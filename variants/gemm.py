@@ -145,6 +145,14 @@ class GemmSpec:
                                                   + self.block_k * (self.block_n + pad))
         return per_stage * (2 if self.double_buffer else 1)
 
+    def lds_a_index(self, row: Any, k: Any) -> Any:
+        """Element index of A[row][k] in LDS: rows of block_k + pad (aot/families/gemm.py lda)."""
+        return row * (self.block_k + self.lds_row_pad) + k
+
+    def lds_b_index(self, k: Any, col: Any) -> Any:
+        """Element index of B[k][col] in LDS, after A: rows of block_n + pad (ldb)."""
+        return self.block_m * (self.block_k + self.lds_row_pad) + k * (self.block_n + self.lds_row_pad) + col
+
     def geometry(self, target: Any) -> GemmGeometry:
         """Lay the spec onto ``target`` (a Target); refuse what cannot work there."""
         info = target.info

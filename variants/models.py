@@ -1,6 +1,6 @@
 """The efficiency models: per family, can a spec run a problem, and how well (pure data).
 
-    Model(accepts, efficiency)                 one per family, named by its registry entry
+    Model(accepts, efficiency, work)           one per family, named by its registry entry
                                                (variants/families.py)
     accepts(spec, problem)    -> None | why    baked filter / stride / channels / dtype, 32-bit offsets
     efficiency(spec, problem, ArchInfo) -> Efficiency(dims, tiles, cus, cu_granularity, total)
@@ -9,6 +9,9 @@
                                          formula the launch contract's grid is built from
         CU granularity                   tiles / (ceil(tiles / CUs) * CUs)
         total                            product of all of them
+    work(spec, problem, Target) -> TileWork    what one block does (variants/perf.py): threads,
+                                               reduction steps, per step MACs, bytes staged
+                                               into LDS and fragment wavefronts, bytes stored
 
 Ranking and the per-spec dispatch through the registry live in variants/efficiency.py.
 """
@@ -19,10 +22,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from rocke_aot import mma
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchFormulas
+from rocke_aot.variants.perf import TileWork, fragment_wavefronts
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 
@@ -168,14 +173,66 @@ def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
     return _combine(dims, tiles, info)
 
 
+# -- work (the time model's input, variants/perf.py) --------------------------------------------
+
+@functools.lru_cache(maxsize=8192)
+def _geometry(spec: Any, target: Any) -> Any:
+    return spec.geometry(target)
+
+
+@functools.lru_cache(maxsize=8192)
+def _wavefronts_per_instr(spec: Any, target: Any) -> tuple[int, int]:
+    """(fragment wavefronts, MACs) of one matrix instruction reading the spec's LDS layout."""
+    ins = mma.INSTRS[_geometry(spec, target).instr]
+    dtype = getattr(spec, "in_dtype", None) or spec.dtype
+    return (fragment_wavefronts(ins, spec.lds_a_index, spec.lds_b_index, DTYPE_BYTES[dtype]),
+            ins.m * ins.n * ins.k)
+
+
+def _matrix_wavefronts(spec: Any, target: Any, macs: int) -> float:
+    if spec.path == "fma":
+        return 0.0
+    wf, per = _wavefronts_per_instr(spec, target)
+    return wf * macs / per
+
+
+def _gemm_work(spec: Any, p: GemmProblem, target: Any) -> TileWork:
+    e = DTYPE_BYTES[spec.in_dtype]
+    macs = spec.block_m * spec.block_n * spec.block_k
+    return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(p.k, spec.block_k), macs_per_step=macs,
+                    load_bytes_per_step=(spec.block_m + spec.block_n) * spec.block_k * e,
+                    lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
+                    store_bytes=spec.block_m * spec.block_n * DTYPE_BYTES[spec.out_dtype],
+                    matrix=spec.path != "fma", double_buffer=spec.double_buffer, lds_bytes=spec.lds_bytes())
+
+
+def _fwd_work(spec: Any, p: ConvProblem, target: Any) -> TileWork:
+    # One step = one c_chunk of input channels staged (halo + weights), then every filter tap.
+    macs = spec.tile_h * spec.tile_w * spec.tile_k * spec.c_chunk * spec.r * spec.s
+    return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(spec.c, spec.c_chunk), macs_per_step=macs,
+                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
+                    store_bytes=spec.tile_h * spec.tile_w * spec.tile_k * DTYPE_BYTES[spec.dtype],
+                    matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
+
+
+def _patch_work(spec: Any, p: PatchDgradProblem, target: Any) -> TileWork:
+    # One step = one k_chunk of dY channels staged (dY rows + weights); columns padded to 16.
+    macs = spec.rows * spec.cols_padded * spec.k_chunk
+    return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(p.k, spec.k_chunk), macs_per_step=macs,
+                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
+                    store_bytes=spec.rows * spec.cols * DTYPE_BYTES[spec.dtype],
+                    matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
+
+
 @dataclass(frozen=True)
 class Model:
     accepts: Callable[[Any, Any], str | None]
     efficiency: Callable[[Any, Any, ArchInfo], Efficiency]
+    work: Callable[[Any, Any, Any], TileWork]
 
 
-GEMM = Model(_gemm_accepts, _gemm_eff)
-CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff)
-CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff)
+GEMM = Model(_gemm_accepts, _gemm_eff, _gemm_work)
+CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work)
+CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work)
 
 

@@ -12,7 +12,13 @@
     6 other lane preferred      the newest lane (highest LLVM major) wins for an equal spec;
       other target preferred    then the most specific target ID (device's exact features)
         ▼
-    accepted, best first:  efficiency.total desc, matrix-unit path first, occupancy desc (unknown last), key asc
+    accepted, best first:
+      where the device's processor has measured time-model constants (variants/perf.py,
+      variants/perf_constants/<processor>.json: sm_90 today):
+                            estimated time asc, efficiency.total desc, key asc
+      elsewhere (not measured there: every AMD arch until someone runs bench/fit_perf.py on one):
+                            efficiency.total desc, matrix-unit path first, occupancy desc
+                            (unknown last), key asc
 
 Deterministic; every rejection carries its reason and a detail. The rule and a worked
 example: docs/selection.md (tests/test_selection.py asserts the example's numbers).
@@ -30,8 +36,9 @@ from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import efficiency as eff_models
-from rocke_aot.variants import table
+from rocke_aot.variants import perf, table
 from rocke_aot.variants.efficiency import Efficiency
+from rocke_aot.variants.families import entry_for_spec
 
 INCOMPATIBLE = "incompatible target"
 STALE = "stale generation"
@@ -51,6 +58,7 @@ class Choice(NamedTuple):
     candidate: Candidate
     spec: Any  # the parsed spec value (candidate.spec is the stored mapping)
     efficiency: Efficiency
+    estimate_ms: float | None = None  # the time model's estimate (None: no constants for the arch)
 
     # The candidate's identity, for callers that render rows (service, CLI).
     key = property(lambda self: self.candidate.key)
@@ -60,7 +68,7 @@ class Choice(NamedTuple):
     resources = property(lambda self: self.candidate.resources)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict()}
+        return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict(), "estimate_ms": self.estimate_ms}
 
 
 class Rejection(NamedTuple):
@@ -140,11 +148,26 @@ MATRIX_PATHS = frozenset({"mfma", "wmma", "mma"})
 
 
 def order_key(choice: Choice) -> tuple:
-    """Best first: efficiency, then matrix-unit paths before fma, then occupancy (unknown
-    last), then the key (stable, unique)."""
+    """Best first. With a time estimate: the estimate, then efficiency, then the key. Without
+    (no measured constants for the arch): efficiency, then matrix-unit paths before fma, then
+    occupancy (unknown last), then the key (stable, unique)."""
+    if choice.estimate_ms is not None:
+        return (choice.estimate_ms, -choice.efficiency.total, choice.candidate.key)
     occ = choice.candidate.occupancy
     matrix = choice.candidate.spec.get("path") in MATRIX_PATHS
     return (-choice.efficiency.total, -matrix, -(occ if occ is not None else -1), choice.candidate.key)
+
+
+def estimate(spec: Any, problem: Any, device: Target, efficiency: Efficiency, resources: Any,
+             constants: perf.PerfConstants) -> float:
+    """The time model's estimate for one accepted candidate (variants/perf.py): the family's
+    tile work, the efficiency's tile count, the artifact's residency (its registers and LDS;
+    the spec's threads and LDS where the artifact records none) and its spills."""
+    entry = entry_for_spec(spec)
+    work = entry.model.work(spec, problem, device)
+    groups = perf.resident_groups(device.info, work, resources)
+    spill = (resources.private_segment_bytes or 0) if resources is not None else 0
+    return perf.estimate_ms(work, entry.name, efficiency.tiles, groups, spill, device.info.cu_count, constants)
 
 
 def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
@@ -209,9 +232,22 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
             rejected.append(Rejection(ch.candidate, OTHER_TARGET,
                                       f"the same spec is built for the more specific {win.candidate.arch} "
                                       f"({win.candidate.key[:12]})"))
+    constants = perf.constants_for(dev.processor)
+    if constants is not None:
+        # Estimates are pure in (problem, processor, spec, resources): cached with the verdicts.
+        accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, constants)) for ch in accepted]
     accepted.sort(key=order_key)
     rejected.sort(key=_rejection_key)
     return Ranking(tuple(accepted), tuple(rejected))
+
+
+def _estimate_cached(effs: dict[str, Any], ch: Choice, problem: Any, dev: Target,
+                     constants: perf.PerfConstants) -> float:
+    k = ("estimate", ch.candidate.key)  # a key names one spec and one code object forever
+    got = effs.get(k)
+    if got is None:
+        got = effs[k] = estimate(ch.spec, problem, dev, ch.efficiency, ch.candidate.resources, constants)
+    return got
 
 
 def _preference(ch: Choice) -> tuple:

@@ -76,8 +76,7 @@ class _PatchLowering(ConvLowering):
             self.copy_to_lds(a_size, lambda e: self._dy_elem(e, k0))
             self.copy_to_lds(s.k_chunk * s.cols_padded, lambda e: self._w_elem(e, k0, a_size))
             kb.barrier()
-            acc = self.step(acc, s.k_chunk, lambda row, kk: row * s.k_chunk + kk,
-                            lambda kk, col: a_size + kk * s.cols_padded + col)
+            acc = self.step(acc, s.k_chunk, s.lds_a_index, s.lds_b_index)
             kb.barrier()
             return acc
 

@@ -67,8 +67,8 @@ class _FwdLowering(ConvLowering):
 
             def tap(t: Sym, acc_t):
                 r, q = t // s.s, t % s.s
-                return self.step(acc_t, s.c_chunk, lambda row, kk: self._a(row, kk, r, q),
-                                 lambda kk, col: halo + (col * rs + t) * s.c_chunk + kk)
+                return self.step(acc_t, s.c_chunk, lambda row, kk: s.lds_a_index(row, kk, r, q),
+                                 lambda kk, col: s.lds_b_index(kk, col, t))
 
             acc = loop(kb, rs, acc, tap, "tap")
             kb.barrier()
@@ -101,11 +101,6 @@ class _FwdLowering(ConvLowering):
         k = self.k0 + kl
         idx = (k * rs + t) * s.c + c0 + cc
         return self.guarded_load(self.Wt, idx, k.lt(s.k)), e + halo
-
-    def _a(self, row: Sym, kk, r: Sym, q: Sym) -> Sym:
-        s = self.spec
-        py, px = row // s.tile_w, row % s.tile_w
-        return ((py * s.stride_h + r * s.dil_h) * s.halo_w + px * s.stride_w + q * s.dil_w) * s.c_chunk + kk
 
     def _store(self, row: Sym, col: Sym, value) -> None:
         s = self.spec
