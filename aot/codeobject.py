@@ -387,7 +387,7 @@ def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
     if lds and any(sec.name.startswith(".nv.shared.reserved") for sec in elf.iter_sections()):
         # The section spans the system's reserved area too (1 KB on sm_90): measured on an H200,
         # section size - 1024 == CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES for all 832 sm_90 kernels
-        # (docs/bench-raw/h200/occupancy.json); the reservation is counted by residency instead.
+        # (docs/bench-raw/h200-run1/occupancy.json); the reservation is counted by residency instead.
         lds = max(0, lds - target.info.lds_reserved_per_group)
     return CodeObjectInfo(format="cubin", target=target.id, kernel=kernel, e_flags=flags,
                           wavefront_size=32, comment=_comment(elf), vgpr_count=regs,

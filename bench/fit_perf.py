@@ -92,7 +92,7 @@ def rows_for(store: Store, target: Target, docs: list[dict]) -> tuple[list[dict]
                 eff = entry.model.efficiency(spec, problem, target.info)
                 res = cand.resources
                 groups = perf.resident_groups(target.info, work, res)
-                rows.append(dict(family=fam, pid=f"{fam}:{Path(doc['_file']).name}:{pi}", kernel=r["kernel"], ms=r["median_ms"], work=work,
+                rows.append(dict(family=fam, pid=f"{fam}:{doc['_file']}:{pi}", kernel=r["kernel"], ms=r["median_ms"], work=work,
                                  tiles=eff.tiles, groups=groups, spill=res.private_segment_bytes or 0))
     return rows, {"missing_kernels": sorted(missing), "candidates": {f: len(v) for f, v in cands.items()}}
 
@@ -201,7 +201,7 @@ def check(store: Store, target: Target, docs: list[dict]) -> dict:
             ranking = rank([c for c in cands if name_of[c.key] in times], problem, target)
             if ranking.best is None:
                 continue
-            q[f"{fam}:{Path(doc['_file']).name}:{pi}"] = min(times.values()) / times[name_of[ranking.best.key]]
+            q[f"{fam}:{doc['_file']}:{pi}"] = min(times.values()) / times[name_of[ranking.best.key]]
     return {"replay": summary(q), "per_problem": q}
 
 

@@ -30,17 +30,18 @@ SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for i in $(seq 50); do "$PY" -c "import httpx; httpx.get('http://127.0.0.1:8765/healthz').raise_for_status()" 2>/dev/null && break; sleep 0.2; done
 P=$REPO/bench/problems
+QREPS=${QUALITY_REPS:-5}   # repeats per candidate in the all-candidates passes (more: less winner's curse)
 # 1. selection quality: every candidate, from the local cache, timed (numerics: pass 2)
 for fam in gemm conv_direct_fwd conv_dgrad_patch; do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --cache "$CACHE" \
-     --candidates all --no-verify --warmup 1 --reps 5 --out "$OUT/quality-$fam.json" --json > /dev/null \
+     --candidates all --no-verify --warmup 1 --reps $QREPS --out "$OUT/quality-$fam.json" --json > /dev/null \
      2> "$OUT/quality-$fam.log" || echo "quality $fam: rc=$?"
   echo "quality $fam: $(( $(date +%s) - t0 )) s"
 done
 # 1b. the same on hold-out problems the time model's constants were never fitted on
 for fam in gemm conv_direct_fwd conv_dgrad_patch; do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/holdout-$fam.json --cache "$CACHE" \
-     --candidates all --no-verify --warmup 1 --reps 5 --out "$OUT/holdout-$fam.json" --json > /dev/null \
+     --candidates all --no-verify --warmup 1 --reps $QREPS --out "$OUT/holdout-$fam.json" --json > /dev/null \
      2> "$OUT/holdout-$fam.log" || echo "holdout $fam: rc=$?"
   echo "holdout $fam: $(( $(date +%s) - t0 )) s"
 done
@@ -49,14 +50,15 @@ done
   || echo "occupancy: rc=$?"
 head -c 3000 "$OUT/occupancy.txt"
 # 2. numerics + speed of the top candidates, fetched from the server (a fresh local store)
-for fam in gemm conv_direct_fwd conv_dgrad_patch; do
+# (QUALITY_ONLY=1 skips passes 2 and 3: a re-measurement of selection quality alone)
+for fam in $([ -n "$QUALITY_ONLY" ] || echo gemm conv_direct_fwd conv_dgrad_patch); do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --server http://127.0.0.1:8765 \
      --cache /tmp/rocke-client-$fam.sqlite --candidates top:3 --verify --reps 10 --out "$OUT/server-$fam.json" \
      > "$OUT/server-$fam.txt" 2>&1 || echo "server $fam: rc=$?"
   echo "server $fam: $(( $(date +%s) - t0 )) s"
 done
 # 3. one problem over 2 GiB (A: 1,050,000 x 1024 f16 = 2.15e9 bytes), chunked and verified
-RA bench --run-from-cache --arch sm_90 --family gemm --problem '{"m": 1050000, "n": 128, "k": 1024}' \
+[ -n "$QUALITY_ONLY" ] || RA bench --run-from-cache --arch sm_90 --family gemm --problem '{"m": 1050000, "n": 128, "k": 1024}' \
    --cache "$CACHE" --candidates top:1 --verify --reps 3 --out "$OUT/chunked.json" > "$OUT/chunked.txt" 2>&1 \
    || echo "chunked: rc=$?"
 echo "total: $(( $(date +%s) - t0 )) s"
