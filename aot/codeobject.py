@@ -35,7 +35,7 @@
 
     cubin field mapping (CodeObjectInfo; what ptxas -v prints for the same PTX):
         vgpr_count             EIATTR_REGCOUNT: registers per thread      ("Used N registers")
-        lds_bytes              size(.nv.shared.K) - reserved_lds_per_group (1024 on sm_90), 0
+        lds_bytes              size(.nv.shared.K) - lds_reserved_per_group (1024 on sm_90), 0
                                without the section: the kernel's own static shared memory
                                ("M bytes smem"; the driver's CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).
                                ptxas lays the kernel's variables out after the 1 KiB window
@@ -590,7 +590,7 @@ def _cubin_resources(elf: ELFFile, target: Target, kernel: str) -> dict[str, Any
     shared = elf.get_section_by_name(f".nv.shared.{kernel}")
     lds = 0
     if shared is not None:
-        reserved = target.info.reserved_lds_per_group
+        reserved = target.info.lds_reserved_per_group
         if shared["sh_type"] != "SHT_NOBITS" or shared["sh_info"] != shndx:
             raise CodeObjectError(f"{shared.name}: not the kernel's NOBITS shared-memory section")
         if _RESERVED_SMEM_SYMBOL not in _symbols(elf) or shared["sh_size"] < reserved:

@@ -19,7 +19,7 @@ Occupancy facts (rocke_aot/candidates.py occupancy(), groups_per_cu()):
     NVIDIA  the CUDA occupancy calculator's (cuda_occupancy.h) per-SM figures: a "SIMD" is an
             SM sub-partition (simds_per_cu = 4, max_waves_per_simd = 64 warps / 4), plus
             regs_per_cu, reg_alloc_granule (per warp), regs_per_group, lds_per_cu,
-            lds_alloc_granule, reserved_lds_per_group, max_groups_per_cu, barriers_per_cu
+            lds_alloc_granule, lds_reserved_per_group, max_groups_per_cu, barriers_per_cu
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class ArchInfo:
     regs_per_group: int = 0  # most registers one block may hold
     lds_per_cu: int = 0  # shared memory per SM (0: lds_bytes is the per-CU figure, as on AMD)
     lds_alloc_granule: int = 0  # a block's shared memory is allocated in units of this many bytes
-    reserved_lds_per_group: int = 0  # shared memory the system reserves per block on top of the kernel's
+    lds_reserved_per_group: int = 0  # shared memory the system reserves per block on top of the kernel's
     max_groups_per_cu: int = 0  # resident blocks per SM (AMD: not modelled, see candidates.py)
     barriers_per_cu: int = 0  # named-barrier slots per SM shared by resident blocks (0: not modelled)
     sources: Mapping[str, str] = field(default_factory=dict)  # field name -> source of the figure
@@ -195,7 +195,7 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
             "sm_90", "nvptx64", 32, 227 * 1024, 132, 255, 0, False, (),
             "NVIDIA H200 SXM", "mma", 1024, 48 * 1024,
             max_waves_per_simd=16, simds_per_cu=4, regs_per_cu=64 * 1024, reg_alloc_granule=256,
-            regs_per_group=64 * 1024, lds_per_cu=228 * 1024, lds_alloc_granule=128, reserved_lds_per_group=1024,
+            regs_per_group=64 * 1024, lds_per_cu=228 * 1024, lds_alloc_granule=128, lds_reserved_per_group=1024,
             max_groups_per_cu=32, barriers_per_cu=64,
             sources=_src(
                 wave_size="CUDA C Programming Guide: warp size 32",
@@ -223,7 +223,7 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                            "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 233472",
                 lds_alloc_granule=f"{_OCC_H} cudaOccSMemAllocationGranularity: 128 bytes for compute "
                                   "capability 8-12",
-                reserved_lds_per_group=f"{_HOPPER}: 'CUDA reserves 1 KB of shared memory per thread "
+                lds_reserved_per_group=f"{_HOPPER}: 'CUDA reserves 1 KB of shared memory per thread "
                                        "block'; measured on an H200 (driver 580): "
                                        "CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 1024",
                 max_groups_per_cu=f"{_CUDA_CC90}: 32 resident blocks per SM; {_HOPPER}: 'The maximum "

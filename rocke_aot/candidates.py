@@ -44,6 +44,7 @@ cuOccupancyMaxActiveBlocksPerMultiprocessor on an H200, tests/test_cubin_resourc
 
 An arch without these facts or a code object without resources gives None; NVIDIA needs
 the block size too (the launch contract's, or the cubin's .maxntid / .reqntid).
+groups_per_cu without registers (vgprs None) leaves the register limit out: an upper bound.
 """
 
 from __future__ import annotations
@@ -79,19 +80,19 @@ def _amd_waves(info: ArchInfo, vgprs: int, sgprs: int | None) -> int:
     return waves
 
 
-def _nv_groups(info: ArchInfo, regs: int, lds_bytes: int, threads: int, barriers: int | None) -> int:
+def _nv_groups(info: ArchInfo, regs: int | None, lds_bytes: int, threads: int, barriers: int | None) -> int:
     """Resident blocks per SM (cuda_occupancy.h's rules, module doc)."""
     warps = _ceil(threads, info.wave_size)
     subs = info.simds_per_cu
     limits = [info.max_groups_per_cu, info.max_waves_per_simd * subs // warps]
-    per_warp = _ceil(regs * info.wave_size, info.reg_alloc_granule) * info.reg_alloc_granule
+    per_warp = _ceil((regs or 0) * info.wave_size, info.reg_alloc_granule) * info.reg_alloc_granule
     if per_warp:
         # the hardware checks a block as if its warps were spread over every sub-partition
         if max(per_warp * warps, per_warp * _ceil(warps, subs) * subs) > info.regs_per_group:
             return 0
         limits.append(info.regs_per_cu // subs // per_warp * subs // warps)
-    smem = _ceil(lds_bytes + info.reserved_lds_per_group, info.lds_alloc_granule) * info.lds_alloc_granule
-    if smem > info.lds_bytes + info.reserved_lds_per_group:
+    smem = _ceil(lds_bytes + info.lds_reserved_per_group, info.lds_alloc_granule) * info.lds_alloc_granule
+    if smem > info.lds_bytes + info.lds_reserved_per_group:
         return 0
     if smem:
         limits.append(info.cu_lds_bytes // smem)
@@ -104,15 +105,17 @@ def groups_per_cu(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_b
                   workgroup_size: int | None, barriers: int | None = None) -> int | None:
     """Work-groups (CUDA blocks) one CU (SM) holds at once (formula: module doc).
 
-    ``vgprs`` is registers per thread on NVIDIA; ``barriers`` the named barriers a block uses
+    ``vgprs`` is registers per thread on NVIDIA; None: no register limit (an upper bound, for
+    a spec whose code object is not built yet). ``barriers``: the named barriers a block uses
     (NVIDIA only; None or 0: no barrier limit). None where the arch has no occupancy facts or
-    the registers or the work-group size are unknown.
+    the work-group size is unknown.
     """
-    if not info.max_waves_per_simd or vgprs is None or not workgroup_size:
+    if not info.max_waves_per_simd or not workgroup_size:
         return None
     if info.regs_per_cu:
         return _nv_groups(info, vgprs, lds_bytes or 0, workgroup_size, barriers)
-    groups = _amd_waves(info, vgprs, sgprs) * info.simds_per_cu // _ceil(workgroup_size, info.wave_size)
+    waves = info.max_waves_per_simd if vgprs is None else _amd_waves(info, vgprs, sgprs)
+    groups = waves * info.simds_per_cu // _ceil(workgroup_size, info.wave_size)
     if lds_bytes:
         groups = min(groups, info.cu_lds_bytes // lds_bytes)
     return max(groups, 0)
@@ -185,8 +188,11 @@ class Resources:
         vgprs, sgprs, lds = co.get("vgpr_count"), co.get("sgpr_count"), co.get("lds_bytes")
         wg = block_size or co.get("max_flat_workgroup_size")
         kw = dict(vgprs=vgprs, sgprs=sgprs, lds_bytes=lds, workgroup_size=wg, barriers=co.get("barrier_count"))
+        # a code object that recorded no registers (a cubin stored before they were parsed) has
+        # no residency, not groups_per_cu's upper bound
+        groups = groups_per_cu(info, **kw) if vgprs is not None else None
         return cls(vgprs, sgprs, co.get("agpr_count"), lds, co.get("vgpr_spill_count"), co.get("sgpr_spill_count"),
-                   co.get("private_segment_bytes"), wg, occupancy(info, **kw), groups_per_cu(info, **kw))
+                   co.get("private_segment_bytes"), wg, occupancy(info, **kw), groups)
 
     def as_dict(self) -> dict[str, Any]:
         return {"vgprs": self.vgprs, "sgprs": self.sgprs, "agprs": self.agprs, "lds_bytes": self.lds_bytes,

@@ -201,8 +201,15 @@ def test_sm90_groups_per_cu_by_hand(case, want):
 def test_sm90_needs_the_block_size_and_registers():
     assert groups_per_cu(SM90, vgprs=32, sgprs=None, lds_bytes=0, workgroup_size=None) is None
     assert occupancy(SM90, vgprs=32, sgprs=None, lds_bytes=0, workgroup_size=None) is None
-    assert groups_per_cu(SM90, vgprs=None, sgprs=None, lds_bytes=0, workgroup_size=128) is None
+    # registers unknown: no register limit, an upper bound (128 threads: 64 // 4 warps = 16)
+    assert groups_per_cu(SM90, vgprs=None, sgprs=None, lds_bytes=0, workgroup_size=128) == 16
+    assert occupancy(SM90, vgprs=None, sgprs=None, lds_bytes=0, workgroup_size=128) is None
+    # gfx942, registers unknown: 8 waves x 4 SIMDs // 4 waves per group = 8
+    assert groups_per_cu(ARCHES["gfx942"], vgprs=None, sgprs=None, lds_bytes=0, workgroup_size=256) == 8
     assert Resources.from_code_object({}, SM90).groups_per_cu is None
+    # a cubin stored before its registers were parsed: no residency rather than an upper bound
+    old = Resources.from_code_object({"format": "cubin", "wavefront_size": 32}, SM90, block_size=128)
+    assert (old.workgroup_size, old.groups_per_cu, old.occupancy) == (128, None, None)
 
 
 # -- occupancy on sm_90 against the driver (recorded on an H200) -----------------------------------
@@ -391,7 +398,7 @@ def test_sm90_resources_and_occupancy_match_the_driver(cuda_ctx):  # noqa: F811
           check(cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)))
     assert cc == (9, 0), f"the sm_90 facts need a compute capability 9.0 device, this one is {cc}"
     facts = {a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: SM90.lds_per_cu,
-             a.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: SM90.reserved_lds_per_group,
+             a.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: SM90.lds_reserved_per_group,
              a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: SM90.regs_per_cu,
              a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: SM90.regs_per_group,
              a.CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: SM90.max_groups_per_cu,
