@@ -11,15 +11,47 @@
                                            │
                                CodeObjectInfo (frozen; as_dict()) or CodeObjectError
 
-    cubin: EM_CUDA (190), the SM in e_flags, the kernel symbol (a lighter check), and its
-           resources: the global .nv.info section's records (u8 format, u8 attribute; format
-           0x04 EIFMT_SVAL then u16 size and the value) EIATTR_REGCOUNT (0x2f: u32 symbol
-           index, u32 registers per thread) -> vgpr_count and EIATTR_FRAME_SIZE (0x11: symbol,
-           bytes of local memory per thread, spills included) -> private_segment_bytes; the
-           size of .nv.shared.<kernel> less the system's reserved 1 KB it spans (when a
-           .nv.shared.reserved section exists) -> lds_bytes (static shared memory). On an H200
-           all three equal the driver's cuFuncGetAttribute NUM_REGS, LOCAL_SIZE_BYTES and
-           SHARED_SIZE_BYTES for 832 sm_90 kernels; a truncated record is a CodeObjectError.
+    cubin: EM_CUDA (190), the SM in e_flags, the kernel symbol (STT_FUNC), then its resources
+      ├── .nv.info (global)      records keyed by symbol index: EIATTR_REGCOUNT (0x2f, required),
+      │                          EIATTR_FRAME_SIZE (0x11), EIATTR_MIN_STACK_SIZE (0x12)
+      ├── .nv.info.<kernel>      EIATTR_MAX_THREADS (0x05, from .maxntid), EIATTR_REQNTID (0x10,
+      │                          from .reqntid), EIATTR_NUM_BARRIERS (0x4c), and records that
+      │                          carry no resource (parameters, instruction offsets, versions)
+      ├── .nv.shared.<kernel>    NOBITS; its size is the static shared memory + the 1 KiB the
+      │                          system reserves per block (see below); absent: none
+      └── arch limits: registers and shared memory within sm_90's
+                                           │
+                               CodeObjectInfo (resources below) or CodeObjectError
+
+    .nv.info records (as ptxas writes them, CUDA 12.9 and 13.0; checked with ptxas -v): u8 format,
+    u8 attribute, then EIFMT_SVAL (4): u16 size + that many bytes; EIFMT_HVAL (3) / EIFMT_BVAL (2):
+    a u16 value; EIFMT_NVAL (1): a u16 with no meaning. Symbol-keyed svals hold (u32 symbol
+    index, u32 value); MAX_THREADS / REQNTID hold (u32 x, y, z).
+    A truncated record, an unknown format, an attribute this module does not know, one that
+    would change what the kernel occupies in a way not modelled here (shared-memory spill
+    scratch, clusters, register reconfiguration, recursion's stack, reserved-smem records), a
+    duplicate, or a record of the wrong size is a CodeObjectError naming the section: the
+    resources fail closed, never a silently wrong number.
+
+    cubin field mapping (CodeObjectInfo; what ptxas -v prints for the same PTX):
+        vgpr_count             EIATTR_REGCOUNT: registers per thread      ("Used N registers")
+        lds_bytes              size(.nv.shared.K) - lds_reserved_per_group (1024 on sm_90), 0
+                               without the section: the kernel's own static shared memory
+                               ("M bytes smem"; the driver's CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).
+                               ptxas lays the kernel's variables out after the 1 KiB window
+                               CUDA reserves per block (symbol .nv.reservedSmem.offset0), so
+                               the section is 1024 bytes larger than -v says. What the hardware
+                               allocates per block is roundup(lds_bytes + 1024, 128) -- it
+                               reserves the 1 KiB for every block, with or without a section
+                               (rocke_aot/candidates.py adds it from the arch table)
+        private_segment_bytes  max(EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE): per-thread local
+                               memory incl. callees ("S bytes stack frame", "cumulative stack")
+        max_flat_workgroup_size  product of EIATTR_REQNTID, else of EIATTR_MAX_THREADS; None
+                               when the PTX declares neither
+        barrier_count          EIATTR_NUM_BARRIERS ("used B barriers"; CUDA 13), else bits 20..26
+                               of the .text.K section flags (where CUDA 12.x ptxas keeps it);
+                               None when neither states one (ptxas writes nothing for 0)
+        sgpr_count, agpr_count, spill counts: None (no such records; ptxas -v alone prints spills)
 
     launch_layout(contract, info, ptx=None) -> LaunchContract
         hsaco: every argument's offset/size from the metadata note's .args (value_kind
@@ -30,7 +62,11 @@
 
 Encodings are from LLVM's AMDGPUUsage (ELF header e_flags for code object v4+,
 the kernel descriptor, the code object metadata); pyelftools parses the ELF and
-msgpack the metadata note, nothing here walks ELF bytes by hand.
+msgpack the metadata note. NVIDIA documents no cubin format: the .nv.info framing and the
+EIATTR_* codes and names above are those public cubin references list (the names cuobjdump
+-elf prints); every field read here was checked against ptxas -v on the same PTX (CUDA 12.9
+and 13.0) and against the driver's function attributes for the same cubins on an H200. The
+only bytes walked by hand are those records.
 """
 
 from __future__ import annotations
@@ -127,6 +163,7 @@ class CodeObjectInfo:
     private_segment_bytes: int | None = None  # per work-item scratch (spills, stack)
     wavefront_size: int | None = None
     max_flat_workgroup_size: int | None = None
+    barrier_count: int | None = None  # cubin: named barriers a block uses (EIATTR_NUM_BARRIERS)
     descriptor: KernelDescriptor | None = None
     comment: tuple[str, ...] = ()  # .comment strings (linker / producer versions)
 
@@ -381,51 +418,189 @@ def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
         kernel = funcs[0]
     elif kernel not in funcs:
         raise CodeObjectError(f"kernel {kernel!r} not in the cubin (functions: {funcs})")
-    regs, frame = _cubin_info(elf, kernel)
-    shared = elf.get_section_by_name(f".nv.shared.{kernel}")
-    lds = shared["sh_size"] if shared is not None else 0
-    if lds and any(sec.name.startswith(".nv.shared.reserved") for sec in elf.iter_sections()):
-        # The section spans the system's reserved area too (1 KB on sm_90): measured on an H200,
-        # section size - 1024 == CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES for all 832 sm_90 kernels
-        # (docs/bench-raw/h200-run1/occupancy.json); the reservation is counted by residency instead.
-        lds = max(0, lds - target.info.lds_reserved_per_group)
-    return CodeObjectInfo(format="cubin", target=target.id, kernel=kernel, e_flags=flags,
-                          wavefront_size=32, comment=_comment(elf), vgpr_count=regs,
-                          private_segment_bytes=frame, lds_bytes=lds)
+    res = _cubin_resources(elf, target, kernel)
+    info = CodeObjectInfo(format="cubin", target=target.id, kernel=kernel, e_flags=flags,
+                          wavefront_size=32, comment=_comment(elf), **res)
+    arch = target.info
+    if info.vgpr_count > arch.max_vgprs:
+        raise CodeObjectError(f"kernel {kernel} uses {info.vgpr_count} registers per thread; "
+                              f"{target.processor} has {arch.max_vgprs}")
+    if info.lds_bytes > arch.static_lds_limit:
+        raise CodeObjectError(f"kernel {kernel} declares {info.lds_bytes} bytes of static shared memory; "
+                              f"{target.processor} allows {arch.static_lds_limit}")
+    return info
 
 
-_EIFMT_SVAL = 0x04
-_EIATTR_FRAME_SIZE = 0x11
-_EIATTR_REGCOUNT = 0x2F
+# ---------------------------------------------------------------- cubin resources
+
+EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL, EIFMT_SVAL = 1, 2, 3, 4
+# EIATTR codes (the names CUDA's cuobjdump prints) this module reads.
+EIATTR_MAX_THREADS, EIATTR_REQNTID = 0x05, 0x10
+EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE, EIATTR_REGCOUNT = 0x11, 0x12, 0x2F
+EIATTR_CRS_STACK_SIZE, EIATTR_NUM_BARRIERS = 0x1E, 0x4C
+_KERNEL_ATTRS = {EIATTR_MAX_THREADS: "EIATTR_MAX_THREADS", EIATTR_REQNTID: "EIATTR_REQNTID",
+                 EIATTR_NUM_BARRIERS: "EIATTR_NUM_BARRIERS", EIATTR_CRS_STACK_SIZE: "EIATTR_CRS_STACK_SIZE"}
+_SYMBOL_KEYED = {EIATTR_REGCOUNT: "EIATTR_REGCOUNT", EIATTR_FRAME_SIZE: "EIATTR_FRAME_SIZE",
+                 EIATTR_MIN_STACK_SIZE: "EIATTR_MIN_STACK_SIZE"}
+# Records that say nothing about registers, shared or local memory, block size or barriers
+# (parameter layout, instruction-offset lists for the driver's patching, flags, versions):
+# skipped after their framing is checked. Seen in the served sm_90 grid (all 832 kernels of
+# gemm / conv_direct_fwd / conv_dgrad_patch, ptxas 13.0): 0x0a 0x17 0x19 0x1b 0x1c 0x36 0x37
+# 0x44 0x50 0x55 0x5f, besides the ones read above.
+_NO_RESOURCE = {
+    0x04: "EIATTR_CTAIDZ_USED", 0x0A: "EIATTR_PARAM_CBANK", 0x0C: "EIATTR_CBANK_PARAM_OFFSETS",
+    0x17: "EIATTR_KPARAM_INFO", 0x19: "EIATTR_CBANK_PARAM_SIZE", 0x1B: "EIATTR_MAXREG_COUNT",
+    0x1C: "EIATTR_EXIT_INSTR_OFFSETS", 0x1D: "EIATTR_S2RCTAID_INSTR_OFFSETS", 0x21: "EIATTR_EXPLICIT_CACHING",
+    0x22: "EIATTR_ISTYPEP_USED", 0x24: "EIATTR_SUQ_USED", 0x25: "EIATTR_LD_CACHEMOD_INSTR_OFFSETS",
+    0x26: "EIATTR_LOAD_CACHE_REQUEST", 0x27: "EIATTR_ATOM_SYS_INSTR_OFFSETS",
+    0x28: "EIATTR_COOP_GROUP_INSTR_OFFSETS", 0x2A: "EIATTR_SW1850030_WAR", 0x2B: "EIATTR_WMMA_USED",
+    0x2D: "EIATTR_ATOMF16_EMUL_INSTR_OFFSETS", 0x30: "EIATTR_SW2393858_WAR",
+    0x31: "EIATTR_INT_WARP_WIDE_INSTR_OFFSETS", 0x33: "EIATTR_STATISTICS", 0x34: "EIATTR_INDIRECT_BRANCH_TARGETS",
+    0x35: "EIATTR_SW2861232_WAR", 0x36: "EIATTR_SW_WAR", 0x37: "EIATTR_CUDA_API_VERSION",
+    0x38: "EIATTR_NUM_MBARRIERS", 0x39: "EIATTR_MBARRIER_INSTR_OFFSETS", 0x44: "EIATTR_UNUSED_LOAD_BYTE_OFFSET",
+    0x45: "EIATTR_KPARAM_INFO_V2", 0x46: "EIATTR_SYSCALL_OFFSETS", 0x47: "EIATTR_SW_WAR_MEMBAR_SYS_INSTR_OFFSETS",
+    0x4E: "EIATTR_PERF_STATISTICS", 0x50: "EIATTR_SPARSE_MMA_MASK",
+    0x55: "EIATTR_ANNOTATIONS",  # (kind, instruction offset) pairs; ptxas marks spill loads/stores
+    0x57: "EIATTR_STACK_CANARY_TRAP_OFFSETS", 0x59: "EIATTR_LOCAL_CTA_ASYNC_STORE_OFFSETS",
+    0x5F: "EIATTR_MERCURY_ISA_VERSION",
+}
+# Known, but they change what a block occupies in ways the resources above do not model.
+_NOT_MODELLED = {
+    0x23: "EIATTR_MAX_STACK_SIZE (recursion)", 0x32: "EIATTR_SHARED_SCRATCH", 0x3B: "EIATTR_SAM_REGION_STACK_SIZE",
+    0x3D: "EIATTR_CTA_PER_CLUSTER", 0x3E: "EIATTR_EXPLICIT_CLUSTER", 0x3F: "EIATTR_MAX_CLUSTER_RANK",
+    0x41: "EIATTR_RESERVED_SMEM_USED", 0x42: "EIATTR_RESERVED_SMEM_0_SIZE", 0x54: "EIATTR_REG_RECONFIG",
+    0x5B: "EIATTR_BLOCKS_ARE_CLUSTERS",
+}
+_RESERVED_SMEM_SYMBOL = ".nv.reservedSmem.offset0"
+_TEXT_BARRIER_SHIFT = 20
 
 
-def _cubin_info(elf: ELFFile, kernel: str) -> tuple[int | None, int | None]:
-    """(registers per thread, frame bytes) of ``kernel`` from the global .nv.info records."""
-    sec = elf.get_section_by_name(".nv.info")
-    if sec is None:
-        return None, None
-    index = next((i for i, sym in enumerate(elf.get_section_by_name(".symtab").iter_symbols())
-                  if sym.name == kernel), None)
-    data, i, regs, frame = sec.data(), 0, None, None
+def _nv_info_records(sec) -> list[tuple[int, int, int, bytes]]:
+    """(offset, format, attribute, payload) of every record; CodeObjectError on bad framing."""
+    data, out, i = sec.data(), [], 0
     while i < len(data):
-        if i + 4 > len(data):
-            raise CodeObjectError(f"cubin .nv.info: truncated record at byte {i} of {len(data)}")
-        fmt, attr, size = data[i], data[i + 1], int.from_bytes(data[i + 2:i + 4], "little")
-        if fmt != _EIFMT_SVAL:  # EIFMT_NVAL / BVAL / HVAL: the u16 is the value, nothing follows
+        if len(data) - i < 4:
+            raise CodeObjectError(f"{sec.name}: truncated record at offset {i} ({len(data) - i} bytes left)")
+        fmt, attr, half = data[i], data[i + 1], struct.unpack_from("<H", data, i + 2)[0]
+        if fmt == EIFMT_SVAL:
+            if i + 4 + half > len(data):
+                raise CodeObjectError(f"{sec.name}: record 0x{attr:02x} at offset {i} claims {half} bytes, "
+                                      f"{len(data) - i - 4} remain (truncated)")
+            out.append((i, fmt, attr, bytes(data[i + 4:i + 4 + half])))
+            i += 4 + half
+        elif fmt in (EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL):
+            out.append((i, fmt, attr, bytes(data[i + 2:i + 4])))
             i += 4
-            continue
-        if i + 4 + size > len(data):
-            raise CodeObjectError(f"cubin .nv.info: record 0x{attr:x} at byte {i} claims {size} bytes, "
-                                  f"{len(data) - i - 4} remain")
-        if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and size >= 8:
-            sym, value = int.from_bytes(data[i + 4:i + 8], "little"), int.from_bytes(data[i + 8:i + 12], "little")
+        else:
+            raise CodeObjectError(f"{sec.name}: record at offset {i} has unknown format {fmt}")
+    return out
+
+
+def _u32s(sec, off: int, attr: str, payload: bytes, count: int) -> tuple[int, ...]:
+    if len(payload) != 4 * count:
+        raise CodeObjectError(f"{sec.name}: {attr} at offset {off} has {len(payload)} bytes, expected {4 * count}")
+    return struct.unpack(f"<{count}I", payload)
+
+
+def _check_known(sec, off: int, fmt: int, attr: int) -> None:
+    if attr in _NOT_MODELLED:
+        raise CodeObjectError(f"{sec.name}: {_NOT_MODELLED[attr]} (0x{attr:02x}) at offset {off} changes the "
+                              "kernel's resources in a way this validator does not model")
+    if attr not in _NO_RESOURCE:
+        raise CodeObjectError(f"{sec.name}: unknown attribute 0x{attr:02x} (format {fmt}) at offset {off}")
+
+
+def _cubin_resources(elf: ELFFile, target: Target, kernel: str) -> dict[str, Any]:
+    """CodeObjectInfo fields from the cubin's .nv.info records and .nv.shared section (module doc)."""
+    symtab = elf.get_section_by_name(".symtab")
+    index = next((i for i, sym in enumerate(symtab.iter_symbols()) if sym.name == kernel), None) \
+        if symtab is not None else None
+    if index is None:
+        raise CodeObjectError(f"kernel {kernel!r} has no .symtab entry")
+    shndx = symtab.get_symbol(index)["st_shndx"]
+    if not isinstance(shndx, int):
+        raise CodeObjectError(f"kernel {kernel!r} is not defined in a section ({shndx})")
+
+    keyed: dict[int, int] = {}
+    glob = elf.get_section_by_name(".nv.info")
+    if glob is None:
+        raise CodeObjectError("cubin has no .nv.info section (no register counts)")
+    seen: set[tuple[int, int]] = set()
+    for off, fmt, attr, payload in _nv_info_records(glob):
+        if attr in _SYMBOL_KEYED:
+            if fmt != EIFMT_SVAL:
+                raise CodeObjectError(f"{glob.name}: {_SYMBOL_KEYED[attr]} at offset {off} has format {fmt}, "
+                                      f"expected {EIFMT_SVAL}")
+            sym, value = _u32s(glob, off, _SYMBOL_KEYED[attr], payload, 2)
+            if (attr, sym) in seen:
+                raise CodeObjectError(f"{glob.name}: second {_SYMBOL_KEYED[attr]} for symbol {sym} at offset {off}")
+            seen.add((attr, sym))
             if sym == index:
-                if attr == _EIATTR_REGCOUNT:
-                    regs = value
-                else:
-                    frame = value
-        i += 4 + size
-    return regs, frame
+                keyed[attr] = value
+        else:
+            _check_known(glob, off, fmt, attr)
+    if EIATTR_REGCOUNT not in keyed:
+        raise CodeObjectError(f"{glob.name}: no EIATTR_REGCOUNT for kernel {kernel} (symbol {index})")
+
+    name = f".nv.info.{kernel}"
+    own = elf.get_section_by_name(name)
+    if own is None:
+        raise CodeObjectError(f"cubin has no {name} section")
+    if own["sh_info"] != shndx:
+        raise CodeObjectError(f"{name} describes section {own['sh_info']}, the kernel lives in {shndx}")
+    attrs: dict[int, int] = {}
+    for off, fmt, attr, payload in _nv_info_records(own):
+        label = _KERNEL_ATTRS.get(attr)
+        if label is None:
+            _check_known(own, off, fmt, attr)
+            continue
+        if attr in attrs:
+            raise CodeObjectError(f"{name}: second {label} at offset {off}")
+        if attr == EIATTR_NUM_BARRIERS:
+            # EIFMT_BVAL: a byte of value and a byte of padding; EIFMT_HVAL: a u16
+            value = struct.unpack("<H", payload)[0]
+            if fmt not in (EIFMT_BVAL, EIFMT_HVAL) or (fmt == EIFMT_BVAL and value > 0xFF):
+                raise CodeObjectError(f"{name}: {label} at offset {off} has format {fmt}, value 0x{payload.hex()}")
+            attrs[attr] = value
+            continue
+        if fmt != EIFMT_SVAL:
+            raise CodeObjectError(f"{name}: {label} at offset {off} has format {fmt}, expected {EIFMT_SVAL}")
+        if attr == EIATTR_CRS_STACK_SIZE:
+            if _u32s(own, off, label, payload, 1)[0]:
+                raise CodeObjectError(f"{name}: {label} at offset {off} is not 0 (a call-return stack is not "
+                                      "modelled)")
+            attrs[attr] = 0
+            continue
+        dims = _u32s(own, off, label, payload, 3)
+        if min(dims) < 1:
+            raise CodeObjectError(f"{name}: {label} at offset {off} is {dims}")
+        attrs[attr] = dims[0] * dims[1] * dims[2]
+    # Barriers: CUDA 13 ptxas writes EIATTR_NUM_BARRIERS; CUDA 12.x ptxas wrote none and kept the
+    # count in bits 20..26 of the kernel's .text section flags (both checked against ptxas -v).
+    legacy = elf.get_section(shndx)["sh_flags"] >> _TEXT_BARRIER_SHIFT & 0x7F
+    if legacy and attrs.get(EIATTR_NUM_BARRIERS, legacy) != legacy:
+        raise CodeObjectError(f"{name}: EIATTR_NUM_BARRIERS {attrs[EIATTR_NUM_BARRIERS]} disagrees with the "
+                              f"{legacy} barriers in the .text section flags")
+    barriers = attrs.get(EIATTR_NUM_BARRIERS, legacy or None)
+    block = attrs.get(EIATTR_REQNTID) or attrs.get(EIATTR_MAX_THREADS)
+    if EIATTR_REQNTID in attrs and attrs.get(EIATTR_MAX_THREADS, block) < block:
+        raise CodeObjectError(f"{name}: .reqntid {attrs[EIATTR_REQNTID]} threads above .maxntid "
+                              f"{attrs[EIATTR_MAX_THREADS]}")
+
+    shared = elf.get_section_by_name(f".nv.shared.{kernel}")
+    lds = 0
+    if shared is not None:
+        reserved = target.info.lds_reserved_per_group
+        if shared["sh_type"] != "SHT_NOBITS" or shared["sh_info"] != shndx:
+            raise CodeObjectError(f"{shared.name}: not the kernel's NOBITS shared-memory section")
+        if _RESERVED_SMEM_SYMBOL not in _symbols(elf) or shared["sh_size"] < reserved:
+            raise CodeObjectError(f"{shared.name}: {shared['sh_size']} bytes without the {reserved}-byte "
+                                  f"reserved window ({_RESERVED_SMEM_SYMBOL}) this validator knows")
+        lds = shared["sh_size"] - reserved
+    frame = [keyed[a] for a in (EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE) if a in keyed]
+    return {"vgpr_count": keyed[EIATTR_REGCOUNT], "lds_bytes": lds,
+            "private_segment_bytes": max(frame) if frame else None,
+            "max_flat_workgroup_size": block, "barrier_count": barriers}
 
 
 # ---------------------------------------------------------------- launch layout

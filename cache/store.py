@@ -54,7 +54,7 @@ from rocke_aot.cache.records import (
     to_artifact,
     to_failure,
 )
-from rocke_aot.candidates import Candidate, Resources
+from rocke_aot.candidates import Candidate, Resources, launch_block_size
 from rocke_aot.cache.models import refs as R
 from rocke_aot.targets import Target, compatible_ids
 from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, ReadOnlyError, SpecError
@@ -537,7 +537,8 @@ class Store:
         generation is current). ``compatible_only`` False also returns the processor's other
         target IDs (selection then rejects them, naming why); ``current_only`` leaves stale
         generations out in SQL. Resources come from the stored metadata's "code_object"
-        section; rows are immutable per (key, blob), so each is parsed once per Store.
+        section (the work-group size from its "launch" block); rows are immutable per (key,
+        blob), so each is parsed once per Store.
         """
         if not isinstance(family, str):
             raise SpecError(f"family must be a string, got {family!r}")
@@ -610,7 +611,9 @@ class Store:
             if c is None or c.blob_sha256 != sha or c.current is not is_current or c.family != family:
                 meta = json.loads(meta_json)
                 c = Candidate(key, sha, family, MappingProxyType(json.loads(spec_json)), arch, lane, profile,
-                              gen or "", is_current, Resources.from_code_object(meta.get("code_object"), info),
+                              gen or "", is_current,
+                              Resources.from_code_object(meta.get("code_object"), info,
+                                                         block_size=launch_block_size(meta.get("launch"))),
                               datetime.fromtimestamp(built_at, tz=timezone.utc))
                 memo[key] = c
             out.append(c)

@@ -12,6 +12,14 @@ table; nothing else holds these numbers.
 Register limits are per lane of one wave: the VGPRs one wave may address (on
 gfx90a+ the unified file holds VGPRs and AGPRs together, 512 per lane) and the
 addressable SGPRs; for NVIDIA, registers per thread.
+
+Occupancy facts (rocke_aot/candidates.py occupancy(), groups_per_cu()):
+    AMD     max_waves_per_simd, vgpr_alloc_granule, simds_per_cu, sgpr_limits_occupancy
+            (LLVM's AMDGPUBaseInfo / GCNSubtarget model); LDS per CU = lds_bytes
+    NVIDIA  the CUDA occupancy calculator's (cuda_occupancy.h) per-SM figures: a "SIMD" is an
+            SM sub-partition (simds_per_cu = 4, max_waves_per_simd = 64 warps / 4), plus
+            regs_per_cu, reg_alloc_granule (per warp), regs_per_group, lds_per_cu,
+            lds_alloc_granule, lds_reserved_per_group, max_groups_per_cu, barriers_per_cu
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ _SPECIALS_GFX9 = (
     "GFX8/9 (llvm MC test: gfx90a extrasgpr_flatscr 6), counted in the metadata .sgpr_count"
 )
 _SPECIALS_GFX10 = "LLVM AMDGPUBaseInfo getNumExtraSGPRs: only VCC (2) on GFX10+"
+_CUDA_CC90 = ("NVIDIA CUDA C++ Programming Guide, 'Compute Capabilities', technical specifications "
+              "per compute capability, column 9.0")
+_HOPPER = "NVIDIA Hopper Tuning Guide (CUDA 12/13), 'Occupancy' and 'Unified Shared Memory/L1/Texture Cache'"
+_OCC_H = "CUDA 13.0 include/cuda_occupancy.h (the occupancy calculator the runtime's occupancy API is built on)"
 _UNIFIED_VGPR = (
     "AMD CDNA2/CDNA3/CDNA4 ISA guides: 512 unified VGPR+AGPR per lane of a wave64 "
     "(256 ArchVGPRs + 256 AccVGPRs)"
@@ -55,15 +67,20 @@ class ArchInfo:
     max_block: int = 1024  # most work-items per work-group
     static_lds_bytes: int | None = None  # static allocation limit when below lds_bytes (CUDA: 48 KiB)
     sgpr_specials: int = 0  # special SGPRs (VCC, FLAT_SCRATCH, XNACK_MASK) metadata .sgpr_count adds
-    # Occupancy facts (rocke_aot/candidates.py occupancy(); 0 = not modelled, e.g. NVIDIA):
-    max_waves_per_simd: int = 0  # waves one SIMD (EU) holds at most
-    vgpr_alloc_granule: int = 0  # VGPRs are allocated to a wave in blocks of this many
-    simds_per_cu: int = 0  # SIMDs sharing one CU's LDS
+    # Occupancy facts (rocke_aot/candidates.py occupancy(), groups_per_cu(); 0 = not modelled):
+    max_waves_per_simd: int = 0  # waves one SIMD (EU) holds at most; NVIDIA: warps per SM sub-partition
+    vgpr_alloc_granule: int = 0  # AMD: VGPRs are allocated to a wave in blocks of this many
+    simds_per_cu: int = 0  # SIMDs sharing one CU's LDS; NVIDIA: sub-partitions of an SM
     sgpr_limits_occupancy: bool = False  # GFX8/9: the per-SIMD SGPR file caps waves (GFX10+: no)
-    occupancy_vgprs: int = 0  # registers per lane of one SIMD's file when not max_vgprs (NVIDIA)
-    lds_per_cu: int = 0  # LDS / shared memory of one CU (0: lds_bytes)
-    lds_reserved_per_group: int = 0  # shared memory the system reserves per resident block
-    max_groups_per_cu: int = 0  # resident work-groups per CU at most (0: not modelled)
+    # NVIDIA only (the CUDA occupancy calculator's model; 0 = AMD, not modelled this way):
+    regs_per_cu: int = 0  # 32-bit registers per SM, split evenly over its sub-partitions
+    reg_alloc_granule: int = 0  # a warp gets regs/thread x warp size registers, rounded up to this
+    regs_per_group: int = 0  # most registers one block may hold
+    lds_per_cu: int = 0  # shared memory per SM (0: lds_bytes is the per-CU figure, as on AMD)
+    lds_alloc_granule: int = 0  # a block's shared memory is allocated in units of this many bytes
+    lds_reserved_per_group: int = 0  # shared memory the system reserves per block on top of the kernel's
+    max_groups_per_cu: int = 0  # resident blocks per SM (AMD: not modelled, see candidates.py)
+    barriers_per_cu: int = 0  # named-barrier slots per SM shared by resident blocks (0: not modelled)
     sources: Mapping[str, str] = field(default_factory=dict)  # field name -> source of the figure
 
     @property
@@ -76,6 +93,11 @@ class ArchInfo:
         """The most SGPRs a code object's metadata ``.sgpr_count`` may report (it counts the
         special SGPRs on top of the addressable ones)."""
         return self.max_sgprs + self.sgpr_specials
+
+    @property
+    def cu_lds_bytes(self) -> int:
+        """Shared memory / LDS one CU (SM) holds for all its resident work-groups."""
+        return self.lds_per_cu or self.lds_bytes
 
     @property
     def static_lds_limit(self) -> int:
@@ -172,20 +194,10 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
         "sm_90": ArchInfo(
             "sm_90", "nvptx64", 32, 227 * 1024, 132, 255, 0, False, (),
             "NVIDIA H200 SXM", "mma", 1024, 48 * 1024,
-            max_waves_per_simd=16, vgpr_alloc_granule=8, simds_per_cu=4, occupancy_vgprs=512,
-            lds_per_cu=228 * 1024, lds_reserved_per_group=1024, max_groups_per_cu=32,
+            max_waves_per_simd=16, simds_per_cu=4, regs_per_cu=64 * 1024, reg_alloc_granule=256,
+            regs_per_group=64 * 1024, lds_per_cu=228 * 1024, lds_alloc_granule=128, lds_reserved_per_group=1024,
+            max_groups_per_cu=32, barriers_per_cu=64,
             sources=_src(
-                max_waves_per_simd="CUDA C Programming Guide, compute capability 9.0: 64 resident warps "
-                                   "per SM over 4 SM sub-partitions (16 each)",
-                vgpr_alloc_granule="CUDA Occupancy Calculator, cc 9.0: registers are allocated per warp "
-                                   "in units of 256 (8 per thread)",
-                simds_per_cu="NVIDIA Hopper tuning guide: 4 SM sub-partitions (processing blocks) per SM",
-                occupancy_vgprs="CUDA C Programming Guide, cc 9.0: 64K 32-bit registers per SM = "
-                                "16K per sub-partition = 512 per lane",
-                lds_per_cu="CUDA C Programming Guide, cc 9.0: 228 KB shared memory per SM",
-                lds_reserved_per_group="CUDA C Programming Guide: 1 KB of shared memory per block is "
-                                       "reserved for system use (cc 8.0+)",
-                max_groups_per_cu="CUDA C Programming Guide, cc 9.0: 32 resident blocks per SM",
                 wave_size="CUDA C Programming Guide: warp size 32",
                 lds_bytes="CUDA C Programming Guide, compute capability 9.0: 227 KiB shared memory "
                           "per block (dynamic, opt-in)",
@@ -196,6 +208,29 @@ ARCHES: Mapping[str, ArchInfo] = MappingProxyType(
                 max_block="CUDA C Programming Guide: 1024 threads per block",
                 matrix_unit="PTX ISA: warp-level mma.sync m16n8k16 f16/bf16 (sm_80+); measured: "
                             "llvm.nvvm.mma.m16n8k16.row.col.f32.f32 / .bf16 select on LLVM 20.1 and 22.1",
+                max_waves_per_simd=f"{_CUDA_CC90}: 64 resident warps per SM; {_HOPPER}: 'The maximum number "
+                                   "of concurrent warps per SM remains the same as in NVIDIA Ampere GPU "
+                                   "architecture (that is, 64)'; over 4 sub-partitions, 16 each",
+                simds_per_cu=f"{_OCC_H} cudaOccSubPartitionsPerMultiprocessor: 4 for compute capability 9 "
+                             "(registers are allocated per sub-partition)",
+                regs_per_cu=f"{_CUDA_CC90}: 64K 32-bit registers per SM; {_HOPPER}: 'The register file size "
+                            "is 64K 32-bit registers per SM'",
+                reg_alloc_granule=f"{_OCC_H} cudaOccRegAllocationGranularity: 256 (registers are allocated "
+                                  "to warps: regs/thread x 32 rounded up to 256)",
+                regs_per_group=f"{_CUDA_CC90}: 64K 32-bit registers per thread block",
+                lds_per_cu=f"{_CUDA_CC90}: 228 KB shared memory per SM; {_HOPPER}: 'shared memory "
+                           "capacity per SM is 228 KB'; measured on an H200 (driver 580): "
+                           "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 233472",
+                lds_alloc_granule=f"{_OCC_H} cudaOccSMemAllocationGranularity: 128 bytes for compute "
+                                  "capability 8-12",
+                lds_reserved_per_group=f"{_HOPPER}: 'CUDA reserves 1 KB of shared memory per thread "
+                                       "block'; measured on an H200 (driver 580): "
+                                       "CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 1024",
+                max_groups_per_cu=f"{_CUDA_CC90}: 32 resident blocks per SM; {_HOPPER}: 'The maximum "
+                                  "number of thread blocks per SM is 32 for devices of compute capability 9.0'",
+                barriers_per_cu=f"{_OCC_H} cudaOccMaxBlocksPerSMBlockBarrierLimit: compute capability 9 has "
+                                "2 barriers per resident-block slot (2 x 32); measured on an H200: kernels "
+                                "using 3 and 5 barriers reach 21 and 12 blocks of 32 threads per SM",
             ),
         ),
     }

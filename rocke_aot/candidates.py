@@ -9,8 +9,10 @@
         ▼
     Candidate (frozen)  ──> variants/selection.py rank() ──> service/selection.py select()
 
-Occupancy (waves per SIMD) is derived from those resources and the arch table
-(rocke_aot/arch.py), by the rules LLVM's AMDGPUBaseInfo / GCNSubtarget use:
+Occupancy (waves per SIMD) and work-groups per CU are derived from those resources and the
+arch table (rocke_aot/arch.py); nothing here reads a code object.
+
+AMD, by the rules LLVM's AMDGPUBaseInfo / GCNSubtarget use:
 
     by VGPRs   floor(max_vgprs / roundup(max(vgprs, 1), vgpr_alloc_granule))
     by SGPRs   GFX8/9 only (GCNSubtarget::getOccupancyWithNumSGPRs): <=80 -> 10, <=88 -> 9,
@@ -18,8 +20,31 @@ Occupancy (waves per SIMD) is derived from those resources and the arch table
     by LDS     work-groups per CU = floor(lds_bytes(arch) / lds(kernel)), times waves per
                work-group ceil(workgroup_size / wave_size), spread over simds_per_cu SIMDs
     occupancy  min(max_waves_per_simd, by VGPRs, by SGPRs, by LDS)
+    groups_per_cu  min(floor(min(max_waves_per_simd, by VGPRs, by SGPRs) * simds_per_cu
+                             / waves per work-group),  floor(lds_bytes(arch) / lds(kernel)))
+               (no cap on work-groups per CU: none is documented in AMDGPUUsage or the ISA
+               guides; LLVM's getMaxWorkGroupsPerCU (16 for multi-wave groups) is the
+               compiler's own model, so it is not modelled here)
 
-An arch without these facts (NVIDIA) or a code object without resources gives None.
+NVIDIA (sm_90), block granularity, as the CUDA occupancy calculator computes it
+(cuda_occupancy.h cudaOccMaxActiveBlocksPerMultiprocessor; checked against the driver's
+cuOccupancyMaxActiveBlocksPerMultiprocessor on an H200, tests/test_cubin_resources.py):
+
+    warps      W = ceil(block / 32)
+    registers  per warp = roundup(regs * 32, reg_alloc_granule 256); a block fits only if
+               per warp * W and per warp * roundup(W, 4) <= regs_per_group (65536);
+               blocks = floor(floor(regs_per_cu / 4 / per warp) * 4 / W)
+    warps      floor(64 / W)
+    blocks     max_groups_per_cu (32)
+    shared     per block = roundup(lds + reserved 1024, lds_alloc_granule 128) (at most
+               lds_bytes(arch) + 1024); blocks = floor(lds_per_cu 233472 / per block)
+    barriers   named barriers B > 0: floor(barriers_per_cu 64 / B)
+    groups_per_cu  min of the above
+    occupancy  resident warps per SM sub-partition: floor(groups_per_cu * W / 4)
+
+An arch without these facts or a code object without resources gives None; NVIDIA needs
+the block size too (the launch contract's, or the cubin's .maxntid / .reqntid).
+groups_per_cu without registers (vgprs None) leaves the register limit out: an upper bound.
 """
 
 from __future__ import annotations
@@ -46,44 +71,87 @@ def _sgpr_waves(sgprs: int) -> int:
     return 7
 
 
-def occupancy(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_bytes: int | None,
-              workgroup_size: int | None) -> int | None:
-    """Waves per SIMD a kernel with these resources reaches on ``info`` (formula: module doc)."""
-    if not info.max_waves_per_simd or vgprs is None:
-        return None
+def _amd_waves(info: ArchInfo, vgprs: int, sgprs: int | None) -> int:
+    """Waves per SIMD by the wave limit, VGPRs and (GFX8/9) SGPRs."""
     waves = info.max_waves_per_simd
-    file = info.occupancy_vgprs or info.max_vgprs
-    waves = min(waves, file // (_ceil(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule))
+    waves = min(waves, info.max_vgprs // (_ceil(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule))
     if info.sgpr_limits_occupancy and sgprs is not None:
         waves = min(waves, _sgpr_waves(sgprs))
+    return waves
+
+
+def _nv_groups(info: ArchInfo, regs: int | None, lds_bytes: int, threads: int, barriers: int | None) -> int:
+    """Resident blocks per SM (cuda_occupancy.h's rules, module doc)."""
+    warps = _ceil(threads, info.wave_size)
+    subs = info.simds_per_cu
+    limits = [info.max_groups_per_cu, info.max_waves_per_simd * subs // warps]
+    per_warp = _ceil((regs or 0) * info.wave_size, info.reg_alloc_granule) * info.reg_alloc_granule
+    if per_warp:
+        # the hardware checks a block as if its warps were spread over every sub-partition
+        if max(per_warp * warps, per_warp * _ceil(warps, subs) * subs) > info.regs_per_group:
+            return 0
+        limits.append(info.regs_per_cu // subs // per_warp * subs // warps)
+    smem = _ceil(lds_bytes + info.lds_reserved_per_group, info.lds_alloc_granule) * info.lds_alloc_granule
+    if smem > info.lds_bytes + info.lds_reserved_per_group:
+        return 0
+    if smem:
+        limits.append(info.cu_lds_bytes // smem)
+    if barriers and info.barriers_per_cu:
+        limits.append(info.barriers_per_cu // barriers)
+    return max(min(limits), 0)
+
+
+def groups_per_cu(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_bytes: int | None,
+                  workgroup_size: int | None, barriers: int | None = None) -> int | None:
+    """Work-groups (CUDA blocks) one CU (SM) holds at once (formula: module doc).
+
+    ``vgprs`` is registers per thread on NVIDIA; None: no register limit (an upper bound, for
+    a spec whose code object is not built yet). ``barriers``: the named barriers a block uses
+    (NVIDIA only; None or 0: no barrier limit). None where the arch has no occupancy facts or
+    the work-group size is unknown.
+    """
+    if not info.max_waves_per_simd or not workgroup_size:
+        return None
+    if info.regs_per_cu:
+        return _nv_groups(info, vgprs, lds_bytes or 0, workgroup_size, barriers)
+    waves = info.max_waves_per_simd if vgprs is None else _amd_waves(info, vgprs, sgprs)
+    groups = waves * info.simds_per_cu // _ceil(workgroup_size, info.wave_size)
+    if lds_bytes:
+        groups = min(groups, info.cu_lds_bytes // lds_bytes)
+    return max(groups, 0)
+
+
+def occupancy(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_bytes: int | None,
+              workgroup_size: int | None, barriers: int | None = None) -> int | None:
+    """Waves per SIMD (NVIDIA: warps per SM sub-partition) a kernel with these resources
+    reaches on ``info`` (formula: module doc)."""
+    if not info.max_waves_per_simd or vgprs is None:
+        return None
+    if info.regs_per_cu:
+        if not workgroup_size:
+            return None
+        groups = _nv_groups(info, vgprs, lds_bytes or 0, workgroup_size, barriers)
+        return groups * _ceil(workgroup_size, info.wave_size) // info.simds_per_cu
+    waves = _amd_waves(info, vgprs, sgprs)
     if lds_bytes and workgroup_size:
-        groups = (info.lds_per_cu or info.lds_bytes) // (lds_bytes + info.lds_reserved_per_group)
+        groups = info.lds_bytes // lds_bytes
         waves = min(waves, groups * _ceil(workgroup_size, info.wave_size) // info.simds_per_cu)
     return max(waves, 0)
 
 
-def groups_per_cu(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_bytes: int | None,
-                  workgroup_size: int | None) -> int | None:
-    """Work-groups (CUDA blocks) one CU (SM) holds at once: the fewest the wave slots, the
-    register file (per SIMD, at the allocation granule), LDS (plus any per-group reservation) and
-    the per-CU group limit allow, at group granularity, as the CUDA occupancy calculator counts.
-    ``vgprs`` None: no register limit (an upper bound). None where the arch has no occupancy
-    facts or the group size is unknown."""
-    if not info.max_waves_per_simd or not info.simds_per_cu or not workgroup_size:
+def launch_block_size(launch: Mapping[str, Any] | None) -> int | None:
+    """Threads per work-group of a stored launch contract (metadata["launch"]), when its block
+    formulas are integer literals (the families' are); None otherwise."""
+    block = (launch or {}).get("block") if isinstance(launch, Mapping) else None
+    if not isinstance(block, (list, tuple)) or len(block) != 3:
         return None
-    waves = _ceil(workgroup_size, info.wave_size)
-    groups = info.max_waves_per_simd * info.simds_per_cu // waves
-    if vgprs is not None:
-        file = info.occupancy_vgprs or info.max_vgprs
-        per_simd = file // (_ceil(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule)
-        if info.sgpr_limits_occupancy and sgprs is not None:
-            per_simd = min(per_simd, _sgpr_waves(sgprs))
-        groups = min(groups, min(per_simd, info.max_waves_per_simd) * info.simds_per_cu // waves)
-    if lds_bytes:
-        groups = min(groups, (info.lds_per_cu or info.lds_bytes) // (lds_bytes + info.lds_reserved_per_group))
-    if info.max_groups_per_cu:
-        groups = min(groups, info.max_groups_per_cu)
-    return max(groups, 0)
+    size = 1
+    for dim in block:
+        text = str(dim).strip()
+        if not text.isdigit() or int(text) < 1:
+            return None
+        size *= int(text)
+    return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +165,9 @@ class Resources:
     vgpr_spills: int | None
     sgpr_spills: int | None
     private_segment_bytes: int | None
-    workgroup_size: int | None  # .max_flat_workgroup_size
-    occupancy: int | None  # waves per SIMD (module doc)
+    workgroup_size: int | None  # the launch's block size, else the code object's .max_flat_workgroup_size
+    occupancy: int | None  # waves per SIMD; NVIDIA: warps per SM sub-partition (module doc)
+    groups_per_cu: int | None = None  # work-groups (blocks) one CU (SM) holds at once (module doc)
 
     @property
     def spills(self) -> int | None:
@@ -107,20 +176,29 @@ class Resources:
         return (self.vgpr_spills or 0) + (self.sgpr_spills or 0)
 
     @classmethod
-    def from_code_object(cls, co: Mapping[str, Any] | None, info: ArchInfo) -> "Resources":
-        """From the metadata's "code_object" section (CodeObjectInfo.as_dict())."""
+    def from_code_object(cls, co: Mapping[str, Any] | None, info: ArchInfo, *,
+                         block_size: int | None = None) -> "Resources":
+        """From the metadata's "code_object" section (CodeObjectInfo.as_dict()).
+
+        ``block_size``: the work-group size the kernel is launched with (launch_block_size() of
+        metadata["launch"]); without it, the code object's .max_flat_workgroup_size (a cubin
+        states one only through .maxntid / .reqntid).
+        """
         co = co or {}
-        vgprs, sgprs, lds, wg = (co.get("vgpr_count"), co.get("sgpr_count"), co.get("lds_bytes"),
-                                 co.get("max_flat_workgroup_size"))
+        vgprs, sgprs, lds = co.get("vgpr_count"), co.get("sgpr_count"), co.get("lds_bytes")
+        wg = block_size or co.get("max_flat_workgroup_size")
+        kw = dict(vgprs=vgprs, sgprs=sgprs, lds_bytes=lds, workgroup_size=wg, barriers=co.get("barrier_count"))
+        # a code object that recorded no registers (a cubin stored before they were parsed) has
+        # no residency, not groups_per_cu's upper bound
+        groups = groups_per_cu(info, **kw) if vgprs is not None else None
         return cls(vgprs, sgprs, co.get("agpr_count"), lds, co.get("vgpr_spill_count"), co.get("sgpr_spill_count"),
-                   co.get("private_segment_bytes"), wg,
-                   occupancy(info, vgprs=vgprs, sgprs=sgprs, lds_bytes=lds, workgroup_size=wg))
+                   co.get("private_segment_bytes"), wg, occupancy(info, **kw), groups)
 
     def as_dict(self) -> dict[str, Any]:
         return {"vgprs": self.vgprs, "sgprs": self.sgprs, "agprs": self.agprs, "lds_bytes": self.lds_bytes,
                 "vgpr_spills": self.vgpr_spills, "sgpr_spills": self.sgpr_spills, "spills": self.spills,
                 "private_segment_bytes": self.private_segment_bytes, "workgroup_size": self.workgroup_size,
-                "occupancy": self.occupancy}
+                "occupancy": self.occupancy, "groups_per_cu": self.groups_per_cu}
 
 
 @dataclass(frozen=True, slots=True)
