@@ -45,7 +45,8 @@ def main() -> None:
             local = rt.c(cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn), "LOCAL")
             rt.unload(mod)
             r = c.resources
-            ours = groups_per_cu(info, vgprs=r.vgprs, sgprs=r.sgprs, lds_bytes=r.lds_bytes, workgroup_size=threads)
+            ours = r.groups_per_cu if r.groups_per_cu is not None else groups_per_cu(
+                info, vgprs=r.vgprs, sgprs=r.sgprs, lds_bytes=r.lds_bytes, workgroup_size=threads)
             rows.append({"kernel": contract.kernel, "threads": threads, "regs_parsed": r.vgprs, "regs_driver": int(regs),
                          "smem_parsed": r.lds_bytes, "smem_driver": int(smem), "local_parsed": r.private_segment_bytes,
                          "local_driver": int(local), "groups_ours": ours, "groups_driver": int(drv)})

@@ -151,13 +151,14 @@ def constants_for(processor: str) -> PerfConstants | None:
 
 
 def resident_groups(info: ArchInfo, work: TileWork, resources: Any = None) -> int:
-    """Work-groups one CU holds for this kernel: its registers and LDS from the code object's
-    resources where recorded (rocke_aot/candidates.py groups_per_cu), else the spec's threads and
-    LDS alone (registers unknown: no register limit, an upper bound)."""
-    vgprs = getattr(resources, "vgprs", None)
-    sgprs = getattr(resources, "sgprs", None)
-    lds = getattr(resources, "lds_bytes", None) or work.lds_bytes
-    got = groups_per_cu(info, vgprs=vgprs, sgprs=sgprs, lds_bytes=lds, workgroup_size=work.threads)
+    """Work-groups one CU holds for this kernel: the code object's own residency where the
+    artifact records it (Resources.groups_per_cu: registers, LDS, barriers, block size), else the
+    spec's threads and LDS alone (registers unknown: no register limit, an upper bound)."""
+    got = getattr(resources, "groups_per_cu", None)
+    if got is None:
+        lds = getattr(resources, "lds_bytes", None) or work.lds_bytes
+        got = groups_per_cu(info, vgprs=getattr(resources, "vgprs", None), sgprs=getattr(resources, "sgprs", None),
+                            lds_bytes=lds, workgroup_size=work.threads)
     return max(1, got or 1)
 
 

@@ -1,0 +1,79 @@
+"""Selection against measured times: the package's own rank() replayed over every candidate an
+H200 timed (docs/bench-raw/h200-run3, 15 repeats each, taken with the constants shipped now).
+
+The reference is the GPU's measured times, which no code here produced; the run's own summary
+is checked too, so the replay and the device's ranking are the same function. A change to the
+time model, the work models, the residency rules or the constants that makes the ranking worse
+on these 78 problems fails here before it reaches a device (docs/bench.md)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from rocke_aot.candidates import Candidate, Resources
+from rocke_aot.targets import Target
+from rocke_aot.variants import table
+from rocke_aot.variants.families import get_entry
+from rocke_aot.variants.selection import rank
+
+RUN = Path(__file__).resolve().parents[1] / "docs" / "bench-raw" / "h200-run3"
+SM90 = Target.parse("sm_90")
+FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")
+
+
+def _load(name: str) -> dict:
+    for p in (RUN / f"{name}.json", RUN / f"{name}.json.gz"):
+        if p.exists():
+            return json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
+    raise FileNotFoundError(name)
+
+
+def _specs(family: str) -> dict[str, dict]:
+    return {s.kernel_name: s.to_dict() for s in table.enumerate_specs(family, "sm_90", "llvm22")}
+
+
+def _replay(family: str, doc: dict) -> list[float]:
+    specs, entry = _specs(family), get_entry(family)
+    fields = set(Resources.__dataclass_fields__)
+    out = []
+    for pr in doc["problems"]:
+        rows = [r for r in pr["results"] if r["median_ms"] and not r["error"]]
+        cands = [Candidate(r["key"], r["key"], family, specs[r["kernel"]], "sm_90", r["lane"], "default", "g", True,
+                           Resources(**{k: v for k, v in r["resources"].items() if k in fields}),
+                           datetime(2026, 12, 2, tzinfo=timezone.utc)) for r in rows]
+        best = rank(cands, entry.problem_from(pr["problem"]), SM90).best
+        times = {r["key"]: r["median_ms"] for r in rows}
+        out.append(min(times.values()) / times[best.key])
+    return out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("which", ["quality", "holdout"])
+def test_replay_reproduces_the_devices_ranking(family, which):
+    doc = _load(f"{which}-{family}")
+    got = _replay(family, doc)
+    measured = [p["selection_quality"] for p in doc["problems"]]
+    assert got == pytest.approx(measured, rel=1e-9)  # the device ranked with this very code
+
+
+@pytest.mark.parametrize("family", ["gemm", "conv_direct_fwd"])
+def test_quality_goal_on_measured_times(family):
+    """Issue 13's goal, met for these two families in run 3: median >= 0.95, none below 0.7,
+    on the fitted problem set and on the hold-out set alike."""
+    for which in ("quality", "holdout"):
+        q = _replay(family, _load(f"{which}-{family}"))
+        assert statistics.median(q) >= 0.95, (which, sorted(q))
+        assert min(q) >= 0.7, (which, sorted(q))
+
+
+def test_dgrad_quality_is_no_worse_than_recorded():
+    """conv_dgrad_patch misses the goal (docs/bench.md says why); hold the ground gained."""
+    q = _replay("conv_dgrad_patch", _load("quality-conv_dgrad_patch")) + \
+        _replay("conv_dgrad_patch", _load("holdout-conv_dgrad_patch"))
+    assert statistics.median(q) >= 0.85 and min(q) >= 0.66, sorted(q)
