@@ -229,8 +229,9 @@ def main() -> None:
                  f"(first: {info['missing_kernels'][:3]}): build the same grid first")
     res = fit(rows, target.info.cu_count, a.loo, None if a.fresh else perf.constants_for(target.processor), a.anchor)
     theta, fams = res.pop("theta"), res.pop("fams")
-    if a.holdout:
-        hold, hinfo = rows_for(store, target, load_runs(a.holdout))
+    hold_docs = load_runs(a.holdout)
+    if hold_docs:
+        hold, hinfo = rows_for(store, target, hold_docs)
         if hinfo["missing_kernels"]:
             sys.exit(f"hold-out kernels missing from {a.cache}: {hinfo['missing_kernels'][:3]}")
         fi = np.array([fams.index(r["family"]) for r in hold])
@@ -242,7 +243,7 @@ def main() -> None:
         "command": "bench/fit_perf.py " + " ".join(sys.argv[1:]), "date": dt.date.today().isoformat(),
         "rows": len(rows), "devices": sorted({d.get("device", "?") for d in docs}),
         "runs": [{"file": d["_file"], "sha256": d["_sha256"]} for d in docs],
-        "holdout_runs": [{"file": d["_file"], "sha256": d["_sha256"]} for d in load_runs(a.holdout)], **res}}
+        "holdout_runs": [{"file": d["_file"], "sha256": d["_sha256"]} for d in hold_docs], **res}}
     print(json.dumps({k: v for k, v in doc["fit"].items() if k != "loo_per_problem"} | {"constants": consts}, indent=2))
     if a.write:
         Path(a.write).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

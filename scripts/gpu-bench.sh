@@ -7,14 +7,7 @@
 set -eo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rocke-out}; mkdir -p "$OUT"
-SITE=${ROCKE_AOT_GPU_SITE:-/tmp/rocke-site}
-PY=${PYTHON:-python3}
-rm -rf "$SITE"; mkdir -p "$SITE"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl
-fi
-"$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" .
-export PYTHONPATH="$SITE" PATH="$PATH:/usr/local/cuda/bin"
+source scripts/gpu-site.sh
 export ROCKE_AOT_HOME=/tmp/rocke-home CACHE=/tmp/rocke-home/cache.sqlite
 RA() { "$PY" -c 'import sys; from rocke_aot.cli.main import main; sys.argv[0]="rocke-aot"; main()' "$@"; }
 cd /tmp   # so the repository folders cannot shadow the installed package

@@ -4,16 +4,7 @@
 # CUDA's ptxas. Packages it lacks can be given as wheels in .whl/ (pure installs, no network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SITE=${ROCKE_AOT_GPU_SITE:-/tmp/rocke-site}
-PY=${PYTHON:-python3}
-rm -rf "$SITE"; mkdir -p "$SITE"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl
-fi
-# The project itself, without dependencies (they are on the machine or in .whl/).
-"$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" .
-export PYTHONPATH="$SITE"
-command -v ptxas >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+source scripts/gpu-site.sh
 "$PY" - <<'PY'
 import llvmlite, numpy, torch
 print("llvmlite", llvmlite.__version__, "numpy", numpy.__version__, "torch", torch.__version__,

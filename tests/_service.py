@@ -61,10 +61,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(cache_url: str, *, workers: int = 1, token_file: str | None = None, env: dict | None = None):
-    """Yield the base URL of a real `rocke-aot serve`; the process is always stopped."""
-    port = free_port()
-    args = [EXE, "serve", "--cache", str(cache_url), "--port", str(port), "--workers", str(workers)]
+def serve_process(cache_url: str, *, port: int | None = None, workers: int = 1, token_file: str | None = None,
+                  extra=(), env: dict | None = None):
+    """(process, base URL) of a real `rocke-aot serve` once /healthz answers; the process is
+    always stopped (killed if it will not terminate)."""
+    port = port or free_port()
+    args = [EXE, "serve", "--cache", str(cache_url), "--port", str(port), "--workers", str(workers), *extra]
     if token_file:
         args += ["--token-file", token_file]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -83,11 +85,19 @@ def live_server(cache_url: str, *, workers: int = 1, token_file: str | None = No
             if time.monotonic() > deadline:
                 raise AssertionError("rocke-aot serve did not answer /healthz within 60 s")
             time.sleep(0.2)
-        yield base
+        yield proc, base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def live_server(cache_url: str, *, workers: int = 1, token_file: str | None = None, env: dict | None = None):
+    """Yield the base URL of a real `rocke-aot serve`; the process is always stopped."""
+    with serve_process(cache_url, workers=workers, token_file=token_file, env=env) as (_, base):
+        yield base

@@ -40,7 +40,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from _pg import pg_database, store_url  # noqa: F401
-from _service import EXE, filled_store, free_port, kernel_bundle  # noqa: F401
+from _service import EXE, filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
 from test_service import BAD, TOKEN, publish_body
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
@@ -78,31 +78,9 @@ def sqlite_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-@contextlib.contextmanager
 def server(cache_url: str, port: int | None = None, extra=()):
     """(proc, base URL) of a real `rocke-aot serve`; stopped (killed if need be) on exit."""
-    port = port or free_port()
-    proc = subprocess.Popen([EXE, "serve", "--cache", str(cache_url), "--port", str(port), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"serve exited {proc.returncode}: {proc.stdout.read()}"
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(base + "/healthz", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "serve did not answer /healthz in 60 s"
-            time.sleep(0.2)
-        yield proc, base
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+    return serve_process(cache_url, port=port, extra=extra)
 
 
 def verify(url: str) -> dict:

@@ -65,10 +65,6 @@ class TileWork:
     double_buffer: bool
     lds_bytes: int  # static LDS of the block (residency when no resources are known)
 
-    @property
-    def warps(self) -> int:
-        return -(-self.threads // 32) if self.threads else 0
-
 
 def bank_degree(byte_addresses: Any) -> int:
     """Conflict degree of one LDS access of a wavefront: the most distinct 4-byte words any

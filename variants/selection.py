@@ -115,12 +115,14 @@ def _spec(c: Candidate) -> tuple[Any, str]:
     return got
 
 
-# (problem, processor) -> {spec text: reason or Efficiency}. Verdicts are pure functions of the
-# three, so a service asked the same shape again skips the models (bounded: cleared when full).
-_VERDICTS: dict[tuple[Any, str], dict[str, Any]] = {}
+# (problem, processor) -> {spec text: reason or Efficiency, ("estimate", key): estimated ms}.
+# Both are pure functions of the problem, the processor and the spec (the estimate also of the
+# artifact's resources, which its key names forever), so a service asked the same shape again
+# skips the models (bounded: cleared when full).
+_VERDICTS: dict[tuple[Any, str], dict[Any, Any]] = {}
 
 
-def _verdicts(problem: Any, processor: str) -> dict[str, Any]:
+def _verdicts(problem: Any, processor: str) -> dict[Any, Any]:
     k = (problem, processor)
     got = _VERDICTS.get(k)
     if got is None:
@@ -241,7 +243,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     return Ranking(tuple(accepted), tuple(rejected))
 
 
-def _estimate_cached(effs: dict[str, Any], ch: Choice, problem: Any, dev: Target,
+def _estimate_cached(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target,
                      constants: perf.PerfConstants) -> float:
     k = ("estimate", ch.candidate.key)  # a key names one spec and one code object forever
     got = effs.get(k)
