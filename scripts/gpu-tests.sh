@@ -13,4 +13,4 @@ PY
 # Run from a copy of tests/ so the repository folders do not shadow the installed package.
 rm -rf /tmp/rocke-gpu-tests && cp -r tests /tmp/rocke-gpu-tests && cp pyproject.toml /tmp/rocke-gpu-tests/
 cd /tmp/rocke-gpu-tests
-exec "$PY" -m pytest -p no:cacheprovider -m gpu -rA "$@" ./*_gpu.py
+exec "$PY" -m pytest -p no:cacheprovider -m gpu -rA "$@" ./*_gpu.py ./test_cubin_resources.py
