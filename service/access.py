@@ -22,7 +22,6 @@ this worker; the client checks the content sha256 again after decompressing.
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from collections import OrderedDict
@@ -48,10 +47,8 @@ _Q_KERNEL = sa_select(*_ROW).select_from(_ROW_FROM).where(A.c.key == bindparam("
 
 
 def open_store(url: str, *, readonly: bool = True) -> Store:
-    """The store, read-only where the store module offers it (issue 11)."""
-    if readonly and "readonly" in inspect.signature(Store.open).parameters:
-        return Store.open(url, readonly=True)
-    return Store.open(url)
+    """The store the service reads (read-only by default: a replica needs no write access)."""
+    return Store.open(url, readonly=readonly)
 
 
 @dataclass(frozen=True)
