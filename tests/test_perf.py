@@ -54,13 +54,32 @@ def test_conv_fragment_conflicts_worked_by_hand(c_chunk, a_degree):
     assert perf.bank_degree(addrs) == a_degree
 
 
-def test_gemm_padding_makes_fragments_conflict_free():
-    """GemmSpec pads each LDS row by 8 elements for mma: every fragment load is one wavefront,
-    so an instruction costs exactly its a_per_lane + b_per_lane loads (8 + 4)."""
+@pytest.mark.parametrize("family", ["gemm", "conv_dgrad_patch"])
+def test_padding_makes_fragments_conflict_free(family):
+    """GemmSpec and ConvDgradPatchSpec pad each LDS row by 8 elements for mma: every fragment
+    load is one wavefront, so an instruction costs exactly its a_per_lane + b_per_lane loads
+    (8 + 4), on every sm_90 mma spec of the table."""
     ins = mma.INSTRS["mma_f32_16x8x16_f16"]
-    for spec in table.enumerate_specs("gemm", "sm_90", "llvm22"):
-        if spec.path == "mma":
-            assert perf.fragment_wavefronts(ins, spec.lds_a_index, spec.lds_b_index, 2) == 12, spec.kernel_name
+    specs = [s for s in table.enumerate_specs(family, "sm_90", "llvm22") if s.path == "mma"]
+    assert specs
+    for spec in specs:
+        assert perf.fragment_wavefronts(ins, spec.lds_a_index, spec.lds_b_index, 2) == 12, spec.kernel_name
+
+
+@pytest.mark.parametrize("k_chunk", [16, 32])
+def test_dgrad_padded_rows_worked_by_hand(k_chunk):
+    """The dgrad A fragment, register j=0 (lane l: row l//4, column 2*(l%4)), on rows of
+    k_chunk + 8 f16 = (k_chunk + 8)/2 words: lane l's word is (l//4)*(k_chunk+8)/2 + l%4.
+    k_chunk 16: 12g + t, k_chunk 32: 20g + t; both put the 8 row groups on 8 disjoint sets of
+    4 banks (12g and 20g mod 32 are 0,12,24,4,16,28,8,20 and 0,20,8,28,16,4,24,12), so one
+    wavefront; unpadded the same rows cost 2 and 4 (8g + t, 16g + t)."""
+    spec = ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=k_chunk, path="mma")
+    ins = mma.INSTRS["mma_f32_16x8x16_f16"]
+    addrs = [spec.lds_a_index(*ins.a_coord(lane, 0)) * 2 for lane in range(32)]
+    assert [a // 4 for a in addrs] == [(lane // 4) * (k_chunk + 8) // 2 + lane % 4 for lane in range(32)]
+    assert perf.bank_degree(addrs) == 1
+    unpadded = [((lane // 4) * k_chunk + 2 * (lane % 4)) * 2 for lane in range(32)]
+    assert perf.bank_degree(unpadded) == k_chunk // 8
 
 
 # -- the work of a block, against each family's own definition ---------------------------------
@@ -162,8 +181,11 @@ def test_bad_constants_are_named():
         perf.PerfConstants.from_dict({**good, "spill": -1}, "x")
 
 
-def test_patch_dgrad_layout_is_the_lowerers():
-    """The B operand sits after A: [k_chunk][cols_padded] (conv_dgrad_patch lowering)."""
-    s = ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16, path="mma")
-    assert s.lds_a_index(0, 0) == 0 and s.lds_a_index(1, 0) == 16
-    assert s.lds_b_index(0, 0) == s.rows * s.k_chunk and s.lds_b_index(1, 0) - s.lds_b_index(0, 0) == s.cols_padded
+@pytest.mark.parametrize("path, pad", [("mma", 8), ("fma", 0)])
+def test_patch_dgrad_layout_is_the_lowerers(path, pad):
+    """A is [rows][k_chunk + pad], B after it [k_chunk][cols_padded + pad]; 32 dY pixels x 16
+    channels, 96 columns (2 patch rows x 16 x 3) -> A spans 32*(16+pad) elements."""
+    s = ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16, path=path)
+    assert s.lds_a_index(0, 0) == 0 and s.lds_a_index(1, 0) == 16 + pad
+    assert s.lds_b_index(0, 0) == 32 * (16 + pad) and s.lds_b_index(1, 0) - s.lds_b_index(0, 0) == 96 + pad
+    assert s.lds_bytes() == 2 * (32 * (16 + pad) + 16 * (96 + pad))

@@ -309,13 +309,42 @@ class ConvDgradPatchSpec(_ConvSpec):
         return self.tile_h * self.tile_w
 
     # -- the LDS layout (the lowerer's addresses and the time model's bank count, one definition) --
+    @property
+    def lds_row_pad(self) -> int:
+        """Elements of padding after each LDS row of A and B (8 on the mma path, else 0).
+
+        An mma.sync fragment reads A at rows g (8 of them) and B at K rows 2t.. (4 of them)
+        for the same columns; rows of k_chunk = 16 / 32 f16 (32 / 64 bytes) or of a multiple
+        of 16 columns put those rows on the same banks, 2- to 4-way (measured on the H200:
+        k_chunk 32 up to 1.4x slower than 16 on the same tile, docs/bench.md). 8 elements
+        (16 bytes) more per row shifts each row by four banks, which makes every fragment
+        read conflict free (variants/perf.py fragment_wavefronts; tests/test_perf.py), as
+        GemmSpec.lds_row_pad does for gemm. fma and the AMD paths keep unpadded rows."""
+        return 8 if self.path == "mma" else 0
+
+    @property
+    def lds_a_stride(self) -> int:
+        return self.k_chunk + self.lds_row_pad
+
+    @property
+    def lds_b_stride(self) -> int:
+        return self.cols_padded + self.lds_row_pad
+
     def lds_a_index(self, row: Any, kk: Any) -> Any:
-        """Element index of A[row][kk]: dY rows [rows][k_chunk]."""
-        return row * self.k_chunk + kk
+        """Element index of A[row][kk]: dY rows [rows][k_chunk + pad]."""
+        return row * self.lds_a_stride + kk
 
     def lds_b_index(self, kk: Any, col: Any) -> Any:
-        """Element index of B[kk][col]: weights [k_chunk][cols_padded] after A."""
-        return self.rows * self.k_chunk + kk * self.cols_padded + col
+        """Element index of B[kk][col]: weights [k_chunk][cols_padded + pad] after A."""
+        return self.rows * self.lds_a_stride + kk * self.lds_b_stride + col
+
+    def lds_elems(self) -> int:
+        """LDS elements of the block: A and B with their row padding."""
+        return self.rows * self.lds_a_stride + self.k_chunk * self.lds_b_stride
+
+    def staged_elems(self) -> int:
+        """Elements one reduction step copies from global memory into LDS (no padding)."""
+        return self.rows * self.k_chunk + self.k_chunk * self.cols_padded
 
     def launch_formulas(self) -> LaunchFormulas:
         """kernel(dY, Wt, dX, N, H, W, K) over a 1-D grid: the main (GEMM tile) blocks, then
@@ -339,8 +368,7 @@ class ConvDgradPatchSpec(_ConvSpec):
         )
 
     def lds_bytes(self) -> int:
-        e = DTYPE_BYTES[self.dtype]
-        return e * (self.rows * self.k_chunk + self.k_chunk * self.cols_padded)
+        return DTYPE_BYTES[self.dtype] * self.lds_elems()
 
     def geometry(self, target: Any) -> ConvGeometry:
         info = target.info

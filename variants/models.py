@@ -219,7 +219,7 @@ def _patch_work(spec: Any, p: PatchDgradProblem, target: Any) -> TileWork:
     # One step = one k_chunk of dY channels staged (dY rows + weights); columns padded to 16.
     macs = spec.rows * spec.cols_padded * spec.k_chunk
     return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(p.k, spec.k_chunk), macs_per_step=macs,
-                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
+                    load_bytes_per_step=spec.staged_elems() * DTYPE_BYTES[spec.dtype], lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
                     store_bytes=spec.rows * spec.cols * DTYPE_BYTES[spec.dtype],
                     matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
 

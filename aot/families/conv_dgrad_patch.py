@@ -16,7 +16,8 @@
         main block (n, i0, j0, r0): ROWS = tile_h x tile_w dY pixels, COLS = r_blk*P*C GEMM
             columns (patch rows r0 .. r0+r_blk-1, contiguous in W's (r, s, c) order) padded
             to whole 16-column tiles; for each K chunk: stage dY[rows][k_chunk] and
-            W[k_chunk][cols] into LDS (zero past K and past the real columns); barrier;
+            W[k_chunk][cols] into LDS (zero past K and past the real columns; rows padded by
+            ConvDgradPatchSpec.lds_row_pad on mma, its lds_a_index / lds_b_index); barrier;
             acc += A x B (TileGemm.step); barrier.  Epilogue: the pixel-shuffled store,
             guarded by i < Hp, j < Wp, col < r_blk*P*C.
         border block b: a grid-stride loop over the N * (H*W - Hp*P*Wp*P) * C border
@@ -46,7 +47,7 @@ class _PatchLowering(ConvLowering):
     def build(self) -> None:
         s = self.spec
         (dY, Wt, dX, n_arg, h_arg, w_arg, k_arg), gid = self.start(
-            kernel_params(s), "patch_lds", s.rows * s.k_chunk + s.k_chunk * s.cols_padded)
+            kernel_params(s), "patch_lds", s.lds_elems())
         self.dY, self.Wt, self.dX = dY, Wt, dX
         self.N, self.H, self.W, self.K = self.S(n_arg), self.S(h_arg), self.S(w_arg), self.S(k_arg)
         self.Hp, self.Wp = self.H // s.p, self.W // s.p
@@ -74,7 +75,7 @@ class _PatchLowering(ConvLowering):
         def chunk(ci: Sym, acc):
             k0 = ci * s.k_chunk
             self.copy_to_lds(a_size, lambda e: self._dy_elem(e, k0))
-            self.copy_to_lds(s.k_chunk * s.cols_padded, lambda e: self._w_elem(e, k0, a_size))
+            self.copy_to_lds(s.k_chunk * s.cols_padded, lambda e: self._w_elem(e, k0))
             kb.barrier()
             acc = self.step(acc, s.k_chunk, s.lds_a_index, s.lds_b_index)
             kb.barrier()
@@ -93,16 +94,16 @@ class _PatchLowering(ConvLowering):
         k = k0 + kk
         ok = self.kb.all_of(i.lt(self.Hp), j.lt(self.Wp), k.lt(self.K))
         idx = ((self.n * self.Hp + i) * self.Wp + j) * self.K + k
-        return self.guarded_load(self.dY, idx, ok), e
+        return self.guarded_load(self.dY, idx, ok), s.lds_a_index(row, kk)
 
-    def _w_elem(self, e: Sym, k0: Sym, a_size: int):
+    def _w_elem(self, e: Sym, k0: Sym):
         s = self.spec
         kk, col = e // s.cols_padded, e % s.cols_padded
         k = k0 + kk
         ok = self.kb.all_of(col.lt(s.cols), k.lt(self.K))
         # The block's columns are patch rows r0 .. r0+r_blk-1 of W[k] in (r, s, c) order.
         idx = k * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + col
-        return self.guarded_load(self.Wt, idx, ok), e + a_size
+        return self.guarded_load(self.Wt, idx, ok), s.lds_b_index(kk, col)
 
     def _store(self, row: Sym, col: Sym, value) -> None:
         s = self.spec
