@@ -24,17 +24,20 @@ trap 'kill $SERVER 2>/dev/null || true' EXIT
 for i in $(seq 50); do "$PY" -c "import httpx; httpx.get('http://127.0.0.1:8765/healthz').raise_for_status()" 2>/dev/null && break; sleep 0.2; done
 P=$REPO/bench/problems
 QREPS=${QUALITY_REPS:-5}   # repeats per candidate in the all-candidates passes (more: less winner's curse)
+# QUALITY_VERIFY="fam ..." also verifies every candidate of those families in passes 1 and 1b
+# (after a lowering change: every kernel of the family checked, not only the top 3 of pass 2)
+check() { case " ${QUALITY_VERIFY:-} " in *" $1 "*) echo --verify ;; *) echo --no-verify ;; esac; }
 # 1. selection quality: every candidate, from the local cache, timed (numerics: pass 2)
 for fam in gemm conv_direct_fwd conv_dgrad_patch; do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --cache "$CACHE" \
-     --candidates all --no-verify --warmup 1 --reps $QREPS --out "$OUT/quality-$fam.json" --json > /dev/null \
+     --candidates all $(check $fam) --warmup 1 --reps $QREPS --out "$OUT/quality-$fam.json" --json > /dev/null \
      2> "$OUT/quality-$fam.log" || echo "quality $fam: rc=$?"
   echo "quality $fam: $(( $(date +%s) - t0 )) s"
 done
 # 1b. the same on hold-out problems the time model's constants were never fitted on
 for fam in gemm conv_direct_fwd conv_dgrad_patch; do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/holdout-$fam.json --cache "$CACHE" \
-     --candidates all --no-verify --warmup 1 --reps $QREPS --out "$OUT/holdout-$fam.json" --json > /dev/null \
+     --candidates all $(check $fam) --warmup 1 --reps $QREPS --out "$OUT/holdout-$fam.json" --json > /dev/null \
      2> "$OUT/holdout-$fam.log" || echo "holdout $fam: rc=$?"
   echo "holdout $fam: $(( $(date +%s) - t0 )) s"
 done
