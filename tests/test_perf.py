@@ -189,3 +189,16 @@ def test_patch_dgrad_layout_is_the_lowerers(path, pad):
     assert s.lds_a_index(0, 0) == 0 and s.lds_a_index(1, 0) == 16 + pad
     assert s.lds_b_index(0, 0) == 32 * (16 + pad) and s.lds_b_index(1, 0) - s.lds_b_index(0, 0) == 96 + pad
     assert s.lds_bytes() == 2 * (32 * (16 + pad) + 16 * (96 + pad))
+
+
+@pytest.mark.parametrize("path", ["mma", "fma"])
+def test_patch_dgrad_staging_walks_the_same_layout(path):
+    """The staging copy's addresses (e plus the padding before it) are the fragment reads'
+    lds_a_index / lds_b_index at every staged element, padded or not."""
+    s = ConvDgradPatchSpec(dtype="f16", c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path=path)
+    kc, cp = s.k_chunk, s.cols_padded
+    assert [s.lds_a_staged(e, e // kc) for e in range(s.rows * kc)] == \
+        [s.lds_a_index(r, k) for r in range(s.rows) for k in range(kc)]
+    got = [s.lds_b_staged(e, e // cp) for e in range(kc * cp)]
+    assert got == [s.lds_b_index(k, c) for k in range(kc) for c in range(cp)]
+    assert max(got) < s.lds_elems() and len(set(got)) == len(got)

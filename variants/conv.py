@@ -338,6 +338,20 @@ class ConvDgradPatchSpec(_ConvSpec):
         """Element index of B[kk][col]: weights [k_chunk][cols_padded + pad] after A."""
         return self.rows * self.lds_a_stride + kk * self.lds_b_stride + col
 
+    # The staging copy (aot/families/conv_dgrad_patch.py) walks A and B element by element in
+    # row-major order, e = row * k_chunk + kk (A) or kk * cols_padded + col (B); the same
+    # addresses written as e plus the padding of the rows before it, so an unpadded layout
+    # stages at e itself and a padded one costs one multiply-add (tests/test_perf.py checks
+    # both forms agree everywhere).
+    def lds_a_staged(self, e: Any, row: Any) -> Any:
+        """lds_a_index(row, kk) of the e-th staged A element (row = e // k_chunk)."""
+        return e + row * self.lds_row_pad if self.lds_row_pad else e
+
+    def lds_b_staged(self, e: Any, kk: Any) -> Any:
+        """lds_b_index(kk, col) of the e-th staged B element (kk = e // cols_padded)."""
+        at = e + self.rows * self.lds_a_stride
+        return at + kk * self.lds_row_pad if self.lds_row_pad else at
+
     def lds_elems(self) -> int:
         """LDS elements of the block: A and B with their row padding."""
         return self.rows * self.lds_a_stride + self.k_chunk * self.lds_b_stride

@@ -94,7 +94,7 @@ class _PatchLowering(ConvLowering):
         k = k0 + kk
         ok = self.kb.all_of(i.lt(self.Hp), j.lt(self.Wp), k.lt(self.K))
         idx = ((self.n * self.Hp + i) * self.Wp + j) * self.K + k
-        return self.guarded_load(self.dY, idx, ok), s.lds_a_index(row, kk)
+        return self.guarded_load(self.dY, idx, ok), s.lds_a_staged(e, row)
 
     def _w_elem(self, e: Sym, k0: Sym):
         s = self.spec
@@ -103,7 +103,7 @@ class _PatchLowering(ConvLowering):
         ok = self.kb.all_of(col.lt(s.cols), k.lt(self.K))
         # The block's columns are patch rows r0 .. r0+r_blk-1 of W[k] in (r, s, c) order.
         idx = k * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + col
-        return self.guarded_load(self.Wt, idx, ok), s.lds_b_index(kk, col)
+        return self.guarded_load(self.Wt, idx, ok), s.lds_b_staged(e, kk)
 
     def _store(self, row: Sym, col: Sym, value) -> None:
         s = self.spec
