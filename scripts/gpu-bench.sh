@@ -26,16 +26,18 @@ P=$REPO/bench/problems
 QREPS=${QUALITY_REPS:-5}   # repeats per candidate in the all-candidates passes (more: less winner's curse)
 # QUALITY_VERIFY="fam ..." also verifies every candidate of those families in passes 1 and 1b
 # (after a lowering change: every kernel of the family checked, not only the top 3 of pass 2)
+# QUALITY_FAMILIES="fam ..." limits passes 1 and 1b to those families (default: all three)
+FAMS=${QUALITY_FAMILIES:-gemm conv_direct_fwd conv_dgrad_patch}
 check() { case " ${QUALITY_VERIFY:-} " in *" $1 "*) echo --verify ;; *) echo --no-verify ;; esac; }
 # 1. selection quality: every candidate, from the local cache, timed (numerics: pass 2)
-for fam in gemm conv_direct_fwd conv_dgrad_patch; do
+for fam in $FAMS; do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --cache "$CACHE" \
      --candidates all $(check $fam) --warmup 1 --reps $QREPS --out "$OUT/quality-$fam.json" --json > /dev/null \
      2> "$OUT/quality-$fam.log" || echo "quality $fam: rc=$?"
   echo "quality $fam: $(( $(date +%s) - t0 )) s"
 done
 # 1b. the same on hold-out problems the time model's constants were never fitted on
-for fam in gemm conv_direct_fwd conv_dgrad_patch; do
+for fam in $FAMS; do
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/holdout-$fam.json --cache "$CACHE" \
      --candidates all $(check $fam) --warmup 1 --reps $QREPS --out "$OUT/holdout-$fam.json" --json > /dev/null \
      2> "$OUT/holdout-$fam.log" || echo "holdout $fam: rc=$?"
