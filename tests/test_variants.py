@@ -311,3 +311,16 @@ def test_default_conv_specs_lay_out_on_every_arch(cls):
     for arch in ARCHES:
         geo = cls().geometry(Target.parse(arch))  # fma: every arch
         assert 1 <= geo.threads <= 1024 and geo.lds_bytes <= arch_info(arch).static_lds_limit
+
+
+def test_dgrad_mma_grid_keeps_k_chunk_16_only_on_sm90():
+    """The measured grid rule (variants/tables/conv.py MMA_PATCH_K_CHUNKS): sm_90's mma path
+    drops k_chunk 32; its fma path and the AMD matrix paths keep what their instructions allow
+    (gfx1250's WMMA is 16x16x32: k_chunk 32 only, as before the rule)."""
+    def chunks(arch: str, path: str) -> set[int]:
+        return {s.k_chunk for s in table.enumerate_specs("conv_dgrad_patch", arch, "llvm22") if s.path == path}
+
+    assert chunks("sm_90", "mma") == {16}
+    assert chunks("sm_90", "fma") == {16, 32}
+    assert chunks("gfx942", "mfma") == {16, 32}
+    assert chunks("gfx1250", "wmma") == {32}

@@ -9,7 +9,8 @@ for EVERY (arch, lane) pair.
         .baked(target, lane)     -> [ {baked params}, ... ]      (dtype, filter, patch size)
         .knobs(baked, target, lane) -> {knob: (values...)}        (tuning grid)
         .make_spec(baked, knobs) -> spec     (raises SpecError/CapabilityError = not in grid)
-        .check(spec, target)     -> None     (the spec's own arch checks: LDS, threads, tiles)
+        .check(spec, target)     -> None     (the spec's own arch checks: LDS, threads, tiles;
+                                              and any grid rule of the table's own)
 
     admission(family, arch, lane)         -> Admission(served, reason)
         lane undecided?  -> refused "undecided" (and check_complete() names it)

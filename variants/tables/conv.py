@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from rocke_aot.errors import SpecError
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
@@ -83,13 +84,30 @@ def _patch_make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> ConvDgrad
     return ConvDgradPatchSpec(**baked, **knobs)
 
 
+# NVPTX mma.sync (sm_90) keeps k_chunk 16 only. With the padded LDS rows, k_chunk 32 stages
+# twice the elements per thread between barriers; ptxas holds them in registers (117-193
+# against 72-120 for the same tile at 16) and residency halves. On the H200 (run 5,
+# docs/bench.md) the k_chunk 32 kernel ran a median 1.0-1.8x slower than its k_chunk 16
+# twin on every problem, and it was the fastest candidate of 1 problem in 12, by 4%: a
+# dominated variant that only costs build time and ranking risk. fma keeps both (its k_chunk
+# 32 won on small patch-4 problems); the AMD matrix paths keep both (not measured there).
+MMA_PATCH_K_CHUNKS = (16,)
+
+
+def _patch_check(spec: ConvDgradPatchSpec, target: Target) -> None:
+    spec.geometry(target)
+    if spec.path == "mma" and spec.k_chunk not in MMA_PATCH_K_CHUNKS:
+        raise SpecError(f"conv_dgrad_patch grid: mma keeps k_chunk {MMA_PATCH_K_CHUNKS} "
+                        f"(k_chunk {spec.k_chunk} measured dominated on sm_90)")
+
+
 CONV_DGRAD_PATCH = FamilyTable(
     family="conv_dgrad_patch",
     lane_decisions={"llvm20": SERVE, "llvm22": SERVE, "llvm23": SERVE, "llvm24": _LLVM24},
     baked=_patch_baked,
     knobs=_patch_knobs,
     make_spec=_patch_make,
-    check=lambda spec, target: spec.geometry(target),
+    check=_patch_check,
     spec_from_dict=ConvDgradPatchSpec.from_dict,
     paths=matrix_paths,
 )
