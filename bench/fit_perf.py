@@ -16,6 +16,8 @@
                0.941 and the hold-out one from 0.960 to 0.972 (docs/bench.md)
     --loo:  the same fit leaving each problem out in turn, ranking the left-out problem
     --write FILE: the constants with their provenance (variants/perf_constants/<arch>.json)
+    Measured kernels the family's table no longer builds (a grid rule dropped them) are left
+    out of the fit and the replay alike: both rank what the grid holds now.
     --check: no fit; replay the package's own ranking (variants/selection.rank with the
             constants it ships) over the runs: per problem, measured time of the top-ranked
             candidate vs the best measured one (the selection-quality figure of docs/bench.md)
@@ -42,7 +44,7 @@ import numpy as np
 
 from rocke_aot.cache.store import Store
 from rocke_aot.targets import Target
-from rocke_aot.variants import perf
+from rocke_aot.variants import perf, table
 from rocke_aot.variants.families import get_entry
 from rocke_aot.variants.selection import rank
 
@@ -75,13 +77,17 @@ def rows_for(store: Store, target: Target, docs: list[dict]) -> tuple[list[dict]
             for c in cands[fam]:
                 spec = get_entry(fam).spec_from(dict(c.spec))
                 by_name[(fam, spec.kernel_name)] = (spec, c)
-    rows, missing = [], set()
+    rows, missing, outside = [], set(), set()
     for doc in docs:
         fam, entry = doc["family"], get_entry(doc["family"])
+        grid = grid_names(fam, target)
         for pi, pr in enumerate(doc["problems"]):
             problem = entry.problem_from(pr["problem"])
             for r in pr["results"]:
                 if not r.get("median_ms") or r.get("error"):
+                    continue
+                if r["kernel"] not in grid:  # measured, but the table no longer builds it
+                    outside.add(r["kernel"])
                     continue
                 got = by_name.get((fam, r["kernel"]))
                 if got is None:
@@ -94,7 +100,14 @@ def rows_for(store: Store, target: Target, docs: list[dict]) -> tuple[list[dict]
                 groups = perf.resident_groups(target.info, work, res)
                 rows.append(dict(family=fam, pid=f"{fam}:{doc['_file']}:{pi}", kernel=r["kernel"], ms=r["median_ms"], work=work,
                                  tiles=eff.tiles, groups=groups, spill=res.private_segment_bytes or 0))
-    return rows, {"missing_kernels": sorted(missing), "candidates": {f: len(v) for f, v in cands.items()}}
+    return rows, {"missing_kernels": sorted(missing), "outside_grid": len(outside),
+                  "candidates": {f: len(v) for f, v in cands.items()}}
+
+
+def grid_names(family: str, target: Target, lane: str = "llvm22") -> set[str]:
+    """Kernel names of the family's current grid: runs measured before a grid rule dropped a
+    variant (variants/tables/) still hold it; the fit and the replay rank what is built now."""
+    return {s.kernel_name for s in table.enumerate_specs(family, target, lane)}
 
 
 def arrays(rows: list[dict], cus: int) -> dict:
@@ -195,8 +208,10 @@ def check(store: Store, target: Target, docs: list[dict]) -> dict:
         fam, entry = doc["family"], get_entry(doc["family"])
         cands = list(store.candidates(fam, target))
         name_of = {c.key: entry.spec_from(dict(c.spec)).kernel_name for c in cands}
+        grid = grid_names(fam, target)
         for pi, pr in enumerate(doc["problems"]):
-            times = {r["kernel"]: r["median_ms"] for r in pr["results"] if r.get("median_ms") and not r.get("error")}
+            times = {r["kernel"]: r["median_ms"] for r in pr["results"]
+                     if r.get("median_ms") and not r.get("error") and r["kernel"] in grid}
             problem = entry.problem_from(pr["problem"])
             ranking = rank([c for c in cands if name_of[c.key] in times], problem, target)
             if ranking.best is None:
@@ -241,7 +256,7 @@ def main() -> None:
     consts["load_factor"] = {"gemm": 1.0, **{f: float(np.exp(x)) for f, x in zip(fams[1:], theta[len(NAMES):])}}
     doc = {"processor": target.processor, "constants": consts, "fit": {
         "command": "bench/fit_perf.py " + " ".join(sys.argv[1:]), "date": dt.date.today().isoformat(),
-        "rows": len(rows), "devices": sorted({d.get("device", "?") for d in docs}),
+        "rows": len(rows), "outside_grid": info["outside_grid"], "devices": sorted({d.get("device", "?") for d in docs}),
         "runs": [{"file": d["_file"], "sha256": d["_sha256"]} for d in docs],
         "holdout_runs": [{"file": d["_file"], "sha256": d["_sha256"]} for d in hold_docs], **res}}
     print(json.dumps({k: v for k, v in doc["fit"].items() if k != "loo_per_problem"} | {"constants": consts}, indent=2))
