@@ -170,7 +170,7 @@ def test_numpy_and_scalar_agree():
 
 def test_bad_constants_are_named():
     good = {f: 1e-6 for f in ("launch", "lat_sb", "lat_db", "warp_mma", "warp_fma", "thread_load", "cu_mma", "cu_fma",
-                              "cu_load", "cu_lds", "warp_lds", "store", "spill", "barrier")}
+                              "cu_load", "cu_lds", "warp_lds", "store", "spill", "barrier", "cu_warp")}
     good["load_factor"] = {"gemm": 1.0}
     assert perf.PerfConstants.from_dict(good, "x").launch == 1e-6
     with pytest.raises(Exception, match="missing"):

@@ -18,7 +18,10 @@ its residency and a few per-arch constants measured on the device.
 The busiest CU runs ceil(tiles / CUs) blocks, ``groups`` at a time. A block's reduction step
 costs the longer of its own latency chain (a fixed step latency, the per-warp matrix or FMA
 issue, the per-thread LDS staging, the fragment reads, spills) and the CU's throughput
-shared by the blocks resident with it (``g`` x the step's issue cost); the two combine with
+shared by the blocks resident with it (``g`` x the step's issue cost, which includes a cost
+per warp whatever its tile work: many small blocks of many warps pay it more often than few
+large ones for the same MACs, which is what decides between the conv_dgrad_patch row blocks
+on the H200, docs/bench.md); the two combine with
 a smooth maximum (p = 4). Blocks finish in rounds of ``groups``; the last round has fewer.
 Add a launch overhead and the epilogue stores. This is the model of tritonBLAS/origami's kind
 (an analytical latency/throughput model with hardware constants, no per-problem tuning),
@@ -111,6 +114,7 @@ class PerfConstants:
     store: float  # per stored byte per round
     spill: float  # per spilled (local) byte per thread per step
     barrier: float  # per warp per step (the barrier)
+    cu_warp: float  # per warp per step of CU throughput (loop control, address math, barrier arrival)
     load_factor: Mapping[str, float]  # per family: staging cost relative to gemm's
 
     @classmethod
@@ -191,7 +195,7 @@ def estimate_core(k: Any, *, tiles, cus, groups, steps, threads, macs, load, wav
            + k.warp_lds * wavefronts / warps
            + k.spill * spill + k.barrier * warps)
     unit = ((k.cu_mma * matrix + k.cu_fma * (1 - matrix)) * macs + load_factor * k.cu_load * load
-            + k.cu_lds * wavefronts + k.spill * spill * threads / 32)
+            + k.cu_lds * wavefronts + k.spill * spill * threads / 32 + k.cu_warp * warps)
     rounds = full + (rem > 0)
     t = steps * (full * _smax(lat, groups * unit) + (rem > 0) * _smax(lat, (rem + (rem == 0)) * unit))
     return k.launch + t + rounds * k.store * store
