@@ -31,8 +31,9 @@ every thread, mma.sync fragments read element by element (docs/bench.md, "The ti
 Why bank conflicts are in it: on the H100 the conv kernels with c_chunk (or k_chunk) 32 ran
 1.2-1.6x slower than the same tile with 16, though they do the same work in half the steps.
 Their LDS rows are 64 bytes long, so the eight row groups of an mma.sync A fragment land on
-the same four banks (4-way conflicts) where 32-byte rows give 2-way ones; gemm pads its rows
-(GemmSpec.lds_row_pad) and has none. The wavefront count makes that visible to the ranking.
+the same four banks (4-way conflicts) where 32-byte rows give 2-way ones. gemm and, since
+2026-12-03, conv_dgrad_patch pad their rows (lds_row_pad) and have none; conv_direct_fwd's
+halo keeps them. The wavefront count makes the difference visible to the ranking.
 
 Pure functions of their arguments; no I/O but reading the constants file once.
 """
