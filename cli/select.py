@@ -48,9 +48,11 @@ def _problem_text(value: str) -> str:
 def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, server, as_json) -> int:
     """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
 
-    Tile efficiency first, then occupancy from the code object's resources, then the
-    key; for equal specs the newest lane wins. Only the current build generation of each
-    (arch, lane) is served. Exit 1 when nothing qualifies. docs/selection.md has the rule.
+    Where the arch has measured time-model constants (sm_90), by estimated time (the
+    "est ms" column); elsewhere tile efficiency first, then the matrix-unit path, then
+    occupancy from the code object's resources; the key last. For equal specs the newest
+    lane wins. Only the current build generation of each (arch, lane) is served. Exit 1
+    when nothing qualifies. docs/selection.md has the rule.
 
     \b
     Example:
@@ -71,12 +73,13 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
                + (f" (+{sel.beyond_limit} beyond --limit)" if sel.beyond_limit else "")
                + f", {len(sel.rejected)} rejected" + ("" if explain else " (--explain lists them)"))
     if sel.accepted:
-        click.echo(f"{'#':>3}  {'key':<16} {'lane':<7} {'arch':<24} {'eff':>7} {'occ':>4} {'vgpr':>5} "
-                   f"{'sgpr':>5} {'lds':>7} {'spill':>5}  spec")
+        click.echo(f"{'#':>3}  {'key':<16} {'lane':<7} {'arch':<24} {'est ms':>8} {'eff':>7} {'occ':>4} "
+                   f"{'vgpr':>5} {'sgpr':>5} {'lds':>7} {'spill':>5}  spec")
     for i, ch in enumerate(sel.accepted, 1):
         c, r = ch.candidate, ch.candidate.resources
         spec = " ".join(f"{k}={v}" for k, v in sorted(c.spec.items()))
-        click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {ch.efficiency.total:>7.4f} "
+        est = "-" if ch.estimate_ms is None else f"{ch.estimate_ms:.4f}"  # none where no constants
+        click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {est:>8} {ch.efficiency.total:>7.4f} "
                    f"{_n(r.occupancy):>4} {_n(r.vgprs):>5} {_n(r.sgprs):>5} {_n(r.lds_bytes):>7} "
                    f"{_n(r.spills):>5}  {spec}")
     if explain:

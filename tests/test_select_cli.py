@@ -118,3 +118,34 @@ def test_cache_gc_keep_and_stats(tmp_path):
     assert rep["generations_dropped"] == [d1] and rep["artifacts_evicted"] == 1 and rep["blobs_deleted"] == 1
     s = json.loads(run("cache", "stats", "--cache", url, "--json").stdout)
     assert s["generations"]["total"] == 2 and s["artifacts"] == 2
+
+
+@pytest.mark.parametrize("arch, path, has_estimate", [("sm_90", "mma", True), ("gfx942", "mfma", False)])
+def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, has_estimate):
+    """The text table's "est ms" column is the JSON's estimate_ms (the time model where the arch
+    has measured constants, sm_90) and "-" where it has none (gfx942 ranks by efficiency)."""
+    from click.testing import CliRunner
+    from rocke_aot.cache.generations import generation_of
+    from rocke_aot.cli.main import cli
+    from _selstore import fake_inputs
+
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    with Store.open(url) as store:
+        for bm in (32, 64):
+            spec = dict(in_dtype="f16", out_dtype="f32", block_m=bm, block_n=64, block_k=32, waves=4, path=path,
+                        double_buffer=False, vector_width=4, mma="auto")
+            put_fake(store, arch, "llvm22", "gemm", spec, digest="d1")
+        store.move_ref(arch, "llvm22", generation_of(fake_inputs(arch, "llvm22", "gemm", spec, "d1")))
+    args = ["select", "--arch", arch, "--family", "gemm", "--problem", json.dumps(PROBLEM), "--cache", url]
+    doc = json.loads(CliRunner().invoke(cli, args + ["--json"]).output)
+    text = CliRunner().invoke(cli, args).output.splitlines()
+    head = text[1].split()
+    col = head.index("est") if "est" in head else None
+    assert col is not None and head[col + 1] == "ms"
+    rows = [line.split() for line in text[2:4]]
+    got = [r[col] for r in rows]  # '#', key, lane, arch precede the column, as in the header
+    want = [f"{a['estimate_ms']:.4f}" if a.get("estimate_ms") is not None else "-" for a in doc["accepted"]]
+    assert got == want and len(got) == 2
+    assert (got[0] != "-") == has_estimate
+    if has_estimate:
+        assert float(got[0]) <= float(got[1])  # ranked by it
