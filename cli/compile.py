@@ -148,5 +148,9 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
         click.echo(f"memory     lds {info.lds_bytes} B  scratch {info.private_segment_bytes} B/work-item")
         click.echo(f"wave       {info.wavefront_size}  inputs {', '.join(kd.user_sgpr_inputs)}  "
                    f"code object v{info.code_object_version}")
+    elif info.format == "cubin":  # what ptxas -v reports, read back from the cubin (aot/codeobject.py)
+        click.echo(f"registers  {info.vgpr_count} per thread  barriers {info.barrier_count}  "
+                   f"block {info.max_flat_workgroup_size} threads")
+        click.echo(f"memory     shared {info.lds_bytes} B  local {info.private_segment_bytes} B/thread")
     for line in result.log.splitlines():
         click.echo(f"log: {line}", err=True)

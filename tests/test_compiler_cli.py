@@ -97,3 +97,25 @@ def test_refusals_and_bad_input(run, tmp_path, monkeypatch, llvm20):
     assert missing
     r = run("compile", "--arch", "gfx942", "--lane", missing[0], "-o", str(tmp_path / "y"), ok=False)
     assert r.exit_code == 1 and f"ToolchainError: {missing[0]}: no LLVM" in r.stderr
+
+
+def test_compile_sm90_prints_what_ptxas_reports(run, tmp_path):
+    """The text output's cubin resources against `ptxas -v` on the PTX the command kept (an
+    independent reading of the same kernel): registers, barriers and shared memory."""
+    import re
+    import shutil
+    import subprocess
+
+    spec = {"dtype": "f16", "c": 3, "p": 16, "tile_h": 4, "tile_w": 8, "r_blk": 4, "k_chunk": 16, "path": "mma"}
+    out = run("compile", "--family", "conv_dgrad_patch", "--spec", json.dumps(spec), "--arch", "sm_90", "--lane",
+              "llvm22", "-o", str(tmp_path / "k.cubin")).output
+    got = re.search(r"registers  (\d+) per thread  barriers (\d+)  block (\d+) threads\n"
+                    r"memory     shared (\d+) B  local (\d+) B/thread", out)
+    assert got, out
+    ptxas = subprocess.run([shutil.which("ptxas"), "-v", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o",
+                            str(tmp_path / "ref.cubin")], capture_output=True, text=True, check=True).stderr
+    ref = re.search(r"Used (\d+) registers, used (\d+) barriers(?:, (\d+) bytes smem)?", ptxas)
+    assert ref, ptxas
+    assert (int(got[1]), int(got[2]), int(got[4])) == (int(ref[1]), int(ref[2]), int(ref[3] or 0))
+    assert int(got[3]) == 256 and int(got[5]) == 0  # 8 warps (geometry), no local memory in the ptxas log
+    assert "0 bytes stack frame" in ptxas
