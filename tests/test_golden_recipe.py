@@ -1,7 +1,7 @@
 """The goldens and the cache key agree: whatever moves a golden IR hash moves the recipe digest.
 
-Two checks, both in subprocesses that import a COPY of the package (laid out as a wheel
-installs it, tests/test_layers.py), so nothing is patched in this process:
+Two checks, both in subprocesses that import a COPY of the tree (as git sees it, symlinks kept:
+tests/_tree.py), so nothing is patched in this process:
 
 1. Lowering every golden case of a lane imports only modules the recipe rule selects: an
    edit anywhere else cannot move a golden hash, and an edit inside moves the key.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rocke_aot.aot import golden
 from rocke_aot.aot.recipe import recipe_digest, recipe_modules
-from test_layers import _lay_out
+from _tree import git_tree
 
 _PROBE = r"""
 import json, sys
@@ -47,7 +47,7 @@ def _dirs(site: Path) -> dict[str, Path]:
 
 
 def test_golden_lowering_imports_only_recipe_modules(tmp_path):
-    site = _lay_out(tmp_path / "site")
+    site = git_tree(tmp_path / "site")
     got = _run(site, 60)
     selected = set(recipe_modules(_dirs(site)))
     # packages' __init__ modules that only hold other modules count as their package
@@ -63,7 +63,7 @@ def test_golden_lowering_imports_only_recipe_modules(tmp_path):
 
 
 def test_an_ir_edit_moves_the_golden_hash_and_the_recipe_digest(tmp_path):
-    site = _lay_out(tmp_path / "site")
+    site = git_tree(tmp_path / "site")
     before_digest = recipe_digest(_dirs(site))
     assert before_digest == recipe_digest()  # the copy is the live tree
     base = _run(site, 12)

@@ -1,42 +1,35 @@
 """The layers import one way (import-linter's contracts in .importlinter), checked on every run.
 
-rocke_aot spans several folders (aot/, cache/, cli/, ...) mapped into one import package; an
-editable install hides that from import-linter's file scan, so the test lays the package out as
-an installed wheel would (a copy in a temporary directory) and lints that copy.
+rocke_aot spans several folders (aot/, cache/, cli/, ...); rocke_aot/<layer> is a symlink to each,
+so the real tree is an ordinary package on disk and import-linter lints it from the repository
+root as it stands. The violation tests lint a copy of the tree as git sees it (symlinks kept),
+with one bad import added.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+
+from _tree import git_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT = Path(sys.executable).parent / "lint-imports"
 
 
-def _lay_out(dest: Path) -> Path:
-    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    for pkg, folder in dirs.items():
-        shutil.copytree(ROOT / folder, dest.joinpath(*pkg.split(".")),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
-    return dest
-
-
-def _lint(site: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(site))
-    # cwd is the temporary directory so the repository's own rocke_aot/ folder cannot shadow the copy.
-    return subprocess.run([str(LINT), str(ROOT / ".importlinter")], cwd=site, env=env,
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    # import-linter puts its working directory first on sys.path: the rocke_aot/ found is root's.
+    env = dict(os.environ, PYTHONPATH=str(root))
+    return subprocess.run([str(LINT), str(root / ".importlinter")], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_layer_contracts_hold(tmp_path):
-    proc = _lint(_lay_out(tmp_path / "site"))
+    proc = _lint(ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "BROKEN" not in proc.stdout and proc.stdout.count("KEPT") >= 2
 
@@ -48,11 +41,8 @@ def test_layer_contracts_hold(tmp_path):
     ("aot/drift.py", "from rocke_aot.cli import options as _x\n"),  # aot -> cli
 ])
 def test_a_layering_violation_is_caught(tmp_path, where, bad_import):
-    site = _lay_out(tmp_path / "site")
-    dirs = {"rocke_aot": "rocke_aot", "aot": "rocke_aot/aot", "cache": "rocke_aot/cache",
-            "variants": "rocke_aot/variants", "cli": "rocke_aot/cli"}
-    folder, name = where.split("/", 1)
-    path = site / dirs[folder] / name
+    site = git_tree(tmp_path / "tree")
+    path = site / where
     src = path.read_text()
     # after the module docstring and __future__ import, so the file stays valid Python
     anchor = "from __future__ import annotations\n"
