@@ -12,7 +12,8 @@ binary does):
                                                         compile failed; variants: 1 on holes)
 
 Command groups live beside the code they drive (``cli/build.py``, ``cli/cache.py``,
-...) and are registered in ``_COMMAND_MODULES``.
+...) and are registered in ``COMMANDS`` by module name: a command's module is imported when
+that command is invoked, never for another command or for ``rocke-aot --help``.
 """
 
 from __future__ import annotations
@@ -23,23 +24,43 @@ import click
 
 from rocke_aot.errors import LaneError, RockeError, RuntimeUnavailable, SpecError
 
-# module path -> attribute holding a click command or group
-_COMMAND_MODULES: tuple[tuple[str, str], ...] = (
-    ("rocke_aot.cli.toolchains", "toolchains"),
-    ("rocke_aot.cli.toolchains", "toolchain"),
-    ("rocke_aot.cli.build", "build"),
-    ("rocke_aot.cli.variants", "variants"),
-    ("rocke_aot.cli.cache", "cache"),
-    ("rocke_aot.cli.compile", "lower_cmd"),
-    ("rocke_aot.cli.compile", "compile_cmd"),
-    ("rocke_aot.cli.characterize", "characterize_cmd"),
-    ("rocke_aot.cli.select", "select_cmd"),
-    ("rocke_aot.cli.bench", "bench_cmd"),
-    ("rocke_aot.cli.golden", "golden_cmd"),
-    ("rocke_aot.cli.serve", "serve"),
-    ("rocke_aot.cli.fetch", "fetch"),
-    ("rocke_aot.cli.publish", "publish"),
-)
+# name -> (module, attribute holding the click command or group, its help summary line).
+# Commands load on first use (RockeGroup.get_command), so `rocke-aot --help` and a `fetch` on a
+# GPU host import no compiler (llvmlite), no server (FastAPI) and no database layer they do not
+# run. The summary is kept here for the same reason; tests/test_cli_lazy.py checks that it
+# equals the command's own (click's get_short_help_str).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "toolchains": ("rocke_aot.cli.toolchains", "toolchains",
+        "List the compilers on this host: kind, location, LLVM version, lane or refusal."),
+    "toolchain": ("rocke_aot.cli.toolchains", "toolchain",
+        "Install, register or remove lane toolchains."),
+    "build": ("rocke_aot.cli.build", "build",
+        "Build (or top up) the kernel cache for ARCH on every lane with a toolchain here."),
+    "variants": ("rocke_aot.cli.variants", "variants",
+        "Count the specs each (family, arch, lane) serves, and list every refusal with its reason."),
+    "cache": ("rocke_aot.cli.cache", "cache",
+        "Inspect and maintain the content-addressed kernel cache."),
+    "lower": ("rocke_aot.cli.compile", "lower_cmd",
+        "Print the LLVM IR of one spec, lowered for ARCH on LANE (deterministic text)."),
+    "compile": ("rocke_aot.cli.compile", "compile_cmd",
+        "Lower one spec, compile it in an isolated worker, validate and write the code object."),
+    "characterize": ("rocke_aot.cli.characterize", "characterize_cmd",
+        "Probe every intrinsic and target feature the families use, on every wired arch, with every "
+        "toolchain on this host; each probe in an isolated worker with a timeout."),
+    "select": ("rocke_aot.cli.select", "select_cmd",
+        "Rank the cached kernels of FAMILY that ARCH can run on PROBLEM."),
+    "bench": ("rocke_aot.cli.bench", "bench_cmd",
+        "Run problems with cached kernels: verify each candidate, time it, rank the results."),
+    "golden": ("rocke_aot.cli.golden", "golden_cmd",
+        "Check (or write) the IR goldens: sha256, size and kernel of every case on every lane."),
+    "serve": ("rocke_aot.cli.serve", "serve",
+        "Serve the kernel cache over HTTP (FastAPI + uvicorn)."),
+    "fetch": ("rocke_aot.cli.fetch", "fetch",
+        "Fetch the code object of KEY (verified; cached locally; ROCKE_AOT_OFFLINE=1: local only)."),
+    "publish": ("rocke_aot.cli.publish", "publish",
+        "Publish a code object FILE to a service under the key of its inputs."),
+}
+
 
 
 class BadInput(click.ClickException):
@@ -64,8 +85,28 @@ class Skipped(click.ClickException):
 
 
 class RockeGroup(click.Group):
-    """The top-level group: translates library errors and int return codes for every
-    command and subgroup below it (they all run inside this ``invoke``)."""
+    """The top-level group: loads a command's module only when that command runs (or its own
+    --help is asked), and translates library errors and int return codes for every command
+    and subgroup below it (they all run inside this ``invoke``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            module, attr, _ = COMMANDS[name]
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own layout, from the table's summaries: listing the commands imports none.
+        names = self.list_commands(ctx)
+        if names:
+            limit = formatter.width - 6 - max(map(len, names))
+            rows = [(name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit) if name not in self.commands
+                     else self.commands[name].get_short_help_str(limit)) for name in names]
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -92,14 +133,6 @@ def cli() -> None:
         rocke-aot toolchains            # which compilers this host has, and their lanes
         rocke-aot build --arch gfx1250  # fill the kernel cache for gfx1250
     """
-
-
-for _mod, _attr in _COMMAND_MODULES:
-    try:
-        cli.add_command(getattr(importlib.import_module(_mod), _attr))
-    except ModuleNotFoundError as e:  # pragma: no cover - only while a module is being written
-        if e.name != _mod:
-            raise
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,6 +16,11 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     │   └── CompileTimeout
     ├── CodeObjectError                 a code object fails validation
     ├── RuntimeUnavailable              no GPU runtime or device here (a named skip)
+    ├── ServiceError                    the artifact service's own refusals (status = HTTP code)
+    │   ├── Unauthorized (401)          a publish without the server's bearer token
+    │   ├── ReadOnly (403)              publishing is off (no token configured)
+    │   ├── Conflict (409)              the key already holds other bytes
+    │   └── TooLarge (413)              a request body over the limit
     └── CacheError
         ├── NotFoundError (KeyError)
         ├── IntegrityError              a blob's sha256 does not match
@@ -116,3 +121,35 @@ class RuntimeUnavailable(RockeError):
 class CacheAccessError(CacheError):
     """The store cannot be opened, reached or written: an unknown URL scheme, a directory that
     does not exist, a read-only file, a full disk, an unreachable or refusing server."""
+
+
+# The service's refusals live here, not in service/errors.py, so that a client can name them
+# without importing the server (FastAPI) that answers them.
+class ServiceError(RockeError):
+    """A refusal of the artifact service; ``status`` is its HTTP code."""
+
+    status = 500
+
+
+class Unauthorized(ServiceError):
+    """A publish without the server's bearer token."""
+
+    status = 401
+
+
+class ReadOnly(ServiceError):
+    """Publishing is off: the server has no token configured."""
+
+    status = 403
+
+
+class Conflict(ServiceError):
+    """The key already holds other bytes."""
+
+    status = 409
+
+
+class TooLarge(ServiceError):
+    """A request body over the limit."""
+
+    status = 413

@@ -4,7 +4,7 @@
 # it took; a run that finds everything in place says "nothing to do: ..." and changes nothing.
 #
 # One script for the README's commands, CI and the Dockerfile (so they cannot drift):
-#   bash scripts/setup.sh                 everything: apt (incl. PostgreSQL for the tests),
+#   bash scripts/setup.sh                 everything: apt (incl. PostgreSQL and nginx for the tests),
 #                                         .venv with the [test] extra, ptxas, lanes
 #   bash scripts/setup.sh --image         what the service image needs: no PostgreSQL server,
 #                                         no test extra, no inspection tools (llvm-22)
@@ -51,9 +51,10 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 # 1. Debian packages. Runtime: python3 (+venv), ld.lld 22 (links HSACOs), Debian's COMGR (the
 #    COMGR code path). dev adds llvm-22 (readelf/objdump: the tests' reference reader) and
 #    PostgreSQL's server binaries: the test suite initdb's its own throwaway cluster with them
-#    (tests/_pg.py), as the unprivileged `postgres` account the package creates.
+#    (tests/_pg.py), as the unprivileged `postgres` account the package creates; and nginx:
+#    the mirror tests serve an exported tree with it, unprivileged on a loopback port.
 APT_PKGS=(python3 python3-venv ca-certificates lld-22 libamd-comgr2)
-[ "$PROFILE" = dev ] && APT_PKGS+=(llvm-22 postgresql)
+[ "$PROFILE" = dev ] && APT_PKGS+=(llvm-22 postgresql nginx)
 if want apt; then
   step_start apt
   missing=()
@@ -76,7 +77,7 @@ fi
 # 2. The project venv, re-installed only when pyproject.toml (or the profile) changed.
 PY=${PYTHON:-python3}
 STAMP=.venv/.rocke-aot-installed
-EXTRA=""; [ "$PROFILE" = dev ] && EXTRA="[test]"
+EXTRA="[all]"; [ "$PROFILE" = dev ] && EXTRA="[test]"  # test includes all
 if want venv; then
   step_start venv
   stamp_want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PROFILE"

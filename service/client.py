@@ -40,9 +40,12 @@ from rocke_aot.errors import (
     NotFoundError,
     RockeError,
     SpecError,
+    Conflict,
+    ReadOnly,
+    TooLarge,
+    Unauthorized,
 )
 from rocke_aot.service import access
-from rocke_aot.service.errors import Conflict, ReadOnly, TooLarge, Unauthorized
 
 ENV_OFFLINE = "ROCKE_AOT_OFFLINE"
 ENV_TOKEN = "ROCKE_AOT_TOKEN"

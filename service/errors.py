@@ -38,6 +38,7 @@ from rocke_aot.errors import (
     SchemaVersionError,
     SpecError,
 )
+from rocke_aot.errors import Conflict, ReadOnly, ServiceError, TooLarge, Unauthorized  # noqa: F401  (re-exported)
 
 log = logging.getLogger("rocke_aot.service")
 
@@ -49,34 +50,6 @@ class FieldError(SpecError):
         super().__init__(message)
         self.field = field
         self.accepted = list(accepted) if accepted is not None else None
-
-
-class ServiceError(RockeError):
-    status = 500
-
-
-class Unauthorized(ServiceError):
-    """A publish without the server's bearer token."""
-
-    status = 401
-
-
-class ReadOnly(ServiceError):
-    """Publishing is off: the server has no token configured."""
-
-    status = 403
-
-
-class Conflict(ServiceError):
-    """The key already holds other bytes."""
-
-    status = 409
-
-
-class TooLarge(ServiceError):
-    """A request body over the limit."""
-
-    status = 413
 
 
 STATUS: dict[type[BaseException], int] = {

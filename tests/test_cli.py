@@ -328,7 +328,9 @@ def test_real_binary_writes_progress_lines_to_a_pipe(cache_url, llvm22):
 # -- 6. every command's --help has an Example block ----------------------------------------
 
 def _commands(group: click.Group, path=()):
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)  # through list/get_command: the top group loads commands lazily
+    for name in sorted(group.list_commands(ctx)):
+        cmd = group.get_command(ctx, name)
         yield (*path, name)
         if isinstance(cmd, click.Group):
             yield from _commands(cmd, (*path, name))

@@ -1,0 +1,193 @@
+"""The client's local store: verified kernels as plain files, no database.
+
+    ROOT ($ROCKE_AOT_CLIENT_HOME, default $ROCKE_AOT_HOME/client)
+    ├── blobs/<sha256>        raw code objects, named by their content hash
+    ├── kernels/<key>.json    the record a kernel was accepted under (key inputs, sha256,
+    │                         size, launch contract in metadata, provenance, origin)
+    └── trust/                what the trust layer persists (highest versions seen, ...)
+
+    put(kernel)   only after the caller verified it: the blob (temp file + fsync + rename),
+                  then the record the same way -> a record never names a missing blob
+    get(key)      record -> blob -> sha256 and size checked on every read (a changed file
+                  is an IntegrityError and is removed, never returned)
+
+A GPU host needs no SQLite, SQLAlchemy or migrations to keep a few hundred code objects;
+files named by hash also make concurrent writers safe (two writers of one key write the
+same bytes, and ``os.replace`` is atomic).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from rocke_aot import paths
+from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, inputs_dict, thaw
+from rocke_aot.errors import IntegrityError, NotFoundError, SpecError
+
+ENV_CLIENT_HOME = "ROCKE_AOT_CLIENT_HOME"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One accepted kernel: its key inputs and the facts it was accepted under.
+
+    ``origin`` says where it came from: the source URL, and for a signed fetch the manifest
+    version and generation that listed it. ``code_object`` is filled by reads, not listings.
+    """
+
+    key: str
+    inputs: KeyInputs
+    sha256: str
+    size: int
+    ir_sha256: str | None
+    metadata: Mapping[str, Any]
+    provenance: Mapping[str, Any]
+    origin: Mapping[str, Any]
+    code_object: bytes | None = field(default=None, repr=False, compare=False)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def launch(self) -> Mapping[str, Any] | None:
+        """The launch contract the builder recorded (metadata's "launch" block)."""
+        return self.metadata.get("launch")
+
+    def record(self) -> dict[str, Any]:
+        return {"key": self.key, **inputs_dict(self.inputs), "sha256": self.sha256, "size": self.size,
+                "ir_sha256": self.ir_sha256, "metadata": thaw(self.metadata), "provenance": thaw(self.provenance),
+                "origin": thaw(self.origin)}
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any], code_object: bytes | None = None) -> Kernel:
+        """A Kernel from a record (ours, a manifest's or a server's); the key must be the hash
+        of the inputs, the sha256 64 hex digits and the size a non-negative int."""
+        if not isinstance(rec, Mapping):
+            raise SpecError(f"a kernel record is a JSON object, got {type(rec).__name__}")
+        try:
+            inputs = KeyInputs.from_dict(rec)
+            key, sha, size = check_key(rec["key"]), rec["sha256"], rec["size"]
+            md, prov = rec.get("metadata") or {}, rec.get("provenance") or {}
+        except KeyError as e:
+            raise SpecError(f"a kernel record lacks {e}") from None
+        if artifact_key(inputs) != key:
+            raise IntegrityError(f"the record of {key} names inputs that hash to {artifact_key(inputs)}")
+        check_sha(sha)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise SpecError(f"kernel {key}: size must be a non-negative int, got {size!r}")
+        if not isinstance(md, Mapping) or not isinstance(prov, Mapping):
+            raise SpecError(f"kernel {key}: metadata and provenance are JSON objects")
+        ir = rec.get("ir_sha256")
+        return cls(key, inputs, sha, size, ir, md, prov, rec.get("origin") or {}, code_object)
+
+
+def check_sha(sha: object) -> str:
+    if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise SpecError(f"a sha256 is 64 lowercase hex digits, got {sha!r}")
+    return sha
+
+
+def check_bytes(data: bytes, sha256: str, size: int, what: str) -> bytes:
+    """``data`` if it has exactly this size and sha256, else IntegrityError naming ``what``."""
+    if len(data) != size:
+        raise IntegrityError(f"{what}: {len(data)} bytes, expected {size}")
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise IntegrityError(f"{what}: the bytes hash to {got}, expected {sha256}")
+    return data
+
+
+def default_root() -> Path:
+    value = os.environ.get(ENV_CLIENT_HOME)
+    return Path(value) if value else paths.home() / "client"
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` whole or not at all (temp file in the same dir, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # mkstemp makes 0600; the store is readable like any cache
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class LocalStore:
+    """Verified kernels under ``root`` (see the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root) if root is not None else default_root()
+        self.trust_dir = self.root / "trust"
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    def _blob(self, sha: str) -> Path:
+        return self.root / "blobs" / check_sha(sha)
+
+    def _record(self, key: str) -> Path:
+        return self.root / "kernels" / f"{check_key(key)}.json"
+
+    def has(self, key: str) -> bool:
+        return self._record(key).is_file()
+
+    def record(self, key: str) -> Kernel:
+        """The record of ``key`` without its bytes; NotFoundError if absent."""
+        try:
+            text = self._record(key).read_text()
+        except FileNotFoundError:
+            raise NotFoundError(f"kernel {key} is not in the local store {self.root}") from None
+        try:
+            rec = json.loads(text)
+        except ValueError as e:
+            raise IntegrityError(f"the local record of {key} is not JSON ({e})") from None
+        k = Kernel.from_record(rec)
+        if k.key != key:
+            raise IntegrityError(f"the local record file of {key} holds kernel {k.key}")
+        return k
+
+    def get(self, key: str) -> Kernel:
+        """The kernel with verified bytes; a blob that changed on disk is removed and refused."""
+        k = self.record(key)
+        return Kernel(**{**k.__dict__, "code_object": self.blob(k.sha256, k.size)})
+
+    def blob(self, sha256: str, size: int) -> bytes:
+        path = self._blob(sha256)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"blob {sha256} is not in the local store {self.root}") from None
+        try:
+            return check_bytes(data, sha256, size, f"local blob {path}")
+        except IntegrityError:
+            path.unlink(missing_ok=True)
+            raise
+
+    def put(self, kernel: Kernel) -> Kernel:
+        """Keep a kernel the caller has verified (its bytes are checked once more here)."""
+        if kernel.code_object is None:
+            raise SpecError(f"put of {kernel.key} without its code object")
+        check_bytes(kernel.code_object, kernel.sha256, kernel.size, f"kernel {kernel.key}")
+        blob = self._blob(kernel.sha256)
+        if not blob.is_file():
+            atomic_write(blob, kernel.code_object)
+        atomic_write(self._record(kernel.key), json.dumps(kernel.record(), sort_keys=True).encode())
+        return kernel
+
+    def keys(self) -> list[str]:
+        d = self.root / "kernels"
+        return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
