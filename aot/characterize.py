@@ -33,6 +33,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from rocke_aot import settings
 from rocke_aot import lanes, mma
 from rocke_aot.arch import ARCHES as ARCH_TABLE
 
@@ -258,7 +259,7 @@ class LaneProber:
         self.library = isinstance(toolchain, triton24.Triton24Toolchain)
         if self.library:
             self.spec = WorkerSpec.of(sys.executable, plugins=[triton24.WORKER],
-                                      env={"ROCKE_AOT_TRITON24_ROLE": "codegen"})
+                                      env={settings.TRITON24_ROLE: "codegen"})
         else:
             self.spec = WorkerSpec.of(toolchain.python)
 

@@ -38,11 +38,12 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from rocke_aot import settings
 from rocke_aot.cache import models
 from rocke_aot.errors import CacheAccessError, SchemaVersionError
 
-ENV_CACHE = "ROCKE_AOT_CACHE"
-ENV_HOME = "ROCKE_AOT_HOME"
+ENV_CACHE = settings.CACHE
+ENV_HOME = settings.HOME
 BUSY_TIMEOUT_MS = 60_000
 # Seconds to wait for a PostgreSQL server to answer (libpq waits forever by default); a URL's
 # own ?connect_timeout= wins.
@@ -53,7 +54,7 @@ PG_LOCK_WRITE = 7_263_012
 
 
 def default_path() -> Path:
-    home = os.environ.get(ENV_HOME)
+    home = settings.raw(ENV_HOME)
     if home:
         return Path(home).expanduser() / "cache.sqlite"
     from platformdirs import user_cache_dir
@@ -69,7 +70,7 @@ def resolve_url(url: str | os.PathLike | None = None) -> str:
     with :class:`CacheAccessError` instead of deep inside the driver (or silently creating
     a tree somewhere)."""
     if url is None:
-        url = os.environ.get(ENV_CACHE) or None
+        url = settings.raw(ENV_CACHE) or None
     if url is None:
         path = default_path()
         try:

@@ -39,6 +39,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from rocke_aot import settings
 from rocke_aot.cache import blobs, codec, db, generations, models
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key
 from rocke_aot.cache.models import artifacts as A
@@ -59,7 +60,7 @@ from rocke_aot.cache.models import refs as R
 from rocke_aot.targets import Target, compatible_ids
 from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, ReadOnlyError, SpecError
 
-ENV_MAX_BYTES = "ROCKE_AOT_CACHE_MAX_BYTES"
+ENV_MAX_BYTES = settings.CACHE_MAX_BYTES
 LOOKUP_CHUNK = 900  # under SQLite's oldest bound-parameter limit (999) and PostgreSQL's (65535)
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -198,11 +199,8 @@ class Store:
         already be at head: a read-only store is never migrated.
         """
         resolved = db.resolve_url(url)
-        if max_bytes is None and os.environ.get(ENV_MAX_BYTES):
-            try:
-                max_bytes = int(os.environ[ENV_MAX_BYTES])
-            except ValueError:
-                raise CacheError(f"{ENV_MAX_BYTES} must be an integer byte count, got {os.environ[ENV_MAX_BYTES]!r}") from None
+        if max_bytes is None:
+            max_bytes = settings.integer(ENV_MAX_BYTES)
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         if readonly and resolved.startswith("sqlite"):

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import click
 
+from rocke_aot import settings
 from rocke_aot.cli.options import emit_json, json_option
 from rocke_aot.service.client import Client
 
 
 @click.command("fetch")
-@click.option("--server", required=True, metavar="URL", envvar="ROCKE_AOT_SERVER",
+@click.option("--server", required=True, metavar="URL", envvar=settings.SERVER,
               help="Service base URL, e.g. http://127.0.0.1:8080 (or $ROCKE_AOT_SERVER).")
 @click.option("--cache", "cache_url", metavar="URL", default=None, help="Local store (default: $ROCKE_AOT_CACHE).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,

@@ -59,6 +59,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Fetch the code object of KEY (verified; cached locally; ROCKE_AOT_OFFLINE=1: local only)."),
     "publish": ("rocke_aot.cli.publish", "publish",
         "Publish a code object FILE to a service under the key of its inputs."),
+    "settings": ("rocke_aot.cli.settings", "settings_cmd",
+        "List the ROCKE_AOT_* environment variables: meaning, default, value here."),
 }
 
 

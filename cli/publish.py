@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from rocke_aot import settings
 from rocke_aot.cache.codec import sha256_hex
 from rocke_aot.cache.keys import KeyInputs
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_object_arg, json_option
@@ -18,7 +19,7 @@ from rocke_aot.service.client import ENV_TOKEN, Client
 
 
 @click.command("publish")
-@click.option("--server", required=True, metavar="URL", envvar="ROCKE_AOT_SERVER", help="Service base URL.")
+@click.option("--server", required=True, metavar="URL", envvar=settings.SERVER, help="Service base URL.")
 @click.option("--token", default=None, envvar=ENV_TOKEN, help=f"Publish token (or ${ENV_TOKEN}).")
 @click.option("--arch", required=True, type=ARCH, help="Target ID the code object was built for.")
 @click.option("--lane", required=True, type=LANE, help="Compiler lane that built it.")

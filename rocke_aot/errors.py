@@ -7,6 +7,7 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     RockeError
     ├── LaneError (ValueError)          unknown lane, unqualified LLVM major, bad type
     ├── SpecError (ValueError)          malformed spec or problem
+    │   └── SettingError                an unregistered or malformed ROCKE_AOT_* variable
     ├── CapabilityError                 an op needs a lane/capability/arch the target lacks
     ├── AdmissionError                  a variant table refuses (family, arch, lane) on purpose
     ├── ToolchainError                  a toolchain is missing, broken or refused
@@ -45,6 +46,11 @@ class LaneError(RockeError, ValueError):
 
 class SpecError(RockeError, ValueError):
     """A malformed spec, knob or problem."""
+
+
+class SettingError(SpecError):
+    """A ROCKE_AOT_* variable nobody registered, or a malformed value (rocke_aot/settings.py).
+    A SpecError: bad input from the user's environment (exit 2 on the CLI)."""
 
 
 class CapabilityError(RockeError):

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from rocke_aot import settings
 from rocke_aot.errors import CapabilityError, LaneError
 
-ENV_LANE = "ROCKE_AOT_LANE"
+ENV_LANE = settings.LANE
 
 # Datalayouts as the real toolchains report them (llvmlite 0.46 / LLVM 20.1.8 and
 # llvmlite 0.50 / LLVM 22.1.0, every wired arch gave the same string per target

@@ -8,16 +8,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import platformdirs
 
-ENV_HOME = "ROCKE_AOT_HOME"
+from rocke_aot import settings
+
+ENV_HOME = settings.HOME
 
 
 def home() -> Path:
-    value = os.environ.get(ENV_HOME)
+    value = settings.raw(ENV_HOME)
     path = Path(value) if value else Path(platformdirs.user_cache_dir("rocke-aot"))
     path.mkdir(parents=True, exist_ok=True)
     return path

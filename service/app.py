@@ -25,7 +25,6 @@ import base64
 import binascii
 import hmac
 import json
-import os
 from dataclasses import fields as dc_fields
 from typing import Annotated, Any
 
@@ -36,6 +35,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from sqlalchemy import text
 
+from rocke_aot import settings
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.arch import ARCHES
 from rocke_aot.cache import db
@@ -75,9 +75,9 @@ from rocke_aot.variants.families import FAMILIES, problem_from_dict
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
 DEFAULT_MAX_BODY = 64 << 10  # any other request body (select)
-ENV_CACHE = "ROCKE_AOT_SERVE_CACHE"
-ENV_TOKEN_FILE = "ROCKE_AOT_SERVE_TOKEN_FILE"
-ENV_MAX_PUBLISH = "ROCKE_AOT_SERVE_MAX_PUBLISH"
+ENV_CACHE = settings.SERVE_CACHE
+ENV_TOKEN_FILE = settings.SERVE_TOKEN_FILE
+ENV_MAX_PUBLISH = settings.SERVE_MAX_PUBLISH
 
 Sha = Annotated[str, Path(pattern=SHA_PATTERN, description="sha256 of the raw code object, 64 lowercase hex")]
 Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 lowercase hex")]
@@ -541,13 +541,14 @@ def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifac
 
 def app_from_env() -> FastAPI:
     """uvicorn factory for ``rocke-aot serve`` (every worker process builds its own app)."""
-    url = os.environ.get(ENV_CACHE)
+    url = settings.raw(ENV_CACHE)
     if not url:
         raise CacheError(f"{ENV_CACHE} is not set (rocke-aot serve sets it)")
     token = None
-    path = os.environ.get(ENV_TOKEN_FILE)
+    path = settings.raw(ENV_TOKEN_FILE)
     if path:
         with open(path, encoding="utf-8") as f:
             token = f.read().strip() or None
-    max_publish = int(os.environ.get(ENV_MAX_PUBLISH, DEFAULT_MAX_PUBLISH))
+    max_publish = settings.integer(ENV_MAX_PUBLISH)
+    max_publish = DEFAULT_MAX_PUBLISH if max_publish is None else max_publish
     return create_app(url, token=token, max_publish=max_publish)

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import zstandard
 
+from rocke_aot import settings
 from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.cache.records import Artifact
@@ -47,8 +48,8 @@ from rocke_aot.errors import (
 )
 from rocke_aot.service import access
 
-ENV_OFFLINE = "ROCKE_AOT_OFFLINE"
-ENV_TOKEN = "ROCKE_AOT_TOKEN"
+ENV_OFFLINE = settings.OFFLINE
+ENV_TOKEN = settings.TOKEN
 MAX_BLOB = 256 << 20  # refuse a frame that claims more (a code object is kilobytes to megabytes)
 _SHA_CHARS = frozenset("0123456789abcdef")
 
@@ -81,10 +82,7 @@ def _check_sha(sha: object) -> str:
 
 
 def _env_offline() -> bool:
-    v = os.environ.get(ENV_OFFLINE, "")
-    if v not in ("", "0", "1"):
-        raise SpecError(f"{ENV_OFFLINE} must be 0 or 1, got {v!r}")
-    return v == "1"
+    return settings.flag(ENV_OFFLINE)
 
 
 class Client:
@@ -102,7 +100,7 @@ class Client:
         if base_url is None and not self.offline:
             raise SpecError("a Client needs a server URL unless it is offline")
         self.base_url = base_url.rstrip("/") if base_url else None
-        self.token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
+        self.token = token if token is not None else (settings.raw(ENV_TOKEN) or None)
         self._own_store = not isinstance(cache, Store)
         self._cache = cache
         self._store: Store | None = None if self._own_store else cache

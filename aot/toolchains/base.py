@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
+from rocke_aot import settings
 from rocke_aot.lanes import Lane, get_lane, lane_for_major
 from rocke_aot.targets import Target
 from rocke_aot.errors import LaneError, ToolchainError, ToolchainRefused
@@ -82,7 +83,7 @@ def find_executable(name: str, env_var: str, candidates: Iterable[str], missing:
     """A tool's executable: ``env_var`` when set (it must name an executable file: a typo
     fails, it never falls through), else ``name`` on PATH, else the first executable of
     ``candidates``; ToolchainError(``missing``) when there is none."""
-    env = os.environ.get(env_var)
+    env = settings.raw(env_var)
     if env is not None:
         if not (os.path.isfile(env) and os.access(env, os.X_OK)):
             raise ToolchainError(f"{env_var}={env!r} is not an executable file")

@@ -28,13 +28,14 @@ import re
 import sys
 from pathlib import Path
 
+from rocke_aot import settings
 from rocke_aot.targets import Target
 from rocke_aot.aot.compiler.options import COMGR
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
 from rocke_aot.errors import CompileError, ToolchainError
 from rocke_aot.arch import ARCHES
 
-ENV_COMGR = "ROCKE_AOT_COMGR"
+ENV_COMGR = settings.COMGR
 PLUGIN = Path(__file__).resolve().parent.parent / "compiler" / "_comgr_handler.py"
 _LLD_RE = re.compile(r"LLD (\d+)\.(\d+)\.(\d+)")
 _CLANG_RE = re.compile(r"clang version (\d+)\.(\d+)\.(\d+)")
@@ -46,7 +47,7 @@ PROBE_IR = 'target triple = "amdgcn-amd-amdhsa"\n\ndefine amdgpu_kernel void @ro
 
 def candidate_libraries() -> list[str]:
     """COMGR libraries on this host, most specific first (env, ROCm, Debian)."""
-    env = os.environ.get(ENV_COMGR)
+    env = settings.raw(ENV_COMGR)
     if env is not None:
         return [env]
     found: list[str] = []
@@ -90,7 +91,7 @@ class ComgrToolchain(Toolchain):
     def worker_spec(self):
         from rocke_aot.aot.compiler import WorkerSpec
 
-        return WorkerSpec.of(self.python, plugins=[str(PLUGIN)], env={"ROCKE_AOT_COMGR_LIB": self.library})
+        return WorkerSpec.of(self.python, plugins=[str(PLUGIN)], env={settings.COMGR_LIB: self.library})
 
     def _call(self, kind: str, payload: dict, timeout: float):
         from rocke_aot.aot.compiler import default_pool

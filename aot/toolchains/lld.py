@@ -16,10 +16,11 @@ import glob
 import re
 import subprocess
 
+from rocke_aot import settings
 from rocke_aot.aot.toolchains.base import file_sha256, find_executable
 from rocke_aot.errors import ToolchainError
 
-ENV_LLD = "ROCKE_AOT_LLD"
+ENV_LLD = settings.LLD
 _VERSION_RE = re.compile(r"LLD (\d+)\.(\d+)\.(\d+)")
 
 

@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from rocke_aot import settings
 from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.targets import Target
 from rocke_aot.aot.compiler.options import TRITON24
@@ -44,7 +45,7 @@ from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInf
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.arch import ARCHES
 
-ENV_LIB = "ROCKE_AOT_LLVM24_LIB"
+ENV_LIB = settings.LLVM24_LIB
 LIB_RELPATH = "triton/backends/amd/lib/libtriton_amd_codegen.so"
 INTERFACE_VERSION = 1  # the options layout _triton24_worker.py implements
 WORKER = Path(__file__).with_name("_triton24_worker.py")
@@ -85,7 +86,7 @@ def candidate_libraries() -> list[Path]:
     from rocke_aot.paths import home
 
     found: list[Path] = []
-    explicit = os.environ.get(ENV_LIB)
+    explicit = settings.raw(ENV_LIB)
     if explicit:
         found.append(Path(explicit))  # kept even when missing: detect() then says so
     lane_env = library_in_venv(home() / "lanes" / "llvm24")
@@ -147,7 +148,7 @@ def run_worker(kind: str, payload: dict, blob: bytes | None = None, *, timeout: 
     """
     from rocke_aot.aot.compiler import WorkerSpec, default_pool
 
-    spec = WorkerSpec.of(sys.executable, plugins=[WORKER], env={"ROCKE_AOT_TRITON24_ROLE": role})
+    spec = WorkerSpec.of(sys.executable, plugins=[WORKER], env={settings.TRITON24_ROLE: role})
     reply = default_pool().call(spec, kind, payload, blob, timeout=timeout)
     result = dict(reply.result)
     result.setdefault("log", reply.log)

@@ -1,0 +1,137 @@
+"""Every ROCKE_AOT_* environment variable, with its meaning and default, read in one place.
+
+    SETTINGS                  the registry: one Setting per variable (name, meaning, default, ...)
+    raw(name, env=None)       the variable's value or None; an unregistered name is a SettingError
+    flag(name, env=None)      a 0/1 switch: unset or "" -> False, "1" -> True, anything else an error
+    integer(name, env=None)   a non-negative integer or None; anything else an error
+    describe(env=None)        one dict per setting with its current value (secrets shown as "(set)")
+
+Modules name a variable by this module's constant (``settings.HOME``) and read it through
+``raw``/``flag``/``integer``; no other module of the product spells a ``ROCKE_AOT_`` name
+(tests/test_settings.py scans for one). The one exception is the compile workers' own plugin
+files (``aot/compiler/_comgr_handler.py``, ``aot/toolchains/_triton24_worker.py``): they run in
+a lane's interpreter, which may not have rocke_aot installed, and read the variable their parent
+set for them (the ``internal`` ones here). ``rocke-aot settings`` prints this table.
+
+What a value means (a path, a URL, a lane) is checked where it is used: the lane registry
+validates ROCKE_AOT_LANE, the toolchain finders check that a path is an executable file, and so
+on. This module only fails closed on names nobody registered and on malformed switches/numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from rocke_aot.errors import SettingError
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    meaning: str
+    default: str  # what happens when it is unset, in words
+    area: str  # the layer or component that reads it
+    secret: bool = False  # never printed (tokens)
+    internal: bool = False  # set by rocke-aot itself for a child process; not for users
+
+
+HOME = "ROCKE_AOT_HOME"
+CACHE = "ROCKE_AOT_CACHE"
+CACHE_MAX_BYTES = "ROCKE_AOT_CACHE_MAX_BYTES"
+LANE = "ROCKE_AOT_LANE"
+LLD = "ROCKE_AOT_LLD"
+PTXAS = "ROCKE_AOT_PTXAS"
+COMGR = "ROCKE_AOT_COMGR"
+LLVM24_LIB = "ROCKE_AOT_LLVM24_LIB"
+SERVER = "ROCKE_AOT_SERVER"
+TOKEN = "ROCKE_AOT_TOKEN"
+OFFLINE = "ROCKE_AOT_OFFLINE"
+SERVE_CACHE = "ROCKE_AOT_SERVE_CACHE"
+SERVE_TOKEN_FILE = "ROCKE_AOT_SERVE_TOKEN_FILE"
+SERVE_MAX_PUBLISH = "ROCKE_AOT_SERVE_MAX_PUBLISH"
+COMGR_LIB = "ROCKE_AOT_COMGR_LIB"
+TRITON24_ROLE = "ROCKE_AOT_TRITON24_ROLE"
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(HOME, "per-user state: registered toolchains, lane environments, the default cache",
+            "the user cache dir (platformdirs), e.g. ~/.cache/rocke-aot", "vocabulary (paths), cache"),
+    Setting(CACHE, "the cache URL: a path, sqlite:///FILE or postgresql+psycopg://...",
+            "$ROCKE_AOT_HOME/cache.sqlite", "cache"),
+    Setting(CACHE_MAX_BYTES, "size limit of the cache in stored bytes; least recently read artifacts are "
+            "evicted beyond it", "no limit", "cache"),
+    Setting(LANE, "the compiler lane when --lane is not given (validated like --lane)",
+            "every lane with a toolchain here", "vocabulary (lanes)"),
+    Setting(LLD, "the ld.lld executable that links HSACOs", "ld.lld on PATH, else /usr/lib/llvm-*/bin/ld.lld",
+            "aot (toolchains)"),
+    Setting(PTXAS, "the ptxas executable for sm_90", "ptxas on PATH, else /usr/local/cuda/bin/ptxas",
+            "aot (compiler)"),
+    Setting(COMGR, "the COMGR library to detect (only this one)", "$ROCM_PATH/lib, /opt/rocm/lib, Debian's",
+            "aot (toolchains)"),
+    Setting(LLVM24_LIB, "the LLVM 24 AMDGPU code generator library (libtriton_amd_codegen.so)",
+            "the llvm24 lane environment's, else this interpreter's triton wheel", "aot (toolchains)"),
+    Setting(SERVER, "the service URL of `rocke-aot fetch` and `publish` (their --server)", "none: --server is "
+            "required", "cli"),
+    Setting(TOKEN, "the bearer token the HTTP client sends on publish", "no token", "service (client)",
+            secret=True),
+    Setting(OFFLINE, "1: the HTTP client answers from its local store only, never the network (0 or 1)",
+            "0", "service (client)"),
+    Setting(SERVE_CACHE, "the cache URL each service worker opens (set by `rocke-aot serve`)",
+            "none: the app refuses to start", "service (app)", internal=True),
+    Setting(SERVE_TOKEN_FILE, "the file holding the publish token (set by `rocke-aot serve --token-file`)",
+            "none: the service is read-only", "service (app)", internal=True),
+    Setting(SERVE_MAX_PUBLISH, "the largest publish body in bytes (set by `rocke-aot serve`)",
+            "the service's default", "service (app)", internal=True),
+    Setting(COMGR_LIB, "the COMGR library a COMGR compile worker loads (set by the parent for it)",
+            "none: the worker refuses", "aot (compile worker)", internal=True),
+    Setting(TRITON24_ROLE, "codegen or assemble: set on an LLVM 24 worker so each role gets its own worker "
+            "processes (the worker spec is the pool's key; nothing reads the value)", "none",
+            "aot (compile worker)", internal=True),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def get(name: str) -> Setting:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise SettingError(f"{name!r} is not a registered setting (rocke_aot/settings.py lists them)") from None
+
+
+def raw(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The value of a registered variable, or None when it is unset."""
+    get(name)
+    return (os.environ if env is None else env).get(name)
+
+
+def flag(name: str, env: Mapping[str, str] | None = None) -> bool:
+    v = raw(name, env) or ""
+    if v not in ("", "0", "1"):
+        raise SettingError(f"{name} must be 0 or 1, got {v!r}")
+    return v == "1"
+
+
+def integer(name: str, env: Mapping[str, str] | None = None) -> int | None:
+    v = raw(name, env)
+    if v is None or v == "":
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise SettingError(f"{name} must be a non-negative integer, got {v!r}")
+    return n
+
+
+def describe(env: Mapping[str, str] | None = None) -> list[dict[str, object]]:
+    env = os.environ if env is None else env
+    out = []
+    for s in SETTINGS:
+        value = env.get(s.name)
+        shown = None if value is None else ("(set)" if s.secret else value)
+        out.append({"name": s.name, "value": shown, "set": value is not None, "default": s.default,
+                    "meaning": s.meaning, "area": s.area, "secret": s.secret, "internal": s.internal})
+    return out
