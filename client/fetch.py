@@ -18,15 +18,15 @@ dependencies) and starts in about the time of the interpreter (bench/bench_clien
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 
 from rocke_aot.cache.keys import check_key
+from rocke_aot import settings
 from rocke_aot.client.local import Kernel, LocalStore
 from rocke_aot.client.sources import MirrorSource, ServiceSource, Source
 from rocke_aot.errors import IntegrityError, NotFoundError, RockeError, SpecError
 
-ENV_OFFLINE = "ROCKE_AOT_OFFLINE"
+ENV_OFFLINE = settings.OFFLINE
 
 
 class OfflineMiss(NotFoundError):
@@ -34,10 +34,7 @@ class OfflineMiss(NotFoundError):
 
 
 def env_offline() -> bool:
-    v = os.environ.get(ENV_OFFLINE, "")
-    if v not in ("", "0", "1"):
-        raise SpecError(f"{ENV_OFFLINE} must be 0 or 1, got {v!r}")
-    return v == "1"
+    return settings.flag(ENV_OFFLINE)
 
 
 def sources_from(server: str | None = None, mirrors: Iterable[str] = ()) -> list[Source]:

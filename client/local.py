@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from rocke_aot import paths
+from rocke_aot import paths, settings
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, inputs_dict, thaw
 from rocke_aot.errors import IntegrityError, NotFoundError, SpecError
 
-ENV_CLIENT_HOME = "ROCKE_AOT_CLIENT_HOME"
+ENV_CLIENT_HOME = settings.CLIENT_HOME
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def check_bytes(data: bytes, sha256: str, size: int, what: str) -> bytes:
 
 
 def default_root() -> Path:
-    value = os.environ.get(ENV_CLIENT_HOME)
+    value = settings.raw(ENV_CLIENT_HOME)
     return Path(value) if value else paths.home() / "client"
 
 

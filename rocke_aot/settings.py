@@ -51,6 +51,7 @@ OFFLINE = "ROCKE_AOT_OFFLINE"
 SERVE_CACHE = "ROCKE_AOT_SERVE_CACHE"
 SERVE_TOKEN_FILE = "ROCKE_AOT_SERVE_TOKEN_FILE"
 SERVE_MAX_PUBLISH = "ROCKE_AOT_SERVE_MAX_PUBLISH"
+CLIENT_HOME = "ROCKE_AOT_CLIENT_HOME"
 COMGR_LIB = "ROCKE_AOT_COMGR_LIB"
 TRITON24_ROLE = "ROCKE_AOT_TRITON24_ROLE"
 
@@ -77,6 +78,8 @@ SETTINGS: tuple[Setting, ...] = (
             secret=True),
     Setting(OFFLINE, "1: the HTTP client answers from its local store only, never the network (0 or 1)",
             "0", "service (client)"),
+    Setting(CLIENT_HOME, "the slim client's local store of fetched kernels (rocke_aot.client)",
+            "$ROCKE_AOT_HOME/client", "client"),
     Setting(SERVE_CACHE, "the cache URL each service worker opens (set by `rocke-aot serve`)",
             "none: the app refuses to start", "service (app)", internal=True),
     Setting(SERVE_TOKEN_FILE, "the file holding the publish token (set by `rocke-aot serve --token-file`)",

@@ -23,7 +23,7 @@ import pytest
 from _tree import git_tree
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("aot", "cache", "cli", "runner", "service", "variants")
+LAYERS = ("aot", "cache", "cli", "client", "runner", "service", "variants")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from rocke_aot.cli.main import cli
 from rocke_aot.errors import SettingError
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("rocke_aot", "aot", "cache", "cli", "runner", "service", "variants")
+PRODUCT = ("rocke_aot", "aot", "cache", "cli", "client", "runner", "service", "variants")
 # Worker plugin files run in a lane's interpreter, which may lack rocke_aot: they read the
 # variable their parent set for them by its literal name.
 WORKER_FILES = {"aot/compiler/_comgr_handler.py", "aot/toolchains/_triton24_worker.py"}
