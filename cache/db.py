@@ -191,13 +191,39 @@ def _sqlite_hooks(engine: Engine, readonly: bool = False) -> None:
 def readonly_url(url: str) -> str:
     """SQLite: the same file opened with ``mode=ro`` (an SQLite URI), so the OS-level open is
     read-only and a chmod 444 file works; PostgreSQL: unchanged (the engine sets every
-    transaction read-only, see make_engine)."""
+    transaction read-only, see make_engine).
+
+    A file SQLite cannot write beside (a read-only volume, e.g. a Docker ``:ro`` mount, or a
+    read-only directory) cannot hold the ``-shm`` file WAL readers need, so it is opened
+    ``immutable=1``: no locks, no WAL, the file read as it is, which is exact only while
+    nothing writes it, true of a read-only volume. A non-empty ``-wal`` beside such a file
+    holds commits that immutable mode would not see: that is refused (CacheAccessError)
+    rather than served stale."""
     if not url.startswith("sqlite"):
         return url
     path = make_url(url).database
     if not path or path == ":memory:":
         raise CacheAccessError("a read-only store needs a SQLite file, not an in-memory database")
+    if _cannot_write_beside(path):
+        wal = Path(path + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise CacheAccessError(
+                f"cache file {path} is on a read-only file system or directory and its write-ahead log {wal} "
+                "holds commits not in the file: checkpoint it where it is writable "
+                "(sqlite3 FILE 'PRAGMA wal_checkpoint(TRUNCATE)') before serving it read-only")
+        return f"sqlite+pysqlite:///file:{path}?mode=ro&immutable=1&uri=true"
     return f"sqlite+pysqlite:///file:{path}?mode=ro&uri=true"
+
+
+def _cannot_write_beside(path: str) -> bool:
+    """Whether SQLite could not create or write the -shm file beside ``path`` (os.access
+    honours read-only mounts, also for root)."""
+    p = Path(path).expanduser()
+    parent = p.parent if str(p.parent) else Path(".")
+    shm = Path(str(p) + "-shm")
+    if shm.exists():
+        return not os.access(shm, os.R_OK | os.W_OK)
+    return not os.access(parent, os.W_OK | os.X_OK)
 
 
 def _access_error(url: str, exc: BaseException) -> CacheAccessError | None:

@@ -5,7 +5,9 @@
     --workers N>1 ──> PROMETHEUS_MULTIPROC_DIR = a fresh temp dir (metrics summed over workers)
 
 Every worker process opens its own Store. Binds 127.0.0.1 unless --host says otherwise;
-without --token-file the server is read-only (PUT answers 403).
+without --token-file the server is read-only (PUT answers 403). uvicorn runs the httptools
+parser through service/protocol.py's BoundedHttpTools (request heads bounded in bytes and
+in time, connections per worker bounded); keep-alive idle connections close after 5 s.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import click
 
 from rocke_aot.cache.db import ENV_CACHE, resolve_url
 from rocke_aot.errors import SpecError
+
+HTTP_PROTOCOL = "rocke_aot.service.protocol:BoundedHttpTools"  # an import string: workers are spawned
 
 
 @click.command("serve")
@@ -70,7 +74,7 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
     try:
         uvicorn.run("rocke_aot.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level, access_log=False)
+                    log_level=log_level, access_log=False, http=HTTP_PROTOCOL, timeout_keep_alive=5)
     finally:
         if multiproc:
             shutil.rmtree(multiproc, ignore_errors=True)

@@ -4,6 +4,10 @@
     MAX_TENSOR_BYTES   -> 2**31 - 1  kernels index tensors with signed 32-bit byte offsets,
                                      so a larger tensor is refused up front (or chunked by
                                      a runner), never silently wrapped
+    MAX_EXTENT         -> 2**40      the largest value of any problem field (an extent, a
+                                     stride, a pad): far above any tensor a GPU holds, low
+                                     enough that no model does big-number arithmetic on it;
+                                     2**64 or 10**400 is refused (HTTP 422), not ranked
 """
 
 from __future__ import annotations
@@ -16,3 +20,4 @@ DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)  # every element type a spec or pro
 MATRIX_IN_DTYPES: tuple[str, ...] = ("f16", "bf16")  # operand types of the matrix paths
 
 MAX_TENSOR_BYTES = 2**31 - 1
+MAX_EXTENT = 2**40

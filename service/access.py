@@ -9,6 +9,9 @@
     list_page(store, ...)     keyset page over artifacts ordered by key (cursor = last key)
     select(store, ...)        rocke_aot.service.selection.select (the one helper), its
                               results as plain dicts for the response models
+    StoreWatch(store).check() /healthz: the SQLite file at the store's path is still the one
+                              opened (same device and inode), and the store answers a query;
+                              CacheAccessError (503) otherwise
 
 Why not Store.get(): it touches ``last_read_at`` (a write) and hands back only raw bytes;
 the service needs the stored zstd frame too (served as is to ``Accept-Encoding: zstd``).
@@ -22,13 +25,15 @@ this worker; the client checks the content sha256 again after decompressing.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam
+from sqlalchemy import and_, bindparam, text
+from sqlalchemy.engine import make_url
 from sqlalchemy import select as sa_select
 
 from rocke_aot.cache import codec, db
@@ -37,7 +42,7 @@ from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.records import Artifact, to_artifact
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import IntegrityError, NotFoundError
+from rocke_aot.errors import CacheAccessError, IntegrityError, NotFoundError
 
 _Q_BLOB = sa_select(B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id).where(B.c.sha256 == bindparam("s"))
 _Q_BLOB_EXISTS = sa_select(B.c.size).where(B.c.sha256 == bindparam("s"))
@@ -49,6 +54,40 @@ _Q_KERNEL = sa_select(*_ROW).select_from(_ROW_FROM).where(A.c.key == bindparam("
 def open_store(url: str, *, readonly: bool = True) -> Store:
     """The store the service reads (read-only by default: a replica needs no write access)."""
     return Store.open(url, readonly=readonly)
+
+
+def _sqlite_file(url: str) -> str | None:
+    if not url.startswith("sqlite"):
+        return None
+    path = make_url(url).database or ""
+    return path.removeprefix("file:").split("?", 1)[0] or None
+
+
+class StoreWatch:
+    """What /healthz checks: the store this worker serves is still there and answering.
+
+    A SQLite file deleted or replaced under a running server keeps answering from the open
+    file descriptors (or fails only on the next new connection), so the path's (device,
+    inode) is compared with the one seen at start; then one query must answer."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.path = _sqlite_file(store.url)
+        self.identity = self._stat() if self.path else None
+
+    def _stat(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            raise CacheAccessError(f"the store file {self.path} is gone ({e.strerror})") from None
+        return st.st_dev, st.st_ino
+
+    def check(self) -> None:
+        if self.path is not None and self._stat() != self.identity:
+            raise CacheAccessError(f"the store file {self.path} was replaced after this server opened it; "
+                                   "restart the server to serve the new one")
+        with db.read_tx(self.store.engine) as conn:
+            conn.execute(text("SELECT 1 FROM artifacts LIMIT 1")).first()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The artifact service: FastAPI over one Store.
 
-    client ─HTTP─> MetricsMiddleware ─> BodyLimit ─> HotBlobs ─> routes ─> access.* ─> Store (SQLite | PostgreSQL)
-                                                        └─ GET of a blob this worker verified: answered from memory
+    client ─HTTP─> MetricsMiddleware ─> Guard ─> BodyLimit ─> HotBlobs ─> routes ─> access.* ─> Store (SQLite | PostgreSQL)
+                                          │                     └─ GET of a blob this worker verified: answered from memory
+                                          └─ writes refused from the head (no body read), in-flight and time budget
                                                      └─ errors.install: library errors -> statuses
 
     GET|HEAD /v1/blobs/{sha256}      code object by content: ETag, immutable, 304, zstd pass-through
@@ -14,13 +15,17 @@
 
 Reads never write (no last-read touches): a replica can run on a read-only role. Hot blob
 fetches are answered from a per-worker cache of verified blobs (access.Frames) without a
-thread hop; everything that touches the database runs in the threadpool.
+thread hop; everything that touches the database runs in the threadpool, selects through
+at most ``select_slots`` threads at once (a cold select over SQLite once held the event loop
+for every other request: /healthz took p50 1.2 s under 4 clients). Every bound is listed in
+docs/reliability.md ("Bounds").
 ``create_app(store_or_url, token=...)`` builds an app; ``app_from_env`` is the factory
 ``rocke-aot serve`` hands uvicorn (each worker opens its own Store).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
@@ -33,18 +38,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
-from sqlalchemy import text
 
 from rocke_aot import settings
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.arch import ARCHES
-from rocke_aot.cache import db
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
 from rocke_aot.lanes import LANE_NAMES, get_lane
-from rocke_aot.service import access, errors
+from rocke_aot.service import access, errors, guard
 from rocke_aot.service.errors import (
     Conflict,
     FieldError,
@@ -75,6 +78,7 @@ from rocke_aot.variants.families import FAMILIES, problem_from_dict
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
 DEFAULT_MAX_BODY = 64 << 10  # any other request body (select)
+DEFAULT_SELECT_SLOTS = 4  # selects ranking in worker threads at once, per worker process
 ENV_CACHE = settings.SERVE_CACHE
 ENV_TOKEN_FILE = settings.SERVE_TOKEN_FILE
 ENV_MAX_PUBLISH = settings.SERVE_MAX_PUBLISH
@@ -287,10 +291,15 @@ def kernel_meta(a: Artifact, request: Request) -> KernelMeta:
 
 
 def create_app(store: Store | str, *, token: str | None = None, max_publish: int = DEFAULT_MAX_PUBLISH,
-               max_body: int = DEFAULT_MAX_BODY, frame_cache_bytes: int = 64 << 20) -> FastAPI:
+               max_body: int = DEFAULT_MAX_BODY, frame_cache_bytes: int = 64 << 20,
+               budget_s: float = guard.DEFAULT_BUDGET_S, max_in_flight: int = guard.DEFAULT_MAX_IN_FLIGHT,
+               select_slots: int = DEFAULT_SELECT_SLOTS) -> FastAPI:
     """The service over ``store`` (a Store, or a URL opened read-only where possible).
 
     ``token`` None: publishing is off (403). A token enables PUT for bearers of it.
+    ``budget_s``: a request not answering by then gets 503; ``max_in_flight`` requests at once
+    per process, more get 503 Busy; ``select_slots`` selects rank at once (others wait, within
+    the budget).
     """
     own_store = not isinstance(store, Store)
     the_store = access.open_store(store, readonly=token is None) if own_store else store
@@ -308,10 +317,15 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     app.state.metrics = metrics
     app.state.frames = frames
     app.state.token = token
+    watch = access.StoreWatch(the_store)
+    slots = asyncio.Semaphore(select_slots)
     errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
     route_holder: dict = {}
     app.add_middleware(HotBlobs, frames=frames, metrics=metrics, route_holder=route_holder)
     app.add_middleware(BodyLimit, max_body=max_body, max_publish=max_publish)
+    refused = {"ReadOnly": "read_only", "Unauthorized": "unauthorized"}
+    app.add_middleware(guard.Guard, token=token, budget_s=budget_s, max_in_flight=max_in_flight,
+                       on_refusal=lambda name: metrics.publishes.labels(refused[name]).inc())
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if own_store:
         app.router.on_shutdown.append(the_store.close)
@@ -423,13 +437,9 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         # them): they were ~90% of a default answer's bytes and of its serialization.
         kw = dict(lanes=lanes, min_efficiency=req.min_efficiency, limit=req.limit, explain=req.explain,
                   max_rejected=MAX_REJECTED if req.explain else 0)
-        # SQLite answers a repeated select from Store's cached candidates and rankings in well under
-        # a millisecond, cheaper than the threadpool hop it would otherwise take (a cold one, after a
-        # store change, blocks this worker's loop for one uncached select); PostgreSQL goes over the
-        # network, so it keeps the threadpool.
-        if store.backend == "sqlite":
-            accepted, rejected, n_rejected = access.select(*args, **kw)
-        else:
+        # Off the event loop, through a few threads: a cold select (after a store change) ranks
+        # every row of the family, and on the loop it stalled every other request of the worker.
+        async with slots:
             accepted, rejected, n_rejected = await run_in_threadpool(access.select, *args, **kw)
         p = _prefix(request)
         doc = SelectResponse(
@@ -468,9 +478,9 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         return PublishResponse(created=out[0], kernel=kernel_meta(out[1], request))
 
     @app.get("/healthz", tags=["ops"], response_model=Health, responses=errors.responses(503))
-    def healthz(store: StoreDep) -> Health:
-        with db.read_tx(store.engine) as conn:
-            conn.execute(text("SELECT 1"))
+    async def healthz(store: StoreDep) -> Health:
+        # The store this app opened (not an injected one) must still be at its path and answer.
+        await run_in_threadpool(watch.check if store is the_store else access.StoreWatch(store).check)
         return Health(status="ok", backend=store.backend)
 
     @app.get("/metrics", tags=["ops"], response_class=Response,

@@ -7,6 +7,8 @@
     NotFoundError                          404
     IntegrityError                         500   counted in metrics, logged; the bytes never leave
     SchemaVersionError                     503
+    CacheAccessError (store gone, replaced,
+      unreachable, unreadable)             503
     sqlalchemy DBAPIError (store down)     503   StoreUnavailable; the driver's text is only logged
     CacheError (other)                     500
     service: Unauthorized 401, ReadOnly 403, Conflict 409, TooLarge 413
@@ -28,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rocke_aot.errors import (
     AdmissionError,
+    CacheAccessError,
     CacheError,
     CapabilityError,
     CodeObjectError,
@@ -62,6 +65,7 @@ STATUS: dict[type[BaseException], int] = {
     NotFoundError: 404,
     IntegrityError: 500,
     SchemaVersionError: 503,
+    CacheAccessError: 503,
     CacheError: 500,
     RockeError: 500,
 }

@@ -7,7 +7,9 @@
     GET /metrics ──render()──> text exposition
 
 ``route`` is the route *template* (``/v1/blobs/{sha256}``), never the raw path, so a client
-cannot grow the label set; an unmatched path is ``<unmatched>``.
+cannot grow the label set; an unmatched path is ``<unmatched>``. ``method`` is one of
+METHODS or ``OTHER``: uvicorn's h11 fallback passes any token a client invents (3,000
+invented methods once made 3,001 series).
 
 Several workers: when ``PROMETHEUS_MULTIPROC_DIR`` is set (``rocke-aot serve --workers N``
 sets it to a fresh directory), prometheus-client's multiprocess mode keeps each worker's
@@ -29,6 +31,7 @@ from prometheus_client import (
 
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 ENV_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"})
 
 
 class Metrics:
@@ -90,7 +93,8 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             name = getattr(route, "path", None) or "<unmatched>"
-            k = (name, scope.get("method", ""), status[0])
+            method = scope.get("method", "")
+            k = (name, method if method in METHODS else "OTHER", status[0])
             children = self._children.get(k)
             if children is None:  # labels() validates and locks; keep the children per label set
                 children = self._children[k] = (self.metrics.requests.labels(name, k[1], str(k[2])),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -94,12 +95,64 @@ def _lanes(lanes: Iterable[object] | None) -> tuple[str, ...] | None:
     return tuple(sorted({get_lane(x, source="lane").name for x in lanes}))
 
 
-# store -> {(family, target, lanes, problem, floor, explain): (candidates, Ranking)}. rank() is a
-# pure function of its arguments, so a ranking is reused exactly when the store hands back the
-# very same candidate tuple (Store.candidates returns one object per query shape until the
-# database changes: a moved ref, a put, a gc all give a new tuple, so the identity test fails
-# and the ranking is recomputed). Holding the tuple keeps its id from being reused.
-_RANKINGS: "weakref.WeakKeyDictionary[Any, dict[tuple, tuple[Any, Ranking]]]" = weakref.WeakKeyDictionary()
+# store -> a byte-bounded LRU of {(family, target, lanes, problem, floor, explain): (candidates,
+# Ranking)}. rank() is a pure function of its arguments, so a ranking is reused exactly when the
+# store hands back the very same candidate tuple (Store.candidates returns one object per query
+# shape until the database changes: a moved ref, a put, a gc all give a new tuple, so the
+# identity test fails and the ranking is recomputed). Holding the tuple keeps its id from being
+# reused. Every distinct problem adds an entry (unauthenticated selects choose them), so the
+# memo is bounded in bytes and evicts its least recently used entries one at a time: never a
+# clear-all (which once took 12 s on the request that hit it, and let 3,500 problems grow a
+# server to 3.3 GB). An entry's cost is an upper estimate from its entry counts and detail
+# strings, checked against tracemalloc by bench/bench_hostile.py.
+RANKING_CACHE_BYTES = 64 << 20  # per store, per process
+_ENTRY_BYTES = 1024  # the memo slot, the key tuple, the problem value, the Ranking
+_CHOICE_BYTES = 640  # a Choice and its Efficiency breakdown
+_REJECTION_BYTES = 160  # a Rejection, its detail string counted apart
+
+
+def ranking_cost(ranking: Ranking) -> int:
+    """Upper estimate of the bytes one memo entry holds (constants above)."""
+    return (_ENTRY_BYTES + _CHOICE_BYTES * len(ranking.accepted)
+            + sum(_REJECTION_BYTES + len(r.detail) + len(r.reason) for r in ranking.rejected))
+
+
+class RankingMemo:
+    """LRU of rankings bounded by ``max_bytes`` (ranking_cost); thread-safe."""
+
+    def __init__(self, max_bytes: int = RANKING_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._lru: OrderedDict[tuple, tuple[Any, Ranking, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def get(self, args: tuple, cands) -> Ranking | None:
+        with self._lock:
+            hit = self._lru.get(args)
+            if hit is None or hit[0] is not cands:
+                return None
+            self._lru.move_to_end(args)
+            return hit[1]
+
+    def put(self, args: tuple, cands, ranking: Ranking) -> None:
+        cost = ranking_cost(ranking)
+        if cost > self.max_bytes:
+            return
+        with self._lock:
+            old = self._lru.pop(args, None)
+            if old is not None:
+                self.bytes -= old[2]
+            self._lru[args] = (cands, ranking, cost)
+            self.bytes += cost
+            while self.bytes > self.max_bytes:
+                _, (_, _, c) = self._lru.popitem(last=False)
+                self.bytes -= c
+
+
+_RANKINGS: "weakref.WeakKeyDictionary[Any, RankingMemo]" = weakref.WeakKeyDictionary()
 _RANKINGS_LOCK = threading.Lock()
 
 
@@ -108,20 +161,23 @@ def _ranked(store, cands, args: tuple, compute) -> Ranking:
         memo = _RANKINGS.get(store)
         if memo is None:
             with _RANKINGS_LOCK:
-                memo = _RANKINGS.setdefault(store, {})
+                memo = _RANKINGS.setdefault(store, RankingMemo())
     except TypeError:  # a store that cannot be weakly referenced: no memo
         return compute()
     try:
-        hit = memo.get(args)
+        hit = memo.get(args, cands)
     except TypeError:  # an unhashable problem value: rank it straight
         return compute()
-    if hit is not None and hit[0] is cands:
-        return hit[1]
+    if hit is not None:
+        return hit
     ranking = compute()
-    if len(memo) > 4096:
-        memo.clear()
-    memo[args] = (cands, ranking)
+    memo.put(args, cands, ranking)
     return ranking
+
+
+def ranking_memo(store) -> RankingMemo | None:
+    """The store's memo in this process (tests, the bench)."""
+    return _RANKINGS.get(store)
 
 
 def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[str] | None = None,

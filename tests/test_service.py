@@ -251,7 +251,10 @@ BAD = [
     ("GET", "/v1/kernels/..%2f..%2fhealthz/meta", {}, 404, "NotFound", "Not Found", None),
     ("GET", "/v1/kernels/" + "a" * 64 + "%00", {}, 422, "RequestValidationError", "should match pattern", "path.key"),
     ("GET", "/v1/kernels?cursor=..%2f..%2f", {}, 422, "RequestValidationError", "should match pattern", "query.cursor"),
-    ("PUT", "/v1/kernels/..%2f..%2fx", {"json": {}}, 404, "NotFound", "Not Found", None),
+    # a write without the token is refused from its head alone, before routing (service/guard.py)
+    ("PUT", "/v1/kernels/..%2f..%2fx", {"json": {}}, 401, "Unauthorized", "bearer token", None),
+    ("PUT", "/v1/kernels/..%2f..%2fx", {"json": {}, "headers": {"Authorization": f"Bearer {TOKEN}"}}, 404,
+     "NotFound", "Not Found", None),
     ("PUT", "/v1/kernels/%2e%2e", {"json": {}, "headers": {"Authorization": f"Bearer {TOKEN}"}}, 422,
      "RequestValidationError", "should match pattern", "path.key"),
     # publish refusals that need no body
@@ -263,7 +266,9 @@ BAD = [
      422, "FieldError", "Invalid JSON", "body"),
     ("PUT", "/v1/kernels/" + K, {"content": b"x" * (17 << 20), "headers": {"Authorization": f"Bearer {TOKEN}"}},
      413, "TooLarge", "over the 16777216-byte limit", None),
-    ("DELETE", "/v1/kernels/" + K, {}, 405, "MethodNotAllowed", "Method Not Allowed", None),
+    ("DELETE", "/v1/kernels/" + K, {}, 401, "Unauthorized", "bearer token", None),
+    ("DELETE", "/v1/kernels/" + K, {"headers": {"Authorization": f"Bearer {TOKEN}"}}, 405, "MethodNotAllowed",
+     "Method Not Allowed", None),
 ]
 
 

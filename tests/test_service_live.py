@@ -164,4 +164,9 @@ def test_serve_runs_on_the_c_parser_and_loop():
     config = Config(app=lambda scope, receive, send: None)  # the defaults serve passes through
     config.load()
     assert config.http_protocol_class.__module__ == "uvicorn.protocols.http.httptools_impl"
+    from rocke_aot.cli.serve import HTTP_PROTOCOL
+
+    bounded = Config(app=lambda scope, receive, send: None, http=HTTP_PROTOCOL)
+    bounded.load()  # what serve runs: the same C parser, with bounded heads (service/protocol.py)
+    assert issubclass(bounded.http_protocol_class, config.http_protocol_class)
     assert config.get_loop_factory().__module__.split(".")[0] == "uvloop"

@@ -5,7 +5,7 @@
     PatchDgradProblem(n, h, w, c, k, p, dtype)                              .hp, .wp
     (which family takes which problem, and parsing one from JSON: variants/families.py)
 
-Validated on construction (ints are ints, extents positive), so the efficiency
+Validated on construction (ints are ints, extents positive and at most MAX_EXTENT), so the efficiency
 models never see a malformed problem.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from rocke_aot.dtypes import DTYPES
+from rocke_aot.dtypes import DTYPES, MAX_EXTENT
 from rocke_aot.errors import SpecError
 
 _DTYPES = DTYPES
@@ -32,6 +32,8 @@ def _validate(obj: Any, positive: tuple[str, ...], non_negative: tuple[str, ...]
             continue
         if type(v) is not int:
             raise SpecError(f"{what}.{f.name} must be an int, got {v!r}")
+        if v > MAX_EXTENT:  # before any arithmetic: a 400-digit extent is refused, not ranked
+            raise SpecError(f"{what}.{f.name} must be <= 2**40 (MAX_EXTENT), got a {v.bit_length()}-bit value")
         if f.name in positive and v < 1:
             raise SpecError(f"{what}.{f.name} must be >= 1, got {v}")
         if f.name in non_negative and v < 0:

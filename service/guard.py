@@ -1,0 +1,98 @@
+"""The service's first middleware: refuse from the request head alone, and bound what any
+one request may cost the others.
+
+    request head ──> Guard
+        PUT /v1/kernels/...   read-only server -> 403 ReadOnly; no or wrong bearer -> 401
+                              Unauthorized: answered from the headers, the body never read
+                              (uvicorn stops reading the socket once 64 KiB are buffered,
+                              and "connection: close" drops the rest)
+        in flight >= max_in_flight   -> 503 Busy (Retry-After), nothing else runs
+        otherwise: the app, under a budget of budget_s seconds; a request that has not
+        started its answer by then is answered 503 RequestBudget
+
+Work that runs in a worker thread (a cold select, a blob read) cannot be interrupted; it
+finishes, and the select slots (service/app.py) bound how many such threads there can be,
+so the event loop and /healthz stay free (docs/reliability.md: "Bounds").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+
+from rocke_aot.service import errors
+
+DEFAULT_BUDGET_S = 30.0
+DEFAULT_MAX_IN_FLIGHT = 256
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, cred = value.partition(b" ")
+            return cred.strip() if scheme.lower() == b"bearer" and cred.strip() else None
+    return None
+
+
+async def answer(send, status: int, error: str, message: str, *, close: bool = False,
+                 extra: list[tuple[bytes, bytes]] = ()) -> None:
+    payload = json.dumps(errors.body(error, message)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class Guard:
+    """Pure ASGI middleware (module doc). ``token`` None: the server is read-only."""
+
+    def __init__(self, app, *, token: str | None, budget_s: float = DEFAULT_BUDGET_S,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, on_refusal=None):
+        self.app = app
+        self.token = None if token is None else token.encode()
+        self.budget_s = budget_s
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.on_refusal = on_refusal  # (outcome) -> None: the publish metric
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["method"] not in ("GET", "HEAD", "POST", "OPTIONS"):
+            refusal = self._auth(scope)
+            if refusal is not None:
+                if self.on_refusal is not None:
+                    self.on_refusal(refusal[1])
+                return await answer(send, *refusal, close=True)
+        if self.in_flight >= self.max_in_flight:
+            return await answer(send, 503, "Busy", f"over {self.max_in_flight} requests in flight; retry later",
+                                extra=[(b"retry-after", b"1")])
+        self.in_flight += 1
+        started = False
+
+        async def tracked(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            async with asyncio.timeout(self.budget_s):
+                await self.app(scope, receive, tracked)
+        except TimeoutError:
+            if not started:
+                await answer(send, 503, "RequestBudget", f"the request ran over its {self.budget_s:g} s budget",
+                             close=True)
+        finally:
+            self.in_flight -= 1
+
+    def _auth(self, scope) -> tuple[int, str, str] | None:
+        """(status, error, message) when the head alone decides a write is refused."""
+        if self.token is None:
+            return 403, "ReadOnly", "this server is read-only: it was started without a publish token"
+        got = _bearer(scope["headers"])
+        if got is None or not hmac.compare_digest(got, self.token):
+            return 401, "Unauthorized", "a publish needs the server's bearer token (Authorization: Bearer ...)"
+        return None
