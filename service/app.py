@@ -78,7 +78,7 @@ from rocke_aot.variants.families import FAMILIES, problem_from_dict
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
 DEFAULT_MAX_BODY = 64 << 10  # any other request body (select)
-DEFAULT_SELECT_SLOTS = 4  # selects ranking in worker threads at once, per worker process
+DEFAULT_SELECT_SLOTS = 2  # selects ranking in worker threads at once, per worker process (the GIL: more only queue)
 ENV_CACHE = settings.SERVE_CACHE
 ENV_TOKEN_FILE = settings.SERVE_TOKEN_FILE
 ENV_MAX_PUBLISH = settings.SERVE_MAX_PUBLISH

@@ -105,7 +105,7 @@ def _lanes(lanes: Iterable[object] | None) -> tuple[str, ...] | None:
 # clear-all (which once took 12 s on the request that hit it, and let 3,500 problems grow a
 # server to 3.3 GB). An entry's cost is an upper estimate from its entry counts and detail
 # strings, checked against tracemalloc by bench/bench_hostile.py.
-RANKING_CACHE_BYTES = 64 << 20  # per store, per process
+RANKING_CACHE_BYTES = 32 << 20  # per store, per process
 _ENTRY_BYTES = 1024  # the memo slot, the key tuple, the problem value, the Ranking
 _CHOICE_BYTES = 640  # a Choice and its Efficiency breakdown
 _REJECTION_BYTES = 160  # a Rejection, its detail string counted apart

@@ -10,7 +10,7 @@
     live `rocke-aot serve` on loopback (one process, RSS read from /proc)
         withheld 15 MiB uploads to a read-only server, 8 MiB and endless header lines, slow
         header lines, distinct cold selects from 4 threads: RSS growth under RSS_BOUND,
-        /healthz under HEALTHZ_BOUND_S meanwhile, slow heads closed after the head timeout
+        /healthz under the /healthz bounds meanwhile, slow heads closed after the head timeout
 
 The bounds are stated here and in docs/reliability.md ("Bounds"); the figures measured
 against them come from bench/bench_hostile.py, not from timing in these tests.
@@ -43,7 +43,8 @@ from rocke_aot.variants import table
 
 TOKEN = "s3cret-token"
 RSS_BOUND = 160 << 20  # server RSS growth allowed while the hostile clients below run
-HEALTHZ_BOUND_S = 1.0  # every /healthz answer while 4 threads send cold selects
+HEALTHZ_P50_BOUND_S = 0.25  # median /healthz while 4 threads send cold selects (it was 1.2 s on the loop)
+HEALTHZ_BOUND_S = 3.0  # every /healthz answer meanwhile (a shared 2-core machine stalls whole processes)
 HEAD_TIMEOUT_S = 2  # the live server's head timeout (ROCKE_AOT_SERVE_HEAD_TIMEOUT_S)
 PROBLEM = {"m": 4096, "n": 4096, "k": 4096}
 
@@ -358,5 +359,7 @@ def test_cold_selects_from_four_clients_leave_healthz_fast_and_memory_bounded(li
     for t in threads:
         t.join(60)
     assert not failures and answered[0] == 600, (failures[:5], answered)
-    assert len(lat) >= 10 and max(lat) < HEALTHZ_BOUND_S, (len(lat), statistics.median(lat), max(lat))
+    figures = (len(lat), statistics.median(lat), max(lat), (peak - start) >> 20)
+    assert len(lat) >= 10 and statistics.median(lat) < HEALTHZ_P50_BOUND_S, figures
+    assert max(lat) < HEALTHZ_BOUND_S, figures
     assert peak - start < RSS_BOUND, (start, peak)
