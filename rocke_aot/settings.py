@@ -51,6 +51,7 @@ OFFLINE = "ROCKE_AOT_OFFLINE"
 SERVE_CACHE = "ROCKE_AOT_SERVE_CACHE"
 SERVE_TOKEN_FILE = "ROCKE_AOT_SERVE_TOKEN_FILE"
 SERVE_MAX_PUBLISH = "ROCKE_AOT_SERVE_MAX_PUBLISH"
+SERVE_HEAD_TIMEOUT_S = "ROCKE_AOT_SERVE_HEAD_TIMEOUT_S"
 CLIENT_HOME = "ROCKE_AOT_CLIENT_HOME"
 COMGR_LIB = "ROCKE_AOT_COMGR_LIB"
 TRITON24_ROLE = "ROCKE_AOT_TRITON24_ROLE"
@@ -86,6 +87,8 @@ SETTINGS: tuple[Setting, ...] = (
             "none: the service is read-only", "service (app)", internal=True),
     Setting(SERVE_MAX_PUBLISH, "the largest publish body in bytes (set by `rocke-aot serve`)",
             "the service's default", "service (app)", internal=True),
+    Setting(SERVE_HEAD_TIMEOUT_S, "seconds a client may take to send a request line and its headers before "
+            "the service closes the connection (service/protocol.py)", "10", "service (protocol)"),
     Setting(COMGR_LIB, "the COMGR library a COMGR compile worker loads (set by the parent for it)",
             "none: the worker refuses", "aot (compile worker)", internal=True),
     Setting(TRITON24_ROLE, "codegen or assemble: set on an LLVM 24 worker so each role gets its own worker "

@@ -20,13 +20,14 @@ lists these bounds and the RSS measured while a hostile client runs.
 from __future__ import annotations
 
 import asyncio
-import os
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from rocke_aot import settings
+
 MAX_HEAD_BYTES = 64 << 10
-ENV_HEAD_TIMEOUT = "ROCKE_AOT_SERVE_HEAD_TIMEOUT_S"  # seconds; read when a worker imports this module
-HEAD_TIMEOUT_S = float(os.environ.get(ENV_HEAD_TIMEOUT) or 10.0)
+# seconds; read when a worker imports this module (settings.SERVE_HEAD_TIMEOUT_S)
+HEAD_TIMEOUT_S = float(settings.integer(settings.SERVE_HEAD_TIMEOUT_S) or 10)
 MAX_CONNECTIONS = 1024  # per worker; every one costs a head buffer at most (above)
 
 _431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
