@@ -46,6 +46,8 @@ class Selection:
     accepted: tuple[Choice, ...]  # best first, at most ``limit``
     rejected: tuple[Rejection, ...]
     beyond_limit: int  # accepted candidates left out by ``limit``
+    model: str = "efficiency"  # the order used (variants/selection.py MODELS)
+    note: str | None = None  # why no time model was used, when none was
 
     @property
     def best(self) -> Choice | None:
@@ -55,7 +57,7 @@ class Selection:
         d = {"target": self.target, "family": self.family, "problem": _problem_dict(self.problem),
              "lanes": None if self.lanes is None else list(self.lanes), "min_efficiency": self.min_efficiency,
              "accepted": [c.as_dict() for c in self.accepted], "beyond_limit": self.beyond_limit,
-             "rejected_count": len(self.rejected)}
+             "rejected_count": len(self.rejected), "model": self.model, "note": self.note}
         if explain:
             d["rejected"] = [r.as_dict() for r in self.rejected]
         return d
@@ -181,8 +183,12 @@ def ranking_memo(store) -> RankingMemo | None:
 
 
 def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[str] | None = None,
-           min_efficiency: float | None = None, limit: int | None = None, explain: bool = True) -> Selection:
+           min_efficiency: float | None = None, limit: int | None = None, explain: bool = True,
+           model: str = "auto") -> Selection:
     """Rank the cached artifacts of ``family`` that ``target`` can run on ``problem``.
+
+    ``model``: the order (variants/selection.py MODELS): "auto" uses fitted constants where the
+    arch ships them, else its published hardware facts, else tile efficiency (with a note why).
 
     ``explain`` False skips the rows selection would only reject as stale or incompatible
     (they are left out in SQL, so the rejected list then lacks those two reasons).
@@ -195,8 +201,8 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise SpecError(f"limit must be a positive int, got {limit!r}")
     cands = store.candidates(fam, tgt, lane_names, compatible_only=not explain, current_only=not explain)
-    ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain),
-                      lambda: rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names))
+    ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model),
+                      lambda: rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names, model=model))
     accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
     return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
-                     len(ranking.accepted) - len(accepted))
+                     len(ranking.accepted) - len(accepted), ranking.model, ranking.note)

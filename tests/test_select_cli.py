@@ -120,10 +120,12 @@ def test_cache_gc_keep_and_stats(tmp_path):
     assert s["generations"]["total"] == 2 and s["artifacts"] == 2
 
 
-@pytest.mark.parametrize("arch, path, has_estimate", [("sm_90", "mma", True), ("gfx942", "mfma", False)])
-def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, has_estimate):
-    """The text table's "est ms" column is the JSON's estimate_ms (the time model where the arch
-    has measured constants, sm_90) and "-" where it has none (gfx942 ranks by efficiency)."""
+@pytest.mark.parametrize("arch, path, model", [("sm_90", "mma", "fitted"), ("gfx942", "mfma", "hardware"),
+                                               ("gfx1250", "wmma", "efficiency")])
+def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, model):
+    """The text table's "est ms" column is the JSON's estimate_ms (fitted constants on sm_90,
+    published hardware facts on gfx942) and "-" where the arch has neither (gfx1250: its CU
+    count, clock and more are not public, and the header says so)."""
     from click.testing import CliRunner
     from rocke_aot.cache.generations import generation_of
     from rocke_aot.cli.main import cli
@@ -131,7 +133,7 @@ def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, has_
 
     url = f"sqlite:///{tmp_path / 'c.sqlite'}"
     with Store.open(url) as store:
-        for bm in (32, 64):
+        for bm in (64, 128):
             spec = dict(in_dtype="f16", out_dtype="f32", block_m=bm, block_n=64, block_k=32, waves=4, path=path,
                         double_buffer=False, vector_width=4, mma="auto")
             put_fake(store, arch, "llvm22", "gemm", spec, digest="d1")
@@ -139,13 +141,18 @@ def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, has_
     args = ["select", "--arch", arch, "--family", "gemm", "--problem", json.dumps(PROBLEM), "--cache", url]
     doc = json.loads(CliRunner().invoke(cli, args + ["--json"]).output)
     text = CliRunner().invoke(cli, args).output.splitlines()
-    head = text[1].split()
+    assert text[1].startswith(f"ranked by: {model}") and doc["model"] == model
+    if model == "efficiency":
+        assert "not public" in text[1] and "cus" in doc["note"] and "clock_mhz" in doc["note"]
+    head = text[2].split()
     col = head.index("est") if "est" in head else None
     assert col is not None and head[col + 1] == "ms"
-    rows = [line.split() for line in text[2:4]]
+    rows = [line.split() for line in text[3:5]]
     got = [r[col] for r in rows]  # '#', key, lane, arch precede the column, as in the header
     want = [f"{a['estimate_ms']:.4f}" if a.get("estimate_ms") is not None else "-" for a in doc["accepted"]]
     assert got == want and len(got) == 2
-    assert (got[0] != "-") == has_estimate
-    if has_estimate:
+    assert (got[0] != "-") == (model != "efficiency")
+    if model == "hardware":
+        assert [r[col + 1] for r in rows] == [a["bound"] for a in doc["accepted"]]
+    if model != "efficiency":
         assert float(got[0]) <= float(got[1])  # ranked by it

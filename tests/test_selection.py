@@ -63,15 +63,18 @@ def _example_store(url):
 def test_hand_worked_example(store_url):
     store, arts = _example_store(store_url)
     with store:
-        sel = select(store, DEVICE, "gemm", json.dumps(PROBLEM), min_efficiency=0.5)
+        sel = select(store, DEVICE, "gemm", json.dumps(PROBLEM), min_efficiency=0.5, model="efficiency")
     key_of = {a.key: name for name, a in arts.items()}
-    assert [key_of[c.candidate.key] for c in sel.accepted] == ["H", "B", "C"]
+    # equal efficiency and path: bytes staged per MAC first (64x64 reuses more than 32x32), then occupancy
+    assert [key_of[c.candidate.key] for c in sel.accepted] == ["B", "C", "H"]
+    assert [c.reuse for c in sel.accepted] == pytest.approx([(64 + 64) * 32 * 2 / (64 * 64 * 32)] * 2
+                                                            + [(32 + 32) * 32 * 2 / (32 * 32 * 32)])
     # 64x64 and 32x32 tiles: (1000/1024)^2 * 16/19 (hand arithmetic in docs/selection.md)
     want = (1000 / 1024) ** 2 * 16 / 19
     for c in sel.accepted:
         assert c.efficiency.total == pytest.approx(want, rel=1e-12)
         assert c.efficiency.total == pytest.approx(0.8030941611842105, rel=1e-12)
-    assert [c.candidate.occupancy for c in sel.accepted] == [8, 5, 4]
+    assert [c.candidate.occupancy for c in sel.accepted] == [5, 4, 8]
     reasons = {key_of[r.candidate.key]: r.reason for r in sel.rejected}
     assert reasons == {"A": S.OTHER_LANE, "D": S.BELOW_FLOOR, "E": S.INCOMPATIBLE, "F": S.STALE,
                        "G": S.NOT_ACCEPTED}
@@ -79,16 +82,19 @@ def test_hand_worked_example(store_url):
     assert "0.2008" in d.detail and "CU 0.2105" in d.detail  # (1000/1024)^2 * 4/19, CU 64/304
     g = next(r for r in sel.rejected if key_of[r.candidate.key] == "G")
     assert "dtype" in g.detail and "bf16" in g.detail
-    assert sel.accepted[0].candidate.resources.vgprs == 32  # read from the stored metadata
+    assert sel.accepted[2].candidate.resources.vgprs == 32  # read from the stored metadata
+    assert sel.model == "efficiency" and sel.as_dict()["model"] == "efficiency"
 
 
 def test_lanes_restrict_and_limit(store_url):
     store, arts = _example_store(store_url)
     with store:
-        sel = select(store, DEVICE, "gemm", PROBLEM, lanes=["llvm22"], min_efficiency=0.5, limit=1)
+        sel = select(store, DEVICE, "gemm", PROBLEM, lanes=["llvm22"], min_efficiency=0.5, limit=1,
+                     model="efficiency")
     key_of = {a.key: name for name, a in arts.items()}
-    assert [key_of[c.candidate.key] for c in sel.accepted] == ["H"]  # A is no longer out-laned
-    assert sel.beyond_limit == 2  # A and C follow
+    # A is no longer out-laned: A and C tie on efficiency, reuse and occupancy (4), so the key decides
+    assert [key_of[c.candidate.key] for c in sel.accepted] == [min(("A", "C"), key=lambda n: arts[n].key)]
+    assert sel.beyond_limit == 2  # the other one and H follow
     assert "B" not in {key_of.get(r.candidate.key) for r in sel.rejected}  # llvm24 never fetched
 
 
@@ -209,9 +215,14 @@ def test_each_spec_selected_by_a_problem_it_serves(table_store, family):
 def test_select_through_the_store(table_store, family):
     serve, _, _ = PROBLEMS[family]
     spec = list(table.enumerate_specs(family, "gfx942", "llvm22"))[0]
-    sel = select(table_store, DEVICE, family, serve(spec))
+    sel = select(table_store, DEVICE, family, serve(spec), model="efficiency")
     assert spec in {c.spec for c in sel.accepted}
     assert all(a.efficiency.total >= b.efficiency.total for a, b in zip(sel.accepted, sel.accepted[1:]))
+    timed = select(table_store, DEVICE, family, serve(spec))  # gfx942 has hardware facts: by estimate
+    assert timed.model == "hardware" and timed.note is None
+    est = [c.estimate_ms for c in timed.accepted]
+    assert all(e is not None for e in est) and est == sorted(est)
+    assert {c.bound for c in timed.accepted} <= {"compute", "issue", "lds", "memory", "latency"}
 
 
 def test_a_matrix_path_beats_fma_at_equal_efficiency(tmp_path):
@@ -221,7 +232,7 @@ def test_a_matrix_path_beats_fma_at_equal_efficiency(tmp_path):
     store = Store.open(tmp_path / "c.sqlite")
     fma = put_fake(store, "gfx942", "llvm22", "gemm", gemm(), vgprs=32, workgroup=256)
     mfma = put_fake(store, "gfx942", "llvm22", "gemm", gemm(path="mfma"), vgprs=200, workgroup=256)
-    sel = select(store, DEVICE, "gemm", PROBLEM)
+    sel = select(store, DEVICE, "gemm", PROBLEM, model="efficiency")
     keys = [c.key for c in sel.accepted]
     assert keys.index(mfma.key) < keys.index(fma.key)
     assert sel.accepted[0].efficiency.total == sel.accepted[1].efficiency.total

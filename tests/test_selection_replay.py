@@ -40,7 +40,7 @@ def _specs(family: str) -> dict[str, dict]:
     return {s.kernel_name: s.to_dict() for s in table.enumerate_specs(family, "sm_90", "llvm22")}
 
 
-def _replay(family: str, doc: dict) -> list[float]:
+def _replay(family: str, doc: dict, model: str = "auto") -> list[float]:
     specs, entry = _specs(family), get_entry(family)
     fields = set(Resources.__dataclass_fields__)
     out = []
@@ -49,7 +49,7 @@ def _replay(family: str, doc: dict) -> list[float]:
         cands = [Candidate(r["key"], r["key"], family, specs[r["kernel"]], "sm_90", r["lane"], "default", "g", True,
                            Resources(**{k: v for k, v in r["resources"].items() if k in fields}),
                            datetime(2026, 12, 2, tzinfo=timezone.utc)) for r in rows]
-        best = rank(cands, entry.problem_from(pr["problem"]), SM90).best
+        best = rank(cands, entry.problem_from(pr["problem"]), SM90, model=model).best
         times = {r["key"]: r["median_ms"] for r in rows}
         out.append(min(times.values()) / times[best.key])
     return out
@@ -79,8 +79,34 @@ def test_quality_goal_on_measured_times(run, family):
 def test_a_worse_ranking_fails_the_goal(monkeypatch):
     """The goal check can fail: ranking by tile efficiency alone (the rule of arches without
     measured constants, and of the first H100 qualification) misses it on the same times."""
-    from rocke_aot.variants import perf
-
-    monkeypatch.setattr(perf, "constants_for", lambda processor: None)
-    q = _replay("conv_dgrad_patch", _load(RUNS[0], "quality-conv_dgrad_patch"))
+    q = _replay("conv_dgrad_patch", _load(RUNS[0], "quality-conv_dgrad_patch"), model="efficiency")
     assert statistics.median(q) < 0.95 or min(q) < 0.7, sorted(q)
+
+
+# -- the hardware-fact model (variants/hw_model.py, variants/hw_facts/sm_90.json): constants from
+#    NVIDIA's published H200 numbers and public microbenchmarks only, never fitted to these runs --
+
+@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hardware_facts_alone_reach_the_median_goal(run, family):
+    """Issue 26's goal for the hardware-fact model: median >= 0.93 on the problem set and on the
+    hold-out set of every family, in both runs (docs/selection.md has the table beside the
+    fitted model's)."""
+    for which in ("quality", "holdout"):
+        q = _replay(family, _load(run, f"{which}-{family}"), model="hardware")
+        assert statistics.median(q) >= 0.93, (which, sorted(q))
+
+
+def test_hardware_facts_problems_below_the_floor():
+    """The other half of the goal (no problem below 0.7) is not met: two gemm hold-out problems
+    (m=512 n=4096 k=1024 and m=4096 n=512 k=2048) pick a 32x32x32 tile that 16 resident blocks
+    make L2-bound at about a third of the bandwidth the microbenchmark figure gives. This pins
+    the count so a change can only lower it."""
+    below = {}
+    for run in RUNS:
+        for family in FAMILIES:
+            for which in ("quality", "holdout"):
+                q = _replay(family, _load(run, f"{which}-{family}"), model="hardware")
+                below[(run, family, which)] = sum(x < 0.7 for x in q)
+    assert sum(below.values()) <= 4, below  # 2 problems x 2 runs, both gemm hold-out
+    assert all(v == 0 for (r, f, w), v in below.items() if (f, w) != ("gemm", "holdout")), below

@@ -12,6 +12,9 @@
     work(spec, problem, Target) -> TileWork    what one block does (variants/perf.py): threads,
                                                reduction steps, per step MACs, bytes staged
                                                into LDS and fragment wavefronts, bytes stored
+    counts(spec, problem, Target, banks) -> KernelCounts   what one block issues per step,
+                                               counted from the lowering (variants/counts.py),
+                                               for the hardware-fact model (variants/hw_model.py)
 
 Ranking and the per-spec dispatch through the registry live in variants/efficiency.py.
 """
@@ -27,6 +30,7 @@ from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchFormulas
+from rocke_aot.variants import counts as _counts
 from rocke_aot.variants.perf import TileWork, fragment_wavefronts
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
@@ -229,10 +233,11 @@ class Model:
     accepts: Callable[[Any, Any], str | None]
     efficiency: Callable[[Any, Any, ArchInfo], Efficiency]
     work: Callable[[Any, Any, Any], TileWork]
+    counts: Callable[..., Any] | None = None  # (spec, problem, Target, banks) -> KernelCounts
 
 
-GEMM = Model(_gemm_accepts, _gemm_eff, _gemm_work)
-CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work)
-CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work)
+GEMM = Model(_gemm_accepts, _gemm_eff, _gemm_work, _counts.gemm_counts)
+CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work, _counts.fwd_counts)
+CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work, _counts.patch_counts)
 
 

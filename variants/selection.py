@@ -12,13 +12,14 @@
     6 other lane preferred      the newest lane (highest LLVM major) wins for an equal spec;
       other target preferred    then the most specific target ID (device's exact features)
         ▼
-    accepted, best first:
-      where the device's processor has measured time-model constants (variants/perf.py,
-      variants/perf_constants/<processor>.json: sm_90 today):
-                            estimated time asc, efficiency.total desc, key asc
-      elsewhere (not measured there: every AMD arch until someone runs bench/fit_perf.py on one):
-                            efficiency.total desc, matrix-unit path first, occupancy desc
-                            (unknown last), key asc
+    accepted, best first, by the model ``model=`` names ("auto": the first that applies):
+      fitted    constants fitted on the device (variants/perf.py, perf_constants/<processor>.json:
+                sm_90 today): estimated time asc, efficiency.total desc, key asc
+      hardware  published hardware facts (variants/hw_model.py, hw_facts/<processor>.json:
+                sm_90, gfx90a, gfx942, gfx950): estimated time asc, efficiency.total desc, key asc
+      efficiency  where neither applies (a fact not public, e.g. gfx1250; Ranking.note says which):
+                efficiency.total desc, matrix-unit path first, bytes staged per MAC asc (the
+                tile's data reuse, a count), occupancy desc (unknown last), key asc
 
 Deterministic; every rejection carries its reason and a detail. The rule and a worked
 example: docs/selection.md (tests/test_selection.py asserts the example's numbers).
@@ -36,7 +37,7 @@ from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import efficiency as eff_models
-from rocke_aot.variants import perf, table
+from rocke_aot.variants import hw_model, perf, table
 from rocke_aot.variants.efficiency import Efficiency
 from rocke_aot.variants.families import entry_for_spec
 
@@ -59,6 +60,8 @@ class Choice(NamedTuple):
     spec: Any  # the parsed spec value (candidate.spec is the stored mapping)
     efficiency: Efficiency
     estimate_ms: float | None = None  # the time model's estimate (None: no constants for the arch)
+    bound: str | None = None  # hardware model: what bounds the estimate (compute, issue, lds, memory, latency)
+    reuse: float | None = None  # efficiency order: bytes staged per MAC (lower: more reuse)
 
     # The candidate's identity, for callers that render rows (service, CLI).
     key = property(lambda self: self.candidate.key)
@@ -68,7 +71,8 @@ class Choice(NamedTuple):
     resources = property(lambda self: self.candidate.resources)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict(), "estimate_ms": self.estimate_ms}
+        return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict(), "estimate_ms": self.estimate_ms,
+                "bound": self.bound, "basis": "model"}
 
 
 class Rejection(NamedTuple):
@@ -89,10 +93,15 @@ class Rejection(NamedTuple):
                 "reason": self.reason, "detail": self.detail}
 
 
+MODELS = ("auto", "fitted", "hardware", "efficiency")
+
+
 @dataclass(frozen=True)
 class Ranking:
     accepted: tuple[Choice, ...]  # best first
     rejected: tuple[Rejection, ...]  # in key order
+    model: str = "efficiency"  # the order used: "fitted", "hardware" or "efficiency"
+    note: str | None = None  # why a time model was not used (a fact not public, no constants)
 
     @property
     def best(self) -> Choice | None:
@@ -157,7 +166,8 @@ def order_key(choice: Choice) -> tuple:
         return (choice.estimate_ms, -choice.efficiency.total, choice.candidate.key)
     occ = choice.candidate.occupancy
     matrix = choice.candidate.spec.get("path") in MATRIX_PATHS
-    return (-choice.efficiency.total, -matrix, -(occ if occ is not None else -1), choice.candidate.key)
+    reuse = choice.reuse if choice.reuse is not None else float("inf")
+    return (-choice.efficiency.total, -matrix, reuse, -(occ if occ is not None else -1), choice.candidate.key)
 
 
 def estimate(spec: Any, problem: Any, device: Target, efficiency: Efficiency, resources: Any,
@@ -172,8 +182,44 @@ def estimate(spec: Any, problem: Any, device: Target, efficiency: Efficiency, re
     return perf.estimate_ms(work, entry.name, efficiency.tiles, groups, spill, device.info.cu_count, constants)
 
 
+def estimate_hw(spec: Any, problem: Any, device: Target, efficiency: Efficiency, resources: Any,
+                facts: hw_model.HardwareFacts) -> hw_model.Estimate:
+    """The hardware-fact model's estimate for one accepted candidate (variants/hw_model.py)."""
+    entry = entry_for_spec(spec)
+    c = entry.model.counts(spec, problem, device, int(facts.lds_banks))
+    work = entry.model.work(spec, problem, device)
+    groups = perf.resident_groups(device.info, work, resources)
+    return hw_model.estimate(c, efficiency.tiles, groups, facts)
+
+
+def _reuse(spec: Any, problem: Any, device: Target) -> float | None:
+    entry = entry_for_spec(spec)
+    if entry.model.counts is None:
+        return None
+    c = entry.model.counts(spec, problem, device)
+    return c.staged_bytes / c.macs if c.macs else None
+
+
+def choose_model(processor: str, model: str = "auto") -> tuple[str, Any, str | None]:
+    """(model used, its constants or facts, why a time model was not used) for ``model=``."""
+    if model not in MODELS:
+        raise SpecError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    if model in ("auto", "fitted"):
+        k = perf.constants_for(processor)
+        if k is not None:
+            return "fitted", k, None
+        if model == "fitted":
+            return "efficiency", None, f"no fitted constants for {processor} (variants/perf_constants/)"
+    if model in ("auto", "hardware"):
+        f = hw_model.facts_for(processor)
+        if isinstance(f, hw_model.Refusal):
+            return "efficiency", None, f.reason
+        return "hardware", f, None
+    return "efficiency", None, None
+
+
 def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
-         min_efficiency: float = 0.0, lanes: Iterable[str] | None = None) -> Ranking:
+         min_efficiency: float = 0.0, lanes: Iterable[str] | None = None, model: str = "auto") -> Ranking:
     """Accepted candidates best first and every rejected one with its reason (module doc)."""
     if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) \
             or not 0.0 <= min_efficiency <= 1.0:
@@ -234,13 +280,37 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
             rejected.append(Rejection(ch.candidate, OTHER_TARGET,
                                       f"the same spec is built for the more specific {win.candidate.arch} "
                                       f"({win.candidate.key[:12]})"))
-    constants = perf.constants_for(dev.processor)
-    if constants is not None:
-        # Estimates are pure in (problem, processor, spec, resources): cached with the verdicts.
-        accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, constants)) for ch in accepted]
+    used, consts, note = choose_model(dev.processor, model)
+    # Estimates are pure in (problem, processor, spec, resources): cached with the verdicts.
+    if used == "fitted":
+        accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, consts)) for ch in accepted]
+    elif used == "hardware":
+        timed = []
+        for ch in accepted:
+            try:
+                timed.append(_with_hw(effs, ch, problem, dev, consts))
+            except SpecError as e:  # a stored spec the device's geometry refuses: never served
+                rejected.append(Rejection(ch.candidate, BAD_SPEC, f"does not lay out on {dev.id}: {e}"))
+        accepted = timed
+    else:
+        accepted = [ch._replace(reuse=_cached(effs, ("reuse", ch.candidate.key), lambda ch=ch: _reuse(
+            ch.spec, problem, dev))) for ch in accepted]
     accepted.sort(key=order_key)
     rejected.sort(key=_rejection_key)
-    return Ranking(tuple(accepted), tuple(rejected))
+    return Ranking(tuple(accepted), tuple(rejected), used, note)
+
+
+def _cached(effs: dict[Any, Any], k: Any, compute: Any) -> Any:
+    got = effs.get(k, effs)
+    if got is effs:
+        got = effs[k] = compute()
+    return got
+
+
+def _with_hw(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target, facts: hw_model.HardwareFacts) -> Choice:
+    e = _cached(effs, ("hw", ch.candidate.key), lambda: estimate_hw(
+        ch.spec, problem, dev, ch.efficiency, ch.candidate.resources, facts))
+    return ch._replace(estimate_ms=e.ms, bound=e.bound)
 
 
 def _estimate_cached(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target,

@@ -1,0 +1,276 @@
+"""What one block of a kernel issues per reduction step, counted from how the lowering builds it.
+
+    spec, problem, Target ──> KernelCounts (per block; "warp" = a wave on AMD)
+        threads, warps, steps                         the launch geometry and the K loop
+        per step, per warp   mma, lds_reads, lds_read_wavefronts (bank conflicts counted)
+        per step, per thread fma, cvt, global_loads, lds_writes
+        per step, per warp   lds_write_wavefronts
+        per step             staged_bytes (global -> LDS), barriers
+        per block            store_bytes, stores (per thread)
+        per problem          unique_bytes (every tensor read once and written once: the HBM floor)
+
+The counts follow the lowerers instruction by instruction (aot/families/gemm.py, _conv_ir.py,
+conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
+
+- gemm staging: each thread moves ``rounds`` vectors of vector_width elements of A and of B
+  (one global load and one LDS store each); conv staging moves single elements.
+- matrix paths: per k-step a wave reads tiles_m A fragments (a_run elements per LDS load,
+  aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load) once
+  and issues tiles_m x tiles_n instructions (gemm); the conv engine reads both fragments of
+  every tile it computes (no reuse across tiles, spare tiles included).
+- fma paths: per reduction index a thread reads its A and B elements (one LDS load and one
+  conversion to f32 each) and issues one fused multiply-add per accumulator.
+- LDS wavefronts come from the lanes' real addresses through the spec's LDS layout
+  (lds_a_index / lds_b_index, the functions the lowerers call): per access, the most
+  distinct 4-byte words one bank must serve, over the arch's banks (perf.bank_degree's rule;
+  32 banks of 4 bytes on every arch wired here, each with its source in the facts file).
+
+Where the compiler may do better than the IR (LLVM's load/store vectorizer merging the fma
+path's adjacent B loads), the count is the IR's: an upper bound, stated, never tuned.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from rocke_aot import mma
+from rocke_aot.dtypes import DTYPE_BYTES
+
+BANK_BYTES = 4
+
+# Integer, compare, select and address instructions the lowerers emit per staged unit, counted
+# in their IR (before the compiler folds anything; a count, not a fit):
+# gemm, one vector (aot/families/gemm.py stage_tile + load_vec): the chunk index (1), its row and
+#   vector (2), the global row and column (3), the row test (1), the whole-vector test (3), the
+#   global address (2 + 3 for the 64-bit pointer), the LDS address (3), the loop step (2)
+GEMM_OPS_PER_VECTOR = 20
+# conv_direct_fwd, one halo element (_halo_elem): e (1), hy / hx / cc by constant divisors (7),
+#   ih, iw (4), the bounds test (3), the NHWC index (6), two selects (2), the address (3)
+FWD_OPS_PER_HALO_ELEM = 26
+# one weight element (_weight_elem): kl / t / cc (7), k (1), the KRSC index (4), the test (1),
+#   two selects (2), the address (3)
+FWD_OPS_PER_WEIGHT_ELEM = 18
+# conv_dgrad_patch, one dY element (_dy_elem): row / kk (2), the pixel (4), k (1), the bounds test
+#   (5), the NHWK index (6), two selects (2), the address (3), the padded LDS index (2)
+PATCH_OPS_PER_DY_ELEM = 25
+# one weight element (_w_elem): kk / col by cols_padded (5), k (1), the test (3), the index (3),
+#   two selects (2), the address (3), the padded LDS index (2)
+PATCH_OPS_PER_W_ELEM = 19
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    threads: int
+    wave_size: int
+    steps: int  # reduction steps per block (LDS refills)
+    instr: str | None  # matrix instruction key (rocke_aot/mma.py), None on the fma path
+    mma: float  # matrix instructions per warp per step
+    lds_reads: float  # LDS read instructions per warp per step
+    lds_read_wavefronts: float  # LDS cycles those reads cost per warp per step (conflicts counted)
+    fma: float  # vector fused multiply-adds per thread per step (fma path)
+    cvt: float  # conversions to f32 per thread per step (fma path)
+    global_loads: float  # global load instructions per thread per step
+    lds_writes: float  # LDS store instructions per thread per step
+    lds_write_wavefronts: float  # LDS cycles of those stores per warp per step
+    serial_loads: int  # global loads per step a thread waits for one after another (below)
+    int_ops: float  # integer / address / select instructions per thread per step of the staging
+    staged_bytes: int  # bytes one step copies from global memory into LDS (the block)
+    barriers: int  # barriers per step
+    double_buffer: bool
+    store_bytes: int  # bytes the block writes at the end
+    stores: int  # store instructions per thread at the end
+    unique_bytes: int  # bytes of every tensor of the problem, read or written once
+    macs: int  # multiply-accumulates per block per step (padding included)
+
+    @property
+    def warps(self) -> int:
+        return -(-self.threads // self.wave_size)
+
+
+def lds_cycles(lane_bytes: Iterable[tuple[int, int]], banks: int = 32) -> int:
+    """LDS cycles one access of a warp costs: lanes give (first byte, byte count); the most
+    distinct 4-byte words any one bank must serve (the CUDA guide's rule; a word read by many
+    lanes is a broadcast). 32 banks of 4 bytes serve 128 bytes a cycle, so a conflict-free
+    access of more than 128 bytes still takes bytes / 128 cycles."""
+    per_bank: dict[int, set[int]] = {}
+    for start, size in lane_bytes:
+        for w in range(start // BANK_BYTES, -(-(start + size) // BANK_BYTES)):
+            per_bank.setdefault(w % banks, set()).add(w)
+    return max((len(v) for v in per_bank.values()), default=0)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: int, run: int,
+               banks: int) -> tuple[int, int]:
+    """(LDS loads, LDS cycles) of one operand fragment of ``ins``: element j of lane l at
+    ``index(*coord(l, j))``, ``run`` consecutive elements per load."""
+    loads = cycles = 0
+    for j in range(0, per_lane, run):
+        loads += 1
+        cycles += lds_cycles(((index(*coord(ln, j)) * eb, run * eb) for ln in range(ins.wave_size)), banks)
+    return loads, cycles
+
+
+def _straight_line_serial(threads: int, total: int) -> int:
+    """Global-load latencies a thread waits for in a conv staging copy (_conv_ir.copy_to_lds):
+    the whole rounds are straight-line code, so their loads can all be in flight before the
+    first store needs one (one latency); the last, partial round sits behind a branch (one
+    more)."""
+    full, part = divmod(total, threads)
+    return (1 if full else 0) + (1 if part else 0)
+
+
+def _stage_cost(threads: int, wave: int, total: int, vec: int, eb: int, at: Callable[[int], int],
+                banks: int) -> tuple[int, float]:
+    """(stores per thread, LDS cycles per warp) of staging ``total`` vectors of ``vec``
+    elements, vector c by thread c % threads into LDS element ``at(c)`` (the first warp of
+    each round stands for every warp)."""
+    rounds = _ceil(total, threads)
+    cycles = 0.0
+    for it in range(rounds):
+        lanes = [it * threads + t for t in range(min(wave, threads)) if it * threads + t < total]
+        cycles += lds_cycles(((at(c) * eb, vec * eb) for c in lanes), banks)
+    return rounds, cycles
+
+
+@functools.lru_cache(maxsize=8192)
+def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
+    g = spec.geometry(target)
+    eb = DTYPE_BYTES[spec.in_dtype]
+    vw = spec.vector_width
+    lda = spec.block_k + spec.lds_row_pad
+    ldb = spec.block_n + spec.lds_row_pad
+    a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
+    ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
+                         lambda c: (c // a_vpr) * lda + (c % a_vpr) * vw, banks)
+    rb, wb = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
+                         lambda c: spec.block_m * lda + (c // b_vpr) * ldb + (c % b_vpr) * vw, banks)
+    if g.instr is None:
+        # thread (tx, ty): A rows ty*tm + i, B columns tx*tn + j, one element per load
+        tn_threads = spec.block_n // g.thread_n
+        lanes = range(min(g.wave_size, g.threads))
+        a_cyc = sum(lds_cycles([(((t // tn_threads) * g.thread_m + i) * lda * eb, eb) for t in lanes], banks)
+                    for i in range(g.thread_m))
+        b_cyc = sum(lds_cycles([((spec.block_m * lda + (t % tn_threads) * g.thread_n + j) * eb, eb)
+                                for t in lanes], banks) for j in range(g.thread_n))
+        per_k = g.thread_m + g.thread_n
+        return (g, None, 0.0, per_k * spec.block_k, (a_cyc + b_cyc) * spec.block_k,
+                g.thread_m * g.thread_n * spec.block_k, per_k * spec.block_k, ra + rb, wa + wb,
+                g.thread_m * g.thread_n)
+    ins = mma.INSTRS[g.instr]
+    run = a_run(ins, lda)
+    a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, spec.lds_a_index, eb, run, banks)
+    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, spec.lds_b_index, eb, 1, banks)
+    ksub = spec.block_k // ins.k
+    return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m * a_loads + g.tiles_n * b_loads),
+            ksub * (g.tiles_m * a_cyc + g.tiles_n * b_cyc), 0, 0, ra + rb, wa + wb,
+            g.tiles_m * g.tiles_n * ins.acc_per_lane)
+
+
+def a_run(ins: Any, row_stride: int) -> int:
+    """Consecutive A fragment elements one LDS load fetches: the rule of the gemm lowerer
+    (aot/families/gemm.py a_fragment_run, which tests/test_counts.py checks this against): the
+    widest w whose elements j..j+w-1 are, for every lane, one row at K, K+1, .., K+w-1 with K a
+    multiple of w, w dividing the row stride and the instruction's K."""
+    w = ins.a_per_lane
+    while w > 1:
+        ok = ins.a_per_lane % w == 0 and row_stride % w == 0 and ins.k % w == 0
+        for j in range(0, ins.a_per_lane, w) if ok else ():
+            for ln in range(ins.wave_size):
+                r0, c0 = ins.a_coord(ln, j)
+                ok = ok and c0 % w == 0 and all(ins.a_coord(ln, j + e) == (r0, c0 + e) for e in range(1, w))
+        if ok:
+            return w
+        w //= 2
+    return 1
+
+
+def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+    g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs = _gemm_static(spec, target, banks)
+    eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
+    return KernelCounts(
+        threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
+        instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
+        fma=fma, cvt=cvt, global_loads=rounds, lds_writes=rounds, lds_write_wavefronts=write_cyc,
+        serial_loads=rounds, int_ops=rounds * GEMM_OPS_PER_VECTOR, staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1 if spec.double_buffer else 2,
+        double_buffer=spec.double_buffer, store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
+        unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob,
+        macs=spec.block_m * spec.block_n * spec.block_k)
+
+
+@functools.lru_cache(maxsize=8192)
+def _engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps: int, banks: int,
+                   a_index: Callable, b_index: Callable) -> tuple:
+    """The conv engine (aot/families/_conv_ir.py TileGemm.step) over ``taps`` filter taps of a
+    ``kdim``-deep chunk: (geometry, instr, mma, lds reads, their cycles, fma, cvt) per warp or
+    thread per step."""
+    g = spec.geometry(target)
+    eb = DTYPE_BYTES[spec.dtype]
+    if g.instr is None:
+        per = g.per_thread
+        lanes = range(min(g.wave_size, g.threads))
+        a_cyc = lds_cycles(((a_index(t % rows, 0) * eb, eb) for t in lanes), banks)
+        b_cyc = sum(lds_cycles(((b_index(0, (t // rows) * per + j) * eb, eb) for t in lanes), banks)
+                    for j in range(per))
+        return (g, None, 0.0, (1 + per) * kdim * taps, (a_cyc + b_cyc) * kdim * taps,
+                per * kdim * taps, (1 + per) * kdim * taps, per)
+    ins = mma.INSTRS[g.instr]
+    waves = g.threads // g.wave_size
+    ntiles = (rows // ins.m) * (cols // ins.n)
+    per_wave = _ceil(ntiles, waves)
+    a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, a_index, eb, 1, banks)
+    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, b_index, eb, 1, banks)
+    ksub = kdim // ins.k
+    return (g, ins, per_wave * ksub * taps, per_wave * ksub * taps * (a_loads + b_loads),
+            per_wave * ksub * taps * (a_cyc + b_cyc), 0, 0, per_wave * ins.acc_per_lane)
+
+
+def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+    eb = DTYPE_BYTES[spec.dtype]
+    rows, cols = spec.tile_h * spec.tile_w, spec.tile_k
+    g, ins, mmas, reads, read_cyc, fma, cvt, outs = _engine_static(
+        spec, target, rows, cols, spec.c_chunk, spec.r * spec.s, banks, spec.lds_a_index, spec.lds_b_index)
+    halo = spec.halo_h * spec.halo_w * spec.c_chunk
+    weights = spec.tile_k * spec.r * spec.s * spec.c_chunk
+    r1, w1 = _stage_cost(g.threads, g.wave_size, halo, 1, eb, lambda e: e, banks)
+    r2, w2 = _stage_cost(g.threads, g.wave_size, weights, 1, eb, lambda e: e + halo, banks)
+    serial = _straight_line_serial(g.threads, halo) + _straight_line_serial(g.threads, weights)
+    ops = r1 * FWD_OPS_PER_HALO_ELEM + r2 * FWD_OPS_PER_WEIGHT_ELEM
+    oh, ow = p.out_hw
+    return KernelCounts(
+        threads=g.threads, wave_size=g.wave_size, steps=_ceil(spec.c, spec.c_chunk),
+        instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
+        fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
+        serial_loads=serial, int_ops=ops,
+        staged_bytes=(halo + weights) * eb, barriers=2, double_buffer=False,
+        store_bytes=rows * cols * eb, stores=outs,
+        unique_bytes=(p.n * p.h * p.w * p.c + p.k * p.r * p.s * p.c + p.n * oh * ow * p.k) * eb,
+        macs=rows * cols * spec.c_chunk * spec.r * spec.s)
+
+
+def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+    eb = DTYPE_BYTES[spec.dtype]
+    rows, cols = spec.rows, spec.cols_padded
+    g, ins, mmas, reads, read_cyc, fma, cvt, outs = _engine_static(
+        spec, target, rows, cols, spec.k_chunk, 1, banks, spec.lds_a_index, spec.lds_b_index)
+    a_size, b_size = rows * spec.k_chunk, spec.k_chunk * cols
+    r1, w1 = _stage_cost(g.threads, g.wave_size, a_size, 1, eb,
+                         lambda e: spec.lds_a_staged(e, e // spec.k_chunk), banks)
+    r2, w2 = _stage_cost(g.threads, g.wave_size, b_size, 1, eb,
+                         lambda e: spec.lds_b_staged(e, e // cols), banks)
+    serial = _straight_line_serial(g.threads, a_size) + _straight_line_serial(g.threads, b_size)
+    ops = r1 * PATCH_OPS_PER_DY_ELEM + r2 * PATCH_OPS_PER_W_ELEM
+    return KernelCounts(
+        threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.k_chunk),
+        instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
+        fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
+        serial_loads=serial, int_ops=ops,
+        staged_bytes=spec.staged_elems() * eb, barriers=2, double_buffer=False,
+        store_bytes=rows * spec.cols * eb, stores=outs,
+        unique_bytes=(p.n * p.hp * p.wp * p.k + p.k * p.p * p.p * p.c + p.n * p.h * p.w * p.c) * eb,
+        macs=rows * cols * spec.k_chunk)

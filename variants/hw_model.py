@@ -1,0 +1,209 @@
+"""A time model whose constants are published hardware facts, per arch (no fitting).
+
+    spec, problem, Target ─> KernelCounts (variants/counts.py: instructions, bytes, LDS cycles
+                             per warp or thread per reduction step, counted from the lowering)
+    resources             ─> work-groups per CU (rocke_aot/candidates.py groups_per_cu)
+    HardwareFacts         ─> variants/hw_facts/<processor>.json: every number with its source,
+                             or null with the reason it is not public
+        │
+        ▼
+    estimate(counts, tiles, groups, facts) -> Estimate(ms, bound, cycles per term)
+
+Per reduction step, on the busiest CU (ceil(tiles / CUs) blocks, ``groups`` resident at once),
+in clock cycles:
+
+    issue    groups x warps x (instructions per warp) / issue_per_clk
+             (every counted instruction: matrix, LDS reads and writes, global loads, fma, cvt,
+             barriers: the per-warp issue cost the fitted sm_90 model learned, as counts)
+    lds      groups x warps x (read + write LDS cycles per warp)    32 banks x 4 bytes a clock
+             (bank conflicts are in the counts)
+    matrix   groups x warps x matrix instructions x cycles per instruction / matrix_units
+    vector   groups x threads x (fma + cvt) / fma_lanes
+    l2       groups x staged bytes / (L2 bytes per clock per CU)
+    latency  one block's chain: its warp's own instructions at one a clock, the global load
+             latency (single-buffered: every step; double-buffered: hidden behind the step's
+             issue where it is longer), barriers, and the LDS latency between staging and use
+
+    step = smooth max(latency, max(issue, lds, matrix, vector, l2))     (p = 4, as before)
+    time = launch + sum over rounds of steps x step + epilogue, at least the HBM floor
+           (unique bytes / HBM bandwidth)
+
+``bound`` names the largest term of the first full round (compute = matrix or vector, issue,
+lds, l2 -> "memory", latency) or "memory" where the HBM floor decides. Where a fact the
+estimate needs is not public for the arch, :func:`facts_for` says which and why, and the
+selection falls back to its efficiency order, saying so (variants/selection.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources as _res
+from typing import Any, Mapping
+
+from rocke_aot.errors import SpecError
+from rocke_aot.variants.counts import KernelCounts
+
+# Facts the estimate needs (per arch, each a number with a source, or null with a reason).
+REQUIRED = ("cus", "clock_mhz", "issue_per_clk", "fma_lanes", "matrix_units", "lds_banks",
+            "lds_latency", "l2_bytes_per_clk", "hbm_gbps", "global_latency", "barrier_latency",
+            "launch_us")
+
+
+@dataclass(frozen=True)
+class HardwareFacts:
+    processor: str
+    product: str
+    values: Mapping[str, float]  # fact -> number (REQUIRED, all present)
+    matrix_cycles: Mapping[str, float]  # instruction key -> cycles on one matrix unit
+    sources: Mapping[str, str]  # fact (or "matrix:<key>") -> where the number comes from
+
+    def __getattr__(self, name: str) -> float:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The arch has no estimate: which facts are missing and why (shown by select)."""
+
+    processor: str
+    missing: Mapping[str, str]  # fact -> why it is not public
+
+    @property
+    def reason(self) -> str:
+        return (f"no hardware-fact time model for {self.processor}: not public: "
+                + "; ".join(f"{k} ({v})" for k, v in sorted(self.missing.items())))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    ms: float
+    bound: str  # "compute" | "issue" | "lds" | "memory" | "latency"
+    terms: Mapping[str, float]  # cycles per step of the first full round, per term
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ms": self.ms, "bound": self.bound, "terms": dict(self.terms)}
+
+
+def parse_facts(doc: Mapping[str, Any], where: str) -> HardwareFacts | Refusal:
+    """A facts document -> HardwareFacts, or a Refusal naming the facts that are not public.
+    Malformed documents raise SpecError (fail closed)."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("facts"), Mapping):
+        raise SpecError(f"{where}: a facts file needs a 'facts' mapping")
+    proc = doc.get("processor")
+    facts = doc["facts"]
+    unknown = sorted(set(facts) - set(REQUIRED))
+    if unknown:
+        raise SpecError(f"{where}: unknown facts {unknown}")
+    values, sources, missing = {}, {}, {}
+    for name in REQUIRED:
+        f = facts.get(name)
+        if not isinstance(f, Mapping) or not isinstance(f.get("source"), str) or not f["source"]:
+            raise SpecError(f"{where}: fact {name} needs a value (or null) and a source")
+        v = f.get("value")
+        if v is None:
+            missing[name] = f["source"]
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise SpecError(f"{where}: fact {name} must be a positive number or null, got {v!r}")
+        values[name], sources[name] = float(v), f["source"]
+    cycles = {}
+    for key, f in (doc.get("matrix") or {}).items():
+        if not isinstance(f, Mapping) or not isinstance(f.get("source"), str):
+            raise SpecError(f"{where}: matrix {key} needs cycles (or null) and a source")
+        v = f.get("cycles")
+        if v is None:
+            missing[f"matrix:{key}"] = f["source"]
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise SpecError(f"{where}: matrix {key} cycles must be a positive number or null")
+        cycles[key], sources[f"matrix:{key}"] = float(v), f["source"]
+    if missing:
+        return Refusal(proc, missing)
+    return HardwareFacts(proc, str(doc.get("product", proc)), values, cycles, sources)
+
+
+@functools.lru_cache(maxsize=None)
+def facts_for(processor: str) -> HardwareFacts | Refusal:
+    """The arch's facts (variants/hw_facts/<processor>.json), or a Refusal saying why not."""
+    try:
+        text = _res.files("rocke_aot.variants").joinpath("hw_facts", f"{processor}.json").read_text()
+    except FileNotFoundError:
+        return Refusal(processor, {"facts file": f"variants/hw_facts/{processor}.json does not exist"})
+    return parse_facts(json.loads(text), f"hw_facts/{processor}.json")
+
+
+def _smax(a: float, b: float) -> float:
+    return (a ** 4 + b ** 4) ** 0.25
+
+
+def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | None = None) -> dict[str, float]:
+    """Cycles of one reduction step on a CU holding ``resident`` blocks (default ``groups``)."""
+    g = groups if resident is None else resident
+    w = c.warps
+    instrs = c.mma + c.lds_reads + c.fma + c.cvt + c.global_loads + c.lds_writes + c.barriers + c.int_ops
+    if c.instr is not None and c.mma:
+        cyc = f.matrix_cycles.get(c.instr)
+        if cyc is None:
+            raise SpecError(f"{f.processor}: no matrix cycles for {c.instr} in its facts file")
+        matrix = g * w * c.mma * cyc / f.matrix_units
+    else:
+        matrix = 0.0
+    terms = {
+        "issue": g * w * instrs / f.issue_per_clk,
+        "lds": g * w * (c.lds_read_wavefronts + c.lds_write_wavefronts),
+        "matrix": matrix,
+        "vector": g * c.threads * (c.fma + c.cvt) / f.fma_lanes,
+        "l2": g * c.staged_bytes / f.l2_bytes_per_clk,
+    }
+    # One block's chain: a warp issues in order, so an LDS store waits for the global load it
+    # stores, and the next instruction (the next staging round, or compute) waits behind it:
+    # serial_loads global latencies per step whether or not the kernel double-buffers.
+    own = instrs  # one warp issues at most one instruction a clock
+    terms["latency"] = (own + c.serial_loads * f.global_latency + c.barriers * f.barrier_latency
+                        + f.lds_latency)
+    return terms
+
+
+def _bound(terms: Mapping[str, float]) -> str:
+    name = max(("latency", "issue", "lds", "matrix", "vector", "l2"), key=lambda k: terms[k])
+    return {"matrix": "compute", "vector": "compute", "l2": "memory"}.get(name, name)
+
+
+def estimate(c: KernelCounts, tiles: int, groups: int, f: HardwareFacts, spill_bytes: int = 0) -> Estimate:
+    """Estimated time of the kernel on the problem (module doc)."""
+    hz = f.clock_mhz * 1e6
+    launch_ms = f.launch_us * 1e-3
+    if tiles <= 0 or c.steps <= 0:
+        return Estimate(launch_ms, "latency", {})
+    g = max(1, groups)
+    per_cu = -(-tiles // int(f.cus))
+    full, rem = divmod(per_cu, g)
+
+    def step(resident: int) -> tuple[float, dict]:
+        t = step_terms(c, g, f, resident)
+        through = max(t["issue"], t["lds"], t["matrix"], t["vector"], t["l2"])
+        return _smax(t["latency"], through), t
+
+    cycles = 0.0
+    first = None
+    if full:
+        s, first = step(g)
+        cycles += full * c.steps * s
+    if rem:
+        s, t = step(rem)
+        cycles += c.steps * s
+        first = first or t
+    rounds = full + (rem > 0)
+    # the epilogue: every resident block's stores leave through the L2, plus one load latency
+    cycles += rounds * (min(g, per_cu) * c.store_bytes / f.l2_bytes_per_clk + f.global_latency)
+    ms = launch_ms + cycles / hz * 1e3
+    floor_ms = launch_ms + c.unique_bytes / (f.hbm_gbps * 1e9) * 1e3
+    if floor_ms > ms:
+        return Estimate(floor_ms, "memory", first)
+    return Estimate(ms, _bound(first), first)
