@@ -116,7 +116,10 @@ _KD_DYNAMIC_STACK_BIT = 11
 
 
 @dataclass(frozen=True)
-class KernelArg:
+class MetadataArg:
+    """One kernel argument as the code object's metadata note states it (.args): what
+    launch_layout checks the launch contract's KernelArgs against."""
+
     name: str
     offset: int
     size: int
@@ -153,7 +156,7 @@ class CodeObjectInfo:
     metadata_target: str | None = None  # amdhsa.target
     kernarg_size: int | None = None
     kernarg_align: int | None = None
-    args: tuple[KernelArg, ...] = ()
+    args: tuple[MetadataArg, ...] = ()
     vgpr_count: int | None = None
     sgpr_count: int | None = None
     agpr_count: int | None = None
@@ -362,7 +365,7 @@ def _validate_hsaco(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
         kernarg_size=k.get(".kernarg_segment_size"),
         kernarg_align=k.get(".kernarg_segment_align"),
         args=tuple(
-            KernelArg(a.get(".name", ""), a[".offset"], a[".size"], a[".value_kind"], a.get(".address_space"))
+            MetadataArg(a.get(".name", ""), a[".offset"], a[".size"], a[".value_kind"], a.get(".address_space"))
             for a in k.get(".args", [])
         ),
         vgpr_count=k.get(".vgpr_count"),

@@ -22,6 +22,16 @@
             same contract on the problem with that field = the chunk's count, the listed
             pointers advanced by start * bytes per unit (runner/chunk.py plans the chunks)
 
+One argument model from lowering to launch, three stages of one thing:
+
+    ArgDef      the family defines it (name, kind, dtype, count/value formula, access); the
+                lowering makes it a kernel parameter (aot/lower/module.py define_kernel)
+    KernelArg   laid out: + offset, size, align, by natural_layout, the only layout rule (the
+                lowering's kernargs and the contract's args are the same KernelArgs; the builder
+                replaces offsets with the code object's own, checked equal: aot/codeobject.py)
+    BoundArg    bound to one problem: + the value passed (scalars) or elements held (pointers)
+The runner packs BoundArgs into bytes (runner/run.py pack -> PackedArgs).
+
 Formulas are integer expressions over named integers: literals, names, ``+ - * // %``,
 unary minus, parentheses and the functions ``ceil_div(a, b)``, ``min(a, ...)``,
 ``max(a, ...)``. They are parsed by the small recursive-descent parser below, never by

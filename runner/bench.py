@@ -23,7 +23,7 @@ from rocke_aot.cache.keys import thaw
 from rocke_aot.errors import SpecError
 from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
-from rocke_aot.runner.run import Candidate, ProblemReport, run_problem
+from rocke_aot.runner.run import LoadedKernel, ProblemReport, run_problem
 from rocke_aot.runner.runtime import Runtime
 from rocke_aot.service.selection import parse_problem, select
 from rocke_aot.variants import table
@@ -35,13 +35,13 @@ class Source(Protocol):
     def load(self, key: str) -> tuple[bytes, dict[str, Any]]: ...
 
 
-def _candidate(entry: dict[str, Any], rank: int, image: bytes, metadata: dict[str, Any]) -> Candidate:
+def _candidate(entry: dict[str, Any], rank: int, image: bytes, metadata: dict[str, Any]) -> LoadedKernel:
     launch = metadata.get("launch")
     if not launch:
         raise SpecError(f"artifact {entry['key']} has no launch contract in its metadata (built before the "
                         f"contract existed?); rebuild it")
     contract = LaunchContract.from_dict(launch)
-    return Candidate(entry["key"], contract.kernel, image, contract, rank,
+    return LoadedKernel(entry["key"], contract.kernel, image, contract, rank,
                      entry.get("efficiency"), entry.get("spec") or {}, entry.get("lane", ""),
                      entry.get("estimate_ms"), entry.get("resources"))
 

@@ -31,12 +31,12 @@ from rocke_aot.errors import RockeError, SpecError
 from rocke_aot.launch import LaunchContract, LaunchPlan
 from rocke_aot.runner import reference as ref
 from rocke_aot.runner.chunk import plan_chunks
-from rocke_aot.runner.runtime import KernArgs, Runtime
+from rocke_aot.runner.runtime import PackedArgs, Runtime
 
 _SCALAR_FORMATS = {"i32": "<i", "u32": "<I", "i64": "<q"}
 
 
-def pack(plan: LaunchPlan, pointers: Mapping[str, int]) -> KernArgs:
+def pack(plan: LaunchPlan, pointers: Mapping[str, int]) -> PackedArgs:
     """The kernel-argument buffer: every argument at its contract offset, little-endian."""
     buf = bytearray(plan.kernarg_size)
     for a in plan.args:
@@ -49,14 +49,14 @@ def pack(plan: LaunchPlan, pointers: Mapping[str, int]) -> KernArgs:
             if fmt is None or struct.calcsize(fmt) != a.size:
                 raise SpecError(f"argument {a.name}: no packing for scalar {a.dtype} of {a.size} bytes")
             struct.pack_into(fmt, buf, a.offset, a.value)
-    return KernArgs(bytes(buf), tuple(a.offset for a in plan.args))
+    return PackedArgs(bytes(buf), tuple(a.offset for a in plan.args))
 
 
 @dataclass(frozen=True)
 class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    args: KernArgs
+    args: PackedArgs
 
 
 def launches(contract: LaunchContract, problem: Any, pointers: Mapping[str, int]) -> list[Launch]:
@@ -78,8 +78,10 @@ def launches(contract: LaunchContract, problem: Any, pointers: Mapping[str, int]
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """What the runner needs of one cached kernel (from a store or a server)."""
+class LoadedKernel:
+    """What the runner needs of one cached kernel (from a store or a server): its image and
+    launch contract, plus the selection's rank. (Selection's candidate record is
+    rocke_aot.candidates.Candidate; this is one loaded for running.)"""
 
     key: str
     kernel: str
@@ -182,7 +184,7 @@ class _Buffers:
         self.dev.clear()
 
 
-def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[Candidate], *,
+def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[LoadedKernel], *,
                 verify: bool = True, warmup: int = 2, reps: int = 10, seed: int = 0,
                 vendor: bool = True, progress: Callable[[], None] | None = None) -> ProblemReport:
     sem = ref.semantics(family)
@@ -207,7 +209,7 @@ def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[Can
     return report
 
 
-def _run_one(rt, sem, problem, cand: Candidate, bufs: _Buffers, refs, res: RunResult, verify, warmup, reps) -> None:
+def _run_one(rt, sem, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: RunResult, verify, warmup, reps) -> None:
     plan = cand.contract.plan(problem)
     pointers: dict[str, int] = {}
     out_arg = None

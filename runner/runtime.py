@@ -34,7 +34,7 @@ class GpuError(RockeError):
 
 
 @dataclass(frozen=True)
-class KernArgs:
+class PackedArgs:
     """A packed kernel-argument buffer and where each argument starts in it."""
 
     buffer: bytes
@@ -77,7 +77,7 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def _events(self) -> tuple[Callable[[], Any], Callable[[Any], None], Callable[[Any, Any], float]]: ...
 
-    def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], args: KernArgs, shared: int = 0) -> None:
+    def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], args: PackedArgs, shared: int = 0) -> None:
         if any(g <= 0 for g in grid):
             return  # an empty problem launches nothing
         buf = ctypes.create_string_buffer(args.buffer, max(len(args.buffer), 1))

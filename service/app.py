@@ -59,7 +59,7 @@ from rocke_aot.service.schemas import (
     MAX_PAGE,
     MAX_REJECTED,
     SHA_PATTERN,
-    Candidate,
+    RankedKernel,
     Health,
     KernelMeta,
     KernelPage,
@@ -443,7 +443,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
             accepted, rejected, n_rejected = await run_in_threadpool(access.select, *args, **kw)
         p = _prefix(request)
         doc = SelectResponse(
-            accepted=[Candidate(**c, url=f"{p}/v1/blobs/{c['sha256']}", kernel_url=f"{p}/v1/kernels/{c['key']}")
+            accepted=[RankedKernel(**c, url=f"{p}/v1/blobs/{c['sha256']}", kernel_url=f"{p}/v1/kernels/{c['key']}")
                       for c in accepted],
             rejected=[Rejection(**r) for r in rejected], rejected_count=n_rejected,
         )

@@ -1,6 +1,6 @@
 """Typed request and response bodies of the service (pydantic), and their bounds.
 
-    SelectRequest ──POST /v1/select──> SelectResponse(accepted: [Candidate], rejected: [Rejection])
+    SelectRequest ──POST /v1/select──> SelectResponse(accepted: [RankedKernel], rejected: [Rejection])
     PublishRequest ──PUT /v1/kernels/{key}──> KernelMeta
     GET /v1/kernels/{key}/meta ──> KernelMeta      GET /v1/kernels ──> KernelPage(items: [KernelSummary])
     every refusal ──> ErrorBody(error, message, field?, accepted?)
@@ -93,7 +93,10 @@ class SelectRequest(BaseModel):
                                              "('rejected_count' still counts the rejections)")
 
 
-class Candidate(BaseModel):
+class RankedKernel(BaseModel):
+    """One accepted row of a select answer, on the wire: a ranked candidate
+    (rocke_aot.candidates.Candidate) with its efficiency and fetch URLs."""
+
     key: str
     sha256: str
     arch: str
@@ -117,7 +120,7 @@ class Rejection(BaseModel):
 
 
 class SelectResponse(BaseModel):
-    accepted: list[Candidate]
+    accepted: list[RankedKernel]
     rejected: list[Rejection] = Field(description=f"Only with explain: at most {MAX_REJECTED}, in key order")
     rejected_count: int = Field(description="All rejected candidates, also those beyond the list")
 

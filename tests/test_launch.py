@@ -29,7 +29,7 @@ import pytest
 from rocke_aot import launch as L
 from rocke_aot.aot.builder.run import build_one
 from rocke_aot.aot.codeobject import launch_layout, ptx_params, validate
-from rocke_aot.aot.families import get_family, kernel_params, resolve_lowerer
+from rocke_aot.aot.families import get_family, resolve_lowerer
 from rocke_aot.aot.lower import lower
 from rocke_aot.errors import CodeObjectError, SpecError
 from rocke_aot.lanes import get_lane
@@ -230,9 +230,17 @@ def test_the_kernel_parameters_are_the_contracts_arguments():
     for fam in FAMILIES:
         spec = _sample_specs(fam, "gfx942", 1)[0]
         k = lower(fam, spec, "gfx942", "llvm22")
-        assert [(a.name, a.kind) for a in k.kernargs] == [
-            (n, "global_buffer" if t.startswith("ptr") else "by_value") for n, t, _ in kernel_params(spec)]
-        assert [a.name for a in k.launch.args] == [a.name for a in k.kernargs]
+        defs = spec.launch_formulas().args
+        assert [(a.name, a.kind, a.dtype) for a in k.kernargs] == [(d.name, d.kind, d.dtype) for d in defs]
+        # one argument model: the lowering's kernargs ARE the contract's arguments
+        assert k.launch.args == k.kernargs
+        # and the IR's parameter list is those arguments, in order, typed by kind/dtype
+        m = re.search(r'define \S+ void @"?' + re.escape(k.kernel_name) + r'"?\(((?:[^()]|\([^()]*\))*)\)', k.ir)
+        params = [p.strip() for p in m.group(1).split(",")]
+        assert len(params) == len(defs)
+        for p, d in zip(params, defs):
+            want = "ptr addrspace(1)" if d.kind == "global_pointer" else {"i32": "i32", "u32": "i32", "i64": "i64"}[d.dtype]
+            assert p.startswith(want) and p.split()[-1] in (f"%{d.name}", f'%"{d.name}"'), (p, d)
 
 
 def test_the_border_clamp_and_the_size_limit_are_in_the_contract():

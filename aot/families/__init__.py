@@ -4,9 +4,9 @@ resolved and the launch contract attached to what it lowers.
     variants.families.FAMILIES["gemm"].lowerer = "rocke_aot.aot.families.gemm:lower_gemm"
         |  resolve_lowerer(text): import the module (under rocke_aot.aot.families only), getattr
         v
-    kernel_params(spec) -> [("A", "ptr addrspace(1)", "read_only"), ..., ("K", "i32", None)]
-        what every family lowerer passes to define_kernel: the arguments of the spec's
-        launch_formulas, so the IR's parameters and the launch contract are one list
+    kb.define_kernel(spec.launch_formulas().args)   what every family lowerer does: the
+        family's ArgDefs are the IR's parameters and, laid out by launch.natural_layout, the
+        launch contract's arguments (one list, one layout rule)
     get_family("gemm") -> Family(name, entry, spec_class=GemmSpec, lowerer=<lower + launch>)
         lowerer(spec, target, lane) -> LoweredKernel whose .launch is the LaunchContract
             (spec.launch_formulas(), block = the kernel's block size, the lowering's kernargs
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rocke_aot.errors import SpecError
-from rocke_aot.launch import KernelArg, LaunchContract
+from rocke_aot.launch import LaunchContract, natural_layout
 from rocke_aot.variants.families import FAMILIES, FamilyEntry, get_entry
 
 _PACKAGE = __name__  # lowerers must live under rocke_aot.aot.families
@@ -57,18 +57,6 @@ class Family:
         return dataclasses.replace(kernel, launch=lowering_contract(spec, kernel))
 
 
-# LLVM type text of each contract argument kind / scalar dtype (both targets: global memory
-# is addrspace(1) on amdgcn and nvptx64).
-_LLVM_TYPES = {"global_pointer": "ptr addrspace(1)", "i32": "i32", "u32": "i32", "i64": "i64"}
-
-
-def kernel_params(spec: Any) -> list[tuple[str, str, str | None]]:
-    """The kernel's parameters (name, LLVM type text, access) for KernelModule.define_kernel,
-    from the spec's launch formulas: the argument list is defined once, in the family's spec."""
-    return [(a.name, _LLVM_TYPES["global_pointer" if a.kind == "global_pointer" else a.dtype], a.access)
-            for a in spec.launch_formulas().args]
-
-
 def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
     """The launch contract from the spec's formulas and the lowering's own kernarg layout.
 
@@ -76,17 +64,11 @@ def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
     in order: a lowerer and its formulas that disagree are a bug, refused here.
     """
     formulas = spec.launch_formulas()
-    if len(formulas.args) != len(kernel.kernargs):
-        raise SpecError(f"{kernel.kernel_name}: the family defines {len(formulas.args)} arguments, "
-                        f"the lowering {len(kernel.kernargs)}")
-    laid = []
-    for d, k in zip(formulas.args, kernel.kernargs, strict=True):
-        want_kind = "global_pointer" if k.kind == "global_buffer" else "scalar"
-        if (d.name, d.kind) != (k.name, want_kind) or (d.kind == "scalar" and d.dtype != k.type):
-            raise SpecError(f"{kernel.kernel_name}: argument {k.name} ({k.kind} {k.type}) does not match "
-                            f"the family's {d.name} ({d.kind} {d.dtype})")
-        laid.append(KernelArg(d.name, d.kind, d.dtype, d.expr, k.offset, k.size, k.size, d.access))
-    return LaunchContract.build(kernel.kernel_name, formulas, (kernel.block_size, 1, 1), tuple(laid),
+    laid = natural_layout(formulas.args)
+    if laid != kernel.kernargs:
+        raise SpecError(f"{kernel.kernel_name}: the lowering's arguments {[a.name for a in kernel.kernargs]} are "
+                        f"not the family's {[a.name for a in laid]} (define_kernel(spec.launch_formulas().args))")
+    return LaunchContract.build(kernel.kernel_name, formulas, (kernel.block_size, 1, 1), laid,
                                 kernel.kernarg_size, kernel.max_tensor_bytes)
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot import lanes
-from rocke_aot.aot.families import kernel_params
 from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop, lower_conv, udiv, urem
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
@@ -47,7 +46,7 @@ class _PatchLowering(ConvLowering):
     def build(self) -> None:
         s = self.spec
         (dY, Wt, dX, n_arg, h_arg, w_arg, k_arg), gid = self.start(
-            kernel_params(s), "patch_lds", s.lds_elems())
+            s.launch_formulas().args, "patch_lds", s.lds_elems())
         self.dY, self.Wt, self.dX = dY, Wt, dX
         self.N, self.H, self.W, self.K = self.S(n_arg), self.S(h_arg), self.S(w_arg), self.S(k_arg)
         self.Hp, self.Wp = self.H // s.p, self.W // s.p

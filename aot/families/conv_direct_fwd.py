@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 from rocke_aot import lanes
-from rocke_aot.aot.families import kernel_params
 from rocke_aot.aot.families._conv_ir import ConvLowering, loop, lower_conv, udiv, urem
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
@@ -42,7 +41,7 @@ class _FwdLowering(ConvLowering):
     def build(self) -> None:
         s, kb = self.spec, self.kb
         halo = s.halo_h * s.halo_w * s.c_chunk
-        (X, Wt, Y, n_arg, h_arg, w_arg), gid = self.start(kernel_params(s), "conv_lds",
+        (X, Wt, Y, n_arg, h_arg, w_arg), gid = self.start(s.launch_formulas().args, "conv_lds",
                                                           halo + s.tile_k * s.r * s.s * s.c_chunk)
         self.H, self.W = self.S(h_arg), self.S(w_arg)
         # Output extent from the runtime H, W (the launch contract's grid is zero when empty).

@@ -34,7 +34,6 @@ import numpy as np
 
 from rocke_aot import lanes
 from rocke_aot import mma
-from rocke_aot.aot.families import kernel_params
 from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
@@ -261,7 +260,7 @@ class _GemmLowering:
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> None:
         s, g, kb = self.spec, self.geo, self.kb
-        self.A, self.B, self.C, m, n, k = kb.define_kernel(kernel_params(s))
+        self.A, self.B, self.C, m, n, k = kb.define_kernel(s.launch_formulas().args)
         b = self.b
         self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
         stages = 2 if s.double_buffer else 1

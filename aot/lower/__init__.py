@@ -17,11 +17,11 @@ arch lacks is a CapabilityError naming the op.
 from __future__ import annotations
 
 from rocke_aot.lanes import get_lane
-from rocke_aot.aot.lower.module import (MAX_TENSOR_BYTES, KernArg, KernelModule, LoweredKernel,
+from rocke_aot.aot.lower.module import (MAX_TENSOR_BYTES, KernelModule, LoweredKernel,
                                         Sym)
 from rocke_aot.targets import Target
 
-__all__ = ["lower", "kernel_for", "LoweredKernel", "KernArg", "KernelModule",
+__all__ = ["lower", "kernel_for", "LoweredKernel", "KernelModule",
            "Sym", "MAX_TENSOR_BYTES"]
 
 def lower(family: str, spec: object, target: object, lane: object) -> LoweredKernel:

@@ -10,11 +10,13 @@
         v
     family lowerer fills the body through the KernelModule + IRBuilder + Sym index algebra
         |  control flow: .if_then(pred), .select_value(pred, a, b), .loop(trip, carried, body)
-        |  memory: .define_kernel(params) (kernarg layout), .shared_array(...) (addrspace 3)
+        |  memory: .define_kernel(spec.launch_formulas().args) (the family's ArgDefs, laid out
+        |          by launch.natural_layout: one argument model from lowering to launch),
+        |          .shared_array(...) (addrspace 3)
         |  values: .all_of(*preds), .bits_to_f32(bits, dtype) (a tensor element's raw bits)
         v
     .lowered(family, metadata) -> LoweredKernel (frozen): IR text, kernel name, ir_sha256,
-                                  kernarg layout, block size, LDS bytes, max_tensor_bytes
+                                  kernargs (launch.KernelArg), block size, LDS bytes, max_tensor_bytes
                                   (+ .launch, the LaunchContract, from aot/families)
 
 Determinism: llvmlite numbers unnamed values per function in creation order, the module
@@ -30,13 +32,13 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import llvmlite.ir as ir
 
 from rocke_aot import lanes
 from rocke_aot.dtypes import MAX_TENSOR_BYTES
-from rocke_aot.launch import LaunchContract
+from rocke_aot.launch import ArgDef, KernelArg, LaunchContract, natural_layout
 from rocke_aot.targets import Target
 
 I1 = ir.IntType(1)
@@ -107,32 +109,14 @@ class KernelAttributes(ir.values.FunctionAttributes):
         super().add(name)
 
 
-@dataclass(frozen=True)
-class KernArg:
-    """One explicit kernel argument as the kernarg segment lays it out."""
-
-    name: str
-    kind: str  # "global_buffer" | "by_value"
-    type: str  # LLVM type text: "ptr addrspace(1)", "i32"
-    offset: int
-    size: int
-    access: str | None = None  # "read_only" | "write_only" for buffers
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "type": self.type, "offset": self.offset,
-                "size": self.size, "access": self.access}
+# LLVM type text of each argument kind / scalar dtype (both targets: global memory is
+# addrspace(1) on amdgcn and nvptx64; u32 is an i32 in IR, its range is the contract's).
+_LLVM_TYPES = {"global_pointer": "ptr addrspace(1)", "i32": "i32", "u32": "i32", "i64": "i64"}
 
 
-def kernarg_layout(args: list[tuple[str, str, str | None]]) -> tuple[KernArg, ...]:
-    """Natural-alignment layout of (name, type text, access) as AMDGPU/NVPTX lay kernargs out."""
-    out, offset = [], 0
-    for name, ty, access in args:
-        size = 8 if ty.startswith("ptr") else {"i32": 4, "i64": 8, "float": 4}[ty]
-        offset = (offset + size - 1) // size * size
-        kind = "global_buffer" if ty.startswith("ptr") else "by_value"
-        out.append(KernArg(name, kind, ty, offset, size, access))
-        offset += size
-    return tuple(out)
+def param_type(arg: ArgDef) -> str:
+    """The LLVM type text of one kernel parameter."""
+    return _LLVM_TYPES["global_pointer" if arg.kind == "global_pointer" else arg.dtype]
 
 
 @dataclass(frozen=True)
@@ -146,7 +130,7 @@ class LoweredKernel:
     profile: str
     ir: str
     ir_sha256: str
-    kernargs: tuple[KernArg, ...]
+    kernargs: tuple[KernelArg, ...]  # the launch contract's arguments, laid out (natural_layout)
     block_size: int  # work-items (threads) per work-group, 1-D
     lds_bytes: int  # static LDS / shared memory the kernel allocates
     max_tensor_bytes: int = MAX_TENSOR_BYTES
@@ -261,20 +245,23 @@ class KernelModule:
             self._declared[key] = fn
         return fn
 
-    def define_kernel(self, params: list[tuple[str, str, str | None]]) -> list[ir.Argument]:
-        """Define the kernel with (name, type text, access) params and start its entry block."""
-        fty = ir.FunctionType(ir.VoidType(), [parse_type(t) for _, t, _ in params])
+    def define_kernel(self, args: Sequence[ArgDef]) -> list[ir.Argument]:
+        """Define the kernel with the family's arguments (its spec's ``launch_formulas().args``)
+        as parameters and start its entry block; the kernarg layout is launch.natural_layout's,
+        the one layout rule from lowering to launch."""
+        args = tuple(args)
+        fty = ir.FunctionType(ir.VoidType(), [parse_type(param_type(a)) for a in args])
         fn = ir.Function(self.module, fty, self.name)
         fn.calling_convention = self.calling_convention
         fn.attributes = KernelAttributes()
-        for arg, (pname, ty, access) in zip(fn.args, params):
-            arg.name = pname
-            if ty.startswith("ptr"):
+        for arg, a in zip(fn.args, args):
+            arg.name = a.name
+            if a.kind == "global_pointer":
                 arg.add_attribute("noalias")
                 if self.profile.has("ptr-captures-attr"):
                     arg.add_attribute("captures(none)")
         self.kernel = fn
-        self.kernargs = kernarg_layout(params)
+        self.kernargs = natural_layout(args)
         self.builder = ir.IRBuilder(fn.append_basic_block("entry"))
         return list(fn.args)
 
