@@ -1,0 +1,117 @@
+"""Selection quality of the time models on measured runs: every candidate of every problem was
+timed on the device (`bench --candidates all`), so any ranking can be scored on the same times.
+
+    docs/bench-raw/h200-run{4,5,6,7}/{quality,holdout}-<family>.json[.gz]   (or --runs DIR ...)
+        │ per problem: the measured candidates as Candidates (kernel -> spec from the family's
+        │ table, the device's resources), ranked by variants/selection.rank(model=M)
+        ▼
+    per (run, family, set) and model: problems, median and minimum of best measured time /
+    the top-ranked candidate's time, problems below 0.7, and the share whose top pick is more
+    than 10% slower than the best (quality < 1/1.1, the rocBLAS/hipBLASLt default-choice
+    comparisons' measure)
+
+Models: "fitted" (variants/perf_constants/sm_90.json, fitted on runs 4-5), "hardware"
+(variants/hw_facts/sm_90.json: published numbers and microbenchmarks, no fitting), "efficiency"
+(tile efficiency, matrix path, bytes staged per MAC, occupancy). Runs 6 and 7 are measurements
+no fit has seen (taken after the fitted constants were shipped).
+
+    .venv/bin/python bench/replay_models.py                     # the table of docs/selection.md
+    .venv/bin/python bench/replay_models.py --json --runs docs/bench-raw/h200-run6
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rocke_aot.candidates import Candidate, Resources
+from rocke_aot.targets import Target
+from rocke_aot.variants import table
+from rocke_aot.variants.families import get_entry
+from rocke_aot.variants.selection import rank
+
+RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
+FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")
+MODELS = ("fitted", "hardware", "efficiency")
+_FIELDS = set(Resources.__dataclass_fields__)
+
+
+def load(run: Path, name: str) -> dict | None:
+    for p in (run / f"{name}.json", run / f"{name}.json.gz"):
+        if p.exists():
+            raw = p.read_bytes()
+            return json.loads(gzip.decompress(raw) if p.suffix == ".gz" else raw)
+    return None
+
+
+def candidates(family: str, arch: str, rows: list[dict], specs: dict[str, dict]) -> list[Candidate]:
+    at = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    return [Candidate(r["key"], r["key"], family, specs[r["kernel"]], arch, r["lane"], "default", "g", True,
+                      Resources(**{k: v for k, v in (r.get("resources") or {}).items() if k in _FIELDS}), at)
+            for r in rows]
+
+
+def replay(family: str, doc: dict, model: str) -> list[float]:
+    """Per problem: best measured time / the measured time of rank(model=)'s first choice, over
+    the candidates the family's table still builds (a grid rule may have dropped some since)."""
+    arch = doc["arch"]
+    specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs(family, arch, "llvm22")}
+    entry, target = get_entry(family), Target.parse(arch)
+    out = []
+    for pr in doc["problems"]:
+        rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]
+        if not rows:
+            continue
+        best = rank(candidates(family, arch, rows, specs), entry.problem_from(pr["problem"]), target,
+                    model=model).best
+        times = {r["key"]: r["median_ms"] for r in rows}
+        out.append(min(times.values()) / times[best.key])
+    return out
+
+
+def summary(q: list[float]) -> dict:
+    return {"problems": len(q), "median": round(statistics.median(q), 4), "min": round(min(q), 4),
+            "below_0.7": sum(x < 0.7 for x in q), "over_10pct_slower": round(sum(x < 1 / 1.1 for x in q) / len(q), 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", nargs="*", default=[str(RAW / f"h200-run{i}") for i in (4, 5, 6, 7)])
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    rows, pooled = [], {m: [] for m in a.models}
+    for run in map(Path, a.runs):
+        for fam in FAMILIES:
+            for which in ("quality", "holdout"):
+                doc = load(run, f"{which}-{fam}")
+                if doc is None:
+                    continue
+                got = {}
+                for m in a.models:
+                    q = replay(fam, doc, m)
+                    got[m] = summary(q)
+                    pooled[m] += q
+                rows.append({"run": run.name, "family": fam, "set": which, **got})
+    total = {m: summary(q) for m, q in pooled.items() if q}
+    if a.json:
+        print(json.dumps({"rows": rows, "all": total}, indent=2))
+        return
+    head = "  ".join(f"{m:>30}" for m in a.models)
+    print(f"{'run':<10} {'family':<17} {'set':<8} {head}")
+    print(f"{'':<37}" + "  ".join(f"{'median / min / <0.7 / >10%':>30}" for _ in a.models))
+    for r in rows:
+        cells = "  ".join(f"{r[m]['median']:>7.3f} / {r[m]['min']:.3f} / {r[m]['below_0.7']:>2} / "
+                          f"{r[m]['over_10pct_slower']:>5.2f}" for m in a.models)
+        print(f"{r['run']:<10} {r['family']:<17} {r['set']:<8} {cells}")
+    cells = "  ".join(f"{t['median']:>7.3f} / {t['min']:.3f} / {t['below_0.7']:>2} / {t['over_10pct_slower']:>5.2f}"
+                      for t in total.values())
+    print(f"{'all':<37}{cells}   ({next(iter(total.values()))['problems']} problem measurements)")
+
+
+if __name__ == "__main__":
+    main()

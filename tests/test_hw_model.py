@@ -1,0 +1,125 @@
+"""The hardware-fact time model (variants/hw_model.py) and the counts it reads (variants/counts.py):
+counts against the lowerer's own rules and hand arithmetic, facts files that fail closed, the
+refusal where a fact is not public, and the issue's gfx1250 example."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rocke_aot import mma
+from rocke_aot.aot.families.gemm import a_fragment_run
+from rocke_aot.candidates import Candidate, Resources
+from rocke_aot.errors import SpecError
+from rocke_aot.targets import Target
+from rocke_aot.variants import counts, hw_model, perf, table
+from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.variants.problems import GemmProblem
+from rocke_aot.variants.selection import rank
+
+FACTS = Path(__file__).resolve().parents[1] / "variants" / "hw_facts"
+
+
+@pytest.mark.parametrize("key", sorted(mma.INSTRS))
+@pytest.mark.parametrize("stride", [16, 24, 32, 40, 64, 72])
+def test_a_run_is_the_lowerers_rule(key, stride):
+    ins = mma.INSTRS[key]
+    assert counts.a_run(ins, stride) == a_fragment_run(ins, stride)
+
+
+def test_lds_cycles_agree_with_the_bank_rule():
+    """Element accesses (one 4-byte word or less per lane) cost perf.bank_degree's wavefronts;
+    a conflict-free 8-byte-per-lane access of 32 lanes is 256 bytes: two cycles of 128."""
+    for addrs in ([4 * i for i in range(32)], [128 * i for i in range(32)], [0] * 32, [2 * i for i in range(32)]):
+        assert counts.lds_cycles([(a, 2) for a in addrs]) == perf.bank_degree(addrs)
+    assert counts.lds_cycles([(8 * i, 8) for i in range(32)]) == 2
+    assert counts.lds_cycles([(8 * i, 8) for i in range(64)], banks=32) == 4
+
+
+def test_gemm_counts_by_hand():
+    """sm_90 mma 64x64x32, 4 warps (2x2 of 32x32 warp tiles: 2 x 4 m16n8 tiles), vector 4, single
+    buffer, K = 1024: A and B are 64x32 and 32x64 f16 = 512 vectors each over 128 threads."""
+    s = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="mma",
+                 double_buffer=False, vector_width=4)
+    c = counts.gemm_counts(s, GemmProblem(1024, 1024, 1024), Target.parse("sm_90"))
+    assert (c.threads, c.warps, c.steps) == (128, 4, 32)
+    assert c.global_loads == c.lds_writes == c.serial_loads == 4 + 4
+    assert c.mma == 2 * 4 * 2  # tiles_m x tiles_n x (block_k / 16)
+    # per k-step: 2 A fragments of 4 32-bit loads (pairs), 4 B fragments of 4 16-bit loads
+    assert c.lds_reads == 2 * (2 * 4 + 4 * 4)
+    assert c.lds_read_wavefronts == c.lds_reads  # padded rows: every fragment load conflict free
+    assert c.staged_bytes == (64 + 64) * 32 * 2 and c.barriers == 2
+    assert c.unique_bytes == (1024 * 1024 * 2) * 2 + 1024 * 1024 * 4
+
+
+def _facts_doc(**over):
+    doc = json.loads((FACTS / "gfx942.json").read_text())
+    doc["facts"].update(over)
+    return doc
+
+
+def test_facts_files_parse_and_every_number_has_a_source():
+    for p in FACTS.glob("*.json"):
+        doc = json.loads(p.read_text())
+        got = hw_model.parse_facts(doc, p.name)
+        assert doc["processor"] == p.stem
+        for name, f in doc["facts"].items():
+            assert f["source"], (p.name, name)
+        if isinstance(got, hw_model.HardwareFacts):
+            assert set(got.values) == set(hw_model.REQUIRED)
+            # every matrix instruction the arch's tables use has cycles
+            assert {k for (proc, _, _), v in mma._BY_ARCH.items() if proc == p.stem for k in v.values()} \
+                <= set(got.matrix_cycles)
+
+
+@pytest.mark.parametrize("bad", [{"cus": {"value": -1, "source": "x"}}, {"cus": {"value": 304}},
+                                 {"cus": {"value": True, "source": "x"}}, {"made_up": {"value": 1, "source": "x"}}])
+def test_malformed_facts_fail_closed(bad):
+    with pytest.raises(SpecError):
+        hw_model.parse_facts(_facts_doc(**bad), "test")
+
+
+def test_a_fact_not_public_refuses_with_its_reason():
+    got = hw_model.parse_facts(_facts_doc(clock_mhz={"value": None, "source": "not public: no product"}), "t")
+    assert isinstance(got, hw_model.Refusal) and "clock_mhz (not public: no product)" in got.reason
+    assert isinstance(hw_model.facts_for("gfx1250"), hw_model.Refusal)
+    assert isinstance(hw_model.facts_for("gfx942"), hw_model.HardwareFacts)
+
+
+def test_matrix_cycles_match_the_data_sheet_peak():
+    """cycles x CUs x matrix units / clock reproduces each data sheet's dense FP16 peak (1%)."""
+    peaks = {"gfx90a": ("mfma_f32_32x32x8f16", 383e12 / 2), "gfx942": ("mfma_f32_32x32x8f16", 1307.4e12),
+             "gfx950": ("mfma_f32_32x32x16_f16", 2516.6e12)}
+    for proc, (key, peak) in peaks.items():
+        f = hw_model.facts_for(proc)
+        ins = mma.INSTRS[key]
+        flops = 2 * ins.m * ins.n * ins.k / f.matrix_cycles[key] * f.matrix_units * f.cus * f.clock_mhz * 1e6
+        assert flops == pytest.approx(peak, rel=0.01), proc
+
+
+def _cands(arch: str) -> list[Candidate]:
+    return [Candidate(s.kernel_name, "-", "gemm", s.to_dict(), arch, "llvm22", "default", "g", True,
+                      Resources(*([None] * 9)), None) for s in table.enumerate_specs("gemm", arch, "llvm22")]
+
+
+def test_gfx1250_4096_cubed_no_longer_picks_a_32x32x32_tile():
+    """Issue 26: on the gfx1250 tables a 4096^3 gemm put a 32x32x32, 4-wave tile first (tile
+    efficiency 1.0 everywhere, then occupancy). gfx1250 has no public CU count or clock, so no
+    time is estimated; the efficiency order's reuse rule (bytes staged per MAC) now decides."""
+    r = rank(_cands("gfx1250"), GemmProblem(4096, 4096, 4096), Target.parse("gfx1250"))
+    assert r.model == "efficiency" and "not public" in r.note
+    best = r.best.candidate.spec
+    assert (best["block_m"], best["block_n"]) == (128, 128)
+    worst_reuse = max(ch.reuse for ch in r.accepted)
+    assert r.best.reuse == min(ch.reuse for ch in r.accepted) < worst_reuse
+
+
+def test_gfx942_ranks_by_estimate_with_a_bound():
+    r = rank(_cands("gfx942"), GemmProblem(4096, 4096, 4096), Target.parse("gfx942"))
+    assert r.model == "hardware" and r.note is None
+    est = [ch.estimate_ms for ch in r.accepted]
+    assert est == sorted(est) and all(e > 0 for e in est)
+    best = r.best.candidate.spec
+    assert best["block_m"] * best["block_n"] >= 128 * 128 and r.best.bound in ("issue", "compute", "lds")
