@@ -19,6 +19,7 @@ KNOWN = {
     "Outcome": "a golden case's outcome (aot/golden.py) vs a build job's (aot/builder/run.py)",
     "Hole": "a variant-table hole (variants/table.py) vs an audit hole (aot/audit.py)",
     "Source": "a client fetch source (client/sources.py) vs a bench candidate source (runner/bench.py)",
+    "Refusal": "a build plan's refused (family, arch, lane) vs the time model's refused arch (variants/hw_model.py)",
 }
 
 
