@@ -72,9 +72,11 @@ def test_the_wheel_carries_every_package_and_its_run_time_data(wheel):
         for init in (ROOT / layer).rglob("__init__.py"):
             if "__pycache__" not in init.parts:
                 assert f"rocke_aot/{init.relative_to(ROOT).as_posix()}" in names
-    data = [p for d in ("aot/goldens", "variants/characterization", "variants/perf_constants")
-            for p in (ROOT / d).iterdir() if p.is_file()]
-    assert data, "no run-time data found in the tree"
+    # every data file of a layer folder is read at run time (goldens, characterization records,
+    # perf constants, hardware facts, Alembic's template): each must be package data
+    data = [p for layer in LAYERS for p in (ROOT / layer).rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert len(data) >= 7, data
     for p in data:
         assert f"rocke_aot/{p.relative_to(ROOT).as_posix()}" in names, f"{p} is not package data"
     assert not any(n.startswith(("tests/", "bench/", "aot/", "tools/")) for n in names)
