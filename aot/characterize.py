@@ -45,7 +45,8 @@ RECORD_DIR = Path(__file__).resolve().parent.parent / "variants" / "characteriza
 PROBE_TIMEOUT = 60.0
 PROBE_OPTIONS = {
     "compile": "codegen only (llvmlite: opt 3 target machine, no module pipeline; LLVM 24: the "
-               "library's codegen), AMDGPU -> relocatable, NVPTX -> PTX",
+               "library's codegen; AMD LLVM 23: LLVM-C codegen at opt 3, no LLVMRunPasses), "
+               "AMDGPU -> relocatable, NVPTX -> PTX",
     "operands": "vector and float operands loaded from the kernel's pointer; immarg modifiers 0",
     "triple": "the lane profile's triple (LLVM 24: the subarch triple it asks for)",
     "feature_probe": "minimal kernel with <feature> off; ok when the object's e_flags say off",
@@ -177,7 +178,7 @@ def _evidence(text: str) -> str:
 
     line = llvm_error_summary(text)
     line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
-    line = re.sub(r"^(?:llvm\.compile|triton24\.compile): ", "", line.strip())
+    line = re.sub(r"^(?:llvm\.compile|triton24\.compile|llvm23\.compile): ", "", line.strip())
     return line.split("LLVM ERROR: ", 1)[-1].strip()[:400]
 
 
@@ -253,11 +254,14 @@ class LaneProber:
 
     def __init__(self, lane: lanes.Lane, toolchain: Any):
         from rocke_aot.aot.compiler import WorkerSpec
-        from rocke_aot.aot.toolchains import triton24
+        from rocke_aot.aot.toolchains import triton24, vendor23
 
         self.lane, self.toolchain, self.info = lane, toolchain, toolchain.detect()
         self.library = isinstance(toolchain, triton24.Triton24Toolchain)
-        if self.library:
+        self.vendor = isinstance(toolchain, vendor23.Vendor23Toolchain)
+        if self.vendor:
+            self.spec = vendor23.worker_spec()
+        elif self.library:
             self.spec = WorkerSpec.of(sys.executable, plugins=[triton24.WORKER],
                                       env={settings.TRITON24_ROLE: "codegen"})
         else:
@@ -269,10 +273,10 @@ class LaneProber:
         file hashes, which differ between a CUDA install and NVIDIA's pip wheel) stay out."""
         ident = self.toolchain.identity()
         return {k: v for k, v in sorted(ident.items())
-                if not k.startswith(("linker", "ptxas", "middle_end"))}
+                if not k.startswith(("linker", "ptxas", "middle_end", "shim"))}
 
     def targets_family(self, processor: str) -> bool:
-        return not self.library or ARCH_TABLE[processor].family == "amdgcn"
+        return not (self.library or self.vendor) or ARCH_TABLE[processor].family == "amdgcn"
 
     def triple(self, processor: str) -> str:
         if ARCH_TABLE[processor].family == "nvptx64":
@@ -284,6 +288,12 @@ class LaneProber:
     def request(self, ir: str, processor: str, features: str = "") -> tuple[str, dict, str]:
         """(worker kind, payload, output format)."""
         nvptx = ARCH_TABLE[processor].family == "nvptx64"
+        if self.vendor:
+            from rocke_aot.aot.compiler.options import VENDOR23
+
+            return "llvm23.compile", self.toolchain.payload(
+                ir=ir, triple=self.triple(processor), processor=processor, features=features,
+                options={**VENDOR23.worker_options(), "pipeline": ""}), "obj"
         if self.library:
             from rocke_aot.aot.compiler.options import TRITON24
             from rocke_aot.aot.toolchains.triton24 import INTERFACE_VERSION

@@ -231,12 +231,16 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
             "LLVM 22: adds gfx1250 and its WMMA; new datalayout (m:e, p8 index width)",
             _INTRINSICS_LLVM22, _AMDGPU_NO_INPUTS_LLVM22, ("amdgpu-agpr-alloc", "0"),
         ),
+        # Characterized on AMD's LLVM 23 (rocm-bindings-compiler's libLLVM.so; docs/llvm23-lane.md):
+        # LLVM 22's datalayout, plain triple (the subarch form is refused), xnack/sramecc as
+        # subtarget features, the same intrinsic shapes and availability and amdgpu-no-* inputs,
+        # so the AMDGPU emission is LLVM 22's exactly (the goldens' IR hashes are equal). Its own
+        # profile only because the capability set differs: AMDGPU only (the library has no NVPTX).
         "llvm23": Profile(
             "llvm23",
-            MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22, "nvptx64": _NVPTX_DL_LLVM22}),
-            _COMMON | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
-            "LLVM 23: no LLVM 23 toolchain has been characterized; emits as LLVM 22 (a real LLVM 23 "
-            "that reports another datalayout is refused by the drift guard)",
+            MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22}),
+            (_COMMON - {"target:sm_90", "mma:sm_90"}) | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
+            "LLVM 23 (AMD's): LLVM 22's AMDGPU emission; AMDGPU only (no NVPTX back end)",
             _INTRINSICS_LLVM22, _AMDGPU_NO_INPUTS_LLVM22, ("amdgpu-agpr-alloc", "0"),
         ),
         # Characterized on the real LLVM 24 (docs/llvm24-lane.md): the same intrinsic shapes and

@@ -10,7 +10,7 @@
 #                                         no test extra, no inspection tools (llvm-22)
 #   bash scripts/setup.sh --only apt      one step (apt | venv | ptxas | lanes); repeatable
 #   bash scripts/setup.sh --check         change nothing: exit 1 naming what a run would do
-#   ROCKE_AOT_SETUP_LANES="llvm20 llvm24" the lane toolchains to install (default)
+#   ROCKE_AOT_SETUP_LANES="llvm20 llvm23 llvm24" the lane toolchains to install (default)
 #   ROCKE_AOT_HOME=DIR                    where lane toolchains are registered
 #                                         (default ~/.cache/rocke-aot)
 #   PYTHON=python3.12                     the interpreter the venv is made from
@@ -112,10 +112,13 @@ fi
 
 # 4. Lane toolchains: a lane counts as present when $ROCKE_AOT_HOME/toolchains.json registers
 #    it and its environment is still on disk (a file read, not a probe of every compiler);
+#    llvm23 (AMD's LLVM 23, in the venv through hip-python[compiler]) when the two ROCm
+#    sysdeps shims it needs are built ($ROCKE_AOT_HOME/sysdeps: aot/toolchains/rocm_sysdeps.py,
+#    made with the project's own llvmlite and ld.lld, so no compiler package is needed);
 #    the others get `rocke-aot toolchain install LANE` (idempotent itself, and it verifies).
 if want lanes; then
   step_start lanes
-  LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm24}  # llvm24: triton 3.9 wheel (LLVM 24 codegen)
+  LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm23 llvm24}  # llvm23: AMD LLVM 23; llvm24: triton 3.9 (LLVM 24 codegen)
   have=$(.venv/bin/python - <<'PY' 2>/dev/null || true
 import json, os
 from rocke_aot import paths
@@ -123,8 +126,12 @@ try:
     entries = json.loads((paths.home() / "toolchains.json").read_text()).get("toolchains", [])
 except (OSError, ValueError):
     entries = []
-print(" ".join(e["label"] for e in entries
-               if e.get("label") and any(os.path.exists(e[k]) for k in ("python", "venv") if e.get(k))))
+have = [e["label"] for e in entries
+        if e.get("label") and any(os.path.exists(e[k]) for k in ("python", "venv") if e.get(k))]
+from rocke_aot.aot.toolchains import rocm_sysdeps
+if not rocm_sysdeps.missing():
+    have.append("llvm23")
+print(" ".join(have))
 PY
 )
   todo=()

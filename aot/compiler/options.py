@@ -6,6 +6,9 @@
     TRITON24  ──> Triton24Toolchain.compile (toolchains/triton24.py) ──> _triton24_worker.py
                   triton24.optimize (middle end) + triton24.compile (library Options struct)
               ──> link_hsaco (ld.lld flags)
+    VENDOR23  ──> Vendor23Toolchain.compile (toolchains/vendor23.py) ──> _vendor23_worker.py
+                  llvm23.compile (LLVMRunPasses pipeline + LLVM-C codegen, all in AMD's LLVM 23)
+              ──> link_hsaco (ld.lld flags)
         │
         └──> Toolchain.compile_options(target) -> canonical mapping ──> KeyInputs.options
 
@@ -83,6 +86,24 @@ class Triton24Options:
         }
 
 
+@dataclass(frozen=True)
+class Vendor23Options:
+    """The llvm23 lane on AMD's LLVM 23: its own O3 pipeline and code generator, then ld.lld."""
+
+    pipeline: str = "default<O3>"  # LLVMRunPasses, as clang -O3 and COMGR run it
+    opt_level: int = 3  # LLVMCodeGenLevelAggressive
+    reloc: str = "pic"
+    code_model: str = "default"
+
+    def worker_options(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "opt_level": self.opt_level, "reloc": self.reloc,
+                "code_model": self.code_model}
+
+    def for_target(self, target: Target) -> dict[str, Any]:
+        return {**self.worker_options(), "emit": "obj", "ld.lld": list(LLD_FLAGS)}
+
+
 LLVMLITE = LlvmOptions()
 COMGR = ComgrOptions()
 TRITON24 = Triton24Options()
+VENDOR23 = Vendor23Options()

@@ -48,6 +48,7 @@ __all__ = [
 KIND_MODULES: dict[str, str] = {
     "comgr": "rocke_aot.aot.toolchains.comgr",
     "triton-codegen": "rocke_aot.aot.toolchains.triton24",
+    "rocm-llvm": "rocke_aot.aot.toolchains.vendor23",
 }
 
 # How `rocke-aot toolchain install <lane>` makes a lane environment: pip requirements
@@ -56,6 +57,9 @@ KIND_MODULES: dict[str, str] = {
 INSTALL_RECIPES: dict[str, dict] = {
     "llvm20": {"requirements": ["llvmlite==0.46.0"], "kind": "llvmlite"},
     "llvm24": {"requirements": ["triton==3.9.0"], "kind": "triton-codegen"},
+    # AMD's LLVM 23 comes with the project (hip-python[compiler] -> rocm-bindings-compiler);
+    # installing the lane builds the two ROCm sysdeps shims it needs (toolchains/rocm_sysdeps.py).
+    "llvm23": {"kind": "rocm-llvm", "module": "rocke_aot.aot.toolchains.vendor23"},
 }
 for _lane in INSTALL_RECIPES:
     get_lane(_lane, source="INSTALL_RECIPES")
@@ -197,6 +201,10 @@ def install_lane(lane: object, *, quiet: bool = True) -> Toolchain:
             f"no installer for lane {lane.name}; installable: {', '.join(INSTALL_RECIPES)}"
             + (" (llvm22 is the project's own llvmlite)" if lane.name == "llvm22" else "")
         )
+    if "module" in recipe:  # a toolchain that installs itself (no lane environment)
+        # Found by discovery from the installed package: nothing to register (a registry entry
+        # would pin one checkout's site-packages path for every checkout sharing the home).
+        return importlib.import_module(recipe["module"]).install(quiet=quiet)
     env_dir = home() / "lanes" / lane.name
     python = env_dir / "bin" / "python"
     if not python.exists():
