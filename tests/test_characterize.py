@@ -1,7 +1,7 @@
 """The arch-domain characterization (aot/characterize.py) and what it gates.
 
 - the recorded documents (variants/characterization/<lane>.json) equal a fresh run on every
-  lane whose toolchain this host has (llvm20, llvm22, llvm24 here; probed in parallel through
+  lane whose toolchain this host has (llvm20, llvm22, llvm23, llvm24 here; probed in parallel through
   the worker pool); a lane without a toolchain is a named skip, never measured;
 - no variant table serves an (arch, lane) whose used intrinsics the recorded characterization
   marks absent;
@@ -124,6 +124,14 @@ def test_measured_facts_agree_with_the_design_notes(recorded):
         assert recorded["llvm24"]["arches"]["sm_90"]["target"]["status"] == "arch_absent"
         assert recorded["llvm24"]["arches"]["gfx1250"]["features"]["xnack-"]["status"] == "arch_absent"
         assert recorded["llvm24"]["arches"]["gfx942"]["features"]["xnack-"]["status"] == "ok"
+    if "llvm23" in recorded:
+        # docs/llvm23-lane.md: AMD's LLVM 23 has LLVM 22's intrinsic availability on every AMDGPU
+        # arch, takes xnack/sramecc as subtarget features (gfx1250 too), and has no NVPTX back end
+        for arch in ("gfx90a", "gfx942", "gfx950", "gfx1250"):
+            for name, r in recorded["llvm22"]["arches"][arch]["intrinsics"].items():
+                assert recorded["llvm23"]["arches"][arch]["intrinsics"][name]["status"] == r["status"], (arch, name)
+            assert recorded["llvm23"]["arches"][arch]["features"] == recorded["llvm22"]["arches"][arch]["features"]
+        assert recorded["llvm23"]["arches"]["sm_90"]["target"]["status"] == "arch_absent"
 
 
 def test_classification_of_worker_failures():
@@ -165,4 +173,6 @@ def test_variants_cli_shows_the_backing_column(capsys):
     recorded = ch.load_recorded()
     for lane, r in rows.items():
         assert r["backing"] == ("characterized" if lane in recorded else "unvalidated"), r
-    assert rows["llvm23"]["backing_detail"].startswith("no characterization of llvm23")
+    # every lane of the registry has a real compiler here now, llvm23 AMD's LLVM 23
+    assert set(recorded) == set(lanes.LANE_NAMES)
+    assert rows["llvm23"]["backing"] == "characterized" and "23.0.0git" in rows["llvm23"]["backing_detail"]
