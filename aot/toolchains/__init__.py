@@ -59,7 +59,7 @@ INSTALL_RECIPES: dict[str, dict] = {
     "llvm24": {"requirements": ["triton==3.9.0"], "kind": "triton-codegen"},
     # AMD's LLVM 23 comes with the project (hip-python[compiler] -> rocm-bindings-compiler);
     # installing the lane builds the two ROCm sysdeps shims it needs (toolchains/rocm_sysdeps.py).
-    "llvm23": {"kind": "rocm-llvm", "module": "rocke_aot.aot.toolchains.vendor23"},
+    "llvm23": {"kind": "rocm-llvm", "self_install": True},
 }
 for _lane in INSTALL_RECIPES:
     get_lane(_lane, source="INSTALL_RECIPES")
@@ -201,10 +201,10 @@ def install_lane(lane: object, *, quiet: bool = True) -> Toolchain:
             f"no installer for lane {lane.name}; installable: {', '.join(INSTALL_RECIPES)}"
             + (" (llvm22 is the project's own llvmlite)" if lane.name == "llvm22" else "")
         )
-    if "module" in recipe:  # a toolchain that installs itself (no lane environment)
+    if recipe.get("self_install"):  # the kind module installs it (no lane environment)
         # Found by discovery from the installed package: nothing to register (a registry entry
         # would pin one checkout's site-packages path for every checkout sharing the home).
-        return importlib.import_module(recipe["module"]).install(quiet=quiet)
+        return _kind_module(recipe["kind"]).install(quiet=quiet)
     env_dir = home() / "lanes" / lane.name
     python = env_dir / "bin" / "python"
     if not python.exists():
