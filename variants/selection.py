@@ -20,6 +20,9 @@
       efficiency  where neither applies (a fact not public, e.g. gfx1250; Ranking.note says which):
                 efficiency.total desc, matrix-unit path first, bytes staged per MAC asc (the
                 tile's data reuse, a count), occupancy desc (unknown last), key asc
+      measured  before any of them: the candidates a recorded time applies to (variants/measured.py:
+                its artifact and generation, its processor, its problem or, when asked, its shape
+                class), by measured median asc, key asc; Choice.basis says "measured" or "model"
 
 Deterministic; every rejection carries its reason and a detail. The rule and a worked
 example: docs/selection.md (tests/test_selection.py asserts the example's numbers).
@@ -37,7 +40,7 @@ from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import efficiency as eff_models
-from rocke_aot.variants import hw_model, perf, table
+from rocke_aot.variants import hw_model, measured, perf, table
 from rocke_aot.variants.efficiency import Efficiency
 from rocke_aot.variants.families import entry_for_spec
 
@@ -62,6 +65,12 @@ class Choice(NamedTuple):
     estimate_ms: float | None = None  # the time model's estimate (None: no constants for the arch)
     bound: str | None = None  # hardware model: what bounds the estimate (compute, issue, lds, memory, latency)
     reuse: float | None = None  # efficiency order: bytes staged per MAC (lower: more reuse)
+    measured: Any = None  # the Measurement it is ranked by (variants/measured.py), None: the model
+
+    @property
+    def basis(self) -> str:
+        """"measured" where a recorded time ranks it, else "model"."""
+        return "model" if self.measured is None else "measured"
 
     # The candidate's identity, for callers that render rows (service, CLI).
     key = property(lambda self: self.candidate.key)
@@ -72,7 +81,9 @@ class Choice(NamedTuple):
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict(), "estimate_ms": self.estimate_ms,
-                "bound": self.bound, "basis": "model"}
+                "bound": self.bound, "basis": self.basis,
+                "measured_ms": None if self.measured is None else self.measured.median_ms,
+                "measurement": None if self.measured is None else self.measured.as_dict()}
 
 
 class Rejection(NamedTuple):
@@ -158,6 +169,14 @@ def _floor_detail(e: Efficiency, floor: float) -> str:
 MATRIX_PATHS = frozenset({"mfma", "wmma", "mma"})
 
 
+def measured_first(choice: Choice) -> tuple:
+    """Measured candidates first, by measured median (then the key); the rest in the model's
+    order after them. Ties between equal measured times are broken by the key, like the model's."""
+    if choice.measured is not None:
+        return (0, choice.measured.median_ms, choice.candidate.key)
+    return (1, *order_key(choice))
+
+
 def order_key(choice: Choice) -> tuple:
     """Best first. With a time estimate: the estimate, then efficiency, then the key. Without
     (no measured constants for the arch): efficiency, then matrix-unit paths before fma, then
@@ -219,8 +238,12 @@ def choose_model(processor: str, model: str = "auto") -> tuple[str, Any, str | N
 
 
 def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
-         min_efficiency: float = 0.0, lanes: Iterable[str] | None = None, model: str = "auto") -> Ranking:
-    """Accepted candidates best first and every rejected one with its reason (module doc)."""
+         min_efficiency: float = 0.0, lanes: Iterable[str] | None = None, model: str = "auto",
+         measurements: Iterable[Any] | None = None, shape_class: bool = False) -> Ranking:
+    """Accepted candidates best first and every rejected one with its reason (module doc).
+    ``measurements`` (variants/measured.py Measurement): recorded times that rank the accepted
+    candidates they apply to ahead of the model (measured.applicable's rules; ``shape_class``
+    lets a problem of the same shape class stand in when the exact problem has none)."""
     if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) \
             or not 0.0 <= min_efficiency <= 1.0:
         raise SpecError(f"min_efficiency must be a number within 0..1, got {min_efficiency!r}")
@@ -295,7 +318,14 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     else:
         accepted = [ch._replace(reuse=_cached(effs, ("reuse", ch.candidate.key), lambda ch=ch: _reuse(
             ch.spec, problem, dev))) for ch in accepted]
-    accepted.sort(key=order_key)
+    if measurements:
+        fam = accepted[0].candidate.family if accepted else None
+        got = measured.applicable(measurements, fam, problem, dev, [ch.candidate for ch in accepted],
+                                  shape_class=shape_class) if fam else {}
+        accepted = [ch._replace(measured=got.get(ch.candidate.key)) for ch in accepted]
+        accepted.sort(key=measured_first)
+    else:
+        accepted.sort(key=order_key)
     rejected.sort(key=_rejection_key)
     return Ranking(tuple(accepted), tuple(rejected), used, note)
 
