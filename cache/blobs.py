@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, bindparam, delete, func, select, update
 
-from rocke_aot.cache import codec, db
+from rocke_aot.cache import code_objects, codec, db
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
@@ -92,10 +92,13 @@ def publish_blob(conn: Connection, dicts: Dicts, sha: str, raw: bytes, stored: b
 
 
 def referenced(sha_col):
+    """Whether an artifact row holds the blob. A code object (cache/code_objects.py) holds it
+    only while an artifact row points at that code object, so it keeps nothing alive itself."""
     return select(A.c.key).where(A.c.blob_sha256 == sha_col).exists()
 
 
 def delete_orphans(conn: Connection, chunk: int = 900) -> tuple[int, int]:
+    code_objects.unreferenced(conn)  # first: their foreign key would hold the blobs
     rows = conn.execute(select(B.c.sha256, B.c.stored_size).where(~referenced(B.c.sha256))).all()
     shas = [r[0] for r in rows]
     for i in range(0, len(shas), chunk):

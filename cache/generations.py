@@ -1,52 +1,58 @@
-"""Build generations and the current-generation ref per (arch, lane).
+"""Generations, and which stored row of each spec is served.
 
-    put(inputs) ──> generation_id(arch, lane, recipe digest, toolchain identity)
-        │             = sha256("rocke-aot/generation/v1\\n" + canonical JSON of the four)[:32]
-        ├─ artifacts.generation = that id
-        ├─ generations row (insert once)
-        └─ refs row for (arch, lane) only if none exists yet (a first build is current)
-    builder, after a build that ran to the end ──> move_ref(arch, lane, id)
-        the previous generation gets retired_at = now (its place in history)
-    select / listings ──> only rows whose generation is the ref's ("stale generation" otherwise)
-    gc_generations(keep=N) ──> per (arch, lane): keep the current one and the N most recently
-        retired; delete the artifacts (and failures) of the others, then the orphaned blobs
+    put(inputs) ──> generation_id(arch, lane, family, recipe digest, toolchain identity)
+        │             = sha256("rocke-aot/generation/v2\\n" + the five, NUL-separated)[:32]
+        ├─ artifacts.generation = that id;  generations row (insert once)
+        └─ reserve(one spec): its 'ok' rows, one per generation that built it ──> the best
+              ranked one gets served = 1, every other served = 0
+    builder, after a build that ran to the end ──> complete(generation): completed_at = now,
+        then reserve(every spec of that generation)
+    select / listings ──> rows with served = 1
 
-The id is a pure function of what makes a build's bytes differ (the same code and
-toolchain give the same generation, so a top-up or no-op rebuild stays in it).
-The compile options (the key's ``options``) need no part of their own: they are defined in
-aot/compiler/options.py, a module of the recipe, so the recipe digest moves with them.
+    rank(generation) = (completed?, completed_at, created_at, id)   higher serves
+
+A spec keeps being served by the row it was served by until a row of a better-ranked
+generation exists for *that spec*: a build limited by --family, --where or --problems only
+creates rows for what it planned; a failed compile creates no 'ok' row; an interrupted build
+never completes its generation, so its rows serve only specs that nothing complete serves
+(a first build serves while it runs); a changed recipe starts a new generation that takes over
+spec by spec when it completes. Old and new generations serve side by side meanwhile, and the
+newest complete generation of a family wins wherever it has the spec. Only ``gc`` (the rows no
+one serves) and eviction (a size cap, on purpose) ever take a row away.
+
+The id is a pure function of what makes a build's bytes differ, per family: the same code
+and toolchain give the same generation, so a top-up or no-op rebuild stays in it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
-from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import generations as G
-from rocke_aot.cache.models import refs as R
 
-_PREFIX = b"rocke-aot/generation/v1\n"
+_PREFIX = b"rocke-aot/generation/v2\n"
 
 
-def generation_id(arch: str, lane: str, recipe_digest: str, toolchain_json: str) -> str:
-    """The generation of (arch, lane) built with this recipe digest and toolchain identity.
+def generation_id(arch: str, lane: str, family: str, recipe_digest: str, toolchain_json: str) -> str:
+    """The generation of (arch, lane, family) built with this recipe digest and toolchain.
 
     ``toolchain_json`` is the canonical JSON the artifacts table stores.
     """
     h = hashlib.sha256(_PREFIX)
-    for part in (arch, lane, recipe_digest, toolchain_json):
+    for part in (arch, lane, family, recipe_digest, toolchain_json):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
 
 
 def generation_of(inputs) -> str:
-    """The generation a KeyInputs belongs to (its arch, lane, recipe digest and toolchain)."""
-    return generation_id(inputs.arch, inputs.lane, inputs.recipe_digest, inputs.toolchain_json)
+    """The generation a KeyInputs belongs to."""
+    return generation_id(inputs.arch, inputs.lane, inputs.family, inputs.recipe_digest, inputs.toolchain_json)
 
 
 @dataclass(frozen=True)
@@ -54,103 +60,186 @@ class Generation:
     id: str
     arch: str
     lane: str
+    family: str
     recipe_digest: str
     toolchain_json: str
     created_at: float
-    retired_at: float | None
-    current: bool
+    completed_at: float | None
+    current: bool  # the newest complete generation of its (arch, lane, family)
     artifacts: int
     failures: int
+    served: int  # how many of its artifacts select serves
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def register(conn: Connection, insert_ignore, gen: str, arch: str, lane: str, digest: str, tc_json: str,
-             now: float) -> None:
-    """Inside a put's write transaction: the generation row, and a ref if (arch, lane) has none."""
-    conn.execute(insert_ignore(conn, G), {"id": gen, "arch": arch, "lane": lane, "recipe_digest": digest,
-                                          "toolchain_json": tc_json, "created_at": now, "retired_at": None})
-    conn.execute(insert_ignore(conn, R), {"arch": arch, "lane": lane, "generation": gen, "moved_at": now})
+def rank(completed_at: float | None, created_at: float, gid: str) -> tuple:
+    return (completed_at is not None, completed_at or 0.0, created_at, gid)
 
 
-def move_ref(conn: Connection, arch: str, lane: str, gen: str, now: float) -> str | None:
-    """Point (arch, lane) at ``gen``; returns the generation it pointed at before (or None)."""
-    if conn.execute(select(G.c.id).where(G.c.id == gen)).first() is None:
-        raise KeyError(gen)
-    prev = conn.execute(select(R.c.generation).where(and_(R.c.arch == arch, R.c.lane == lane))).scalar()
-    if prev == gen:
-        return prev
-    if prev is None:
-        conn.execute(R.insert().values(arch=arch, lane=lane, generation=gen, moved_at=now))
-    else:
-        conn.execute(update(R).where(and_(R.c.arch == arch, R.c.lane == lane)).values(generation=gen, moved_at=now))
-        conn.execute(update(G).where(G.c.id == prev).values(retired_at=now))
-    conn.execute(update(G).where(G.c.id == gen).values(retired_at=None))
-    return prev
+def register(conn: Connection, insert_ignore, inputs, now: float) -> str:
+    """Inside a put's write transaction: the generation row of ``inputs`` (once); its id."""
+    gen = generation_of(inputs)
+    conn.execute(insert_ignore(conn, G), {
+        "id": gen, "arch": inputs.arch, "lane": inputs.lane, "family": inputs.family,
+        "recipe_digest": inputs.recipe_digest, "toolchain_json": inputs.toolchain_json,
+        "created_at": now, "retired_at": None, "completed_at": None})
+    return gen
 
 
-def current(conn: Connection) -> dict[tuple[str, str], str]:
-    return {(arch, lane): g for arch, lane, g in conn.execute(select(R.c.arch, R.c.lane, R.c.generation))}
+_Q_SPEC_ROWS = (
+    select(A.c.key, A.c.served, G.c.completed_at, G.c.created_at, G.c.id)
+    .select_from(A.join(G, G.c.id == A.c.generation))
+    .where(A.c.arch == bindparam("a"), A.c.lane == bindparam("l"), A.c.family == bindparam("f"),
+           A.c.spec_json == bindparam("s"), A.c.status == "ok")
+)
+_U_SERVED = update(A).where(A.c.key == bindparam("k")).values(served=bindparam("v"))
 
 
-def listing(conn: Connection, arch: str | None = None, lane: str | None = None) -> list[Generation]:
+def _apply(conn: Connection, rows: Iterable[tuple]) -> int:
+    """rows: (key, served, completed_at, created_at, gen) of ONE spec -> flip what must change."""
+    rows = list(rows)
+    if not rows:
+        return 0
+    best = max(rows, key=lambda r: rank(r[2], r[3], r[4]) + (r[0],))[0]
+    changes = [{"k": k, "v": int(k == best)} for k, served, *_ in rows if bool(served) != (k == best)]
+    if changes:
+        conn.execute(_U_SERVED, changes)
+    return len(changes)
+
+
+def reserve_spec(conn: Connection, arch: str, lane: str, family: str, spec_json: str) -> int:
+    """Serve the best-ranked 'ok' row of one spec (after a put)."""
+    return _apply(conn, conn.execute(_Q_SPEC_ROWS, {"a": arch, "l": lane, "f": family, "s": spec_json}).all())
+
+
+def reserve_groups(conn: Connection, groups: Iterable[tuple[str, str, str]] | None = None) -> int:
+    """Recompute served for every spec of the given (arch, lane, family) groups (None: all)."""
+    stmt = (select(A.c.arch, A.c.lane, A.c.family, A.c.spec_json, A.c.key, A.c.served, A.c.status,
+                   G.c.completed_at, G.c.created_at, G.c.id)
+            .select_from(A.outerjoin(G, G.c.id == A.c.generation)))
+    wanted = None if groups is None else set(groups)
+    if wanted is not None and not wanted:
+        return 0
+    if wanted is not None and len(wanted) == 1:
+        (a, l, f), = wanted
+        stmt = stmt.where(and_(A.c.arch == a, A.c.lane == l, A.c.family == f))
+    by_spec: dict[tuple, list[tuple]] = {}
+    clear: list[dict[str, Any]] = []
+    for arch, lane, fam, sj, key, served, status, completed, created, gid in conn.execute(stmt):
+        if wanted is not None and (arch, lane, fam) not in wanted:
+            continue
+        if status != "ok" or gid is None:
+            if served:
+                clear.append({"k": key, "v": 0})
+            continue
+        by_spec.setdefault((arch, lane, fam, sj), []).append((key, served, completed, created, gid))
+    if clear:
+        conn.execute(_U_SERVED, clear)
+    return len(clear) + sum(_apply(conn, rows) for rows in by_spec.values())
+
+
+def complete(conn: Connection, gen: str, now: float) -> bool:
+    """Mark ``gen`` complete (a build that planned into it ran to the end) and re-serve its
+    specs. False when no such generation exists."""
+    row = conn.execute(select(G.c.arch, G.c.lane, G.c.family).where(G.c.id == gen)).first()
+    if row is None:
+        return False
+    conn.execute(update(G).where(G.c.id == gen).values(completed_at=now))
+    reserve_groups(conn, [tuple(row)])
+    return True
+
+
+def newest_complete(conn: Connection) -> dict[tuple[str, str, str], str]:
+    """(arch, lane, family) -> its newest complete generation."""
+    best: dict[tuple[str, str, str], tuple] = {}
+    for gid, arch, lane, fam, created, completed in conn.execute(
+            select(G.c.id, G.c.arch, G.c.lane, G.c.family, G.c.created_at, G.c.completed_at)):
+        if completed is None:
+            continue
+        r = rank(completed, created, gid)
+        if (arch, lane, fam) not in best or r > best[(arch, lane, fam)]:
+            best[(arch, lane, fam)] = r
+    return {k: r[3] for k, r in best.items()}
+
+
+def listing(conn: Connection, arch: str | None = None, lane: str | None = None,
+            family: str | None = None) -> list[Generation]:
     counts: dict[str, dict[str, int]] = {}
-    for gen, status, n in conn.execute(select(A.c.generation, A.c.status, func.count())
-                                       .group_by(A.c.generation, A.c.status)):
-        counts.setdefault(gen, {})[status] = n
-    refs = current(conn)
+    for gen, status, served, n in conn.execute(select(A.c.generation, A.c.status, A.c.served, func.count())
+                                               .group_by(A.c.generation, A.c.status, A.c.served)):
+        c = counts.setdefault(gen, {})
+        c[status] = c.get(status, 0) + n
+        if served:
+            c["served"] = c.get("served", 0) + n
+    cur = newest_complete(conn)
     stmt = select(G)
-    if arch is not None:
-        stmt = stmt.where(G.c.arch == arch)
-    if lane is not None:
-        stmt = stmt.where(G.c.lane == lane)
+    for col, val in ((G.c.arch, arch), (G.c.lane, lane), (G.c.family, family)):
+        if val is not None:
+            stmt = stmt.where(col == val)
     out = []
-    for r in conn.execute(stmt.order_by(G.c.arch, G.c.lane, G.c.created_at, G.c.id)).mappings():
+    for r in conn.execute(stmt.order_by(G.c.arch, G.c.lane, G.c.family, G.c.created_at, G.c.id)).mappings():
         c = counts.get(r["id"], {})
-        out.append(Generation(r["id"], r["arch"], r["lane"], r["recipe_digest"], r["toolchain_json"],
-                              r["created_at"], r["retired_at"], refs.get((r["arch"], r["lane"])) == r["id"],
-                              c.get("ok", 0), c.get("failed", 0)))
+        out.append(Generation(r["id"], r["arch"], r["lane"], r["family"], r["recipe_digest"], r["toolchain_json"],
+                              r["created_at"], r["completed_at"],
+                              cur.get((r["arch"], r["lane"], r["family"])) == r["id"],
+                              c.get("ok", 0), c.get("failed", 0), c.get("served", 0)))
     return out
 
 
-def doomed(conn: Connection, keep: int) -> list[str]:
-    """Generations gc drops: per (arch, lane), all but the current one and ``keep`` retired."""
-    refs = current(conn)
-    by_pair: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
-    for gid, arch, lane, created, retired in conn.execute(
-            select(G.c.id, G.c.arch, G.c.lane, G.c.created_at, G.c.retired_at)):
-        if refs.get((arch, lane)) == gid:
+def shadowed(conn: Connection, keep: int) -> tuple[list[str], list[str]]:
+    """What gc drops: (row keys, generation ids). Per (arch, lane, family) the generations are
+    ranked; the best one and ``keep`` more stay whole; of the others every row that is not
+    served goes (failures included), and a generation left with no rows goes too. A served row
+    is never dropped here, whatever its generation."""
+    by_group: dict[tuple[str, str, str], list[tuple]] = {}
+    for gid, arch, lane, fam, created, completed in conn.execute(
+            select(G.c.id, G.c.arch, G.c.lane, G.c.family, G.c.created_at, G.c.completed_at)):
+        by_group.setdefault((arch, lane, fam), []).append(rank(completed, created, gid))
+    old: set[str] = set()
+    for ranks in by_group.values():
+        ranks.sort(reverse=True)
+        old.update(r[3] for r in ranks[1 + keep:])
+    if not old:
+        return [], []
+    keys, survivors = [], set()
+    for key, gen, served in conn.execute(select(A.c.key, A.c.generation, A.c.served)):
+        if gen not in old:
             continue
-        # Most recently retired first; one never current (retired_at NULL) by its creation.
-        by_pair.setdefault((arch, lane), []).append((retired if retired is not None else created, created, gid))
-    out = []
-    for _, gens in sorted(by_pair.items()):
-        gens.sort(reverse=True)
-        out.extend(g for _, _, g in gens[keep:])
-    return sorted(out)
+        if served:
+            survivors.add(gen)
+        else:
+            keys.append(key)
+    return sorted(keys), sorted(old - survivors)
 
 
-def drop(conn: Connection, gens: list[str], chunk: int) -> int:
-    """Delete the artifacts, failures and rows of ``gens``; the caller deletes orphaned blobs."""
+def drop(conn: Connection, keys: list[str], gens: list[str], chunk: int) -> int:
+    """Delete the rows ``keys`` and the generation rows ``gens``."""
     n = 0
+    for i in range(0, len(keys), chunk):
+        n += conn.execute(delete(A).where(A.c.key.in_(keys[i : i + chunk]), A.c.served == 0)).rowcount
     for i in range(0, len(gens), chunk):
-        part = gens[i : i + chunk]
-        n += conn.execute(delete(A).where(A.c.generation.in_(part))).rowcount
-        conn.execute(delete(G).where(G.c.id.in_(part)))
+        conn.execute(delete(G).where(G.c.id.in_(gens[i : i + chunk])))
     return n
 
 
-def backfill(conn: Connection, insert_ignore, now: float) -> int:
-    """Give rows without a generation (an imported bundle's) the one their inputs name."""
+def backfill(conn: Connection, insert_ignore, now: float) -> set[tuple[str, str, str]]:
+    """Give rows without a generation (an imported bundle's) the one their inputs name; the
+    (arch, lane, family) groups touched (the caller re-serves them)."""
     groups = conn.execute(
-        select(A.c.arch, A.c.lane, A.c.recipe_digest, A.c.toolchain_json).where(A.c.generation.is_(None))
-        .group_by(A.c.arch, A.c.lane, A.c.recipe_digest, A.c.toolchain_json)).all()
-    n = 0
-    for arch, lane, digest, tc_json in groups:
-        gen = generation_id(arch, lane, digest, tc_json)
-        register(conn, insert_ignore, gen, arch, lane, digest, tc_json, now)
-        n += conn.execute(update(A).where(and_(
-            A.c.generation.is_(None), A.c.arch == arch, A.c.lane == lane, A.c.recipe_digest == digest,
-            A.c.toolchain_json == tc_json)).values(generation=gen)).rowcount
-    return n
+        select(A.c.arch, A.c.lane, A.c.family, A.c.recipe_digest, A.c.toolchain_json)
+        .where(A.c.generation.is_(None))
+        .group_by(A.c.arch, A.c.lane, A.c.family, A.c.recipe_digest, A.c.toolchain_json)).all()
+    touched = set()
+    for arch, lane, fam, digest, tc_json in groups:
+        gen = generation_id(arch, lane, fam, digest, tc_json)
+        conn.execute(insert_ignore(conn, G), {
+            "id": gen, "arch": arch, "lane": lane, "family": fam, "recipe_digest": digest,
+            # A bundle is a finished build: its generation enters complete.
+            "toolchain_json": tc_json, "created_at": now, "retired_at": None, "completed_at": now})
+        conn.execute(update(A).where(and_(
+            A.c.generation.is_(None), A.c.arch == arch, A.c.lane == lane, A.c.family == fam,
+            A.c.recipe_digest == digest, A.c.toolchain_json == tc_json)).values(generation=gen))
+        touched.add((arch, lane, fam))
+    return touched

@@ -1,5 +1,7 @@
-"""Cache keys: every input that changes a code object's bytes, hashed canonically.
+"""Cache keys: the plan key (what the builder asks for) and the code-object key (what the
+compiler consumed), each hashed canonically.
 
+    plan key (the ``artifacts`` table's key: the plan index, what select and the service name)
     KeyInputs(arch, lane, profile, family, spec, recipe_digest, toolchain, options)
         │  __post_init__: validate + canonicalize (arch -> canonical target ID,
         │                 lane/profile checked against the one lane registry,
@@ -8,6 +10,17 @@
     encode(inputs) = b"rocke-aot/artifact-key/v2\\n" + canonical_json({...all eight fields...})
         ▼
     artifact_key(inputs) = sha256(encode(inputs)).hexdigest()
+
+    code-object key (the ``code_objects`` table: compiled once per equal compiler input)
+    code_object_key(arch, profile, ir_sha256, toolchain_json, options_json)
+        = sha256(b"rocke-aot/code-object-key/v1\\n" + canonical_json({arch, ir_sha256, options,
+                                                                   profile, toolchain}))
+
+The plan key needs no lowering (a no-op build is hashing plus one bulk lookup); its recipe
+digest may be coarse, because the precision lives in the code-object key: after a change that
+moves the digest but not the IR (a comment, the ranking) every plan misses, is lowered again
+(cheap) and finds its code object, so nothing is compiled. The lane is not part of the
+code-object key: the emission profile and the toolchain identity are what the compiler sees.
 
 Canonical JSON is ``json.dumps(sort_keys=True, separators=(",", ":"))`` over a value
 that was checked first: string keys only (``json`` would silently turn ``1`` into
@@ -198,6 +211,26 @@ def encode(inputs: KeyInputs) -> bytes:
 def artifact_key(inputs: KeyInputs) -> str:
     """Hex sha256 of the canonical, versioned encoding of every key input."""
     return hashlib.sha256(encode(inputs)).hexdigest()
+
+
+_CODE_PREFIX = b"rocke-aot/code-object-key/v1\n"
+
+
+def code_object_key(arch: str, profile: str, ir_sha256: str, toolchain_json: str, options_json: str) -> str:
+    """The key of a code object: sha256 over exactly what the compiler consumed.
+
+    ``toolchain_json`` and ``options_json`` are the canonical JSON texts the store keeps
+    (KeyInputs.toolchain_json / options_json); ``arch`` a canonical target ID."""
+    if not isinstance(ir_sha256, str) or not _KEY_RE.match(ir_sha256):
+        raise SpecError(f"ir_sha256 must be 64 lowercase hex digits, got {ir_sha256!r}")
+    body = canonical_json({"arch": arch, "ir_sha256": ir_sha256, "options": json.loads(options_json),
+                           "profile": profile, "toolchain": json.loads(toolchain_json)})
+    return hashlib.sha256(_CODE_PREFIX + body.encode()).hexdigest()
+
+
+def code_key_of(inputs: "KeyInputs", ir_sha256: str) -> str:
+    """The code-object key of the IR lowered for ``inputs``."""
+    return code_object_key(inputs.arch, inputs.profile, ir_sha256, inputs.toolchain_json, inputs.options_json)
 
 
 def check_key(key: object) -> str:

@@ -10,8 +10,16 @@
                │                   error log built_at last_read_at
                └──> zstd_dicts (id, arch, family, sha256, data): a trained dictionary
 
-    generations (id, arch, lane, recipe_digest, toolchain_json, created_at, retired_at)
-    refs ((arch, lane) PK -> generation): the current generation each (arch, lane) serves
+                                   code_key ──> code_objects (key = what the compiler consumed:
+                                   served         arch, profile, ir_sha256, toolchain, options;
+                                                  blob_sha256, info_json, status, error)
+    generations (id, arch, lane, family, recipe_digest, toolchain_json, created_at, completed_at)
+    claims (key PK, holder, claimed_at, expires_at): build leases
+
+``artifacts`` is the plan index: its key (keys.artifact_key) needs no lowering, its rows carry
+the launch contract and are what select, the listing and the service serve (``served``: one
+row per (arch, lane, family, spec), cache/generations.py); ``code_objects`` is keyed by the
+compiler's input, so rows of several recipes (or specs) with equal IR share one compile.
 
 One ``artifacts`` table holds both successes and cached failures (``status``), so the
 builder's no-op path is a single indexed ``key IN (...)`` query over one table. A
@@ -45,11 +53,12 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options", "0006_ir_keys")
 HEAD_REVISION = REVISIONS[-1]
-SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4, "0002_recipe_options": 5}
+SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4, "0002_recipe_options": 5,
+                       "0006_ir_keys": 6}
 
 metadata = MetaData()
 
@@ -110,6 +119,12 @@ artifacts = Table(
     Column("last_read_at", Float, nullable=True),
     # The build generation it belongs to (cache/generations.py; rev 0003_generations).
     Column("generation", String(32), nullable=True),
+    # The code object's own key (keys.code_object_key: what the compiler consumed; rev 0006_ir_keys),
+    # NULL for a failure that never reached the compiler.
+    Column("code_key", String(64), nullable=True),
+    # 1 for the one 'ok' row per (arch, lane, family, spec) that select and the listing serve:
+    # the one of the best-ranked generation (cache/generations.py; rev 0006_ir_keys).
+    Column("served", Integer, nullable=False, server_default="0"),
     CheckConstraint(
         "(status = 'ok' AND blob_sha256 IS NOT NULL AND error IS NULL)"
         " OR (status = 'failed' AND blob_sha256 IS NULL AND error IS NOT NULL)",
@@ -123,10 +138,52 @@ artifacts = Table(
     Index("ix_artifacts_generation", "generation"),
     # Store.candidates: one family on one processor's target IDs (rev 0003_generations).
     Index("ix_artifacts_family_arch_lane", "family", "arch", "lane"),
+    # Which row of one spec is served: every generation's row of it (rev 0006_ir_keys).
+    Index("ix_artifacts_spec", "arch", "lane", "family", "spec_json"),
+    Index("ix_artifacts_code_key", "code_key"),
 )
 
-# A generation: the artifacts one build produced for (arch, lane) with one recipe digest and
-# toolchain identity (rev 0003_generations). ``id`` is a hash of exactly those four.
+# Code objects by what the compiler consumed (rev 0006_ir_keys): the key hashes (target ID,
+# emission profile, the IR's sha256, toolchain identity, compile options), so equal compiler
+# inputs are compiled once whatever Python code produced the IR. ``info_json`` keeps what the
+# builder needs to reuse one without compiling: the format and, for a cubin, its PTX (the
+# launch contract is checked against it). A 'failed' row records that the compiler refused it.
+code_objects = Table(
+    "code_objects",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("status", String(8), nullable=False),
+    Column("arch", String(128), nullable=False),
+    Column("profile", String(32), nullable=False),
+    Column("ir_sha256", String(64), nullable=False),
+    Column("toolchain_json", Text, nullable=False),
+    Column("options_json", Text, nullable=False),
+    Column("blob_sha256", String(64), ForeignKey("blobs.sha256", name="fk_code_objects_blob"), nullable=True),
+    Column("info_json", Text, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("built_at", Float, nullable=False),
+    CheckConstraint(
+        "(status = 'ok' AND blob_sha256 IS NOT NULL AND error IS NULL)"
+        " OR (status = 'failed' AND blob_sha256 IS NULL AND error IS NOT NULL)",
+        name="ck_code_objects_status_shape",
+    ),
+    Index("ix_code_objects_blob", "blob_sha256"),
+)
+
+# Build claims (rev 0006_ir_keys): a builder holds a key while it compiles it; the lease ends
+# at ``expires_at`` unless renewed, so a builder killed mid-compile frees its keys by itself.
+claims = Table(
+    "claims",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("claimed_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
+
+# A generation: the rows builds made for one (arch, lane, family) with one recipe digest and
+# toolchain identity (rev 0006_ir_keys added the family; ``id`` hashes exactly those five).
+# ``completed_at``: when a build that planned into it last ran to the end (NULL: never).
 generations = Table(
     "generations",
     metadata,
@@ -136,19 +193,10 @@ generations = Table(
     Column("recipe_digest", String(128), nullable=False),
     Column("toolchain_json", Text, nullable=False),
     Column("created_at", Float, nullable=False),
-    Column("retired_at", Float, nullable=True),  # when a ref last moved away from it
+    Column("retired_at", Float, nullable=True),  # unused since 0006 (kept: old stores have it)
+    Column("family", String(128), nullable=False),
+    Column("completed_at", Float, nullable=True),
     Index("ix_generations_arch_lane", "arch", "lane"),
-)
-
-# The current generation per (arch, lane), moved by a successful build (huggingface_hub's
-# refs are the model: a name that points at one immutable revision).
-refs = Table(
-    "refs",
-    metadata,
-    Column("arch", String(128), primary_key=True),
-    Column("lane", String(32), primary_key=True),
-    Column("generation", String(32), nullable=False),
-    Column("moved_at", Float, nullable=False),
 )
 
 # What every read of blob bytes selects. The CAST keeps a damaged row readable: on SQLite a

@@ -1,15 +1,30 @@
-"""The content-addressed store: one class over SQLite (default) or PostgreSQL.
+"""The content-addressed store: one facade over SQLite (default) or PostgreSQL and its parts.
+
+    builder ──plan key (keys.artifact_key)──> artifacts   the plan index: one row per
+        │                                                 (recipe digest, family, spec, arch, lane,
+        │                                                 toolchain, options) -> launch contract,
+        │                                                 blob, code_key, generation, served
+        ├──code-object key (keys.code_object_key)──> code_objects   (cache/code_objects.py)
+        │                                                 what the compiler consumed -> blob
+        ├──claims (cache/claims.py): a lease per key while one builder compiles it
+        └──generations (cache/generations.py): per (arch, lane, family); which row serves
+    blobs (cache/blobs.py): sha256 of the raw bytes -> zstd frame (optionally a trained dict)
 
     put(inputs, code_object) ─┬─ key = artifact_key(inputs), blob = sha256(code_object)
                               └─ ONE write transaction:
-                                   blob row (insert, or reuse; a corrupt copy is repaired)
-                                   artifact row (insert; idempotent when identical)
-                                 -> a reader never sees an artifact without its blob
-    put_failure(inputs, error, log) ── a 'failed' artifact row (negative entry), no blob
+                                   generation row (once), blob row (insert, or reuse; a
+                                   corrupt copy is repaired), code object row (once), artifact
+                                   row (insert; idempotent when identical), served flags of
+                                   that spec -> a reader never sees an artifact without its blob
+    put_failure(inputs, error, log, ir_sha256) ── a 'failed' row (negative entry), no blob;
+                 with the IR's sha256, the compiler's refusal is kept by code-object key too
     lookup_many(keys) ── chunked ``key IN (...)`` over artifacts only -> {key: Hit}
+    lookup_code_objects(keys) ── the builder's question after lowering: compiled already?
     get(key) ── row + blob ─> codec.decode (decompress, size, sha256) ─> Artifact
                  mismatch -> IntegrityError, the bytes never leave; then touch last_read_at
-    find / stats / verify ── listings and reports (verify decodes every blob)
+    find / list_artifacts / stats / verify ── listings and reports (verify decodes every blob)
+    complete_generation / generations / gc_generations ── cache/generations.py
+    claim / renew_claims / release_claims / claimed_by_others ── cache/claims.py
     gc ── delete blobs no artifact references
     evict(max_bytes) ── drop least-recently-read artifacts until the blobs fit, then gc
     export / import_ ── cache/bundle.py
@@ -19,7 +34,7 @@
                  any process), else every kept tuple is dropped first
 
 Writers: SQLite BEGIN IMMEDIATE (db.write_tx); PostgreSQL shared advisory lock for puts,
-exclusive for gc/evict/import. ``last_read_at`` is refreshed at most every
+exclusive for gc/evict/import/claims. ``last_read_at`` is refreshed at most every
 ``touch_interval`` seconds per artifact, so hot reads do not turn into a write each.
 """
 
@@ -40,8 +55,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from rocke_aot import settings
-from rocke_aot.cache import blobs, codec, db, generations, models
-from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key
+from rocke_aot.cache import blobs, claims, code_objects, codec, db, generations, models
+from rocke_aot.cache.code_objects import CodeHit
+from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key, code_key_of
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
@@ -56,7 +72,6 @@ from rocke_aot.cache.records import (
     to_failure,
 )
 from rocke_aot.candidates import Candidate, Resources, launch_block_size
-from rocke_aot.cache.models import refs as R
 from rocke_aot.targets import Target, compatible_ids
 from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, ReadOnlyError, SpecError
 
@@ -119,12 +134,12 @@ def _candidates_sql(dialect: str, n_arch: int, n_lanes: int | None, current_only
     # SQLAlchemy's statement compilation costs more than SQLite running the query.
     p = "?" if dialect == "sqlite" else "%s"
     sql = ("SELECT a.key, a.blob_sha256, a.arch, a.lane, a.profile, a.spec_json, a.generation, a.metadata_json, "
-           "a.built_at, r.generation FROM artifacts a LEFT JOIN refs r ON r.arch = a.arch AND r.lane = a.lane "
+           "a.built_at, a.served FROM artifacts a "
            f"WHERE a.family = {p} AND a.status = 'ok' AND a.arch IN ({','.join([p] * n_arch)})")
     if n_lanes is not None:
         sql += f" AND a.lane IN ({','.join([p] * n_lanes)})"
     if current_only:
-        sql += " AND a.generation = r.generation"
+        sql += " AND a.served = 1"
     return sql  # no ORDER BY: rank() orders by key itself (a sort in SQL would cost a temp B-tree)
 
 
@@ -250,13 +265,16 @@ class Store:
         metadata: Mapping[str, Any],
         provenance: Mapping[str, Any],
         replace: bool = False,
+        ptx: str | None = None,
     ) -> Artifact:
         """Publish a code object under the key of ``inputs``; blob and row in one transaction.
 
         Idempotent: the same inputs and bytes again return the stored artifact. The same
         inputs with *different* bytes are refused (the key misses an input, or the build is
         not deterministic) unless ``replace`` (a forced rebuild). A success replaces a
-        cached failure of the same key.
+        cached failure of the same key. The code object is also kept under its own key
+        (keys.code_object_key: what the compiler consumed), with ``ptx`` for a cubin, so a
+        later plan whose IR is the same reuses it without compiling.
         """
         self._writable("put")
         if not isinstance(inputs, KeyInputs):
@@ -271,7 +289,8 @@ class Store:
         dict_id, zdict = self._dicts.current(self.engine, inputs.arch, inputs.family)
         stored = codec.encode(raw, self.level, zdict)  # outside the write lock: it is the slow part
         cod = codec.CODEC if zdict is None else codec.CODEC_DICT
-        gen = generations.generation_of(inputs)
+        code_key = code_key_of(inputs, ir_sha256)
+        info = {"format": metadata.get("format"), **({"ptx": ptx} if ptx is not None else {})}
         row = {
             "key": key,
             "status": "ok",
@@ -289,26 +308,29 @@ class Store:
             "provenance_json": _json(provenance, "provenance"),
             "error": None,
             "log": None,
-            "generation": gen,
+            "code_key": code_key,
         }
         with db.write_tx(self.engine) as conn:
             now = time.time()
             row["built_at"] = row["last_read_at"] = now
-            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.recipe_digest,
-                                 inputs.toolchain_json, now)
+            row["generation"] = generations.register(conn, _insert_ignore, inputs, now)
             blobs.publish_blob(conn, self._dicts, sha, raw, stored, cod, dict_id, now)
+            code_objects.put_ok(conn, _insert_ignore, code_key, inputs, ir_sha256, sha, info, now)
             _publish_artifact(conn, row, replace=replace)
+            generations.reserve_spec(conn, inputs.arch, inputs.lane, inputs.family, inputs.spec_json)
             out = conn.execute(_Q_ROW, {"k": key}).mappings().one()
         art = to_artifact(out, code_object=raw)
         if self.max_bytes is not None and self.stored_bytes() > self.max_bytes:
             self.evict(self.max_bytes)
         return art
 
-    def put_failure(self, inputs: KeyInputs, error: str, log: str = "") -> Hit:
+    def put_failure(self, inputs: KeyInputs, error: str, log: str = "", *, ir_sha256: str | None = None) -> Hit:
         """Record that building ``inputs`` failed, so builds skip it unless forced.
 
         A key that already holds an artifact keeps it (a good binary is never shadowed by a
-        later flaky failure): the returned Hit then has kind 'artifact'.
+        later flaky failure): the returned Hit then has kind 'artifact'. ``ir_sha256`` (the
+        compiler refused this IR, rather than the lowering failing): the refusal is kept under
+        the code-object key too, so the same IR under another recipe is not compiled again.
         """
         self._writable("put_failure")
         if not isinstance(inputs, KeyInputs):
@@ -317,18 +339,21 @@ class Store:
             raise SpecError("put_failure needs a non-empty error message")
         if not isinstance(log, str):
             raise SpecError(f"log must be a string, got {type(log).__name__}")
+        if ir_sha256 is not None and (not isinstance(ir_sha256, str) or not _SHA_RE.match(ir_sha256)):
+            raise SpecError(f"ir_sha256 must be 64 lowercase hex digits, got {ir_sha256!r}")
         key = artifact_key(inputs)
-        gen = generations.generation_of(inputs)
+        code_key = None if ir_sha256 is None else code_key_of(inputs, ir_sha256)
         with db.write_tx(self.engine) as conn:
             now = time.time()
-            generations.register(conn, _insert_ignore, gen, inputs.arch, inputs.lane, inputs.recipe_digest,
-                                 inputs.toolchain_json, now)
+            gen = generations.register(conn, _insert_ignore, inputs, now)
+            if code_key is not None:
+                code_objects.put_failed(conn, _insert_ignore, code_key, inputs, ir_sha256, error, now)
             cur = conn.execute(_Q_STATUS, {"k": key}).first()
             if cur is not None and cur.status == "ok":
                 return Hit(key, "artifact", sha256=cur.blob_sha256)
             values = {
                 "status": "failed", "error": error, "log": log, "built_at": now, "last_read_at": None,
-                "blob_sha256": None, "ir_sha256": None, "generation": gen,
+                "blob_sha256": None, "ir_sha256": ir_sha256, "generation": gen, "code_key": code_key, "served": 0,
             }
             if cur is None:
                 conn.execute(A.insert().values(
@@ -531,10 +556,10 @@ class Store:
                    compatible_only: bool = True, current_only: bool = False) -> tuple[Candidate, ...]:
         """The stored artifacts of ``family`` that a ``device`` target ID may run, as Candidates.
 
-        One query over artifacts (left-joined to the refs, so each row knows whether its
-        generation is current). ``compatible_only`` False also returns the processor's other
-        target IDs (selection then rejects them, naming why); ``current_only`` leaves stale
-        generations out in SQL. Resources come from the stored metadata's "code_object"
+        One query over artifacts; each row's ``current`` is its served flag (the row of its
+        spec that the best-ranked generation built: cache/generations.py). ``compatible_only``
+        False also returns the processor's other target IDs (selection then rejects them,
+        naming why); ``current_only`` leaves rows that are not served out in SQL. Resources come from the stored metadata's "code_object"
         section (the work-group size from its "launch" block); rows are immutable per (key,
         blob), so each is parsed once per Store.
         """
@@ -602,10 +627,10 @@ class Store:
             rows = cur.fetchall()
         finally:
             cur.close()
-        for key, sha, arch, lane, profile, spec_json, gen, meta_json, built_at, ref in rows:
-            is_current = ref is not None and ref == gen
+        for key, sha, arch, lane, profile, spec_json, gen, meta_json, built_at, served in rows:
+            is_current = bool(served)
             c = memo.get(key)
-            # A key's row is immutable except for a forced rebuild (new blob) and ref moves.
+            # A key's row is immutable except for a forced rebuild (new blob) and its served flag.
             if c is None or c.blob_sha256 != sha or c.current is not is_current or c.family != family:
                 meta = json.loads(meta_json)
                 c = Candidate(key, sha, family, MappingProxyType(json.loads(spec_json)), arch, lane, profile,
@@ -625,41 +650,72 @@ class Store:
         return (_candidates_sql(self.engine.dialect.name, len(ids), None if lane_list is None else len(lane_list),
                                 False), [family, *ids, *(lane_list or ())])
 
-    def current_generation(self, arch: str, lane: str) -> str | None:
+    def current_generation(self, arch: str, lane: str, family: str) -> str | None:
+        """The newest complete generation of (arch, lane, family), or None."""
         with db.read_tx(self.engine) as conn:
-            return generations.current(conn).get((Target.parse(arch).id, lane))
+            return generations.newest_complete(conn).get((Target.parse(arch).id, lane, family))
 
-    def generations(self, arch: str | None = None, lane: str | None = None) -> list[generations.Generation]:
-        """Every generation with its artifact and failure counts and whether it is current."""
+    def generations(self, arch: str | None = None, lane: str | None = None,
+                    family: str | None = None) -> list[generations.Generation]:
+        """Every generation with its artifact, failure and served counts, and whether it is the
+        newest complete one of its (arch, lane, family)."""
         with db.read_tx(self.engine) as conn:
-            return generations.listing(conn, None if arch is None else Target.parse(arch).id, lane)
+            return generations.listing(conn, None if arch is None else Target.parse(arch).id, lane, family)
 
-    def move_ref(self, arch: str, lane: str, generation: str) -> str | None:
-        """Make ``generation`` the current one of (arch, lane) (a successful build does this).
-
-        Returns the generation it replaced. An unknown generation is a NotFoundError.
-        """
-        self._writable("move_ref")
-        arch_id = Target.parse(arch).id
+    def complete_generation(self, generation: str) -> None:
+        """Mark ``generation`` complete (a build that planned into it ran to the end): it then
+        serves every spec it holds ahead of older generations. NotFoundError if unknown."""
+        self._writable("complete_generation")
         with db.write_tx(self.engine) as conn:
-            try:
-                return generations.move_ref(conn, arch_id, lane, generation, time.time())
-            except KeyError:
-                raise NotFoundError(f"no generation {generation} in {self}") from None
+            if not generations.complete(conn, generation, time.time()):
+                raise NotFoundError(f"no generation {generation} in {self}")
 
     def gc_generations(self, keep: int = 0) -> GcReport:
-        """Drop generations no ref points to beyond the ``keep`` most recently retired per
-        (arch, lane): their artifacts and failures, then the blobs nothing references."""
+        """Per (arch, lane, family), keep the best-ranked generation and ``keep`` more whole; of
+        the older ones drop every row nothing serves (a served row is never dropped), the
+        generations left empty, the code objects and blobs nothing references any more."""
         self._writable("gc")
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
             raise SpecError(f"keep must be a non-negative int, got {keep!r}")
         with db.write_tx(self.engine, exclusive=True) as conn:
-            gone = generations.doomed(conn, keep)
-            n = generations.drop(conn, gone, LOOKUP_CHUNK)
+            keys, gone = generations.shadowed(conn, keep)
+            n = generations.drop(conn, keys, gone, LOOKUP_CHUNK)
             deleted, freed = blobs.delete_orphans(conn)
             after = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
         self._candidate_memo.clear()
         return GcReport(n, deleted, freed, after, tuple(gone))
+
+    # ---- code objects and claims ---------------------------------------------------------
+
+    def lookup_code_objects(self, keys: Iterable[str]) -> dict[str, CodeHit]:
+        """For each present code-object key: its blob (and format, PTX) or the compiler's refusal."""
+        wanted = sorted(set(keys))
+        for k in wanted:
+            check_key(k)
+        with db.read_tx(self.engine) as conn:
+            return code_objects.lookup(conn, wanted, LOOKUP_CHUNK)
+
+    def claim(self, keys: Iterable[str], holder: str, lease_s: float) -> list[str]:
+        """Lease ``keys`` for ``holder`` for ``lease_s`` seconds where no other holder has a live
+        lease (cache/claims.py); the keys now ours."""
+        self._writable("claim")
+        wanted = sorted(set(keys))
+        with db.write_tx(self.engine, exclusive=True) as conn:
+            return claims.claim(conn, wanted, holder, time.time(), lease_s, LOOKUP_CHUNK)
+
+    def renew_claims(self, keys: Iterable[str], holder: str, lease_s: float) -> int:
+        self._writable("claim")
+        with db.write_tx(self.engine) as conn:
+            return claims.renew(conn, sorted(set(keys)), holder, time.time(), lease_s, LOOKUP_CHUNK)
+
+    def release_claims(self, keys: Iterable[str], holder: str) -> int:
+        self._writable("claim")
+        with db.write_tx(self.engine) as conn:
+            return claims.release(conn, sorted(set(keys)), holder, LOOKUP_CHUNK)
+
+    def claimed_by_others(self, keys: Iterable[str], holder: str) -> set[str]:
+        with db.read_tx(self.engine) as conn:
+            return claims.held_by_others(conn, sorted(set(keys)), holder, time.time(), LOOKUP_CHUNK)
 
     def get_blob(self, sha256: str) -> bytes:
         """The verified raw bytes of one blob by its sha256 (immutable content URLs)."""
@@ -678,7 +734,7 @@ class Store:
                        current_only: bool = True) -> tuple[list[Artifact], str | None]:
         """One page of artifacts in key order after ``cursor``, and the cursor of the next page
         (None at the end). Keyset paging: a page costs the same at any depth, and a concurrent
-        put never shifts a page. ``current_only``: only current generations (what select serves)."""
+        put never shifts a page. ``current_only``: only served rows (what select serves)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise SpecError(f"limit must be an int within 1..10000, got {limit!r}")
         if cursor is not None and (not isinstance(cursor, str) or not _SHA_RE.match(cursor)):
@@ -693,9 +749,9 @@ class Store:
                 conds.append(col == val)
         if cursor is not None:
             conds.append(A.c.key > cursor)
-        stmt = select(*_ROW).select_from(_ROW_FROM)
         if current_only:
-            stmt = stmt.join(R, and_(R.c.arch == A.c.arch, R.c.lane == A.c.lane, R.c.generation == A.c.generation))
+            conds.append(A.c.served == 1)
+        stmt = select(*_ROW).select_from(_ROW_FROM)
         stmt = stmt.where(and_(*conds)).order_by(A.c.key).limit(limit + 1)
         with db.read_tx(self.engine) as conn:
             rows = conn.execute(stmt).mappings().all()
@@ -744,6 +800,8 @@ class Store:
                         total -= stored_size
                 for chunk in _chunks(victims, LOOKUP_CHUNK):
                     conn.execute(delete(A).where(A.c.key.in_(chunk)))
+                # An evicted served row hands its spec to the next-best generation's row, if any.
+                generations.reserve_groups(conn)
                 n, more = blobs.delete_orphans(conn)
                 deleted += n
                 freed += more
@@ -769,7 +827,10 @@ class Store:
         self._writable("import")
         out = import_bundle(self, path)
         with db.write_tx(self.engine) as conn:  # imported rows join the generation of their inputs
-            generations.backfill(conn, _insert_ignore, time.time())
+            now = time.time()
+            touched = generations.backfill(conn, _insert_ignore, now)
+            code_objects.backfill(conn, _insert_ignore, now)
+            generations.reserve_groups(conn, touched)
         return out
 
 

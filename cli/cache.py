@@ -74,7 +74,9 @@ def stats(cache_url: str | None, as_json: bool) -> None:
         gens = store.generations()
     s["generations"] = {"total": len(gens), "current": sum(g.current for g in gens),
                         "stale": sum(not g.current for g in gens),
-                        "stale_artifacts": sum(g.artifacts for g in gens if not g.current)}
+                        "stale_artifacts": sum(g.artifacts for g in gens if not g.current),
+                        "served": sum(g.served for g in gens),
+                        "shadowed": sum(g.artifacts - g.served for g in gens)}
     if as_json:
         emit_json(s)
         return
@@ -83,8 +85,8 @@ def stats(cache_url: str | None, as_json: bool) -> None:
                f"(orphans {s['orphan_blobs']})")
     ratio = f"{s['compression_ratio']:.2f}x" if s["compression_ratio"] else "-"
     g = s["generations"]
-    click.echo(f"generations {g['total']} ({g['current']} current, {g['stale']} stale holding "
-               f"{g['stale_artifacts']} artifacts; `cache ls --generations`, `cache gc --keep N`)")
+    click.echo(f"generations {g['total']} ({g['current']} newest complete per family; {g['served']} artifacts "
+               f"served, {g['shadowed']} shadowed by newer builds; `cache ls --generations`, `cache gc --keep N`)")
     click.echo(f"bytes      raw {_human_bytes(s['raw_bytes'])}, stored {_human_bytes(s['stored_bytes'])} ({ratio})"
                + (f", cap {_human_bytes(s['max_bytes'])}" if s["max_bytes"] is not None else ""))
     for row in s["by_arch_lane"]:
@@ -101,7 +103,8 @@ def stats(cache_url: str | None, as_json: bool) -> None:
 @cache_option
 @json_option
 @click.option("--generations", "show_generations", is_flag=True,
-              help="List build generations per (arch, lane) instead: current (*) or stale, with counts.")
+              help="List build generations per (arch, lane, family) instead: newest complete (*) or "
+                   "not, with counts (served: what select answers from it).")
 def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) -> None:
     """List artifacts (or cached failures) without loading any code object.
 
@@ -113,13 +116,16 @@ def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) 
     """
     if show_generations:
         with _store(cache_url) as store:
-            gens = store.generations(arch=arch.id if arch else None, lane=lane.name if lane else None)
+            gens = store.generations(arch=arch.id if arch else None, lane=lane.name if lane else None,
+                                     family=family)
         if as_json:
             emit_json([g.as_dict() for g in gens])
             return
         for g in gens:
-            click.echo(f"{'*' if g.current else ' '} {g.id[:16]}  {g.arch:<24} {g.lane:<7} "
-                       f"{g.artifacts:>6} artifacts {g.failures:>5} failures  recipe {g.recipe_digest[:16]}")
+            done = "complete" if g.completed_at is not None else "incomplete"
+            click.echo(f"{'*' if g.current else ' '} {g.id[:16]}  {g.arch:<24} {g.lane:<7} {g.family:<18} "
+                       f"{g.artifacts:>6} artifacts {g.served:>6} served {g.failures:>5} failures  {done:<10} "
+                       f"recipe {g.recipe_digest[:16]}")
         if not gens:
             click.echo("(no generations)", err=True)
         return
@@ -200,13 +206,13 @@ def verify(cache_url, as_json) -> int:
 @click.option("--max-bytes", type=click.IntRange(min=0), default=None,
               help="Also evict least-recently-read artifacts until the stored bytes fit.")
 @click.option("--keep", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Drop build generations no ref points to, keeping the N most recently retired per "
-                   "(arch, lane).")
+              help="Per (arch, lane, family), keep the best-ranked generation and N more whole; drop the "
+                   "rows of older ones that nothing serves (a served kernel is never dropped).")
 @cache_option
 @json_option
 def gc(max_bytes, keep, cache_url, as_json) -> None:
-    """Delete blobs no artifact references; with --keep N, stale generations beyond N of
-    history first; with --max-bytes, evict to a size cap.
+    """Delete blobs no artifact references; with --keep N, the shadowed rows of generations
+    beyond N of history first; with --max-bytes, evict to a size cap.
 
     \b
     Example:
@@ -226,7 +232,7 @@ def gc(max_bytes, keep, cache_url, as_json) -> None:
         emit_json(report.as_dict())
         return
     if keep is not None:
-        click.echo(f"dropped {len(dropped)} stale generations: {', '.join(g[:16] for g in dropped) or '-'}")
+        click.echo(f"dropped {len(dropped)} emptied generations: {', '.join(g[:16] for g in dropped) or '-'}")
     click.echo(f"evicted {report.artifacts_evicted} artifacts, deleted {report.blobs_deleted} blobs, "
                f"freed {_human_bytes(report.bytes_freed)}; {_human_bytes(report.stored_bytes_after)} stored")
 

@@ -57,8 +57,9 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     model: constants fitted on the device (sm_90), else its published hardware facts
     (gfx90a, gfx942, gfx950; variants/hw_facts/). Elsewhere (a fact not public, e.g. gfx1250:
     the header says which) tile efficiency first, then the matrix-unit path, then bytes staged
-    per MAC, then occupancy; the key last. For equal specs the newest lane wins. Only the
-    current build generation of each (arch, lane) is served. Exit 1 when nothing qualifies.
+    per MAC, then occupancy; the key last. For equal specs the newest lane wins. Each spec is
+    served by its newest complete build (a partial or failed rebuild never takes a kernel
+    away). Exit 1 when nothing qualifies.
     docs/selection.md has the rule.
 
     \b

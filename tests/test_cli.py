@@ -271,7 +271,7 @@ def test_unexpected_exception_is_recorded_with_its_traceback(cache_url, llvm22, 
         assert bug["error"].startswith("ZeroDivisionError: division by zero")
         record = store.get_failure(bug["key"])
         assert record.error.startswith("ZeroDivisionError: division by zero\nTraceback (most recent call last):")
-        assert "in _injected_bug" in record.error and "in build_one" in record.error
+        assert "in _injected_bug" in record.error and "in lower_one" in record.error
         assert "in _injected_bug" in record.log
         # an expected RockeError keeps its message; no traceback
         assert expected["error"] == "CompileError: LLVM ERROR: injected expected failure"

@@ -108,9 +108,10 @@ def test_cache_gc_keep_and_stats(tmp_path):
     with Store.open(url) as store:
         for dg in ("d1", "d2", "d3"):
             put_fake(store, "gfx942", "llvm22", "gemm", spec, digest=dg)
-            store.move_ref("gfx942", "llvm22", generation_of(fake_inputs("gfx942", "llvm22", "gemm", spec, dg)))
+            store.complete_generation(generation_of(fake_inputs("gfx942", "llvm22", "gemm", spec, dg)))
     s = json.loads(run("cache", "stats", "--cache", url, "--json").stdout)
-    assert s["generations"] == {"total": 3, "current": 1, "stale": 2, "stale_artifacts": 2}
+    assert s["generations"] == {"total": 3, "current": 1, "stale": 2, "stale_artifacts": 2, "served": 1,
+                                "shadowed": 2}
     p = run("cache", "gc", "--keep", "1", "--cache", url, "--json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
@@ -137,7 +138,7 @@ def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, mode
             spec = dict(in_dtype="f16", out_dtype="f32", block_m=bm, block_n=64, block_k=32, waves=4, path=path,
                         double_buffer=False, vector_width=4, mma="auto")
             put_fake(store, arch, "llvm22", "gemm", spec, digest="d1")
-        store.move_ref(arch, "llvm22", generation_of(fake_inputs(arch, "llvm22", "gemm", spec, "d1")))
+        store.complete_generation(generation_of(fake_inputs(arch, "llvm22", "gemm", spec, "d1")))
     args = ["select", "--arch", arch, "--family", "gemm", "--problem", json.dumps(PROBLEM), "--cache", url]
     doc = json.loads(CliRunner().invoke(cli, args + ["--json"]).output)
     text = CliRunner().invoke(cli, args).output.splitlines()

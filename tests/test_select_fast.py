@@ -46,7 +46,7 @@ def _fill(store: Store) -> None:
                         continue  # a third is enough to be rejected as incompatible
                     put_fake(store, arch, lane, fam, spec.to_dict(), digest=digest,
                              vgprs=24 + 8 * (i % 20), sgprs=20 + (i % 90), lds=1024 * (i % 32))
-            store.move_ref(arch, lane, generation_of(fake_inputs(arch, lane, fam, spec.to_dict(), digest)))
+                store.complete_generation(generation_of(fake_inputs(arch, lane, fam, spec.to_dict(), digest)))
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +113,10 @@ def own_copy(store_path, tmp_path):
 
 
 def _ref_back_to_gen_a(writer: Store) -> str:
+    """gen-a completes again (a rebuild under its recipe): it serves every spec it has."""
     spec = next(iter(table.enumerate_specs("gemm", "gfx942", "llvm22"))).to_dict()
     gen_a = generation_of(fake_inputs("gfx942", "llvm22", "gemm", spec, "gen-a"))
-    writer.move_ref("gfx942", "llvm22", gen_a)
+    writer.complete_generation(gen_a)
     return gen_a
 
 
@@ -173,7 +174,7 @@ def test_gc_of_the_served_generation_is_seen(own_copy):
         before = select(reader, DEVICE, "gemm", p, lanes=["llvm22"])
         select(reader, DEVICE, "gemm", p, lanes=["llvm22"])
         gen_a = _ref_back_to_gen_a(writer)
-        writer.gc_generations(keep=0)  # gen-b of gfx942/llvm22 is gone now
+        writer.gc_generations(keep=0)  # gen-b of gfx942/llvm22 gemm served nothing: gone now
         after = select(reader, DEVICE, "gemm", p, lanes=["llvm22"], explain=True)
     assert {c.candidate.generation for c in before.accepted} != {gen_a}
     assert {c.candidate.generation for c in after.accepted} == {gen_a}

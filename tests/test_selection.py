@@ -39,7 +39,8 @@ def gemm(**kw):
 def _example_store(url):
     """The eight artifacts of docs/selection.md's worked example."""
     store = Store.open(url)
-    put_fake(store, "gfx942", "llvm22", "gemm", gemm(block_n=128), digest="d0")  # F (old generation)
+    # F: A's spec from an older build (d0), shadowed once d1 completes (A replaces it)
+    put_fake(store, "gfx942", "llvm22", "gemm", gemm(), digest="d0", vgprs=64)
     arts = {
         "A": put_fake(store, "gfx942", "llvm22", "gemm", gemm(), vgprs=128, sgprs=40, lds=8192, workgroup=256),
         "B": put_fake(store, "gfx942", "llvm24", "gemm", gemm(), vgprs=96, sgprs=40, lds=8192, workgroup=256),
@@ -52,10 +53,9 @@ def _example_store(url):
                       lds=4096, workgroup=128),
     }
     # The build of digest d1 finished: gfx942/llvm22 moves from d0's generation to d1's.
-    gen1 = generation_id("gfx942", "llvm22", "d1", canonical_json({"kind": "fake", "llvm": "22.1.0"}))
-    store.move_ref("gfx942", "llvm22", gen1)
-    stale = [a for a in store.find(arch="gfx942", lane="llvm22", family="gemm") if a.spec["block_n"] == 128
-             and a.spec["block_m"] == 64][0]
+    gen1 = generation_id("gfx942", "llvm22", "gemm", "d1", canonical_json({"kind": "fake", "llvm": "22.1.0"}))
+    store.complete_generation(gen1)
+    stale = [a for a in store.find(arch="gfx942", lane="llvm22", family="gemm") if a.recipe_digest == "d0"][0]
     arts["F"] = stale
     return store, arts
 

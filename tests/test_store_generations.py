@@ -1,4 +1,4 @@
-"""Generations (refs that a build moves, gc --keep N) and the read-only store, on SQLite and a
+"""Generations (side by side, a spec served by its best-ranked build; gc --keep N) and the read-only store, on SQLite and a
 real PostgreSQL (a read-only role created here)."""
 
 from __future__ import annotations
@@ -27,54 +27,80 @@ SPECS = [dict(in_dtype="f16", out_dtype="f32", block_m=bm, block_n=bn, block_k=3
 PROBLEM = {"m": 512, "n": 512, "k": 128}
 
 
-def _gen(digest, arch="gfx942", lane="llvm22"):
-    return generation_id(arch, lane, digest, canonical_json(TOOLCHAIN))
+def _gen(digest, arch="gfx942", lane="llvm22", family="gemm"):
+    return generation_id(arch, lane, family, digest, canonical_json(TOOLCHAIN))
 
 
-def test_generations_never_mix(store_url):
+def _gen_v1(digest, arch="gfx942", lane="llvm22"):
+    """The generation id before 0006 (per arch and lane), by its documented rule."""
+    import hashlib
+
+    h = hashlib.sha256(b"rocke-aot/generation/v1\n")
+    for part in (arch, lane, digest, canonical_json(TOOLCHAIN)):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:32]
+
+
+def _served(store):
+    return {c.candidate.key for c in select(store, DEVICE, "gemm", PROBLEM).accepted}
+
+
+def test_generations_serve_side_by_side_and_never_drop(store_url):
     with Store.open(store_url) as store:
         old = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d1").key for s in SPECS}
+        # A first build serves while it runs (nothing else serves these specs).
+        assert _served(store) == old and store.current_generation("gfx942", "llvm22", "gemm") is None
+        store.complete_generation(_gen("d1"))
         new = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d2").key for s in SPECS}
         assert not old & new
-        # The first build made the ref; a second build's puts do not move it by themselves.
-        assert store.current_generation("gfx942", "llvm22") == _gen("d1")
+        # The new build has not completed: the complete one keeps serving every spec.
         sel = select(store, DEVICE, "gemm", PROBLEM)
         assert {c.candidate.key for c in sel.accepted} == old
         assert {r.candidate.key for r in sel.rejected if r.reason == S.STALE} == new
-        # The build finished: its generation becomes current, atomically for every spec.
-        assert store.move_ref("gfx942", "llvm22", _gen("d2")) == _gen("d1")
+        store.complete_generation(_gen("d2"))
         sel = select(store, DEVICE, "gemm", PROBLEM)
         assert {c.candidate.key for c in sel.accepted} == new
-        assert {r.candidate.key for r in sel.rejected} == old
-        assert all(r.reason == S.STALE for r in sel.rejected)
+        assert {r.candidate.key for r in sel.rejected} == old and all(r.reason == S.STALE for r in sel.rejected)
         fast = select(store, DEVICE, "gemm", PROBLEM, explain=False)
         assert [c.candidate.key for c in fast.accepted] == [c.candidate.key for c in sel.accepted]
-        # listings serve the current generation only
+        # A partial build under a third recipe (two specs, like --where) takes over only those two.
+        part = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d3").key for s in SPECS[:2]}
+        store.complete_generation(_gen("d3"))
+        keep = {a.key for a in store.find(family="gemm") if a.spec in [dict(x) for x in SPECS[2:]]
+                and a.recipe_digest == "d2"}
+        assert _served(store) == part | keep and len(keep) == 2
+        # listings serve exactly what select serves
         page, _ = store.list_artifacts(arch="gfx942", family="gemm", limit=100)
-        assert {a.key for a in page} == new
+        assert {a.key for a in page} == part | keep
         gens = {g.id: g for g in store.generations()}
-        assert gens[_gen("d2")].current and not gens[_gen("d1")].current
+        assert gens[_gen("d3")].current and not gens[_gen("d2")].current
+        assert (gens[_gen("d1")].served, gens[_gen("d2")].served, gens[_gen("d3")].served) == (0, 2, 2)
         assert gens[_gen("d1")].artifacts == gens[_gen("d2")].artifacts == len(SPECS)
         with pytest.raises(NotFoundError):
-            store.move_ref("gfx942", "llvm22", "0" * 32)
+            store.complete_generation("0" * 32)
 
 
-def test_gc_keeps_n_generations_of_history(store_url):
+def test_gc_keeps_n_generations_of_history_and_every_served_row(store_url):
     with Store.open(store_url) as store:
         keys = {}
         for d in ("d1", "d2", "d3", "d4"):
             keys[d] = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest=d).key for s in SPECS}
-            store.move_ref("gfx942", "llvm22", _gen(d))
-        other = put_fake(store, "gfx950", "llvm22", "gemm", SPECS[0], digest="d1").key  # another ref
+            store.complete_generation(_gen(d))
+        other = put_fake(store, "gfx950", "llvm22", "gemm", SPECS[0], digest="d1").key  # another arch
         rep = store.gc_generations(keep=1)
-        # current d4 stays, one of history (d3, retired last) stays, d1 and d2 go
+        # d4 serves, one of history (d3) stays whole, d1 and d2 (nothing served) go
         assert sorted(rep.generations_dropped) == sorted([_gen("d1"), _gen("d2")])
         assert rep.artifacts_evicted == 2 * len(SPECS) and rep.blobs_deleted == 2 * len(SPECS)
-        left = {a.key for a in store.find()}
-        assert left == keys["d3"] | keys["d4"] | {other}
+        assert {a.key for a in store.find()} == keys["d3"] | keys["d4"] | {other}
+        # a partial d5 build (two specs): gc --keep 0 drops d3 and the two d4 rows d5 shadows,
+        # never the two d4 rows that still serve
+        d5 = {put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d5").key for s in SPECS[:2]}
+        store.complete_generation(_gen("d5"))
+        served = _served(store)
         rep = store.gc_generations(keep=0)
-        assert rep.generations_dropped == (_gen("d3"),)
-        assert {a.key for a in store.find()} == keys["d4"] | {other}
+        assert rep.generations_dropped == (_gen("d3"),) and rep.artifacts_evicted == len(SPECS) + 2
+        assert _served(store) == served and len(served & keys["d4"]) == 2
+        assert {a.key for a in store.find()} == served | {other} and d5 <= served
         with pytest.raises(SpecError):
             store.gc_generations(keep=-1)
 
@@ -144,7 +170,8 @@ def _writes_refused(store):
     for call in (lambda: put_fake(store, "gfx942", "llvm22", "gemm", SPECS[0], digest="zz"),
                  lambda: store.put_failure(fake_inputs("gfx942", "llvm22", "gemm", SPECS[0]), "boom"),
                  lambda: store.gc(), lambda: store.evict(0), lambda: store.gc_generations(0),
-                 lambda: store.move_ref("gfx942", "llvm22", _gen("d1")), lambda: store.train_dictionaries()):
+                 lambda: store.complete_generation(_gen("d1")),
+                 lambda: store.claim(["0" * 64], "me", 5.0), lambda: store.train_dictionaries()):
         with pytest.raises(ReadOnlyError, match="read-only"):
             call()
 
@@ -161,7 +188,7 @@ def test_readonly_sqlite_file(tmp_path):
         # Below the store's own check, SQLite itself refuses: the file is opened mode=ro.
         with pytest.raises(Exception, match="readonly|read-only|read only"):
             with ro.engine.begin() as conn:
-                conn.execute(text("DELETE FROM refs"))
+                conn.execute(text("DELETE FROM claims"))
         for k in [a.key for a in ro.find()]:
             ro.get(k)
     assert path.read_bytes() == before  # no read time, no journal change: not a byte written
@@ -207,7 +234,7 @@ def test_readonly_postgresql_role(pg_database):
             _writes_refused(ro)
             with pytest.raises(Exception, match="read-only|permission denied"):
                 with ro.engine.begin() as conn:
-                    conn.execute(text("DELETE FROM refs"))
+                    conn.execute(text("DELETE FROM claims"))
         # The role really cannot write: a plain (not readonly) store of it fails at the server.
         with pytest.raises(Exception, match="permission denied|read-only"):
             with Store.open(ro_url) as rw:
@@ -260,9 +287,9 @@ def test_upgrade_from_0003_backfills_generations_and_refs(store_url):
             gens = conn.execute(text("SELECT id, arch, lane, recipe_digest FROM generations")).all()
             assert {(a, l, d) for _, a, l, d in gens} == {("gfx942", "llvm22", "d1"), ("gfx942", "llvm22", "d2"),
                                                           ("gfx950", "llvm24", "d1")}
-            assert all(i == _gen(d, a, l) for i, a, l, d in gens)
+            assert all(i == _gen_v1(d, a, l) for i, a, l, d in gens)
             refs = dict(((a, l), g) for a, l, g in conn.execute(text("SELECT arch, lane, generation FROM refs")))
-            assert refs == {("gfx942", "llvm22"): _gen("d2"), ("gfx950", "llvm24"): _gen("d1", "gfx950", "llvm24")}
+            assert refs == {("gfx942", "llvm22"): _gen_v1("d2"), ("gfx950", "llvm24"): _gen_v1("d1", "gfx950", "llvm24")}
             per_gen = conn.execute(text("SELECT generation, COUNT(*) FROM artifacts GROUP BY generation")).all()
             assert sorted(n for _, n in per_gen) == [1, 1, 1] and None not in {g for g, _ in per_gen}
     with Store.open(store_url) as store:  # on to the head: key v2 drops the v1 rows and their generations

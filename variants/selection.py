@@ -262,8 +262,8 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
             rejected.append(Rejection(c, INCOMPATIBLE, f"built for {c.arch}; the device is {dev.id}"))
             continue
         if not c.current:
-            rejected.append(Rejection(c, STALE, f"generation {c.generation} is not the current one of "
-                                                f"{c.arch}/{c.lane}"))
+            rejected.append(Rejection(c, STALE, f"generation {c.generation} of {c.arch}/{c.lane} is shadowed "
+                                                f"for this spec by a newer complete build"))
             continue
         if wanted is not None and c.lane not in wanted:
             rejected.append(Rejection(c, LANE_NOT_REQUESTED, f"lane {c.lane} not in {sorted(wanted)}"))

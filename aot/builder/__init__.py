@@ -1,7 +1,8 @@
 """The builder: plan from the variant tables, compile the misses in parallel, store them.
 
     build(arches, families, lanes, store) = make_plan (plan.py) -> execute (run.py) -> summarize
-        then move_refs (refs.py): each (arch, lane) whose generation is complete becomes current
+        then complete_generations (refs.py): each (arch, lane, family) generation the build ran
+        to the end for serves its specs ahead of older ones
     problems=[...] keeps only specs serving one of them above min_efficiency (variants/selection.py)
 """
 
@@ -13,13 +14,13 @@ from typing import Callable
 from rocke_aot.aot.builder.plan import Job, Plan, Refusal, Skip, choose_lanes, make_plan
 from rocke_aot.aot.builder.run import BuildOutput, Outcome, build_one, compile_count, execute
 from rocke_aot.aot.builder.summary import BuildSummary, summarize
-from rocke_aot.aot.builder.refs import RefMove, move_refs
+from rocke_aot.aot.builder.refs import Completion, complete_generations
 from rocke_aot.aot.builder.problems import problem_filter
 
 __all__ = [
     "Job", "Plan", "Refusal", "Skip", "choose_lanes", "make_plan",
     "BuildOutput", "Outcome", "build_one", "compile_count", "execute",
-    "BuildSummary", "summarize", "build", "RefMove", "move_refs", "problem_filter",
+    "BuildSummary", "summarize", "build", "Completion", "complete_generations", "problem_filter",
 ]
 
 
@@ -40,7 +41,7 @@ def build(*, arches, families=None, lanes=(), store, toolchains=None, jobs=None,
     outcome = Outcome() if dry_run else execute(plan, store, jobs=jobs, timeout=timeout, submit=submit,
                                                on_result=on_result)
     if not dry_run:
-        moves = move_refs(plan, store)
+        moves = complete_generations(plan, store)
         if on_refs:
             on_refs(moves)
     return summarize(plan, outcome, store=store, arches=arches, dry_run=dry_run,

@@ -84,7 +84,7 @@ def remote_build(family: str, spec: Mapping[str, Any], target_id: str, lane: str
 
 
 def dask_submitter(client, *, timeout: float):
-    def submit(job) -> Future:
+    def submit(job, kernel=None) -> Future:  # the worker lowers again (a kernel is not shipped)
         out: Future = Future()
         proto = job.template.proto
         dfut = client.submit(remote_build, job.family, dict(job.spec), job.target.id, job.lane.name,

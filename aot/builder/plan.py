@@ -14,12 +14,13 @@
     store.lookup_many(all keys)   ONE bulk query
         ├── artifact present ───> cached
         ├── failure present  ───> known failure (retried only with force=True)
-        └── absent ─────────────> to build
+        └── absent ─────────────> to build (run.py lowers it; only a new IR is compiled)
 
-Keys need no lowering: every input (target ID, lane, profile, family, canonical
+Plan keys need no lowering: every input (target ID, lane, profile, family, canonical
 spec, the recipe digest of the lowering/compile code (aot/recipe.py), the toolchain
 identity, the compile options) is known up front, so a no-op rebuild is pure hashing
-plus one query.
+plus one query. A plan miss costs a lowering; the compile is decided by the code-object
+key (cache/keys.py), which the lowering's IR gives.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class Plan:
     refused: list[Refusal] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     toolchains: dict[str, Mapping[str, str]] = field(default_factory=dict)  # lane -> identity
+    force: bool = False  # retry recorded failures (the plan's and the compiler's refusals of an IR)
 
     @property
     def planned(self) -> int:
@@ -161,7 +163,7 @@ def _make_plan(
             raise SpecError(f"unknown family {fam!r}; known: {', '.join(all_families)}")
     fams = list(families) if families else list(all_families)
     chosen, skips = choose_lanes(lanes, toolchains)
-    plan = Plan(skipped=skips)
+    plan = Plan(skipped=skips, force=force)
     digest = recipe_digest()  # memoized per process: a no-op plan stays pure hashing
     jobs: list[Job] = []
     wants = {fam: where_for(fam, where) for fam in fams} if where else {}  # checked before any lane

@@ -1,19 +1,27 @@
-"""Running a plan: parallel isolated compiles, validated, written to the cache as they land.
+"""Running a plan: lower, reuse or compile (isolated), validate, write to the cache as results land.
 
-    Plan.to_build ──> executor (threads locally, or a Dask cluster)
-                          │ build_one(job): lower -> toolchain.compile (isolated worker
-                          │                 process: an LLVM abort kills only it) -> validate
-                          ▼
-    driver thread:  ok      -> store.put(inputs, code object, metadata, provenance)
-                    failure -> store.put_failure(...)   (not for timeouts: they may be load; not for
-                                                         refusals such as a Dask worker with other code)
+    Plan.to_build, in windows ──> store.claim(keys, holder, lease)   (cache/claims.py)
+        │ claimed by another live builder -> deferred: at the end, waited for (its result is
+        │     read from the store) or taken over once its lease ends (the claimant died)
+        ▼ ours (a heartbeat thread renews the leases of keys in flight)
+    lower_one(job) in the driver (cheap) -> code_object_key(target, profile, IR sha256, toolchain, options)
+        ├─ store has that code object ──> reuse: re-validated bytes, this lowering's launch
+        │                                 contract -> store.put (no compile)
+        ├─ the compiler refused that IR before ──> the failure, no compile (unless forced)
+        ├─ another job of this build has the same IR in flight ──> waits for it, then reuses
+        └─ new ──> executor (threads locally, or a Dask cluster): build_one -> toolchain.compile
+                   (isolated worker process: an LLVM abort kills only it) -> validate
+    driver thread:  ok      -> store.put(inputs, code object, metadata, provenance, ptx)
+                    failure -> store.put_failure(..., ir_sha256)   (not for timeouts: they may be
+                               load; not for refusals such as a Dask worker with other code)
                     RockeError (CompileError, ...): its message; anything else (a bug):
                     its full traceback in the failure row and logged (logger rocke_aot.aot.builder.run)
-                    every result is written as it lands, so a build killed with SIGKILL
-                    resumes with only the missing keys
+                    every result is written as it lands, then its claim released, so a build
+                    killed with SIGKILL resumes with only the missing keys
 
-The driver is the only writer; workers never touch the store. ``COMPILES`` counts
-real toolchain invocations in this process: a no-op rebuild leaves it unchanged.
+The driver is the only writer; workers never touch the store. ``COMPILES`` counts real
+toolchain invocations in this process: a no-op rebuild, and a rebuild after a change that
+moved no IR, leave it unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import secrets
 import threading
 import time
 import traceback
@@ -31,6 +40,7 @@ from typing import Any, Callable, Mapping
 
 import rocke_aot
 from rocke_aot.aot.builder.plan import Job, Plan
+from rocke_aot.cache.keys import code_key_of
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import Toolchain
@@ -40,6 +50,7 @@ _log = logging.getLogger(__name__)
 
 _COMPILES = 0
 _COMPILES_LOCK = threading.Lock()
+LEASE_S = 60.0  # a claim's lease; renewed every third of it while the key is in flight
 
 
 def compile_count() -> int:
@@ -60,39 +71,46 @@ class BuildOutput:
     metadata: Mapping[str, Any]
     log: str
     seconds: float
+    ptx: str | None = None  # a cubin's PTX: the store keeps it so the code object can be reused
+
+
+def lower_one(job: Job):
+    """The job's LoweredKernel (raises the lowering's RockeError)."""
+    from rocke_aot.aot.families import get_family
+    from rocke_aot.aot.lower import lower
+
+    return lower(job.family, get_family(job.family).spec_from(job.spec), job.target, job.lane)
+
+
+def _metadata(kernel, code_object: bytes, target: Target, fmt: str, ptx: str | None) -> dict[str, Any]:
+    from rocke_aot.aot.codeobject import launch_layout, validate
+
+    info = validate(code_object, target)
+    # The launch contract a runner reads instead of per-family code: the lowering's formulas
+    # with the layout the compiled object itself declares (checked against the lowering).
+    contract = launch_layout(kernel.launch, info, ptx)
+    return {"kernel": kernel.as_dict(), "code_object": info.as_dict(), "format": fmt, "launch": contract.as_dict()}
 
 
 def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, toolchain: Toolchain,
-              *, timeout: float = 300.0, slots: threading.Semaphore | None = None) -> BuildOutput:
-    """Lower, compile and validate one kernel. Raises RockeError subclasses on failure.
-
-    ``slots`` bounds how many compiles run at once; lowering and validation happen outside
-    it, so with one more thread than slots the next kernel is lowered while this one compiles.
-    """
-    from rocke_aot.aot.codeobject import launch_layout, validate
+              *, timeout: float = 300.0, slots: threading.Semaphore | None = None, kernel=None) -> BuildOutput:
+    """Lower (unless ``kernel`` is the lowering already), compile and validate one kernel.
+    Raises RockeError subclasses on failure. ``slots`` bounds how many compiles run at once."""
     from rocke_aot.aot.families import get_family
     from rocke_aot.aot.lower import lower
 
     start = time.perf_counter()
-    fam = get_family(family)
-    kernel = lower(family, fam.spec_from(dict(spec)), target, lane)
+    if kernel is None:
+        kernel = lower(family, get_family(family).spec_from(dict(spec)), target, lane)
     _count_compile()
     if slots is None:
         result = toolchain.compile(kernel.ir, target, timeout=timeout)
     else:
         with slots:
             result = toolchain.compile(kernel.ir, target, timeout=timeout)
-    info = validate(result.code_object, target)
-    # The launch contract a runner reads instead of per-family code: the lowering's formulas
-    # with the layout the compiled object itself declares (checked against the lowering).
-    contract = launch_layout(kernel.launch, info, getattr(result, "ptx", None))
-    metadata = {
-        "kernel": kernel.as_dict(),
-        "code_object": info.as_dict(),
-        "format": result.format,
-        "launch": contract.as_dict(),
-    }
-    return BuildOutput(result.code_object, kernel.ir_sha256, metadata, result.log, time.perf_counter() - start)
+    ptx = getattr(result, "ptx", None)
+    metadata = _metadata(kernel, result.code_object, target, result.format, ptx)
+    return BuildOutput(result.code_object, kernel.ir_sha256, metadata, result.log, time.perf_counter() - start, ptx)
 
 
 @dataclass
@@ -100,6 +118,8 @@ class Outcome:
     built: list[Job] = field(default_factory=list)
     failed: list[tuple[Job, str]] = field(default_factory=list)
     compile_seconds: float = 0.0
+    reused: list[Job] = field(default_factory=list)  # built from a code object already stored (no compile)
+    by_others: list[Job] = field(default_factory=list)  # another builder held the claim and stored it
 
 
 def provenance(job: Job, out: BuildOutput, where: str) -> dict[str, Any]:
@@ -118,72 +138,216 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0]}"
 
 
-Submit = Callable[[Job], Future]
+Submit = Callable[..., Future]  # submit(job, kernel) -> Future[BuildOutput]; kernel may be ignored
 
 
 def local_submitter(executor: ThreadPoolExecutor, timeout: float, jobs: int) -> Submit:
     slots = threading.BoundedSemaphore(jobs)
 
-    def submit(job: Job) -> Future:
+    def submit(job: Job, kernel=None) -> Future:
         return executor.submit(build_one, job.family, job.spec, job.target, job.lane, job.toolchain,
-                               timeout=timeout, slots=slots)
+                               timeout=timeout, slots=slots, kernel=kernel)
 
     return submit
 
 
+class _Heartbeat:
+    """Renews the leases of the keys in flight every third of the lease, until stopped."""
+
+    def __init__(self, store, holder: str, lease_s: float):
+        self.store, self.holder, self.lease_s = store, holder, lease_s
+        self.keys: set[str] = set()
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rocke-claims", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            with self.lock:
+                keys = sorted(self.keys)
+            if keys:
+                try:
+                    self.store.renew_claims(keys, self.holder, self.lease_s)
+                except Exception as e:  # noqa: BLE001 - a missed renewal only risks a duplicate compile
+                    _log.warning("renewing %d build claims failed: %s", len(keys), e)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def execute(plan: Plan, store, *, jobs: int | None = None, timeout: float = 300.0,
             submit: Submit | None = None, on_result: Callable[[Job, str], None] | None = None,
-            host: str | None = None) -> Outcome:
-    """Compile ``plan.to_build`` with ``jobs`` parallel compiles; write each result at once."""
-    outcome = Outcome()
-    jobs = jobs or os.cpu_count() or 1
-    where = host or platform.node()
-    executor = None
-    if submit is None:
-        # One thread more than compile slots: lowering the next kernel overlaps the compiles.
-        executor = ThreadPoolExecutor(max_workers=jobs + 1, thread_name_prefix="rocke-build")
-        submit = local_submitter(executor, timeout, jobs)
-    pending: dict[Future, Job] = {}
-    queue = list(reversed(plan.to_build))
-    # Keep a bounded window in flight so a killed build has little half-done work and
-    # memory stays flat on huge grids.
-    window = max(2 * jobs, 4)
-    try:
-        while queue or pending:
-            while queue and len(pending) < window:
-                job = queue.pop()
-                pending[submit(job)] = job
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                job = pending.pop(fut)
-                try:
-                    out = fut.result()
-                except RockeError as e:
-                    msg = _first_line(e)
-                    outcome.failed.append((job, msg))
-                    # A timeout or a refusing toolchain (e.g. a Dask worker with other code) says
-                    # nothing about the key: only real build failures are cached.
-                    if not isinstance(e, (CompileTimeout, ToolchainRefused)):
-                        store.put_failure(job.inputs, msg, getattr(e, "log", "") or str(e))
-                    status = "failed"
-                except Exception as e:  # a bug or a lost worker: one failure, the build goes on
-                    # Unexpected: the first line alone cannot be debugged, so the traceback goes
-                    # into the failure row (error and log) and the process log.
-                    trace = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-                    _log.error("build job %s (%s) raised an unexpected %s:\n%s",
-                               job.label, job.key, type(e).__name__, trace.rstrip())
-                    outcome.failed.append((job, f"{_first_line(e)} (unexpected; traceback in the failure record)"))
-                    store.put_failure(job.inputs, f"{_first_line(e)}\n{trace}", trace)
-                    status = "failed"
-                else:
-                    store.put(job.inputs, out.code_object, ir_sha256=out.ir_sha256,
-                              metadata=out.metadata, provenance=provenance(job, out, where))
-                    outcome.built.append(job)
-                    outcome.compile_seconds += out.seconds
-                    status = "built"
-                if on_result:
-                    on_result(job, status)
-    finally:
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
-    return outcome
+            host: str | None = None, lease_s: float = LEASE_S, poll_s: float | None = None) -> Outcome:
+    """Build ``plan.to_build`` with ``jobs`` parallel compiles; write each result at once."""
+    return _Run(plan, store, jobs=jobs or os.cpu_count() or 1, timeout=timeout, submit=submit,
+                on_result=on_result, where=host or platform.node(), lease_s=lease_s,
+                poll_s=min(1.0, lease_s / 10) if poll_s is None else poll_s).run()
+
+
+class _Run:
+    def __init__(self, plan: Plan, store, *, jobs: int, timeout: float, submit: Submit | None,
+                 on_result, where: str, lease_s: float, poll_s: float):
+        self.plan, self.store, self.jobs, self.timeout = plan, store, jobs, timeout
+        self.submit, self.on_result, self.where = submit, on_result, where
+        self.lease_s, self.poll_s = lease_s, poll_s
+        self.force = plan.force
+        self.holder = f"{where}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.outcome = Outcome()
+        self.pending: dict[Future, tuple[Job, Any, str]] = {}
+        self.same_ir: dict[str, list[tuple[Job, Any]]] = {}  # code key in flight -> jobs waiting on it
+
+    def run(self) -> Outcome:
+        executor = None
+        if self.submit is None:
+            # One thread more than compile slots: a result is validated while the next compiles.
+            executor = ThreadPoolExecutor(max_workers=self.jobs + 1, thread_name_prefix="rocke-build")
+            self.submit = local_submitter(executor, self.timeout, self.jobs)
+        self.beat = _Heartbeat(self.store, self.holder, self.lease_s)
+        queue = list(reversed(self.plan.to_build))
+        deferred: list[Job] = []
+        # A bounded window in flight: a killed build has little half-done work, memory stays
+        # flat on huge grids, and concurrent builders interleave their claims.
+        window = max(2 * self.jobs, 4)
+        try:
+            while queue or self.pending or deferred:
+                if queue and len(self.pending) < window:
+                    batch = [queue.pop() for _ in range(min(len(queue), window - len(self.pending)))]
+                    mine = set(self.store.claim([j.key for j in batch], self.holder, self.lease_s))
+                    for job in batch:
+                        if job.key in mine:
+                            self._start(job)
+                        else:
+                            deferred.append(job)
+                    continue
+                if self.pending:
+                    done, _ = wait(self.pending, return_when=FIRST_COMPLETED, timeout=None if not deferred
+                                   else self.poll_s)
+                    for fut in done:
+                        self._finish(fut)
+                    continue
+                if deferred:  # nothing of ours left: what the other builders hold
+                    deferred = self._settle(deferred, queue)
+                    if deferred and not queue:
+                        time.sleep(self.poll_s)
+        finally:
+            self.beat.stop()
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+        return self.outcome
+
+    def _settle(self, deferred: list[Job], queue: list[Job]) -> list[Job]:
+        """Deferred jobs another builder stored are done; those whose claim ended are ours again."""
+        hits = self.store.lookup_many([j.key for j in deferred])
+        held = self.store.claimed_by_others([j.key for j in deferred if j.key not in hits], self.holder)
+        still = []
+        for job in deferred:
+            if job.key in hits:
+                self.outcome.by_others.append(job)
+                self._report(job, "cached")
+            elif job.key in held:
+                still.append(job)
+            else:
+                queue.append(job)  # its claimant died or gave up: claimed again next round
+        return still
+
+    def _hold(self, job: Job) -> None:
+        with self.beat.lock:
+            self.beat.keys.add(job.key)
+
+    def _let_go(self, job: Job) -> None:
+        with self.beat.lock:
+            self.beat.keys.discard(job.key)
+        self.store.release_claims([job.key], self.holder)
+
+    def _report(self, job: Job, status: str) -> None:
+        if self.on_result:
+            self.on_result(job, status)
+
+    def _start(self, job: Job) -> None:
+        self._hold(job)
+        try:
+            kernel = lower_one(job)
+        except Exception as e:  # noqa: BLE001 - recorded like a compile failure
+            self._failed(job, e, None)
+            return
+        ck = code_key_of(job.inputs, kernel.ir_sha256)
+        if ck in self.same_ir:
+            self.same_ir[ck].append((job, kernel))
+            return
+        hit = self.store.lookup_code_objects([ck]).get(ck)
+        if hit is not None and self._reuse(job, kernel, hit):
+            return
+        self.same_ir[ck] = []
+        self.pending[self.submit(job, kernel)] = (job, kernel, ck)
+
+    def _reuse(self, job: Job, kernel, hit) -> bool:
+        """Store ``job`` from a stored code object (True), or say it must be compiled (False)."""
+        if not hit.ok:
+            if self.force:
+                return False
+            self._failed(job, None, kernel, message=f"{hit.error} (the compiler refused this IR before; "
+                                                    "--force retries)")
+            return True
+        fmt, ptx = hit.info.get("format"), hit.info.get("ptx")
+        if fmt == "cubin" and ptx is None:  # migrated without its PTX: compile once more
+            return False
+        start = time.perf_counter()
+        try:
+            raw = self.store.get_blob(hit.blob_sha256)
+            meta = _metadata(kernel, raw, job.target, fmt, ptx)
+        except Exception as e:  # noqa: BLE001 - this lowering does not fit that object: a failure
+            self._failed(job, e, kernel)
+            return True
+        out = BuildOutput(raw, kernel.ir_sha256, meta, "", time.perf_counter() - start, ptx)
+        self.store.put(job.inputs, raw, ir_sha256=out.ir_sha256, metadata=meta,
+                       provenance={**provenance(job, out, self.where), "reused_code_object": hit.key}, ptx=ptx)
+        self.outcome.reused.append(job)
+        self._let_go(job)
+        self._report(job, "reused")
+        return True
+
+    def _finish(self, fut: Future) -> None:
+        job, kernel, ck = self.pending.pop(fut)
+        waiting = self.same_ir.pop(ck, [])
+        try:
+            out = fut.result()
+        except Exception as e:  # noqa: BLE001 - _failed tells a RockeError from a bug
+            self._failed(job, e, kernel)
+        else:
+            self.store.put(job.inputs, out.code_object, ir_sha256=out.ir_sha256, metadata=out.metadata,
+                           provenance=provenance(job, out, self.where), ptx=out.ptx)
+            self.outcome.built.append(job)
+            self.outcome.compile_seconds += out.seconds
+            self._let_go(job)
+            self._report(job, "built")
+        for other, other_kernel in waiting:  # same IR: the code object now stored (or refused)
+            hit = self.store.lookup_code_objects([ck]).get(ck)
+            if hit is None or not self._reuse(other, other_kernel, hit):
+                self.same_ir[ck] = []
+                self.pending[self.submit(other, other_kernel)] = (other, other_kernel, ck)
+
+    def _failed(self, job: Job, e: BaseException | None, kernel, *, message: str | None = None) -> None:
+        ir = None if kernel is None else kernel.ir_sha256
+        if e is None:
+            self.outcome.failed.append((job, message))
+            self.store.put_failure(job.inputs, message, "", ir_sha256=ir)
+        elif isinstance(e, RockeError):
+            msg = _first_line(e)
+            self.outcome.failed.append((job, msg))
+            # A timeout or a refusing toolchain (e.g. a Dask worker with other code) says
+            # nothing about the key: only real build failures are cached.
+            if not isinstance(e, (CompileTimeout, ToolchainRefused)):
+                self.store.put_failure(job.inputs, msg, getattr(e, "log", "") or str(e), ir_sha256=ir)
+        else:  # a bug or a lost worker: one failure, the build goes on
+            # Unexpected: the first line alone cannot be debugged, so the traceback goes into
+            # the failure row (error and log) and the process log. Not kept under the code
+            # key: a bug says nothing about what the compiler does with this IR.
+            trace = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            _log.error("build job %s (%s) raised an unexpected %s:\n%s",
+                       job.label, job.key, type(e).__name__, trace.rstrip())
+            self.outcome.failed.append((job, f"{_first_line(e)} (unexpected; traceback in the failure record)"))
+            self.store.put_failure(job.inputs, f"{_first_line(e)}\n{trace}", trace)
+        self._let_go(job)
+        self._report(job, "failed")

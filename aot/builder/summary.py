@@ -41,7 +41,11 @@ def summarize(plan: Plan, outcome, *, store, arches, dry_run: bool, compiles: in
         "dry_run": dry_run,
         "planned": plan.planned,
         "to_build": len(plan.to_build),
-        "built": len(outcome.built),
+        # Stored by this build: compiled, or from a code object already stored (same IR).
+        "built": len(outcome.built) + len(outcome.reused),
+        "reused": len(outcome.reused),
+        # Claimed by another builder, which stored them meanwhile (cache/claims.py).
+        "built_by_others": len(outcome.by_others),
         "cached": len(plan.cached),
         "known_failures": [
             {"family": j.family, "arch": j.target.id, "lane": j.lane.name, "key": j.key, "error": e}
@@ -66,7 +70,9 @@ def render(summary: BuildSummary, console) -> None:
     t.add_column("count", justify="right")
     t.add_column("detail", overflow="fold")
     t.add_row("planned", str(d["planned"]), f"lanes: {', '.join(d['lanes']) or 'none'}")
-    t.add_row("built", str(d["built"]), "(dry run: nothing compiled)" if d["dry_run"] else f"{d['compiles']} compiles")
+    t.add_row("built", str(d["built"]), "(dry run: nothing compiled)" if d["dry_run"] else f"{d['compiles']} compiles, {d['reused']} reused code objects")
+    if d["built_by_others"]:
+        t.add_row("built by another builder", str(d["built_by_others"]), "claimed by them first")
     t.add_row("already cached", str(d["cached"]), d["cache"])
     for f in d["known_failures"][:5]:
         t.add_row("known failure", "", f"{f['family']}/{f['arch']}/{f['lane']}: {f['error']} (--force retries)")

@@ -15,12 +15,21 @@ generation, and each (arch, lane) ref points at the generation of its newest art
 from alembic import op
 import sqlalchemy as sa
 
-from rocke_aot.cache.generations import generation_id
+import hashlib
 
 revision = "0003_generations"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+
+
+def generation_id(arch: str, lane: str, recipe_digest: str, toolchain_json: str) -> str:
+    """The v1 generation id (per arch and lane), frozen here: cache/generations.py moved on to v2."""
+    h = hashlib.sha256(b"rocke-aot/generation/v1\n")
+    for part in (arch, lane, recipe_digest, toolchain_json):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
 
 
 def upgrade() -> None:

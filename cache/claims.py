@@ -1,0 +1,81 @@
+"""Build claims: a lease on a key while one builder compiles it (the store's part behind ``claims``).
+
+    claim(keys, holder, lease_s) ── one write transaction:
+        a key with no claim, or a claim whose lease ended (its holder died or stalled) ──> ours
+        a key another holder still leases ───────────────────────────────────────────────> not ours
+    renew(keys, holder, lease_s) ── push our leases' ends forward (a heartbeat while compiling)
+    release(keys, holder)        ── drop our claims (after the result is stored, or on failure)
+
+A lease is wall-clock seconds on the machine that claims (``expires_at``); builders on several
+machines sharing one PostgreSQL need clocks within a fraction of the lease (NTP is enough for
+leases of tens of seconds). A claimant killed with SIGKILL renews nothing, so its keys are
+free again ``lease_s`` seconds later at the latest. Writes run in the store's write
+transaction (SQLite BEGIN IMMEDIATE, PostgreSQL a row lock), so two builders never both win.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, and_, delete, or_, select, update
+
+from rocke_aot.cache.models import claims as K
+
+
+def claim(conn: Connection, keys: list[str], holder: str, now: float, lease_s: float, chunk: int) -> list[str]:
+    """The subset of ``keys`` this holder now leases (its own live claims included)."""
+    if not keys:
+        return []
+    held: dict[str, tuple[str, float]] = {}
+    for i in range(0, len(keys), chunk):
+        part = keys[i : i + chunk]
+        stmt = select(K.c.key, K.c.holder, K.c.expires_at).where(K.c.key.in_(part))
+        if conn.dialect.name == "postgresql":
+            stmt = stmt.with_for_update()
+        for key, who, until in conn.execute(stmt):
+            held[key] = (who, until)
+    mine, fresh, stale = [], [], []
+    for key in keys:
+        cur = held.get(key)
+        if cur is None:
+            fresh.append(key)
+        elif cur[0] == holder or cur[1] <= now:
+            stale.append(key)
+        else:
+            continue
+        mine.append(key)
+    until = now + lease_s
+    for i in range(0, len(stale), chunk):
+        conn.execute(update(K).where(K.c.key.in_(stale[i : i + chunk])).values(
+            holder=holder, claimed_at=now, expires_at=until))
+    if fresh:
+        conn.execute(K.insert(), [{"key": k, "holder": holder, "claimed_at": now, "expires_at": until}
+                                  for k in fresh])
+    return mine
+
+
+def renew(conn: Connection, keys: list[str], holder: str, now: float, lease_s: float, chunk: int) -> int:
+    n = 0
+    for i in range(0, len(keys), chunk):
+        n += conn.execute(update(K).where(and_(K.c.key.in_(keys[i : i + chunk]), K.c.holder == holder))
+                          .values(expires_at=now + lease_s)).rowcount
+    return n
+
+
+def release(conn: Connection, keys: list[str], holder: str, chunk: int) -> int:
+    n = 0
+    for i in range(0, len(keys), chunk):
+        n += conn.execute(delete(K).where(and_(K.c.key.in_(keys[i : i + chunk]), K.c.holder == holder))).rowcount
+    return n
+
+
+def held_by_others(conn: Connection, keys: list[str], holder: str, now: float, chunk: int) -> set[str]:
+    """Which of ``keys`` another holder leases right now."""
+    out: set[str] = set()
+    for i in range(0, len(keys), chunk):
+        out.update(conn.execute(select(K.c.key).where(and_(
+            K.c.key.in_(keys[i : i + chunk]), K.c.holder != holder, K.c.expires_at > now))).scalars())
+    return out
+
+
+def expired(conn: Connection, now: float) -> int:
+    """Delete every lease that ended (housekeeping; claim() takes them over anyway)."""
+    return conn.execute(delete(K).where(or_(K.c.expires_at <= now))).rowcount

@@ -1,0 +1,93 @@
+"""Code objects by what the compiler consumed: the store's part behind ``code_objects``.
+
+    builder, a plan miss ──lower (cheap)──> code_object_key(arch, profile, IR sha256, toolchain, options)
+        │ Store.lookup_code_objects([key])  (this module's ``lookup``)
+        ├─ 'ok'     -> reuse its blob: no compile (the plan row is written with the new
+        │              launch contract, the same bytes)
+        ├─ 'failed' -> the compiler refused this very IR before: a failure, no compile
+        └─ absent   -> compile; Store.put writes the code object and the plan row together
+
+Rows are immutable once 'ok'; a 'failed' row becomes 'ok' if a forced build succeeds.
+``unreferenced`` rows (no plan row points at them any more: gc dropped the generations) go
+with gc, so their blobs can go too; recorded failures stay (they are small and save compiles).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from sqlalchemy import Connection, delete, select, update
+
+from rocke_aot.cache.keys import canonical_json, code_object_key
+from rocke_aot.cache.models import artifacts as A
+from rocke_aot.cache.models import code_objects as C
+
+
+@dataclass(frozen=True)
+class CodeHit:
+    """A stored code object (``blob_sha256`` set) or a recorded compiler refusal (``error``)."""
+
+    key: str
+    status: str  # "ok" | "failed"
+    blob_sha256: str | None
+    info: Mapping[str, Any] = field(default_factory=dict)  # {"format": ..., "ptx": ... for a cubin}
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def put_ok(conn: Connection, insert_ignore, key: str, inputs, ir_sha256: str, blob_sha256: str,
+           info: Mapping[str, Any], now: float) -> None:
+    row = {"key": key, "status": "ok", "arch": inputs.arch, "profile": inputs.profile, "ir_sha256": ir_sha256,
+           "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json,
+           "blob_sha256": blob_sha256, "info_json": canonical_json(info), "error": None, "built_at": now}
+    if conn.execute(insert_ignore(conn, C), row).rowcount == 0:
+        # Present already: a recorded failure turns into the success; an 'ok' row stays as is.
+        conn.execute(update(C).where(C.c.key == key, C.c.status == "failed").values(
+            status="ok", blob_sha256=blob_sha256, info_json=row["info_json"], error=None, built_at=now))
+
+
+def put_failed(conn: Connection, insert_ignore, key: str, inputs, ir_sha256: str, error: str, now: float) -> None:
+    conn.execute(insert_ignore(conn, C), {
+        "key": key, "status": "failed", "arch": inputs.arch, "profile": inputs.profile, "ir_sha256": ir_sha256,
+        "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json, "blob_sha256": None,
+        "info_json": "{}", "error": error, "built_at": now})
+
+
+def lookup(conn: Connection, keys: list[str], chunk: int) -> dict[str, CodeHit]:
+    out: dict[str, CodeHit] = {}
+    for i in range(0, len(keys), chunk):
+        for key, status, sha, info, error in conn.execute(
+                select(C.c.key, C.c.status, C.c.blob_sha256, C.c.info_json, C.c.error)
+                .where(C.c.key.in_(keys[i : i + chunk]))):
+            out[key] = CodeHit(key, status, sha, json.loads(info), error)
+    return out
+
+
+def unreferenced(conn: Connection) -> int:
+    """Delete 'ok' code objects no artifact row points at (after gc or eviction)."""
+    used = select(A.c.key).where(A.c.code_key == C.c.key).exists()
+    return conn.execute(delete(C).where(C.c.status == "ok", ~used)).rowcount
+
+
+def backfill(conn: Connection, insert_ignore, now: float, keys: Iterable[str] | None = None) -> int:
+    """Give 'ok' rows that have an IR sha256 but no code key (an imported bundle's) their code
+    object. A cubin's PTX was not exported, so such a cubin is compiled again once before reuse."""
+    stmt = (select(A.c.key, A.c.arch, A.c.profile, A.c.ir_sha256, A.c.toolchain_json, A.c.options_json,
+                   A.c.blob_sha256, A.c.metadata_json)
+            .where(A.c.status == "ok", A.c.code_key.is_(None), A.c.ir_sha256.is_not(None)))
+    n = 0
+    for key, arch, profile, ir, tc_json, opt_json, blob, meta_json in conn.execute(stmt).all():
+        ck = code_object_key(arch, profile, ir, tc_json, opt_json)
+        fmt = (json.loads(meta_json) or {}).get("format")
+        conn.execute(insert_ignore(conn, C), {
+            "key": ck, "status": "ok", "arch": arch, "profile": profile, "ir_sha256": ir, "toolchain_json": tc_json,
+            "options_json": opt_json, "blob_sha256": blob, "info_json": canonical_json({"format": fmt}),
+            "error": None, "built_at": now})
+        conn.execute(update(A).where(A.c.key == key).values(code_key=ck))
+        n += 1
+    return n
