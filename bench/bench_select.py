@@ -66,8 +66,8 @@ def fill(store: Store) -> int:
                     put_fake(store, arch, lane, fam, spec.to_dict(), digest=digest,
                              vgprs=24 + 8 * (i % 20), sgprs=20 + (i % 90), lds=1024 * (i % 32), workgroup=256)
                     n += 1
-            last = (arch, lane, fam, spec.to_dict(), digest)
-        store.move_ref(arch, lane, generation_of(fake_inputs(*last)))  # the newest build is current
+                # the newest build is complete: it serves every spec
+                store.complete_generation(generation_of(fake_inputs(arch, lane, fam, spec.to_dict(), digest)))
     return n
 
 

@@ -50,13 +50,13 @@ PROBLEM = {"m": 4096, "n": 4096, "k": 4096}
 
 
 def fill(store: Store, lanes=("llvm22", "llvm24")) -> int:
-    """Every gemm spec of gfx942 per lane as a fake artifact (no compiler), refs moved."""
+    """Every gemm spec of gfx942 per lane as a fake artifact (no compiler), its generation complete."""
     n = 0
     for lane in lanes:
         for i, spec in enumerate(table.enumerate_specs("gemm", "gfx942", lane)):
             put_fake(store, "gfx942", lane, "gemm", spec.to_dict(), vgprs=24 + 8 * (i % 20), lds=1024 * (i % 32))
             n += 1
-        store.move_ref("gfx942", lane, generation_of(fake_inputs("gfx942", lane, "gemm", spec.to_dict())))
+        store.complete_generation(generation_of(fake_inputs("gfx942", lane, "gemm", spec.to_dict())))
     return n
 
 
