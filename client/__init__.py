@@ -2,15 +2,18 @@
 
     local.py     LocalStore: verified kernels as files named by hash (no database)
     sources.py   ServiceSource (rocke-aot serve), MirrorSource (a static tree on any HTTP server)
+    trusted.py   Trusted: the pinned root key, the signed metadata accepted, the versions seen
     fetch.py     Fetcher: local store first, then each source in order; nothing unverified is kept
 
-Imports only the vocabulary, cache/keys.py and cache/codec.py, httpx and zstandard: not
+Imports only the vocabulary, cache/keys.py and cache/codec.py, trust/keys.py and
+trust/metadata.py, httpx, zstandard and cryptography: not
 FastAPI, not SQLAlchemy, not llvmlite, not rocke_aot.aot (tests/test_client_slim.py).
 """
 
 from rocke_aot.client.fetch import Fetcher, OfflineMiss, sources_from
+from rocke_aot.client.trusted import ENV_INSECURE, ENV_ROOT_KEY, InsecureFetchWarning, Trusted
 from rocke_aot.client.local import Kernel, LocalStore
 from rocke_aot.client.sources import MirrorSource, ServiceSource, SourceError
 
-__all__ = ["Fetcher", "Kernel", "LocalStore", "MirrorSource", "OfflineMiss", "ServiceSource", "SourceError",
-           "sources_from"]
+__all__ = ["ENV_INSECURE", "ENV_ROOT_KEY", "Fetcher", "InsecureFetchWarning", "Kernel", "LocalStore", "MirrorSource",
+           "OfflineMiss", "ServiceSource", "SourceError", "Trusted", "sources_from"]

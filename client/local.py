@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from rocke_aot import paths, settings
+from rocke_aot.paths import atomic_write
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, inputs_dict, thaw
 from rocke_aot.errors import IntegrityError, NotFoundError, SpecError
 
@@ -105,25 +105,6 @@ def check_bytes(data: bytes, sha256: str, size: int, what: str) -> bytes:
 def default_root() -> Path:
     value = settings.raw(ENV_CLIENT_HOME)
     return Path(value) if value else paths.home() / "client"
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` whole or not at all (temp file in the same dir, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)  # mkstemp makes 0600; the store is readable like any cache
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 class LocalStore:

@@ -17,6 +17,16 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     │   └── CompileTimeout
     ├── CodeObjectError                 a code object fails validation
     ├── RuntimeUnavailable              no GPU runtime or device here (a named skip)
+    ├── TrustError                      signed metadata (trust/) refused; nothing is stored
+    │   ├── TrustConfigError            no pinned root key (and not insecure), a bad key file
+    │   ├── SignatureError              unsigned, badly signed, under the role's threshold
+    │   │   └── UnlistedKeyError        signed by a key root.json does not list for the role
+    │   ├── ExpiredError                metadata past its "expires"
+    │   ├── RollbackError               a version older than one this host has seen
+    │   ├── NotInManifestError          a kernel key the signed manifest does not list (also NotFoundError)
+    │   ├── BlobMismatchError           bytes whose sha256/size differ from the signed ones (also IntegrityError)
+    │   └── MixedGenerationError        metadata of different generations combined (an index
+    │                                   naming another manifest, two manifests of one version)
     ├── ServiceError                    the artifact service's own refusals (status = HTTP code)
     │   ├── Unauthorized (401)          a publish without the server's bearer token
     │   ├── ReadOnly (403)              publishing is off (no token configured)
@@ -159,3 +169,41 @@ class TooLarge(ServiceError):
     """A request body over the limit."""
 
     status = 413
+
+
+class TrustError(RockeError):
+    """Signed metadata or the bytes it vouches for were refused; nothing refused is stored."""
+
+
+class TrustConfigError(TrustError):
+    """The trust configuration is missing or unusable: no pinned root key and no explicit
+    insecure setting, a key file that does not parse, a key of another type."""
+
+
+class SignatureError(TrustError):
+    """Metadata that is unsigned, badly signed, or signed by fewer keys than its role's threshold."""
+
+
+class UnlistedKeyError(SignatureError):
+    """Metadata signed by a key that root.json does not list for that role (unknown or revoked)."""
+
+
+class ExpiredError(TrustError):
+    """Metadata whose "expires" is in the past."""
+
+
+class RollbackError(TrustError):
+    """Metadata older (a lower version) than what this host has already accepted."""
+
+
+class NotInManifestError(TrustError, NotFoundError):
+    """A kernel key that the signed manifest does not list: no source can make it trusted."""
+
+
+class BlobMismatchError(TrustError, IntegrityError):
+    """Bytes whose sha256 or size differ from what the signed manifest says."""
+
+
+class MixedGenerationError(TrustError):
+    """Pieces of different generations put together: an index naming another manifest, two
+    different manifests under one version, a kernel of a generation its manifest does not list."""

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -22,3 +24,22 @@ def home() -> Path:
     path = Path(value) if value else Path(platformdirs.user_cache_dir("rocke-aot"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` whole or not at all (temp file in the same dir, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # mkstemp makes 0600; the store is readable like any cache
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

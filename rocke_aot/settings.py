@@ -55,6 +55,11 @@ SERVE_HEAD_TIMEOUT_S = "ROCKE_AOT_SERVE_HEAD_TIMEOUT_S"
 CLIENT_HOME = "ROCKE_AOT_CLIENT_HOME"
 COMGR_LIB = "ROCKE_AOT_COMGR_LIB"
 TRITON24_ROLE = "ROCKE_AOT_TRITON24_ROLE"
+ROOT_KEY = "ROCKE_AOT_ROOT_KEY"
+INSECURE = "ROCKE_AOT_INSECURE"
+MIRRORS = "ROCKE_AOT_MIRRORS"
+SERVE_TRUST_DIR = "ROCKE_AOT_SERVE_TRUST_DIR"
+SERVE_ROOT_KEY = "ROCKE_AOT_SERVE_ROOT_KEY"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(HOME, "per-user state: registered toolchains, lane environments, the default cache",
@@ -81,6 +86,13 @@ SETTINGS: tuple[Setting, ...] = (
             "0", "service (client)"),
     Setting(CLIENT_HOME, "the slim client's local store of fetched kernels (rocke_aot.client)",
             "$ROCKE_AOT_HOME/client", "client"),
+    Setting(ROOT_KEY, "the pinned root public key of signed generations: ed25519:<hex> or a .pub file "
+            "(`rocke-aot trust keygen`); every fetched kernel must be listed by metadata it vouches for",
+            "none: fetches are refused unless ROCKE_AOT_INSECURE=1", "client (trust)"),
+    Setting(INSECURE, "1: with no pinned root key, fetch unsigned kernels as before (prints a warning) (0 or 1)",
+            "0: no pinned key is an error", "client (trust)"),
+    Setting(MIRRORS, "static mirror URLs `rocke-aot fetch` tries before --server, space-separated (its --mirror)",
+            "none", "cli"),
     Setting(SERVE_CACHE, "the cache URL each service worker opens (set by `rocke-aot serve`)",
             "none: the app refuses to start", "service (app)", internal=True),
     Setting(SERVE_TOKEN_FILE, "the file holding the publish token (set by `rocke-aot serve --token-file`)",
@@ -89,6 +101,11 @@ SETTINGS: tuple[Setting, ...] = (
             "the service's default", "service (app)", internal=True),
     Setting(SERVE_HEAD_TIMEOUT_S, "seconds a client may take to send a request line and its headers before "
             "the service closes the connection (service/protocol.py)", "10", "service (protocol)"),
+    Setting(SERVE_TRUST_DIR, "the directory of signed metadata the service serves and accepts (set by "
+            "`rocke-aot serve --trust-dir`)", "none: /v1/trust answers 404", "service (app)", internal=True),
+    Setting(SERVE_ROOT_KEY, "the root key a publish of signed metadata is checked against (set by "
+            "`rocke-aot serve --root-key`)", "none: publishing signed metadata is refused", "service (app)",
+            internal=True),
     Setting(COMGR_LIB, "the COMGR library a COMGR compile worker loads (set by the parent for it)",
             "none: the worker refuses", "aot (compile worker)", internal=True),
     Setting(TRITON24_ROLE, "codegen or assemble: set on an LLVM 24 worker so each role gets its own worker "

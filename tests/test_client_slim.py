@@ -75,7 +75,7 @@ def test_fetch_from_the_service_keeps_verified_bytes_locally(server, tmp_path):
     a = src.find()[0]
     want = src.get(a.key).code_object
     store = LocalStore(tmp_path / "client")
-    with Fetcher([ServiceSource(base)], store) as f:
+    with Fetcher([ServiceSource(base)], store, insecure=True) as f:
         k = f.get(a.key)
         assert k.code_object == want and hashlib.sha256(k.code_object).hexdigest() == a.sha256
         assert k.key == a.key and k.size == len(want) and thaw(k.launch) == thaw(a.metadata["launch"])
@@ -84,7 +84,7 @@ def test_fetch_from_the_service_keeps_verified_bytes_locally(server, tmp_path):
         assert f.get(a.key).code_object == want and f.sources[0].requests == n
     assert store.keys() == [a.key]
     assert (tmp_path / "client" / "blobs" / a.sha256).read_bytes() == want
-    with Fetcher([], store, offline=True) as f:
+    with Fetcher([], store, offline=True, insecure=True) as f:
         assert f.get(a.key).code_object == want
         with pytest.raises(OfflineMiss, match=src.find()[1].key):
             f.get(src.find()[1].key)
@@ -109,19 +109,19 @@ def test_a_source_sending_other_bytes_is_refused_and_nothing_is_stored(server, t
 
     store = LocalStore(tmp_path / "client")
     evil = ServiceSource(base, http=httpx.Client(transport=httpx.MockTransport(tamper)))
-    with Fetcher([evil], store) as f, pytest.raises(IntegrityError, match="hash"):
+    with Fetcher([evil], store, insecure=True) as f, pytest.raises(IntegrityError, match="hash"):
         f.get(a.key)
     assert store.keys() == [] and not (tmp_path / "client" / "blobs").exists()
     # a dead source first, then the good one: the fetch succeeds from the second
     dead = ServiceSource(f"http://127.0.0.1:{free_port()}", retries=0)
-    with Fetcher([dead, evil, ServiceSource(base)], store) as f:
+    with Fetcher([dead, evil, ServiceSource(base)], store, insecure=True) as f:
         assert f.get(a.key).code_object == src.get(a.key).code_object
     real.close()
 
 
 def test_fetcher_needs_a_source_and_a_valid_offline_setting(monkeypatch, tmp_path):
     with pytest.raises(SpecError, match="source"):
-        Fetcher([], LocalStore(tmp_path))
+        Fetcher([], LocalStore(tmp_path), insecure=True)
     monkeypatch.setenv("ROCKE_AOT_OFFLINE", "yes")
     with pytest.raises(SpecError, match="ROCKE_AOT_OFFLINE"):
         Fetcher([], LocalStore(tmp_path))

@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import venv
 from pathlib import Path
 from typing import Callable
@@ -37,7 +36,7 @@ from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
-from rocke_aot.paths import home
+from rocke_aot.paths import atomic_write, home
 
 __all__ = [
     "CompileResult", "Toolchain", "ToolchainInfo", "LlvmliteToolchain",
@@ -84,12 +83,9 @@ def _load_registry() -> list[dict]:
 
 
 def _save_registry(entries: list[dict]) -> None:
-    path = registry_path()
-    # write-then-rename so a concurrent reader never sees a half-written file
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".toolchains-")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"toolchains": entries}, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    # write-then-rename so a concurrent reader never sees a half-written file; mode 0644, not
+    # mkstemp's 0600: an image's non-root user must read a registry its build (root) wrote
+    atomic_write(registry_path(), json.dumps({"toolchains": entries}, indent=2, sort_keys=True).encode())
 
 
 def _kind_module(kind: str):

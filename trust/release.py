@@ -1,0 +1,88 @@
+"""The release step: sign what a store's current generations serve.
+
+    store.generations()  the current generation of each (arch, lane) (filters: arches, lanes)
+    store.list_artifacts(arch, lane, current_only=True)  page by page
+        -> manifest kernels {key: {key inputs, sha256, size, ir_sha256, metadata, provenance,
+                                   generation}}
+    manifest.json  signed by the release key, version V
+    index.json     signed by the release key, version V, naming manifest.json's sha256 and size
+    written to OUT: root.json (copied, checked first), manifest.json, then index.json, each by
+    rename, so a reader of OUT never sees an index naming a manifest that is not there yet
+
+V defaults to one more than the index already in OUT (1 for a new directory): versions only
+grow, which is what a host's rollback check expects.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+from rocke_aot.cache.keys import inputs_dict, thaw
+from rocke_aot.cache.store import Store
+from rocke_aot.errors import SpecError, TrustError
+from rocke_aot.paths import atomic_write
+from rocke_aot.trust import metadata as md
+from rocke_aot.trust.keys import PrivateKey
+
+PAGE = 1000
+
+
+def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[str] = ()
+                    ) -> tuple[list[dict[str, str]], dict[str, dict[str, Any]]]:
+    """(generations, kernels) of the current generation of every (arch, lane) selected."""
+    want_arch, want_lane = set(arches), set(lanes)
+    gens, kernels = [], {}
+    for g in store.generations():
+        if not g.current or (want_arch and g.arch not in want_arch) or (want_lane and g.lane not in want_lane):
+            continue
+        gens.append({"arch": g.arch, "lane": g.lane, "generation": g.id})
+        cursor = None
+        while True:
+            page, cursor = store.list_artifacts(arch=g.arch, lane=g.lane, cursor=cursor, limit=PAGE)
+            for a in page:
+                kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
+                                  "metadata": thaw(a.metadata), "provenance": thaw(a.provenance),
+                                  "generation": g.id}
+            if cursor is None:
+                break
+    if not gens:
+        raise SpecError("no current generation in the store matches the selection: nothing to sign")
+    return gens, kernels
+
+
+def next_version(out: Path) -> int:
+    try:
+        return int(json.loads((out / "index.json").read_text())["signed"]["version"]) + 1
+    except FileNotFoundError:
+        return 1
+    except (ValueError, KeyError, TypeError) as e:
+        raise TrustError(f"{out / 'index.json'} is not an index ({e}); give --version") from None
+
+
+def release(store: Store, out: str | Path, root_doc: dict[str, Any], key: PrivateKey, *, version: int | None = None,
+            expires_days: float = 30.0, arches: Iterable[str] = (), lanes: Iterable[str] = (),
+            now: datetime | None = None) -> dict[str, Any]:
+    """Sign the selected current generations of ``store`` into ``out``; returns a summary."""
+    out = Path(out)
+    now = now or datetime.now(timezone.utc)
+    keyid = key.public.keyid
+    roles = root_doc.get("signed", {}).get("roles", {}) if isinstance(root_doc, dict) else {}
+    if keyid not in roles.get("release", {}).get("keyids", ()):
+        raise TrustError(f"root.json does not list key {keyid[:16]} as a release key: hosts would refuse "
+                         "what it signs (sign a new root.json that lists it first)")
+    version = next_version(out) if version is None else version
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise SpecError(f"version must be a positive int, got {version!r}")
+    expires = now + timedelta(days=expires_days)
+    gens, kernels = current_kernels(store, arches, lanes)
+    manifest = md.make_manifest(version, expires, gens, kernels)
+    manifest_bytes = md.dumps(md.sign(manifest, [key]))
+    index_bytes = md.dumps(md.sign(md.make_index(version, expires, manifest_bytes, manifest), [key]))
+    atomic_write(out / "root.json", md.dumps(root_doc))
+    atomic_write(out / "manifest.json", manifest_bytes)
+    atomic_write(out / "index.json", index_bytes)
+    return {"version": version, "expires": md.iso(expires), "generations": gens, "kernels": len(kernels),
+            "manifest_bytes": len(manifest_bytes), "index_bytes": len(index_bytes), "out": str(out)}
