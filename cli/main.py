@@ -57,6 +57,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Serve the kernel cache over HTTP (FastAPI + uvicorn)."),
     "fetch": ("rocke_aot.cli.fetch", "fetch",
         "Fetch the code object of KEY (verified; cached locally; ROCKE_AOT_OFFLINE=1: local only)."),
+    "trust": ("rocke_aot.cli.trust", "trust",
+        "Keys and signed metadata of generations (TUF-style: root -> release key -> manifest)."),
     "publish": ("rocke_aot.cli.publish", "publish",
         "Publish a code object FILE to a service under the key of its inputs."),
     "settings": ("rocke_aot.cli.settings", "settings_cmd",

@@ -19,7 +19,9 @@ import tempfile
 import click
 
 from rocke_aot.cache.db import ENV_CACHE, resolve_url
+from rocke_aot import settings
 from rocke_aot.errors import SpecError
+from rocke_aot.trust.keys import public_key
 
 HTTP_PROTOCOL = "rocke_aot.service.protocol:BoundedHttpTools"  # an import string: workers are spawned
 
@@ -37,9 +39,15 @@ HTTP_PROTOCOL = "rocke_aot.service.protocol:BoundedHttpTools"  # an import strin
 @click.option("--create", is_flag=True, default=False,
               help="Create an empty store when the cache does not exist yet (a fresh volume); without it a "
               "missing cache is an error, so a mistyped path never serves an empty store.")
+@click.option("--trust-dir", type=click.Path(file_okay=False), default=None,
+              help="Directory of the signed metadata served at /v1/trust/ (`rocke-aot trust sign -o`); with "
+              "--token-file and --root-key, PUT /v1/trust replaces it after checking every signature.")
+@click.option("--root-key", default=None, metavar="PUB",
+              help="The root public key (.pub file or ed25519:<hex>) a published signed generation must verify with.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create, log_level) -> None:
+def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create, trust_dir, root_key,
+          log_level) -> None:
     """Serve the kernel cache over HTTP (FastAPI + uvicorn).
 
     \b
@@ -67,6 +75,12 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
         os.environ.pop(service_app.ENV_TOKEN_FILE, None)
     if max_publish_bytes is not None:
         os.environ[service_app.ENV_MAX_PUBLISH] = str(max_publish_bytes)
+    for name, value in ((settings.SERVE_TRUST_DIR, trust_dir and os.path.abspath(trust_dir)),
+                        (settings.SERVE_ROOT_KEY, root_key and str(public_key(root_key).as_pin()))):
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
     service_app.app_from_env().state.store.close()  # open once here: a bad URL fails before binding
     multiproc = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

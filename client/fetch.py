@@ -96,7 +96,7 @@ class Fetcher:
                                    f"(a .pub file or ed25519:<hex>), or ${ENV_INSECURE}=1 to fetch unsigned kernels")
         if self.insecure:
             warnings.warn(InsecureFetchWarning(
-                f"no pinned root key and {ENV_INSECURE}=1: kernels are fetched WITHOUT signature checks; "
+                f"no pinned root key and insecure (or {ENV_INSECURE}=1): kernels are fetched WITHOUT signature checks; "
                 "any server or network path can hand this host code the builder never built"), stacklevel=2)
         self.trusted = Trusted(key, self.store.trust_dir, now=now) if key is not None else None
         self._accepted: Accepted | None = None

@@ -11,6 +11,7 @@
     GET  /v1/kernels                 keyset-paginated listing (arch, lane, family filters)
     POST /v1/select                  the shared select(): ranked candidates + rejections
     PUT  /v1/kernels/{key}           publish (bearer token; verified; 401/403/409/413/422)
+    GET  /v1/trust/{name}, PUT /v1/trust   signed metadata of the generations (service/trust.py)
     GET  /healthz, GET /metrics
 
 Reads never write (no last-read touches): a replica can run on a read-only role. Hot blob
@@ -48,6 +49,7 @@ from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
 from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.service import access, errors, guard
+from rocke_aot.service import trust as trust_routes
 from rocke_aot.service.errors import (
     Conflict,
     FieldError,
@@ -72,6 +74,7 @@ from rocke_aot.service.schemas import (
     SelectResponse,
 )
 from rocke_aot.targets import Target
+from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.variants import table
 from rocke_aot.variants.families import FAMILIES, problem_from_dict
 
@@ -293,13 +296,16 @@ def kernel_meta(a: Artifact, request: Request) -> KernelMeta:
 def create_app(store: Store | str, *, token: str | None = None, max_publish: int = DEFAULT_MAX_PUBLISH,
                max_body: int = DEFAULT_MAX_BODY, frame_cache_bytes: int = 64 << 20,
                budget_s: float = guard.DEFAULT_BUDGET_S, max_in_flight: int = guard.DEFAULT_MAX_IN_FLIGHT,
-               select_slots: int = DEFAULT_SELECT_SLOTS) -> FastAPI:
+               select_slots: int = DEFAULT_SELECT_SLOTS, trust_dir: str | None = None,
+               root_key: PublicKey | None = None) -> FastAPI:
     """The service over ``store`` (a Store, or a URL opened read-only where possible).
 
     ``token`` None: publishing is off (403). A token enables PUT for bearers of it.
     ``budget_s``: a request not answering by then gets 503; ``max_in_flight`` requests at once
     per process, more get 503 Busy; ``select_slots`` selects rank at once (others wait, within
     the budget).
+    ``trust_dir``: the signed metadata served at /v1/trust/ (service/trust.py); ``root_key``
+    the pinned key a PUT /v1/trust is checked against.
     """
     own_store = not isinstance(store, Store)
     the_store = access.open_store(store, readonly=token is None) if own_store else store
@@ -319,6 +325,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     app.state.token = token
     watch = access.StoreWatch(the_store)
     slots = asyncio.Semaphore(select_slots)
+    trust_routes.install(app, trust_dir, root_key)
     errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
     route_holder: dict = {}
     app.add_middleware(HotBlobs, frames=frames, metrics=metrics, route_holder=route_holder)
@@ -561,4 +568,6 @@ def app_from_env() -> FastAPI:
             token = f.read().strip() or None
     max_publish = settings.integer(ENV_MAX_PUBLISH)
     max_publish = DEFAULT_MAX_PUBLISH if max_publish is None else max_publish
-    return create_app(url, token=token, max_publish=max_publish)
+    root = settings.raw(settings.SERVE_ROOT_KEY)
+    return create_app(url, token=token, max_publish=max_publish, trust_dir=settings.raw(settings.SERVE_TRUST_DIR),
+                      root_key=public_key(root) if root else None)

@@ -34,6 +34,7 @@ from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
+from rocke_aot import errors
 from rocke_aot.errors import (
     CacheError,
     IntegrityError,
@@ -69,6 +70,10 @@ class RemoteError(RockeError):
 _BY_NAME: dict[str, type[RockeError]] = {
     "LaneError": LaneError, "IntegrityError": IntegrityError, "Unauthorized": Unauthorized,
     "ReadOnly": ReadOnly, "Conflict": Conflict, "TooLarge": TooLarge,
+    # a refused signed generation (PUT /v1/trust) keeps its name
+    **{c.__name__: c for c in (errors.TrustError, errors.SignatureError, errors.UnlistedKeyError,
+                               errors.ExpiredError, errors.RollbackError, errors.BlobMismatchError,
+                               errors.MixedGenerationError)},
 }
 _BY_STATUS: dict[int, type[RockeError]] = {
     401: Unauthorized, 403: ReadOnly, 404: NotFoundError, 409: Conflict, 413: TooLarge, 422: SpecError,
@@ -247,6 +252,13 @@ class Client:
         if explain:
             body["explain"] = True
         return self._request("POST", "/v1/select", json=body).json()
+
+    def publish_generation(self, root: str, index: str, manifest: str) -> dict[str, Any]:
+        """PUT /v1/trust: the texts of a signed generation's root.json, index.json, manifest.json."""
+        if not self.token:
+            raise Unauthorized(f"publishing needs a token (token=..., or ${ENV_TOKEN})")
+        return self._request("PUT", "/v1/trust", json={"root": root, "index": index, "manifest": manifest},
+                             headers={"Authorization": f"Bearer {self.token}"}).json()
 
     def publish(self, inputs: KeyInputs, code_object: bytes, *, ir_sha256: str,
                 metadata: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:

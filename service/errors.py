@@ -5,6 +5,7 @@
     LaneError, SpecError, CodeObjectError,
       AdmissionError, CapabilityError      422
     NotFoundError                          404
+    TrustError (signed metadata refused)   422   RollbackError 409
     IntegrityError                         500   counted in metrics, logged; the bytes never leave
     SchemaVersionError                     503
     CacheAccessError (store gone, replaced,
@@ -38,8 +39,10 @@ from rocke_aot.errors import (
     LaneError,
     NotFoundError,
     RockeError,
+    RollbackError,
     SchemaVersionError,
     SpecError,
+    TrustError,
 )
 from rocke_aot.errors import Conflict, ReadOnly, ServiceError, TooLarge, Unauthorized  # noqa: F401  (re-exported)
 
@@ -62,6 +65,8 @@ STATUS: dict[type[BaseException], int] = {
     CodeObjectError: 422,
     AdmissionError: 422,
     CapabilityError: 422,
+    RollbackError: 409,
+    TrustError: 422,
     NotFoundError: 404,
     IntegrityError: 500,
     SchemaVersionError: 503,

@@ -184,11 +184,11 @@ def test_cli_fetch_and_publish(server, tmp_path):
     base, src = server
     a = src.find()[2]
     out = tmp_path / "k.hsaco"
-    p = subprocess.run([EXE, "fetch", "--server", base, "--cache", str(tmp_path / "l.sqlite"), a.key, "-o", str(out),
-                        "--json"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([EXE, "fetch", "--server", base, "--local", str(tmp_path / "l"), "--insecure", a.key, "-o",
+                        str(out), "--json"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert hashlib.sha256(out.read_bytes()).hexdigest() == a.sha256 == json.loads(p.stdout)["sha256"]
-    p = subprocess.run([EXE, "fetch", "--server", base, "--cache", str(tmp_path / "l.sqlite"), "0" * 64],
+    p = subprocess.run([EXE, "fetch", "--server", base, "--local", str(tmp_path / "l"), "--insecure", "0" * 64],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "NotFoundError" in p.stderr
     art = src.get(a.key)

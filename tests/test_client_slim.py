@@ -25,6 +25,7 @@ from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, OfflineMiss, ServiceSource
 from rocke_aot.errors import IntegrityError, SpecError
 
+pytestmark = pytest.mark.filterwarnings("ignore::rocke_aot.client.InsecureFetchWarning")
 HEAVY = ("fastapi", "starlette", "sqlalchemy", "llvmlite", "rocke_aot.aot", "rocke_aot.service", "alembic",
          "uvicorn")
 

@@ -45,6 +45,10 @@ class PublicKey:
     def as_dict(self) -> dict[str, str]:
         return {"keytype": KEYTYPE, "public": self.public}
 
+    def as_pin(self) -> str:
+        """The inline form configuration takes: "ed25519:<hex>"."""
+        return f"{KEYTYPE}:{self.public}"
+
     def verify(self, signature_hex: str, data: bytes) -> bool:
         try:
             sig = bytes.fromhex(signature_hex)

@@ -151,8 +151,12 @@ def make_root(version: int, expires: datetime, root_keys: list[PublicKey], relea
 def check_root(doc: Mapping[str, Any], pinned: PublicKey, now: datetime) -> Root:
     """A root.json signed by the pinned key, listing it as a root key, not expired."""
     signed = doc["signed"]
-    pinned_role = Role((pinned.keyid,), 1)
-    verify(doc, {pinned.keyid: pinned}, pinned_role, "root.json")
+    try:
+        verify(doc, {pinned.keyid: pinned}, Role((pinned.keyid,), 1), "root.json")
+    except UnlistedKeyError:
+        raise UnlistedKeyError(f"root.json is not signed by the pinned root key {pinned.keyid[:16]} (signed by "
+                               f"{', '.join(str(s.get('keyid'))[:16] for s in doc['signatures'] if isinstance(s, dict))})"
+                               ) from None
     version = _common(signed, "root", "root.json", now)
     try:
         keys = {kid: PublicKey.from_dict(k) for kid, k in signed["keys"].items()}
