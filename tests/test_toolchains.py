@@ -89,6 +89,8 @@ def test_register_and_remove_an_offline_interpreter(tmp_home, llvm20):
     assert r.exit_code == 0, r.output
     assert "llvm20" in r.output
     assert [tc.detect().lane for tc in tcs.detect_all()][:2] == ["llvm22", "llvm20"]
+    # readable by every user: an image's non-root user reads the registry its build (root) wrote
+    assert tcs.registry_path().stat().st_mode & 0o777 == 0o644
     r = CliRunner().invoke(cli, ["toolchain", "remove", llvm20.python])
     assert r.exit_code == 0
     assert "llvm20" not in [tc.detect().lane for tc in tcs.detect_all()]
