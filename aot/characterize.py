@@ -415,8 +415,14 @@ def probe_lanes(probers: Mapping[str, LaneProber], arches: Sequence[str] | None 
                     else:
                         futures[key] = pool.submit_task(_probe_task, prober, processor, probe)
         results = {**fixed, **{k: f.result() for k, f in futures.items()}}
-    return {lane: document(prober, {k[1:]: v for k, v in results.items() if k[0] == lane}, arches)
+    from rocke_aot.aot.characterize_emission import emission
+
+    emitted = emission(probers, arches, jobs=jobs)
+    docs = {lane: document(prober, {k[1:]: v for k, v in results.items() if k[0] == lane}, arches)
             for lane, prober in probers.items()}
+    for lane, doc in docs.items():
+        doc["emission"] = emitted[lane]
+    return docs
 
 
 def document(prober: LaneProber, results: Mapping[tuple[str, str], dict], arches: Sequence[str]) -> dict[str, Any]:
@@ -445,6 +451,9 @@ def document(prober: LaneProber, results: Mapping[tuple[str, str], dict], arches
         "probe_options": PROBE_OPTIONS,
         "arches": doc_arches,
         "summary": counts,
+        # how this document was made (and is checked): the domain and emission probes alike
+        "commands": {"write": f"rocke-aot characterize --write --lane {prober.lane.name}",
+                     "check": f"rocke-aot characterize --check --lane {prober.lane.name}"},
     }
 
 
@@ -503,6 +512,11 @@ def differences(recorded: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[s
         for what, a, b in pairs:
             if a != b:
                 out.append(f"{processor} {what}: recorded {a}, measured {b}")
+    for processor, entry in fresh.get("emission", {}).items():
+        old = recorded.get("emission", {}).get(processor, {})
+        for what, value in entry.items():
+            if old.get(what) != value:
+                out.append(f"{processor} emission {what}: recorded {old.get(what)}, measured {value}")
     return out
 
 

@@ -176,3 +176,39 @@ def test_variants_cli_shows_the_backing_column(capsys):
     # every lane of the registry has a real compiler here now, llvm23 AMD's LLVM 23
     assert set(recorded) == set(lanes.LANE_NAMES)
     assert rows["llvm23"]["backing"] == "characterized" and "23.0.0git" in rows["llvm23"]["backing_detail"]
+
+
+AMDGPU = ("gfx90a", "gfx942", "gfx950", "gfx1250")
+_EMISSION_FACTS = ("datalayout", "triples", "target_id", "amdgpu_no", "lowered_to")
+
+
+def test_the_llvm23_profile_follows_from_the_emission_probes(recorded):
+    # docs/llvm23-lane.md: on every AMDGPU arch AMD's LLVM 23 measures as LLVM 22 does in every
+    # emission fact (datalayout, triple forms, target-ID settings, amdgpu-no-* inference, what
+    # each matrix intrinsic lowers to), and unlike LLVM 24 in datalayout, triple and target ID.
+    em = {lane: recorded[lane]["emission"] for lane in ("llvm22", "llvm23", "llvm24")}
+    for arch in AMDGPU:
+        for fact in _EMISSION_FACTS:
+            assert em["llvm23"][arch][fact] == em["llvm22"][arch][fact], (arch, fact)
+        for fact in ("datalayout", "triples", "target_id"):
+            assert em["llvm23"][arch][fact] != em["llvm24"][arch][fact], (arch, fact)
+        subarch = lanes.amdgpu_subarch_triple(arch)
+        assert em["llvm23"][arch]["triples"][subarch]["accepted"] is False
+        assert em["llvm24"][arch]["triples"][subarch]["accepted"] is True
+        # the O3 pipeline of LLVM 23 infers every amdgpu-no-* input the minimal kernel leaves out
+        assert em["llvm23"][arch]["amdgpu_no"]["lane_compile"] == []
+        assert "dispatch_ptr" in em["llvm23"][arch]["amdgpu_no"]["codegen_only"]
+    # ... so the registry gives llvm23 LLVM 22's emission tables, and only the capability set
+    # differs (no sm_90: the library has no NVPTX back end, recorded as arch_absent)
+    p22, p23 = lanes.PROFILES["llvm22"], lanes.PROFILES["llvm23"]
+    assert p23.datalayout("amdgcn") == p22.datalayout("amdgcn") == em["llvm23"]["gfx942"]["datalayout"]["reported"]
+    assert p23.intrinsics == p22.intrinsics and p23.amdgpu_no_inputs == p22.amdgpu_no_inputs
+    assert p23.amdgpu_no_agpr == p22.amdgpu_no_agpr
+    assert p22.capabilities - p23.capabilities == {"target:sm_90", "mma:sm_90"}
+    assert recorded["llvm23"]["arches"]["sm_90"]["target"]["status"] == "arch_absent"
+
+
+def test_every_record_says_how_it_was_made(recorded):
+    for lane, doc in recorded.items():
+        assert doc["commands"]["write"] == f"rocke-aot characterize --write --lane {lane}"
+        assert set(doc["emission"]) == {a for a in AMDGPU if recorded[lane]["arches"][a]["target"]["status"] == "ok"}

@@ -157,7 +157,7 @@ def _emit(lib, tm, mod, kind):
 def _check_stderr(ctx, mark):
     for line in ctx.stderr()[mark:].splitlines():
         if any(w in line for w in _FATAL_WARNINGS) or line.lstrip().startswith("error:"):
-            ctx.fail(f"LLVM diagnostic treated as an error: {line.strip()}")
+            raise HandlerError(f"LLVM diagnostic treated as an error: {line.strip()}")
 
 
 def _run(lib, ctx, ir, triple, processor, features, opts, *, asm=False, print_ir=False):
@@ -167,10 +167,10 @@ def _run(lib, ctx, ir, triple, processor, features, opts, *, asm=False, print_ir
     try:
         mod, err = _parse(lib, llctx, ir)
         if mod is None:
-            ctx.fail(f"invalid LLVM IR: {err.strip()}")
+            raise HandlerError(f"invalid LLVM IR: {err.strip()}")
         msg = _c()
         if lib.LLVMVerifyModule(mod, 2, ctypes.byref(msg)):  # LLVMReturnStatusAction
-            ctx.fail(f"invalid LLVM IR: {_message(lib, msg).strip()}")
+            raise HandlerError(f"invalid LLVM IR: {_message(lib, msg).strip()}")
         _message(lib, msg)
         tm = _target_machine(lib, triple, processor, features, opts["opt_level"], opts["reloc"], opts["code_model"])
         if opts.get("pipeline"):
@@ -181,7 +181,7 @@ def _run(lib, ctx, ir, triple, processor, features, opts, *, asm=False, print_ir
                     m = lib.LLVMGetErrorMessage(e)
                     text = ctypes.string_at(m).decode("utf-8", "replace")
                     lib.LLVMDisposeErrorMessage(m)
-                    ctx.fail(f"LLVMRunPasses({opts['pipeline']!r}) failed: {text}")
+                    raise HandlerError(f"LLVMRunPasses({opts['pipeline']!r}) failed: {text}")
             finally:
                 lib.LLVMDisposePassBuilderOptions(pbo)
         text = _message(lib, _c(lib.LLVMPrintModuleToString(mod))) if print_ir else None
@@ -218,9 +218,9 @@ def _info(payload, blob, ctx):
         lib.LLVMContextDispose(llctx)
     m = _READER.search(said or "")
     if not m:
-        ctx.fail(f"the library's bitcode reader did not name its LLVM version (it said: {said!r})")
+        raise HandlerError(f"the library's bitcode reader did not name its LLVM version (it said: {said!r})")
     if int(m.group(1)) != major.value:
-        ctx.fail(f"LLVMGetVersion says {major.value}.{minor.value}.{patch.value}, the bitcode reader {m.group(0)}")
+        raise HandlerError(f"LLVMGetVersion says {major.value}.{minor.value}.{patch.value}, the bitcode reader {m.group(0)}")
     return {"llvm_version": f"{m.group(1)}.{m.group(2)}.{m.group(3)}{m.group(4)}", "llvm_major": major.value,
             "c_api_version": [major.value, minor.value, patch.value], "reader_message": said}, None
 
@@ -261,7 +261,7 @@ def _compile(payload, blob, ctx):
     lib = _library(payload)
     for key in ("opt_level", "reloc", "code_model", "pipeline"):
         if key not in payload.get("options", {}):
-            ctx.fail(f"llvm23.compile needs options[{key!r}] (aot/compiler/options.py VENDOR23)")
+            raise HandlerError(f"llvm23.compile needs options[{key!r}] (aot/compiler/options.py VENDOR23)")
     mark = len(ctx.stderr())
     ir = payload["ir"].encode() if "ir" in payload else blob
     obj, asm, text = _run(lib, ctx, ir, payload["triple"], payload["processor"], payload.get("features", ""),
@@ -270,9 +270,20 @@ def _compile(payload, blob, ctx):
     return {"asm": asm, "ir": text, "log": ctx.stderr()[mark:]}, obj
 
 
+def _boundary(handler):
+    """This module's HandlerError -> the host worker's (ctx.fail): a controlled failure, reported
+    with its message, never as a traceback of an unexpected exception."""
+    def run(payload, blob, ctx):
+        try:
+            return handler(payload, blob, ctx)
+        except HandlerError as e:
+            ctx.fail(str(e))
+    return run
+
+
 HANDLERS = {
-    "llvm23.info": _info,
-    "llvm23.target": _target,
-    "llvm23.describe": _describe,
-    "llvm23.compile": _compile,
+    "llvm23.info": _boundary(_info),
+    "llvm23.target": _boundary(_target),
+    "llvm23.describe": _boundary(_describe),
+    "llvm23.compile": _boundary(_compile),
 }
