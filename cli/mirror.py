@@ -1,0 +1,97 @@
+"""`rocke-aot mirror export|sync`: a signed generation as a static tree (trust/mirror.py).
+
+    export --cache URL --signed DIR -o TREE   TREE/{root,index,manifest}.json + blobs/<sha256>.zst
+    sync   --cache URL --signed DIR TREE      the same, writing only the blobs TREE lacks
+    --root-key PUB   check DIR's signatures as a host would before writing anything
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rocke_aot.cli.options import emit_json, json_option
+
+_cache = click.option("--cache", "cache_url", metavar="URL", default=None,
+                      help="The store holding the blobs (default: $ROCKE_AOT_CACHE).")
+_signed = click.option("--signed", "signed_dir", required=True, type=click.Path(exists=True, file_okay=False),
+                       help="The signed metadata (`rocke-aot trust sign -o DIR`).")
+_root_key = click.option("--root-key", default=None, metavar="PUB",
+                         help="Check DIR against this root public key first (.pub file or ed25519:<hex>).")
+
+
+@click.group("mirror")
+def mirror() -> None:
+    """Static mirrors of signed generations for any HTTP server, object store or CDN.
+
+    \b
+    Example:
+        rocke-aot mirror export --cache cache.sqlite --signed signed/ -o /srv/www/rocke
+        rocke-aot mirror sync --cache cache.sqlite --signed signed/ /srv/www/rocke
+    """
+
+
+def _check(signed_dir: str, root_key: str | None) -> None:
+    if root_key is None:
+        return
+    from datetime import datetime, timezone
+
+    from rocke_aot.trust import keys, metadata as md
+
+    d, now = Path(signed_dir), datetime.now(timezone.utc)
+    root = md.check_root(md.loads((d / "root.json").read_bytes(), "root.json"), keys.public_key(root_key), now)
+    index = md.check_index(md.loads((d / "index.json").read_bytes(), "index.json"), root, now)
+    md.check_manifest((d / "manifest.json").read_bytes(), index, root, now)
+
+
+def _report(rep, as_json: bool) -> None:
+    if as_json:
+        emit_json(rep.as_dict())
+    else:
+        click.echo(f"{rep.tree}: manifest version {rep.version}, {rep.kernels} blobs listed; "
+                   f"{rep.blobs_written} written ({rep.bytes_written} bytes), {rep.blobs_kept} kept, "
+                   f"{rep.blobs_pruned} pruned")
+
+
+@mirror.command("export")
+@_cache
+@_signed
+@_root_key
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="The tree to write.")
+@json_option
+def export_cmd(cache_url, signed_dir, root_key, out, as_json) -> None:
+    """Write a signed generation and every blob it lists as a static tree.
+
+    \b
+    Example:
+        rocke-aot mirror export --cache cache.sqlite --signed signed/ --root-key root.key.pub -o /srv/www/rocke
+    """
+    from rocke_aot.cache.store import Store
+    from rocke_aot.trust import mirror as m
+
+    _check(signed_dir, root_key)
+    with Store.open(cache_url, readonly=True) as store:
+        _report(m.export(store, signed_dir, out), as_json)
+
+
+@mirror.command("sync")
+@_cache
+@_signed
+@_root_key
+@click.option("--prune", is_flag=True, help="Also remove blobs the manifest no longer lists.")
+@click.argument("tree", type=click.Path(file_okay=False))
+@json_option
+def sync_cmd(cache_url, signed_dir, root_key, prune, tree, as_json) -> None:
+    """Update TREE to the signed generation, writing only the blobs it does not hold yet.
+
+    \b
+    Example:
+        rocke-aot mirror sync --cache cache.sqlite --signed signed/ /srv/www/rocke --prune
+    """
+    from rocke_aot.cache.store import Store
+    from rocke_aot.trust import mirror as m
+
+    _check(signed_dir, root_key)
+    with Store.open(cache_url, readonly=True) as store:
+        _report(m.sync(store, signed_dir, tree, prune=prune), as_json)

@@ -1,0 +1,207 @@
+"""Static mirrors served by a real nginx (Debian's), and the attacks a mirror can try.
+
+    store (8 real kernels) ──trust sign──> signed/ ──rocke-aot mirror export──> tree/
+    nginx (unprivileged, loopback) serving a copy of tree/ per test
+    Fetcher([MirrorSource(nginx)], root_key=pinned): every kernel's bytes equal the store's
+    each attack (tampered blob, tampered manifest, replayed older manifest, expired manifest,
+    swapped key, a mirror serving another generation) -> its named error, nothing stored,
+    the versions seen unchanged; mirrors then the service tried in order
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import zstandard
+
+from _nginx import nginx, served_dir
+from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
+from rocke_aot.errors import (
+    BlobMismatchError,
+    ExpiredError,
+    MixedGenerationError,
+    RollbackError,
+    SignatureError,
+    UnlistedKeyError,
+)
+from rocke_aot.trust import keys
+from rocke_aot.trust import metadata as md
+from rocke_aot.trust.release import release
+
+NOW = datetime.now(timezone.utc)
+
+
+def root_doc(key, release_pub):
+    return md.sign(md.make_root(1, NOW + timedelta(days=365), [key.public], [release_pub]), [key])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, kernel_bundle):
+    d = tmp_path_factory.mktemp("mirror")
+    for name in ("root", "release", "evil"):
+        keys.generate(d / f"{name}.key")
+    k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
+    store = filled_store(d / "built.sqlite", kernel_bundle[1])
+    root = root_doc(k["root"], k["release"].public)
+    release(store, d / "signed1", root, k["release"], version=1)
+    release(store, d / "signed2", root, k["release"], version=2)
+    release(store, d / "signed2b", root, k["release"], version=2, expires_days=20)  # another v2
+    release(store, d / "expired", root, k["release"], version=3, expires_days=-1)
+    release(store, d / "evil", root_doc(k["evil"], k["evil"].public), k["evil"], version=9)
+    p = subprocess.run([EXE, "mirror", "export", "--cache", str(d / "built.sqlite"), "--signed", str(d / "signed2"),
+                        "--root-key", str(d / "root.key.pub"), "-o", str(d / "tree"), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    yield {"d": d, "k": k, "store": store, "pin": str(d / "root.key.pub"), "export": json.loads(p.stdout)}
+    store.close()
+
+
+@pytest.fixture()
+def tree(world):
+    """A fresh copy of the exported tree that nginx can read; removed after the test."""
+    where = served_dir()
+    shutil.copytree(world["d"] / "tree", where / "tree")
+    yield where / "tree"
+    shutil.rmtree(where)
+
+
+def host(world, tmp_path, sources, **kw):
+    """A GPU host's Fetcher: the sources in order (a URL string is a mirror), the pinned root key."""
+    return Fetcher([MirrorSource(s, retries=0) if isinstance(s, str) else s for s in sources],
+                   LocalStore(tmp_path / "host"), root_key=world["pin"], **kw)
+
+
+def nothing_stored(tmp_path) -> bool:
+    return LocalStore(tmp_path / "host").keys() == [] and not (tmp_path / "host" / "blobs").exists()
+
+
+def test_export_writes_every_listed_blob_as_a_zstd_frame_and_a_small_index(world):
+    tree, store = world["d"] / "tree", world["store"]
+    arts = store.find()
+    assert world["export"]["blobs_written"] == len({a.sha256 for a in arts}) and world["export"]["version"] == 2
+    for a in arts:
+        frame = (tree / "blobs" / f"{a.sha256}.zst").read_bytes()
+        assert zstandard.ZstdDecompressor().decompress(frame) == store.get(a.key).code_object
+    for n in ("root.json", "index.json", "manifest.json"):
+        assert (tree / n).read_bytes() == (world["d"] / "signed2" / n).read_bytes()
+    assert (tree / "index.json").stat().st_size < 2048  # what a host reads at start-up
+
+
+def test_every_kernel_from_nginx_verified(world, tree, tmp_path):
+    store = world["store"]
+    with nginx(tree) as base, host(world, tmp_path, [base]) as f:
+        for a in store.find():
+            k = f.get(a.key)
+            assert k.code_object == store.get(a.key).code_object
+            assert k.origin["source"] == base and k.origin["manifest_version"] == 2
+            assert hashlib.sha256(k.code_object).hexdigest() == a.sha256
+    assert len(LocalStore(tmp_path / "host").keys()) == len(store.find())
+
+
+def test_sync_writes_only_new_blobs(world, tmp_path):
+    d = world["d"]
+    shutil.copytree(d / "tree", tmp_path / "tree")
+    gone = sorted((tmp_path / "tree" / "blobs").iterdir())[0]
+    gone.unlink()
+
+    def sync(*extra):
+        p = subprocess.run([EXE, "mirror", "sync", "--cache", str(d / "built.sqlite"), "--signed", str(d / "signed2"),
+                            str(tmp_path / "tree"), "--json", *extra], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    r = sync()
+    assert r["blobs_written"] == 1 and r["blobs_kept"] == r["kernels"] - 1 and gone.is_file()
+    (tmp_path / "tree" / "blobs" / ("0" * 64 + ".zst")).write_bytes(b"stale")
+    r = sync("--prune")
+    assert r["blobs_written"] == 0 and r["blobs_pruned"] == 1
+
+
+ATTACKS = ["tampered blob", "tampered manifest", "tampered manifest and index", "replayed older manifest",
+           "expired manifest", "swapped key", "another generation, same version", "index of another manifest"]
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_each_attack_is_refused_and_nothing_is_stored(world, tree, tmp_path, attack):
+    d, store = world["d"], world["store"]
+    a = store.find()[0]
+    state = tmp_path / "host" / "trust" / "state.json"
+
+    def serve(src: str, *names):
+        for n in names or ("root.json", "index.json", "manifest.json"):
+            shutil.copy(d / src / n, tree / n)
+
+    def seen_v2():  # the host accepted version 2 before (from a good mirror)
+        with nginx(tree) as base, host(world, tmp_path, [base]) as f:
+            f.accepted()
+        shutil.rmtree(tmp_path / "host" / "kernels", ignore_errors=True)
+
+    if attack == "tampered blob":
+        other = store.get(store.find()[1].key).code_object
+        forged = (other * 2)[:a.size]  # the signed size, other bytes, a valid frame
+        (tree / "blobs" / f"{a.sha256}.zst").write_bytes(zstandard.ZstdCompressor().compress(forged))
+        expected = BlobMismatchError
+    elif attack.startswith("tampered manifest"):
+        doc = json.loads((tree / "manifest.json").read_bytes())
+        doc["signed"]["kernels"][a.key]["size"] += 1
+        data = md.dumps(doc)
+        (tree / "manifest.json").write_bytes(data)
+        expected = MixedGenerationError
+        if attack.endswith("and index"):
+            ix = json.loads((tree / "index.json").read_bytes())
+            ix["signed"]["manifest"].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+            (tree / "index.json").write_bytes(md.dumps(ix))
+            expected = SignatureError
+    elif attack == "replayed older manifest":
+        seen_v2()
+        serve("signed1")
+        expected = RollbackError
+    elif attack == "expired manifest":
+        serve("expired")
+        expected = ExpiredError
+    elif attack == "swapped key":
+        serve("evil")
+        expected = UnlistedKeyError
+    elif attack == "another generation, same version":
+        seen_v2()
+        serve("signed2b")
+        expected = MixedGenerationError
+    else:  # the index of one signed generation, the manifest of another
+        serve("signed2b", "manifest.json")
+        expected = MixedGenerationError
+    before = state.read_bytes() if state.exists() else None
+    with nginx(tree) as base, host(world, tmp_path, [base]) as f, pytest.raises(expected):
+        f.get(a.key)
+    assert nothing_stored(tmp_path)
+    if attack != "tampered blob":  # (there the metadata is genuine, and accepted)
+        assert (state.read_bytes() if state.exists() else None) == before
+
+
+def test_mirrors_then_the_service_in_order(world, tree, tmp_path):
+    d, store = world["d"], world["store"]
+    a, b = store.find()[:2]
+    bad = served_dir()
+    shutil.copytree(tree, bad / "tree")
+    forged = zstandard.ZstdCompressor().compress(bytes(a.size))
+    (bad / "tree" / "blobs" / f"{a.sha256}.zst").write_bytes(forged)
+    try:
+        extra = ["--trust-dir", str(d / "signed2")]
+        with nginx(bad / "tree") as evil, nginx(tree) as good, \
+                serve_process(f"sqlite:///{d / 'built.sqlite'}", extra=extra) as (_, svc):
+            with host(world, tmp_path, [evil, good, ServiceSource(svc, retries=0)]) as f:
+                k = f.get(a.key)  # the forged blob is refused, the good mirror answers
+                assert k.origin["source"] == good and k.code_object == store.get(a.key).code_object
+            with host(world, tmp_path / "h2", [evil, "http://127.0.0.1:9/x", ServiceSource(svc, retries=0)]) as f:
+                k = f.get(a.key)  # no good mirror: the service, verified against the same key
+                assert k.origin["source"] == svc and k.code_object == store.get(a.key).code_object
+                assert f.get(b.key).origin["source"] == evil  # a bad mirror's good blobs still verify
+    finally:
+        shutil.rmtree(bad)
+    assert os.path.exists(tmp_path / "host" / "blobs" / a.sha256)
