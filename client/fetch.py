@@ -131,18 +131,29 @@ class Fetcher:
         if entry is None:
             raise NotInManifestError(f"kernel {key} is not listed by manifest version {acc.manifest.version} "
                                      f"(from {acc.source})")
-        if self.store.has(key):
-            k = self.store.get(key)
-            if k.origin.get("signed") and k.sha256 == entry.get("sha256") and k.size == entry.get("size"):
-                return k
-            # kept by an unsigned fetch, or of another build: fetch what the manifest says
+        k = self._local(key)
+        if k is not None and k.origin.get("signed") and k.sha256 == entry.get("sha256") \
+                and k.size == entry.get("size"):
+            return k
+        # not here, kept by an unsigned fetch, or of another build: fetch what the manifest says
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
         return self.store.put(self._first_good(f"kernel {key}", lambda src: _signed_from(src, key, entry, acc)))
 
-    def _get_unsigned(self, key: str) -> Kernel:
-        if self.store.has(key):
+    def _local(self, key: str) -> Kernel | None:
+        """The local copy, or None: absent, or lost/changed on disk (the store removes a changed
+        blob when it reads it), which is a miss, fetched again."""
+        if not self.store.has(key):
+            return None
+        try:
             return self.store.get(key)
+        except (NotFoundError, IntegrityError):
+            return None
+
+    def _get_unsigned(self, key: str) -> Kernel:
+        k = self._local(key)
+        if k is not None:
+            return k
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
         return self.store.put(self._first_good(f"kernel {key}", lambda src: _unsigned_from(src, key)))

@@ -6,8 +6,9 @@
     │                         size, launch contract in metadata, provenance, origin)
     └── trust/                what the trust layer persists (highest versions seen, ...)
 
-    put(kernel)   only after the caller verified it: the blob (temp file + fsync + rename),
-                  then the record the same way -> a record never names a missing blob
+    put(kernel)   only after the caller verified it: the blob (temp file + rename), then the
+                  record the same way; no fsync (a crash may lose an entry, and a record whose
+                  blob was lost reads as a miss, fetched again)
     get(key)      record -> blob -> sha256 and size checked on every read (a changed file
                   is an IntegrityError and is removed, never returned)
 
@@ -164,9 +165,11 @@ class LocalStore:
             raise SpecError(f"put of {kernel.key} without its code object")
         check_bytes(kernel.code_object, kernel.sha256, kernel.size, f"kernel {kernel.key}")
         blob = self._blob(kernel.sha256)
+        # No fsync: every read checks size and sha256 (and the record's key against its inputs),
+        # so a crash can lose an entry (fetched again) but never make a wrong one pass.
         if not blob.is_file():
-            atomic_write(blob, kernel.code_object)
-        atomic_write(self._record(kernel.key), json.dumps(kernel.record(), sort_keys=True).encode())
+            atomic_write(blob, kernel.code_object, durable=False)
+        atomic_write(self._record(kernel.key), json.dumps(kernel.record(), sort_keys=True).encode(), durable=False)
         return kernel
 
     def keys(self) -> list[str]:

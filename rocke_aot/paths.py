@@ -26,15 +26,19 @@ def home() -> Path:
     return path
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` whole or not at all (temp file in the same dir, fsync, rename)."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` whole or not at all (temp file in the same dir, fsync, rename).
+
+    ``durable`` False skips the fsync: for files whose every read is verified (a content hash),
+    where a crash may lose the file but never make a wrong one pass."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)  # mkstemp makes 0600; the store is readable like any cache
         os.replace(tmp, path)
     except BaseException:

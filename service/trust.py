@@ -94,7 +94,7 @@ def accept(store: Store, trust_dir: Path, root_key: PublicKey, root: str, index:
             atomic_write(trust_dir / name, data[name])
     atomic_write(trust_dir / "index.json", data["index.json"])
     return {"version": m.version, "kernels": len(m.kernels), "root_version": r.version,
-            "generations": [{"arch": a, "lane": lane, "generation": g} for a, lane, g in m.generations]}
+            "generations": [{"arch": a, "lane": lane, "family": f, "generation": g} for a, lane, f, g in m.generations]}
 
 
 class SignedGeneration(BaseModel):
@@ -109,7 +109,7 @@ class GenerationPublished(BaseModel):
     version: int = Field(description="The manifest version now served")
     kernels: int = Field(description="How many kernels it lists")
     root_version: int
-    generations: list[dict[str, str]] = Field(description="arch, lane and generation id of each one served")
+    generations: list[dict[str, str]] = Field(description="arch, lane, family and generation id of each one served")
 
 
 MetaName = Annotated[Literal["root.json", "index.json", "manifest.json"],

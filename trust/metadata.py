@@ -10,7 +10,7 @@ encoding cache/keys.py hashes keys with, so both sides serialize one way).
     index.json     _type index: version, expires, the manifest's {version, sha256, size},
                    the generations it serves; signed by release keys. Small: a host reads
                    it at start-up and downloads the manifest only when its sha256 moved
-    manifest.json  _type manifest: version, expires, generations [{arch, lane, generation}],
+    manifest.json  _type manifest: version, expires, generations [{arch, lane, family, generation}],
                    kernels {key: {key inputs, sha256, size, ir_sha256, metadata (the launch
                    contract is its "launch"), provenance, generation}}; signed by release keys
 
@@ -181,16 +181,16 @@ class Index:
     manifest_version: int
     manifest_sha256: str
     manifest_size: int
-    generations: tuple[tuple[str, str, str], ...]
+    generations: tuple[tuple[str, str, str, str], ...]
 
 
-def _generations(value: object, what: str) -> tuple[tuple[str, str, str], ...]:
+def _generations(value: object, what: str) -> tuple[tuple[str, str, str, str], ...]:
     try:
-        gens = tuple(sorted((g["arch"], g["lane"], g["generation"]) for g in value))
+        gens = tuple(sorted((g["arch"], g["lane"], g["family"], g["generation"]) for g in value))
     except (KeyError, TypeError) as e:
-        raise TrustError(f"{what}: generations must be [{{arch, lane, generation}}] ({e})") from None
-    if len({(a, lane) for a, lane, _ in gens}) != len(gens):
-        raise MixedGenerationError(f"{what} lists two generations of one (arch, lane)")
+        raise TrustError(f"{what}: generations must be [{{arch, lane, family, generation}}] ({e})") from None
+    if len({g for *_, g in gens}) != len(gens):
+        raise MixedGenerationError(f"{what} lists one generation under two (arch, lane, family)")
     return gens
 
 
@@ -214,19 +214,20 @@ def check_index(doc: Mapping[str, Any], root: Root, now: datetime) -> Index:
 @dataclass(frozen=True)
 class Manifest:
     version: int
-    generations: tuple[tuple[str, str, str], ...]
+    generations: tuple[tuple[str, str, str, str], ...]
     kernels: Mapping[str, Mapping[str, Any]]
 
 
 def make_manifest(version: int, expires: datetime, generations: list[dict[str, str]],
                   kernels: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {"_type": "manifest", "spec_version": SPEC_VERSION, "version": version, "expires": iso(expires),
-            "generations": sorted(generations, key=lambda g: (g["arch"], g["lane"])), "kernels": dict(kernels)}
+            "generations": sorted(generations, key=lambda g: (g["arch"], g["lane"], g["family"], g["generation"])),
+            "kernels": dict(kernels)}
 
 
 def check_manifest(data: bytes, index: Index, root: Root, now: datetime) -> Manifest:
     """The manifest the index names (same sha256, size and version), signed, not expired, whose
-    every kernel belongs to a generation it lists for that kernel's (arch, lane)."""
+    every kernel belongs to a generation it lists for that kernel's (arch, lane, family)."""
     sha = hashlib.sha256(data).hexdigest()
     if sha != index.manifest_sha256 or len(data) != index.manifest_size:
         raise MixedGenerationError(f"manifest.json ({len(data)} bytes, sha256 {sha[:16]}) is not the one "
@@ -240,15 +241,15 @@ def check_manifest(data: bytes, index: Index, root: Root, now: datetime) -> Mani
     gens = _generations(signed.get("generations"), "manifest.json")
     if gens != index.generations:
         raise MixedGenerationError("index.json and manifest.json list different generations")
-    current = {(a, lane): g for a, lane, g in gens}
+    listed = {g: (a, lane, fam) for a, lane, fam, g in gens}
     kernels = signed.get("kernels")
     if not isinstance(kernels, dict):
         raise TrustError(f"manifest.json version {version}: kernels must be an object")
     for key, k in kernels.items():
         if not isinstance(k, dict):
             raise TrustError(f"manifest.json: kernel {key} is not an object")
-        if current.get((k.get("arch"), k.get("lane"))) != k.get("generation"):
+        if listed.get(k.get("generation")) != (k.get("arch"), k.get("lane"), k.get("family")):
             raise MixedGenerationError(f"manifest.json version {version}: kernel {key} is of generation "
-                                       f"{k.get('generation')!r}, not the one it lists for "
-                                       f"({k.get('arch')}, {k.get('lane')})")
+                                       f"{k.get('generation')!r}, which it does not list for "
+                                       f"({k.get('arch')}, {k.get('lane')}, {k.get('family')})")
     return Manifest(version, gens, kernels)

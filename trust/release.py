@@ -1,9 +1,8 @@
-"""The release step: sign what a store's current generations serve.
+"""The release step: sign what a store serves.
 
-    store.generations()  the current generation of each (arch, lane) (filters: arches, lanes)
-    store.list_artifacts(arch, lane, current_only=True)  page by page
+    store.list_artifacts(current_only=True)  the served rows, page by page (filters: arches, lanes)
         -> manifest kernels {key: {key inputs, sha256, size, ir_sha256, metadata, provenance,
-                                   generation}}
+                                   generation}}, generations [{arch, lane, family, generation}]
     manifest.json  signed by the release key, version V
     index.json     signed by the release key, version V, naming manifest.json's sha256 and size
     written to OUT: root.json (copied, checked first), manifest.json, then index.json, each by
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocke_aot.cache.keys import inputs_dict, thaw
+from rocke_aot.cache.generations import generation_of
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import SpecError, TrustError
 from rocke_aot.paths import atomic_write
@@ -32,25 +32,27 @@ PAGE = 1000
 
 def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[str] = ()
                     ) -> tuple[list[dict[str, str]], dict[str, dict[str, Any]]]:
-    """(generations, kernels) of the current generation of every (arch, lane) selected."""
+    """(generations, kernels): every row the store serves (what select serves) of the selected
+    arches and lanes, and the generations those rows belong to (several generations of one
+    family serve side by side while a new one takes over spec by spec: cache/generations.py)."""
     want_arch, want_lane = set(arches), set(lanes)
-    gens, kernels = [], {}
-    for g in store.generations():
-        if not g.current or (want_arch and g.arch not in want_arch) or (want_lane and g.lane not in want_lane):
-            continue
-        gens.append({"arch": g.arch, "lane": g.lane, "generation": g.id})
-        cursor = None
-        while True:
-            page, cursor = store.list_artifacts(arch=g.arch, lane=g.lane, cursor=cursor, limit=PAGE)
-            for a in page:
-                kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
-                                  "metadata": thaw(a.metadata), "provenance": thaw(a.provenance),
-                                  "generation": g.id}
-            if cursor is None:
-                break
-    if not gens:
-        raise SpecError("no current generation in the store matches the selection: nothing to sign")
-    return gens, kernels
+    gens: dict[str, dict[str, str]] = {}
+    kernels: dict[str, dict[str, Any]] = {}
+    cursor = None
+    while True:
+        page, cursor = store.list_artifacts(cursor=cursor, limit=PAGE, current_only=True)
+        for a in page:
+            if (want_arch and a.arch not in want_arch) or (want_lane and a.lane not in want_lane):
+                continue
+            gen = generation_of(a.inputs)
+            gens[gen] = {"arch": a.arch, "lane": a.lane, "family": a.family, "generation": gen}
+            kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
+                              "metadata": thaw(a.metadata), "provenance": thaw(a.provenance), "generation": gen}
+        if cursor is None:
+            break
+    if not kernels:
+        raise SpecError("the store serves no kernel of the selected arches and lanes: nothing to sign")
+    return list(gens.values()), kernels
 
 
 def next_version(out: Path) -> int:
@@ -65,7 +67,7 @@ def next_version(out: Path) -> int:
 def release(store: Store, out: str | Path, root_doc: dict[str, Any], key: PrivateKey, *, version: int | None = None,
             expires_days: float = 30.0, arches: Iterable[str] = (), lanes: Iterable[str] = (),
             now: datetime | None = None) -> dict[str, Any]:
-    """Sign the selected current generations of ``store`` into ``out``; returns a summary."""
+    """Sign what ``store`` serves of the selected arches and lanes into ``out``; returns a summary."""
     out = Path(out)
     now = now or datetime.now(timezone.utc)
     keyid = key.public.keyid
