@@ -1,25 +1,42 @@
-# syntax=docker/dockerfile:1
-# rocke-aot's artifact service over a cache volume.
+# rocke-aot's two images from one script (scripts/setup.sh):
 #
-#   build stage    Debian + scripts/setup.sh --image: runtime apt packages, the venv (pip
-#                  downloads and wheel builds happen here), ptxas, the lane toolchains
-#   runtime stage  the same Debian + setup.sh --image --only apt (runtime packages only, no
-#                  apt lists), then /opt/rocke-aot copied from the build stage, and
-#                  setup.sh --image --check: the copied tree must be complete by the SAME
-#                  script's checks, so the image and the README's setup cannot drift
+#   builder   every lane: Debian + setup.sh --image (runtime apt packages, the venv with [all],
+#             ptxas, the lane toolchains), then the copied tree checked by the same script
+#   serve     only what `rocke-aot serve` needs: setup.sh --serve-image (python3, the venv with
+#             [serve]; no compiler, no ptxas, no lanes). The last stage: the default target
 #
-#   docker build -t rocke-aot .
-#   docker run -d -p 8080:8080 -v rocke-aot-cache:/var/lib/rocke-aot rocke-aot
+#   docker build --target serve -t rocke-aot-serve .
+#   docker build --target builder -t rocke-aot-builder .
+#   docker run -d -p 8080:8080 -v rocke-aot-cache:/var/lib/rocke-aot rocke-aot-serve
+#
+# A site's package index: --build-arg PIP_INDEX_URL=https://... (build stages only, never in
+# a final image), or its whole pip configuration (index URL, CA certificate, credentials) as a
+# build secret: --secret id=pipconf,src=pip.conf (mounted as /etc/pip.conf for the pip steps,
+# never written to a layer). Both images run as rocke, uid 10001 / gid 10001 (a bind-mounted
+# cache directory must be writable by that uid: README, "Docker").
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 
 FROM ${DEBIAN_IMAGE} AS build
+ARG PIP_INDEX_URL=
 ENV ROCKE_AOT_HOME=/opt/rocke-aot/home \
     PIP_NO_CACHE_DIR=1
 WORKDIR /opt/rocke-aot
 COPY . .
-RUN bash scripts/setup.sh --image
+RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf \
+    if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi \
+    && bash scripts/setup.sh --image
 
-FROM ${DEBIAN_IMAGE} AS runtime
+FROM ${DEBIAN_IMAGE} AS serve-build
+ARG PIP_INDEX_URL=
+ENV PIP_NO_CACHE_DIR=1
+WORKDIR /opt/rocke-aot
+COPY . .
+RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf \
+    if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi \
+    && bash scripts/setup.sh --serve-image \
+    && rm -rf tests bench docs .git
+
+FROM ${DEBIAN_IMAGE} AS builder
 ENV ROCKE_AOT_HOME=/opt/rocke-aot/home \
     PATH=/opt/rocke-aot/.venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1
@@ -28,10 +45,29 @@ COPY scripts/setup.sh scripts/setup.sh
 RUN bash scripts/setup.sh --image --only apt \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 COPY --from=build /opt/rocke-aot /opt/rocke-aot
-RUN bash scripts/setup.sh --image --check \
-    && useradd --system --uid 10001 --user-group --home-dir /var/lib/rocke-aot --shell /usr/sbin/nologin rocke \
+RUN groupadd --system --gid 10001 rocke \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/rocke-aot --shell /usr/sbin/nologin rocke \
     && mkdir -p /var/lib/rocke-aot \
-    && chown rocke:rocke /var/lib/rocke-aot
+    && chown rocke:rocke /var/lib/rocke-aot \
+    && runuser -u rocke -- bash scripts/setup.sh --image --check
+VOLUME ["/var/lib/rocke-aot"]
+USER rocke
+ENTRYPOINT ["/opt/rocke-aot/.venv/bin/rocke-aot"]
+CMD ["toolchains"]
+
+FROM ${DEBIAN_IMAGE} AS serve
+ENV PATH=/opt/rocke-aot/.venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /opt/rocke-aot
+COPY scripts/setup.sh scripts/setup.sh
+RUN bash scripts/setup.sh --serve-image --only apt \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+COPY --from=serve-build /opt/rocke-aot /opt/rocke-aot
+RUN groupadd --system --gid 10001 rocke \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/rocke-aot --shell /usr/sbin/nologin rocke \
+    && mkdir -p /var/lib/rocke-aot \
+    && chown rocke:rocke /var/lib/rocke-aot \
+    && runuser -u rocke -- bash scripts/setup.sh --serve-image --check
 VOLUME ["/var/lib/rocke-aot"]
 USER rocke
 EXPOSE 8080

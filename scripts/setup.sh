@@ -6,7 +6,9 @@
 # One script for the README's commands, CI and the Dockerfile (so they cannot drift):
 #   bash scripts/setup.sh                 everything: apt (incl. PostgreSQL and nginx for the tests),
 #                                         .venv with the [test] extra, ptxas, lanes
-#   bash scripts/setup.sh --image         what the service image needs: no PostgreSQL server,
+#   bash scripts/setup.sh --serve-image   what `rocke-aot serve` alone needs: python3, the venv
+#                                         with the [serve] extra; no compiler, no ptxas, no lanes
+#   bash scripts/setup.sh --image         what the builder image needs: no PostgreSQL server,
 #                                         no test extra, no inspection tools (llvm-22)
 #   bash scripts/setup.sh --only apt      one step (apt | venv | ptxas | lanes); repeatable
 #   bash scripts/setup.sh --check         change nothing: exit 1 naming what a run would do
@@ -24,6 +26,7 @@ ONLY=()
 while (($#)); do
   case "$1" in
     --image) PROFILE=image ;;
+    --serve-image) PROFILE=serve ;;
     --only) shift; ONLY+=("${1:?--only needs a step: apt, venv, ptxas or lanes}") ;;
     --check) CHECK=1 ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
@@ -53,7 +56,8 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 #    PostgreSQL's server binaries: the test suite initdb's its own throwaway cluster with them
 #    (tests/_pg.py), as the unprivileged `postgres` account the package creates; and nginx:
 #    the mirror tests serve an exported tree with it, unprivileged on a loopback port.
-APT_PKGS=(python3 python3-venv ca-certificates lld-22 libamd-comgr2)
+APT_PKGS=(python3 python3-venv ca-certificates)
+[ "$PROFILE" = serve ] || APT_PKGS+=(lld-22 libamd-comgr2)
 [ "$PROFILE" = dev ] && APT_PKGS+=(llvm-22 postgresql nginx)
 if want apt; then
   step_start apt
@@ -78,6 +82,7 @@ fi
 PY=${PYTHON:-python3}
 STAMP=.venv/.rocke-aot-installed
 EXTRA="[all]"; [ "$PROFILE" = dev ] && EXTRA="[test]"  # test includes all
+[ "$PROFILE" = serve ] && EXTRA="[serve]"
 if want venv; then
   step_start venv
   stamp_want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PROFILE"
@@ -95,7 +100,7 @@ if want venv; then
 fi
 
 # 3. ptxas for the sm_90 path: the CUDA one on PATH, else NVIDIA's pip wheel in the venv.
-if want ptxas; then
+if want ptxas && [ "$PROFILE" != serve ]; then
   step_start ptxas
   if command -v ptxas >/dev/null 2>&1 || [ -x .venv/bin/ptxas ]; then
     step_end ok "ptxas at $(command -v ptxas || echo "$ROOT/.venv/bin/ptxas")"
@@ -116,7 +121,7 @@ fi
 #    sysdeps shims it needs are built ($ROCKE_AOT_HOME/sysdeps: aot/toolchains/rocm_sysdeps.py,
 #    made with the project's own llvmlite and ld.lld, so no compiler package is needed);
 #    the others get `rocke-aot toolchain install LANE` (idempotent itself, and it verifies).
-if want lanes; then
+if want lanes && [ "$PROFILE" != serve ]; then
   step_start lanes
   LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm23 llvm24}  # llvm23: AMD LLVM 23; llvm24: triton 3.9 (LLVM 24 codegen)
   have=$(.venv/bin/python - <<'PY' 2>/dev/null || true

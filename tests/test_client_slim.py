@@ -43,6 +43,14 @@ def test_importing_the_client_imports_no_server_compiler_or_database():
     assert loaded == []
 
 
+def test_the_service_imports_no_compiler():
+    mods = _modules_after("import rocke_aot.service.app, rocke_aot.cli.serve")
+    assert "fastapi" in mods and "rocke_aot.service.app" in mods
+    compilers = ("llvmlite", "triton", "hip", "rocm", "rocke_aot.aot.toolchains", "rocke_aot.aot.lower",
+                 "rocke_aot.aot.builder")
+    assert sorted(m for m in mods if any(m == c or m.startswith(c + ".") for c in compilers)) == []
+
+
 def test_help_imports_no_command_module():
     code = ("from rocke_aot.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass")
     mods = _modules_after(code)

@@ -155,3 +155,49 @@ def test_setup_second_run_says_nothing_to_do(tmp_path):
 def test_setup_rejects_unknown_arguments():
     p = _setup("--imgae")
     assert p.returncode == 2 and "unknown argument --imgae" in p.stderr
+
+
+# ---- two images, issue 23 ---------------------------------------------------------------
+
+def _named(stages) -> dict[str, list[dict]]:
+    out = {}
+    for stage in stages:
+        m = re.search(r"\bAS\s+(\S+)", stage[0]["value"], re.IGNORECASE)
+        out[m.group(1) if m else str(len(out))] = stage
+    return out
+
+
+def test_no_syntax_line_so_no_frontend_image_is_pulled():
+    first = (ROOT / "Dockerfile").read_text().lstrip().splitlines()[0]
+    assert not re.match(r"#\s*syntax\s*=", first, re.IGNORECASE), first
+
+
+def test_a_serving_image_and_a_builder_image_from_the_same_script(stages):
+    named = _named(stages)
+    assert {"build", "serve-build", "builder", "serve"} <= set(named)
+    assert list(named)[-1] == "serve"  # the default target is the serving image
+    for final, flag, source in (("builder", "--image", "build"), ("serve", "--serve-image", "serve-build")):
+        st = named[final]
+        runs = _all(st, "RUN")
+        assert any(f"scripts/setup.sh {flag} --only apt" in r for r in runs), final
+        assert f"--from={source} " in " ".join(_all(st, "COPY")) + " ", final
+        (user,) = {u.split(":")[0] for u in _all(st, "USER")}
+        created = " ".join(r for r in runs if "useradd" in r)
+        uid = re.search(rf"useradd[^&]*--uid (\d+)[^&]*\b{user}\b", created)
+        gid = re.search(rf"groupadd[^&]*--gid (\d+)[^&]*\b{user}\b", created)
+        assert uid and gid and uid.group(1) == gid.group(1) == "10001", created  # fixed: README's bind mount
+        # the self-check runs as the image's user (a root-only registry would pass as root)
+        assert any(re.search(rf"runuser -u {user} -- bash scripts/setup.sh {flag} --check", r) for r in runs), final
+    build_runs = " ".join(_all(named["serve-build"], "RUN"))
+    assert "--serve-image" in build_runs and "--image " not in build_runs + " "
+
+
+def test_package_index_settings_never_reach_a_final_image(stages):
+    named = _named(stages)
+    for name in ("build", "serve-build"):
+        assert any("PIP_INDEX_URL" in a for a in _all(named[name], "ARG")), name
+        assert any("--mount=type=secret,id=pipconf" in r for r in _all(named[name], "RUN")), name
+    for name in ("builder", "serve"):
+        st = named[name]
+        text = " ".join(i["value"] for i in st if i["instruction"] in ("ARG", "ENV", "RUN", "LABEL"))
+        assert "PIP_INDEX_URL" not in text and "pip.conf" not in text, name
