@@ -51,14 +51,16 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options", "0006_ir_keys")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options", "0006_ir_keys",
+                             "0007_measurements")
 HEAD_REVISION = REVISIONS[-1]
 SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4, "0002_recipe_options": 5,
-                       "0006_ir_keys": 6}
+                       "0006_ir_keys": 6, "0007_measurements": 7}
 
 metadata = MetaData()
 
@@ -197,6 +199,30 @@ generations = Table(
     Column("family", String(128), nullable=False),
     Column("completed_at", Float, nullable=True),
     Index("ix_generations_arch_lane", "arch", "lane"),
+)
+
+# Measured kernel times (rev 0007_measurements; cache/measurements.py reads and writes them).
+# No foreign key to artifacts: a gc never waits on timings; reads join on (key, generation).
+measurements = Table(
+    "measurements",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", String(64), nullable=False),
+    Column("generation", String(32), nullable=False),
+    Column("arch", String(128), nullable=False),
+    Column("processor", String(64), nullable=False),
+    Column("device", Text, nullable=False),
+    Column("family", String(128), nullable=False),
+    Column("problem_json", Text, nullable=False),
+    Column("shape_class", Text, nullable=False),
+    Column("median_ms", Float, nullable=False),
+    Column("repeats", Integer, nullable=False),
+    Column("recorded_at", Float, nullable=False),
+    Column("source", Text, nullable=False),
+    CheckConstraint("median_ms > 0", name="ck_measurements_median"),
+    CheckConstraint("repeats >= 1", name="ck_measurements_repeats"),
+    UniqueConstraint("key", "generation", "arch", "problem_json", "source", name="uq_measurements_row"),
+    Index("ix_measurements_family_processor", "family", "processor"),
 )
 
 # What every read of blob bytes selects. The CAST keeps a damaged row readable: on SQLite a

@@ -51,6 +51,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Rank the cached kernels of FAMILY that ARCH can run on PROBLEM."),
     "bench": ("rocke_aot.cli.bench", "bench_cmd",
         "Run problems with cached kernels: verify each candidate, time it, rank the results."),
+    "measurements": ("rocke_aot.cli.measurements", "measurements",
+        "Record, list and prune measured kernel times (they outrank the time model)."),
     "golden": ("rocke_aot.cli.golden", "golden_cmd",
         "Check (or write) the IR goldens: sha256, size and kernel of every case on every lane."),
     "serve": ("rocke_aot.cli.serve", "serve",

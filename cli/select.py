@@ -17,7 +17,7 @@ import click
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
 from rocke_aot.errors import SpecError
-from rocke_aot.service.selection import select
+from rocke_aot.service.selection import MEASURED, select
 from rocke_aot.variants.selection import MODELS
 
 
@@ -48,18 +48,22 @@ def _problem_text(value: str) -> str:
 @click.option("--model", type=click.Choice(MODELS), default="auto", show_default=True,
               help="The order: fitted constants, published hardware facts, or tile efficiency "
                    "(auto: the first the arch has).")
+@click.option("--measured", type=click.Choice(MEASURED), default="exact", show_default=True,
+              help="Rank by recorded times first (rocke-aot measurements): for this problem, also its "
+                   "shape class, or off.")
 @json_option
 def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, server, model,
-               as_json) -> int:
+               measured, as_json) -> int:
     """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
 
     By estimated time (the "est ms" column, with what bounds it) where the arch has a time
     model: constants fitted on the device (sm_90), else its published hardware facts
     (gfx90a, gfx942, gfx950; variants/hw_facts/). Elsewhere (a fact not public, e.g. gfx1250:
     the header says which) tile efficiency first, then the matrix-unit path, then bytes staged
-    per MAC, then occupancy; the key last. For equal specs the newest lane wins. Each spec is
-    served by its newest complete build (a partial or failed rebuild never takes a kernel
-    away). Exit 1 when nothing qualifies.
+    per MAC, then occupancy; the key last. Recorded times (rocke-aot measurements) come first
+    wherever they apply (the "basis" column: their median in ms, or "model"). For equal specs
+    the newest lane wins. Each spec is served by its newest complete build (a partial or failed
+    rebuild never takes a kernel away). Exit 1 when nothing qualifies.
     docs/selection.md has the rule.
 
     \b
@@ -73,7 +77,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
                        explain, as_json)
     with Store.open(cache_url, readonly=True) as store:
         sel = select(store, arch, family, text, lanes=[lane.name for lane in lanes] or None,
-                     min_efficiency=min_efficiency, limit=limit, model=model)
+                     min_efficiency=min_efficiency, limit=limit, model=model, measured=measured)
     if as_json:
         emit_json(sel.as_dict(explain=explain))
         return 0 if sel.accepted else 1
@@ -82,13 +86,15 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
                + f", {len(sel.rejected)} rejected" + ("" if explain else " (--explain lists them)"))
     click.echo(f"ranked by: {sel.model}" + (f" ({sel.note})" if sel.note else ""))
     if sel.accepted:
-        click.echo(f"{'#':>3}  {'key':<16} {'lane':<7} {'arch':<24} {'est ms':>8} {'bound':<8} {'eff':>7} {'occ':>4} "
+        click.echo(f"{'#':>3}  {'key':<16} {'lane':<7} {'arch':<24} {'est ms':>8} {'bound':<8} {'basis':<8} "
+                   f"{'eff':>7} {'occ':>4} "
                    f"{'vgpr':>5} {'sgpr':>5} {'lds':>7} {'spill':>5}  spec")
     for i, ch in enumerate(sel.accepted, 1):
         c, r = ch.candidate, ch.candidate.resources
         spec = " ".join(f"{k}={v}" for k, v in sorted(c.spec.items()))
         est = "-" if ch.estimate_ms is None else f"{ch.estimate_ms:.4f}"  # none where no constants
-        click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {est:>8} {ch.bound or '-':<8} "
+        basis = "model" if ch.measured is None else f"{ch.measured.median_ms:.4f}"  # measured ms
+        click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {est:>8} {ch.bound or '-':<8} {basis:<8} "
                    f"{ch.efficiency.total:>7.4f} "
                    f"{_n(r.occupancy):>4} {_n(r.vgprs):>5} {_n(r.sgprs):>5} {_n(r.lds_bytes):>7} "
                    f"{_n(r.spills):>5}  {spec}")

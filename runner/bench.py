@@ -121,6 +121,7 @@ class BenchReport:
     device: str
     runtime: str
     problems: list[ProblemReport]
+    reps: int | None = None  # repeats each median is of (cache/measurements.py records it)
 
     def summary(self) -> dict[str, Any]:
         q = [p.selection_quality for p in self.problems if p.selection_quality is not None]
@@ -134,7 +135,7 @@ class BenchReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"arch": self.arch, "family": self.family, "device": self.device, "runtime": self.runtime,
-                "summary": self.summary(), "problems": [p.as_dict() for p in self.problems]}
+                "reps": self.reps, "summary": self.summary(), "problems": [p.as_dict() for p in self.problems]}
 
 
 def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterable[Any], *,
@@ -155,4 +156,4 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
             cands.append(_candidate(entry, rank, image, meta))
         reports.append(run_problem(rt, family, problem, cands, verify=verify, warmup=warmup, reps=reps,
                                    seed=i, vendor=vendor, progress=progress))
-    return BenchReport(arch, family, rt.device_name(), rt.name, reports)
+    return BenchReport(arch, family, rt.device_name(), rt.name, reports, reps)

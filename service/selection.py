@@ -26,6 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from rocke_aot.cache import measurements
 from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
@@ -33,6 +34,7 @@ from rocke_aot.variants import table
 from rocke_aot.variants.families import FAMILIES, problem_from_dict
 from rocke_aot.variants.selection import Choice, Ranking, Rejection, rank
 
+MEASURED = ("exact", "class", "off")
 DEFAULT_MIN_EFFICIENCY = 0.0  # no floor unless asked: a small problem still gets its best kernel
 
 
@@ -182,13 +184,22 @@ def ranking_memo(store) -> RankingMemo | None:
     return _RANKINGS.get(store)
 
 
+def _measurements(store, family: str, processor: str) -> list | None:
+    if getattr(store, "engine", None) is None:  # not a database store (a test double): none recorded
+        return None
+    return measurements.for_family(store, family, processor) or None
+
+
 def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[str] | None = None,
            min_efficiency: float | None = None, limit: int | None = None, explain: bool = True,
-           model: str = "auto") -> Selection:
+           model: str = "auto", measured: str = "exact") -> Selection:
     """Rank the cached artifacts of ``family`` that ``target`` can run on ``problem``.
 
     ``model``: the order (variants/selection.py MODELS): "auto" uses fitted constants where the
     arch ships them, else its published hardware facts, else tile efficiency (with a note why).
+    ``measured``: recorded times (cache/measurements.py) rank the candidates they apply to
+    first: "exact" (the same problem), "class" (or, failing that, a problem of its shape
+    class), "off" (the model alone). variants/measured.py has the rules.
 
     ``explain`` False skips the rows selection would only reject as stale or incompatible
     (they are left out in SQL, so the rejected list then lacks those two reasons).
@@ -201,8 +212,17 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise SpecError(f"limit must be a positive int, got {limit!r}")
     cands = store.candidates(fam, tgt, lane_names, compatible_only=not explain, current_only=not explain)
-    ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model),
-                      lambda: rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names, model=model))
+    if measured not in MEASURED:
+        raise SpecError(f"measured must be one of {', '.join(MEASURED)}, got {measured!r}")
+
+    def compute() -> Ranking:
+        # Only on a memo miss: the same candidate tuple means an unchanged database, so the
+        # measurements it holds are unchanged too (a record is a write like any other).
+        ms = _measurements(store, fam, tgt.processor) if measured != "off" else None
+        return rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names, model=model, measurements=ms,
+                    shape_class=measured == "class")
+
+    ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model, measured), compute)
     accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
     return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
                      len(ranking.accepted) - len(accepted), ranking.model, ranking.note)

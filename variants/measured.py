@@ -1,6 +1,7 @@
 """Measured beats modeled: which recorded kernel times apply to a problem (pure rules).
 
     Measurement(key, generation, arch, device, family, problem, median_ms, repeats, ...)
+        (rocke_aot/measurement.py, a vocabulary value: the cache stores it, this ranks by it)
         one `rocke-aot bench --run-from-cache` result: the artifact (its key and the generation
         it belonged to when measured), the device (its target ID and name), the problem, the
         median time and how many repeats it is the median of
@@ -28,51 +29,14 @@ The rules, in order:
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from rocke_aot.errors import SpecError
+from rocke_aot.measurement import Measurement, canonical, shape_class_of
 from rocke_aot.targets import Target
+from rocke_aot.variants.families import problem_from_dict
 
-
-@dataclass(frozen=True)
-class Measurement:
-    key: str  # the artifact measured
-    generation: str  # its generation when measured
-    arch: str  # the device's target ID
-    device: str  # the device's name as the runtime reported it
-    family: str
-    problem: Mapping[str, Any]  # the problem's fields (problem_to_dict)
-    median_ms: float
-    repeats: int
-    recorded_at: float = 0.0
-    source: str = ""  # where it came from (a report file, a host)
-
-    def __post_init__(self) -> None:
-        for name in ("key", "generation", "arch", "family"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise SpecError(f"measurement {name} must be a non-empty string, got {getattr(self, name)!r}")
-        if isinstance(self.median_ms, bool) or not isinstance(self.median_ms, (int, float)) \
-                or not 0 < self.median_ms < float("inf"):
-            raise SpecError(f"measurement median_ms must be a positive finite number, got {self.median_ms!r}")
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise SpecError(f"measurement repeats must be a positive int, got {self.repeats!r}")
-        if not isinstance(self.problem, Mapping):
-            raise SpecError("measurement problem must be a mapping of problem fields")
-
-    @property
-    def problem_text(self) -> str:
-        return canonical(self.problem)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "generation": self.generation, "arch": self.arch, "device": self.device,
-                "family": self.family, "problem": dict(self.problem), "median_ms": self.median_ms,
-                "repeats": self.repeats, "recorded_at": self.recorded_at, "source": self.source}
-
-
-def canonical(problem: Mapping[str, Any]) -> str:
-    return json.dumps(dict(problem), sort_keys=True, separators=(",", ":"))
+__all__ = ["Measurement", "applicable", "canonical", "problem_fields", "shape_class_of"]
 
 
 def problem_fields(problem: Any) -> dict[str, Any]:
@@ -82,11 +46,10 @@ def problem_fields(problem: Any) -> dict[str, Any]:
     return {k: getattr(problem, k) for k in problem.__dataclass_fields__}
 
 
-def shape_class_of(problem: Mapping[str, Any]) -> str:
-    """The shape class (rule 4): integer extents by power-of-two octave, the rest as they are."""
-    out = {k: (["octave", v.bit_length()] if isinstance(v, int) and not isinstance(v, bool) else v)
-           for k, v in problem.items()}
-    return canonical(out)
+def _normal(family: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The problem's fields with the family's defaults filled in (a report may omit
+    ``out_dtype: null``), so equal problems compare equal."""
+    return problem_fields(problem_from_dict(family, dict(fields)))
 
 
 def _better(a: Measurement, b: Measurement) -> bool:
@@ -99,14 +62,18 @@ def applicable(measurements: Iterable[Measurement], family: str, problem: Any, d
     ``candidates``: objects with ``key`` and ``generation`` (rocke_aot.candidates.Candidate)."""
     dev = Target.parse(device).processor
     gen = {c.key: c.generation for c in candidates}
-    want = problem_fields(problem)
+    want = _normal(family, problem_fields(problem))
     exact_text, cls = canonical(want), shape_class_of(want)
     by_problem: dict[str, dict[str, Measurement]] = {}
     for m in measurements:
         if m.family != family or gen.get(m.key) != m.generation or Target.parse(m.arch).processor != dev:
             continue  # rules 1-2 (and a key of another family is never a candidate here)
-        text = m.problem_text
-        if text != exact_text and (not shape_class or shape_class_of(dict(m.problem)) != cls):
+        try:
+            fields = _normal(family, m.problem)
+        except SpecError:
+            continue  # a recorded problem this family no longer accepts applies to nothing
+        text = canonical(fields)
+        if text != exact_text and (not shape_class or shape_class_of(fields) != cls):
             continue  # rules 3-4
         got = by_problem.setdefault(text, {})
         cur = got.get(m.key)
