@@ -36,7 +36,7 @@ _art = models.artifacts
 
 
 @dataclass(frozen=True)
-class Row:
+class ReportRow:
     """A measurement before the store stamps it with its artifact's generation."""
 
     key: str
@@ -58,7 +58,7 @@ class RecordReport:
         return {"recorded": self.recorded, "already": self.already, "unknown_keys": list(self.unknown_keys)}
 
 
-def from_report(doc: Mapping[str, Any], *, repeats: int | None = None) -> list[Row]:
+def from_report(doc: Mapping[str, Any], *, repeats: int | None = None) -> list[ReportRow]:
     """The measurements of a bench report (runner/bench.py BenchReport.as_dict). ``repeats``: the
     repeat count when the report does not carry one (reports before issue 26 do not)."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("problems"), list):
@@ -76,7 +76,7 @@ def from_report(doc: Mapping[str, Any], *, repeats: int | None = None) -> list[R
             if r.get("median_ms") is None or r.get("error") or r.get("verified") is False:
                 continue
             m = Measurement(r["key"], "-", arch, str(device or ""), family, dict(pr["problem"]), r["median_ms"], reps)
-            out.append(Row(m.key, m.arch, m.device, m.family, m.problem, m.median_ms, m.repeats))
+            out.append(ReportRow(m.key, m.arch, m.device, m.family, m.problem, m.median_ms, m.repeats))
     return out
 
 
@@ -85,7 +85,7 @@ def _insert_ignore(conn):
     return ins.on_conflict_do_nothing(index_elements=["key", "generation", "arch", "problem_json", "source"])
 
 
-def record(store: Any, rows: Iterable[Row], *, source: str, recorded_at: float | None = None) -> RecordReport:
+def record(store: Any, rows: Iterable[ReportRow], *, source: str, recorded_at: float | None = None) -> RecordReport:
     """Store ``rows`` (module doc). ``source``: where they came from (a report path, a host)."""
     if getattr(store, "readonly", False):
         raise ReadOnlyError("measurements cannot be recorded into a store opened read-only")

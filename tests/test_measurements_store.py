@@ -30,7 +30,7 @@ def _store(url: str, digest: str = "d1"):
     store = Store.open(url)
     arts = {(bm, bn): put_fake(store, "gfx942", "llvm22", "gemm", _spec(bm, bn), digest=digest, vgprs=96)
             for bm, bn in ((64, 64), (128, 128), (64, 128))}
-    store.move_ref("gfx942", "llvm22", generation_of(fake_inputs("gfx942", "llvm22", "gemm", _spec(64, 64), digest)))
+    store.complete_generation(generation_of(fake_inputs("gfx942", "llvm22", "gemm", _spec(64, 64), digest)))
     return store, arts
 
 
@@ -78,7 +78,7 @@ def test_a_measurement_never_outlives_its_generation_or_artifact(store_url):
         assert stored.for_family(store, "gemm", "gfx950") == []
         # a rebuild under a new recipe: new keys, a new generation; the old rows apply to nothing new
         new = {t: put_fake(store, "gfx942", "llvm22", "gemm", _spec(*t), digest="d2", vgprs=96) for t in arts}
-        store.move_ref("gfx942", "llvm22", generation_of(fake_inputs("gfx942", "llvm22", "gemm", _spec(64, 64), "d2")))
+        store.complete_generation(generation_of(fake_inputs("gfx942", "llvm22", "gemm", _spec(64, 64), "d2")))
         sel = select(store, "gfx942", "gemm", PROBLEM)
         assert {c.key for c in sel.accepted} == {a.key for a in new.values()}
         assert all(c.basis == "model" for c in sel.accepted)
