@@ -12,7 +12,8 @@
 # A site's package index: --build-arg PIP_INDEX_URL=https://... (build stages only, never in
 # a final image), or its whole pip configuration (index URL, CA certificate, credentials) as a
 # build secret: --secret id=pipconf,src=pip.conf (mounted as /etc/pip.conf for the pip steps,
-# never written to a layer). Both images run as rocke, uid 10001 / gid 10001 (a bind-mounted
+# never written to a layer), and a CA certificate as --secret id=pipca,src=ca.pem (at
+# /run/secrets/pipca: say `cert = /run/secrets/pipca` in that pip.conf). Needs BuildKit. Both images run as rocke, uid 10001 / gid 10001 (a bind-mounted
 # cache directory must be writable by that uid: README, "Docker").
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 
@@ -22,7 +23,7 @@ ENV ROCKE_AOT_HOME=/opt/rocke-aot/home \
     PIP_NO_CACHE_DIR=1
 WORKDIR /opt/rocke-aot
 COPY . .
-RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf \
+RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf --mount=type=secret,id=pipca \
     if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi \
     && bash scripts/setup.sh --image
 
@@ -31,7 +32,7 @@ ARG PIP_INDEX_URL=
 ENV PIP_NO_CACHE_DIR=1
 WORKDIR /opt/rocke-aot
 COPY . .
-RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf \
+RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf --mount=type=secret,id=pipca \
     if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi \
     && bash scripts/setup.sh --serve-image \
     && rm -rf tests bench docs .git
