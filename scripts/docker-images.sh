@@ -6,6 +6,8 @@
 #   bash scripts/docker-images.sh [--secret id=pipconf,src=pip.conf | --build-arg PIP_INDEX_URL=...]
 #   output: one "[docker] ..." line per step; exit 1 at the first step that fails
 set -euo pipefail
+export DOCKER_BUILDKIT=1  # RUN --mount=type=secret needs BuildKit (docker with buildx, or a 20.10 client)
+docker() { command "${DOCKER:-docker}" "$@"; }  # DOCKER=/usr/bin/docker: another client
 cd "$(dirname "$0")/.."
 log() { printf '[docker] %s\n' "$*"; }
 TAG=${TAG:-rocke-aot-test}
