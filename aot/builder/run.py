@@ -215,8 +215,17 @@ class _Run:
                 if queue and len(self.pending) < window:
                     batch = [queue.pop() for _ in range(min(len(queue), window - len(self.pending)))]
                     mine = set(self.store.claim([j.key for j in batch], self.holder, self.lease_s))
+                    # Stored by another builder since this plan was made (it claimed, built and
+                    # released before we claimed): nothing to do but let go.
+                    done_meanwhile = {k: h for k, h in (self.store.lookup_many(sorted(mine)) if mine else {}).items()
+                                      if h.ok}
+                    if done_meanwhile:
+                        self.store.release_claims(list(done_meanwhile), self.holder)
                     for job in batch:
-                        if job.key in mine:
+                        if job.key in done_meanwhile:
+                            self.outcome.by_others.append(job)
+                            self._report(job, "cached")
+                        elif job.key in mine:
                             self._start(job)
                         else:
                             deferred.append(job)
