@@ -44,6 +44,7 @@ from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CapabilityError, LaneError, RockeError, SpecError
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
+from rocke_aot.variants.families import get_family
 
 SCHEMA = 1
 RULE = ("per (family, arch, served lane): the admitted grid grouped by (baked parameters, path); "
@@ -115,7 +116,7 @@ def representative(specs: Sequence[Any], knob_names: Iterable[str]) -> list[Any]
 
 
 def _lane_selection(family: str, arch: str, lane: lane_registry.Lane) -> list[Any]:
-    tab = table.get_table(family)
+    tab = get_family(family).table
     target = Target.parse(arch)
     specs = list(table.enumerate_specs(family, arch, lane))
     out: list[Any] = []

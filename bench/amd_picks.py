@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import get_entry
+from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
 ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1250")
@@ -85,7 +85,7 @@ def main() -> None:
         for family, name, raw in problems():
             if family not in pools:
                 pools[family] = list(store.candidates(family, target)) if store else table_candidates(family, arch)
-            entry = get_entry(family)
+            entry = get_family(family)
             prob = entry.problem_from(raw)
             r = rank(pools[family], prob, target)
             row = {"arch": arch, "family": family, "shape": name, "problem": raw, "model": r.model, "note": r.note,

@@ -46,7 +46,7 @@ import numpy as np
 from rocke_aot.cache.store import Store
 from rocke_aot.targets import Target
 from rocke_aot.variants import perf, table
-from rocke_aot.variants.families import get_entry
+from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
 NAMES = [f.name for f in fields(perf.PerfConstants) if f.name != "load_factor"]
@@ -77,11 +77,11 @@ def rows_for(store: Store, target: Target, docs: list[dict]) -> tuple[list[dict]
         if fam not in cands:
             cands[fam] = list(store.candidates(fam, target))
             for c in cands[fam]:
-                spec = get_entry(fam).spec_from(dict(c.spec))
+                spec = get_family(fam).spec_from(dict(c.spec))
                 by_name[(fam, spec.kernel_name)] = (spec, c)
     rows, missing, outside = [], set(), set()
     for doc in docs:
-        fam, entry = doc["family"], get_entry(doc["family"])
+        fam, entry = doc["family"], get_family(doc["family"])
         grid = grid_names(fam, target)
         for pi, pr in enumerate(doc["problems"]):
             problem = entry.problem_from(pr["problem"])
@@ -223,7 +223,7 @@ def check(store: Store, target: Target, docs: list[dict]) -> dict:
     """Replay the package's own ranking over the measured runs (no fit)."""
     q = {}
     for doc in docs:
-        fam, entry = doc["family"], get_entry(doc["family"])
+        fam, entry = doc["family"], get_family(doc["family"])
         cands = list(store.candidates(fam, target))
         name_of = {c.key: entry.spec_from(dict(c.spec)).kernel_name for c in cands}
         grid = grid_names(fam, target)

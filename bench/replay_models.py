@@ -31,7 +31,7 @@ from pathlib import Path
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import get_entry
+from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
 RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
@@ -60,7 +60,7 @@ def replay(family: str, doc: dict, model: str) -> list[float]:
     the candidates the family's table still builds (a grid rule may have dropped some since)."""
     arch = doc["arch"]
     specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs(family, arch, "llvm22")}
-    entry, target = get_entry(family), Target.parse(arch)
+    entry, target = get_family(family), Target.parse(arch)
     out = []
     for pr in doc["problems"]:
         rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]

@@ -14,6 +14,7 @@ import click
 
 from rocke_aot.aot import golden
 from rocke_aot.cli.options import emit_json, json_option, lanes_option
+from rocke_aot.variants.families import get_family
 
 
 @click.command("golden")
@@ -44,10 +45,8 @@ def golden_cmd(mode, lanes, families, allow_dirty, jobs, as_json) -> int:
     names = [lane.name for lane in lanes] or None
     fams = list(families) or None
     if fams:
-        from rocke_aot.variants.table import get_table
-
         for f in fams:
-            get_table(f)  # an unknown family is a SpecError (exit 2)
+            get_family(f)  # an unknown family is a SpecError (exit 2)
     if mode == "write":
         lines = golden.write(lanes=names, families=fams, allow_dirty=allow_dirty, jobs=jobs)
         if as_json:

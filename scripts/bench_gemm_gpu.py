@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from _cuda import check, module_image  # noqa: E402
 from rocke_aot.aot.lower import lower  # noqa: E402
 from rocke_aot.variants import table  # noqa: E402
-from rocke_aot.variants.families import get_entry  # noqa: E402
+from rocke_aot.variants.families import get_family  # noqa: E402
 from rocke_aot.variants.problems import GemmProblem  # noqa: E402
 
 REPS = 20
@@ -55,7 +55,7 @@ class Kernel:
         holders = [np.array([t.data_ptr()], dtype=np.uint64) for t in (a, b, c)]
         holders += [np.array([v], dtype=np.int32) for v in (m, n, k)]
         params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        g = get_entry("gemm").formulas(self.spec).grid_of(GemmProblem(m, n, k))[0]  # the launch contract's grid
+        g = get_family("gemm").formulas(self.spec).grid_of(GemmProblem(m, n, k))[0]  # the launch contract's grid
 
         def run():
             check(cu.cuLaunchKernel(self.fn, g, 1, 1, self.block, 1, 1, 0, stream, params.ctypes.data, 0))

@@ -76,7 +76,7 @@ from rocke_aot.service.schemas import (
 from rocke_aot.targets import Target
 from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.variants import table
-from rocke_aot.variants.families import FAMILIES, problem_from_dict
+from rocke_aot.variants.families import FAMILIES, get_family, problem_from_dict
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
@@ -203,7 +203,7 @@ def _lane(value: object, field: str = "lane") -> str:
 
 def _family(value: str, field: str = "family") -> str:
     try:
-        table.get_table(value)
+        get_family(value)
     except SpecError as e:
         raise FieldError(field, str(e), list(table.family_names())) from None
     return value

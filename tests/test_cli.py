@@ -113,7 +113,7 @@ def test_real_binary_exit_codes(tmp_path, cache_url):
 @pytest.mark.parametrize("family", families())
 def test_field_types_come_from_the_spec_dataclass(family):
     # reference: the type of each field's default value in a default-constructed spec
-    spec = get_family(family).spec_class()
+    spec = get_family(family).spec_type()
     want = {f.name: type(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
     assert spec_field_types(family) == want and set(want) == set(spec.to_dict())
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rocke_aot.variants.families import get_family
 from rocke_aot import lanes
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
@@ -162,7 +163,7 @@ REFUSED_PATHS = [(fam, arch, path) for fam in ("conv_direct_fwd", "conv_dgrad_pa
 def test_refused_path_is_refused_before_llvm(fam, arch, path):
     reason = table.path_admissions(fam, arch, "llvm22")[path].reason
     assert path in reason
-    spec_cls = table.get_table(fam).spec_from_dict
+    spec_cls = get_family(fam).table.spec_from_dict
     base = next(table.enumerate_specs(fam, arch, "llvm22")).to_dict()
     with pytest.raises((CapabilityError, SpecError)):
         lower(fam, spec_cls({**base, "path": path}), arch, "llvm22")

@@ -183,8 +183,8 @@ def test_lowered_kernel_is_frozen_and_describes_the_kernel():
 def test_family_registry_and_input_validation():
     assert "gemm" in families()
     fam = get_family("gemm")
-    assert fam.spec_class is GemmSpec
-    with pytest.raises(SpecError, match="unknown kernel family 'nope'"):
+    assert fam.spec_type is GemmSpec
+    with pytest.raises(SpecError, match="unknown family 'nope'"):
         lower("nope", {}, "gfx942", "llvm22")
     with pytest.raises(SpecError):
         get_family(3)
@@ -215,7 +215,7 @@ def test_recipe_digest_tracks_the_lowering_source_and_every_family_spec_module(t
     mods = recipe_modules()
     # each registered family's spec class shapes the IR: its module is in the recipe
     for name in families():
-        spec_mod = inspect.getmodule(get_family(name).spec_class).__name__
+        spec_mod = inspect.getmodule(get_family(name).spec_type).__name__
         lowerer_mod = get_family(name).lowerer.__module__
         assert spec_mod in mods and lowerer_mod in mods, name
     # a copy of the package tree with one byte changed in a lowering file changes the digest

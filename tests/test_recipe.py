@@ -159,7 +159,7 @@ def test_package_dirs_must_name_every_package(tree):
 
 
 def test_a_declared_dynamic_import_brings_in_its_whole_package(tree):
-    # As aot/families' resolve_lowerer: import_module(a variable), restricted to one package.
+    # A loader doing import_module(a variable), restricted to one package, declares what it may import.
     f = tree["rocke_aot.variants"] / "__init__.py"
     extra = (b"\nimport importlib\n__recipe_imports__ = ('rocke_aot.cache',)\n"
              b"def _load(name):\n    return importlib.import_module(name)\n")

@@ -20,7 +20,7 @@ import pytest
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import get_entry
+from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
 RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
@@ -41,7 +41,7 @@ def _specs(family: str) -> dict[str, dict]:
 
 
 def _replay(family: str, doc: dict, model: str = "auto") -> list[float]:
-    specs, entry = _specs(family), get_entry(family)
+    specs, entry = _specs(family), get_family(family)
     fields = set(Resources.__dataclass_fields__)
     out = []
     for pr in doc["problems"]:

@@ -31,7 +31,7 @@ from typing import Any
 
 from rocke_aot.arch import ArchInfo, arch_info
 from rocke_aot.errors import SpecError
-from rocke_aot.variants.families import entry_for_spec, problem_from_dict
+from rocke_aot.variants.families import family_for_spec, problem_from_dict
 from rocke_aot.variants.models import (DimGranularity, Efficiency, Model, cu_granularity, dim)
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
@@ -39,13 +39,13 @@ from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProb
 def family_of(spec: Any) -> str:
     """The registered family a spec belongs to (by its type)."""
     try:
-        return entry_for_spec(spec).name
+        return family_for_spec(spec).name
     except SpecError:
         raise SpecError(f"no efficiency model for a {type(spec).__name__}") from None
 
 
 def _model(spec: Any, problem: Any) -> Model:
-    entry = entry_for_spec(spec)
+    entry = family_for_spec(spec)
     if not isinstance(problem, entry.problem_type):
         raise SpecError(f"a {entry.name} spec takes a {entry.problem_type.__name__}, got {type(problem).__name__}")
     return entry.model

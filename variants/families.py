@@ -1,54 +1,77 @@
-"""The family registry: ONE entry per kernel family; every layer reads it.
+"""The family registry: one ``Family`` object per kernel family, found by one name; every layer reads it.
 
-    FAMILIES["gemm"] = FamilyEntry(
-        name="gemm",
-        spec_type=GemmSpec,                 variants/gemm.py (to_dict/from_dict, geometry,
-                                            launch_formulas: grid, tile count, arguments)
-        problem_type=GemmProblem,           variants/problems.py
-        table=tables.gemm.GEMM,             variants/tables/*.py (knob grid, lane decisions)
-        model=models.GEMM,                  variants/models.py (accepts, efficiency)
-        lowerer="rocke_aot.aot.families.gemm:lower_gemm")
-                                            named as data: variants may not import aot; the
-                                            aot side (aot/families/__init__.py) resolves it,
-                                            and a test resolves every entry
-    get_entry(name) / family_names() / entry_for_spec(spec)
-    entry.launch(spec, problem, target) -> LaunchPlan(grid, block, args in kernarg order)
-        = LaunchContract.build(spec.launch_formulas(), spec.geometry(target).threads).plan(problem)
-    problem_from_dict(family, d)        the service's JSON -> the family's problem type
+    register(Family(name="gemm",
+                    spec_type=GemmSpec,          variants/gemm.py (to_dict/from_dict, geometry,
+                                                 launch_formulas: grid, tile count, arguments)
+                    problem_type=GemmProblem,    variants/problems.py
+                    table=tables.gemm.GEMM,      variants/tables/*.py (knob grid, lane decisions)
+                    model=models.GEMM))          variants/models.py (accepts, efficiency)
+        the built-in families: variants/builtin.py, imported by rocke_aot.variants itself, so
+        any import of the variants layer has them
+    register_lowerer("gemm", lower_gemm)         the aot half, against the same name
+        (aot/families/gemm.py; rocke_aot.aot.families imports every built-in lowerer)
 
-Adding a family is one entry below (plus its spec, table, model and lowerer modules).
-The launch contract an artifact stores (aot/builder) is built from the same formulas,
-with the argument layout read back from the compiled code object.
+    get_family(name) -> Family     the one lookup: .spec_type, .problem_type, .table, .model,
+                                   .lowerer, .launch(spec, problem, target), .spec_from(d)
+    family_names() / family_for_spec(spec) / problem_from_dict(family, d) / FAMILIES (read-only)
+
+Why two registrations for one object: a family has a variants half (its spec, problem, grid
+and model: data and arithmetic, what a service host with no compiler needs) and an aot half
+(its lowerer, which builds LLVM IR). Layers import one way, variants below aot, so the Family
+is registered here with the variants half, and the lowerer is attached from aot/ by name; the
+Family's ``lowerer`` reads it (a named SpecError where no aot half was loaded, never a silent
+None). No "module:function" strings, no dynamic imports: the aot half is imported statically,
+so the cache key's recipe rule sees it. A family plugin (a later entry-point group
+``rocke_aot.families``) is one module pair doing the same two calls.
+
+``entry.launch(spec, problem, target)`` -> LaunchPlan(grid, block, args in kernarg order)
+    = LaunchContract.build(spec.launch_formulas(), spec.geometry(target).threads).plan(problem)
+The launch contract an artifact stores (aot/builder) is built from the same formulas, with
+the argument layout read back from the compiled code object.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchContract, LaunchFormulas, LaunchPlan
 from rocke_aot.targets import Target
-from rocke_aot.variants import models
 from rocke_aot.variants._fields import check_known
-from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
-from rocke_aot.variants.gemm import GemmSpec
-from rocke_aot.variants.models import Model
-from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
-from rocke_aot.variants.table import FamilyTable
-from rocke_aot.variants.tables.conv import CONV_DGRAD_PATCH, CONV_DIRECT_FWD
-from rocke_aot.variants.tables.gemm import GEMM
+
+if TYPE_CHECKING:  # annotations only: the table and model modules import nothing of this one
+    from rocke_aot.variants.models import Model
+    from rocke_aot.variants.table import FamilyTable
+
+_REGISTRY: dict[str, "Family"] = {}
+_LOWERERS: dict[str, Callable[..., Any]] = {}
+_LOCK = threading.Lock()
+FAMILIES: Mapping[str, "Family"] = MappingProxyType(_REGISTRY)  # name -> Family, registration order
 
 
 @dataclass(frozen=True)
-class FamilyEntry:
+class Family:
+    """One kernel family: everything about it, found by its name (``get_family(name)``)."""
+
     name: str
     spec_type: type  # frozen dataclass: to_dict/from_dict, kernel_name, geometry, launch_formulas
     problem_type: type  # frozen dataclass of the runtime shape
-    table: FamilyTable
-    model: Model
-    lowerer: str  # "module:function" under rocke_aot.aot.families: (spec, Target, Lane) -> LoweredKernel
+    table: FamilyTable  # the knob grid per (arch, lane) and every lane decision (variants/table.py)
+    model: Model  # accepts(spec, problem), efficiency (variants/models.py)
     description: str = ""
+
+    @property
+    def lowerer(self) -> Callable[..., Any]:
+        """(spec, Target, Lane) -> LoweredKernel: the aot half, registered against this name by
+        ``register_lowerer`` (rocke_aot.aot.families does it for the built-in families)."""
+        fn = _LOWERERS.get(self.name)
+        if fn is None:
+            raise SpecError(f"family {self.name} has no lowerer in this process: its aot half registers one "
+                            f"(import rocke_aot.aot.families, or the plugin's lowering module)")
+        return fn
 
     def spec_from(self, spec: object) -> Any:
         """A spec of this family from an instance or its canonical dict."""
@@ -87,51 +110,60 @@ class FamilyEntry:
         return LaunchContract.build(spec.kernel_name, spec.launch_formulas(), (threads, 1, 1)).plan(problem)
 
 
-FAMILIES: dict[str, FamilyEntry] = {e.name: e for e in (
-    FamilyEntry("gemm", GemmSpec, GemmProblem, GEMM, models.GEMM,
-                "rocke_aot.aot.families.gemm:lower_gemm",
-                "C = A x B, row-major; mfma / wmma / mma (sm_90) / fma paths"),
-    FamilyEntry("conv_direct_fwd", ConvDirectFwdSpec, ConvProblem, CONV_DIRECT_FWD, models.CONV_DIRECT_FWD,
-                "rocke_aot.aot.families.conv_direct_fwd:lower_conv_direct_fwd",
-                "NHWC forward convolution, baked filter/stride/padding/dilation/channels"),
-    FamilyEntry("conv_dgrad_patch", ConvDgradPatchSpec, PatchDgradProblem, CONV_DGRAD_PATCH,
-                models.CONV_DGRAD_PATCH,
-                "rocke_aot.aot.families.conv_dgrad_patch:lower_conv_dgrad_patch",
-                "dX of a patch embedding: one GEMM dY x W[K, P*P*C] + pixel shuffle, border zeroed"),
-)}
+def register(family: Family) -> Family:
+    """Add a family; a second family of the same name, or a table naming another family, is refused."""
+    if not isinstance(family, Family):
+        raise SpecError(f"register() takes a Family, got {type(family).__name__}")
+    if family.table.family != family.name:
+        raise SpecError(f"family {family.name}: its variant table says {family.table.family}")
+    with _LOCK:
+        if family.name in _REGISTRY and _REGISTRY[family.name] is not family:
+            raise SpecError(f"family {family.name} is already registered")
+        if any(f.spec_type is family.spec_type for n, f in _REGISTRY.items() if n != family.name):
+            raise SpecError(f"family {family.name}: spec type {family.spec_type.__name__} belongs to another family")
+        _REGISTRY[family.name] = family
+    return family
 
-for _name, _e in FAMILIES.items():  # the table names its family too; they must agree
-    if _e.table.family != _name:
-        raise RuntimeError(f"family {_name}: its variant table says {_e.table.family}")
+
+def register_lowerer(name: str, fn: Callable[..., Any]) -> None:
+    """Attach the aot half of a registered family: ``fn(spec, Target, Lane) -> LoweredKernel``."""
+    get_family(name)
+    if not callable(fn):
+        raise SpecError(f"family {name}: the lowerer must be callable, got {type(fn).__name__}")
+    with _LOCK:
+        if _LOWERERS.get(name, fn) is not fn:
+            raise SpecError(f"family {name} already has a lowerer ({_LOWERERS[name].__qualname__})")
+        _LOWERERS[name] = fn
 
 
 def family_names() -> tuple[str, ...]:
-    return tuple(FAMILIES)
+    return tuple(_REGISTRY)
 
 
-def get_entry(name: object) -> FamilyEntry:
+def get_family(name: object) -> Family:
     if not isinstance(name, str):
         raise SpecError(f"a family name must be a string such as 'gemm', got {type(name).__name__} {name!r}")
-    entry = FAMILIES.get(name)
-    if entry is None:
-        raise SpecError(f"unknown kernel family {name!r}; families: {', '.join(FAMILIES)}")
-    return entry
+    family = _REGISTRY.get(name)
+    if family is None:
+        raise SpecError(f"unknown family {name!r}; known: {', '.join(_REGISTRY)}")
+    return family
 
 
-def entry_for_spec(spec: object) -> FamilyEntry:
-    for entry in FAMILIES.values():
-        if type(spec) is entry.spec_type:
-            return entry
+def family_for_spec(spec: object) -> Family:
+    for family in _REGISTRY.values():
+        if type(spec) is family.spec_type:
+            return family
     raise SpecError(f"no registered family has spec type {type(spec).__name__}")
 
 
 def problem_from_dict(family: object, d: object) -> Any:
     """The family's problem from JSON (the service): unknown or missing fields refused."""
-    if not isinstance(family, str) or family not in FAMILIES:
-        raise SpecError(f"no problem type for family {family!r}; known: {', '.join(FAMILIES)}")
+    if not isinstance(family, str) or family not in _REGISTRY:
+        raise SpecError(f"no problem type for family {family!r}; known: {', '.join(_REGISTRY)}")
     if not isinstance(d, dict):
         raise SpecError(f"a {family} problem must be a mapping, got {type(d).__name__}")
-    return FAMILIES[family].problem_from(d)
+    return _REGISTRY[family].problem_from(d)
 
 
-__all__ = ["FAMILIES", "FamilyEntry", "entry_for_spec", "family_names", "get_entry", "problem_from_dict"]
+__all__ = ["FAMILIES", "Family", "family_for_spec", "family_names", "get_family", "problem_from_dict", "register",
+           "register_lowerer"]

@@ -42,7 +42,7 @@ from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import efficiency as eff_models
 from rocke_aot.variants import hw_model, measured, perf, table
 from rocke_aot.variants.efficiency import Efficiency
-from rocke_aot.variants.families import entry_for_spec
+from rocke_aot.variants.families import family_for_spec
 
 INCOMPATIBLE = "incompatible target"
 STALE = "stale generation"
@@ -194,7 +194,7 @@ def estimate(spec: Any, problem: Any, device: Target, efficiency: Efficiency, re
     """The time model's estimate for one accepted candidate (variants/perf.py): the family's
     tile work, the efficiency's tile count, the artifact's residency (its registers and LDS;
     the spec's threads and LDS where the artifact records none) and its spills."""
-    entry = entry_for_spec(spec)
+    entry = family_for_spec(spec)
     work = entry.model.work(spec, problem, device)
     groups = perf.resident_groups(device.info, work, resources)
     spill = (resources.private_segment_bytes or 0) if resources is not None else 0
@@ -204,7 +204,7 @@ def estimate(spec: Any, problem: Any, device: Target, efficiency: Efficiency, re
 def estimate_hw(spec: Any, problem: Any, device: Target, efficiency: Efficiency, resources: Any,
                 facts: hw_model.HardwareFacts) -> hw_model.Estimate:
     """The hardware-fact model's estimate for one accepted candidate (variants/hw_model.py)."""
-    entry = entry_for_spec(spec)
+    entry = family_for_spec(spec)
     c = entry.model.counts(spec, problem, device, int(facts.lds_banks))
     work = entry.model.work(spec, problem, device)
     groups = perf.resident_groups(device.info, work, resources)
@@ -212,7 +212,7 @@ def estimate_hw(spec: Any, problem: Any, device: Target, efficiency: Efficiency,
 
 
 def _reuse(spec: Any, problem: Any, device: Target) -> float | None:
-    entry = entry_for_spec(spec)
+    entry = family_for_spec(spec)
     if entry.model.counts is None:
         return None
     c = entry.model.counts(spec, problem, device)

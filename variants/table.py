@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rocke_aot import lanes as lane_registry
 from rocke_aot.lanes import CAPABILITIES, Lane
+from rocke_aot.variants import families as family_registry
 from rocke_aot.targets import Target
 from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
 from rocke_aot.arch import ARCHES
@@ -86,27 +87,13 @@ class FamilyTable:
 
 
 # -- the tables, from the family registry ---------------------------------------------------------------
-
-def _tables() -> dict[str, FamilyTable]:
-    # The registry (variants/families.py) holds each family's table; it imports the table
-    # modules, which import this one for FamilyTable, hence the lookup at call time.
-    from rocke_aot.variants.families import FAMILIES
-
-    return {name: entry.table for name, entry in FAMILIES.items()}
+# Each family's table is its Family's .table (variants/families.py); the functions below take
+# the family's name and look it up there (family_names is the registry's own).
+family_names = family_registry.family_names
 
 
-def family_names() -> tuple[str, ...]:
-    return tuple(_tables())
-
-
-def get_table(family: object) -> FamilyTable:
-    if not isinstance(family, str):
-        raise SpecError(f"a family must be a string such as 'gemm', got {family!r}")
-    tables = _tables()
-    try:
-        return tables[family]
-    except KeyError:
-        raise SpecError(f"unknown family {family!r}; known: {', '.join(tables)}") from None
+def _table(family: object) -> FamilyTable:
+    return family_registry.get_family(family).table
 
 
 def registered_lanes() -> tuple[Lane, ...]:
@@ -143,7 +130,7 @@ def target_admission(target: Target, lane: Lane) -> Admission:
 
 def admission(family: str, arch: object, lane: object) -> Admission:
     """Served, or refused with the reason; decided without lowering or LLVM."""
-    table = get_table(family)
+    table = _table(family)
     target, lane = _target(arch), _lane(lane)
     decision = _lane_decision(table, lane)
     if decision is None:
@@ -200,7 +187,7 @@ def path_admission(target: Target, lane: Lane, path: str) -> Admission:
 
 def path_admissions(family: str, arch: object, lane: object) -> dict[str, Admission]:
     """Per path of the family: served or refused with the reason (for the CLI and reports)."""
-    table = get_table(family)
+    table = _table(family)
     target, lane = _target(arch), _lane(lane)
     offered = set(table.paths(target, lane))
     out = {}
@@ -230,7 +217,7 @@ def _specs(family: str, processor: str, lane_name: str, major: int) -> tuple[Any
     # Cached per (family, processor, lane): planning a no-op rebuild enumerates the same
     # grid many times, and specs are frozen values. The major is part of the cache key so
     # a monkeypatched registry lane with the same name cannot alias a real one.
-    table = get_table(family)
+    table = _table(family)
     target, lane = Target.parse(processor), _lane(lane_name)
     paths = tuple(p for p in table.paths(target, lane) if path_admission(target, lane, p).served)
     out, seen = [], set()
@@ -259,7 +246,7 @@ def count_specs(family: str, arch: object, lane: object) -> int:
 
 
 def spec_from_dict(family: str, d: Mapping[str, Any]) -> Any:
-    return get_table(family).spec_from_dict(dict(d))
+    return _table(family).spec_from_dict(dict(d))
 
 
 # -- completeness ----------------------------------------------------------------------------
@@ -281,7 +268,8 @@ def check_complete() -> list[Hole]:
     holes = []
     lanes = registered_lanes()
     names = {lane.name for lane in lanes}
-    for family, table in _tables().items():
+    for family in family_names():
+        table = _table(family)
         for lane in lanes:
             if lane.name not in table.lane_decisions:
                 holes.append(Hole(family, lane.name, "neither served nor refused on purpose"))
@@ -321,7 +309,7 @@ class Row:
 def report(families: Sequence[str] | None = None, arches: Sequence[object] | None = None,
            lanes: Sequence[object] | None = None) -> list[Row]:
     """One row per (family, arch, lane): count of specs, or the refusal reason."""
-    fams = [get_table(f).family for f in families] if families else list(family_names())
+    fams = [_table(f).family for f in families] if families else list(family_names())
     targets = [_target(a) for a in arches] if arches else [Target.parse(p) for p in ARCHES]
     lane_list = [_lane(lane) for lane in lanes] if lanes else list(registered_lanes())
     rows = []
@@ -338,6 +326,6 @@ def report(families: Sequence[str] | None = None, arches: Sequence[object] | Non
 __all__ = [
     "Admission", "SERVE", "Serve", "Refuse", "FamilyTable", "Hole", "Row", "PATHS",
     "admission", "require_admitted", "enumerate_specs", "count_specs", "path_admission",
-    "path_admissions", "family_names", "get_table", "registered_lanes", "check_complete",
+    "path_admissions", "family_names", "registered_lanes", "check_complete",
     "report", "spec_from_dict", "target_admission",
 ]

@@ -242,7 +242,7 @@ def spec_field_types(family: str) -> dict[str, type]:
     """field name -> type, read from the family's spec dataclass annotations (never a hand list)."""
     from rocke_aot.aot.families import get_family
 
-    cls = get_family(family).spec_class
+    cls = get_family(family).spec_type
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 

@@ -1,67 +1,39 @@
-"""The aot side of the family registry: each entry of variants/families.py, with its lowerer
-resolved and the launch contract attached to what it lowers.
+"""The aot half of every built-in family: its lowerer, registered against the family's name.
 
-    variants.families.FAMILIES["gemm"].lowerer = "rocke_aot.aot.families.gemm:lower_gemm"
-        |  resolve_lowerer(text): import the module (under rocke_aot.aot.families only), getattr
-        v
-    kb.define_kernel(spec.launch_formulas().args)   what every family lowerer does: the
-        family's ArgDefs are the IR's parameters and, laid out by launch.natural_layout, the
-        launch contract's arguments (one list, one layout rule)
-    get_family("gemm") -> Family(name, entry, spec_class=GemmSpec, lowerer=<lower + launch>)
+    variants/families.py   the registry: get_family("gemm") -> Family (spec, problem, table, model)
+    here                   register_lowerer("gemm", with_contract(lower_gemm)), for each built-in
+                           family, when this package is imported (aot.lower.lower imports it)
         lowerer(spec, target, lane) -> LoweredKernel whose .launch is the LaunchContract
-            (spec.launch_formulas(), block = the kernel's block size, the lowering's kernargs
-             as the layout; the builder re-checks the layout against the code object)
-    families() -> ("gemm", ...)       every registered family, in registry order
+            (spec.launch_formulas(), block = the kernel's block size, the lowering's kernargs:
+             the family's ArgDefs laid out by launch.natural_layout; the builder re-checks the
+             layout against the code object)
+    get_family / families  the registry's own lookup, re-exported so that a caller of the aot
+                           layer gets families whose lowerers are registered
 
-There is no list of families here: the variants registry is the only one.
+The lowerer modules are imported here statically, by name (no "module:function" strings):
+the cache key's recipe rule follows these imports like any other. A family plugin registers
+its lowerer the same way from its own aot-side module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import threading
-from dataclasses import dataclass
+import functools
 from typing import Any, Callable
 
+from rocke_aot.aot.families.conv_dgrad_patch import lower_conv_dgrad_patch
+from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
+from rocke_aot.aot.families.gemm import lower_gemm
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchContract, natural_layout
-from rocke_aot.variants.families import FAMILIES, FamilyEntry, get_entry
-
-_PACKAGE = __name__  # lowerers must live under rocke_aot.aot.families
-# For the cache key's recipe rule (aot/recipe.py): resolve_lowerer imports only modules of
-# this package (checked below), so every module of it is part of the recipe digest.
-__recipe_imports__ = ("rocke_aot.aot.families",)
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    entry: FamilyEntry
-    raw_lowerer: Callable[..., Any]  # (spec, Target, Lane) -> LoweredKernel without .launch
-
-    @property
-    def spec_class(self) -> type:
-        return self.entry.spec_type
-
-    @property
-    def description(self) -> str:
-        return self.entry.description
-
-    def spec_from(self, spec: object) -> Any:
-        return self.entry.spec_from(spec)
-
-    def lowerer(self, spec: Any, target: Any, lane: Any) -> Any:
-        """Lower, then attach the launch contract (IR untouched: the contract is metadata)."""
-        kernel = self.raw_lowerer(spec, target, lane)
-        return dataclasses.replace(kernel, launch=lowering_contract(spec, kernel))
+from rocke_aot.variants.families import family_names, get_family, register_lowerer
 
 
 def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
     """The launch contract from the spec's formulas and the lowering's own kernarg layout.
 
-    The family's argument list (names, kinds, dtypes) must be the kernel's parameter list,
-    in order: a lowerer and its formulas that disagree are a bug, refused here.
+    The family's argument list must be the kernel's parameter list, in order, laid out by the
+    one rule: a lowerer that defined its kernel from other arguments is a bug, refused here.
     """
     formulas = spec.launch_formulas()
     laid = natural_layout(formulas.args)
@@ -72,37 +44,30 @@ def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
                                 kernel.kernarg_size, kernel.max_tensor_bytes)
 
 
-def resolve_lowerer(text: str) -> Callable[..., Any]:
-    """``"rocke_aot.aot.families.gemm:lower_gemm"`` -> the function (SpecError when it is not one)."""
-    mod_name, sep, attr = text.partition(":")
-    if not sep or not attr or not (mod_name == _PACKAGE or mod_name.startswith(_PACKAGE + ".")):
-        raise SpecError(f"lowerer {text!r} must be 'module:function' under {_PACKAGE}")
-    try:
-        fn = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise SpecError(f"lowerer {text!r} does not resolve: {e}") from None
-    if not callable(fn):
-        raise SpecError(f"lowerer {text!r} is not callable")
-    return fn
+def with_contract(raw: Callable[..., Any]) -> Callable[..., Any]:
+    """A lowerer that attaches the launch contract to what ``raw`` lowers (IR untouched: the
+    contract is metadata). ``.raw`` is the family module's own function."""
+
+    @functools.wraps(raw)
+    def lowerer(spec: Any, target: Any, lane: Any) -> Any:
+        kernel = raw(spec, target, lane)
+        return dataclasses.replace(kernel, launch=lowering_contract(spec, kernel))
+
+    lowerer.raw = raw  # type: ignore[attr-defined]
+    return lowerer
 
 
-_LOADED: dict[str, Family] = {}
-_LOAD_LOCK = threading.Lock()
-
-
-def get_family(name: object) -> Family:
-    entry = get_entry(name)  # SpecError for an unknown or non-string name
-    fam = _LOADED.get(entry.name)
-    if fam is None or fam.entry is not entry:
-        # Builder (and Dask worker) threads may ask at once; resolving imports the family
-        # module, so do it under a lock and publish the finished Family in one assignment.
-        with _LOAD_LOCK:
-            fam = _LOADED.get(entry.name)
-            if fam is None or fam.entry is not entry:
-                fam = Family(entry.name, entry, resolve_lowerer(entry.lowerer))
-                _LOADED[entry.name] = fam
-    return fam
+BUILTIN_LOWERERS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("gemm", lower_gemm),
+    ("conv_direct_fwd", lower_conv_direct_fwd),
+    ("conv_dgrad_patch", lower_conv_dgrad_patch),
+)
+for _name, _raw in BUILTIN_LOWERERS:
+    register_lowerer(_name, with_contract(_raw))
 
 
 def families() -> tuple[str, ...]:
-    return tuple(FAMILIES)
+    return family_names()
+
+
+__all__ = ["BUILTIN_LOWERERS", "families", "get_family", "lowering_contract", "with_contract"]
