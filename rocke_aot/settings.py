@@ -45,6 +45,9 @@ LLD = "ROCKE_AOT_LLD"
 PTXAS = "ROCKE_AOT_PTXAS"
 COMGR = "ROCKE_AOT_COMGR"
 LLVM24_LIB = "ROCKE_AOT_LLVM24_LIB"
+LLVM23_LIB = "ROCKE_AOT_LLVM23_LIB"
+ROCM_SYSDEPS = "ROCKE_AOT_ROCM_SYSDEPS"
+WORKER_ROLE = "ROCKE_AOT_WORKER_ROLE"
 SERVER = "ROCKE_AOT_SERVER"
 TOKEN = "ROCKE_AOT_TOKEN"
 OFFLINE = "ROCKE_AOT_OFFLINE"
@@ -78,6 +81,10 @@ SETTINGS: tuple[Setting, ...] = (
             "aot (toolchains)"),
     Setting(LLVM24_LIB, "the LLVM 24 AMDGPU code generator library (libtriton_amd_codegen.so)",
             "the llvm24 lane environment's, else this interpreter's triton wheel", "aot (toolchains)"),
+    Setting(LLVM23_LIB, "AMD's LLVM 23 library (rocm/bindings/llvm/libLLVM.so) for the llvm23 lane",
+            "this interpreter's rocm-bindings-compiler wheel (an explicit path never falls through)", "aot (toolchains)"),
+    Setting(ROCM_SYSDEPS, "the folder of the librocm_sysdeps_{z,zstd} forwarding shims libLLVM.so 23 needs",
+            "$ROCKE_AOT_HOME/sysdeps", "aot (toolchains)"),
     Setting(SERVER, "the service URL of `rocke-aot fetch` and `publish` (their --server)", "none: --server is "
             "required", "cli"),
     Setting(TOKEN, "the bearer token the HTTP client sends on publish", "no token", "service (client)",
@@ -108,6 +115,9 @@ SETTINGS: tuple[Setting, ...] = (
             internal=True),
     Setting(COMGR_LIB, "the COMGR library a COMGR compile worker loads (set by the parent for it)",
             "none: the worker refuses", "aot (compile worker)", internal=True),
+    Setting(WORKER_ROLE, "set on an LLVM 23 worker so it never shares a process with llvmlite's LLVM "
+            "(the worker spec is the pool's key; nothing reads the value)", "none", "aot (compile worker)",
+            internal=True),
     Setting(TRITON24_ROLE, "codegen or assemble: set on an LLVM 24 worker so each role gets its own worker "
             "processes (the worker spec is the pool's key; nothing reads the value)", "none",
             "aot (compile worker)", internal=True),

@@ -16,7 +16,7 @@ from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.errors import SpecError
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import get_entry
+from rocke_aot.variants.families import get_family
 from rocke_aot.variants.measured import Measurement, applicable, shape_class_of
 from rocke_aot.variants.selection import rank
 
@@ -42,7 +42,7 @@ def _problems(family: str, name: str):
                            datetime(2026, 12, 3, tzinfo=timezone.utc)) for r in rows]
         ms = [Measurement(r["key"], "gen-1", "sm_90", doc["device"], family, pr["problem"], r["median_ms"], 15,
                           source="docs/bench-raw/h200-run6") for r in rows]
-        yield get_entry(family).problem_from(pr["problem"]), pr["problem"], cands, ms, rows
+        yield get_family(family).problem_from(pr["problem"]), pr["problem"], cands, ms, rows
 
 
 @pytest.mark.parametrize("family", ["gemm", "conv_direct_fwd", "conv_dgrad_patch"])
@@ -83,8 +83,8 @@ def test_shape_class_only_when_asked():
     probs = {json.dumps(raw, sort_keys=True): (p, raw, c, ms, rows) for p, raw, c, ms, rows in _problems("gemm", "quality-gemm")}
     key = next(k for k in probs if json.loads(k)["m"] == json.loads(k)["n"] == json.loads(k)["k"] == 2048)
     _, raw, cands, ms, rows = probs[key]
-    near = get_entry("gemm").problem_from({**raw, "m": 3000, "n": 3000, "k": 3000})
-    far = get_entry("gemm").problem_from({**raw, "m": 4096, "n": 4096, "k": 4096})
+    near = get_family("gemm").problem_from({**raw, "m": 3000, "n": 3000, "k": 3000})
+    far = get_family("gemm").problem_from({**raw, "m": 4096, "n": 4096, "k": 4096})
     assert shape_class_of({**raw, "m": 3000, "n": 3000, "k": 3000}) == shape_class_of(raw)
     assert not applicable(ms, "gemm", near, SM90, cands)
     got = applicable(ms, "gemm", near, SM90, cands, shape_class=True)

@@ -31,6 +31,7 @@ import re
 import sys
 from pathlib import Path
 
+from rocke_aot import settings
 from rocke_aot.aot.compiler.options import VENDOR23
 from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.aot.toolchains import rocm_sysdeps
@@ -40,7 +41,7 @@ from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.targets import Target
 
 KIND = "rocm-llvm"
-ENV_LIB = "ROCKE_AOT_LLVM23_LIB"
+ENV_LIB = settings.LLVM23_LIB
 LIB_RELPATH = "bindings/llvm/libLLVM.so"  # under the `rocm` namespace package
 WORKER = Path(__file__).with_name("_vendor23_worker.py")
 SETUP_HINT = rocm_sysdeps.SETUP_HINT
@@ -67,7 +68,7 @@ def _package_library() -> Path | None:
 
 
 def candidate_libraries() -> list[Path]:
-    explicit = os.environ.get(ENV_LIB)
+    explicit = settings.raw(ENV_LIB)
     if explicit:
         return [Path(explicit)]  # an explicit path wins and never falls through
     own = _package_library()
@@ -106,7 +107,7 @@ def worker_spec():
     from rocke_aot.aot.compiler import WorkerSpec
 
     # A role of its own: the shims and libLLVM.so never share a process with llvmlite's LLVM.
-    return WorkerSpec.of(sys.executable, plugins=[WORKER], env={"ROCKE_AOT_WORKER_ROLE": "rocm-llvm"})
+    return WorkerSpec.of(sys.executable, plugins=[WORKER], env={settings.WORKER_ROLE: "rocm-llvm"})
 
 
 def run_worker(kind: str, payload: dict, blob: bytes | None = None, *, timeout: float = 120.0
