@@ -389,6 +389,20 @@ class Store:
                 self.flush_reads()
         return to_artifact(row, code_object=raw)
 
+    def record(self, key: str) -> Artifact:
+        """The artifact's record without its bytes and without a read-time write (the service's
+        kernel lookup); the same checks as get(): NotFoundError, IntegrityError (blob missing)."""
+        check_key(key)
+        with db.read_tx(self.engine) as conn:
+            row = conn.execute(_Q_ROW, {"k": key}).mappings().first()
+        if row is None:
+            raise NotFoundError(f"no artifact {key} in {self}")
+        if row["status"] != "ok":
+            raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
+        if row["size"] is None:
+            raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
+        return to_artifact(row)
+
     def flush_reads(self) -> int:
         """Write the pending read times in one transaction (eviction order); close() calls it."""
         pending, self._touches = self._touches, {}

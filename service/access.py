@@ -42,7 +42,7 @@ from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.records import Artifact, to_artifact
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import CacheAccessError, IntegrityError, NotFoundError
+from rocke_aot.errors import CacheAccessError, NotFoundError
 
 _Q_BLOB = sa_select(B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id).where(B.c.sha256 == bindparam("s"))
 _Q_BLOB_EXISTS = sa_select(B.c.size).where(B.c.sha256 == bindparam("s"))
@@ -169,22 +169,19 @@ class Frames:
 
 
 def _decode_with_dict(store: Store, conn, sha, size, cod, stored_size, data, dict_id) -> bytes:
-    # The store's own dictionary cache (immutable dictionaries by id); swap for issue 11's
-    # Store.get_blob(sha) when it lands.
-    return store._dicts.decode(conn, sha, size, cod, stored_size, data, dict_id)
+    # A dictionary frame: the store decodes it with its own dictionary (public, verified).
+    return store.get_blob(sha)
 
 
 def kernel_row(store: Store, key: str) -> Artifact:
-    """The artifact under ``key`` (metadata only); NotFoundError for a miss or a failure row."""
-    with db.read_tx(store.engine) as conn:
-        row = conn.execute(_Q_KERNEL, {"k": key}).mappings().first()
-    if row is None:
-        raise NotFoundError(f"no artifact {key} in the store")
-    if row["status"] != "ok":
-        raise NotFoundError(f"{key} is a cached build failure, not an artifact")
-    if row["size"] is None:
-        raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
-    return to_artifact(row)
+    """The artifact under ``key`` (metadata only); NotFoundError for a miss or a failure row.
+    The store's messages name its URL; a client is told only about the key."""
+    try:
+        return store.record(key)
+    except NotFoundError as e:
+        if "build failure" in str(e):
+            raise NotFoundError(f"{key} is a cached build failure, not an artifact") from None
+        raise NotFoundError(f"no artifact {key} in the store") from None
 
 
 def list_page(store: Store, *, arch: str | None, lane: str | None, family: str | None,
