@@ -84,7 +84,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from rocke_aot.targets import Target
-from rocke_aot.errors import CodeObjectError
+from rocke_aot.errors import CodeObjectError, RockeError
 from rocke_aot.launch import SCALAR_TYPES, LaunchContract
 
 EM_AMDGPU = 224
@@ -178,6 +178,10 @@ class CodeObjectInfo:
 # ---------------------------------------------------------------- helpers
 
 
+_PARSE_ERRORS = (ValueError, KeyError, IndexError, AttributeError, OverflowError, TypeError, UnicodeDecodeError,
+                 RecursionError, MemoryError, EOFError, AssertionError)
+
+
 def _elf(data: bytes) -> ELFFile:
     if not isinstance(data, (bytes, bytearray)) or len(data) < 64:
         raise CodeObjectError(f"not a code object: {len(data) if data else 0} bytes")
@@ -185,7 +189,7 @@ def _elf(data: bytes) -> ELFFile:
         elf = ELFFile(io.BytesIO(bytes(data)))
         elf.num_sections()
         return elf
-    except (ELFError, struct.error, ValueError, KeyError, IndexError) as e:
+    except (ELFError, struct.error, *_PARSE_ERRORS) as e:
         raise CodeObjectError(f"malformed ELF: {e}") from None
 
 
@@ -315,8 +319,15 @@ def validate(data: bytes, target: object, *, kernel: str | None = None) -> CodeO
         if not target.is_amdgpu:
             return _validate_cubin(elf, target, kernel)
         return _validate_hsaco(elf, target, kernel)
+    except RockeError:
+        raise
     except (ELFError, struct.error) as e:
         raise CodeObjectError(f"malformed ELF: {e}") from None
+    except _PARSE_ERRORS as e:
+        # pyelftools and msgpack walk offsets and sizes the file states: a crafted header
+        # makes them fail in their own ways (found by tests/test_hostile_records.py's fuzz).
+        # Every such failure is the code object's fault: a named error, never a 500.
+        raise CodeObjectError(f"malformed code object ({type(e).__name__}: {e})") from None
 
 
 def _validate_hsaco(elf: ELFFile, target: Target, kernel: str | None) -> CodeObjectInfo:

@@ -11,12 +11,18 @@
 
     export: read rows + blobs ─> decode every blob (a corrupt one refuses the export)
             ─> write <path>.tmp ─> fsync ─> rename   (a bundle is complete or absent)
-    import: manifest checked first (format, every key recomputed from its inputs, every blob
-            referenced and present exactly once) ─> ONE exclusive write transaction:
+    import: manifest checked first (at most MAX_MANIFEST bytes and MAX_DEPTH deep; format,
+            every key recomputed from its inputs, every record through the record schema
+            (rocke_aot/record.py), dates finite numbers, every blob referenced and present
+            exactly once, its sizes at most MAX_BLOB) ─> ONE exclusive write transaction:
             per dictionary: sha256 ─> publish (or reuse by sha256, mapped to the local id);
-            per blob member: size, stored sha256, decompress, raw sha256 ─> publish blob;
-            then every entry. Any mismatch raises BundleError and rolls back: nothing
-            from a tampered bundle is ever published.
+            per blob member: size, stored sha256, the zstd frame's declared content size
+            (before any byte is decompressed), decompress, raw sha256, then ``check`` (the
+            CLI passes aot's code-object validation, as a publish runs it: the resources
+            stored are the ones read from the code object) ─> publish blob;
+            then every entry; failure entries only with ``failures=True`` (a crafted
+            "failed" record would make builds skip a real kernel). Any mismatch raises
+            BundleError and rolls back: nothing from a tampered bundle is ever published.
 
 Blobs travel compressed (no second compression pass), and the tar is never extracted
 to disk: members are read by name, so a crafted path cannot escape anywhere.
@@ -31,10 +37,11 @@ import re
 import tarfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from sqlalchemy import select
 
+from rocke_aot import record
 from rocke_aot.cache import blobs, codec, db
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
@@ -51,7 +58,13 @@ VERSION = 2  # v2: entries carry recipe_digest and options (cache key v2)
 MANIFEST = "manifest.json"
 _MEMBER_RE = re.compile(r"^blobs/([0-9a-f]{64})\.zst$")
 _DICT_RE = re.compile(r"^dicts/([0-9a-f]{64})\.zdict$")
-_MAX_MANIFEST = 512 * 1024 * 1024
+MAX_MANIFEST = 64 << 20  # manifest bytes (about 20,000 entries with full metadata)
+MAX_BLOB = 256 << 20  # raw or stored bytes of one blob (a code object is kilobytes to megabytes)
+MAX_DICT = 16 << 20  # one zstd dictionary
+MAX_DEPTH = record.MAX_DEPTH + 4  # manifest -> entries -> entry -> metadata
+# check(raw code object, arch) -> its resources (CodeObjectInfo.as_dict()); raises a RockeError
+CodeCheck = Callable[[bytes, str], dict[str, Any]]
+_MAX_TIME = 2.0**34  # seconds since the epoch (year 2514): a date beyond is malformed
 
 
 def _entry(row: Any) -> dict[str, Any]:
@@ -159,6 +172,17 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+def _is_size(v: Any, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= hi
+
+
+def _check_date(v: Any, what: str) -> None:
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= _MAX_TIME:
+        raise BundleError(f"{what} must be seconds since the epoch (a number within 0..2**34), got {str(v)[:40]!r}")
+
+
 def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError("not a rocke-aot bundle manifest")
@@ -187,21 +211,35 @@ def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict
             used.add(e["blob_sha256"])
         elif not isinstance(e.get("error"), str) or not e["error"]:
             raise BundleError(f"bundle failure entry {key} has no error message")
+    for e in entries:
+        _check_date(e.get("built_at"), f"bundle entry {e['key']}: built_at")
+        if e["status"] == "ok":
+            try:
+                record.check_metadata(e.get("metadata") or {})
+                record.check_provenance(e.get("provenance") or {})
+            except record.RecordError as err:
+                raise BundleError(f"bundle entry {e['key']}: malformed record ({err})") from None
     for sha, m in blob_meta.items():
-        if not isinstance(m, dict) or not all(isinstance(m.get(k), int) for k in ("size", "stored_size")):
-            raise BundleError(f"bundle blob {sha!r}: malformed manifest record")
+        if not isinstance(m, dict) or not all(_is_size(m.get(k), MAX_BLOB) for k in ("size", "stored_size")):
+            raise BundleError(f"bundle blob {sha!r}: malformed manifest record (sizes must be ints within "
+                              f"1..{MAX_BLOB})")
     extra = set(blob_meta) - used
     if extra:
         raise BundleError(f"bundle manifest lists {len(extra)} blobs no entry references")
     return entries, blob_meta
 
 
-def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
-    """Verify and publish a bundle, all or nothing; returns a summary."""
+def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck | None = None,
+                  failures: bool = False) -> dict[str, Any]:
+    """Verify and publish a bundle, all or nothing; returns a summary.
+
+    ``check(code, arch)`` validates each code object for the arch of every entry that uses it
+    and returns its resources (metadata["code_object"], replacing the bundle's); it raises a
+    RockeError to refuse. ``failures``: also import the bundle's failure records."""
     from rocke_aot.cache.store import _publish_artifact
 
     path = Path(path)
-    added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0}
+    added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0, "failures_skipped": 0}
     try:
         tar = tarfile.open(path, mode="r:")
     except (OSError, tarfile.TarError) as e:
@@ -209,12 +247,21 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
     with tar:
         try:
             first = tar.next()
-            if first is None or first.name != MANIFEST or not first.isfile() or first.size > _MAX_MANIFEST:
+            if first is None or first.name != MANIFEST or not first.isfile():
                 raise BundleError(f"bundle {path} does not start with {MANIFEST}")
-            manifest = json.loads(tar.extractfile(first).read())
-        except (tarfile.TarError, OSError, ValueError) as e:
-            raise BundleError(f"bundle {path}: unreadable manifest ({e})") from None
+            if first.size > MAX_MANIFEST:
+                raise BundleError(f"bundle {path}: its manifest is {first.size} bytes, over {MAX_MANIFEST}")
+            text = tar.extractfile(first).read()
+            _check_nesting(text, MAX_DEPTH)
+            manifest = json.loads(text)
+        except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
+            raise BundleError(f"bundle {path}: unreadable manifest ({type(e).__name__}: {e})") from None
         entries, blob_meta = _check_manifest(manifest)
+        arches: dict[str, set[str]] = {}  # blob sha256 -> the arches of the entries using it
+        for e in entries:
+            if e["status"] == "ok":
+                arches.setdefault(e["blob_sha256"], set()).add(e["arch"])
+        resources: dict[tuple[str, str], dict[str, Any]] = {}  # (sha256, arch) -> check's answer
         dicts_meta = manifest.get("dicts") or {}
         if not isinstance(dicts_meta, dict):
             raise BundleError("bundle manifest: malformed dicts")
@@ -246,17 +293,29 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
                     dict_id, zdict = zdicts.get(meta.get("dict_sha256"), (None, None))
                     if meta.get("dict_sha256") and zdict is None:
                         raise BundleError(f"bundle blob {sha}: its dictionary {meta['dict_sha256']} is not in the bundle")
-                    try:
+                    try:  # codec.decode reads the frame's declared size before decompressing
                         raw = codec.decode(stored, sha, meta["size"], meta.get("codec", codec.CODEC),
                                            meta["stored_size"], zdict)
                     except IntegrityError as e:
                         raise BundleError(f"bundle {path} is tampered or corrupt: {e}") from None
+                    if check is not None:
+                        for arch in sorted(arches.get(sha, ())):
+                            try:
+                                resources[(sha, arch)] = check(raw, arch)
+                            except RockeError as e:
+                                raise BundleError(f"bundle blob {sha} is not a valid code object for {arch}: "
+                                                  f"{type(e).__name__}: {e}") from None
                     seen.add(sha)
                     added["blobs"] += blobs.publish_blob(conn, store._dicts, sha, raw, stored, meta.get("codec", codec.CODEC),
                                                          dict_id, now)
                 if seen != set(blob_meta):
                     raise BundleError(f"bundle {path}: {len(set(blob_meta) - seen)} blobs of the manifest are missing")
                 for e in entries:
+                    if e["status"] != "ok" and not failures:
+                        added["failures_skipped"] += 1
+                        continue
+                    if e["status"] == "ok" and check is not None:
+                        e = {**e, "metadata": _with_resources(e, resources[(e["blob_sha256"], e["arch"])])}
                     _import_entry(conn, e, added, _publish_artifact)
         except tarfile.TarError as e:
             raise BundleError(f"bundle {path}: {e}") from None
@@ -267,10 +326,30 @@ def import_bundle(store: "Store", path: str | os.PathLike) -> dict[str, Any]:
     return {"path": str(path), **added}
 
 
+def _with_resources(e: dict[str, Any], co: dict[str, Any]) -> dict[str, Any]:
+    md = {**(e.get("metadata") or {}), "code_object": co, "format": co.get("format", "hsaco")}
+    try:
+        return dict(record.check_metadata(md))
+    except record.RecordError as err:
+        raise BundleError(f"bundle entry {e['key']}: its record disagrees with its code object ({err})") from None
+
+
+def _check_nesting(text: bytes, max_depth: int) -> None:
+    """Refuse JSON nested deeper than ``max_depth`` before parsing it (the parser recurses).
+    Brackets inside strings count too: an over-estimate, never an under-estimate."""
+    depth = 0
+    for m in re.finditer(rb"[\[\]{}]", text):
+        depth += 1 if m.group() in (b"[", b"{") else -1
+        if depth > max_depth:
+            raise BundleError(f"bundle manifest nested deeper than {max_depth}")
+
+
 def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: dict, now: float):
     """Verify a dictionary member and publish it (or find it already stored); -> (local id, dict)."""
     if dsha not in dicts_meta or dsha in seen:
         raise BundleError(f"bundle dictionary {dsha} is not in the manifest, or appears twice")
+    if member.size > MAX_DICT:
+        raise BundleError(f"bundle dictionary {dsha}: {member.size} bytes, over {MAX_DICT}")
     try:
         zdict = codec.Dictionary(tar.extractfile(member).read(), dsha)
     except IntegrityError as e:
@@ -291,7 +370,8 @@ def _import_entry(conn, e: dict[str, Any], added: dict[str, int], publish_artifa
     base = {
         "key": e["key"], "arch": inputs.arch, "lane": inputs.lane, "profile": inputs.profile, "family": inputs.family,
         "spec_json": inputs.spec_json, "recipe_digest": inputs.recipe_digest,
-        "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json, "built_at": float(e.get("built_at") or time.time()),
+        "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json,
+        "built_at": float(e["built_at"]) if e.get("built_at") is not None else time.time(),
     }
     if e["status"] == "ok":
         if cur is not None and cur.status == "ok" and cur.blob_sha256 == e["blob_sha256"]:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import threading
@@ -71,10 +72,12 @@ from rocke_aot.cache.records import (
     to_artifact,
     to_failure,
 )
+from rocke_aot import record
 from rocke_aot.candidates import Candidate, Resources, launch_block_size
 from rocke_aot.targets import Target, compatible_ids
-from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, ReadOnlyError, SpecError
+from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, ReadOnlyError, RockeError, SpecError
 
+log = logging.getLogger("rocke_aot.cache")
 ENV_MAX_BYTES = settings.CACHE_MAX_BYTES
 LOOKUP_CHUNK = 900  # under SQLite's oldest bound-parameter limit (999) and PostgreSQL's (65535)
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -164,6 +167,20 @@ def _json(value: Any, what: str) -> str:
     return canonical_json(value)
 
 
+def _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json, meta_json, built_at,
+               info) -> Candidate:
+    meta = json.loads(meta_json)
+    spec = json.loads(spec_json)
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        raise SpecError("its metadata or spec is not a JSON object")
+    co = meta.get("code_object")
+    if co is not None:
+        record.check_resources(co)
+    return Candidate(key, sha, family, MappingProxyType(spec), arch, lane, profile, gen or "", is_current,
+                     Resources.from_code_object(co, info, block_size=launch_block_size(meta.get("launch"))),
+                     datetime.fromtimestamp(built_at, tz=timezone.utc))
+
+
 def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
     for i in range(0, len(seq), n):
         yield seq[i : i + n]
@@ -191,6 +208,7 @@ class Store:
         self._candidate_lists: dict[tuple, tuple[Candidate, ...]] = {}
         self._seen_conns: dict[Any, tuple[int, int]] = {}
         self._candidate_lock = threading.Lock()
+        self.malformed_rows = 0  # rows candidates() skipped (logged); the service exports it
 
     @classmethod
     def open(
@@ -283,6 +301,8 @@ class Store:
             raise SpecError("put needs a non-empty code object (bytes)")
         if not isinstance(ir_sha256, str) or not _SHA_RE.match(ir_sha256):
             raise SpecError(f"ir_sha256 must be 64 lowercase hex digits, got {ir_sha256!r}")
+        record.check_metadata(metadata)  # the one record schema, before anything is written
+        record.check_provenance(provenance)
         raw = bytes(code_object)
         key = artifact_key(inputs)
         sha = codec.sha256_hex(raw)
@@ -646,12 +666,16 @@ class Store:
             c = memo.get(key)
             # A key's row is immutable except for a forced rebuild (new blob) and its served flag.
             if c is None or c.blob_sha256 != sha or c.current is not is_current or c.family != family:
-                meta = json.loads(meta_json)
-                c = Candidate(key, sha, family, MappingProxyType(json.loads(spec_json)), arch, lane, profile,
-                              gen or "", is_current,
-                              Resources.from_code_object(meta.get("code_object"), info,
-                                                         block_size=launch_block_size(meta.get("launch"))),
-                              datetime.fromtimestamp(built_at, tz=timezone.utc))
+                try:
+                    c = _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json, meta_json,
+                                   built_at, info)
+                except (RockeError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
+                    # One malformed row (written before the record schema, or by hand) must not
+                    # fail the family for everyone: it is skipped, logged and counted.
+                    self.malformed_rows += 1
+                    log.error("store %s: artifact %s skipped by select, its row is malformed (%s: %s)",
+                              self, key, type(e).__name__, e)
+                    continue
                 memo[key] = c
             out.append(c)
         return out
@@ -835,11 +859,15 @@ class Store:
 
         return export_bundle(self, path, **filters)
 
-    def import_(self, path: str | os.PathLike) -> dict[str, Any]:
+    def import_(self, path: str | os.PathLike, *, check=None, failures: bool = False) -> dict[str, Any]:
+        """Import a bundle, all or nothing (cache/bundle.py): ``check(code, arch)`` validates
+        each code object and returns its resources (the CLI passes aot's validation; without
+        it only the record schema and the hashes are checked); ``failures`` imports its
+        failure records too."""
         from rocke_aot.cache.bundle import import_bundle
 
         self._writable("import")
-        out = import_bundle(self, path)
+        out = import_bundle(self, path, check=check, failures=failures)
         with db.write_tx(self.engine) as conn:  # imported rows join the generation of their inputs
             now = time.time()
             touched = generations.backfill(conn, _insert_ignore, now)

@@ -264,22 +264,30 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
 
 @cache.command("import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--with-failures", is_flag=True, default=False,
+              help="Also import the bundle's cached build failures (builds skip those keys unless --force).")
 @cache_option
 @json_option
-def import_(path, cache_url, as_json) -> None:
-    """Verify every blob of a bundle, then publish it all in one transaction (or nothing).
+def import_(path, with_failures, cache_url, as_json) -> None:
+    """Verify every blob of a bundle (hashes, sizes, each code object validated for its arch
+    like a publish), then publish it all in one transaction (or nothing).
 
     \b
     Example:
         rocke-aot cache import gfx942.bundle --cache /shared/rocke/cache.sqlite
     """
+    from rocke_aot.aot.codeobject import validate
+
     with _store(cache_url) as store:
-        summary = store.import_(path)
+        summary = store.import_(path, check=lambda code, arch: validate(code, arch).as_dict(),
+                                failures=with_failures)
     if as_json:
         emit_json(summary)
         return
     click.echo(f"imported {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
-               f"{summary['blobs']} new blobs, {summary['unchanged']} already present")
+               f"{summary['blobs']} new blobs, {summary['unchanged']} already present"
+               + (f", {summary['failures_skipped']} failures left out (--with-failures)"
+                  if summary["failures_skipped"] else ""))
 
 
 @cache.command("train-dicts")

@@ -267,7 +267,7 @@ def test_export_import_round_trip(store, tmp_path, pg_database):
     # Import into an empty store on the *other* backend, too: the bundle is backend-neutral.
     target_url = f"sqlite:///{tmp_path / 'other.sqlite'}"
     with Store.open(target_url) as other:
-        summary = other.import_(tmp_path / "b.bundle")
+        summary = other.import_(tmp_path / "b.bundle", failures=True)
         assert (summary["artifacts"], summary["failures"], summary["blobs"]) == (6, 1, 5)
         for a in arts:
             got = other.get(a.key)
@@ -275,7 +275,7 @@ def test_export_import_round_trip(store, tmp_path, pg_database):
             assert (got.ir_sha256, dict(got.metadata), got.inputs) == (a.ir_sha256, dict(a.metadata), a.inputs)
         assert other.get_failure(artifact_key(inputs(20))).log == "log text"
         assert other.verify().ok
-        again = other.import_(tmp_path / "b.bundle")  # idempotent
+        again = other.import_(tmp_path / "b.bundle", failures=True)  # idempotent
         assert again["unchanged"] == 7 and again["artifacts"] == 0
     # Filtered export.
     put(store, 30, arch="gfx950")
