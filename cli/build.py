@@ -97,7 +97,7 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
             if plain is not None:
                 plain.planned(len(plan.to_build), len(plan.cached))
 
-        counts = {"built": 0, "failed": 0}
+        counts = {"built": 0, "failed": 0, "reused": 0}  # reused: a stored code object, no compile
 
         def on_result(job, status) -> None:
             counts[status] += 1
@@ -133,7 +133,7 @@ class PlainProgress(PeriodicLines):
         self.total, self.cached = to_build, cached
 
     def result(self, status: str) -> None:
-        if status == "built":
+        if status in ("built", "reused"):
             self.built += 1
         else:
             self.failed += 1
