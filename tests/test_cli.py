@@ -220,7 +220,7 @@ def test_compile_and_build_choose_the_same_toolchain(tmp_path, monkeypatch, llvm
     assert not plan.to_build and {r.reason for r in plan.refused} == {message}
 
 
-@pytest.mark.parametrize("lane,arch", [("llvm20", "gfx1250"), ("llvm24", "sm_90"), ("llvm23", "gfx942")])
+@pytest.mark.parametrize("lane,arch", [("llvm20", "gfx1250"), ("llvm24", "sm_90"), ("llvm23", "sm_90")])
 def test_compile_and_build_refuse_the_same_real_cases(tmp_path, cache_url, lane, arch, all_toolchains):
     """With this host's real toolchains: what build refuses or skips, compile refuses."""
     src = tmp_path / "k.ll"
@@ -240,8 +240,6 @@ def test_compile_and_build_refuse_the_same_real_cases(tmp_path, cache_url, lane,
         tcs.toolchain_for(lane, arch, all_toolchains)
     assert str(e.value) == compile_msg
     assert all(reason == compile_msg or arch in reason for reason in reasons)
-    if lane == "llvm23":
-        assert s["skipped"] == [{"lane": lane, "reason": compile_msg}]
 
 
 # -- 3. an unexpected exception in a build job keeps its traceback -------------------------

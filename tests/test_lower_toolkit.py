@@ -115,7 +115,8 @@ def test_ir_is_deterministic_across_processes(arch, spec):
     assert other == k1.ir_sha256
     # a different knob or lane gives different IR
     assert lower("gemm", dataclasses.replace(spec, block_k=64), arch, "llvm22").ir_sha256 != k1.ir_sha256
-    assert lower("gemm", spec, arch, "llvm23").ir == k1.ir  # llvm23 profile: no delta from llvm22
+    if arch != "sm_90":  # llvm23 (AMD's LLVM 23) has no NVPTX target: its profile is AMDGPU only
+        assert lower("gemm", spec, arch, "llvm23").ir == k1.ir  # llvm23 profile: no delta from llvm22
 
 
 def _attrs(ir_text, name):
