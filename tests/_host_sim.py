@@ -175,7 +175,7 @@ class CpuGrid:
         out[:] = slot["d"][lane]
 
     def launch(self, grid: int, *args) -> None:
-        types = [ctypes.c_void_p if k == "global_buffer" else ctypes.c_int32 for k in self.kinds]
+        types = [ctypes.c_void_p if k == "global_pointer" else ctypes.c_int32 for k in self.kinds]
         fn = ctypes.CFUNCTYPE(None, *types)(self.addr)
         cargs = [a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args]
         errors: list[BaseException] = []
