@@ -86,9 +86,12 @@ def test_where_filters_and_rejects_unknown_fields(tmp_path, llvm22):
 def test_choose_lanes_defaults_to_lanes_with_toolchains_and_skips_by_name(all_toolchains):
     chosen, skips = choose_lanes([], all_toolchains)
     assert {"llvm20", "llvm22"} <= set(chosen) and not skips
-    chosen, skips = choose_lanes([get_lane("llvm23"), get_lane("llvm22")], all_toolchains)
+    # every lane has a toolchain on a set-up host: take llvm23's away to see the named skip
+    others = [tc for tc in all_toolchains if tc.detect().lane != "llvm23"]
+    assert len(others) < len(all_toolchains)
+    chosen, skips = choose_lanes([get_lane("llvm23"), get_lane("llvm22")], others)
     assert list(chosen) == ["llvm22"] and [s.reason for s in skips] == [
-        "llvm23: no LLVM 23 toolchain on this host (see `rocke-aot toolchains`)"]
+        "llvm23: no LLVM 23 toolchain on this host (see `rocke-aot toolchain install llvm23`)"]
 
 
 def test_dask_local_cluster_builds_same_keys_and_bytes(tmp_path, llvm22):
