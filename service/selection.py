@@ -32,7 +32,7 @@ from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import FAMILIES, problem_from_dict
-from rocke_aot.variants.selection import Choice, Ranking, Rejection, rank
+from rocke_aot.variants.selection import Choice, Ranking, Rejection, rank, value_bytes
 
 MEASURED = ("exact", "class", "off")
 DEFAULT_MIN_EFFICIENCY = 0.0  # no floor unless asked: a small problem still gets its best kernel
@@ -108,26 +108,35 @@ def _lanes(lanes: Iterable[object] | None) -> tuple[str, ...] | None:
 # memo is bounded in bytes and evicts its least recently used entries one at a time: never a
 # clear-all (which once took 12 s on the request that hit it, and let 3,500 problems grow a
 # server to 3.3 GB). An entry's cost is an upper estimate from its entry counts and detail
-# strings, checked against tracemalloc by bench/bench_hostile.py.
+# strings (an Efficiency's by variants/selection.py value_bytes), checked against tracemalloc
+# by tests/test_hostile_service.py. A candidate tuple is charged once while an entry pins it
+# (after a write, older entries pin the tuples of before it, which the store no longer holds).
 RANKING_CACHE_BYTES = 32 << 20  # per store, per process
 _ENTRY_BYTES = 1024  # the memo slot, the key tuple, the problem value, the Ranking
-_CHOICE_BYTES = 640  # a Choice and its Efficiency breakdown
+_CHOICE_BYTES = 256  # a Choice (a NamedTuple of 7), its Efficiency counted apart
 _REJECTION_BYTES = 160  # a Rejection, its detail string counted apart
+_CANDIDATE_BYTES, _SPEC_FIELD_BYTES = 1024, 128  # a Candidate (~1.9 KiB with 10 spec fields)
 
 
 def ranking_cost(ranking: Ranking) -> int:
     """Upper estimate of the bytes one memo entry holds (constants above)."""
-    return (_ENTRY_BYTES + _CHOICE_BYTES * len(ranking.accepted)
+    return (_ENTRY_BYTES + sum(_CHOICE_BYTES + value_bytes(c.efficiency) for c in ranking.accepted)
             + sum(_REJECTION_BYTES + len(r.detail) + len(r.reason) for r in ranking.rejected))
 
 
+def candidates_cost(cands) -> int:
+    """Upper estimate of the bytes a candidate tuple holds (constants above)."""
+    return sum(_CANDIDATE_BYTES + _SPEC_FIELD_BYTES * len(c.spec) for c in cands)
+
+
 class RankingMemo:
-    """LRU of rankings bounded by ``max_bytes`` (ranking_cost); thread-safe."""
+    """LRU of rankings bounded by ``max_bytes`` (ranking_cost, candidates_cost); thread-safe."""
 
     def __init__(self, max_bytes: int = RANKING_CACHE_BYTES):
         self.max_bytes = max_bytes
         self.bytes = 0
         self._lru: OrderedDict[tuple, tuple[Any, Ranking, int]] = OrderedDict()
+        self._pins: dict[int, list] = {}  # id(candidate tuple) -> [entries pinning it, its cost]
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -143,17 +152,32 @@ class RankingMemo:
 
     def put(self, args: tuple, cands, ranking: Ranking) -> None:
         cost = ranking_cost(ranking)
-        if cost > self.max_bytes:
+        pin = None if id(cands) in self._pins else candidates_cost(cands)
+        if cost + (pin or 0) > self.max_bytes:
             return
         with self._lock:
             old = self._lru.pop(args, None)
             if old is not None:
-                self.bytes -= old[2]
+                self._drop(old)
             self._lru[args] = (cands, ranking, cost)
             self.bytes += cost
+            held = self._pins.get(id(cands))
+            if held is None:
+                held = self._pins[id(cands)] = [0, candidates_cost(cands) if pin is None else pin]
+                self.bytes += held[1]
+            held[0] += 1
             while self.bytes > self.max_bytes:
-                _, (_, _, c) = self._lru.popitem(last=False)
-                self.bytes -= c
+                _, entry = self._lru.popitem(last=False)
+                self._drop(entry)
+
+    def _drop(self, entry: tuple) -> None:
+        cands, _, cost = entry
+        self.bytes -= cost
+        held = self._pins[id(cands)]
+        held[0] -= 1
+        if held[0] == 0:
+            del self._pins[id(cands)]
+            self.bytes -= held[1]
 
 
 _RANKINGS: "weakref.WeakKeyDictionary[Any, RankingMemo]" = weakref.WeakKeyDictionary()

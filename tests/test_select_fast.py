@@ -60,7 +60,7 @@ def store_path(tmp_path_factory):
 def _reference(path, family, problem, **kw):
     """Everything recomputed: a new Store, the variant module's caches emptied."""
     S._SPECS.clear()
-    S._VERDICTS.clear()
+    S.clear_verdicts()
     explain = kw.pop("explain")
     limit = kw.pop("limit")
     with Store.open(path, readonly=True) as fresh:

@@ -31,6 +31,8 @@ example: docs/selection.md (tests/test_selection.py asserts the example's number
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Iterable, Mapping, NamedTuple
@@ -135,21 +137,78 @@ def _spec(c: Candidate) -> tuple[Any, str]:
     return got
 
 
-# (problem, processor) -> {spec text: reason or Efficiency, ("estimate", key): estimated ms}.
-# Both are pure functions of the problem, the processor and the spec (the estimate also of the
-# artifact's resources, which its key names forever), so a service asked the same shape again
-# skips the models (bounded: cleared when full).
-_VERDICTS: dict[tuple[Any, str], dict[Any, Any]] = {}
+# (problem, processor) -> {spec text: reason or Efficiency, ("hw"|"estimate"|"reuse", key): the
+# model's answer}. All are pure functions of the problem, the processor and the spec (the
+# estimates also of the artifact's resources, which its key names forever), so a service asked
+# the same shape again skips the models. Every distinct problem adds a dict (an unauthenticated
+# select chooses the problem), about 160 KiB on a 768-artifact store with the hardware model:
+# bounded in bytes (verdict_bytes, an upper estimate checked against tracemalloc by
+# tests/test_hostile_service.py), least recently used problems evicted one at a time. Without
+# the bound, 600 distinct problems grew a server by 228 MiB past its ranking memo's 32 MiB.
+VERDICT_CACHE_BYTES = 16 << 20  # per process
+_VERDICTS: OrderedDict[tuple[Any, str], list] = OrderedDict()  # k -> [verdicts, their bytes]
+_VERDICT_TOTAL = [0]
+_VERDICTS_LOCK = threading.Lock()
+# Upper estimates of CPython 3.11 sizes (measured with tracemalloc: an Efficiency of 2 dims
+# ~1.07 KiB, an Estimate of 6 terms ~0.63 KiB), per dict item.
+_SLOT_BYTES = 160  # the dict slot and a ("hw", key) tuple
+_EFF_BYTES, _EFF_DIM_BYTES = 480, 360
+_EST_BYTES, _EST_TERM_BYTES = 240, 96
+_VALUE_BYTES = 32  # a float or None
+
+
+def value_bytes(v: Any) -> int:
+    """Upper estimate of the bytes one verdict or estimate value holds (constants above)."""
+    if isinstance(v, Efficiency):
+        return _EFF_BYTES + _EFF_DIM_BYTES * len(v.dims)
+    if isinstance(v, hw_model.Estimate):
+        return _EST_BYTES + _EST_TERM_BYTES * len(v.terms)
+    if isinstance(v, str):
+        return 64 + len(v)
+    return _VALUE_BYTES
+
+
+def verdict_bytes(verdicts: Mapping[Any, Any]) -> int:
+    return sum(_SLOT_BYTES + value_bytes(v) for v in list(verdicts.values()))
 
 
 def _verdicts(problem: Any, processor: str) -> dict[Any, Any]:
     k = (problem, processor)
-    got = _VERDICTS.get(k)
-    if got is None:
-        if len(_VERDICTS) > 1024:
+    with _VERDICTS_LOCK:
+        got = _VERDICTS.get(k)
+        if got is None:
+            got = _VERDICTS[k] = [{}, 0]
+        else:
+            _VERDICTS.move_to_end(k)
+        return got[0]
+
+
+def _account(problem: Any, processor: str, verdicts: dict[Any, Any]) -> None:
+    """Charge ``verdicts`` at its current size; evict the oldest problems past the bound."""
+    cost = verdict_bytes(verdicts)
+    with _VERDICTS_LOCK:
+        slot = _VERDICTS.get((problem, processor))
+        if slot is None or slot[0] is not verdicts:  # evicted meanwhile by another thread
+            return
+        _VERDICT_TOTAL[0] += cost - slot[1]
+        slot[1] = cost
+        while _VERDICT_TOTAL[0] > VERDICT_CACHE_BYTES and len(_VERDICTS) > 1:
+            _, (_, c) = _VERDICTS.popitem(last=False)
+            _VERDICT_TOTAL[0] -= c
+        if _VERDICT_TOTAL[0] > VERDICT_CACHE_BYTES:  # one problem over the whole bound: not kept
             _VERDICTS.clear()
-        got = _VERDICTS[k] = {}
-    return got
+            _VERDICT_TOTAL[0] = 0
+
+
+def verdict_cache_bytes() -> int:
+    """The bytes charged to the verdict cache now (tests, the bench)."""
+    return _VERDICT_TOTAL[0]
+
+
+def clear_verdicts() -> None:
+    with _VERDICTS_LOCK:
+        _VERDICTS.clear()
+        _VERDICT_TOTAL[0] = 0
 
 
 def _specificity(arch: str) -> int:
@@ -327,6 +386,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     else:
         accepted.sort(key=order_key)
     rejected.sort(key=_rejection_key)
+    _account(problem, dev.processor, effs)
     return Ranking(tuple(accepted), tuple(rejected), used, note)
 
 
