@@ -92,12 +92,14 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
             if show_progress:
                 console.print(f"planned {plan.planned}: {len(plan.cached)} cached, {len(plan.to_build)} to build, "
                               f"{len(plan.refused)} refused combinations")
-            state["task"] = progress.add_task("compiling", total=len(plan.to_build), built=0, failed=0,
-                                              planned=plan.planned, cached=len(plan.cached))
+            counts["cached"] = len(plan.cached)
+            state["task"] = progress.add_task("compiling", total=len(plan.to_build), planned=plan.planned, **counts)
             if plain is not None:
                 plain.planned(len(plan.to_build), len(plan.cached))
 
-        counts = {"built": 0, "failed": 0, "reused": 0}  # reused: a stored code object, no compile
+        # reused: a stored code object, no compile; cached: planned cached, or stored by another
+        # builder while this one ran (the builder's statuses, aot/builder/run.py).
+        counts = {"built": 0, "failed": 0, "reused": 0, "cached": 0}
 
         def on_result(job, status) -> None:
             counts[status] += 1
@@ -135,6 +137,8 @@ class PlainProgress(PeriodicLines):
     def result(self, status: str) -> None:
         if status in ("built", "reused"):
             self.built += 1
+        elif status == "cached":
+            self.cached += 1
         else:
             self.failed += 1
 

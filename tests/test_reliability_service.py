@@ -169,6 +169,7 @@ def test_load_four_builders_and_a_live_server(store_url, tmp_path, llvm22):  # n
         assert not traffic.is_alive()
     server_out = proc.stdout.read()
     wall = time.monotonic() - t0
+    assert all(b.returncode == 0 for b in builds), [e[-2000:] for _, e in outs]
     summaries = [json.loads(o) for o, _ in outs]
     for b, (o, e), s in zip(builds, outs, summaries):
         assert b.returncode == 0 and not s["failed"], (o[-2000:], e[-2000:])
