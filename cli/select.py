@@ -61,7 +61,8 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     (gfx90a, gfx942, gfx950; variants/hw_facts/). Elsewhere (a fact not public, e.g. gfx1250:
     the header says which) tile efficiency first, then the matrix-unit path, then bytes staged
     per MAC, then occupancy; the key last. Recorded times (rocke-aot measurements) come first
-    wherever they apply (the "basis" column: their median in ms, or "model"). For equal specs
+    wherever they apply (the "basis" column: their median in ms, or the model that placed the
+    row; a row the model could not estimate says why below the table). For equal specs
     the newest lane wins. Each spec is served by its newest complete build (a partial or failed
     rebuild never takes a kernel away). Exit 1 when nothing qualifies.
     docs/selection.md has the rule.
@@ -74,7 +75,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     text = _problem_text(problem)
     if server is not None:
         return _remote(server, arch.id, family, text, [lane.name for lane in lanes] or None, min_efficiency, limit,
-                       explain, as_json)
+                       explain, as_json, model, measured)
     with Store.open(cache_url, readonly=True) as store:
         sel = select(store, arch, family, text, lanes=[lane.name for lane in lanes] or None,
                      min_efficiency=min_efficiency, limit=limit, model=model, measured=measured)
@@ -93,11 +94,17 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         c, r = ch.candidate, ch.candidate.resources
         spec = " ".join(f"{k}={v}" for k, v in sorted(c.spec.items()))
         est = "-" if ch.estimate_ms is None else f"{ch.estimate_ms:.4f}"  # none where no constants
-        basis = "model" if ch.measured is None else f"{ch.measured.median_ms:.4f}"  # measured ms
+        basis = ch.basis if ch.measured is None else f"{ch.measured.median_ms:.4f}"  # measured ms, or the model
         click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {est:>8} {ch.bound or '-':<8} {basis:<8} "
                    f"{ch.efficiency.total:>7.4f} "
                    f"{_n(r.occupancy):>4} {_n(r.vgprs):>5} {_n(r.sgprs):>5} {_n(r.lds_bytes):>7} "
                    f"{_n(r.spills):>5}  {spec}")
+    fallbacks: dict[str, int] = {}
+    for ch in sel.accepted:
+        if ch.fallback is not None:
+            fallbacks[ch.fallback] = fallbacks.get(ch.fallback, 0) + 1
+    for why, n in fallbacks.items():  # why those rows have no estimate (ranked by efficiency after the rest)
+        click.echo(f"no estimate for {n} of {len(sel.accepted)}: {why}")
     if explain:
         for rej in sel.rejected:
             click.echo(f"  rejected {rej.candidate.key[:16]} {rej.candidate.lane:<7} {rej.candidate.arch:<24} "
@@ -105,7 +112,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     return 0 if sel.accepted else 1
 
 
-def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, as_json) -> int:
+def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, as_json, model, measured) -> int:
     """The same selection from a service (service/client.py); the server runs select()."""
     import json
 
@@ -117,16 +124,20 @@ def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, a
         raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
     with Client(server, offline=False) as client:  # no local store is opened for a select
         doc = client.select(arch, family, prob, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
-                            explain=explain)
+                            explain=explain, model=model, measured=measured)
     if not explain:
         doc.pop("rejected")
     if as_json:
         emit_json(doc)
     else:
         click.echo(f"{family} on {arch} ({server}): {len(doc['accepted'])} accepted")
+        click.echo(f"ranked by: {doc['model']}" + (f" ({doc['note']})" if doc["note"] else ""))
         for i, c in enumerate(doc["accepted"], 1):
             spec = " ".join(f"{k}={v}" for k, v in sorted(c["spec"].items()))
-            click.echo(f"{i:>3}  {c['key'][:16]} {c['lane']:<7} {c['arch']:<24} {c['efficiency']['total']:>7.4f}  {spec}")
+            est = "-" if c["estimate_ms"] is None else f"{c['estimate_ms']:.4f}"
+            basis = c["basis"] if c["measured_ms"] is None else f"{c['measured_ms']:.4f}"
+            click.echo(f"{i:>3}  {c['key'][:16]} {c['lane']:<7} {c['arch']:<24} {est:>8} {c['bound'] or '-':<8} "
+                       f"{basis:<10} {c['efficiency']['total']:>7.4f}  {spec}")
         for r in doc.get("rejected", []):
             click.echo(f"  rejected {r['key'][:16]} {r['lane']:<7} {r['arch']:<24} {r['reason']}")
     return 0 if doc["accepted"] else 1

@@ -209,21 +209,24 @@ def list_page(store: Store, *, arch: str | None, lane: str | None, family: str |
 
 
 def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None, limit=None,
-           explain: bool = True, max_rejected: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-    """(accepted best first, the first ``max_rejected`` rejected, how many were rejected) as
-    plain dicts, from the one selection helper."""
+           explain: bool = True, max_rejected: int | None = None, model: str = "auto",
+           measured: str = "exact") -> dict[str, Any]:
+    """The select answer as plain data (service/schemas.py SelectResponse less the URLs): the
+    accepted best first with the basis of each rank, the first ``max_rejected`` rejected, how many
+    were rejected, the model that ordered them and why none was used; from the one helper."""
     from rocke_aot.service.selection import select as shared
 
     sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
-                 explain=explain)
+                 explain=explain, model=model, measured=measured)
     shown = sel.rejected if max_rejected is None else sel.rejected[:max_rejected]
-    return [_choice(c) for c in sel.accepted], [_rejection(r) for r in shown], len(sel.rejected)
+    return {"accepted": [_choice(c) for c in sel.accepted], "rejected": [_rejection(r) for r in shown],
+            "rejected_count": len(sel.rejected), "model": sel.model, "note": sel.note}
 
 
 def _choice(c) -> dict[str, Any]:
     cand = c.candidate  # issue 11: Choice(candidate, spec, efficiency)
     return {"key": cand.key, "sha256": cand.blob_sha256, "arch": cand.arch, "lane": cand.lane,
-            "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), "estimate_ms": c.estimate_ms,
+            "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), **c.basis_dict(),
             "resources": cand.resources.as_dict(), "generation": cand.generation}
 
 

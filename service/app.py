@@ -435,7 +435,8 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
 
     @app.post("/v1/select", tags=["select"], response_model=SelectResponse,
               responses=errors.responses(413, 422, 500),
-              summary="Stored candidates for a problem, ranked by tile efficiency, and the rejected ones with reasons")
+              summary="Stored candidates for a problem, best first with the basis of each rank (measured, fitted, "
+                      "hardware or efficiency), and the rejected ones with reasons")
     async def select(request: Request, store: StoreDep, req: SelectRequest) -> Response:
         target = _arch(req.arch)
         family = _family(req.family)
@@ -445,16 +446,17 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         # The rejected entries are listed only when asked to explain (rejected_count always counts
         # them): they were ~90% of a default answer's bytes and of its serialization.
         kw = dict(lanes=lanes, min_efficiency=req.min_efficiency, limit=req.limit, explain=req.explain,
-                  max_rejected=MAX_REJECTED if req.explain else 0)
+                  max_rejected=MAX_REJECTED if req.explain else 0, model=req.model, measured=req.measured)
         # Off the event loop, through a few threads: a cold select (after a store change) ranks
         # every row of the family, and on the loop it stalled every other request of the worker.
         async with slots:
-            accepted, rejected, n_rejected = await run_in_threadpool(access.select, *args, **kw)
+            got = await run_in_threadpool(access.select, *args, **kw)
         p = _prefix(request)
         doc = SelectResponse(
             accepted=[RankedKernel(**c, url=f"{p}/v1/blobs/{c['sha256']}", kernel_url=f"{p}/v1/kernels/{c['key']}")
-                      for c in accepted],
-            rejected=[Rejection(**r) for r in rejected], rejected_count=n_rejected,
+                      for c in got["accepted"]],
+            rejected=[Rejection(**r) for r in got["rejected"]], rejected_count=got["rejected_count"],
+            model=got["model"], note=got["note"],
         )
         # Validated above against the documented models, serialized here by pydantic-core: a
         # returned Response skips FastAPI's second validation of the model (run in the threadpool

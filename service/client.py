@@ -10,7 +10,8 @@
              │                  (raw answers: size and sha256 checked the same way)
         Store.put(inputs, bytes, ...) ──> the next get answers locally, no request
     Client.get_blob(sha)   local blob or GET /v1/blobs/{sha}; verified; kept in memory
-    Client.select(...)     POST /v1/select (offline: the same select() over the local store)
+    Client.select(...)     POST /v1/select, the answer parsed strictly (parse_select: the service's
+                           models); offline: the same select() over the local store
     Client.publish(...)    PUT /v1/kernels/{key} with the bearer token
 
 Every request retries connection errors and 5xx answers with exponential backoff; the
@@ -234,14 +235,17 @@ class Client:
     # ---- select / publish -----------------------------------------------------------------
 
     def select(self, arch: str, family: str, problem: Mapping[str, Any], *, lanes=None,
-               min_efficiency: float | None = None, limit: int | None = None, explain: bool = False) -> dict[str, Any]:
-        """Ranked candidates and rejections (the SelectResponse document). Offline: the same
-        select() over the local store, in the same shape."""
+               min_efficiency: float | None = None, limit: int | None = None, explain: bool = False,
+               model: str = "auto", measured: str = "exact") -> dict[str, Any]:
+        """Ranked candidates and rejections (the SelectResponse document: each accepted row with
+        the basis of its rank). The server's answer is parsed strictly through the service's own
+        models (types, closed field sets, the basis invariants): a malformed one is an
+        IntegrityError. Offline: the same select() over the local store, in the same shape."""
         if self.offline:
-            accepted, rejected, n = access.select(self.store, arch, family, dict(problem), lanes=lanes,
-                                                  min_efficiency=min_efficiency, limit=limit, explain=explain)
-            return {"accepted": [{**c, "url": None, "kernel_url": None} for c in accepted], "rejected": rejected,
-                    "rejected_count": n}
+            doc = access.select(self.store, arch, family, dict(problem), lanes=lanes, min_efficiency=min_efficiency,
+                                limit=limit, explain=explain, model=model, measured=measured)
+            doc["accepted"] = [{**c, "url": None, "kernel_url": None} for c in doc["accepted"]]
+            return doc
         body: dict[str, Any] = {"arch": arch, "family": family, "problem": dict(problem)}
         if lanes is not None:
             body["lanes"] = list(lanes)
@@ -251,7 +255,11 @@ class Client:
             body["limit"] = limit
         if explain:
             body["explain"] = True
-        return self._request("POST", "/v1/select", json=body).json()
+        if model != "auto":
+            body["model"] = model
+        if measured != "exact":
+            body["measured"] = measured
+        return parse_select(self._request("POST", "/v1/select", json=body).content)
 
     def publish_generation(self, root: str, index: str, manifest: str) -> dict[str, Any]:
         """PUT /v1/trust: the texts of a signed generation's root.json, index.json, manifest.json."""
@@ -277,6 +285,23 @@ class Client:
         }
         return self._request("PUT", f"/v1/kernels/{key}", json=body,
                              headers={"Authorization": f"Bearer {self.token}"}).json()
+
+
+def parse_select(body: bytes) -> dict[str, Any]:
+    """A /v1/select answer, validated strictly (service/schemas.py SelectResponse: no coercion,
+    no unknown field, the basis invariants) -> the document as plain data."""
+    from pydantic import ValidationError
+
+    from rocke_aot.service.schemas import SelectResponse
+
+    try:
+        doc = SelectResponse.model_validate_json(body, strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "the answer"
+        raise IntegrityError(f"POST /v1/select: the server's answer does not parse ({e.error_count()} errors; "
+                             f"{where}: {first['msg']})") from None
+    return doc.model_dump(mode="json")
 
 
 def _bounded(chunks, limit: int, what: str) -> bytes:

@@ -1,6 +1,8 @@
 """Typed request and response bodies of the service (pydantic), and their bounds.
 
-    SelectRequest ──POST /v1/select──> SelectResponse(accepted: [RankedKernel], rejected: [Rejection])
+    SelectRequest ──POST /v1/select──> SelectResponse(accepted: [RankedKernel], rejected: [Rejection],
+                                       model, note); each RankedKernel says the basis of its rank
+                                       (basis, estimate_ms, bound, fallback, measured_ms, measurement)
     PublishRequest ──PUT /v1/kernels/{key}──> KernelMeta
     GET /v1/kernels/{key}/meta ──> KernelMeta      GET /v1/kernels ──> KernelPage(items: [KernelSummary])
     every refusal ──> ErrorBody(error, message, field?, accepted?)
@@ -12,9 +14,9 @@ the server hold more than the body limit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SHA_PATTERN = r"^[0-9a-f]{64}$"
 MAX_PAGE = 1000
@@ -91,11 +93,44 @@ class SelectRequest(BaseModel):
                                              "(and reject) artifacts of stale generations and incompatible targets; "
                                              "off, those are left out in SQL and 'rejected' is empty "
                                              "('rejected_count' still counts the rejections)")
+    model: Literal["auto", "fitted", "hardware", "efficiency"] = Field(
+        "auto", description="The order (docs/selection.md): constants fitted on the device, published hardware "
+                            "facts, or tile efficiency; auto: the first the arch has")
+    measured: Literal["exact", "class", "off"] = Field(
+        "exact", description="Rank by recorded times first: of this problem, also of its shape class, or off")
+
+
+# The basis of a rank (variants/selection.py Choice.basis) and what bounds an estimate
+# (variants/hw_model.py Estimate.bound): the closed vocabularies of the select answer.
+Basis = Literal["measured", "fitted", "hardware", "efficiency"]
+Bound = Literal["compute", "issue", "lds", "memory", "latency"]
+RankModel = Literal["fitted", "hardware", "efficiency"]
+
+
+class MeasurementRef(BaseModel):
+    """The recorded time a candidate is ranked by (cache/measurements.py, variants/measured.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    generation: str
+    arch: str = Field(description="The device's target ID it was measured on")
+    device: str = Field(description="The device's name")
+    family: str
+    problem: dict[str, Any] = Field(description="The problem measured (the asked one, or a shape-class mate)")
+    median_ms: float
+    repeats: int
+    recorded_at: float = Field(description="Unix time of the record")
+    source: str = Field(description="Where it came from (a report file, a host)")
 
 
 class RankedKernel(BaseModel):
     """One accepted row of a select answer, on the wire: a ranked candidate
-    (rocke_aot.candidates.Candidate) with its efficiency and fetch URLs."""
+    (rocke_aot.candidates.Candidate) with its efficiency, the basis of its rank and fetch URLs.
+    Closed (unknown fields refused) and checked for consistency: the server builds it through
+    this model and the client (service/client.py) parses the answer through it."""
+
+    model_config = ConfigDict(extra="forbid")
 
     key: str
     sha256: str
@@ -103,15 +138,43 @@ class RankedKernel(BaseModel):
     lane: str
     spec: dict[str, Any]
     efficiency: dict[str, Any] = Field(description="Tile-efficiency breakdown; 'total' is the product")
-    estimate_ms: float | None = Field(None, description="The time model's estimate in milliseconds (variants/perf.py); "
-                                                        "null where the arch has no measured constants")
+    basis: Basis = Field(description="What ranks it: 'measured' (a recorded time), else the model that placed it: "
+                                     "'fitted' (constants fitted on the device), 'hardware' (published hardware "
+                                     "facts), 'efficiency' (tile efficiency, reuse, occupancy)")
+    estimate_ms: float | None = Field(description="The time model's estimate in milliseconds (also under 'measured'); "
+                                                  "null where the model gave none ('fallback' says why)")
+    bound: Bound | None = Field(description="The hardware-fact model's bound for the estimate; null otherwise")
+    fallback: str | None = Field(description="Why the time model asked for gave no estimate (e.g. 'gfx1250: hardware "
+                                             "facts not public: clock_mhz, cus, ...'); null where it did or the "
+                                             "efficiency order was asked for")
+    measured_ms: float | None = Field(description="The recorded median it is ranked by; null unless basis is measured")
+    measurement: MeasurementRef | None = Field(description="That recorded time; null unless basis is measured")
     resources: dict[str, Any] = Field(description="Code-object resources (and occupancy where selection derives it)")
     generation: str | None = Field(None, description="The build generation the artifact belongs to")
     url: str = Field(description="Fetch URL of the code object (by content)")
     kernel_url: str
 
+    @model_validator(mode="after")
+    def _basis_consistent(self) -> "RankedKernel":
+        measured = self.basis == "measured"
+        if measured != (self.measured_ms is not None) or measured != (self.measurement is not None):
+            raise ValueError(f"basis {self.basis!r} with measured_ms {self.measured_ms!r}: a measured rank carries "
+                             f"its measured time and measurement, a modeled one neither")
+        if self.measurement is not None and (self.measurement.median_ms != self.measured_ms
+                                             or self.measurement.key != self.key):
+            raise ValueError("measured_ms and the measurement's key and median must be the ranked kernel's")
+        if self.fallback is not None and self.estimate_ms is not None:
+            raise ValueError("a fallback reason explains a missing estimate: it comes with estimate_ms null")
+        if self.basis in ("fitted", "hardware") and self.estimate_ms is None:
+            raise ValueError(f"basis {self.basis!r} ranks by an estimate, and estimate_ms is null")
+        if self.bound is not None and self.estimate_ms is None:
+            raise ValueError("a bound names what bounds an estimate: it comes with estimate_ms")
+        return self
+
 
 class Rejection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     key: str
     arch: str
     lane: str
@@ -120,9 +183,13 @@ class Rejection(BaseModel):
 
 
 class SelectResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     accepted: list[RankedKernel]
     rejected: list[Rejection] = Field(description=f"Only with explain: at most {MAX_REJECTED}, in key order")
     rejected_count: int = Field(description="All rejected candidates, also those beyond the list")
+    model: RankModel = Field(description="The model that ordered the answer (measured rows come first regardless)")
+    note: str | None = Field(description="Why no time model was used, in full (every missing fact and why)")
 
 
 class PublishRequest(BaseModel):

@@ -46,7 +46,7 @@ def test_recorded_times_outrank_the_model_and_say_so(store_url):
     store, arts = _store(store_url)
     with store:
         model = select(store, "gfx942", "gemm", PROBLEM)
-        assert model.model == "hardware" and all(c.basis == "model" for c in model.accepted)
+        assert model.model == "hardware" and all(c.basis == "hardware" for c in model.accepted)
         # the model's last choice measured fastest: measured beats modeled
         last = next(t for t, a in arts.items() if a.key == model.accepted[-1].key)
         times = {t: (0.5 if t == last else 2.0 + t[0] / 1000) for t in arts}
@@ -64,9 +64,9 @@ def test_recorded_times_outrank_the_model_and_say_so(store_url):
             [c.key for c in select(store, "gfx942", "gemm", other, measured="off").accepted]
         # the same shape class (2048..4095 in every extent) only when asked
         near = {**PROBLEM, "m": 3000}
-        assert select(store, "gfx942", "gemm", near).best.basis == "model"
+        assert select(store, "gfx942", "gemm", near).best.basis == "hardware"
         assert select(store, "gfx942", "gemm", near, measured="class").best.key == arts[last].key
-        assert select(store, "gfx942", "gemm", PROBLEM, measured="off").best.basis == "model"
+        assert select(store, "gfx942", "gemm", PROBLEM, measured="off").best.basis == "hardware"
 
 
 def test_a_measurement_never_outlives_its_generation_or_artifact(store_url):
@@ -81,7 +81,7 @@ def test_a_measurement_never_outlives_its_generation_or_artifact(store_url):
         store.complete_generation(generation_of(fake_inputs("gfx942", "llvm22", "gemm", _spec(64, 64), "d2")))
         sel = select(store, "gfx942", "gemm", PROBLEM)
         assert {c.key for c in sel.accepted} == {a.key for a in new.values()}
-        assert all(c.basis == "model" for c in sel.accepted)
+        assert all(c.basis == "hardware" for c in sel.accepted)
         store.gc_generations(keep=0)  # the measured generation is gone
         assert stored.for_family(store, "gemm", "gfx942") == []
         assert stored.count(store) == (3, 0)

@@ -67,6 +67,12 @@ class HardwareFacts:
             raise AttributeError(name) from None
 
 
+class NoEstimate(SpecError):
+    """One candidate has no estimate although its arch has facts: its family has no kernel
+    counts, or its matrix instruction no published cycles (selection ranks it by efficiency and
+    says this reason)."""
+
+
 @dataclass(frozen=True)
 class Refusal:
     """The arch has no estimate: which facts are missing and why (shown by select)."""
@@ -78,6 +84,13 @@ class Refusal:
     def reason(self) -> str:
         return (f"no hardware-fact time model for {self.processor}: not public: "
                 + "; ".join(f"{k} ({v})" for k, v in sorted(self.missing.items())))
+
+    @property
+    def summary(self) -> str:
+        """One line for every candidate's fallback: the arch and the facts, without the whys."""
+        if set(self.missing) == {"facts file"}:
+            return f"{self.processor}: no hardware facts ({self.missing['facts file']})"
+        return f"{self.processor}: hardware facts not public: {', '.join(sorted(self.missing))}"
 
 
 @dataclass(frozen=True)
@@ -150,7 +163,8 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
     if c.instr is not None and c.mma:
         cyc = f.matrix_cycles.get(c.instr)
         if cyc is None:
-            raise SpecError(f"{f.processor}: no matrix cycles for {c.instr} in its facts file")
+            raise NoEstimate(f"no published cycles for matrix instruction {c.instr} "
+                             f"(variants/hw_facts/{f.processor}.json)")
         matrix = g * w * c.mma * cyc / f.matrix_units
     else:
         matrix = 0.0

@@ -22,7 +22,11 @@
                 tile's data reuse, a count), occupancy desc (unknown last), key asc
       measured  before any of them: the candidates a recorded time applies to (variants/measured.py:
                 its artifact and generation, its processor, its problem or, when asked, its shape
-                class), by measured median asc, key asc; Choice.basis says "measured" or "model"
+                class), by measured median asc, key asc
+    the basis of each rank (Choice.basis): "measured", or the model that placed it ("fitted",
+    "hardware", "efficiency"); Choice.fallback says why a time model asked for gave no estimate
+    (an arch whose facts are not public, a family without kernel counts, a matrix instruction
+    without published cycles); such candidates follow the estimated ones, in the efficiency order
 
 Deterministic; every rejection carries its reason and a detail. The rule and a worked
 example: docs/selection.md (tests/test_selection.py asserts the example's numbers).
@@ -68,11 +72,13 @@ class Choice(NamedTuple):
     bound: str | None = None  # hardware model: what bounds the estimate (compute, issue, lds, memory, latency)
     reuse: float | None = None  # efficiency order: bytes staged per MAC (lower: more reuse)
     measured: Any = None  # the Measurement it is ranked by (variants/measured.py), None: the model
+    model: str = "efficiency"  # the model that placed it: "fitted", "hardware" or "efficiency"
+    fallback: str | None = None  # why the time model asked for gave no estimate (None: it did, or none was asked)
 
     @property
     def basis(self) -> str:
-        """"measured" where a recorded time ranks it, else "model"."""
-        return "model" if self.measured is None else "measured"
+        """What ranks it: "measured" where a recorded time does, else the model that placed it."""
+        return "measured" if self.measured is not None else self.model
 
     # The candidate's identity, for callers that render rows (service, CLI).
     key = property(lambda self: self.candidate.key)
@@ -82,8 +88,12 @@ class Choice(NamedTuple):
     resources = property(lambda self: self.candidate.resources)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict(), "estimate_ms": self.estimate_ms,
-                "bound": self.bound, "basis": self.basis,
+        return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict(), **self.basis_dict()}
+
+    def basis_dict(self) -> dict[str, Any]:
+        """The basis of its rank, as every surface shows it (CLI JSON, the service's RankedKernel):
+        basis, the model's estimate and bound, the fallback reason, the measured time."""
+        return {"basis": self.basis, "estimate_ms": self.estimate_ms, "bound": self.bound, "fallback": self.fallback,
                 "measured_ms": None if self.measured is None else self.measured.median_ms,
                 "measurement": None if self.measured is None else self.measured.as_dict()}
 
@@ -238,14 +248,15 @@ def measured_first(choice: Choice) -> tuple:
 
 def order_key(choice: Choice) -> tuple:
     """Best first. With a time estimate: the estimate, then efficiency, then the key. Without
-    (no measured constants for the arch): efficiency, then matrix-unit paths before fma, then
-    occupancy (unknown last), then the key (stable, unique)."""
+    (no constants or facts for the arch, or none for this candidate): after every estimated one,
+    by efficiency, then matrix-unit paths before fma, then bytes staged per MAC, then occupancy
+    (unknown last), then the key (stable, unique)."""
     if choice.estimate_ms is not None:
-        return (choice.estimate_ms, -choice.efficiency.total, choice.candidate.key)
+        return (0, choice.estimate_ms, -choice.efficiency.total, choice.candidate.key)
     occ = choice.candidate.occupancy
     matrix = choice.candidate.spec.get("path") in MATRIX_PATHS
     reuse = choice.reuse if choice.reuse is not None else float("inf")
-    return (-choice.efficiency.total, -matrix, reuse, -(occ if occ is not None else -1), choice.candidate.key)
+    return (1, -choice.efficiency.total, -matrix, reuse, -(occ if occ is not None else -1), choice.candidate.key)
 
 
 def estimate(spec: Any, problem: Any, device: Target, efficiency: Efficiency, resources: Any,
@@ -262,8 +273,12 @@ def estimate(spec: Any, problem: Any, device: Target, efficiency: Efficiency, re
 
 def estimate_hw(spec: Any, problem: Any, device: Target, efficiency: Efficiency, resources: Any,
                 facts: hw_model.HardwareFacts) -> hw_model.Estimate:
-    """The hardware-fact model's estimate for one accepted candidate (variants/hw_model.py)."""
+    """The hardware-fact model's estimate for one accepted candidate (variants/hw_model.py).
+    A family without kernel counts, or a matrix instruction without published cycles, raises
+    hw_model.NoEstimate (the candidate is then ranked by efficiency, saying why)."""
     entry = family_for_spec(spec)
+    if entry.model.counts is None:
+        raise hw_model.NoEstimate(f"family {entry.name} has no kernel counts (variants/counts.py)")
     c = entry.model.counts(spec, problem, device, int(facts.lds_banks))
     work = entry.model.work(spec, problem, device)
     groups = perf.resident_groups(device.info, work, resources)
@@ -278,22 +293,24 @@ def _reuse(spec: Any, problem: Any, device: Target) -> float | None:
     return c.staged_bytes / c.macs if c.macs else None
 
 
-def choose_model(processor: str, model: str = "auto") -> tuple[str, Any, str | None]:
-    """(model used, its constants or facts, why a time model was not used) for ``model=``."""
+def choose_model(processor: str, model: str = "auto") -> tuple[str, Any, str | None, str | None]:
+    """(model used, its constants or facts, why a time model was not used, the same in one line
+    for every candidate's ``fallback``) for ``model=``."""
     if model not in MODELS:
         raise SpecError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     if model in ("auto", "fitted"):
         k = perf.constants_for(processor)
         if k is not None:
-            return "fitted", k, None
+            return "fitted", k, None, None
         if model == "fitted":
-            return "efficiency", None, f"no fitted constants for {processor} (variants/perf_constants/)"
+            why = f"{processor}: no fitted constants (variants/perf_constants/{processor}.json)"
+            return "efficiency", None, why, why
     if model in ("auto", "hardware"):
         f = hw_model.facts_for(processor)
         if isinstance(f, hw_model.Refusal):
-            return "efficiency", None, f.reason
-        return "hardware", f, None
-    return "efficiency", None, None
+            return "efficiency", None, f.reason, f.summary
+        return "hardware", f, None, None
+    return "efficiency", None, None, None
 
 
 def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
@@ -362,21 +379,23 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
             rejected.append(Rejection(ch.candidate, OTHER_TARGET,
                                       f"the same spec is built for the more specific {win.candidate.arch} "
                                       f"({win.candidate.key[:12]})"))
-    used, consts, note = choose_model(dev.processor, model)
+    used, consts, note, fallback = choose_model(dev.processor, model)
     # Estimates are pure in (problem, processor, spec, resources): cached with the verdicts.
     if used == "fitted":
-        accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, consts)) for ch in accepted]
+        accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, consts), model="fitted")
+                    for ch in accepted]
     elif used == "hardware":
         timed = []
         for ch in accepted:
             try:
                 timed.append(_with_hw(effs, ch, problem, dev, consts))
+            except hw_model.NoEstimate as e:  # a fact or a count missing for this one: efficiency, saying so
+                timed.append(_with_reuse(effs, ch, problem, dev)._replace(fallback=f"{dev.processor}: {e}"))
             except SpecError as e:  # a stored spec the device's geometry refuses: never served
                 rejected.append(Rejection(ch.candidate, BAD_SPEC, f"does not lay out on {dev.id}: {e}"))
         accepted = timed
     else:
-        accepted = [ch._replace(reuse=_cached(effs, ("reuse", ch.candidate.key), lambda ch=ch: _reuse(
-            ch.spec, problem, dev))) for ch in accepted]
+        accepted = [_with_reuse(effs, ch, problem, dev)._replace(fallback=fallback) for ch in accepted]
     if measurements:
         fam = accepted[0].candidate.family if accepted else None
         got = measured.applicable(measurements, fam, problem, dev, [ch.candidate for ch in accepted],
@@ -398,9 +417,23 @@ def _cached(effs: dict[Any, Any], k: Any, compute: Any) -> Any:
 
 
 def _with_hw(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target, facts: hw_model.HardwareFacts) -> Choice:
-    e = _cached(effs, ("hw", ch.candidate.key), lambda: estimate_hw(
+    e = _cached(effs, ("hw", ch.candidate.key), lambda: _hw_or_reason(
         ch.spec, problem, dev, ch.efficiency, ch.candidate.resources, facts))
-    return ch._replace(estimate_ms=e.ms, bound=e.bound)
+    if isinstance(e, str):  # remembered like an estimate: the same inputs give the same reason
+        raise hw_model.NoEstimate(e)
+    return ch._replace(estimate_ms=e.ms, bound=e.bound, model="hardware")
+
+
+def _hw_or_reason(*args: Any) -> hw_model.Estimate | str:
+    try:
+        return estimate_hw(*args)
+    except hw_model.NoEstimate as e:
+        return str(e)
+
+
+def _with_reuse(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target) -> Choice:
+    return ch._replace(reuse=_cached(effs, ("reuse", ch.candidate.key), lambda: _reuse(ch.spec, problem, dev)),
+                       model="efficiency")
 
 
 def _estimate_cached(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target,
