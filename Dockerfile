@@ -3,7 +3,9 @@
 #   builder   every lane: Debian + setup.sh --image (runtime apt packages, the venv with [all],
 #             ptxas, the lane toolchains), then the copied tree checked by the same script
 #   serve     only what `rocke-aot serve` needs: setup.sh --serve-image (python3, the venv with
-#             [serve]; no compiler, no ptxas, no lanes). The last stage: the default target
+#             [serve]; no compiler, no ptxas, no lanes, no numpy), then scripts/slim-venv.sh (no
+#             pip/setuptools, stripped shared objects, byte code compiled once). The last stage:
+#             the default target
 #
 #   docker build --target serve -t rocke-aot-serve .
 #   docker build --target builder -t rocke-aot-builder .
@@ -35,6 +37,8 @@ COPY . .
 RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf --mount=type=secret,id=pipca \
     if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi \
     && bash scripts/setup.sh --serve-image \
+    && apt-get install -y -q --no-install-recommends binutils >/dev/null \
+    && bash scripts/slim-venv.sh .venv \
     && rm -rf tests bench docs .git
 
 FROM ${DEBIAN_IMAGE} AS builder

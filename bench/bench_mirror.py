@@ -1,18 +1,24 @@
 """Fetch N kernels three ways in one run: a verified static mirror on nginx, `rocke-aot serve`,
-and bare nginx serving the same files with no verification at all.
+and bare nginx serving the same files with no verification at all, each WORKERS at a time.
 
-    store: N synthetic code objects (SIZE bytes each, half random so zstd keeps ~half), one
-           generation, signed (trust/release.py) and exported (trust/mirror.py) to a tree
+    store: N synthetic code objects (SIZE bytes each, half random so zstd keeps ~half, the gemm
+           family's real launch contract), one generation, signed (trust/release.py) and
+           exported (trust/mirror.py) to a tree
     verified mirror   Fetcher([MirrorSource(nginx)], pinned key): cold = empty local store
-                      (root + index + manifest, then per kernel: GET the frame, decompress,
-                      sha256 + size against the signed entry, write blob + record by rename);
-                      warm = a new Fetcher over the filled local store (root + index, local reads)
+                      (root + index + manifest once, then per kernel: GET the frame, decompress,
+                      sha256 + size against the signed entry, the signed inputs hashed to the
+                      key, blob + record written by rename); warm = a new Fetcher over the
+                      filled local store (root + index, local reads, each verified)
     rocke-aot serve   the same Fetcher over ServiceSource (serve --trust-dir), cold and warm
     bare nginx        httpx GET of every blobs/<sha>.zst into memory, nothing checked or kept
-    each ROUNDS times, interleaved; per kernel latency -> p50, p99; kernels/s over the pass
+    one harness for every path: WORKERS threads (the client's default, Fetcher.get_many's) over
+    one connection pool (one httpx.Client, as a Source has); per call latency -> p50, p99;
+    kernels/s over the pass; plus Fetcher.get_many itself (cold, its own pool) and, for
+    reference, the verified mirror and bare nginx one kernel at a time
+    each ROUNDS times, interleaved; medians of the rounds
     ratio: verified mirror (cold) kernels/s / bare nginx kernels/s (goal issue 23: >= 0.9)
 
-    .venv/bin/python bench/bench_mirror.py [--kernels 300] [--size 32768] [--rounds 3] [--json]
+    .venv/bin/python bench/bench_mirror.py [--kernels 300] [--size 32768] [--rounds 3] [--workers 8] [--json]
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -36,37 +43,53 @@ from _service import serve_process  # noqa: E402
 
 from rocke_aot.cache.keys import KeyInputs  # noqa: E402
 from rocke_aot.cache.store import Store  # noqa: E402
+from rocke_aot.launch import LaunchContract  # noqa: E402
+from rocke_aot.variants.families import get_family  # noqa: E402
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource  # noqa: E402
+from rocke_aot.client.fetch import DEFAULT_WORKERS  # noqa: E402
 from rocke_aot.trust import keys, mirror  # noqa: E402
 from rocke_aot.trust import metadata as md  # noqa: E402
 from rocke_aot.trust.release import release  # noqa: E402
 
 
 def fill(store: Store, n: int, size: int) -> list[str]:
+    """N kernels with the gemm family's real launch contract (the record schema checks it)."""
+    spec = get_family("gemm").spec_from({})
+    launch = LaunchContract.build(spec.kernel_name, spec.launch_formulas(), (256, 1, 1)).as_dict()
     out = []
     for i in range(n):
         ins = KeyInputs("gfx942", "llvm22", "llvm22", "gemm", {"bench": i}, "bench-recipe",
                         {"kind": "llvmlite", "llvm": "22.1.0"}, {})
         body = os.urandom(size // 2) + bytes(size - size // 2)
-        out.append(store.put(ins, body, ir_sha256="0" * 64, metadata={"launch": {"block": [256, 1, 1]}},
+        out.append(store.put(ins, body, ir_sha256="0" * 64, metadata={"launch": launch, "format": "hsaco"},
                              provenance={"bench": True}).key)
     return out
 
 
-def timed(fn, items) -> dict:
-    lat = []
-    t0 = time.perf_counter()
-    for it in items:
+def timed(fn, items, workers: int) -> dict:
+    """fn over items on a pool of ``workers`` threads (1: in turn, no pool): kernels/s over the
+    whole pass, and each call's own latency (p50, p99). Every path runs through this one harness."""
+    lat: list[float] = []
+
+    def one(it):
         t = time.perf_counter()
         fn(it)
         lat.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    if workers == 1:
+        for it in items:
+            one(it)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(one, items))
     wall = time.perf_counter() - t0
     lat.sort()
     return {"kernels_per_s": round(len(items) / wall, 1), "wall_s": round(wall, 4),
             "p50_ms": round(lat[len(lat) // 2] * 1e3, 3), "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3, 3)}
 
 
-def run(n: int, size: int, rounds: int) -> dict:
+def run(n: int, size: int, rounds: int, workers: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="rocke-bench-mirror-"))
     www = served_dir()
     try:
@@ -81,42 +104,62 @@ def run(n: int, size: int, rounds: int) -> dict:
             shas = [store.lookup_many([k])[k].sha256 for k in ks]
         pin = str(work / "root.key.pub")
         results: dict[str, list[dict]] = {}
+        fresh = iter(range(1 << 30))
 
         def add(name, r):
             results.setdefault(name, []).append(r)
 
+        def verified(label, src, w, suffix=""):
+            local = LocalStore(work / f"host-{next(fresh)}")
+            for state in ("cold", "warm"):
+                with Fetcher([src()], local, root_key=pin) as f:
+                    t = time.perf_counter()
+                    f.accepted()
+                    meta = time.perf_counter() - t
+                    r = timed(f.get, ks, w)
+                    r["metadata_s"] = round(meta, 4)
+                    add(f"{label}, {state}{suffix}", r)
+
+        def bare(base, w, suffix=""):
+            with httpx.Client() as c:  # one connection pool, as a Source has
+                add(f"bare nginx (no verification){suffix}",
+                    timed(lambda s: c.get(f"{base}/blobs/{s}.zst").raise_for_status().content, shas, w))
+
         with nginx(www / "tree") as mbase, \
                 serve_process(f"sqlite:///{work / 'c.sqlite'}", extra=["--trust-dir", str(work / "signed")]) as (_, sbase):
-            for rnd in range(rounds):
-                for label, src in (("verified mirror (nginx)", lambda: MirrorSource(mbase)),
-                                   ("rocke-aot serve", lambda: ServiceSource(sbase))):
-                    local = LocalStore(work / f"host-{rnd}-{label[:6]}")
-                    with Fetcher([src()], local, root_key=pin) as f:
-                        t = time.perf_counter()
-                        f.accepted()
-                        meta = time.perf_counter() - t
-                        r = timed(f.get, ks)
-                        r["metadata_s"] = round(meta, 4)
-                        add(f"{label}, cold", r)
-                    with Fetcher([src()], local, root_key=pin) as f:
-                        t = time.perf_counter()
-                        f.accepted()
-                        meta = time.perf_counter() - t
-                        r = timed(f.get, ks)
-                        r["metadata_s"] = round(meta, 4)
-                        add(f"{label}, warm", r)
-                with httpx.Client() as c:
-                    add("bare nginx (no verification)",
-                        timed(lambda s: c.get(f"{mbase}/blobs/{s}.zst").raise_for_status().content, shas))
+            for _ in range(rounds):
+                verified("verified mirror (nginx)", lambda: MirrorSource(mbase), workers)
+                verified("rocke-aot serve", lambda: ServiceSource(sbase), workers)
+                bare(mbase, workers)
+                # the API itself: Fetcher.get_many (its own pool), cold, for throughput
+                with Fetcher([MirrorSource(mbase)], LocalStore(work / f"host-{next(fresh)}"), root_key=pin) as f:
+                    f.accepted()
+                    t = time.perf_counter()
+                    got = f.get_many(ks, workers=workers)
+                    wall = time.perf_counter() - t
+                    assert len(got) == n
+                    add("verified mirror (nginx), cold, get_many", {"kernels_per_s": round(n / wall, 1),
+                                                                    "wall_s": round(wall, 4)})
+                if workers != 1:  # one at a time, both sides, for reference
+                    verified("verified mirror (nginx)", lambda: MirrorSource(mbase), 1, ", 1 worker")
+                    bare(mbase, 1, ", 1 worker")
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(www, ignore_errors=True)
     summary = {}
     for name, rs in results.items():
         summary[name] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-    ratio = summary["verified mirror (nginx), cold"]["kernels_per_s"] / summary["bare nginx (no verification)"]["kernels_per_s"]
-    return {"kernels": n, "size": size, "rounds": rounds, "cpus": os.cpu_count(), "median_of_rounds": summary,
-            "raw": results, "ratio_verified_mirror_cold_over_bare_nginx": round(ratio, 3)}
+    bare_w = summary["bare nginx (no verification)"]["kernels_per_s"]
+    out = {"kernels": n, "size": size, "rounds": rounds, "workers": workers, "cpus": os.cpu_count(),
+           "load_avg": os.getloadavg(), "median_of_rounds": summary, "raw": results,
+           "ratio_verified_mirror_cold_over_bare_nginx":
+               round(summary["verified mirror (nginx), cold"]["kernels_per_s"] / bare_w, 3),
+           "ratio_get_many_over_bare_nginx":
+               round(summary["verified mirror (nginx), cold, get_many"]["kernels_per_s"] / bare_w, 3)}
+    if workers != 1:
+        out["ratio_one_worker"] = round(summary["verified mirror (nginx), cold, 1 worker"]["kernels_per_s"]
+                                        / summary["bare nginx (no verification), 1 worker"]["kernels_per_s"], 3)
+    return out
 
 
 def main() -> None:
@@ -124,19 +167,27 @@ def main() -> None:
     ap.add_argument("--kernels", type=int, default=300)
     ap.add_argument("--size", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                    help="concurrent fetches, the same on every path (default: the client's, %(default)s)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    out = run(a.kernels, a.size, a.rounds)
+    out = run(a.kernels, a.size, a.rounds, a.workers)
     if a.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"{out['kernels']} kernels x {out['size']} bytes, median of {out['rounds']} rounds, {out['cpus']} cpus")
-    print(f"{'path':36} {'kernels/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'metadata s':>11}")
+    print(f"{out['kernels']} kernels x {out['size']} bytes, {out['workers']} workers on every path, median of "
+          f"{out['rounds']} rounds, {out['cpus']} cpus, load average {out['load_avg'][0]:.1f}")
+    print(f"{'path':48} {'kernels/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'metadata s':>11}")
+    nan = float("nan")
     for name, r in out["median_of_rounds"].items():
-        print(f"{name:36} {r['kernels_per_s']:10.1f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
-              f"{r.get('metadata_s', float('nan')):11.4f}")
+        print(f"{name:48} {r['kernels_per_s']:10.1f} {r.get('p50_ms', nan):8.3f} {r.get('p99_ms', nan):8.3f} "
+              f"{r.get('metadata_s', nan):11.4f}")
     ratio = out["ratio_verified_mirror_cold_over_bare_nginx"]
-    print(f"verified mirror (cold) / bare nginx: {ratio:.3f} (goal >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'})")
+    print(f"verified mirror (cold) / bare nginx, {out['workers']} workers each: {ratio:.3f} "
+          f"(goal >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'}); get_many / bare nginx: "
+          f"{out['ratio_get_many_over_bare_nginx']:.3f}")
+    if "ratio_one_worker" in out:
+        print(f"one worker each: {out['ratio_one_worker']:.3f}")
 
 
 if __name__ == "__main__":

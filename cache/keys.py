@@ -37,9 +37,10 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping  # typing.Mapping's isinstance is several times slower
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
@@ -77,9 +78,11 @@ def _check_json(value: Any, where: str) -> Any:
 
 def canonical_json(obj: Any) -> str:
     """The one text form of a JSON value: sorted keys, no whitespace, checked types."""
-    return json.dumps(
-        _check_json(obj, "value"), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _dumps(_check_json(obj, "value"))
+
+
+def _dumps(checked: Any) -> str:
+    return json.dumps(checked, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _frozen(value: Any) -> Any:
@@ -90,8 +93,13 @@ def _frozen(value: Any) -> Any:
     return value
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def thaw(value: Any) -> Any:
     """Plain dicts/lists again (for JSON output) from a frozen spec or toolchain."""
+    if type(value) in _SCALARS:  # the common case, without the ABC check
+        return value
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -145,15 +153,10 @@ class KeyInputs:
                 raise SpecError(f"toolchain identity must map strings to strings, got {k!r}: {v!r}")
         if "kind" not in self.toolchain:
             raise SpecError("toolchain identity must name its 'kind'")
-        spec_json = canonical_json(self.spec)
-        toolchain_json = canonical_json(self.toolchain)
-        options_json = canonical_json(self.options)
-        object.__setattr__(self, "_spec_json", spec_json)
-        object.__setattr__(self, "_toolchain_json", toolchain_json)
-        object.__setattr__(self, "_options_json", options_json)
-        object.__setattr__(self, "spec", _frozen(json.loads(spec_json)))
-        object.__setattr__(self, "toolchain", _frozen(json.loads(toolchain_json)))
-        object.__setattr__(self, "options", _frozen(json.loads(options_json)))
+        for name in ("spec", "toolchain", "options"):
+            plain = _check_json(getattr(self, name), "value")  # a fresh plain copy: nothing shared
+            object.__setattr__(self, f"_{name}_json", _dumps(plain))
+            object.__setattr__(self, name, _frozen(plain))
 
     def __hash__(self) -> int:  # the mappings are unhashable; the encoding is the identity
         return hash(encode(self))
@@ -193,19 +196,19 @@ def encode(inputs: KeyInputs) -> bytes:
     """The versioned byte encoding the key hashes. Built from the already-canonical parts."""
     if not isinstance(inputs, KeyInputs):
         raise SpecError(f"artifact_key needs KeyInputs, got {type(inputs).__name__}")
-    body = canonical_json(
-        {
-            "arch": inputs.arch,
-            "family": inputs.family,
-            "lane": inputs.lane,
-            "options": thaw(inputs.options),
-            "profile": inputs.profile,
-            "recipe_digest": inputs.recipe_digest,
-            "spec": thaw(inputs.spec),
-            "toolchain": thaw(inputs.toolchain),
-        }
-    )
+    # canonical_json of the eight fields, spliced from the canonical texts __post_init__ made:
+    # the same bytes (sorted keys, in this order; strings as json.dumps writes them), without
+    # walking the spec again (tests/test_cache_keys.py checks it against canonical_json)
+    s = _json_str
+    body = (f'{{"arch":{s(inputs.arch)},"family":{s(inputs.family)},"lane":{s(inputs.lane)},'
+            f'"options":{inputs.options_json},"profile":{s(inputs.profile)},'
+            f'"recipe_digest":{s(inputs.recipe_digest)},"spec":{inputs.spec_json},'
+            f'"toolchain":{inputs.toolchain_json}}}')
     return _PREFIX + body.encode()
+
+
+def _json_str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def artifact_key(inputs: KeyInputs) -> str:

@@ -5,21 +5,28 @@
                  the first source whose metadata passes client/trusted.py's checks
     get(key)
       the manifest lists key? ──no──> NotInManifestError (no source can make it trusted)
-      local store has it, from a signed fetch, with the signed sha256 and size? ──> LocalStore.get
+      the signed entry's inputs hash to key? ──no──> IntegrityError
+      a local blob with the signed sha256 and size (read verified)? ──> the kernel, no request
           │ no                     offline (ROCKE_AOT_OFFLINE=1) ──> OfflineMiss
       for each source, in order:
           source.blob(signed sha256, signed size)  (bounded; anything else: BlobMismatchError)
-          the signed entry's inputs must hash to key
-          ──> LocalStore.put ──> the next get answers locally
+          ──> LocalStore.put_blob (the bytes only: the record is the signed entry, in
+              trust/manifest.json) ──> the next get answers locally
       a source that fails (down, 404, wrong bytes, bad metadata) hands over to the next; when
       every one failed, the error of the first that answered wrongly is raised (else the first)
+    get_many(keys, workers=$ROCKE_AOT_FETCH_WORKERS or 8)
+      accepted() once, then get(key) for every key on a bounded thread pool: the transfers,
+      nginx's or the service's work, sha256 and zstd (which release the GIL) and the file
+      writes overlap, over the sources' kept-alive connections (one httpx pool per source).
+      The signature is checked once per manifest, never per blob. Every key is tried; the
+      first failure in the order given is raised after the others ended (what verified is kept)
 
     insecure (no pinned key, insecure=True / ROCKE_AOT_INSECURE=1; warns): the service's
     unsigned record instead of the manifest (its inputs must hash to the key), as before
 
 Nothing is stored until every check passed. This module imports neither FastAPI nor
 SQLAlchemy nor the builder: a GPU host installs only the client (pyproject's base
-dependencies) and starts in about the time of the interpreter (bench/bench_client_import.py).
+dependencies) and starts in about the time of the interpreter (bench/bench_startup.py).
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 
 from rocke_aot.cache.keys import check_key
 from rocke_aot import settings
-from rocke_aot.client.local import Kernel, LocalStore, check_bytes
+from rocke_aot.client.local import Kernel, LocalStore
 from rocke_aot.client.sources import MirrorSource, ServiceSource, Source
 from rocke_aot.client.trusted import (
     ENV_INSECURE,
@@ -54,6 +63,8 @@ from rocke_aot.errors import (
 from rocke_aot.trust.keys import PublicKey
 
 ENV_OFFLINE = settings.OFFLINE
+ENV_FETCH_WORKERS = settings.FETCH_WORKERS
+DEFAULT_WORKERS = 8  # enough to overlap a CDN's or nginx's latency; each is one kept-alive connection
 
 
 class OfflineMiss(NotFoundError):
@@ -62,6 +73,15 @@ class OfflineMiss(NotFoundError):
 
 def env_offline() -> bool:
     return settings.flag(ENV_OFFLINE)
+
+
+def env_workers() -> int:
+    n = settings.integer(ENV_FETCH_WORKERS)
+    if n is None:
+        return DEFAULT_WORKERS
+    if n < 1:
+        raise SpecError(f"${ENV_FETCH_WORKERS} must be at least 1, got {n}")
+    return n
 
 
 def sources_from(server: str | None = None, mirrors: Iterable[str] = ()) -> list[Source]:
@@ -131,14 +151,40 @@ class Fetcher:
         if entry is None:
             raise NotInManifestError(f"kernel {key} is not listed by manifest version {acc.manifest.version} "
                                      f"(from {acc.source})")
-        k = self._local(key)
-        if k is not None and k.origin.get("signed") and k.sha256 == entry.get("sha256") \
-                and k.size == entry.get("size"):
-            return k
-        # not here, kept by an unsigned fetch, or of another build: fetch what the manifest says
+        # the signed record: its inputs must hash to the key (IntegrityError: no source can fix it)
+        signed = Kernel.from_record({**entry, "key": key, "origin": {}})
+        origin = {"signed": True, "manifest_version": acc.manifest.version, "generation": entry.get("generation")}
+        raw = self._local_blob(signed.sha256, signed.size)
+        if raw is not None:  # the bytes the manifest names, however they got here
+            return replace(signed, code_object=raw, origin={"source": str(self.store.root), **origin})
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
-        return self.store.put(self._first_good(f"kernel {key}", lambda src: _signed_from(src, key, entry, acc)))
+        k = self._first_good(f"kernel {key}", lambda src: _signed_from(src, signed, origin, acc))
+        self.store.put_blob(k.sha256, k.size, k.code_object)
+        return k
+
+    def get_many(self, keys: Iterable[str], *, workers: int | None = None) -> dict[str, Kernel]:
+        """Each kernel of ``keys`` (once, in the order given) with verified bytes, local first,
+        ``workers`` fetches at a time (None: $ROCKE_AOT_FETCH_WORKERS, else 8; 1: in turn)."""
+        wanted = list(dict.fromkeys(check_key(k) for k in keys))
+        n = env_workers() if workers is None else workers
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise SpecError(f"workers must be an int of at least 1, got {n!r}")
+        if self.trusted is not None:
+            self.accepted()  # the metadata once, before any thread reads it
+        if n == 1 or len(wanted) <= 1:
+            return {k: self.get(k) for k in wanted}
+        with ThreadPoolExecutor(max_workers=min(n, len(wanted)), thread_name_prefix="rocke-fetch") as pool:
+            futures = {k: pool.submit(self.get, k) for k in wanted}
+        return {k: f.result() for k, f in futures.items()}  # the first failure, in order
+
+    def _local_blob(self, sha256: str, size: int) -> bytes | None:
+        """The local bytes with this hash and size, or None (absent, or changed on disk: the
+        store removes a changed blob when it reads it, and it is fetched again)."""
+        try:
+            return self.store.blob(sha256, size)
+        except (NotFoundError, IntegrityError):
+            return None
 
     def _local(self, key: str) -> Kernel | None:
         """The local copy, or None: absent, or lost/changed on disk (the store removes a changed
@@ -173,18 +219,15 @@ class Fetcher:
         raise first
 
 
-def _signed_from(src: Source, key: str, entry: dict, acc: Accepted) -> Kernel:
-    """The kernel the manifest lists under ``key``, its bytes from ``src``: they must have the
-    signed sha256 and size, and the signed inputs must hash to the key."""
+def _signed_from(src: Source, signed: Kernel, origin: dict, acc: Accepted) -> Kernel:
+    """The kernel the manifest lists, its bytes from ``src``: they must have the signed sha256
+    and size (src.blob checks them; LocalStore.put_blob checks them again)."""
     try:
-        raw = src.blob(entry.get("sha256"), entry.get("size"))
+        raw = src.blob(signed.sha256, signed.size)
     except IntegrityError as e:
-        raise BlobMismatchError(f"kernel {key} from {src.url}: {e} (manifest version {acc.manifest.version})") from None
-    origin = {"source": src.url, "signed": True, "manifest_version": acc.manifest.version,
-              "generation": entry.get("generation")}
-    k = Kernel.from_record({**entry, "key": key, "origin": origin}, raw)
-    check_bytes(raw, k.sha256, k.size, f"kernel {key}")
-    return k
+        raise BlobMismatchError(f"kernel {signed.key} from {src.url}: {e} "
+                                f"(manifest version {acc.manifest.version})") from None
+    return replace(signed, code_object=raw, origin={"source": src.url, **origin})
 
 
 def _unsigned_from(src: Source, key: str) -> Kernel:

@@ -2,15 +2,19 @@
 
     ROOT ($ROCKE_AOT_CLIENT_HOME, default $ROCKE_AOT_HOME/client)
     ├── blobs/<sha256>        raw code objects, named by their content hash
-    ├── kernels/<key>.json    the record a kernel was accepted under (key inputs, sha256,
-    │                         size, launch contract in metadata, provenance, origin)
-    └── trust/                what the trust layer persists (highest versions seen, ...)
+    ├── kernels/<key>.json    the record an unsigned fetch accepted a kernel under (key inputs,
+    │                         sha256, size, launch contract in metadata, provenance, origin)
+    └── trust/                the signed metadata accepted last (root, index, manifest: the
+                              records of every signed kernel) and the highest versions seen
 
-    put(kernel)   only after the caller verified it: the blob (temp file + rename), then the
-                  record the same way; no fsync (a crash may lose an entry, and a record whose
-                  blob was lost reads as a miss, fetched again)
-    get(key)      record -> blob -> sha256 and size checked on every read (a changed file
-                  is an IntegrityError and is removed, never returned)
+    put_blob(sha, size, b)  a signed fetch keeps the bytes only: its record is the signed
+                            manifest entry, kept once in trust/ (one file per kernel, not two:
+                            creating a file is most of what a cold fetch costs on ext4)
+    put(kernel)   an unsigned fetch: the blob, then the record; each written to a temp file
+                  and renamed; no fsync (a crash may lose an entry, and a record whose blob
+                  was lost reads as a miss, fetched again)
+    get(key)      record -> blob;  blob(sha, size): sha256 and size checked on every read (a
+                  changed file is an IntegrityError and is removed, never returned)
 
 A GPU host needs no SQLite, SQLAlchemy or migrations to keep a few hundred code objects;
 files named by hash also make concurrent writers safe (two writers of one key write the
@@ -22,13 +26,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rocke_aot import paths, settings
 from rocke_aot.paths import atomic_write
-from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, inputs_dict, thaw
+from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.errors import IntegrityError, NotFoundError, SpecError
 
 ENV_CLIENT_HOME = settings.CLIENT_HOME
@@ -59,10 +65,20 @@ class Kernel:
         """The launch contract the builder recorded (metadata's "launch" block)."""
         return self.metadata.get("launch")
 
+    def _fields(self) -> dict[str, Any]:
+        return {"key": self.key, "arch": self.inputs.arch, "lane": self.inputs.lane, "profile": self.inputs.profile,
+                "family": self.inputs.family, "spec": self.inputs.spec, "recipe_digest": self.inputs.recipe_digest,
+                "toolchain": self.inputs.toolchain, "options": self.inputs.options, "sha256": self.sha256,
+                "size": self.size, "ir_sha256": self.ir_sha256, "metadata": self.metadata,
+                "provenance": self.provenance, "origin": self.origin}
+
     def record(self) -> dict[str, Any]:
-        return {"key": self.key, **inputs_dict(self.inputs), "sha256": self.sha256, "size": self.size,
-                "ir_sha256": self.ir_sha256, "metadata": thaw(self.metadata), "provenance": thaw(self.provenance),
-                "origin": thaw(self.origin)}
+        """The record as plain JSON values (what kernels/<key>.json holds)."""
+        return thaw(self._fields())
+
+    def record_json(self) -> bytes:
+        """record() as JSON text (sorted keys), without copying the frozen parts first."""
+        return json.dumps(self._fields(), sort_keys=True, default=_plain).encode()
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any], code_object: bytes | None = None) -> Kernel:
@@ -87,8 +103,18 @@ class Kernel:
         return cls(key, inputs, sha, size, ir, md, prov, rec.get("origin") or {}, code_object)
 
 
+def _plain(value: Any) -> Any:
+    """json.dumps' fallback for the frozen mappings of KeyInputs (tuples it writes as lists)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+
+
 def check_sha(sha: object) -> str:
-    if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+    if not isinstance(sha, str) or not _SHA_RE.fullmatch(sha):
         raise SpecError(f"a sha256 is 64 lowercase hex digits, got {sha!r}")
     return sha
 
@@ -114,6 +140,7 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_root()
         self.trust_dir = self.root / "trust"
+        self._dirs: set[str] = set()  # blobs/, kernels/ made (once per LocalStore, not per put)
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
@@ -159,17 +186,30 @@ class LocalStore:
             path.unlink(missing_ok=True)
             raise
 
+    def _mkdirs(self, *names: str) -> None:
+        for d in names:
+            if d not in self._dirs:
+                (self.root / d).mkdir(parents=True, exist_ok=True)
+                self._dirs.add(d)
+
+    def put_blob(self, sha256: str, size: int, data: bytes) -> None:
+        """Keep verified bytes under their hash (checked once more here); a blob already
+        kept is not written again."""
+        blob = self._blob(sha256)
+        check_bytes(data, sha256, size, f"blob {sha256}")
+        self._mkdirs("blobs")
+        # No fsync: every read checks size and sha256, so a crash can lose a blob (fetched
+        # again) but never make a wrong one pass.
+        if not blob.is_file():
+            atomic_write(blob, data, durable=False, make_parent=False)
+
     def put(self, kernel: Kernel) -> Kernel:
-        """Keep a kernel the caller has verified (its bytes are checked once more here)."""
+        """Keep a kernel and its record (the caller verified it; its bytes are checked again)."""
         if kernel.code_object is None:
             raise SpecError(f"put of {kernel.key} without its code object")
-        check_bytes(kernel.code_object, kernel.sha256, kernel.size, f"kernel {kernel.key}")
-        blob = self._blob(kernel.sha256)
-        # No fsync: every read checks size and sha256 (and the record's key against its inputs),
-        # so a crash can lose an entry (fetched again) but never make a wrong one pass.
-        if not blob.is_file():
-            atomic_write(blob, kernel.code_object, durable=False)
-        atomic_write(self._record(kernel.key), json.dumps(kernel.record(), sort_keys=True).encode(), durable=False)
+        self.put_blob(kernel.sha256, kernel.size, kernel.code_object)
+        self._mkdirs("kernels")
+        atomic_write(self._record(kernel.key), kernel.record_json(), durable=False, make_parent=False)
         return kernel
 
     def keys(self) -> list[str]:

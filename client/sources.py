@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import json
+import threading
 import time
 from typing import Any
 
@@ -49,7 +50,13 @@ class Source(abc.ABC):
         self._http = http or httpx.Client(timeout=timeout)
         self._own_http = http is None
         self.retries, self.backoff = retries, backoff
-        self.requests = 0
+        self._lock = threading.Lock()  # get_many's threads share a source (httpx.Client is thread-safe)
+        self._requests = 0
+
+    @property
+    def requests(self) -> int:
+        """How many GETs this source sent (each retry counts)."""
+        return self._requests
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
@@ -63,7 +70,8 @@ class Source(abc.ABC):
         url = self.url + path
         delay = self.backoff
         for attempt in range(self.retries + 1):
-            self.requests += 1
+            with self._lock:
+                self._requests += 1
             try:
                 with self._http.stream("GET", url, headers=headers) as r:
                     if r.status_code == 404:

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np  # the model functions import it when called: a server never does
 
 from rocke_aot.errors import CapabilityError
 
@@ -170,6 +171,7 @@ def select(processor: str, path: str, in_dtype: str, shape: str = "auto") -> Mma
 # -- numpy model -------------------------------------------------------------------------
 def fragments(instr: MmaInstr, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-lane operand registers [lane, j] for A (m x k) and B (k x n), by the layout."""
+    import numpy as np
     lane = np.arange(instr.wave_size)
     fa = np.stack([a[instr.a_coord(lane, j)] for j in range(instr.a_per_lane)], axis=1)
     fb = np.stack([b[instr.b_coord(lane, j)] for j in range(instr.b_per_lane)], axis=1)
@@ -177,11 +179,13 @@ def fragments(instr: MmaInstr, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray
 
 
 def accumulator(instr: MmaInstr, c: np.ndarray) -> np.ndarray:
+    import numpy as np
     lane = np.arange(instr.wave_size)
     return np.stack([c[instr.d_coord(lane, r)] for r in range(instr.acc_per_lane)], axis=1)
 
 
 def _gather(instr: MmaInstr, frag: np.ndarray, coord, shape: tuple[int, int], count: int) -> np.ndarray:
+    import numpy as np
     # Scatter lane registers back into a matrix, insisting every element lands exactly once:
     # a layout that drops or duplicates an element is not a model of an instruction.
     out = np.zeros(shape, dtype=np.float64)

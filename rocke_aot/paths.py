@@ -26,12 +26,14 @@ def home() -> Path:
     return path
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True, make_parent: bool = True) -> None:
     """Write ``data`` to ``path`` whole or not at all (temp file in the same dir, fsync, rename).
 
     ``durable`` False skips the fsync: for files whose every read is verified (a content hash),
-    where a crash may lose the file but never make a wrong one pass."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    where a crash may lose the file but never make a wrong one pass. ``make_parent`` False:
+    the caller made the directory already (a store writing many files into one)."""
+    if make_parent:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -61,6 +61,7 @@ TRITON24_ROLE = "ROCKE_AOT_TRITON24_ROLE"
 ROOT_KEY = "ROCKE_AOT_ROOT_KEY"
 INSECURE = "ROCKE_AOT_INSECURE"
 MIRRORS = "ROCKE_AOT_MIRRORS"
+FETCH_WORKERS = "ROCKE_AOT_FETCH_WORKERS"
 SERVE_TRUST_DIR = "ROCKE_AOT_SERVE_TRUST_DIR"
 SERVE_ROOT_KEY = "ROCKE_AOT_SERVE_ROOT_KEY"
 
@@ -100,6 +101,9 @@ SETTINGS: tuple[Setting, ...] = (
             "0: no pinned key is an error", "client (trust)"),
     Setting(MIRRORS, "static mirror URLs `rocke-aot fetch` tries before --server, space-separated (its --mirror)",
             "none", "cli"),
+    Setting(FETCH_WORKERS, "how many kernels the client fetches at once (Fetcher.get_many: one thread and "
+            "one kept-alive connection each); 1 fetches one after another",
+            "8", "client"),
     Setting(SERVE_CACHE, "the cache URL each service worker opens (set by `rocke-aot serve`)",
             "none: the app refuses to start", "service (app)", internal=True),
     Setting(SERVE_TOKEN_FILE, "the file holding the publish token (set by `rocke-aot serve --token-file`)",

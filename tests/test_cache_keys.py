@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 
 import pytest
@@ -117,6 +118,24 @@ def test_encoding_is_versioned_and_stable():
     assert KEY_VERSION == 2
     assert encode(KeyInputs(**BASE)) == expected
     assert key() == hashlib.sha256(expected).hexdigest() == KEY_SHA256
+
+
+@pytest.mark.parametrize("over", [
+    {},
+    {"recipe_digest": 'd "quoted" \\ back\u00e9\u2603', "family": "conv_dgrad_patch"},
+    {"spec": {"z": [1.5, -2, None, {"\u00e9": "\n\t"}], "a": {"b": {"c": [True, False]}}, "": 0},
+     "toolchain": {"kind": "llvmlite", "path": "/opt/\u00fc/\"x\""}, "options": {}},
+])
+def test_encoding_is_the_stdlib_json_of_the_eight_fields(over):
+    # encode() splices the canonical texts of spec/toolchain/options: the reference is the
+    # standard library's json.dumps of the whole object (sorted keys, no spaces), not our code
+    ki = KeyInputs(**{**BASE, **over})
+    doc = {n: getattr(ki, n) for n in ("arch", "lane", "profile", "family", "recipe_digest")}
+    doc.update(spec={**BASE, **over}["spec"], toolchain={**BASE, **over}["toolchain"],
+               options={**BASE, **over}["options"])
+    want = b"rocke-aot/artifact-key/v2\n" + json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                                                       ensure_ascii=False).encode()
+    assert encode(ki) == want
 
 
 def test_canonical_json_form():

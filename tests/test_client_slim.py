@@ -43,11 +43,21 @@ def test_importing_the_client_imports_no_server_compiler_or_database():
     assert loaded == []
 
 
-def test_the_service_imports_no_compiler():
-    mods = _modules_after("import rocke_aot.service.app, rocke_aot.cli.serve")
-    assert "fastapi" in mods and "rocke_aot.service.app" in mods
+def test_the_service_imports_no_compiler_and_no_numpy(tmp_path, kernel_bundle):
+    # numpy is not in the [serve] extra (the serving image has none): importing the service
+    # and answering a select over real kernels must not need it
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    filled_store(url, kernel_bundle[1]).close()
+    mods = _modules_after(
+        "import rocke_aot.service.app, rocke_aot.cli.serve\n"
+        "from rocke_aot.cache.store import Store\n"
+        "from rocke_aot.service.selection import select\n"
+        f"with Store.open({url!r}, readonly=True) as st:\n"
+        "    sel = select(st, 'gfx942', 'gemm', {'m': 512, 'n': 512, 'k': 512})\n"
+        "    assert sel.accepted, sel\n")
+    assert "fastapi" in mods and "rocke_aot.service.app" in mods and "rocke_aot.variants.models" in mods
     compilers = ("llvmlite", "triton", "hip", "rocm", "rocke_aot.aot.toolchains", "rocke_aot.aot.lower",
-                 "rocke_aot.aot.builder")
+                 "rocke_aot.aot.builder", "numpy")
     assert sorted(m for m in mods if any(m == c or m.startswith(c + ".") for c in compilers)) == []
 
 
@@ -93,6 +103,11 @@ def test_fetch_from_the_service_keeps_verified_bytes_locally(server, tmp_path):
         assert f.get(a.key).code_object == want and f.sources[0].requests == n
     assert store.keys() == [a.key]
     assert (tmp_path / "client" / "blobs" / a.sha256).read_bytes() == want
+    # the record kept (an unsigned fetch) is the server's, field for field, plus where it came from
+    rec = json.loads((tmp_path / "client" / "kernels" / f"{a.key}.json").read_text())
+    meta = httpx.get(f"{base}/v1/kernels/{a.key}/meta").json()
+    assert rec.pop("origin") == {"source": base, "signed": False}
+    assert rec == {f: meta[f] for f in rec} and len(rec) == 14
     with Fetcher([], store, offline=True, insecure=True) as f:
         assert f.get(a.key).code_object == want
         with pytest.raises(OfflineMiss, match=src.find()[1].key):

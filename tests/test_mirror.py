@@ -22,13 +22,17 @@ import zstandard
 
 from _nginx import nginx, served_dir
 from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
 from rocke_aot.errors import (
     BlobMismatchError,
     ExpiredError,
     MixedGenerationError,
+    NotInManifestError,
     RollbackError,
+    SettingError,
     SignatureError,
+    SpecError,
     UnlistedKeyError,
 )
 from rocke_aot.trust import keys
@@ -102,7 +106,50 @@ def test_every_kernel_from_nginx_verified(world, tree, tmp_path):
             assert k.code_object == store.get(a.key).code_object
             assert k.origin["source"] == base and k.origin["manifest_version"] == 2
             assert hashlib.sha256(k.code_object).hexdigest() == a.sha256
-    assert len(LocalStore(tmp_path / "host").keys()) == len(store.find())
+    # a signed fetch keeps the bytes only (one file per kernel): the record is the signed entry
+    kept = sorted(p.name for p in (tmp_path / "host" / "blobs").iterdir())
+    assert kept == sorted({a.sha256 for a in store.find()}) and LocalStore(tmp_path / "host").keys() == []
+    with host(world, tmp_path, [], offline=True) as f:  # no source at all: local, under the manifest
+        for a in store.find():
+            k = f.get(a.key)
+            assert k.code_object == store.get(a.key).code_object and k.origin["signed"] is True
+            assert k.origin["source"] == str(tmp_path / "host") and thaw(k.metadata) == thaw(a.metadata)
+
+
+def test_get_many_fetches_each_kernel_once_and_keeps_what_verified(world, tree, tmp_path, monkeypatch):
+    store = world["store"]
+    arts = store.find()
+    keys = [x.key for x in arts]
+    assert len({x.sha256 for x in arts}) == len(arts)
+    with nginx(tree) as base:
+        with host(world, tmp_path / "h1", [base]) as f:
+            got = f.get_many(keys + keys[:3], workers=4)  # a key asked twice is fetched once
+            assert list(got) == keys
+            for x in arts:
+                assert got[x.key].code_object == store.get(x.key).code_object and got[x.key].origin["source"] == base
+            assert f.sources[0].requests == 3 + len(arts)  # root, index, manifest once; each blob once
+            assert all(k.origin["source"] == str(tmp_path / "h1" / "host") for k in f.get_many(keys).values())
+            assert f.sources[0].requests == 3 + len(arts)  # the second pass is local
+            with pytest.raises(SpecError, match="workers"):
+                f.get_many(keys, workers=0)
+            monkeypatch.setenv("ROCKE_AOT_FETCH_WORKERS", "0")
+            with pytest.raises(SpecError, match="ROCKE_AOT_FETCH_WORKERS"):
+                f.get_many(keys)
+            monkeypatch.setenv("ROCKE_AOT_FETCH_WORKERS", "two")
+            with pytest.raises(SettingError):
+                f.get_many(keys)
+            monkeypatch.delenv("ROCKE_AOT_FETCH_WORKERS")
+        # one tampered blob among good ones: its error, raised after the others, which are kept
+        a, b = arts[0], arts[1]
+        forged = (store.get(b.key).code_object * 2)[:a.size]
+        (tree / "blobs" / f"{a.sha256}.zst").write_bytes(zstandard.ZstdCompressor().compress(forged))
+        with host(world, tmp_path / "h2", [base]) as f, pytest.raises(BlobMismatchError, match=a.key):
+            f.get_many(keys, workers=4)
+        assert {p.name for p in (tmp_path / "h2" / "host" / "blobs").iterdir()} == {x.sha256 for x in arts[1:]}
+        # a key the manifest does not list fails alone
+        with host(world, tmp_path / "h3", [base]) as f, pytest.raises(NotInManifestError):
+            f.get_many([b.key, "f" * 64], workers=2)
+        assert [p.name for p in (tmp_path / "h3" / "host" / "blobs").iterdir()] == [b.sha256]
 
 
 def test_sync_writes_only_new_blobs(world, tmp_path):

@@ -141,8 +141,11 @@ def test_no_pinned_key_is_refused_unless_insecure_is_asked_for(world, tmp_path, 
     assert k.origin["signed"] is False
     monkeypatch.setenv("ROCKE_AOT_ROOT_KEY", world["pin"])  # configuration, not code
     with Fetcher([ServiceSource(world["base"])], LocalStore(tmp_path / "host")) as f:
-        k2 = f.get(a.key)  # the unsigned copy is not enough: fetched again under the manifest
+        k2 = f.get(a.key)  # the unsigned record counts for nothing: the signed entry is the record,
+        sent = f.sources[0].requests  # and bytes of the signed sha256 are the signed bytes
     assert k2.origin["signed"] is True and k2.code_object == k.code_object
+    assert sent == 3  # root.json, index.json, manifest.json: no blob fetched again
+    assert k2.origin["manifest_version"] == 1 and k2.origin["source"] == str(tmp_path / "host")
 
 
 @pytest.mark.parametrize("attack", ["unsigned", "tampered manifest", "tampered manifest and index", "expired",
