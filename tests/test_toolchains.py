@@ -13,6 +13,7 @@ from rocke_aot import lanes
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.cli.main import cli
 from rocke_aot.aot.drift import apply_drift_guard
+from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
 
@@ -101,6 +102,23 @@ def test_corrupt_registry_is_a_named_error(tmp_home):
     tcs.registry_path().write_text("{not json")
     with pytest.raises(ToolchainError, match="not valid JSON"):
         tcs.detect_all()
+
+
+def test_an_entry_of_unknown_kind_is_listed_refused_and_the_other_lanes_work(tmp_home):
+    # Another rocke-aot version registered a kind this one does not know: a shared
+    # $ROCKE_AOT_HOME must not stop every build (it stopped the llvm22 lane before).
+    tmp_home.mkdir(parents=True, exist_ok=True)
+    tcs.registry_path().write_text(json.dumps({"toolchains": [{"kind": "from-the-future", "python": "/x/bin/python"}]}))
+    found = tcs.detect_all()
+    odd = [tc for tc in found if tc.detect().kind == "from-the-future"]
+    assert len(odd) == 1 and not odd[0].detect().usable
+    assert "does not know" in odd[0].detect().refusal and "toolchain remove /x/bin/python" in odd[0].detect().refusal
+    assert tcs.toolchain_for("llvm22", Target.parse("gfx942")).detect().lane == "llvm22"
+    with pytest.raises(ToolchainError, match="does not know"):
+        odd[0].identity()
+    r = CliRunner().invoke(cli, ["toolchains", "--json"])
+    assert r.exit_code == 0, r.output
+    assert any(row["kind"] == "from-the-future" and row["refusal"] for row in json.loads(r.output))
 
 
 def test_toolchains_json_lists_real_rows(all_toolchains):

@@ -100,13 +100,45 @@ def _kind_module(kind: str):
         raise
 
 
+class UnknownKind(Toolchain):
+    """A registry entry of a kind this rocke-aot does not know (another version wrote it, or
+    its kind module is not installed). Listed by ``rocke-aot toolchains`` with its refusal and
+    never used: the lanes of the other entries keep working, and a request for its lane is
+    refused by name like any lane with no usable toolchain."""
+
+    kind = "unknown"
+
+    def __init__(self, entry: dict):
+        self.entry = dict(entry)
+
+    def __repr__(self) -> str:
+        return f"UnknownKind({self.entry.get('kind')!r})"
+
+    def detect(self) -> ToolchainInfo:
+        where = self.entry.get("python") or self.entry.get("venv") or self.entry.get("library") or "?"
+        label = f" (label {self.entry['label']!r})" if self.entry.get("label") else ""
+        return ToolchainInfo(str(self.entry.get("kind")), str(where), None, None, None,
+                             f"registered in {registry_path()} with kind {self.entry.get('kind')!r}{label}, "
+                             f"which this rocke-aot does not know (written by another version?); "
+                             f"`rocke-aot toolchain remove {where}` drops it")
+
+    def identity(self) -> dict[str, str]:
+        raise ToolchainError(self.detect().refusal)
+
+    def compile_options(self, target: Target):
+        raise ToolchainError(self.detect().refusal)
+
+    def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
+        raise ToolchainError(self.detect().refusal)
+
+
 def _from_entry(entry: dict) -> Toolchain:
     kind = entry["kind"]
     if kind == "llvmlite":
         return LlvmliteToolchain(entry["python"], label=entry.get("label"))
     module = _kind_module(kind)
     if module is None or not hasattr(module, "from_registry"):
-        raise ToolchainError(f"registered toolchain of unknown kind {kind!r} in {registry_path()}")
+        return UnknownKind(entry)
     return module.from_registry(entry)
 
 
