@@ -8,6 +8,7 @@
 #                                  --build-arg PIP_INDEX_URL=..., --build-arg DEBIAN_IMAGE=...]
 #   DOCKER=/usr/bin/docker       another client (BuildKit: docker with buildx, or a 20.10 client)
 #   TARGETS="serve builder"      which images to build (both by default; the run needs both)
+#   LOGS=DIR                     where each build's whole output goes (default: a temp dir)
 #   output: one "[docker] ..." line per step; exit 1 at the first step that fails
 #
 # The demo keeps the keys in the volume to be short; an operator keeps root.key offline and
@@ -26,9 +27,12 @@ cleanup() { docker rm -f "$TAG-serve" >/dev/null 2>&1 || true; docker volume rm 
 trap cleanup EXIT
 log "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes'), docker $(docker version -f '{{.Server.Version}}')"
 
+LOGS=${LOGS:-$(mktemp -d)}  # each build's own output (BuildKit's progress), shown when it fails
 for target in ${TARGETS:-serve builder}; do
   t0=$(date +%s)
-  docker build "$@" --target "$target" -t "$TAG-$target" . >/dev/null
+  docker build --progress=plain "$@" --target "$target" -t "$TAG-$target" . >"$LOGS/$target.log" 2>&1 \
+    || { tail -40 "$LOGS/$target.log"; log "$target: build failed (whole log: $LOGS/$target.log)"; exit 1; }
+  grep -hoE '\[(setup|slim)\] .*' "$LOGS/$target.log" | sed "s/^/[docker] $target: /" || true
   size=$(docker image inspect -f '{{.Size}}' "$TAG-$target")
   log "$target: built in $(( $(date +%s) - t0 )) s, $(( size / 1000000 )) MB"
   log "$target: runs as $(docker run --rm --entrypoint id "$TAG-$target")"
