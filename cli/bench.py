@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rocke_aot import settings
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.cli.progress import PeriodicLines
@@ -45,8 +46,19 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
 @click.option("--problems", "problems_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="JSON file: a list of problems, or {FAMILY: [...]} (bench/problems/*.json).")
 @click.option("--problem", default=None, help="One problem as JSON, e.g. '{\"m\": 1024, \"n\": 1024, \"k\": 1024}'.")
-@click.option("--cache", "cache_url", default=None, metavar="URL", help="Local cache URL (default: $ROCKE_AOT_CACHE).")
-@click.option("--server", default=None, metavar="URL", help="Fetch candidates from a rocke-aot server instead.")
+@click.option("--cache", "cache_url", default=None, metavar="URL",
+              help="This host's own cache (default: $ROCKE_AOT_CACHE); not with --server.")
+@click.option("--server", default=None, metavar="URL",
+              help="Rank on a rocke-aot server and fetch its kernels through the verifying client instead.")
+@click.option("--mirror", "mirrors", multiple=True, metavar="URL", envvar=settings.MIRRORS,
+              help=f"With --server: static mirrors tried first for the kernels, in order (or ${settings.MIRRORS}).")
+@click.option("--root-key", default=None, metavar="PUB",
+              help=f"With --server: the pinned root public key (default: ${settings.ROOT_KEY}); every kernel "
+              "must be listed by the signed metadata it vouches for.")
+@click.option("--insecure", is_flag=True, default=None,
+              help=f"With --server and no pinned key: unsigned kernels (warns; or ${settings.INSECURE}=1).")
+@click.option("--local", "local", metavar="DIR", default=None,
+              help=f"With --server: the client's local store (default: ${settings.CLIENT_HOME}).")
 @click.option("--candidates", default="all", show_default=True, help="'all', or 'top:N' (the N best-ranked).")
 @lanes_option()
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Check every output against a float64 reference.")
@@ -57,12 +69,14 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
 @click.option("--progress-interval", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
               help="Seconds between progress lines when stderr is not a terminal.")
 @json_option
-def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, server, candidates, lanes, verify,
-              vendor, warmup, reps, out, progress_interval, as_json) -> int:
+def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, server, mirrors, root_key, insecure, local,
+              candidates, lanes, verify, vendor, warmup, reps, out, progress_interval, as_json) -> int:
     """Run problems with cached kernels: verify each candidate, time it, rank the results.
 
-    Candidates come from the same select() as `rocke-aot select` (a local cache, or a server
-    with --server). Exit code 77 when this host has no GPU runtime or device (a named skip).
+    Candidates come from the same select() as `rocke-aot select`: over this host's cache, or
+    on a server with --server, whose kernels then come through the verifying client (mirrors
+    first, signed against the pinned root key, kept in the client's local store). Exit code
+    77 when this host has no GPU runtime or device (a named skip).
 
     \b
     Example:
@@ -73,6 +87,17 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
     # Bad input is refused before anything looks for a GPU (exit 2 on any host).
     probs = [parse_problem(family, p) for p in load_problems(family, problems_file, problem)]
     limit = parse_candidates(candidates)
+    fetcher = None
+    if server:
+        if cache_url:
+            raise click.UsageError("--cache is this host's own cache; with --server the kernels are fetched into "
+                                   "the client's local store (--local)")
+        from rocke_aot.client import Fetcher, LocalStore, sources_from
+
+        # the trust configuration is checked before any GPU is looked for (TrustConfigError)
+        fetcher = Fetcher(sources_from(server, mirrors), LocalStore(local), root_key=root_key, insecure=insecure)
+    elif mirrors or root_key or insecure or local:
+        raise click.UsageError("--mirror, --root-key, --insecure and --local go with --server")
     rt = open_runtime(arch)  # RuntimeUnavailable -> exit 77 (cli/main.py)
     lane_names = [ln.name for ln in lanes_or_env(lanes)] or None
     console = Console(stderr=True)
@@ -96,13 +121,13 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
         bar.update(task, advance=1)
 
     with bar, (lines or contextlib.nullcontext()):
-        if server:
+        if fetcher is not None:
             from rocke_aot.service.client import Client
 
-            with Client(server, cache=cache_url) as client:
-                report = bench(ServerSource(client), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
-                               verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
-                               progress=progress)
+            with Client(server) as client, fetcher:  # the client ranks only: it opens no store
+                report = bench(ServerSource(client, fetcher), rt, arch.id, family, probs, candidates=limit,
+                               lanes=lane_names, verify=verify, warmup=warmup, reps=reps, vendor=vendor,
+                               on_problem=on_problem, progress=progress)
         else:
             with Store.open(cache_url, readonly=True) as store:
                 report = bench(StoreSource(store), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,

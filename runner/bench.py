@@ -1,11 +1,18 @@
 """`rocke-aot bench --run-from-cache`: problems -> select() -> cached kernels -> run_problem.
 
     Source (one interface, two places the kernels come from)
-        StoreSource(store)    select() over a local cache, blobs and contracts from Store.get
-        ServerSource(client)  POST /v1/select, then Client.get(key) (verified, kept locally)
+        StoreSource(store)    a host's own cache: select() over it, blobs and contracts from
+                              Store.get
+        ServerSource(client, fetcher)
+                              a GPU host: the ranking from the service (POST /v1/select through
+                              service/client.py), the kernels through the verifying client
+                              (client/ Fetcher: its mirrors, then the service; the signed
+                              manifest's record and bytes when a root key is pinned, the
+                              unsigned path only when told insecure), kept in its LocalStore
     bench(source, runtime, arch, family, problems, candidates="all"|"top:N")
         for each problem: the accepted candidates in ranked order (rank 0 = the selection's
-        first choice) -> run.run_problem -> ProblemReport (times, verification, vendor)
+        first choice), loaded together (source.load_many: the Fetcher's pool) ->
+        run.run_problem -> ProblemReport (times, verification, vendor)
     summary(reports) -> selection quality (best measured / top-ranked time per problem:
         median and minimum) and the best kernel's ratio to the vendor library
 
@@ -34,6 +41,8 @@ class Source(Protocol):
 
     def load(self, key: str) -> tuple[bytes, dict[str, Any]]: ...
 
+    def load_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, dict[str, Any]]]: ...
+
 
 def _candidate(entry: dict[str, Any], rank: int, image: bytes, metadata: dict[str, Any]) -> LoadedKernel:
     launch = metadata.get("launch")
@@ -59,10 +68,17 @@ class StoreSource:
         art = self.store.get(key)
         return art.code_object, thaw(art.metadata)
 
+    def load_many(self, keys):
+        return {k: self.load(k) for k in keys}
+
 
 class ServerSource:
-    def __init__(self, client):
+    """Ranked candidates from ``client`` (service/client.py: POST /v1/select); every kernel
+    through ``fetcher`` (a client/ Fetcher), never a database of this host's."""
+
+    def __init__(self, client, fetcher):
         self.client = client
+        self.fetcher = fetcher
 
     def ranked(self, arch, family, problem, lanes):
         doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes)
@@ -75,8 +91,12 @@ class ServerSource:
         return out
 
     def load(self, key):
-        art = self.client.get(key)
-        return art.code_object, thaw(art.metadata)
+        return self.load_many([key])[key]
+
+    def load_many(self, keys):
+        """The kernels of ``keys``, verified by the Fetcher (signed: the manifest's sha256, size
+        and record), fetched together on its pool, kept in its local store."""
+        return {k: (kern.code_object, thaw(kern.metadata)) for k, kern in self.fetcher.get_many(keys).items()}
 
 
 def parse_candidates(text: str) -> int | None:
@@ -150,10 +170,8 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
             ranked = ranked[:candidates]
         if on_problem:
             on_problem(len(ranked))
-        cands = []
-        for rank, entry in enumerate(ranked):
-            image, meta = source.load(entry["key"])
-            cands.append(_candidate(entry, rank, image, meta))
+        loaded = source.load_many([entry["key"] for entry in ranked])
+        cands = [_candidate(entry, rank, *loaded[entry["key"]]) for rank, entry in enumerate(ranked)]
         reports.append(run_problem(rt, family, problem, cands, verify=verify, warmup=warmup, reps=reps,
                                    seed=i, vendor=vendor, progress=progress))
     return BenchReport(arch, family, rt.device_name(), rt.name, reports, reps)

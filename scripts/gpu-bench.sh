@@ -17,8 +17,12 @@ RA toolchains 2>&1 | tee "$OUT/toolchains.txt"
 RA build --arch sm_90 --lane llvm22 --cache "$CACHE" -j 16 --json > "$OUT/build.json" 2> "$OUT/build.log" || true
 "$PY" -c "import json; d=json.load(open('$OUT/build.json')); print({k: d[k] for k in d if isinstance(d[k], (int, float, str))})"
 echo "build: $(( $(date +%s) - t0 )) s"
-# a real server on loopback
-RA serve --cache "$CACHE" --host 127.0.0.1 --port 8765 > "$OUT/serve.log" 2>&1 &
+# the cache signed (a generation per arch/lane/family) and served on loopback with its metadata
+K=/tmp/rocke-home/keys; rm -rf "$K"; mkdir -p "$K"
+RA trust keygen "$K/root.key" > /dev/null && RA trust keygen "$K/release.key" > /dev/null
+RA trust root --key "$K/root.key" --release "$K/release.key.pub" -o "$K/root.json" > /dev/null
+RA trust sign --cache "$CACHE" --root "$K/root.json" --key "$K/release.key" -o "$K/signed" --json > "$OUT/signed.json"
+RA serve --cache "$CACHE" --trust-dir "$K/signed" --host 127.0.0.1 --port 8765 > "$OUT/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for i in $(seq 50); do "$PY" -c "import httpx; httpx.get('http://127.0.0.1:8765/healthz').raise_for_status()" 2>/dev/null && break; sleep 0.2; done
@@ -47,11 +51,14 @@ done
 "$PY" "$REPO/bench/gpu_occupancy.py" --cache "$CACHE" --out "$OUT/occupancy.json" > "$OUT/occupancy.txt" 2>&1 \
   || echo "occupancy: rc=$?"
 head -c 3000 "$OUT/occupancy.txt"
-# 2. numerics + speed of the top candidates, fetched from the server (a fresh local store)
+# 2. numerics + speed of the top candidates, fetched from the server through the verifying
+#    client (the root key pinned: every kernel under the signed manifest; a fresh local store)
 # (QUALITY_ONLY=1 skips passes 2 and 3: a re-measurement of selection quality alone)
 for fam in $([ -n "$QUALITY_ONLY" ] || echo gemm conv_direct_fwd conv_dgrad_patch); do
+  rm -rf /tmp/rocke-client-$fam
   RA bench --run-from-cache --arch sm_90 --family $fam --problems $P/$fam.json --server http://127.0.0.1:8765 \
-     --cache /tmp/rocke-client-$fam.sqlite --candidates top:3 --verify --reps 10 --out "$OUT/server-$fam.json" \
+     --root-key "$K/root.key.pub" --local /tmp/rocke-client-$fam --candidates top:3 --verify --reps 10 \
+     --out "$OUT/server-$fam.json" \
      > "$OUT/server-$fam.txt" 2>&1 || echo "server $fam: rc=$?"
   echo "server $fam: $(( $(date +%s) - t0 )) s"
 done
