@@ -467,7 +467,10 @@ _NO_RESOURCE = {
     0x1C: "EIATTR_EXIT_INSTR_OFFSETS", 0x1D: "EIATTR_S2RCTAID_INSTR_OFFSETS", 0x21: "EIATTR_EXPLICIT_CACHING",
     0x22: "EIATTR_ISTYPEP_USED", 0x24: "EIATTR_SUQ_USED", 0x25: "EIATTR_LD_CACHEMOD_INSTR_OFFSETS",
     0x26: "EIATTR_LOAD_CACHE_REQUEST", 0x27: "EIATTR_ATOM_SYS_INSTR_OFFSETS",
-    0x28: "EIATTR_COOP_GROUP_INSTR_OFFSETS", 0x2A: "EIATTR_SW1850030_WAR", 0x2B: "EIATTR_WMMA_USED",
+    0x28: "EIATTR_COOP_GROUP_INSTR_OFFSETS",
+    # the registers of warp-wide (shuffle, vote) instructions at those offsets: Triton's reductions
+    # (softmax_kernel, ptxas 12.8; cuobjdump -elf names it)
+    0x29: "EIATTR_COOP_GROUP_MASK_REGIDS", 0x2A: "EIATTR_SW1850030_WAR", 0x2B: "EIATTR_WMMA_USED",
     0x2D: "EIATTR_ATOMF16_EMUL_INSTR_OFFSETS", 0x30: "EIATTR_SW2393858_WAR",
     0x31: "EIATTR_INT_WARP_WIDE_INSTR_OFFSETS", 0x33: "EIATTR_STATISTICS", 0x34: "EIATTR_INDIRECT_BRANCH_TARGETS",
     0x35: "EIATTR_SW2861232_WAR", 0x36: "EIATTR_SW_WAR", 0x37: "EIATTR_CUDA_API_VERSION",
@@ -652,12 +655,20 @@ def launch_layout(contract: LaunchContract, info: CodeObjectInfo, ptx: str | Non
                 raise CodeObjectError(f"{contract.kernel}: PTX parameter {i} is .{ty} {name}, the lowering "
                                       f"has {a.name} ({a.kind} {a.dtype}, {a.size} bytes)")
         return contract
-    if len(info.args) != len(contract.args):
-        raise CodeObjectError(f"{contract.kernel}: code object has {len(info.args)} kernel arguments, the "
+    # hidden_* arguments (block counts, dynamic LDS size, ...) follow the explicit ones; the HIP
+    # runtime fills them from the dispatch (Triton 3.9's gfx950 kernels read some): not the contract's
+    explicit = tuple(k for k in info.args if not k.value_kind.startswith("hidden_"))
+    hidden = [k.value_kind.startswith("hidden_") for k in info.args]
+    if hidden != sorted(hidden):
+        raise CodeObjectError(f"{contract.kernel}: hidden arguments come before explicit ones in the code object")
+    if len(explicit) != len(contract.args):
+        raise CodeObjectError(f"{contract.kernel}: code object has {len(explicit)} kernel arguments, the "
                               f"lowering {len(contract.args)}")
     laid = []
-    for a, k in zip(contract.args, info.args, strict=True):
-        if k.name != a.name or k.value_kind != _VALUE_KIND[a.kind]:
+    for a, k in zip(contract.args, explicit, strict=True):
+        # A code object may leave its arguments unnamed (Triton's): then position, kind,
+        # offset and size are what is checked.
+        if (k.name and k.name != a.name) or k.value_kind != _VALUE_KIND[a.kind]:
             raise CodeObjectError(f"{contract.kernel}: code object argument {k.name} ({k.value_kind}) is not "
                                   f"the lowering's {a.name} ({a.kind})")
         if (k.offset, k.size) != (a.offset, a.size):

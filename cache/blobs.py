@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, or_, select, update
 
 from rocke_aot.cache import code_objects, codec, db
 from rocke_aot.cache.models import artifacts as A
@@ -92,9 +92,13 @@ def publish_blob(conn: Connection, dicts: Dicts, sha: str, raw: bytes, stored: b
 
 
 def referenced(sha_col):
-    """Whether an artifact row holds the blob. A code object (cache/code_objects.py) holds it
-    only while an artifact row points at that code object, so it keeps nothing alive itself."""
-    return select(A.c.key).where(A.c.blob_sha256 == sha_col).exists()
+    """Whether an artifact row or a Triton entry (cache/triton_entries.py) holds the blob. A code
+    object (cache/code_objects.py) holds it only while an artifact row points at that code
+    object, so it keeps nothing alive itself."""
+    from rocke_aot.cache.models import triton_entries as T
+
+    return or_(select(A.c.key).where(A.c.blob_sha256 == sha_col).exists(),
+               select(T.c.triton_key).where(T.c.blob_sha256 == sha_col).exists())
 
 
 def delete_orphans(conn: Connection, chunk: int = 900) -> tuple[int, int]:

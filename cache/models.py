@@ -54,13 +54,13 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
 REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options", "0006_ir_keys",
-                             "0007_measurements")
+                             "0007_measurements", "0008_triton_entries")
 HEAD_REVISION = REVISIONS[-1]
 SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4, "0002_recipe_options": 5,
-                       "0006_ir_keys": 6, "0007_measurements": 7}
+                       "0006_ir_keys": 6, "0007_measurements": 7, "0008_triton_entries": 8}
 
 metadata = MetaData()
 
@@ -223,6 +223,24 @@ measurements = Table(
     CheckConstraint("repeats >= 1", name="ck_measurements_repeats"),
     UniqueConstraint("key", "generation", "arch", "problem_json", "source", name="uq_measurements_row"),
     Index("ix_measurements_family_processor", "family", "processor"),
+)
+
+# Triton cache entries (rev 0008_triton_entries; cache/triton_entries.py): the files a GPU host's
+# Triton looks up under its own cache key, each a blob; artifact_key NULL = published by a host.
+triton_entries = Table(
+    "triton_entries",
+    metadata,
+    Column("triton_key", String(128), primary_key=True),
+    Column("filename", String(255), primary_key=True),
+    Column("blob_sha256", String(64), ForeignKey("blobs.sha256", name="fk_triton_entries_blob"), nullable=False),
+    Column("triton_version", String(64), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("artifact_key", String(64), nullable=True),
+    Column("source", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    CheckConstraint("source IN ('build', 'host')", name="ck_triton_entries_source"),
+    Index("ix_triton_entries_blob", "blob_sha256"),
+    Index("ix_triton_entries_artifact", "artifact_key"),
 )
 
 # What every read of blob bytes selects. The CAST keeps a damaged row readable: on SQLite a

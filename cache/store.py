@@ -56,7 +56,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from rocke_aot import settings
-from rocke_aot.cache import blobs, claims, code_objects, codec, db, generations, models
+from rocke_aot.cache import blobs, claims, code_objects, codec, db, generations, models, triton_entries
 from rocke_aot.cache.code_objects import CodeHit
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key, code_key_of
 from rocke_aot.cache.models import artifacts as A
@@ -284,6 +284,7 @@ class Store:
         provenance: Mapping[str, Any],
         replace: bool = False,
         ptx: str | None = None,
+        triton_files: Mapping[str, bytes] | None = None,
     ) -> Artifact:
         """Publish a code object under the key of ``inputs``; blob and row in one transaction.
 
@@ -310,7 +311,9 @@ class Store:
         stored = codec.encode(raw, self.level, zdict)  # outside the write lock: it is the slow part
         cod = codec.CODEC if zdict is None else codec.CODEC_DICT
         code_key = code_key_of(inputs, ir_sha256)
-        info = {"format": metadata.get("format"), **({"ptx": ptx} if ptx is not None else {})}
+        info = {"format": metadata.get("format"), **({"ptx": ptx} if ptx is not None else {}),
+                **({"triton": metadata["triton"]} if metadata.get("triton") is not None else {})}
+        entry = self._triton_entry(metadata, raw, triton_files)
         row = {
             "key": key,
             "status": "ok",
@@ -337,12 +340,58 @@ class Store:
             blobs.publish_blob(conn, self._dicts, sha, raw, stored, cod, dict_id, now)
             code_objects.put_ok(conn, _insert_ignore, code_key, inputs, ir_sha256, sha, info, now)
             _publish_artifact(conn, row, replace=replace)
+            if entry is not None:  # the Triton cache entry a GPU host looks up, in the same transaction
+                triton_entries.publish(conn, _insert_ignore, entry["key"], entry["files"],
+                                       triton_version=entry["triton_version"], target=entry["target"],
+                                       artifact_key=key, source="build",
+                                       put_blob=lambda data: self._put_blob(conn, data, inputs.arch, inputs.family, now))
             generations.reserve_spec(conn, inputs.arch, inputs.lane, inputs.family, inputs.spec_json)
             out = conn.execute(_Q_ROW, {"k": key}).mappings().one()
         art = to_artifact(out, code_object=raw)
         if self.max_bytes is not None and self.stored_bytes() > self.max_bytes:
             self.evict(self.max_bytes)
         return art
+
+    def _triton_entry(self, metadata: Mapping[str, Any], raw: bytes,
+                      files: Mapping[str, bytes] | None) -> dict[str, Any] | None:
+        """The Triton cache entry of a Triton build's put (None for any other artifact)."""
+        entry = metadata.get("triton")
+        if entry is None:
+            return None
+        name = entry["name"]
+        json_text = (files or {}).get(f"{name}.json")
+        if json_text is None:
+            if files is None:  # a code object reused by another plan key: its entry is stored already
+                return None
+            raise SpecError(f"a Triton build of {name} must store its {name}.json")
+        if codec.sha256_hex(json_text) != entry["files"].get(f"{name}.json") or \
+                codec.sha256_hex(raw) != entry["files"].get(entry["binary"]):
+            raise SpecError(f"Triton entry {entry['key']}: its files' sha256 are not the ones its record states")
+        return {"key": entry["key"], "triton_version": entry["triton_version"],
+                "target": triton_entries.target_name(entry["target"]),
+                "files": triton_entries.entry_files(entry, json_text, raw)}
+
+    def _put_blob(self, conn: Connection, data: bytes, arch: str, family: str, now: float) -> str:
+        sha = codec.sha256_hex(data)
+        dict_id, zdict = self._dicts.current(self.engine, arch, family)
+        cod = codec.CODEC if zdict is None else codec.CODEC_DICT
+        blobs.publish_blob(conn, self._dicts, sha, data, codec.encode(data, self.level, zdict), cod, dict_id, now)
+        return sha
+
+    def put_triton_entry(self, key: str, files: Mapping[str, bytes], *, triton_version: str, target: str,
+                         artifact_key: str | None = None, source: str = "host") -> None:
+        """Store a Triton cache entry (a GPU host's publish: every file it put under ``key``)."""
+        self._writable("put a Triton entry")
+        with db.write_tx(self.engine) as conn:
+            now = time.time()
+            triton_entries.publish(conn, _insert_ignore, key, files, triton_version=triton_version, target=target,
+                                   artifact_key=artifact_key, source=source,
+                                   put_blob=lambda data: self._put_blob(conn, data, "triton", "triton", now), now=now)
+
+    def triton_entry(self, key: str) -> dict[str, "triton_entries.EntryFile"]:
+        """{filename: EntryFile} of the Triton entry under ``key`` (empty when there is none)."""
+        with db.read_tx(self.engine) as conn:
+            return triton_entries.lookup(conn, key)
 
     def put_failure(self, inputs: KeyInputs, error: str, log: str = "", *, ir_sha256: str | None = None) -> Hit:
         """Record that building ``inputs`` failed, so builds skip it unless forced.

@@ -56,17 +56,31 @@ def toolchain() -> None:
 
 
 @toolchain.command("install")
-@click.argument("lane", type=LANE)
-def install(lane) -> None:
-    """Create LANE's virtual environment in the user cache dir and register it.
+@click.argument("what")
+@click.option("--python", "python", default="python3", show_default=True,
+              help="triton==X.Y.Z only: the interpreter of the environment (a path, or a command such as "
+                   "python3.12, found on PATH or among ~/.pyenv/versions); a GPU host's Python, so that the "
+                   "Triton wheel, hence Triton's cache key, is the host's")
+def install(what: str, python: str) -> None:
+    """Create a lane environment in the user cache dir and register it: a LANE, or triton==X.Y.Z.
 
     Idempotent: a second run reuses the environment. llvm20 installs
-    llvmlite 0.46 (LLVM 20); llvm24 installs the LLVM 24 AMDGPU code generator.
+    llvmlite 0.46 (LLVM 20); llvm24 installs the LLVM 24 AMDGPU code generator;
+    triton==X.Y.Z installs that Triton under --python (its lane: the LLVM its HSACOs record).
 
     \b
     Example:
         rocke-aot toolchain install llvm20
+        rocke-aot toolchain install triton==3.6.0 --python python3.12
     """
+    if what.startswith("triton"):
+        with Console(stderr=True).status(f"installing {what} under {python}"):
+            tc = tcs.install_triton(what, python)
+        info = tc.detect()
+        click.echo(f"{what}: {info.kind} (Python {info.extra.get('python_version')}) LLVM {info.llvm_version} "
+                   f"-> {info.lane} at {info.location}; targets {' '.join(info.arches)}")
+        return
+    lane = LANE.convert(what, None, None)
     with Console(stderr=True).status(f"installing the {lane.name} toolchain"):
         tc = tcs.install_lane(lane)
     info = tc.detect()

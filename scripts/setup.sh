@@ -123,7 +123,9 @@ fi
 #    the others get `rocke-aot toolchain install LANE` (idempotent itself, and it verifies).
 if want lanes && [ "$PROFILE" != serve ]; then
   step_start lanes
-  LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm23 llvm24}  # llvm23: AMD LLVM 23; llvm24: triton 3.9 (LLVM 24 codegen)
+  # llvm23: AMD LLVM 23; llvm24: triton 3.9 (LLVM 24 codegen); triton-3.6.0-py3.12: the Triton of the
+  # NVIDIA H200 qualification host (Python 3.12), a Triton toolchain of the llvm22 lane
+  LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm23 llvm24 triton-3.6.0-py3.12}
   have=$(.venv/bin/python - <<'PY' 2>/dev/null || true
 import json, os
 from rocke_aot import paths
@@ -144,6 +146,11 @@ PY
   if ((${#todo[@]})) && would "install lane toolchains ${todo[*]}"; then :
   elif ((${#todo[@]})); then
     for lane in "${todo[@]}"; do
+      if [[ $lane =~ ^triton-([0-9.]+)-py([0-9]+\.[0-9]+)$ ]]; then  # label of `install triton==X --python pyY.Z`
+        log "lanes: rocke-aot toolchain install triton==${BASH_REMATCH[1]} --python python${BASH_REMATCH[2]}"
+        .venv/bin/rocke-aot toolchain install "triton==${BASH_REMATCH[1]}" --python "python${BASH_REMATCH[2]}"
+        continue
+      fi
       log "lanes: rocke-aot toolchain install $lane"
       .venv/bin/rocke-aot toolchain install "$lane"
     done

@@ -6,3 +6,4 @@ same families without a lookup of its own.
 """
 
 from rocke_aot.variants import builtin as _builtin  # noqa: F401  (registers the built-in families)
+from rocke_aot.variants import triton_families as _triton_families  # noqa: F401  (the in-repo Triton families)

@@ -84,6 +84,9 @@ class FamilyTable:
     spec_from_dict: Callable[[Mapping[str, Any]], Any]
     arch_rule: Callable[[Target, Lane], str | None] = lambda target, lane: None
     paths: Callable[[Target, Lane], Sequence[str]] = lambda target, lane: ("fma",)
+    # True: the family's own compiler decides which targets a lane builds (a Triton family:
+    # its toolchain's probes), not the lane's emission profile (which only LLVM IR goes through)
+    own_targets: bool = False
 
 
 # -- the tables, from the family registry ---------------------------------------------------------------
@@ -138,7 +141,7 @@ def admission(family: str, arch: object, lane: object) -> Admission:
                                 f"(add SERVE or Refuse(reason) to its lane_decisions)")
     if isinstance(decision, Refuse):
         return Admission(False, decision.reason)
-    adm = target_admission(target, lane)
+    adm = SERVED if table.own_targets else target_admission(target, lane)
     if not adm.served:
         return adm
     reason = table.arch_rule(target, lane)

@@ -49,7 +49,7 @@ def _worker_toolchains():
 def _toolchain_for(lane: str, identity: Mapping[str, str]):
     from rocke_aot.aot.toolchains import toolchains_for_lane
 
-    for tc in toolchains_for_lane(lane, _worker_toolchains()):
+    for tc in toolchains_for_lane(lane, _worker_toolchains(), consumes=None):
         if tc.identity() == dict(identity):
             return tc
     raise WorkerRefused(

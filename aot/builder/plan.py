@@ -117,7 +117,7 @@ def choose_lanes(requested: Sequence[Lane], toolchains: Sequence[Toolchain]) -> 
     chosen, skips = {}, []
     for lane in dict.fromkeys(wanted):
         try:
-            chosen[lane.name] = toolchain_for(lane, None, pool)
+            chosen[lane.name] = toolchain_for(lane, None, pool, consumes=None)
         except ToolchainError as e:
             if requested:  # a lane nobody asked for is simply not built
                 skips.append(Skip(lane.name, str(e)))
@@ -173,22 +173,34 @@ def _make_plan(
         for target in arches:
             # The one chooser `rocke-aot compile` uses too: a toolchain of this lane that
             # knows the processor, or the reason none does (refused on purpose rather than
-            # letting LLVM ignore an unknown processor and misbehave).
-            try:
-                tc, no_tc = toolchain_for(lane, target, toolchains), None
-            except ToolchainError as e:
-                tc, no_tc = None, str(e)
-            identity = tc.identity() if tc is not None else None
+            # letting LLVM ignore an unknown processor and misbehave). A family's jobs get a
+            # toolchain of the input it lowers to (LLVM IR, or a Triton compile request).
+            chooser: dict[str, tuple] = {}
+
+            def choose(consumes: str) -> tuple:
+                if consumes not in chooser:
+                    try:
+                        tc = toolchain_for(lane, target, toolchains, consumes=consumes)
+                        chooser[consumes] = (tc, None, tc.identity())
+                    except ToolchainError as e:
+                        chooser[consumes] = (None, str(e), None)
+                return chooser[consumes]
+
             for fam in fams:
                 adm = table.admission(fam, target.processor, lane)
                 if not adm.served:
                     plan.refused.append(Refusal(fam, target.id, lane.name, adm.reason))
                     continue
+                spec_type = table_spec_type(fam)
+                tc, no_tc, identity = choose(getattr(spec_type, "compile_input", "llvm-ir"))
                 if tc is None:
                     plan.refused.append(Refusal(fam, target.id, lane.name, no_tc))
                     continue
-                tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity,
-                                  tc.compile_options(target))
+                options = tc.compile_options(target)
+                material = getattr(spec_type, "key_material", None)
+                if material is not None:  # what the family's own code adds (a Triton kernel's sources)
+                    options = {**options, "family": material()}
+                tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity, options)
                 key = tpl.key
                 specs = table.enumerate_specs(fam, target.processor, lane)
                 if spec_filter is not None:  # build --problems (aot/builder/problems.py)
@@ -209,6 +221,12 @@ def _make_plan(
         else:
             plan.known_failures.append((job, hit.error or "failed"))
     return plan
+
+
+def table_spec_type(family: str) -> type:
+    from rocke_aot.variants.families import get_family
+
+    return get_family(family).spec_type
 
 
 def _matches(spec: Mapping[str, Any], want: Mapping[str, Any]) -> bool:

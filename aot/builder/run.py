@@ -72,6 +72,7 @@ class BuildOutput:
     log: str
     seconds: float
     ptx: str | None = None  # a cubin's PTX: the store keeps it so the code object can be reused
+    triton_files: Mapping[str, bytes] | None = None  # a Triton build: its cache entry's files (Store.put)
 
 
 def lower_one(job: Job):
@@ -82,14 +83,45 @@ def lower_one(job: Job):
     return lower(job.family, get_family(job.family).spec_from(job.spec), job.target, job.lane)
 
 
-def _metadata(kernel, code_object: bytes, target: Target, fmt: str, ptx: str | None) -> dict[str, Any]:
+def _metadata(kernel, code_object: bytes, target: Target, fmt: str, ptx: str | None,
+              triton: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from rocke_aot.aot.codeobject import launch_layout, validate
 
     info = validate(code_object, target)
     # The launch contract a runner reads instead of per-family code: the lowering's formulas
     # with the layout the compiled object itself declares (checked against the lowering).
     contract = launch_layout(kernel.launch, info, ptx)
-    return {"kernel": kernel.as_dict(), "code_object": info.as_dict(), "format": fmt, "launch": contract.as_dict()}
+    md = {"kernel": kernel.as_dict(), "code_object": info.as_dict(), "format": fmt, "launch": contract.as_dict()}
+    if triton is not None:
+        contract = _triton_contract(kernel, contract, info, target, triton)
+        md["launch"] = contract.as_dict()
+        md["triton"] = dict(triton)
+    return md
+
+
+def _triton_contract(kernel, contract, info, target: Target, entry: Mapping[str, Any]):
+    """A Triton build's contract: its metadata must agree with the code object and the lowering,
+    and its shared memory (dynamic: Triton launches with metadata["shared"]) joins the contract."""
+    import dataclasses
+
+    from rocke_aot.errors import CodeObjectError
+
+    if entry["name"] != info.kernel or entry["name"] != kernel.kernel_name:
+        raise CodeObjectError(f"Triton named the kernel {entry['name']!r}; the code object holds {info.kernel!r}, "
+                              f"the lowering expects {kernel.kernel_name!r}")
+    warp = target.info.wave_size if target.is_amdgpu else 32
+    if entry["num_warps"] * warp != kernel.block_size:
+        raise CodeObjectError(f"Triton built {entry['num_warps']} warps of {warp}; the contract launches "
+                              f"{kernel.block_size} threads")
+    for name in ("global_scratch_size", "profile_scratch_size"):
+        if entry.get(name):
+            raise CodeObjectError(f"{kernel.kernel_name} needs {entry[name]} bytes of Triton {name.split('_size')[0]}"
+                                  " per program; launches from the cache pass none")
+    shared = entry["shared"]
+    if not isinstance(shared, int) or shared < 0 or shared > target.info.lds_bytes:
+        raise CodeObjectError(f"{kernel.kernel_name} asks for {shared} bytes of shared memory; "
+                              f"{target.processor} has {target.info.lds_bytes}")
+    return dataclasses.replace(contract, dynamic_shared_bytes=shared)
 
 
 def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, toolchain: Toolchain,
@@ -109,8 +141,10 @@ def build_one(family: str, spec: Mapping[str, Any], target: Target, lane: Lane, 
         with slots:
             result = toolchain.compile(kernel.ir, target, timeout=timeout)
     ptx = getattr(result, "ptx", None)
-    metadata = _metadata(kernel, result.code_object, target, result.format, ptx)
-    return BuildOutput(result.code_object, kernel.ir_sha256, metadata, result.log, time.perf_counter() - start, ptx)
+    extra = getattr(result, "extra", None) or {}
+    metadata = _metadata(kernel, result.code_object, target, result.format, ptx, extra.get("triton"))
+    return BuildOutput(result.code_object, kernel.ir_sha256, metadata, result.log, time.perf_counter() - start, ptx,
+                       extra.get("triton_files"))
 
 
 @dataclass
@@ -305,7 +339,7 @@ class _Run:
         start = time.perf_counter()
         try:
             raw = self.store.get_blob(hit.blob_sha256)
-            meta = _metadata(kernel, raw, job.target, fmt, ptx)
+            meta = _metadata(kernel, raw, job.target, fmt, ptx, hit.info.get("triton"))
         except Exception as e:  # noqa: BLE001 - this lowering does not fit that object: a failure
             self._failed(job, e, kernel)
             return True
@@ -326,7 +360,7 @@ class _Run:
             self._failed(job, e, kernel)
         else:
             self.store.put(job.inputs, out.code_object, ir_sha256=out.ir_sha256, metadata=out.metadata,
-                           provenance=provenance(job, out, self.where), ptx=out.ptx)
+                           provenance=provenance(job, out, self.where), ptx=out.ptx, triton_files=out.triton_files)
             self.outcome.built.append(job)
             self.outcome.compile_seconds += out.seconds
             self._let_go(job)

@@ -24,9 +24,11 @@ from typing import Any, Callable
 from rocke_aot.aot.families.conv_dgrad_patch import lower_conv_dgrad_patch
 from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
 from rocke_aot.aot.families.gemm import lower_gemm
+from rocke_aot.aot.families.triton import lower_triton
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchContract, natural_layout
 from rocke_aot.variants.families import family_names, get_family, register_lowerer
+from rocke_aot.variants.triton import is_triton
 
 
 def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
@@ -64,6 +66,11 @@ BUILTIN_LOWERERS: tuple[tuple[str, Callable[..., Any]], ...] = (
 )
 for _name, _raw in BUILTIN_LOWERERS:
     register_lowerer(_name, with_contract(_raw))
+# Every Triton family (variants/triton.py) lowers to a compile request with its own contract
+# (the parameters Triton specializes away, its scratch pointers): one lowerer for the kind.
+for _name in family_names():
+    if is_triton(get_family(_name)):
+        register_lowerer(_name, lower_triton)
 
 
 def families() -> tuple[str, ...]:

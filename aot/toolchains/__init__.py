@@ -40,7 +40,7 @@ from rocke_aot.paths import atomic_write, home
 
 __all__ = [
     "CompileResult", "Toolchain", "ToolchainInfo", "LlvmliteToolchain",
-    "detect_all", "toolchains_for_lane", "toolchain_for", "install_lane", "register", "unregister", "registry_path",
+    "detect_all", "toolchains_for_lane", "toolchain_for", "install_lane", "install_triton", "register", "unregister", "registry_path",
 ]
 
 # kind -> module implementing discover()/from_registry(); llvmlite is built in.
@@ -48,6 +48,7 @@ KIND_MODULES: dict[str, str] = {
     "comgr": "rocke_aot.aot.toolchains.comgr",
     "triton-codegen": "rocke_aot.aot.toolchains.triton24",
     "rocm-llvm": "rocke_aot.aot.toolchains.vendor23",
+    "triton": "rocke_aot.aot.toolchains.triton_jit",
 }
 
 # How `rocke-aot toolchain install <lane>` makes a lane environment: pip requirements
@@ -163,15 +164,18 @@ def detect_all() -> list[Toolchain]:
     return found
 
 
-def toolchains_for_lane(lane: object, toolchains: list[Toolchain] | None = None) -> list[Toolchain]:
-    """Usable toolchains qualified for ``lane`` (validated), in discovery order."""
+def toolchains_for_lane(lane: object, toolchains: list[Toolchain] | None = None,
+                        consumes: str | None = "llvm-ir") -> list[Toolchain]:
+    """Usable toolchains qualified for ``lane`` (validated), in discovery order, that compile
+    ``consumes`` input ("llvm-ir", or "triton" for Triton families; None: any)."""
     lane = get_lane(lane)
     pool = detect_all() if toolchains is None else toolchains
-    return [tc for tc in pool if tc.detect().usable and tc.detect().lane == lane.name]
+    return [tc for tc in pool if tc.detect().usable and tc.detect().lane == lane.name
+            and (consumes is None or getattr(tc, "consumes", "llvm-ir") == consumes)]
 
 
 def toolchain_for(lane: object, target: object | None = None,
-                  toolchains: list[Toolchain] | None = None) -> Toolchain:
+                  toolchains: list[Toolchain] | None = None, consumes: str = "llvm-ir") -> Toolchain:
     """The toolchain that compiles ``lane`` for ``target``: the first usable toolchain
     qualified for the lane (discovery order) whose detected arches include the target's
     processor. ``target=None`` asks only whether the lane has any usable toolchain here.
@@ -183,8 +187,11 @@ def toolchain_for(lane: object, target: object | None = None,
     """
     lane = get_lane(lane)
     pool = detect_all() if toolchains is None else toolchains
-    found = toolchains_for_lane(lane, pool)
+    found = toolchains_for_lane(lane, pool, consumes)
     if not found:
+        if consumes == "triton":
+            raise ToolchainError(f"{lane.name}: no Triton built on LLVM {lane.major} on this host (see "
+                                 "`rocke-aot toolchain install triton==X.Y.Z --python python3.N`)")
         hint = f"`rocke-aot toolchain install {lane.name}`" if lane.name in INSTALL_RECIPES else "`rocke-aot toolchains`"
         raise ToolchainError(f"{lane.name}: no LLVM {lane.major} toolchain on this host (see {hint})")
     if target is None:
@@ -208,6 +215,13 @@ def register(entry: dict) -> Toolchain:
     entries.append(entry)
     _save_registry(entries)
     return tc
+
+
+def install_triton(requirement: str, python: str = "python3", *, quiet: bool = True) -> Toolchain:
+    """A lane environment with one Triton version (toolchains/triton_jit.py), registered."""
+    from rocke_aot.aot.toolchains.triton_jit import install_triton as _install
+
+    return _install(requirement, python, quiet=quiet)
 
 
 def unregister(location: str) -> int:

@@ -134,12 +134,18 @@ class CompileResult:
     log: str = ""  # warnings the tools printed
     ptx: str | None = None  # NVPTX: the PTX the cubin came from
     asm: str | None = None  # textual ISA where the toolchain produced it on the way
+    # Kind-specific record fields (the Triton toolchain: its cache entry, under "triton"; and the
+    # entry's files, under "triton_files", which the builder stores beside the code object).
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Toolchain(ABC):
     """A real compiler on this host."""
 
     kind: ClassVar[str]
+    # What compile() takes: LLVM IR text (every LLVM toolchain), or "triton" (a Triton compile
+    # request, aot/toolchains/triton_jit.py). A family's jobs get toolchains of its input only.
+    consumes: ClassVar[str] = "llvm-ir"
 
     @abstractmethod
     def detect(self) -> ToolchainInfo:

@@ -1,0 +1,104 @@
+"""Triton cache entries in the store: the files a GPU host's Triton asks its cache manager for.
+
+    entry_files(entry, json_text, binary) -> {filename: bytes}   what a build serves for one
+        artifact: <kernel>.json (Triton's metadata, verbatim), the binary (the artifact's code
+        object: the same blob), and the group file __grp__<kernel>.json whose child_paths are
+        those two sorted, the form triton.runtime.cache.RemoteCacheManager.put_group writes.
+        (Triton also keeps its IR stages; a host's CompiledKernel needs only the metadata and the
+        binary, so a build serves those, as Triton does itself with TRITON_STORE_BINARY_ONLY=1.)
+    publish(conn, key, files, version, target, artifact_key, source, put_blob)   every file a
+        blob (put_blob: the store's own publish_blob), every (key, filename) one row; a file
+        already stored under the key with other bytes is refused (EntryConflict): Triton's key
+        covers what makes the bytes, so another binary under one key is a wrong entry
+    lookup(conn, key) -> {filename: EntryFile(blob_sha256, triton_version, target, artifact_key, source)}
+    check_key / check_filename     the shapes Triton makes (base32 of a sha256; a file name
+                                   without folders), refused otherwise (SpecError: HTTP 422)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from sqlalchemy import Connection, bindparam, select
+
+from rocke_aot.cache.models import triton_entries as T
+from rocke_aot.errors import CacheError, SpecError
+
+_KEY_RE = re.compile(r"^[A-Z2-7]{52}$")  # base32 of 32 bytes, '=' stripped (triton.runtime.cache._base32)
+_FILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+SOURCES = ("build", "host")
+_Q = select(T.c.filename, T.c.blob_sha256, T.c.triton_version, T.c.target, T.c.artifact_key,
+            T.c.source).where(T.c.triton_key == bindparam("k"))
+
+
+class EntryConflict(CacheError):
+    """A file of a Triton entry is stored already, with other bytes."""
+
+
+@dataclass(frozen=True)
+class EntryFile:
+    blob_sha256: str
+    triton_version: str
+    target: str
+    artifact_key: str | None
+    source: str
+
+
+def check_key(key: object) -> str:
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise SpecError(f"a Triton cache key is 52 base32 characters (Triton's cache manager key), got {key!r}")
+    return key
+
+
+def check_filename(name: object) -> str:
+    if not isinstance(name, str) or not _FILE_RE.match(name) or name in (".", ".."):
+        raise SpecError(f"a Triton cache file name is letters, digits, '_', '.', '-' (no folders), got {name!r}")
+    return name
+
+
+def target_name(target: Mapping[str, Any]) -> str:
+    """"hip:gfx942:64" / "cuda:90:32" from a GPUTarget as Triton's metadata JSON holds it."""
+    return f"{target['backend']}:{target['arch']}:{target['warp_size']}"
+
+
+def group_bytes(children: list[str]) -> bytes:
+    return json.dumps({"child_paths": sorted(children)}).encode()
+
+
+def entry_files(entry: Mapping[str, Any], json_text: bytes, binary: bytes) -> dict[str, bytes]:
+    name = entry["name"]
+    files = {f"{name}.json": bytes(json_text), entry["binary"]: bytes(binary)}
+    files[f"__grp__{name}.json"] = group_bytes(list(files))
+    return files
+
+
+def publish(conn: Connection, insert_ignore, key: str, files: Mapping[str, bytes], *, triton_version: str,
+            target: str, artifact_key: str | None, source: str, put_blob: Callable[[bytes], str],
+            now: float | None = None) -> None:
+    check_key(key)
+    if source not in SOURCES:
+        raise SpecError(f"a Triton entry's source is one of {SOURCES}, got {source!r}")
+    now = time.time() if now is None else now
+    have = lookup(conn, key)
+    for filename, data in sorted(files.items()):
+        check_filename(filename)
+        sha = put_blob(bytes(data))
+        old = have.get(filename)
+        if old is not None:
+            if old.blob_sha256 != sha:
+                raise EntryConflict(f"Triton entry {key} already holds {filename} with sha256 "
+                                    f"{old.blob_sha256[:16]}, not {sha[:16]}")
+            continue
+        conn.execute(insert_ignore(conn, T), {"triton_key": key, "filename": filename, "blob_sha256": sha,
+                                              "triton_version": triton_version, "target": target,
+                                              "artifact_key": artifact_key, "source": source, "created_at": now})
+
+
+def lookup(conn: Connection, key: str) -> dict[str, EntryFile]:
+    check_key(key)
+    return {r.filename: EntryFile(r.blob_sha256, r.triton_version, r.target, r.artifact_key, r.source)
+            for r in conn.execute(_Q, {"k": key})}
