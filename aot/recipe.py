@@ -22,7 +22,16 @@
 Only modules of the import package count; third-party code (llvmlite, the LLVM libraries,
 ld.lld, ptxas) is covered by the toolchain identity, which hashes those files.
 The default call (the live packages) is memoized per process: a no-op rebuild plans once per
-process and must stay pure hashing.
+process and must stay pure hashing. Across processes the closure (the module list, the only
+costly part: an AST read of every module on it) is memoized on disk by the tree it was read
+from:
+
+    fingerprint = sha256(RULE_VERSION, every .py file of the package folders: name \0 bytes)
+    $ROCKE_AOT_HOME/recipe/<fingerprint>.json   {"modules": [...]}   (newest MEMO_KEEP kept)
+
+Any byte of any module moves the fingerprint, so a memo is only ever read for the very tree
+it was computed from; one that is unreadable or names a module the tree lacks is ignored and
+the closure is read again. The digest itself is always hashed from the files.
 """
 
 from __future__ import annotations
@@ -31,10 +40,13 @@ import ast
 import hashlib
 import importlib.util
 import itertools
+import json
+import os
 import threading
 from pathlib import Path
 from typing import Mapping
 
+from rocke_aot import paths
 from rocke_aot.errors import RockeError
 
 RULE_VERSION = "rocke-aot/recipe/v1"
@@ -268,8 +280,49 @@ def _compute(package_dirs: Mapping[str, str | Path]) -> tuple[tuple[str, ...], s
         return _compute_locked(package_dirs)
 
 
+MEMO_KEEP = 16  # closure memos kept on disk (one per tree a developer or a checkout had)
+
+
+def _fingerprint(tree_map: _Tree) -> str:
+    """sha256 over every module file of the package folders (symlinked folders are other
+    packages' folders: each is read once, as its own package)."""
+    h = hashlib.sha256(RULE_VERSION.encode() + b"\n")
+    for pkg, d in sorted(tree_map.dirs.items()):
+        for root, dirs, files in os.walk(d):
+            dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                f = Path(root, name)
+                h.update(f"{pkg}/{f.relative_to(d)}".encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _memo_dir() -> Path:
+    return paths.home() / "recipe"
+
+
+def _closure_memoized(tree_map: _Tree) -> dict[str, Path]:
+    fp = _fingerprint(tree_map)
+    memo = _memo_dir() / f"{fp}.json"
+    try:
+        names = json.loads(memo.read_text())["modules"]
+        found = {m: tree_map.file(m) for m in names}
+        if names and all(found.values()):
+            return found  # type: ignore[return-value]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no memo for this tree (or an unreadable one): read the closure
+    mods = _closure(tree_map)
+    try:
+        paths.atomic_write(memo, json.dumps({"modules": sorted(mods)}).encode(), durable=False)
+        old = sorted(memo.parent.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-MEMO_KEEP]
+        for p in old:
+            p.unlink(missing_ok=True)
+    except OSError:
+        pass  # a read-only home: every process reads the closure itself
+    return mods
+
+
 def _compute_locked(package_dirs: Mapping[str, str | Path]) -> tuple[tuple[str, ...], str]:
-    mods = _closure(_Tree(package_dirs))
+    mods = _closure_memoized(_Tree(package_dirs))
     h = hashlib.sha256(RULE_VERSION.encode() + b"\n")
     for name in sorted(mods):
         h.update(name.encode() + b"\0" + mods[name].read_bytes() + b"\0")

@@ -3,6 +3,7 @@
     $ROCKE_AOT_HOME (default: the user cache dir, e.g. ~/.cache/rocke-aot)
     ├── toolchains.json      registered toolchains (lane environments, offline interpreters)
     ├── lanes/<lane>/        virtual environments made by `rocke-aot toolchain install <lane>`
+    ├── recipe/<sha>.json    the recipe rule's closure per source tree (aot/recipe.py; a memo)
     └── cache.sqlite         the default artifact cache (ROCKE_AOT_CACHE overrides the URL)
 """
 

@@ -6,6 +6,7 @@ service/, cli/) given to recipe_digest(package_dirs=...), so edits never touch t
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -168,3 +169,25 @@ def test_a_declared_dynamic_import_brings_in_its_whole_package(tree):
     cache = {f"rocke_aot.cache.{p.stem}" for p in tree["rocke_aot.cache"].glob("*.py") if p.stem != "__init__"}
     assert not cache & set(LIVE_MODULES)
     assert cache and cache | {"rocke_aot.cache"} <= set(mods)
+
+
+def test_the_closure_memo_is_read_only_for_the_tree_it_was_read_from(tree, tmp_home, monkeypatch):
+    from rocke_aot.aot import recipe
+
+    reads = []
+    real = recipe._closure
+    monkeypatch.setattr(recipe, "_closure", lambda t: reads.append(1) or real(t))
+    base, mods = recipe_digest(tree), recipe_modules(tree)
+    assert len(reads) == 1, "the second call reads the memo, not the ASTs"
+    memos = list((tmp_home / "recipe").glob("*.json"))
+    assert len(memos) == 1 and json.loads(memos[0].read_text())["modules"] == list(mods)
+    # Any byte of any module of the tree (on the closure or not) is another tree: read again.
+    off = tree["rocke_aot.cli"] / "main.py"
+    with _Edit(off, off.read_bytes() + b"\n"):
+        assert recipe_digest(tree) == base and len(reads) == 2
+    # A memo that cannot be read, or names a module the tree lacks, is ignored (and rewritten).
+    for bad in ("{not json", json.dumps({"modules": ["rocke_aot.aot.no_such_module"]})):
+        memos[0].write_text(bad)
+        n = len(reads)
+        assert recipe_digest(tree) == base and recipe_modules(tree) == mods and len(reads) == n + 1
+        assert json.loads(memos[0].read_text())["modules"] == list(mods)
