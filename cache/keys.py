@@ -207,8 +207,11 @@ def encode(inputs: KeyInputs) -> bytes:
     return _PREFIX + body.encode()
 
 
+_PLAIN_STR = re.compile(r"[A-Za-z0-9_.:+\-]*")  # json.dumps writes these as they are, in quotes
+
+
 def _json_str(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return f'"{value}"' if _PLAIN_STR.fullmatch(value) else json.dumps(value, ensure_ascii=False)
 
 
 def artifact_key(inputs: KeyInputs) -> str:

@@ -140,6 +140,7 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_root()
         self.trust_dir = self.root / "trust"
+        self._blobs_dir = os.path.join(self.root, "blobs", "")
         self._dirs: set[str] = set()  # blobs/, kernels/ made (once per LocalStore, not per put)
 
     def __repr__(self) -> str:
@@ -147,6 +148,10 @@ class LocalStore:
 
     def _blob(self, sha: str) -> Path:
         return self.root / "blobs" / check_sha(sha)
+
+    def _blob_path(self, sha: str) -> str:
+        """_blob as a string (pathlib costs more than a read on the hot path)."""
+        return self._blobs_dir + check_sha(sha)
 
     def _record(self, key: str) -> Path:
         return self.root / "kernels" / f"{check_key(key)}.json"
@@ -175,15 +180,19 @@ class LocalStore:
         return Kernel(**{**k.__dict__, "code_object": self.blob(k.sha256, k.size)})
 
     def blob(self, sha256: str, size: int) -> bytes:
-        path = self._blob(sha256)
+        path = self._blob_path(sha256)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             raise NotFoundError(f"blob {sha256} is not in the local store {self.root}") from None
         try:
             return check_bytes(data, sha256, size, f"local blob {path}")
         except IntegrityError:
-            path.unlink(missing_ok=True)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
             raise
 
     def _mkdirs(self, *names: str) -> None:
@@ -195,13 +204,13 @@ class LocalStore:
     def put_blob(self, sha256: str, size: int, data: bytes) -> None:
         """Keep verified bytes under their hash (checked once more here); a blob already
         kept is not written again."""
-        blob = self._blob(sha256)
+        path = self._blob_path(sha256)
         check_bytes(data, sha256, size, f"blob {sha256}")
         self._mkdirs("blobs")
         # No fsync: every read checks size and sha256, so a crash can lose a blob (fetched
         # again) but never make a wrong one pass.
-        if not blob.is_file():
-            atomic_write(blob, data, durable=False, make_parent=False)
+        if not os.path.isfile(path):
+            atomic_write(Path(path), data, durable=False, make_parent=False)
 
     def put(self, kernel: Kernel) -> Kernel:
         """Keep a kernel and its record (the caller verified it; its bytes are checked again)."""
