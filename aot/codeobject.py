@@ -53,6 +53,13 @@
                                None when neither states one (ptxas writes nothing for 0)
         sgpr_count, agpr_count, spill counts: None (no such records; ptxas -v alone prints spills)
 
+    record_metadata(sent, info) -> metadata   what a publish stores and a client accepts from a
+        server: ``sent`` with the resources read from the code object itself (never the
+        sender's numbers), checked by the record schema (rocke_aot/record.py: kernel name and
+        kernarg size agree), the launch contract laid out against the object (hsaco: every
+        argument's offset, size and kind) and its block within the object's maximum work-group
+        size; CodeObjectError / RecordError otherwise
+
     launch_layout(contract, info, ptx=None) -> LaunchContract
         hsaco: every argument's offset/size from the metadata note's .args (value_kind
                global_buffer / by_value must match pointer / scalar), kernarg size from
@@ -83,12 +90,13 @@ import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from rocke_aot.targets import Target
-from rocke_aot.errors import CodeObjectError, RockeError
-from rocke_aot.launch import SCALAR_TYPES, LaunchContract
+from rocke_aot import record
+from rocke_aot.targets import ELF_MACHINE, Target
+from rocke_aot.errors import CodeObjectError, RockeError, SpecError
+from rocke_aot.launch import SCALAR_TYPES, FormulaError, LaunchContract, evaluate
 
-EM_AMDGPU = 224
-EM_CUDA = 190
+EM_AMDGPU = ELF_MACHINE["amdgcn"]  # 224
+EM_CUDA = ELF_MACHINE["nvptx64"]  # 190
 ELFOSABI_AMDGPU_HSA = 64
 NT_AMDGPU_METADATA = 32
 
@@ -681,3 +689,34 @@ def launch_layout(contract: LaunchContract, info: CodeObjectInfo, ptx: str | Non
         raise CodeObjectError(f"{contract.kernel}: kernarg segment {info.kernarg_size} bytes, the arguments "
                               f"need {contract.kernarg_size}")
     return dataclasses.replace(contract, args=tuple(laid), kernarg_size=info.kernarg_size)
+
+
+def record_metadata(sent: Any, info: CodeObjectInfo) -> dict[str, Any]:
+    """The metadata to keep for a code object ``info`` was read from (module doc): ``sent``'s
+    fields with "code_object" and "format" from ``info``; RecordError when the record schema
+    refuses it, CodeObjectError when its launch contract contradicts the object."""
+    if not isinstance(sent, dict):
+        raise record.RecordError("metadata", f"must be an object, got {type(sent).__name__}")
+    md = {**sent, "code_object": info.as_dict(), "format": info.format}
+    record.check_metadata(md)  # kernel name and kernarg size of the contract == the object's
+    if md.get("launch") is None:
+        return md
+    try:
+        contract = LaunchContract.from_dict(md["launch"])
+    except SpecError as e:  # check_metadata parsed it once already; kept for a clear message
+        raise record.RecordError("metadata.launch", str(e)) from None
+    if info.format == "hsaco":
+        launch_layout(contract, info)  # every argument's offset, size and kind
+    try:
+        block = [evaluate(b, {}) for b in contract.block]
+    except FormulaError:
+        block = None  # a block that depends on the problem is checked where it is planned
+    most = info.max_flat_workgroup_size
+    if block is not None and most is not None and block[0] * block[1] * block[2] > most:
+        raise CodeObjectError(f"{contract.kernel}: the launch contract's block {tuple(block)} is over the code "
+                              f"object's maximum work-group size {most}")
+    lds = Target.parse(info.target).info.lds_bytes
+    if contract.dynamic_shared_bytes and contract.dynamic_shared_bytes + (info.lds_bytes or 0) > lds:
+        raise CodeObjectError(f"{contract.kernel}: {contract.dynamic_shared_bytes} bytes of dynamic shared memory "
+                              f"on top of {info.lds_bytes} static are over {info.target}'s {lds}")
+    return md

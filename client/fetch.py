@@ -22,7 +22,10 @@
       first failure in the order given is raised after the others ended (what verified is kept)
 
     insecure (no pinned key, insecure=True / ROCKE_AOT_INSECURE=1; warns): the service's
-    unsigned record instead of the manifest (its inputs must hash to the key), as before
+    unsigned record instead of the manifest (strict: its inputs must hash to the key asked,
+    the record schema holds), bytes that start as the arch's code objects do (ELF header);
+    a local copy answers only if one of this Fetcher's sources sent it (its origin), else it
+    is fetched again and replaced
 
 Nothing is stored until every check passed. This module imports neither FastAPI nor
 SQLAlchemy nor the builder: a GPU host installs only the client (pyproject's base
@@ -33,14 +36,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 
 from rocke_aot.cache.keys import check_key
 from rocke_aot import settings
-from rocke_aot.client.local import Kernel, LocalStore
+from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
 from rocke_aot.client.sources import MirrorSource, ServiceSource, Source
 from rocke_aot.client.trusted import (
     ENV_INSECURE,
@@ -52,7 +55,9 @@ from rocke_aot.client.trusted import (
     pinned_key,
 )
 from rocke_aot.errors import (
+    AnswerMismatchError,
     BlobMismatchError,
+    CodeObjectError,
     IntegrityError,
     NotFoundError,
     NotInManifestError,
@@ -60,6 +65,7 @@ from rocke_aot.errors import (
     SpecError,
     TrustConfigError,
 )
+from rocke_aot.targets import Target, compatible
 from rocke_aot.trust.keys import PublicKey
 
 ENV_OFFLINE = settings.OFFLINE
@@ -141,11 +147,19 @@ class Fetcher:
                 self._first_good("the signed metadata", self.trusted.refresh)
         return self._accepted
 
-    def get(self, key: str) -> Kernel:
-        """The kernel under ``key`` with verified bytes, local first."""
+    def get(self, key: str, *, arch: str | None = None, family: str | None = None,
+            check: Callable[[Kernel], None] | None = None) -> Kernel:
+        """The kernel under ``key`` with verified bytes, local first. ``arch`` (the device's
+        target ID) and ``family``, when given, are the question: a kernel of another family or
+        for a target the device cannot run is AnswerMismatchError, before any byte is fetched
+        or kept (wherever its record came from). ``check(kernel)``, when given, runs on the
+        kernel with its bytes before it is kept or returned (the runner validates the code
+        object and its launch contract there); what it raises, nothing is kept."""
         check_key(key)
+        device = Target.parse(arch) if arch is not None else None
         if self.trusted is None:
-            return self._get_unsigned(key)
+            return self._get_unsigned(key, device, family, check or _no_check)
+        check = check or _no_check
         acc = self.accepted()
         entry = acc.manifest.kernels.get(key)
         if entry is None:
@@ -153,19 +167,24 @@ class Fetcher:
                                      f"(from {acc.source})")
         # the signed record: its inputs must hash to the key (IntegrityError: no source can fix it)
         signed = Kernel.from_record({**entry, "key": key, "origin": {}})
+        _answers(signed, device, family, f"the signed record of {key}")
         origin = {"signed": True, "manifest_version": acc.manifest.version, "generation": entry.get("generation")}
         raw = self._local_blob(signed.sha256, signed.size)
         if raw is not None:  # the bytes the manifest names, however they got here
-            return replace(signed, code_object=raw, origin={"source": str(self.store.root), **origin})
+            k = replace(signed, code_object=raw, origin={"source": str(self.store.root), **origin})
+            check(k)
+            return k
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
-        k = self._first_good(f"kernel {key}", lambda src: _signed_from(src, signed, origin, acc))
+        k = self._first_good(f"kernel {key}", lambda src: _checked(_signed_from(src, signed, origin, acc), check))
         self.store.put_blob(k.sha256, k.size, k.code_object)
         return k
 
-    def get_many(self, keys: Iterable[str], *, workers: int | None = None) -> dict[str, Kernel]:
+    def get_many(self, keys: Iterable[str], *, workers: int | None = None, arch: str | None = None,
+                 family: str | None = None, check: Callable[[Kernel], None] | None = None) -> dict[str, Kernel]:
         """Each kernel of ``keys`` (once, in the order given) with verified bytes, local first,
-        ``workers`` fetches at a time (None: $ROCKE_AOT_FETCH_WORKERS, else 8; 1: in turn)."""
+        ``workers`` fetches at a time (None: $ROCKE_AOT_FETCH_WORKERS, else 8; 1: in turn);
+        ``arch``, ``family`` and ``check`` as for get, for every one."""
         wanted = list(dict.fromkeys(check_key(k) for k in keys))
         n = env_workers() if workers is None else workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -173,9 +192,9 @@ class Fetcher:
         if self.trusted is not None:
             self.accepted()  # the metadata once, before any thread reads it
         if n == 1 or len(wanted) <= 1:
-            return {k: self.get(k) for k in wanted}
+            return {k: self.get(k, arch=arch, family=family, check=check) for k in wanted}
         with ThreadPoolExecutor(max_workers=min(n, len(wanted)), thread_name_prefix="rocke-fetch") as pool:
-            futures = {k: pool.submit(self.get, k) for k in wanted}
+            futures = {k: pool.submit(self.get, k, arch=arch, family=family, check=check) for k in wanted}
         return {k: f.result() for k, f in futures.items()}  # the first failure, in order
 
     def _local_blob(self, sha256: str, size: int) -> bytes | None:
@@ -196,13 +215,16 @@ class Fetcher:
         except (NotFoundError, IntegrityError):
             return None
 
-    def _get_unsigned(self, key: str) -> Kernel:
+    def _get_unsigned(self, key: str, device: Target | None, family: str | None, check) -> Kernel:
         k = self._local(key)
-        if k is not None:
-            return k
+        # A local copy answers when one of these sources sent it: what another server once made
+        # this host keep is fetched again (and replaced).
+        if k is not None and (self.offline or k.origin.get("source") in {s.url for s in self.sources}):
+            return _checked(_answers(k, device, family, f"the local copy of {key}"), check)
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
-        return self.store.put(self._first_good(f"kernel {key}", lambda src: _unsigned_from(src, key)))
+        return self.store.put(self._first_good(
+            f"kernel {key}", lambda src: _checked(_unsigned_from(src, key, device, family), check)))
 
     def _first_good(self, what: str, fetch):
         errors: list[tuple[Source, RockeError]] = []
@@ -230,11 +252,37 @@ def _signed_from(src: Source, signed: Kernel, origin: dict, acc: Accepted) -> Ke
     return replace(signed, code_object=raw, origin={"source": src.url, **origin})
 
 
-def _unsigned_from(src: Source, key: str) -> Kernel:
+def check_asked(code_arch: str, code_family: str, device: Target | None, family: str | None, what: str) -> None:
+    """Nothing if a kernel of ``code_family`` built for ``code_arch`` answers the question (the
+    family asked, a target ``device`` can run: rocke_aot/targets.py compatible), else
+    AnswerMismatchError naming ``what``. Both clients and the runner ask it."""
+    if family is not None and code_family != family:
+        raise AnswerMismatchError(f"{what} is a {code_family} kernel; {family} was asked for")
+    if device is not None and not compatible(code_arch, device):
+        raise AnswerMismatchError(f"{what} is built for {code_arch}, which {device.id} cannot run")
+
+
+def _no_check(k: Kernel) -> None:
+    return None
+
+
+def _checked(k: Kernel, check: Callable[[Kernel], None]) -> Kernel:
+    check(k)
+    return k
+
+
+def _answers(k: Kernel, device: Target | None, family: str | None, what: str) -> Kernel:
+    check_asked(k.inputs.arch, k.inputs.family, device, family, what)
+    return k
+
+
+def _unsigned_from(src: Source, key: str, device: Target | None = None, family: str | None = None) -> Kernel:
     if not isinstance(src, ServiceSource):
         raise NotFoundError(f"{src.url} serves no unsigned records (a mirror is read through its manifest)")
-    k = Kernel.from_record(src.record(key))  # the inputs must hash to the key
-    if k.key != key:
-        raise IntegrityError(f"{src.url} answered the record of {k.key} for {key}")
+    k = _answers(src.record(key), device, family, f"{src.url}'s record of {key}")  # strict, then the question
     raw = src.blob(k.sha256, k.size)
+    try:
+        check_elf_header(raw, k.inputs.arch, f"kernel {key} from {src.url}")
+    except CodeObjectError as e:
+        raise AnswerMismatchError(str(e)) from None
     return Kernel(**{**k.__dict__, "origin": {"source": src.url, "signed": False}, "code_object": raw})

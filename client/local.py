@@ -32,12 +32,15 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from rocke_aot import paths, settings
+from rocke_aot import paths, record, settings
 from rocke_aot.paths import atomic_write
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
-from rocke_aot.errors import IntegrityError, NotFoundError, SpecError
+from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError
+from rocke_aot.targets import Target
 
 ENV_CLIENT_HOME = settings.CLIENT_HOME
+MAX_CODE_OBJECT = 256 << 20  # the largest code object a record may name (client/sources.py MAX_BLOB)
+MAX_RECORD_TEXT = 3 << 20  # a whole record: metadata and provenance of at most 1 MiB each, + key inputs
 
 
 @dataclass(frozen=True)
@@ -83,24 +86,50 @@ class Kernel:
     @classmethod
     def from_record(cls, rec: Mapping[str, Any], code_object: bytes | None = None) -> Kernel:
         """A Kernel from a record (ours, a manifest's or a server's); the key must be the hash
-        of the inputs, the sha256 64 hex digits and the size a non-negative int."""
+        of the inputs (else IntegrityError), the sha256 64 hex digits, the size an int within
+        1..MAX_CODE_OBJECT, metadata, provenance and origin objects (else SpecError). A record
+        from a server is checked against the whole record schema first: check_record."""
         if not isinstance(rec, Mapping):
             raise SpecError(f"a kernel record is a JSON object, got {type(rec).__name__}")
         try:
             inputs = KeyInputs.from_dict(rec)
             key, sha, size = check_key(rec["key"]), rec["sha256"], rec["size"]
-            md, prov = rec.get("metadata") or {}, rec.get("provenance") or {}
         except KeyError as e:
             raise SpecError(f"a kernel record lacks {e}") from None
+        md, prov, origin = (_object(rec.get(n), n) for n in ("metadata", "provenance", "origin"))
         if artifact_key(inputs) != key:
             raise IntegrityError(f"the record of {key} names inputs that hash to {artifact_key(inputs)}")
         check_sha(sha)
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise SpecError(f"kernel {key}: size must be a non-negative int, got {size!r}")
-        if not isinstance(md, Mapping) or not isinstance(prov, Mapping):
-            raise SpecError(f"kernel {key}: metadata and provenance are JSON objects")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_CODE_OBJECT:
+            raise SpecError(f"kernel {key}: size must be an int within 1..{MAX_CODE_OBJECT}, got {size!r}")
         ir = rec.get("ir_sha256")
-        return cls(key, inputs, sha, size, ir, md, prov, rec.get("origin") or {}, code_object)
+        if ir is not None:
+            check_sha(ir)
+        return cls(key, inputs, sha, size, ir, md, prov, origin, code_object)
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise record.RecordError(what, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def check_record(rec: Any) -> Kernel:
+    """A record a server sent (or a local file holds) through the one record schema
+    (rocke_aot/record.py: JSON types of bounded size and depth, metadata with its resources and
+    launch contract, provenance), then Kernel.from_record. SpecError (RecordError) names the
+    field; IntegrityError: inputs that do not hash to the key."""
+    if not isinstance(rec, Mapping):
+        raise SpecError(f"a kernel record is a JSON object, got {type(rec).__name__}")
+    record.check_json(rec, "kernel record", max_bytes=MAX_RECORD_TEXT)
+    record.check_metadata(_object(rec.get("metadata"), "metadata"))
+    record.check_provenance(_object(rec.get("provenance"), "provenance"))
+    origin = _object(rec.get("origin"), "origin")
+    if not isinstance(origin.get("source", ""), str):
+        raise record.RecordError("origin.source", f"must be a URL, got {origin.get('source')!r}")
+    return Kernel.from_record(rec)
 
 
 def _plain(value: Any) -> Any:
@@ -117,6 +146,20 @@ def check_sha(sha: object) -> str:
     if not isinstance(sha, str) or not _SHA_RE.fullmatch(sha):
         raise SpecError(f"a sha256 is 64 lowercase hex digits, got {sha!r}")
     return sha
+
+
+def check_elf_header(data: bytes, arch: str, what: str) -> bytes:
+    """``data`` if it starts as a code object for ``arch`` does (ELF64, little-endian, the
+    e_machine of the arch's family), else CodeObjectError. A cheap gate for the slim client,
+    which has no ELF parser: aot/codeobject.py validates the whole object where one is
+    installed (service/client.py, the runner)."""
+    target = Target.parse(arch)
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise CodeObjectError(f"{what}: not a code object (an ELF64 little-endian file); it starts {data[:16]!r}")
+    machine = int.from_bytes(data[18:20], "little")
+    if machine != target.elf_machine:
+        raise CodeObjectError(f"{what}: ELF machine {machine}, not {target.elf_machine} as {target.id}'s code objects")
+    return data
 
 
 def check_bytes(data: bytes, sha256: str, size: int, what: str) -> bytes:

@@ -38,9 +38,16 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
         ├── SchemaVersionError
         ├── ReadOnlyError               a write asked of a store opened read-only
         ├── BundleError                 a malformed or tampered export bundle
-        └── CacheAccessError            the store cannot be opened, reached or written (bad
-                                        URL, missing directory, read-only file, full disk,
-                                        unreachable server)
+        ├── CacheAccessError            the store cannot be opened, reached or written (bad
+        │                               URL, missing directory, read-only file, full disk,
+        │                               unreachable server)
+        └── SourceError                 a server or mirror answered other than asked (client/sources.py)
+            ├── RemoteError             an error status the client has no better name for
+            ├── RedirectError           a 3xx: redirects are never followed
+            ├── DeadlineError           one call ran past its overall deadline
+            ├── AnswerTooLargeError     an answer over its size bound (also IntegrityError)
+            ├── MalformedAnswerError    a document that is not JSON, compressed, or lacks a field (also IntegrityError)
+            └── AnswerMismatchError     an answer to another question (arch, family, lane, key)
 """
 
 from __future__ import annotations
@@ -207,3 +214,43 @@ class BlobMismatchError(TrustError, IntegrityError):
 class MixedGenerationError(TrustError):
     """Pieces of different generations put together: an index naming another manifest, two
     different manifests under one version, a kernel of a generation its manifest does not list."""
+
+
+# The clients' refusals of what a server or mirror answered (client/sources.py raises them;
+# service/client.py and runner/bench.py too). Nothing refused is stored or returned.
+class SourceError(CacheError):
+    """A source (a server, a mirror) answered something other than what was asked for."""
+
+
+class RemoteError(SourceError):
+    """The server answered an error status the client has no better name for."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+
+class RedirectError(SourceError):
+    """A 3xx answer: the clients never follow redirects (the URL a host trusts is the one it
+    was given), so a redirect is refused, naming the URL asked and where it pointed."""
+
+
+class DeadlineError(SourceError):
+    """One call (retries and backoff included) did not complete within its overall deadline:
+    a server that trickles bytes cannot keep a fetch alive beyond it."""
+
+
+class AnswerTooLargeError(SourceError, IntegrityError):
+    """An answer larger than its bound (announced or sent); reading stopped at the bound."""
+
+
+class MalformedAnswerError(SourceError, IntegrityError):
+    """A server document that is not JSON, arrives compressed when identity was asked for,
+    lacks a field, has one of the wrong type, or a value that cannot be used (a sha256 that is
+    not 64 hex digits)."""
+
+
+class AnswerMismatchError(SourceError):
+    """An answer to another question: a candidate for an arch the target cannot run, another
+    family or lane than asked, a record of another key, launch metadata the code object
+    contradicts."""

@@ -429,6 +429,15 @@ class LaunchContract:
     split: Split | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kernel, str) or not self.kernel:
+            raise SpecError(f"a launch contract names its kernel, got {self.kernel!r}")
+        for what, dims in (("grid", self.grid), ("block", self.block)):
+            if len(dims) != 3 or not all(isinstance(d, str) for d in dims):
+                raise SpecError(f"a launch contract's {what} is three formulas (x, y, z), got {dims!r}")
+        for what in ("kernarg_size", "max_tensor_bytes", "dynamic_shared_bytes"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecError(f"a launch contract's {what} is a non-negative int, got {v!r}")
         check_names(self.problem, self.lets, self.grid, self.args, self.block, self.split)
         _check_split(self.split, self.problem, self.args)
         end = 0

@@ -22,6 +22,8 @@ from rocke_aot.errors import SpecError
 from rocke_aot.arch import ARCHES, ArchInfo, arch_info
 
 _TRIPLES = {"amdgcn": "amdgcn-amd-amdhsa", "nvptx64": "nvptx64-nvidia-cuda"}
+# ELF e_machine of each family's code objects: EM_AMDGPU (HSACO), EM_CUDA (cubin)
+ELF_MACHINE = {"amdgcn": 224, "nvptx64": 190}
 _FEATURE_RE = re.compile(r"^([a-z][a-z0-9_]*)([+-])$")
 
 
@@ -71,6 +73,11 @@ class Target:
     @property
     def triple(self) -> str:
         return _TRIPLES[self.family]
+
+    @property
+    def elf_machine(self) -> int:
+        """The ELF e_machine of this target's code objects (ELF_MACHINE)."""
+        return ELF_MACHINE[self.family]
 
     @property
     def is_amdgpu(self) -> bool:

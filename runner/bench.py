@@ -8,7 +8,12 @@
                               service/client.py), the kernels through the verifying client
                               (client/ Fetcher: its mirrors, then the service; the signed
                               manifest's record and bytes when a root key is pinned, the
-                              unsigned path only when told insecure), kept in its LocalStore
+                              unsigned path only when told insecure), kept in its LocalStore;
+                              every answer checked against the question before anything is
+                              launched: ranked rows for an arch the device runs (Client.select),
+                              kernels only of those rows, of the family and a target asked, their
+                              code object valid for it and their launch contract the one the
+                              object declares (AnswerMismatchError otherwise)
     bench(source, runtime, arch, family, problems, candidates="all"|"top:N")
         for each problem: the accepted candidates in ranked order (rank 0 = the selection's
         first choice), loaded together (source.load_many: the Fetcher's pool) ->
@@ -26,13 +31,18 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from rocke_aot.aot.codeobject import record_metadata
+from rocke_aot.client.fetch import check_asked
+from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.cache.keys import thaw
-from rocke_aot.errors import SpecError
+from rocke_aot.errors import AnswerMismatchError, CodeObjectError, SpecError
 from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
+from rocke_aot.record import RecordError
 from rocke_aot.runner.run import LoadedKernel, ProblemReport, run_problem
 from rocke_aot.runner.runtime import Runtime
 from rocke_aot.service.selection import parse_problem, select
+from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import table
 
 
@@ -74,20 +84,28 @@ class StoreSource:
 
 class ServerSource:
     """Ranked candidates from ``client`` (service/client.py: POST /v1/select); every kernel
-    through ``fetcher`` (a client/ Fetcher), never a database of this host's."""
+    through ``fetcher`` (a client/ Fetcher), never a database of this host's. Each answer is
+    checked against the question: a ranked row for an arch the device cannot run (or a lane not
+    asked for) is refused by Client.select and again here; a key loaded must be one a select of
+    this source ranked, its record of the family and a target that select asked for, its code
+    object valid for that target and its launch contract the one the object declares (kernel
+    name, kernarg size and layout, block within the object's maximum work-group size), also when
+    the local store answers. Anything else is AnswerMismatchError: nothing is launched from it."""
 
     def __init__(self, client, fetcher):
         self.client = client
         self.fetcher = fetcher
+        self._asked: dict[str, tuple[str, str]] = {}  # key -> (device arch, family) of the select that ranked it
 
     def ranked(self, arch, family, problem, lanes):
         doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes)
         out = []
         for c in doc["accepted"]:
-            eff = c.get("efficiency")
-            out.append({"key": c["key"], "lane": c.get("lane", ""), "spec": c.get("spec") or {},
-                        "efficiency": eff.get("total") if isinstance(eff, dict) else eff,
-                        "estimate_ms": c.get("estimate_ms"), "resources": c.get("resources")})
+            if not compatible(c["arch"], arch):  # Client.select checked it; the runner does not rely on that
+                raise AnswerMismatchError(f"select answered {c['key']} built for {c['arch']}; {arch} cannot run it")
+            self._asked[c["key"]] = (arch, family)
+            out.append({"key": c["key"], "lane": c["lane"], "spec": c["spec"], "efficiency": c["efficiency"]["total"],
+                        "estimate_ms": c.get("estimate_ms"), "resources": c["resources"]})
         return out
 
     def load(self, key):
@@ -95,8 +113,33 @@ class ServerSource:
 
     def load_many(self, keys):
         """The kernels of ``keys``, verified by the Fetcher (signed: the manifest's sha256, size
-        and record), fetched together on its pool, kept in its local store."""
-        return {k: (kern.code_object, thaw(kern.metadata)) for k, kern in self.fetcher.get_many(keys).items()}
+        and record), fetched together on its pool, kept in its local store, then checked
+        against the question (class doc)."""
+        by_question: dict[tuple[str, str], list[str]] = {}
+        for k in keys:
+            if k not in self._asked:
+                raise AnswerMismatchError(f"kernel {k} was not ranked by a select of this source; it is not loaded")
+            by_question.setdefault(self._asked[k], []).append(k)
+        got: dict[str, Any] = {}
+        launchable: dict[str, tuple[bytes, dict[str, Any]]] = {}
+
+        def check(kern) -> None:  # on the Fetcher's threads, before it keeps or returns a kernel
+            launchable[kern.key] = self._checked(kern.key, kern)
+
+        for (arch, family), ks in by_question.items():  # the Fetcher keeps nothing that fails these checks
+            got.update(self.fetcher.get_many(ks, arch=arch, family=family, check=check))
+        return {k: launchable[k] for k in keys}
+
+    def _checked(self, key, kern) -> tuple[bytes, dict[str, Any]]:
+        arch, family = self._asked[key]
+        check_asked(kern.inputs.arch, kern.inputs.family, Target.parse(arch), family, f"kernel {key}")
+        try:
+            info = validate_code_object(kern.code_object, kern.inputs.arch)
+            metadata = record_metadata(thaw(kern.metadata), info)
+        except (CodeObjectError, RecordError) as e:
+            raise AnswerMismatchError(f"kernel {key}: its code object and its record disagree "
+                                      f"({type(e).__name__}: {e}); not launched") from None
+        return kern.code_object, metadata
 
 
 def parse_candidates(text: str) -> int | None:

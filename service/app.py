@@ -41,7 +41,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
 from rocke_aot import record, settings
-from rocke_aot.aot.codeobject import launch_layout
+from rocke_aot.aot.codeobject import record_metadata
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.arch import ARCHES
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
@@ -49,7 +49,6 @@ from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
 from rocke_aot.lanes import LANE_NAMES, get_lane
-from rocke_aot.launch import LaunchContract
 from rocke_aot.service import access, errors, guard
 from rocke_aot.service import trust as trust_routes
 from rocke_aot.service.errors import (
@@ -521,17 +520,6 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     return app
 
 
-def _server_metadata(sent: dict[str, Any], info) -> dict[str, Any]:
-    """The publisher's metadata with the resources the server read from the code object
-    itself (never the sender's numbers), the launch contract checked against that object;
-    RecordError / CodeObjectError (422) otherwise."""
-    md = {**sent, "code_object": info.as_dict(), "format": info.format}
-    record.check_metadata(md)
-    if md.get("launch") is not None and info.format == "hsaco":
-        launch_layout(LaunchContract.from_dict(md["launch"]), info)  # kernarg offsets and kinds
-    return md
-
-
 def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifact]:
     """Every check before the one write; any refusal writes nothing."""
     target = _arch(req.arch)
@@ -562,7 +550,8 @@ def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifac
         if existing.sha256 != got:
             raise Conflict(f"artifact {key} already holds code object {existing.sha256}; refusing {got}")
         return False, access.kernel_row(store, key)
-    metadata = _server_metadata(req.metadata, info)
+    # the resources the server read from the object itself, the launch contract checked against it
+    metadata = record_metadata(req.metadata, info)  # RecordError / CodeObjectError: 422
     record.check_provenance(req.provenance)
     try:
         store.put(inputs, code, ir_sha256=req.ir_sha256, metadata=metadata, provenance=req.provenance)

@@ -1,94 +1,97 @@
 """The HTTP client of the artifact service, with a verifying local store in front.
 
-    Client.get(key)
-        local Store hit? ──yes──> Store.get(key) (decompress + sha256, as every local read)
-             │ no
+    Client.get(key, arch=None, family=None)
+        local Store hit, kept from this server (provenance "origin") or built/imported here?
+             │ no                    ──yes──> Store.get(key) (decompress + sha256, as every local read)
         offline (ROCKE_AOT_OFFLINE=1)? ──> OfflineMiss (a NotFoundError naming the key)
              │
-        GET /v1/kernels/{key}/meta ──> KeyInputs; artifact_key(inputs) must equal key
-        GET /v1/blobs/{sha256}  (Accept-Encoding: zstd) ──> codec.decode(frame, sha256, size)
-             │                  (raw answers: size and sha256 checked the same way)
-        Store.put(inputs, bytes, ...) ──> the next get answers locally, no request
-    Client.get_blob(sha)   local blob or GET /v1/blobs/{sha}; verified; kept in memory
-    Client.select(...)     POST /v1/select, the answer parsed strictly (parse_select: the service's
-                           models); offline: the same select() over the local store
-    Client.publish(...)    PUT /v1/kernels/{key} with the bearer token
+        GET /v1/kernels/{key}/meta ──ServiceSource.record──> a Kernel: strict JSON, the inputs
+             │                      hash to key, the record schema (rocke_aot/record.py)
+        the arch and family asked? (targets.compatible; else AnswerMismatchError)
+        GET /v1/blobs/{sha256}  (Accept-Encoding: zstd) ──> bounded, decoded, size + sha256
+        aot.codeobject.validate(bytes, arch) + record_metadata: a code object for that arch whose
+             │                  resources and launch contract agree with the record (the
+             │                  resources kept are the ones read from the object)
+        Store.put(inputs, bytes, provenance + origin {source: this server}) ──> the next get
+             answers locally, no request
+    Client.get_blob(sha)   local blob or GET /v1/blobs/{sha}; verified; a bounded LRU in memory
+    Client.select(...)     POST /v1/select; the answer parsed strictly through the service's own
+                           models (parse_select: types, closed field sets, the basis invariants),
+                           then every row checked against the question (check_select: arch
+                           compatible with the target, lanes asked, at most limit rows, keys and
+                           sha256s 64 hex digits); offline: the same select() over the local store
+    Client.publish(...)    PUT /v1/kernels/{key} with the bearer token; the answer must name the
+                           key and sha256 published
 
-Every request retries connection errors and 5xx answers with exponential backoff; the
-server's error body becomes the library's named error (404 NotFoundError, 422 SpecError or
-LaneError, 500 IntegrityError, 401 Unauthorized, 403 ReadOnly, 409 Conflict, 413 TooLarge).
+Every request goes through client/sources.py's one bounded exchange (a ServiceSource's Wire):
+an overall deadline per call, no redirects, bodies bounded before they are read, JSON asked
+for and accepted in identity encoding only, retries of connection errors and 5xx with
+exponential backoff; the server's error body becomes the library's named error (404
+NotFoundError, 422 SpecError or LaneError, 500 IntegrityError, 401 Unauthorized, 403
+ReadOnly, 409 Conflict, 413 TooLarge). Nothing a check refuses is stored or returned.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import os
-import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
-import zstandard
 
 from rocke_aot import settings
+from rocke_aot.aot.codeobject import record_metadata
+from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
-from rocke_aot import errors
+from rocke_aot.client.fetch import OfflineMiss, check_asked
+from rocke_aot.client.local import check_sha
+from rocke_aot.client.sources import (
+    JSON_HEADERS,
+    MAX_DOCUMENT,
+    MAX_RECORD,
+    Answer,
+    ServiceSource,
+    document,
+    field,
+)
 from rocke_aot.errors import (
-    CacheError,
-    IntegrityError,
+    AnswerMismatchError,
+    CodeObjectError,
     LaneError,
+    MalformedAnswerError,
     NotFoundError,
-    RockeError,
+    RemoteError,
     SpecError,
-    Conflict,
-    ReadOnly,
-    TooLarge,
     Unauthorized,
 )
+from rocke_aot.lanes import LANE_NAMES
+from rocke_aot.record import RecordError
 from rocke_aot.service import access
+from rocke_aot.targets import Target, compatible
 
 ENV_OFFLINE = settings.OFFLINE
 ENV_TOKEN = settings.TOKEN
-MAX_BLOB = 256 << 20  # refuse a frame that claims more (a code object is kilobytes to megabytes)
-_SHA_CHARS = frozenset("0123456789abcdef")
+MAX_BLOB_MEMORY = 64 << 20  # get_blob's in-memory LRU of fetched blobs
+MAX_REJECTED_ROWS = 1000  # the service lists at most this many rejections (service/schemas.py MAX_REJECTED)
 
-
-class OfflineMiss(NotFoundError):
-    """ROCKE_AOT_OFFLINE=1 and the local store does not hold what was asked for."""
-
-
-class RemoteError(RockeError):
-    """The server answered an error the client has no better name for."""
-
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
-
-
-_BY_NAME: dict[str, type[RockeError]] = {
-    "LaneError": LaneError, "IntegrityError": IntegrityError, "Unauthorized": Unauthorized,
-    "ReadOnly": ReadOnly, "Conflict": Conflict, "TooLarge": TooLarge,
-    # a refused signed generation (PUT /v1/trust) keeps its name
-    **{c.__name__: c for c in (errors.TrustError, errors.SignatureError, errors.UnlistedKeyError,
-                               errors.ExpiredError, errors.RollbackError, errors.BlobMismatchError,
-                               errors.MixedGenerationError)},
-}
-_BY_STATUS: dict[int, type[RockeError]] = {
-    401: Unauthorized, 403: ReadOnly, 404: NotFoundError, 409: Conflict, 413: TooLarge, 422: SpecError,
-}
-
-
-def _check_sha(sha: object) -> str:
-    if not isinstance(sha, str) or len(sha) != 64 or not set(sha) <= _SHA_CHARS:
-        raise SpecError(f"a blob sha256 is 64 lowercase hex digits, got {sha!r}")
-    return sha
+__all__ = ["ENV_OFFLINE", "ENV_TOKEN", "Client", "OfflineMiss", "RemoteError", "check_select", "parse_select"]
 
 
 def _env_offline() -> bool:
     return settings.flag(ENV_OFFLINE)
+
+
+def origin_of(art: Artifact) -> str | None:
+    """The server a locally kept artifact was fetched from (None: built or imported here)."""
+    o = art.provenance.get("origin") if isinstance(art.provenance, Mapping) else None
+    src = o.get("source") if isinstance(o, Mapping) else None
+    return src if isinstance(src, str) else None
 
 
 class Client:
@@ -96,12 +99,13 @@ class Client:
 
     ``cache`` None opens the default local store ($ROCKE_AOT_CACHE, ...). ``offline`` None
     reads ROCKE_AOT_OFFLINE. ``http`` injects an httpx.Client (tests); ``retries`` and
-    ``backoff`` bound the retry loop (sleeps backoff, 2*backoff, ...).
+    ``backoff`` bound the retry loop (sleeps backoff, 2*backoff, ...); ``timeout`` each
+    connect and read, ``deadline_s`` each call as a whole (client/sources.py DEADLINE_S).
     """
 
     def __init__(self, base_url: str | None, cache: str | os.PathLike | Store | None = None, token: str | None = None,
                  offline: bool | None = None, *, retries: int = 3, backoff: float = 0.2, timeout: float = 30.0,
-                 http: httpx.Client | None = None):
+                 deadline_s: float | None = None, http: httpx.Client | None = None):
         self.offline = _env_offline() if offline is None else bool(offline)
         if base_url is None and not self.offline:
             raise SpecError("a Client needs a server URL unless it is offline")
@@ -110,12 +114,15 @@ class Client:
         self._own_store = not isinstance(cache, Store)
         self._cache = cache
         self._store: Store | None = None if self._own_store else cache
-        self.retries, self.backoff = retries, backoff
-        self._http = http or httpx.Client(base_url=self.base_url or "http://offline.invalid", timeout=timeout)
-        self._own_http = http is None
+        self._source = ServiceSource(self.base_url or "http://offline.invalid", http=http, retries=retries,
+                                     backoff=backoff, timeout=timeout, deadline_s=deadline_s)
         self._frames = access.Frames(max_bytes=32 << 20)
-        self._blobs: dict[str, bytes] = {}
-        self.requests_made = 0
+        self._blobs: OrderedDict[str, bytes] = OrderedDict()
+        self._blob_bytes = 0
+
+    @property
+    def requests_made(self) -> int:
+        return self._source.requests
 
     @property
     def store(self) -> Store:
@@ -125,8 +132,7 @@ class Client:
         return self._store
 
     def close(self) -> None:
-        if self._own_http:
-            self._http.close()
+        self._source.close()
         if self._own_store and self._store is not None:
             self._store.close()
 
@@ -136,101 +142,72 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ---- transport ----------------------------------------------------------------------
-
-    def _request(self, method: str, path: str, *, wire: bool = False, **kw: Any) -> httpx.Response:
-        """One request with retries. ``wire``: keep the body as sent (no content decoding),
-        bounded by MAX_BLOB, in ``response.wire``."""
+    def _call(self, method: str, path: str, limit: int, **kw: Any) -> Answer:
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1: no request to {method} {path}")
-        delay = self.backoff
-        for attempt in range(self.retries + 1):
-            try:
-                self.requests_made += 1
-                r = self._http.send(self._http.build_request(method, self.base_url + path, **kw), stream=True)
-                try:
-                    if wire and r.status_code < 400:
-                        r.wire = _bounded(r.iter_raw(), MAX_BLOB + (1 << 16), path)
-                    else:
-                        r.read()
-                finally:
-                    r.close()
-            except httpx.TransportError as e:
-                if attempt == self.retries:
-                    raise CacheError(f"{method} {self.base_url}{path}: {type(e).__name__}: {e} "
-                                     f"(after {self.retries + 1} attempts)") from None
-            else:
-                if r.status_code < 500 or attempt == self.retries:
-                    return self._checked(r, method, path)
-            time.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _checked(r: httpx.Response, method: str, path: str) -> httpx.Response:
-        if r.status_code < 400:
-            return r
-        try:
-            err = r.json()
-            name, message = err.get("error", ""), err.get("message", r.text)
-        except ValueError:
-            name, message = "", r.text[:500]
-        cls = _BY_NAME.get(name) or _BY_STATUS.get(r.status_code)
-        if name == "FieldError" and str(err.get("field", "")).startswith("lane"):
-            cls = LaneError
-        where = f"{method} {path} -> {r.status_code}"
-        if cls is None:
-            raise RemoteError(f"{where}: {name or 'error'}: {message}", r.status_code)
-        raise cls(f"{where}: {message}")
+        return self._source.call(method, path, limit, **kw)
 
     # ---- fetch --------------------------------------------------------------------------
 
-    def get(self, key: str) -> Artifact:
-        """The artifact under ``key`` with verified bytes, from the local store or the server."""
+    def get(self, key: str, *, arch: str | None = None, family: str | None = None) -> Artifact:
+        """The artifact under ``key`` with verified bytes, from the local store or the server.
+
+        ``arch`` (the device's target ID) and ``family``, when given, are the question: a
+        record for a target the device cannot run or of another family is AnswerMismatchError,
+        wherever it comes from. A server's answer is kept only after every check passed.
+        """
         check_key(key)
+        device = Target.parse(arch) if arch is not None else None
         hit = self.store.lookup_many([key]).get(key)
-        if hit is not None and hit.ok:
-            return self.store.get(key)
+        local = self.store.get(key) if hit is not None and hit.ok else None
+        came_from = origin_of(local) if local is not None else None
+        if local is not None and (self.offline or came_from in (None, self.base_url)):
+            check_asked(local.arch, local.family, device, family, f"the local copy of {key}")
+            return local
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and artifact {key} is not in the local store {self.store}")
-        meta = self._request("GET", f"/v1/kernels/{key}/meta").json()
-        inputs = KeyInputs(meta["arch"], meta["lane"], meta["profile"], meta["family"], meta["spec"],
-                           meta["recipe_digest"], meta["toolchain"], meta.get("options") or {})
-        if artifact_key(inputs) != key:
-            raise IntegrityError(f"the server's record of {key} hashes to {artifact_key(inputs)}")
-        raw = self._fetch_blob(meta["sha256"], meta["size"])
-        return self.store.put(inputs, raw, ir_sha256=meta["ir_sha256"], metadata=meta.get("metadata") or {},
-                              provenance=meta.get("provenance") or {})
+        k = self._source.record(key)  # strict; the inputs hash to the key
+        check_asked(k.inputs.arch, k.inputs.family, device, family, f"{self.base_url}'s record of {key}")
+        if local is not None and local.sha256 != k.sha256:
+            raise AnswerMismatchError(
+                f"the local store {self.store} holds other bytes ({local.sha256}) for {key}, fetched from "
+                f"{came_from}; {self.base_url} names {k.sha256}. Remove what that server left with "
+                f"`rocke-aot client purge --cache <local store> --origin {came_from}`")
+        raw = local.code_object if local is not None else self._source.blob(k.sha256, k.size)
+        try:
+            info = validate_code_object(raw, k.inputs.arch)
+            metadata = record_metadata(thaw(k.metadata), info)
+        except (CodeObjectError, RecordError) as e:
+            raise AnswerMismatchError(f"{self.base_url} answered {key} with a code object its record does not "
+                                      f"describe: {type(e).__name__}: {e}") from None
+        if local is not None:  # the same bytes, kept from another server: its record must be this one's
+            if thaw(local.metadata) != metadata:
+                raise AnswerMismatchError(
+                    f"the local store {self.store} keeps {key} with another record (from {came_from}) than "
+                    f"{self.base_url} answers; remove it with `rocke-aot client purge --cache <local store> "
+                    f"--origin {came_from}`")
+            return local
+        provenance = {**thaw(k.provenance), "origin": {"source": self.base_url, "signed": False}}
+        return self.store.put(k.inputs, raw, ir_sha256=k.ir_sha256, metadata=metadata, provenance=provenance)
 
     def get_blob(self, sha256: str) -> bytes:
         """The code object with this content hash, verified; a second call makes no request."""
-        sha = _check_sha(sha256)
+        sha = check_sha(sha256)
         if sha in self._blobs:
+            self._blobs.move_to_end(sha)
             return self._blobs[sha]
         try:
             raw = self._frames.load(self.store, sha).raw  # any local artifact's blob, verified
         except NotFoundError:
             if self.offline:
                 raise OfflineMiss(f"{ENV_OFFLINE}=1 and blob {sha} is not in the local store {self.store}") from None
-            raw = self._fetch_blob(sha, None)
-        self._blobs[sha] = raw
+            raw = self._source.blob(sha, None)  # bounded by MAX_BLOB, size and sha256 checked
+        if len(raw) <= MAX_BLOB_MEMORY:
+            self._blobs[sha] = raw
+            self._blob_bytes += len(raw)
+            while self._blob_bytes > MAX_BLOB_MEMORY:
+                self._blob_bytes -= len(self._blobs.popitem(last=False)[1])
         return raw
-
-    def _fetch_blob(self, sha: str, size: int | None) -> bytes:
-        # The wire bytes, not httpx's decoding: the frame is decompressed and checked here.
-        r = self._request("GET", f"/v1/blobs/{sha}", wire=True, headers={"Accept-Encoding": "zstd, identity;q=0.5"})
-        body = r.wire
-        if r.headers.get("content-encoding", "identity") == "zstd":
-            claimed = _frame_size(body, sha)
-            if size is not None and claimed != size:
-                raise IntegrityError(f"blob {sha}: the frame claims {claimed} bytes, the record says {size}")
-            return codec.decode(body, sha, claimed)  # bounded decompress + size + sha256
-        if size is not None and len(body) != size:
-            raise IntegrityError(f"blob {sha}: {len(body)} bytes received, the record says {size}")
-        got = codec.sha256_hex(body)
-        if got != sha:
-            raise IntegrityError(f"blob {sha}: the server sent bytes that hash to {got}")
-        return body
 
     # ---- select / publish -----------------------------------------------------------------
 
@@ -239,14 +216,16 @@ class Client:
                model: str = "auto", measured: str = "exact") -> dict[str, Any]:
         """Ranked candidates and rejections (the SelectResponse document: each accepted row with
         the basis of its rank). The server's answer is parsed strictly through the service's own
-        models (types, closed field sets, the basis invariants): a malformed one is an
-        IntegrityError. Offline: the same select() over the local store, in the same shape."""
+        models (a malformed one is MalformedAnswerError) and checked against the question (an
+        answer to another is AnswerMismatchError). Offline: the same select() over the local
+        store, in the same shape."""
         if self.offline:
             doc = access.select(self.store, arch, family, dict(problem), lanes=lanes, min_efficiency=min_efficiency,
                                 limit=limit, explain=explain, model=model, measured=measured)
             doc["accepted"] = [{**c, "url": None, "kernel_url": None} for c in doc["accepted"]]
             return doc
-        body: dict[str, Any] = {"arch": arch, "family": family, "problem": dict(problem)}
+        device = Target.parse(arch)
+        body: dict[str, Any] = {"arch": device.id, "family": family, "problem": dict(problem)}
         if lanes is not None:
             body["lanes"] = list(lanes)
         if min_efficiency is not None:
@@ -259,37 +238,52 @@ class Client:
             body["model"] = model
         if measured != "exact":
             body["measured"] = measured
-        return parse_select(self._request("POST", "/v1/select", json=body).content)
+        ans = self._call("POST", "/v1/select", MAX_DOCUMENT, headers=JSON_HEADERS, json_body=body)
+        document(ans, "the select answer")  # identity encoding, JSON, an object (named errors, before pydantic)
+        return check_select(parse_select(ans.body), device, family, list(lanes) if lanes is not None else None,
+                            limit, ans.url)
 
     def publish_generation(self, root: str, index: str, manifest: str) -> dict[str, Any]:
         """PUT /v1/trust: the texts of a signed generation's root.json, index.json, manifest.json."""
         if not self.token:
             raise Unauthorized(f"publishing needs a token (token=..., or ${ENV_TOKEN})")
-        return self._request("PUT", "/v1/trust", json={"root": root, "index": index, "manifest": manifest},
-                             headers={"Authorization": f"Bearer {self.token}"}).json()
+        ans = self._call("PUT", "/v1/trust", MAX_RECORD, headers={**JSON_HEADERS, "Authorization": f"Bearer {self.token}"},
+                         json_body={"root": root, "index": index, "manifest": manifest})
+        return document(ans, "the trust publish answer")
 
     def publish(self, inputs: KeyInputs, code_object: bytes, *, ir_sha256: str,
                 metadata: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """PUT the artifact; returns the PublishResponse document (created, kernel)."""
+        """PUT the artifact; returns the PublishResponse document (created, kernel), which must
+        name the key and the sha256 sent."""
         if not isinstance(inputs, KeyInputs):
             raise SpecError(f"publish needs KeyInputs, got {type(inputs).__name__}")
         if not self.token:
             raise Unauthorized(f"publishing needs a token (token=..., or ${ENV_TOKEN})")
         key = artifact_key(inputs)
+        sha = codec.sha256_hex(bytes(code_object))
         body = {
             "arch": inputs.arch, "lane": inputs.lane, "profile": inputs.profile, "family": inputs.family,
             "spec": thaw(inputs.spec), "recipe_digest": inputs.recipe_digest, "toolchain": thaw(inputs.toolchain),
-            "options": thaw(inputs.options), "ir_sha256": ir_sha256, "sha256": codec.sha256_hex(bytes(code_object)),
+            "options": thaw(inputs.options), "ir_sha256": ir_sha256, "sha256": sha,
             "code_object": base64.b64encode(bytes(code_object)).decode(),
             "metadata": thaw(metadata or {}), "provenance": thaw(provenance or {}),
         }
-        return self._request("PUT", f"/v1/kernels/{key}", json=body,
-                             headers={"Authorization": f"Bearer {self.token}"}).json()
+        ans = self._call("PUT", f"/v1/kernels/{key}", MAX_RECORD,
+                         headers={**JSON_HEADERS, "Authorization": f"Bearer {self.token}"}, json_body=body)
+        doc = document(ans, "the publish answer")
+        what = f"the publish answer from {ans.url}"
+        field(doc, "created", bool, what)
+        kernel = field(doc, "kernel", dict, what)
+        if field(kernel, "key", str, what) != key or field(kernel, "sha256", str, what) != sha:
+            raise AnswerMismatchError(f"{what} names {kernel.get('key')!r} / {kernel.get('sha256')!r}, "
+                                      f"not the {key} / {sha} published")
+        return doc
 
 
 def parse_select(body: bytes) -> dict[str, Any]:
     """A /v1/select answer, validated strictly (service/schemas.py SelectResponse: no coercion,
-    no unknown field, the basis invariants) -> the document as plain data."""
+    no unknown field, the basis invariants) -> the document as plain data; MalformedAnswerError
+    (an IntegrityError too) naming the first field at fault."""
     from pydantic import ValidationError
 
     from rocke_aot.service.schemas import SelectResponse
@@ -299,26 +293,64 @@ def parse_select(body: bytes) -> dict[str, Any]:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "the answer"
-        raise IntegrityError(f"POST /v1/select: the server's answer does not parse ({e.error_count()} errors; "
-                             f"{where}: {first['msg']})") from None
+        raise MalformedAnswerError(f"POST /v1/select: the server's answer does not parse ({e.error_count()} errors; "
+                                   f"{where}: {first['msg']})") from None
     return doc.model_dump(mode="json")
 
 
-def _bounded(chunks, limit: int, what: str) -> bytes:
-    out, n = [], 0
-    for c in chunks:
-        n += len(c)
-        if n > limit:
-            raise IntegrityError(f"{what}: the server sent over {limit} bytes")
-        out.append(c)
-    return b"".join(out)
-
-
-def _frame_size(frame: bytes, sha: str) -> int:
+def _checked(value: Any, check, what: str) -> Any:
     try:
-        n = zstandard.frame_content_size(frame)
-    except zstandard.ZstdError as e:
-        raise IntegrityError(f"blob {sha}: the server's zstd frame is unreadable ({e})") from None
-    if n < 0 or n > MAX_BLOB:
-        raise IntegrityError(f"blob {sha}: the frame claims {n} bytes (unknown or over {MAX_BLOB})")
-    return n
+        return check(value)
+    except (SpecError, LaneError) as e:
+        raise MalformedAnswerError(f"{what}: {e}") from None
+
+
+def check_select(doc: dict[str, Any], device: Target, family: str, lanes: list[str] | None, limit: int | None,
+                 url: str) -> dict[str, Any]:
+    """A select answer as asked: every field the runner and the CLI read present and typed,
+    keys and sha256s 64 hex digits (before any goes into a URL), every accepted candidate for
+    an arch ``device`` can run and a lane asked for, at most ``limit`` of them; else
+    MalformedAnswerError / AnswerMismatchError naming the row. (The family of each is checked
+    when its record is fetched: Client.get(key, family=...).)"""
+    what = f"the select answer from {url} ({family} on {device.id})"
+    accepted = field(doc, "accepted", list, what)
+    rejected = field(doc, "rejected", list, what)
+    count = field(doc, "rejected_count", int, what)
+    if count < 0 or len(rejected) > MAX_REJECTED_ROWS:
+        raise MalformedAnswerError(f"{what}: {len(rejected)} rejections listed, rejected_count {count}")
+    if limit is not None and len(accepted) > limit:
+        raise AnswerMismatchError(f"{what}: {len(accepted)} candidates for a limit of {limit}")
+    allowed = set(lanes) if lanes else set(LANE_NAMES)
+    seen: set[str] = set()
+    for i, c in enumerate(accepted):
+        row = f"{what}: accepted[{i}]"
+        key = _checked(field(c, "key", str, row), check_key, f"{row}.key")
+        _checked(field(c, "sha256", str, row), check_sha, f"{row}.sha256")
+        arch = _checked(field(c, "arch", str, row), Target.parse, f"{row}.arch")
+        lane = field(c, "lane", str, row)
+        if key in seen:
+            raise MalformedAnswerError(f"{row}: key {key} listed twice")
+        seen.add(key)
+        if not compatible(arch, device):
+            raise AnswerMismatchError(f"{row}: {key} is built for {arch.id}, which {device.id} cannot run")
+        if lane not in allowed:
+            raise AnswerMismatchError(f"{row}: {key} is of lane {lane[:40]!r}, not one asked for "
+                                      f"({', '.join(sorted(allowed))})")
+        field(c, "spec", dict, row)
+        eff = field(c, "efficiency", dict, row)
+        total = field(eff, "total", float, f"{row}.efficiency")
+        if not (math.isfinite(total) and 0.0 <= total <= 1.0):
+            raise MalformedAnswerError(f"{row}: efficiency.total {total!r} is not within 0..1")
+        est = field(c, "estimate_ms", (float, type(None)), row, required=False)
+        if est is not None and not (math.isfinite(est) and est >= 0):
+            raise MalformedAnswerError(f"{row}: estimate_ms {est!r} is not a non-negative number")
+        field(c, "resources", dict, row)
+        for name in ("generation", "url", "kernel_url"):
+            field(c, name, (str, type(None)), row, required=False)
+    for i, r in enumerate(rejected):
+        row = f"{what}: rejected[{i}]"
+        _checked(field(r, "key", str, row), check_key, f"{row}.key")
+        for name in ("arch", "lane", "reason"):
+            field(r, name, str, row)
+        field(r, "spec", dict, row)
+    return doc

@@ -15,7 +15,6 @@ KNOWN = {
     "Resources": "service/schemas.py is the wire model of rocke_aot/candidates.py's value type",
     "Rejection": "service/schemas.py is the wire model of variants/selection.py's value type",
     "HandlerError": "each compile worker runs alone in a lane interpreter and defines its own",
-    "OfflineMiss": "the slim client (client/) and the service client (service/client.py) each raise one",
     "Outcome": "a golden case's outcome (aot/golden.py) vs a build job's (aot/builder/run.py)",
     "Hole": "a variant-table hole (variants/table.py) vs an audit hole (aot/audit.py)",
     "Source": "a client fetch source (client/sources.py) vs a bench candidate source (runner/bench.py)",

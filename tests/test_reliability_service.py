@@ -250,7 +250,7 @@ def test_server_sigkilled_mid_response(tmp_path, kernel_bundle):  # noqa: F811
         with Store.open(tmp_path / "nodown.sqlite") as s0, Client(base, cache=s0, retries=1, backoff=0.1) as c0:
             with pytest.raises(RockeError) as down:  # no server and no retries left: a named error
                 c0.get_blob(shas[0])
-            assert type(down.value).__name__ == "CacheError" and "after 2 attempts" in str(down.value)
+            assert type(down.value).__name__ == "SourceError" and "after 2 attempts" in str(down.value)
         time.sleep(0.3)
     # restart on the same port while the clients retry: they get the bytes again
     with server(url, port) as (proc2, base):
@@ -271,7 +271,7 @@ def test_server_sigkilled_mid_response(tmp_path, kernel_bundle):  # noqa: F811
     for sha, body in good:  # never wrong bytes
         assert hashlib.sha256(body).hexdigest() == sha and body == arts[sha]
     for sha, e in named:
-        assert type(e).__name__ in ("CacheError", "IntegrityError", "RemoteError"), e
+        assert type(e).__name__ in ("SourceError", "IntegrityError", "RemoteError"), e
     for sha, status, body in streamed:  # a raw stream is complete or broken, never other bytes
         if status == 200:
             assert body == arts[sha]
