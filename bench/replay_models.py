@@ -8,7 +8,8 @@ timed on the device (`bench --candidates all`), so any ranking can be scored on 
     per (run, family, set) and model: problems, median and minimum of best measured time /
     the top-ranked candidate's time, problems below 0.7, and the share whose top pick is more
     than 10% slower than the best (quality < 1/1.1, the rocBLAS/hipBLASLt default-choice
-    comparisons' measure)
+    comparisons' measure); then, per model of --list (fitted, hardware), every problem below
+    --below (0.7) with its first choice and the measured best
 
 Models: "fitted" (variants/perf_constants/sm_90.json, fitted on runs 4-5), "hardware"
 (variants/hw_facts/sm_90.json: published numbers and microbenchmarks, no fitting), "efficiency"
@@ -17,6 +18,7 @@ no fit has seen (taken after the fitted constants were shipped).
 
     .venv/bin/python bench/replay_models.py                     # the table of docs/selection.md
     .venv/bin/python bench/replay_models.py --json --runs docs/bench-raw/h200-run6
+    .venv/bin/python bench/replay_models.py --runs docs/bench-raw/h200-run{1,2,3}   # older replicates
 """
 
 from __future__ import annotations
@@ -55,9 +57,10 @@ def candidates(family: str, arch: str, rows: list[dict], specs: dict[str, dict])
             for r in rows]
 
 
-def replay(family: str, doc: dict, model: str) -> list[float]:
+def replay(family: str, doc: dict, model: str, worst: list | None = None, below: float = 0.7) -> list[float]:
     """Per problem: best measured time / the measured time of rank(model=)'s first choice, over
-    the candidates the family's table still builds (a grid rule may have dropped some since)."""
+    the candidates the family's table still builds (a grid rule may have dropped some since).
+    ``worst``: gets (quality, problem, first choice, measured best) of every problem below ``below``."""
     arch = doc["arch"]
     specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs(family, arch, "llvm22")}
     entry, target = get_family(family), Target.parse(arch)
@@ -69,7 +72,13 @@ def replay(family: str, doc: dict, model: str) -> list[float]:
         best = rank(candidates(family, arch, rows, specs), entry.problem_from(pr["problem"]), target,
                     model=model).best
         times = {r["key"]: r["median_ms"] for r in rows}
-        out.append(min(times.values()) / times[best.key])
+        q = min(times.values()) / times[best.key]
+        out.append(q)
+        if worst is not None and q < below:
+            name = {r["key"]: r["kernel"] for r in rows}
+            fastest = min(rows, key=lambda r: (r["median_ms"], r["key"]))
+            worst.append((q, pr["problem"], f"{name[best.key]} {times[best.key]:.4f} ms",
+                          f"{fastest['kernel']} {fastest['median_ms']:.4f} ms"))
     return out
 
 
@@ -83,8 +92,12 @@ def main() -> None:
     ap.add_argument("--runs", nargs="*", default=[str(RAW / f"h200-run{i}") for i in (4, 5, 6, 7)])
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--below", type=float, default=0.7, help="list every problem whose quality is below this")
+    ap.add_argument("--list", nargs="*", default=["fitted", "hardware"], metavar="MODEL",
+                    help="the models whose problems below --below are listed (the table counts every model's)")
     a = ap.parse_args()
     rows, pooled = [], {m: [] for m in a.models}
+    worst: dict[str, list] = {m: [] for m in a.models}
     for run in map(Path, a.runs):
         for fam in FAMILIES:
             for which in ("quality", "holdout"):
@@ -93,13 +106,16 @@ def main() -> None:
                     continue
                 got = {}
                 for m in a.models:
-                    q = replay(fam, doc, m)
+                    w: list = []
+                    q = replay(fam, doc, m, w, a.below)
                     got[m] = summary(q)
                     pooled[m] += q
+                    worst[m] += [{"run": run.name, "family": fam, "set": which, "quality": round(x[0], 4),
+                                  "problem": x[1], "first_choice": x[2], "best": x[3]} for x in w]
                 rows.append({"run": run.name, "family": fam, "set": which, **got})
     total = {m: summary(q) for m, q in pooled.items() if q}
     if a.json:
-        print(json.dumps({"rows": rows, "all": total}, indent=2))
+        print(json.dumps({"rows": rows, "all": total, "below": worst}, indent=2))
         return
     head = "  ".join(f"{m:>30}" for m in a.models)
     print(f"{'run':<10} {'family':<17} {'set':<8} {head}")
@@ -111,6 +127,12 @@ def main() -> None:
     cells = "  ".join(f"{t['median']:>7.3f} / {t['min']:.3f} / {t['below_0.7']:>2} / {t['over_10pct_slower']:>5.2f}"
                       for t in total.values())
     print(f"{'all':<37}{cells}   ({next(iter(total.values()))['problems']} problem measurements)")
+    for m in (m for m in a.models if m in a.list):
+        print(f"\n{m}: {len(worst[m])} problem measurements below {a.below}")
+        for x in worst[m]:
+            prob = " ".join(f"{k}={v}" for k, v in x["problem"].items() if v is not None)
+            print(f"  {x['quality']:.3f}  {x['run']} {x['family']} {x['set']}  {prob}\n"
+                  f"         first choice {x['first_choice']}, best {x['best']}")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,45 @@ def test_gemm_counts_by_hand():
     assert c.unique_bytes == (1024 * 1024 * 2) * 2 + 1024 * 1024 * 4
 
 
+def test_global_wavefronts_by_hand():
+    """The 128-byte lines the staging loads of one warp touch per step, by hand: 64x64x32, 4
+    warps, vector 4 (8 bytes a lane), K = N = 1024 f16. A: 64 rows x 8 vectors over 128 threads
+    = 4 rounds; a warp's 32 vectors are 4 rows of 64 bytes, 2048 bytes apart: 4 lines a round.
+    B: 32 rows x 16 vectors = 4 rounds; a warp's 32 vectors are 2 rows of 128 bytes: 2 lines a
+    round. 4 x 4 + 4 x 2 = 24. With block_k 64: A rows of 128 bytes (8 rounds of 2 lines), B 64
+    rows (8 rounds of 2): 32."""
+    sm90 = Target.parse("sm_90")
+    s = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="mma",
+                 double_buffer=False, vector_width=4)
+    assert counts.gemm_counts(s, GemmProblem(1024, 1024, 1024), sm90).global_wavefronts == 4 * 4 + 4 * 2
+    s64 = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=64, waves=4, path="mma",
+                   double_buffer=False, vector_width=4)
+    assert counts.gemm_counts(s64, GemmProblem(1024, 1024, 1024), sm90).global_wavefronts == 8 * 2 + 8 * 2
+    # element loads (conv staging): 32 lanes x 2 bytes in one line, or one line per 8-channel pixel
+    assert counts._global_lines(32, 32, 32, 1, 2, lambda e: e) == 1
+    assert counts._global_lines(32, 32, 32, 1, 2, lambda e: (e // 8) * 64 + e % 8) == 4
+
+
+def test_global_lines_cost_lds_cycles_where_l1_and_lds_share_a_datapath():
+    """sm_90 (one L1/shared array, NVIDIA) adds the staging loads' lines to the LDS term; gfx942
+    (LDS apart from the vector L1, AMD) does not."""
+    s = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="mma",
+                 double_buffer=False, vector_width=4)
+    c = counts.gemm_counts(s, GemmProblem(1024, 1024, 1024), Target.parse("sm_90"))
+    nv, amd = hw_model.facts_for("sm_90"), hw_model.facts_for("gfx942")
+    assert nv.l1_shares_lds_datapath and not amd.l1_shares_lds_datapath
+    t = hw_model.step_terms(c, 3, nv)
+    assert t["lds"] == 3 * c.warps * (c.lds_read_wavefronts + c.lds_write_wavefronts + c.global_wavefronts)
+    a = counts.gemm_counts(GemmSpec(**{**s.to_dict(), "path": "mfma"}), GemmProblem(1024, 1024, 1024),
+                           Target.parse("gfx942"))
+    assert a.global_wavefronts > 0
+    assert hw_model.step_terms(a, 3, amd)["lds"] == 3 * a.warps * (a.lds_read_wavefronts + a.lds_write_wavefronts)
+    doc = _facts_doc()
+    for bad in ({"value": 1, "source": "x"}, {"value": True}, "yes"):
+        with pytest.raises(SpecError):
+            hw_model.parse_facts({**doc, "l1_shares_lds_datapath": bad}, "test")
+
+
 def _facts_doc(**over):
     doc = json.loads((FACTS / "gfx942.json").read_text())
     doc["facts"].update(over)

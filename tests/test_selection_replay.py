@@ -97,16 +97,16 @@ def test_hardware_facts_alone_reach_the_median_goal(run, family):
         assert statistics.median(q) >= 0.93, (which, sorted(q))
 
 
-def test_hardware_facts_problems_below_the_floor():
-    """The other half of the goal (no problem below 0.7) is not met: two gemm hold-out problems
-    (m=512 n=4096 k=1024 and m=4096 n=512 k=2048) pick a 32x32x32 tile that 16 resident blocks
-    make L2-bound at about a third of the bandwidth the microbenchmark figure gives. This pins
-    the count so a change can only lower it."""
+def test_hardware_facts_alone_leave_no_problem_below_the_floor():
+    """The other half of the goal: no problem below 0.7 with hardware facts alone, in both runs,
+    on every family's problem and hold-out sets. Two gemm hold-out problems (m=512 n=4096 k=1024,
+    m=4096 n=512 k=2048) were at 0.57-0.58 until the counts took in the 128-byte lines the
+    staging loads return through the L1/shared data path (variants/counts.py global_wavefronts):
+    a 32x32x32 tile's 64-byte row pieces cost twice the cycles per byte of 128-byte ones."""
     below = {}
     for run in RUNS:
         for family in FAMILIES:
             for which in ("quality", "holdout"):
                 q = _replay(family, _load(run, f"{which}-{family}"), model="hardware")
-                below[(run, family, which)] = sum(x < 0.7 for x in q)
-    assert sum(below.values()) <= 4, below  # 2 problems x 2 runs, both gemm hold-out
-    assert all(v == 0 for (r, f, w), v in below.items() if (f, w) != ("gemm", "holdout")), below
+                below[(run, family, which)] = sorted(x for x in q if x < 0.7)
+    assert all(v == [] for v in below.values()), below

@@ -4,7 +4,8 @@
         threads, warps, steps                         the launch geometry and the K loop
         per step, per warp   mma, lds_reads, lds_read_wavefronts (bank conflicts counted)
         per step, per thread fma, cvt, global_loads, lds_writes
-        per step, per warp   lds_write_wavefronts
+        per step, per warp   lds_write_wavefronts, global_wavefronts (the 128-byte lines the
+                             staging loads touch: L1 data-stage cycles, see below)
         per step             staged_bytes (global -> LDS), barriers
         per block            store_bytes, stores (per thread)
         per problem          unique_bytes (every tensor read once and written once: the HBM floor)
@@ -24,6 +25,14 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   (lds_a_index / lds_b_index, the functions the lowerers call): per access, the most
   distinct 4-byte words one bank must serve, over the arch's banks (perf.bank_degree's rule;
   32 banks of 4 bytes on every arch wired here, each with its source in the facts file).
+
+- global wavefronts: per staging load of a warp, the distinct 128-byte lines its lanes' bytes
+  fall in (the global element offsets the lowerers compute, from a 128-byte aligned tile
+  origin, with the problem's own leading dimensions). Where the L1 cache and shared memory are
+  one array with one data path (NVIDIA since Volta: the facts file's l1_shares_lds_datapath),
+  the data of every global load returns through that path one line (at most 128 bytes) per
+  cycle, like an LDS wavefront: a 256-byte warp load of 64-byte row pieces costs 4 cycles of
+  it, of 128-byte pieces 2.
 
 Where the compiler may do better than the IR (LLVM's load/store vectorizer merging the fma
 path's adjacent B loads), the count is the IR's: an upper bound, stated, never tuned.
@@ -74,6 +83,7 @@ class KernelCounts:
     global_loads: float  # global load instructions per thread per step
     lds_writes: float  # LDS store instructions per thread per step
     lds_write_wavefronts: float  # LDS cycles of those stores per warp per step
+    global_wavefronts: float  # 128-byte lines the staging loads of a warp touch per step (module doc)
     serial_loads: int  # global loads per step a thread waits for one after another (below)
     int_ops: float  # integer / address / select instructions per thread per step of the staging
     staged_bytes: int  # bytes one step copies from global memory into LDS (the block)
@@ -114,6 +124,25 @@ def _frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: in
         loads += 1
         cycles += lds_cycles(((index(*coord(ln, j)) * eb, run * eb) for ln in range(ins.wave_size)), banks)
     return loads, cycles
+
+
+LINE_BYTES = 128  # the L1 line and the unified L1/shared data path's width per cycle (module doc)
+
+
+def _global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset: Callable[[int], int]) -> int:
+    """128-byte lines the staging loads of one warp touch over a step: vector c (``vec``
+    elements) of thread c % threads is at global element ``offset(c)``; the first warp of each
+    round stands for every warp, as in _stage_cost."""
+    lines = 0
+    for it in range(_ceil(total, threads)):
+        touched = set()
+        for t in range(min(wave, threads)):
+            c = it * threads + t
+            if c < total:
+                b = offset(c) * eb
+                touched.update(range(b // LINE_BYTES, (b + vec * eb - 1) // LINE_BYTES + 1))
+        lines += len(touched)
+    return lines
 
 
 def _straight_line_serial(threads: int, total: int) -> int:
@@ -190,6 +219,18 @@ def a_run(ins: Any, row_stride: int) -> int:
     return 1
 
 
+@functools.lru_cache(maxsize=8192)
+def _gemm_lines(spec: Any, target: Any, k: int, n: int) -> int:
+    """Global lines of a step's A (rows of block_k at stride K) and B (rows of block_n at stride N)."""
+    g = spec.geometry(target)
+    eb, vw = DTYPE_BYTES[spec.in_dtype], spec.vector_width
+    a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
+    return (_global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
+                          lambda c: (c // a_vpr) * k + (c % a_vpr) * vw)
+            + _global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
+                            lambda c: (c // b_vpr) * n + (c % b_vpr) * vw))
+
+
 def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs = _gemm_static(spec, target, banks)
     eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
@@ -197,6 +238,7 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
         fma=fma, cvt=cvt, global_loads=rounds, lds_writes=rounds, lds_write_wavefronts=write_cyc,
+        global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
         serial_loads=rounds, int_ops=rounds * GEMM_OPS_PER_VECTOR, staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1 if spec.double_buffer else 2,
         double_buffer=spec.double_buffer, store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
         unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob,
@@ -230,6 +272,20 @@ def _engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps
             per_wave * ksub * taps * (a_cyc + b_cyc), 0, 0, per_wave * ins.acc_per_lane)
 
 
+@functools.lru_cache(maxsize=8192)
+def _fwd_lines(spec: Any, target: Any, w: int, c: int) -> int:
+    """Global lines of a step's halo (element e: pixel (hy, hx), channel cc of the chunk, NHWC at
+    ((hy * W) + hx) * C + cc) and weights ((kl * R*S + t) * C + cc, KRSC), as _halo_elem and
+    _weight_elem address them."""
+    g = spec.geometry(target)
+    eb, cc, rs = DTYPE_BYTES[spec.dtype], spec.c_chunk, spec.r * spec.s
+    halo = spec.halo_h * spec.halo_w * cc
+    return (_global_lines(g.threads, g.wave_size, halo, 1, eb,
+                          lambda e: ((e // (spec.halo_w * cc)) * w + (e // cc) % spec.halo_w) * c + e % cc)
+            + _global_lines(g.threads, g.wave_size, spec.tile_k * rs * cc, 1, eb,
+                            lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc))
+
+
 def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     eb = DTYPE_BYTES[spec.dtype]
     rows, cols = spec.tile_h * spec.tile_w, spec.tile_k
@@ -242,15 +298,29 @@ def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     serial = _straight_line_serial(g.threads, halo) + _straight_line_serial(g.threads, weights)
     ops = r1 * FWD_OPS_PER_HALO_ELEM + r2 * FWD_OPS_PER_WEIGHT_ELEM
     oh, ow = p.out_hw
+    lines = _fwd_lines(spec, target, p.w, p.c)
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(spec.c, spec.c_chunk),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
         fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
-        serial_loads=serial, int_ops=ops,
+        global_wavefronts=lines, serial_loads=serial, int_ops=ops,
         staged_bytes=(halo + weights) * eb, barriers=2, double_buffer=False,
         store_bytes=rows * cols * eb, stores=outs,
         unique_bytes=(p.n * p.h * p.w * p.c + p.k * p.r * p.s * p.c + p.n * oh * ow * p.k) * eb,
         macs=rows * cols * spec.c_chunk * spec.r * spec.s)
+
+
+@functools.lru_cache(maxsize=8192)
+def _patch_lines(spec: Any, target: Any, wp: int, k: int) -> int:
+    """Global lines of a step's dY (element e: pixel row e // k_chunk of the tile, channel
+    e % k_chunk, NHWK at ((i * Wp) + j) * K + kk) and weights (kk * P*P*C + col), as _dy_elem
+    and _w_elem address them."""
+    g = spec.geometry(target)
+    eb, kc, cols = DTYPE_BYTES[spec.dtype], spec.k_chunk, spec.cols_padded
+    ppc = spec.p * spec.p * spec.c
+    return (_global_lines(g.threads, g.wave_size, spec.rows * kc, 1, eb,
+                          lambda e: (((e // kc) // spec.tile_w) * wp + (e // kc) % spec.tile_w) * k + e % kc)
+            + _global_lines(g.threads, g.wave_size, kc * cols, 1, eb, lambda e: (e // cols) * ppc + e % cols))
 
 
 def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
@@ -265,11 +335,12 @@ def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCount
                          lambda e: spec.lds_b_staged(e, e // cols), banks)
     serial = _straight_line_serial(g.threads, a_size) + _straight_line_serial(g.threads, b_size)
     ops = r1 * PATCH_OPS_PER_DY_ELEM + r2 * PATCH_OPS_PER_W_ELEM
+    lines = _patch_lines(spec, target, p.wp, p.k)
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.k_chunk),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
         fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
-        serial_loads=serial, int_ops=ops,
+        global_wavefronts=lines, serial_loads=serial, int_ops=ops,
         staged_bytes=spec.staged_elems() * eb, barriers=2, double_buffer=False,
         store_bytes=rows * spec.cols * eb, stores=outs,
         unique_bytes=(p.n * p.hp * p.wp * p.k + p.k * p.p * p.p * p.c + p.n * p.h * p.w * p.c) * eb,

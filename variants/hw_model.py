@@ -16,7 +16,9 @@ in clock cycles:
              (every counted instruction: matrix, LDS reads and writes, global loads, fma, cvt,
              barriers: the per-warp issue cost the fitted sm_90 model learned, as counts)
     lds      groups x warps x (read + write LDS cycles per warp)    32 banks x 4 bytes a clock
-             (bank conflicts are in the counts)
+             (bank conflicts are in the counts); where L1 and LDS are one array with one data
+             path (l1_shares_lds_datapath: NVIDIA), plus the 128-byte lines the staging loads
+             return through it (global_wavefronts)
     matrix   groups x warps x matrix instructions x cycles per instruction / matrix_units
     vector   groups x threads x (fma + cvt) / fma_lanes
     l2       groups x staged bytes / (L2 bytes per clock per CU)
@@ -59,6 +61,7 @@ class HardwareFacts:
     values: Mapping[str, float]  # fact -> number (REQUIRED, all present)
     matrix_cycles: Mapping[str, float]  # instruction key -> cycles on one matrix unit
     sources: Mapping[str, str]  # fact (or "matrix:<key>") -> where the number comes from
+    l1_shares_lds_datapath: bool = False  # global loads return through the LDS's data path (NVIDIA)
 
     def __getattr__(self, name: str) -> float:
         try:
@@ -136,9 +139,14 @@ def parse_facts(doc: Mapping[str, Any], where: str) -> HardwareFacts | Refusal:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
             raise SpecError(f"{where}: matrix {key} cycles must be a positive number or null")
         cycles[key], sources[f"matrix:{key}"] = float(v), f["source"]
+    shared = doc.get("l1_shares_lds_datapath", {"value": False, "source": "not stated: separate paths"})
+    if not isinstance(shared, Mapping) or not isinstance(shared.get("value"), bool) \
+            or not isinstance(shared.get("source"), str) or not shared["source"]:
+        raise SpecError(f"{where}: l1_shares_lds_datapath needs a true/false value and a source")
+    sources["l1_shares_lds_datapath"] = shared["source"]
     if missing:
         return Refusal(proc, missing)
-    return HardwareFacts(proc, str(doc.get("product", proc)), values, cycles, sources)
+    return HardwareFacts(proc, str(doc.get("product", proc)), values, cycles, sources, shared["value"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -170,7 +178,8 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
         matrix = 0.0
     terms = {
         "issue": g * w * instrs / f.issue_per_clk,
-        "lds": g * w * (c.lds_read_wavefronts + c.lds_write_wavefronts),
+        "lds": g * w * (c.lds_read_wavefronts + c.lds_write_wavefronts
+                        + (c.global_wavefronts if f.l1_shares_lds_datapath else 0.0)),
         "matrix": matrix,
         "vector": g * c.threads * (c.fma + c.cvt) / f.fma_lanes,
         "l2": g * c.staged_bytes / f.l2_bytes_per_clk,
