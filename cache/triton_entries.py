@@ -10,7 +10,7 @@
         blob (put_blob: the store's own publish_blob), every (key, filename) one row; a file
         already stored under the key with other bytes is refused (EntryConflict): Triton's key
         covers what makes the bytes, so another binary under one key is a wrong entry
-    lookup(conn, key) -> {filename: EntryFile(blob_sha256, triton_version, target, artifact_key, source)}
+    lookup(conn, key) -> {filename: EntryFile(blob_sha256, triton_version, target, artifact_key, source, size)}
     check_key / check_filename     the shapes Triton makes (base32 of a sha256; a file name
                                    without folders), refused otherwise (SpecError: HTTP 422)
 """
@@ -25,17 +25,18 @@ from typing import Any, Callable, Mapping
 
 from sqlalchemy import Connection, bindparam, select
 
+from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.models import triton_entries as T
-from rocke_aot.errors import CacheError, SpecError
+from rocke_aot.errors import Conflict, SpecError
 
 _KEY_RE = re.compile(r"^[A-Z2-7]{52}$")  # base32 of 32 bytes, '=' stripped (triton.runtime.cache._base32)
 _FILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 SOURCES = ("build", "host")
-_Q = select(T.c.filename, T.c.blob_sha256, T.c.triton_version, T.c.target, T.c.artifact_key,
-            T.c.source).where(T.c.triton_key == bindparam("k"))
+_Q = (select(T.c.filename, T.c.blob_sha256, T.c.triton_version, T.c.target, T.c.artifact_key, T.c.source, B.c.size)
+      .select_from(T.join(B, T.c.blob_sha256 == B.c.sha256)).where(T.c.triton_key == bindparam("k")))
 
 
-class EntryConflict(CacheError):
+class EntryConflict(Conflict):
     """A file of a Triton entry is stored already, with other bytes."""
 
 
@@ -46,6 +47,7 @@ class EntryFile:
     target: str
     artifact_key: str | None
     source: str
+    size: int = 0
 
 
 def check_key(key: object) -> str:
@@ -100,5 +102,5 @@ def publish(conn: Connection, insert_ignore, key: str, files: Mapping[str, bytes
 
 def lookup(conn: Connection, key: str) -> dict[str, EntryFile]:
     check_key(key)
-    return {r.filename: EntryFile(r.blob_sha256, r.triton_version, r.target, r.artifact_key, r.source)
+    return {r.filename: EntryFile(r.blob_sha256, r.triton_version, r.target, r.artifact_key, r.source, r.size)
             for r in conn.execute(_Q, {"k": key})}

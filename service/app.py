@@ -12,6 +12,7 @@
     POST /v1/select                  the shared select(): ranked candidates + rejections
     PUT  /v1/kernels/{key}           publish (bearer token; verified; 401/403/409/413/422)
     GET  /v1/trust/{name}, PUT /v1/trust   signed metadata of the generations (service/trust.py)
+    GET|PUT /v1/triton/{key}         Triton cache entries by Triton's own key (service/triton.py)
     GET  /healthz, GET /metrics
 
 Reads never write (no last-read touches): a replica can run on a read-only role. Hot blob
@@ -50,6 +51,7 @@ from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
 from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.service import access, errors, guard
+from rocke_aot.service import triton as triton_routes
 from rocke_aot.service import trust as trust_routes
 from rocke_aot.service.errors import (
     Conflict,
@@ -327,6 +329,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     watch = access.StoreWatch(the_store)
     slots = asyncio.Semaphore(select_slots)
     trust_routes.install(app, trust_dir, root_key)
+    triton_routes.install(app)
     errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
     route_holder: dict = {}
     app.add_middleware(HotBlobs, frames=frames, metrics=metrics, route_holder=route_holder)
@@ -513,6 +516,8 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                                  description=app.description, routes=app.routes)
             comps = schema.setdefault("components", {}).setdefault("schemas", {})
             comps["PublishRequest"] = PublishRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps["TritonPublish"] = triton_routes.TritonPublish.model_json_schema(
+                ref_template="#/components/schemas/{model}")
             app.openapi_schema = schema
         return app.openapi_schema
 
