@@ -1,8 +1,10 @@
 """Cache audit: re-lower stored artifacts with the current code and look for digest holes.
 
     store.find(status="ok")                       every artifact (no blobs loaded)
-        │ recipe_digest == recipe_digest() ?      only "same key" rows: a row stored under
-        │   no ──> skipped (other recipe)         another recipe is unreachable anyway
+        │ recipe_digest == family_digest(family) ?  only "same key" rows: a row stored under
+        │   no ──> skipped (other recipe)           another recipe is unreachable anyway
+        │   (family_digest: recipe_digest() for a built-in family, plus the plugin's own code
+        │    for a plugin's; a family not installed here is skipped too)
         ▼ sample N (seeded, reproducible)
     lower(family, spec, arch, lane).ir_sha256  ──  == stored ir_sha256 ──> ok
                                                └─  != ──> HOLE: the key did not move, yet the
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocke_aot.aot.lower import lower
-from rocke_aot.aot.recipe import recipe_digest
+from rocke_aot.aot.recipe import family_digest, recipe_digest
 from rocke_aot.cache.keys import thaw
 from rocke_aot.errors import RockeError, SpecError
 
@@ -67,7 +69,13 @@ def audit(store, *, sample: int | None = None, seed: int = 0) -> AuditReport:
         raise SpecError(f"audit sample must be a positive integer, got {sample!r}")
     current = recipe_digest()
     arts = store.find(status="ok")
-    same = [a for a in arts if a.recipe_digest == current]
+    digests: dict[str, str | None] = {}
+    for fam in {a.family for a in arts}:
+        try:
+            digests[fam] = family_digest(fam)
+        except RockeError:  # a family not installed (or broken) here: its rows cannot be re-lowered
+            digests[fam] = None
+    same = [a for a in arts if a.recipe_digest == digests[a.family]]
     chosen = same if sample is None or sample >= len(same) else random.Random(seed).sample(same, sample)
     holes = []
     for a in sorted(chosen, key=lambda a: a.key):

@@ -520,11 +520,14 @@ def differences(recorded: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[s
     return out
 
 
-def used_intrinsics(golden_doc: Mapping[str, Any], family: str, arch: str, lane: str) -> set[str]:
-    """The intrinsics the golden cases of (family, arch) declare on ``lane`` (resolving aliases)."""
+def used_intrinsics(golden_doc: Mapping[str, Any], family: str, arch: str, lane: str) -> set[str] | None:
+    """The intrinsics the golden cases of (family, arch) declare on ``lane`` (resolving aliases);
+    None when the goldens hold no case of the family on that lane at all (a plugin's family)."""
     from rocke_aot.aot.golden import lane_entries
 
     entries, _ = lane_entries(golden_doc, lane)
+    if not any(cid.startswith(f"{family}/") for cid in entries):
+        return None
     return {i for cid, o in entries.items() if cid.startswith(f"{family}/{arch}/") for i in o.get("intrinsics", ())}
 
 
@@ -541,6 +544,9 @@ def backing(family: str, arch: str, lane: str, recorded: Mapping[str, Any],
     if entry["target"]["status"] != "ok":
         return "contradicted", f"{arch}: {entry['target']['status']}: {entry['target'].get('evidence', '')}"
     used = used_intrinsics(golden_doc, family, arch, lane)
+    if used is None:
+        return "unvalidated", (f"no IR goldens of family {family} on {lane} (the goldens cover the built-in "
+                               f"families; a plugin's intrinsics are not recorded)")
     bad = sorted(n for n in used if entry["intrinsics"].get(n, {}).get("status") != "ok")
     if bad:
         n = bad[0]

@@ -433,11 +433,16 @@ def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
     # The SM sits in bits 0..7 in older cubins and in bits 8..15 since CUDA 12.x/13.
     if sm not in (flags & 0xFF, flags >> 8 & 0xFF):
         raise CodeObjectError(f"cubin e_flags 0x{flags:x} do not name {target.processor}")
-    funcs = [n for n, s in _symbols(elf).items() if s["st_info"]["type"] == "STT_FUNC"]
+    syms = _symbols(elf)
+    funcs = [n for n, s in syms.items() if s["st_info"]["type"] == "STT_FUNC"]
     if kernel is None:
-        if len(funcs) != 1:
-            raise CodeObjectError(f"cubin has {len(funcs)} functions ({funcs}); name the kernel")
-        kernel = funcs[0]
+        # The kernel is the global function; ptxas may add weak helpers of its own (the slow
+        # path of a correctly rounded f32 reciprocal, "$__internal_0_$__cuda_sm20_rcp_rn_f32_slowpath").
+        entries = [n for n in funcs if syms[n]["st_info"]["bind"] == "STB_GLOBAL"]
+        if len(entries) != 1:
+            raise CodeObjectError(f"cubin has {len(entries)} global functions ({entries}; all functions: "
+                                  f"{funcs}); name the kernel")
+        kernel = entries[0]
     elif kernel not in funcs:
         raise CodeObjectError(f"kernel {kernel!r} not in the cubin (functions: {funcs})")
     res = _cubin_resources(elf, target, kernel)

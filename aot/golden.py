@@ -20,6 +20,9 @@ whatever compilers it has. A lane may alias another lane's cases (``"alias_of"``
 both map to the same emission profile in the registry (rocke_aot/lanes.py); an aliased lane
 is still lowered, and compared with its target's entries.
 
+The cases are the built-in families' (families or builtin_family_names()): a plugin's family is
+its distribution's to pin; ``--family NAME`` still lowers it on demand.
+
 Files (reviewed like code): ``aot/goldens/ir-goldens.json`` (hashes, failures, counters) and
 ``aot/goldens/ir-goldens.ir.zst`` (zstd JSON {sha256: IR text}: the IR of every recorded hash,
 so a drift report can show the old lines without checking out old code). docs/goldens.md.
@@ -44,7 +47,7 @@ from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CapabilityError, LaneError, RockeError, SpecError
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import get_family
+from rocke_aot.variants.families import builtin_family_names, get_family
 
 SCHEMA = 1
 RULE = ("per (family, arch, served lane): the admitted grid grouped by (baked parameters, path); "
@@ -135,7 +138,7 @@ def _lane_selection(family: str, arch: str, lane: lane_registry.Lane) -> list[An
 def select_cases(families: Sequence[str] | None = None) -> list[Case]:
     """Every case of the rule, in (family, arch, table order); ids are unique."""
     cases: dict[str, Case] = {}
-    for family in families or table.family_names():
+    for family in families or builtin_family_names():  # a plugin's families are not rocke-aot's goldens
         for arch in ARCHES:
             for lane in table.registered_lanes():
                 if not table.admission(family, arch, lane).served:
@@ -408,8 +411,9 @@ def registry_findings(doc: Mapping[str, Any], lanes: Sequence[str] | None = None
         elif entry.get("profile") != lane.profile_name:
             out.append(Finding("profile", name, old=str(entry.get("profile")), new=lane.profile_name,
                                detail=(f"lane {name} now maps to profile {lane.profile_name}",)))
+    builtin = set(builtin_family_names())
     for hole in table.check_complete():
-        if hole.lane in registered and (not lanes or hole.lane in lanes):
+        if hole.family in builtin and hole.lane in registered and (not lanes or hole.lane in lanes):
             out.append(Finding("undecided", hole.lane, detail=(str(hole),)))
     return out
 
@@ -423,7 +427,7 @@ def check(doc: Mapping[str, Any] | None = None, *, lanes: Sequence[str] | None =
     findings = registry_findings(doc, lane_names)
     store = load_ir_store() if ir_store is None else ir_store
     cases = select_cases(families)
-    fams = set(families or table.family_names())
+    fams = set(families or builtin_family_names())
     checked: dict[str, dict[str, int]] = {}
     aliases: dict[str, str] = {}
     todo = [lane for lane in table.registered_lanes()

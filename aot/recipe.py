@@ -32,6 +32,22 @@ from:
 Any byte of any module moves the fingerprint, so a memo is only ever read for the very tree
 it was computed from; one that is unreadable or names a module the tree lacks is ignored and
 the closure is read again. The digest itself is always hashed from the files.
+
+A family plugin's code lives outside rocke_aot, so the plan key's digest is per family:
+
+    family_digest(name)
+        built-in family (every piece defined inside rocke_aot) -> recipe_digest()
+        otherwise -> sha256(FAMILY_RULE, recipe_digest(), the declaring distribution and its
+                     version, then per top-level package outside rocke_aot that defines a
+                     piece of the family: every .py file under it (path \0 bytes \0))
+        the pieces: spec and problem types, the table's and the model's functions, the entry
+        point's module and the lowerer (family_packages names them)
+
+Coarse on purpose, like recipe_digest (a comment moves it; the code-object key, the IR's
+sha256, then finds the compiled object again: nothing is compiled). Not covered: code the
+plugin imports from another distribution that defines no piece of the family (a shared
+helper library); such a plugin bumps its own version when that library changes what it
+emits. ``cache audit`` re-lowers stored kernels and reports such a hole.
 """
 
 from __future__ import annotations
@@ -42,11 +58,13 @@ import importlib.util
 import itertools
 import json
 import os
+import sys
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from rocke_aot import paths
+from rocke_aot.aot.families import get_family
 from rocke_aot.errors import RockeError
 
 RULE_VERSION = "rocke-aot/recipe/v1"
@@ -367,3 +385,67 @@ def module_files(package_dirs: Mapping[str, str | Path] | None = None) -> dict[s
 
 def default_package_dirs() -> dict[str, Path]:
     return _default_dirs()
+
+
+# -- per family: a plugin's own code ------------------------------------------------------------
+
+FAMILY_RULE = "rocke-aot/recipe/family/v1"
+_FAMILY_DIGESTS: dict[str, str] = {}
+_FAMILY_LOCK = threading.Lock()
+
+
+def _module_of(obj: Any) -> str | None:
+    raw = getattr(obj, "raw", obj)  # a plugin lowerer wrapper (aot/families plugin_lowerer)
+    mod = getattr(raw, "__module__", None)
+    return mod if isinstance(mod, str) and mod else None
+
+
+def family_packages(name: str) -> tuple[str, ...]:
+    """The top-level packages outside rocke_aot (and the standard library) that define a piece
+    of family ``name``: its spec and problem types, its table's and model's functions, its entry
+    point's module and its lowerer. Empty for a built-in family."""
+    family = get_family(name)  # the aot lookup: a plugin's lowerer is loaded (PluginError if not)
+    t, m = family.table, family.model
+    pieces = [family.spec_type, family.problem_type, t.baked, t.knobs, t.make_spec, t.check, t.spec_from_dict,
+              t.arch_rule, t.paths, m.accepts, m.efficiency, m.work, m.counts, family.lowerer]
+    mods = [_module_of(p) for p in pieces]
+    value = family.source.value.partition(":")[0]
+    mods.append(value or None)
+    tops = {mod.split(".")[0] for mod in mods if mod}
+    return tuple(sorted(x for x in tops if x != "rocke_aot" and x not in sys.stdlib_module_names
+                        and x != "builtins"))
+
+
+def _package_files(top: str) -> list[tuple[str, Path]]:
+    spec = importlib.util.find_spec(top)
+    if spec is None:
+        raise RecipeError(f"package {top} defines part of a family but cannot be found to hash its source")
+    if spec.submodule_search_locations:
+        out = []
+        for loc in spec.submodule_search_locations:
+            root = Path(loc)
+            out += [(f"{top}/{p.relative_to(root).as_posix()}", p) for p in root.rglob("*.py")]
+        return sorted(out)
+    if spec.origin is None or not spec.origin.endswith(".py"):
+        raise RecipeError(f"module {top} defines part of a family but has no Python source to hash "
+                          f"({spec.origin}); the plan key cannot cover it")
+    return [(f"{top}.py", Path(spec.origin))]
+
+
+def family_digest(name: str) -> str:
+    """The recipe digest a plan key of family ``name`` carries (module doc). Memoized per process."""
+    got = _FAMILY_DIGESTS.get(name)
+    if got is not None:
+        return got
+    pkgs = family_packages(name)
+    if not pkgs:
+        digest = recipe_digest()
+    else:
+        source = get_family(name).source
+        h = hashlib.sha256(f"{FAMILY_RULE}\n{recipe_digest()}\n{source.distribution}\0{source.version}\n".encode())
+        for top in pkgs:
+            for rel, path in _package_files(top):
+                h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest = h.hexdigest()
+    with _FAMILY_LOCK:
+        return _FAMILY_DIGESTS.setdefault(name, digest)

@@ -9,7 +9,8 @@ binary does):
                    any other RockeError              -> "Error: <Type>: <message>", exit 1
                    anything else                     -> propagates (a bug: traceback)
     command returns an int                           -> that exit code (build: 1 when a
-                                                        compile failed; variants: 1 on holes)
+                                                        compile failed; variants: 1 on holes;
+                                                        families: 1 on a broken plugin)
 
 Command groups live beside the code they drive (``cli/build.py``, ``cli/cache.py``,
 ...) and are registered in ``COMMANDS`` by module name: a command's module is imported when
@@ -38,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Build (or top up) the kernel cache for ARCH on every lane with a toolchain here."),
     "variants": ("rocke_aot.cli.variants", "variants",
         "Count the specs each (family, arch, lane) serves, and list every refusal with its reason."),
+    "families": ("rocke_aot.cli.families", "families_cmd",
+        "List the kernel families: built in or from a plugin (entry point, distribution), and every broken plugin."),
     "cache": ("rocke_aot.cli.cache", "cache",
         "Inspect and maintain the content-addressed kernel cache."),
     "lower": ("rocke_aot.cli.compile", "lower_cmd",

@@ -9,7 +9,8 @@ Each served row also says whether a recorded arch-domain characterization backs 
 measured toolchain) or whether it is "unvalidated" (no toolchain of that lane was measured).
 
 Exit code 1 when the tables are incomplete (a registered lane some family neither
-serves nor refuses on purpose), so CI catches it from the command line as well.
+serves nor refuses on purpose), so CI catches it from the command line as well. A plugin
+whose family failed to load is listed as broken (``plugin_errors``); the rest is unaffected.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.table import Table
 
 from rocke_aot.aot import characterize, golden
 from rocke_aot.variants import table
+from rocke_aot.variants.families import plugin_errors
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 
 
@@ -46,9 +48,11 @@ def variants(families, arches, lanes, as_json: bool) -> int:
                 for r in rows if not r.served]
     refusals += [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": f"path {p}", "reason": why}
                  for r in rows if r.served for p, why in r.paths.items() if why != "served"]
+    broken = [str(e) for e in plugin_errors()]  # not listed above; every other family is
     if as_json:
         emit_json({"rows": [r.as_dict() for r in rows], "refusals": refusals,
-                   "total": sum(r.count for r in rows), "holes": [str(h) for h in holes]})
+                   "total": sum(r.count for r in rows), "holes": [str(h) for h in holes],
+                   "plugin_errors": broken})
         return 1 if holes else 0
     con = Console(width=200)
     counts = Table(title="variant tables")
@@ -69,6 +73,8 @@ def variants(families, arches, lanes, as_json: bool) -> int:
     con.print(f"total specs: {sum(r.count for r in rows)}")
     for h in holes:
         con.print(f"[red]INCOMPLETE[/red] {h}")
+    for e in broken:
+        con.print(f"[red]BROKEN PLUGIN[/red] {e} (rocke-aot families)")
     return 1 if holes else 0
 
 

@@ -10,6 +10,8 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     │   └── SettingError                an unregistered or malformed ROCKE_AOT_* variable
     ├── CapabilityError                 an op needs a lane/capability/arch the target lacks
     ├── AdmissionError                  a variant table refuses (family, arch, lane) on purpose
+    ├── PluginError                     a family plugin (entry point) that cannot be used: names the
+    │                                   entry point and its distribution; every other family works
     ├── ToolchainError                  a toolchain is missing, broken or refused
     │   ├── ToolchainRefused            detected, but not qualified (e.g. LLVM 15 COMGR)
     │   └── DriftError                  profile datalayout != the toolchain's
@@ -80,6 +82,22 @@ class AdmissionError(RockeError):
     def __init__(self, message: str, reason: str | None = None):
         super().__init__(message)
         self.reason = reason or message
+
+
+class PluginError(RockeError):
+    """A family plugin cannot be used: its module does not import, its entry point is not a
+    Family, its grid refuses without a reason, its lowerer raises or returns something else.
+
+    The message names the plugin (entry point name) and its distribution; ``plugin``,
+    ``distribution`` and ``family`` carry them for callers that report (``rocke-aot families``).
+    Only that plugin's family is affected: every other family keeps working.
+    """
+
+    def __init__(self, message: str, *, plugin: str = "", distribution: str = "", family: str = ""):
+        super().__init__(message)
+        self.plugin = plugin
+        self.distribution = distribution
+        self.family = family
 
 
 class ToolchainError(RockeError):

@@ -78,14 +78,17 @@ if want apt; then
   fi
 fi
 
-# 2. The project venv, re-installed only when pyproject.toml (or the profile) changed.
+# 2. The project venv, re-installed only when pyproject.toml (or the profile) changed. dev also
+#    installs the example family plugin (examples/plugin-rowsoftmax, editable: a static .pth of its
+#    folder), so the test suite runs with a plugin installed as a user would (docs/plugins.md).
 PY=${PYTHON:-python3}
 STAMP=.venv/.rocke-aot-installed
 EXTRA="[all]"; [ "$PROFILE" = dev ] && EXTRA="[test]"  # test includes all
 [ "$PROFILE" = serve ] && EXTRA="[serve]"
+PLUGINS=(); [ "$PROFILE" = dev ] && PLUGINS=(examples/plugin-rowsoftmax)
 if want venv; then
   step_start venv
-  stamp_want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PROFILE"
+  stamp_want="$(cat pyproject.toml "${PLUGINS[@]/%//pyproject.toml}" | sha256sum | cut -d' ' -f1) $PROFILE"
   if [ -x .venv/bin/python ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$stamp_want" ]; then
     step_end ok ".venv up to date with pyproject.toml ($PROFILE)"
   elif would "pip install -e .$EXTRA into .venv"; then :
@@ -94,8 +97,12 @@ if want venv; then
     log "venv: pip install -e .$EXTRA"
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir -U pip >/dev/null
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir -e ".$EXTRA"
+    for p in "${PLUGINS[@]}"; do  # its only dependency is rocke-aot itself, just installed
+      log "venv: pip install -e $p"
+      .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps --no-build-isolation -e "$p"
+    done
     echo "$stamp_want" > "$STAMP"
-    step_end did "installed rocke-aot$EXTRA into .venv"
+    step_end did "installed rocke-aot$EXTRA${PLUGINS:+ and ${PLUGINS[*]}} into .venv"
   fi
 fi
 

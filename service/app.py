@@ -48,7 +48,7 @@ from rocke_aot.arch import ARCHES
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import CacheError, LaneError, NotFoundError, SpecError
+from rocke_aot.errors import CacheError, LaneError, NotFoundError, PluginError, SpecError
 from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.service import access, errors, guard
 from rocke_aot.service import triton as triton_routes
@@ -207,7 +207,7 @@ def _lane(value: object, field: str = "lane") -> str:
 def _family(value: str, field: str = "family") -> str:
     try:
         get_family(value)
-    except SpecError as e:
+    except (SpecError, PluginError) as e:  # unknown, or a plugin of that name failed to load (its error)
         raise FieldError(field, str(e), list(table.family_names())) from None
     return value
 

@@ -31,7 +31,7 @@ from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import FAMILIES, problem_from_dict
+from rocke_aot.variants.families import FAMILIES, failed_plugins, problem_from_dict
 from rocke_aot.variants.selection import Choice, Ranking, Rejection, rank, value_bytes
 
 MEASURED = ("exact", "class", "off")
@@ -87,6 +87,9 @@ def parse_problem(family: str, problem: Any) -> Any:
 def _family(family: object) -> str:
     names = table.family_names()
     if not isinstance(family, str) or family not in names:
+        failed = failed_plugins().get(family) if isinstance(family, str) else None
+        if failed is not None:  # a plugin declared it and failed to load: say why (PluginError)
+            raise failed[1]
         raise SpecError(f"family: unknown {family!r}; accepted: {', '.join(names)}")
     return family
 

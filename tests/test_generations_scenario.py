@@ -79,7 +79,7 @@ def test_rebuilding_gemm_under_a_new_recipe_keeps_conv_served(store_url, llvm22,
 
     new_digest = _digest_after_comment(tmp_path)
     assert new_digest != recipe.recipe_digest()
-    monkeypatch.setattr(plan_mod, "recipe_digest", lambda: new_digest)
+    monkeypatch.setattr(plan_mod, "family_digest", lambda family: new_digest)
 
     answers: list[tuple[set[str], set[str]]] = []
     stop = threading.Event()

@@ -1,28 +1,49 @@
 """The family registry: one ``Family`` object per kernel family, found by one name; every layer reads it.
 
-    register(Family(name="gemm",
-                    spec_type=GemmSpec,          variants/gemm.py (to_dict/from_dict, geometry,
-                                                 launch_formulas: grid, tile count, arguments)
-                    problem_type=GemmProblem,    variants/problems.py
-                    table=tables.gemm.GEMM,      variants/tables/*.py (knob grid, lane decisions)
-                    model=models.GEMM))          variants/models.py (accepts, efficiency)
-        the built-in families: variants/builtin.py, imported by rocke_aot.variants itself, so
-        any import of the variants layer has them
-    register_lowerer("gemm", lower_gemm)         the aot half, against the same name
-        (aot/families/gemm.py; rocke_aot.aot.families imports every built-in lowerer)
+    Family(name="gemm",
+           spec_type=GemmSpec,          variants/gemm.py (to_dict/from_dict, geometry,
+                                        launch_formulas: grid, tile count, arguments)
+           problem_type=GemmProblem,    variants/problems.py
+           table=tables.gemm.GEMM,      variants/tables/*.py (knob grid, lane decisions)
+           model=models.GEMM)           variants/models.py (accepts, efficiency, work, counts)
+
+    where families come from (one install path, the same checks for all):
+        built in   install(Family(...), BUILTIN)          variants/builtin.py, imported by
+                                                          rocke_aot.variants itself
+        plugins    entry points of the group ``rocke_aot.families`` (ENTRY_POINT_GROUP), read
+                   through importlib.metadata once, lazily, on the first lookup below:
+                       [project.entry-points."rocke_aot.families"]
+                       rowsoftmax = "rocke_rowsoftmax.family:FAMILY"      (name == Family.name)
+                   ep.load() -> install(obj, FamilySource(plugin ...)); a failure is a
+                   PluginError (rocke_aot/errors.py) naming the entry point and its
+                   distribution, kept in plugin_errors(): that family is absent (get_family
+                   of its name raises that error), every other family works
+        register(family)   the in-process call (tests, a script): install without the grid audit
+    install checks: a Family; name == the entry point's name and a key name ([a-z][a-z0-9_]*);
+        spec_type / problem_type frozen dataclasses; model a Model; table.audit(spec_type) (the
+        lane decisions have reasons; for a plugin also every (arch, lane) of the grid: an
+        empty served grid or a table function raising anything but SpecError/CapabilityError
+        is refusing without a reason, variants/table.py audit_table)
+    register_lowerer("gemm", lower_gemm)   the aot half, against the same name: built-ins from
+        aot/families/__init__.py; a plugin's from its ``rocke_aot.lowerers`` entry point, loaded
+        by that module too (the aot floor: it wraps every lowerer with the launch contract)
 
     get_family(name) -> Family     the one lookup: .spec_type, .problem_type, .table, .model,
-                                   .lowerer, .launch(spec, problem, target), .spec_from(d)
-    family_names() / family_for_spec(spec) / problem_from_dict(family, d) / FAMILIES (read-only)
+                                   .lowerer, .source, .launch(spec, problem, target), .spec_from(d)
+    family_names() / builtin_family_names() / family_for_spec(spec) / problem_from_dict(family, d)
+    FAMILIES (read-only mapping)   every lookup reads plugins in first (once per process)
+    family_source(name) -> FamilySource    built in, or plugin: entry point, distribution, version
+    plugin_errors() -> (PluginError, ...)  the plugins that failed to load, each naming itself
+    failed_plugins() -> {name: (FamilySource, PluginError)}   the same, with where each came from
 
 Why two registrations for one object: a family has a variants half (its spec, problem, grid
 and model: data and arithmetic, what a service host with no compiler needs) and an aot half
 (its lowerer, which builds LLVM IR). Layers import one way, variants below aot, so the Family
 is registered here with the variants half, and the lowerer is attached from aot/ by name; the
 Family's ``lowerer`` reads it (a named SpecError where no aot half was loaded, never a silent
-None). No "module:function" strings, no dynamic imports: the aot half is imported statically,
-so the cache key's recipe rule sees it. A family plugin (a later entry-point group
-``rocke_aot.families``) is one module pair doing the same two calls.
+None). No "module:function" strings for the built-ins: their aot half is imported statically, so
+the cache key's recipe rule sees it; a plugin's code is outside rocke_aot, and its key covers
+its own packages (aot/recipe.py family_digest).
 
 ``entry.launch(spec, problem, target)`` -> LaunchPlan(grid, block, args in kernarg order)
     = LaunchContract.build(spec.launch_formulas(), spec.geometry(target).threads).plan(problem)
@@ -32,24 +53,92 @@ the argument layout read back from the compiled code object.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
+import logging
+import re
 import threading
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from rocke_aot.errors import SpecError
+import rocke_aot
+from rocke_aot.errors import PluginError, SpecError
 from rocke_aot.launch import LaunchContract, LaunchFormulas, LaunchPlan
 from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_known
+from rocke_aot.variants.models import Model
 
-if TYPE_CHECKING:  # annotations only: the table and model modules import nothing of this one
-    from rocke_aot.variants.models import Model
+if TYPE_CHECKING:  # annotations only: variants/table.py imports this module
     from rocke_aot.variants.table import FamilyTable
 
+ENTRY_POINT_GROUP = "rocke_aot.families"  # name = family name, value = "module:attr" of a Family
+LOWERER_GROUP = "rocke_aot.lowerers"  # name = family name, value = "module:function" (aot/families)
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")  # the key's rule for a family name (cache/keys.py)
+
+_log = logging.getLogger(__name__)
 _REGISTRY: dict[str, "Family"] = {}
+_SOURCES: dict[str, "FamilySource"] = {}
 _LOWERERS: dict[str, Callable[..., Any]] = {}
+_FAILED: dict[str, tuple["FamilySource", PluginError]] = {}  # entry point name -> (source, why not installed)
 _LOCK = threading.Lock()
-FAMILIES: Mapping[str, "Family"] = MappingProxyType(_REGISTRY)  # name -> Family, registration order
+_DISCOVERY = threading.RLock()  # re-entrant: a plugin's import may look a family up
+_STATE = ["new"]  # "new" -> "running" -> "done"
+
+
+@dataclass(frozen=True)
+class FamilySource:
+    """Where a family came from: built into rocke-aot, or a plugin's entry point."""
+
+    kind: str  # "builtin" | "plugin" | "registered" (register() from outside rocke_aot)
+    distribution: str  # the distribution that declares it ("rocke-aot" for the built-ins)
+    version: str
+    plugin: str = ""  # the entry point's name (== the family's name); "" when built in
+    value: str = ""  # the entry point's "module:attr", or the module that registered it
+
+    @property
+    def builtin(self) -> bool:
+        return self.kind == "builtin"
+
+    def describe(self) -> str:
+        if self.kind == "plugin":
+            return f"plugin {self.plugin} ({self.distribution} {self.version}, entry point {self.value})"
+        if self.kind == "builtin":
+            return f"built in ({self.distribution} {self.version})"
+        return f"registered by {self.value}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "distribution": self.distribution, "version": self.version,
+                "plugin": self.plugin, "value": self.value}
+
+
+BUILTIN = FamilySource("builtin", "rocke-aot", rocke_aot.__version__, "", "rocke_aot.variants.builtin")
+
+
+class _Families(Mapping):
+    """FAMILIES: the registry's read-only view (name -> Family, in installation order); reading it
+    reads the plugins in first, like every other lookup."""
+
+    def __getitem__(self, name: str) -> "Family":
+        _discover()
+        return _REGISTRY[name]
+
+    def __iter__(self) -> Iterator[str]:
+        _discover()
+        return iter(tuple(_REGISTRY))
+
+    def __len__(self) -> int:
+        _discover()
+        return len(_REGISTRY)
+
+    def __contains__(self, name: object) -> bool:
+        _discover()
+        return name in _REGISTRY
+
+    def __repr__(self) -> str:
+        return f"FAMILIES({list(self)})"
+
+
+FAMILIES: Mapping[str, "Family"] = _Families()
 
 
 @dataclass(frozen=True)
@@ -66,12 +155,19 @@ class Family:
     @property
     def lowerer(self) -> Callable[..., Any]:
         """(spec, Target, Lane) -> LoweredKernel: the aot half, registered against this name by
-        ``register_lowerer`` (rocke_aot.aot.families does it for the built-in families)."""
+        ``register_lowerer`` (rocke_aot.aot.families does it for the built-in families, and
+        its get_family loads a plugin's from the ``rocke_aot.lowerers`` entry point)."""
         fn = _LOWERERS.get(self.name)
         if fn is None:
             raise SpecError(f"family {self.name} has no lowerer in this process: its aot half registers one "
-                            f"(import rocke_aot.aot.families, or the plugin's lowering module)")
+                            f"(look it up through rocke_aot.aot.families.get_family, which loads the "
+                            f"built-in lowerers and a plugin's {LOWERER_GROUP} entry point)")
         return fn
+
+    @property
+    def source(self) -> "FamilySource":
+        """Built in, or the plugin (entry point, distribution, version) that declared it."""
+        return family_source(self.name)
 
     def spec_from(self, spec: object) -> Any:
         """A spec of this family from an instance or its canonical dict."""
@@ -110,19 +206,152 @@ class Family:
         return LaunchContract.build(spec.kernel_name, spec.launch_formulas(), (threads, 1, 1)).plan(problem)
 
 
-def register(family: Family) -> Family:
-    """Add a family; a second family of the same name, or a table naming another family, is refused."""
+def register(family: Family, source: FamilySource | None = None) -> Family:
+    """Add a family; a second family of the same name, or a table naming another family, is refused.
+
+    The in-process path (tests, scripts); entry points and the built-ins go through
+    :func:`install`, which checks more. ``source`` defaults to built in for a family whose spec
+    type is defined inside rocke_aot, else "registered by <that module>".
+    """
     if not isinstance(family, Family):
         raise SpecError(f"register() takes a Family, got {type(family).__name__}")
     if family.table.family != family.name:
         raise SpecError(f"family {family.name}: its variant table says {family.table.family}")
+    if source is None:
+        mod = getattr(family.spec_type, "__module__", "") or ""
+        source = BUILTIN if mod.split(".")[0] == "rocke_aot" else FamilySource("registered", "", "", "", mod)
     with _LOCK:
         if family.name in _REGISTRY and _REGISTRY[family.name] is not family:
-            raise SpecError(f"family {family.name} is already registered")
+            raise SpecError(f"family {family.name} is already registered ({_SOURCES[family.name].describe()})")
         if any(f.spec_type is family.spec_type for n, f in _REGISTRY.items() if n != family.name):
             raise SpecError(f"family {family.name}: spec type {family.spec_type.__name__} belongs to another family")
         _REGISTRY[family.name] = family
+        _SOURCES.setdefault(family.name, source)
     return family
+
+
+def _frozen_dataclass(cls: object) -> bool:
+    return isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+
+
+def install(obj: object, source: FamilySource) -> Family:
+    """Check a family and register it: the one path of the built-ins and the plugins.
+
+    Raises PluginError (naming ``source``) with every finding; nothing is registered then.
+    A plugin's grid is enumerated over every wired arch and decided lane (table.audit); the
+    built-ins' grids are checked by the tests (check_complete), as enumerating them costs
+    about 0.4 s per process.
+    """
+    what = source.describe()
+    name = getattr(obj, "name", "?")
+
+    def refuse(why: str) -> PluginError:
+        return PluginError(f"{what}: {why}", plugin=source.plugin, distribution=source.distribution,
+                           family=name if isinstance(name, str) else "")
+
+    if not isinstance(obj, Family):
+        raise refuse(f"the entry point gives a {type(obj).__name__}, not a rocke_aot.variants.families.Family")
+    family = obj
+    problems = []
+    if not isinstance(family.name, str) or not NAME_RE.match(family.name):
+        problems.append(f"family name {family.name!r} is not a name like 'gemm' ([a-z][a-z0-9_]*)")
+    if source.plugin and family.name != source.plugin:
+        problems.append(f"the entry point is named {source.plugin!r} but its Family is {family.name!r} "
+                        f"(name each entry point after its family)")
+    for field, cls in (("spec_type", family.spec_type), ("problem_type", family.problem_type)):
+        if not _frozen_dataclass(cls):
+            problems.append(f"{field} {getattr(cls, '__name__', cls)!r} is not a frozen dataclass "
+                            f"(@dataclass(frozen=True): specs and problems are hashed and cached)")
+    if not isinstance(family.model, Model):
+        problems.append(f"model is a {type(family.model).__name__}, not a rocke_aot.variants.models.Model")
+    elif not (callable(family.model.accepts) and callable(family.model.efficiency) and callable(family.model.work)):
+        problems.append("model.accepts, model.efficiency and model.work must be callable")
+    if getattr(family.table, "family", None) != family.name:
+        problems.append(f"its variant table says family {getattr(family.table, 'family', None)!r}")
+    if not problems and _frozen_dataclass(family.spec_type):
+        audit = getattr(family.table, "audit", None)
+        if not callable(audit):
+            problems.append(f"its table is a {type(family.table).__name__}, not a rocke_aot.variants.table.FamilyTable")
+        else:
+            problems += audit(family.spec_type, grid=not source.builtin)
+    if problems:
+        raise refuse("; ".join(problems))
+    try:
+        return register(family, source)
+    except SpecError as e:
+        raise refuse(str(e)) from None
+
+
+def _discover() -> None:
+    """Read the ``rocke_aot.families`` entry points once per process (the first lookup does)."""
+    if _STATE[0] == "done":
+        return
+    with _DISCOVERY:
+        if _STATE[0] != "new":  # done meanwhile, or this thread is inside the discovery
+            return
+        _STATE[0] = "running"
+        try:
+            for ep in entry_points(ENTRY_POINT_GROUP):
+                _load(ep)
+        finally:
+            _STATE[0] = "done"
+
+
+def entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+    """The installed entry points of ``group``, in a stable order (name, then distribution)."""
+    eps = importlib.metadata.entry_points(group=group)
+    return sorted(eps, key=lambda ep: (ep.name, _dist_of(ep)[0], ep.value))
+
+
+def _dist_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "?", "?"
+    return dist.metadata["Name"] or "?", dist.version or "?"
+
+
+def plugin_source(ep: importlib.metadata.EntryPoint) -> FamilySource:
+    dist, version = _dist_of(ep)
+    return FamilySource("plugin", dist, version, ep.name, ep.value)
+
+
+def _load(ep: importlib.metadata.EntryPoint) -> None:
+    source = plugin_source(ep)
+    try:
+        if ep.name in _REGISTRY or ep.name in _FAILED:
+            other = (_SOURCES[ep.name] if ep.name in _REGISTRY else _FAILED[ep.name][0]).describe()
+            raise PluginError(f"{source.describe()}: family {ep.name} is already declared ({other}); "
+                              f"a family name belongs to one distribution", plugin=ep.name,
+                              distribution=source.distribution, family=ep.name)
+        try:
+            obj = ep.load()
+        except Exception as e:  # noqa: BLE001 - a plugin's import: anything it raises is its failure
+            raise PluginError(f"{source.describe()}: importing {ep.value} raised {type(e).__name__}: {e}",
+                              plugin=ep.name, distribution=source.distribution, family=ep.name) from e
+        install(obj, source)
+    except PluginError as e:
+        if ep.name in _FAILED:  # a second distribution declaring a failed name: keep the first's record
+            _log.warning("family plugin not loaded: %s", e)
+            return
+        _FAILED[ep.name] = (source, e)
+        _log.warning("family plugin not loaded: %s", e)
+
+
+def plugin_errors() -> tuple[PluginError, ...]:
+    """The plugins that failed to load (each error names its entry point and distribution)."""
+    _discover()
+    return tuple(e for _, e in _FAILED.values())
+
+
+def failed_plugins() -> dict[str, tuple[FamilySource, PluginError]]:
+    """Entry point name -> (its source, why it is not installed), for the plugins that failed."""
+    _discover()
+    return dict(_FAILED)
+
+
+def family_source(name: str) -> FamilySource:
+    family = get_family(name)
+    return _SOURCES[family.name]
 
 
 def register_lowerer(name: str, fn: Callable[..., Any]) -> None:
@@ -136,8 +365,23 @@ def register_lowerer(name: str, fn: Callable[..., Any]) -> None:
         _LOWERERS[name] = fn
 
 
+def has_lowerer(name: str) -> bool:
+    """Whether the aot half of ``name`` is attached in this process (no lookup, no loading)."""
+    return name in _LOWERERS
+
+
 def family_names() -> tuple[str, ...]:
+    _discover()
     return tuple(_REGISTRY)
+
+
+def builtin_family_names() -> tuple[str, ...]:
+    """The families rocke-aot itself ships (its goldens, characterization and tests cover these)."""
+    return tuple(n for n in _REGISTRY if _SOURCES[n].builtin)
+
+
+def _unknown(name: object) -> SpecError:
+    return SpecError(f"unknown family {name!r}; known: {', '.join(_REGISTRY)}")
 
 
 def get_family(name: object) -> Family:
@@ -145,11 +389,17 @@ def get_family(name: object) -> Family:
         raise SpecError(f"a family name must be a string such as 'gemm', got {type(name).__name__} {name!r}")
     family = _REGISTRY.get(name)
     if family is None:
-        raise SpecError(f"unknown family {name!r}; known: {', '.join(_REGISTRY)}")
+        _discover()
+        family = _REGISTRY.get(name)
+        if family is None:
+            if name in _FAILED:
+                raise _FAILED[name][1]
+            raise _unknown(name)
     return family
 
 
 def family_for_spec(spec: object) -> Family:
+    _discover()
     for family in _REGISTRY.values():
         if type(spec) is family.spec_type:
             return family
@@ -158,12 +408,18 @@ def family_for_spec(spec: object) -> Family:
 
 def problem_from_dict(family: object, d: object) -> Any:
     """The family's problem from JSON (the service): unknown or missing fields refused."""
-    if not isinstance(family, str) or family not in _REGISTRY:
-        raise SpecError(f"no problem type for family {family!r}; known: {', '.join(_REGISTRY)}")
+    if not isinstance(family, str):
+        raise SpecError(f"no problem type for family {family!r}; known: {', '.join(family_names())}")
+    try:
+        entry = get_family(family)
+    except SpecError:
+        raise SpecError(f"no problem type for family {family!r}; known: {', '.join(family_names())}") from None
     if not isinstance(d, dict):
         raise SpecError(f"a {family} problem must be a mapping, got {type(d).__name__}")
-    return _REGISTRY[family].problem_from(d)
+    return entry.problem_from(d)
 
 
-__all__ = ["FAMILIES", "Family", "family_for_spec", "family_names", "get_family", "problem_from_dict", "register",
-           "register_lowerer"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP",
+           "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
+           "get_family", "has_lowerer", "install", "plugin_errors", "plugin_source", "problem_from_dict",
+           "register", "register_lowerer"]

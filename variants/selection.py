@@ -48,7 +48,7 @@ from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import efficiency as eff_models
 from rocke_aot.variants import hw_model, measured, perf, table
 from rocke_aot.variants.efficiency import Efficiency
-from rocke_aot.variants.families import family_for_spec
+from rocke_aot.variants.families import family_for_spec, get_family
 
 INCOMPATIBLE = "incompatible target"
 STALE = "stale generation"
@@ -124,7 +124,7 @@ class Ranking:
     accepted: tuple[Choice, ...]  # best first
     rejected: tuple[Rejection, ...]  # in key order
     model: str = "efficiency"  # the order used: "fitted", "hardware" or "efficiency"
-    note: str | None = None  # why a time model was not used (a fact not public, no constants)
+    note: str | None = None  # why a (better) time model was not used: a fact not public, no constants, a family not fitted
 
     @property
     def best(self) -> Choice | None:
@@ -293,23 +293,34 @@ def _reuse(spec: Any, problem: Any, device: Target) -> float | None:
     return c.staged_bytes / c.macs if c.macs else None
 
 
-def choose_model(processor: str, model: str = "auto") -> tuple[str, Any, str | None, str | None]:
+def choose_model(processor: str, model: str = "auto", family: str | None = None
+                 ) -> tuple[str, Any, str | None, str | None]:
     """(model used, its constants or facts, why a time model was not used, the same in one line
-    for every candidate's ``fallback``) for ``model=``."""
+    for every candidate's ``fallback``) for ``model=``.
+
+    With ``family``: the fitted constants apply to the families they were fitted on (their
+    load_factor names them), the hardware model to a family whose Model has ``counts`` (a
+    plugin's family may have neither: the next model applies, and the note says why)."""
     if model not in MODELS:
         raise SpecError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    skipped = None
     if model in ("auto", "fitted"):
         k = perf.constants_for(processor)
-        if k is not None:
+        if k is not None and (family is None or family in k.load_factor):
             return "fitted", k, None, None
+        why = (f"{processor}: no fitted constants (variants/perf_constants/{processor}.json)" if k is None else
+               f"{processor}: the fitted constants were not fitted on family {family}")
         if model == "fitted":
-            why = f"{processor}: no fitted constants (variants/perf_constants/{processor}.json)"
             return "efficiency", None, why, why
+        skipped = why if k is not None else None
     if model in ("auto", "hardware"):
         f = hw_model.facts_for(processor)
         if isinstance(f, hw_model.Refusal):
             return "efficiency", None, f.reason, f.summary
-        return "hardware", f, None, None
+        if family is not None and get_family(family).model.counts is None:
+            why = f"family {family} has no counts model (Model.counts) for the hardware model"
+            return "efficiency", None, why, why
+        return "hardware", f, skipped, None
     return "efficiency", None, None, None
 
 
@@ -379,7 +390,8 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
             rejected.append(Rejection(ch.candidate, OTHER_TARGET,
                                       f"the same spec is built for the more specific {win.candidate.arch} "
                                       f"({win.candidate.key[:12]})"))
-    used, consts, note, fallback = choose_model(dev.processor, model)
+    used, consts, note, fallback = choose_model(dev.processor, model,
+                                                accepted[0].candidate.family if accepted else None)
     # Estimates are pure in (problem, processor, spec, resources): cached with the verdicts.
     if used == "fitted":
         accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, consts), model="fitted")

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rocke_aot import lanes as lane_registry
 from rocke_aot.lanes import CAPABILITIES, Lane
+from rocke_aot.launch import LaunchFormulas
 from rocke_aot.variants import families as family_registry
 from rocke_aot.targets import Target
 from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
@@ -88,6 +90,13 @@ class FamilyTable:
     # its toolchain's probes), not the lane's emission profile (which only LLVM IR goes through)
     own_targets: bool = False
 
+    def audit(self, spec_type: type, *, grid: bool = True, limit: int = 5) -> list[str]:
+        """What is wrong with this table, as sentences (empty: nothing). The registry runs it on
+        every family it installs (variants/families.py install); ``grid`` also enumerates every
+        (arch, lane) (a plugin's: the built-in grids are checked by check_complete in the tests).
+        See :func:`audit_table`."""
+        return audit_table(self, spec_type, grid=grid, limit=limit)
+
 
 # -- the tables, from the family registry ---------------------------------------------------------------
 # Each family's table is its Family's .table (variants/families.py); the functions below take
@@ -133,8 +142,11 @@ def target_admission(target: Target, lane: Lane) -> Admission:
 
 def admission(family: str, arch: object, lane: object) -> Admission:
     """Served, or refused with the reason; decided without lowering or LLVM."""
-    table = _table(family)
-    target, lane = _target(arch), _lane(lane)
+    return _admission(_table(family), _target(arch), _lane(lane))
+
+
+def _admission(table: FamilyTable, target: Target, lane: Lane) -> Admission:
+    family = table.family
     decision = _lane_decision(table, lane)
     if decision is None:
         return Admission(False, f"undecided: family {family} has no decision for lane {lane.name} "
@@ -188,6 +200,10 @@ def path_admission(target: Target, lane: Lane, path: str) -> Admission:
     raise SpecError(f"unknown path {path!r}; paths: {', '.join(PATHS)}")
 
 
+def _served_paths(table: FamilyTable, target: Target, lane: Lane) -> tuple[str, ...]:
+    return tuple(p for p in table.paths(target, lane) if path_admission(target, lane, p).served)
+
+
 def path_admissions(family: str, arch: object, lane: object) -> dict[str, Admission]:
     """Per path of the family: served or refused with the reason (for the CLI and reports)."""
     table = _table(family)
@@ -220,23 +236,31 @@ def _specs(family: str, processor: str, lane_name: str, major: int) -> tuple[Any
     # Cached per (family, processor, lane): planning a no-op rebuild enumerates the same
     # grid many times, and specs are frozen values. The major is part of the cache key so
     # a monkeypatched registry lane with the same name cannot alias a real one.
-    table = _table(family)
-    target, lane = Target.parse(processor), _lane(lane_name)
-    paths = tuple(p for p in table.paths(target, lane) if path_admission(target, lane, p).served)
-    out, seen = [], set()
+    return _enumerate(_table(family), Target.parse(processor), _lane(lane_name))
+
+
+def _points(table: FamilyTable, target: Target, lane: Lane) -> Iterator[tuple[Mapping[str, Any], dict[str, Any]]]:
+    """(baked, knobs) of every point of the product, "path" among the knobs (the served paths)."""
+    paths = _served_paths(table, target, lane)
     for baked in table.baked(target, lane):
         grid = dict(table.knobs(baked, target, lane))
         grid["path"] = tuple(p for p in grid.get("path", paths) if p in paths)
         names = sorted(grid)
         for values in itertools.product(*(grid[n] for n in names)):
-            try:
-                spec = table.make_spec(baked, dict(zip(names, values)))
-                table.check(spec, target)
-            except (SpecError, CapabilityError):
-                continue  # not a point of the grid on this arch (tile, LDS or thread limits)
-            if spec not in seen:
-                seen.add(spec)
-                out.append(spec)
+            yield baked, dict(zip(names, values))
+
+
+def _enumerate(table: FamilyTable, target: Target, lane: Lane) -> tuple[Any, ...]:
+    out, seen = [], set()
+    for baked, knobs in _points(table, target, lane):
+        try:
+            spec = table.make_spec(baked, knobs)
+            table.check(spec, target)
+        except (SpecError, CapabilityError):
+            continue  # not a point of the grid on this arch (tile, LDS or thread limits)
+        if spec not in seen:
+            seen.add(spec)
+            out.append(spec)
     return tuple(out)
 
 
@@ -287,6 +311,134 @@ def check_complete() -> list[Hole]:
     return holes
 
 
+# -- audit (what the registry checks when it installs a family) --------------------------------
+
+_SPEC_PROTOCOL = ("to_dict", "from_dict", "kernel_name", "geometry", "launch_formulas")
+
+
+def _call(problems: list[str], where: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), or None with a sentence in ``problems`` when it raises anything."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - a plugin's code: any exception is a finding
+        problems.append(f"{where} raised {type(e).__name__}: {e}")
+        return None
+
+
+def audit_table(table: FamilyTable, spec_type: type, *, grid: bool = True, limit: int = 5) -> list[str]:
+    """The sentences saying what is wrong with ``table`` (at most ``limit`` of them).
+
+    Always (cheap; every family the registry installs):
+      - each lane decision is SERVE/Serve(note) or Refuse(reason) with a non-empty reason,
+        keyed by lane name (a registered lane without a decision is not a finding here: it
+        is refused as "undecided" with that reason, and check_complete names it a hole)
+      - spec_from_dict, baked, knobs, make_spec, check, arch_rule and paths are callable
+    With ``grid`` (a plugin's family), for every wired arch x every decided lane:
+      - the arch rule returns None or a non-empty reason; ``paths`` returns known paths
+      - a served (arch, lane) has at least one spec: an empty grid refuses without a reason
+      - baked/knobs/make_spec/check raise nothing but SpecError/CapabilityError (a point
+        that is not in the grid); each spec is a ``spec_type``, its to_dict() is JSON and
+        round-trips through spec_from_dict, its kernel_name is a string, its geometry has
+        threads within the arch's block size and its launch_formulas() are LaunchFormulas
+    """
+    problems: list[str] = []
+    if not isinstance(table, FamilyTable):
+        return [f"its table is a {type(table).__name__}, not a rocke_aot.variants.table.FamilyTable"]
+    missing = [n for n in _SPEC_PROTOCOL if not hasattr(spec_type, n)]
+    if missing:
+        problems.append(f"its spec type {spec_type.__name__} lacks {', '.join(missing)}")
+    for name in ("baked", "knobs", "make_spec", "check", "spec_from_dict", "arch_rule", "paths"):
+        if not callable(getattr(table, name)):
+            problems.append(f"its table's {name} is not callable")
+    if not isinstance(table.lane_decisions, Mapping):
+        problems.append("its table's lane_decisions is not a mapping of lane name -> SERVE | Refuse(reason)")
+        return problems
+    for lane_name, decision in table.lane_decisions.items():
+        if isinstance(decision, Refuse):
+            if not isinstance(decision.reason, str) or not decision.reason.strip():
+                problems.append(f"lane {lane_name!r} is refused without a reason (Refuse(reason) needs one)")
+        elif not isinstance(decision, Serve):
+            problems.append(f"lane {lane_name!r}: the decision is a {type(decision).__name__}, "
+                            f"not SERVE, Serve(note) or Refuse(reason)")
+    if problems or not grid:
+        return problems[:limit]
+    lanes = [lane for lane in registered_lanes() if lane.name in table.lane_decisions]
+    for processor in ARCHES:
+        target = Target.parse(processor)
+        for lane in lanes:
+            where = f"{processor}/{lane.name}"
+            if len(problems) >= limit:
+                return problems[:limit]
+            decision = _lane_decision(table, lane)
+            if isinstance(decision, Refuse) or not target_admission(target, lane).served:
+                continue
+            reason = _call(problems, f"{where}: arch_rule", table.arch_rule, target, lane)
+            if reason is not None and (not isinstance(reason, str)):
+                problems.append(f"{where}: arch_rule returned a {type(reason).__name__}, not None or a reason")
+                continue
+            if reason:
+                continue  # refused for this arch, with its reason
+            paths = _call(problems, f"{where}: paths", table.paths, target, lane)
+            if paths is None:
+                continue
+            unknown = [p for p in paths if p not in PATHS]
+            if isinstance(paths, str) or unknown:
+                problems.append(f"{where}: paths returned {paths!r}; a path is one of {', '.join(PATHS)}")
+                continue
+            problems += _audit_grid(table, spec_type, target, lane, where)
+    return problems[:limit]
+
+
+def _audit_grid(table: FamilyTable, spec_type: type, target: Target, lane: Lane, where: str) -> list[str]:
+    problems: list[str] = []
+    specs = []
+    try:
+        points = list(_points(table, target, lane))
+    except Exception as e:  # noqa: BLE001 - baked/knobs of a plugin
+        return [f"{where}: enumerating the grid (baked, knobs) raised {type(e).__name__}: {e}"]
+    for baked, knobs in points:
+        try:
+            spec = table.make_spec(baked, knobs)
+            table.check(spec, target)
+        except (SpecError, CapabilityError):
+            continue
+        except Exception as e:  # noqa: BLE001
+            return [f"{where}: make_spec/check of {dict(baked)} {knobs} raised {type(e).__name__}: {e} "
+                    f"(a point not in the grid raises SpecError or CapabilityError)"]
+        if type(spec) is not spec_type:
+            return [f"{where}: make_spec returned a {type(spec).__name__}, not the family's {spec_type.__name__}"]
+        specs.append(spec)
+    if not specs:
+        return [f"{where}: served with an empty grid: no spec passes make_spec and check, so the "
+                f"combination is refused without a reason (Refuse(reason) in lane_decisions, or arch_rule)"]
+    for spec in specs:
+        got = _call(problems, f"{where}: {spec_type.__name__}.to_dict", spec.to_dict)
+        if got is None:
+            break
+        try:
+            back = table.spec_from_dict(json.loads(json.dumps(got, sort_keys=True, allow_nan=False)))
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{where}: {got} does not round-trip through JSON and spec_from_dict "
+                            f"({type(e).__name__}: {e})")
+            break
+        if back != spec:
+            problems.append(f"{where}: spec_from_dict(to_dict()) gives {back!r}, not the spec {spec!r}")
+            break
+        if not isinstance(spec.kernel_name, str) or not spec.kernel_name:
+            problems.append(f"{where}: kernel_name of {got} is not a non-empty string")
+            break
+        geo = _call(problems, f"{where}: geometry of {got}", spec.geometry, target)
+        threads = getattr(geo, "threads", None)
+        if geo is not None and (not isinstance(threads, int) or not 1 <= threads <= target.info.max_block):
+            problems.append(f"{where}: geometry of {got} has threads {threads!r}, not 1..{target.info.max_block}")
+        lf = _call(problems, f"{where}: launch_formulas of {got}", spec.launch_formulas)
+        if lf is not None and not isinstance(lf, LaunchFormulas):
+            problems.append(f"{where}: launch_formulas() of {got} is a {type(lf).__name__}, not LaunchFormulas")
+        if problems:
+            break
+    return problems
+
+
 # -- reports (CLI, service) ------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -330,5 +482,5 @@ __all__ = [
     "Admission", "SERVE", "Serve", "Refuse", "FamilyTable", "Hole", "Row", "PATHS",
     "admission", "require_admitted", "enumerate_specs", "count_specs", "path_admission",
     "path_admissions", "family_names", "registered_lanes", "check_complete",
-    "report", "spec_from_dict", "target_admission",
+    "report", "spec_from_dict", "target_admission", "audit_table",
 ]

@@ -20,7 +20,7 @@ import platform
 from concurrent.futures import Future
 from typing import Any, Mapping
 
-from rocke_aot.aot.recipe import recipe_digest
+from rocke_aot.aot.recipe import family_digest
 from rocke_aot.cache.keys import canonical_json, thaw
 from rocke_aot.errors import ToolchainError, ToolchainRefused
 
@@ -57,9 +57,10 @@ def _toolchain_for(lane: str, identity: Mapping[str, str]):
     )
 
 
-def check_recipe(planned: str) -> None:
-    """Refuse a job planned under another recipe digest than this worker's code has."""
-    mine = recipe_digest()
+def check_recipe(planned: str, family: str) -> None:
+    """Refuse a job planned under another recipe digest than this worker's code has (the
+    family's: a plugin family's covers the plugin's code too, aot/recipe.py family_digest)."""
+    mine = family_digest(family)
     if planned != mine:
         raise WorkerRefused(
             f"Dask worker {platform.node()} runs rocke-aot code with recipe digest {mine[:16]}..., but the job "
@@ -74,7 +75,7 @@ def remote_build(family: str, spec: Mapping[str, Any], target_id: str, lane: str
     from rocke_aot.lanes import get_lane
     from rocke_aot.targets import Target
 
-    check_recipe(recipe)
+    check_recipe(recipe, family)
     target = Target.parse(target_id)
     tc = _toolchain_for(lane, identity)
     if canonical_json(tc.compile_options(target)) != canonical_json(thaw(options)):

@@ -17,8 +17,9 @@
         └── absent ─────────────> to build (run.py lowers it; only a new IR is compiled)
 
 Plan keys need no lowering: every input (target ID, lane, profile, family, canonical
-spec, the recipe digest of the lowering/compile code (aot/recipe.py), the toolchain
-identity, the compile options) is known up front, so a no-op rebuild is pure hashing
+spec, the recipe digest of the lowering/compile code (aot/recipe.py family_digest: a plugin
+family's also covers the plugin's own packages), the toolchain identity, the compile
+options) is known up front, so a no-op rebuild is pure hashing
 plus one query. A plan miss costs a lowering; the compile is decided by the code-object
 key (cache/keys.py), which the lowering's IR gives.
 """
@@ -36,11 +37,12 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from rocke_aot.lanes import LANES, Lane, get_lane
 from rocke_aot.targets import Target
-from rocke_aot.aot.recipe import recipe_digest
+from rocke_aot.aot.recipe import family_digest
 from rocke_aot.aot.toolchains import toolchain_for
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, canonical_json
-from rocke_aot.errors import SpecError, ToolchainError
+from rocke_aot.errors import PluginError, SpecError, ToolchainError
+from rocke_aot.variants import families as family_registry
 
 
 class Job(NamedTuple):
@@ -159,12 +161,21 @@ def _make_plan(
 
     all_families = table.family_names()
     for fam in families or ():
-        if fam not in all_families:
-            raise SpecError(f"unknown family {fam!r}; known: {', '.join(all_families)}")
+        family_registry.get_family(fam)  # unknown: SpecError; a plugin that failed to load: its PluginError
     fams = list(families) if families else list(all_families)
     chosen, skips = choose_lanes(lanes, toolchains)
     plan = Plan(skipped=skips, force=force)
-    digest = recipe_digest()  # memoized per process: a no-op plan stays pure hashing
+    # Per family, memoized per process (a no-op plan stays pure hashing). A plugin family whose
+    # lowerer cannot load is refused with its PluginError, named; the other families build.
+    digests: dict[str, str] = {}
+    broken: dict[str, str] = {}
+    for fam in fams:
+        try:
+            digests[fam] = family_digest(fam)
+        except PluginError as e:
+            if families:  # asked for by name: the error itself
+                raise
+            broken[fam] = f"PluginError: {e}"
     jobs: list[Job] = []
     wants = {fam: where_for(fam, where) for fam in fams} if where else {}  # checked before any lane
     for lane_name, lane_tc in chosen.items():
@@ -187,6 +198,9 @@ def _make_plan(
                 return chooser[consumes]
 
             for fam in fams:
+                if fam in broken:
+                    plan.refused.append(Refusal(fam, target.id, lane.name, broken[fam]))
+                    continue
                 adm = table.admission(fam, target.processor, lane)
                 if not adm.served:
                     plan.refused.append(Refusal(fam, target.id, lane.name, adm.reason))
@@ -200,7 +214,7 @@ def _make_plan(
                 material = getattr(spec_type, "key_material", None)
                 if material is not None:  # what the family's own code adds (a Triton kernel's sources)
                     options = {**options, "family": material()}
-                tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digest, identity, options)
+                tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digests[fam], identity, options)
                 key = tpl.key
                 specs = table.enumerate_specs(fam, target.processor, lane)
                 if spec_filter is not None:  # build --problems (aot/builder/problems.py)

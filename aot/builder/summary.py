@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocke_aot.aot.builder.plan import Plan
+from rocke_aot.variants.families import plugin_errors
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ def summarize(plan: Plan, outcome, *, store, arches, dry_run: bool, compiles: in
         "failed": failed,
         "refused": [{"reason": reason, "count": len(c), "combinations": sorted(c)} for reason, c in sorted(refused.items())],
         "skipped": [{"lane": s.lane, "reason": s.reason} for s in plan.skipped],
+        # Plugins whose family did not load (not built; every other family was): rocke-aot families
+        "plugin_errors": [str(e) for e in plugin_errors()],
         "compiles": compiles,
         "seconds": round(seconds, 3),
         "compile_seconds": round(outcome.compile_seconds, 3),
@@ -84,4 +87,6 @@ def render(summary: BuildSummary, console) -> None:
         t.add_row("[red]failed[/red]", "", f"{f['family']}/{f['arch']}/{f['lane']}: {f['error']}")
     for s in d["skipped"]:
         t.add_row("skipped lane", "", s["reason"])
+    for e in d["plugin_errors"]:
+        t.add_row("[red]broken plugin[/red]", "", e)
     console.print(t)
