@@ -81,8 +81,9 @@ for _name, _raw in BUILTIN_LOWERERS:
     register_lowerer(_name, with_contract(_raw))
 # Every Triton family (variants/triton.py) lowers to a compile request with its own contract
 # (the parameters Triton specializes away, its scratch pointers): one lowerer for the kind.
-for _name in family_names():
-    if is_triton(get_family(_name)):
+# (A plugin's Triton family gets the same lowerer when get_family below first sees it.)
+for _name in registry.builtin_family_names():  # no plugin discovery at import: that is lazy
+    if is_triton(registry.get_family(_name)):
         register_lowerer(_name, lower_triton)
 
 
@@ -126,6 +127,9 @@ def _attach(family: Family) -> None:
     source = registry.family_source(family.name)
     with _LOWERER_LOCK:
         if registry.has_lowerer(family.name) or family.name in _LOWERER_ERRORS:
+            return
+        if is_triton(family):  # the kind's lowerer: a compile request, no entry point of its own
+            register_lowerer(family.name, lower_triton)
             return
         try:
             fn = _load_lowerer(family.name, source)
