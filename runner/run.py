@@ -36,6 +36,15 @@ from rocke_aot.runner.runtime import PackedArgs, Runtime
 _SCALAR_FORMATS = {"i32": "<i", "u32": "<I", "i64": "<q"}
 
 
+def reference_of(family: str) -> str:
+    """What the family computes, as runner/reference.py names it: a Triton family says which
+    (triton_matmul computes gemm's C = A x B); every other family is its own."""
+    from rocke_aot.variants.families import get_family
+
+    kernel = getattr(get_family(family).spec_type, "KERNEL", None)
+    return getattr(kernel, "reference", "") or family
+
+
 def pack(plan: LaunchPlan, pointers: Mapping[str, int]) -> PackedArgs:
     """The kernel-argument buffer: every argument at its contract offset, little-endian."""
     buf = bytearray(plan.kernarg_size)
@@ -187,7 +196,7 @@ class _Buffers:
 def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[LoadedKernel], *,
                 verify: bool = True, warmup: int = 2, reps: int = 10, seed: int = 0,
                 vendor: bool = True, progress: Callable[[], None] | None = None) -> ProblemReport:
-    sem = ref.semantics(family)
+    sem = ref.semantics(reference_of(family))
     bufs = _Buffers(rt, seed)
     report = ProblemReport(family, dataclasses.asdict(problem), [])
     refs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -228,10 +237,13 @@ def _run_one(rt, sem, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: Ru
     module = rt.load(cand.image)
     try:
         fn = rt.function(module, cand.contract.kernel)
+        shared = cand.contract.dynamic_shared_bytes  # a Triton kernel's shared memory is dynamic
+        if shared:
+            rt.allow_dynamic_shared(fn, shared)
 
         def call() -> None:
             for ln in todo:
-                rt.launch(fn, ln.grid, ln.block, ln.args)
+                rt.launch(fn, ln.grid, ln.block, ln.args, shared)
 
         if verify:
             poison = np.full(out_arg.nbytes, 0xFF, dtype=np.uint8)  # NaN in f32, f16 and bf16
@@ -275,6 +287,7 @@ def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[s
         return None, None
     dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[p.dtype]
     d = "cuda"
+    family = reference_of(family)
     if family == "gemm":
         a, b = torch.randn(p.m, p.k, device=d, dtype=dt), torch.randn(p.k, p.n, device=d, dtype=dt)
         name, fn = "torch.matmul", lambda: torch.matmul(a, b)

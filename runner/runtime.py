@@ -77,6 +77,10 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def _events(self) -> tuple[Callable[[], Any], Callable[[Any], None], Callable[[Any, Any], float]]: ...
 
+    def allow_dynamic_shared(self, fn: Any, nbytes: int) -> None:
+        """Let ``fn`` launch with ``nbytes`` of dynamic shared memory (CUDA: over 48 KiB needs an
+        attribute, as Triton's own launcher sets it; HIP: the LDS limit applies as it is)."""
+
     def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], args: PackedArgs, shared: int = 0) -> None:
         if any(g <= 0 for g in grid):
             return  # an empty problem launches nothing
@@ -169,6 +173,11 @@ class CudaRuntime(Runtime):
 
     def synchronize(self) -> None:
         self.c(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def allow_dynamic_shared(self, fn: Any, nbytes: int) -> None:
+        if nbytes > 48 * 1024:
+            attr = self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self.c(self.cu.cuFuncSetAttribute(fn, attr, int(nbytes)), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
     def _launch(self, fn, grid, block, params, shared) -> None:
         self.c(self.cu.cuLaunchKernel(fn, *grid, *block, shared, 0, params, 0), "cuLaunchKernel")

@@ -162,3 +162,26 @@ def test_rebuild_compiles_nothing_and_a_problem_selects_by_specialization(built,
     assert "BLOCK=2048" in fam.model.accepts(spec, fam.problem_from({"rows": 8, "cols": 2048}))
     assert sys.executable  # the builder itself never imported triton
     assert "triton" not in sys.modules
+
+
+def test_the_runner_launches_a_triton_artifact_from_its_contract(built):
+    """What bench --run-from-cache does before the GPU: the reference it verifies against, the
+    kernel-argument buffer at the code object's offsets (scratch pointers included), the shared
+    memory to launch with."""
+    import struct
+
+    from rocke_aot.launch import LaunchContract
+    from rocke_aot.runner.run import pack, reference_of
+
+    assert reference_of("triton_matmul") == "gemm" and reference_of("gemm") == "gemm"
+    art = built["arts"][("triton_matmul", "sm_90")]
+    contract = LaunchContract.from_dict(art.metadata["launch"])
+    plan = contract.plan(get_family("triton_matmul").problem_from({"m": 4096, "n": 2048, "k": 1024}))
+    assert plan.grid == (4096 // 128 * (2048 // 256), 1, 1) and plan.block == (256, 1, 1)
+    ptrs = {a.name: 0x1000 * (i + 1) for i, a in enumerate(plan.args) if a.kind == "global_pointer"}
+    buf = pack(plan, ptrs).buffer
+    by = {a.name: a for a in plan.args}
+    assert struct.unpack_from("<iii", buf, by["M"].offset) == (4096, 2048, 1024)
+    assert struct.unpack_from("<i", buf, by["stride_am"].offset) == (1024,)
+    assert struct.unpack_from("<Q", buf, by["profile_scratch"].offset) == (ptrs["profile_scratch"],)
+    assert contract.dynamic_shared_bytes == art.metadata["triton"]["shared"] > 48 * 1024
