@@ -13,7 +13,8 @@ and bare nginx serving the same files with no verification at all, each WORKERS 
     bare nginx        httpx GET of every blobs/<sha>.zst into memory, nothing checked or kept
     one harness for every path: WORKERS threads (the client's default, Fetcher.get_many's) over
     one connection pool (one httpx.Client, as a Source has); per call latency -> p50, p99;
-    kernels/s over the pass; plus Fetcher.get_many itself (cold, its own pool) and, for
+    kernels/s over the pass; the client process's CPU time per kernel (all its threads; not
+    nginx's or the service's: the figure a busy shared machine moves least); plus Fetcher.get_many itself (cold, its own pool) and, for
     reference, the verified mirror and bare nginx one kernel at a time
     each ROUNDS times, interleaved; medians of the rounds
     ratio: verified mirror (cold) kernels/s / bare nginx kernels/s (goal issue 23: >= 0.9)
@@ -76,16 +77,17 @@ def timed(fn, items, workers: int) -> dict:
         fn(it)
         lat.append(time.perf_counter() - t)
 
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     if workers == 1:
         for it in items:
             one(it)
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(one, items))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     lat.sort()
     return {"kernels_per_s": round(len(items) / wall, 1), "wall_s": round(wall, 4),
+            "client_cpu_ms_per_kernel": round(cpu / len(items) * 1e3, 3),
             "p50_ms": round(lat[len(lat) // 2] * 1e3, 3), "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3, 3)}
 
 
@@ -177,11 +179,11 @@ def main() -> None:
         return
     print(f"{out['kernels']} kernels x {out['size']} bytes, {out['workers']} workers on every path, median of "
           f"{out['rounds']} rounds, {out['cpus']} cpus, load average {out['load_avg'][0]:.1f}")
-    print(f"{'path':48} {'kernels/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'metadata s':>11}")
+    print(f"{'path':48} {'kernels/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'metadata s':>11} {'client cpu ms':>14}")
     nan = float("nan")
     for name, r in out["median_of_rounds"].items():
         print(f"{name:48} {r['kernels_per_s']:10.1f} {r.get('p50_ms', nan):8.3f} {r.get('p99_ms', nan):8.3f} "
-              f"{r.get('metadata_s', nan):11.4f}")
+              f"{r.get('metadata_s', nan):11.4f} {r.get('client_cpu_ms_per_kernel', nan):14.3f}")
     ratio = out["ratio_verified_mirror_cold_over_bare_nginx"]
     print(f"verified mirror (cold) / bare nginx, {out['workers']} workers each: {ratio:.3f} "
           f"(goal >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'}); get_many / bare nginx: "

@@ -253,7 +253,7 @@ class LocalStore:
         # No fsync: every read checks size and sha256, so a crash can lose a blob (fetched
         # again) but never make a wrong one pass.
         if not os.path.isfile(path):
-            atomic_write(Path(path), data, durable=False, make_parent=False)
+            atomic_write(path, data, durable=False, make_parent=False)
 
     def put(self, kernel: Kernel) -> Kernel:
         """Keep a kernel and its record (the caller verified it; its bytes are checked again)."""

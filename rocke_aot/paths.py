@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-import tempfile
+import threading
 from pathlib import Path
 
 import platformdirs
@@ -27,22 +28,40 @@ def home() -> Path:
     return path
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True, make_parent: bool = True) -> None:
+_TMP_SEQ = itertools.count()  # temp names unique within the process; pid and thread across them
+
+
+def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644, *, durable: bool = True,
+                 make_parent: bool = True) -> None:
     """Write ``data`` to ``path`` whole or not at all (temp file in the same dir, fsync, rename).
 
     ``durable`` False skips the fsync: for files whose every read is verified (a content hash),
     where a crash may lose the file but never make a wrong one pass. ``make_parent`` False:
-    the caller made the directory already (a store writing many files into one)."""
+    the caller made the directory already (a store writing many files into one). The file
+    gets exactly ``mode`` whatever the umask (a registry other users read stays readable).
+    The temp file is named by pid, thread and a counter and opened O_EXCL: no random names,
+    no buffered file object (half of what a small write cost through tempfile.mkstemp)."""
+    path = os.fspath(path)
+    parent, name = os.path.split(path)
     if make_parent:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        os.makedirs(parent or ".", exist_ok=True)
+    while True:
+        tmp = os.path.join(parent, f".{name}.{os.getpid()}.{threading.get_ident()}.{next(_TMP_SEQ)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+            break
+        except FileExistsError:  # left by a crashed process whose pid and thread this one has
+            continue
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)  # not the umask's: the store is readable like any cache
             if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(tmp, mode)  # mkstemp makes 0600; the store is readable like any cache
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
