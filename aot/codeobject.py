@@ -720,8 +720,8 @@ def record_metadata(sent: Any, info: CodeObjectInfo) -> dict[str, Any]:
     if block is not None and most is not None and block[0] * block[1] * block[2] > most:
         raise CodeObjectError(f"{contract.kernel}: the launch contract's block {tuple(block)} is over the code "
                               f"object's maximum work-group size {most}")
-    lds = Target.parse(info.target).info.lds_bytes
-    if contract.dynamic_shared_bytes and contract.dynamic_shared_bytes + (info.lds_bytes or 0) > lds:
-        raise CodeObjectError(f"{contract.kernel}: {contract.dynamic_shared_bytes} bytes of dynamic shared memory "
-                              f"on top of {info.lds_bytes} static are over {info.target}'s {lds}")
+    lds = Target.parse(info.target).info.lds_bytes  # the builder's rule for a Triton build's dynamic shared memory
+    if contract.dynamic_shared_bytes > lds:
+        raise CodeObjectError(f"{contract.kernel}: {contract.dynamic_shared_bytes} bytes of dynamic shared memory; "
+                              f"{info.target} has {lds}")
     return md

@@ -147,10 +147,12 @@ class VerifyReport:
     affected_keys: tuple[str, ...]  # artifacts whose blob is corrupt or missing
     bad_keys: tuple[tuple[str, str], ...]  # (key, reason): key != artifact_key(stored inputs)
     orphan_blobs: int
+    bad_records: tuple[tuple[str, str], ...] = ()  # (key, reason): metadata/provenance the record schema refuses
+    origins: tuple[tuple[str, int], ...] = ()  # (server URL, artifacts a client fetched from it), most first
 
     @property
     def ok(self) -> bool:
-        return not (self.corrupt or self.affected_keys or self.bad_keys)
+        return not (self.corrupt or self.affected_keys or self.bad_keys or self.bad_records)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -160,6 +162,8 @@ class VerifyReport:
             "corrupt": [{"sha256": s, "reason": r} for s, r in self.corrupt],
             "affected_keys": list(self.affected_keys),
             "bad_keys": [{"key": k, "reason": r} for k, r in self.bad_keys],
+            "bad_records": [{"key": k, "reason": r} for k, r in self.bad_records],
+            "origins": [{"source": s, "artifacts": n} for s, n in self.origins],
             "orphan_blobs": self.orphan_blobs,
         }
 

@@ -22,7 +22,11 @@
     lookup_code_objects(keys) ── the builder's question after lowering: compiled already?
     get(key) ── row + blob ─> codec.decode (decompress, size, sha256) ─> Artifact
                  mismatch -> IntegrityError, the bytes never leave; then touch last_read_at
-    find / list_artifacts / stats / verify ── listings and reports (verify decodes every blob)
+    find / list_artifacts / stats / verify ── listings and reports (verify decodes every blob,
+                 recomputes every key, checks every record against the record schema and counts
+                 the artifacts per origin: the server a client fetched them from)
+    purge(origin) ── drop the artifacts a client fetched from that server (provenance "origin",
+                 service/client.py), then their blobs: a poisoned local store is cleaned
     complete_generation / generations / gc_generations ── cache/generations.py
     claim / renew_claims / release_claims / claimed_by_others ── cache/claims.py
     gc ── delete blobs no artifact references
@@ -184,6 +188,14 @@ def _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json
 def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
     for i in range(0, len(seq), n):
         yield seq[i : i + n]
+
+
+def origin_of(provenance: Any) -> str | None:
+    """The server an artifact was fetched from (provenance "origin" {"source": URL}, written by
+    service/client.py), None for one built or imported here."""
+    o = provenance.get("origin") if isinstance(provenance, Mapping) else None
+    src = o.get("source") if isinstance(o, Mapping) else None
+    return src.rstrip("/") if isinstance(src, str) else None
 
 
 class Store:
@@ -618,6 +630,8 @@ class Store:
         bad_sha = {s for s, _ in corrupt}
         affected: list[str] = []
         bad_keys: list[tuple[str, str]] = []
+        bad_records: list[tuple[str, str]] = []
+        origins: dict[str, int] = {}
         with db.read_tx(self.engine) as conn:
             rows = conn.execute(select(*_ROW, B.c.sha256.label("present")).select_from(_ROW_FROM)).mappings().all()
             orphans = conn.execute(select(func.count()).select_from(B).where(~blobs.referenced(B.c.sha256))).scalar()
@@ -631,7 +645,44 @@ class Store:
                     bad_keys.append((r["key"], f"stored inputs hash to {want}"))
             except Exception as e:  # noqa: BLE001 - any unreadable row is reported, not raised
                 bad_keys.append((r["key"], f"unreadable inputs: {type(e).__name__}: {e}"))
-        return VerifyReport(checked, len(rows), tuple(corrupt), tuple(sorted(affected)), tuple(bad_keys), orphans)
+            if r["status"] != "ok":
+                continue
+            try:  # the one record schema, as on every put (a row written before it, or by hand)
+                prov = json.loads(r["provenance_json"])
+                record.check_metadata(json.loads(r["metadata_json"]))
+                record.check_provenance(prov)
+            except (ValueError, RecursionError, SpecError) as e:
+                bad_records.append((r["key"], f"{type(e).__name__}: {e}"))
+                continue
+            src = origin_of(prov)
+            if src is not None:
+                origins[src] = origins.get(src, 0) + 1
+        return VerifyReport(checked, len(rows), tuple(corrupt), tuple(sorted(affected)), tuple(bad_keys), orphans,
+                            tuple(bad_records), tuple(sorted(origins.items(), key=lambda x: (-x[1], x[0]))))
+
+    def purge(self, origin: str) -> GcReport:
+        """Drop every artifact whose provenance says a client fetched it from ``origin`` (a server
+        URL; service/client.py records it), hand each served spec to the next-best generation's
+        row, then delete the blobs nothing references any more."""
+        self._writable("purge")
+        if not isinstance(origin, str) or not origin.startswith(("http://", "https://")):
+            raise SpecError(f"an origin is the URL of a server (http:// or https://), got {origin!r}")
+        want = origin.rstrip("/")
+        with db.write_tx(self.engine, exclusive=True) as conn:
+            rows = conn.execute(select(A.c.key, A.c.provenance_json).where(A.c.status == "ok")).all()
+            victims = []
+            for key, text in rows:
+                try:
+                    if origin_of(json.loads(text)) == want:
+                        victims.append(key)
+                except (ValueError, RecursionError):
+                    continue  # unreadable provenance: verify reports it
+            for chunk in _chunks(victims, LOOKUP_CHUNK):
+                conn.execute(delete(A).where(A.c.key.in_(chunk)))
+            generations.reserve_groups(conn)
+            n, freed = blobs.delete_orphans(conn)
+            after = int(conn.execute(select(func.coalesce(func.sum(B.c.stored_size), 0))).scalar())
+        return GcReport(len(victims), n, freed, after)
 
     # ---- selection, generations, paging ------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""`rocke-aot cache stats|ls|show|verify|audit|gc|export|import|train-dicts`: thin commands over Store.
+"""`rocke-aot cache stats|ls|show|verify|audit|gc|purge|export|import|train-dicts`: thin commands over Store.
 
     --cache URL (default: $ROCKE_AOT_CACHE, else the user cache dir) ──> Store.open
     command ──> one Store method ──> text, or one JSON document with --json
@@ -179,7 +179,9 @@ def show(key: str, out: Path | None, cache_url, as_json) -> None:
 @cache_option
 @json_option
 def verify(cache_url, as_json) -> int:
-    """Decompress and sha256-check every blob; recompute every key. Exit 1 on damage.
+    """Decompress and sha256-check every blob; recompute every key; check every record against
+    the record schema; count the artifacts fetched from each server (their origin). Exit 1 on
+    damage.
 
     \b
     Example:
@@ -199,7 +201,33 @@ def verify(cache_url, as_json) -> int:
             click.echo(f"  affected artifact {key}")
         for key, reason in report.bad_keys:
             click.echo(f"  bad key {key}: {reason}")
+        for key, reason in report.bad_records:
+            click.echo(f"  bad record {key}: {reason}")
+        for source, n in report.origins:
+            click.echo(f"  {n} artifacts fetched from {source} (rocke-aot cache purge --origin {source} drops them)")
     return 0 if report.ok else 1
+
+
+@cache.command("purge")
+@click.option("--origin", required=True, metavar="URL",
+              help="The server whose artifacts go: every artifact a client fetched from it (cache verify lists them).")
+@cache_option
+@json_option
+def purge(origin, cache_url, as_json) -> None:
+    """Drop the artifacts a client fetched from the server at URL, then their blobs.
+
+    \b
+    Example:
+        rocke-aot cache purge --origin http://10.0.0.7:8080
+        rocke-aot cache purge --origin http://10.0.0.7:8080 --cache ~/.cache/rocke-aot/local.sqlite --json
+    """
+    with _store(cache_url) as store:
+        report = store.purge(origin)
+    if as_json:
+        emit_json({"origin": origin, **report.as_dict()})
+        return
+    click.echo(f"dropped {report.artifacts_evicted} artifacts fetched from {origin}, deleted {report.blobs_deleted} "
+               f"blobs, freed {_human_bytes(report.bytes_freed)}")
 
 
 @cache.command("gc")

@@ -62,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Serve the kernel cache over HTTP (FastAPI + uvicorn)."),
     "fetch": ("rocke_aot.cli.fetch", "fetch",
         "Fetch the code object of KEY (verified; cached locally; ROCKE_AOT_OFFLINE=1: local only)."),
+    "client": ("rocke_aot.cli.client", "client",
+        "Verify and purge the client's local store of fetched kernels."),
     "mirror": ("rocke_aot.cli.mirror", "mirror",
         "Static mirrors of signed generations for any HTTP server, object store or CDN."),
     "trust": ("rocke_aot.cli.trust", "trust",

@@ -15,6 +15,13 @@
                   was lost reads as a miss, fetched again)
     get(key)      record -> blob;  blob(sha, size): sha256 and size checked on every read (a
                   changed file is an IntegrityError and is removed, never returned)
+    verify(origin=None) -> LocalReport   every record (of that origin) against the record
+                  schema (check_record), its file name, its blob (present, size, sha256, an ELF
+                  for its arch); every blob file against its name; the blobs the accepted
+                  signed manifest lists; what no record or manifest entry references (orphans)
+    purge(origin=URL, bad=False) -> LocalReport   remove the records a server at URL left
+                  (their origin), with bad: every record and blob verify refuses; then every
+                  blob nothing references any more (no get could return it)
 
 A GPU host needs no SQLite, SQLAlchemy or migrations to keep a few hundred code objects;
 files named by hash also make concurrent writers safe (two writers of one key write the
@@ -27,7 +34,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -267,3 +274,132 @@ class LocalStore:
     def keys(self) -> list[str]:
         d = self.root / "kernels"
         return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+
+    def verify(self, origin: str | None = None) -> LocalReport:
+        """Every record (only those from ``origin`` when given) against the record schema, its
+        file name and its blob; every blob file against its name (module doc). Nothing is
+        changed: a bad entry is reported, and purge removes it."""
+        return _verify(self, origin)[0]
+
+    def purge(self, origin: str | None = None, *, bad: bool = False) -> LocalReport:
+        """Remove the records whose origin is ``origin`` (a server URL), and with ``bad`` every
+        record and blob verify refuses; then every blob nothing references any more. Returns
+        verify's report afterwards, with the files removed."""
+        return _purge(self, origin, bad)
+
+
+@dataclass(frozen=True)
+class LocalReport:
+    """What LocalStore.verify found (or purge removed): counts, the records and blobs refused
+    with why, the origins of the records checked, the blobs nothing references."""
+
+    records: int
+    blobs: int
+    bad: tuple[tuple[str, str], ...] = ()  # (kernels/<key>.json or blobs/<sha256>, why)
+    origins: tuple[tuple[str, int], ...] = ()  # (source URL, records), most first
+    orphans: tuple[str, ...] = ()  # blob sha256s no record or signed manifest entry names
+    removed: tuple[str, ...] = ()  # purge: the files removed (relative to the root)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "records": self.records, "blobs": self.blobs,
+                "bad": [{"path": p, "reason": r} for p, r in self.bad],
+                "origins": [{"source": s, "records": n} for s, n in self.origins],
+                "orphans": list(self.orphans), "removed": list(self.removed)}
+
+
+def _source(origin: Any) -> str | None:
+    src = origin.get("source") if isinstance(origin, Mapping) else None
+    return src.rstrip("/") if isinstance(src, str) else None
+
+
+def _verify(store: LocalStore, origin: str | None) -> tuple[LocalReport, set[str]]:
+    """(the report, the sha256s referenced by records that passed) of LocalStore.verify."""
+    want = origin.rstrip("/") if origin is not None else None
+    bad: list[tuple[str, str]] = []
+    origins: dict[str, int] = {}
+    referenced: set[str] = set()
+    checked = 0
+    blob_names = sorted(os.listdir(store.root / "blobs")) if (store.root / "blobs").is_dir() else []
+    for key in store.keys():
+        rel = f"kernels/{key}.json"
+        try:
+            rec = json.loads((store.root / rel).read_bytes())
+        except (OSError, ValueError, RecursionError) as e:
+            bad.append((rel, f"unreadable: {type(e).__name__}: {e}"))
+            continue
+        src = _source(rec.get("origin") if isinstance(rec, dict) else None)
+        if want is not None and src != want:
+            continue
+        checked += 1
+        origins[src or "(none)"] = origins.get(src or "(none)", 0) + 1
+        try:
+            k = check_record(rec)
+            if k.key != key:
+                raise IntegrityError(f"the file of {key} holds the record of {k.key}")
+            path = store.root / "blobs" / k.sha256
+            data = path.read_bytes() if path.is_file() else None
+            if data is None:
+                raise NotFoundError(f"its blob {k.sha256} is missing")
+            check_bytes(data, k.sha256, k.size, f"its blob {k.sha256}")
+            check_elf_header(data, k.inputs.arch, f"its blob {k.sha256}")
+        except (SpecError, IntegrityError, NotFoundError, CodeObjectError) as e:
+            bad.append((rel, f"{type(e).__name__}: {e}"))
+            continue
+        referenced.add(k.sha256)
+    signed: dict[str, int] = {}
+    manifest = store.trust_dir / "manifest.json"
+    if manifest.is_file():
+        try:
+            entries = json.loads(manifest.read_bytes())["signed"]["kernels"]
+            signed = {e["sha256"]: e["size"] for e in entries.values()}
+        except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError) as e:
+            bad.append(("trust/manifest.json", f"unreadable: {type(e).__name__}: {e}"))
+    if want is None:  # every blob file: named by its content, the signed ones of the signed size
+        for name in blob_names:
+            rel = f"blobs/{name}"
+            try:
+                data = (store.root / rel).read_bytes()
+                got = hashlib.sha256(data).hexdigest()
+                if got != name:
+                    raise IntegrityError(f"its bytes hash to {got}")
+                if name in signed and len(data) != signed[name]:
+                    raise IntegrityError(f"{len(data)} bytes; the signed manifest says {signed[name]}")
+            except (OSError, IntegrityError) as e:
+                bad.append((rel, f"{type(e).__name__}: {e}"))
+    orphans = tuple(n for n in blob_names if n not in referenced and n not in signed) if want is None else ()
+    report = LocalReport(checked, len(blob_names) if want is None else len(referenced), tuple(bad),
+                         tuple(sorted(origins.items(), key=lambda x: (-x[1], x[0]))), orphans)
+    return report, referenced | set(signed)
+
+
+def _purge(store: LocalStore, origin: str | None, bad: bool) -> LocalReport:
+    if origin is None and not bad:
+        raise SpecError("purge what? give an origin (the URL of the server whose records go) or bad=True")
+    want = origin.rstrip("/") if origin is not None else None
+    removed: list[str] = []
+    for key in store.keys() if want is not None else ():
+        rel = f"kernels/{key}.json"
+        try:
+            rec = json.loads((store.root / rel).read_bytes())
+            src = _source(rec.get("origin") if isinstance(rec, dict) else None)
+        except (OSError, ValueError, RecursionError):
+            continue  # unreadable: attributed to no origin (bad=True removes it)
+        if src == want:
+            (store.root / rel).unlink(missing_ok=True)
+            removed.append(rel)
+    report, _ = _verify(store, None)
+    if bad:
+        for rel, _why in report.bad:
+            if rel.startswith(("kernels/", "blobs/")):
+                (store.root / rel).unlink(missing_ok=True)
+                removed.append(rel)
+        report, _ = _verify(store, None)
+    for sha in report.orphans:  # nothing names them any more: no get can return them
+        (store.root / "blobs" / sha).unlink(missing_ok=True)
+        removed.append(f"blobs/{sha}")
+    report, _ = _verify(store, None)
+    return replace(report, removed=tuple(removed))

@@ -603,3 +603,92 @@ def _endless_error(h):
     h.end_headers()
     for _ in range(1 << 14):
         h.wfile.write(b"x" * (64 << 10))
+
+
+# ---- a poisoned local store is not forever -----------------------------------------------------
+
+def _cli(*args: str):
+    from click.testing import CliRunner
+
+    from rocke_aot.cli.main import cli
+
+    r = CliRunner().invoke(cli, list(args))
+    return r.exit_code, r.output
+
+
+@pytest.fixture
+def genuine_server(genuine):
+    s = HostileServer(*copy.deepcopy(genuine))
+    yield s
+    s.close()
+
+
+def test_the_slim_clients_poisoned_store_is_refetched_verified_and_purged(hostile, genuine_server, genuine, tmp_path):
+    metas, blobs, _ = genuine
+    keys = list(metas)[:3]
+    local = tmp_path / "local"
+    with _fetcher(hostile.base, tmp_path) as f:  # what the first (now distrusted) server made this host keep
+        for k in keys:
+            f.get(k)
+    code, out = _cli("client", "verify", "--local", str(local), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["origins"] == [{"source": hostile.base, "records": 3}], out
+    # the host points at another server: a copy another server left answers no get
+    with _fetcher(genuine_server.base, tmp_path) as f:
+        assert f.get(keys[0]).origin["source"] == genuine_server.base
+    assert [p for m, p in genuine_server.hits] == [f"/v1/kernels/{keys[0]}/meta", f"/v1/blobs/{metas[keys[0]]['sha256']}"]
+    # poison: a blob changed on disk, a record made to lie about its launch, a file that is no record
+    (local / "blobs" / metas[keys[1]]["sha256"]).write_bytes(SCRIPT)
+    rec_path = local / "kernels" / f"{keys[2]}.json"
+    rec = json.loads(rec_path.read_text())
+    rec["metadata"]["code_object"]["vgpr_count"] = -5
+    rec_path.write_text(json.dumps(rec))
+    (local / "kernels" / ("f" * 64 + ".json")).write_text("{not json")
+    code, out = _cli("client", "verify", "--local", str(local), "--json")
+    doc = json.loads(out)
+    bad = {b["path"] for b in doc["bad"]}
+    assert code == 1 and bad == {f"kernels/{keys[1]}.json", f"blobs/{metas[keys[1]]['sha256']}",
+                                 f"kernels/{keys[2]}.json", f"kernels/{'f' * 64}.json"}, out
+    code, out = _cli("client", "verify", "--local", str(local), "--origin", genuine_server.base, "--json")
+    doc = json.loads(out)  # that server's one record is sound; a file that is no record is named in any case
+    assert code == 1 and doc["records"] == 1 and [b["path"] for b in doc["bad"]] == [f"kernels/{'f' * 64}.json"]
+    code, out = _cli("client", "purge", "--local", str(local), "--origin", hostile.base, "--json")
+    doc = json.loads(out)
+    assert code == 1 and f"kernels/{keys[1]}.json" in doc["removed"] and f"kernels/{keys[2]}.json" in doc["removed"]
+    code, out = _cli("client", "purge", "--local", str(local), "--bad", "--json")
+    assert code == 0 and json.loads(out)["ok"], out
+    assert _files(local) == {f"kernels/{keys[0]}.json": _files(local)[f"kernels/{keys[0]}.json"],
+                             f"blobs/{metas[keys[0]]['sha256']}": hashlib.sha256(blobs[metas[keys[0]]['sha256']]).hexdigest()}
+    code, out = _cli("client", "purge", "--local", str(local))
+    assert code == 2 and "--origin" in out
+
+
+def test_the_service_clients_poisoned_store_is_verified_and_purged(hostile, genuine_server, genuine, tmp_path):
+    import sqlite3
+
+    metas, _, _ = genuine
+    key, other = list(metas)[:2]
+    db = tmp_path / "local.sqlite"
+    with _client(hostile.base, tmp_path) as c:
+        c.get(key)
+        c.get(other)
+    code, out = _cli("cache", "verify", "--cache", str(db), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["origins"] == [{"source": hostile.base, "artifacts": 2}], out
+    # a record written before the record schema (or by hand): verify names it
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE artifacts SET metadata_json = ? WHERE key = ?",
+                     (json.dumps({"code_object": {"vgpr_count": -1}}), other))
+    code, out = _cli("cache", "verify", "--cache", str(db), "--json")
+    assert code == 1 and [b["key"] for b in json.loads(out)["bad_records"]] == [other], out
+    # another server's record of the same key: the local copy answers only if it is the same record
+    genuine_server.metas[key]["metadata"]["launch"]["max_tensor_bytes"] = 1 << 30  # a different record
+    with _client(genuine_server.base, tmp_path) as c:
+        e = _refused(lambda: c.get(key), AnswerMismatchError, "purge")
+        assert hostile.base in str(e)
+    code, out = _cli("cache", "purge", "--cache", str(db), "--origin", hostile.base, "--json")
+    assert code == 0 and json.loads(out)["artifacts_evicted"] == 2, out
+    code, out = _cli("cache", "verify", "--cache", str(db), "--json")
+    assert code == 0 and json.loads(out)["checked_artifacts"] == 0 and json.loads(out)["checked_blobs"] == 0, out
+    with _client(genuine_server.base, tmp_path) as c:  # fetched again from the server it trusts now
+        assert c.get(key).provenance["origin"]["source"] == genuine_server.base
