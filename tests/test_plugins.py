@@ -223,7 +223,7 @@ BROKEN = {  # family (entry point) name -> what the error says
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory):
     """A site of small distributions: four broken at load, one whose lowerer raises, one twin of
-    the example emitting the same IR under another family name."""
+    the example emitting the same IR under another family name, one whose model raises when ranking."""
     site = tmp_path_factory.mktemp("plugins") / "broken-site"
     write_dist(site, "rocke-aot-broken-import", {"broken_import_plugin.py": "import rocke_no_such\n"},
                {"rocke_aot.families": {"brokenimport": "broken_import_plugin:FAMILY"}})
@@ -235,10 +235,13 @@ def broken(tmp_path_factory):
     _dist(site, "rocke-aot-noreason", "noreason", extra=(
         "TABLE = dataclasses.replace(TABLE, lane_decisions={**TABLE.lane_decisions, 'llvm22': Refuse('')})\n"))
     _dist(site, "rocke-aot-raising", "raising", lower="def lower(spec, target, lane):\n    return 1 // 0\n")
-    _dist(site, "rocke-aot-rowsoftmax-twin", "twin", lower=(
-        "import dataclasses\nfrom rocke_rowsoftmax.lower import lower_rowsoftmax\n\n\n"
-        "def lower(spec, target, lane):  # the example's IR, byte for byte, under another family name\n"
-        "    return dataclasses.replace(lower_rowsoftmax(spec, target, lane), family='twin')\n"))
+    twin = ("import dataclasses\nfrom rocke_rowsoftmax.lower import lower_rowsoftmax\n\n\n"
+            "def lower(spec, target, lane):  # the example's IR, byte for byte, under another family name\n"
+            "    return dataclasses.replace(lower_rowsoftmax(spec, target, lane), family=NAME)\n")
+    _dist(site, "rocke-aot-rowsoftmax-twin", "twin", lower="NAME = 'twin'\n" + twin)
+    _dist(site, "rocke-aot-badmodel", "badmodel", lower="NAME = 'badmodel'\n" + twin, extra=(
+        "def efficiency(spec, problem, info):\n    return {}['no such key']\n\n\n"
+        "MODEL = dataclasses.replace(MODEL, efficiency=efficiency)\n"))
     return site
 
 
@@ -464,14 +467,16 @@ def test_broken_plugins_are_named_and_every_other_family_works(example, broken, 
 
     doc = _json(run_cli(env, "variants", "--arch", "gfx942", "--lane", "llvm22", "--json"))
     listed = {r["family"] for r in doc["rows"]}
-    assert set(registry.builtin_family_names()) | {"rowsoftmax", "raising", "twin"} == listed and not set(BROKEN) & listed
+    assert set(registry.builtin_family_names()) | {"rowsoftmax", "raising", "twin", "badmodel"} == listed
+    assert not set(BROKEN) & listed
     assert len(doc["plugin_errors"]) == 4 and doc["holes"] == []
 
     cache = tmp_path / "c.sqlite"
     res = run_cli(env, "build", "--arch", "gfx942", "--lane", "llvm22", "--family", "rowsoftmax", "--family", "raising",
-                  "--where", "threads=256", "--where", "dtype=f32", "--cache", str(cache), "--json")
-    out = _json(res, rc=1)  # the raising lowerer is a failed job; the example's kernel is built
-    assert out["built"] == 1 and len(out["failed"]) == 1 and len(out["plugin_errors"]) == 4
+                  "--family", "badmodel", "--where", "threads=256", "--where", "dtype=f32", "--cache", str(cache),
+                  "--json")
+    out = _json(res, rc=1)  # the raising lowerer is a failed job; the example's kernel (and its twin) built
+    assert out["built"] == 2 and out["compiles"] == 1 and len(out["failed"]) == 1 and len(out["plugin_errors"]) == 4
     fail = out["failed"][0]
     assert fail["family"] == "raising" and fail["error"].startswith(
         "PluginError: plugin raising (rocke-aot-raising 0.1.0, entry point raising_plugin:FAMILY): "
@@ -483,3 +488,9 @@ def test_broken_plugins_are_named_and_every_other_family_works(example, broken, 
     assert len(_json(sel)["accepted"]) == 1
     sel = run_cli(env, "select", "--arch", "gfx942", "--family", "brokenimport", "--problem", "{}", "--cache", str(cache))
     assert sel.returncode == 1 and "PluginError: plugin brokenimport (rocke-aot-broken-import 0.1.0" in sel.stderr
+    # a model that raises when a problem is ranked: named, not a traceback
+    sel = run_cli(env, "select", "--arch", "gfx942", "--family", "badmodel", "--problem", '{"rows": 64, "cols": 1000}',
+                  "--cache", str(cache))
+    assert sel.returncode == 1 and "Traceback" not in sel.stderr, sel.stderr
+    assert ("Error: PluginError: plugin badmodel (rocke-aot-badmodel 0.1.0, entry point badmodel_plugin:FAMILY): "
+            "model.efficiency of family badmodel raised KeyError") in sel.stderr, sel.stderr

@@ -23,7 +23,9 @@
         spec_type / problem_type frozen dataclasses; model a Model; table.audit(spec_type) (the
         lane decisions have reasons; for a plugin also every (arch, lane) of the grid: an
         empty served grid or a table function raising anything but SpecError/CapabilityError
-        is refusing without a reason, variants/table.py audit_table)
+        is refusing without a reason, variants/table.py audit_table); a plugin's table and model
+        functions are then guarded: what they raise later but a RockeError is a PluginError
+        naming the plugin (the registered Family is that guarded copy of the entry point's)
     register_lowerer("gemm", lower_gemm)   the aot half, against the same name: built-ins from
         aot/families/__init__.py; a plugin's from its ``rocke_aot.lowerers`` entry point, loaded
         by that module too (the aot floor: it wraps every lowerer with the launch contract)
@@ -54,6 +56,7 @@ the argument layout read back from the compiled code object.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import logging
 import re
@@ -62,7 +65,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import rocke_aot
-from rocke_aot.errors import PluginError, SpecError
+from rocke_aot.errors import PluginError, RockeError, SpecError
 from rocke_aot.launch import LaunchContract, LaunchFormulas, LaunchPlan
 from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_known
@@ -276,10 +279,42 @@ def install(obj: object, source: FamilySource) -> Family:
             problems += audit(family.spec_type, grid=not source.builtin)
     if problems:
         raise refuse("; ".join(problems))
+    if not source.builtin:
+        family = _guarded(family, source)
     try:
         return register(family, source)
     except SpecError as e:
         raise refuse(str(e)) from None
+
+
+_TABLE_FUNCTIONS = ("baked", "knobs", "make_spec", "check", "spec_from_dict", "arch_rule", "paths")
+
+
+def _guarded(family: Family, source: FamilySource) -> Family:
+    """The plugin's family with its table and model functions guarded: anything they raise but a
+    RockeError (SpecError, CapabilityError: a refusal on purpose) becomes a PluginError naming
+    the plugin, wherever it is called (selection on a server, a plan, a report)."""
+    def guard(fn: Callable[..., Any] | None, what: str) -> Callable[..., Any] | None:
+        if fn is None:
+            return None
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except RockeError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the plugin's code: anything else is its bug
+                raise PluginError(f"{source.describe()}: {what} of family {family.name} raised "
+                                  f"{type(e).__name__}: {e}", plugin=source.plugin, distribution=source.distribution,
+                                  family=family.name) from e
+        return guarded
+
+    model = dataclasses.replace(family.model, **{f.name: guard(getattr(family.model, f.name), f"model.{f.name}")
+                                                 for f in dataclasses.fields(family.model)})
+    table = dataclasses.replace(family.table, **{n: guard(getattr(family.table, n), f"table.{n}")
+                                                 for n in _TABLE_FUNCTIONS})
+    return dataclasses.replace(family, model=model, table=table)
 
 
 def _discover() -> None:

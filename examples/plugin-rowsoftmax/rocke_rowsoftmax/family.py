@@ -182,10 +182,13 @@ def _counts(spec: RowSoftmaxSpec, p: RowSoftmaxProblem, target: Target, banks: i
     they are a constant, the passes grow with the columns."""
     e = DTYPE_BYTES[spec.dtype]
     cvt = 0.0 if spec.dtype == "f32" else 1.0
+    wave = target.info.wave_size
+    lines = -(-wave * e // 128)  # a wave's loads are consecutive elements: whole 128-byte lines
     return KernelCounts(
-        threads=spec.threads, wave_size=target.info.wave_size, steps=_steps(spec, p), instr=None, mma=0.0,
+        threads=spec.threads, wave_size=wave, steps=_steps(spec, p), instr=None, mma=0.0,
         lds_reads=0.0, lds_read_wavefronts=0.0, fma=2.0, cvt=cvt, global_loads=1.0, lds_writes=0.0,
-        lds_write_wavefronts=0.0, serial_loads=1, int_ops=float(INT_OPS_PER_ELEM), staged_bytes=spec.threads * e,
+        lds_write_wavefronts=0.0, global_wavefronts=float(lines), serial_loads=1, int_ops=float(INT_OPS_PER_ELEM),
+        staged_bytes=spec.threads * e,
         barriers=0, double_buffer=False, store_bytes=p.cols * e, stores=-(-p.cols // spec.threads),
         unique_bytes=2 * p.rows * p.cols * e, macs=spec.threads)
 
