@@ -14,7 +14,8 @@ and bare nginx serving the same files with no verification at all, each WORKERS 
     one harness for every path: WORKERS threads (the client's default, Fetcher.get_many's) over
     one connection pool (one httpx.Client, as a Source has); per call latency -> p50, p99;
     kernels/s over the pass; the client process's CPU time per kernel (all its threads; not
-    nginx's or the service's: the figure a busy shared machine moves least); plus Fetcher.get_many itself (cold, its own pool) and, for
+    nginx's or the service's: the figure a busy shared machine moves least), and once per round
+    that CPU split by step of a verified cold fetch (HTTP GET, decode, key check, blob file); plus Fetcher.get_many itself (cold, its own pool) and, for
     reference, the verified mirror and bare nginx one kernel at a time
     each ROUNDS times, interleaved; medians of the rounds
     ratio: verified mirror (cold) kernels/s / bare nginx kernels/s (goal issue 23: >= 0.9)
@@ -91,6 +92,45 @@ def timed(fn, items, workers: int) -> dict:
             "p50_ms": round(lat[len(lat) // 2] * 1e3, 3), "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3, 3)}
 
 
+def steps(fetcher: Fetcher, ks: list[str]) -> dict:
+    """One cold pass, one kernel at a time, with the client CPU of each step of a verified
+    fetch added up (process_time around the step's function; ms per kernel)."""
+    from rocke_aot.client import local, sources
+
+    spent: dict[str, float] = {}
+    patched = []
+
+    def wrap(owner, name, label):
+        orig = getattr(owner, name)
+
+        def timed_step(*a, **k):
+            c = time.process_time()
+            try:
+                return orig(*a, **k)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - c
+
+        patched.append((owner, name, orig))
+        setattr(owner, name, timed_step)
+
+    wrap(sources.Source, "get", "HTTP GET (httpx)")
+    wrap(sources, "_decode_frame", "zstd decode + sha256")
+    wrap(local.Kernel, "from_record", "signed inputs -> key")
+    wrap(local.LocalStore, "put_blob", "blob file (sha256 + write)")
+    try:
+        fetcher.accepted()
+        c = time.process_time()
+        for k in ks:
+            fetcher.get(k)
+        total = time.process_time() - c
+    finally:
+        for owner, name, orig in patched:
+            setattr(owner, name, orig)
+    out = {label: round(v / len(ks) * 1e3, 3) for label, v in spent.items()}
+    out["total"] = round(total / len(ks) * 1e3, 3)
+    return out
+
+
 def run(n: int, size: int, rounds: int, workers: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="rocke-bench-mirror-"))
     www = served_dir()
@@ -142,6 +182,8 @@ def run(n: int, size: int, rounds: int, workers: int) -> dict:
                     assert len(got) == n
                     add("verified mirror (nginx), cold, get_many", {"kernels_per_s": round(n / wall, 1),
                                                                     "wall_s": round(wall, 4)})
+                with Fetcher([MirrorSource(mbase)], LocalStore(work / f"host-{next(fresh)}"), root_key=pin) as f:
+                    add("client CPU per step, ms per kernel (verified mirror, cold, 1 worker)", steps(f, ks))
                 if workers != 1:  # one at a time, both sides, for reference
                     verified("verified mirror (nginx)", lambda: MirrorSource(mbase), 1, ", 1 worker")
                     bare(mbase, 1, ", 1 worker")
@@ -182,6 +224,8 @@ def main() -> None:
     print(f"{'path':48} {'kernels/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'metadata s':>11} {'client cpu ms':>14}")
     nan = float("nan")
     for name, r in out["median_of_rounds"].items():
+        if "kernels_per_s" not in r:
+            continue
         print(f"{name:48} {r['kernels_per_s']:10.1f} {r.get('p50_ms', nan):8.3f} {r.get('p99_ms', nan):8.3f} "
               f"{r.get('metadata_s', nan):11.4f} {r.get('client_cpu_ms_per_kernel', nan):14.3f}")
     ratio = out["ratio_verified_mirror_cold_over_bare_nginx"]
@@ -190,6 +234,9 @@ def main() -> None:
           f"{out['ratio_get_many_over_bare_nginx']:.3f}")
     if "ratio_one_worker" in out:
         print(f"one worker each: {out['ratio_one_worker']:.3f}")
+    for name, r in out["median_of_rounds"].items():
+        if "kernels_per_s" not in r:
+            print(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()))
 
 
 if __name__ == "__main__":
