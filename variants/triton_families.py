@@ -46,6 +46,13 @@ def _matmul_work(spec, p: GemmProblem, target) -> TileWork:
                     matrix=True, double_buffer=spec.num_stages > 1, lds_bytes=(bm + bn) * bk * 2 * spec.num_stages)
 
 
+def _matmul_arch(target, lane) -> str | None:
+    if target.processor == "gfx1250" and lane.name == "llvm22":
+        return ("Triton 3.6 (LLVM 22) lowers tl.dot to FMA on gfx1250: no v_wmma, 512-1024 VGPRs "
+                "(bench/triton_amd_isa.py on its build, docs/triton.md); Triton 3.9 (llvm24) uses WMMA")
+    return None
+
+
 MATMUL = TritonKernel(
     family="triton_matmul", module="rocke_aot.kernels.triton_matmul", function="matmul_kernel",
     sources=("rocke_aot.kernels.configs",),
@@ -66,7 +73,7 @@ MATMUL = TritonKernel(
     baked=({"dtype": "f16"},),
     classes={"m": ("div16", "plain"), "n": ("div16", "plain"), "k": ("div16", "plain")},
     lanes=LANES, reference="gemm", tiled=(("m", "BLOCK_M"), ("n", "BLOCK_N")),
-    accepts=_matmul_accepts, work=_matmul_work,
+    accepts=_matmul_accepts, work=_matmul_work, arch_rule=_matmul_arch,
     description="C = A x B, row-major (Triton, after its matmul tutorial): autotune configs x M/N/K specializations",
 )
 
