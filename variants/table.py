@@ -20,6 +20,11 @@ for EVERY (arch, lane) pair.
     enumerate_specs(family, arch, lane)   -> Iterator[spec]   (AdmissionError when refused)
     path_admissions(family, arch, lane)   -> {path: Admission}  ("wmma needs gfx1250", ...)
     check_complete()                      -> [] or the list of holes (lane x family)
+    FamilyTable.audit(spec_type) / audit_table(...)   -> [] or sentences: what the registry's
+                                          install refuses (a refusal without a reason, a served
+                                          (arch, lane) with an empty grid, a table function raising
+                                          anything but SpecError/CapabilityError, specs that do not
+                                          round-trip); the grid part runs for a plugin's family
 
 The lanes come only from the registry (``rocke_aot.lanes.LANES``), read at call time
 through :func:`registered_lanes`, so a lane added there reaches every check here.
