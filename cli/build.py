@@ -1,6 +1,6 @@
 """`rocke-aot build`: fill the kernel cache for one or more arches.
 
-    options -> aot.builder.build(..., where=parse_where(--where), on_plan, on_result)
+    options -> aot.builder.build(..., where=parse_where(--where), problems=--problems, on_plan, on_result)
         progress, on stderr:  a terminal (and no --json)  -> a rich progress bar
                               not a terminal (CI logs)    -> PlainProgress: a line
                                   "built X/Y, cached C, failed F, elapsed Ns" every
@@ -34,7 +34,9 @@ from rocke_aot.cli.progress import PeriodicLines
 @click.option("--where", "where", multiple=True, metavar="FIELD=VALUE",
               help="Only specs whose FIELD equals VALUE (repeatable), e.g. --where path=fma --where block_m=64.")
 @click.option("--problems", "problems", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
-              help='Only specs serving one of these problems: JSON {"gemm": [{"m": .., "n": .., "k": ..}], ...}.')
+              help='Build the specs these problems need, a model\'s layers the default tables lack included (each '
+                   'layer\'s baked parameters x the knob grid): JSON {"conv_direct_fwd": [{...}], "gemm": [...]} '
+                   '(bench/problems/models/, bench/model_problems.py).')
 @click.option("--min-efficiency", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
               help="With --problems: a spec must reach this tile efficiency on at least one problem.")
 @click.option("--cache", "cache_url", default=None, metavar="URL",
@@ -60,7 +62,10 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
     spec and a value of that field's type (ints like 64, bools true/false,
     text as is); an unknown field or a mistyped value exits 2. When stderr is
     not a terminal, a plain progress line is written every --progress-interval
-    seconds.
+    seconds. With --problems, the specs that serve the file's problems: the default
+    grid's, and each problem's own baked set (a conv layer's channels, filter, stride,
+    padding, dilation, dtype) crossed with the family's knob grid, admitted by the
+    table's rules; the summary lists each layer, what was admitted and why not.
 
     \b
     Example:
@@ -69,6 +74,7 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
         rocke-aot build --arch gfx950 --where path=mfma --where block_m=128
         rocke-aot build --arch gfx942 --scheduler tcp://10.0.0.5:8786
         rocke-aot build --arch gfx942 --problems workload.json --min-efficiency 0.5
+        rocke-aot build --arch gfx942 --problems bench/problems/models/resnet50.json --dry-run
     """
     lanes = lanes_or_env(lanes)
     console = Console(stderr=True)

@@ -3,6 +3,9 @@
     --arch --family --problem JSON|@FILE [--lane ...] [--min-efficiency] [--limit] [--cache]
         ──> Store.open(readonly=True) ──> service.selection.select() (the one helper the
             service and the runner use too) ──> a ranked table, or one JSON document
+        nothing accepted and no kernel baked for the problem ──> "no candidate: ... build with
+            --problems": the problems file and the `rocke-aot build` command (exit 1), or why
+            no spec of the family can run it (Selection.no_candidate)
 
 Bad input (unknown family, arch or lane, a malformed problem) is a SpecError/LaneError:
 exit 2 through cli/main.py's one translation point.
@@ -64,8 +67,10 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     wherever they apply (the "basis" column: their median in ms, or the model that placed the
     row; a row the model could not estimate says why below the table). For equal specs
     the newest lane wins. Each spec is served by its newest complete build (a partial or failed
-    rebuild never takes a kernel away). Exit 1 when nothing qualifies.
-    docs/selection.md has the rule.
+    rebuild never takes a kernel away). Exit 1 when nothing qualifies; when that is because
+    no cached kernel is baked for the problem (a model's layer the default tables lack), it
+    prints the `rocke-aot build --problems` command that builds them. docs/selection.md has
+    the rule.
 
     \b
     Example:
@@ -105,6 +110,8 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
             fallbacks[ch.fallback] = fallbacks.get(ch.fallback, 0) + 1
     for why, n in fallbacks.items():  # why those rows have no estimate (ranked by efficiency after the rest)
         click.echo(f"no estimate for {n} of {len(sel.accepted)}: {why}")
+    if sel.no_candidate is not None:
+        _echo_no_candidate(sel.family, sel.no_candidate.as_dict())
     if explain:
         for rej in sel.rejected:
             click.echo(f"  rejected {rej.candidate.key[:16]} {rej.candidate.lane:<7} {rej.candidate.arch:<24} "
@@ -140,7 +147,25 @@ def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, a
                        f"{basis:<10} {c['efficiency']['total']:>7.4f}  {spec}")
         for r in doc.get("rejected", []):
             click.echo(f"  rejected {r['key'][:16]} {r['lane']:<7} {r['arch']:<24} {r['reason']}")
+        if doc["no_candidate"] is not None:
+            _echo_no_candidate(family, doc["no_candidate"])
     return 0 if doc["accepted"] else 1
+
+
+def _echo_no_candidate(family: str, nc: dict) -> None:
+    """The answer to an empty selection for want of a baked kernel: the two commands that build
+    them (write the problems file, then build), or why no spec can run the problem."""
+    import json
+
+    if nc["kind"] != "build":
+        click.echo(nc["message"])
+        return
+    baked = nc["baked"]
+    what = (f"baked for this problem ({' '.join(f'{k}={v}' for k, v in baked.items())})" if baked
+            else "that runs this problem")
+    click.echo(f"no candidate: the cache holds no {family} kernel {what}; build with --problems:")
+    click.echo(f"  echo '{json.dumps(nc['problems'])}' > problems.json")
+    click.echo(f"  {nc['command']}")
 
 
 def _n(v) -> str:

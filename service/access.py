@@ -213,14 +213,16 @@ def select(store: Store, target, family: str, problem, *, lanes=None, min_effici
            measured: str = "exact") -> dict[str, Any]:
     """The select answer as plain data (service/schemas.py SelectResponse less the URLs): the
     accepted best first with the basis of each rank, the first ``max_rejected`` rejected, how many
-    were rejected, the model that ordered them and why none was used; from the one helper."""
+    were rejected, the model that ordered them and why none was used, and, when nothing is
+    baked for the problem, what to build (no_candidate); from the one helper."""
     from rocke_aot.service.selection import select as shared
 
     sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
                  explain=explain, model=model, measured=measured)
     shown = sel.rejected if max_rejected is None else sel.rejected[:max_rejected]
     return {"accepted": [_choice(c) for c in sel.accepted], "rejected": [_rejection(r) for r in shown],
-            "rejected_count": len(sel.rejected), "model": sel.model, "note": sel.note}
+            "rejected_count": len(sel.rejected), "model": sel.model, "note": sel.note,
+            "no_candidate": None if sel.no_candidate is None else sel.no_candidate.as_dict()}
 
 
 def _choice(c) -> dict[str, Any]:

@@ -69,6 +69,7 @@ from rocke_aot.service.schemas import (
     KernelMeta,
     KernelPage,
     KernelSummary,
+    NoCandidate,
     PublishRequest,
     PublishResponse,
     Rejection,
@@ -459,6 +460,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                       for c in got["accepted"]],
             rejected=[Rejection(**r) for r in got["rejected"]], rejected_count=got["rejected_count"],
             model=got["model"], note=got["note"],
+            no_candidate=None if got["no_candidate"] is None else NoCandidate(**got["no_candidate"]),
         )
         # Validated above against the documented models, serialized here by pydantic-core: a
         # returned Response skips FastAPI's second validation of the model (run in the threadpool

@@ -1,8 +1,11 @@
 """Typed request and response bodies of the service (pydantic), and their bounds.
 
     SelectRequest ──POST /v1/select──> SelectResponse(accepted: [RankedKernel], rejected: [Rejection],
-                                       model, note); each RankedKernel says the basis of its rank
-                                       (basis, estimate_ms, bound, fallback, measured_ms, measurement)
+                                       model, note, no_candidate); each RankedKernel says the basis of
+                                       its rank (basis, estimate_ms, bound, fallback, measured_ms,
+                                       measurement); no_candidate (NoCandidate), when nothing is baked
+                                       for the problem: the build command and its problems file, or why
+                                       no spec can run it
     PublishRequest ──PUT /v1/kernels/{key}──> KernelMeta
     GET /v1/kernels/{key}/meta ──> KernelMeta      GET /v1/kernels ──> KernelPage(items: [KernelSummary])
     every refusal ──> ErrorBody(error, message, field?, accepted?)
@@ -172,6 +175,38 @@ class RankedKernel(BaseModel):
         return self
 
 
+# variants/selection.py NO_CANDIDATE_KINDS (tests/test_workload.py checks they are the same)
+NoCandidateKind = Literal["build", "unservable"]
+
+
+class NoCandidate(BaseModel):
+    """Nothing accepted because no cached kernel is baked for the problem (variants/selection.py
+    no_candidate): "build" gives the command that builds its specs and the problems file it reads,
+    "unservable" why no spec of the family's grid runs it on the arch. Closed and consistent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: NoCandidateKind
+    message: str = Field(description="One line, e.g. \"no candidate: the cache holds no conv_direct_fwd kernel baked "
+                                     "for this problem (...); build with --problems: `rocke-aot build ...`\"")
+    command: str | None = Field(description="kind build: the command (it reads problems.json); null otherwise")
+    problems: dict[str, list[dict[str, Any]]] | None = Field(
+        description="kind build: the content of problems.json, {family: [the problem]}; null otherwise")
+    baked: dict[str, Any] | None = Field(description="The baked parameters the problem needs (null: none named)")
+    reasons: list[str] = Field(description="kind unservable: per lane, why no spec runs the problem")
+
+    @model_validator(mode="after")
+    def _kind_consistent(self) -> "NoCandidate":
+        if self.kind == "build":
+            if self.command is None or not self.problems or self.reasons:
+                raise ValueError("a 'build' answer carries its command and problems file, and no reasons")
+            if "--problems" not in self.command:
+                raise ValueError("a 'build' command builds with --problems")
+        elif self.command is not None or self.problems is not None or not self.reasons:
+            raise ValueError("an 'unservable' answer carries its reasons, and no command or problems file")
+        return self
+
+
 class Rejection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -190,6 +225,15 @@ class SelectResponse(BaseModel):
     rejected_count: int = Field(description="All rejected candidates, also those beyond the list")
     model: RankModel = Field(description="The model that ordered the answer (measured rows come first regardless)")
     note: str | None = Field(description="Why no time model was used, in full (every missing fact and why)")
+    no_candidate: NoCandidate | None = Field(
+        description="Only when nothing is accepted and no cached kernel is baked for the problem: what to build "
+                    "(rocke-aot build --problems), or why nothing can run it; null otherwise")
+
+    @model_validator(mode="after")
+    def _no_candidate_only_when_empty(self) -> "SelectResponse":
+        if self.no_candidate is not None and self.accepted:
+            raise ValueError("no_candidate explains an empty answer: it comes with no accepted kernel")
+        return self
 
 
 class PublishRequest(BaseModel):

@@ -11,7 +11,10 @@
     variants.selection.rank(candidates, problem, target, min_efficiency, lanes)   pure
         │  (reused for the very same candidate tuple and arguments: _RANKINGS)
         ▼
-    Selection(accepted best first [:limit], rejected with reasons)
+    Selection(accepted best first [:limit], rejected with reasons,
+              no_candidate: none accepted and no kernel baked for the problem -> "build with
+              --problems" (the command and its file), or why no spec can run it
+              (variants/selection.py no_candidate))
 
 No key is recomputed and nothing is compiled: a service host has no compilers. The
 service package sits above cache and variants, the only floor allowed to join them.
@@ -32,7 +35,7 @@ from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import FAMILIES, failed_plugins, problem_from_dict
-from rocke_aot.variants.selection import Choice, Ranking, Rejection, rank, value_bytes
+from rocke_aot.variants.selection import Choice, NoCandidate, Ranking, Rejection, no_candidate, rank, value_bytes
 
 MEASURED = ("exact", "class", "off")
 DEFAULT_MIN_EFFICIENCY = 0.0  # no floor unless asked: a small problem still gets its best kernel
@@ -50,6 +53,7 @@ class Selection:
     beyond_limit: int  # accepted candidates left out by ``limit``
     model: str = "efficiency"  # the order used (variants/selection.py MODELS)
     note: str | None = None  # why no time model was used, when none was
+    no_candidate: NoCandidate | None = None  # nothing accepted for want of a baked kernel: what to build
 
     @property
     def best(self) -> Choice | None:
@@ -59,7 +63,8 @@ class Selection:
         d = {"target": self.target, "family": self.family, "problem": _problem_dict(self.problem),
              "lanes": None if self.lanes is None else list(self.lanes), "min_efficiency": self.min_efficiency,
              "accepted": [c.as_dict() for c in self.accepted], "beyond_limit": self.beyond_limit,
-             "rejected_count": len(self.rejected), "model": self.model, "note": self.note}
+             "rejected_count": len(self.rejected), "model": self.model, "note": self.note,
+             "no_candidate": None if self.no_candidate is None else self.no_candidate.as_dict()}
         if explain:
             d["rejected"] = [r.as_dict() for r in self.rejected]
         return d
@@ -251,5 +256,6 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
 
     ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model, measured), compute)
     accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
+    hint = None if ranking.accepted else no_candidate(ranking, fam, prob, tgt, lane_names)
     return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
-                     len(ranking.accepted) - len(accepted), ranking.model, ranking.note)
+                     len(ranking.accepted) - len(accepted), ranking.model, ranking.note, hint)

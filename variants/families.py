@@ -287,7 +287,7 @@ def install(obj: object, source: FamilySource) -> Family:
         raise refuse(str(e)) from None
 
 
-_TABLE_FUNCTIONS = ("baked", "knobs", "make_spec", "check", "spec_from_dict", "arch_rule", "paths")
+_TABLE_FUNCTIONS = ("baked", "knobs", "make_spec", "check", "spec_from_dict", "arch_rule", "paths", "baked_for")
 
 
 def _guarded(family: Family, source: FamilySource) -> Family:

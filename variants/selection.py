@@ -30,10 +30,22 @@
 
 Deterministic; every rejection carries its reason and a detail. The rule and a worked
 example: docs/selection.md (tests/test_selection.py asserts the example's numbers).
+
+    no_candidate(ranking, family, problem, device, lanes) -> NoCandidate | None
+        nothing accepted and no candidate that runs the problem was rejected (by the floor, a
+        lane, another lane or target of the same spec): the layer has no baked spec in the
+        cache. The family's grid for the problem's own baked set (variants/table.py
+        layer_grid) then says which answer it is:
+          "build"        the grid has specs that run it: the command that builds them,
+                         `rocke-aot build --arch A --family F --problems problems.json`, and
+                         that file's content ({family: [the problem]})
+          "unservable"   no spec of the grid runs it on the arch, per lane why (a patch size
+                         without a kernel, every point over LDS, the 32-bit offset limit)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections import OrderedDict
@@ -465,6 +477,107 @@ def _preference(ch: Choice) -> tuple:
 
 def _rejection_key(r: Rejection) -> str:
     return r.candidate.key
+
+
+# -- no candidate: build with --problems ---------------------------------------------------------
+
+BUILD = "build"  # NoCandidate.kind: the family's grid has specs for the problem, the cache none
+UNSERVABLE = "unservable"  # no spec of the family's grid runs the problem on the arch
+NO_CANDIDATE_KINDS = (BUILD, UNSERVABLE)
+PROBLEMS_FILE = "problems.json"  # the file the suggested command reads
+
+
+@dataclass(frozen=True)
+class NoCandidate:
+    """Why a selection accepted nothing when no cached kernel is baked for the problem, and what to do."""
+
+    kind: str  # BUILD or UNSERVABLE
+    message: str  # one line: "no candidate: ... build with --problems: `rocke-aot build ...`"
+    command: str | None  # BUILD: the build command (reads PROBLEMS_FILE); None when UNSERVABLE
+    problems: Mapping[str, Any] | None  # BUILD: PROBLEMS_FILE's content, {family: [the problem]}
+    baked: Mapping[str, Any] | None  # the baked parameters the problem needs (None: the family has none)
+    reasons: tuple[str, ...] = ()  # UNSERVABLE: per lane, why no spec of the grid runs it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "command": self.command,
+                "problems": None if self.problems is None else json.loads(json.dumps(self.problems)),
+                "baked": None if self.baked is None else dict(self.baked), "reasons": list(self.reasons)}
+
+
+# Rejections of candidates that do run the problem (accepts() said yes): the answer is theirs.
+_RAN_IT = frozenset({BELOW_FLOOR, OTHER_LANE, OTHER_TARGET})
+
+
+def no_candidate(ranking: Ranking, family: str, problem: Any, device: object,
+                 lanes: Iterable[str] | None = None) -> NoCandidate | None:
+    """None unless nothing was accepted for want of a kernel baked for ``problem`` (module doc).
+
+    A rejected candidate that runs the problem (below the floor, another lane or target of the
+    same spec, a lane not requested) leaves the answer to its rejection. Stale rows never decide:
+    every spec has a served row, which is ranked on its own."""
+    if ranking.accepted:
+        return None
+    for r in ranking.rejected:
+        if r.reason in _RAN_IT:
+            return None
+        if r.reason == LANE_NOT_REQUESTED:
+            try:
+                spec, _ = _spec(r.candidate)
+            except SpecError:
+                continue
+            if eff_models.accepts(spec, problem) is None:
+                return None
+    dev = Target.parse(device)
+    wanted = tuple(dict.fromkeys(get_lane(x).name for x in lanes)) if lanes else ()
+    lane_list = [get_lane(x) for x in wanted] if wanted else list(table.registered_lanes())
+    baked = table.problem_baked(family, problem)
+    reasons = []
+    for lane in lane_list:
+        why = _why_no_spec(family, problem, dev, lane, baked)
+        if why is None:
+            return _build_hint(family, problem, dev, wanted, baked)
+        reasons.append(f"{lane.name}: {why}")
+    grouped: dict[str, list[str]] = {}  # the same reason on several lanes is said once
+    for lane, why in zip(lane_list, reasons):
+        grouped.setdefault(why.split(": ", 1)[1], []).append(lane.name)
+    msg = (f"no candidate: no {family} spec can run this problem on {dev.id} "
+           f"(`rocke-aot build --problems` would build none): "
+           + "; ".join(f"{', '.join(names)}: {why}" for why, names in grouped.items()))
+    return NoCandidate(UNSERVABLE, msg, None, None, baked, tuple(reasons))
+
+
+def _why_no_spec(family: str, problem: Any, dev: Target, lane: Any, baked: Mapping[str, Any] | None) -> str | None:
+    """None when the family's grid on (dev, lane) has a spec that runs ``problem``, else why not."""
+    adm = table.admission(family, dev, lane)
+    if not adm.served:
+        return adm.reason
+    if baked is not None:
+        grid = table.layer_grid(family, dev, lane, baked)
+        specs = grid.specs
+        if not specs:
+            return grid.reason or "every point of its grid is refused: " + "; ".join(
+                f"{r} ({n})" for r, n in grid.refused[:2])
+    else:
+        specs = tuple(table.enumerate_specs(family, dev, lane))
+    first = None
+    for spec in specs:
+        why = eff_models.accepts(spec, problem)
+        if why is None:
+            return None
+        first = first or why
+    return first or "its grid is empty"
+
+
+def _build_hint(family: str, problem: Any, dev: Target, lanes: tuple[str, ...],
+                baked: Mapping[str, Any] | None) -> NoCandidate:
+    doc = {family: [dataclasses.asdict(problem)]}
+    command = (f"rocke-aot build --arch {dev.id} --family {family}" + "".join(f" --lane {x}" for x in lanes)
+               + f" --problems {PROBLEMS_FILE}")
+    what = (f"baked for this problem ({' '.join(f'{k}={v}' for k, v in baked.items())})" if baked is not None
+            else "that runs this problem")
+    msg = (f"no candidate: the cache holds no {family} kernel {what}; build with --problems: `{command}` "
+           f"with {PROBLEMS_FILE} = {json.dumps(doc)}")
+    return NoCandidate(BUILD, msg, command, doc, baked)
 
 
 def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: object, *,

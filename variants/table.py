@@ -11,6 +11,8 @@ for EVERY (arch, lane) pair.
         .make_spec(baked, knobs) -> spec     (raises SpecError/CapabilityError = not in grid)
         .check(spec, target)     -> None     (the spec's own arch checks: LDS, threads, tiles;
                                               and any grid rule of the table's own)
+        .baked_for(problem)      -> {baked params} | None   the baked set a problem needs
+                                              (build --problems: a layer's own grid)
 
     admission(family, arch, lane)         -> Admission(served, reason)
         lane undecided?  -> refused "undecided" (and check_complete() names it)
@@ -25,6 +27,14 @@ for EVERY (arch, lane) pair.
                                           (arch, lane) with an empty grid, a table function raising
                                           anything but SpecError/CapabilityError, specs that do not
                                           round-trip); the grid part runs for a plugin's family
+
+    workload-driven grids (``rocke-aot build --problems``; the default lists stay the main job's):
+    problem_baked(family, problem)        -> the baked set the problem needs (table.baked_for), or None
+    layer_grid(family, arch, lane, baked) -> LayerGrid: that baked set x the same knob grid, every
+                                             point admitted (a spec) or refused with the reason
+                                             the default enumeration drops it for (one code path)
+    workload_specs(family, arch, lane, problems) -> (specs, [LayerGrid])  the default grid, then
+                                             each problem's baked set not in the default list
 
 The lanes come only from the registry (``rocke_aot.lanes.LANES``), read at call time
 through :func:`registered_lanes`, so a lane added there reaches every check here.
@@ -91,6 +101,9 @@ class FamilyTable:
     spec_from_dict: Callable[[Mapping[str, Any]], Any]
     arch_rule: Callable[[Target, Lane], str | None] = lambda target, lane: None
     paths: Callable[[Target, Lane], Sequence[str]] = lambda target, lane: ("fma",)
+    # The baked parameters a problem needs (a conv layer's dtype, channels, filter, stride,
+    # padding, dilation); None where the default list decides (no problem-driven grid).
+    baked_for: Callable[[Any], Mapping[str, Any] | None] | None = None
     # True: the family's own compiler decides which targets a lane builds (a Triton family:
     # its toolchain's probes), not the lane's emission profile (which only LLVM IR goes through)
     own_targets: bool = False
@@ -244,10 +257,12 @@ def _specs(family: str, processor: str, lane_name: str, major: int) -> tuple[Any
     return _enumerate(_table(family), Target.parse(processor), _lane(lane_name))
 
 
-def _points(table: FamilyTable, target: Target, lane: Lane) -> Iterator[tuple[Mapping[str, Any], dict[str, Any]]]:
-    """(baked, knobs) of every point of the product, "path" among the knobs (the served paths)."""
+def _points(table: FamilyTable, target: Target, lane: Lane,
+            baked_sets: Sequence[Mapping[str, Any]] | None = None) -> Iterator[tuple[Mapping[str, Any], dict[str, Any]]]:
+    """(baked, knobs) of every point of the product, "path" among the knobs (the served paths);
+    over the table's default baked list, or over ``baked_sets`` (a workload's layers: layer_grid)."""
     paths = _served_paths(table, target, lane)
-    for baked in table.baked(target, lane):
+    for baked in table.baked(target, lane) if baked_sets is None else baked_sets:
         grid = dict(table.knobs(baked, target, lane))
         grid["path"] = tuple(p for p in grid.get("path", paths) if p in paths)
         names = sorted(grid)
@@ -255,18 +270,128 @@ def _points(table: FamilyTable, target: Target, lane: Lane) -> Iterator[tuple[Ma
             yield baked, dict(zip(names, values))
 
 
+def _admit(table: FamilyTable, target: Target, baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> tuple[Any, str]:
+    """(spec, "admitted"), or (None, why) when the point is not in the grid on this arch (the
+    spec's own checks or a grid rule of the table: tile, LDS or thread limits). The one place a
+    point is admitted: the default enumeration and the workload-driven grids (layer_grid) both
+    ask it, so a layer's specs pass the same checks and a refused point says the same reason."""
+    try:
+        spec = table.make_spec(baked, knobs)
+        table.check(spec, target)
+    except (SpecError, CapabilityError) as e:
+        return None, str(e)
+    return spec, "admitted"
+
+
 def _enumerate(table: FamilyTable, target: Target, lane: Lane) -> tuple[Any, ...]:
     out, seen = [], set()
     for baked, knobs in _points(table, target, lane):
-        try:
-            spec = table.make_spec(baked, knobs)
-            table.check(spec, target)
-        except (SpecError, CapabilityError):
-            continue  # not a point of the grid on this arch (tile, LDS or thread limits)
-        if spec not in seen:
+        spec, _ = _admit(table, target, baked, knobs)
+        if spec is not None and spec not in seen:
             seen.add(spec)
             out.append(spec)
     return tuple(out)
+
+
+# -- workload-driven grids (build --problems) ---------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerGrid:
+    """One baked parameter set (a model's layer) crossed with its family's knob grid on one
+    (arch, lane): the admitted specs, and every refused point's reason with its count."""
+
+    family: str
+    arch: str  # the processor
+    lane: str
+    baked: Mapping[str, Any]
+    default: bool  # the table's default list holds this baked set (its specs are the main job's)
+    specs: tuple[Any, ...]  # admitted, in the grid's order
+    refused: tuple[tuple[str, int], ...]  # (reason, points), most points first
+    reason: str = ""  # the whole set refused before any point: the (arch, lane) admission, or the
+                      # baked set itself (a patch size the family has no kernel for)
+
+    @property
+    def points(self) -> int:
+        return len(self.specs) + sum(n for _, n in self.refused)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "arch": self.arch, "lane": self.lane, "baked": dict(self.baked),
+                "default": self.default, "admitted": len(self.specs), "points": self.points,
+                "refused": [{"reason": r, "count": n} for r, n in self.refused], "reason": self.reason}
+
+
+def problem_baked(family: str, problem: Any) -> dict[str, Any] | None:
+    """The baked parameters ``problem`` needs from a spec of ``family`` (its table's baked_for),
+    or None where the family has no problem-driven grid (its default list decides)."""
+    fn = _table(family).baked_for
+    if fn is None:
+        return None
+    got = fn(problem)
+    return None if got is None else dict(got)
+
+
+def layer_grid(family: str, arch: object, lane: object, baked: Mapping[str, Any]) -> LayerGrid:
+    """``baked`` crossed with the family's knob grid on (arch, lane), every point admitted or
+    refused by the rules the default enumeration applies (never an AdmissionError: a refused
+    (arch, lane) is the grid's ``reason``)."""
+    target, lane = _target(arch), _lane(lane)
+    return _layer_grid(family, target.processor, lane.name, lane.major, tuple(sorted(dict(baked).items())))
+
+
+@functools.lru_cache(maxsize=4096)  # a select answering "no candidate" asks for one again and again
+def _layer_grid(family: str, processor: str, lane_name: str, major: int,
+                baked_items: tuple[tuple[str, Any], ...]) -> LayerGrid:
+    table = _table(family)
+    target, lane = Target.parse(processor), _lane(lane_name)
+    baked = dict(baked_items)
+    default = any(dict(b) == baked for b in table.baked(target, lane))
+    adm = admission(family, target, lane)
+    if not adm.served:
+        return LayerGrid(family, processor, lane.name, baked, default, (), (), adm.reason)
+    specs, seen, why = [], set(), {}
+    for b, knobs in _points(table, target, lane, (baked,)):
+        spec, reason = _admit(table, target, b, knobs)
+        if spec is None:
+            why[reason] = why.get(reason, 0) + 1
+        elif spec not in seen:
+            seen.add(spec)
+            specs.append(spec)
+    refused = tuple(sorted(why.items(), key=lambda kv: (-kv[1], kv[0])))
+    # every point refused for the one same reason (a patch size the family has no kernel for):
+    # that is the layer's reason
+    reason = refused[0][0] if not specs and len(refused) == 1 else ""
+    return LayerGrid(family, processor, lane.name, baked, default, tuple(specs), refused, reason)
+
+
+def workload_specs(family: str, arch: object, lane: object,
+                   problems: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[LayerGrid, ...]]:
+    """The specs ``build --problems`` may plan for (family, arch, lane): the default grid, then
+    the admitted specs of every problem's baked set (in problem order, each set once) that
+    the default list lacks; and one LayerGrid per distinct baked set the problems need.
+    Which of them serve a problem (acceptance, the efficiency floor) the caller decides
+    (variants/selection.py specs_serving). A baked set already in the default list adds no
+    spec: its specs are the default grid's, so their keys are the main job's."""
+    require_admitted(family, arch, lane)
+    target, lane = _target(arch), _lane(lane)
+    specs = list(_specs(family, target.processor, lane.name, lane.major))
+    seen = set(specs)
+    layers: list[LayerGrid] = []
+    done: set[tuple] = set()
+    for p in problems:
+        baked = problem_baked(family, p)
+        if baked is None:
+            continue
+        items = tuple(sorted(baked.items()))
+        if items in done:
+            continue
+        done.add(items)
+        grid = _layer_grid(family, target.processor, lane.name, lane.major, items)
+        layers.append(grid)
+        for spec in grid.specs:
+            if spec not in seen:
+                seen.add(spec)
+                specs.append(spec)
+    return tuple(specs), tuple(layers)
 
 
 def count_specs(family: str, arch: object, lane: object) -> int:
@@ -355,6 +480,8 @@ def audit_table(table: FamilyTable, spec_type: type, *, grid: bool = True, limit
     for name in ("baked", "knobs", "make_spec", "check", "spec_from_dict", "arch_rule", "paths"):
         if not callable(getattr(table, name)):
             problems.append(f"its table's {name} is not callable")
+    if table.baked_for is not None and not callable(table.baked_for):
+        problems.append("its table's baked_for is neither None nor callable")
     if not isinstance(table.lane_decisions, Mapping):
         problems.append("its table's lane_decisions is not a mapping of lane name -> SERVE | Refuse(reason)")
         return problems
@@ -487,5 +614,6 @@ __all__ = [
     "Admission", "SERVE", "Serve", "Refuse", "FamilyTable", "Hole", "Row", "PATHS",
     "admission", "require_admitted", "enumerate_specs", "count_specs", "path_admission",
     "path_admissions", "family_names", "registered_lanes", "check_complete",
-    "report", "spec_from_dict", "target_admission", "audit_table",
+    "report", "spec_from_dict", "target_admission", "audit_table", "LayerGrid", "problem_baked", "layer_grid",
+    "workload_specs",
 ]

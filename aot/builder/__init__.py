@@ -3,7 +3,8 @@
     build(arches, families, lanes, store) = make_plan (plan.py) -> execute (run.py) -> summarize
         then complete_generations (refs.py): each (arch, lane, family) generation the build ran
         to the end for serves its specs ahead of older ones
-    problems=[...] keeps only specs serving one of them above min_efficiency (variants/selection.py)
+    problems=FILE|{family: [...]}: the specs serving one of them above min_efficiency, each
+        problem's own baked set (a model's layer) crossed with the knob grid (problems.py)
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from rocke_aot.aot.builder.plan import Job, Plan, Refusal, Skip, choose_lanes, m
 from rocke_aot.aot.builder.run import BuildOutput, Outcome, build_one, compile_count, execute
 from rocke_aot.aot.builder.summary import BuildSummary, summarize
 from rocke_aot.aot.builder.refs import Completion, complete_generations
-from rocke_aot.aot.builder.problems import problem_filter
+from rocke_aot.aot.builder.problems import LayerPlan, Workload
 
 __all__ = [
     "Job", "Plan", "Refusal", "Skip", "choose_lanes", "make_plan",
     "BuildOutput", "Outcome", "build_one", "compile_count", "execute",
-    "BuildSummary", "summarize", "build", "Completion", "complete_generations", "problem_filter",
+    "BuildSummary", "summarize", "build", "Completion", "complete_generations", "LayerPlan",
+    "Workload",
 ]
 
 
@@ -32,9 +34,9 @@ def build(*, arches, families=None, lanes=(), store, toolchains=None, jobs=None,
 
     start = time.perf_counter()
     tcs = detect_all() if toolchains is None else toolchains
-    spec_filter = None if problems is None else problem_filter(problems, min_efficiency)
+    workload = None if problems is None else Workload(problems, min_efficiency)
     plan = make_plan(arches=arches, families=families, lanes=lanes, toolchains=tcs, store=store, force=force,
-                     where=where, spec_filter=spec_filter)
+                     where=where, workload=workload)
     if on_plan:
         on_plan(plan)
     before = compile_count()

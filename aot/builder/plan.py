@@ -8,6 +8,9 @@
         ▼
     enumerate_specs(family, arch, lane), filtered by where_for(family, --where)  (typed from the
                                            spec dataclass; unknown field / bad value: SpecError)
+        (build --problems: workload.specs(family, target, lane) instead: the default grid and
+         each problem's own baked set x the knob grid, kept where they serve a problem
+         (aot/builder/problems.py); Plan.layers says, per baked set, what was admitted and why not)
         -> Job(key = KeyTemplate(...).key(spec_json))   (no lowering;
                                            equal to artifact_key(KeyInputs(...)), tested)
         ▼
@@ -33,7 +36,7 @@ import json
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from rocke_aot.lanes import LANES, Lane, get_lane
 from rocke_aot.targets import Target
@@ -100,6 +103,7 @@ class Plan:
     refused: list[Refusal] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     toolchains: dict[str, Mapping[str, str]] = field(default_factory=dict)  # lane -> identity
+    layers: list[Any] = field(default_factory=list)  # build --problems: LayerPlan per baked set (problems.py)
     force: bool = False  # retry recorded failures (the plan's and the compiler's refusals of an IR)
 
     @property
@@ -152,11 +156,13 @@ def _make_plan(
     store,
     force: bool = False,
     where: Mapping[str, Any] | None = None,
-    spec_filter: Callable[[str, Target, Iterable[Any]], Iterable[Any]] | None = None,
+    workload: Any = None,
 ) -> Plan:
     """Plan a build. ``where`` keeps only specs whose fields equal the given values
     (e.g. ``{"path": "fma", "block_m": "64"}``, typed per family by :func:`where_for`); an
-    unknown field or a value of the wrong type is a SpecError, not an empty build."""
+    unknown field or a value of the wrong type is a SpecError, not an empty build.
+    ``workload`` (aot/builder/problems.py Workload, from ``--problems``) replaces the tables'
+    default grid by the specs serving its problems, its layers' own baked sets included."""
     from rocke_aot.variants import table
 
     all_families = table.family_names()
@@ -216,9 +222,11 @@ def _make_plan(
                     options = {**options, "family": material()}
                 tpl = KeyTemplate(target.id, lane.name, lane.profile_name, fam, digests[fam], identity, options)
                 key = tpl.key
-                specs = table.enumerate_specs(fam, target.processor, lane)
-                if spec_filter is not None:  # build --problems (aot/builder/problems.py)
-                    specs = spec_filter(fam, target, specs)
+                if workload is not None:  # build --problems (aot/builder/problems.py)
+                    specs, layers = workload.specs(fam, target, lane)
+                    plan.layers.extend(layers)
+                else:
+                    specs = table.enumerate_specs(fam, target.processor, lane)
                 sjs = map(spec_json, specs)
                 if where:
                     sjs = [sj for sj in sjs if _matches(json.loads(sj), wants[fam])]

@@ -57,6 +57,9 @@ def summarize(plan: Plan, outcome, *, store, arches, dry_run: bool, compiles: in
         "skipped": [{"lane": s.lane, "reason": s.reason} for s in plan.skipped],
         # Plugins whose family did not load (not built; every other family was): rocke-aot families
         "plugin_errors": [str(e) for e in plugin_errors()],
+        # build --problems: per (family, arch, lane, baked set) the workload needs, the grid's
+        # admitted specs, how many serve its problems, and every refused point's reason
+        "layers": [layer.as_dict() for layer in plan.layers],
         "compiles": compiles,
         "seconds": round(seconds, 3),
         "compile_seconds": round(outcome.compile_seconds, 3),
@@ -89,4 +92,20 @@ def render(summary: BuildSummary, console) -> None:
         t.add_row("skipped lane", "", s["reason"])
     for e in d["plugin_errors"]:
         t.add_row("[red]broken plugin[/red]", "", e)
+    for layer in d.get("layers", ()):
+        t.add_row("layer", str(layer["serving"]), layer_line(layer))
     console.print(t)
+
+
+def layer_line(layer: dict[str, Any]) -> str:
+    """One line per baked set of a --problems build: where it comes from, what was admitted, why not."""
+    baked = " ".join(f"{k}={v}" for k, v in layer["baked"].items())
+    where = f"{layer['family']}/{layer['arch']}/{layer['lane']}"
+    if layer["reason"] and not layer["admitted"]:
+        return f"{where} {baked}: refused: {layer['reason']}"
+    origin = "in the default list" if layer["default"] else "new (not in the default list)"
+    refused = "; ".join(f"{r['reason']} ({r['count']})" for r in layer["refused"][:2])
+    more = len(layer["refused"]) - 2
+    return (f"{where} {baked}: {origin}; {layer['admitted']} of {layer['points']} grid points admitted, "
+            f"{layer['serving']} serve its {layer['problems']} problem(s)"
+            + (f"; refused: {refused}" if refused else "") + (f"; {more} more reasons (--json)" if more > 0 else ""))

@@ -8,6 +8,11 @@
 Every point of the product goes through the spec's own checks (construction, then
 ``geometry(target)``: LDS, threads, whole mma tiles), so the grid holds only specs
 that lower. Lane decisions name every registered lane on purpose.
+
+The baked lists are the main job's defaults. ``baked_for(problem)`` names the baked set a
+model's layer needs (a ConvProblem's dtype, C, K, filter, stride, padding, dilation; a
+PatchDgradProblem's dtype, C, P): ``rocke-aot build --problems`` crosses it with the same knob
+grid (variants/table.py workload_specs), so a layer the defaults lack gets its own specs.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ def _fwd_knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str
     return {"tile_h": (4, 8), "tile_w": (8, 16), "tile_k": (16, 32, 64), "c_chunk": chunks}
 
 
+def _fwd_baked_for(problem: Any) -> dict[str, Any]:
+    """The baked set a ConvProblem needs: every ConvDirectFwdSpec.BAKED field, from the problem."""
+    return {name: getattr(problem, name) for name in ConvDirectFwdSpec.BAKED}
+
+
 def _fwd_make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> ConvDirectFwdSpec:
     return ConvDirectFwdSpec(**baked, **knobs)
 
@@ -58,6 +68,7 @@ CONV_DIRECT_FWD = FamilyTable(
     check=lambda spec, target: spec.geometry(target),
     spec_from_dict=ConvDirectFwdSpec.from_dict,
     paths=matrix_paths,
+    baked_for=_fwd_baked_for,
 )
 
 # Patch embeddings: RGB (C=3) at the three patch sizes, a C=4 /14, and a bf16 /16.
@@ -78,6 +89,11 @@ def _patch_knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[s
     p = baked["p"]
     return {"tile_h": (2, 4), "tile_w": (4, 8), "r_blk": tuple(d for d in range(1, p + 1) if p % d == 0),
             "k_chunk": (16, 32)}
+
+
+def _patch_baked_for(problem: Any) -> dict[str, Any]:
+    """The baked set a PatchDgradProblem needs: dtype, C, P (ConvDgradPatchSpec.BAKED)."""
+    return {name: getattr(problem, name) for name in ConvDgradPatchSpec.BAKED}
 
 
 def _patch_make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> ConvDgradPatchSpec:
@@ -110,4 +126,5 @@ CONV_DGRAD_PATCH = FamilyTable(
     check=_patch_check,
     spec_from_dict=ConvDgradPatchSpec.from_dict,
     paths=matrix_paths,
+    baked_for=_patch_baked_for,
 )

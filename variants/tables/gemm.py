@@ -7,6 +7,10 @@
 Every point goes through GemmSpec's own checks (construction, then
 ``geometry(target)``: threads, instruction tiling, LDS), so the grid holds only
 specs that lower.
+
+``baked_for(problem)``: a problem that names its output dtype needs (dtype, out_dtype);
+``build --problems`` crosses a pair the defaults lack with the same knobs. A problem that
+takes any output (out_dtype None) is served from the default pairs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tu
             "waves": (2, 4), "double_buffer": (False, True), "vector_width": (4,)}
 
 
+def _baked_for(problem: Any) -> dict[str, Any] | None:
+    if problem.out_dtype is None:
+        return None
+    return dict(in_dtype=problem.dtype, out_dtype=problem.out_dtype)
+
+
 def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
     return GemmSpec(**baked, **knobs)
 
@@ -49,4 +59,5 @@ GEMM = FamilyTable(
     check=lambda spec, target: spec.geometry(target),
     spec_from_dict=GemmSpec.from_dict,
     paths=matrix_paths,
+    baked_for=_baked_for,
 )
