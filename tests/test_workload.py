@@ -250,6 +250,11 @@ def test_no_candidate_names_the_build_command(tmp_path):
                                      "(dtype=f16 c=256 k=256 r=3 s=3 stride_h=2")
         assert f"`{nc.command}`" in nc.message
         assert load_problems(nc.problems)["conv_direct_fwd"] == [ConvProblem(**NEW_LAYER)]
+        # the answer keeps nothing per problem (a server is asked distinct problems at will)
+        held = table._layer_grid.cache_info().currsize
+        for c in range(1, 41):
+            assert select(store, "gfx942", "conv_direct_fwd", dict(NEW_LAYER, c=8 * c)).no_candidate.kind == "build"
+        assert table._layer_grid.cache_info().currsize == held
         # with lanes asked for, the command builds those lanes
         assert select(store, "gfx942", "conv_direct_fwd", NEW_LAYER, lanes=["llvm22"]).no_candidate.command == \
             "rocke-aot build --arch gfx942 --family conv_direct_fwd --lane llvm22 --problems problems.json"
@@ -307,6 +312,16 @@ def test_service_answer_is_typed_and_the_client_refuses_a_malformed_one(tmp_path
         parse_select(json.dumps({**doc, "accepted": [ranked]}).encode())
     with pytest.raises(IntegrityError, match="/v1/select"):  # the field is required
         parse_select(json.dumps({k: v for k, v in doc.items() if k != "no_candidate"}).encode())
+
+
+def test_a_plugin_table_with_a_baked_for_that_is_not_callable_is_a_finding():
+    import dataclasses
+
+    from rocke_aot.variants.tables.conv import CONV_DIRECT_FWD
+
+    assert table.audit_table(CONV_DIRECT_FWD, ConvDirectFwdSpec, grid=False) == []
+    bad = dataclasses.replace(CONV_DIRECT_FWD, baked_for=5)
+    assert table.audit_table(bad, ConvDirectFwdSpec, grid=False) == ["its table's baked_for is neither None nor callable"]
 
 
 def test_no_candidate_kinds_are_one_vocabulary():

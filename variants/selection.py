@@ -547,25 +547,33 @@ def no_candidate(ranking: Ranking, family: str, problem: Any, device: object,
 
 
 def _why_no_spec(family: str, problem: Any, dev: Target, lane: Any, baked: Mapping[str, Any] | None) -> str | None:
-    """None when the family's grid on (dev, lane) has a spec that runs ``problem``, else why not."""
+    """None when the family's grid on (dev, lane) has a spec that runs ``problem``, else why not.
+    Walks the grid point by point and stops at the first spec that runs it; caches nothing (on a
+    server every distinct problem would add an entry)."""
     adm = table.admission(family, dev, lane)
     if not adm.served:
         return adm.reason
     if baked is not None:
-        grid = table.layer_grid(family, dev, lane, baked)
-        specs = grid.specs
-        if not specs:
-            return grid.reason or "every point of its grid is refused: " + "; ".join(
-                f"{r} ({n})" for r, n in grid.refused[:2])
+        points = table.layer_points(family, dev, lane, baked)
     else:
-        specs = tuple(table.enumerate_specs(family, dev, lane))
-    first = None
-    for spec in specs:
+        points = ((spec, "admitted") for spec in table.enumerate_specs(family, dev, lane))
+    first, admitted, refused = None, [], {}
+    for spec, reason in points:
+        if spec is None:
+            refused[reason] = refused.get(reason, 0) + 1
+            continue
         why = eff_models.accepts(spec, problem)
         if why is None:
             return None
+        admitted.append(spec)
         first = first or why
-    return first or "its grid is empty"
+    if first is not None:
+        return first
+    if not refused:
+        return "its grid is empty"
+    ranked = sorted(refused.items(), key=lambda kv: (-kv[1], kv[0]))
+    return table.layer_reason(admitted, ranked) or "every point of its grid is refused: " + "; ".join(
+        f"{r} ({n})" for r, n in ranked[:2])
 
 
 def _build_hint(family: str, problem: Any, dev: Target, lanes: tuple[str, ...],

@@ -33,6 +33,7 @@ for EVERY (arch, lane) pair.
     layer_grid(family, arch, lane, baked) -> LayerGrid: that baked set x the same knob grid, every
                                              point admitted (a spec) or refused with the reason
                                              the default enumeration drops it for (one code path)
+    layer_points(family, arch, lane, baked) -> the same points one by one, uncached (select)
     workload_specs(family, arch, lane, problems) -> (specs, [LayerGrid])  the default grid, then
                                              each problem's baked set not in the default list
 
@@ -338,7 +339,17 @@ def layer_grid(family: str, arch: object, lane: object, baked: Mapping[str, Any]
     return _layer_grid(family, target.processor, lane.name, lane.major, tuple(sorted(dict(baked).items())))
 
 
-@functools.lru_cache(maxsize=4096)  # a select answering "no candidate" asks for one again and again
+def layer_points(family: str, arch: object, lane: object, baked: Mapping[str, Any]) -> Iterator[tuple[Any, str]]:
+    """(spec, "admitted") or (None, why) for every point of ``baked`` x the family's knob grid on
+    (arch, lane), in the grid's order, uncached (a select's no-candidate answer walks it until a
+    spec runs its problem: a server keeps nothing per problem). The (arch, lane) must be served
+    (``admission``)."""
+    table, target = _table(family), _target(arch)
+    for b, knobs in _points(table, target, _lane(lane), (dict(baked),)):
+        yield _admit(table, target, b, knobs)
+
+
+@functools.lru_cache(maxsize=256)  # a build asks once per (family, arch, lane, layer); ~12 KB each
 def _layer_grid(family: str, processor: str, lane_name: str, major: int,
                 baked_items: tuple[tuple[str, Any], ...]) -> LayerGrid:
     table = _table(family)
@@ -349,18 +360,20 @@ def _layer_grid(family: str, processor: str, lane_name: str, major: int,
     if not adm.served:
         return LayerGrid(family, processor, lane.name, baked, default, (), (), adm.reason)
     specs, seen, why = [], set(), {}
-    for b, knobs in _points(table, target, lane, (baked,)):
-        spec, reason = _admit(table, target, b, knobs)
+    for spec, reason in layer_points(family, target, lane, baked):
         if spec is None:
             why[reason] = why.get(reason, 0) + 1
         elif spec not in seen:
             seen.add(spec)
             specs.append(spec)
     refused = tuple(sorted(why.items(), key=lambda kv: (-kv[1], kv[0])))
-    # every point refused for the one same reason (a patch size the family has no kernel for):
-    # that is the layer's reason
-    reason = refused[0][0] if not specs and len(refused) == 1 else ""
-    return LayerGrid(family, processor, lane.name, baked, default, tuple(specs), refused, reason)
+    return LayerGrid(family, processor, lane.name, baked, default, tuple(specs), refused, layer_reason(specs, refused))
+
+
+def layer_reason(specs: Sequence[Any], refused: Sequence[tuple[str, int]]) -> str:
+    """The whole layer's reason: every point refused for the one same reason (a patch size the
+    family has no kernel for), else none ("")."""
+    return refused[0][0] if not specs and len(refused) == 1 else ""
 
 
 def workload_specs(family: str, arch: object, lane: object,
@@ -615,5 +628,5 @@ __all__ = [
     "admission", "require_admitted", "enumerate_specs", "count_specs", "path_admission",
     "path_admissions", "family_names", "registered_lanes", "check_complete",
     "report", "spec_from_dict", "target_admission", "audit_table", "LayerGrid", "problem_baked", "layer_grid",
-    "workload_specs",
+    "layer_points", "layer_reason", "workload_specs",
 ]
