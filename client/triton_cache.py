@@ -42,13 +42,11 @@ import threading
 from collections import Counter
 from typing import Any
 
-import httpx
-
 from rocke_aot import settings
-from rocke_aot.client.local import LocalStore
-from rocke_aot.client.sources import ServiceSource
+from rocke_aot.client.local import LocalStore, check_sha
+from rocke_aot.client.sources import JSON_HEADERS, ServiceSource, document
 from rocke_aot.client.trusted import env_insecure, pinned_key
-from rocke_aot.errors import IntegrityError, NotFoundError, RockeError
+from rocke_aot.errors import IntegrityError, MalformedAnswerError, NotFoundError, RockeError, SpecError
 from rocke_aot.paths import atomic_write
 
 try:  # Triton's base class where Triton is installed (a GPU host); the backend works without it
@@ -164,17 +162,19 @@ class Backend(_Base):
         if self.cfg.offline or self.cfg.source is None:
             return None
         try:
-            body, _ = self.cfg.source.get(f"/v1/triton/{self.key}", MAX_ENTRY)
+            ans = self.cfg.source.call("GET", f"/v1/triton/{self.key}", MAX_ENTRY, JSON_HEADERS)
         except NotFoundError:
             return None
-        except RockeError as e:
+        except RockeError as e:  # down, a redirect, over the bound, past the deadline (client/sources.py Wire)
             _event("unreachable", self.key, str(e))
             return None
         try:
-            entry = json.loads(body)
+            entry = document(ans, f"the Triton entry {self.key}")  # identity encoding, JSON, an object
             files = entry["files"]
             assert isinstance(files, dict) and entry["key"] == self.key
-        except (ValueError, KeyError, AssertionError, TypeError):
+            for f in files.values():
+                check_sha(f["sha256"])  # before it names a blob URL
+        except (MalformedAnswerError, SpecError, KeyError, AssertionError, TypeError):
             _event("integrity", self.key, "the service's entry record is malformed")
             return None
         self._entry = entry
@@ -304,14 +304,11 @@ class Backend(_Base):
             return
         body = {"triton_version": _triton_version(),
                 "files": {f: base64.b64encode(d).decode() for f, d in sorted(files.items())}}
-        try:
-            r = httpx.put(f"{cfg.source.url}/v1/triton/{self.key}", json=body, timeout=30.0,
-                          headers={"Authorization": f"Bearer {cfg.token}"})
-        except httpx.HTTPError as e:
+        try:  # the one bounded exchange: deadline, no redirects, the answer's size bounded
+            cfg.source.call("PUT", f"/v1/triton/{self.key}", MAX_ENTRY,
+                            {**JSON_HEADERS, "Authorization": f"Bearer {cfg.token}"}, json_body=body)
+        except RockeError as e:
             _event("publish", self.key, f"{type(e).__name__}: {e}")
-            return
-        if r.status_code != 200:
-            _event("publish", self.key, f"the service answered {r.status_code}: {r.text[:300]}")
             return
         _event("published", self.key, ", ".join(sorted(files)), level=logging.INFO)
 
