@@ -138,14 +138,16 @@ def built_triton(cache: str) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache", required=True, help="the SQLite cache a CPU-only build filled")
+    ap.add_argument("--cache", help="the SQLite cache a CPU-only build filled (required)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/triton-h200"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--no-bench", action="store_true", help="skip step 6")
     args = ap.parse_args()
-    if args.child:
+    if args.child:  # one host process of step 3 (cold, warm, warm_again), run by the parent
         child(args.child)
         return 0
+    if not args.cache:
+        ap.error("the following arguments are required: --cache")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="triton-h200-"))
