@@ -40,6 +40,7 @@ from _selstore import fake_inputs, put_fake  # noqa: E402
 
 from rocke_aot.cache import db  # noqa: E402
 from rocke_aot.cache.generations import generation_of  # noqa: E402
+from rocke_aot.cache.selection_view import candidates_query  # noqa: E402
 from rocke_aot.cache.store import Store  # noqa: E402
 from rocke_aot.service.selection import select  # noqa: E402
 from rocke_aot.variants import table  # noqa: E402
@@ -110,17 +111,15 @@ def main() -> None:
             t = time.perf_counter()
             first = select(store, DEVICE, fam, problem)
             cold = (time.perf_counter() - t) * 1e3
-            sql_all, p_all = store.candidates_bare_sql(fam, DEVICE)
-            from rocke_aot.cache.store import _candidates_sql
-            from rocke_aot.targets import compatible_ids
-            ids = compatible_ids(DEVICE)
-            sql_cur, p_cur = _candidates_sql("sqlite", len(ids), None, True), [fam, *ids]
+            # exactly the SQL select(explain=True) and select(explain=False) run (cache/selection_view.py)
+            sql_all, p_all = candidates_query(store.backend, fam, DEVICE, compatible_only=False)
+            sql_cur, p_cur = candidates_query(store.backend, fam, DEVICE, compatible_only=True, current_only=True)
             rows_all, rows_cur = bare(store, sql_all, p_all), bare(store, sql_cur, p_cur)
             t_sel, t_bare, t_fast, t_bare_cur, t_new, t_unc = [], [], [], [], [], []
             c_sel, c_bare, c_fast, c_bare_cur, c_new, c_unc = [], [], [], [], [], []
 
             def uncached():  # the first select after a store change: the candidate lists dropped
-                store._candidate_lists.clear()
+                store.selection.drop_lists()
                 select(store, DEVICE, fam, problem, explain=False)
             first_dim = next(iter(problem))
             for i in range(args.iters):  # interleaved: drift on a shared machine hits all alike

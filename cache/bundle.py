@@ -19,13 +19,17 @@
             per blob member: size, stored sha256, the zstd frame's declared content size
             (before any byte is decompressed), decompress, raw sha256, then ``check`` (the
             CLI passes aot's code-object validation, as a publish runs it: the resources
-            stored are the ones read from the code object) ─> publish blob;
-            then every entry; failure entries only with ``failures=True`` (a crafted
+            stored are the ones read from the code object) ─> store.blobs.publish;
+            then every entry (artifacts.publish_row, the one way an 'ok' row enters the
+            table, as a put does); failure entries only with ``failures=True`` (a crafted
             "failed" record would make builds skip a real kernel). Any mismatch raises
             BundleError and rolls back: nothing from a tampered bundle is ever published.
 
 Blobs travel compressed (no second compression pass), and the tar is never extracted
-to disk: members are read by name, so a crafted path cannot escape anywhere.
+to disk: members are read by name, so a crafted path cannot escape anywhere. The bundle
+part reaches the store through public names only (store.engine, store.blobs,
+artifacts.publish_row); Store.import_ then lets the imported rows join their generations
+(Plans.adopt_imported) in a second transaction.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlalchemy import select
 
 from rocke_aot import record
-from rocke_aot.cache import blobs, codec, db
+from rocke_aot.cache import artifacts, codec, db
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
@@ -118,7 +122,7 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
                 # the file); pass 2 streams the same bytes (same read snapshot) into the tar.
                 dict_ids: dict[int, str] = {}
                 for sha, size, stored_size, cod, data, dict_id in _blob_pages(conn, shas):
-                    zdict = store._dicts.load(conn, dict_id) if dict_id is not None else None
+                    zdict = store.blobs.load_dict(conn, dict_id) if dict_id is not None else None
                     codec.decode(data, sha, size, cod, stored_size, zdict)  # never export a corrupt blob
                     blob_meta[sha] = {"size": size, "stored_size": stored_size, "codec": cod,
                                       "stored_sha256": codec.sha256_hex(data)}
@@ -137,7 +141,7 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
                 }
                 _add(tar, MANIFEST, json.dumps(manifest, sort_keys=True).encode())
                 for dict_id, dsha in sorted(dict_ids.items()):
-                    _add(tar, f"dicts/{dsha}.zdict", store._dicts.load(conn, dict_id).data)
+                    _add(tar, f"dicts/{dsha}.zdict", store.blobs.load_dict(conn, dict_id).data)
                 for sha, _, _, _, data, _ in _blob_pages(conn, shas):
                     if codec.sha256_hex(data) != blob_meta[sha]["stored_sha256"]:
                         raise IntegrityError(f"blob {sha} changed during export")
@@ -236,8 +240,6 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
     ``check(code, arch)`` validates each code object for the arch of every entry that uses it
     and returns its resources (metadata["code_object"], replacing the bundle's); it raises a
     RockeError to refuse. ``failures``: also import the bundle's failure records."""
-    from rocke_aot.cache.store import _publish_artifact
-
     path = Path(path)
     added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0, "failures_skipped": 0}
     try:
@@ -306,8 +308,8 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
                                 raise BundleError(f"bundle blob {sha} is not a valid code object for {arch}: "
                                                   f"{type(e).__name__}: {e}") from None
                     seen.add(sha)
-                    added["blobs"] += blobs.publish_blob(conn, store._dicts, sha, raw, stored, meta.get("codec", codec.CODEC),
-                                                         dict_id, now)
+                    added["blobs"] += store.blobs.publish(conn, sha, raw, stored, meta.get("codec", codec.CODEC),
+                                                          dict_id, now)
                 if seen != set(blob_meta):
                     raise BundleError(f"bundle {path}: {len(set(blob_meta) - seen)} blobs of the manifest are missing")
                 for e in entries:
@@ -316,7 +318,7 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
                         continue
                     if e["status"] == "ok" and check is not None:
                         e = {**e, "metadata": _with_resources(e, resources[(e["blob_sha256"], e["arch"])])}
-                    _import_entry(conn, e, added, _publish_artifact)
+                    _import_entry(conn, e, added)
         except tarfile.TarError as e:
             raise BundleError(f"bundle {path}: {e}") from None
         except CacheError as e:
@@ -364,7 +366,7 @@ def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: di
     return local, zdict
 
 
-def _import_entry(conn, e: dict[str, Any], added: dict[str, int], publish_artifact) -> None:
+def _import_entry(conn, e: dict[str, Any], added: dict[str, int]) -> None:
     inputs = KeyInputs.from_dict(e)
     cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == e["key"])).first()
     base = {
@@ -384,7 +386,7 @@ def _import_entry(conn, e: dict[str, Any], added: dict[str, int], publish_artifa
                "metadata_json": canonical_json(e.get("metadata") or {}),
                "provenance_json": canonical_json(e.get("provenance") or {}),
                "error": None, "log": None, "last_read_at": base["built_at"]}
-        publish_artifact(conn, row, replace=False)
+        artifacts.publish_row(conn, row, replace=False)
         added["artifacts"] += 1
         return
     if cur is not None:  # an artifact wins over an imported failure; a failure is kept as is

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 from sqlalchemy import Connection, delete, select, update
 
 from rocke_aot.cache.keys import canonical_json, code_object_key
+from rocke_aot.cache import db
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import code_objects as C
 
@@ -40,19 +41,19 @@ class CodeHit:
         return self.status == "ok"
 
 
-def put_ok(conn: Connection, insert_ignore, key: str, inputs, ir_sha256: str, blob_sha256: str,
+def put_ok(conn: Connection, key: str, inputs, ir_sha256: str, blob_sha256: str,
            info: Mapping[str, Any], now: float) -> None:
     row = {"key": key, "status": "ok", "arch": inputs.arch, "profile": inputs.profile, "ir_sha256": ir_sha256,
            "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json,
            "blob_sha256": blob_sha256, "info_json": canonical_json(info), "error": None, "built_at": now}
-    if conn.execute(insert_ignore(conn, C), row).rowcount == 0:
+    if conn.execute(db.insert_ignore(conn, C), row).rowcount == 0:
         # Present already: a recorded failure turns into the success; an 'ok' row stays as is.
         conn.execute(update(C).where(C.c.key == key, C.c.status == "failed").values(
             status="ok", blob_sha256=blob_sha256, info_json=row["info_json"], error=None, built_at=now))
 
 
-def put_failed(conn: Connection, insert_ignore, key: str, inputs, ir_sha256: str, error: str, now: float) -> None:
-    conn.execute(insert_ignore(conn, C), {
+def put_failed(conn: Connection, key: str, inputs, ir_sha256: str, error: str, now: float) -> None:
+    conn.execute(db.insert_ignore(conn, C), {
         "key": key, "status": "failed", "arch": inputs.arch, "profile": inputs.profile, "ir_sha256": ir_sha256,
         "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json, "blob_sha256": None,
         "info_json": "{}", "error": error, "built_at": now})
@@ -74,7 +75,7 @@ def unreferenced(conn: Connection) -> int:
     return conn.execute(delete(C).where(C.c.status == "ok", ~used)).rowcount
 
 
-def backfill(conn: Connection, insert_ignore, now: float, keys: Iterable[str] | None = None) -> int:
+def backfill(conn: Connection, now: float, keys: Iterable[str] | None = None) -> int:
     """Give 'ok' rows that have an IR sha256 but no code key (an imported bundle's) their code
     object. A cubin's PTX was not exported, so such a cubin is compiled again once before reuse."""
     stmt = (select(A.c.key, A.c.arch, A.c.profile, A.c.ir_sha256, A.c.toolchain_json, A.c.options_json,
@@ -84,7 +85,7 @@ def backfill(conn: Connection, insert_ignore, now: float, keys: Iterable[str] | 
     for key, arch, profile, ir, tc_json, opt_json, blob, meta_json in conn.execute(stmt).all():
         ck = code_object_key(arch, profile, ir, tc_json, opt_json)
         fmt = (json.loads(meta_json) or {}).get("format")
-        conn.execute(insert_ignore(conn, C), {
+        conn.execute(db.insert_ignore(conn, C), {
             "key": ck, "status": "ok", "arch": arch, "profile": profile, "ir_sha256": ir, "toolchain_json": tc_json,
             "options_json": opt_json, "blob_sha256": blob, "info_json": canonical_json({"format": fmt}),
             "error": None, "built_at": now})

@@ -22,6 +22,11 @@
                             ├─ empty store or older known revision -> Alembic upgrade, inside
                             │   one write transaction (concurrent first opens serialize)
                             └─ unknown revision, unstamped tables, wrong version -> SchemaVersionError
+        ▼
+    Handle(url, engine, readonly) ── what every part of a Store shares (cache/store.py):
+                            read_tx / write_tx on its engine, writable(what) -> ReadOnlyError,
+                            str() names the store in messages. insert_ignore(conn, table) and
+                            chunks(keys) are the statements and batching the parts have in common.
 """
 
 from __future__ import annotations
@@ -31,16 +36,19 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, Table, create_engine, event, inspect, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from rocke_aot import settings
 from rocke_aot.cache import models
-from rocke_aot.errors import CacheAccessError, SchemaVersionError
+from rocke_aot.errors import CacheAccessError, ReadOnlyError, SchemaVersionError
 
 ENV_CACHE = settings.CACHE
 ENV_HOME = settings.HOME
@@ -51,6 +59,7 @@ PG_CONNECT_TIMEOUT_S = 10
 # Advisory lock ids on PostgreSQL (arbitrary constants, "rocke" in ASCII-ish digits).
 PG_LOCK_SCHEMA = 7_263_011
 PG_LOCK_WRITE = 7_263_012
+LOOKUP_CHUNK = 900  # keys per IN (...): under SQLite's oldest bound-parameter limit (999) and PostgreSQL's (65535)
 
 
 def default_path() -> Path:
@@ -314,6 +323,41 @@ def read_tx(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         with conn.begin():
             yield conn
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What every part of one store shares: its URL, its engine, and whether it may write."""
+
+    url: str
+    engine: Engine
+    readonly: bool = False
+
+    def __str__(self) -> str:
+        return f"Store({display_url(self.url)!r})"
+
+    def writable(self, what: str) -> None:
+        """ReadOnlyError naming ``what`` when the store is open read-only."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self} is open read-only: {what} refused (open it without readonly=True)")
+
+
+_INSERT_IGNORE: dict[tuple[str, str], Any] = {}
+
+
+def insert_ignore(conn: Connection, table: Table):
+    """INSERT ... ON CONFLICT (primary key) DO NOTHING, built once per dialect and table."""
+    k = (conn.dialect.name, table.name)
+    if k not in _INSERT_IGNORE:
+        ins = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
+        _INSERT_IGNORE[k] = ins.on_conflict_do_nothing(index_elements=[c.name for c in table.primary_key])
+    return _INSERT_IGNORE[k]
+
+
+def chunks(seq: Sequence[str], n: int = LOOKUP_CHUNK) -> Iterator[Sequence[str]]:
+    """``seq`` in slices of at most ``n`` (one bounded IN list each)."""
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
 
 
 def _current_revision(conn: Connection) -> tuple[str | None, bool]:

@@ -32,6 +32,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 
+from rocke_aot.cache import db
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import generations as G
 
@@ -78,10 +79,10 @@ def rank(completed_at: float | None, created_at: float, gid: str) -> tuple:
     return (completed_at is not None, completed_at or 0.0, created_at, gid)
 
 
-def register(conn: Connection, insert_ignore, inputs, now: float) -> str:
+def register(conn: Connection, inputs, now: float) -> str:
     """Inside a put's write transaction: the generation row of ``inputs`` (once); its id."""
     gen = generation_of(inputs)
-    conn.execute(insert_ignore(conn, G), {
+    conn.execute(db.insert_ignore(conn, G), {
         "id": gen, "arch": inputs.arch, "lane": inputs.lane, "family": inputs.family,
         "recipe_digest": inputs.recipe_digest, "toolchain_json": inputs.toolchain_json,
         "created_at": now, "retired_at": None, "completed_at": None})
@@ -224,7 +225,7 @@ def drop(conn: Connection, keys: list[str], gens: list[str], chunk: int) -> int:
     return n
 
 
-def backfill(conn: Connection, insert_ignore, now: float) -> set[tuple[str, str, str]]:
+def backfill(conn: Connection, now: float) -> set[tuple[str, str, str]]:
     """Give rows without a generation (an imported bundle's) the one their inputs name; the
     (arch, lane, family) groups touched (the caller re-serves them)."""
     groups = conn.execute(
@@ -234,7 +235,7 @@ def backfill(conn: Connection, insert_ignore, now: float) -> set[tuple[str, str,
     touched = set()
     for arch, lane, fam, digest, tc_json in groups:
         gen = generation_id(arch, lane, fam, digest, tc_json)
-        conn.execute(insert_ignore(conn, G), {
+        conn.execute(db.insert_ignore(conn, G), {
             "id": gen, "arch": arch, "lane": lane, "family": fam, "recipe_digest": digest,
             # A bundle is a finished build: its generation enters complete.
             "toolchain_json": tc_json, "created_at": now, "retired_at": None, "completed_at": now})

@@ -85,11 +85,12 @@ def _dumps(checked: Any) -> str:
     return json.dumps(checked, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _frozen(value: Any) -> Any:
+def freeze(value: Any) -> Any:
+    """Read-only mappings and tuples (a frozen spec, toolchain, metadata) from parsed JSON; ``thaw`` undoes it."""
     if isinstance(value, dict):
-        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
+        return tuple(freeze(v) for v in value)
     return value
 
 
@@ -156,7 +157,7 @@ class KeyInputs:
         for name in ("spec", "toolchain", "options"):
             plain = _check_json(getattr(self, name), "value")  # a fresh plain copy: nothing shared
             object.__setattr__(self, f"_{name}_json", _dumps(plain))
-            object.__setattr__(self, name, _frozen(plain))
+            object.__setattr__(self, name, freeze(plain))
 
     def __hash__(self) -> int:  # the mappings are unhashable; the encoding is the identity
         return hash(encode(self))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, _frozen, inputs_dict, thaw
+from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, freeze, inputs_dict, thaw
 
 
 def _ts(t: float | None) -> datetime | None:
@@ -202,8 +202,8 @@ def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Art
         sha256=row["blob_sha256"],
         size=row["size"],
         stored_size=row["stored_size"],
-        metadata=_frozen(_loads(row["metadata_json"])),
-        provenance=_frozen(_loads(row["provenance_json"])),
+        metadata=freeze(_loads(row["metadata_json"])),
+        provenance=freeze(_loads(row["provenance_json"])),
         built_at=_ts(row["built_at"]),
         last_read_at=_ts(row["last_read_at"]),
         code_object=code_object,

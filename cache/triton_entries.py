@@ -13,6 +13,11 @@
     lookup(conn, key) -> {filename: EntryFile(blob_sha256, triton_version, target, artifact_key, source, size)}
     check_key / check_filename     the shapes Triton makes (base32 of a sha256; a file name
                                    without folders), refused otherwise (SpecError: HTTP 422)
+    entry_of(metadata, binary, files)   a Triton build's put: the entry its record names, its
+                                   files' sha256 checked against the record (None: not Triton)
+
+TritonEntries is the store's part over this table (Store.put_triton_entry, Store.triton_entry);
+a build's entry is written by the artifacts part inside its put's transaction.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 from sqlalchemy import Connection, bindparam, select
 
+from rocke_aot.cache import codec, db
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.models import triton_entries as T
 from rocke_aot.errors import Conflict, SpecError
@@ -78,7 +84,7 @@ def entry_files(entry: Mapping[str, Any], json_text: bytes, binary: bytes) -> di
     return files
 
 
-def publish(conn: Connection, insert_ignore, key: str, files: Mapping[str, bytes], *, triton_version: str,
+def publish(conn: Connection, key: str, files: Mapping[str, bytes], *, triton_version: str,
             target: str, artifact_key: str | None, source: str, put_blob: Callable[[bytes], str],
             now: float | None = None) -> None:
     check_key(key)
@@ -95,7 +101,7 @@ def publish(conn: Connection, insert_ignore, key: str, files: Mapping[str, bytes
                 raise EntryConflict(f"Triton entry {key} already holds {filename} with sha256 "
                                     f"{old.blob_sha256[:16]}, not {sha[:16]}")
             continue
-        conn.execute(insert_ignore(conn, T), {"triton_key": key, "filename": filename, "blob_sha256": sha,
+        conn.execute(db.insert_ignore(conn, T), {"triton_key": key, "filename": filename, "blob_sha256": sha,
                                               "triton_version": triton_version, "target": target,
                                               "artifact_key": artifact_key, "source": source, "created_at": now})
 
@@ -104,3 +110,41 @@ def lookup(conn: Connection, key: str) -> dict[str, EntryFile]:
     check_key(key)
     return {r.filename: EntryFile(r.blob_sha256, r.triton_version, r.target, r.artifact_key, r.source, r.size)
             for r in conn.execute(_Q, {"k": key})}
+
+
+def entry_of(metadata: Mapping[str, Any], binary: bytes, files: Mapping[str, bytes] | None) -> dict[str, Any] | None:
+    """The Triton cache entry of a Triton build's put (None for any other artifact)."""
+    entry = metadata.get("triton")
+    if entry is None:
+        return None
+    name = entry["name"]
+    json_text = (files or {}).get(f"{name}.json")
+    if json_text is None:
+        if files is None:  # a code object reused by another plan key: its entry is stored already
+            return None
+        raise SpecError(f"a Triton build of {name} must store its {name}.json")
+    if codec.sha256_hex(json_text) != entry["files"].get(f"{name}.json") or \
+            codec.sha256_hex(binary) != entry["files"].get(entry["binary"]):
+        raise SpecError(f"Triton entry {entry['key']}: its files' sha256 are not the ones its record states")
+    return {"key": entry["key"], "triton_version": entry["triton_version"], "target": target_name(entry["target"]),
+            "files": entry_files(entry, json_text, binary)}
+
+
+class TritonEntries:
+    """The Triton-entries part of one store: a host's publish and the lookup by Triton's key."""
+
+    def __init__(self, handle: db.Handle, blobs):
+        self.handle = handle
+        self.blobs = blobs  # cache/blobs.py Blobs: every file is a blob
+
+    def put(self, key: str, files: Mapping[str, bytes], *, triton_version: str, target: str,
+            artifact_key: str | None = None, source: str = "host") -> None:
+        self.handle.writable("put a Triton entry")
+        with db.write_tx(self.handle.engine) as conn:
+            now = time.time()
+            publish(conn, key, files, triton_version=triton_version, target=target, artifact_key=artifact_key,
+                    source=source, put_blob=lambda data: self.blobs.put(conn, data, "triton", "triton", now), now=now)
+
+    def lookup(self, key: str) -> dict[str, EntryFile]:
+        with db.read_tx(self.handle.engine) as conn:
+            return lookup(conn, key)

@@ -132,6 +132,7 @@ def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) 
     with _store(cache_url) as store:
         rows = store.find(arch=arch.id if arch else None, lane=lane.name if lane else None, family=family,
                           status=status, limit=limit)
+    rows.sort(key=lambda r: (r.arch, r.lane, r.family, r.key))  # grouped for reading (find is in key order)
     if as_json:
         emit_json([r.as_dict() for r in rows])
         return

@@ -67,7 +67,8 @@ class FormulaError(SpecError):
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|[-+*%(),]))")
 
 
-def _tokens(text: str) -> list[tuple[str, str]]:
+def tokens(text: str) -> list[tuple[str, str]]:
+    """A formula's tokens in order: ("num" | "name" | "op", text); FormulaError on anything else."""
     out, pos = [], 0
     text = text.rstrip()
     while pos < len(text):
@@ -84,7 +85,7 @@ class _Parser:
     # expr := term (('+'|'-') term)* ; term := unary (('*'|'//'|'%') unary)*
     # unary := '-' unary | atom ; atom := num | name | func '(' expr (',' expr)* ')' | '(' expr ')'
     def __init__(self, text: str):
-        self.text, self.toks, self.i = text, _tokens(text), 0
+        self.text, self.toks, self.i = text, tokens(text), 0
 
     def peek(self) -> tuple[str, str] | None:
         return self.toks[self.i] if self.i < len(self.toks) else None

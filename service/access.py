@@ -1,26 +1,29 @@
-"""What the service reads from a store, behind a few thin functions (swap points).
+"""What the service reads from a store: public Store methods only, behind a few thin functions.
 
     open_store(url)           Store.open(url, readonly=True) when the store supports it,
                               else Store.open(url) (a store at head is only read)
-    Frames.load(store, sha)   blob row ──codec.decode (decompress, size, sha256)──> Frame
-                              (verified once per worker; kept in a byte-bounded LRU with an
-                              age limit, so the hot path reads neither the database nor zstd)
-    kernel_row(store, key)    the artifact row (no blob bytes, no last-read write)
-    list_page(store, ...)     keyset page over artifacts ordered by key (cursor = last key)
+    Frames.load(store, sha)   Store.blob_frame(sha): the raw bytes verified (decompress, size,
+                              sha256) and the stored plain-zstd frame -> Frame (kept in a
+                              byte-bounded LRU with an age limit, so the hot path reads neither
+                              the database nor zstd)
+    Frames.exists(store, sha) Store.has_blob(sha) unless the LRU holds it
+    kernel_row(store, key)    Store.record(key): the artifact row (no blob bytes, no last-read write)
+    list_page(store, ...)     Store.find(served_only=True, after=cursor, limit=limit + 1): one
+                              keyset page ordered by key, and the next page's cursor
     select(store, ...)        rocke_aot.service.selection.select (the one helper), its
                               results as plain dicts for the response models
     StoreWatch(store).check() /healthz: the SQLite file at the store's path is still the one
-                              opened (same device and inode), and the store answers a query;
-                              CacheAccessError (503) otherwise
+                              opened (same device and inode), and the store answers a query
+                              (Store.find(limit=1)); CacheAccessError (503) otherwise
 
 Why not Store.get(): it touches ``last_read_at`` (a write) and hands back only raw bytes;
 the service needs the stored zstd frame too (served as is to ``Accept-Encoding: zstd``).
 
-Frame integrity: the store keeps no digest of the compressed frame, so instead of adding a
-column (a migration racing the generations migration), the frame is verified the one way
-the store already trusts: ``codec.decode`` decompresses it, bounded by the recorded size,
-and checks the content sha256. A frame is only ever served after that check succeeded in
-this worker; the client checks the content sha256 again after decompressing.
+Frame integrity: the store keeps no digest of the compressed frame, so the frame is verified
+the one way the store already trusts: Store.blob_frame decompresses it, bounded by the
+recorded size, and checks the content sha256 before handing it out. A frame is only ever
+served after that check succeeded in this worker; the client checks the content sha256 again
+after decompressing. Error messages name the key or blob, never the store's URL.
 """
 
 from __future__ import annotations
@@ -32,23 +35,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, text
 from sqlalchemy.engine import make_url
-from sqlalchemy import select as sa_select
 
-from rocke_aot.cache import codec, db
-from rocke_aot.cache.models import artifacts as A
-from rocke_aot.cache.models import blob_data
-from rocke_aot.cache.models import blobs as B
-from rocke_aot.cache.records import Artifact, to_artifact
+from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheAccessError, NotFoundError
-
-_Q_BLOB = sa_select(B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id).where(B.c.sha256 == bindparam("s"))
-_Q_BLOB_EXISTS = sa_select(B.c.size).where(B.c.sha256 == bindparam("s"))
-_ROW = [*A.c, B.c.size, B.c.stored_size]
-_ROW_FROM = A.outerjoin(B, A.c.blob_sha256 == B.c.sha256)
-_Q_KERNEL = sa_select(*_ROW).select_from(_ROW_FROM).where(A.c.key == bindparam("k"))
 
 
 def open_store(url: str, *, readonly: bool = True) -> Store:
@@ -86,8 +77,7 @@ class StoreWatch:
         if self.path is not None and self._stat() != self.identity:
             raise CacheAccessError(f"the store file {self.path} was replaced after this server opened it; "
                                    "restart the server to serve the new one")
-        with db.read_tx(self.store.engine) as conn:
-            conn.execute(text("SELECT 1 FROM artifacts LIMIT 1")).first()
+        self.store.find(limit=1)
 
 
 @dataclass(frozen=True)
@@ -146,31 +136,18 @@ class Frames:
         hit = self.cached(sha)
         if hit is not None:
             return hit
-        with db.read_tx(store.engine) as conn:
-            row = conn.execute(_Q_BLOB, {"s": sha}).first()
-            if row is None:
-                raise NotFoundError(f"no blob {sha} in the store")
-            size, cod, data, stored_size, dict_id = row
-            data = bytes(data)
-            if cod == codec.CODEC:
-                raw = codec.decode(data, sha, size, cod, stored_size)
-                frame = Frame(sha, raw, data)
-            else:  # a dictionary frame: decoded with the store's dictionary, served raw
-                raw = _decode_with_dict(store, conn, sha, size, cod, stored_size, data, dict_id)
-                frame = Frame(sha, raw, None)
+        try:
+            raw, zstd_frame = store.blob_frame(sha)
+        except NotFoundError:
+            raise NotFoundError(f"no blob {sha} in the store") from None
+        frame = Frame(sha, raw, zstd_frame)
         self._keep(frame)
         return frame
 
     def exists(self, store: Store, sha: str) -> bool:
         if self.cached(sha) is not None:
             return True
-        with db.read_tx(store.engine) as conn:
-            return conn.execute(_Q_BLOB_EXISTS, {"s": sha}).first() is not None
-
-
-def _decode_with_dict(store: Store, conn, sha, size, cod, stored_size, data, dict_id) -> bytes:
-    # A dictionary frame: the store decodes it with its own dictionary (public, verified).
-    return store.get_blob(sha)
+        return store.has_blob(sha)
 
 
 def kernel_row(store: Store, key: str) -> Artifact:
@@ -186,25 +163,10 @@ def kernel_row(store: Store, key: str) -> Artifact:
 
 def list_page(store: Store, *, arch: str | None, lane: str | None, family: str | None,
               cursor: str | None, limit: int) -> tuple[list[Artifact], str | None]:
-    """One page of artifacts ordered by key, and the cursor of the next page (None at the end).
-
-    Stand-in for issue 11's ``Store.list_artifacts``; filters are already validated."""
-    lister = getattr(store, "list_artifacts", None)
-    if lister is not None:
-        page = lister(arch=arch, lane=lane, family=family, cursor=cursor, limit=limit)
-        items = list(getattr(page, "items", page[0] if isinstance(page, tuple) else page))
-        nxt = getattr(page, "next_cursor", page[1] if isinstance(page, tuple) else None)
-        return items, nxt
-    conds: list[Any] = [A.c.status == "ok"]
-    for col, val in ((A.c.arch, arch), (A.c.lane, lane), (A.c.family, family)):
-        if val is not None:
-            conds.append(col == val)
-    if cursor is not None:
-        conds.append(A.c.key > cursor)
-    stmt = sa_select(*_ROW).select_from(_ROW_FROM).where(and_(*conds)).order_by(A.c.key).limit(limit + 1)
-    with db.read_tx(store.engine) as conn:
-        rows = conn.execute(stmt).mappings().all()
-    items = [to_artifact(r) for r in rows[:limit]]
+    """One page of served artifacts ordered by key, and the cursor of the next page (None at
+    the end); the filters are already validated."""
+    rows = store.find(arch=arch, lane=lane, family=family, served_only=True, after=cursor, limit=limit + 1)
+    items = rows[:limit]
     return items, (items[-1].key if len(rows) > limit else None)
 
 

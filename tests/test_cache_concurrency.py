@@ -66,12 +66,12 @@ def test_four_processes_put_and_get_lose_nothing(tmp_path):
 
 
 def _killed_mid_transaction(url: str, ready_w: int) -> None:
-    import rocke_aot.cache.store as store_mod
+    import rocke_aot.cache.artifacts as artifacts_mod
 
     with Store.open(url) as s:
         put(s, 1)
         put(s, 2)
-        real = store_mod._publish_artifact
+        real = artifacts_mod.publish_row
 
         def hang(conn, row, *, replace):
             # The blob row is written, the write lock is held, the artifact is not: die here.
@@ -79,7 +79,7 @@ def _killed_mid_transaction(url: str, ready_w: int) -> None:
             time.sleep(600)
             real(conn, row, replace=replace)
 
-        store_mod._publish_artifact = hang
+        artifacts_mod.publish_row = hang
         put(s, 3)
 
 

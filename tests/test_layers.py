@@ -39,6 +39,8 @@ def test_layer_contracts_hold(tmp_path):
     ("cache/keys.py", "from rocke_aot.variants import table as _x\n"),  # cache -> variants
     ("rocke_aot/lanes.py", "from rocke_aot.cache import keys as _x\n"),  # vocabulary -> cache
     ("aot/drift.py", "from rocke_aot.cli import options as _x\n"),  # aot -> cli
+    ("service/access.py", "from rocke_aot.cache import models as _x\n"),  # the service -> the store's tables
+    ("cli/cache.py", "from rocke_aot.cache import blobs as _x\n"),  # the CLI -> a part behind Store
 ])
 def test_a_layering_violation_is_caught(tmp_path, where, bad_import):
     site = git_tree(tmp_path / "tree")

@@ -70,7 +70,7 @@ def test_generations_serve_side_by_side_and_never_drop(store_url):
                 and a.recipe_digest == "d2"}
         assert _served(store) == part | keep and len(keep) == 2
         # listings serve exactly what select serves
-        page, _ = store.list_artifacts(arch="gfx942", family="gemm", limit=100)
+        page = store.find(arch="gfx942", family="gemm", served_only=True, limit=100)
         assert {a.key for a in page} == part | keep
         gens = {g.id: g for g in store.generations()}
         assert gens[_gen("d3")].current and not gens[_gen("d2")].current
@@ -109,15 +109,19 @@ def test_paging_with_a_cursor(store_url):
     with Store.open(store_url) as store:
         keys = sorted(put_fake(store, "gfx942", "llvm22", "gemm", s, digest="d1").key for s in SPECS)
         keys += []
-        seen, cursor = [], None
+        seen, pages, after = [], 0, None
         while True:
-            page, cursor = store.list_artifacts(family="gemm", cursor=cursor, limit=3)
+            page = store.find(family="gemm", served_only=True, after=after, limit=3)
             seen += [a.key for a in page]
-            if cursor is None:
+            pages += 1
+            if len(page) < 3:
                 break
-        assert seen == keys
-        with pytest.raises(SpecError, match="cursor"):
-            store.list_artifacts(cursor="nope")
+            after = page[-1].key
+        assert seen == keys and pages == len(keys) // 3 + 1
+        with pytest.raises(SpecError, match="after"):
+            store.find(after="nope")
+        with pytest.raises(SpecError, match="limit"):
+            store.find(limit=0)
 
 
 def test_get_blob_verifies(store_url):
@@ -151,7 +155,7 @@ def test_reads_batch_their_times(tmp_path):
 
         dbmod.write_tx = counting
         try:
-            store._touch_flushed = float("inf")  # hold the batch open for this check
+            store.artifacts.flushed_at = float("inf")  # hold the batch open for this check
             for _ in range(3):
                 for k in keys:
                     store.get(k)

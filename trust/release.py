@@ -1,6 +1,6 @@
 """The release step: sign what a store serves.
 
-    store.list_artifacts(current_only=True)  the served rows, page by page (filters: arches, lanes)
+    store.find(served_only=True, after=, limit=)  the served rows, page by page (filters: arches, lanes)
         -> manifest kernels {key: {key inputs, sha256, size, ir_sha256, metadata, provenance,
                                    generation}}, generations [{arch, lane, family, generation}]
     manifest.json  signed by the release key, version V
@@ -40,7 +40,7 @@ def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[st
     kernels: dict[str, dict[str, Any]] = {}
     cursor = None
     while True:
-        page, cursor = store.list_artifacts(cursor=cursor, limit=PAGE, current_only=True)
+        page = store.find(served_only=True, after=cursor, limit=PAGE)
         for a in page:
             if (want_arch and a.arch not in want_arch) or (want_lane and a.lane not in want_lane):
                 continue
@@ -48,8 +48,9 @@ def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[st
             gens[gen] = {"arch": a.arch, "lane": a.lane, "family": a.family, "generation": gen}
             kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
                               "metadata": thaw(a.metadata), "provenance": thaw(a.provenance), "generation": gen}
-        if cursor is None:
+        if len(page) < PAGE:
             break
+        cursor = page[-1].key
     if not kernels:
         raise SpecError("the store serves no kernel of the selected arches and lanes: nothing to sign")
     return list(gens.values()), kernels

@@ -93,7 +93,8 @@ def cu_granularity(tiles: int, cus: int) -> float:
     return tiles / (_ceil(tiles, cus) * cus)
 
 
-def _combine(dims: Iterable[DimGranularity], tiles: int, info: ArchInfo) -> Efficiency:
+def combine(dims: Iterable[DimGranularity], tiles: int, info: ArchInfo) -> Efficiency:
+    """The efficiency of a launch: each dimension's tile granularity times the CU granularity."""
     dims = tuple(dims)
     cu = cu_granularity(tiles, info.cu_count)
     total = cu
@@ -127,7 +128,7 @@ def _gemm_accepts(spec: Any, p: GemmProblem) -> str | None:
 
 def _gemm_eff(spec: Any, p: GemmProblem, info: ArchInfo) -> Efficiency:
     tiles = formulas(spec).tiles(p)
-    return _combine((dim("M", p.m, spec.block_m), dim("N", p.n, spec.block_n)), tiles, info)
+    return combine((dim("M", p.m, spec.block_m), dim("N", p.n, spec.block_n)), tiles, info)
 
 
 # -- conv_direct_fwd ---------------------------------------------------------------------------
@@ -152,7 +153,7 @@ def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
     oh, ow = p.out_hw
     dims = (dim("OH", oh, spec.tile_h), dim("OW", ow, spec.tile_w), dim("K", p.k, spec.tile_k))
     tiles = formulas(spec).tiles(p)
-    return _combine(dims, tiles, info)
+    return combine(dims, tiles, info)
 
 
 # -- conv_dgrad_patch ----------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
     dims = (dim("Hp", p.hp, spec.tile_h), dim("Wp", p.wp, spec.tile_w),
             DimGranularity("cols", spec.cols, spec.cols_padded, spec.cols / spec.cols_padded))
     tiles = formulas(spec).tiles(p)  # main blocks only: border blocks do no tile work
-    return _combine(dims, tiles, info)
+    return combine(dims, tiles, info)
 
 
 # -- work (the time model's input, variants/perf.py) --------------------------------------------

@@ -55,7 +55,7 @@ from rocke_aot.launch import ArgDef, LaunchFormulas, bind, evaluate
 from rocke_aot.targets import Target
 from rocke_aot.variants import families
 from rocke_aot.variants._fields import check_known, check_types
-from rocke_aot.variants.models import Efficiency, Model, _combine, dim
+from rocke_aot.variants.models import Efficiency, Model, combine, dim
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.table import FamilyTable, Refuse, Serve
 
@@ -281,10 +281,10 @@ class _Geometry:
 
 def _subst(text: str, consts: Mapping[str, int]) -> str:
     """A formula with the config's constexpr names replaced by their values."""
-    from rocke_aot.launch import _tokens
+    from rocke_aot.launch import tokens
 
     out = []
-    for kind, tok in _tokens(text):
+    for kind, tok in tokens(text):
         out.append(str(consts[tok]) if kind == "name" and tok in consts else tok)
     return " ".join(out)
 
@@ -371,7 +371,7 @@ def _model(kernel: TritonKernel) -> Model:
     def efficiency(spec: Any, problem: Any, info: ArchInfo) -> Efficiency:
         dims = [dim(f, getattr(problem, f), getattr(spec, c)) for f, c in kernel.tiled]
         tiles = spec.launch_formulas().tiles(problem)
-        return _combine(dims, tiles, info)
+        return combine(dims, tiles, info)
 
     def work(spec: Any, problem: Any, target: Any) -> TileWork:
         if kernel.work is None:
