@@ -4,7 +4,10 @@
         │             = sha256("rocke-aot/generation/v2\\n" + the five, NUL-separated)[:32]
         ├─ artifacts.generation = that id;  generations row (insert once)
         └─ reserve(one spec): its 'ok' rows, one per generation that built it ──> the best
-              ranked one gets served = 1, every other served = 0
+              ranked one gets served = 1, every other served = 0; per Triton version for a
+              Triton family (line_of: the version its generation's toolchain identity names),
+              since a GPU host's Triton must equal the builder's: a Triton 3.7 build never
+              takes a spec away from the hosts that run 3.6, whatever the lane
     builder, after a build that ran to the end ──> complete(generation): completed_at = now,
         then reserve(every spec of that generation)
     select / listings ──> rows with served = 1
@@ -26,7 +29,9 @@ and toolchain give the same generation, so a top-up or no-op rebuild stays in it
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -35,6 +40,8 @@ from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 from rocke_aot.cache import db
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import generations as G
+from rocke_aot.candidates import triton_version_of
+from rocke_aot.errors import RockeError
 
 _PREFIX = b"rocke-aot/generation/v2\n"
 
@@ -79,6 +86,17 @@ def rank(completed_at: float | None, created_at: float, gid: str) -> tuple:
     return (completed_at is not None, completed_at or 0.0, created_at, gid)
 
 
+@functools.lru_cache(maxsize=1024)
+def line_of(toolchain_json: str | None) -> str:
+    """The serving line a generation's rows belong to: "" for every toolchain but Triton's, the
+    Triton version for Triton's (candidates.triton_version_of). One row of a spec is served per
+    line; a malformed identity is a line of its own (select skips such rows)."""
+    try:
+        return triton_version_of(json.loads(toolchain_json or "{}")) or ""
+    except (ValueError, RockeError):
+        return "?malformed"
+
+
 def register(conn: Connection, inputs, now: float) -> str:
     """Inside a put's write transaction: the generation row of ``inputs`` (once); its id."""
     gen = generation_of(inputs)
@@ -90,7 +108,7 @@ def register(conn: Connection, inputs, now: float) -> str:
 
 
 _Q_SPEC_ROWS = (
-    select(A.c.key, A.c.served, G.c.completed_at, G.c.created_at, G.c.id)
+    select(A.c.key, A.c.served, G.c.completed_at, G.c.created_at, G.c.id, G.c.toolchain_json)
     .select_from(A.join(G, G.c.id == A.c.generation))
     .where(A.c.arch == bindparam("a"), A.c.lane == bindparam("l"), A.c.family == bindparam("f"),
            A.c.spec_json == bindparam("s"), A.c.status == "ok")
@@ -99,7 +117,7 @@ _U_SERVED = update(A).where(A.c.key == bindparam("k")).values(served=bindparam("
 
 
 def _apply(conn: Connection, rows: Iterable[tuple]) -> int:
-    """rows: (key, served, completed_at, created_at, gen) of ONE spec -> flip what must change."""
+    """rows: (key, served, completed_at, created_at, gen) of ONE spec and line -> flip what must change."""
     rows = list(rows)
     if not rows:
         return 0
@@ -110,15 +128,24 @@ def _apply(conn: Connection, rows: Iterable[tuple]) -> int:
     return len(changes)
 
 
+def _by_line(rows: Iterable[tuple]) -> list[list[tuple]]:
+    """rows (key, served, completed_at, created_at, gen, toolchain_json) of one spec, per line_of."""
+    lines: dict[str, list[tuple]] = {}
+    for r in rows:
+        lines.setdefault(line_of(r[5]), []).append(tuple(r[:5]))
+    return list(lines.values())
+
+
 def reserve_spec(conn: Connection, arch: str, lane: str, family: str, spec_json: str) -> int:
-    """Serve the best-ranked 'ok' row of one spec (after a put)."""
-    return _apply(conn, conn.execute(_Q_SPEC_ROWS, {"a": arch, "l": lane, "f": family, "s": spec_json}).all())
+    """Serve the best-ranked 'ok' row of one spec, per line (after a put)."""
+    rows = conn.execute(_Q_SPEC_ROWS, {"a": arch, "l": lane, "f": family, "s": spec_json}).all()
+    return sum(_apply(conn, line) for line in _by_line(rows))
 
 
 def reserve_groups(conn: Connection, groups: Iterable[tuple[str, str, str]] | None = None) -> int:
     """Recompute served for every spec of the given (arch, lane, family) groups (None: all)."""
     stmt = (select(A.c.arch, A.c.lane, A.c.family, A.c.spec_json, A.c.key, A.c.served, A.c.status,
-                   G.c.completed_at, G.c.created_at, G.c.id)
+                   G.c.completed_at, G.c.created_at, G.c.id, G.c.toolchain_json)
             .select_from(A.outerjoin(G, G.c.id == A.c.generation)))
     wanted = None if groups is None else set(groups)
     if wanted is not None and not wanted:
@@ -128,14 +155,14 @@ def reserve_groups(conn: Connection, groups: Iterable[tuple[str, str, str]] | No
         stmt = stmt.where(and_(A.c.arch == a, A.c.lane == l, A.c.family == f))
     by_spec: dict[tuple, list[tuple]] = {}
     clear: list[dict[str, Any]] = []
-    for arch, lane, fam, sj, key, served, status, completed, created, gid in conn.execute(stmt):
+    for arch, lane, fam, sj, key, served, status, completed, created, gid, tc_json in conn.execute(stmt):
         if wanted is not None and (arch, lane, fam) not in wanted:
             continue
         if status != "ok" or gid is None:
             if served:
                 clear.append({"k": key, "v": 0})
             continue
-        by_spec.setdefault((arch, lane, fam, sj), []).append((key, served, completed, created, gid))
+        by_spec.setdefault((arch, lane, fam, sj, line_of(tc_json)), []).append((key, served, completed, created, gid))
     if clear:
         conn.execute(_U_SERVED, clear)
     return len(clear) + sum(_apply(conn, rows) for rows in by_spec.values())

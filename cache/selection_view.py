@@ -8,7 +8,8 @@
         ▼
     rows ─> Candidate (rocke_aot/candidates.py: key, blob, spec, arch, lane, generation,
             current = the row's served flag, Resources from the stored "code_object" metadata
-            and the launch block's work-group size); one row is parsed once per store (a row is
+            and the launch block's work-group size; the Triton version its toolchain identity
+            names, candidates.triton_version_of); one row is parsed once per store (a row is
             immutable per (key, blob) but for its served flag); a malformed row is skipped,
             logged and counted (malformed_rows), never failing the family for everyone
         ▼
@@ -33,7 +34,7 @@ from sqlalchemy import Connection
 
 from rocke_aot import record
 from rocke_aot.cache import db
-from rocke_aot.candidates import Candidate, Resources, launch_block_size
+from rocke_aot.candidates import Candidate, Resources, launch_block_size, triton_version_of
 from rocke_aot.errors import RockeError, SpecError
 from rocke_aot.targets import Target, compatible_ids
 
@@ -54,7 +55,7 @@ def _sql(dialect: str, n_arch: int, n_lanes: int | None, current_only: bool) -> 
     # SQLAlchemy's statement compilation costs more than SQLite running the query.
     p = "?" if dialect == "sqlite" else "%s"
     sql = ("SELECT a.key, a.blob_sha256, a.arch, a.lane, a.profile, a.spec_json, a.generation, a.metadata_json, "
-           "a.built_at, a.served FROM artifacts a "
+           "a.built_at, a.served, a.toolchain_json FROM artifacts a "
            f"WHERE a.family = {p} AND a.status = 'ok' AND a.arch IN ({','.join([p] * n_arch)})")
     if n_lanes is not None:
         sql += f" AND a.lane IN ({','.join([p] * n_lanes)})"
@@ -75,7 +76,7 @@ def candidates_query(dialect: str, family: str, device: object, lanes: Iterable[
 
 
 def _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json, meta_json, built_at,
-               info) -> Candidate:
+               toolchain_json, info) -> Candidate:
     meta = json.loads(meta_json)
     spec = json.loads(spec_json)
     if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
@@ -85,7 +86,7 @@ def _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json
         record.check_resources(co)
     return Candidate(key, sha, family, MappingProxyType(spec), arch, lane, profile, gen or "", is_current,
                      Resources.from_code_object(co, info, block_size=launch_block_size(meta.get("launch"))),
-                     datetime.fromtimestamp(built_at, tz=timezone.utc))
+                     datetime.fromtimestamp(built_at, tz=timezone.utc), triton_version_of(json.loads(toolchain_json)))
 
 
 class SelectionView:
@@ -179,14 +180,14 @@ class SelectionView:
             rows = cur.fetchall()
         finally:
             cur.close()
-        for key, sha, arch, lane, profile, spec_json, gen, meta_json, built_at, served in rows:
+        for key, sha, arch, lane, profile, spec_json, gen, meta_json, built_at, served, tc_json in rows:
             is_current = bool(served)
             c = memo.get(key)
             # A key's row is immutable except for a forced rebuild (new blob) and its served flag.
             if c is None or c.blob_sha256 != sha or c.current is not is_current or c.family != family:
                 try:
                     c = _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json, meta_json,
-                                   built_at, info)
+                                   built_at, tc_json, info)
                 except (RockeError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
                     # One malformed row (written before the record schema, or by hand) must not
                     # fail the family for everyone: it is skipped, logged and counted.

@@ -16,9 +16,9 @@ from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.cli.progress import PeriodicLines
 from rocke_aot.errors import SpecError
-from rocke_aot.runner.bench import ServerSource, StoreSource, bench, parse_candidates
+from rocke_aot.runner.bench import ServerSource, StoreSource, bench, host_triton_version, parse_candidates
 from rocke_aot.runner.runtime import open_runtime
-from rocke_aot.service.selection import parse_problem
+from rocke_aot.service.selection import check_triton_version, parse_problem
 
 
 def load_problems(family: str, problems_file: str | None, problem: str | None) -> list:
@@ -60,6 +60,9 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
 @click.option("--local", "local", metavar="DIR", default=None,
               help=f"With --server: the client's local store (default: ${settings.CLIENT_HOME}).")
 @click.option("--candidates", default="all", show_default=True, help="'all', or 'top:N' (the N best-ranked).")
+@click.option("--triton-version", default=None, metavar="VERSION",
+              help="A Triton family's: the Triton version whose builds to run (default: the triton installed "
+                   "here; a host's Triton must equal the builder's).")
 @lanes_option()
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Check every output against a float64 reference.")
 @click.option("--vendor/--no-vendor", default=True, show_default=True, help="Time the vendor library on the same problems.")
@@ -70,7 +73,7 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
               help="Seconds between progress lines when stderr is not a terminal.")
 @json_option
 def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, server, mirrors, root_key, insecure, local,
-              candidates, lanes, verify, vendor, warmup, reps, out, progress_interval, as_json) -> int:
+              candidates, triton_version, lanes, verify, vendor, warmup, reps, out, progress_interval, as_json) -> int:
     """Run problems with cached kernels: verify each candidate, time it, rank the results.
 
     Candidates come from the same select() as `rocke-aot select`: over this host's cache, or
@@ -87,6 +90,7 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
     # Bad input is refused before anything looks for a GPU (exit 2 on any host).
     probs = [parse_problem(family, p) for p in load_problems(family, problems_file, problem)]
     limit = parse_candidates(candidates)
+    version = check_triton_version(family, host_triton_version(family, triton_version))
     fetcher = None
     if server:
         if cache_url:
@@ -127,12 +131,12 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
             with Client(server) as client, fetcher:  # the client ranks only: it opens no store
                 report = bench(ServerSource(client, fetcher), rt, arch.id, family, probs, candidates=limit,
                                lanes=lane_names, verify=verify, warmup=warmup, reps=reps, vendor=vendor,
-                               on_problem=on_problem, progress=progress)
+                               on_problem=on_problem, progress=progress, triton_version=version)
         else:
             with Store.open(cache_url, readonly=True) as store:
                 report = bench(StoreSource(store), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
                                verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
-                               progress=progress)
+                               progress=progress, triton_version=version)
     doc = report.as_dict()
     if out:
         Path(out).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")

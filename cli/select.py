@@ -54,9 +54,12 @@ def _problem_text(value: str) -> str:
 @click.option("--measured", type=click.Choice(MEASURED), default="exact", show_default=True,
               help="Rank by recorded times first (rocke-aot measurements): for this problem, also its "
                    "shape class, or off.")
+@click.option("--triton-version", default=None, metavar="VERSION",
+              help="A Triton family's: only what this Triton version built (the GPU host's Triton, e.g. 3.6.0); "
+                   "left out, every version's kernels are listed, each labelled.")
 @json_option
 def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, server, model,
-               measured, as_json) -> int:
+               measured, triton_version, as_json) -> int:
     """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
 
     By estimated time (the "est ms" column, with what bounds it) where the arch has a time
@@ -66,7 +69,8 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     per MAC, then occupancy; the key last. Recorded times (rocke-aot measurements) come first
     wherever they apply (the "basis" column: their median in ms, or the model that placed the
     row; a row the model could not estimate says why below the table). For equal specs
-    the newest lane wins. Each spec is served by its newest complete build (a partial or failed
+    the newest lane wins (per Triton version for a Triton family: --triton-version names the
+    host's, and only its builds answer). Each spec is served by its newest complete build (a partial or failed
     rebuild never takes a kernel away). Exit 1 when nothing qualifies; when that is because
     no cached kernel is baked for the problem (a model's layer the default tables lack), it
     prints the `rocke-aot build --problems` command that builds them. docs/selection.md has
@@ -80,10 +84,11 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     text = _problem_text(problem)
     if server is not None:
         return _remote(server, arch.id, family, text, [lane.name for lane in lanes] or None, min_efficiency, limit,
-                       explain, as_json, model, measured)
+                       explain, as_json, model, measured, triton_version)
     with Store.open(cache_url, readonly=True) as store:
         sel = select(store, arch, family, text, lanes=[lane.name for lane in lanes] or None,
-                     min_efficiency=min_efficiency, limit=limit, model=model, measured=measured)
+                     min_efficiency=min_efficiency, limit=limit, model=model, measured=measured,
+                     triton_version=triton_version)
     if as_json:
         emit_json(sel.as_dict(explain=explain))
         return 0 if sel.accepted else 1
@@ -91,6 +96,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
                + (f" (+{sel.beyond_limit} beyond --limit)" if sel.beyond_limit else "")
                + f", {len(sel.rejected)} rejected" + ("" if explain else " (--explain lists them)"))
     click.echo(f"ranked by: {sel.model}" + (f" ({sel.note})" if sel.note else ""))
+    _echo_triton(sel.triton_version, sel.triton_versions)
     if sel.accepted:
         click.echo(f"{'#':>3}  {'key':<16} {'lane':<7} {'arch':<24} {'est ms':>8} {'bound':<8} {'basis':<8} "
                    f"{'eff':>7} {'occ':>4} "
@@ -98,6 +104,8 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     for i, ch in enumerate(sel.accepted, 1):
         c, r = ch.candidate, ch.candidate.resources
         spec = " ".join(f"{k}={v}" for k, v in sorted(c.spec.items()))
+        if c.triton_version is not None:  # every row says which Triton built it
+            spec = f"triton={c.triton_version} {spec}"
         est = "-" if ch.estimate_ms is None else f"{ch.estimate_ms:.4f}"  # none where no constants
         basis = ch.basis if ch.measured is None else f"{ch.measured.median_ms:.4f}"  # measured ms, or the model
         click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {est:>8} {ch.bound or '-':<8} {basis:<8} "
@@ -119,7 +127,8 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     return 0 if sel.accepted else 1
 
 
-def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, as_json, model, measured) -> int:
+def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, as_json, model, measured,
+            triton_version) -> int:
     """The same selection from a service (service/client.py); the server runs select()."""
     import json
 
@@ -131,7 +140,7 @@ def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, a
         raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
     with Client(server, offline=False) as client:  # no local store is opened for a select
         doc = client.select(arch, family, prob, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
-                            explain=explain, model=model, measured=measured)
+                            explain=explain, model=model, measured=measured, triton_version=triton_version)
     if not explain:
         doc.pop("rejected")
     if as_json:
@@ -139,8 +148,11 @@ def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, a
     else:
         click.echo(f"{family} on {arch} ({server}): {len(doc['accepted'])} accepted")
         click.echo(f"ranked by: {doc['model']}" + (f" ({doc['note']})" if doc["note"] else ""))
+        _echo_triton(doc["triton_version"], doc["triton_versions"])
         for i, c in enumerate(doc["accepted"], 1):
             spec = " ".join(f"{k}={v}" for k, v in sorted(c["spec"].items()))
+            if c["triton_version"] is not None:
+                spec = f"triton={c['triton_version']} {spec}"
             est = "-" if c["estimate_ms"] is None else f"{c['estimate_ms']:.4f}"
             basis = c["basis"] if c["measured_ms"] is None else f"{c['measured_ms']:.4f}"
             click.echo(f"{i:>3}  {c['key'][:16]} {c['lane']:<7} {c['arch']:<24} {est:>8} {c['bound'] or '-':<8} "
@@ -150,6 +162,16 @@ def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, a
         if doc["no_candidate"] is not None:
             _echo_no_candidate(family, doc["no_candidate"])
     return 0 if doc["accepted"] else 1
+
+
+def _echo_triton(asked: str | None, versions) -> None:
+    """A Triton family's answer: the version asked for, or every version there is (each row says its own)."""
+    if asked is not None:
+        click.echo(f"Triton {asked} only" + ("" if asked in versions else
+                                              f" (the cache holds {', '.join(versions) or 'no Triton build'} here)"))
+    elif versions:
+        click.echo(f"Triton versions: {', '.join(versions)} (each row says which built it; a GPU host's Triton must "
+                   f"equal the builder's: --triton-version picks one)")
 
 
 def _echo_no_candidate(family: str, nc: dict) -> None:

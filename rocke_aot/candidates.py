@@ -4,7 +4,9 @@
         key, blob sha256, family, spec, arch (target ID), lane, profile, generation,
         current (its generation is the one the (arch, lane) ref points to),
         code-object resources read from the artifact metadata's "code_object" section
-        (written by aot/codeobject.py validate(); never recomputed here), built_at
+        (written by aot/codeobject.py validate(); never recomputed here), built_at,
+        triton_version (triton_version_of the key's toolchain identity: the Triton that
+        compiled it; None for every other toolchain)
         │
         ▼
     Candidate (frozen)  ──> variants/selection.py rank() ──> service/selection.py select()
@@ -49,11 +51,13 @@ groups_per_cu without registers (vgprs None) leaves the register limit out: an u
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
 from rocke_aot.arch import ArchInfo
+from rocke_aot.errors import SpecError
 
 
 def _ceil(a: int, b: int) -> int:
@@ -154,6 +158,22 @@ def launch_block_size(launch: Mapping[str, Any] | None) -> int | None:
     return size
 
 
+TRITON_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")  # "3.6.0", "3.4.0+gitabc12345"
+
+
+def triton_version_of(toolchain: Mapping[str, Any] | None) -> str | None:
+    """The Triton version a build's toolchain identity names (kind "triton": Triton's own compiler,
+    aot/toolchains/triton_jit.py identity()), None for any other toolchain. The identity is part of
+    the key, so the version a key names cannot be told apart from the bytes it was built with.
+    A Triton identity without a well-formed version raises SpecError (a malformed row)."""
+    if not isinstance(toolchain, Mapping) or toolchain.get("kind") != "triton":
+        return None
+    v = toolchain.get("triton_version")
+    if not isinstance(v, str) or not TRITON_VERSION_RE.match(v):
+        raise SpecError(f"a Triton toolchain identity names no Triton version (triton_version {v!r})")
+    return v
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """Code-object resources, as validate() recorded them (None where the format has none)."""
@@ -216,6 +236,7 @@ class Candidate:
     current: bool  # its generation is the current one of (arch, lane)
     resources: Resources
     created_at: datetime
+    triton_version: str | None = None  # the Triton that built it (triton_version_of its toolchain); None: not Triton
 
     __hash__ = None  # type: ignore[assignment]  # a mapping inside: compare, don't hash
 
@@ -227,4 +248,4 @@ class Candidate:
         return {"key": self.key, "blob_sha256": self.blob_sha256, "family": self.family, "spec": dict(self.spec),
                 "arch": self.arch, "lane": self.lane, "profile": self.profile, "generation": self.generation,
                 "current": self.current, "resources": self.resources.as_dict(),
-                "created_at": self.created_at.isoformat()}
+                "created_at": self.created_at.isoformat(), "triton_version": self.triton_version}

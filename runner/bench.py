@@ -11,10 +11,14 @@
                               unsigned path only when told insecure), kept in its LocalStore;
                               every answer checked against the question before anything is
                               launched: ranked rows for an arch the device runs (Client.select),
-                              kernels only of those rows, of the family and a target asked, their
-                              code object valid for it and their launch contract the one the
-                              object declares (AnswerMismatchError otherwise)
-    bench(source, runtime, arch, family, problems, candidates="all"|"top:N")
+                              kernels only of those rows, of the family and a target asked (and
+                              the Triton version asked: their key's toolchain), their code object
+                              valid for it and their launch contract the one the object declares
+                              (AnswerMismatchError otherwise)
+    host_triton_version(family, given)  a Triton family's select names the Triton the host runs:
+                              --triton-version, else the installed triton's version, else a
+                              SpecError (a host's Triton must equal the builder's: docs/triton.md)
+    bench(source, runtime, arch, family, problems, candidates="all"|"top:N", triton_version=)
         for each problem: the accepted candidates in ranked order (rank 0 = the selection's
         first choice), loaded together (source.load_many: the Fetcher's pool) ->
         run.run_problem -> ProblemReport (times, verification, vendor)
@@ -35,6 +39,7 @@ from rocke_aot.aot.codeobject import record_metadata
 from rocke_aot.client.fetch import check_asked
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.cache.keys import thaw
+from rocke_aot.candidates import triton_version_of
 from rocke_aot.errors import AnswerMismatchError, CodeObjectError, SpecError
 from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
@@ -47,7 +52,8 @@ from rocke_aot.variants import table
 
 
 class Source(Protocol):
-    def ranked(self, arch: str, family: str, problem: Any, lanes: Sequence[str] | None) -> list[dict[str, Any]]: ...
+    def ranked(self, arch: str, family: str, problem: Any, lanes: Sequence[str] | None,
+               triton_version: str | None = None) -> list[dict[str, Any]]: ...
 
     def load(self, key: str) -> tuple[bytes, dict[str, Any]]: ...
 
@@ -69,8 +75,8 @@ class StoreSource:
     def __init__(self, store):
         self.store = store
 
-    def ranked(self, arch, family, problem, lanes):
-        sel = select(self.store, arch, family, problem, lanes=lanes, explain=False)
+    def ranked(self, arch, family, problem, lanes, triton_version=None):
+        sel = select(self.store, arch, family, problem, lanes=lanes, explain=False, triton_version=triton_version)
         return [{"key": c.key, "lane": c.lane, "spec": dict(c.candidate.spec), "efficiency": c.efficiency.total,
                  "estimate_ms": c.estimate_ms, "resources": c.candidate.resources.as_dict()} for c in sel.accepted]
 
@@ -95,15 +101,19 @@ class ServerSource:
     def __init__(self, client, fetcher):
         self.client = client
         self.fetcher = fetcher
-        self._asked: dict[str, tuple[str, str]] = {}  # key -> (device arch, family) of the select that ranked it
+        # key -> (device arch, family, Triton version) of the select that ranked it
+        self._asked: dict[str, tuple[str, str, str | None]] = {}
 
-    def ranked(self, arch, family, problem, lanes):
-        doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes)
+    def ranked(self, arch, family, problem, lanes, triton_version=None):
+        doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes, triton_version=triton_version)
         out = []
         for c in doc["accepted"]:
             if not compatible(c["arch"], arch):  # Client.select checked it; the runner does not rely on that
                 raise AnswerMismatchError(f"select answered {c['key']} built for {c['arch']}; {arch} cannot run it")
-            self._asked[c["key"]] = (arch, family)
+            if c.get("triton_version") != triton_version:  # likewise
+                raise AnswerMismatchError(f"select answered {c['key']} built by Triton {c.get('triton_version')}; "
+                                          f"Triton {triton_version} was asked for")
+            self._asked[c["key"]] = (arch, family, triton_version)
             out.append({"key": c["key"], "lane": c["lane"], "spec": c["spec"], "efficiency": c["efficiency"]["total"],
                         "estimate_ms": c.get("estimate_ms"), "resources": c["resources"]})
         return out
@@ -119,7 +129,7 @@ class ServerSource:
         for k in keys:
             if k not in self._asked:
                 raise AnswerMismatchError(f"kernel {k} was not ranked by a select of this source; it is not loaded")
-            by_question.setdefault(self._asked[k], []).append(k)
+            by_question.setdefault(self._asked[k][:2], []).append(k)
         got: dict[str, Any] = {}
         launchable: dict[str, tuple[bytes, dict[str, Any]]] = {}
 
@@ -131,8 +141,12 @@ class ServerSource:
         return {k: launchable[k] for k in keys}
 
     def _checked(self, key, kern) -> tuple[bytes, dict[str, Any]]:
-        arch, family = self._asked[key]
+        arch, family, version = self._asked[key]
         check_asked(kern.inputs.arch, kern.inputs.family, Target.parse(arch), family, f"kernel {key}")
+        built_by = triton_version_of(kern.inputs.toolchain)  # the key's toolchain identity: the bytes' own
+        if built_by != version:
+            raise AnswerMismatchError(f"kernel {key} was built by Triton {built_by}, not the {version} asked for; "
+                                      f"not launched")
         try:
             info = validate_code_object(kern.code_object, kern.inputs.arch)
             metadata = record_metadata(thaw(kern.metadata), info)
@@ -161,7 +175,28 @@ def _split_field(family: str) -> str | None:
     return None
 
 
-def _ranked_for_chunks(source: Source, arch: str, family: str, problem: Any, lanes) -> list[dict[str, Any]]:
+def host_triton_version(family: str, given: str | None) -> str | None:
+    """The Triton version a select of ``family`` names on this host: None for a family no Triton
+    builds (``given`` there is refused by select), ``given``, else the version of the triton
+    installed here (importlib.metadata: nothing is imported), else SpecError: a Triton family's
+    artifacts are served to a host of that Triton only (a host's Triton must equal the builder's)."""
+    from rocke_aot.variants.families import get_family
+    from rocke_aot.variants.triton import is_triton
+
+    if given is not None or not is_triton(get_family(family)):
+        return given
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        raise SpecError(f"{family} is a Triton family and this host has no triton installed: give the Triton "
+                        f"version the kernels are for (--triton-version 3.6.0); a select answers each version "
+                        f"apart") from None
+
+
+def _ranked_for_chunks(source: Source, arch: str, family: str, problem: Any, lanes,
+                       triton_version: str | None = None) -> list[dict[str, Any]]:
     """Candidates for a problem no kernel can address whole (a tensor over 2 GiB): rank them on
     the largest sub-problem along the split axis that selection accepts; the runner then
     launches the whole problem in chunks of at most that size (runner/run.py launches)."""
@@ -171,7 +206,7 @@ def _ranked_for_chunks(source: Source, arch: str, family: str, problem: Any, lan
     extent = getattr(problem, name)
     while extent > 1:
         extent //= 2
-        ranked = source.ranked(arch, family, dataclasses.replace(problem, **{name: extent}), lanes)
+        ranked = source.ranked(arch, family, dataclasses.replace(problem, **{name: extent}), lanes, triton_version)
         if ranked:
             return ranked
     return []
@@ -185,6 +220,7 @@ class BenchReport:
     runtime: str
     problems: list[ProblemReport]
     reps: int | None = None  # repeats each median is of (cache/measurements.py records it)
+    triton_version: str | None = None  # a Triton family's: the Triton whose builds ran
 
     def summary(self) -> dict[str, Any]:
         q = [p.selection_quality for p in self.problems if p.selection_quality is not None]
@@ -198,17 +234,20 @@ class BenchReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"arch": self.arch, "family": self.family, "device": self.device, "runtime": self.runtime,
-                "reps": self.reps, "summary": self.summary(), "problems": [p.as_dict() for p in self.problems]}
+                "reps": self.reps, "triton_version": self.triton_version, "summary": self.summary(),
+                "problems": [p.as_dict() for p in self.problems]}
 
 
 def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterable[Any], *,
           candidates: int | None = None, lanes: Sequence[str] | None = None, verify: bool = True,
           warmup: int = 2, reps: int = 10, vendor: bool = True,
-          on_problem: Callable[[int], None] | None = None, progress: Callable[[], None] | None = None) -> BenchReport:
+          on_problem: Callable[[int], None] | None = None, progress: Callable[[], None] | None = None,
+          triton_version: str | None = None) -> BenchReport:
     reports = []
     for i, raw in enumerate(problems):
         problem = parse_problem(family, raw)
-        ranked = source.ranked(arch, family, problem, lanes) or _ranked_for_chunks(source, arch, family, problem, lanes)
+        ranked = (source.ranked(arch, family, problem, lanes, triton_version)
+                  or _ranked_for_chunks(source, arch, family, problem, lanes, triton_version))
         if candidates is not None:
             ranked = ranked[:candidates]
         if on_problem:
@@ -217,4 +256,4 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
         cands = [_candidate(entry, rank, *loaded[entry["key"]]) for rank, entry in enumerate(ranked)]
         reports.append(run_problem(rt, family, problem, cands, verify=verify, warmup=warmup, reps=reps,
                                    seed=i, vendor=vendor, progress=progress))
-    return BenchReport(arch, family, rt.device_name(), rt.name, reports, reps)
+    return BenchReport(arch, family, rt.device_name(), rt.name, reports, reps, triton_version)

@@ -172,26 +172,29 @@ def list_page(store: Store, *, arch: str | None, lane: str | None, family: str |
 
 def select(store: Store, target, family: str, problem, *, lanes=None, min_efficiency=None, limit=None,
            explain: bool = True, max_rejected: int | None = None, model: str = "auto",
-           measured: str = "exact") -> dict[str, Any]:
+           measured: str = "exact", triton_version: str | None = None) -> dict[str, Any]:
     """The select answer as plain data (service/schemas.py SelectResponse less the URLs): the
     accepted best first with the basis of each rank, the first ``max_rejected`` rejected, how many
     were rejected, the model that ordered them and why none was used, and, when nothing is
-    baked for the problem, what to build (no_candidate); from the one helper."""
+    baked for the problem, what to build (no_candidate), the Triton version asked and the ones
+    there are (every accepted row labelled with its own); from the one helper."""
     from rocke_aot.service.selection import select as shared
 
     sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
-                 explain=explain, model=model, measured=measured)
+                 explain=explain, model=model, measured=measured, triton_version=triton_version)
     shown = sel.rejected if max_rejected is None else sel.rejected[:max_rejected]
     return {"accepted": [_choice(c) for c in sel.accepted], "rejected": [_rejection(r) for r in shown],
             "rejected_count": len(sel.rejected), "model": sel.model, "note": sel.note,
-            "no_candidate": None if sel.no_candidate is None else sel.no_candidate.as_dict()}
+            "no_candidate": None if sel.no_candidate is None else sel.no_candidate.as_dict(),
+            "triton_version": sel.triton_version, "triton_versions": list(sel.triton_versions)}
 
 
 def _choice(c) -> dict[str, Any]:
     cand = c.candidate  # issue 11: Choice(candidate, spec, efficiency)
     return {"key": cand.key, "sha256": cand.blob_sha256, "arch": cand.arch, "lane": cand.lane,
             "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), **c.basis_dict(),
-            "resources": cand.resources.as_dict(), "generation": cand.generation}
+            "resources": cand.resources.as_dict(), "generation": cand.generation,
+            "triton_version": cand.triton_version}
 
 
 def _rejection(r) -> dict[str, Any]:

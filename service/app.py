@@ -60,6 +60,7 @@ from rocke_aot.service.errors import (
     Unauthorized,
 )
 from rocke_aot.service.metrics import Metrics, MetricsMiddleware
+from rocke_aot.service.selection import check_triton_version
 from rocke_aot.service.schemas import (
     MAX_PAGE,
     MAX_REJECTED,
@@ -211,6 +212,13 @@ def _family(value: str, field: str = "family") -> str:
     except (SpecError, PluginError) as e:  # unknown, or a plugin of that name failed to load (its error)
         raise FieldError(field, str(e), list(table.family_names())) from None
     return value
+
+
+def _triton_version(family: str, value: str | None) -> str | None:
+    try:
+        return check_triton_version(family, value)
+    except SpecError as e:
+        raise FieldError("triton_version", str(e)) from None
 
 
 def _problem(family: str, value: dict) -> Any:
@@ -445,11 +453,13 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         family = _family(req.family)
         lanes = [_lane(l, f"lanes.{i}") for i, l in enumerate(req.lanes)] if req.lanes else None
         problem = _problem(family, req.problem)
+        version = _triton_version(family, req.triton_version)
         args = (store, target, family, problem)
         # The rejected entries are listed only when asked to explain (rejected_count always counts
         # them): they were ~90% of a default answer's bytes and of its serialization.
         kw = dict(lanes=lanes, min_efficiency=req.min_efficiency, limit=req.limit, explain=req.explain,
-                  max_rejected=MAX_REJECTED if req.explain else 0, model=req.model, measured=req.measured)
+                  max_rejected=MAX_REJECTED if req.explain else 0, model=req.model, measured=req.measured,
+                  triton_version=version)
         # Off the event loop, through a few threads: a cold select (after a store change) ranks
         # every row of the family, and on the loop it stalled every other request of the worker.
         async with slots:
@@ -461,6 +471,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
             rejected=[Rejection(**r) for r in got["rejected"]], rejected_count=got["rejected_count"],
             model=got["model"], note=got["note"],
             no_candidate=None if got["no_candidate"] is None else NoCandidate(**got["no_candidate"]),
+            triton_version=got["triton_version"], triton_versions=got["triton_versions"],
         )
         # Validated above against the documented models, serialized here by pydantic-core: a
         # returned Response skips FastAPI's second validation of the model (run in the threadpool

@@ -19,7 +19,9 @@
                            models (parse_select: types, closed field sets, the basis invariants),
                            then every row checked against the question (check_select: arch
                            compatible with the target, lanes asked, at most limit rows, keys and
-                           sha256s 64 hex digits); offline: the same select() over the local store
+                           sha256s 64 hex digits, the Triton version asked for: the answer names
+                           it and every row is its build); offline: the same select() over the
+                           local store
     Client.publish(...)    PUT /v1/kernels/{key} with the bearer token; the answer must name the
                            key and sha256 published
 
@@ -213,15 +215,17 @@ class Client:
 
     def select(self, arch: str, family: str, problem: Mapping[str, Any], *, lanes=None,
                min_efficiency: float | None = None, limit: int | None = None, explain: bool = False,
-               model: str = "auto", measured: str = "exact") -> dict[str, Any]:
+               model: str = "auto", measured: str = "exact", triton_version: str | None = None) -> dict[str, Any]:
         """Ranked candidates and rejections (the SelectResponse document: each accepted row with
         the basis of its rank). The server's answer is parsed strictly through the service's own
         models (a malformed one is MalformedAnswerError) and checked against the question (an
-        answer to another is AnswerMismatchError). Offline: the same select() over the local
-        store, in the same shape."""
+        answer to another is AnswerMismatchError). ``triton_version`` (a Triton family's): the
+        host's Triton; every row answered must be that version's build. Offline: the same
+        select() over the local store, in the same shape."""
         if self.offline:
             doc = access.select(self.store, arch, family, dict(problem), lanes=lanes, min_efficiency=min_efficiency,
-                                limit=limit, explain=explain, model=model, measured=measured)
+                                limit=limit, explain=explain, model=model, measured=measured,
+                                triton_version=triton_version)
             doc["accepted"] = [{**c, "url": None, "kernel_url": None} for c in doc["accepted"]]
             return doc
         device = Target.parse(arch)
@@ -238,10 +242,12 @@ class Client:
             body["model"] = model
         if measured != "exact":
             body["measured"] = measured
+        if triton_version is not None:
+            body["triton_version"] = triton_version
         ans = self._call("POST", "/v1/select", MAX_DOCUMENT, headers=JSON_HEADERS, json_body=body)
         document(ans, "the select answer")  # identity encoding, JSON, an object (named errors, before pydantic)
         return check_select(parse_select(ans.body), device, family, list(lanes) if lanes is not None else None,
-                            limit, ans.url)
+                            limit, ans.url, triton_version=triton_version)
 
     def publish_generation(self, root: str, index: str, manifest: str) -> dict[str, Any]:
         """PUT /v1/trust: the texts of a signed generation's root.json, index.json, manifest.json."""
@@ -306,13 +312,19 @@ def _checked(value: Any, check, what: str) -> Any:
 
 
 def check_select(doc: dict[str, Any], device: Target, family: str, lanes: list[str] | None, limit: int | None,
-                 url: str) -> dict[str, Any]:
+                 url: str, *, triton_version: str | None = None) -> dict[str, Any]:
     """A select answer as asked: every field the runner and the CLI read present and typed,
     keys and sha256s 64 hex digits (before any goes into a URL), every accepted candidate for
-    an arch ``device`` can run and a lane asked for, at most ``limit`` of them; else
-    MalformedAnswerError / AnswerMismatchError naming the row. (The family of each is checked
-    when its record is fetched: Client.get(key, family=...).)"""
+    an arch ``device`` can run and a lane asked for, at most ``limit`` of them, of the Triton
+    version asked for (when one was: the answer names it, and every row is its build; when none
+    was, every row's version is one the answer lists); else MalformedAnswerError /
+    AnswerMismatchError naming the row. (The family of each is checked when its record is
+    fetched: Client.get(key, family=...); a row's Triton version then by its key's toolchain.)"""
     what = f"the select answer from {url} ({family} on {device.id})"
+    asked = field(doc, "triton_version", (str, type(None)), what)
+    versions = field(doc, "triton_versions", list, what)
+    if asked != triton_version:
+        raise AnswerMismatchError(f"{what}: it answers Triton {asked!r}, the request named {triton_version!r}")
     accepted = field(doc, "accepted", list, what)
     rejected = field(doc, "rejected", list, what)
     count = field(doc, "rejected_count", int, what)
@@ -345,6 +357,12 @@ def check_select(doc: dict[str, Any], device: Target, family: str, lanes: list[s
         if est is not None and not (math.isfinite(est) and est >= 0):
             raise MalformedAnswerError(f"{row}: estimate_ms {est!r} is not a non-negative number")
         field(c, "resources", dict, row)
+        built_by = field(c, "triton_version", (str, type(None)), row)
+        if triton_version is not None and built_by != triton_version:
+            raise AnswerMismatchError(f"{row}: {key} was built by Triton {built_by}, not the {triton_version} "
+                                      f"asked for: a host's Triton must equal the builder's")
+        if built_by is not None and built_by not in versions:
+            raise MalformedAnswerError(f"{row}: {key} is Triton {built_by}'s, which triton_versions does not list")
         for name in ("generation", "url", "kernel_url"):
             field(c, name, (str, type(None)), row, required=False)
     for i, r in enumerate(rejected):

@@ -1,7 +1,10 @@
 """Typed request and response bodies of the service (pydantic), and their bounds.
 
     SelectRequest ──POST /v1/select──> SelectResponse(accepted: [RankedKernel], rejected: [Rejection],
-                                       model, note, no_candidate); each RankedKernel says the basis of
+                                       model, note, no_candidate, triton_version, triton_versions);
+                                       a Triton family's request names the host's triton_version
+                                       (only that version's artifacts answer it), and every
+                                       RankedKernel is labelled with its own; each RankedKernel says the basis of
                                        its rank (basis, estimate_ms, bound, fallback, measured_ms,
                                        measurement); no_candidate (NoCandidate), when nothing is baked
                                        for the problem: the build command and its problems file, or why
@@ -22,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SHA_PATTERN = r"^[0-9a-f]{64}$"
+TRITON_VERSION_PATTERN = r"^[0-9][0-9A-Za-z.+_-]{0,63}$"  # rocke_aot/candidates.py TRITON_VERSION_RE
 MAX_PAGE = 1000
 MAX_SELECT = 1000
 MAX_REJECTED = 1000
@@ -101,6 +105,11 @@ class SelectRequest(BaseModel):
                             "facts, or tile efficiency; auto: the first the arch has")
     measured: Literal["exact", "class", "off"] = Field(
         "exact", description="Rank by recorded times first: of this problem, also of its shape class, or off")
+    triton_version: str | None = Field(
+        None, max_length=64, pattern=TRITON_VERSION_PATTERN,
+        description="A Triton family's only: the Triton version the GPU host runs (e.g. 3.6.0); only artifacts that "
+                    "version built are accepted (a host's Triton must equal the builder's). Left out, every version's "
+                    "artifacts are accepted side by side, each labelled, and triton_versions lists them")
 
 
 # The basis of a rank (variants/selection.py Choice.basis) and what bounds an estimate
@@ -154,6 +163,9 @@ class RankedKernel(BaseModel):
     measurement: MeasurementRef | None = Field(description="That recorded time; null unless basis is measured")
     resources: dict[str, Any] = Field(description="Code-object resources (and occupancy where selection derives it)")
     generation: str | None = Field(None, description="The build generation the artifact belongs to")
+    triton_version: str | None = Field(
+        max_length=64, pattern=TRITON_VERSION_PATTERN,
+        description="The Triton version that built it (its key's toolchain identity); null for every other toolchain")
     url: str = Field(description="Fetch URL of the code object (by content)")
     kernel_url: str
 
@@ -228,11 +240,23 @@ class SelectResponse(BaseModel):
     no_candidate: NoCandidate | None = Field(
         description="Only when nothing is accepted and no cached kernel is baked for the problem: what to build "
                     "(rocke-aot build --problems), or why nothing can run it; null otherwise")
+    triton_version: str | None = Field(max_length=64, pattern=TRITON_VERSION_PATTERN,
+                                       description="The Triton version the request named (null: none named)")
+    triton_versions: list[str] = Field(
+        max_length=64, description="The Triton versions whose artifacts this device could be served (compatible "
+                                   "target, current generation, a lane asked for), whichever was named: what a "
+                                   "request can name; empty for a family no Triton builds")
 
     @model_validator(mode="after")
     def _no_candidate_only_when_empty(self) -> "SelectResponse":
         if self.no_candidate is not None and self.accepted:
             raise ValueError("no_candidate explains an empty answer: it comes with no accepted kernel")
+        for i, c in enumerate(self.accepted):  # every row one Triton version (or none): never mixed
+            if self.triton_version is not None and c.triton_version != self.triton_version:
+                raise ValueError(f"accepted.{i} is Triton {c.triton_version}'s, the request named "
+                                 f"{self.triton_version}")
+            if c.triton_version is not None and c.triton_version not in self.triton_versions:
+                raise ValueError(f"accepted.{i} is Triton {c.triton_version}'s, which triton_versions does not list")
         return self
 
 

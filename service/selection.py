@@ -1,17 +1,20 @@
 """select(): the one way the CLI, the service and the runner pick a cached kernel for a problem.
 
-    select(store, target, family, problem, lanes=, min_efficiency=, limit=)
+    select(store, target, family, problem, lanes=, min_efficiency=, limit=, triton_version=)
         │ validate: family (variant tables), target ID, lanes (lane registry), problem
-        │           (JSON text, mapping or problem value) -> SpecError / LaneError naming the
+        │           (JSON text, mapping or problem value), triton_version (a Triton family's
+        │           only: the Triton the GPU host runs) -> SpecError / LaneError naming the
         │           field and the accepted values
         ▼
     store.candidates(family, target, lanes)         cache: ONE query, rows -> Candidates
         │  (SQLite: the same tuple again while the database is unchanged, no query)
         ▼
-    variants.selection.rank(candidates, problem, target, min_efficiency, lanes)   pure
+    variants.selection.rank(candidates, problem, target, min_efficiency, lanes, triton_version)   pure
         │  (reused for the very same candidate tuple and arguments: _RANKINGS)
         ▼
-    Selection(accepted best first [:limit], rejected with reasons,
+    Selection(accepted best first [:limit], rejected with reasons, triton_versions (the Triton
+              versions the device could be served: with triton_version=, only that version's
+              artifacts are accepted; without, each version's, every row labelled),
               no_candidate: none accepted and no kernel baked for the problem -> "build with
               --problems" (the command and its file), or why no spec can run it
               (variants/selection.py no_candidate))
@@ -30,11 +33,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from rocke_aot.cache import measurements
+from rocke_aot.candidates import TRITON_VERSION_RE
 from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import FAMILIES, failed_plugins, problem_from_dict
+from rocke_aot.variants.families import FAMILIES, failed_plugins, get_family, problem_from_dict
+from rocke_aot.variants.triton import is_triton
 from rocke_aot.variants.selection import Choice, NoCandidate, Ranking, Rejection, no_candidate, rank, value_bytes
 
 MEASURED = ("exact", "class", "off")
@@ -54,6 +59,8 @@ class Selection:
     model: str = "efficiency"  # the order used (variants/selection.py MODELS)
     note: str | None = None  # why no time model was used, when none was
     no_candidate: NoCandidate | None = None  # nothing accepted for want of a baked kernel: what to build
+    triton_version: str | None = None  # the Triton version asked for (a Triton family's select)
+    triton_versions: tuple[str, ...] = ()  # the Triton versions there are for the device (Ranking.triton_versions)
 
     @property
     def best(self) -> Choice | None:
@@ -64,7 +71,8 @@ class Selection:
              "lanes": None if self.lanes is None else list(self.lanes), "min_efficiency": self.min_efficiency,
              "accepted": [c.as_dict() for c in self.accepted], "beyond_limit": self.beyond_limit,
              "rejected_count": len(self.rejected), "model": self.model, "note": self.note,
-             "no_candidate": None if self.no_candidate is None else self.no_candidate.as_dict()}
+             "no_candidate": None if self.no_candidate is None else self.no_candidate.as_dict(),
+             "triton_version": self.triton_version, "triton_versions": list(self.triton_versions)}
         if explain:
             d["rejected"] = [r.as_dict() for r in self.rejected]
         return d
@@ -97,6 +105,19 @@ def _family(family: object) -> str:
             raise failed[1]
         raise SpecError(f"family: unknown {family!r}; accepted: {', '.join(names)}")
     return family
+
+
+def check_triton_version(family: str, version: object) -> str | None:
+    """``version`` as a select asks it: None, or a Triton version string for a Triton family
+    (SpecError naming the field otherwise: a version for a family that no Triton builds would
+    be ignored, and nothing a request says is ignored)."""
+    if version is None:
+        return None
+    if not isinstance(version, str) or not TRITON_VERSION_RE.match(version):
+        raise SpecError(f"triton_version: a Triton version such as '3.6.0', got {version!r}")
+    if not is_triton(get_family(family)):
+        raise SpecError(f"triton_version: {family} is not a Triton family (no Triton builds its kernels)")
+    return version
 
 
 def _lanes(lanes: Iterable[object] | None) -> tuple[str, ...] | None:
@@ -224,7 +245,7 @@ def _measurements(store, family: str, processor: str) -> list | None:
 
 def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[str] | None = None,
            min_efficiency: float | None = None, limit: int | None = None, explain: bool = True,
-           model: str = "auto", measured: str = "exact") -> Selection:
+           model: str = "auto", measured: str = "exact", triton_version: str | None = None) -> Selection:
     """Rank the cached artifacts of ``family`` that ``target`` can run on ``problem``.
 
     ``model``: the order (variants/selection.py MODELS): "auto" uses fitted constants where the
@@ -235,8 +256,14 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
 
     ``explain`` False skips the rows selection would only reject as stale or incompatible
     (they are left out in SQL, so the rejected list then lacks those two reasons).
+
+    ``triton_version`` (a Triton family's only): the Triton the GPU host runs; only what that
+    version built is accepted (a host's Triton must equal the builder's). Without it, every
+    version's candidates are accepted side by side, each labelled with its triton_version, and
+    ``triton_versions`` says which there are: the client picks (docs/triton.md).
     """
     fam = _family(family)
+    version = check_triton_version(fam, triton_version)
     tgt = Target.parse(target)
     lane_names = _lanes(lanes)
     prob = parse_problem(fam, problem)
@@ -252,10 +279,12 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
         # measurements it holds are unchanged too (a record is a write like any other).
         ms = _measurements(store, fam, tgt.processor) if measured != "off" else None
         return rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names, model=model, measurements=ms,
-                    shape_class=measured == "class")
+                    shape_class=measured == "class", triton_version=version)
 
-    ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model, measured), compute)
+    ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model, measured, version),
+                      compute)
     accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
     hint = None if ranking.accepted else no_candidate(ranking, fam, prob, tgt, lane_names)
     return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
-                     len(ranking.accepted) - len(accepted), ranking.model, ranking.note, hint)
+                     len(ranking.accepted) - len(accepted), ranking.model, ranking.note, hint, version,
+                     ranking.triton_versions)

@@ -6,9 +6,14 @@
     1 incompatible target       built for a target ID the device cannot run (LLVM target-ID rules)
     2 stale generation          its generation is not the current one of its (arch, lane)
     3 lane not requested        ``lanes=`` given and its lane is not among them
+      other Triton version      ``triton_version=`` given and another Triton built it (a GPU host's
+                                Triton must equal the builder's: a request naming 3.6.0 never
+                                gets a 3.9.0 artifact, whatever the lanes)
     4 spec does not accept the problem   the family's efficiency model: accepts(spec, problem)
     5 efficiency below the floor         efficiency(spec, problem, arch).total < min_efficiency
-        ▼  the qualified ones, grouped by equal spec:
+        ▼  the qualified ones, grouped by equal spec (and, for Triton builds, equal Triton
+           version: without ``triton_version=`` every version's best is accepted, each labelled
+           Candidate.triton_version, and Ranking.triton_versions lists the versions there are):
     6 other lane preferred      the newest lane (highest LLVM major) wins for an equal spec;
       other target preferred    then the most specific target ID (device's exact features)
         ▼
@@ -70,7 +75,9 @@ BELOW_FLOOR = "efficiency below the floor"
 OTHER_LANE = "other lane preferred"
 OTHER_TARGET = "other target preferred"
 BAD_SPEC = "stored spec does not parse"
-REASONS = (INCOMPATIBLE, STALE, LANE_NOT_REQUESTED, NOT_ACCEPTED, BELOW_FLOOR, OTHER_LANE, OTHER_TARGET, BAD_SPEC)
+OTHER_TRITON = "other Triton version"
+REASONS = (INCOMPATIBLE, STALE, LANE_NOT_REQUESTED, OTHER_TRITON, NOT_ACCEPTED, BELOW_FLOOR, OTHER_LANE, OTHER_TARGET,
+           BAD_SPEC)
 
 
 class Choice(NamedTuple):
@@ -137,6 +144,9 @@ class Ranking:
     rejected: tuple[Rejection, ...]  # in key order
     model: str = "efficiency"  # the order used: "fitted", "hardware" or "efficiency"
     note: str | None = None  # why a (better) time model was not used: a fact not public, no constants, a family not fitted
+    # the Triton versions of the candidates the device could run (compatible, current, a lane asked
+    # for), whichever version was asked: what a request can name (empty: no Triton build)
+    triton_versions: tuple[str, ...] = ()
 
     @property
     def best(self) -> Choice | None:
@@ -338,18 +348,23 @@ def choose_model(processor: str, model: str = "auto", family: str | None = None
 
 def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
          min_efficiency: float = 0.0, lanes: Iterable[str] | None = None, model: str = "auto",
-         measurements: Iterable[Any] | None = None, shape_class: bool = False) -> Ranking:
+         measurements: Iterable[Any] | None = None, shape_class: bool = False,
+         triton_version: str | None = None) -> Ranking:
     """Accepted candidates best first and every rejected one with its reason (module doc).
     ``measurements`` (variants/measured.py Measurement): recorded times that rank the accepted
     candidates they apply to ahead of the model (measured.applicable's rules; ``shape_class``
-    lets a problem of the same shape class stand in when the exact problem has none)."""
+    lets a problem of the same shape class stand in when the exact problem has none).
+    ``triton_version``: only what that Triton built (a candidate of no Triton is another version too)."""
     if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) \
             or not 0.0 <= min_efficiency <= 1.0:
         raise SpecError(f"min_efficiency must be a number within 0..1, got {min_efficiency!r}")
     dev = Target.parse(device)
     wanted = None if lanes is None else {get_lane(x).name for x in lanes}
+    if triton_version is not None and not isinstance(triton_version, str):
+        raise SpecError(f"triton_version must be a version string such as '3.6.0', got {triton_version!r}")
     rejected: list[Rejection] = []
     qualified: list[tuple[str, Choice]] = []
+    versions: set[str] = set()
     # Equal specs (other lanes, target IDs, generations) share one verdict: reason or Efficiency.
     effs = _verdicts(problem, dev.processor)
     compat: dict[str, bool] = {}
@@ -367,6 +382,13 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
         if wanted is not None and c.lane not in wanted:
             rejected.append(Rejection(c, LANE_NOT_REQUESTED, f"lane {c.lane} not in {sorted(wanted)}"))
             continue
+        if c.triton_version is not None:
+            versions.add(c.triton_version)
+        if triton_version is not None and c.triton_version != triton_version:
+            rejected.append(Rejection(c, OTHER_TRITON, f"built by Triton {c.triton_version}; the request runs "
+                                                       f"Triton {triton_version}" if c.triton_version else
+                                      f"not a Triton build; the request runs Triton {triton_version}"))
+            continue
         try:
             spec, sid = _spec(c)
         except SpecError as e:
@@ -382,7 +404,8 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
         if e.total < min_efficiency:
             rejected.append(Rejection(c, BELOW_FLOOR, _floor_detail(e, min_efficiency)))
             continue
-        qualified.append((sid, Choice(c, spec, e)))
+        # equal spec and equal Triton version: two Tritons' builds of one spec are two answers
+        qualified.append((sid if c.triton_version is None else f"{sid}\0triton {c.triton_version}", Choice(c, spec, e)))
     # Lane policy: one artifact per equal spec, the newest lane's (then the most specific target).
     best: dict[str, Choice] = {}
     for sid, ch in qualified:
@@ -430,7 +453,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
         accepted.sort(key=order_key)
     rejected.sort(key=_rejection_key)
     _account(problem, dev.processor, effs)
-    return Ranking(tuple(accepted), tuple(rejected), used, note)
+    return Ranking(tuple(accepted), tuple(rejected), used, note, tuple(sorted(versions)))
 
 
 def _cached(effs: dict[Any, Any], k: Any, compute: Any) -> Any:
@@ -506,6 +529,8 @@ class NoCandidate:
 
 # Rejections of candidates that do run the problem (accepts() said yes): the answer is theirs.
 _RAN_IT = frozenset({BELOW_FLOOR, OTHER_LANE, OTHER_TARGET})
+# Rejected before accepts() was asked: the answer is theirs when their spec runs the problem.
+_FILTERED = frozenset({LANE_NOT_REQUESTED, OTHER_TRITON})
 
 
 def no_candidate(ranking: Ranking, family: str, problem: Any, device: object,
@@ -513,14 +538,14 @@ def no_candidate(ranking: Ranking, family: str, problem: Any, device: object,
     """None unless nothing was accepted for want of a kernel baked for ``problem`` (module doc).
 
     A rejected candidate that runs the problem (below the floor, another lane or target of the
-    same spec, a lane not requested) leaves the answer to its rejection. Stale rows never decide:
+    same spec, a lane not requested, another Triton version) leaves the answer to its rejection. Stale rows never decide:
     every spec has a served row, which is ranked on its own."""
     if ranking.accepted:
         return None
     for r in ranking.rejected:
         if r.reason in _RAN_IT:
             return None
-        if r.reason == LANE_NOT_REQUESTED:
+        if r.reason in _FILTERED:
             try:
                 spec, _ = _spec(r.candidate)
             except SpecError:
