@@ -18,9 +18,12 @@
     -> one JSON document per lane: schema, lane, profile, toolchain identity, probe options,
        results, summary; recorded in variants/characterization/<lane>.json (beside the
        variant data, which it backs: `rocke-aot variants` shows backed / unvalidated).
+    load_recorded() / differences(recorded, fresh)    `rocke-aot characterize --check`
 
-The probe IR builders (probe_ir, minimal_kernel_ir) are shared with the LLVM 24 delta report
-(aot/characterize_llvm24.py, `rocke-aot characterize --llvm24-report`).
+The product only reads the records (package data); recording them is maintainer tooling:
+``python -m devtools.characterize --out variants/characterization`` (devtools/characterize.py
+runs domain() and writes the directory it is given). The probe IR builders (probe_ir,
+minimal_kernel_ir) are shared with the LLVM 24 delta report (devtools/llvm24_report.py).
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ SCHEMA = 1
 PLAIN_TRIPLE = "amdgcn-amd-amdhsa"
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 STATUSES = ("ok", "arch_absent", "name_absent", "toolchain_crash", "timeout")
-RECORD_DIR = Path(__file__).resolve().parent.parent / "variants" / "characterization"
+RECORD_DIR = Path(__file__).resolve().parent.parent / "variants" / "characterization"  # package data, read only
+WRITE_COMMAND = "python -m devtools.characterize --out variants/characterization"  # a source checkout's
 PROBE_TIMEOUT = 60.0
 PROBE_OPTIONS = {
     "compile": "codegen only (llvmlite: opt 3 target machine, no module pipeline; LLVM 24: the "
@@ -452,7 +456,7 @@ def document(prober: LaneProber, results: Mapping[tuple[str, str], dict], arches
         "arches": doc_arches,
         "summary": counts,
         # how this document was made (and is checked): the domain and emission probes alike
-        "commands": {"write": f"rocke-aot characterize --write --lane {prober.lane.name}",
+        "commands": {"write": f"{WRITE_COMMAND} --lane {prober.lane.name}",
                      "check": f"rocke-aot characterize --check --lane {prober.lane.name}"},
     }
 
@@ -485,21 +489,11 @@ def load_recorded(root: Path = RECORD_DIR) -> dict[str, dict[str, Any]]:
     return out
 
 
-def write_recorded(docs: Mapping[str, Mapping[str, Any]], root: Path = RECORD_DIR) -> list[Path]:
-    Path(root).mkdir(parents=True, exist_ok=True)
-    paths = []
-    for lane, doc in docs.items():
-        path = record_path(lane, root)
-        path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        paths.append(path)
-    return paths
-
-
 def differences(recorded: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[str]:
     """What a fresh run on this host measured differently from the recorded document."""
     if recorded["toolchain"] != fresh["toolchain"]:
         return [f"toolchain identity differs: recorded {recorded['toolchain']}, here {fresh['toolchain']} "
-                f"(re-run `rocke-aot characterize --write --lane {fresh['lane']}`)"]
+                f"(re-record: `{WRITE_COMMAND} --lane {fresh['lane']}`)"]
     out = []
     for processor, entry in fresh["arches"].items():
         old = recorded["arches"].get(processor)

@@ -17,18 +17,23 @@ measured decision: docs/llvm23-lane.md.)
       lowered_to   each matrix intrinsic the arch has (mma.py), alone in a kernel -> the
                    matrix instruction mnemonics in the object (llvm-objdump-22)
     -> doc["emission"][arch], recorded in variants/characterization/<lane>.json beside the
-       domain probes, by `rocke-aot characterize --write` (doc["commands"] says so).
+       domain probes, by `python -m devtools.characterize` (doc["commands"] says so).
+    elf_facts(code object)  e_flags (mach, xnack, sramecc), ABI version, each kernel descriptor's
+       enables: what these probes and the LLVM 24 delta report (devtools/llvm24_report.py) read
 
 Every compile is a request to an isolated worker (an abort is a recorded failure).
 """
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from elftools.elf.elffile import ELFFile
 
 from rocke_aot import lanes, mma
 from rocke_aot.arch import ARCHES as ARCH_TABLE
@@ -39,9 +44,43 @@ OBJDUMP = "/usr/lib/llvm-22/bin/llvm-objdump"
 _MATRIX = re.compile(r"\b(v_(?:mfma|wmma|smfmac|swmmac)\w*)")
 
 
-def _facts(obj: bytes) -> dict[str, Any]:
-    from rocke_aot.aot.characterize_llvm24 import elf_facts
+_MACH_MASK, _XNACK_MASK, _SRAMECC_MASK = 0xFF, 0x300, 0xC00
+_SETTING = {0: "unsupported", 1: "any", 2: "off", 3: "on"}
 
+
+def elf_facts(data: bytes) -> dict[str, Any]:
+    """e_flags decoded (code object v4+ layout), ABI version, and each kernel descriptor's enables."""
+    elf = ELFFile(io.BytesIO(data))
+    flags = elf.header["e_flags"]
+    facts: dict[str, Any] = {
+        "e_flags": hex(flags),
+        "mach": hex(flags & _MACH_MASK),
+        "xnack": _SETTING[(flags & _XNACK_MASK) >> 8],
+        "sramecc": _SETTING[(flags & _SRAMECC_MASK) >> 10],
+        "abi_version": elf.header["e_ident"]["EI_ABIVERSION"],
+        "descriptors": {},
+    }
+    symtab = elf.get_section_by_name(".symtab")
+    for sym in symtab.iter_symbols() if symtab else []:
+        if not sym.name.endswith(".kd") or sym["st_size"] != 64:
+            continue
+        sec = elf.get_section(sym["st_shndx"])
+        off = sym["st_value"] - sec["sh_addr"] if elf["e_type"] == "ET_DYN" else sym["st_value"]
+        kd = sec.data()[off:off + 64]
+        rsrc2 = int.from_bytes(kd[52:56], "little")
+        props = int.from_bytes(kd[56:58], "little")
+        facts["descriptors"][sym.name[:-3]] = {
+            "private_segment_buffer": bool(props & 1), "dispatch_ptr": bool(props & 2),
+            "queue_ptr": bool(props & 4), "kernarg_segment_ptr": bool(props & 8),
+            "dispatch_id": bool(props & 16), "flat_scratch_init": bool(props & 32),
+            "user_sgpr_count": (rsrc2 >> 1) & 0x1F,
+            "workgroup_id_x": bool(rsrc2 & (1 << 7)), "workgroup_id_y": bool(rsrc2 & (1 << 8)),
+            "workgroup_id_z": bool(rsrc2 & (1 << 9)), "workitem_id_max_dim": (rsrc2 >> 11) & 3,
+        }
+    return facts
+
+
+def _facts(obj: bytes) -> dict[str, Any]:
     return elf_facts(obj)
 
 

@@ -13,7 +13,11 @@
     check(golden, fresh)  -> Report            drift (hash, size, kernel, failure reason), added or
         missing cases, lane-registry problems (stale lane, missing lane, undecided lane, alias
         across profiles), each drift with the first differing IR lines (old IR from the store)
-    write(...)                                 the golden file + the IR store; prints what changed
+
+This module only reads the golden files (package data: ``aot/goldens/``, in the wheel too);
+writing them is maintainer tooling outside the product layers: ``python -m devtools.goldens
+--out aot/goldens`` (devtools/goldens.py builds the document from this module's cases and
+outcomes, refuses on a dirty git tree, and writes only the directory it is given).
 
 Lowering takes the lane as an argument, so every lane of the registry is checked on any host,
 whatever compilers it has. A lane may alias another lane's cases (``"alias_of"``) only when
@@ -34,7 +38,6 @@ import difflib
 import hashlib
 import json
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -61,16 +64,19 @@ SCHEMA = 1
 RULE = ("per (family, arch, served lane): the admitted grid grouped by (baked parameters, path); "
         "per group a greedy cover of each knob's min and max (every value of a non-numeric knob), "
         "ties to the earlier point in table order; cases = the union over lanes")
-GOLDEN_DIR = Path(__file__).resolve().parent / "goldens"
-GOLDEN_PATH = GOLDEN_DIR / "ir-goldens.json"
-IR_STORE_PATH = GOLDEN_DIR / "ir-goldens.ir.zst"
+GOLDEN_NAME = "ir-goldens.json"
+IR_STORE_NAME = "ir-goldens.ir.zst"
+GOLDEN_DIR = Path(__file__).resolve().parent / "goldens"  # package data, read only
+GOLDEN_PATH = GOLDEN_DIR / GOLDEN_NAME
+IR_STORE_PATH = GOLDEN_DIR / IR_STORE_NAME
+WRITE_COMMAND = "python -m devtools.goldens --out aot/goldens"  # from a source checkout (docs/goldens.md)
 # llvmlite quotes global names: declare i32 @"llvm.amdgcn.workitem.id.x"()
 _INTRINSIC_RE = re.compile(r'^declare\b[^@]*@"?(llvm\.[A-Za-z0-9_.]+)"?\(', re.M)
 _DIFF_LINES = 6  # lines of a drift report's diff excerpt
 
 
 class GoldenError(RockeError):
-    """The golden file cannot be used or written (dirty tree, corrupt store, bad format)."""
+    """The golden file cannot be used or written (corrupt store, bad format; devtools: a dirty tree)."""
 
 
 # ------------------------------------------------------------------ the cases
@@ -262,7 +268,7 @@ def load(path: Path = GOLDEN_PATH) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise GoldenError(f"no golden file at {path}: run `rocke-aot golden --write`") from None
+        raise GoldenError(f"no golden file at {path}: run `{WRITE_COMMAND}` in a source checkout") from None
     except json.JSONDecodeError as e:
         raise GoldenError(f"{path} is not valid JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
@@ -283,12 +289,6 @@ def load_ir_store(path: Path = IR_STORE_PATH) -> dict[str, str]:
         if hashlib.sha256(ir.encode()).hexdigest() != sha:
             raise GoldenError(f"{path}: the IR stored under {sha[:12]} does not hash to it")
     return store
-
-
-def _dump_ir_store(store: Mapping[str, str], path: Path) -> None:
-    raw = json.dumps(dict(sorted(store.items())), indent=0, sort_keys=True).encode()
-    params = zstandard.ZstdCompressionParameters.from_level(19, enable_ldm=True, window_log=27)
-    Path(path).write_bytes(zstandard.ZstdCompressor(compression_params=params).compress(raw))
 
 
 def for_lane(entries: Mapping[str, Any], source: str, lane: str) -> dict[str, Any]:
@@ -393,7 +393,7 @@ def first_difference(old: str | None, new: str | None) -> tuple[str, ...]:
     return ("(same lines; the texts differ in line endings)",)
 
 
-def _describe(o: Mapping[str, Any] | Outcome) -> str:
+def describe(o: Mapping[str, Any] | Outcome) -> str:
     d = o.as_dict() if isinstance(o, Outcome) else o
     if "sha256" in d:
         return f"{d['sha256']} ({d['size']} bytes, kernel {d['kernel']})"
@@ -407,7 +407,7 @@ def registry_findings(doc: Mapping[str, Any], lanes: Sequence[str] | None = None
     for name in sorted(set(doc.get("lanes", {})) - set(registered)):
         out.append(Finding("stale-lane", name, detail=(
             f"the golden holds lane {name}, which the lane registry does not: remove it "
-            f"(`rocke-aot golden --write`)",)))
+            f"(`{WRITE_COMMAND}`)",)))
     for name, lane in registered.items():
         if lanes and name not in lanes:
             continue
@@ -415,7 +415,7 @@ def registry_findings(doc: Mapping[str, Any], lanes: Sequence[str] | None = None
         if entry is None:
             out.append(Finding("missing-lane", name, detail=(
                 f"registry lane {name} has no golden: every lane must be lowered and recorded "
-                f"(`rocke-aot golden --write --lane {name}`)",)))
+                f"(`{WRITE_COMMAND} --lane {name}`)",)))
         elif entry.get("profile") != lane.profile_name:
             out.append(Finding("profile", name, old=str(entry.get("profile")), new=lane.profile_name,
                                detail=(f"lane {name} now maps to profile {lane.profile_name}",)))
@@ -455,7 +455,7 @@ def check(doc: Mapping[str, Any] | None = None, *, lanes: Sequence[str] | None =
         for cid, new in fresh.items():
             old = recorded.get(cid)
             if old is None:
-                findings.append(Finding("added", lane.name, cid, new=_describe(new), detail=(
+                findings.append(Finding("added", lane.name, cid, new=describe(new), detail=(
                     f"a case of the rule that the golden{via} does not hold",)))
                 continue
             if Outcome.from_dict(old) == new:
@@ -463,151 +463,8 @@ def check(doc: Mapping[str, Any] | None = None, *, lanes: Sequence[str] | None =
             detail: tuple[str, ...] = ()
             if "sha256" in old and new.ok:
                 detail = first_difference(store.get(old["sha256"]), new.ir)
-            findings.append(Finding("drift", lane.name, cid, _describe(old) + via, _describe(new), detail))
+            findings.append(Finding("drift", lane.name, cid, describe(old) + via, describe(new), detail))
         for cid in sorted(set(recorded) - set(fresh)):
-            findings.append(Finding("missing", lane.name, cid, old=_describe(recorded[cid]), detail=(
+            findings.append(Finding("missing", lane.name, cid, old=describe(recorded[cid]), detail=(
                 "the golden holds a case the rule no longer selects",)))
     return Report(tuple(findings), checked, aliases)
-
-
-# ------------------------------------------------------------------ write
-
-
-def git_dirty(root: Path | None = None) -> list[str]:
-    """Paths git reports as changed or untracked, outside the golden files themselves."""
-    root = root or GOLDEN_DIR.parent.parent
-    try:
-        proc = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
-                              timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise GoldenError(f"cannot run git status in {root}: {e}") from None
-    if proc.returncode != 0:
-        raise GoldenError(f"git status failed in {root}: {proc.stderr.strip()}")
-    try:
-        mine = GOLDEN_DIR.relative_to(Path(root).resolve()).as_posix() + "/"
-    except ValueError:
-        mine = None  # another repository (tests): every change counts
-    return [ln[3:] for ln in proc.stdout.splitlines()
-            if ln[3:] and not (mine and ln[3:].startswith(mine))]
-
-
-def build(cases: Sequence[Case], results: Mapping[str, Mapping[str, Outcome]],
-          previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The golden document for ``results`` (lane -> case -> Outcome).
-
-    A lane whose profile an earlier lane already has, and whose outcomes equal that lane's,
-    is written as an alias of it; any other lane gets its own entries. Lanes and cases not in
-    ``results`` are kept from ``previous`` (a partial --write), minus stale lanes.
-    """
-    registered = {lane.name: lane for lane in table.registered_lanes()}
-    prev_lanes = dict((previous or {}).get("lanes", {}))
-    doc_cases = {cid: c for cid, c in (previous or {}).get("cases", {}).items()}
-    doc_cases.update({c.id: c.as_dict() for c in cases})
-    out_lanes: dict[str, Any] = {}
-    canonical: dict[str, str] = {}  # profile -> the first lane written in full
-    for name, lane in registered.items():
-        if name in results:
-            merged = {}
-            if name in prev_lanes:
-                merged = lane_entries({"lanes": prev_lanes}, name)[0]
-                merged = {cid: o for cid, o in merged.items() if cid.split("/", 1)[0]
-                          not in {c.family for c in cases}}
-            merged.update({cid: o.as_dict() for cid, o in results[name].items()})
-            target = canonical.get(lane.profile_name)
-            if target is not None and for_lane(_full(out_lanes[target]), target, name) == merged:
-                out_lanes[name] = {"profile": lane.profile_name, "alias_of": target}
-                continue
-            out_lanes[name] = {
-                "profile": lane.profile_name,
-                "results": {cid: o for cid, o in sorted(merged.items()) if "sha256" in o},
-                "expected_failures": {cid: o for cid, o in sorted(merged.items()) if "sha256" not in o},
-            }
-            canonical.setdefault(lane.profile_name, name)
-        elif name in prev_lanes:
-            out_lanes[name] = prev_lanes[name]
-            if "alias_of" not in prev_lanes[name]:
-                canonical.setdefault(lane.profile_name, name)
-    for name, entry in out_lanes.items():
-        full = _resolved({"lanes": out_lanes}, name)
-        entry["summary"] = summarize({cid: Outcome.from_dict(o) for cid, o in full.items()})
-    live = {cid for e in out_lanes.values() for cid in _full(e)} | {
-        cid for e in out_lanes.values() if "alias_of" in e for cid in _full(out_lanes[e["alias_of"]])}
-    return {
-        "schema": SCHEMA,
-        "rule": RULE,
-        "ir_store": IR_STORE_PATH.name,
-        "cases": {cid: c for cid, c in sorted(doc_cases.items()) if cid in live},
-        "lanes": out_lanes,
-        "summary": {"lanes": len(out_lanes), "cases": len(live),
-                    "aliases": {n: e["alias_of"] for n, e in out_lanes.items() if "alias_of" in e},
-                    "ok_cases": {n: e["summary"]["ok_cases"] for n, e in out_lanes.items()},
-                    "expected_failures": {n: e["summary"]["expected_failures"] for n, e in out_lanes.items()}},
-    }
-
-
-def _full(entry: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(entry.get("results", {})) | dict(entry.get("expected_failures", {}))
-
-
-def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
-    """What a write changed, one line per lane and case (for the reviewer)."""
-    if not old:
-        return [f"new golden file: {new['summary']}"]
-    lines = []
-    for lane in sorted(set(old.get("lanes", {})) | set(new["lanes"])):
-        if lane not in new["lanes"]:
-            lines.append(f"lane {lane}: removed (stale)")
-            continue
-        if lane not in old.get("lanes", {}):
-            lines.append(f"lane {lane}: added")
-            continue
-        a = _resolved(old, lane)
-        b = _resolved(new, lane)
-        for cid in sorted(set(a) | set(b)):
-            if a.get(cid) == b.get(cid):
-                continue
-            if cid not in b:
-                lines.append(f"lane {lane} {cid}: removed")
-            elif cid not in a:
-                lines.append(f"lane {lane} {cid}: added {_describe(b[cid])}")
-            else:
-                lines.append(f"lane {lane} {cid}: {_describe(a[cid])} -> {_describe(b[cid])}")
-        ea, eb = old["lanes"][lane].get("alias_of"), new["lanes"][lane].get("alias_of")
-        if ea != eb:
-            lines.append(f"lane {lane}: alias {ea or 'none'} -> {eb or 'none'}")
-    return lines
-
-
-def _resolved(doc: Mapping[str, Any], lane: str) -> dict[str, Any]:
-    entry = doc["lanes"][lane]
-    if "alias_of" not in entry:
-        return _full(entry)
-    return for_lane(_full(doc["lanes"][entry["alias_of"]]), entry["alias_of"], lane)
-
-
-def write(*, lanes: Sequence[str] | None = None, families: Sequence[str] | None = None,
-          allow_dirty: bool = False, path: Path = GOLDEN_PATH, store_path: Path = IR_STORE_PATH,
-          root: Path | None = None, jobs: int = 1) -> list[str]:
-    """Lower, then write the golden file and the IR store; returns the change lines."""
-    if not allow_dirty:
-        dirty = git_dirty(root)
-        if dirty:
-            raise GoldenError("refusing to write goldens on a dirty tree (the hashes would describe "
-                              "uncommitted code): " + ", ".join(dirty[:8])
-                              + (" ..." if len(dirty) > 8 else "") + "; commit first or pass --allow-dirty")
-    previous = load(path) if Path(path).exists() else None
-    lane_objs = [lane_registry.get_lane(x) for x in lanes] if lanes else list(table.registered_lanes())
-    cases = select_cases(families)
-    results = evaluate(cases, lane_objs, jobs=jobs)
-    doc = build(cases, results, previous if (lanes or families) else None)
-    store = load_ir_store(store_path) if (lanes or families) else {}
-    store.update({o.sha256: o.ir for r in results.values() for o in r.values() if o.ok and o.ir is not None})
-    live = {o["sha256"] for e in doc["lanes"].values() for o in e.get("results", {}).values()}
-    store = {sha: ir for sha, ir in store.items() if sha in live}
-    missing = live - set(store)
-    if missing:
-        raise GoldenError(f"{len(missing)} recorded hashes have no IR in the store; rewrite without filters")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    _dump_ir_store(store, store_path)
-    return changes(previous, doc)

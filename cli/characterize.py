@@ -1,15 +1,16 @@
 """`rocke-aot characterize`: the arch-domain probe of every toolchain here (aot/characterize.py).
 
     (default)        probe, print per lane and arch what is not "ok", and the named skips
-    --write          record the fresh documents in variants/characterization/<lane>.json
-    --check          compare fresh with recorded (same toolchain identity); exit 1 on a difference
-    --llvm24-report  the LLVM 24 vs LLVM 22 delta report (aot/characterize_llvm24.py) that
-                     docs/llvm24-lane.md cites (docs/llvm24-characterization.json)
+    --check          compare fresh with recorded (the package data variants/characterization/;
+                     same toolchain identity); exit 1 on a difference
+
+Recording is maintainer tooling in a source checkout, outside the product: `python -m
+devtools.characterize --out variants/characterization` (was --write) and `python -m
+devtools.llvm24_report --out docs/llvm24-characterization.json` (was --llvm24-report); the
+old flags are usage errors here that name them.
 """
 
 from __future__ import annotations
-
-import json
 
 import click
 
@@ -17,17 +18,19 @@ from rocke_aot.aot import characterize as ch
 from rocke_aot.arch import ARCHES
 from rocke_aot.cli.options import emit_json, json_option, lanes_option
 
+MOVED = {"write": f"record them with `{ch.WRITE_COMMAND}`",
+         "llvm24": "the LLVM 24 delta report is `python -m devtools.llvm24_report --out docs/llvm24-characterization.json`"}
+
 
 @click.command("characterize")
 @lanes_option(help="Only this lane (repeatable). Default: every lane of the registry.")
 @click.option("--arch", "arches", multiple=True, type=click.Choice(list(ARCHES)), help="Only these arches (repeatable).")
-@click.option("--write", "mode", flag_value="write", help="Record the documents in variants/characterization/.")
 @click.option("--check", "mode", flag_value="check", help="Compare with the recorded documents; exit 1 on a difference.")
-@click.option("--llvm24-report", "mode", flag_value="llvm24", help="The LLVM 24 vs LLVM 22 delta report instead.")
-@click.option("--out", type=click.Path(dir_okay=False, writable=True), help="--llvm24-report: write the JSON here.")
+@click.option("--write", "mode", flag_value="write", hidden=True)
+@click.option("--llvm24-report", "mode", flag_value="llvm24", hidden=True)
 @click.option("--jobs", type=click.IntRange(1, 32), default=4, show_default=True, help="Probes in flight.")
 @json_option
-def characterize_cmd(lanes, arches, mode, out, jobs, as_json) -> int:
+def characterize_cmd(lanes, arches, mode, jobs, as_json) -> int:
     """Probe every intrinsic and target feature the families use, on every wired arch,
     with every toolchain on this host; each probe in an isolated worker with a timeout.
 
@@ -39,33 +42,19 @@ def characterize_cmd(lanes, arches, mode, out, jobs, as_json) -> int:
     Example:
         rocke-aot characterize
         rocke-aot characterize --check
-        rocke-aot characterize --write --lane llvm24
-        rocke-aot characterize --llvm24-report --out docs/llvm24-characterization.json
+        rocke-aot characterize --check --lane llvm24 --arch gfx950
     """
-    if mode == "llvm24":
-        from rocke_aot.aot.characterize_llvm24 import ARCHES as L24_ARCHES, characterize
-
-        picked = tuple(a for a in arches if a in L24_ARCHES) or L24_ARCHES
-        report = characterize("llvm24", picked)
-        text = json.dumps(report, indent=2, sort_keys=True, default=str)
-        if out:
-            with open(out, "w") as f:
-                f.write(text + "\n")
-            click.echo(json.dumps(report["summary"], indent=2, sort_keys=True))
-        else:
-            click.echo(text)
-        return 0
+    if mode in MOVED:
+        raise click.UsageError(f"the characterization records are package data this command only reads; "
+                               f"{MOVED[mode]} in a source checkout (docs/variants.md)")
     names = [lane.name for lane in lanes] or None
     fresh, skips = ch.domain(names, list(arches) or None, jobs=jobs)
     problems: dict[str, list[str]] = {}
-    if mode == "write":
-        for path in ch.write_recorded(fresh):
-            click.echo(f"wrote {path}", err=as_json)
-    elif mode == "check":
+    if mode == "check":
         recorded = ch.load_recorded()
         for lane, doc in fresh.items():
             if lane not in recorded:
-                problems[lane] = [f"no recorded characterization for {lane} (run --write)"]
+                problems[lane] = [f"no recorded characterization for {lane} (record it: `{ch.WRITE_COMMAND} --lane {lane}`)"]
                 continue
             diffs = ch.differences(recorded[lane], doc)
             if arches:

@@ -57,7 +57,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "measurements": ("rocke_aot.cli.measurements", "measurements",
         "Record, list and prune measured kernel times (they outrank the time model)."),
     "golden": ("rocke_aot.cli.golden", "golden_cmd",
-        "Check (or write) the IR goldens: sha256, size and kernel of every case on every lane."),
+        "Check the IR goldens: sha256, size and kernel of every case on every lane."),
     "serve": ("rocke_aot.cli.serve", "serve",
         "Serve the kernel cache over HTTP (FastAPI + uvicorn)."),
     "fetch": ("rocke_aot.cli.fetch", "fetch",

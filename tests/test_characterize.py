@@ -5,7 +5,9 @@
   the worker pool); a lane without a toolchain is a named skip, never measured;
 - no variant table serves an (arch, lane) whose used intrinsics the recorded characterization
   marks absent;
-- the measured facts agree with what DESIGN.md states from independent checks.
+- the measured facts agree with what DESIGN.md states from independent checks;
+- recording is the maintainer tool's (devtools/characterize.py: into the directory it is given,
+  read back exactly), never the product command's.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import copy
 
 import pytest
+from click.testing import CliRunner
 
+from devtools import characterize as ch_dev
 from rocke_aot import lanes
 from rocke_aot.aot import characterize as ch
 from rocke_aot.aot import golden
 from rocke_aot.arch import ARCHES
+from rocke_aot.cli.main import cli
 from rocke_aot.errors import CompileError, CompileTimeout
 from rocke_aot.variants import table
 
@@ -210,5 +215,24 @@ def test_the_llvm23_profile_follows_from_the_emission_probes(recorded):
 
 def test_every_record_says_how_it_was_made(recorded):
     for lane, doc in recorded.items():
-        assert doc["commands"]["write"] == f"rocke-aot characterize --write --lane {lane}"
+        assert doc["commands"]["write"] == f"python -m devtools.characterize --out variants/characterization --lane {lane}"
         assert set(doc["emission"]) == {a for a in AMDGPU if recorded[lane]["arches"][a]["target"]["status"] == "ok"}
+
+
+def test_the_dev_tool_records_into_the_directory_it_is_given(fresh, tmp_path):
+    docs, _ = fresh
+    paths = ch_dev.write_recorded(docs, tmp_path / "rec")
+    assert sorted(p.name for p in paths) == sorted(f"{lane}.json" for lane in docs)
+    assert ch.load_recorded(tmp_path / "rec") == docs  # what the product reads back is what was probed
+
+
+def test_the_product_command_only_reads_the_records():
+    """`rocke-aot characterize --write` / `--llvm24-report` write nothing: usage errors naming the tools."""
+    before = {p: p.stat().st_mtime_ns for p in ch.RECORD_DIR.glob("*.json")}
+    r = CliRunner().invoke(cli, ["characterize", "--write", "--lane", "llvm22", "--arch", "gfx942"])
+    assert r.exit_code == 2 and ch.WRITE_COMMAND in r.output, r.output
+    r = CliRunner().invoke(cli, ["characterize", "--llvm24-report"])
+    assert r.exit_code == 2 and "devtools.llvm24_report" in r.output, r.output
+    helped = CliRunner().invoke(cli, ["characterize", "--help"]).output
+    assert "--write" not in helped and "--llvm24-report" not in helped
+    assert {p: p.stat().st_mtime_ns for p in ch.RECORD_DIR.glob("*.json")} == before

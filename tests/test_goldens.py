@@ -1,5 +1,7 @@
 """IR goldens (aot/golden.py): the CI check itself, the selection rule, drift reports,
-profile-aware aliases, and the lane-registry checks.
+profile-aware aliases, and the lane-registry checks; writing them (devtools/goldens.py, the
+maintainer tooling outside the product) into the directory it is given, and the product's
+command refusing to write.
 
 The full check lowers every case on every registered lane (no compiler needed: lowering
 takes the lane as an argument), so it runs on any host.
@@ -19,7 +21,11 @@ import pytest
 
 from rocke_aot.variants.families import get_family
 from rocke_aot import lanes
+from click.testing import CliRunner
+
+from devtools import goldens as goldens_dev
 from rocke_aot.aot import golden
+from rocke_aot.cli.main import cli
 from rocke_aot.aot.lower import lower as real_lower
 from rocke_aot.errors import LaneError
 from rocke_aot.lanes import Lane
@@ -228,7 +234,7 @@ def sibling_lane(monkeypatch):
 def test_a_same_profile_lane_is_written_as_an_alias_and_still_lowered(sibling_lane, monkeypatch):
     cases = _only_gfx942(monkeypatch)
     results = golden.evaluate(cases, [lanes.get_lane("llvm24"), sibling_lane])
-    doc = golden.build(cases, results)
+    doc = goldens_dev.build(cases, results)
     assert doc["lanes"]["llvm25"] == {"profile": "llvm24", "alias_of": "llvm24",
                                       "summary": doc["lanes"]["llvm24"]["summary"]}
     store = {o.sha256: o.ir for r in results.values() for o in r.values() if o.ok}
@@ -291,21 +297,52 @@ def test_write_refuses_a_dirty_tree_and_prints_what_changed(tmp_path, monkeypatc
     _only_gfx942(monkeypatch)
     _git(tmp_path, "init", "-q")
     (tmp_path / "module.py").write_text("x = 1\n")
-    path, store = tmp_path / "g.json", tmp_path / "g.ir.zst"
+    out = tmp_path / "goldens"
+    path = out / golden.GOLDEN_NAME
     with pytest.raises(golden.GoldenError, match="dirty tree.*module.py"):
-        golden.write(lanes=["llvm24"], families=["gemm"], path=path, store_path=store, root=tmp_path)
-    assert not path.exists()
-    lines = golden.write(lanes=["llvm24"], families=["gemm"], path=path, store_path=store, root=tmp_path,
-                         allow_dirty=True)
+        goldens_dev.write(out, lanes=["llvm24"], families=["gemm"], root=tmp_path)
+    assert not out.exists()
+    lines = goldens_dev.write(out, lanes=["llvm24"], families=["gemm"], root=tmp_path, allow_dirty=True)
     assert lines and lines[0].startswith("new golden file")
+    assert sorted(p.name for p in out.iterdir()) == sorted([golden.GOLDEN_NAME, golden.IR_STORE_NAME])
     written = golden.load(path)
     assert written["lanes"]["llvm24"]["summary"]["ok_cases"] > 0
+    store = golden.load_ir_store(out / golden.IR_STORE_NAME)
+    assert all(store[o["sha256"]] for o in written["lanes"]["llvm24"]["results"].values())
+    # the output directory itself does not make the tree dirty: with module.py committed, a
+    # rewrite of the files it wrote is refused for nothing
+    _git(tmp_path, "add", "module.py")
+    _git(tmp_path, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "m")
+    assert goldens_dev.git_dirty(tmp_path, exclude=out) == []
+    assert goldens_dev.git_dirty(tmp_path) == ["goldens/"]
     # writing again changes nothing; a changed entry is named with old and new hash
-    assert golden.write(lanes=["llvm24"], families=["gemm"], path=path, store_path=store, root=tmp_path,
-                        allow_dirty=True) == []
+    assert goldens_dev.write(out, lanes=["llvm24"], families=["gemm"], root=tmp_path) == []
     cid, entry = next(iter(written["lanes"]["llvm24"]["results"].items()))
     tampered = copy.deepcopy(written)
     tampered["lanes"]["llvm24"]["results"][cid] = dict(entry, sha256="0" * 64)
-    assert golden.changes(tampered, written) == [
+    assert goldens_dev.changes(tampered, written) == [
         f"lane llvm24 {cid}: {'0' * 64} ({entry['size']} bytes, kernel {entry['kernel']}) -> "
         f"{entry['sha256']} ({entry['size']} bytes, kernel {entry['kernel']})"]
+
+
+def test_the_product_command_only_reads_the_goldens():
+    """`rocke-aot golden --write` writes nothing: a usage error naming the maintainer tool."""
+    before = golden.GOLDEN_PATH.stat().st_mtime_ns, golden.IR_STORE_PATH.stat().st_mtime_ns
+    r = CliRunner().invoke(cli, ["golden", "--write", "--lane", "llvm24", "--family", "gemm"])
+    assert r.exit_code == 2 and golden.WRITE_COMMAND in r.output, r.output
+    assert "--write" not in CliRunner().invoke(cli, ["golden", "--help"]).output
+    assert (golden.GOLDEN_PATH.stat().st_mtime_ns, golden.IR_STORE_PATH.stat().st_mtime_ns) == before
+
+
+def test_the_dev_tool_writes_only_the_directory_it_is_given(tmp_path, monkeypatch, capsys):
+    _only_gfx942(monkeypatch)
+    out = tmp_path / "out"
+    assert goldens_dev.main(["--out", str(out), "--lane", "llvm24", "--family", "gemm", "--allow-dirty",
+                             "--jobs", "1", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["written"] == [str(out / golden.GOLDEN_NAME), str(out / golden.IR_STORE_NAME)]
+    assert golden.load(out / golden.GOLDEN_NAME)["lanes"]["llvm24"]["summary"]["ok_cases"] > 0
+    assert goldens_dev.main(["--out", str(out), "--lane", "llvm21"]) == 2  # a LaneError, named
+    assert "LaneError" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        goldens_dev.main(["--lane", "llvm24"])  # no --out: nothing defaults into the package

@@ -81,7 +81,8 @@ def test_the_wheel_carries_every_package_and_its_run_time_data(wheel):
     assert len(data) >= 7, data
     for p in data:
         assert f"rocke_aot/{p.relative_to(ROOT).as_posix()}" in names, f"{p} is not package data"
-    assert not any(n.startswith(("tests/", "bench/", "aot/", "tools/")) for n in names)
+    # the maintainer tooling (devtools/: golden and characterization writers) is not shipped
+    assert not any(n.startswith(("tests/", "bench/", "aot/", "tools/", "devtools/", "scripts/")) for n in names)
 
 
 def test_the_installed_wheel_is_the_one_imported(installed):
@@ -143,6 +144,11 @@ def test_every_help_and_every_read_only_command_works_from_the_wheel(installed, 
     assert "golden check: OK" in _run(inst, "golden", "--check", "--lane", "llvm22", "--family", "gemm").stdout
     assert "characterization check: OK" in _run(inst, "characterize", "--check", "--lane", "llvm22",
                                                 "--arch", "gfx942").stdout
+    # the product only reads its data: writing is the maintainer tool's, which the wheel does not carry
+    moved = _run(inst, "golden", "--write", ok=False)
+    assert moved.returncode == 2 and "python -m devtools.goldens" in moved.stderr, moved.stderr
+    assert subprocess.run([str(inst["py"]), "-c", "import devtools"], cwd=inst["cwd"], env=inst["env"],
+                          capture_output=True).returncode != 0
 
     cache = tmp_path / "c.sqlite"
     missing = _run(inst, "select", "--arch", "gfx942", "--family", "gemm", "--problem", '{"m":64,"n":64,"k":64}',

@@ -1,7 +1,7 @@
 """The store's parts meet only through public names (cache/store.py draws the layout).
 
-Read from the source (AST, nothing imported), over every module of the product layers and
-bench/:
+Read from the source (AST, nothing imported), over every module of the product layers,
+bench/ and devtools/:
 - no module imports a private name (``_x``) from a rocke_aot module (one module's private
   helper used by another is how the store's parts were once held together);
 - no module reads a private attribute of a rocke_aot module it imported (``mod._x``);
@@ -21,7 +21,7 @@ from pathlib import Path
 from rocke_aot.cache import store as store_mod
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("rocke_aot", "aot", "cache", "cli", "client", "runner", "service", "trust", "variants", "bench")
+FOLDERS = ("rocke_aot", "aot", "cache", "cli", "client", "runner", "service", "trust", "variants", "bench", "devtools")
 NAMEDTUPLE = {"_replace", "_asdict", "_fields", "_make"}  # a namedtuple's public methods
 # (file, attribute): why reading it is right
 EXEMPT = {

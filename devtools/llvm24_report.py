@@ -1,4 +1,5 @@
-"""The LLVM 24 delta report: `rocke-aot characterize --llvm24-report` (docs/llvm24-lane.md).
+"""The LLVM 24 delta report: `python -m devtools.llvm24_report --out docs/llvm24-characterization.json`
+(docs/llvm24-lane.md cites it).
 
 (The per-lane arch-domain probe is aot/characterize.py; this module measures what LLVM 24
 does differently from LLVM 22 beyond intrinsic availability: datalayout, triple, target-ID
@@ -22,9 +23,12 @@ is a measured "fails", never a crash of this tool.
 
 from __future__ import annotations
 
+import argparse
 import io
+import json
 import re
 import sys
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,8 +36,9 @@ from elftools.elf.elffile import ELFFile
 
 from rocke_aot import lanes
 from rocke_aot.aot.characterize import PLAIN_TRIPLE, amdgpu_intrinsics, minimal_kernel_ir, probe_ir
+from rocke_aot.aot.characterize_emission import elf_facts
 from rocke_aot.aot.toolchains.triton24 import Triton24Toolchain, discover, find_llvm24, link_hsaco
-from rocke_aot.errors import CompileError, ToolchainError
+from rocke_aot.errors import CompileError, RockeError, ToolchainError
 
 ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1250")
 
@@ -53,43 +58,7 @@ def llvm22_compile(ir: str, cpu: str, triple: str = PLAIN_TRIPLE, features: str 
     return {"ok": True, "obj": reply.blob, "log": reply.log}
 
 
-# ------------------------------------------------------------------ code-object facts
-
-_MACH_MASK, _XNACK_MASK, _SRAMECC_MASK = 0xFF, 0x300, 0xC00
-_SETTING = {0: "unsupported", 1: "any", 2: "off", 3: "on"}
-
-
-def elf_facts(data: bytes) -> dict[str, Any]:
-    """e_flags decoded (code object v4+ layout), ABI version, and each kernel descriptor's enables."""
-    elf = ELFFile(io.BytesIO(data))
-    flags = elf.header["e_flags"]
-    facts: dict[str, Any] = {
-        "e_flags": hex(flags),
-        "mach": hex(flags & _MACH_MASK),
-        "xnack": _SETTING[(flags & _XNACK_MASK) >> 8],
-        "sramecc": _SETTING[(flags & _SRAMECC_MASK) >> 10],
-        "abi_version": elf.header["e_ident"]["EI_ABIVERSION"],
-        "descriptors": {},
-    }
-    symtab = elf.get_section_by_name(".symtab")
-    for sym in symtab.iter_symbols() if symtab else []:
-        if not sym.name.endswith(".kd") or sym["st_size"] != 64:
-            continue
-        sec = elf.get_section(sym["st_shndx"])
-        off = sym["st_value"] - sec["sh_addr"] if elf["e_type"] == "ET_DYN" else sym["st_value"]
-        kd = sec.data()[off:off + 64]
-        rsrc2 = int.from_bytes(kd[52:56], "little")
-        props = int.from_bytes(kd[56:58], "little")
-        facts["descriptors"][sym.name[:-3]] = {
-            "private_segment_buffer": bool(props & 1), "dispatch_ptr": bool(props & 2),
-            "queue_ptr": bool(props & 4), "kernarg_segment_ptr": bool(props & 8),
-            "dispatch_id": bool(props & 16), "flat_scratch_init": bool(props & 32),
-            "user_sgpr_count": (rsrc2 >> 1) & 0x1F,
-            "workgroup_id_x": bool(rsrc2 & (1 << 7)), "workgroup_id_y": bool(rsrc2 & (1 << 8)),
-            "workgroup_id_z": bool(rsrc2 & (1 << 9)), "workitem_id_max_dim": (rsrc2 >> 11) & 3,
-        }
-    return facts
-
+# ------------------------------------------------------------------ code-object facts (elf_facts: aot/characterize_emission.py)
 
 def _text(data: bytes) -> bytes:
     return ELFFile(io.BytesIO(data)).get_section_by_name(".text").data()
@@ -283,3 +252,28 @@ def summarize(report: dict) -> dict[str, Any]:
     s["llvm23_ir_machine_code_identical"] = {p: a["llvm23_profile_ir"].get("text_identical_to_llvm24_form")
                                              for p, a in arches.items()}
     return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m devtools.llvm24_report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, help="write the JSON report here (the docs cite docs/llvm24-characterization.json); "
+                                             "without it the report goes to stdout")
+    ap.add_argument("--arch", action="append", default=[], choices=list(ARCHES), help="only this arch (repeatable)")
+    a = ap.parse_args(argv)
+    try:
+        report = characterize("llvm24", tuple(a.arch) or ARCHES)
+    except RockeError as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    text = json.dumps(report, indent=2, sort_keys=True, default=str)
+    if a.out:
+        a.out.write_text(text + "\n")
+        print(json.dumps(report["summary"], indent=2, sort_keys=True))
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
