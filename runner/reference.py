@@ -2,9 +2,17 @@
 
     inputs(dtype, count, rng)      -> (storage bits for the device, exact float64 values)
     decode(bits, dtype)            -> float64 values of f32 / f16 / bf16 storage
-    SEMANTICS[family].reference(problem, {arg: float64 values}) -> float64 output (flat)
-                     .flops(problem), .terms(problem)  (products summed into one output)
-    bound(ref_abs, terms, out_dtype) -> elementwise error bound of a correct kernel
+    semantics(family) -> Semantics, from the first that has one:
+        the family's own Reference (variants/families.py Family.reference: a plugin declares
+            its numpy / torch reference there; rocke-aot's families keep theirs below)
+        SEMANTICS[the name the family computes] (runner/run.py reference_of: a Triton family
+            names one, triton_matmul -> gemm; every other family its own name)
+        else SpecError naming the family and how to declare one
+    Semantics.expected(problem, {arg: float64 values}, out_dtype) -> (float64 output, flat;
+        the largest error a correct kernel makes per element): .terms(problem) (products summed
+        into one output: bound() below), or the family's own bound(problem, inputs, ref, dtype)
+    Semantics.reference / .flops(problem) (None: no TFLOP/s)
+    bound(ref_abs, terms, out_dtype) -> elementwise error bound of a sum of products
 
 The launch is data (the artifact's launch contract); what the numbers MEAN is per family,
 and lives here, beside nothing that launches. References run in float64: torch (on the GPU
@@ -124,23 +132,55 @@ def _dgrad_patch(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
 class Semantics:
     output: str  # the argument the kernel writes
     reference: Callable[[Any, Mapping[str, np.ndarray]], np.ndarray]
-    flops: Callable[[Any], int]
-    terms: Callable[[Any], int]  # products summed into one output element
+    flops: Callable[[Any], int] | None
+    terms: Callable[[Any], int] | None  # products summed into one output element
+    error_bound: Callable[[Any, Mapping[str, np.ndarray], np.ndarray, str], np.ndarray] | None = None
+    family: str = ""
+
+    def expected(self, problem: Any, values: Mapping[str, np.ndarray], out_dtype: str) -> tuple[np.ndarray, np.ndarray]:
+        """(the exact output, flat float64; the largest error per element of a correct kernel)."""
+        want = np.asarray(self.reference(problem, values), dtype=np.float64).ravel()
+        if self.error_bound is not None:
+            lim = np.asarray(self.error_bound(problem, values, want, out_dtype), dtype=np.float64)
+            if lim.shape not in ((), want.shape):
+                raise SpecError(f"the reference bound of {self.family} has shape {lim.shape}, its output {want.shape}")
+            return want, np.broadcast_to(lim, want.shape)
+        want_abs = np.asarray(self.reference(problem, {n: np.abs(v) for n, v in values.items()}),
+                              dtype=np.float64).ravel()
+        return want, bound(want_abs, want, self.terms(problem), out_dtype)
 
 
 SEMANTICS: Mapping[str, Semantics] = {
-    "gemm": Semantics("C", _gemm, lambda p: 2 * p.m * p.n * p.k, lambda p: p.k),
+    "gemm": Semantics("C", _gemm, lambda p: 2 * p.m * p.n * p.k, lambda p: p.k, family="gemm"),
     "conv_direct_fwd": Semantics(
         "Y", _conv_fwd, lambda p: 2 * p.n * p.out_hw[0] * p.out_hw[1] * p.k * p.r * p.s * p.c,
-        lambda p: p.r * p.s * p.c),
+        lambda p: p.r * p.s * p.c, family="conv_direct_fwd"),
     "conv_dgrad_patch": Semantics(
         "dX", _dgrad_patch, lambda p: 2 * p.n * (p.h // p.p) * (p.w // p.p) * p.k * p.p * p.p * p.c,
-        lambda p: p.k),
+        lambda p: p.k, family="conv_dgrad_patch"),
 }
 
 
+def reference_of(family: str) -> str:
+    """What the family computes, as SEMANTICS names it: a Triton family says which
+    (triton_matmul computes gemm's C = A x B); every other family is its own."""
+    from rocke_aot.variants.families import get_family
+
+    kernel = getattr(get_family(family).spec_type, "KERNEL", None)
+    return getattr(kernel, "reference", "") or family
+
+
 def semantics(family: str) -> Semantics:
+    """What ``family`` computes (module doc): its own Reference, else the one it names."""
+    from rocke_aot.variants.families import get_family
+
+    ref = get_family(family).reference
+    if ref is not None:
+        return Semantics(ref.output, ref.compute, ref.flops, ref.terms, ref.bound, family)
+    name = reference_of(family)
     try:
-        return SEMANTICS[family]
+        return SEMANTICS[name]
     except KeyError:
-        raise SpecError(f"the runner has no reference for family {family!r}; known: {', '.join(SEMANTICS)}") from None
+        raise SpecError(f"the runner has no reference for family {family!r} (built in: {', '.join(SEMANTICS)}): "
+                        f"declare what it computes, Family(..., reference=Reference(output, compute, flops, "
+                        f"terms= or bound=)), rocke_aot.variants.families (docs/plugins.md)") from None

@@ -13,7 +13,8 @@
                     the median, and TFLOP/s from the family's flop count
         vendor (CUDA with torch): torch.matmul / conv2d / conv2d_input on the same problem
 
-Nothing here is per family but the reference (runner/reference.py): the launch is data.
+Nothing here is per family but the reference (runner/reference.py semantics: a family's own
+Reference, or the runner's for what it computes): the launch is data.
 """
 
 from __future__ import annotations
@@ -30,19 +31,11 @@ import numpy as np
 from rocke_aot.errors import RockeError, SpecError
 from rocke_aot.launch import LaunchContract, LaunchPlan
 from rocke_aot.runner import reference as ref
+from rocke_aot.runner.reference import reference_of
 from rocke_aot.runner.chunk import plan_chunks
 from rocke_aot.runner.runtime import PackedArgs, Runtime
 
 _SCALAR_FORMATS = {"i32": "<i", "u32": "<I", "i64": "<q"}
-
-
-def reference_of(family: str) -> str:
-    """What the family computes, as runner/reference.py names it: a Triton family says which
-    (triton_matmul computes gemm's C = A x B); every other family is its own."""
-    from rocke_aot.variants.families import get_family
-
-    kernel = getattr(get_family(family).spec_type, "KERNEL", None)
-    return getattr(kernel, "reference", "") or family
 
 
 def pack(plan: LaunchPlan, pointers: Mapping[str, int]) -> PackedArgs:
@@ -196,7 +189,7 @@ class _Buffers:
 def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[LoadedKernel], *,
                 verify: bool = True, warmup: int = 2, reps: int = 10, seed: int = 0,
                 vendor: bool = True, progress: Callable[[], None] | None = None) -> ProblemReport:
-    sem = ref.semantics(reference_of(family))
+    sem = ref.semantics(family)
     bufs = _Buffers(rt, seed)
     report = ProblemReport(family, dataclasses.asdict(problem), [])
     refs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -206,7 +199,7 @@ def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[Loa
                             estimate_ms=cand.estimate_ms, resources=dict(cand.resources) if cand.resources else None)
             report.results.append(res)
             try:
-                _run_one(rt, sem, problem, cand, bufs, refs, res, verify, warmup, reps)
+                _run_one(rt, sem, family, problem, cand, bufs, refs, res, verify, warmup, reps)
             except RockeError as e:
                 res.error = f"{type(e).__name__}: {e}"
             if progress:
@@ -218,7 +211,8 @@ def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[Loa
     return report
 
 
-def _run_one(rt, sem, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: RunResult, verify, warmup, reps) -> None:
+def _run_one(rt, sem, family, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: RunResult, verify, warmup,
+             reps) -> None:
     plan = cand.contract.plan(problem)
     pointers: dict[str, int] = {}
     out_arg = None
@@ -253,13 +247,15 @@ def _run_one(rt, sem, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: Ru
             out = np.empty(out_arg.value, dtype=ref.storage_dtype(out_arg.dtype))
             rt.download(pointers[out_arg.name], out)
             got = ref.decode(out, out_arg.dtype)
-            key = tuple((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
-                        and a.name != sem.output)
+            key = (out_arg.dtype, *((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
+                                    and a.name != sem.output))
             if key not in refs:
-                vals = {n: bufs.values[(n, d, c)] for n, d, c in key}
-                refs[key] = (sem.reference(problem, vals), sem.reference(problem, {n: np.abs(v) for n, v in vals.items()}))
-            want, want_abs = refs[key]
-            lim = ref.bound(want_abs, want, sem.terms(problem), out_arg.dtype)
+                vals = {n: bufs.values[(n, d, c)] for n, d, c in key[1:]}
+                refs[key] = sem.expected(problem, vals, out_arg.dtype)
+            want, lim = refs[key]
+            if want.size != got.size:
+                raise SpecError(f"the reference of {family} gives {want.size} values; {cand.kernel} writes "
+                                f"{got.size} into {out_arg.name}")
             err = np.abs(got - want)
             ok = np.isfinite(got) & (err <= lim)
             res.verified = bool(ok.all())
@@ -270,7 +266,8 @@ def _run_one(rt, sem, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: Ru
                 return
         times = rt.time(call, warmup=warmup, reps=reps)
         res.median_ms = statistics.median(times)
-        res.tflops = sem.flops(problem) / (res.median_ms * 1e-3) / 1e12 if res.median_ms > 0 else None
+        flops = sem.flops(problem) if sem.flops is not None else None
+        res.tflops = flops / (res.median_ms * 1e-3) / 1e12 if flops and res.median_ms > 0 else None
     finally:
         rt.unload(module)
 

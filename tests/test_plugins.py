@@ -50,7 +50,7 @@ from rocke_aot.launch import ArgDef, LaunchFormulas
 from rocke_aot.targets import Target
 from rocke_aot.variants import families as registry
 from rocke_aot.variants import models
-from rocke_aot.variants.families import Family, FamilySource, install
+from rocke_aot.variants.families import Family, FamilySource, Reference, install
 from rocke_aot.variants.table import SERVE, FamilyTable, Refuse, audit_table
 
 READELF = shutil.which("llvm-readelf-22") or "/usr/lib/llvm-22/bin/llvm-readelf"
@@ -143,6 +143,26 @@ def test_install_refuses_what_is_not_a_usable_family_naming_the_plugin():
         install(dataclasses.replace(_tiny(), name="gemm", table=dataclasses.replace(_tiny().table, family="gemm")),
                 taken)
     assert registry.get_family("gemm") is gemm
+
+
+def test_a_reference_is_checked_at_install_and_guarded_after():
+    """Family.reference (what bench --run-from-cache verifies against): malformed, refused naming
+    the plugin; a plugin's reference raising later is a PluginError naming it."""
+    def compute(p, v):
+        return v["N"]
+
+    for bad, why in ((Reference("", compute, terms=lambda p: 1), "reference.output must name the argument"),
+                     (Reference("Y", compute), "give exactly one of terms (a sum of products) and bound"),
+                     (Reference("Y", compute, terms=lambda p: 1, bound=lambda *a: 0), "give exactly one of terms"),
+                     (Reference("Y", 42, terms=lambda p: 1), "reference.compute must be callable"),
+                     ({"output": "Y"}, "reference is a dict, not a rocke_aot.variants.families.Reference")):
+        assert why in str(_refused(dataclasses.replace(_tiny(), reference=bad)))
+    guarded = registry._guarded(dataclasses.replace(_tiny(), reference=Reference("Y", lambda p, v: 1 // 0,
+                                                                                 terms=lambda p: 1)), SRC)
+    with pytest.raises(PluginError, match=r"^plugin tiny .*: reference.compute of family tiny raised "
+                                          r"ZeroDivisionError"):
+        guarded.reference.compute(TinyProblem(1), {})
+    assert guarded.reference.terms(TinyProblem(1)) == 1 and guarded.reference.bound is None
 
 
 # -- plugin_lowerer: a plugin's lowerer failing, named ---------------------------------------------

@@ -5,7 +5,11 @@
                                         launch_formulas: grid, tile count, arguments)
            problem_type=GemmProblem,    variants/problems.py
            table=tables.gemm.GEMM,      variants/tables/*.py (knob grid, lane decisions)
-           model=models.GEMM)           variants/models.py (accepts, efficiency, work, counts)
+           model=models.GEMM,           variants/models.py (accepts, efficiency, work, counts)
+           reference=None)              what it computes, for `bench --run-from-cache` to verify
+                                        against: Reference(output, compute, flops, terms | bound);
+                                        the built-ins' are runner/reference.py's own SEMANTICS, a
+                                        plugin declares its numpy / torch one here
 
     where families come from (one install path, the same checks for all):
         built in   install(Family(...), BUILTIN)          variants/builtin.py, imported by
@@ -20,11 +24,12 @@
                    of its name raises that error), every other family works
         register(family)   the in-process call (tests, a script): install without the grid audit
     install checks: a Family; name == the entry point's name and a key name ([a-z][a-z0-9_]*);
-        spec_type / problem_type frozen dataclasses; model a Model; table.audit(spec_type) (the
+        spec_type / problem_type frozen dataclasses; model a Model; reference None or a
+        Reference (output named, compute callable, one of terms / bound); table.audit(spec_type) (the
         lane decisions have reasons; for a plugin also every (arch, lane) of the grid: an
         empty served grid or a table function raising anything but SpecError/CapabilityError
-        is refusing without a reason, variants/table.py audit_table); a plugin's table and model
-        functions are then guarded: what they raise later but a RockeError is a PluginError
+        is refusing without a reason, variants/table.py audit_table); a plugin's table, model
+        and reference functions are then guarded: what they raise later but a RockeError is a PluginError
         naming the plugin (the registered Family is that guarded copy of the entry point's)
     register_lowerer("gemm", lower_gemm)   the aot half, against the same name: built-ins from
         aot/families/__init__.py; a plugin's from its ``rocke_aot.lowerers`` entry point, loaded
@@ -145,6 +150,46 @@ FAMILIES: Mapping[str, "Family"] = _Families()
 
 
 @dataclass(frozen=True)
+class Reference:
+    """What a family's kernel computes, for `bench --run-from-cache` to check every output against
+    (runner/reference.py runs it; numpy or torch inside the functions, imported there: a service
+    host loads the family half without either).
+
+    output   the kernel argument it writes (its launch contract's name, e.g. "Y"); every other
+             pointer argument is an input, filled with values uniform in [-1, 1) (runner/reference.py
+             inputs) and given to ``compute`` as exact float64 arrays, flat, by argument name
+    compute(problem, inputs) -> the exact output as a flat float64 array
+    flops(problem) -> the operations one run does (for TFLOP/s); None: not reported
+    the error bound of a correct kernel, one of:
+      terms(problem) -> the products summed into one output element (a sum of products: the
+             runner's Higham bound of f32 accumulation plus one rounding of the output)
+      bound(problem, inputs, reference, out_dtype) -> the largest error allowed per element
+             (float64 array, the reference's shape), for any other computation
+    """
+
+    output: str
+    compute: Callable[[Any, Mapping[str, Any]], Any]
+    flops: Callable[[Any], int] | None = None
+    terms: Callable[[Any], int] | None = None
+    bound: Callable[[Any, Mapping[str, Any], Any, str], Any] | None = None
+
+    def problems(self) -> list[str]:
+        """What is wrong with this declaration (empty: nothing)."""
+        out = []
+        if not isinstance(self.output, str) or not self.output:
+            out.append(f"reference.output must name the argument the kernel writes, got {self.output!r}")
+        if not callable(self.compute):
+            out.append("reference.compute must be callable (problem, inputs) -> the exact output")
+        if self.flops is not None and not callable(self.flops):
+            out.append("reference.flops must be callable or None")
+        if (self.terms is None) == (self.bound is None):
+            out.append("reference: give exactly one of terms (a sum of products) and bound (any other error bound)")
+        elif not callable(self.terms if self.terms is not None else self.bound):
+            out.append("reference.terms / reference.bound must be callable")
+        return out
+
+
+@dataclass(frozen=True)
 class Family:
     """One kernel family: everything about it, found by its name (``get_family(name)``)."""
 
@@ -154,6 +199,7 @@ class Family:
     table: FamilyTable  # the knob grid per (arch, lane) and every lane decision (variants/table.py)
     model: Model  # accepts(spec, problem), efficiency (variants/models.py)
     description: str = ""
+    reference: Reference | None = None  # what it computes (bench --run-from-cache verifies against it)
 
     @property
     def lowerer(self) -> Callable[..., Any]:
@@ -271,6 +317,12 @@ def install(obj: object, source: FamilySource) -> Family:
         problems.append("model.accepts, model.efficiency and model.work must be callable")
     if getattr(family.table, "family", None) != family.name:
         problems.append(f"its variant table says family {getattr(family.table, 'family', None)!r}")
+    ref = getattr(family, "reference", None)
+    if ref is not None:
+        if not isinstance(ref, Reference):
+            problems.append(f"reference is a {type(ref).__name__}, not a rocke_aot.variants.families.Reference")
+        else:
+            problems += ref.problems()
     if not problems and _frozen_dataclass(family.spec_type):
         audit = getattr(family.table, "audit", None)
         if not callable(audit):
@@ -314,7 +366,11 @@ def _guarded(family: Family, source: FamilySource) -> Family:
                                                  for f in dataclasses.fields(family.model)})
     table = dataclasses.replace(family.table, **{n: guard(getattr(family.table, n), f"table.{n}")
                                                  for n in _TABLE_FUNCTIONS})
-    return dataclasses.replace(family, model=model, table=table)
+    ref = family.reference
+    if ref is not None:
+        ref = dataclasses.replace(ref, **{n: guard(getattr(ref, n), f"reference.{n}")
+                                          for n in ("compute", "flops", "terms", "bound")})
+    return dataclasses.replace(family, model=model, table=table, reference=ref)
 
 
 def _discover() -> None:
@@ -454,7 +510,7 @@ def problem_from_dict(family: object, d: object) -> Any:
     return entry.problem_from(d)
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP",
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
            "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
            "get_family", "has_lowerer", "install", "plugin_errors", "plugin_source", "problem_from_dict",
            "register", "register_lowerer"]

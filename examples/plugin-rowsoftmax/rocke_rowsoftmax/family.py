@@ -8,10 +8,14 @@
     RowSoftmaxProblem(rows, cols, dtype)           what a caller asks to run
     ROWSOFTMAX_TABLE                               per (arch, lane): dtypes x thread counts
     MODEL                                          accepts / efficiency / work / counts
-    FAMILY = Family("rowsoftmax", ...)             what the entry point names
+    REFERENCE                                      what it computes (numpy softmax) and the error a
+                                                   correct kernel makes: what `bench --run-from-cache`
+                                                   checks every output against
+    FAMILY = Family("rowsoftmax", ..., reference=REFERENCE)   what the entry point names
 
 Imports only rocke-aot's variants layer and vocabulary: no llvmlite, so a service host (the
-[serve] extra) can select and serve this family's kernels.
+[serve] extra) can select and serve this family's kernels; numpy only inside the reference's
+functions (a GPU host running the bench has it).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from rocke_aot.launch import ArgDef, LaunchFormulas, Split
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 from rocke_aot.variants.counts import KernelCounts
-from rocke_aot.variants.families import Family
+from rocke_aot.variants.families import Family, Reference
 from rocke_aot.variants.models import Efficiency, Model, cu_granularity, dim
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.table import SERVE, FamilyTable
@@ -195,5 +199,41 @@ def _counts(spec: RowSoftmaxSpec, p: RowSoftmaxProblem, target: Target, banks: i
 
 MODEL = Model(_accepts, _efficiency, _work, _counts)
 
+
+# -- the reference -------------------------------------------------------------------------------
+
+U = 2.0**-24  # f32 unit roundoff: the kernel computes in f32 whatever the dtype
+U_OUT = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}  # one rounding of the output
+EXP2_REL = 2.0**-20  # an allowance for the hardware exp2 (v_exp_f32, ex2.approx.f32): 16 f32 ulps
+
+
+def _softmax(p: RowSoftmaxProblem, inputs: Mapping[str, Any]) -> Any:
+    """The exact output: softmax of each row of X (float64, flat, row-major like Y)."""
+    import numpy as np
+
+    x = np.asarray(inputs["X"], dtype=np.float64).reshape(p.rows, p.cols)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).ravel()
+
+
+def _bound(p: RowSoftmaxProblem, inputs: Mapping[str, Any], ref: Any, out_dtype: str) -> Any:
+    """The largest error of a correct kernel per element, relative to the exact output y:
+    each exp2 argument (x - m) * log2(e) carries 3 roundings, |x - m| <= 2 for the runner's
+    inputs in [-1, 1), so 2^t is off by at most ln 2 * 2 * log2(e) * 3u = 6u, plus the exp2
+    allowance; y = e_c * (1 / s) takes that twice (once in e_c, once in s), the sum s of cols
+    terms gamma_cols (Higham), the division and the product u each; then the output's rounding,
+    and 2^-25 absolute for f16 subnormals (as the runner's own bound)."""
+    n = p.cols + 2
+    rel = 2 * (6 * U + EXP2_REL) + n * U / (1 - n * U)
+    return (rel + U_OUT[out_dtype] * (1 + rel)) * ref + 2.0**-25
+
+
+def _flops(p: RowSoftmaxProblem) -> int:
+    return 5 * p.rows * p.cols  # per element: max, subtract, exp, add, multiply
+
+
+REFERENCE = Reference(output="Y", compute=_softmax, flops=_flops, bound=_bound)
+
 FAMILY = Family("rowsoftmax", RowSoftmaxSpec, RowSoftmaxProblem, ROWSOFTMAX_TABLE, MODEL,
-                "row-wise softmax of a rows x cols matrix, one work-group per row (plugin example)")
+                "row-wise softmax of a rows x cols matrix, one work-group per row (plugin example)",
+                reference=REFERENCE)
