@@ -17,15 +17,26 @@ bytes per SM per clock) and of the line count variants/counts.py charges (global
     warp = its loaded latency
 
 What it proves that the replay (bench/replay_models.py) cannot:
-- the loaded latency at 1 warp per SM (the facts file's global_latency, 480 cycles, is an H800
-  paper's figure) and how it grows with warps in flight (Little's law: bytes in flight / latency)
-- the L2 -> SM bandwidth per SM these loads reach (the facts file's 21 bytes per SM per clock is a
-  microbenchmark of fully coalesced 16-byte loads on an H100 PCIe)
+- the loaded latency from 4 warps per SM (one block) up (the facts file's global_latency was an
+  H800 paper's 480 cycles until this probe's 2026-12-03 run) and how it grows with warps in
+  flight (Little's law: bytes in flight / latency)
+- the L2 -> SM bandwidth per SM these loads reach (the facts file's 21 bytes per SM per clock was
+  a microbenchmark of fully coalesced 16-byte loads on an H100 PCIe until the same run)
 - whether 64-byte row pieces cost more per byte than 128-byte ones at the same warps per SM, as
   the global_wavefronts count says (4 lines per warp load against 2)
 
+Every warp's first byte is warp x ITERS x rows per load x 2048, which wraps in the footprint: in
+the 8 MiB one every warp reads the same address sequence with 64-byte pieces (one of two with
+128), nearly in step, so at --phase-loads 0, as in the 2026-12-03 run (docs/bench-raw/
+h200-l2-probe), an SM's L1 may merge its warps' requests for one line and the L2 serve fewer bytes
+than counted; in the 4 GiB one there are 512 (1024) sequences, so from 8 (16) warps per SM up several
+warps share one and the L2 serves some of the "HBM" rows (at 64 warps per SM they moved 5.4-5.7
+TB/s, over the 4.8 TB/s of the data sheet). --phase-loads N starts warp w N x w loads further
+along its sequence, so warps running together read different lines.
+
 Run on the H200 (torch and cuda-bindings are on that machine; nothing of the project is needed):
     python3 bench/l2_probe.py --json $OUT/l2-probe.json        # about a minute
+    python3 bench/l2_probe.py --phase-loads 7 --json $OUT/l2-probe-phase7.json   # staggered warps
 """
 
 from __future__ import annotations
@@ -40,7 +51,8 @@ PTX = r"""
 .address_size 64
 
 .visible .entry probe(.param .u64 p_base, .param .u32 p_iters, .param .u32 p_lanes_log2,
-                      .param .u64 p_mask, .param .u32 p_zero, .param .u64 p_out, .param .u64 p_sink)
+                      .param .u64 p_mask, .param .u32 p_zero, .param .u64 p_out, .param .u64 p_sink,
+                      .param .u64 p_phase)
 {
     .reg .pred %p<2>;
     .reg .b32 %r<40>;
@@ -71,6 +83,9 @@ PTX = r"""
     shl.b64 %rd3, %rd3, 11;                 // x 2048 bytes
     cvt.u64.u32 %rd5, %r10;
     add.u64 %rd3, %rd3, %rd5;               // byte offset of the first load
+    ld.param.u64 %rd30, [p_phase];
+    cvt.u64.u32 %rd31, %r5;
+    mad.lo.u64 %rd3, %rd31, %rd30, %rd3;    // + warp x phase (0: see --phase-loads)
     mul.wide.u32 %rd6, %r11, 2048;          // advance per load
     ld.param.u64 %rd7, [p_base];
     cvta.to.global.u64 %rd7, %rd7;
@@ -121,6 +136,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=1024)
     ap.add_argument("--blocks-per-sm", type=int, nargs="*", default=[1, 2, 4, 8, 16])
     ap.add_argument("--json", default=None)
+    ap.add_argument("--phase-loads", type=int, default=0,
+                    help="warp w starts N x w loads along its sequence (0: every warp the same one)")
     a = ap.parse_args()
 
     import numpy as np
@@ -154,7 +171,8 @@ def main() -> None:
                 vals = [np.array([buf.data_ptr()], dtype=np.uint64), np.array([a.iters], dtype=np.uint32),
                         np.array([lanes_log2], dtype=np.uint32), np.array([footprint - 1], dtype=np.uint64),
                         np.array([0], dtype=np.uint32), np.array([out.data_ptr()], dtype=np.uint64),
-                        np.array([sink.data_ptr()], dtype=np.uint64)]
+                        np.array([sink.data_ptr()], dtype=np.uint64),
+                        np.array([a.phase_loads * (256 // seg) * 2048], dtype=np.uint64)]
                 params = np.array([v.ctypes.data for v in vals], dtype=np.uint64)
                 stream = torch.cuda.current_stream().cuda_stream
 
@@ -180,16 +198,17 @@ def main() -> None:
                        "bytes_per_sm_per_clk_at_1980": nbytes / (ms * 1e-3) / CLOCK_HZ / sms,
                        "cycles_per_load_median": float(np.median(cycles)) / a.iters,
                        "bytes_in_flight_per_sm": bps * THREADS * 8,
-                       "lines_per_warp_load": 256 // seg}
+                       "lines_per_warp_load": 256 // seg, "phase_loads": a.phase_loads}
                 rows.append(row)
                 del out, sink
         del buf
         torch.cuda.empty_cache()
-    doc = {"device": props.name, "sms": sms, "threads_per_block": THREADS, "rows": rows}
+    doc = {"device": props.name, "sms": sms, "threads_per_block": THREADS, "phase_loads": a.phase_loads, "rows": rows}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=2)
-    print(f"{props.name}, {sms} SMs; {a.iters} serial 8-byte loads a thread, 4 warps a block")
+    print(f"{props.name}, {sms} SMs; {a.iters} serial 8-byte loads a thread, 4 warps a block, "
+          f"phase {a.phase_loads} loads a warp")
     print(f"{'where':<5} {'seg':>4} {'warps/SM':>8} {'in flight':>9} {'ms':>8} {'GB/s':>7} {'B/SM/clk':>8} "
           f"{'cyc/load':>8}")
     for r in rows:

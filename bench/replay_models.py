@@ -19,6 +19,19 @@ no fit has seen (taken after the fitted constants were shipped).
     .venv/bin/python bench/replay_models.py                     # the table of docs/selection.md
     .venv/bin/python bench/replay_models.py --json --runs docs/bench-raw/h200-run6
     .venv/bin/python bench/replay_models.py --runs docs/bench-raw/h200-run{1,2,3}   # older replicates
+    .venv/bin/python bench/replay_models.py --first-touch       # where the staging loads' bytes come from
+    .venv/bin/python bench/replay_models.py --models hardware --facts OLD.json   # another facts file
+
+--facts FILE: the hardware model reads FILE (a facts document, variants/hw_model.py parse_facts)
+for its processor instead of variants/hw_facts/<processor>.json, in this process only: how the
+"before" and sensitivity rows of docs/selection.md are scored (e.g. the paper figures of commit
+cd78bb9: `git show cd78bb9:variants/hw_facts/sm_90.json > OLD.json`).
+
+--first-touch: per family, over every measured candidate of every problem, the share of the bytes
+its staging loads copy (tiles x steps x staged bytes, variants/counts.py) that can be a first touch
+of their byte, at most the problem's unique bytes over them; the rest are bytes the L2 already
+held, which is why the facts' global_latency is the probe's L2-resident loaded latency
+(docs/selection.md, "The L2 probe on the H200").
 """
 
 from __future__ import annotations
@@ -32,7 +45,8 @@ from pathlib import Path
 
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.targets import Target
-from rocke_aot.variants import table
+from rocke_aot.variants import hw_model, table
+from rocke_aot.variants.efficiency import efficiency
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
@@ -82,6 +96,23 @@ def replay(family: str, doc: dict, model: str, worst: list | None = None, below:
     return out
 
 
+def first_touch(family: str, doc: dict) -> list[float]:
+    """Per measured candidate: min(1, unique bytes / bytes its staging loads copy) (module doc)."""
+    arch = doc["arch"]
+    specs = {s.kernel_name: s for s in table.enumerate_specs(family, arch, "llvm22")}
+    entry, target = get_family(family), Target.parse(arch)
+    out = []
+    for pr in doc["problems"]:
+        problem = entry.problem_from(pr["problem"])
+        for r in pr["results"]:
+            if r.get("median_ms") and not r.get("error") and r["kernel"] in specs:
+                spec = specs[r["kernel"]]
+                c = entry.model.counts(spec, problem, target, 32)
+                staged = efficiency(spec, problem, target.info).tiles * c.steps * c.staged_bytes
+                out.append(min(1.0, c.unique_bytes / staged))
+    return out
+
+
 def summary(q: list[float]) -> dict:
     return {"problems": len(q), "median": round(statistics.median(q), 4), "min": round(min(q), 4),
             "below_0.7": sum(x < 0.7 for x in q), "over_10pct_slower": round(sum(x < 1 / 1.1 for x in q) / len(q), 3)}
@@ -93,9 +124,28 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--below", type=float, default=0.7, help="list every problem whose quality is below this")
+    ap.add_argument("--facts", default=None, metavar="FILE",
+                    help="a facts file the hardware model reads for its processor instead of the shipped one")
+    ap.add_argument("--first-touch", action="store_true",
+                    help="per family: the share of staged bytes that can be a first touch (module doc)")
     ap.add_argument("--list", nargs="*", default=["fitted", "hardware"], metavar="MODEL",
                     help="the models whose problems below --below are listed (the table counts every model's)")
     a = ap.parse_args()
+    if a.facts:
+        facts = hw_model.parse_facts(json.loads(Path(a.facts).read_text()), a.facts)
+        if not isinstance(facts, hw_model.HardwareFacts):
+            raise SystemExit(f"{a.facts}: {facts.reason}")
+        shipped = hw_model.facts_for
+        hw_model.facts_for = lambda proc: facts if proc == facts.processor else shipped(proc)
+    if a.first_touch:
+        for fam in FAMILIES:
+            shares = [x for run in map(Path, a.runs) for which in ("quality", "holdout")
+                      if (doc := load(run, f"{which}-{fam}")) is not None for x in first_touch(fam, doc)]
+            if shares:
+                dec = statistics.quantiles(shares, n=10)
+                print(f"{fam:<17} {len(shares):>6} candidates: first-touch share of staged bytes median "
+                      f"{statistics.median(shares):.3f}, 90th percentile {dec[-1]:.3f}, max {max(shares):.3f}")
+        return
     rows, pooled = [], {m: [] for m in a.models}
     worst: dict[str, list] = {m: [] for m in a.models}
     for run in map(Path, a.runs):

@@ -162,3 +162,39 @@ def test_gfx942_ranks_by_estimate_with_a_bound():
     assert est == sorted(est) and all(e > 0 for e in est)
     best = r.best.candidate.spec
     assert best["block_m"] * best["block_n"] >= 128 * 128 and r.best.bound in ("issue", "compute", "lds")
+
+
+PROBE_RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw" / "h200-l2-probe" / "l2-probe.json"
+
+
+def test_sm_90_memory_facts_are_the_h200_probes_measurements():
+    """global_latency and l2_bytes_per_clk are bench/l2_probe.py's H200 run (the device's
+    numbers, not this code's), and the data bear out what their sources say: the L2-resident
+    loaded latency is flat from 4 to 64 warps per SM and every rate is bytes in flight over it
+    (Little's law: latency-bound, so the highest rate is a lower bound of the L2's limit), with
+    64- and 128-byte pieces alike there; from HBM 64-byte pieces are slower at every count."""
+    import statistics
+
+    raw = json.loads(PROBE_RAW.read_text())
+    assert raw["device"] == "NVIDIA H200" and raw["sms"] == 132
+    l2 = [r for r in raw["rows"] if r["where"] == "L2"]
+    hbm = [r for r in raw["rows"] if r["where"] == "HBM"]
+    assert len(l2) == len(hbm) == 10
+    f = hw_model.facts_for("sm_90")
+    assert f.global_latency == round(statistics.median(r["cycles_per_load_median"] for r in l2))
+    assert f.l2_bytes_per_clk == round(max(r["bytes_per_sm_per_clk_at_1980"] for r in l2), 1)
+    for fact in ("global_latency", "l2_bytes_per_clk"):
+        src = f.sources[fact]
+        assert src.startswith("microbenchmark: bench/l2_probe.py") and "2026-12-03" in src
+        assert "docs/bench-raw/h200-l2-probe/l2-probe.json" in src and "--json $OUT/l2-probe.json" in src
+    lat = [r["cycles_per_load_median"] for r in l2]
+    assert max(lat) / min(lat) < 1.05  # no queueing from 4 to 64 warps per SM
+    for seg in (64, 128):
+        rows = sorted((r for r in l2 if r["seg_bytes"] == seg), key=lambda r: r["warps_per_sm"])
+        lo, hi = rows[0], rows[-1]
+        grew = hi["bytes_per_sm_per_clk_at_1980"] / lo["bytes_per_sm_per_clk_at_1980"]
+        assert grew == pytest.approx(hi["bytes_in_flight_per_sm"] / lo["bytes_in_flight_per_sm"], rel=0.05)
+    by = {(r["where"], r["seg_bytes"], r["warps_per_sm"]): r["bytes_per_sm_per_clk_at_1980"] for r in raw["rows"]}
+    for w in (4, 8, 16, 32, 64):
+        assert by[("L2", 64, w)] == pytest.approx(by[("L2", 128, w)], rel=0.03)
+        assert by[("HBM", 64, w)] < by[("HBM", 128, w)]

@@ -21,10 +21,15 @@ in clock cycles:
              return through it (global_wavefronts)
     matrix   groups x warps x matrix instructions x cycles per instruction / matrix_units
     vector   groups x threads x (fma + cvt) / fma_lanes
-    l2       groups x staged bytes / (L2 bytes per clock per CU)
+    l2       groups x staged bytes / (L2 bytes per clock per CU: the L2's limit; on sm_90 a
+             lower bound of it, the highest rate bench/l2_probe.py reached without the latency
+             rising)
     latency  one block's chain: its warp's own instructions at one a clock, the global load
              latency (single-buffered: every step; double-buffered: hidden behind the step's
              issue where it is longer), barriers, and the LDS latency between staging and use
+             (global_latency: the loaded latency of a staging load the L2 serves, as every byte
+             but its first touch is; on sm_90 measured by bench/l2_probe.py on the H200; the
+             first touches' bandwidth is the HBM floor below)
 
     step = smooth max(latency, max(issue, lds, matrix, vector, l2))     (p = 4, as before)
     time = launch + sum over rounds of steps x step + epilogue, at least the HBM floor
