@@ -1,11 +1,16 @@
 """Export/import bundles: one uncompressed tar file with a manifest and the zstd blobs.
 
     bundle.tar
-      manifest.json            {"format": "rocke-aot-bundle", "version": 2,
+      manifest.json            {"format": "rocke-aot-bundle", "version": 3,
                                 "entries": [artifact or failure, with every key input],
                                 "blobs": {raw sha256: {size, stored_size, codec, stored_sha256,
                                                        dict_sha256 (when zstd-dict)}},
-                                "dicts": {dict sha256: {arch, family, samples}}}
+                                "dicts": {dict sha256: {arch, family, samples}},
+                                "triton": {Triton's cache key: {artifact_key, files: {filename:
+                                           raw sha256}}}}   the Triton cache entry of every
+                                           Triton build it carries (cache/triton_entries.py:
+                                           <kernel>.json, the binary = the artifact's blob,
+                                           the group file), its files among the blobs
       dicts/<sha256>.zdict     trained zstd dictionaries the blobs need (before any blob)
       blobs/<raw sha256>.zst   the stored (already zstd) bytes, exactly as in the store
 
@@ -22,8 +27,14 @@
             stored are the ones read from the code object) ─> store.blobs.publish;
             then every entry (artifacts.publish_row, the one way an 'ok' row enters the
             table, as a put does); failure entries only with ``failures=True`` (a crafted
-            "failed" record would make builds skip a real kernel). Any mismatch raises
-            BundleError and rolls back: nothing from a tampered bundle is ever published.
+            "failed" record would make builds skip a real kernel); then every Triton entry,
+            checked against the record of the artifact it names (check_triton: the file names
+            and sha256s its metadata["triton"] states, the binary its code object, the group
+            file listing the other two, <kernel>.json Triton's metadata whose hash is the key,
+            of the record's version and target) and published as that build's
+            (triton_entries.publish). Any mismatch raises BundleError and rolls back: nothing
+            from a tampered bundle is ever published. Version 2 bundles (no Triton entries)
+            still import.
 
 Blobs travel compressed (no second compression pass), and the tar is never extracted
 to disk: members are read by name, so a crafted path cannot escape anywhere. The bundle
@@ -34,6 +45,7 @@ artifacts.publish_row); Store.import_ then lets the imported rows join their gen
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -46,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlalchemy import select
 
 from rocke_aot import record
-from rocke_aot.cache import artifacts, codec, db
+from rocke_aot.cache import artifacts, codec, db, triton_entries
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
@@ -58,7 +70,8 @@ if TYPE_CHECKING:
     from rocke_aot.cache.store import Store
 
 FORMAT = "rocke-aot-bundle"
-VERSION = 2  # v2: entries carry recipe_digest and options (cache key v2)
+VERSION = 3  # v2: entries carry recipe_digest and options (cache key v2); v3: Triton cache entries
+READS = (2, 3)
 MANIFEST = "manifest.json"
 _MEMBER_RE = re.compile(r"^blobs/([0-9a-f]{64})\.zst$")
 _DICT_RE = re.compile(r"^dicts/([0-9a-f]{64})\.zdict$")
@@ -113,7 +126,9 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
     with db.read_tx(store.engine) as conn:
         rows = conn.execute(select(A).where(*conds).order_by(A.c.key)).mappings().all()
         entries = [_entry(r) for r in rows]
-        shas = sorted({e["blob_sha256"] for e in entries if e["status"] == "ok"})
+        tritons = _triton_of(conn, entries)
+        shas = sorted({e["blob_sha256"] for e in entries if e["status"] == "ok"}
+                      | {sha for t in tritons.values() for sha in t["files"].values()})
         blob_meta: dict[str, dict[str, Any]] = {}
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         try:
@@ -137,7 +152,7 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
                 dicts_meta = {dict_ids[i]: {"arch": a, "family": f, "samples": n} for i, a, f, n in dict_rows}
                 manifest = {
                     "format": FORMAT, "version": VERSION, "created_at": time.time(),
-                    "entries": entries, "blobs": blob_meta, "dicts": dicts_meta,
+                    "entries": entries, "blobs": blob_meta, "dicts": dicts_meta, "triton": tritons,
                 }
                 _add(tar, MANIFEST, json.dumps(manifest, sort_keys=True).encode())
                 for dict_id, dsha in sorted(dict_ids.items()):
@@ -155,7 +170,29 @@ def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None =
                 tmp.unlink()
     n_ok = sum(e["status"] == "ok" for e in entries)
     return {"path": str(path), "artifacts": n_ok, "failures": len(entries) - n_ok, "blobs": len(shas),
-            "bytes": path.stat().st_size}
+            "triton_entries": len(tritons), "bytes": path.stat().st_size}
+
+
+def _triton_of(conn, entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{Triton key: {artifact_key, files}} of the Triton builds among ``entries``: the files of
+    each build's entry that its record names (an entry two plan keys share is carried once,
+    under the first of them in key order). A build whose entry the store does not hold (a code
+    object reused from another plan key, a v2 import) carries none: a host compiles it."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        rec = (e.get("metadata") or {}).get("triton") if e["status"] == "ok" else None
+        if not isinstance(rec, dict) or rec.get("key") in out:
+            continue
+        want = _entry_names(rec)
+        have = triton_entries.lookup(conn, rec["key"])
+        if want <= set(have):
+            out[rec["key"]] = {"artifact_key": e["key"], "files": {f: have[f].blob_sha256 for f in sorted(want)}}
+    return out
+
+
+def _entry_names(rec: dict[str, Any]) -> set[str]:
+    """The files of a build's Triton entry (triton_entries.entry_files): metadata, binary, group."""
+    return {f"{rec['name']}.json", rec["binary"], f"__grp__{rec['name']}.json"}
 
 
 def _blob_pages(conn, shas: list[str], page: int = 256):
@@ -190,11 +227,15 @@ def _check_date(v: Any, what: str) -> None:
 def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError("not a rocke-aot bundle manifest")
-    if manifest.get("version") != VERSION:
-        raise BundleError(f"bundle format version {manifest.get('version')!r}; this rocke-aot reads {VERSION}")
+    if manifest.get("version") not in READS:
+        raise BundleError(f"bundle format version {manifest.get('version')!r}; this rocke-aot reads "
+                          f"{', '.join(map(str, READS))}")
     entries, blob_meta = manifest.get("entries"), manifest.get("blobs")
     if not isinstance(entries, list) or not isinstance(blob_meta, dict):
         raise BundleError("bundle manifest lacks its entries or blobs")
+    tritons = manifest.get("triton", {})
+    if not isinstance(tritons, dict) or (tritons and manifest["version"] < 3):
+        raise BundleError("bundle manifest: malformed triton entries")
     seen: set[str] = set()
     used: set[str] = set()
     for e in entries:
@@ -215,6 +256,11 @@ def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict
             used.add(e["blob_sha256"])
         elif not isinstance(e.get("error"), str) or not e["error"]:
             raise BundleError(f"bundle failure entry {key} has no error message")
+    for tkey, t in tritons.items():
+        files = t.get("files") if isinstance(t, dict) else None
+        if not isinstance(files, dict) or not all(isinstance(v, str) and v in blob_meta for v in files.values()):
+            raise BundleError(f"bundle Triton entry {str(tkey)[:60]!r}: its files are not blobs of the manifest")
+        used.update(files.values())
     for e in entries:
         _check_date(e.get("built_at"), f"bundle entry {e['key']}: built_at")
         if e["status"] == "ok":
@@ -241,7 +287,7 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
     and returns its resources (metadata["code_object"], replacing the bundle's); it raises a
     RockeError to refuse. ``failures``: also import the bundle's failure records."""
     path = Path(path)
-    added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0, "failures_skipped": 0}
+    added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0, "failures_skipped": 0, "triton_entries": 0}
     try:
         tar = tarfile.open(path, mode="r:")
     except (OSError, tarfile.TarError) as e:
@@ -263,6 +309,9 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
         for e in entries:
             if e["status"] == "ok":
                 arches.setdefault(e["blob_sha256"], set()).add(e["arch"])
+        # the raw bytes of the Triton entries' own files (metadata, group: small), checked after the entries
+        wanted_raw = {sha for t in (manifest.get("triton") or {}).values() for sha in t["files"].values()} - set(arches)
+        triton_raw: dict[str, bytes] = {}
         resources: dict[tuple[str, str], dict[str, Any]] = {}  # (sha256, arch) -> check's answer
         dicts_meta = manifest.get("dicts") or {}
         if not isinstance(dicts_meta, dict):
@@ -308,6 +357,8 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
                                 raise BundleError(f"bundle blob {sha} is not a valid code object for {arch}: "
                                                   f"{type(e).__name__}: {e}") from None
                     seen.add(sha)
+                    if sha in wanted_raw:
+                        triton_raw[sha] = raw
                     added["blobs"] += store.blobs.publish(conn, sha, raw, stored, meta.get("codec", codec.CODEC),
                                                           dict_id, now)
                 if seen != set(blob_meta):
@@ -319,6 +370,15 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
                     if e["status"] == "ok" and check is not None:
                         e = {**e, "metadata": _with_resources(e, resources[(e["blob_sha256"], e["arch"])])}
                     _import_entry(conn, e, added)
+                ok = {e["key"]: e for e in entries if e["status"] == "ok"}
+                for tkey, t in sorted((manifest.get("triton") or {}).items()):
+                    art = ok.get(t.get("artifact_key"))
+                    check_triton(tkey, t, art, triton_raw)
+                    rec = art["metadata"]["triton"]
+                    triton_entries.publish_stored(conn, tkey, t["files"], triton_version=rec["triton_version"],
+                                                  target=triton_entries.target_name(rec["target"]),
+                                                  artifact_key=art["key"], source="build", now=now)
+                    added["triton_entries"] += 1
         except tarfile.TarError as e:
             raise BundleError(f"bundle {path}: {e}") from None
         except CacheError as e:
@@ -326,6 +386,42 @@ def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck |
                 raise
             raise BundleError(f"bundle {path} conflicts with the store: {e}") from None
     return {"path": str(path), **added}
+
+
+def check_triton(tkey: str, t: dict[str, Any], art: dict[str, Any] | None, raw: dict[str, bytes]) -> None:
+    """Nothing if a bundle's Triton entry is the one the build it names made, else BundleError. ``art``: the bundle's artifact entry it names (None: none);
+    ``raw``: the verified bytes of the entry's metadata and group files by sha256."""
+    what = f"bundle Triton entry {str(tkey)[:60]}"
+    try:
+        triton_entries.check_key(tkey)
+    except RockeError as e:
+        raise BundleError(f"{what}: {e}") from None
+    rec = (art or {}).get("metadata", {}).get("triton")
+    if not isinstance(rec, dict) or rec.get("key") != tkey:
+        raise BundleError(f"{what} names artifact {str(t.get('artifact_key'))[:64]!r}, which is no Triton build of "
+                          f"this key in the bundle")
+    files = t["files"]
+    name = rec["name"]
+    if set(files) != _entry_names(rec):
+        raise BundleError(f"{what}: files {sorted(files)[:4]}, the build's record names {sorted(_entry_names(rec))}")
+    if files[rec["binary"]] != art["blob_sha256"] or rec["files"].get(rec["binary"]) != art["blob_sha256"]:
+        raise BundleError(f"{what}: its binary is not its artifact's code object")
+    if files[f"{name}.json"] != rec["files"].get(f"{name}.json"):
+        raise BundleError(f"{what}: {name}.json is not the one its artifact's record states")
+    meta_bytes, group = raw.get(files[f"{name}.json"]), raw.get(files[f"__grp__{name}.json"])
+    if meta_bytes is None or group is None:
+        raise BundleError(f"{what}: its metadata or group file is not a blob of the bundle")
+    if group != triton_entries.group_bytes([f"{name}.json", rec["binary"]]):
+        raise BundleError(f"{what}: __grp__{name}.json does not list exactly {name}.json and {rec['binary']}")
+    try:
+        meta = json.loads(meta_bytes)
+        got = base64.b32encode(bytes.fromhex(meta["hash"])).decode().rstrip("=")
+        same = (meta["name"], meta["triton_version"], meta["target"]) == (name, rec["triton_version"], rec["target"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise BundleError(f"{what}: {name}.json is not Triton's metadata ({type(e).__name__}: {e})") from None
+    if got != tkey or not same:
+        raise BundleError(f"{what}: {name}.json is of key {got[:16]}..., kernel {meta.get('name')!r}, Triton "
+                          f"{meta.get('triton_version')!r}, target {meta.get('target')!r}: not the build's")
 
 
 def _with_resources(e: dict[str, Any], co: dict[str, Any]) -> dict[str, Any]:

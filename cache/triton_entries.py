@@ -10,6 +10,7 @@
         blob (put_blob: the store's own publish_blob), every (key, filename) one row; a file
         already stored under the key with other bytes is refused (EntryConflict): Triton's key
         covers what makes the bytes, so another binary under one key is a wrong entry
+    publish_stored(conn, key, {filename: sha256}, ...)   the same for blobs already stored (an import)
     lookup(conn, key) -> {filename: EntryFile(blob_sha256, triton_version, target, artifact_key, source, size)}
     check_key / check_filename     the shapes Triton makes (base32 of a sha256; a file name
                                    without folders), refused otherwise (SpecError: HTTP 422)
@@ -88,13 +89,22 @@ def publish(conn: Connection, key: str, files: Mapping[str, bytes], *, triton_ve
             target: str, artifact_key: str | None, source: str, put_blob: Callable[[bytes], str],
             now: float | None = None) -> None:
     check_key(key)
+    for filename in files:
+        check_filename(filename)
+    publish_stored(conn, key, {f: put_blob(bytes(data)) for f, data in sorted(files.items())},
+                   triton_version=triton_version, target=target, artifact_key=artifact_key, source=source, now=now)
+
+
+def publish_stored(conn: Connection, key: str, shas: Mapping[str, str], *, triton_version: str, target: str,
+                   artifact_key: str | None, source: str, now: float | None = None) -> None:
+    """publish() of files whose blobs are stored already ({filename: blob sha256}: a bundle's import)."""
+    check_key(key)
     if source not in SOURCES:
         raise SpecError(f"a Triton entry's source is one of {SOURCES}, got {source!r}")
     now = time.time() if now is None else now
     have = lookup(conn, key)
-    for filename, data in sorted(files.items()):
+    for filename, sha in sorted(shas.items()):
         check_filename(filename)
-        sha = put_blob(bytes(data))
         old = have.get(filename)
         if old is not None:
             if old.blob_sha256 != sha:

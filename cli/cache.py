@@ -288,7 +288,8 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
         emit_json(summary)
         return
     click.echo(f"wrote {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
-               f"{summary['blobs']} blobs, {_human_bytes(summary['bytes'])}")
+               f"{summary['blobs']} blobs, {summary['triton_entries']} Triton cache entries, "
+               f"{_human_bytes(summary['bytes'])}")
 
 
 @cache.command("import")
@@ -314,7 +315,8 @@ def import_(path, with_failures, cache_url, as_json) -> None:
         emit_json(summary)
         return
     click.echo(f"imported {summary['path']}: {summary['artifacts']} artifacts, {summary['failures']} failures, "
-               f"{summary['blobs']} new blobs, {summary['unchanged']} already present"
+               f"{summary['blobs']} new blobs, {summary['unchanged']} already present, "
+               f"{summary['triton_entries']} Triton cache entries"
                + (f", {summary['failures_skipped']} failures left out (--with-failures)"
                   if summary["failures_skipped"] else ""))
 

@@ -1,6 +1,7 @@
 """`rocke-aot mirror export|sync`: a signed generation as a static tree (trust/mirror.py).
 
     export --cache URL --signed DIR -o TREE   TREE/{root,index,manifest}.json + blobs/<sha256>.zst
+                                              + triton/<key>.json (each listed Triton build's cache entry)
     sync   --cache URL --signed DIR TREE      the same, writing only the blobs TREE lacks
     --root-key PUB   check DIR's signatures as a host would before writing anything
 """
@@ -51,7 +52,9 @@ def _report(rep, as_json: bool) -> None:
     else:
         click.echo(f"{rep.tree}: manifest version {rep.version}, {rep.kernels} blobs listed; "
                    f"{rep.blobs_written} written ({rep.bytes_written} bytes), {rep.blobs_kept} kept, "
-                   f"{rep.blobs_pruned} pruned")
+                   f"{rep.blobs_pruned} pruned; {rep.triton_entries} Triton cache entries"
+                   + (f" ({len(rep.triton_missing)} listed Triton builds have no entry in the store: hosts compile "
+                      f"them)" if rep.triton_missing else ""))
 
 
 @mirror.command("export")

@@ -17,8 +17,11 @@
     ServiceSource(url)   rocke-aot serve:  GET /v1/trust/<name>      signed metadata
                                            GET /v1/kernels/<key>/meta a server's record (unsigned)
                                            GET /v1/blobs/<sha256>     zstd frame or raw bytes
+                                           GET /v1/triton/<key>       a Triton cache entry
     MirrorSource(url)    any HTTP server:  GET <url>/<name>           signed metadata
                                            GET <url>/blobs/<sha256>.zst  a zstd frame
+                                           GET <url>/triton/<key>.json   a Triton cache entry
+                         (triton_path(key): where each keeps the entry client/triton_cache.py reads)
 
 Every value a server supplies is checked before it is used: a sha256 or key is 64 lowercase
 hex digits before it goes into a URL, a record passes Kernel.from_record (its inputs hash to the
@@ -375,6 +378,10 @@ class Source(abc.ABC):
     def _metadata_path(self, name: str) -> str:
         """The path of a metadata document under this source's URL."""
 
+    @abc.abstractmethod
+    def triton_path(self, key: str) -> str:
+        """The path of the Triton cache entry of Triton's cache ``key`` (the caller checked its shape)."""
+
 
 def _decode_frame(frame: bytes, sha: str, size: int | None, where: str) -> bytes:
     try:
@@ -415,6 +422,9 @@ class ServiceSource(Source):
 
     def _metadata_path(self, name: str) -> str:
         return f"/v1/trust/{name}"
+
+    def triton_path(self, key: str) -> str:
+        return f"/v1/triton/{key}"
 
     def refusal(self, ans: Answer) -> RockeError:
         """The service's error body as the library's named error (404 NotFoundError, 422
@@ -477,6 +487,9 @@ class MirrorSource(Source):
 
     def _metadata_path(self, name: str) -> str:
         return f"/{name}"
+
+    def triton_path(self, key: str) -> str:
+        return f"/triton/{key}.json"
 
     def blob(self, sha256: str, size: int | None) -> bytes:
         check_sha(sha256)

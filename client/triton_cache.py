@@ -5,12 +5,17 @@ On the GPU host:
     TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager
     TRITON_REMOTE_CACHE_BACKEND=rocke_aot.client.triton_cache:Backend
     ROCKE_AOT_SERVER=http://cache:8080   ROCKE_AOT_ROOT_KEY=root.key.pub (or ROCKE_AOT_INSECURE=1)
-    ROCKE_AOT_TOKEN=...   (optional: publish what this host compiles)
+    ROCKE_AOT_MIRRORS="https://cdn/rocke ..."   (optional, with a pinned root key: static mirrors,
+                          `rocke-aot mirror export`, tried first; a mirror alone is enough)
+    ROCKE_AOT_TOKEN=...   (optional: publish what this host compiles, to the server)
 
 Triton builds a RemoteCacheManager per cache key, and it a Backend(key):
 
     get(["__grp__K.json"])  then  get(child_paths)          (a compile's lookup; all or nothing)
-      entry  = the local record (LocalStore root/triton/<key>.json), else GET /v1/triton/{key}
+      entry  = the local record (LocalStore root/triton/<key>.json), else from the first source
+               that has it, in order: each mirror's triton/<key>.json, the server's
+               GET /v1/triton/{key} (the same document); the signed metadata from the first
+               source whose root, index and manifest verify
       checks, each a miss plus a counted, logged event (events(); logger rocke_aot.client.triton_cache):
         "version"     a file of another Triton version than this process runs
         "unsigned"    a pinned root key, and the entry is not a build listed by the signed
@@ -22,7 +27,8 @@ Triton builds a RemoteCacheManager per cache key, and it a Backend(key):
         "integrity"   a blob whose bytes do not hash to the sha256 (from the service or on disk)
         "incomplete"  a file asked for that the entry does not hold
         "unreachable" the service cannot be reached (offline: ROCKE_AOT_OFFLINE=1 is local only)
-      every blob verified (sha256, size), kept in the LocalStore: the next process answers locally
+      every blob verified (sha256, size), from the first source that has it, kept in the
+      LocalStore: the next process answers locally
     put(filename, data)  (a compile's result: Triton writes each file, the group file last)
       buffered per key; on the group file (or an autotuner's <kernel>.autotune.json) the whole
       entry is PUT /v1/triton/{key} when ROCKE_AOT_TOKEN is set ("published"; a refusal is the
@@ -38,13 +44,14 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import threading
 from collections import Counter
 from typing import Any
 
 from rocke_aot import settings
 from rocke_aot.client.local import LocalStore, check_sha
-from rocke_aot.client.sources import JSON_HEADERS, ServiceSource, document
+from rocke_aot.client.sources import JSON_HEADERS, MirrorSource, ServiceSource, Source, document
 from rocke_aot.client.trusted import env_insecure, pinned_key
 from rocke_aot.errors import IntegrityError, MalformedAnswerError, NotFoundError, RockeError, SpecError
 from rocke_aot.paths import atomic_write
@@ -58,6 +65,7 @@ _log = logging.getLogger(__name__)
 _EVENTS: Counter = Counter()
 _LOCK = threading.Lock()
 _EM = {"hip": 224, "cuda": 190}
+_KEY_RE = re.compile(r"^[A-Z2-7]{52}$")  # base32 of a sha256, '=' stripped: the keys Triton makes
 MAX_ENTRY = 1 << 20  # the JSON record of one entry
 _state: dict[str, Any] = {}
 
@@ -109,18 +117,33 @@ class _Config:
         self.root_key = pinned_key(None)
         self.insecure = self.root_key is None and env_insecure()
         self.store = LocalStore()
-        self.source = ServiceSource(self.server) if self.server else None
+        self.source = ServiceSource(self.server) if self.server else None  # publishes go here
+        # mirrors are read through the signed manifest only: without a pinned key they are not asked
+        mirrors = (settings.raw(settings.MIRRORS) or "").split() if self.root_key is not None else []
+        self.sources: list[Source] = [MirrorSource(m) for m in mirrors] + ([self.source] if self.source else [])
         self._accepted = None
         self.lock = threading.Lock()
 
     def manifest(self):
-        """The signed manifest (client/trusted.py: root, index, manifest, all checked), once."""
+        """The signed manifest (client/trusted.py: root, index, manifest, all checked), once: from
+        the first source whose metadata verifies (offline: the copy accepted last, checked again)."""
         from rocke_aot.client.trusted import Trusted
 
         with self.lock:
             if self._accepted is None:
                 trusted = Trusted(self.root_key, self.store.trust_dir)
-                self._accepted = trusted.cached() if self.offline else trusted.refresh(self.source)
+                if self.offline or not self.sources:
+                    self._accepted = trusted.cached()
+                else:
+                    first: RockeError | None = None
+                    for src in self.sources:
+                        try:
+                            self._accepted = trusted.refresh(src)
+                            break
+                        except RockeError as e:
+                            first = first or e
+                    else:
+                        raise first  # type: ignore[misc]
             return self._accepted.manifest
 
 
@@ -159,26 +182,29 @@ class Backend(_Base):
             return self._entry
         except (OSError, ValueError):
             pass
-        if self.cfg.offline or self.cfg.source is None:
+        if self.cfg.offline or not _KEY_RE.match(self.key):  # the key goes into a URL: Triton's shape only
             return None
-        try:
-            ans = self.cfg.source.call("GET", f"/v1/triton/{self.key}", MAX_ENTRY, JSON_HEADERS)
-        except NotFoundError:
-            return None
-        except RockeError as e:  # down, a redirect, over the bound, past the deadline (client/sources.py Wire)
-            _event("unreachable", self.key, str(e))
-            return None
-        try:
-            entry = document(ans, f"the Triton entry {self.key}")  # identity encoding, JSON, an object
-            files = entry["files"]
-            assert isinstance(files, dict) and entry["key"] == self.key
-            for f in files.values():
-                check_sha(f["sha256"])  # before it names a blob URL
-        except (MalformedAnswerError, SpecError, KeyError, AssertionError, TypeError):
-            _event("integrity", self.key, "the service's entry record is malformed")
-            return None
-        self._entry = entry
-        return entry
+        for src in self.cfg.sources:
+            try:
+                ans = src.call("GET", src.triton_path(self.key), MAX_ENTRY, JSON_HEADERS)
+            except NotFoundError:
+                continue
+            except RockeError as e:  # down, a redirect, over the bound, past the deadline (client/sources.py Wire)
+                _event("unreachable", self.key, f"{src.url}: {e}")
+                continue
+            try:
+                entry = document(ans, f"the Triton entry {self.key}")  # identity encoding, JSON, an object
+                files = entry["files"]
+                assert isinstance(files, dict) and entry["key"] == self.key
+                for f in files.values():
+                    check_sha(f["sha256"])  # before it names a blob URL
+                    assert isinstance(f["size"], int) and not isinstance(f["size"], bool) and f["size"] >= 0
+            except (MalformedAnswerError, SpecError, KeyError, AssertionError, TypeError):
+                _event("integrity", self.key, f"{src.url}'s entry record is malformed")
+                return None
+            self._entry = entry
+            return entry
+        return None
 
     def _trusted(self, entry: dict[str, Any]) -> bool:
         files = entry["files"]
@@ -214,18 +240,22 @@ class Backend(_Base):
             return self.cfg.store.blob(sha, size)
         except (NotFoundError, IntegrityError):
             pass
-        if self.cfg.offline or self.cfg.source is None:
+        if self.cfg.offline:
             return None
-        try:
-            data = self.cfg.source.blob(sha, size)  # verified: sha256 and size
-        except IntegrityError as e:
-            _event("integrity", self.key, str(e))
-            return None
-        except RockeError as e:
-            _event("unreachable", self.key, str(e))
-            return None
-        self.cfg.store.put_blob(sha, size, data)
-        return data
+        for src in self.cfg.sources:  # the first that sends the bytes of this sha256 and size
+            try:
+                data = src.blob(sha, size)  # verified: sha256 and size
+            except NotFoundError:
+                continue
+            except IntegrityError as e:
+                _event("integrity", self.key, f"{src.url}: {e}")
+                continue
+            except RockeError as e:
+                _event("unreachable", self.key, f"{src.url}: {e}")
+                continue
+            self.cfg.store.put_blob(sha, size, data)
+            return data
+        return None
 
     def _check_files(self, entry: dict[str, Any], got: dict[str, bytes]) -> bool:
         version = _triton_version()

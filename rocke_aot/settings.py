@@ -99,8 +99,9 @@ SETTINGS: tuple[Setting, ...] = (
             "none: fetches are refused unless ROCKE_AOT_INSECURE=1", "client (trust)"),
     Setting(INSECURE, "1: with no pinned root key, fetch unsigned kernels as before (prints a warning) (0 or 1)",
             "0: no pinned key is an error", "client (trust)"),
-    Setting(MIRRORS, "static mirror URLs `rocke-aot fetch` tries before --server, space-separated (its --mirror)",
-            "none", "cli"),
+    Setting(MIRRORS, "static mirror URLs `rocke-aot fetch` tries before --server, space-separated (its --mirror); "
+            "the Triton remote cache backend's too (with a pinned root key)",
+            "none", "cli, client (triton_cache)"),
     Setting(FETCH_WORKERS, "how many kernels the client fetches at once (Fetcher.get_many: one thread and "
             "one kept-alive connection each); 1 fetches one after another",
             "8", "client"),

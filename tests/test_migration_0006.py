@@ -91,7 +91,7 @@ def test_a_0002_recipe_options_store_migrates_losing_and_rebuilding_nothing(stor
         again = _build(store, llvm22)
         assert again["to_build"] == 0 and again["cached"] == 8 and again["compiles"] == 0
         # a new recipe digest: every plan misses, every code object is found (backfilled)
-        monkeypatch.setattr(plan_mod, "recipe_digest", lambda: "0" * 64)
+        monkeypatch.setattr(plan_mod, "family_digest", lambda name: "0" * 64)  # what a plan key carries
         moved = _build(store, llvm22)
         assert moved["to_build"] == 8 and moved["reused"] == 8 and moved["compiles"] == 0
         assert {c.candidate.key for c in select(store, "gfx942", "gemm", problem).accepted}.isdisjoint(served)

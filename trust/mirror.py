@@ -2,17 +2,28 @@
 
     TREE/
     ├── root.json, index.json, manifest.json   the signed metadata (`rocke-aot trust sign`)
-    └── blobs/<sha256>.zst                     each listed code object as one zstd frame
+    ├── blobs/<sha256>.zst                     each listed code object as one zstd frame, and
+    │                                          the other files of each Triton entry
+    └── triton/<Triton key>.json               the Triton cache entry of each listed Triton build,
+                                               in the service's GET /v1/triton/{key} form (files:
+                                               sha256, size, version, target, artifact_key: the
+                                               listed kernel), what client/triton_cache.py reads
 
     export(store, signed_dir, tree)   every blob the manifest lists, read from the store
                                       (verified there: sha256 and size) and checked against
-                                      the manifest's sha256 and size, then the metadata
+                                      the manifest's sha256 and size; every listed Triton
+                                      build's entry (the store's, each file checked against the
+                                      sha256 the signed record states: metadata and binary, the
+                                      group file listing exactly those two), then the metadata
     sync(store, signed_dir, tree)     the same, writing only blobs the tree does not hold yet
-                                      (and, with ``prune``, removing blobs no longer listed)
+                                      (and, with ``prune``, removing blobs and entries no longer
+                                      listed)
 
-Order: blobs first, then root.json, manifest.json and index.json (last), each by rename; a host
-reading the tree mid-update sees the old index (whose blobs are all there) or the new one.
-Nothing here is trusted by hosts: they verify the signatures and every blob themselves.
+Order: blobs first, then the Triton entries, then root.json, manifest.json and index.json
+(last), each by rename; a host reading the tree mid-update sees the old index (whose blobs are
+all there) or the new one. Nothing here is trusted by hosts: they verify the signatures and
+every blob themselves, and a Triton entry only when the signed manifest lists its build with
+the same files (a listed build whose entry the store lacks is left out: a host compiles it).
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocke_aot.cache import codec
+from rocke_aot.cache import codec, triton_entries
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import BlobMismatchError, TrustError
 from rocke_aot.paths import atomic_write
@@ -38,22 +49,34 @@ class MirrorReport:
     blobs_kept: int
     blobs_pruned: int
     bytes_written: int
+    triton_entries: int = 0  # the listed Triton builds whose cache entry the tree holds
+    triton_missing: tuple[str, ...] = ()  # listed Triton builds whose entry the store lacks (keys)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {**self.__dict__, "triton_missing": list(self.triton_missing)}
 
 
 def blob_path(tree: Path, sha256: str) -> Path:
     return tree / "blobs" / f"{sha256}.zst"
 
 
-def _listed(signed_dir: Path) -> tuple[int, dict[str, int]]:
-    """(manifest version, {sha256: size}) of the signed manifest in ``signed_dir``."""
+def entry_path(tree: Path, key: str) -> Path:
+    return tree / "triton" / f"{triton_entries.check_key(key)}.json"
+
+
+def _listed(signed_dir: Path) -> tuple[int, dict[str, int], dict[str, tuple[str, dict]]]:
+    """(manifest version, {sha256: size}, {Triton key: (kernel key, its signed metadata["triton"])})
+    of the signed manifest in ``signed_dir``."""
     try:
         doc = json.loads((signed_dir / "manifest.json").read_bytes())
         signed = doc["signed"]
         kernels = signed["kernels"]
         blobs = {k["sha256"]: k["size"] for k in kernels.values()}
+        tritons = {}
+        for key, k in sorted(kernels.items()):
+            rec = (k.get("metadata") or {}).get("triton")
+            if isinstance(rec, dict):
+                tritons.setdefault(rec["key"], (key, rec))
     except FileNotFoundError:
         raise TrustError(f"{signed_dir} holds no manifest.json (rocke-aot trust sign -o {signed_dir})") from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -61,7 +84,25 @@ def _listed(signed_dir: Path) -> tuple[int, dict[str, int]]:
     for name in METADATA:
         if not (signed_dir / name).is_file():
             raise TrustError(f"{signed_dir} lacks {name}")
-    return signed["version"], blobs
+    return signed["version"], blobs, tritons
+
+
+def _triton_entry(store: Store, tkey: str, kernel: str, rec: dict) -> dict | None:
+    """The entry document of one listed Triton build from the store's entry, each file checked
+    against the signed record (BlobMismatchError); None where the store holds no such entry."""
+    name, binary = rec["name"], rec["binary"]
+    want = {**rec["files"], f"__grp__{name}.json": codec.sha256_hex(triton_entries.group_bytes(list(rec["files"])))}
+    have = store.triton_entry(tkey)
+    if not set(want) <= set(have):
+        return None
+    for f, sha in want.items():
+        if have[f].blob_sha256 != sha:
+            raise BlobMismatchError(f"Triton entry {tkey}: the store holds {f} with sha256 {have[f].blob_sha256[:16]}, "
+                                    f"the manifest signed {sha[:16]} (kernel {kernel})")
+    return {"key": tkey, "files": {f: {"sha256": sha, "size": have[f].size, "triton_version": rec["triton_version"],
+                                       "target": triton_entries.target_name(rec["target"]), "artifact_key": kernel,
+                                       "source": "build"} for f, sha in sorted(want.items())},
+            "binary": binary}
 
 
 def sync(store: Store, signed_dir: str | Path, tree: str | Path, *, incremental: bool = True,
@@ -69,7 +110,18 @@ def sync(store: Store, signed_dir: str | Path, tree: str | Path, *, incremental:
     """Bring ``tree`` to the generation signed in ``signed_dir`` (``incremental`` False: every
     blob is written again, as `mirror export` does)."""
     signed_dir, tree = Path(signed_dir), Path(tree)
-    version, blobs = _listed(signed_dir)
+    version, blobs, tritons = _listed(signed_dir)
+    entries, missing = {}, []
+    for tkey, (kernel, rec) in sorted(tritons.items()):
+        doc = _triton_entry(store, tkey, kernel, rec)
+        if doc is None:
+            missing.append(tkey)
+            continue
+        binary = doc.pop("binary")
+        entries[tkey] = doc
+        for f, info in doc["files"].items():
+            if f != binary:  # the binary is the kernel's own blob
+                blobs.setdefault(info["sha256"], info["size"])
     written = kept = nbytes = 0
     for sha, size in sorted(blobs.items()):
         path = blob_path(tree, sha)
@@ -83,6 +135,8 @@ def sync(store: Store, signed_dir: str | Path, tree: str | Path, *, incremental:
         atomic_write(path, frame)
         written += 1
         nbytes += len(frame)
+    for tkey, doc in entries.items():
+        atomic_write(entry_path(tree, tkey), json.dumps(doc, sort_keys=True).encode())
     for name in METADATA:
         atomic_write(tree / name, (signed_dir / name).read_bytes())
     pruned = 0
@@ -91,7 +145,11 @@ def sync(store: Store, signed_dir: str | Path, tree: str | Path, *, incremental:
             if p.name[:-4] not in blobs:
                 p.unlink()
                 pruned += 1
-    return MirrorReport(str(tree), version, len(blobs), written, kept, pruned, nbytes)
+    if prune and (tree / "triton").is_dir():
+        for p in (tree / "triton").glob("*.json"):
+            if p.name[:-5] not in entries:
+                p.unlink()
+    return MirrorReport(str(tree), version, len(blobs), written, kept, pruned, nbytes, len(entries), tuple(missing))
 
 
 def export(store: Store, signed_dir: str | Path, tree: str | Path) -> MirrorReport:
