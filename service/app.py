@@ -70,7 +70,7 @@ from rocke_aot.service.schemas import (
     KernelMeta,
     KernelPage,
     KernelSummary,
-    NoCandidate,
+    NoCandidateAnswer,
     PublishRequest,
     PublishResponse,
     Rejection,
@@ -470,7 +470,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                       for c in got["accepted"]],
             rejected=[Rejection(**r) for r in got["rejected"]], rejected_count=got["rejected_count"],
             model=got["model"], note=got["note"],
-            no_candidate=None if got["no_candidate"] is None else NoCandidate(**got["no_candidate"]),
+            no_candidate=None if got["no_candidate"] is None else NoCandidateAnswer(**got["no_candidate"]),
             triton_version=got["triton_version"], triton_versions=got["triton_versions"],
         )
         # Validated above against the documented models, serialized here by pydantic-core: a

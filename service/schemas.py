@@ -6,7 +6,7 @@
                                        (only that version's artifacts answer it), and every
                                        RankedKernel is labelled with its own; each RankedKernel says the basis of
                                        its rank (basis, estimate_ms, bound, fallback, measured_ms,
-                                       measurement); no_candidate (NoCandidate), when nothing is baked
+                                       measurement); no_candidate (NoCandidateAnswer: variants/selection.py's NoCandidate on the wire), when nothing is baked
                                        for the problem: the build command and its problems file, or why
                                        no spec can run it
     PublishRequest ──PUT /v1/kernels/{key}──> KernelMeta
@@ -191,7 +191,7 @@ class RankedKernel(BaseModel):
 NoCandidateKind = Literal["build", "unservable"]
 
 
-class NoCandidate(BaseModel):
+class NoCandidateAnswer(BaseModel):
     """Nothing accepted because no cached kernel is baked for the problem (variants/selection.py
     no_candidate): "build" gives the command that builds its specs and the problems file it reads,
     "unservable" why no spec of the family's grid runs it on the arch. Closed and consistent."""
@@ -208,7 +208,7 @@ class NoCandidate(BaseModel):
     reasons: list[str] = Field(description="kind unservable: per lane, why no spec runs the problem")
 
     @model_validator(mode="after")
-    def _kind_consistent(self) -> "NoCandidate":
+    def _kind_consistent(self) -> "NoCandidateAnswer":
         if self.kind == "build":
             if self.command is None or not self.problems or self.reasons:
                 raise ValueError("a 'build' answer carries its command and problems file, and no reasons")
@@ -237,7 +237,7 @@ class SelectResponse(BaseModel):
     rejected_count: int = Field(description="All rejected candidates, also those beyond the list")
     model: RankModel = Field(description="The model that ordered the answer (measured rows come first regardless)")
     note: str | None = Field(description="Why no time model was used, in full (every missing fact and why)")
-    no_candidate: NoCandidate | None = Field(
+    no_candidate: NoCandidateAnswer | None = Field(
         description="Only when nothing is accepted and no cached kernel is baked for the problem: what to build "
                     "(rocke-aot build --problems), or why nothing can run it; null otherwise")
     triton_version: str | None = Field(max_length=64, pattern=TRITON_VERSION_PATTERN,
