@@ -39,6 +39,8 @@ from typing import Any, Callable, Mapping, Sequence
 from rocke_aot import settings
 from rocke_aot import lanes, mma
 from rocke_aot.arch import ARCHES as ARCH_TABLE
+from rocke_aot.variants.families import get_family
+from rocke_aot.variants.triton import is_triton
 
 SCHEMA = 1
 PLAIN_TRIPLE = "amdgcn-amd-amdhsa"
@@ -529,6 +531,9 @@ def backing(family: str, arch: str, lane: str, recorded: Mapping[str, Any],
             golden_doc: Mapping[str, Any]) -> tuple[str, str]:
     """(state, detail) of a served (family, arch, lane): "characterized" (every intrinsic its golden
     cases use is ok on the recorded toolchain), "contradicted" (one is not), or "unvalidated"."""
+    if is_triton(get_family(family)):  # compiled by Triton's own LLVM and back ends (its sm_90: its ptxas)
+        return "unvalidated", (f"{family} is a Triton family: Triton's compiler, which this characterization "
+                               f"of the lane toolchains does not probe (docs/triton.md)")
     doc = recorded.get(lane)
     if doc is None:
         return "unvalidated", f"no characterization of {lane} recorded (no LLVM {lanes.get_lane(lane).major} toolchain measured)"
