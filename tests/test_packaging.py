@@ -137,9 +137,14 @@ def test_every_help_and_every_read_only_command_works_from_the_wheel(installed, 
     # environment may also hold a family plugin, examples/plugin-rowsoftmax; the wheel's venv does not).
     fams = [a for f in builtin_family_names() for a in ("--family", f)]
     got = json.loads(_run(inst, "variants", "--arch", "gfx942", *fams, "--json").stdout)
-    ref = subprocess.run([str(Path(sys.executable).parent / "rocke-aot"), "variants", "--arch", "gfx942", *fams,
-                          "--json"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert got == json.loads(ref)
+    ref = json.loads(subprocess.run([str(Path(sys.executable).parent / "rocke-aot"), "variants", "--arch", "gfx942",
+                                     *fams, "--json"], capture_output=True, text=True, check=True, cwd=ROOT).stdout)
+    # The clean venv reads the project venv's site-packages for its dependencies, and with them the
+    # example plugin's metadata (its entry point) but not its editable module: a broken plugin,
+    # named, and every other answer the same.
+    assert all("rocke-aot-rowsoftmax" in e and "ModuleNotFoundError" in e for e in got.pop("plugin_errors"))
+    assert ref.pop("plugin_errors") == []
+    assert got == ref
 
     assert "golden check: OK" in _run(inst, "golden", "--check", "--lane", "llvm22", "--family", "gemm").stdout
     assert "characterization check: OK" in _run(inst, "characterize", "--check", "--lane", "llvm22",
