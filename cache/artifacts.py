@@ -242,16 +242,22 @@ class Artifacts:
 
     # ---- reads --------------------------------------------------------------------------
 
+    def _served_row(self, key: str, row, blob_field: str):
+        """The row of an 'ok' artifact whose blob joined (``blob_field`` not null), else the named
+        error: missing, a cached failure, or a blob gone (the foreign key forbids it; a
+        hand-edited store may not)."""
+        if row is None:
+            raise NotFoundError(f"no artifact {key} in {self.handle}")
+        if row["status"] != "ok":
+            raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
+        if row[blob_field] is None:
+            raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
+        return row
+
     def get(self, key: str) -> Artifact:
         check_key(key)
         with db.read_tx(self.handle.engine) as conn:
-            row = conn.execute(_Q_GET, {"k": key}).mappings().first()
-            if row is None:
-                raise NotFoundError(f"no artifact {key} in {self.handle}")
-            if row["status"] != "ok":
-                raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
-            if row["data"] is None:  # the foreign key forbids it; a hand-edited store may not
-                raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
+            row = self._served_row(key, conn.execute(_Q_GET, {"k": key}).mappings().first(), "data")
             raw = self.blobs.decode(conn, row["blob_sha256"], row["size"], row["codec"], row["stored_size"],
                                     row["data"], row["dict_id"])
         now = time.time()
@@ -266,13 +272,7 @@ class Artifacts:
     def record(self, key: str) -> Artifact:
         check_key(key)
         with db.read_tx(self.handle.engine) as conn:
-            row = conn.execute(_Q_ROW, {"k": key}).mappings().first()
-        if row is None:
-            raise NotFoundError(f"no artifact {key} in {self.handle}")
-        if row["status"] != "ok":
-            raise NotFoundError(f"{key} is a cached build failure, not an artifact: {row['error']}")
-        if row["size"] is None:
-            raise IntegrityError(f"artifact {key}: its blob {row['blob_sha256']} is missing")
+            row = self._served_row(key, conn.execute(_Q_ROW, {"k": key}).mappings().first(), "size")
         return to_artifact(row)
 
     def flush_reads(self) -> int:
