@@ -34,7 +34,7 @@ from sqlalchemy import Connection
 
 from rocke_aot import record
 from rocke_aot.cache import db
-from rocke_aot.candidates import Candidate, Resources, launch_block_size, triton_version_of
+from rocke_aot.candidates import Candidate, Resources, launch_block_size, launch_dynamic_lds, triton_version_of
 from rocke_aot.errors import RockeError, SpecError
 from rocke_aot.targets import Target, compatible_ids
 
@@ -85,7 +85,8 @@ def _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json
     if co is not None:
         record.check_resources(co)
     return Candidate(key, sha, family, MappingProxyType(spec), arch, lane, profile, gen or "", is_current,
-                     Resources.from_code_object(co, info, block_size=launch_block_size(meta.get("launch"))),
+                     Resources.from_code_object(co, info, block_size=launch_block_size(meta.get("launch")),
+                                                dynamic_lds=launch_dynamic_lds(meta.get("launch"))),
                      datetime.fromtimestamp(built_at, tz=timezone.utc), triton_version_of(json.loads(toolchain_json)))
 
 

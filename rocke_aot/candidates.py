@@ -158,6 +158,12 @@ def launch_block_size(launch: Mapping[str, Any] | None) -> int | None:
     return size
 
 
+def launch_dynamic_lds(launch: Mapping[str, Any] | None) -> int:
+    """Dynamic shared memory bytes of a stored launch contract (0 when it names none)."""
+    v = launch.get("dynamic_shared_bytes", 0) if isinstance(launch, Mapping) else 0
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
 TRITON_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")  # "3.6.0", "3.4.0+gitabc12345"
 
 
@@ -197,15 +203,19 @@ class Resources:
 
     @classmethod
     def from_code_object(cls, co: Mapping[str, Any] | None, info: ArchInfo, *,
-                         block_size: int | None = None) -> "Resources":
+                         block_size: int | None = None, dynamic_lds: int = 0) -> "Resources":
         """From the metadata's "code_object" section (CodeObjectInfo.as_dict()).
 
         ``block_size``: the work-group size the kernel is launched with (launch_block_size() of
         metadata["launch"]); without it, the code object's .max_flat_workgroup_size (a cubin
-        states one only through .maxntid / .reqntid).
+        states one only through .maxntid / .reqntid). ``dynamic_lds``: the shared memory the
+        launch adds to the object's static figure (launch_dynamic_lds(): a Triton kernel's, the
+        sm_90 async gemm's stages), which residency counts like static memory.
         """
         co = co or {}
         vgprs, sgprs, lds = co.get("vgpr_count"), co.get("sgpr_count"), co.get("lds_bytes")
+        if dynamic_lds:
+            lds = (lds or 0) + dynamic_lds
         wg = block_size or co.get("max_flat_workgroup_size")
         kw = dict(vgprs=vgprs, sgprs=sgprs, lds_bytes=lds, workgroup_size=wg, barriers=co.get("barrier_count"))
         # a code object that recorded no registers (a cubin stored before they were parsed) has

@@ -77,6 +77,9 @@ CAPABILITIES = MappingProxyType(
         "wmma:gfx1250": "gfx1250 WMMA (llvm.amdgcn.wmma.f32.16x16x32.f16/bf16)",
         "mma:sm_90": "NVPTX warp-level mma.sync m16n8k16 f16/bf16 -> f32 "
         "(llvm.nvvm.mma.m16n8k16.row.col.f32.f32 / .bf16; measured on LLVM 20.1 and 22.1)",
+        "async-copy:sm_90": "NVPTX cp.async.cg 16-byte global -> shared copies with zero fill, their "
+        "commit/wait groups, and ldmatrix m8n8 .x2/.x4 (.trans) b16 (sm_80+; "
+        "llvm.nvvm.cp.async.* / llvm.nvvm.ldmatrix.*, measured selecting on LLVM 20.1 and 22.1)",
         "ptr-captures-attr": "understands the captures(...) parameter attribute",
         "triple:amdgpu-subarch": "AMDGPU triples name the subarch (amdgpu9.50-amd-amdhsa for gfx950): "
         "LLVM 24 deprecates amdgcn-amd-amdhsa, LLVM 22 rejects the subarch form",
@@ -128,6 +131,18 @@ _INTRINSICS_COMMON = dict(
     mma_f32_16x8x16_bf16=("llvm.nvvm.mma.m16n8k16.row.col.bf16", "{float, float, float, float}",
                           ("i32",) * 6 + ("float",) * 4),
     ctaid_x=("llvm.nvvm.read.ptx.sreg.ctaid.x", "i32", ()),
+    # sm_80+ asynchronous copies and fragment loads (PTX ISA cp.async, ldmatrix); the same
+    # names and shapes in LLVM 20.1 and 22.1. cp.async ".s": the last operand is the number of
+    # source bytes (0..16); the rest of the 16 is zero-filled, so edges need no branch.
+    cp_async_16=("llvm.nvvm.cp.async.cg.shared.global.16.s", "void",
+                 ("ptr addrspace(3)", "ptr addrspace(1)", "i32")),
+    cp_async_commit=("llvm.nvvm.cp.async.commit.group", "void", ()),
+    cp_async_wait=("llvm.nvvm.cp.async.wait.group", "void", ("i32",)),  # immarg: groups left pending
+    ldmatrix_x4=("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16", "{i32, i32, i32, i32}", ("ptr addrspace(3)",)),
+    ldmatrix_x4_trans=("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16", "{i32, i32, i32, i32}",
+                       ("ptr addrspace(3)",)),
+    ldmatrix_x2_trans=("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16", "{i32, i32}", ("ptr addrspace(3)",)),
+    trap=("llvm.trap", "void", ()),
 )
 # LLVM 21 replaced llvm.nvvm.barrier0 by llvm.nvvm.barrier.cta.sync.aligned.all(i32 id);
 # LLVM 20 emits an external call for the new name, so each profile declares its own.
@@ -210,10 +225,8 @@ class Lane:
         return self.name
 
 
-_COMMON = frozenset(
-    {"target:gfx90a", "target:gfx942", "target:gfx950", "target:sm_90", "mfma:f16", "mfma:gfx950",
-     "mma:sm_90"}
-)
+_NVPTX = frozenset({"target:sm_90", "mma:sm_90", "async-copy:sm_90"})  # what an AMDGPU-only lane lacks
+_COMMON = frozenset({"target:gfx90a", "target:gfx942", "target:gfx950", "mfma:f16", "mfma:gfx950"}) | _NVPTX
 
 PROFILES: Mapping[str, Profile] = MappingProxyType(
     {
@@ -239,7 +252,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
         "llvm23": Profile(
             "llvm23",
             MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM22}),
-            (_COMMON - {"target:sm_90", "mma:sm_90"}) | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
+            (_COMMON - _NVPTX) | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr"},
             "LLVM 23 (AMD's): LLVM 22's AMDGPU emission; AMDGPU only (no NVPTX back end)",
             _INTRINSICS_LLVM22, _AMDGPU_NO_INPUTS_LLVM22, ("amdgpu-agpr-alloc", "0"),
         ),
@@ -248,7 +261,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
         "llvm24": Profile(
             "llvm24",
             MappingProxyType({"amdgcn": _AMDGCN_DL_LLVM24}),
-            (_COMMON - {"target:sm_90", "mma:sm_90"})
+            (_COMMON - _NVPTX)
             | {"target:gfx1250", "wmma:gfx1250", "ptr-captures-attr", "triple:amdgpu-subarch",
                "target-id:module-flags"},
             "LLVM 24: datalayout adds p10..p15; subarch triples; xnack/sramecc as module flags",

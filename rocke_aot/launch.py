@@ -426,7 +426,7 @@ class LaunchContract:
     args: tuple[KernelArg, ...]
     kernarg_size: int
     max_tensor_bytes: int = MAX_TENSOR_BYTES
-    dynamic_shared_bytes: int = 0  # the kernels use static LDS / shared memory only
+    dynamic_shared_bytes: int = 0  # shared memory the launch provides (Triton kernels, the sm_90 async gemm)
     split: Split | None = None
 
     def __post_init__(self) -> None:
@@ -452,7 +452,7 @@ class LaunchContract:
     @classmethod
     def build(cls, kernel: str, formulas: LaunchFormulas, block: tuple[int, int, int] | tuple[str, str, str],
               args: tuple[KernelArg, ...] | None = None, kernarg_size: int | None = None,
-              max_tensor_bytes: int = MAX_TENSOR_BYTES) -> "LaunchContract":
+              max_tensor_bytes: int = MAX_TENSOR_BYTES, dynamic_shared_bytes: int = 0) -> "LaunchContract":
         """A contract from a family's formulas, a block size and a layout (natural when None)."""
         laid = natural_layout(formulas.args) if args is None else tuple(args)
         if [(a.name, a.kind) for a in laid] != [(a.name, a.kind) for a in formulas.args]:
@@ -460,7 +460,7 @@ class LaunchContract:
                             f"arguments {[a.name for a in formulas.args]}")
         size = kernarg_size if kernarg_size is not None else (laid[-1].offset + laid[-1].size if laid else 0)
         return cls(kernel, formulas.problem, formulas.lets, formulas.grid, tuple(str(b) for b in block),
-                   laid, size, max_tensor_bytes, split=formulas.split)
+                   laid, size, max_tensor_bytes, dynamic_shared_bytes, split=formulas.split)
 
     def plan(self, problem: object) -> LaunchPlan:
         env = bind(self.problem, self.lets, problem)

@@ -9,6 +9,14 @@
             fptrunc to bfloat        -> sim_f2bf: round to nearest even in integers, NaN kept
                                         (no x86 libcall needed)
             mfma / wmma / nvvm.mma   -> sim_mma_<i>: spill the operands, call sim_mma
+            ldmatrix (sm_90)         -> sim_ldm_<i>: the warp's row addresses gathered, each
+                                        lane's registers from tests/_isa_ref.ldmatrix_registers
+            cp.async (sm_90)         -> sim_cp_async / _commit / _wait: copies are queued per
+                                        thread and done only at cp.async.wait_group, for every
+                                        group but the newest ``pending`` (the latest the PTX ISA
+                                        lets them land): a stage read before its wait (or
+                                        without the barrier after it) reads stale data
+            external (dynamic) shared arrays -> a zeroed buffer of the kernel's dynamic_lds_bytes
         --MCJIT--> .launch(grid, *args): one OS thread per work-item, blocks one after
             another; ndarray args pass their buffer, ints pass as they are (a pointer too)
 
@@ -32,13 +40,16 @@ import threading
 import llvmlite.binding as llvm
 import numpy as np
 
-from _isa_ref import REFS, decode16
+from _isa_ref import LDMATRIX, REFS, decode16, ldmatrix_registers
 
 _ID_CALLS = {
     "llvm.nvvm.read.ptx.sreg.tid.x": "sim_tid", "llvm.amdgcn.workitem.id.x": "sim_tid",
     "llvm.nvvm.read.ptx.sreg.ctaid.x": "sim_ctaid", "llvm.amdgcn.workgroup.id.x": "sim_ctaid",
     "llvm.nvvm.barrier.cta.sync.aligned.all": "sim_barrier",  # takes a barrier id
     "llvm.nvvm.barrier0": "sim_barrier0", "llvm.amdgcn.s.barrier": "sim_barrier0",
+    "llvm.nvvm.cp.async.cg.shared.global.16.s": "sim_cp_async",
+    "llvm.nvvm.cp.async.commit.group": "sim_cp_commit",
+    "llvm.nvvm.cp.async.wait.group": "sim_cp_wait",
 }
 _F2BF = """
 define bfloat @"sim_f2bf"(float %x) {
@@ -102,8 +113,20 @@ def _retarget(text: str) -> tuple[str, list]:
         text = text.replace(m.group(0), "\n".join(body)).replace(f'@"{name}"', f'@"sim_mma_{wid}"')
     if instrs:
         text += '\ndeclare void @"sim_mma"(i32, ptr, ptr, ptr, ptr)\n'
+    ldms = []
+    for m in re.finditer(r'^declare (\{[^}]*\}) @"(llvm\.nvvm\.ldmatrix[\w.]*)"\(ptr[^)]*\)$', text, flags=re.M):
+        ret, name = m.group(1), m.group(2)
+        count, trans = LDMATRIX[name]
+        lid = len(ldms)
+        ldms.append((count, trans))
+        body = [f'define {ret} @"sim_ldm_{lid}"(ptr %p) {{', f"  %o = alloca {ret}",
+                f'  call void @"sim_ldmatrix"(i32 {lid}, ptr %p, ptr %o)', f"  %r = load {ret}, ptr %o",
+                f"  ret {ret} %r", "}"]
+        text = text.replace(m.group(0), "\n".join(body)).replace(f'@"{name}"', f'@"sim_ldm_{lid}"')
+    if ldms:
+        text += '\ndeclare void @"sim_ldmatrix"(i32, ptr, ptr)\n'
     assert "llvm.nvvm" not in text and "llvm.amdgcn" not in text, "an intrinsic the simulator does not model"
-    return text, instrs
+    return text, instrs, ldms
 
 
 class CpuGrid:
@@ -119,7 +142,13 @@ class CpuGrid:
     def __init__(self, kernel, wave_size: int = 32):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        text, self.instrs = _retarget(kernel.ir)
+        text, self.instrs, self.ldms = _retarget(kernel.ir)
+        # the kernel's dynamic shared array (external, zero length): the launch's buffer
+        self.dynamic = []
+        for name in re.findall(r'^@"?([\w.]+)"? = external global', text, flags=re.M):
+            buf = (ctypes.c_uint8 * max(16, getattr(kernel, "dynamic_lds_bytes", 0)))()
+            self.dynamic.append(buf)
+            llvm.add_symbol(name, ctypes.addressof(buf))
         self.threads = kernel.block_size
         self.wave_size = wave_size
         self.local = threading.local()
@@ -134,8 +163,13 @@ class CpuGrid:
             ctypes.CFUNCTYPE(None)(lambda: self.barrier.wait()),
             ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                              ctypes.c_void_p)(self._mma),
+            ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)(self._ldmatrix),
+            ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(self._cp_async),
+            ctypes.CFUNCTYPE(None)(self._cp_commit),
+            ctypes.CFUNCTYPE(None, ctypes.c_int32)(self._cp_wait),
         ]
-        for name, cb in zip(("sim_tid", "sim_ctaid", "sim_barrier", "sim_barrier0", "sim_mma"), self._cbs):
+        for name, cb in zip(("sim_tid", "sim_ctaid", "sim_barrier", "sim_barrier0", "sim_mma", "sim_ldmatrix",
+                             "sim_cp_async", "sim_cp_commit", "sim_cp_wait"), self._cbs):
             llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
         tm = llvm.Target.from_default_triple().create_target_machine(
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
@@ -174,6 +208,44 @@ class CpuGrid:
         out = np.ctypeslib.as_array(ctypes.cast(pd, ctypes.POINTER(ctypes.c_float)), (n_acc,))
         out[:] = slot["d"][lane]
 
+    def _ldmatrix(self, lid, p, out) -> None:
+        count, trans = self.ldms[lid]
+        wave, lane = divmod(self.local.tid, self.wave_size)
+        if self.wave_size != 32:
+            raise AssertionError("ldmatrix is a 32-thread warp instruction")
+        slot = self.slots[wave]
+        slot[("ldm", lane)] = int(p)
+        self.wave_barriers[wave].wait()
+        rows = [slot[("ldm", x)] for x in range(32)]
+
+        def read16(addr: int) -> int:
+            return ctypes.c_uint16.from_address(addr).value
+
+        regs = ldmatrix_registers(rows, count, trans, read16)[lane]
+        self.wave_barriers[wave].wait()  # every lane has read the addresses before the next deposit
+        dst = np.ctypeslib.as_array(ctypes.cast(out, ctypes.POINTER(ctypes.c_uint32)), (count,))
+        dst[:] = regs
+
+    # cp.async: per thread, the open group's copies and the committed groups, oldest first
+    def _cp_async(self, dst, src, nbytes) -> None:
+        if not 0 <= nbytes <= 16:
+            raise AssertionError(f"cp.async of {nbytes} source bytes (0..16)")
+        if dst % 16 or (nbytes and src % 16):
+            raise AssertionError(f"cp.async 16 needs 16-byte aligned addresses: dst {dst:#x}, src {src:#x}")
+        self.local.open.append((dst, src, nbytes))
+
+    def _cp_commit(self) -> None:
+        self.local.groups.append(self.local.open)
+        self.local.open = []
+
+    def _cp_wait(self, pending) -> None:
+        groups = self.local.groups
+        while len(groups) > pending:
+            for dst, src, n in groups.pop(0):
+                if n:
+                    ctypes.memmove(dst, src, n)
+                ctypes.memset(dst + n, 0, 16 - n)
+
     def launch(self, grid: int, *args) -> None:
         types = [ctypes.c_void_p if k == "global_pointer" else ctypes.c_int32 for k in self.kinds]
         fn = ctypes.CFUNCTYPE(None, *types)(self.addr)
@@ -183,6 +255,7 @@ class CpuGrid:
 
         def run(tid: int) -> None:
             self.local.tid = tid
+            self.local.open, self.local.groups = [], []
             try:
                 for blk in range(grid):
                     self.local.ctaid = blk

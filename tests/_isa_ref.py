@@ -39,6 +39,15 @@ Sources, per instruction:
   Inverted here: A[row][k] is in lane 4*(row % 8) + (k % 8) // 2, element
   (k % 2) + 2*(row // 8) + 4*(k // 8).
 
+- NVPTX ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16 (PTX ISA, "ldmatrix"): the
+  instruction loads 1, 2 or 4 matrices of 8x8 16-bit elements; threads 8i..8i+7 give the
+  addresses of rows 0..7 of matrix i (.x1: threads 0-7, .x2: 0-15, .x4: 0-31; the others'
+  addresses are ignored). Each thread receives one .b32 register per matrix: without .trans
+  "each thread holds a fragment of a row": thread t gets row t // 4, elements 2*(t % 4) and
+  2*(t % 4) + 1 (the lower column in the low half); with .trans the matrix is read column-
+  major, so thread t gets elements (row 2*(t % 4), col t // 4) and (row 2*(t % 4) + 1, same
+  col). ``ldmatrix_registers`` states exactly that over the 32 threads' addresses.
+
 Operands: ``params`` say which intrinsic parameters carry A, B and C (MFMA: A, B, C, cbsz,
 abid, blgp; gfx1250 WMMA: neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b; NVPTX mma:
 a0..a3, b0..b1, c0..c3 as scalars and a {float x 4} result). Register elements are 16-bit
@@ -195,6 +204,35 @@ REFS: dict[str, IsaRef] = {r.intrinsic: r for r in (
     _ptx("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", "f16"),
     _ptx("llvm.nvvm.mma.m16n8k16.row.col.bf16", "bf16"),
 )}
+
+
+LDMATRIX = {  # intrinsic -> (matrices, transposed)
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x1.b16": (1, False),
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.b16": (2, False),
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16": (4, False),
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x1.trans.b16": (1, True),
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16": (2, True),
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16": (4, True),
+}
+
+
+def ldmatrix_registers(row_address: list[int], count: int, trans: bool,
+                       read16: Callable[[int], int]) -> list[list[int]]:
+    """registers[t][i]: the .b32 that thread t receives for matrix i, from the 32 threads'
+    row addresses (bytes) and a reader of one 16-bit element at a byte address (module doc)."""
+    out = []
+    for t in range(32):
+        regs = []
+        for i in range(count):
+            if trans:
+                lo = read16(row_address[8 * i + 2 * (t % 4)] + 2 * (t // 4))
+                hi = read16(row_address[8 * i + 2 * (t % 4) + 1] + 2 * (t // 4))
+            else:
+                row = row_address[8 * i + t // 4]
+                lo, hi = read16(row + 4 * (t % 4)), read16(row + 4 * (t % 4) + 2)
+            regs.append(lo | hi << 16)
+        out.append(regs)
+    return out
 
 
 def decode16(bits: np.ndarray, dtype: str) -> np.ndarray:

@@ -76,6 +76,19 @@ CASES = [
 ]
 SIZES = [(1, 1, 1), (37, 45, 70), (130, 70, 33)]
 
+# The asynchronous pipeline (cp.async + ldmatrix, sm_90): K and N multiples of 8 (the spec's
+# acceptance rule), M, N and K edges and a K tail all present; grouped tile order; an odd
+# number of 8-wide B tiles per warp (ldmatrix .x2.trans).
+ASYNC_SIZES = [(37, 40, 72), (130, 72, 24)]
+ASYNC_CASES = [
+    GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=2,
+             vector_width=8, stages=3),
+    GemmSpec(path="mma", in_dtype="bf16", out_dtype="bf16", block_m=32, block_n=32, block_k=16, waves=2,
+             vector_width=8, stages=2, group_m=2),
+    GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=16, block_n=8, block_k=16, waves=1,
+             vector_width=8, stages=4, group_m=4),
+]
+
 
 def check_gemm(arch, spec, sizes=SIZES) -> None:
     """Lower, run on the CPU simulator, compare with numpy; AssertionError on any difference."""
@@ -105,6 +118,28 @@ def check_gemm(arch, spec, sizes=SIZES) -> None:
 @pytest.mark.parametrize("arch,spec", CASES, ids=[f"{a}-{s.kernel_name}" for a, s in CASES])
 def test_lowered_gemm_computes_a_x_b(arch, spec):
     check_gemm(arch, spec)
+
+
+@pytest.mark.parametrize("spec", ASYNC_CASES, ids=[s.kernel_name for s in ASYNC_CASES])
+def test_async_pipeline_gemm_computes_a_x_b(spec):
+    check_gemm("sm_90", spec, ASYNC_SIZES)
+
+
+# The simulator lands cp.async copies at the latest moment the PTX ISA allows (the wait), so a
+# pipeline that read a stage one wait too early, or an ldmatrix without .trans for B, must fail.
+@pytest.mark.parametrize("mutation", ["wait_one_early", "b_not_transposed"])
+def test_a_broken_pipeline_fails_the_simulation(monkeypatch, mutation):
+    from rocke_aot.aot.lower.nvptx import NvptxKernel
+    spec = ASYNC_CASES[0]
+    check_gemm("sm_90", spec, ASYNC_SIZES[:1])  # unbroken: passes
+    if mutation == "wait_one_early":
+        wait = NvptxKernel.async_wait
+        monkeypatch.setattr(NvptxKernel, "async_wait", lambda self, pending: wait(self, pending + 1))
+    else:
+        ldm = NvptxKernel.ldmatrix
+        monkeypatch.setattr(NvptxKernel, "ldmatrix", lambda self, ptr, count, trans: ldm(self, ptr, 4, False)[:count])
+    with pytest.raises(AssertionError):
+        check_gemm("sm_90", spec, ASYNC_SIZES[:1])
 
 
 # -- the simulator can fail: one operand's map perturbed in the lowering alone --------------

@@ -1,8 +1,11 @@
 """GemmSpec: the gemm family's baked parameters and tuning knobs, validated.
 
     GemmSpec(in_dtype, out_dtype, block_m, block_n, block_k, waves, path, double_buffer,
-             vector_width, mma)
+             vector_width, mma, stages, group_m)
         .to_dict() / GemmSpec.from_dict(d)      canonical, JSON-able, round-trips exactly
+                                                (stages / group_m appear only when set: the
+                                                fields added later leave older specs' dicts,
+                                                plan keys and goldens as they were)
         .kernel_name                            deterministic symbol name
         .geometry(target)  -> GemmGeometry      the arch-dependent layout the lowerer uses;
                                                 raises SpecError/CapabilityError when the
@@ -33,6 +36,12 @@ IN_DTYPES = MATRIX_IN_DTYPES
 OUT_DTYPES = DTYPES
 PATHS = ("mfma", "wmma", "mma", "fma")  # mma: NVPTX mma.sync (sm_90)
 VECTOR_WIDTHS = (1, 2, 4, 8)
+ASYNC_STAGES = (2, 3, 4)
+ASYNC_VECTOR = 8  # elements of one cp.async (16 bytes of f16 / bf16)
+GROUP_MS = (1, 2, 4, 8, 16)
+# Fields added after the first keys were issued, and their defaults: to_dict leaves them out
+# at the default, so a spec written before them keeps its canonical dict (and plan key).
+_LATER_FIELDS = {"stages": 0, "group_m": 1}
 
 
 def _pow2(x: int) -> bool:
@@ -67,6 +76,14 @@ class GemmSpec:
     double_buffer: bool = False
     vector_width: int = 4
     mma: str = "auto"  # matrix instruction shape ("32x32x8", ...) or "auto" = the arch default
+    # The asynchronous pipeline (sm_90 mma): 0 = tiles move through registers (single or
+    # double buffer, ``double_buffer``); 2..4 = that many LDS stages filled by cp.async
+    # (16-byte copies, global -> shared without registers), fragments read by ldmatrix,
+    # one barrier per K-tile, stages - 1 tiles in flight while one is computed.
+    stages: int = 0
+    # L2 tile order: work-group g takes tile rows in groups of group_m (1 = row-major tiles):
+    # consecutive groups then share B columns and A rows while they are in L2.
+    group_m: int = 1
 
     def __post_init__(self) -> None:
         check_types(self, "gemm")
@@ -91,10 +108,28 @@ class GemmSpec:
             )
         if self.path == "fma" and self.mma != "auto":
             raise SpecError("gemm mma shape only applies to the matrix paths (mfma, wmma, mma)")
+        if self.group_m not in GROUP_MS:
+            raise SpecError(f"gemm group_m={self.group_m} not in {GROUP_MS}")
+        if self.stages:
+            if self.stages not in ASYNC_STAGES:
+                raise SpecError(f"gemm stages={self.stages} not in {(0,) + ASYNC_STAGES} (0: copies through registers)")
+            if self.path != "mma":
+                raise SpecError(f"gemm stages={self.stages}: the asynchronous pipeline (cp.async + ldmatrix) "
+                                f"is the sm_90 mma path's; path {self.path!r} copies through registers (stages=0)")
+            if self.double_buffer:
+                raise SpecError("gemm stages replaces double_buffer: a pipeline of stages >= 2 is "
+                                "already multi-buffered (double_buffer=False)")
+            if self.vector_width != ASYNC_VECTOR:
+                raise SpecError(f"gemm stages={self.stages} needs vector_width={ASYNC_VECTOR}: each cp.async "
+                                f"moves 16 bytes ({ASYNC_VECTOR} elements)")
 
     # -- canonical form ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dict(sorted(asdict(self).items()))
+        d = asdict(self)
+        for name, default in _LATER_FIELDS.items():
+            if d[name] == default:
+                del d[name]
+        return dict(sorted(d.items()))
 
     @classmethod
     def from_dict(cls, d: object) -> "GemmSpec":
@@ -104,9 +139,12 @@ class GemmSpec:
     @property
     def kernel_name(self) -> str:
         db = "db" if self.double_buffer else "sb"
+        if self.stages:
+            db = f"s{self.stages}"
         mma = "" if self.mma == "auto" else "_" + self.mma
+        group = "" if self.group_m == 1 else f"_g{self.group_m}"
         return (f"gemm_{self.in_dtype}_{self.out_dtype}_{self.path}{mma}_{self.block_m}x"
-                f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}")
+                f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}{group}")
 
     # -- launch ------------------------------------------------------------------------
     def launch_formulas(self) -> LaunchFormulas:
@@ -143,7 +181,13 @@ class GemmSpec:
         pad = self.lds_row_pad
         per_stage = DTYPE_BYTES[self.in_dtype] * (self.block_m * (self.block_k + pad)
                                                   + self.block_k * (self.block_n + pad))
-        return per_stage * (2 if self.double_buffer else 1)
+        return per_stage * (self.stages or (2 if self.double_buffer else 1))
+
+    @property
+    def dynamic_lds(self) -> bool:
+        """The asynchronous pipeline keeps its stages in dynamic shared memory (up to the SM's
+        227 KiB per block, opted into at launch; static shared memory stops at 48 KiB)."""
+        return self.stages > 0
 
     def lds_a_index(self, row: Any, k: Any) -> Any:
         """Element index of A[row][k] in LDS: rows of block_k + pad (aot/families/gemm.py lda)."""
@@ -160,7 +204,8 @@ class GemmSpec:
         if threads > info.max_block:
             raise SpecError(f"gemm: {self.waves} waves x {info.wave_size} = {threads} threads > {info.max_block}")
         lds = self.lds_bytes()
-        limit = info.static_lds_limit  # NVPTX kernels use static shared memory only (48 KiB)
+        # static shared memory stops at 48 KiB on NVPTX; the async pipeline's is dynamic
+        limit = info.lds_bytes if self.dynamic_lds else info.static_lds_limit
         if lds > limit:
             raise SpecError(f"gemm: needs {lds} bytes of LDS, {target.processor} allows {limit} per kernel")
         if self.path == "fma":

@@ -122,6 +122,11 @@ def _gemm_accepts(spec: Any, p: GemmProblem) -> str | None:
         return f"dtype: problem is {p.dtype}, spec is baked for {spec.in_dtype}"
     if p.out_dtype is not None and p.out_dtype != spec.out_dtype:
         return f"out_dtype: problem wants {p.out_dtype}, spec writes {spec.out_dtype}"
+    if spec.stages and (p.k % 8 or p.n % 8):
+        # cp.async copies 16 aligned bytes: every row of A (K elements) and B (N) must start
+        # on a 16-byte boundary (the kernel traps on such a problem rather than misread it)
+        return (f"alignment: the cp.async pipeline needs K and N multiples of 8, problem has "
+                f"K={p.k}, N={p.n}")
     return _first(_too_big("A", p.m * p.k, p.dtype), _too_big("B", p.k * p.n, p.dtype),
                   _too_big("C", p.m * p.n, spec.out_dtype))
 

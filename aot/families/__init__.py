@@ -56,7 +56,7 @@ def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
         raise SpecError(f"{kernel.kernel_name}: the lowering's arguments {[a.name for a in kernel.kernargs]} are "
                         f"not the family's {[a.name for a in laid]} (define_kernel(spec.launch_formulas().args))")
     return LaunchContract.build(kernel.kernel_name, formulas, (kernel.block_size, 1, 1), laid,
-                                kernel.kernarg_size, kernel.max_tensor_bytes)
+                                kernel.kernarg_size, kernel.max_tensor_bytes, kernel.dynamic_lds_bytes)
 
 
 def with_contract(raw: Callable[..., Any]) -> Callable[..., Any]:

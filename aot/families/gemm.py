@@ -20,6 +20,30 @@
                       aot/lower/matrix.py (its operand convention), results are stored at
                       d_coord. mma (sm_90 mma.sync m16n8k16) is the same code with its maps.
 
+The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages):
+           entry:  trap unless K and N are multiples of 8 (16-byte aligned rows: the
+                   selection refuses such problems, a direct launch must not misread)
+           prologue: K-tiles 0 .. S-2 -> LDS stages 0 .. S-2 by cp.async, one commit group each
+           loop kt < ceil(K/bk):
+               wait until at most S-2 groups are pending (tile kt has landed, this thread's);
+               barrier (every thread's copies of kt visible; every warp done with stage (kt-1)%S)
+               cp.async K-tile kt+S-1 -> stage (kt+S-1)%S (if any); commit (always: the group
+               count stays one per iteration)
+               compute stage kt%S: per 16-deep k-step, A fragments by ldmatrix.x4 (one per
+               16x16 A tile), B by ldmatrix.x4.trans (two 16x8 B tiles; .x2.trans for an odd one)
+           exit:   c0,c1 / c2,c3 of each mma tile are adjacent columns: one 2-element store each
+      copies are 16 bytes (8 elements); an out-of-range chunk copies 0 source bytes (zero fill,
+      address clamped to the tensor's start), so edges need no branch. The stages live in
+      dynamic shared memory (the contract's dynamic_shared_bytes), past the 48 KiB static limit.
+      ldmatrix lane maps (PTX ISA "ldmatrix"): lane l gives the address of row l%8 of matrix
+      l//8; thread t receives row t//4, elements 2(t%4), 2(t%4)+1 of each matrix (.trans: the
+      matrix transposed). A: matrix i = rows 8(i%2).., K 8(i//2).. of the 16x16 tile, which is
+      mma.sync's a0..a7 order; B (K x N in LDS): matrix i = K rows 8(i%2).., columns 8(i//2)..,
+      transposed, which is b0..b3 of N-tiles 2t and 2t+1.
+Tile order (spec.group_m = G > 1): work-group g takes tile rows in groups of G: within a group,
+      consecutive work-groups walk down G tile rows before the next column (Triton's grouped
+      order), so the tiles in flight share A rows and B columns in L2.
+
 Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
 a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the
 K tail) falls back to per-element loads whose address is clamped to 0 when out of range,
@@ -38,6 +62,7 @@ from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
 from rocke_aot.targets import Target
+from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
 from rocke_aot.variants.gemm import GemmGeometry, GemmSpec
 
@@ -257,21 +282,165 @@ class _GemmLowering:
                     x = self.b.extract_element(vec, _c32(r))
                     self.store_out(self.row0 + wm0 + i * ins.m + dr, self.col0 + wn0 + t * ins.n + dc, x)
 
+    # -- tile order -------------------------------------------------------------------
+    def grouped_tile(self, gid: Sym, tiles_n: Sym) -> tuple[Sym, Sym]:
+        """(tile row, tile column) of work-group gid in groups of group_m tile rows."""
+        G = self.spec.group_m
+        b = self.b
+        tiles_m = (self.M + (self.spec.block_m - 1)) // self.spec.block_m
+        per_group = tiles_n * G
+        first = (gid // per_group) * G
+        left = tiles_m - first  # > 0 for every launched work-group
+        rows = self.S(b.select(b.icmp_unsigned("<", left.v, _c32(G)), left.v, _c32(G)))
+        within = gid % per_group
+        return first + within % rows, within // rows
+
+    # -- the asynchronous pipeline (sm_90: cp.async + ldmatrix) ---------------------------
+    def stage_tile_async(self, kt: Sym, stage: Sym | int) -> None:
+        """Issue cp.async copies of K-tile kt of A and B into LDS stage ``stage`` (module doc)."""
+        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        b, kb = self.b, self.kb
+        for which in ("A", "B"):
+            rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
+            ld = self.lda if which == "A" else self.ldb
+            vpr = cols // vw
+            chunks = rows * vpr
+            off = self.stage_base(stage) + (0 if which == "A" else s.block_m * self.lda)
+
+            def one_round(it: Sym | int, _vals, which=which, ld=ld, vpr=vpr, chunks=chunks, off=off):
+                c = self.tid + it * T
+                guard = None
+                if chunks % T:
+                    guard = kb.if_then(c.lt(chunks), name="cpa")
+                    guard.__enter__()
+                r, v = c // vpr, c % vpr
+                if which == "A":
+                    grow, gcol = self.row0 + r, kt * s.block_k + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
+                else:
+                    grow, gcol = kt * s.block_k + r, self.col0 + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
+                ok = kb.all_of(row_ok, gcol.lt(limit))  # K, N multiples of 8: a chunk is all in or all out
+                src = b.select(ok, (grow * gld + gcol).v, _c32(0))
+                nbytes = b.select(ok, _c32(16), _c32(0))
+                kb.async_copy16(self.gep(self.lds, off + r * ld + v * vw), self.gep(ptr, self.S(src)), nbytes)
+                if guard is not None:
+                    guard.__exit__(None, None, None)
+                return []
+
+            rounds = -(-chunks // T)
+            if rounds == 1:
+                one_round(0, [])
+            else:
+                kb.loop(rounds, [], one_round, name=f"cpa{which}")
+
+    def _regs_to_bits(self, regs: list[ir.Value]) -> ir.Value:
+        vec = ir.Constant(ir.VectorType(I32, len(regs)), None)
+        for i, r in enumerate(regs):
+            vec = self.b.insert_element(vec, r, _c32(i))
+        return self.b.bitcast(vec, ir.VectorType(I16, 2 * len(regs)))
+
+    def compute_ldmatrix(self, stage: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+        s, g, ins, kb = self.spec, self.geo, self.instr, self.kb
+        a_off = self.stage_base(stage)
+        b_off = a_off + s.block_m * self.lda
+        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
+        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        row8 = lane % 8 + (lane // 8) % 2 * 8  # the row (A) / K row (B) this lane addresses
+        half = (lane // 16) * 8  # A: K + 8 for matrices 2, 3; B: the second N-tile
+        out = list(acc)
+        for ks in range(s.block_k // ins.k):
+            k0 = ks * ins.k
+            afr = [self._regs_to_bits(kb.ldmatrix(
+                self.gep(self.lds, a_off + (row8 + (wm0 + i * ins.m)) * self.lda + (half + k0)), 4, False))
+                for i in range(g.tiles_m)]
+            bfr = []
+            for t in range(0, g.tiles_n, 2):
+                base = b_off + (row8 + k0) * self.ldb + (wn0 + t * ins.n)
+                if t + 1 < g.tiles_n:
+                    d = kb.ldmatrix(self.gep(self.lds, base + half), 4, True)
+                    bfr += [self._regs_to_bits(d[0:2]), self._regs_to_bits(d[2:4])]
+                else:
+                    d = kb.ldmatrix(self.gep(self.lds, base), 2, True)
+                    bfr.append(self._regs_to_bits(d))
+            out = [call_matrix(kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
+                   for i in range(g.tiles_m) for t in range(g.tiles_n)]
+        return out
+
+    def epilogue_pairs(self, acc: list[ir.Value]) -> None:
+        """mma.sync results c0,c1 (c2,c3) are columns 2t, 2t+1 of one row: a 2-element store
+        (N is even here, so both columns are in or out together and the store is aligned)."""
+        s, g, ins, b = self.spec, self.geo, self.instr, self.b
+        out_ty = _OUT_TYPES[s.out_dtype]
+        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
+        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        vty = ir.VectorType(out_ty, 2)
+        for i in range(g.tiles_m):
+            for t in range(g.tiles_n):
+                vec = acc[i * g.tiles_n + t]
+                for r in range(0, ins.acc_per_lane, 2):
+                    dr, dc = ins.d_coord(lane, r)
+                    row, col = self.row0 + wm0 + i * ins.m + dr, self.col0 + wn0 + t * ins.n + dc
+                    with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
+                        pair = ir.Constant(vty, None)
+                        for e in range(2):
+                            x = b.extract_element(vec, _c32(r + e))
+                            pair = b.insert_element(pair, x if out_ty is F32 else b.fptrunc(x, out_ty), _c32(e))
+                        b.store(pair, self.gep(self.C, row * self.N + col, out_ty), align=2 * DTYPE_BYTES[s.out_dtype])
+
+    def build_async(self, ktiles: Sym) -> None:
+        s, kb = self.spec, self.kb
+        S = s.stages
+        with kb.if_then(self.b.icmp_unsigned("!=", self.b.and_(self.b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)),
+                        name="misaligned"):
+            kb.trap()
+        for st in range(S - 1):
+            with kb.if_then(self.S(_c32(st)).lt(ktiles), name="pro"):
+                self.stage_tile_async(self.S(_c32(st)), st)
+            kb.async_commit()
+        zero = [ir.Constant(ir.VectorType(F32, self.instr.acc_per_lane), None)] * (self.geo.tiles_m * self.geo.tiles_n)
+
+        def k_tile(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            kb.async_wait(S - 2)
+            kb.barrier()
+            nxt = kt + (S - 1)
+            with kb.if_then(nxt.lt(ktiles), name="pre"):
+                self.stage_tile_async(nxt, nxt % S)
+            kb.async_commit()
+            return self.compute_ldmatrix(kt % S, acc)
+
+        acc = kb.loop(ktiles, zero, k_tile, name="k")
+        kb.async_wait(0)  # no copy may still target shared memory when the block exits
+        self.epilogue_pairs(acc)
+        self.b.ret_void()
+
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> None:
         s, g, kb = self.spec, self.geo, self.kb
         self.A, self.B, self.C, m, n, k = kb.define_kernel(s.launch_formulas().args)
         b = self.b
         self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
-        stages = 2 if s.double_buffer else 1
+        stages = s.stages or (2 if s.double_buffer else 1)
         per = s.block_m * self.lda + s.block_k * self.ldb
-        self.lds = kb.shared_array("gemm_lds", I16, stages * per, 2)
+        if s.dynamic_lds:
+            self.lds = kb.dynamic_shared_array("gemm_lds", I16, stages * per, 2)
+        else:
+            self.lds = kb.shared_array("gemm_lds", I16, stages * per, 2)
         self.tid = self.S(kb.workitem_id())
         gid = self.S(kb.workgroup_id())
         tiles_n = (self.N + (s.block_n - 1)) // s.block_n
-        self.row0 = (gid // tiles_n) * s.block_m
-        self.col0 = (gid % tiles_n) * s.block_n
+        if s.group_m == 1:  # row-major tiles
+            self.row0 = (gid // tiles_n) * s.block_m
+            self.col0 = (gid % tiles_n) * s.block_n
+        else:
+            tm, tn = self.grouped_tile(gid, tiles_n)
+            self.row0, self.col0 = tm * s.block_m, tn * s.block_n
         ktiles = (self.K + (s.block_k - 1)) // s.block_k
+        if s.stages:
+            self.build_async(ktiles)
+            return
         if self.instr is None:
             zero = [ir.Constant(F32, 0.0)] * (g.thread_m * g.thread_n)
         else:
@@ -312,13 +481,15 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
             raise CapabilityError(f"gemm path {spec.path} is not available on {target.processor}")
         instr = mma.select(target.processor, spec.path, spec.in_dtype, spec.mma)
         lanes.require(lane, capability=instr.capability, op=f"gemm {spec.path} ({instr.mnemonic_for(target.processor)})")
+    if spec.stages:
+        lanes.require(lane, capability="async-copy:sm_90", op=f"gemm stages={spec.stages} (cp.async + ldmatrix)")
     geo = spec.geometry(target)
     low = _GemmLowering(spec, target, lane, geo)
     low.build()
     meta = {
         "path": spec.path,
         "instruction": low.instr.mnemonic_for(target.processor) if low.instr else None,
-        "block_m": spec.block_m, "block_n": spec.block_n,
+        "block_m": spec.block_m, "block_n": spec.block_n, "stages": spec.stages, "group_m": spec.group_m,
         "geometry": {k: v for k, v in vars(geo).items()},
     }
     return low.kb.lowered("gemm", meta)

@@ -12,7 +12,7 @@
         |  control flow: .if_then(pred), .select_value(pred, a, b), .loop(trip, carried, body)
         |  memory: .define_kernel(spec.launch_formulas().args) (the family's ArgDefs, laid out
         |          by launch.natural_layout: one argument model from lowering to launch),
-        |          .shared_array(...) (addrspace 3)
+        |          .shared_array(...) (addrspace 3), .dynamic_shared_array(...) (sized at launch)
         |  values: .all_of(*preds), .bits_to_f32(bits, dtype) (a tensor element's raw bits)
         v
     .lowered(family, metadata) -> LoweredKernel (frozen): IR text, kernel name, ir_sha256,
@@ -139,6 +139,9 @@ class LoweredKernel:
     # as data. Attached by aot/families' Family.lowerer from the spec's launch formulas; the
     # builder replaces its layout with the compiled code object's (checked equal).
     launch: LaunchContract | None = None
+    # shared memory the launch must provide (dynamic_shared_array; the contract's
+    # dynamic_shared_bytes): beyond the 48 KiB a kernel may declare statically on NVPTX
+    dynamic_lds_bytes: int = 0
 
     @property
     def kernarg_size(self) -> int:
@@ -150,7 +153,7 @@ class LoweredKernel:
             "family": self.family, "kernel_name": self.kernel_name, "target": self.target,
             "lane": self.lane, "profile": self.profile, "ir_sha256": self.ir_sha256,
             "kernargs": [a.as_dict() for a in self.kernargs], "kernarg_size": self.kernarg_size,
-            "block_size": self.block_size, "lds_bytes": self.lds_bytes,
+            "block_size": self.block_size, "lds_bytes": self.lds_bytes, "dynamic_lds_bytes": self.dynamic_lds_bytes,
             "max_tensor_bytes": self.max_tensor_bytes, "metadata": dict(self.metadata),
             "launch": self.launch.as_dict() if self.launch is not None else None,
         }
@@ -230,6 +233,7 @@ class KernelModule:
         self.kernel: ir.Function | None = None
         self.builder: ir.IRBuilder | None = None
         self.lds_bytes = 0
+        self.dynamic_lds_bytes = 0
 
     def require(self, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
         """Refuse ``op`` for this lane now, before any IR for it exists."""
@@ -275,6 +279,19 @@ class KernelModule:
         # it through an opaque ptr addrspace(3) like every other pointer (prints the same).
         gv.type = ir.PointerType(addrspace=3)
         self.lds_bytes = (self.lds_bytes + align - 1) // align * align + count * elem_bytes
+        return gv
+
+    def dynamic_shared_array(self, name: str, elem: ir.Type, count: int, elem_bytes: int) -> ir.GlobalVariable:
+        """Work-group memory the launch sizes (``extern __shared__``: an external zero-length
+        addrspace(3) array, 16-byte aligned); ``count`` elements are what the kernel indexes, and
+        the launch contract asks for exactly those bytes (dynamic_shared_bytes)."""
+        if self.dynamic_lds_bytes:
+            raise ValueError(f"{self.name}: one dynamic shared array per kernel (they all start at 0)")
+        gv = ir.GlobalVariable(self.module, ir.ArrayType(elem, 0), name, addrspace=3)
+        gv.linkage = "external"
+        gv.align = 16
+        gv.type = ir.PointerType(addrspace=3)
+        self.dynamic_lds_bytes = count * elem_bytes
         return gv
 
     @contextmanager
@@ -369,6 +386,7 @@ class KernelModule:
             family=family, kernel_name=self.name, target=self.target.id, lane=self.lane.name,
             profile=self.profile.name, ir=text, ir_sha256=ir_sha256(text), kernargs=self.kernargs,
             block_size=self.block_size, lds_bytes=self.lds_bytes, max_tensor_bytes=MAX_TENSOR_BYTES,
+            dynamic_lds_bytes=self.dynamic_lds_bytes,
             metadata=MappingProxyType(dict(metadata or {})),
         )
 

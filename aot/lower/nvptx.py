@@ -11,6 +11,13 @@
         .matrix_op(key, cap, op)   capability check + declaration of an mma.sync intrinsic
                                    (llvm.nvvm.mma.m16n8k16.row.col.*; called through
                                    aot/lower/matrix.py call_matrix)
+        .async_copy16(dst, src, n) cp.async.cg.shared.global [dst], [src], 16, n: n source
+                                   bytes (0 or 16 here), the rest zero-filled
+        .async_commit() / .async_wait(pending)   cp.async.commit_group / wait_group pending
+        .ldmatrix(ptr, count, trans)  ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16:
+                                   one 32-bit register per 8x8 matrix (PTX ISA; the lane maps
+                                   are the gemm lowering's, checked by tests/_host_sim.py)
+        .trap()                    llvm.trap (a launch that breaks the kernel's contract)
         .finish()                  launch bounds: !nvvm.annotations maxntidx = block size, so
                                    ptxas budgets registers for the block the kernel is launched
                                    with (without it a register-heavy kernel assembles fine and
@@ -80,6 +87,29 @@ class NvptxKernel(KernelModule):
         if not name.startswith("llvm.nvvm."):
             raise CapabilityError(f"{op}: {name} is not an NVPTX instruction; {self.target.id} cannot run it")
         return self.declare(key)
+
+    # -- sm_80+ asynchronous copies and fragment loads (capability async-copy:sm_90) ----------
+    def _async(self, key: str, op: str) -> ir.Function:
+        self.require(capability="async-copy:sm_90", op=op)
+        return self.declare(key)
+
+    def async_copy16(self, dst: ir.Value, src: ir.Value, src_bytes: ir.Value) -> None:
+        self.builder.call(self._async("cp_async_16", "cp.async"), [dst, src, src_bytes])
+
+    def async_commit(self) -> None:
+        self.builder.call(self._async("cp_async_commit", "cp.async.commit_group"), [])
+
+    def async_wait(self, pending: int) -> None:
+        self.builder.call(self._async("cp_async_wait", "cp.async.wait_group"), [ir.Constant(I32, pending)])
+
+    def ldmatrix(self, ptr: ir.Value, count: int, trans: bool) -> list[ir.Value]:
+        key = {(4, False): "ldmatrix_x4", (4, True): "ldmatrix_x4_trans", (2, True): "ldmatrix_x2_trans"}[count, trans]
+        res = self.builder.call(self._async(key, "ldmatrix"), [ptr])
+        return [self.builder.extract_value(res, i) for i in range(count)]
+
+    def trap(self) -> None:
+        self.builder.call(self.declare("trap"), [])
+        self.builder.unreachable()
 
     def finish(self) -> str:
         self.kernel.attributes.add("nounwind")
