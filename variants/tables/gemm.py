@@ -3,6 +3,13 @@
     baked   (in_dtype, out_dtype)
     knobs   block_m, block_n, block_k, waves, double_buffer, vector_width, path
             (mma = "auto": the arch's default instruction for the path)
+            where the lane can emit the sm_90 asynchronous pipeline (async-copy:sm_90), also
+            stages in (0, 3): stages 3 is its own sub-grid (make_spec): mma path, blocks of
+            64..256 (at most 128 x 256 elements), 4 or 8 warps, vector_width 8, tile order
+            group_m 8, double_buffer folded (one point per tile, not two); stages 0 keeps the
+            register-staged grid as it was (blocks up to 128, 2 or 4 waves). Stages 3 and
+            group_m 8 are the sweep's choice (bench/gemm_async_h200.py: the best of 2, 3, 4
+            stages was within 3 % of 3 on every problem, docs/gpu.md)
 
 Every point goes through GemmSpec's own checks (construction, then
 ``geometry(target)``: threads, instruction tiling, LDS), so the grid holds only
@@ -19,7 +26,8 @@ from typing import Any, Mapping
 
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
-from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.errors import SpecError
+from rocke_aot.variants.gemm import ASYNC_VECTOR, GemmSpec
 from rocke_aot.variants.table import SERVE, FamilyTable, Serve
 from rocke_aot.variants.tables._common import matrix_paths
 
@@ -34,9 +42,19 @@ def _baked(target: Target, lane: Lane) -> tuple[Mapping[str, Any], ...]:
     return _DTYPES
 
 
+def _async(target: Target, lane: Lane) -> bool:
+    return target.info.matrix_unit == "mma" and lane.profile.has("async-copy:sm_90")
+
+
 def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tuple]:
-    return {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "block_k": (32, 64),
-            "waves": (2, 4), "double_buffer": (False, True), "vector_width": (4,)}
+    if not _async(target, lane):
+        return {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "block_k": (32, 64),
+                "waves": (2, 4), "double_buffer": (False, True), "vector_width": (4,)}
+    return {"block_m": (32, 64, 128, 256), "block_n": (32, 64, 128, 256), "block_k": (32, 64),
+            "waves": (2, 4, 8), "double_buffer": (False, True), "vector_width": (4,), "stages": (0, ASYNC_STAGES)}
+
+
+ASYNC_STAGES, ASYNC_GROUP_M = 3, 8
 
 
 def _baked_for(problem: Any) -> dict[str, Any] | None:
@@ -46,7 +64,17 @@ def _baked_for(problem: Any) -> dict[str, Any] | None:
 
 
 def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
-    return GemmSpec(**baked, **knobs)
+    k = dict(knobs)
+    bm, bn, w = k["block_m"], k["block_n"], k["waves"]
+    if not k.get("stages"):
+        if max(bm, bn) > 128 or w > 4:
+            raise SpecError("the register-staged grid stops at 128-wide blocks and 4 waves (stages=0)")
+        return GemmSpec(**baked, **k)
+    if k["path"] != "mma" or k["double_buffer"] or w < 4 or min(bm, bn) < 64 or bm * bn > 128 * 256:
+        raise SpecError("the asynchronous grid (stages=3) is mma, 64..256-wide blocks up to 128 x 256, "
+                        "4 or 8 warps, one point per tile (double_buffer folded)")
+    k.update(vector_width=ASYNC_VECTOR, group_m=ASYNC_GROUP_M)
+    return GemmSpec(**baked, **k)
 
 
 GEMM = FamilyTable(
