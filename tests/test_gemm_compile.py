@@ -94,7 +94,35 @@ VARIANTS = [
     ("gfx1250", GemmSpec(path="wmma", in_dtype="bf16", out_dtype="bf16", double_buffer=True, block_k=64)),
     ("gfx1250", GemmSpec(path="fma", out_dtype="f16", waves=2, block_m=32, block_n=32, vector_width=2)),
     ("sm_90", GemmSpec(path="fma", in_dtype="bf16", out_dtype="bf16", double_buffer=True, vector_width=8)),
+    ("sm_90", GemmSpec(path="mma", in_dtype="bf16", out_dtype="f32", block_m=128, block_n=64, block_k=32, waves=4,
+                       vector_width=8, stages=4, group_m=8)),
 ]
+
+
+@pytest.mark.parametrize("spec", [
+    GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=128, block_n=128, block_k=64, waves=4,
+             vector_width=8, stages=3, group_m=8),
+    GemmSpec(path="mma", in_dtype="bf16", out_dtype="bf16", block_m=64, block_n=32, block_k=32, waves=4,
+             vector_width=8, stages=2),  # an odd number of 8-wide B tiles per warp: ldmatrix .x2.trans
+], ids=lambda s: s.kernel_name)
+def test_async_pipeline_counts_are_the_ptx(llvm22, spec):
+    """The hardware model's counts of the asynchronous pipeline (variants/counts.py) against the
+    PTX LLVM emits for it: per thread, ``stages`` x the copies of one step (stages - 1 in the
+    prologue, one in the loop), and the loop's mma.sync and ldmatrix per warp per step; the
+    dynamic shared memory of the launch contract is what the stages need."""
+    from rocke_aot.variants.counts import gemm_counts
+    from rocke_aot.variants.problems import GemmProblem
+
+    k = lower("gemm", spec, "sm_90", "llvm22")
+    ptx = compile_llvmlite(llvm22.python, k.ir, "sm_90").ptx
+    c = gemm_counts(spec, GemmProblem(4096, 4096, 4096), Target.parse("sm_90"))
+    assert len(re.findall(r"\bcp\.async\.cg\.shared\.global\b", ptx)) == spec.stages * c.global_loads
+    assert len(re.findall(r"\bmma\.sync\.aligned\b", ptx)) == c.mma
+    assert len(re.findall(r"\bldmatrix\.sync\.aligned\b", ptx)) == c.lds_reads
+    assert "cp.async.wait_group" in ptx and ".extern .shared" in ptx
+    assert k.launch.dynamic_shared_bytes == spec.lds_bytes() == k.dynamic_lds_bytes
+    assert c.lds_read_wavefronts == 4 * len(re.findall(r"ldmatrix[\w.]*\.x4", ptx)) + \
+        2 * len(re.findall(r"ldmatrix[\w.]*\.x2", ptx))  # padded rows: one cycle per 8x8 matrix
 
 
 @pytest.mark.parametrize("arch,spec", VARIANTS, ids=[f"{a}-{s.kernel_name}" for a, s in VARIANTS])

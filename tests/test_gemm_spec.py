@@ -86,3 +86,50 @@ def test_kernel_name_is_a_function_of_the_spec():
     names = {GemmSpec(path=p, double_buffer=d).kernel_name for p in ("fma", "mfma") for d in (False, True)}
     assert len(names) == 4
     assert all(n.isidentifier() for n in names)
+
+
+# -- the sm_90 asynchronous pipeline (stages) and the tile order (group_m) ---------------------
+def test_later_fields_leave_older_dicts_and_keys_as_they_were():
+    old = {"block_k": 32, "block_m": 64, "block_n": 64, "double_buffer": False, "in_dtype": "f16", "mma": "auto",
+           "out_dtype": "f32", "path": "mma", "vector_width": 4, "waves": 4}  # a dict written before stages existed
+    spec = GemmSpec.from_dict(old)
+    assert (spec.stages, spec.group_m) == (0, 1) and spec.to_dict() == old
+    new = GemmSpec(path="mma", vector_width=8, stages=3, group_m=8)
+    d = new.to_dict()
+    assert (d["stages"], d["group_m"]) == (3, 8) and GemmSpec.from_dict(d) == new
+    assert list(d) == sorted(d)
+    assert new.kernel_name.endswith("_v8_s3_g8") and spec.kernel_name.endswith("_v4_sb")
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(path="mfma", vector_width=8, stages=3), "the sm_90 mma path's"),
+    (dict(path="mma", vector_width=4, stages=3), "needs vector_width=8"),
+    (dict(path="mma", vector_width=8, stages=3, double_buffer=True), "replaces double_buffer"),
+    (dict(path="mma", vector_width=8, stages=5), "stages=5 not in"),
+    (dict(path="mma", group_m=3), "group_m=3 not in"),
+])
+def test_async_fields_are_checked(kw, why):
+    with pytest.raises(SpecError, match=why):
+        GemmSpec(**kw)
+
+
+def test_async_stages_live_in_dynamic_shared_memory_past_the_static_limit():
+    s = GemmSpec(path="mma", block_m=128, block_n=128, block_k=64, waves=4, vector_width=8, stages=3)
+    # (128 x (64 + 8) + 64 x (128 + 8)) f16 elements per stage, three stages: 107,520 bytes
+    assert s.lds_bytes() == 3 * 2 * (128 * 72 + 64 * 136) == 107520 > 48 * 1024
+    s.geometry(Target.parse("sm_90"))  # within the 227 KiB a block may opt into
+    with pytest.raises(SpecError, match="sm_90 allows 232448"):
+        GemmSpec(path="mma", block_m=256, block_n=256, block_k=128, waves=16, vector_width=8,
+                 stages=4).geometry(Target.parse("sm_90"))
+
+
+def test_the_async_pipeline_refuses_rows_that_are_not_16_byte_aligned():
+    from rocke_aot.variants.families import get_family
+    from rocke_aot.variants.problems import GemmProblem
+
+    model = get_family("gemm").model
+    s = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", vector_width=8, stages=3)
+    assert model.accepts(s, GemmProblem(37, 40, 72, "f16")) is None
+    for m, n, k in ((64, 60, 64), (64, 64, 70)):
+        assert "K and N multiples of 8" in model.accepts(s, GemmProblem(m, n, k, "f16"))
+    assert model.accepts(GemmSpec(path="mma", in_dtype="f16", out_dtype="f16"), GemmProblem(64, 60, 70, "f16")) is None

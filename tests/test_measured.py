@@ -61,7 +61,7 @@ def test_measured_problems_pick_the_measured_best_and_the_rest_the_models_pick(f
             assert times == sorted(times)
         else:
             assert [c.candidate.key for c in got.accepted] == [c.candidate.key for c in plain.accepted]
-            assert all(c.basis == "fitted" for c in got.accepted)
+            assert all(c.basis == "hardware" for c in got.accepted)  # "auto": the hardware model first
 
 
 def test_a_measurement_never_outlives_its_generation_or_leaves_its_processor():
@@ -71,7 +71,7 @@ def test_a_measurement_never_outlives_its_generation_or_leaves_its_processor():
                for c in cands]
     assert applicable(ms, "gemm", problem, SM90, rebuilt) == {}
     r = rank(rebuilt, problem, SM90, measurements=ms)
-    assert all(c.basis == "fitted" for c in r.accepted)
+    assert all(c.basis == "hardware" for c in r.accepted)
     other = [Measurement(m.key, m.generation, "gfx942", "MI300X", m.family, m.problem, m.median_ms, 1) for m in ms]
     assert applicable(other, "gemm", problem, SM90, cands) == {}
     gone = [c for c in cands if c.key != ms[0].key]  # an artifact no longer in the store has no candidate

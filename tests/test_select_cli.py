@@ -121,11 +121,11 @@ def test_cache_gc_keep_and_stats(tmp_path):
     assert s["generations"]["total"] == 2 and s["artifacts"] == 2
 
 
-@pytest.mark.parametrize("arch, path, model", [("sm_90", "mma", "fitted"), ("gfx942", "mfma", "hardware"),
+@pytest.mark.parametrize("arch, path, model", [("sm_90", "mma", "hardware"), ("gfx942", "mfma", "hardware"),
                                                ("gfx1250", "wmma", "efficiency")])
 def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, model):
-    """The text table's "est ms" column is the JSON's estimate_ms (fitted constants on sm_90,
-    published hardware facts on gfx942) and "-" where the arch has neither (gfx1250: its CU
+    """The text table's "est ms" column is the JSON's estimate_ms (published hardware facts on
+    sm_90 and gfx942: "auto" tries them first) and "-" where the arch has neither (gfx1250: its CU
     count, clock and more are not public, and the header says so)."""
     from click.testing import CliRunner
     from rocke_aot.cache.generations import generation_of

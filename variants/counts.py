@@ -15,6 +15,13 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
 
 - gemm staging: each thread moves ``rounds`` vectors of vector_width elements of A and of B
   (one global load and one LDS store each); conv staging moves single elements.
+- gemm's asynchronous pipeline (spec.stages >= 2, sm_90): a thread issues ``rounds`` 16-byte
+  cp.async copies per step and no LDS store (the copy writes shared memory itself: its LDS
+  write cycles stay counted); a warp reads each 16x16 A tile with one ldmatrix.x4 and each
+  pair of 16x8 B tiles with one ldmatrix.x4.trans (.x2 for an odd one), each 8x8 matrix one
+  access of 8 lanes x 16 bytes through the bank rule; one barrier a step. Its loads are waited
+  for stages - 1 steps after they are issued: serial_loads = 1 / (stages - 1), the share of one
+  global latency in each step's chain.
 - matrix paths: per k-step a wave reads tiles_m A fragments (a_run elements per LDS load,
   aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load) once
   and issues tiles_m x tiles_n instructions (gemm); the conv engine reads both fragments of
@@ -55,6 +62,11 @@ BANK_BYTES = 4
 #   vector (2), the global row and column (3), the row test (1), the whole-vector test (3), the
 #   global address (2 + 3 for the 64-bit pointer), the LDS address (3), the loop step (2)
 GEMM_OPS_PER_VECTOR = 20
+# gemm's asynchronous pipeline, one 16-byte cp.async (stage_tile_async): the chunk index (1), its
+#   row and vector (2), the global row and column (3), the row and column tests and their AND (3),
+#   the source and byte-count selects (2), the global address (2 + 3), the LDS address (3), the
+#   loop step (2); the cp.async itself is the global load
+GEMM_ASYNC_OPS_PER_COPY = 21
 # conv_direct_fwd, one halo element (_halo_elem): e (1), hy / hx / cc by constant divisors (7),
 #   ih, iw (4), the bounds test (3), the NHWC index (6), two selects (2), the address (3)
 FWD_OPS_PER_HALO_ELEM = 26
@@ -84,7 +96,7 @@ class KernelCounts:
     lds_writes: float  # LDS store instructions per thread per step
     lds_write_wavefronts: float  # LDS cycles of those stores per warp per step
     global_wavefronts: float  # 128-byte lines the staging loads of a warp touch per step (module doc)
-    serial_loads: int  # global loads per step a thread waits for one after another (below)
+    serial_loads: float  # global latencies per step in a thread's chain (below; a fraction when pipelined)
     int_ops: float  # integer / address / select instructions per thread per step of the staging
     staged_bytes: int  # bytes one step copies from global memory into LDS (the block)
     barriers: int  # barriers per step
@@ -192,6 +204,8 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
                 g.thread_m * g.thread_n * spec.block_k, per_k * spec.block_k, ra + rb, wa + wb,
                 g.thread_m * g.thread_n)
     ins = mma.INSTRS[g.instr]
+    if spec.stages:
+        return _gemm_async_static(spec, g, ins, eb, lda, ldb, wb, banks)
     run = a_run(ins, lda)
     a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, spec.lds_a_index, eb, run, banks)
     b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, spec.lds_b_index, eb, 1, banks)
@@ -199,6 +213,38 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
     return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m * a_loads + g.tiles_n * b_loads),
             ksub * (g.tiles_m * a_cyc + g.tiles_n * b_cyc), 0, 0, ra + rb, wa + wb,
             g.tiles_m * g.tiles_n * ins.acc_per_lane)
+
+
+def _ldmatrix_cycles(row_bytes: Iterable[int], banks: int) -> int:
+    """LDS cycles of one ldmatrix: each 8x8 matrix is 8 row reads of 16 bytes (one access)."""
+    rows = list(row_bytes)
+    return sum(lds_cycles(((r, 16) for r in rows[i:i + 8]), banks) for i in range(0, len(rows), 8))
+
+
+def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int, write_cyc: float,
+                       banks: int) -> tuple:
+    """_gemm_static's tuple for the asynchronous pipeline (module doc), from the lane address
+    maps of aot/families/gemm.py compute_ldmatrix, for warp 0 (every warp's tile is a shift of
+    it by whole 16-byte rows)."""
+    lane = range(32)
+    row8 = [ln % 8 + (ln // 8) % 2 * 8 for ln in lane]
+    half = [(ln // 16) * 8 for ln in lane]
+    a_cyc = sum(_ldmatrix_cycles([spec.lds_a_index(row8[ln] + i * ins.m, half[ln]) * eb for ln in lane], banks)
+                for i in range(g.tiles_m))
+    b_cyc = 0
+    b_loads = 0
+    for t in range(0, g.tiles_n, 2):
+        two = t + 1 < g.tiles_n
+        rows = [spec.lds_b_index(row8[ln], t * ins.n + (half[ln] if two else 0)) * eb for ln in lane]
+        b_cyc += _ldmatrix_cycles(rows if two else rows[:16], banks)
+        b_loads += 1
+    ksub = spec.block_k // ins.k
+    copies = _ceil(spec.block_m * spec.block_k // ASYNC_ELEMS, g.threads) + _ceil(spec.block_k * spec.block_n // ASYNC_ELEMS, g.threads)
+    return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m + b_loads), ksub * (a_cyc + b_cyc), 0, 0,
+            copies, write_cyc, g.tiles_m * g.tiles_n * ins.acc_per_lane // 2)
+
+
+ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
 
 
 def a_run(ins: Any, row_stride: int) -> int:
@@ -234,6 +280,15 @@ def _gemm_lines(spec: Any, target: Any, k: int, n: int) -> int:
 def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs = _gemm_static(spec, target, banks)
     eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
+    if spec.stages:
+        return KernelCounts(
+            threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k), instr=ins.key, mma=mmas,
+            lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
+            lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
+            serial_loads=1 / (spec.stages - 1), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
+            staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
+            store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
+            unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob, macs=spec.block_m * spec.block_n * spec.block_k)
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,

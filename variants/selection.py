@@ -17,7 +17,8 @@
     6 other lane preferred      the newest lane (highest LLVM major) wins for an equal spec;
       other target preferred    then the most specific target ID (device's exact features)
         ▼
-    accepted, best first, by the model ``model=`` names ("auto": the first that applies):
+    accepted, best first, by the model ``model=`` names ("auto": the first that applies, in the
+    order hardware, fitted, efficiency):
       fitted    constants fitted on the device (variants/perf.py, perf_constants/<processor>.json:
                 sm_90 today): estimated time asc, efficiency.total desc, key asc
       hardware  published hardware facts (variants/hw_model.py, hw_facts/<processor>.json:
@@ -320,29 +321,36 @@ def choose_model(processor: str, model: str = "auto", family: str | None = None
     """(model used, its constants or facts, why a time model was not used, the same in one line
     for every candidate's ``fallback``) for ``model=``.
 
-    With ``family``: the fitted constants apply to the families they were fitted on (their
-    load_factor names them), the hardware model to a family whose Model has ``counts`` (a
-    plugin's family may have neither: the next model applies, and the note says why)."""
+    "auto" tries the hardware model first (published facts: the method that carries to every
+    arch, and on the H200 as good as the fitted one, docs/selection.md), then the fitted
+    constants, then the efficiency order. With ``family``: the fitted constants apply to the
+    families they were fitted on (their load_factor names them), the hardware model to a family
+    whose Model has ``counts`` (a plugin's family may have neither: the next model applies, and
+    the note says why)."""
     if model not in MODELS:
         raise SpecError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    skipped = None
+    notes: list[tuple[str, str]] = []  # (why, its one-line form) of a model skipped under "auto"
+    if model in ("auto", "hardware"):
+        f = hw_model.facts_for(processor)
+        if isinstance(f, hw_model.Refusal):
+            why, line = f.reason, f.summary
+        elif family is not None and get_family(family).model.counts is None:
+            why = line = f"family {family} has no counts model (Model.counts) for the hardware model"
+        else:
+            return "hardware", f, None, None
+        if model == "hardware":
+            return "efficiency", None, why, line
+        notes.append((why, line))
     if model in ("auto", "fitted"):
         k = perf.constants_for(processor)
         if k is not None and (family is None or family in k.load_factor):
-            return "fitted", k, None, None
+            return "fitted", k, (notes[0][0] if notes else None), None
         why = (f"{processor}: no fitted constants (variants/perf_constants/{processor}.json)" if k is None else
                f"{processor}: the fitted constants were not fitted on family {family}")
         if model == "fitted":
             return "efficiency", None, why, why
-        skipped = why if k is not None else None
-    if model in ("auto", "hardware"):
-        f = hw_model.facts_for(processor)
-        if isinstance(f, hw_model.Refusal):
-            return "efficiency", None, f.reason, f.summary
-        if family is not None and get_family(family).model.counts is None:
-            why = f"family {family} has no counts model (Model.counts) for the hardware model"
-            return "efficiency", None, why, why
-        return "hardware", f, skipped, None
+        why, line = notes[0] if notes else (why, why)
+        return "efficiency", None, why, line
     return "efficiency", None, None, None
 
 

@@ -7,7 +7,8 @@
             stages in (0, 3): stages 3 is its own sub-grid (make_spec): mma path, blocks of
             64..256 (at most 128 x 256 elements), 4 or 8 warps, vector_width 8, tile order
             group_m 8, double_buffer folded (one point per tile, not two); stages 0 keeps the
-            register-staged grid as it was (blocks up to 128, 2 or 4 waves). Stages 3 and
+            register-staged grid as it was (blocks up to 128, 2 or 4 waves); a warp's tile at
+            most 64 x 64 (no spills). Stages 3 and
             group_m 8 are the sweep's choice (bench/gemm_async_h200.py: the best of 2, 3, 4
             stages was within 3 % of 3 on every problem, docs/gpu.md)
 
@@ -55,6 +56,7 @@ def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tu
 
 
 ASYNC_STAGES, ASYNC_GROUP_M = 3, 8
+MAX_WARP_TILE = 64 * 64
 
 
 def _baked_for(problem: Any) -> dict[str, Any] | None:
@@ -73,6 +75,11 @@ def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
     if k["path"] != "mma" or k["double_buffer"] or w < 4 or min(bm, bn) < 64 or bm * bn > 128 * 256:
         raise SpecError("the asynchronous grid (stages=3) is mma, 64..256-wide blocks up to 128 x 256, "
                         "4 or 8 warps, one point per tile (double_buffer folded)")
+    if bm * bn // w > MAX_WARP_TILE:
+        # 128 f32 accumulators a lane, plus fragments and addresses: more spilled in the sweep
+        # (ptxas: 128x256 and 256x128 over 4 warps, 560-1580 bytes of spill stores)
+        raise SpecError(f"the asynchronous grid keeps a warp's tile at most {MAX_WARP_TILE} elements "
+                        f"({bm}x{bn} over {w} warps is {bm * bn // w})")
     k.update(vector_width=ASYNC_VECTOR, group_m=ASYNC_GROUP_M)
     return GemmSpec(**baked, **k)
 
