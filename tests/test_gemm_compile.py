@@ -99,6 +99,24 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.parametrize("arch,path", [("gfx942", "mfma"), ("gfx950", "mfma"), ("gfx1250", "wmma")])
+def test_a_transposed_b_tile_reads_every_fragment_wide(llvm22, tmp_path, arch, path):
+    """b_lds "nk" (the AMD tables' layout): the disassembly reads A and B fragments from LDS
+    with 64/128-bit loads only -- no 16-bit LDS read is left -- where the K x N layout needs
+    one per B element; the matrix instruction count is the same."""
+    spec = dict(path=path, in_dtype="f16", out_dtype="f16", block_m=64, block_n=64, block_k=32, waves=4)
+    asms = {}
+    for b in ("kn", "nk"):
+        k = lower("gemm", GemmSpec(**spec, b_lds=b), arch, "llvm22")
+        asms[b] = _objdump(compile_llvmlite(llvm22.python, k.ir, arch).code_object, arch, tmp_path)
+    narrow = re.compile(r"^\s+ds_(?:read|load)_u16\b", re.M)
+    wide = re.compile(r"^\s+ds_(?:read2?|load)_b(?:64|128)\b", re.M)
+    matrix = re.compile(r"^\s+v_(?:mfma|wmma)\w*", re.M)
+    assert narrow.findall(asms["kn"]) and not narrow.findall(asms["nk"])
+    assert len(wide.findall(asms["nk"])) > len(wide.findall(asms["kn"]))
+    assert len(matrix.findall(asms["nk"])) == len(matrix.findall(asms["kn"])) > 0
+
+
 @pytest.mark.parametrize("spec", [
     GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=128, block_n=128, block_k=64, waves=4,
              vector_width=8, stages=3, group_m=8),

@@ -120,6 +120,24 @@ def test_lowered_gemm_computes_a_x_b(arch, spec):
     check_gemm(arch, spec)
 
 
+# B transposed in LDS (b_lds "nk", the AMD tables' layout) on every matrix path
+NK_CASES = [
+    ("gfx942", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=32, block_k=16, waves=2,
+                        b_lds="nk")),
+    ("gfx950", GemmSpec(path="mfma", in_dtype="bf16", out_dtype="bf16", block_m=32, block_n=32, block_k=32, waves=1,
+                        double_buffer=True, b_lds="nk")),
+    ("gfx1250", GemmSpec(path="wmma", in_dtype="f16", out_dtype="f16", block_m=32, block_n=32, block_k=32, waves=2,
+                         vector_width=8, b_lds="nk")),
+    ("gfx90a", GemmSpec(path="mfma", mma="16x16x16", in_dtype="bf16", out_dtype="f16", block_m=32, block_n=32,
+                        block_k=16, waves=1, vector_width=2, b_lds="nk")),
+]
+
+
+@pytest.mark.parametrize("arch,spec", NK_CASES, ids=[f"{a}-{s.kernel_name}" for a, s in NK_CASES])
+def test_transposed_b_gemm_computes_a_x_b(arch, spec):
+    check_gemm(arch, spec, [(37, 45, 70), (1, 1, 1)])
+
+
 @pytest.mark.parametrize("spec", ASYNC_CASES, ids=[s.kernel_name for s in ASYNC_CASES])
 def test_async_pipeline_gemm_computes_a_x_b(spec):
     check_gemm("sm_90", spec, ASYNC_SIZES)

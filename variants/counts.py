@@ -23,7 +23,9 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   for stages - 1 steps after they are issued: serial_loads = 1 / (stages - 1), the share of one
   global latency in each step's chain.
 - matrix paths: per k-step a wave reads tiles_m A fragments (a_run elements per LDS load,
-  aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load) once
+  aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load; with
+  b_lds "nk", B transposed in LDS, runs like A's, for vector_width 16-bit stores per staged
+  B vector) once
   and issues tiles_m x tiles_n instructions (gemm); the conv engine reads both fragments of
   every tile it computes (no reuse across tiles, spare tiles included).
 - fma paths: per reduction index a thread reads its A and B elements (one LDS load and one
@@ -185,12 +187,21 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
     eb = DTYPE_BYTES[spec.in_dtype]
     vw = spec.vector_width
     lda = spec.block_k + spec.lds_row_pad
-    ldb = spec.block_n + spec.lds_row_pad
+    ldb = spec.ldb
     a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
     ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
                          lambda c: (c // a_vpr) * lda + (c % a_vpr) * vw, banks)
-    rb, wb = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
-                         lambda c: spec.block_m * lda + (c // b_vpr) * ldb + (c % b_vpr) * vw, banks)
+    if spec.b_lds == "nk":  # each staged B vector is vw 16-bit stores, element e to column row v*vw+e
+        rb, wb = 0, 0.0
+        for e in range(vw):
+            rb, w_e = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, 1, eb,
+                                  lambda c, e=e: spec.lds_b_index(c // b_vpr, (c % b_vpr) * vw + e), banks)
+            wb += w_e
+        b_stores = rb * vw
+    else:
+        rb, wb = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
+                             lambda c: spec.block_m * lda + (c // b_vpr) * ldb + (c % b_vpr) * vw, banks)
+        b_stores = rb
     if g.instr is None:
         # thread (tx, ty): A rows ty*tm + i, B columns tx*tn + j, one element per load
         tn_threads = spec.block_n // g.thread_n
@@ -202,17 +213,23 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
         per_k = g.thread_m + g.thread_n
         return (g, None, 0.0, per_k * spec.block_k, (a_cyc + b_cyc) * spec.block_k,
                 g.thread_m * g.thread_n * spec.block_k, per_k * spec.block_k, ra + rb, wa + wb,
-                g.thread_m * g.thread_n)
+                g.thread_m * g.thread_n, ra + b_stores)
     ins = mma.INSTRS[g.instr]
     if spec.stages:
         return _gemm_async_static(spec, g, ins, eb, lda, ldb, wb, banks)
     run = a_run(ins, lda)
     a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, spec.lds_a_index, eb, run, banks)
-    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, spec.lds_b_index, eb, 1, banks)
+    b_run = a_run(ins, ldb, _b_cn(ins), ins.b_per_lane) if spec.b_lds == "nk" else 1
+    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, spec.lds_b_index, eb, b_run, banks)
     ksub = spec.block_k // ins.k
     return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m * a_loads + g.tiles_n * b_loads),
             ksub * (g.tiles_m * a_cyc + g.tiles_n * b_cyc), 0, 0, ra + rb, wa + wb,
-            g.tiles_m * g.tiles_n * ins.acc_per_lane)
+            g.tiles_m * g.tiles_n * ins.acc_per_lane, ra + b_stores)
+
+
+def _b_cn(ins: Any) -> Callable:
+    """B's element map as (column, K): the (row, contiguous index) of a transposed B tile."""
+    return lambda lane, j: tuple(reversed(ins.b_coord(lane, j)))
 
 
 def _ldmatrix_cycles(row_bytes: Iterable[int], banks: int) -> int:
@@ -241,24 +258,27 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
     ksub = spec.block_k // ins.k
     copies = _ceil(spec.block_m * spec.block_k // ASYNC_ELEMS, g.threads) + _ceil(spec.block_k * spec.block_n // ASYNC_ELEMS, g.threads)
     return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m + b_loads), ksub * (a_cyc + b_cyc), 0, 0,
-            copies, write_cyc, g.tiles_m * g.tiles_n * ins.acc_per_lane // 2)
+            copies, write_cyc, g.tiles_m * g.tiles_n * ins.acc_per_lane // 2, 0)
 
 
 ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
 
 
-def a_run(ins: Any, row_stride: int) -> int:
+def a_run(ins: Any, row_stride: int, coord: Callable | None = None, per_lane: int | None = None) -> int:
     """Consecutive A fragment elements one LDS load fetches: the rule of the gemm lowerer
-    (aot/families/gemm.py a_fragment_run, which tests/test_counts.py checks this against): the
+    (aot/families/gemm.py a_fragment_run, which tests/test_hw_model.py checks this against): the
     widest w whose elements j..j+w-1 are, for every lane, one row at K, K+1, .., K+w-1 with K a
-    multiple of w, w dividing the row stride and the instruction's K."""
-    w = ins.a_per_lane
+    multiple of w, w dividing the row stride and the instruction's K. ``coord`` / ``per_lane``:
+    another operand's (row, contiguous index) map (B of a transposed tile: _b_cn)."""
+    coord = coord or ins.a_coord
+    per = per_lane or ins.a_per_lane
+    w = per
     while w > 1:
-        ok = ins.a_per_lane % w == 0 and row_stride % w == 0 and ins.k % w == 0
-        for j in range(0, ins.a_per_lane, w) if ok else ():
+        ok = per % w == 0 and row_stride % w == 0 and ins.k % w == 0
+        for j in range(0, per, w) if ok else ():
             for ln in range(ins.wave_size):
-                r0, c0 = ins.a_coord(ln, j)
-                ok = ok and c0 % w == 0 and all(ins.a_coord(ln, j + e) == (r0, c0 + e) for e in range(1, w))
+                r0, c0 = coord(ln, j)
+                ok = ok and c0 % w == 0 and all(coord(ln, j + e) == (r0, c0 + e) for e in range(1, w))
         if ok:
             return w
         w //= 2
@@ -278,7 +298,7 @@ def _gemm_lines(spec: Any, target: Any, k: int, n: int) -> int:
 
 
 def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
-    g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs = _gemm_static(spec, target, banks)
+    g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs, lds_stores = _gemm_static(spec, target, banks)
     eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
     if spec.stages:
         return KernelCounts(
@@ -292,7 +312,7 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
-        fma=fma, cvt=cvt, global_loads=rounds, lds_writes=rounds, lds_write_wavefronts=write_cyc,
+        fma=fma, cvt=cvt, global_loads=rounds, lds_writes=lds_stores, lds_write_wavefronts=write_cyc,
         global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
         serial_loads=rounds, int_ops=rounds * GEMM_OPS_PER_VECTOR, staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1 if spec.double_buffer else 2,
         double_buffer=spec.double_buffer, store_bytes=spec.block_m * spec.block_n * ob, stores=outs,

@@ -41,7 +41,9 @@ ASYNC_VECTOR = 8  # elements of one cp.async (16 bytes of f16 / bf16)
 GROUP_MS = (1, 2, 4, 8, 16)
 # Fields added after the first keys were issued, and their defaults: to_dict leaves them out
 # at the default, so a spec written before them keeps its canonical dict (and plan key).
-_LATER_FIELDS = {"stages": 0, "group_m": 1}
+_LATER_FIELDS = {"stages": 0, "group_m": 1, "b_lds": "kn"}
+B_LAYOUTS = ("kn", "nk")
+NK_PAD = 8  # elements after each row of a transposed B tile: 16 bytes, four banks, vectors stay aligned
 
 
 def _pow2(x: int) -> bool:
@@ -84,6 +86,11 @@ class GemmSpec:
     # L2 tile order: work-group g takes tile rows in groups of group_m (1 = row-major tiles):
     # consecutive groups then share B columns and A rows while they are in L2.
     group_m: int = 1
+    # B's layout in LDS: "kn" = as in memory (K rows of block_n), "nk" = transposed while it is
+    # staged (block_n rows of K, padded by NK_PAD), so a lane's B fragment -- consecutive K of one
+    # column on MFMA / WMMA / mma.sync -- is one vector read (ds_read_b64 / b128) like A's,
+    # for vector_width 16-bit stores per staged vector instead of one.
+    b_lds: str = "kn"
 
     def __post_init__(self) -> None:
         check_types(self, "gemm")
@@ -108,6 +115,11 @@ class GemmSpec:
             )
         if self.path == "fma" and self.mma != "auto":
             raise SpecError("gemm mma shape only applies to the matrix paths (mfma, wmma, mma)")
+        if self.b_lds not in B_LAYOUTS:
+            raise SpecError(f"gemm b_lds={self.b_lds!r} not in {B_LAYOUTS}")
+        if self.b_lds == "nk" and (self.path == "fma" or self.stages):
+            raise SpecError("gemm b_lds='nk' is for the register-staged matrix paths (fma reads B by rows; "
+                            "the cp.async pipeline transposes with ldmatrix.trans)")
         if self.group_m not in GROUP_MS:
             raise SpecError(f"gemm group_m={self.group_m} not in {GROUP_MS}")
         if self.stages:
@@ -143,6 +155,7 @@ class GemmSpec:
             db = f"s{self.stages}"
         mma = "" if self.mma == "auto" else "_" + self.mma
         group = "" if self.group_m == 1 else f"_g{self.group_m}"
+        group += "" if self.b_lds == "kn" else f"_b{self.b_lds}"
         return (f"gemm_{self.in_dtype}_{self.out_dtype}_{self.path}{mma}_{self.block_m}x"
                 f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}{group}")
 
@@ -177,10 +190,19 @@ class GemmSpec:
         """
         return 8 if self.path == "mma" else 0
 
+    @property
+    def ldb(self) -> int:
+        """Elements between B's LDS rows: K rows of block_n (kn), or block_n rows of K (nk)."""
+        return self.block_k + NK_PAD if self.b_lds == "nk" else self.block_n + self.lds_row_pad
+
+    @property
+    def b_tile_elems(self) -> int:
+        rows = self.block_n if self.b_lds == "nk" else self.block_k
+        return rows * self.ldb
+
     def lds_bytes(self) -> int:
         pad = self.lds_row_pad
-        per_stage = DTYPE_BYTES[self.in_dtype] * (self.block_m * (self.block_k + pad)
-                                                  + self.block_k * (self.block_n + pad))
+        per_stage = DTYPE_BYTES[self.in_dtype] * (self.block_m * (self.block_k + pad) + self.b_tile_elems)
         return per_stage * (self.stages or (2 if self.double_buffer else 1))
 
     @property
@@ -194,8 +216,11 @@ class GemmSpec:
         return row * (self.block_k + self.lds_row_pad) + k
 
     def lds_b_index(self, k: Any, col: Any) -> Any:
-        """Element index of B[k][col] in LDS, after A: rows of block_n + pad (ldb)."""
-        return self.block_m * (self.block_k + self.lds_row_pad) + k * (self.block_n + self.lds_row_pad) + col
+        """Element index of B[k][col] in LDS, after A: K rows of ldb (kn), or column rows (nk)."""
+        a = self.block_m * (self.block_k + self.lds_row_pad)
+        if self.b_lds == "nk":
+            return a + col * self.ldb + k
+        return a + k * self.ldb + col
 
     def geometry(self, target: Any) -> GemmGeometry:
         """Lay the spec onto ``target`` (a Target); refuse what cannot work there."""

@@ -73,7 +73,7 @@ def _c32(v: int) -> ir.Constant:
     return ir.Constant(I32, v)
 
 
-def a_fragment_run(ins: mma.MmaInstr, row_stride: int) -> int:
+def a_fragment_run(ins: mma.MmaInstr, row_stride: int, coord=None, per_lane: int | None = None) -> int:
     """How many consecutive A fragment elements one LDS vector load may fetch (1, 2, 4, 8).
 
     The A tile is row-major in LDS (K contiguous). Elements j..j+w-1 of every lane are one
@@ -82,16 +82,20 @@ def a_fragment_run(ins: mma.MmaInstr, row_stride: int) -> int:
     row, stage and k-step offsets keep the alignment). Decided from the instruction's own
     a_coord over all lanes (numpy), so it is a property of the map, not of an instruction
     name: mma.sync pairs (w=2: 32-bit loads), MFMA 4 or 8, WMMA 8.
+    ``coord`` / ``per_lane``: another operand's (row, contiguous index) map and length -- B of a
+    transposed tile (b_lds "nk") is (column, K), which gives B the same runs.
     """
+    coord = coord or ins.a_coord
+    per = per_lane or ins.a_per_lane
     lane = np.arange(ins.wave_size)
-    w = ins.a_per_lane
+    w = per
     while w > 1:
-        ok = ins.a_per_lane % w == 0 and row_stride % w == 0 and ins.k % w == 0
-        for j in range(0, ins.a_per_lane, w) if ok else ():
-            r0, c0 = (np.broadcast_to(x, lane.shape) for x in ins.a_coord(lane, j))
+        ok = per % w == 0 and row_stride % w == 0 and ins.k % w == 0
+        for j in range(0, per, w) if ok else ():
+            r0, c0 = (np.broadcast_to(x, lane.shape) for x in coord(lane, j))
             ok = ok and bool((c0 % w == 0).all())
             for e in range(1, w):
-                r, c = (np.broadcast_to(x, lane.shape) for x in ins.a_coord(lane, j + e))
+                r, c = (np.broadcast_to(x, lane.shape) for x in coord(lane, j + e))
                 ok = ok and bool((r == r0).all() and (c == c0 + e).all())
         if ok:
             return w
@@ -108,9 +112,16 @@ class _GemmLowering:
             self.mma_fn = self.kb.matrix_op(self.instr.key, self.instr.capability,
                                             op=f"gemm {spec.path} ({self.instr.mnemonic_for(target.processor)})")
             self.a_run = a_fragment_run(self.instr, spec.block_k + spec.lds_row_pad)
-        # LDS row strides (elements) of the A (block_m x block_k) and B (block_k x block_n) tiles
-        self.lda, self.ldb = spec.block_k + spec.lds_row_pad, spec.block_n + spec.lds_row_pad
+            if spec.b_lds == "nk":  # B's (column, K) map over column rows of K: runs like A's
+                self.b_run = a_fragment_run(self.instr, spec.ldb, self.b_cn, self.instr.b_per_lane)
+        # LDS row strides (elements) of the A (block_m x block_k) and B (block_k x block_n, or
+        # transposed: block_n x block_k) tiles
+        self.lda, self.ldb = spec.block_k + spec.lds_row_pad, spec.ldb
         self.fmuladd = self.kb.declare("fmuladd_f32") if self.instr is None else None
+
+    def b_cn(self, lane, j):
+        kr, c = self.instr.b_coord(lane, j)
+        return c, kr
 
     # -- small helpers ----------------------------------------------------------------
     @property
@@ -180,7 +191,12 @@ class _GemmLowering:
                     grow, gcol = kt * s.block_k + r, self.col0 + v * vw
                     row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
                 val = self.load_vec(ptr, grow * gld + gcol, row_ok, gcol, limit, vw)
-                self.b.store(val, self.gep(self.lds, off + r * ld + v * vw), align=2)
+                if which == "B" and s.b_lds == "nk":  # transposed: element e to column row v*vw+e
+                    for e in range(vw):
+                        x = val if vw == 1 else self.b.extract_element(val, _c32(e))
+                        self.b.store(x, self.gep(self.lds, off + (v * vw + e) * ld + r), align=2)
+                else:
+                    self.b.store(val, self.gep(self.lds, off + r * ld + v * vw), align=2)
                 if guard is not None:
                     guard.__exit__(None, None, None)
                 return []
@@ -193,11 +209,24 @@ class _GemmLowering:
 
     def stage_base(self, stage: Sym | int) -> Sym:
         s = self.spec
-        per = s.block_m * self.lda + s.block_k * self.ldb
+        per = s.block_m * self.lda + s.b_tile_elems
         return self.S(_c32(0)) + stage * per if isinstance(stage, int) else stage * per
 
     def lds_load(self, idx: Sym) -> ir.Value:
         return self.b.load(self.gep(self.lds, idx), typ=I16, align=2)
+
+    def runs(self, per_lane: int, run: int, index) -> ir.Value:
+        """A <per_lane x i16> fragment read as runs of ``run`` elements: element j at LDS
+        index(j) (a Sym), one <run x i16> load per run (run 1: one element each)."""
+        vec = ir.Constant(ir.VectorType(I16, per_lane), None)
+        for j in range(0, per_lane, run):
+            if run == 1:
+                vec = self.b.insert_element(vec, self.lds_load(index(j)), _c32(j))
+                continue
+            got = self.b.load(self.gep(self.lds, index(j)), typ=ir.VectorType(I16, run), align=2 * run)
+            for e in range(run):
+                vec = self.b.insert_element(vec, self.b.extract_element(got, _c32(e)), _c32(j + e))
+        return vec
 
     # -- compute ------------------------------------------------------------------------
     def compute(self, stage: Sym | int, acc: list[ir.Value]) -> list[ir.Value]:
@@ -239,6 +268,12 @@ class _GemmLowering:
                     for e in range(self.a_run):
                         vec = self.b.insert_element(vec, self.b.extract_element(run, _c32(e)), _c32(j + e))
                 afr.append(vec)
+            if s.b_lds == "nk":
+                bfr = [self.runs(ins.b_per_lane, self.b_run, lambda j, t=t: (
+                    lambda c, kr: b_off + (wn0 + t * ins.n + c) * self.ldb + (kr + k0))(*self.b_cn(lane, j)))
+                    for t in range(g.tiles_n)]
+                return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
+                        for i in range(g.tiles_m) for t in range(g.tiles_n)]
             bfr = []
             for t in range(g.tiles_n):
                 vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
@@ -423,7 +458,7 @@ class _GemmLowering:
         b = self.b
         self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
         stages = s.stages or (2 if s.double_buffer else 1)
-        per = s.block_m * self.lda + s.block_k * self.ldb
+        per = s.block_m * self.lda + s.b_tile_elems
         if s.dynamic_lds:
             self.lds = kb.dynamic_shared_array("gemm_lds", I16, stages * per, 2)
         else:

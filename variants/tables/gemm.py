@@ -4,7 +4,11 @@
     knobs   block_m, block_n, block_k, waves, double_buffer, vector_width, path
             (mma = "auto": the arch's default instruction for the path)
             where the lane can emit the sm_90 asynchronous pipeline (async-copy:sm_90), also
-            stages in (0, 3): stages 3 is its own sub-grid (make_spec): mma path, blocks of
+            b_lds stays "kn" here: "nk" (B transposed while staged) makes every B fragment read
+            one ds_read_b64 / b128 (tests/test_gemm_compile.py), but its 16-bit staging stores
+            land 4-16 lanes on one bank and the hardware model then ranks it below "kn" on gfx942
+            (LDS-bound); with no AMD GPU to settle it, the tables keep the layout they had.
+            Also, stages in (0, 3): stages 3 is its own sub-grid (make_spec): mma path, blocks of
             64..256 (at most 128 x 256 elements), 4 or 8 warps, vector_width 8, tile order
             group_m 8, double_buffer folded (one point per tile, not two); stages 0 keeps the
             register-staged grid as it was (blocks up to 128, 2 or 4 waves); a warp's tile at
