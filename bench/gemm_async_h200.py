@@ -26,8 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 
 from _cuda import check, module_image  # noqa: E402
+from bench_gemm_gpu import median_ms  # noqa: E402  (one timing rule: CUDA events per launch, median)
 from rocke_aot.aot.lower import lower  # noqa: E402
 from rocke_aot.errors import RockeError  # noqa: E402
 from rocke_aot.targets import Target  # noqa: E402
@@ -83,21 +85,6 @@ class Kernel:
             check(cu.cuLaunchKernel(self.fn, g, 1, 1, self.block, 1, 1, self.shared, stream, params.ctypes.data, 0))
         run.keep = (holders, params)
         return run
-
-
-def median_ms(fn, reps: int) -> float:
-    import torch
-
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for s, e in evs:
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return float(np.median([s.elapsed_time(e) for s, e in evs]))
 
 
 def main() -> None:

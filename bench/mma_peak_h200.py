@@ -20,7 +20,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 from _cuda import check, module_image  # noqa: E402
+from bench_gemm_gpu import median_ms  # noqa: E402  (one timing rule: CUDA events per launch, median)
 
 CHAINS, ITERS, WARPS, REPS = 8, 4096, 4, 20
 
@@ -93,17 +95,7 @@ def main() -> None:
         def run():
             check(cu.cuLaunchKernel(fn, blocks, 1, 1, 32 * WARPS, 1, 1, 0, stream, params.ctypes.data, 0))
 
-        run()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(REPS):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            run()
-            e.record()
-            torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e))
-        ms = float(np.median(ts))
+        ms = median_ms(run, REPS)
         flop = 2.0 * 16 * 8 * 16 * CHAINS * ITERS * blocks * WARPS
         res["runs"].append({"blocks_per_sm": per_sm, "ms": ms, "tflops": flop / ms / 1e9})
         print(f"mma.sync m16n8k16 f16->f32, {per_sm} blocks/SM x {WARPS} warps: {ms:.3f} ms {flop / ms / 1e9:.1f} TFLOP/s",
@@ -112,18 +104,7 @@ def main() -> None:
     a = torch.randn(n, n, device="cuda").half()
     b = torch.randn(n, n, device="cuda").half()
     c = torch.empty(n, n, device="cuda").half()
-    for _ in range(3):
-        torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(REPS):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        torch.matmul(a, b, out=c)
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    ms = float(np.median(ts))
+    ms = median_ms(lambda: torch.matmul(a, b, out=c), REPS)
     res["torch_8192_tflops"] = 2.0 * n ** 3 / ms / 1e9
     best = max(r["tflops"] for r in res["runs"])
     res["mma_sync_peak_tflops"] = best

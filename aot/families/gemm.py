@@ -53,6 +53,8 @@ bits until the arithmetic, so f16 and bf16 share every load and LDS path.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import llvmlite.ir as ir
 import numpy as np
 
@@ -101,6 +103,25 @@ def a_fragment_run(ins: mma.MmaInstr, row_stride: int, coord=None, per_lane: int
             return w
         w //= 2
     return 1
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One staged vector: operand, LDS row / vector, global row and leading dimension (the
+    element index is grow * gld + gcol, emitted where each mover needs it), its row test,
+    global column and column limit, the tensor, the operand's LDS offset and row stride."""
+
+    which: str
+    r: Sym
+    v: Sym
+    grow: Sym
+    gld: Sym
+    row_ok: ir.Value
+    gcol: Sym
+    limit: Sym
+    ptr: ir.Value
+    off: Sym
+    ld: int
 
 
 class _GemmLowering:
@@ -163,12 +184,11 @@ class _GemmLowering:
 
         return self.kb.select_value(full, whole, edge, name="ld")
 
-    def stage_tile(self, kt: Sym, stage: Sym | int) -> None:
-        """Copy K-tile kt of A (bm x bk) and B (bk x bn) into LDS stage ``stage``.
-
-        The tile is cut into vector_width-element chunks; work-item t moves chunks
-        t, t + T, t + 2T, ... (a runtime loop when there is more than one round).
-        """
+    def each_chunk(self, kt: Sym, stage: Sym | int, move, name: str) -> None:
+        """Cut K-tile kt of A (bm x bk) and B (bk x bn) into vector_width-element chunks;
+        work-item t moves chunks t, t + T, t + 2T, ... (a runtime loop when there is more than
+        one round) by ``move(chunk)`` -- the register copy (stage_tile) or cp.async
+        (stage_tile_async): one chunk walk, two ways to move it."""
         s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
@@ -181,7 +201,7 @@ class _GemmLowering:
                 c = self.tid + it * T
                 guard = None
                 if chunks % T:  # some round has fewer chunks than work-items
-                    guard = self.kb.if_then(c.lt(chunks), name="stage")
+                    guard = self.kb.if_then(c.lt(chunks), name=name)
                     guard.__enter__()
                 r, v = c // vpr, c % vpr
                 if which == "A":
@@ -190,13 +210,7 @@ class _GemmLowering:
                 else:
                     grow, gcol = kt * s.block_k + r, self.col0 + v * vw
                     row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
-                val = self.load_vec(ptr, grow * gld + gcol, row_ok, gcol, limit, vw)
-                if which == "B" and s.b_lds == "nk":  # transposed: element e to column row v*vw+e
-                    for e in range(vw):
-                        x = val if vw == 1 else self.b.extract_element(val, _c32(e))
-                        self.b.store(x, self.gep(self.lds, off + (v * vw + e) * ld + r), align=2)
-                else:
-                    self.b.store(val, self.gep(self.lds, off + r * ld + v * vw), align=2)
+                move(_Chunk(which, r, v, grow, gld, row_ok, gcol, limit, ptr, off, ld))
                 if guard is not None:
                     guard.__exit__(None, None, None)
                 return []
@@ -205,7 +219,22 @@ class _GemmLowering:
             if rounds == 1:
                 one_round(0, [])
             else:
-                self.kb.loop(rounds, [], one_round, name=f"stage{which}")
+                self.kb.loop(rounds, [], one_round, name=f"{name}{which}")
+
+    def stage_tile(self, kt: Sym, stage: Sym | int) -> None:
+        """Copy K-tile kt into LDS stage ``stage`` through registers (each_chunk)."""
+        s, vw = self.spec, self.spec.vector_width
+
+        def move(ch: "_Chunk") -> None:
+            val = self.load_vec(ch.ptr, ch.grow * ch.gld + ch.gcol, ch.row_ok, ch.gcol, ch.limit, vw)
+            if ch.which == "B" and s.b_lds == "nk":  # transposed: element e to column row v*vw+e
+                for e in range(vw):
+                    x = val if vw == 1 else self.b.extract_element(val, _c32(e))
+                    self.b.store(x, self.gep(self.lds, ch.off + (ch.v * vw + e) * ch.ld + ch.r), align=2)
+            else:
+                self.b.store(val, self.gep(self.lds, ch.off + ch.r * ch.ld + ch.v * vw), align=2)
+
+        self.each_chunk(kt, stage, move, "stage")
 
     def stage_base(self, stage: Sym | int) -> Sym:
         s = self.spec
@@ -333,41 +362,16 @@ class _GemmLowering:
     # -- the asynchronous pipeline (sm_90: cp.async + ldmatrix) ---------------------------
     def stage_tile_async(self, kt: Sym, stage: Sym | int) -> None:
         """Issue cp.async copies of K-tile kt of A and B into LDS stage ``stage`` (module doc)."""
-        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
-        b, kb = self.b, self.kb
-        for which in ("A", "B"):
-            rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
-            ld = self.lda if which == "A" else self.ldb
-            vpr = cols // vw
-            chunks = rows * vpr
-            off = self.stage_base(stage) + (0 if which == "A" else s.block_m * self.lda)
+        b, kb, vw = self.b, self.kb, self.spec.vector_width
 
-            def one_round(it: Sym | int, _vals, which=which, ld=ld, vpr=vpr, chunks=chunks, off=off):
-                c = self.tid + it * T
-                guard = None
-                if chunks % T:
-                    guard = kb.if_then(c.lt(chunks), name="cpa")
-                    guard.__enter__()
-                r, v = c // vpr, c % vpr
-                if which == "A":
-                    grow, gcol = self.row0 + r, kt * s.block_k + v * vw
-                    row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
-                else:
-                    grow, gcol = kt * s.block_k + r, self.col0 + v * vw
-                    row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
-                ok = kb.all_of(row_ok, gcol.lt(limit))  # K, N multiples of 8: a chunk is all in or all out
-                src = b.select(ok, (grow * gld + gcol).v, _c32(0))
-                nbytes = b.select(ok, _c32(16), _c32(0))
-                kb.async_copy16(self.gep(self.lds, off + r * ld + v * vw), self.gep(ptr, self.S(src)), nbytes)
-                if guard is not None:
-                    guard.__exit__(None, None, None)
-                return []
+        def move(ch: "_Chunk") -> None:
+            ok = kb.all_of(ch.row_ok, ch.gcol.lt(ch.limit))  # K, N multiples of 8: all in or all out
+            src = b.select(ok, (ch.grow * ch.gld + ch.gcol).v, _c32(0))
+            nbytes = b.select(ok, _c32(16), _c32(0))
+            kb.async_copy16(self.gep(self.lds, ch.off + ch.r * ch.ld + ch.v * vw), self.gep(ch.ptr, self.S(src)),
+                            nbytes)
 
-            rounds = -(-chunks // T)
-            if rounds == 1:
-                one_round(0, [])
-            else:
-                kb.loop(rounds, [], one_round, name=f"cpa{which}")
+        self.each_chunk(kt, stage, move, "cpa")
 
     def _regs_to_bits(self, regs: list[ir.Value]) -> ir.Value:
         vec = ir.Constant(ir.VectorType(I32, len(regs)), None)
