@@ -117,7 +117,10 @@ def test_field_types_come_from_the_spec_dataclass(family):
     spec = next(sp for arch in ("gfx942", "sm_90", "gfx1250") for lane in ("llvm22", "llvm24")
                 if table.admission(family, arch, lane).served for sp in table.enumerate_specs(family, arch, lane))
     want = {f.name: type(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
-    assert spec_field_types(family) == want and set(want) == set(spec.to_dict())
+    # to_dict leaves out fields added later while they hold their defaults (old keys stay put)
+    omitted = {f.name for f in dataclasses.fields(spec)} - set(spec.to_dict())
+    assert spec_field_types(family) == want and set(spec.to_dict()) <= set(want)
+    assert all(getattr(spec, f.name) == f.default for f in dataclasses.fields(spec) if f.name in omitted)
 
 
 def test_where_values_are_typed_or_refused():
