@@ -198,3 +198,22 @@ def test_sm_90_memory_facts_are_the_h200_probes_measurements():
     for w in (4, 8, 16, 32, 64):
         assert by[("L2", 64, w)] == pytest.approx(by[("L2", 128, w)], rel=0.03)
         assert by[("HBM", 64, w)] < by[("HBM", 128, w)]
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("k", [32, 64, 96, 128, 320, 4096])
+def test_async_pipeline_latencies_follow_its_schedule(stages, k):
+    """The latencies a block of the cp.async pipeline waits in all, against an event walk of the
+    lowering's schedule (aot/families/gemm.py docstring): the prologue issues K-tiles 0..S-2 at
+    once; iteration kt waits for tile kt, then issues tile kt+S-1. With compute taking no time,
+    tile j lands one latency after it is issued, so the last tile lands at the chain's end."""
+    spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32,
+                    waves=4, vector_width=8, stages=stages)
+    steps = -(-k // 32)
+    ready: list[float] = []
+    for j in range(steps):  # in units of one global latency
+        issued = 0.0 if j < stages - 1 else ready[j - (stages - 1)]
+        ready.append(issued + 1.0)
+    c = counts.gemm_counts(spec, GemmProblem(64, 64, k), Target.parse("sm_90"))
+    assert c.steps == steps
+    assert c.serial_loads * c.steps == pytest.approx(ready[-1])

@@ -20,8 +20,11 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   write cycles stay counted); a warp reads each 16x16 A tile with one ldmatrix.x4 and each
   pair of 16x8 B tiles with one ldmatrix.x4.trans (.x2 for an odd one), each 8x8 matrix one
   access of 8 lanes x 16 bytes through the bank rule; one barrier a step. Its loads are waited
-  for stages - 1 steps after they are issued: serial_loads = 1 / (stages - 1), the share of one
-  global latency in each step's chain.
+  for stages - 1 steps after they are issued: tile j lands one global latency after the wait for
+  tile j - (stages - 1) (the prologue issues tiles 0 .. stages-2 at once), so a block of ``steps``
+  K-tiles waits ceil(steps / (stages - 1)) latencies in all, the pipeline's fill included:
+  serial_loads = ceil(steps / (stages - 1)) / steps per step (1 for one K-tile, 1 / (stages - 1)
+  in a long loop).
 - matrix paths: per k-step a wave reads tiles_m A fragments (a_run elements per LDS load,
   aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load; with
   b_lds "nk", B transposed in LDS, runs like A's, for vector_width 16-bit stores per staged
@@ -264,6 +267,12 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
 ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
 
 
+def _pipelined_latencies(steps: int, stages: int) -> float:
+    """Global latencies per step in the chain of an S-stage pipeline over ``steps`` K-tiles
+    (module doc): the fill's first latency is exposed whatever the depth."""
+    return _ceil(max(steps, 1), stages - 1) / max(steps, 1)
+
+
 def a_run(ins: Any, row_stride: int, coord: Callable | None = None, per_lane: int | None = None) -> int:
     """Consecutive A fragment elements one LDS load fetches: the rule of the gemm lowerer
     (aot/families/gemm.py a_fragment_run, which tests/test_hw_model.py checks this against): the
@@ -305,7 +314,7 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
             threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k), instr=ins.key, mma=mmas,
             lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
             lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
-            serial_loads=1 / (spec.stages - 1), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
+            serial_loads=_pipelined_latencies(_ceil(p.k, spec.block_k), spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
             staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
             store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
             unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob, macs=spec.block_m * spec.block_n * spec.block_k)
