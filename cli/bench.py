@@ -67,7 +67,7 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Check every output against a float64 reference.")
 @click.option("--vendor/--no-vendor", default=True, show_default=True, help="Time the vendor library on the same problems.")
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 1000),
-              help="Untimed calls per candidate, then more until 20 ms of device time (the GPU's clock "
+              help="Untimed calls per candidate, then more until 10 ms of device time (the GPU's clock "
                    "recovers from the host's reference work); 0: none.")
 @click.option("--reps", default=10, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON report here.")

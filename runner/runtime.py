@@ -41,7 +41,7 @@ class PackedArgs:
     offsets: tuple[int, ...]
 
 
-WARMUP_MS = 20.0  # device time of warm-up calls before the timed ones (Runtime.time)
+WARMUP_MS = 10.0  # device time of warm-up calls before the timed ones (Runtime.time)
 MAX_WARMUP_CALLS = 4096  # an empty or trivial launch still ends its warm-up
 
 
