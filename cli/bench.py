@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import click
@@ -113,7 +114,8 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
                    MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                    disable=as_json or not console.is_terminal)
     task = bar.add_task("runs", total=0, problem=0)
-    lines = None if as_json or console.is_terminal else PeriodicLines(
+    # a log (stderr not a terminal) gets a line every interval, --json or not (JSON goes to stdout)
+    lines = None if console.is_terminal else PeriodicLines(
         progress_interval, lambda: f"problem {done['problems']}/{len(probs)}, ran {done['n']}/{done['total']} "
                                    f"candidate runs")
 
@@ -121,6 +123,12 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
         done["total"] += n
         done["problems"] += 1
         bar.update(task, total=done["total"], problem=done["problems"])
+
+    def write_out(partial) -> None:
+        if out:  # after every problem, temp then rename: a run killed at its time limit keeps its problems
+            tmp = Path(f"{out}.tmp")
+            tmp.write_text(json.dumps(partial.as_dict(), indent=2, sort_keys=True, default=str) + "\n")
+            os.replace(tmp, out)
 
     def progress() -> None:
         done["n"] += 1
@@ -133,15 +141,15 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
             with Client(server) as client, fetcher:  # the client ranks only: it opens no store
                 report = bench(ServerSource(client, fetcher), rt, arch.id, family, probs, candidates=limit,
                                lanes=lane_names, verify=verify, warmup=warmup, reps=reps, vendor=vendor,
-                               on_problem=on_problem, progress=progress, triton_version=version)
+                               on_problem=on_problem, progress=progress, triton_version=version,
+                               on_report=write_out)
         else:
             with Store.open(cache_url, readonly=True) as store:
                 report = bench(StoreSource(store), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
                                verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
-                               progress=progress, triton_version=version)
+                               progress=progress, triton_version=version, on_report=write_out)
     doc = report.as_dict()
-    if out:
-        Path(out).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    write_out(report)
     if as_json:
         emit_json(doc)
     else:

@@ -242,8 +242,11 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
           candidates: int | None = None, lanes: Sequence[str] | None = None, verify: bool = True,
           warmup: int = 2, reps: int = 10, vendor: bool = True,
           on_problem: Callable[[int], None] | None = None, progress: Callable[[], None] | None = None,
-          triton_version: str | None = None) -> BenchReport:
-    reports = []
+          triton_version: str | None = None,
+          on_report: Callable[["BenchReport"], None] | None = None) -> BenchReport:
+    """Every problem's candidates run; ``on_report`` gets the report so far after each problem
+    (the CLI rewrites --out with it: a run cut short keeps the problems it finished)."""
+    reports: list[ProblemReport] = []
     for i, raw in enumerate(problems):
         problem = parse_problem(family, raw)
         ranked = (source.ranked(arch, family, problem, lanes, triton_version)
@@ -256,4 +259,6 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
         cands = [_candidate(entry, rank, *loaded[entry["key"]]) for rank, entry in enumerate(ranked)]
         reports.append(run_problem(rt, family, problem, cands, verify=verify, warmup=warmup, reps=reps,
                                    seed=i, vendor=vendor, progress=progress))
+        if on_report:
+            on_report(BenchReport(arch, family, rt.device_name(), rt.name, list(reports), reps, triton_version))
     return BenchReport(arch, family, rt.device_name(), rt.name, reports, reps, triton_version)
