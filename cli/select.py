@@ -36,7 +36,9 @@ def _problem_text(value: str) -> str:
 
 @click.command("select")
 @click.option("--arch", type=ARCH, required=True, help="The device's full target ID, e.g. gfx942:sramecc+:xnack-.")
-@click.option("--family", required=True, help="Kernel family (gemm, conv_direct_fwd, conv_dgrad_patch).")
+@click.option("--family", required=True,
+              help="Kernel family (gemm, conv_direct_fwd, conv_dgrad_patch, triton_matmul, ...), or families of one "
+                   "operation and problem type, comma-separated, ranked together (gemm,triton_matmul).")
 @click.option("--problem", "problem", required=True, metavar="JSON|@FILE",
               help='The problem as JSON, e.g. \'{"m": 4096, "n": 4096, "k": 4096}\', or @file.json.')
 @click.option("--lane", "lanes", type=LANE, multiple=True, help="Only artifacts of this lane (repeatable).")
@@ -80,6 +82,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     Example:
         rocke-aot select --arch gfx942:sramecc+:xnack- --family gemm --problem '{"m": 4096, "n": 4096, "k": 4096}'
         rocke-aot select --arch gfx1250 --family conv_dgrad_patch --problem @patch.json --explain --json
+        rocke-aot select --arch sm_90 --family gemm,triton_matmul --problem '{"m": 4096, "n": 4096, "k": 4096}'
     """
     text = _problem_text(problem)
     if server is not None:
@@ -106,6 +109,8 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         spec = " ".join(f"{k}={v}" for k, v in sorted(c.spec.items()))
         if c.triton_version is not None:  # every row says which Triton built it
             spec = f"triton={c.triton_version} {spec}"
+        if "," in sel.family:  # across families: every row says whose kernel it is
+            spec = f"[{c.family}] {spec}"
         est = "-" if ch.estimate_ms is None else f"{ch.estimate_ms:.4f}"  # none where no constants
         basis = ch.basis if ch.measured is None else f"{ch.measured.median_ms:.4f}"  # measured ms, or the model
         click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {est:>8} {ch.bound or '-':<8} {basis:<8} "
@@ -153,6 +158,8 @@ def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, a
             spec = " ".join(f"{k}={v}" for k, v in sorted(c["spec"].items()))
             if c["triton_version"] is not None:
                 spec = f"triton={c['triton_version']} {spec}"
+            if "," in family:
+                spec = f"[{c['family']}] {spec}"
             est = "-" if c["estimate_ms"] is None else f"{c['estimate_ms']:.4f}"
             basis = c["basis"] if c["measured_ms"] is None else f"{c['measured_ms']:.4f}"
             click.echo(f"{i:>3}  {c['key'][:16]} {c['lane']:<7} {c['arch']:<24} {est:>8} {c['bound'] or '-':<8} "

@@ -7,6 +7,7 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     RockeError
     ├── LaneError (ValueError)          unknown lane, unqualified LLVM major, bad type
     ├── SpecError (ValueError)          malformed spec or problem
+    │   ├── FamilyMixError              a select across families of different operations or problem types
     │   └── SettingError                an unregistered or malformed ROCKE_AOT_* variable
     ├── CapabilityError                 an op needs a lane/capability/arch the target lacks
     ├── AdmissionError                  a variant table refuses (family, arch, lane) on purpose
@@ -65,6 +66,11 @@ class LaneError(RockeError, ValueError):
 
 class SpecError(RockeError, ValueError):
     """A malformed spec, knob or problem."""
+
+
+class FamilyMixError(SpecError):
+    """A select across families that do not compute the same operation on the same problem type
+    (variants/families.py families_for_select): their candidates cannot be ranked against each other."""
 
 
 class SettingError(SpecError):

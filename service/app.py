@@ -60,7 +60,7 @@ from rocke_aot.service.errors import (
     Unauthorized,
 )
 from rocke_aot.service.metrics import Metrics, MetricsMiddleware
-from rocke_aot.service.selection import check_triton_version
+from rocke_aot.service.selection import check_triton_version, select_families
 from rocke_aot.service.schemas import (
     MAX_PAGE,
     MAX_REJECTED,
@@ -214,7 +214,18 @@ def _family(value: str, field: str = "family") -> str:
     return value
 
 
-def _triton_version(family: str, value: str | None) -> str | None:
+def _families(value: str) -> tuple[str, ...]:
+    """The families of a select (service/selection.py select_families): each known, and one
+    operation on one problem type (FamilyMixError, a 422 on the family field, naming each)."""
+    for name in value.split(","):
+        _family(name.strip())
+    try:
+        return select_families(value)
+    except SpecError as e:
+        raise FieldError("family", str(e), list(table.family_names())) from None
+
+
+def _triton_version(family, value: str | None) -> str | None:
     try:
         return check_triton_version(family, value)
     except SpecError as e:
@@ -450,10 +461,11 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                       "hardware or efficiency), and the rejected ones with reasons")
     async def select(request: Request, store: StoreDep, req: SelectRequest) -> Response:
         target = _arch(req.arch)
-        family = _family(req.family)
+        fams = _families(req.family)  # "gemm" or, across families, "gemm,triton_matmul"
+        family = ",".join(fams)
         lanes = [_lane(l, f"lanes.{i}") for i, l in enumerate(req.lanes)] if req.lanes else None
-        problem = _problem(family, req.problem)
-        version = _triton_version(family, req.triton_version)
+        problem = _problem(fams[0], req.problem)
+        version = _triton_version(fams, req.triton_version)
         args = (store, target, family, problem)
         # The rejected entries are listed only when asked to explain (rejected_count always counts
         # them): they were ~90% of a default answer's bytes and of its serialization.

@@ -340,6 +340,9 @@ def check_select(doc: dict[str, Any], device: Target, family: str, lanes: list[s
         _checked(field(c, "sha256", str, row), check_sha, f"{row}.sha256")
         arch = _checked(field(c, "arch", str, row), Target.parse, f"{row}.arch")
         lane = field(c, "lane", str, row)
+        fam = field(c, "family", str, row)
+        if fam not in family.split(","):  # across families: one of those asked
+            raise AnswerMismatchError(f"{row}: a {fam} kernel, the request asked for {family}")
         if key in seen:
             raise MalformedAnswerError(f"{row}: key {key} listed twice")
         seen.add(key)

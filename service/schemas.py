@@ -90,7 +90,9 @@ class SelectRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     arch: str = Field(max_length=128, description="Full target ID, e.g. gfx942 or gfx942:sramecc+:xnack-")
-    family: str = Field(max_length=64, description="Kernel family, e.g. gemm")
+    family: str = Field(max_length=256, description="Kernel family, e.g. gemm; or families of one operation and "
+                                                     "problem type, comma-separated, ranked together "
+                                                     "(gemm,triton_matmul: docs/selection.md)")
     problem: dict[str, Any] = Field(description="The family's problem, e.g. {\"m\": 4096, \"n\": 4096, \"k\": 4096}",
                                     max_length=64)
     lanes: list[str] | None = Field(None, max_length=16, description="Restrict to these compiler lanes")
@@ -146,6 +148,8 @@ class RankedKernel(BaseModel):
 
     key: str
     sha256: str
+    family: str = Field(max_length=64, description="The family of this candidate (a select across families "
+                                                   "ranks several)")
     arch: str
     lane: str
     spec: dict[str, Any]

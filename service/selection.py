@@ -38,7 +38,7 @@ from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.families import FAMILIES, failed_plugins, get_family, problem_from_dict
+from rocke_aot.variants.families import FAMILIES, failed_plugins, families_for_select, get_family, problem_from_dict
 from rocke_aot.variants.triton import is_triton
 from rocke_aot.variants.selection import Choice, NoCandidate, Ranking, Rejection, no_candidate, rank, value_bytes
 
@@ -107,7 +107,15 @@ def _family(family: object) -> str:
     return family
 
 
-def check_triton_version(family: str, version: object) -> str | None:
+def select_families(family: object) -> tuple[str, ...]:
+    """The families a select ranks together (variants/families.py families_for_select: "gemm",
+    "gemm,triton_matmul" or a list; FamilyMixError for different operations or problem types),
+    each checked like a single family (unknown, or a plugin that failed to load)."""
+    names = families_for_select(_family(family) if isinstance(family, str) and "," not in family else family)
+    return tuple(_family(f) for f in names)
+
+
+def check_triton_version(family: str | tuple[str, ...], version: object) -> str | None:
     """``version`` as a select asks it: None, or a Triton version string for a Triton family
     (SpecError naming the field otherwise: a version for a family that no Triton builds would
     be ignored, and nothing a request says is ignored)."""
@@ -115,8 +123,9 @@ def check_triton_version(family: str, version: object) -> str | None:
         return None
     if not isinstance(version, str) or not TRITON_VERSION_RE.match(version):
         raise SpecError(f"triton_version: a Triton version such as '3.6.0', got {version!r}")
-    if not is_triton(get_family(family)):
-        raise SpecError(f"triton_version: {family} is not a Triton family (no Triton builds its kernels)")
+    names = (family,) if isinstance(family, str) else tuple(family)
+    if not any(is_triton(get_family(f)) for f in names):  # across families: one of them a Triton family
+        raise SpecError(f"triton_version: {','.join(names)} is not a Triton family (no Triton builds its kernels)")
     return version
 
 
@@ -262,29 +271,35 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
     version's candidates are accepted side by side, each labelled with its triton_version, and
     ``triton_versions`` says which there are: the client picks (docs/triton.md).
     """
-    fam = _family(family)
-    version = check_triton_version(fam, triton_version)
+    fams = select_families(family)
+    fam = ",".join(fams)  # the answer's family: the names asked, in order ("gemm,triton_matmul")
+    version = check_triton_version(fams, triton_version)
     tgt = Target.parse(target)
     lane_names = _lanes(lanes)
-    prob = parse_problem(fam, problem)
+    prob = parse_problem(fams[0], problem)  # one problem type across them (families_for_select)
     floor = DEFAULT_MIN_EFFICIENCY if min_efficiency is None else min_efficiency
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise SpecError(f"limit must be a positive int, got {limit!r}")
-    cands = store.candidates(fam, tgt, lane_names, compatible_only=not explain, current_only=not explain)
+    parts = [store.candidates(f, tgt, lane_names, compatible_only=not explain, current_only=not explain)
+             for f in fams]
+    # One family: the store's own tuple (the memo's identity test). Several: their concatenation,
+    # a new tuple per call, so the memo never matches it and the ranking is computed afresh.
+    cands = parts[0] if len(parts) == 1 else tuple(c for part in parts for c in part)
     if measured not in MEASURED:
         raise SpecError(f"measured must be one of {', '.join(MEASURED)}, got {measured!r}")
 
     def compute() -> Ranking:
         # Only on a memo miss: the same candidate tuple means an unchanged database, so the
         # measurements it holds are unchanged too (a record is a write like any other).
-        ms = _measurements(store, fam, tgt.processor) if measured != "off" else None
+        ms = [m for f in fams for m in (_measurements(store, f, tgt.processor) or ())] \
+            if measured != "off" else None
         return rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names, model=model, measurements=ms,
                     shape_class=measured == "class", triton_version=version)
 
     ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model, measured, version),
-                      compute)
+                      compute) if len(fams) == 1 else compute()
     accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
-    hint = None if ranking.accepted else no_candidate(ranking, fam, prob, tgt, lane_names)
+    hint = None if ranking.accepted else no_candidate(ranking, fams[0], prob, tgt, lane_names)
     return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
                      len(ranking.accepted) - len(accepted), ranking.model, ranking.note, hint, version,
                      ranking.triton_versions)

@@ -19,7 +19,7 @@ from rocke_aot.variants.tables.gemm import GEMM
 
 GEMM_FAMILY = install(Family(
     "gemm", GemmSpec, GemmProblem, GEMM, models.GEMM,
-    "C = A x B, row-major; mfma / wmma / mma (sm_90) / fma paths"), BUILTIN)
+    "C = A x B, row-major; mfma / wmma / mma (sm_90) / fma paths", operation="matmul"), BUILTIN)
 CONV_DIRECT_FWD_FAMILY = install(Family(
     "conv_direct_fwd", ConvDirectFwdSpec, ConvProblem, CONV_DIRECT_FWD, models.CONV_DIRECT_FWD,
     "NHWC forward convolution, baked filter/stride/padding/dilation/channels"), BUILTIN)

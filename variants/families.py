@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import rocke_aot
-from rocke_aot.errors import PluginError, RockeError, SpecError
+from rocke_aot.errors import FamilyMixError, PluginError, RockeError, SpecError
 from rocke_aot.launch import LaunchContract, LaunchFormulas, LaunchPlan
 from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_known
@@ -200,6 +200,15 @@ class Family:
     model: Model  # accepts(spec, problem), efficiency (variants/models.py)
     description: str = ""
     reference: Reference | None = None  # what it computes (bench --run-from-cache verifies against it)
+    # What it computes, shared by the families that compute the same thing on the same problem type
+    # (gemm and triton_matmul: "matmul"): a select may rank such families' candidates together.
+    # "" means its own name (a family alone in its operation).
+    operation: str = ""
+
+    @property
+    def op(self) -> str:
+        """The operation it computes (``operation``, else its own name)."""
+        return self.operation or self.name
 
     @property
     def lowerer(self) -> Callable[..., Any]:
@@ -475,6 +484,28 @@ def _unknown(name: object) -> SpecError:
     return SpecError(f"unknown family {name!r}; known: {', '.join(_REGISTRY)}")
 
 
+def families_for_select(family: object) -> tuple[str, ...]:
+    """The families one select ranks together: a name, "a,b" (the CLI's --family gemm,triton_matmul)
+    or a list of names, in the order given, each once. Unknown names are get_family's SpecError;
+    families of different operations (Family.op) or problem types are FamilyMixError naming each
+    family with its operation and problem type (their candidates cannot be compared)."""
+    if isinstance(family, str):
+        names = [x.strip() for x in family.split(",")]
+    elif isinstance(family, (list, tuple)) and all(isinstance(x, str) for x in family):
+        names = [x.strip() for x in family]
+    else:
+        raise SpecError(f"family must be a family name, 'a,b' or a list of names, got {family!r}")
+    if not names or any(not x for x in names):
+        raise SpecError(f"family: an empty name in {family!r}; known: {', '.join(family_names())}")
+    out = tuple(dict.fromkeys(names))
+    fams = [get_family(x) for x in out]
+    ops = {(f.op, f.problem_type) for f in fams}
+    if len(ops) > 1:
+        what = ", ".join(f"{f.name} ({f.op} on {f.problem_type.__name__})" for f in fams)
+        raise FamilyMixError(f"family: a select across families needs one operation on one problem type; got {what}")
+    return out
+
+
 def get_family(name: object) -> Family:
     if not isinstance(name, str):
         raise SpecError(f"a family name must be a string such as 'gemm', got {type(name).__name__} {name!r}")
@@ -510,7 +541,7 @@ def problem_from_dict(family: object, d: object) -> Any:
     return entry.problem_from(d)
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
+__all__ = ["BUILTIN", "families_for_select", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
            "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
            "get_family", "has_lowerer", "install", "plugin_errors", "plugin_source", "problem_from_dict",
            "register", "register_lowerer"]

@@ -392,7 +392,10 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
             continue
         if c.triton_version is not None:
             versions.add(c.triton_version)
-        if triton_version is not None and c.triton_version != triton_version:
+        # A native candidate beside a Triton family's (a select across families) is no Triton's build:
+        # the version asked for concerns the Triton rows only. A Triton family's row of no version is refused.
+        if triton_version is not None and c.triton_version != triton_version and (
+                c.triton_version is not None or _triton_family(c.family)):
             rejected.append(Rejection(c, OTHER_TRITON, f"built by Triton {c.triton_version}; the request runs "
                                                        f"Triton {triton_version}" if c.triton_version else
                                       f"not a Triton build; the request runs Triton {triton_version}"))
@@ -433,8 +436,10 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
             rejected.append(Rejection(ch.candidate, OTHER_TARGET,
                                       f"the same spec is built for the more specific {win.candidate.arch} "
                                       f"({win.candidate.key[:12]})"))
-    used, consts, note, fallback = choose_model(dev.processor, model,
-                                                accepted[0].candidate.family if accepted else None)
+    # Across families (a select of gemm,triton_matmul): the model is chosen for the device alone,
+    # and a family it cannot estimate falls back per candidate, saying why (Choice.fallback).
+    fams = sorted({ch.candidate.family for ch in accepted})
+    used, consts, note, fallback = choose_model(dev.processor, model, fams[0] if len(fams) == 1 else None)
     # Estimates are pure in (problem, processor, spec, resources): cached with the verdicts.
     if used == "fitted":
         accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, consts), model="fitted")
@@ -452,9 +457,11 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     else:
         accepted = [_with_reuse(effs, ch, problem, dev)._replace(fallback=fallback) for ch in accepted]
     if measurements:
-        fam = accepted[0].candidate.family if accepted else None
-        got = measured.applicable(measurements, fam, problem, dev, [ch.candidate for ch in accepted],
-                                  shape_class=shape_class) if fam else {}
+        got = {}
+        for fam in fams:  # each family's records apply to its own candidates (measured.applicable's rule 1)
+            got.update(measured.applicable(measurements, fam, problem, dev,
+                                           [ch.candidate for ch in accepted if ch.candidate.family == fam],
+                                           shape_class=shape_class))
         accepted = [ch._replace(measured=got.get(ch.candidate.key)) for ch in accepted]
         accepted.sort(key=measured_first)
     else:
@@ -462,6 +469,15 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     rejected.sort(key=_rejection_key)
     _account(problem, dev.processor, effs)
     return Ranking(tuple(accepted), tuple(rejected), used, note, tuple(sorted(versions)))
+
+
+def _triton_family(name: str) -> bool:
+    from rocke_aot.variants.triton import is_triton  # variants/triton.py imports this layer's table
+
+    try:
+        return is_triton(get_family(name))
+    except SpecError:
+        return True  # an unknown family's row: refused, not served past the version asked
 
 
 def _cached(effs: dict[Any, Any], k: Any, compute: Any) -> Any:

@@ -102,6 +102,7 @@ class TritonKernel:
     lanes: Mapping[str, Serve | Refuse]
     description: str = ""
     reference: str = ""  # the runner's semantics this kernel computes (runner/reference.py), if any
+    operation: str = ""  # Family.operation: what it computes, shared with the families it is ranked beside
     tiled: tuple[tuple[str, str], ...] = ()  # (problem field, constexpr of its tile): the efficiency dims
     accepts: Callable[[Any, Any], str | None] = lambda spec, problem: None
     work: Callable[[Any, Any, Target], TileWork] | None = None
@@ -385,7 +386,8 @@ def register_triton(kernel: TritonKernel) -> families.Family:
     """Register a Triton kernel as a family (variants/families.py's registry, like every family)."""
     spec_type = _spec_type(kernel)
     fam = families.Family(kernel.family, spec_type, kernel.problem_type, _table(kernel, spec_type), _model(kernel),
-                          kernel.description or f"Triton kernel {kernel.module}:{kernel.function}")
+                          kernel.description or f"Triton kernel {kernel.module}:{kernel.function}",
+                          operation=kernel.operation)
     return families.register(fam)
 
 

@@ -72,7 +72,7 @@ MATMUL = TritonKernel(
     configs=lambda target: matmul_configs(_backend(target)),
     baked=({"dtype": "f16"},),
     classes={"m": ("div16", "plain"), "n": ("div16", "plain"), "k": ("div16", "plain")},
-    lanes=LANES, reference="gemm", tiled=(("m", "BLOCK_M"), ("n", "BLOCK_N")),
+    lanes=LANES, reference="gemm", operation="matmul", tiled=(("m", "BLOCK_M"), ("n", "BLOCK_N")),
     accepts=_matmul_accepts, work=_matmul_work, arch_rule=_matmul_arch,
     description="C = A x B, row-major (Triton, after its matmul tutorial): autotune configs x M/N/K specializations",
 )
@@ -120,7 +120,7 @@ SOFTMAX = TritonKernel(
     configs=lambda target: tuple(dict(BLOCK=b, num_warps=softmax_warps(b), num_stages=1) for b in SOFTMAX_BLOCKS),
     baked=({"dtype": "f16"},),
     classes={"cols": ("div16", "plain")},
-    lanes=LANES, accepts=_softmax_accepts, work=_softmax_work,
+    lanes=LANES, reference="softmax", operation="softmax", accepts=_softmax_accepts, work=_softmax_work,
     description="row-wise softmax (Triton, after its fused-softmax tutorial): one program per row",
 )
 
