@@ -217,3 +217,14 @@ def test_async_pipeline_latencies_follow_its_schedule(stages, k):
     c = counts.gemm_counts(spec, GemmProblem(64, 64, k), Target.parse("sm_90"))
     assert c.steps == steps
     assert c.serial_loads * c.steps == pytest.approx(ready[-1])
+
+
+def test_sm_90_mma_sync_cycles_are_the_microbenchmarks_peak():
+    """The H200's mma.sync cycles reproduce the rate bench/mma_peak_h200.py measured (the raw
+    file of run 9), not the whitepaper's wgmma peak."""
+    raw = json.loads((Path(__file__).parent.parent / "docs/bench-raw/h200-run9/mma-peak.json").read_text())
+    f = hw_model.facts_for("sm_90")
+    for key in ("mma_f32_16x8x16_f16", "mma_f32_16x8x16_bf16"):
+        ins = mma.INSTRS[key]
+        flops = 2 * ins.m * ins.n * ins.k / f.matrix_cycles[key] * f.matrix_units * f.cus * f.clock_mhz * 1e6
+        assert flops == pytest.approx(raw["mma_sync_peak_tflops"] * 1e12, rel=0.005)
