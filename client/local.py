@@ -9,7 +9,9 @@
 
     put_blob(sha, size, b)  a signed fetch keeps the bytes only: its record is the signed
                             manifest entry, kept once in trust/ (one file per kernel, not two:
-                            creating a file is most of what a cold fetch costs on ext4)
+                            creating a file is most of what a cold fetch costs on ext4);
+                            bytes this module checked on download (Verified: verified() or
+                            decoded() made them) are not hashed again, any other bytes are
     put(kernel)   an unsigned fetch: the blob, then the record; each written to a temp file
                   and renamed; no fsync (a crash may lose an entry, and a record whose blob
                   was lost reads as a miss, fetched again)
@@ -41,6 +43,7 @@ from typing import Any
 
 from rocke_aot import paths, record, settings
 from rocke_aot.paths import atomic_write
+from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError
 from rocke_aot.targets import Target
@@ -169,6 +172,32 @@ def check_elf_header(data: bytes, arch: str, what: str) -> bytes:
     return data
 
 
+class Verified(bytes):
+    """Bytes whose sha256 and size were checked: made only by verified() and decoded() below,
+    after the check. bytes are immutable, so what was checked is what put_blob keeps; that
+    lets a fetch hash each blob once (on download) instead of twice. Reads never trust it:
+    LocalStore.blob hashes the file on every read."""
+
+    sha256: str
+
+    @classmethod
+    def _after_check(cls, data: bytes, sha256: str) -> Verified:
+        out = cls(data)
+        out.sha256 = sha256
+        return out
+
+
+def verified(data: bytes, sha256: str, size: int, what: str) -> Verified:
+    """``data`` as Verified if it has exactly this size and sha256, else IntegrityError."""
+    return Verified._after_check(check_bytes(data, sha256, size, what), sha256)
+
+
+def decoded(frame: bytes, sha256: str, size: int) -> Verified:
+    """A zstd frame's raw bytes as Verified: cache/codec.decode bounds the decompress and
+    checks size and sha256 (IntegrityError otherwise)."""
+    return Verified._after_check(codec.decode(frame, sha256, size), sha256)
+
+
 def check_bytes(data: bytes, sha256: str, size: int, what: str) -> bytes:
     """``data`` if it has exactly this size and sha256, else IntegrityError naming ``what``."""
     if len(data) != size:
@@ -252,10 +281,12 @@ class LocalStore:
                 self._dirs.add(d)
 
     def put_blob(self, sha256: str, size: int, data: bytes) -> None:
-        """Keep verified bytes under their hash (checked once more here); a blob already
-        kept is not written again."""
+        """Keep verified bytes under their hash; a blob already kept is not written again.
+        Bytes checked on download against this very sha256 and size (Verified) are not hashed
+        again; any others are checked here first (IntegrityError, nothing written)."""
         path = self._blob_path(sha256)
-        check_bytes(data, sha256, size, f"blob {sha256}")
+        if not (isinstance(data, Verified) and data.sha256 == sha256 and len(data) == size):
+            check_bytes(data, sha256, size, f"blob {sha256}")
         self._mkdirs("blobs")
         # No fsync: every read checks size and sha256, so a crash can lose a blob (fetched
         # again) but never make a wrong one pass.

@@ -1,4 +1,5 @@
-"""Where a client gets bytes from, and the one bounded HTTP exchange every client uses.
+"""Where a client gets bytes from, through the one bounded HTTP exchange every client uses
+(client/wire.py: Wire, as below).
 
     Wire(url)            one base URL; request(method, path, limit=...) -> Answer(status, headers, body)
         every call: an overall deadline (deadline_s, retries and backoff included; each socket
@@ -36,40 +37,31 @@ from __future__ import annotations
 
 import abc
 import json
-import threading
-import time
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
-import httpcore
 import httpx
 import zstandard
 
 from rocke_aot import errors
-from rocke_aot.cache import codec
 from rocke_aot.cache.keys import check_key
-from rocke_aot.client.local import MAX_CODE_OBJECT, Kernel, check_bytes, check_record, check_sha
+from rocke_aot.client.local import MAX_CODE_OBJECT, Kernel, check_record, check_sha, decoded, verified
 from rocke_aot.errors import (
     AnswerTooLargeError,
-    CacheError,
-    DeadlineError,
     IntegrityError,
     LaneError,
     MalformedAnswerError,
     NotFoundError,
-    RedirectError,
     RemoteError,
     RockeError,
     SourceError,
     SpecError,
 )
+from rocke_aot.client.wire import DEADLINE_S, MAX_ERROR_BODY, Answer, Wire, http_client
 
 MAX_BLOB = MAX_CODE_OBJECT  # 256 MiB; a code object is kilobytes to megabytes
 MAX_METADATA = 64 << 20  # a manifest of every kernel of a big build is a few megabytes
 MAX_RECORD = 4 << 20  # one /meta answer: metadata and provenance are at most 1 MiB each (record.py)
 MAX_DOCUMENT = 16 << 20  # a select answer (1,000 accepted + 1,000 rejected rows), a listing page
-MAX_ERROR_BODY = 64 << 10  # an error answer's body is read this far, the rest dropped
-DEADLINE_S = 120.0  # one call: every attempt, read and backoff sleep
 BLOB_SLACK = 1 << 16  # a zstd frame of incompressible bytes is a little larger than they are
 
 JSON_HEADERS = {"Accept": "application/json", "Accept-Encoding": "identity"}
@@ -78,203 +70,6 @@ BLOB_HEADERS = {"Accept-Encoding": "zstd, identity;q=0.5"}
 __all__ = ["BLOB_HEADERS", "DEADLINE_S", "JSON_HEADERS", "MAX_BLOB", "MAX_DOCUMENT", "MAX_ERROR_BODY",
            "MAX_METADATA", "MAX_RECORD", "Answer", "MirrorSource", "ServiceSource", "Source", "SourceError",
            "Wire", "document", "field", "http_client"]
-
-
-# ---- the deadline, down to every socket read -------------------------------------------------
-
-_call = threading.local()  # .end: time.monotonic() by which the current call must finish
-
-
-def _left(timeout: float | None, exc: type[Exception]) -> float | None:
-    end = getattr(_call, "end", None)
-    if end is None:
-        return timeout
-    left = end - time.monotonic()
-    if left <= 0:
-        raise exc("the call's deadline passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A socket stream whose every read/write waits at most until the call's deadline."""
-
-    def __init__(self, inner: httpcore.NetworkStream):
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(self, ssl_context, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
-                                                     _left(timeout, httpcore.ConnectTimeout)))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    def __init__(self, inner: httpcore.NetworkBackend):
-        self._inner = inner
-
-    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        return _DeadlineStream(self._inner.connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout),
-                                                       local_address, socket_options))
-
-    def connect_unix_socket(self, path, timeout=None, socket_options=None):
-        return _DeadlineStream(self._inner.connect_unix_socket(path, _left(timeout, httpcore.ConnectTimeout),
-                                                               socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-def http_client(timeout: float = 30.0) -> httpx.Client:
-    """An httpx.Client whose sockets honour the deadline of the Wire call using them (its own
-    transport and any proxy transport httpx mounted from the environment). httpcore's pool
-    takes a network backend; httpx builds the pool itself, so the backend is wrapped in place
-    (tests/test_hostile_client.py's trickle case fails if a new httpx stops allowing it)."""
-    client = httpx.Client(timeout=timeout, follow_redirects=False)
-    for transport in (client._transport, *client._mounts.values()):  # noqa: SLF001 - see above
-        pool = getattr(transport, "_pool", None)
-        backend = getattr(pool, "_network_backend", None)
-        if backend is not None and not isinstance(backend, _DeadlineBackend):
-            pool._network_backend = _DeadlineBackend(backend)  # noqa: SLF001
-    return client
-
-
-# ---- one bounded exchange ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Answer:
-    """A final (non-3xx) answer: its status, headers and the body as sent, bounded."""
-
-    method: str
-    url: str
-    status: int
-    headers: httpx.Headers
-    body: bytes
-
-    @property
-    def where(self) -> str:
-        return f"{self.method} {self.url}"
-
-
-class _Retry(Exception):
-    def __init__(self, answer: Answer):
-        self.answer = answer
-
-
-class Wire:
-    """Bounded, retried HTTP calls to one base URL under an overall deadline (module doc).
-
-    ``http`` injects an httpx.Client (tests; the deadline is then checked between reads only,
-    unless it came from http_client()); ``retries`` and ``backoff`` bound the retry loop
-    (sleeps backoff, 2*backoff, ...); ``timeout`` bounds each connect/read; ``deadline_s`` the
-    whole call.
-    """
-
-    def __init__(self, url: str, *, http: httpx.Client | None = None, retries: int = 2, backoff: float = 0.1,
-                 timeout: float = 30.0, deadline_s: float | None = None):
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise CacheError(f"a source URL is http:// or https://, got {url!r}")
-        self.url = url.rstrip("/")
-        self._http = http or http_client(timeout)
-        self._own_http = http is None
-        self.retries, self.backoff, self.timeout = retries, backoff, timeout
-        self.deadline_s = DEADLINE_S if deadline_s is None else float(deadline_s)
-        self._lock = threading.Lock()  # Fetcher.get_many's threads share a source (httpx.Client is thread-safe)
-        self._requests = 0
-
-    @property
-    def requests(self) -> int:
-        """How many requests this Wire sent (each retry counts)."""
-        return self._requests
-
-    def close(self) -> None:
-        if self._own_http:
-            self._http.close()
-
-    def request(self, method: str, path: str, *, limit: int, headers: dict[str, str] | None = None,
-                json_body: Any = None) -> Answer:
-        """The final answer to ``method url+path`` (any status but 3xx; 5xx only once retries
-        are spent), its body at most ``limit`` bytes as sent on the wire."""
-        url = self.url + path
-        end = time.monotonic() + self.deadline_s
-        delay = self.backoff
-        for attempt in range(self.retries + 1):
-            with self._lock:
-                self._requests += 1
-            try:
-                return self._once(method, url, limit, headers, json_body, end)
-            except _Retry as r:
-                if attempt == self.retries:
-                    return r.answer
-            except httpx.TransportError as e:
-                if isinstance(e, httpx.TimeoutException) and time.monotonic() >= end - 0.05:
-                    raise DeadlineError(f"{method} {url}: not answered within the {self.deadline_s:g} s deadline "
-                                        f"(attempt {attempt + 1}; {type(e).__name__})") from None
-                if attempt == self.retries:
-                    raise SourceError(f"{method} {url}: {type(e).__name__}: {e} "
-                                      f"(after {attempt + 1} attempts)") from None
-            pause = min(delay, end - time.monotonic())
-            if pause <= 0:
-                raise DeadlineError(f"{method} {url}: not answered within the {self.deadline_s:g} s deadline "
-                                    f"(after {attempt + 1} attempts)")
-            time.sleep(pause)
-            delay *= 2
-        raise AssertionError("unreachable")
-
-    def _once(self, method: str, url: str, limit: int, headers, json_body, end: float) -> Answer:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise DeadlineError(f"{method} {url}: the {self.deadline_s:g} s deadline passed before it was sent")
-        _call.end = end
-        try:
-            with self._http.stream(method, url, headers=headers, json=json_body, follow_redirects=False,
-                                   timeout=httpx.Timeout(min(self.timeout, left))) as r:
-                status = r.status_code
-                if 300 <= status < 400:
-                    where = r.headers.get("location")
-                    raise RedirectError(f"{method} {url} -> {status}, redirected to "
-                                        f"{(where or '')[:200]!r}: redirects are not followed; give the "
-                                        f"final URL")
-                cap = limit if status < 400 else MAX_ERROR_BODY
-                declared = r.headers.get("content-length", "")
-                if status < 400 and declared.isdigit() and int(declared) > cap:
-                    raise AnswerTooLargeError(f"{method} {url}: {declared} bytes announced, the limit is {cap}")
-                # (an answer made in memory, e.g. by httpx.MockTransport, is already read: its bytes)
-                chunks = iter([r.content]) if r.is_stream_consumed else r.iter_raw()
-                body = _bounded(chunks, cap, f"{method} {url}", end, self.deadline_s, truncate=status >= 400)
-                answer = Answer(method, url, status, r.headers, body)
-        finally:
-            _call.end = None
-        if status >= 500:
-            raise _Retry(answer)
-        return answer
-
-
-def _bounded(chunks: Iterator[bytes], cap: int, where: str, end: float, deadline_s: float, *,
-             truncate: bool) -> bytes:
-    out, n = [], 0
-    for chunk in chunks:
-        if time.monotonic() > end:
-            raise DeadlineError(f"{where}: the body did not arrive within the {deadline_s:g} s deadline "
-                                f"({n} bytes by then)")
-        n += len(chunk)
-        if n > cap:
-            if truncate:
-                out.append(chunk[:cap - (n - len(chunk))])
-                break
-            raise AnswerTooLargeError(f"{where}: over {cap} bytes sent (reading stopped there)")
-        out.append(chunk)
-    return b"".join(out)
 
 
 # ---- strict documents ----------------------------------------------------------------------------
@@ -395,7 +190,7 @@ def _decode_frame(frame: bytes, sha: str, size: int | None, where: str) -> bytes
         size = claimed
     if claimed != size:
         raise IntegrityError(f"blob {sha} from {where}: the frame claims {claimed} bytes, expected {size}")
-    return codec.decode(frame, sha, size)  # bounded decompress + size + sha256
+    return decoded(frame, sha, size)  # bounded decompress + size + sha256, once per fetch
 
 
 def _blob_limit(size: int | None) -> int:
@@ -477,7 +272,7 @@ class ServiceSource(Source):
             if len(body) > MAX_BLOB:
                 raise AnswerTooLargeError(f"blob {sha256} from {self.url}: {len(body)} bytes, over {MAX_BLOB}")
             size = len(body)
-        return check_bytes(body, sha256, size, f"blob {sha256} from {self.url}")
+        return verified(body, sha256, size, f"blob {sha256} from {self.url}")
 
 
 class MirrorSource(Source):
