@@ -2,12 +2,13 @@
 
     served_dir()            a fresh world-readable directory under /tmp (pytest's own tmp dirs
                             are 0700 to root, which an unprivileged nginx cannot read)
-    nginx(root) -> base URL nginx -c <temp config> -e stderr in the foreground, as the calling
+    nginx(root, extra="") -> base URL   nginx -c <temp config> -e stderr in the foreground, as the calling
                             user, or as `nobody` (setpriv) when the tests run as root; no access
                             log, every temp path in its own directory; stopped on exit
 
 The config says what a static mirror needs and nothing else: files under ``root``, octet-stream
-by default, JSON for the metadata, no caching of open files (a test rewrites files in place).
+by default, JSON for the metadata, no caching of open files (a test rewrites files in place);
+``extra`` is added to the server block (a test's hostile behaviour, e.g. a limit_rate).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def served_dir() -> Path:
     return d
 
 
-def _conf(work: Path, root: Path, port: int, workers: int) -> Path:
+def _conf(work: Path, root: Path, port: int, workers: int, extra: str) -> Path:
     conf = work / "nginx.conf"
     conf.write_text(f"""
 worker_processes {workers};
@@ -56,6 +57,7 @@ http {{
         listen 127.0.0.1:{port};
         root {root};
         location = /healthz {{ return 200 "ok"; }}
+        {extra}
     }}
 }}
 """)
@@ -63,11 +65,11 @@ http {{
 
 
 @contextlib.contextmanager
-def nginx(root: Path, *, workers: int = 1):
+def nginx(root: Path, *, workers: int = 1, extra: str = ""):
     """Yield the base URL of nginx serving ``root`` (which the nginx user must be able to read)."""
     work = Path(tempfile.mkdtemp(prefix="rocke-nginx-work-", dir="/tmp"))
     port = free_port()
-    argv = [NGINX, "-e", "stderr", "-p", str(work), "-c", str(_conf(work, root, port, workers))]
+    argv = [NGINX, "-e", "stderr", "-p", str(work), "-c", str(_conf(work, root, port, workers, extra))]
     if os.geteuid() == 0:  # never serve as root: drop to nobody, which owns only the work dir
         shutil.chown(work, "nobody", "nogroup")
         argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]

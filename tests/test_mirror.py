@@ -6,6 +6,10 @@
     each attack (tampered blob, tampered manifest, replayed older manifest, expired manifest,
     swapped key, a mirror serving another generation) -> its named error, nothing stored,
     the versions seen unchanged; mirrors then the service tried in order
+    the fast path (client/wire.py's httpcore pool, each blob hashed once on download, every
+    local read hashed again) and what nginx can make it bound: an oversized body, a body
+    trickled past the deadline, a body cut short, a frame of the wrong length -> each a
+    named error, nothing stored
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import shutil
 import subprocess
 from datetime import datetime, timedelta, timezone
 
+import threading
+import time
+
 import pytest
 import zstandard
 
@@ -24,8 +31,14 @@ from _nginx import nginx, served_dir
 from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
+from rocke_aot.client import local as client_local
+from rocke_aot.client.sources import BLOB_SLACK
 from rocke_aot.errors import (
+    AnswerTooLargeError,
     BlobMismatchError,
+    DeadlineError,
+    IntegrityError,
+    SourceError,
     ExpiredError,
     MixedGenerationError,
     NotInManifestError,
@@ -252,3 +265,90 @@ def test_mirrors_then_the_service_in_order(world, tree, tmp_path):
     finally:
         shutil.rmtree(bad)
     assert os.path.exists(tmp_path / "host" / "blobs" / a.sha256)
+
+
+def test_the_fast_path_hashes_each_blob_once_and_every_read_again(world, tree, tmp_path, monkeypatch):
+    store = world["store"]
+    arts = store.find()
+    hashed = []
+    real = client_local.check_bytes
+    monkeypatch.setattr(client_local, "check_bytes", lambda data, sha, size, what: hashed.append(sha) or
+                        real(data, sha, size, what))
+    with nginx(tree) as base, host(world, tmp_path, [base]) as f:
+        assert type(f.sources[0].wire._net).__name__ == "_CorePool"  # httpcore directly, not httpx.Client
+        got = f.get_many([a.key for a in arts], workers=4)
+        assert hashed == []  # codec.decode hashed each on download; put_blob did not hash again
+        for a in arts:
+            assert got[a.key].code_object == store.get(a.key).code_object
+            assert hashlib.sha256((tmp_path / "host" / "blobs" / a.sha256).read_bytes()).hexdigest() == a.sha256
+        f.get_many([a.key for a in arts], workers=4)  # warm: every local read is hashed
+        assert sorted(hashed) == sorted(a.sha256 for a in arts)
+    # bytes checked for one hash are not a pass for another, and plain bytes are checked
+    a, b = arts[:2]
+    good = client_local.verified(store.get(a.key).code_object, a.sha256, a.size, "a")
+    other = LocalStore(tmp_path / "other")
+    with pytest.raises(IntegrityError):
+        other.put_blob(b.sha256, a.size, good)
+    with pytest.raises(IntegrityError):
+        other.put_blob(a.sha256, a.size, bytes(a.size))
+    assert not (tmp_path / "other" / "blobs" / b.sha256).exists()
+    assert not (tmp_path / "other" / "blobs" / a.sha256).exists()
+
+
+SLOW = "location /blobs/ { limit_rate 4k; }"  # nginx trickles every blob at 4 KiB/s
+
+
+def _padded(tree, a, store) -> bytes:
+    """a's real frame followed by zeros, within the size bound (signed size + BLOB_SLACK)."""
+    frame = zstandard.ZstdCompressor().compress(store.get(a.key).code_object)
+    body = frame + bytes(max(0, a.size + BLOB_SLACK - len(frame) - 1024))
+    assert len(body) > 32 << 10  # over 8 s at 4 KiB/s
+    (tree / "blobs" / f"{a.sha256}.zst").write_bytes(body)
+    return body
+
+
+@pytest.mark.parametrize("case", ["oversized", "slow past the deadline", "truncated", "short frame", "long frame"])
+def test_what_nginx_can_send_is_bounded_and_nothing_is_stored(world, tree, tmp_path, case):
+    store = world["store"]
+    a = store.find()[0]
+    path = tree / "blobs" / f"{a.sha256}.zst"
+    frame = path.read_bytes()
+    extra, deadline, timer = "", 30.0, None
+    if case == "oversized":  # announced over the bound: refused before a byte of the body is read
+        path.write_bytes(os.urandom(a.size + BLOB_SLACK + 1))
+        expected = AnswerTooLargeError  # which the fetch names as the blob not matching its entry
+    elif case == "slow past the deadline":
+        _padded(tree, a, store)
+        extra, deadline, expected = SLOW, 1.5, DeadlineError
+    elif case == "truncated":  # Content-Length sent, then the file shrinks under nginx mid-body
+        _padded(tree, a, store)
+        extra, expected = SLOW, SourceError
+        timer = threading.Timer(1.0, lambda: os.truncate(path, 100))
+    elif case == "short frame":  # nginx announces the length it has: a frame cut 8 bytes short
+        path.write_bytes(frame[:-8])
+        expected = BlobMismatchError
+    else:  # the whole frame, then bytes after it (within the size bound)
+        path.write_bytes(frame + b"\0" * 64)
+        expected = BlobMismatchError
+    with nginx(tree, extra=extra) as base, \
+            host(world, tmp_path, [MirrorSource(base, retries=0, deadline_s=deadline)]) as f:
+        f.accepted()  # the metadata is genuine (and is not rate limited)
+        t = time.monotonic()
+        if timer is not None:
+            timer.start()
+        try:
+            with pytest.raises(BlobMismatchError if expected is AnswerTooLargeError else expected) as e:
+                f.get(a.key)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        took = time.monotonic() - t
+    assert nothing_stored(tmp_path)
+    if case == "oversized":
+        assert "bytes announced, the limit is" in str(e.value)
+    if case == "truncated":
+        assert type(e.value) is SourceError and "RemoteProtocolError" in str(e.value)  # not the deadline
+    if case == "slow past the deadline":
+        assert 1.4 <= took < 3.5
+    if case == "truncated":
+        assert took < 8  # the cut, not the whole trickle
