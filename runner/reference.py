@@ -6,7 +6,7 @@
         the family's own Reference (variants/families.py Family.reference: a plugin declares
             its numpy / torch reference there; rocke-aot's families keep theirs below)
         SEMANTICS[the name the family computes] (runner/run.py reference_of: a Triton family
-            names one, triton_matmul -> gemm; every other family its own name)
+            names one, triton_matmul -> gemm, triton_softmax -> softmax; every other family its own name)
         else SpecError naming the family and how to declare one
     Semantics.expected(problem, {arg: float64 values}, out_dtype) -> (float64 output, flat;
         the largest error a correct kernel makes per element): .terms(problem) (products summed
@@ -128,6 +128,29 @@ def _dgrad_patch(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
     return dx.ravel()
 
 
+def _softmax(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Row-wise softmax in float64: exp(x - max(x)) / sum(exp(x - max(x))) per row."""
+    x = v["X"].reshape(p.rows, p.cols)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).ravel()
+
+
+# A correct softmax kernel (f32 math, Triton's fused-softmax tutorial: rocke_aot/kernels/triton_softmax.py):
+# x - max is exact (two 16-bit values in f32); exp is the hardware's approximation (NVIDIA
+# ex2.approx: 2 ulp of f32 after the log2(e) scaling's rounding; AMD v_exp_f32: 1 ulp), so 2^-21
+# relative per element; the row sum of ``cols`` such terms adds Higham's gamma_cols and their own
+# 2^-21; the division one f32 rounding. Relative to each output: 2^-20 + cols * 2^-24 + 2^-24,
+# then one rounding to the output dtype.
+SOFTMAX_EXP_REL = 2.0**-21
+
+
+def _softmax_bound(p: Any, v: Mapping[str, np.ndarray], ref: np.ndarray, out_dtype: str) -> np.ndarray:
+    u = 2.0**-24
+    rel = 2 * SOFTMAX_EXP_REL + p.cols * u / (1 - p.cols * u) + u
+    a = np.abs(ref)
+    return rel * a + U_OUT[out_dtype] * (a + rel * a) + 2.0**-25
+
+
 @dataclass(frozen=True)
 class Semantics:
     output: str  # the argument the kernel writes
@@ -158,6 +181,8 @@ SEMANTICS: Mapping[str, Semantics] = {
     "conv_dgrad_patch": Semantics(
         "dX", _dgrad_patch, lambda p: 2 * p.n * (p.h // p.p) * (p.w // p.p) * p.k * p.p * p.p * p.c,
         lambda p: p.k, family="conv_dgrad_patch"),
+    # what triton_softmax computes (its TritonKernel names "softmax"): no flops (not a sum of products)
+    "softmax": Semantics("Y", _softmax, None, None, _softmax_bound, family="softmax"),
 }
 
 
