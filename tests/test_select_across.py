@@ -129,3 +129,19 @@ def test_triton_version_across_families_keeps_the_native_rows(store_url):
         other = select(store, "sm_90", FAMS, PROBLEM, triton_version="3.9.0")
     assert {c.candidate.family for c in sel.accepted} == {"gemm", "triton_matmul"}
     assert {c.candidate.family for c in other.accepted} == {"gemm"}  # no 3.9.0 build: the natives only
+
+
+def test_the_h200_bench_script_parses_and_refuses_problem_lists_that_differ(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "across_h200.py"
+    spec = importlib.util.spec_from_file_location("across_h200", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = mod.parse(["--cache", "c.sqlite", "--out", str(tmp_path)])
+    assert args.candidates == 8 and args.triton_version == "3.6.0" and len(args.problem_list) == 5
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"gemm": [PROBLEM], "triton_matmul": [{**PROBLEM, "k": 512}]}))
+    with pytest.raises(SystemExit):
+        mod.parse(["--cache", "c.sqlite", "--out", str(tmp_path), "--problems", str(bad)])
