@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -144,7 +145,7 @@ class Source(abc.ABC):
             raise self.refusal(ans)
         return ans
 
-    def get(self, path: str, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, httpx.Headers]:
+    def get(self, path: str, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, Mapping]:
         """The body of GET url+path as sent on the wire (no content decoding), at most ``limit``."""
         ans = self.call("GET", path, limit, headers)
         if ans.status != 200:

@@ -23,6 +23,7 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -37,7 +38,7 @@ MAX_ERROR_BODY = 64 << 10  # an error answer's body is read this far, the rest d
 DEADLINE_S = 120.0  # one call: every attempt, read and backoff sleep
 USER_AGENT = "rocke-aot-client"
 
-__all__ = ["DEADLINE_S", "MAX_ERROR_BODY", "Answer", "Wire", "http_client"]
+__all__ = ["DEADLINE_S", "MAX_ERROR_BODY", "Answer", "Headers", "Wire", "http_client"]
 
 
 # ---- the deadline, down to every socket read -------------------------------------------------
@@ -111,14 +112,47 @@ def http_client(timeout: float = 30.0) -> httpx.Client:
 
 # ---- two transports, one shape: (status, headers, raw body chunks) -----------------------------
 
+class Headers(Mapping):
+    """An answer's headers from httpcore's (name, value) byte pairs: read-only, names
+    case-insensitive, a repeated name's values joined by ", " (as httpx.Headers reads them).
+    httpx.Headers would do, at about ten times the cost per answer (it keeps every spelling
+    and normalizes eagerly): a blob's GET reads two headers."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]):
+        d: dict[str, str] = {}
+        for k, v in raw:
+            name, value = k.decode("latin-1").lower(), v.decode("latin-1")
+            d[name] = f"{d[name]}, {value}" if name in d else value
+        self._d = d
+
+    def __getitem__(self, name: str) -> str:
+        return self._d[name.lower()]
+
+    def get(self, name: str, default=None):
+        return self._d.get(name.lower(), default)
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._d!r})"
+
+
 class _CorePool:
     """httpcore's connection pool with the deadline backend: the limits httpx.Client uses by
     default (100 connections, 20 kept alive for 5 s), httpx's TLS context (certifi, or
-    SSL_CERT_FILE / SSL_CERT_DIR)."""
+    SSL_CERT_FILE / SSL_CERT_DIR) for an https:// URL only: loading the CA bundle costs tens of
+    milliseconds, which a plain-HTTP mirror on a LAN need not pay at start-up."""
 
-    def __init__(self):
+    def __init__(self, url: str):
+        tls = httpx.create_ssl_context() if url.startswith("https://") else None
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(), max_connections=100, max_keepalive_connections=20,
+            ssl_context=tls, max_connections=100, max_keepalive_connections=20,
             keepalive_expiry=5.0, network_backend=_DeadlineBackend(httpcore.SyncBackend()))
 
     def close(self) -> None:
@@ -135,8 +169,7 @@ class _CorePool:
             head.append((b"Content-Type", b"application/json"))
         ext = {"timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}}
         with self._pool.stream(method.encode(), url, headers=head, content=content, extensions=ext) as r:
-            # httpcore hands over the headers as sent (bytes pairs); httpx.Headers keeps Answer's type
-            yield r.status, httpx.Headers(r.headers), r.iter_stream()
+            yield r.status, Headers(r.headers), r.iter_stream()
 
 
 class _HttpxClient:
@@ -189,7 +222,7 @@ class Answer:
     method: str
     url: str
     status: int
-    headers: httpx.Headers
+    headers: Mapping  # Headers, or an injected httpx.Client's httpx.Headers: .get(name) either way
     body: bytes
 
     @property
@@ -222,7 +255,7 @@ class Wire:
         elif _proxied(self.url):
             self._net = _HttpxClient(http_client(timeout), own=True)
         else:
-            self._net = _CorePool()
+            self._net = _CorePool(self.url)
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.deadline_s = DEADLINE_S if deadline_s is None else float(deadline_s)
         self._lock = threading.Lock()  # Fetcher.get_many's threads share a source (both pools are thread-safe)

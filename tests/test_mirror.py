@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 import threading
 import time
 
+import httpx
 import pytest
 import zstandard
 
@@ -352,3 +353,13 @@ def test_what_nginx_can_send_is_bounded_and_nothing_is_stored(world, tree, tmp_p
         assert 1.4 <= took < 3.5
     if case == "truncated":
         assert took < 8  # the cut, not the whole trickle
+
+
+def test_answer_headers_read_as_httpx_reads_them():
+    from rocke_aot.client.wire import Headers
+
+    raw = [(b"Content-Length", b"12"), (b"Vary", b"a"), (b"vary", b"b"), (b"X-Latin", "\xe9".encode("latin-1"))]
+    h = Headers(raw)
+    for name in ("content-length", "Content-Length", "VARY", "x-latin", "absent"):
+        assert h.get(name) == httpx.Headers(raw).get(name), name
+    assert len(h) == 3 and h["CONTENT-LENGTH"] == "12" and "vary" in h
