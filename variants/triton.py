@@ -106,6 +106,8 @@ class TritonKernel:
     tiled: tuple[tuple[str, str], ...] = ()  # (problem field, constexpr of its tile): the efficiency dims
     accepts: Callable[[Any, Any], str | None] = lambda spec, problem: None
     work: Callable[[Any, Any, Target], TileWork] | None = None
+    # (spec, problem, Target, banks) -> KernelCounts for the hardware time model; None: ranked by efficiency
+    counts: Callable[..., Any] | None = None
     sources: tuple[str, ...] = ()  # modules whose files the key hashes (default: ``module``)
     arch_rule: Callable[[Target, Any], str | None] = lambda target, lane: None
     extra_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -379,7 +381,12 @@ def _model(kernel: TritonKernel) -> Model:
             raise SpecError(f"{kernel.family} has no work model")
         return kernel.work(spec, problem, Target.parse(target))
 
-    return Model(accepts, efficiency, work)
+    counts = None
+    if kernel.counts is not None:
+        def counts(spec: Any, problem: Any, target: Any, banks: int = 32) -> Any:
+            return kernel.counts(spec, problem, Target.parse(target), banks)
+
+    return Model(accepts, efficiency, work, counts)
 
 
 def register_triton(kernel: TritonKernel) -> families.Family:

@@ -19,6 +19,7 @@ from rocke_aot.kernels.configs import SOFTMAX_BLOCKS, matmul_configs, softmax_wa
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.problems import GemmProblem
 from rocke_aot.variants.table import Refuse, Serve
+from rocke_aot.variants.triton_counts import matmul_counts
 from rocke_aot.variants.triton import TritonKernel, TritonParam, register_triton
 
 LANES = {
@@ -73,7 +74,7 @@ MATMUL = TritonKernel(
     baked=({"dtype": "f16"},),
     classes={"m": ("div16", "plain"), "n": ("div16", "plain"), "k": ("div16", "plain")},
     lanes=LANES, reference="gemm", operation="matmul", tiled=(("m", "BLOCK_M"), ("n", "BLOCK_N")),
-    accepts=_matmul_accepts, work=_matmul_work, arch_rule=_matmul_arch,
+    accepts=_matmul_accepts, work=_matmul_work, counts=matmul_counts, arch_rule=_matmul_arch,
     description="C = A x B, row-major (Triton, after its matmul tutorial): autotune configs x M/N/K specializations",
 )
 
