@@ -87,6 +87,21 @@ def loop_instructions(disassembly: str, kernel: str, start: int, end: int) -> li
     return out
 
 
+def in_flight(insns: list[tuple[str, str]]) -> int:
+    """The most vector (>= 8 bytes a lane) global loads issued between two full drains
+    (s_waitcnt vmcnt(0)) in the loop's code order: 1 where each vector load sits behind its own
+    edge branch and is consumed before the next; the edge paths' 2-byte element loads are
+    left out, so the figure is the interior tiles' path."""
+    best = run = 0
+    for m, ops in insns:
+        if m == "s_waitcnt" and re.search(r"vmcnt\(0\)", ops):
+            run = 0
+        elif m.startswith(MEMORY["global_load"]) and width_bits(m) >= 64:
+            run += 1
+            best = max(best, run)
+    return best
+
+
 def memory_counts(insns: list[tuple[str, str]]) -> dict:
     """Per class of MEMORY: mnemonic -> count, and the bytes a lane moves; matrix, waits, barriers,
     direct-to-LDS loads."""
@@ -101,6 +116,7 @@ def memory_counts(insns: list[tuple[str, str]]) -> dict:
                  "insts": len(insns)}
     shapes = sorted({m.group(1) for mn, _ in insns if (m := re.search(r"_(\d+x\d+x\d+)_", mn))})
     out["matrix_shape"] = shapes[0] if len(shapes) == 1 else None
+    out["vector_loads_in_flight"] = in_flight(insns)
     for cls, prefixes in MEMORY.items():
         c = Counter(m for m, _ in insns if m.startswith(prefixes))
         out[cls] = dict(sorted(c.items()))
@@ -193,7 +209,7 @@ def _mix(d: dict) -> str:
 
 
 HEAD = ["tile", "arch", "lane", "kernel", "K-steps", "matrix", "global loads", "glb B/lane", "LDS reads", "LDS rd B/lane",
-        "LDS writes", "to-LDS", "waits (vmcnt0)", "barriers", "branches", "insts", "VGPR", "AGPR", "SGPR",
+        "LDS writes", "to-LDS", "vec loads in flight", "waits (vmcnt0)", "barriers", "branches", "insts", "VGPR", "AGPR", "SGPR",
         "spills", "LDS B"]
 
 
@@ -204,7 +220,7 @@ def markdown(doc: dict) -> str:
         name = "triton " + r["compiler"].split()[-1] if r["kind"] == "triton" else r["kind"]
         cells = [f"{r['tile']} w{r['waves']}", r["arch"], r["lane"], name, f"{r['k_steps']:g}", lp["matrix"], _mix(lp["global_load"]),
                  lp["global_load_bytes"], _mix(lp["lds_read"]), lp["lds_read_bytes"], _mix(lp["lds_write"]),
-                 lp["direct_to_lds"], f"{lp['wait']} ({lp['vmcnt0']})", lp["barrier"], lp["branches"], lp["insts"],
+                 lp["direct_to_lds"], lp["vector_loads_in_flight"], f"{lp['wait']} ({lp['vmcnt0']})", lp["barrier"], lp["branches"], lp["insts"],
                  r["vgpr"], r["agpr"], r["sgpr"], f"{r['vgpr_spills']}+{r['sgpr_spills']}", r["lds_bytes"]]
         if r["scope"] != "loop":
             cells[3] += " (no loop: whole kernel)"

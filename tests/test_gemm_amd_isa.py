@@ -71,7 +71,7 @@ def test_counter_on_an_assembled_loop(tmp_path):
     assert (start, end, n) == (4, 0x50, 1)  # s_mov_b32 is 4 bytes; the branch is the 14th instruction
     c = isa.memory_counts(isa.loop_instructions(text, "k", start, end))
     assert c["global_load"] == {"buffer_load_dword": 1, "global_load_dwordx4": 1, "global_load_ushort": 1}
-    assert (c["global_load_bytes"], c["direct_to_lds"]) == (22, 1)
+    assert (c["global_load_bytes"], c["direct_to_lds"], c["vector_loads_in_flight"]) == (22, 1, 1)
     assert c["lds_read"] == {"ds_read2_b64": 1, "ds_read_u16": 1} and c["lds_read_bytes"] == 18
     assert c["lds_write"] == {"ds_write_b64": 1} and c["lds_write_bytes"] == 8
     assert (c["matrix"], c["matrix_shape"], c["wait"], c["vmcnt0"], c["barrier"], c["branches"], c["insts"]) == \

@@ -221,12 +221,40 @@ class _GemmLowering:
             else:
                 self.kb.loop(rounds, [], one_round, name=f"{name}{which}")
 
+    def tile_inside(self, kt: Sym) -> ir.Value:
+        """K-tile kt's A (block_m x block_k) and B (block_k x block_n) lie wholly inside A and B."""
+        s, b = self.spec, self.b
+        return self.kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
+                              b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v),
+                              b.icmp_unsigned("<=", ((kt + 1) * s.block_k).v, self.K.v))
+
     def stage_tile(self, kt: Sym, stage: Sym | int) -> None:
-        """Copy K-tile kt into LDS stage ``stage`` through registers (each_chunk)."""
+        """Copy K-tile kt into LDS stage ``stage`` through registers (each_chunk).
+
+        On AMD a tile wholly inside both matrices takes a path without per-vector edge checks:
+        each vector behind its own branch made LLVM wait for every load (s_waitcnt vmcnt(0))
+        before issuing the next (docs/lowering.md, "Native vs Triton on AMD"); branch-free, the
+        step's loads issue together. Boundary tiles keep the checked path. sm_90 keeps the
+        checked path only: its fast gemm is the cp.async pipeline, and the register-staged
+        one's effect there is unmeasured (no H200 run of this change)."""
+        if not self.kb.target.is_amdgpu:
+            self._stage_tile(kt, stage, checked=True)
+            return
+        full = self.tile_inside(kt)
+        with self.kb.if_then(full, name="tile"):
+            self._stage_tile(kt, stage, checked=False)
+        with self.kb.if_then(self.b.not_(full), name="ragged"):
+            self._stage_tile(kt, stage, checked=True)
+
+    def _stage_tile(self, kt: Sym, stage: Sym | int, checked: bool) -> None:
         s, vw = self.spec, self.spec.vector_width
 
         def move(ch: "_Chunk") -> None:
-            val = self.load_vec(ch.ptr, ch.grow * ch.gld + ch.gcol, ch.row_ok, ch.gcol, ch.limit, vw)
+            base = ch.grow * ch.gld + ch.gcol
+            if checked:
+                val = self.load_vec(ch.ptr, base, ch.row_ok, ch.gcol, ch.limit, vw)
+            else:  # the tile is inside the matrix: every vector is
+                val = self.b.load(self.gep(ch.ptr, base), typ=I16 if vw == 1 else ir.VectorType(I16, vw), align=2)
             if ch.which == "B" and s.b_lds == "nk":  # transposed: element e to column row v*vw+e
                 for e in range(vw):
                     x = val if vw == 1 else self.b.extract_element(val, _c32(e))
