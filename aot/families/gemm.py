@@ -47,7 +47,8 @@ Tile order (spec.group_m = G > 1): work-group g takes tile rows in groups of G: 
 Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
 a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the
 K tail) falls back to per-element loads whose address is clamped to 0 when out of range,
-so no load ever leaves the tensor and missing elements read as zero. Data stays as i16
+so no load ever leaves the tensor and missing elements read as zero. On AMD a K-tile whose A
+and B tiles lie wholly inside the matrices skips the per-vector checks (stage_tile). Data stays as i16
 bits until the arithmetic, so f16 and bf16 share every load and LDS path.
 """
 
