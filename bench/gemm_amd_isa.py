@@ -26,7 +26,6 @@ only the epilogue differs, outside the loop counted here.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import subprocess
@@ -34,6 +33,8 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+
+import codegen_deltas  # bench/codegen_deltas.py: its code object reader (bench/ is on the path when run)
 
 ROOT = Path(__file__).resolve().parents[1]
 TILES = ((128, 128, 32, 4), (64, 64, 32, 4))  # block_m, block_n, block_k, waves
@@ -54,17 +55,6 @@ MEMORY = {"global_load": ("global_load", "buffer_load", "flat_load"), "lds_read"
           "lds_write": ("ds_write", "ds_store")}
 
 
-def _codegen_deltas():
-    """bench/codegen_deltas.py (bench/ is no package): its code object reader, loaded once."""
-    if "codegen_deltas" in sys.modules:
-        return sys.modules["codegen_deltas"]
-    spec = importlib.util.spec_from_file_location("codegen_deltas", ROOT / "bench" / "codegen_deltas.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["codegen_deltas"] = mod  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def width_bits(mnemonic: str) -> int:
     """Bits one lane moves with ``mnemonic`` (ds_read2 / ds_write2: two elements); LookupError if unnamed."""
     m = _SUFFIX.search(re.sub(r"_tr_b\d+$", "", mnemonic))  # ds_read_b64_tr_b16: 64 bits of 16-bit elements
@@ -75,7 +65,7 @@ def width_bits(mnemonic: str) -> int:
 
 def loop_instructions(disassembly: str, kernel: str, start: int, end: int) -> list[tuple[str, str]]:
     """(mnemonic, operands) of ``kernel``'s instructions at addresses start..end (objdump -d text)."""
-    cd = _codegen_deltas()
+    cd = codegen_deltas
     out, inside = [], False
     for line in disassembly.splitlines():
         if line.endswith(">:"):
@@ -127,7 +117,7 @@ def memory_counts(insns: list[tuple[str, str]]) -> dict:
 
 def read(hsaco: Path, kernel: str) -> dict:
     """Registers, spills, LDS from the notes; the main loop's counts (whole kernel if it has none)."""
-    cd = _codegen_deltas()
+    cd = codegen_deltas
     st = cd.analyze(hsaco, kernel)
     text = subprocess.run([cd.OBJDUMP, "-d", str(hsaco)], check=True, capture_output=True, text=True).stdout
     if st.scope == "loop":

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from _bench import load_bench
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -25,9 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def kernels():
     """Real HSACOs: small kernels compiled with llvmlite (LLVM 22) and linked by ld.lld."""
-    spec = importlib.util.spec_from_file_location("bench_cache", ROOT / "bench" / "bench_cache.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_cache")
     corpus = bench.build_corpus(16, arches=("gfx942",))
     assert all(c["data"][:4] == b"\x7fELF" for c in corpus)
     return corpus

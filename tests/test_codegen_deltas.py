@@ -6,29 +6,19 @@ against the branch instruction objdump prints at its end (docs/llvm23-lane.md, "
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from _bench import load_bench
 
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.lower import lower
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench():
-    if "codegen_deltas" in sys.modules:
-        return sys.modules["codegen_deltas"]
-    spec = importlib.util.spec_from_file_location("codegen_deltas", ROOT / "bench" / "codegen_deltas.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["codegen_deltas"] = mod  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +37,7 @@ def _sh(cmd: str) -> str:
 
 def test_register_counts_and_sizes_equal_llvm_readelf(compiled):
     path, name, blob = compiled
-    st = _bench().analyze(path, name)
+    st = load_bench("codegen_deltas").analyze(path, name)
     for key, ours in [("vgpr_count", "vgpr"), ("sgpr_count", "sgpr"), ("agpr_count", "agpr"),
                       ("group_segment_fixed_size", "lds_bytes"),
                       ("private_segment_fixed_size", "scratch_bytes"),
@@ -65,7 +55,7 @@ def test_register_counts_and_sizes_equal_llvm_readelf(compiled):
 
 def test_instruction_counts_equal_grep_of_llvm_objdump(compiled, tmp_path):
     path, name, _ = compiled
-    bench = _bench()
+    bench = load_bench("codegen_deltas")
     st = bench.analyze(path, name)
     base, size = (int(x, 16) if i == 0 else int(x) for i, x in enumerate(
         _sh(f"llvm-readelf-22 -sW {path} | awk '$4 == \"FUNC\" && $8 == \"{name}\" {{print $2, $3; exit}}'").split()))
@@ -102,7 +92,7 @@ def test_instruction_counts_equal_grep_of_llvm_objdump(compiled, tmp_path):
 
 
 def test_the_main_loop_is_the_one_around_the_matrix_work():
-    bench = _bench()
+    bench = load_bench("codegen_deltas")
     insns = [bench.Insn(0x100, "s_load_dword", None), bench.Insn(0x108, "s_cbranch_scc0", 0x10),
              bench.Insn(0x10c, "v_mfma_f32_32x32x8_f16", None), bench.Insn(0x110, "s_endpgm", None)]
     assert bench.main_loop(insns, 0x100) is None  # a forward branch only: whole-kernel counts

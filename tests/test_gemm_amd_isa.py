@@ -6,13 +6,13 @@ grep here); both the native and the Triton column must come out with a loop of m
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from _bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 MC, OBJDUMP, READELF = "llvm-mc-22", "llvm-objdump-22", "llvm-readelf-22"
@@ -45,23 +45,13 @@ k:
 """
 
 
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _tool(name: str) -> str:
     return name if subprocess.run(["which", name], capture_output=True).returncode == 0 else \
         f"/usr/lib/llvm-22/bin/{name.rsplit('-', 1)[0]}"
 
 
 def test_counter_on_an_assembled_loop(tmp_path):
-    isa, cd = _load("gemm_amd_isa"), _load("codegen_deltas")
+    isa, cd = load_bench("gemm_amd_isa"), load_bench("codegen_deltas")
     (tmp_path / "k.s").write_text(SNIPPET)
     subprocess.run([_tool(MC), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-filetype=obj", str(tmp_path / "k.s"),
                     "-o", str(tmp_path / "k.o")], check=True)
@@ -79,7 +69,7 @@ def test_counter_on_an_assembled_loop(tmp_path):
 
 
 def test_widths():
-    isa = _load("gemm_amd_isa")
+    isa = load_bench("gemm_amd_isa")
     assert [isa.width_bits(m) for m in ("global_load_dwordx2", "ds_read_u16", "ds_read2_b64", "ds_read_b64_tr_b16",
                                         "ds_write_b16_d16_hi", "buffer_load_dwordx4")] == [64, 16, 128, 64, 16, 128]
     with pytest.raises(LookupError):
@@ -88,7 +78,7 @@ def test_widths():
 
 @pytest.mark.parametrize("kind", ["native-kn", "native-nk", "triton"])
 def test_gfx942_columns(kind, tmp_path):
-    isa = _load("gemm_amd_isa")
+    isa = load_bench("gemm_amd_isa")
     row = isa.compile_one(kind, (64, 64, 32, 4), "gfx942", "llvm22", tmp_path)
     notes = subprocess.run([_tool(READELF), "--notes", str(next(tmp_path.glob("*.hsaco")))], check=True,
                            capture_output=True, text=True).stdout

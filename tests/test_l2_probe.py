@@ -4,21 +4,19 @@ depends on the previous value), so a syntax slip never costs a device call."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from _bench import load_bench
+
 PROBE = Path(__file__).resolve().parents[1] / "bench" / "l2_probe.py"
 
 
 def _ptx() -> str:
-    spec = importlib.util.spec_from_file_location("l2_probe", PROBE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.PTX
+    return load_bench("l2_probe").PTX
 
 
 def test_probe_ptx_assembles_for_sm_90(tmp_path):

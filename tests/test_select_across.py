@@ -9,6 +9,8 @@ import json
 
 import httpx
 import pytest
+
+from _bench import load_bench
 from click.testing import CliRunner
 
 from _selstore import put_fake
@@ -138,13 +140,7 @@ def test_triton_version_across_families_keeps_the_native_rows(store_url):
 
 
 def test_the_h200_bench_script_parses_and_refuses_problem_lists_that_differ(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "across_h200.py"
-    spec = importlib.util.spec_from_file_location("across_h200", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("across_h200")
     args = mod.parse(["--cache", "c.sqlite", "--out", str(tmp_path)])
     assert args.candidates == 8 and args.triton_version == "3.6.0" and len(args.problem_list) == 5
     bad = tmp_path / "p.json"

@@ -10,7 +10,6 @@ compiles by the llvm22 lane (one new ResNet layer on gfx942, three specs) read b
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -19,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from _bench import load_bench
 from fastapi.testclient import TestClient
 
 from _selstore import put_fake
@@ -43,13 +44,7 @@ GFX942 = Target.parse("gfx942")
 
 
 def _extractor():
-    if "model_problems" in sys.modules:
-        return sys.modules["model_problems"]
-    spec = importlib.util.spec_from_file_location("model_problems", ROOT / "bench" / "model_problems.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["model_problems"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("model_problems")
 
 
 def _key(p: dict) -> tuple:
