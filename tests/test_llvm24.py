@@ -255,7 +255,7 @@ def _registers(asm: str) -> int:
 
 def test_the_middle_end_makes_llvm24_code_as_lean_as_llvm22(llvm24, llvm22_tc):
     # The library is codegen only: without a middle end this gfx950 tile needs 256 VGPRs +
-    # 208 AGPRs (occupancy 1); with the O3 pipeline first it needs what LLVM 22 needs (216).
+    # 208 AGPRs (occupancy 1); with the O3 pipeline first it needs no more than LLVM 22 needs.
     spec = {"path": "mfma", "block_m": 128, "block_n": 128, "block_k": 32, "waves": 2}
     k = lower("gemm", spec, "gfx950", "llvm24")
     bare = t24.Triton24Toolchain(llvm24.library, middle_end=False).compile(k.ir, "gfx950")
@@ -263,4 +263,5 @@ def test_the_middle_end_makes_llvm24_code_as_lean_as_llvm22(llvm24, llvm22_tc):
     assert _registers(bare.asm) > 1.5 * _registers(full.asm)
     ref = validate(llvm22_tc.compile(lower("gemm", spec, "gfx950", "llvm22").ir, "gfx950").code_object, "gfx950")
     got = validate(full.code_object, "gfx950")
-    assert (got.vgpr_count, got.agpr_count) == (ref.vgpr_count, ref.agpr_count)
+    # as lean as LLVM 22 or leaner (the whole-tile staging path: LLVM 24 212 VGPRs, LLVM 22 244)
+    assert got.vgpr_count + got.agpr_count <= ref.vgpr_count + ref.agpr_count

@@ -29,9 +29,12 @@ EXEMPT = {
     ("aot/toolchains/_llvmlite_probe.py", "_name"): "llvmlite's ffi library: its file name is only there",
     ("aot/compiler/pool.py", "_closed"): "the module's own pool singleton, of a class defined beside it",
     ("aot/toolchains/_triton_worker.py", "_base32"): "Triton's cache-key encoding, which its cache manager uses too",
-    ("client/sources.py", "_transport"): "httpx's transports: the socket deadline wraps their network backend",
-    ("client/sources.py", "_mounts"): "httpx's proxy transports, wrapped the same way",
-    ("client/sources.py", "_network_backend"): "httpcore's pool backend (tests/test_hostile_client.py)",
+    ("client/wire.py", "_transport"): "httpx's transports: the socket deadline wraps their network backend",
+    ("client/wire.py", "_mounts"): "httpx's proxy transports, wrapped the same way",
+    ("client/wire.py", "_network_backend"): "httpcore's pool backend (tests/test_hostile_client.py)",
+    ("client/local.py", "_after_check"): "Verified's only constructor, called by the two checks beside it in its module",
+    ("bench/gemm_amd_isa.py", "_run"): "bench/codegen_deltas.py's tool runner, reused by its sibling bench script",
+    ("bench/gemm_amd_isa.py", "_INSN_RE"): "bench/codegen_deltas.py's instruction pattern, reused by its sibling",
     ("bench/bench_hostile.py", "_source"): "a bench timing the client's bounded exchange alone (service/client.py)",
 }
 

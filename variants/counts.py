@@ -267,7 +267,7 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
 ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
 
 
-def _pipelined_latencies(steps: int, stages: int) -> float:
+def pipelined_latencies(steps: int, stages: int) -> float:
     """Global latencies per step in the chain of an S-stage pipeline over ``steps`` K-tiles
     (module doc): the fill's first latency is exposed whatever the depth."""
     return _ceil(max(steps, 1), stages - 1) / max(steps, 1)
@@ -314,7 +314,7 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
             threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k), instr=ins.key, mma=mmas,
             lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
             lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
-            serial_loads=_pipelined_latencies(_ceil(p.k, spec.block_k), spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
+            serial_loads=pipelined_latencies(_ceil(p.k, spec.block_k), spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
             staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
             store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
             unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob, macs=spec.block_m * spec.block_n * spec.block_k)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from rocke_aot import mma
-from rocke_aot.variants.counts import KernelCounts, _pipelined_latencies
+from rocke_aot.variants.counts import KernelCounts, pipelined_latencies
 
 EB = 2  # f16 (the family's only baked dtype)
 TRITON_OPS_PER_LOAD = 2
@@ -70,7 +70,7 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
         fma=0, cvt=0, global_loads=loads,
         lds_writes=0 if (asynchronous and on_nvidia) else loads,
         lds_write_wavefronts=staged / 128 / warps, global_wavefronts=staged / 128 / warps,
-        serial_loads=_pipelined_latencies(steps, stages) if asynchronous else loads,
+        serial_loads=pipelined_latencies(steps, stages) if asynchronous else loads,
         int_ops=loads * TRITON_OPS_PER_LOAD, staged_bytes=staged, barriers=1, double_buffer=asynchronous,
         store_bytes=bm * bn * EB, stores=_ceil(bm * bn * EB, 16 * threads),
         unique_bytes=(p.m * p.k + p.k * p.n + p.m * p.n) * EB, macs=macs)
