@@ -149,7 +149,8 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
                                verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
                                progress=progress, triton_version=version, on_report=write_out)
     doc = report.as_dict()
-    write_out(report)
+    if not report.problems:
+        write_out(report)  # otherwise on_report wrote it after the last problem
     if as_json:
         emit_json(doc)
     else:
