@@ -1,8 +1,9 @@
 """Matrix instructions in the K loop of a triton_matmul config as Triton compiles it (the reference
 of tests/test_triton_counts.py). Run under a Triton install's interpreter:
 ``python _triton_isa.py REPO BACKEND CONFIG_JSON`` (BACKEND: cuda for sm_90, or an AMD processor);
-prints {"ops": [[m, n, k], ...]}: the shapes of the wgmma / mma.sync (PTX) or v_mfma (AMDGCN)
-instructions of the loop body, one per instruction issued (per warpgroup for wgmma, per wave for MFMA).
+prints {"ops": [[m, n, k], ...], "lds_reads": n}: the shapes of the wgmma / mma.sync (PTX) or v_mfma
+(AMDGCN) instructions of the loop body, one per instruction issued (per warpgroup for wgmma, per wave
+for MFMA), and the loop's shared-memory read instructions (ldmatrix / ld.shared; ds_read on AMD).
 """
 import sys, json, re
 sys.path.insert(0, sys.argv[1])
@@ -46,6 +47,8 @@ asm = loop_body(asm)
 if backend == "cuda":
     ops = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m(\d+)n(\d+)k(\d+)", asm)
     ops += re.findall(r"\bmma\.sync\.aligned\.m(\d+)n(\d+)k(\d+)", asm)
+    lds = re.findall(r"\b(?:ldmatrix|ld\.shared)\b", asm)
 else:
     ops = re.findall(r"v_mfma_f32_(\d+)x(\d+)x(\d+)_?f16", asm)
-print(json.dumps({"ops": [[int(a), int(b), int(c)] for a, b, c in ops]}))
+    lds = re.findall(r"\bds_read", asm)
+print(json.dumps({"ops": [[int(a), int(b), int(c)] for a, b, c in ops], "lds_reads": len(lds)}))

@@ -228,3 +228,19 @@ def test_sm_90_mma_sync_cycles_are_the_microbenchmarks_peak():
         ins = mma.INSTRS[key]
         flops = 2 * ins.m * ins.n * ins.k / f.matrix_cycles[key] * f.matrix_units * f.cus * f.clock_mhz * 1e6
         assert flops == pytest.approx(raw["mma_sync_peak_tflops"] * 1e12, rel=0.005)
+
+
+def test_sm_90_wgmma_cycles_follow_from_the_whitepaper_peak():
+    """The wgmma unit (a warp's 16x8x16 quarter, 2048 FMA) at the Hopper whitepaper's dense FP16
+    989.4 TFLOPS, 132 SMs x 4 Tensor Cores at its 1,830 MHz boost (the numbers its source states);
+    the model's peak at the data sheet clock sits above what cuBLAS's wgmma kernel measured on
+    this H200 (run 9's raw file) and that above the measured mma.sync rate."""
+    f = hw_model.facts_for("sm_90")
+    fma_per_clk = 989.4e12 / 2 / (132 * 4 * 1830e6)  # per Tensor Core
+    raw = json.loads((Path(__file__).parent.parent / "docs/bench-raw/h200-run9/mma-peak.json").read_text())
+    for key in ("wgmma_f32_m64n8k16_f16", "wgmma_f32_m64n8k16_bf16"):
+        assert f.matrix_cycles[key] == pytest.approx(16 * 8 * 16 / fma_per_clk, rel=0.005)
+        for fact in ("1,830 MHz", "989.4", "132 SMs", "4 Tensor Cores") if key.endswith("_f16") else ("989.4",):
+            assert fact in f.sources[f"matrix:{key}"], (key, fact)
+        model_peak = 2 * 16 * 8 * 16 / f.matrix_cycles[key] * f.matrix_units * f.cus * f.clock_mhz * 1e6
+        assert raw["mma_sync_peak_tflops"] * 1e12 < raw["torch_8192_tflops"] * 1e12 < model_peak

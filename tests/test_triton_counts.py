@@ -6,9 +6,11 @@ hardware model then estimates a Triton candidate beside the native gemm."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +18,7 @@ from rocke_aot.aot import toolchains as tcs
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.problems import GemmProblem
-from rocke_aot.variants.triton_counts import matmul_counts, matrix_instr
+from rocke_aot.variants.triton_counts import WGMMA_KEY, matmul_counts, matrix_instr, wgmma_layout
 
 REPO = Path(__file__).resolve().parents[1]
 ISA = Path(__file__).with_name("_triton_isa.py")
@@ -41,20 +43,31 @@ def _specs(arch: str, n: int = 3):
     return out[:n]
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled(python: str, backend: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> dict:
+    """{"ops", "lds_reads"} of the K loop Triton compiles for the config (tests/_triton_isa.py)."""
+    cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+    r = subprocess.run([python, str(ISA), str(REPO), backend, json.dumps(cfg)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _compile(python: str, backend: str, spec) -> dict:
+    return _compiled(python, backend, spec.BLOCK_M, spec.BLOCK_N, spec.BLOCK_K, spec.num_warps, spec.num_stages)
+
+
 @pytest.mark.parametrize("arch, backend", [("sm_90", "cuda"), ("gfx942", "gfx942")])
 def test_matrix_work_per_step_equals_the_compiled_k_loop(triton36, arch, backend):
     target = Target.parse(arch)
     for spec in _specs(arch):
-        cfg = {"BLOCK_M": spec.BLOCK_M, "BLOCK_N": spec.BLOCK_N, "BLOCK_K": spec.BLOCK_K,
-               "num_warps": spec.num_warps, "num_stages": spec.num_stages}
-        r = subprocess.run([triton36, str(ISA), str(REPO), backend, json.dumps(cfg)], capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        ops = json.loads(r.stdout.strip().splitlines()[-1])["ops"]
+        cfg = (spec.BLOCK_M, spec.BLOCK_N, spec.BLOCK_K, spec.num_warps, spec.num_stages)
+        ops = _compile(triton36, backend, spec)["ops"]
         assert ops, (cfg, "no matrix instruction found in the K loop")
         c = matmul_counts(spec, PROBLEM, target)
         ins = matrix_instr(target)
-        counted = c.mma * spec.num_warps * ins.m * ins.n * ins.k  # the block's MACs a step, by the counts
+        unit = 16 * 8 * 16 if c.instr == WGMMA_KEY else ins.m * ins.n * ins.k
+        counted = c.mma * spec.num_warps * unit  # the block's MACs a step, by the counts
         issued = sum(m * n * k for m, n, k in ops)
         if backend == "cuda":  # wgmma: one per warpgroup of 4 warps
             issued *= spec.num_warps // 4
@@ -62,6 +75,49 @@ def test_matrix_work_per_step_equals_the_compiled_k_loop(triton36, arch, backend
             assert {tuple(o) for o in ops} == {(ins.m, ins.n, ins.k)} and len(ops) == c.mma, cfg
             issued *= spec.num_warps
         assert counted == issued == c.macs == spec.BLOCK_M * spec.BLOCK_N * spec.BLOCK_K, cfg
+
+
+# Configs beyond the family's lists, each exercising one branch of Triton's MMAv3 rule: N split
+# over two warps along N (64x64 on 8 warps: m64n32k16, warps 4 x 2), two M reps per warpgroup
+# (256x128 on 8 warps), and a tile the rule refuses (BLOCK_M 32: mma.sync on 4 warps).
+_EXTRA_SM90 = [(64, 64, 64, 8, 3), (256, 128, 64, 8, 3), (32, 64, 32, 4, 3)]
+
+
+def _sm90_configs():
+    out = list(_specs("sm_90", 99))
+    base = out[0]
+    for bm, bn, bk, w, st in _EXTRA_SM90:
+        out.append(SimpleNamespace(**{**{f"{d}_class": getattr(base, f"{d}_class") for d in "mnk"},
+                                      "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": st}))
+    return out
+
+
+def test_sm_90_wgmma_instructions_per_step_are_the_compiled_k_loops(triton36):
+    """Per config: the counts' issued matrix instructions per warp and step are the wgmma (or
+    mma.sync) instructions of Triton's K loop, at its N; the matrix units are their MACs; and a
+    wgmma loop reads no operand into registers (no ldmatrix / ld.shared), an mma.sync loop does."""
+    target = Target.parse("sm_90")
+    seen = set()
+    for spec in _sm90_configs():
+        cfg = (spec.BLOCK_M, spec.BLOCK_N, spec.BLOCK_K, spec.num_warps, spec.num_stages)
+        if cfg in seen:
+            continue
+        seen.add(cfg)
+        got = _compile(triton36, "cuda", spec)
+        ops = [tuple(o) for o in got["ops"]]
+        c = matmul_counts(spec, PROBLEM, target)
+        wg = wgmma_layout(spec, target)
+        if wg is None:
+            assert set(ops) == {(16, 8, 16)} and len(ops) == c.mma == c.mma_issued, (cfg, ops)
+            assert c.instr == "mma_f32_16x8x16_f16" and c.lds_reads > 0 and got["lds_reads"] > 0, cfg
+            continue
+        # PTX is one warpgroup's code: each of its warps issues every instruction
+        assert set(ops) == {(64, wg.n, 16)}, (cfg, ops)
+        assert len(ops) == c.matrix_issued == c.mma_issued == wg.per_step, (cfg, len(ops), c.matrix_issued)
+        assert c.instr == WGMMA_KEY and c.mma == len(ops) * wg.n // 8, cfg
+        assert c.mma * 16 * 8 * 16 * spec.num_warps == c.macs == spec.BLOCK_M * spec.BLOCK_N * spec.BLOCK_K, cfg
+        assert got["lds_reads"] == 0 == c.lds_reads, cfg
+    assert any(wgmma_layout(s, target) is None for s in _sm90_configs())  # both branches ran
 
 
 def test_the_hardware_model_estimates_triton_candidates():

@@ -110,10 +110,19 @@ class KernelCounts:
     stores: int  # store instructions per thread at the end
     unique_bytes: int  # bytes of every tensor of the problem, read or written once
     macs: int  # multiply-accumulates per block per step (padding included)
+    # Matrix instructions a warp issues per step, where one issued instruction does several of
+    # the ``mma`` units (sm_90 wgmma: one m64nNk16 is N / 8 units of a warp's 16x8x16 quarter,
+    # variants/triton_counts.py). None: one instruction per unit, as every native lowering issues.
+    matrix_issued: float | None = None
 
     @property
     def warps(self) -> int:
         return -(-self.threads // self.wave_size)
+
+    @property
+    def mma_issued(self) -> float:
+        """Matrix instructions a warp issues per step (the issue and latency terms' count)."""
+        return self.mma if self.matrix_issued is None else self.matrix_issued
 
 
 def lds_cycles(lane_bytes: Iterable[tuple[int, int]], banks: int = 32) -> int:

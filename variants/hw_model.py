@@ -14,12 +14,14 @@ in clock cycles:
 
     issue    groups x warps x (instructions per warp) / issue_per_clk
              (every counted instruction: matrix, LDS reads and writes, global loads, fma, cvt,
-             barriers: the per-warp issue cost the fitted sm_90 model learned, as counts)
+             barriers: the per-warp issue cost the fitted sm_90 model learned, as counts; matrix
+             instructions as issued: one sm_90 wgmma is N / 8 units of the matrix term)
     lds      groups x warps x (read + write LDS cycles per warp)    32 banks x 4 bytes a clock
              (bank conflicts are in the counts); where L1 and LDS are one array with one data
              path (l1_shares_lds_datapath: NVIDIA), plus the 128-byte lines the staging loads
              return through it (global_wavefronts)
     matrix   groups x warps x matrix instructions x cycles per instruction / matrix_units
+             (wgmma in units of a warp's 16x8x16 quarter: its rate per n = 8 columns)
     vector   groups x threads x (fma + cvt) / fma_lanes
     l2       groups x staged bytes / (L2 bytes per clock per CU: the L2's limit; on sm_90 a
              lower bound of it, the highest rate bench/l2_probe.py reached without the latency
@@ -172,7 +174,7 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
     """Cycles of one reduction step on a CU holding ``resident`` blocks (default ``groups``)."""
     g = groups if resident is None else resident
     w = c.warps
-    instrs = c.mma + c.lds_reads + c.fma + c.cvt + c.global_loads + c.lds_writes + c.barriers + c.int_ops
+    instrs = c.mma_issued + c.lds_reads + c.fma + c.cvt + c.global_loads + c.lds_writes + c.barriers + c.int_ops
     if c.instr is not None and c.mma:
         cyc = f.matrix_cycles.get(c.instr)
         if cyc is None:

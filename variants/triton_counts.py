@@ -7,17 +7,27 @@ and checked against the code Triton emits (tests/test_triton_counts.py: the matr
 and MACs per K step in the PTX / AMDGCN of a CPU compile):
 
 - the matrix work: one K step of a block is BLOCK_M x BLOCK_N x BLOCK_K MACs, split evenly over
-  num_warps warps (Triton's warpsPerCTA covers the tile; no replication). Counted in the
-  instruction the facts file has a rate for: on sm_90 mma.sync m16n8k16 (the facts' only
-  measured rate; Triton 3.6 emits wgmma, whose rate the facts do not hold: so matrix time is an
-  upper bound there, stated in the estimate's basis), on AMD the arch's default MFMA / WMMA of
-  rocke_aot/mma.py (what Triton's AMD backend picks for f16 dot on 32-multiple tiles)
+  num_warps warps (Triton's warpsPerCTA covers the tile; no replication). On sm_90 Triton 3.6
+  emits warpgroup wgmma.mma_async where its MMAv3 rule accepts the dot (lib/Analysis/Utility.cpp
+  supportMMA: num_warps a multiple of 4, BLOCK_M % 64 == 0, BLOCK_N % 8 == 0, BLOCK_K >= 16,
+  f16 / bf16): :func:`wgmma_layout` restates its instruction shape (TritonGPU Utility.cpp
+  mmaVersionToInstrShape: the largest N of 256, 248, ... 8 dividing BLOCK_N and at most
+  BLOCK_N / max(num_warps / (BLOCK_M / 16), 1)) and its warps (AccelerateMatmul.cpp
+  warpsPerTileV3: from 4 x 1, doubling along M while BLOCK_M exceeds 16 x warps_m, else N).
+  Each warp issues every wgmma of its warpgroup, one m64nNk16 per (M rep, N rep, 16 of K), and
+  its matrix work is counted in its 16xNx16 quarter's N / 8 units of the facts' wgmma rate
+  (wgmma_f32_m64n8k16_f16: the whitepaper's dense peak); the operands come from shared memory
+  through descriptors, so the K loop issues no LDS read instruction (its LDS cycles stay
+  counted). Elsewhere on sm_90 (num_warps 2) mma.sync m16n8k16 at its measured rate, on AMD the
+  arch's default MFMA / WMMA of rocke_aot/mma.py (what Triton's AMD backend picks for f16 dot on
+  32-multiple tiles)
 - staging: A (BLOCK_M x BLOCK_K) and B (BLOCK_K x BLOCK_N) f16 per step through shared memory, in
   16-byte vectors where M, N, K are all of the divisible-by-16 class (Triton's specialization
   lets it prove alignment), 2-byte elements otherwise; with num_stages >= 2 the copies are
   asynchronous (cp.async on sm_90: no separate LDS store; on AMD the stream pipeliner's prefetch:
   a store after the load) and waited for stages - 1 steps later (counts.py's pipeline fill rule)
-- LDS reads: warps laid out along M first (wm = min(num_warps, BLOCK_M / instr.m), wn the rest);
+- LDS reads: warps laid out along M first (wm = min(num_warps, BLOCK_M / instr.m), wn the rest;
+  with wgmma warpsPerTileV3's);
   a warp reads its BLOCK_M / wm rows of A and BLOCK_N / wn columns of B per step in 16-byte
   accesses; Triton's shared layouts are swizzled, so one 128-byte wavefront per 128 bytes
 - one barrier a step; the epilogue stores the f16 tile in 16-byte vectors
@@ -27,6 +37,7 @@ and MACs per K step in the PTX / AMDGCN of a CPU compile):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rocke_aot import mma
@@ -34,6 +45,10 @@ from rocke_aot.variants.counts import KernelCounts, pipelined_latencies
 
 EB = 2  # f16 (the family's only baked dtype)
 TRITON_OPS_PER_LOAD = 2
+# the facts' key of a warp's 16x8x16 quarter of a wgmma (variants/hw_facts/sm_90.json)
+WGMMA_KEY = "wgmma_f32_m64n8k16_f16"
+WGMMA_K = 16  # 256 bits of K per f16 instruction (mmaVersionToInstrShape: 256 / bit width)
+WGMMA_N = tuple(range(256, 0, -8))  # the f16 instruction N Triton tries, largest first
 
 
 def _ceil(a: int, b: int) -> int:
@@ -41,16 +56,52 @@ def _ceil(a: int, b: int) -> int:
 
 
 def matrix_instr(target: Any) -> mma.MmaInstr:
-    """The instruction the counts are in (module doc): mma.sync on NVIDIA, the default on AMD."""
+    """The instruction the counts are in where no wgmma is emitted (module doc): mma.sync on
+    NVIDIA, the default on AMD."""
     if not target.is_amdgpu:
         return mma.select(target.processor, "mma", "f16")
     path = "wmma" if target.info.wave_size == 32 else "mfma"
     return mma.select(target.processor, path, "f16")
 
 
+@dataclass(frozen=True)
+class WgmmaLayout:
+    """How Triton 3.6 lays a config's dot out in wgmma (module doc)."""
+
+    n: int  # the instruction's N (m64nNk16)
+    warps_m: int
+    warps_n: int
+    per_step: int  # wgmma instructions a warp issues per K step
+
+    @property
+    def units(self) -> int:
+        """16x8x16 units of a warp's quarter per K step (the facts' wgmma rate is per unit)."""
+        return self.per_step * self.n // 8
+
+
+def wgmma_layout(spec: Any, target: Any) -> WgmmaLayout | None:
+    """Triton 3.6's wgmma layout of the config on sm_90, or None where it emits mma.sync / MFMA."""
+    bm, bn, bk, warps = spec.BLOCK_M, spec.BLOCK_N, spec.BLOCK_K, spec.num_warps
+    if target.is_amdgpu or target.processor != "sm_90":
+        return None
+    if warps % 4 or bm % 64 or bn % 8 or bk < WGMMA_K:
+        return None
+    max_n = max(bn // max(warps // max(bm // 16, 1), 1), 8)
+    n = next(v for v in WGMMA_N if bn % v == 0 and v <= max_n)
+    wm, wn = 4, 1
+    while wm * wn < warps:
+        if bm > 16 * wm:
+            wm *= 2
+        else:
+            wn *= 2
+    reps = max(1, bm // (16 * wm)) * max(1, bn // (n * wn)) * _ceil(bk, WGMMA_K)
+    return WgmmaLayout(n, wm, wn, reps)
+
+
 def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     bm, bn, bk, warps, stages = spec.BLOCK_M, spec.BLOCK_N, spec.BLOCK_K, spec.num_warps, spec.num_stages
     ins = matrix_instr(target)
+    wg = wgmma_layout(spec, target)
     wave = target.info.wave_size
     threads = warps * wave
     steps = _ceil(p.k, bk)
@@ -58,15 +109,19 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
     vec = 16 if all(getattr(spec, f"{d}_class") == "div16" for d in "mnk") else EB
     staged = (bm + bn) * bk * EB
     loads = staged / vec / threads  # global loads per thread per step
-    wm = max(1, min(warps, bm // ins.m))
-    wn = max(1, warps // wm)
+    if wg is not None:
+        wm, wn = wg.warps_m, wg.warps_n
+    else:
+        wm = max(1, min(warps, bm // ins.m))
+        wn = max(1, warps // wm)
     read_bytes = (bm // wm + bn // wn) * bk * EB  # per warp per step
     asynchronous = stages >= 2
     on_nvidia = not target.is_amdgpu
     return KernelCounts(
-        threads=threads, wave_size=wave, steps=steps, instr=ins.key,
-        mma=macs / (ins.m * ins.n * ins.k) / warps,
-        lds_reads=read_bytes / (16 * wave), lds_read_wavefronts=read_bytes / 128,
+        threads=threads, wave_size=wave, steps=steps, instr=WGMMA_KEY if wg else ins.key,
+        mma=wg.units if wg else macs / (ins.m * ins.n * ins.k) / warps,
+        matrix_issued=wg.per_step if wg else None,
+        lds_reads=0 if wg else read_bytes / (16 * wave), lds_read_wavefronts=read_bytes / 128,
         fma=0, cvt=0, global_loads=loads,
         lds_writes=0 if (asynchronous and on_nvidia) else loads,
         lds_write_wavefronts=staged / 128 / warps, global_wavefronts=staged / 128 / warps,
