@@ -120,6 +120,32 @@ def test_sm_90_wgmma_instructions_per_step_are_the_compiled_k_loops(triton36):
     assert any(wgmma_layout(s, target) is None for s in _sm90_configs())  # both branches ran
 
 
+@pytest.mark.parametrize("div16", [True, False])
+def test_sm_90_staging_copies_are_the_compiled_k_loops(triton36, div16):
+    """The staging of one K step as Triton 3.6 compiles it for sm_90: in the divisible-by-16 class
+    16-byte cp.async copies (no ld.global, no st.shared in the loop); outside it 2-byte ld.global
+    then st.shared per element, no cp.async (cp.async copies at least 4 bytes), so the counts
+    charge LDS stores and no pipelining there."""
+    target = Target.parse("sm_90")
+    spec = _specs("sm_90", 1)[0]
+    if not div16:
+        spec = SimpleNamespace(**{**vars(spec), "m_class": "any", "n_class": "any", "k_class": "any"})
+    cfg = {"BLOCK_M": spec.BLOCK_M, "BLOCK_N": spec.BLOCK_N, "BLOCK_K": spec.BLOCK_K,
+           "num_warps": spec.num_warps, "num_stages": spec.num_stages, "div16": div16}
+    r = subprocess.run([triton36, str(ISA), str(REPO), "cuda", json.dumps(cfg)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    c = matmul_counts(spec, PROBLEM, target)
+    if div16:
+        assert got["async_copies"] == c.global_loads > 0 and got["global_loads"] == got["lds_writes"] == 0, got
+        assert c.lds_writes == 0 and c.double_buffer, cfg
+    else:
+        assert got["async_copies"] == 0 and got["global_loads"] == got["lds_writes"] == c.global_loads > 0, got
+        assert c.lds_writes == c.global_loads and not c.double_buffer, cfg
+        assert c.serial_loads == c.global_loads, cfg
+
+
 def test_the_hardware_model_estimates_triton_candidates():
     from rocke_aot.variants import hw_model
     from rocke_aot.variants.selection import estimate_hw

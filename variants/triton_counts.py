@@ -24,12 +24,12 @@ and MACs per K step in the PTX / AMDGCN of a CPU compile):
 - staging: A (BLOCK_M x BLOCK_K) and B (BLOCK_K x BLOCK_N) f16 per step through shared memory, in
   16-byte vectors where M, N, K are all of the divisible-by-16 class (Triton's specialization
   lets it prove alignment), 2-byte elements otherwise; with num_stages >= 2 the copies are
-  asynchronous (cp.async on sm_90: no separate LDS store; on AMD the stream pipeliner's prefetch:
+  asynchronous (cp.async on sm_90, only for 16-byte vectors here: no separate LDS store; on AMD the stream pipeliner's prefetch:
   a store after the load) and waited for stages - 1 steps later (counts.py's pipeline fill rule)
 - LDS reads: warps laid out along M first (wm = min(num_warps, BLOCK_M / instr.m), wn the rest;
   with wgmma warpsPerTileV3's);
   a warp reads its BLOCK_M / wm rows of A and BLOCK_N / wn columns of B per step in 16-byte
-  accesses; Triton's shared layouts are swizzled, so one 128-byte wavefront per 128 bytes
+  accesses (with wgmma a quarter of the B columns: the warpgroup's 4 warps share one B tile); Triton's shared layouts are swizzled, so one 128-byte wavefront per 128 bytes
 - one barrier a step; the epilogue stores the f16 tile in 16-byte vectors
 - integer work: a pointer advance and a mask test per staged vector (the loop's tt.addptr and
   the K-bound compare in TTGIR), 2 per global load
@@ -47,6 +47,8 @@ EB = 2  # f16 (the family's only baked dtype)
 TRITON_OPS_PER_LOAD = 2
 # the facts' key of a warp's 16x8x16 quarter of a wgmma (variants/hw_facts/sm_90.json)
 WGMMA_KEY = "wgmma_f32_m64n8k16_f16"
+ASYNC_MIN_BYTES = 4  # the smallest cp.async copy
+WARPGROUP = 4  # warps of one wgmma
 WGMMA_K = 16  # 256 bits of K per f16 instruction (mmaVersionToInstrShape: 256 / bit width)
 WGMMA_N = tuple(range(256, 0, -8))  # the f16 instruction N Triton tries, largest first
 
@@ -114,8 +116,20 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
     else:
         wm = max(1, min(warps, bm // ins.m))
         wn = max(1, warps // wm)
-    read_bytes = (bm // wm + bn // wn) * bk * EB  # per warp per step
-    asynchronous = stages >= 2
+    if wg is not None:
+        # one wgmma is a warpgroup's: its 4 warps' 16-row slices of A each, and ONE B tile for
+        # the warpgroup (PTX ISA, wgmma.mma_async: a single shared-memory descriptor of B for the
+        # collective instruction), so a warp's share of B is a quarter. Charging every warp the
+        # whole B put the LDS term of 128x256x64 w8 s3 at 4096^3 at 0.388 ms, above the 0.204 ms
+        # that kernel ran in on the H200 (docs/triton-raw/h200-2026-12-04-across): a term of a
+        # lower bound cannot exceed a measured time, so that reading was wrong.
+        read_bytes = (bm // wm + bn // wn / WARPGROUP) * bk * EB
+    else:
+        read_bytes = (bm // wm + bn // wn) * bk * EB  # per warp per step
+    # cp.async copies 4, 8 or 16 bytes (PTX ISA, cp.async cp-size): 2-byte elements (a problem
+    # outside the divisible-by-16 class) go through registers, ld.global then st.shared in the
+    # same step, which Triton 3.6 does not pipeline (tests/test_triton_counts.py: its K loop)
+    asynchronous = stages >= 2 and (target.is_amdgpu or vec >= ASYNC_MIN_BYTES)
     on_nvidia = not target.is_amdgpu
     return KernelCounts(
         threads=threads, wave_size=wave, steps=steps, instr=WGMMA_KEY if wg else ins.key,
