@@ -21,12 +21,18 @@ Then on the GPU host, from the repository root (scripts/gpu-site.sh installs the
 Writes $OUT/across-h200.json (everything, the bench reports beside it) and prints a table per
 problem: best native, best triton, torch, the model's pick (family, ms, pick/best) and the
 measured pick. --no-run skips step 1 (a CPU host: steps 2 and 3 over no measurements, so the
-argument parsing, the cache and the selection step can be checked without a GPU).
+argument parsing, the cache and the selection step can be checked without a GPU). --replay RUN_DIR
+takes step 1's reports from a stored run instead, so today's model is scored on the CPU against
+that run's times (pick/best per problem; the same prebuilt cache, for the keys to match):
+
+    .venv/bin/python bench/across_h200.py --cache .state/across-h200/cache.sqlite --out /tmp/acr \
+        --replay docs/triton-raw/h200-2026-12-04-across
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -51,7 +57,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--triton-version", default="3.6.0", help="the host's Triton (only its builds are served)")
     ap.add_argument("--no-run", action="store_true", help="skip the bench (no GPU): selection only")
+    ap.add_argument("--replay", metavar="RUN_DIR",
+                    help="no GPU: take step 1's bench reports from a stored run (bench-<family>.json[.gz]) and "
+                         "score today's selection on its times")
     args = ap.parse_args(argv)
+    if args.replay and args.no_run:
+        ap.error("--replay and --no-run exclude each other")
     if args.candidates < 1 or args.reps < 1:
         ap.error("--candidates and --reps must be positive")
     doc = json.loads(Path(args.problems).read_text())
@@ -101,6 +112,19 @@ def measured_by_key(reports: dict) -> dict[tuple, dict]:
     return out
 
 
+def stored_report(run_dir: Path, fam: str, work: Path) -> dict:
+    """Step 1's report of ``fam`` from a stored run (plain or gzip JSON), copied as plain JSON into
+    ``work`` (`measurements record` reads that copy)."""
+    for name in (f"bench-{fam}.json", f"bench-{fam}.json.gz"):
+        src = run_dir / name
+        if src.exists():
+            text = (gzip.decompress(src.read_bytes()) if name.endswith(".gz") else src.read_bytes()).decode()
+            dst = work / f"bench-{fam}.json"
+            dst.write_text(text)
+            return {**json.loads(text), "_path": str(dst)}
+    raise SystemExit(f"{run_dir}: no bench-{fam}.json[.gz]")
+
+
 def select_all(cache: Path, problems: list[dict], measured: str, version: str) -> list[dict]:
     """Step 2 / 3: `select --family gemm,triton_matmul` per problem, the top row of each."""
     out = []
@@ -142,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     report: dict = {"arch": ARCH, "lane": LANE, "candidates": args.candidates, "reps": args.reps,
                     "triton_version": args.triton_version, "problems_file": args.problems, "bench": {}}
-    if not args.no_run:
+    if args.replay:
+        for fam in FAMILIES:
+            report["bench"][fam] = stored_report(Path(args.replay), fam, work)
+        report["replayed"] = args.replay
+    elif not args.no_run:
         for fam in FAMILIES:
             report["bench"][fam] = bench_family(fam, args, cache, out)
             report["bench"][fam]["_path"] = str(out / f"bench-{fam}.json")

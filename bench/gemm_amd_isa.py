@@ -34,7 +34,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import codegen_deltas  # bench/codegen_deltas.py: its code object reader (bench/ is on the path when run)
+import codegen_deltas as cd  # bench/codegen_deltas.py: its code object reader (bench/ is on the path when run)
 
 ROOT = Path(__file__).resolve().parents[1]
 TILES = ((128, 128, 32, 4), (64, 64, 32, 4))  # block_m, block_n, block_k, waves
@@ -65,7 +65,6 @@ def width_bits(mnemonic: str) -> int:
 
 def loop_instructions(disassembly: str, kernel: str, start: int, end: int) -> list[tuple[str, str]]:
     """(mnemonic, operands) of ``kernel``'s instructions at addresses start..end (objdump -d text)."""
-    cd = codegen_deltas
     out, inside = [], False
     for line in disassembly.splitlines():
         if line.endswith(">:"):
@@ -117,7 +116,6 @@ def memory_counts(insns: list[tuple[str, str]]) -> dict:
 
 def read(hsaco: Path, kernel: str) -> dict:
     """Registers, spills, LDS from the notes; the main loop's counts (whole kernel if it has none)."""
-    cd = codegen_deltas
     st = cd.analyze(hsaco, kernel)
     text = subprocess.run([cd.OBJDUMP, "-d", str(hsaco)], check=True, capture_output=True, text=True).stdout
     if st.scope == "loop":

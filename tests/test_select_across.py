@@ -6,6 +6,7 @@ first; families of different operations or problem types are refused by name."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -147,3 +148,27 @@ def test_the_h200_bench_script_parses_and_refuses_problem_lists_that_differ(tmp_
     bad.write_text(json.dumps({"gemm": [PROBLEM], "triton_matmul": [{**PROBLEM, "k": 512}]}))
     with pytest.raises(SystemExit):
         mod.parse(["--cache", "c.sqlite", "--out", str(tmp_path), "--problems", str(bad)])
+
+
+def test_the_h200_bench_script_replays_a_stored_run(tmp_path):
+    """--replay reads step 1's reports of the stored H200 run (gzip JSON in docs/), and the rows
+    score a pick by that run's times: the best native time of 4096^3 there is the smallest verified
+    gemm median_ms of the raw report, read here with gzip + json alone."""
+    import gzip
+
+    mod = load_bench("across_h200")
+    run = Path(__file__).resolve().parents[1] / "docs" / "triton-raw" / "h200-2026-12-04-across"
+    with pytest.raises(SystemExit):
+        mod.parse(["--cache", "c.sqlite", "--out", str(tmp_path), "--replay", str(run), "--no-run"])
+    reports = {f: mod.stored_report(run, f, tmp_path) for f in mod.FAMILIES}
+    assert all(Path(r["_path"]).is_file() for r in reports.values())
+    raw = json.load(gzip.open(run / "bench-gemm.json.gz"))
+    p = next(p for p in raw["problems"] if (p["problem"]["m"], p["problem"]["n"], p["problem"]["k"]) == (4096,) * 3)
+    native = min(x["median_ms"] for x in p["results"] if x.get("median_ms") and x.get("verified") is not False)
+    pick = {"key": p["results"][0]["key"], "family": "gemm", "basis": "hardware"}
+    rows = mod.rows({"bench": reports, "model_picks": [{"problem": p["problem"], "top": pick}],
+                     "measured_picks": [{"top": pick}]})
+    assert rows[0]["native_ms"] == native and rows[0]["triton_ms"] < native
+    assert rows[0]["pick_over_best"] == p["results"][0]["median_ms"] / rows[0]["triton_ms"]
+    with pytest.raises(SystemExit):
+        mod.stored_report(tmp_path / "nothing", "gemm", tmp_path)

@@ -129,7 +129,7 @@ def test_sm_90_staging_copies_are_the_compiled_k_loops(triton36, div16):
     target = Target.parse("sm_90")
     spec = _specs("sm_90", 1)[0]
     if not div16:
-        spec = SimpleNamespace(**{**vars(spec), "m_class": "any", "n_class": "any", "k_class": "any"})
+        spec = SimpleNamespace(**{**vars(spec), "m_class": "plain", "n_class": "plain", "k_class": "plain"})
     cfg = {"BLOCK_M": spec.BLOCK_M, "BLOCK_N": spec.BLOCK_N, "BLOCK_K": spec.BLOCK_K,
            "num_warps": spec.num_warps, "num_stages": spec.num_stages, "div16": div16}
     r = subprocess.run([triton36, str(ISA), str(REPO), "cuda", json.dumps(cfg)], capture_output=True, text=True,

@@ -24,12 +24,14 @@ and MACs per K step in the PTX / AMDGCN of a CPU compile):
 - staging: A (BLOCK_M x BLOCK_K) and B (BLOCK_K x BLOCK_N) f16 per step through shared memory, in
   16-byte vectors where M, N, K are all of the divisible-by-16 class (Triton's specialization
   lets it prove alignment), 2-byte elements otherwise; with num_stages >= 2 the copies are
-  asynchronous (cp.async on sm_90, only for 16-byte vectors here: no separate LDS store; on AMD the stream pipeliner's prefetch:
-  a store after the load) and waited for stages - 1 steps later (counts.py's pipeline fill rule)
+  asynchronous (cp.async on sm_90, only for 16-byte vectors here: no separate LDS store; on AMD
+  the stream pipeliner's prefetch: a store after the load) and waited for stages - 1 steps later
+  (counts.py's pipeline fill rule); outside that class on sm_90 ld.global + st.shared, unpipelined
 - LDS reads: warps laid out along M first (wm = min(num_warps, BLOCK_M / instr.m), wn the rest;
   with wgmma warpsPerTileV3's);
   a warp reads its BLOCK_M / wm rows of A and BLOCK_N / wn columns of B per step in 16-byte
-  accesses (with wgmma a quarter of the B columns: the warpgroup's 4 warps share one B tile); Triton's shared layouts are swizzled, so one 128-byte wavefront per 128 bytes
+  accesses (with wgmma a quarter of the B columns: the warpgroup's 4 warps share one B tile);
+  Triton's shared layouts are swizzled, so one 128-byte wavefront per 128 bytes
 - one barrier a step; the epilogue stores the f16 tile in 16-byte vectors
 - integer work: a pointer advance and a mask test per staged vector (the loop's tt.addptr and
   the K-bound compare in TTGIR), 2 per global load
@@ -113,10 +115,6 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
     loads = staged / vec / threads  # global loads per thread per step
     if wg is not None:
         wm, wn = wg.warps_m, wg.warps_n
-    else:
-        wm = max(1, min(warps, bm // ins.m))
-        wn = max(1, warps // wm)
-    if wg is not None:
         # one wgmma is a warpgroup's: its 4 warps' 16-row slices of A each, and ONE B tile for
         # the warpgroup (PTX ISA, wgmma.mma_async: a single shared-memory descriptor of B for the
         # collective instruction), so a warp's share of B is a quarter. Charging every warp the
@@ -125,6 +123,8 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
         # lower bound cannot exceed a measured time, so that reading was wrong.
         read_bytes = (bm // wm + bn // wn / WARPGROUP) * bk * EB
     else:
+        wm = max(1, min(warps, bm // ins.m))
+        wn = max(1, warps // wm)
         read_bytes = (bm // wm + bn // wn) * bk * EB  # per warp per step
     # cp.async copies 4, 8 or 16 bytes (PTX ISA, cp.async cp-size): 2-byte elements (a problem
     # outside the divisible-by-16 class) go through registers, ld.global then st.shared in the
