@@ -9,8 +9,9 @@
                      per chunk on the sub-problem, split pointers advanced to the chunk
             verify: output poisoned first, every element finite and within the error bound of
                     runner/reference (float64 reference of the same inputs)
-            time:   device events around all of a problem's launches, warm-up then repeats;
-                    the median, and TFLOP/s from the family's flop count
+        time: every candidate that passed, together (Runtime.time_many): device events around
+              each call, warm-up then repeats in interleaved rounds; the median of each, and
+              TFLOP/s from the family's flop count
         vendor (CUDA with torch): torch.matmul / conv2d / conv2d_input on the same problem
 
 Nothing here is per family but the reference (runner/reference.py semantics: a family's own
@@ -189,30 +190,59 @@ class _Buffers:
 def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[LoadedKernel], *,
                 verify: bool = True, warmup: int = 2, reps: int = 10, seed: int = 0,
                 vendor: bool = True, progress: Callable[[], None] | None = None) -> ProblemReport:
+    """Every candidate loaded and (``verify``) checked one by one, then all that passed timed
+    together in interleaved rounds (Runtime.time_many: no candidate is timed first after an
+    idle GPU), then the vendor library."""
     sem = ref.semantics(family)
     bufs = _Buffers(rt, seed)
     report = ProblemReport(family, dataclasses.asdict(problem), [])
     refs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    modules: list[Any] = []
+    ready: list[tuple[RunResult, Callable[[], None]]] = []
     try:
         for cand in candidates:
             res = RunResult(cand.key, cand.kernel, cand.rank, cand.efficiency, cand.lane,
                             estimate_ms=cand.estimate_ms, resources=dict(cand.resources) if cand.resources else None)
             report.results.append(res)
             try:
-                _run_one(rt, sem, family, problem, cand, bufs, refs, res, verify, warmup, reps)
+                call = _prepare(rt, sem, family, problem, cand, bufs, refs, res, verify, modules)
+                if call is not None:
+                    ready.append((res, call))
             except RockeError as e:
                 res.error = f"{type(e).__name__}: {e}"
-            if progress:
+        if ready:
+            _time(rt, sem, problem, ready, warmup, reps)
+        if progress:
+            for _ in candidates:
                 progress()
         if vendor:
             report.vendor, report.vendor_ms = _vendor(family, problem, rt, warmup, reps)
     finally:
+        for module in modules:
+            rt.unload(module)
         bufs.free()
     return report
 
 
-def _run_one(rt, sem, family, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: RunResult, verify, warmup,
-             reps) -> None:
+def _time(rt: Runtime, sem, problem: Any, ready: list[tuple[RunResult, Callable[[], None]]], warmup: int,
+          reps: int) -> None:
+    try:
+        times = rt.time_many([call for _, call in ready], warmup=warmup, reps=reps)
+    except RockeError as e:  # a failed launch leaves the context unusable: no candidate's time counts
+        for res, _ in ready:
+            res.error = f"{type(e).__name__}: {e}"
+        return
+    flops = sem.flops(problem) if sem.flops is not None else None
+    for (res, _), t in zip(ready, times):
+        res.median_ms = statistics.median(t)
+        res.tflops = flops / (res.median_ms * 1e-3) / 1e12 if flops and res.median_ms > 0 else None
+
+
+def _prepare(rt, sem, family, problem, cand: LoadedKernel, bufs: _Buffers, refs, res: RunResult, verify,
+             modules: list[Any]) -> Callable[[], None] | None:
+    """The candidate loaded (its module kept in ``modules`` until the problem ends) and, with
+    ``verify``, run once on a poisoned output and checked; the call that launches it, or None
+    when it failed verification (``res`` says why)."""
     plan = cand.contract.plan(problem)
     pointers: dict[str, int] = {}
     out_arg = None
@@ -229,47 +259,42 @@ def _run_one(rt, sem, family, problem, cand: LoadedKernel, bufs: _Buffers, refs,
     todo = launches(cand.contract, problem, pointers)
     res.chunks = len(todo)
     module = rt.load(cand.image)
-    try:
-        fn = rt.function(module, cand.contract.kernel)
-        shared = cand.contract.dynamic_shared_bytes  # a Triton kernel's shared memory is dynamic
-        if shared:
-            rt.allow_dynamic_shared(fn, shared)
+    modules.append(module)
+    fn = rt.function(module, cand.contract.kernel)
+    shared = cand.contract.dynamic_shared_bytes  # a Triton kernel's shared memory is dynamic
+    if shared:
+        rt.allow_dynamic_shared(fn, shared)
 
-        def call() -> None:
-            for ln in todo:
-                rt.launch(fn, ln.grid, ln.block, ln.args, shared)
+    def call() -> None:
+        for ln in todo:
+            rt.launch(fn, ln.grid, ln.block, ln.args, shared)
 
-        if verify:
-            poison = np.full(out_arg.nbytes, 0xFF, dtype=np.uint8)  # NaN in f32, f16 and bf16
-            rt.upload(pointers[out_arg.name], poison)
-            call()
-            rt.synchronize()
-            out = np.empty(out_arg.value, dtype=ref.storage_dtype(out_arg.dtype))
-            rt.download(pointers[out_arg.name], out)
-            got = ref.decode(out, out_arg.dtype)
-            key = (out_arg.dtype, *((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
-                                    and a.name != sem.output))
-            if key not in refs:
-                vals = {n: bufs.values[(n, d, c)] for n, d, c in key[1:]}
-                refs[key] = sem.expected(problem, vals, out_arg.dtype)
-            want, lim = refs[key]
-            if want.size != got.size:
-                raise SpecError(f"the reference of {family} gives {want.size} values; {cand.kernel} writes "
-                                f"{got.size} into {out_arg.name}")
-            err = np.abs(got - want)
-            ok = np.isfinite(got) & (err <= lim)
-            res.verified = bool(ok.all())
-            res.max_rel_err = float((err / np.maximum(lim, 1e-300)).max()) if got.size else 0.0
-            if not res.verified:
-                bad = int((~ok).sum())
-                res.error = f"{bad} of {got.size} outputs outside the error bound (or unwritten)"
-                return
-        times = rt.time(call, warmup=warmup, reps=reps)
-        res.median_ms = statistics.median(times)
-        flops = sem.flops(problem) if sem.flops is not None else None
-        res.tflops = flops / (res.median_ms * 1e-3) / 1e12 if flops and res.median_ms > 0 else None
-    finally:
-        rt.unload(module)
+    if verify:
+        poison = np.full(out_arg.nbytes, 0xFF, dtype=np.uint8)  # NaN in f32, f16 and bf16
+        rt.upload(pointers[out_arg.name], poison)
+        call()
+        rt.synchronize()
+        out = np.empty(out_arg.value, dtype=ref.storage_dtype(out_arg.dtype))
+        rt.download(pointers[out_arg.name], out)
+        got = ref.decode(out, out_arg.dtype)
+        key = (out_arg.dtype, *((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
+                                and a.name != sem.output))
+        if key not in refs:
+            vals = {n: bufs.values[(n, d, c)] for n, d, c in key[1:]}
+            refs[key] = sem.expected(problem, vals, out_arg.dtype)
+        want, lim = refs[key]
+        if want.size != got.size:
+            raise SpecError(f"the reference of {family} gives {want.size} values; {cand.kernel} writes "
+                            f"{got.size} into {out_arg.name}")
+        err = np.abs(got - want)
+        ok = np.isfinite(got) & (err <= lim)
+        res.verified = bool(ok.all())
+        res.max_rel_err = float((err / np.maximum(lim, 1e-300)).max()) if got.size else 0.0
+        if not res.verified:
+            bad = int((~ok).sum())
+            res.error = f"{bad} of {got.size} outputs outside the error bound (or unwritten)"
+            return None
+    return call
 
 
 def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[str | None, float | None]:

@@ -10,6 +10,7 @@
                                                (runner/pack.py), laid out by the artifact's
                                                launch contract
     rt.time(fn_call, warmup, reps) -> [ms]     device events around each call
+    rt.time_many(calls, warmup, reps) -> [[ms]] the same for several calls, in interleaved rounds
 
 Arguments travel the same way on both runtimes: one buffer packed at the contract's offsets,
 and ``kernelParams[i]`` pointing at argument i inside it (both drivers copy each parameter
@@ -98,38 +99,50 @@ class Runtime(abc.ABC):
 
     def time(self, call: Callable[[], None], *, warmup: int = 3, reps: int = 10,
              warmup_ms: float = WARMUP_MS) -> list[float]:
-        """Milliseconds of each of ``reps`` calls, measured with device events after ``warmup``
-        calls and then (unless ``warmup`` is 0: no warm-up at all) at least ``warmup_ms`` of
-        device time of them.
+        """Milliseconds of each of ``reps`` calls (``time_many`` of one call)."""
+        return self.time_many([call], warmup=warmup, reps=reps, warmup_ms=warmup_ms)[0]
 
-        Why the time floor: the first candidate of a problem is timed right after the host
-        computed the float64 reference while the GPU sat idle, and two launches of a 15 us
-        kernel do not bring its clock back: on the H200 (run 9) the first-timed kernel of a
-        problem ran a median 1.04x (up to 1.4x) slower than its identical-code twin (the same
-        tile writing the other output dtype), which biased selection quality against the
-        top-ranked candidate, the one timed first."""
+    def time_many(self, calls: Sequence[Callable[[], None]], *, warmup: int = 3, reps: int = 10,
+                  warmup_ms: float = WARMUP_MS) -> list[list[float]]:
+        """Milliseconds of ``reps`` calls of each of ``calls``, measured with device events
+        around every call, the calls interleaved: ``warmup`` untimed calls of each, then whole
+        rounds (every call once) until at least ``warmup_ms`` of device time has passed (none
+        when ``warmup`` is 0), then ``reps`` timed rounds, alternately in the given order and
+        reversed, enqueued back to back and read once at the end.
+
+        Why interleaved: timing the candidates of a problem one after another measured the
+        first one slow. On the H200 the first-timed kernel of a problem ran a median 1.04x (up
+        to 1.4x; run 9) slower than its identical-code twin, and still 1.02x (up to 1.54x; run
+        12) after a 10 ms warm-up floor: the GPU sat idle while the host made the problem's
+        inputs, and what it pays for that is not the clock alone. In rounds every candidate is
+        timed in the same state (the GPU busy with the round before), drift spreads over all
+        of them, and no position is the first after an idle GPU (tests/test_runtime_timing.py)."""
         create, record, elapsed = self._events()
-        for _ in range(warmup):
-            call()
+        for call in calls:
+            for _ in range(warmup):
+                call()
         self.synchronize()
-        spent, batch, calls = 0.0, 1, 0
-        while warmup and spent < warmup_ms and calls < MAX_WARMUP_CALLS:
+        spent, batch, rounds = 0.0, 1, 0
+        while warmup and calls and spent < warmup_ms and rounds < MAX_WARMUP_CALLS:
             start, stop = create(), create()
             record(start)
             for _ in range(batch):
-                call()
+                for call in calls:
+                    call()
             record(stop)
             spent += elapsed(start, stop)
-            calls += batch
+            rounds += batch
             batch *= 2  # doubling: a few event round trips even for a microsecond kernel
-        out = []
-        for _ in range(reps):
-            start, stop = create(), create()
-            record(start)
-            call()
-            record(stop)
-            out.append(elapsed(start, stop))
-        return out
+        marks: list[list[tuple[Any, Any]]] = [[] for _ in calls]
+        for r in range(reps):
+            order = range(len(calls)) if r % 2 == 0 else range(len(calls) - 1, -1, -1)
+            for i in order:
+                start, stop = create(), create()
+                record(start)
+                calls[i]()
+                record(stop)
+                marks[i].append((start, stop))
+        return [[elapsed(a, b) for a, b in pairs] for pairs in marks]
 
 
 def _check(res: Any, what: str, ok: Any) -> Any:
