@@ -142,6 +142,8 @@ _INTRINSICS_COMMON = dict(
     ldmatrix_x4_trans=("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16", "{i32, i32, i32, i32}",
                        ("ptr addrspace(3)",)),
     ldmatrix_x2_trans=("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16", "{i32, i32}", ("ptr addrspace(3)",)),
+    # warp shuffle (sm_30+): the async gemm's epilogue swaps output pairs inside a quad
+    shfl_bfly_i32=("llvm.nvvm.shfl.sync.bfly.i32", "i32", ("i32", "i32", "i32", "i32")),
     trap=("llvm.trap", "void", ()),
 )
 # LLVM 21 replaced llvm.nvvm.barrier0 by llvm.nvvm.barrier.cta.sync.aligned.all(i32 id);

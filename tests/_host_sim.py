@@ -16,6 +16,9 @@
                                         group but the newest ``pending`` (the latest the PTX ISA
                                         lets them land): a stage read before its wait (or
                                         without the barrier after it) reads stale data
+            shfl.sync.bfly (sm_90)  -> sim_shfl_bfly: every lane of the warp deposits its value, each
+                                        takes lane ^ b's (PTX ISA "shfl.sync": c's clamp and
+                                        segment mask; a lane past the clamp keeps its own)
             external (dynamic) shared arrays -> a zeroed buffer of the kernel's dynamic_lds_bytes
         --MCJIT--> .launch(grid, *args): one OS thread per work-item, blocks one after
             another; ndarray args pass their buffer, ints pass as they are (a pointer too)
@@ -50,6 +53,7 @@ _ID_CALLS = {
     "llvm.nvvm.cp.async.cg.shared.global.16.s": "sim_cp_async",
     "llvm.nvvm.cp.async.commit.group": "sim_cp_commit",
     "llvm.nvvm.cp.async.wait.group": "sim_cp_wait",
+    "llvm.nvvm.shfl.sync.bfly.i32": "sim_shfl_bfly",
 }
 _F2BF = """
 define bfloat @"sim_f2bf"(float %x) {
@@ -167,9 +171,11 @@ class CpuGrid:
             ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(self._cp_async),
             ctypes.CFUNCTYPE(None)(self._cp_commit),
             ctypes.CFUNCTYPE(None, ctypes.c_int32)(self._cp_wait),
+            ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                             ctypes.c_int32)(self._shfl_bfly),
         ]
         for name, cb in zip(("sim_tid", "sim_ctaid", "sim_barrier", "sim_barrier0", "sim_mma", "sim_ldmatrix",
-                             "sim_cp_async", "sim_cp_commit", "sim_cp_wait"), self._cbs):
+                             "sim_cp_async", "sim_cp_commit", "sim_cp_wait", "sim_shfl_bfly"), self._cbs):
             llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
         tm = llvm.Target.from_default_triple().create_target_machine(
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
@@ -225,6 +231,22 @@ class CpuGrid:
         self.wave_barriers[wave].wait()  # every lane has read the addresses before the next deposit
         dst = np.ctypeslib.as_array(ctypes.cast(out, ctypes.POINTER(ctypes.c_uint32)), (count,))
         dst[:] = regs
+
+    def _shfl_bfly(self, mask, value, b, c) -> int:
+        """PTX ISA shfl.sync.bfly: j = lane ^ b; with segmask = c[12:8] and maxLane = (lane &
+        segmask) | (c[4:0] & ~segmask), a lane whose j is past maxLane keeps its own value.
+        Every lane of the warp takes part (a full member mask is the only one lowered)."""
+        wave, lane = divmod(self.local.tid, self.wave_size)
+        if self.wave_size != 32 or mask & 0xFFFFFFFF != 0xFFFFFFFF:
+            raise AssertionError(f"shfl.sync with member mask {mask & 0xFFFFFFFF:#x} on a {self.wave_size}-lane wave")
+        slot = self.slots[wave]
+        slot[("shfl", lane)] = value
+        self.wave_barriers[wave].wait()
+        seg = (c >> 8) & 0x1F
+        j = lane ^ (b & 0x1F)
+        got = slot[("shfl", j)] if j <= ((lane & seg) | (c & 0x1F & ~seg)) else value
+        self.wave_barriers[wave].wait()  # every lane has read before the next deposit
+        return got
 
     # cp.async: per thread, the open group's copies and the committed groups, oldest first
     def _cp_async(self, dst, src, nbytes) -> None:

@@ -17,7 +17,7 @@ from rocke_aot.aot.families.gemm import paths_for
 from rocke_aot.aot.lower import lower
 from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
-from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.variants.gemm import GemmSpec, quad_stores
 
 LLVM22_BIN = Path("/usr/lib/llvm-22/bin")
 ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1250", "sm_90")
@@ -122,6 +122,8 @@ def test_a_transposed_b_tile_reads_every_fragment_wide(llvm22, tmp_path, arch, p
              vector_width=8, stages=3, group_m=8),
     GemmSpec(path="mma", in_dtype="bf16", out_dtype="bf16", block_m=64, block_n=32, block_k=32, waves=4,
              vector_width=8, stages=2),  # an odd number of 8-wide B tiles per warp: ldmatrix .x2.trans
+    GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4,
+             vector_width=8, stages=3),
 ], ids=lambda s: s.kernel_name)
 def test_async_pipeline_counts_are_the_ptx(llvm22, spec):
     """The hardware model's counts of the asynchronous pipeline (variants/counts.py) against the
@@ -141,6 +143,15 @@ def test_async_pipeline_counts_are_the_ptx(llvm22, spec):
     assert k.launch.dynamic_shared_bytes == spec.lds_bytes() == k.dynamic_lds_bytes
     assert c.lds_read_wavefronts == 4 * len(re.findall(r"ldmatrix[\w.]*\.x4", ptx)) + \
         2 * len(re.findall(r"ldmatrix[\w.]*\.x2", ptx))  # padded rows: one cycle per 8x8 matrix
+    # the epilogue: one store a pair, or (2-byte output, quad_stores) one 8-byte store and one
+    # shuffle per two pairs; store_bytes in whole 32-byte sectors either way
+    stores = re.findall(r"\bst\.global\.(\S+)", ptx)
+    assert len(stores) == c.stores
+    quads = quad_stores(spec, spec.geometry(Target.parse("sm_90")))
+    assert len(re.findall(r"\bshfl\.sync\.bfly\b", ptx)) == (c.stores if quads else 0)
+    assert set(stores) == ({"v2.b32"} if quads or spec.out_dtype == "f32" else {"b32"})  # 8 or 4 bytes a lane
+    ob = 4 if spec.out_dtype == "f32" else 2
+    assert c.store_bytes == spec.block_m * spec.block_n * ob * (1 if quads or ob == 4 else 2)
 
 
 @pytest.mark.parametrize("arch,spec", VARIANTS, ids=[f"{a}-{s.kernel_name}" for a, s in VARIANTS])

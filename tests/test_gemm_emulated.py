@@ -160,6 +160,18 @@ def test_a_broken_pipeline_fails_the_simulation(monkeypatch, mutation):
         check_gemm("sm_90", spec, ASYNC_SIZES[:1])
 
 
+def test_the_quad_epilogue_needs_its_exchange(monkeypatch):
+    """The 2-byte quad epilogue (variants/gemm.py quad_stores) swaps a pair between lanes 2j and
+    2j+1; with the partner one lane off (lane ^ 3), the stored columns must come out wrong."""
+    from _host_sim import CpuGrid
+    spec = ASYNC_CASES[1]
+    check_gemm("sm_90", spec, ASYNC_SIZES[:1])
+    shfl = CpuGrid._shfl_bfly
+    monkeypatch.setattr(CpuGrid, "_shfl_bfly", lambda self, mask, v, b, c: shfl(self, mask, v, b ^ 2, c))
+    with pytest.raises(AssertionError):
+        check_gemm("sm_90", spec, ASYNC_SIZES[:1])
+
+
 # -- the simulator can fail: one operand's map perturbed in the lowering alone --------------
 @dataclass(frozen=True)
 class Mutant(mma.MmaInstr):

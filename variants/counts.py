@@ -46,6 +46,11 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   cycle, like an LDS wavefront: a 256-byte warp load of 64-byte row pieces costs 4 cycles of
   it, of 128-byte pieces 2.
 
+- the asynchronous epilogue's store_bytes are L2 sectors (32 bytes, NVIDIA's granule): a
+  quad's 2-element stores of one row fill a whole sector for f32 and half of one for a 2-byte
+  output, unless it writes quads (variants/gemm.py quad_stores: 4 columns a lane, whole
+  sectors, half as many stores).
+
 Where the compiler may do better than the IR (LLVM's load/store vectorizer merging the fma
 path's adjacent B loads), the count is the IR's: an upper bound, stated, never tuned.
 """
@@ -58,6 +63,7 @@ from typing import Any, Callable, Iterable
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
+from rocke_aot.variants.gemm import quad_stores
 
 BANK_BYTES = 4
 
@@ -269,8 +275,9 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
         b_loads += 1
     ksub = spec.block_k // ins.k
     copies = _ceil(spec.block_m * spec.block_k // ASYNC_ELEMS, g.threads) + _ceil(spec.block_k * spec.block_n // ASYNC_ELEMS, g.threads)
+    pairs = g.tiles_m * g.tiles_n * ins.acc_per_lane // 2  # 2-element stores a lane; quads: one per two
     return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m + b_loads), ksub * (a_cyc + b_cyc), 0, 0,
-            copies, write_cyc, g.tiles_m * g.tiles_n * ins.acc_per_lane // 2, 0)
+            copies, write_cyc, pairs // 2 if quad_stores(spec, g) else pairs, 0)
 
 
 ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
@@ -315,6 +322,21 @@ def _gemm_lines(spec: Any, target: Any, k: int, n: int) -> int:
                             lambda c: (c // b_vpr) * n + (c % b_vpr) * vw))
 
 
+# NVIDIA's L2 works in 32-byte sectors (CUDA C++ Best Practices Guide, "Coalesced Access to
+# Global Memory"): a warp's store costs every sector it touches, however little of each it writes.
+SECTOR_BYTES = 32
+
+
+def _async_store_bytes(spec: Any, g: Any) -> int:
+    """The L2 traffic of the asynchronous epilogue, in whole 32-byte sectors: a quad's 2-element
+    stores of one row cover 4 x 2 x out bytes, a whole sector for f32 and half of one for 2-byte
+    outputs (each half a separate write), unless the epilogue writes quads (quad_stores: 4
+    columns a lane, whole sectors)."""
+    ob = DTYPE_BYTES[spec.out_dtype]
+    per_sector = 1 if ob * 8 >= SECTOR_BYTES or quad_stores(spec, g) else SECTOR_BYTES // (ob * 8)
+    return spec.block_m * spec.block_n * ob * per_sector
+
+
 def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs, lds_stores = _gemm_static(spec, target, banks)
     eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
@@ -325,7 +347,7 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
             lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
             serial_loads=pipelined_latencies(_ceil(p.k, spec.block_k), spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
             staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
-            store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
+            store_bytes=_async_store_bytes(spec, g), stores=outs,
             unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob, macs=spec.block_m * spec.block_n * spec.block_k)
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),

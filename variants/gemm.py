@@ -282,3 +282,14 @@ def _wave_grid(bm: int, bn: int, waves: int, im: int, inn: int) -> tuple[int, in
     if best is None:
         raise SpecError(f"gemm: a {bm}x{bn} tile does not split over {waves} waves of {im}x{inn} tiles")
     return best[1]
+
+
+def quad_stores(spec: GemmSpec, geo: GemmGeometry) -> bool:
+    """Whether the sm_90 asynchronous epilogue writes 2-byte outputs four columns a lane (the
+    lowering's ``epilogue_quads``: two lanes swap a pair so that a quad fills whole 32-byte
+    sectors): mma.sync m16n8 tiles, a warp tile of an even number of them along N. The
+    lowering and the hardware model's counts (variants/counts.py) both ask this."""
+    if not spec.stages or geo.instr is None:
+        return False
+    ins = mma.INSTRS[geo.instr]
+    return ins.kind == "mma" and ins.n == 8 and DTYPE_BYTES[spec.out_dtype] == 2 and geo.tiles_n % 2 == 0

@@ -31,7 +31,10 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages):
                count stays one per iteration)
                compute stage kt%S: per 16-deep k-step, A fragments by ldmatrix.x4 (one per
                16x16 A tile), B by ldmatrix.x4.trans (two 16x8 B tiles; .x2.trans for an odd one)
-           exit:   c0,c1 / c2,c3 of each mma tile are adjacent columns: one 2-element store each
+           exit:   c0,c1 / c2,c3 of each mma tile are adjacent columns: one 2-element store each;
+                   a 2-byte output, two n-tiles at a time: lanes 2j, 2j+1 of a quad swap a pair
+                   (shfl.bfly 1) and each lane stores 4 columns (8 bytes): whole 32-byte sectors
+                   (variants/gemm.py quad_stores, epilogue_quads)
       copies are 16 bytes (8 elements); an out-of-range chunk copies 0 source bytes (zero fill,
       address clamped to the tensor's start), so edges need no branch. The stages live in
       dynamic shared memory (the contract's dynamic_shared_bytes), past the 48 KiB static limit.
@@ -67,7 +70,7 @@ from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, L
 from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
-from rocke_aot.variants.gemm import GemmGeometry, GemmSpec
+from rocke_aot.variants.gemm import GemmGeometry, GemmSpec, quad_stores
 
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
 
@@ -438,8 +441,12 @@ class _GemmLowering:
 
     def epilogue_pairs(self, acc: list[ir.Value]) -> None:
         """mma.sync results c0,c1 (c2,c3) are columns 2t, 2t+1 of one row: a 2-element store
-        (N is even here, so both columns are in or out together and the store is aligned)."""
+        (N is even here, so both columns are in or out together and the store is aligned).
+        A 2-byte output takes the quad path (``quad_stores``) where the warp's tile allows it."""
         s, g, ins, b = self.spec, self.geo, self.instr, self.b
+        if quad_stores(s, g):
+            self.epilogue_quads(acc)
+            return
         out_ty = _OUT_TYPES[s.out_dtype]
         lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
         wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
@@ -457,6 +464,47 @@ class _GemmLowering:
                             x = b.extract_element(vec, _c32(r + e))
                             pair = b.insert_element(pair, x if out_ty is F32 else b.fptrunc(x, out_ty), _c32(e))
                         b.store(pair, self.gep(self.C, row * self.N + col, out_ty), align=2 * DTYPE_BYTES[s.out_dtype])
+
+    def epilogue_quads(self, acc: list[ir.Value]) -> None:
+        """2-byte outputs, two n-tiles (t, t+1) at a time: a lane's pair is 4 bytes, so a
+        quad's pairs of one row fill only half of a 32-byte sector per store; the H200 ran the
+        f16-output kernels up to 1.3x slower than their f32-output twins (run 13, short K,
+        where the epilogue is most of the time). Lanes 2j and 2j+1 of a quad swap one pair
+        (one shfl.bfly 1): the even lane then holds columns 4j..4j+3 of tile t, the odd one
+        the same columns of tile t+1, and the quad writes 8-byte stores that fill whole sectors
+        (32 contiguous bytes a row), half as many stores as pairs. Columns come in groups of 4
+        and N % 8 == 0 on this path (build_async traps otherwise), so a group is in or out
+        whole; the shuffle runs on every lane, before the bounds check."""
+        s, g, ins, b = self.spec, self.geo, self.instr, self.b
+        out_ty = _OUT_TYPES[s.out_dtype]
+        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
+        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        odd_s = lane % 2
+        odd = b.icmp_unsigned("!=", odd_s.v, _c32(0))
+        half_ty = ir.VectorType(out_ty, 2)
+        shfl = self.kb.declare("shfl_bfly_i32")
+
+        def pack(vec: ir.Value, r: int) -> ir.Value:
+            pair = ir.Constant(half_ty, None)
+            for e in range(2):
+                pair = b.insert_element(pair, b.fptrunc(b.extract_element(vec, _c32(r + e)), out_ty), _c32(e))
+            return b.bitcast(pair, I32)
+
+        for i in range(g.tiles_m):
+            for t in range(0, g.tiles_n, 2):
+                va, vb = acc[i * g.tiles_n + t], acc[i * g.tiles_n + t + 1]
+                for r in range(0, ins.acc_per_lane, 2):
+                    dr, dc = ins.d_coord(lane, r)
+                    pa, pb = pack(va, r), pack(vb, r)
+                    got = b.call(shfl, [_c32(-1), b.select(odd, pa, pb), _c32(1), _c32(0x1F)])
+                    quad = b.insert_element(ir.Constant(ir.VectorType(I32, 2), None), b.select(odd, got, pa), _c32(0))
+                    quad = b.insert_element(quad, b.select(odd, pb, got), _c32(1))
+                    # dc = 2j: (dc // 4) * 4 = 4 * (j // 2); the odd lane's group is in tile t+1
+                    row = self.row0 + wm0 + i * ins.m + dr
+                    col = self.col0 + wn0 + t * ins.n + (dc // 4) * 4 + odd_s * ins.n
+                    with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
+                        b.store(quad, self.gep(self.C, row * self.N + col, out_ty), align=8)
 
     def build_async(self, ktiles: Sym) -> None:
         s, kb = self.spec, self.kb
