@@ -146,6 +146,9 @@ def launch(image: bytes, contract, problem, tensors: dict[str, np.ndarray]):
             if laid.access != "read_only":
                 written.append((host, d))
         params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+        if contract.dynamic_shared_bytes > 48 * 1024:  # past 48 KiB a kernel must opt in (as the runner does)
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(cu.cuFuncSetAttribute(fn, attr, int(contract.dynamic_shared_bytes)))
         if not plan.empty:
             check(cu.cuLaunchKernel(fn, *plan.grid, *plan.block, contract.dynamic_shared_bytes, 0,
                                     params.ctypes.data, 0))
