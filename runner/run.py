@@ -34,7 +34,7 @@ from rocke_aot.launch import LaunchContract, LaunchPlan
 from rocke_aot.runner import reference as ref
 from rocke_aot.runner.reference import reference_of
 from rocke_aot.runner.chunk import plan_chunks
-from rocke_aot.runner.runtime import PackedArgs, Runtime
+from rocke_aot.runner.runtime import MAX_WARMUP_CALLS, WARMUP_MS, PackedArgs, Runtime
 
 _SCALAR_FORMATS = {"i32": "<i", "u32": "<I", "i64": "<q"}
 
@@ -329,6 +329,19 @@ def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[s
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    # the same warm-up floor as the candidates' (Runtime.time_many): the vendor call runs after
+    # the host made its inputs, on a GPU that may have idled meanwhile
+    spent, batch, calls = 0.0, 1, 0
+    while warmup and spent < WARMUP_MS and calls < MAX_WARMUP_CALLS:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(batch):
+            fn()
+        e.record()
+        e.synchronize()
+        spent += s.elapsed_time(e)
+        calls += batch
+        batch *= 2
     times = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
