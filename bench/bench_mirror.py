@@ -252,7 +252,7 @@ def steps(fetcher: Fetcher, ks: list[str]) -> dict:
     wrap(sources.Source, "get", "HTTP GET (httpcore)")
     wrap(sources, "_decode_frame", "zstd decode + sha256")
     wrap(local.Kernel, "from_record", "signed inputs -> key")
-    wrap(local.LocalStore, "put_blob", "blob file (sha256 + write)")
+    wrap(local.LocalStore, "put_blob", "blob file (write; hashed on download)")
     try:
         fetcher.accepted()
         c = time.process_time()

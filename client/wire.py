@@ -67,7 +67,8 @@ class _DeadlineStream(httpcore.NetworkStream):
         return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+        if buffer:  # h11 hands over an empty end of a bodiless request: nothing to send, no clock read
+            self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
 
     def close(self) -> None:
         self._inner.close()
