@@ -6,7 +6,9 @@
    here, reaches nginx on the namespace's loopback, and its answer waits DELAY_US again on the
    way out (a round trip of 2 * DELAY_US added). Single-threaded: epoll plus one timerfd set to
    the earliest due chunk; each read becomes a chunk stamped with now + DELAY_US and is written
-   on, in order, once due; an end of stream travels the same way (shutdown when due).
+   on, in order, once due; an end of stream travels the same way (shutdown when due). It reads
+   whatever arrives at once (no backpressure): a delay with an unbounded queue, which the bench's
+   bounded transfers (a few MB a pass) never fill; tbf on the veth link sets the rate.
 
    usage: netdelay LISTEN_IP LISTEN_PORT TARGET_IP TARGET_PORT DELAY_US
    build: cc -O2 -o netdelay netdelay.c   (the bench builds it in its temp dir)
