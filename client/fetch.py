@@ -17,7 +17,7 @@
     get_many(keys, workers=$ROCKE_AOT_FETCH_WORKERS or 8)
       accepted() once, then get(key) for every key on a bounded thread pool: the transfers,
       nginx's or the service's work, sha256 and zstd (which release the GIL) and the file
-      writes overlap, over the sources' kept-alive connections (one httpx pool per source).
+      writes overlap, over the sources' kept-alive connections (one connection pool per source).
       The signature is checked once per manifest, never per blob. Every key is tried; the
       first failure in the order given is raised after the others ended (what verified is kept)
 
@@ -70,7 +70,11 @@ from rocke_aot.trust.keys import PublicKey
 
 ENV_OFFLINE = settings.OFFLINE
 ENV_FETCH_WORKERS = settings.FETCH_WORKERS
-DEFAULT_WORKERS = 8  # enough to overlap a CDN's or nginx's latency; each is one kept-alive connection
+# Workers hide round trips, not CPU, so the default is not scaled by cores: at a 10 ms round trip
+# 2/4/8/16 workers fetched 170/325/651/882 kernels/s (docs/trust.md, "Fetch cost, measured"); a
+# mirror on the same host is CPU-bound and fastest with $ROCKE_AOT_FETCH_WORKERS=1. Each worker
+# is one kept-alive connection.
+DEFAULT_WORKERS = 8
 
 
 class OfflineMiss(NotFoundError):

@@ -208,6 +208,13 @@ def check_bytes(data: bytes, sha256: str, size: int, what: str) -> bytes:
     return data
 
 
+def _check_once(data: bytes, sha256: str, size: int) -> None:
+    """IntegrityError unless ``data`` has this sha256 and size; bytes checked on download
+    against these very values (Verified) are not hashed again."""
+    if not (isinstance(data, Verified) and data.sha256 == sha256 and len(data) == size):
+        check_bytes(data, sha256, size, f"blob {sha256}")
+
+
 def default_root() -> Path:
     value = settings.raw(ENV_CLIENT_HOME)
     return Path(value) if value else paths.home() / "client"
@@ -281,23 +288,27 @@ class LocalStore:
                 self._dirs.add(d)
 
     def put_blob(self, sha256: str, size: int, data: bytes) -> None:
-        """Keep verified bytes under their hash; a blob already kept is not written again.
-        Bytes checked on download against this very sha256 and size (Verified) are not hashed
-        again; any others are checked here first (IntegrityError, nothing written)."""
+        """Keep verified bytes under their hash. Bytes checked on download against this very
+        sha256 and size (Verified) are not hashed again; any others are checked here first
+        (IntegrityError, nothing written). Every caller calls it after blob() missed, so it
+        does not look again: a copy another writer kept meanwhile is replaced by the same
+        bytes (an atomic rename), which costs less than one more stat on every cold fetch."""
         path = self._blob_path(sha256)
-        if not (isinstance(data, Verified) and data.sha256 == sha256 and len(data) == size):
-            check_bytes(data, sha256, size, f"blob {sha256}")
+        _check_once(data, sha256, size)
         self._mkdirs("blobs")
         # No fsync: every read checks size and sha256, so a crash can lose a blob (fetched
         # again) but never make a wrong one pass.
-        if not os.path.isfile(path):
-            atomic_write(path, data, durable=False, make_parent=False)
+        atomic_write(path, data, durable=False, make_parent=False)
 
     def put(self, kernel: Kernel) -> Kernel:
-        """Keep a kernel and its record (the caller verified it; its bytes are checked again)."""
+        """Keep a kernel and its record (the caller verified it; its bytes are checked again).
+        A blob already kept (another kernel's bytes, the same sha256) is not written again."""
         if kernel.code_object is None:
             raise SpecError(f"put of {kernel.key} without its code object")
-        self.put_blob(kernel.sha256, kernel.size, kernel.code_object)
+        if os.path.isfile(self._blob_path(kernel.sha256)):
+            _check_once(kernel.code_object, kernel.sha256, kernel.size)
+        else:
+            self.put_blob(kernel.sha256, kernel.size, kernel.code_object)
         self._mkdirs("kernels")
         atomic_write(self._record(kernel.key), kernel.record_json(), durable=False, make_parent=False)
         return kernel

@@ -37,6 +37,7 @@ from rocke_aot.errors import AnswerTooLargeError, CacheError, DeadlineError, Red
 MAX_ERROR_BODY = 64 << 10  # an error answer's body is read this far, the rest dropped
 DEADLINE_S = 120.0  # one call: every attempt, read and backoff sleep
 USER_AGENT = "rocke-aot-client"
+_USER_AGENT = (b"User-Agent", USER_AGENT.encode())
 
 __all__ = ["DEADLINE_S", "MAX_ERROR_BODY", "Answer", "Headers", "Wire", "http_client"]
 
@@ -66,7 +67,8 @@ class _DeadlineStream(httpcore.NetworkStream):
         return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+        if buffer:  # h11 hands over an empty end of a bodiless request: nothing to send, no clock read
+            self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
 
     def close(self) -> None:
         self._inner.close()
@@ -154,13 +156,22 @@ class _CorePool:
         self._pool = httpcore.ConnectionPool(
             ssl_context=tls, max_connections=100, max_keepalive_connections=20,
             keepalive_expiry=5.0, network_backend=_DeadlineBackend(httpcore.SyncBackend()))
+        # The base URL parsed once (by httpcore, as it would parse each request's): a URL
+        # string costs a urllib parse per request, most of what this exchange adds to a bare
+        # GET (bench/bench_mirror.py's per-step line); each request only appends its path.
+        base = httpcore.URL(url)
+        self._origin = (base.scheme, base.host, base.port)
+        self._prefix = base.target.rstrip(b"/")
 
     def close(self) -> None:
         self._pool.close()
 
     @contextmanager
-    def exchange(self, method: str, url: str, headers: dict[str, str] | None, json_body: Any, timeout: float):
-        head = [(b"User-Agent", USER_AGENT.encode())]
+    def exchange(self, method: str, url: str, headers: dict[str, str] | None, json_body: Any, timeout: float,
+                 path: str):
+        scheme, host, port = self._origin
+        target = httpcore.URL(scheme=scheme, host=host, port=port, target=self._prefix + path.encode("ascii"))
+        head = [_USER_AGENT]
         head += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
         # httpcore adds Host, and Content-Length for bytes content (none for a bodiless GET)
         content = None if method in ("GET", "HEAD") else b""
@@ -168,7 +179,7 @@ class _CorePool:
             content = json.dumps(json_body, separators=(",", ":"), allow_nan=False).encode()
             head.append((b"Content-Type", b"application/json"))
         ext = {"timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}}
-        with self._pool.stream(method.encode(), url, headers=head, content=content, extensions=ext) as r:
+        with self._pool.stream(method.encode(), target, headers=head, content=content, extensions=ext) as r:
             yield r.status, Headers(r.headers), r.iter_stream()
 
 
@@ -183,7 +194,8 @@ class _HttpxClient:
             self._client.close()
 
     @contextmanager
-    def exchange(self, method: str, url: str, headers: dict[str, str] | None, json_body: Any, timeout: float):
+    def exchange(self, method: str, url: str, headers: dict[str, str] | None, json_body: Any, timeout: float,
+                 path: str):
         with self._client.stream(method, url, headers=headers, json=json_body, follow_redirects=False,
                                  timeout=httpx.Timeout(timeout)) as r:
             # (an answer made in memory, e.g. by httpx.MockTransport, is already read: its bytes)
@@ -280,7 +292,7 @@ class Wire:
             with self._lock:
                 self._requests += 1
             try:
-                return self._once(method, url, limit, headers, json_body, end)
+                return self._once(method, url, path, limit, headers, json_body, end)
             except _Retry as r:
                 if attempt == self.retries:
                     return r.answer
@@ -302,13 +314,14 @@ class Wire:
             delay *= 2
         raise AssertionError("unreachable")
 
-    def _once(self, method: str, url: str, limit: int, headers, json_body, end: float) -> Answer:
+    def _once(self, method: str, url: str, path: str, limit: int, headers, json_body, end: float) -> Answer:
         left = end - time.monotonic()
         if left <= 0:
             raise DeadlineError(f"{method} {url}: the {self.deadline_s:g} s deadline passed before it was sent")
         _call.end = end
         try:
-            with self._net.exchange(method, url, headers, json_body, min(self.timeout, left)) as (status, hdrs, chunks):
+            with self._net.exchange(method, url, headers, json_body, min(self.timeout, left),
+                                    path) as (status, hdrs, chunks):
                 if 300 <= status < 400:
                     where = hdrs.get("location")
                     raise RedirectError(f"{method} {url} -> {status}, redirected to "

@@ -4,7 +4,9 @@
                             are 0700 to root, which an unprivileged nginx cannot read)
     nginx(root, extra="") -> base URL   nginx -c <temp config> -e stderr in the foreground, as the calling
                             user, or as `nobody` (setpriv) when the tests run as root; no access
-                            log, every temp path in its own directory; stopped on exit
+                            log, every temp path in its own directory; stopped on exit; ``host``
+                            and ``netns``: listen on that address inside that network namespace
+                            (bench/bench_mirror.py's network path), loopback by default
 
 The config says what a static mirror needs and nothing else: files under ``root``, octet-stream
 by default, JSON for the metadata, no caching of open files (a test rewrites files in place);
@@ -34,7 +36,7 @@ def served_dir() -> Path:
     return d
 
 
-def _conf(work: Path, root: Path, port: int, workers: int, extra: str) -> Path:
+def _conf(work: Path, root: Path, host: str, port: int, workers: int, extra: str) -> Path:
     conf = work / "nginx.conf"
     conf.write_text(f"""
 worker_processes {workers};
@@ -54,7 +56,7 @@ http {{
     uwsgi_temp_path {work}/uwsgi;
     scgi_temp_path {work}/scgi;
     server {{
-        listen 127.0.0.1:{port};
+        listen {host}:{port};
         root {root};
         location = /healthz {{ return 200 "ok"; }}
         {extra}
@@ -65,16 +67,18 @@ http {{
 
 
 @contextlib.contextmanager
-def nginx(root: Path, *, workers: int = 1, extra: str = ""):
+def nginx(root: Path, *, workers: int = 1, extra: str = "", host: str = "127.0.0.1", netns: str | None = None):
     """Yield the base URL of nginx serving ``root`` (which the nginx user must be able to read)."""
     work = Path(tempfile.mkdtemp(prefix="rocke-nginx-work-", dir="/tmp"))
     port = free_port()
-    argv = [NGINX, "-e", "stderr", "-p", str(work), "-c", str(_conf(work, root, port, workers, extra))]
+    argv = [NGINX, "-e", "stderr", "-p", str(work), "-c", str(_conf(work, root, host, port, workers, extra))]
     if os.geteuid() == 0:  # never serve as root: drop to nobody, which owns only the work dir
         shutil.chown(work, "nobody", "nogroup")
         argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
+    if netns is not None:  # `ip netns exec` enters the namespace and execs: proc is nginx itself
+        argv = ["ip", "netns", "exec", netns, *argv]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{host}:{port}"
     try:
         deadline = time.monotonic() + 20
         while True:

@@ -42,6 +42,7 @@ from rocke_aot.errors import (
     SourceError,
     ExpiredError,
     MixedGenerationError,
+    NotFoundError,
     NotInManifestError,
     RollbackError,
     SettingError,
@@ -294,6 +295,43 @@ def test_the_fast_path_hashes_each_blob_once_and_every_read_again(world, tree, t
         other.put_blob(a.sha256, a.size, bytes(a.size))
     assert not (tmp_path / "other" / "blobs" / b.sha256).exists()
     assert not (tmp_path / "other" / "blobs" / a.sha256).exists()
+
+
+def test_a_mirror_under_a_path_prefix(world, tree, tmp_path):
+    """Wire parses the base URL once and appends each path to its target: a mirror under a
+    prefix (with or without a trailing slash) is asked for the files under that prefix."""
+    store = world["store"]
+    arts = store.find()
+    with nginx(tree.parent) as base:  # nginx serves the directory holding tree/: the tree is at /tree
+        for prefix in ("/tree", "/tree/"):
+            with host(world, tmp_path / f"h{len(prefix)}", [base + prefix]) as f:
+                for a in arts[:3]:
+                    assert f.get(a.key).code_object == store.get(a.key).code_object
+                assert f.sources[0].requests == 3 + 3
+        with host(world, tmp_path / "root", [base]) as f, pytest.raises(NotFoundError):
+            f.accepted()  # the tree's files are not at the server's root
+
+
+def test_a_blob_is_written_after_a_miss_and_a_kept_one_is_not_rewritten(world, tmp_path):
+    """put_blob writes (its callers just missed): a damaged file at the name is replaced by the
+    verified bytes; put() keeps a blob already there (another kernel's bytes, the same sha256)
+    and still refuses bytes that are not the record's."""
+    store = world["store"]
+    a = store.find()[0]
+    raw = store.get(a.key).code_object
+    local = LocalStore(tmp_path / "host")
+    path = tmp_path / "host" / "blobs" / a.sha256
+    path.parent.mkdir(parents=True)
+    path.write_bytes(raw[:10])  # a damaged copy (blob() removes one it reads; here none was read)
+    local.put_blob(a.sha256, a.size, raw)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == a.sha256
+    k = client_local.Kernel.from_record({**a.as_dict(), "origin": {}}, code_object=raw)
+    before = path.stat().st_ino
+    local.put(k)
+    assert path.stat().st_ino == before  # not written again
+    with pytest.raises(IntegrityError):
+        local.put(client_local.Kernel(**{**k.__dict__, "code_object": bytes(a.size)}))
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == a.sha256
 
 
 SLOW = "location /blobs/ { limit_rate 4k; }"  # nginx trickles every blob at 4 KiB/s
