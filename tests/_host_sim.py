@@ -11,7 +11,8 @@
             mfma / wmma / nvvm.mma   -> sim_mma_<i>: spill the operands, call sim_mma
             ldmatrix (sm_90)         -> sim_ldm_<i>: the warp's row addresses gathered, each
                                         lane's registers from tests/_isa_ref.ldmatrix_registers
-            cp.async (sm_90)         -> sim_cp_async / _commit / _wait: copies are queued per
+            cp.async (sm_90)         -> sim_cp_async / _commit / _wait (the inline-PTX ignore-src
+                                        form: 0 or 16 source bytes): copies are queued per
                                         thread and done only at cp.async.wait_group, for every
                                         group but the newest ``pending`` (the latest the PTX ISA
                                         lets them land): a stage read before its wait (or
@@ -68,6 +69,15 @@ define bfloat @"sim_f2bf"(float %x) {
   %q = select i1 %nan, i16 32704, i16 %t
   %o = bitcast i16 %q to bfloat
   ret bfloat %o
+}
+"""
+
+
+_CP_UNLESS = """
+define void @"sim_cp_async_unless"(ptr %dst, ptr %src, i1 %ignore) {
+  %n = select i1 %ignore, i32 0, i32 16
+  call void @"sim_cp_async"(ptr %dst, ptr %src, i32 %n)
+  ret void
 }
 """
 
@@ -129,6 +139,13 @@ def _retarget(text: str) -> tuple[str, list]:
         text = text.replace(m.group(0), "\n".join(body)).replace(f'@"{name}"', f'@"sim_ldm_{lid}"')
     if ldms:
         text += '\ndeclare void @"sim_ldmatrix"(i32, ptr, ptr)\n'
+    # cp.async with the ignore-src predicate (NvptxKernel.async_copy16_unless, inline PTX):
+    # the byte-count form with 0 source bytes where the predicate holds
+    text, n_cp = re.subn(r'call void asm sideeffect "cp\.async\.cg\.shared\.global \[\$0\], \[\$1\], 16, \$2;", '
+                         r'"r,l,b"\(', 'call void @"sim_cp_async_unless"(', text)
+    if n_cp:
+        text += _CP_UNLESS + ("" if 'declare void @"sim_cp_async"' in text else '\ndeclare void @"sim_cp_async"(ptr, ptr, i32)\n')
+    assert " asm " not in text, "inline assembly the simulator does not model"
     assert "llvm.nvvm" not in text and "llvm.amdgcn" not in text, "an intrinsic the simulator does not model"
     return text, instrs, ldms
 

@@ -143,6 +143,14 @@ def test_async_pipeline_gemm_computes_a_x_b(spec):
     check_gemm("sm_90", spec, ASYNC_SIZES)
 
 
+def test_async_main_loop_of_four_ksteps_computes_a_x_b():
+    """The main loop as the table's tiles run it (aot/families/gemm.py build_async): four k-steps
+    a K-tile (the barrier after the third, the fourth's mma.sync across it), four copy rounds of
+    each operand a thread, a K of six tiles through a ring of four stages, M and N edges."""
+    check_gemm("sm_90", GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=64,
+                                 waves=4, vector_width=8, stages=4, group_m=2), [(70, 72, 328)])
+
+
 # The simulator lands cp.async copies at the latest moment the PTX ISA allows (the wait), so a
 # pipeline that read a stage one wait too early, or an ldmatrix without .trans for B, must fail.
 @pytest.mark.parametrize("mutation", ["wait_one_early", "b_not_transposed"])

@@ -29,7 +29,9 @@ from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  
 SIZES = [(1, 1, 1), (127, 129, 65), (1031, 1000, 1043)]
 # The asynchronous pipeline (stages >= 2) needs K and N multiples of 8 (16-byte rows; selection
 # refuses other problems, the kernel traps): the same shapes with K and N rounded up to 8.
-ALIGNED_SIZES = [(1, 8, 8), (127, 136, 72), (1031, 1000, 1048)]
+# (300, 264, 40): a K below one K-tile of block_k 64 and below the pipeline's depth (the main
+# loop's copies past K zero-fill), M and N off every tile.
+ALIGNED_SIZES = [(1, 8, 8), (127, 136, 72), (300, 264, 40), (1031, 1000, 1048)]
 SPECS = [s for s in table.enumerate_specs("gemm", "sm_90", "llvm22") if s.path == "mma"]
 
 

@@ -244,3 +244,23 @@ def test_sm_90_wgmma_cycles_follow_from_the_whitepaper_peak():
             assert fact in f.sources[f"matrix:{key}"], (key, fact)
         model_peak = 2 * 16 * 8 * 16 / f.matrix_cycles[key] * f.matrix_units * f.cus * f.clock_mhz * 1e6
         assert raw["mma_sync_peak_tflops"] * 1e12 < raw["torch_8192_tflops"] * 1e12 < model_peak
+
+
+@pytest.mark.parametrize("tile", [(128, 128, 64, 4), (128, 256, 64, 8), (64, 64, 32, 4)])
+def test_async_copy_int_ops_are_the_loop_ir(tile):
+    """GEMM_ASYNC_OPS_PER_COPY against the IR the lowerer emits for one K-tile's copies in the
+    main loop (aot/families/gemm.py issue_copies): the instructions before the loop body's last
+    cp.async, per copy, are the constant plus the per-operand ones (the tile's K offset and
+    bases) spread over the copies -- under one more per copy."""
+    from rocke_aot.aot.lower import lower
+
+    bm, bn, bk, w = tile
+    spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=bm, block_n=bn, block_k=bk, waves=w,
+                    vector_width=8, stages=3, group_m=8)
+    body = lower("gemm", spec, "sm_90", "llvm22").ir.split("k.body:", 1)[1].splitlines()
+    last = max(i for i, line in enumerate(body) if "cp.async.cg" in line)
+    copies = sum("cp.async.cg" in line for line in body[:last + 1])
+    ops = sum(1 for line in body[:last + 1] if line.strip() and "cp.async.cg" not in line)
+    c = counts.gemm_counts(spec, GemmProblem(4096, 4096, 4096), Target.parse("sm_90"))
+    assert copies == c.global_loads
+    assert counts.GEMM_ASYNC_OPS_PER_COPY <= ops / copies < counts.GEMM_ASYNC_OPS_PER_COPY + 1.5

@@ -73,11 +73,12 @@ BANK_BYTES = 4
 #   vector (2), the global row and column (3), the row test (1), the whole-vector test (3), the
 #   global address (2 + 3 for the 64-bit pointer), the LDS address (3), the loop step (2)
 GEMM_OPS_PER_VECTOR = 20
-# gemm's asynchronous pipeline, one 16-byte cp.async (stage_tile_async): the chunk index (1), its
-#   row and vector (2), the global row and column (3), the row and column tests and their AND (3),
-#   the source and byte-count selects (2), the global address (2 + 3), the LDS address (3), the
-#   loop step (2); the cp.async itself is the global load
-GEMM_ASYNC_OPS_PER_COPY = 21
+# gemm's asynchronous pipeline, one 16-byte cp.async (issue_copies, the loop-invariant copy plan
+#   computed before the loop): the round's offset product (1), the source index (1), the residue
+#   test and its AND with the tile's K test (2), the 64-bit index and address (2), the LDS offset
+#   and address (3), the ignore-src predicate (1: the test's negation, cp.async's zero-fill operand,
+#   NvptxKernel.async_copy16_unless); the cp.async itself is the global load
+GEMM_ASYNC_OPS_PER_COPY = 10
 # conv_direct_fwd, one halo element (_halo_elem): e (1), hy / hx / cc by constant divisors (7),
 #   ih, iw (4), the bounds test (3), the NHWC index (6), two selects (2), the address (3)
 FWD_OPS_PER_HALO_ELEM = 26

@@ -20,24 +20,40 @@
                       aot/lower/matrix.py (its operand convention), results are stored at
                       d_coord. mma (sm_90 mma.sync m16n8k16) is the same code with its maps.
 
-The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages):
+The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages), build_async:
            entry:  trap unless K and N are multiples of 8 (16-byte aligned rows: the
                    selection refuses such problems, a direct launch must not misread)
-           prologue: K-tiles 0 .. S-2 -> LDS stages 0 .. S-2 by cp.async, one commit group each
-           loop kt < ceil(K/bk):
-               wait until at most S-2 groups are pending (tile kt has landed, this thread's);
-               barrier (every thread's copies of kt visible; every warp done with stage (kt-1)%S)
-               cp.async K-tile kt+S-1 -> stage (kt+S-1)%S (if any); commit (always: the group
-               count stays one per iteration)
-               compute stage kt%S: per 16-deep k-step, A fragments by ldmatrix.x4 (one per
-               16x16 A tile), B by ldmatrix.x4.trans (two 16x8 B tiles; .x2.trans for an odd one)
-           exit:   c0,c1 / c2,c3 of each mma tile are adjacent columns: one 2-element store each;
-                   a 2-byte output, two n-tiles at a time: lanes 2j, 2j+1 of a quad swap a pair
-                   (shfl.bfly 1) and each lane stores 4 columns (8 bytes): whole 32-byte sectors
-                   (variants/gemm.py quad_stores, epilogue_quads)
-      copies are 16 bytes (8 elements); an out-of-range chunk copies 0 source bytes (zero fill,
-      address clamped to the tensor's start), so edges need no branch. The stages live in
-      dynamic shared memory (the contract's dynamic_shared_bytes), past the 48 KiB static limit.
+           copy plan (copy_plan, once): per operand the work-item's source index at K-tile 0,
+                   its LDS offset in a stage, B's column test and A's rows left in M; its
+                   rounds are dr = threads / vectors-per-row rows apart, so a round adds a
+                   constant LDS offset and it * dr * K (A) / N (B) to the source
+           prologue: K-tiles 0 .. S-2 -> stages 0 .. S-2, one commit group each; wait for tile 0
+                   (S-2 pending); barrier; fragments of tile 0's k-step 0
+           loop kt < ceil(K/bk), per 16-deep k-step ks (KS = bk/16 of them):
+               ks = 0:      cp.async K-tile kt+S-1 -> stage (kt-1)%S (every warp left it before
+                            the last barrier); a tile past K copies 0 bytes (no branch)
+               every ks:    fragments of ks+1 (ldmatrix) while ks's mma.sync issue (fragments
+                            in registers for two k-steps)
+               ks = KS-2:   commit; wait (S-2 pending: tile kt+1 has landed); barrier (every
+                            thread's copies visible; every warp done with stage kt%S, whose
+                            last fragments were just read) -- KS = 1: after k-step 0
+               ks = KS-1:   the fragments read are K-tile kt+1's k-step 0, from the next stage,
+                            while the tile's last mma.sync run across the barrier
+               the loop body is one basic block: ptxas interleaves copies, reads and mma.sync
+           exit:   wait for every copy; c0,c1 / c2,c3 of each mma tile are adjacent columns: one
+                   2-element store each; a 2-byte output, two n-tiles at a time: lanes 2j, 2j+1
+                   of a quad swap a pair (shfl.bfly 1) and each lane stores 4 columns (8 bytes):
+                   whole 32-byte sectors (variants/gemm.py quad_stores, epilogue_quads)
+      ldmatrix addresses: one pointer per operand, stage and lane, every fragment a constant
+      offset from it (ptxas: [R+imm]). build_async_inline is the first version (copies behind a
+      branch, indices and fragment addresses recomputed in the loop, no fragment lookahead),
+      kept as bench/gemm_async_h200.py's baseline only (lower_gemm(inline_async=True)).
+      copies are 16 bytes (8 elements); an out-of-range chunk reads no source bytes and writes
+      16 zeros (the inline baseline: a byte count of 0 and the address clamped to the tensor's
+      start; build_async: cp.async's ignore-src predicate and the address as computed, at most
+      S K-tiles or one block of rows past the tensor, as CUTLASS's zfill copies do), so edges
+      need no branch. The stages live in dynamic shared memory (the contract's
+      dynamic_shared_bytes), past the 48 KiB static limit.
       ldmatrix lane maps (PTX ISA "ldmatrix"): lane l gives the address of row l%8 of matrix
       l//8; thread t receives row t//4, elements 2(t%4), 2(t%4)+1 of each matrix (.trans: the
       matrix transposed). A: matrix i = rows 8(i%2).., K 8(i//2).. of the 16x16 tile, which is
@@ -128,9 +144,38 @@ class _Chunk:
     ld: int
 
 
+@dataclass(frozen=True)
+class _CopyOperand:
+    """One operand's cp.async copies of a K-tile, as a work-item issues them (copy_plan): ``rounds``
+    copies ``dr`` rows apart, at LDS element offset ``lds`` (+ it * dr * ld) of a stage and source
+    element index ``src`` (+ it * step) at K-tile 0, each a 16-byte vector; ``fixed``: B's test that
+    holds for every K-tile (its N columns; None for A, whose K column is tested per tile);
+    A's rounds are inside M while it * dr < rem; ``koff``: the K offset in the tile (A: the column,
+    B: the first row)."""
+
+    which: str
+    rounds: int
+    chunks: int
+    dr: int
+    ld: int
+    lds: Sym
+    src: Sym
+    step: Sym
+    rem: Sym | None
+    fixed: ir.Value | None
+    koff: Sym
+
+
+@dataclass(frozen=True)
+class _CopyPlan:
+    ops: tuple[_CopyOperand, ...]
+
+
 class _GemmLowering:
-    def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry):
+    def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry,
+                 inline_async: bool = False):
         self.spec, self.geo = spec, geo
+        self.inline_async = inline_async
         self.kb: KernelModule = kernel_for(spec.kernel_name, target, lane, geo.threads)
         self.instr = mma.INSTRS[geo.instr] if geo.instr else None
         if self.instr is not None:
@@ -505,8 +550,151 @@ class _GemmLowering:
                     col = self.col0 + wn0 + t * ins.n + (dc // 4) * 4 + odd_s * ins.n
                     with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
                         b.store(quad, self.gep(self.C, row * self.N + col, out_ty), align=8)
+    # -- the pipeline's main loop, CUTLASS-style (the default; build_async_inline: the first one) --
+    def copy_plan(self) -> "_CopyPlan":
+        """The loop-invariant part of every cp.async a thread issues per K-tile, computed once
+        before the loop (module doc, build_async): per operand one source index at K-tile 0,
+        one LDS offset, the column test (B) and the per-round residue (A: rows left in M)."""
+        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        ops = []
+        for which in ("A", "B"):
+            rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
+            ld = self.lda if which == "A" else self.ldb
+            vpr = cols // vw
+            chunks = rows * vpr
+            if T % vpr:  # a work-item's chunks would change column from round to round
+                raise CapabilityError(f"gemm stages: {T} threads do not step whole {cols}-element rows")
+            r0, v = self.tid // vpr, self.tid % vpr
+            dr = T // vpr  # rows between a work-item's rounds
+            lds = r0 * ld + v * vw + (0 if which == "A" else s.block_m * self.lda)
+            if which == "A":  # rows of A: M; K at the column
+                rem = self.M - (self.row0 + r0)  # rounds it with it * dr < rem are inside M (signed)
+                src = (self.row0 + r0) * self.K + v * vw
+                step, fixed, koff = self.K * dr, None, v * vw
+            else:  # rows of B: K; N at the column (a multiple of 8: all of a vector in or out)
+                rem = None
+                src = r0 * self.N + (self.col0 + v * vw)
+                step, fixed, koff = self.N * dr, (self.col0 + v * vw).lt(self.N), r0
+            ops.append(_CopyOperand(which, -(-chunks // T), chunks, dr, ld, lds, src, step, rem, fixed, koff))
+        return _CopyPlan(tuple(ops))
+
+    def issue_copies(self, plan: "_CopyPlan", kt: Sym, stage_off: Sym) -> None:
+        """cp.async K-tile kt into the stage at LDS element offset stage_off, from the plan: per copy
+        one index add, one residue test and the two selects of the zero fill. A tile past K (the
+        pipeline's last S - 1 iterations) copies 0 bytes of every chunk: zeros into a stage nobody
+        reads, in place of a branch that would cut the loop body in two basic blocks (ptxas then
+        cannot interleave the copies with the mma.sync of the same iteration)."""
+        s, b, kb = self.spec, self.b, self.kb
+        k0 = kt * s.block_k
+        for op in plan.ops:
+            base = op.src + k0 * (1 if op.which == "A" else self.N)
+            if op.which == "A":  # every round of a work-item: the same K columns
+                k_ok = b.icmp_signed("<", (k0 + op.koff).v, self.K.v)
+                k_left = None
+            else:  # every round: its own K row; rows it * dr < K - k0 - r0 are inside
+                k_ok, k_left = op.fixed, self.K - k0 - op.koff
+            for it in range(op.rounds):
+                guard = None
+                if op.chunks % self.geo.threads and it == op.rounds - 1:  # a partial last round
+                    guard = kb.if_then(self.tid.lt(op.chunks - it * self.geo.threads), name="cpa")
+                    guard.__enter__()
+                if op.which == "A":
+                    ok = b.and_(k_ok, b.icmp_signed("<", _c32(it * op.dr), op.rem.v))
+                else:
+                    ok = b.and_(k_ok, b.icmp_signed("<", _c32(it * op.dr), k_left.v))
+                # no address clamp: a copy of 0 source bytes reads nothing (PTX ISA cp.async
+                # src-size; CUTLASS's zfill and Triton's masked copies pass the address as is),
+                # and the index (non-negative, zero-extended) stays within S tiles of the tensor
+                src = b.gep(self.A if op.which == "A" else self.B, [b.zext((base + op.step * it).v, ir.IntType(64))],
+                            source_etype=I16)
+                kb.async_copy16_unless(self.gep(self.lds, stage_off + op.lds + it * op.dr * op.ld), src, b.not_(ok))
+                if guard is not None:
+                    guard.__exit__(None, None, None)
+
+    def load_fragments(self, stage_off: Sym, ks: int) -> tuple[list[ir.Value], list[ir.Value]]:
+        """A and B fragments of k-step ks of the stage at stage_off: ldmatrix.x4 per 16x16 A tile,
+        ldmatrix.x4.trans per pair of 16x8 B tiles (.x2.trans for an odd one); module doc.
+        Addresses: one lane pointer per operand and stage (its warp and lane part precomputed),
+        every tile and k-step a constant element offset from it, which ptxas folds into the
+        ldmatrix's immediate ([R+imm]: no address arithmetic per fragment)."""
+        s, g, ins, kb = self.spec, self.geo, self.instr, self.kb
+        k0 = ks * ins.k
+        a_ptr = self.gep(self.lds, stage_off + self.a_lane)
+        b_ptr = self.gep(self.lds, stage_off + self.b_lane)
+        at = lambda p, off: self.gep(p, self.S(_c32(off)))  # noqa: E731
+        afr = [self._regs_to_bits(kb.ldmatrix(at(a_ptr, i * ins.m * self.lda + k0), 4, False))
+               for i in range(g.tiles_m)]
+        bfr = []
+        b0 = s.block_m * self.lda + k0 * self.ldb  # B's stage offset and k-step row
+        for t in range(0, g.tiles_n, 2):
+            if t + 1 < g.tiles_n:  # b_lane includes the lane's half (the second N-tile): .x4
+                d = kb.ldmatrix(at(b_ptr, b0 + t * ins.n), 4, True)
+                bfr += [self._regs_to_bits(d[0:2]), self._regs_to_bits(d[2:4])]
+            else:  # .x2: lanes 0-15 give the addresses, of the one N-tile
+                d = kb.ldmatrix(self.gep(self.lds, stage_off + self.b_lane_x2 + (b0 + t * ins.n)), 2, True)
+                bfr.append(self._regs_to_bits(d))
+        return afr, bfr
 
     def build_async(self, ktiles: Sym) -> None:
+        """The main loop (module doc): invariant copy plan, branch-free copies, fragments of the next
+        k-step read while this one's mma.sync issue, one wait + barrier per K-tile placed after the
+        tile's last fragment read, so the last k-step's mma.sync run across it."""
+        s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
+        S, KS = s.stages, s.block_k // ins.k
+        per = s.block_m * self.lda + s.b_tile_elems  # elements per stage
+        with kb.if_then(b.icmp_unsigned("!=", b.and_(b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)), name="misaligned"):
+            kb.trap()
+        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        self.wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
+        self.wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        row8 = lane % 8 + (lane // 8) % 2 * 8  # the row (A) / K row (B) this lane addresses
+        half = (lane // 16) * 8  # A: K + 8 for matrices 2, 3; B: the second N-tile
+        # lane parts of the ldmatrix addresses (load_fragments): A row, K half and warp row; B K row,
+        # the lane's N-tile of a pair (.x4) or none (.x2: lanes 16-31's addresses are unused) and warp column
+        self.a_lane = (row8 + self.wm0) * self.lda + half
+        self.b_lane = row8 * self.ldb + half + self.wn0
+        self.b_lane_x2 = row8 * self.ldb + self.wn0
+        plan = self.copy_plan()
+        for st in range(S - 1):  # tiles past K copy zeros (issue_copies): no branch here either
+            self.issue_copies(plan, self.S(_c32(st)), self.S(_c32(st * per)))
+            kb.async_commit()
+        kb.async_wait(S - 2)
+        kb.barrier()
+        first = self.load_fragments(self.S(_c32(0)), 0)
+        nt = g.tiles_m * g.tiles_n
+        zero = [ir.Constant(ir.VectorType(F32, ins.acc_per_lane), None)] * nt
+        ring = lambda off: self.S(b.select(b.icmp_unsigned("==", (off + per).v, _c32(S * per)),  # noqa: E731
+                                           _c32(0), (off + per).v))
+
+        def k_tile(kt: Sym, vals: list[ir.Value]) -> list[ir.Value]:
+            acc, rd, wr = vals[:nt], self.S(vals[nt]), self.S(vals[nt + 1])
+            frag = (vals[nt + 2:nt + 2 + g.tiles_m], vals[nt + 2 + g.tiles_m:])
+            for ks in range(KS):
+                if ks == 0:  # K-tile kt + S - 1 into the stage every warp finished before the last barrier
+                    self.issue_copies(plan, kt + (S - 1), wr)
+                nxt = self.load_fragments(rd, ks + 1) if ks + 1 < KS else None
+                acc = [call_matrix(kb, self.mma_fn, ins, frag[0][i], frag[1][t], acc[i * g.tiles_n + t])
+                       for i in range(g.tiles_m) for t in range(g.tiles_n)]
+                if ks == max(KS - 2, 0):  # this tile's last fragment read is issued: next tile's turn
+                    kb.async_commit()
+                    kb.async_wait(S - 2)  # K-tile kt + 1 has landed (this thread's copies) ...
+                    kb.barrier()  # ... every thread's; every warp is done reading stage kt % S
+                    rd, wr = ring(rd), ring(wr)
+                if ks == KS - 1:
+                    nxt = self.load_fragments(rd, 0)  # K-tile kt + 1's first k-step
+                frag = nxt
+            return acc + [rd.v, wr.v] + frag[0] + frag[1]
+
+        carried = zero + [_c32(0), _c32((S - 1) * per)] + first[0] + first[1]
+        acc = kb.loop(ktiles, carried, k_tile, name="k")[:nt]
+        kb.async_wait(0)  # no copy may still target shared memory when the block exits
+        self.epilogue_pairs(acc)
+        self.b.ret_void()
+
+    def build_async_inline(self, ktiles: Sym) -> None:
+        """The first pipeline (before the CUTLASS-style loop): kept only as the baseline that
+        bench/gemm_async_h200.py times beside build_async (lower_gemm(inline_async=True)); the
+        cache never builds it (the key's lowering is the default)."""
         s, kb = self.spec, self.kb
         S = s.stages
         with kb.if_then(self.b.icmp_unsigned("!=", self.b.and_(self.b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)),
@@ -555,7 +743,7 @@ class _GemmLowering:
             self.row0, self.col0 = tm * s.block_m, tn * s.block_n
         ktiles = (self.K + (s.block_k - 1)) // s.block_k
         if s.stages:
-            self.build_async(ktiles)
+            (self.build_async_inline if self.inline_async else self.build_async)(ktiles)
             return
         if self.instr is None:
             zero = [ir.Constant(F32, 0.0)] * (g.thread_m * g.thread_n)
@@ -585,7 +773,7 @@ class _GemmLowering:
         b.ret_void()
 
 
-def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
+def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane, inline_async: bool = False) -> LoweredKernel:
     target, lane = Target.parse(target), lanes.get_lane(lane)
     if not isinstance(spec, GemmSpec):
         raise TypeError(f"lower_gemm needs a GemmSpec, got {type(spec).__name__}")
@@ -600,7 +788,7 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
     if spec.stages:
         lanes.require(lane, capability="async-copy:sm_90", op=f"gemm stages={spec.stages} (cp.async + ldmatrix)")
     geo = spec.geometry(target)
-    low = _GemmLowering(spec, target, lane, geo)
+    low = _GemmLowering(spec, target, lane, geo, inline_async=inline_async)
     low.build()
     meta = {
         "path": spec.path,

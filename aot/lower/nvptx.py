@@ -13,6 +13,8 @@
                                    aot/lower/matrix.py call_matrix)
         .async_copy16(dst, src, n) cp.async.cg.shared.global [dst], [src], 16, n: n source
                                    bytes (0 or 16 here), the rest zero-filled
+        .async_copy16_unless(dst, src, p)   the same with the ignore-src predicate p (16 zero
+                                   bytes where p holds; inline PTX, LLVM has no intrinsic)
         .async_commit() / .async_wait(pending)   cp.async.commit_group / wait_group pending
         .ldmatrix(ptr, count, trans)  ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16:
                                    one 32-bit register per 8x8 matrix (PTX ISA; the lane maps
@@ -95,6 +97,17 @@ class NvptxKernel(KernelModule):
 
     def async_copy16(self, dst: ir.Value, src: ir.Value, src_bytes: ir.Value) -> None:
         self.builder.call(self._async("cp_async_16", "cp.async"), [dst, src, src_bytes])
+
+    def async_copy16_unless(self, dst: ir.Value, src: ir.Value, ignore_src: ir.Value) -> None:
+        """cp.async.cg.shared.global [dst], [src], 16, ignore_src: 16 zero bytes where the i1
+        ignore_src holds (PTX ISA 7.5+, sm_80+, the predicate form of the zero fill). LLVM has no
+        intrinsic for it (llvm.nvvm.cp.async.*.s takes a byte count, which ptxas turns back into a
+        predicate: a select and a compare per copy), so it is inline PTX with a "b" (.pred) operand;
+        the same capability as the intrinsic forms."""
+        self.require(capability="async-copy:sm_90", op="cp.async (ignore-src)")
+        fty = ir.FunctionType(ir.VoidType(), [dst.type, src.type, ir.IntType(1)])
+        asm = ir.InlineAsm(fty, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,b", side_effect=True)
+        self.builder.call(asm, [dst, src, ignore_src])
 
     def async_commit(self) -> None:
         self.builder.call(self._async("cp_async_commit", "cp.async.commit_group"), [])
