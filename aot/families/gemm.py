@@ -580,7 +580,8 @@ class _GemmLowering:
 
     def issue_copies(self, plan: "_CopyPlan", kt: Sym, stage_off: Sym) -> None:
         """cp.async K-tile kt into the stage at LDS element offset stage_off, from the plan: per copy
-        one index add, one residue test and the two selects of the zero fill. A tile past K (the
+        one index add, one residue test and its negation, cp.async's ignore-src predicate (16 zero
+        bytes, NvptxKernel.async_copy16_unless). A tile past K (the
         pipeline's last S - 1 iterations) copies 0 bytes of every chunk: zeros into a stage nobody
         reads, in place of a branch that would cut the loop body in two basic blocks (ptxas then
         cannot interleave the copies with the mma.sync of the same iteration)."""
@@ -602,8 +603,8 @@ class _GemmLowering:
                     ok = b.and_(k_ok, b.icmp_signed("<", _c32(it * op.dr), op.rem.v))
                 else:
                     ok = b.and_(k_ok, b.icmp_signed("<", _c32(it * op.dr), k_left.v))
-                # no address clamp: a copy of 0 source bytes reads nothing (PTX ISA cp.async
-                # src-size; CUTLASS's zfill and Triton's masked copies pass the address as is),
+                # no address clamp: a copy that ignores its source reads nothing (PTX ISA cp.async
+                # ignore-src; CUTLASS's zfill and Triton's masked copies pass the address as is),
                 # and the index (non-negative, zero-extended) stays within S tiles of the tensor
                 src = b.gep(self.A if op.which == "A" else self.B, [b.zext((base + op.step * it).v, ir.IntType(64))],
                             source_etype=I16)
@@ -621,7 +622,10 @@ class _GemmLowering:
         k0 = ks * ins.k
         a_ptr = self.gep(self.lds, stage_off + self.a_lane)
         b_ptr = self.gep(self.lds, stage_off + self.b_lane)
-        at = lambda p, off: self.gep(p, self.S(_c32(off)))  # noqa: E731
+
+        def at(p: ir.Value, off: int) -> ir.Value:
+            return self.gep(p, self.S(_c32(off)))
+
         afr = [self._regs_to_bits(kb.ldmatrix(at(a_ptr, i * ins.m * self.lda + k0), 4, False))
                for i in range(g.tiles_m)]
         bfr = []
@@ -663,8 +667,9 @@ class _GemmLowering:
         first = self.load_fragments(self.S(_c32(0)), 0)
         nt = g.tiles_m * g.tiles_n
         zero = [ir.Constant(ir.VectorType(F32, ins.acc_per_lane), None)] * nt
-        ring = lambda off: self.S(b.select(b.icmp_unsigned("==", (off + per).v, _c32(S * per)),  # noqa: E731
-                                           _c32(0), (off + per).v))
+
+        def ring(off: Sym) -> Sym:  # the next stage's offset: stages 0 .. S-1, then 0 again
+            return self.S(b.select(b.icmp_unsigned("==", (off + per).v, _c32(S * per)), _c32(0), (off + per).v))
 
         def k_tile(kt: Sym, vals: list[ir.Value]) -> list[ir.Value]:
             acc, rd, wr = vals[:nt], self.S(vals[nt]), self.S(vals[nt + 1])
