@@ -195,7 +195,10 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
     # stores, and the next instruction (the next staging round, or compute) waits behind it:
     # serial_loads global latencies per step whether or not the kernel double-buffers.
     own = instrs  # one warp issues at most one instruction a clock
-    terms["latency"] = (own + c.serial_loads * f.global_latency + c.barriers * f.barrier_latency
+    # ... and a block alone on the CU still shares it among its own warps: its step takes at least
+    # its own throughput terms (those of one resident block), whatever the other blocks do.
+    alone = max(own, *(terms[k] / g for k in ("issue", "lds", "matrix", "vector", "l2")))
+    terms["latency"] = (alone + c.serial_loads * f.global_latency + c.barriers * f.barrier_latency
                         + f.lds_latency)
     return terms
 
