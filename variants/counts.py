@@ -29,8 +29,11 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load; with
   b_lds "nk", B transposed in LDS, runs like A's, for vector_width 16-bit stores per staged
   B vector) once
-  and issues tiles_m x tiles_n instructions (gemm); the conv engine reads both fragments of
-  every tile it computes (no reuse across tiles, spare tiles included).
+  and issues tiles_m x tiles_n instructions (gemm); the conv engine's lowerer loads both
+  fragments of every tile it computes one element at a time, and the compiler loads a fragment
+  two tiles of a wave share once (distinct_fragments) and merges a lane's consecutive, aligned
+  elements into one wider load (merged_run: an mma.sync fragment pair of consecutive K is one
+  LDS.32 where K is the contiguous index), as the sm_90 SASS shows.
 - fma paths: per reduction index a thread reads its A and B elements (one LDS load and one
   conversion to f32 each) and issues one fused multiply-add per accumulator.
 - LDS wavefronts come from the lanes' real addresses through the spec's LDS layout

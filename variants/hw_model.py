@@ -26,9 +26,12 @@ in clock cycles:
     l2       groups x staged bytes / (L2 bytes per clock per CU: the L2's limit; on sm_90 a
              lower bound of it, the highest rate bench/l2_probe.py reached without the latency
              rising)
-    latency  one block's chain: its warp's own instructions at one a clock, the global load
-             latency (single-buffered: every step; double-buffered: hidden behind the step's
-             issue where it is longer), barriers, and the LDS latency between staging and use
+    latency  one block's chain: its warp's own instructions at one a clock, or the block's own
+             throughput terms (those of one resident block: its warps share the CU's issue
+             slots, data path and units even when no other block is there) where longer, plus
+             the global load latency (single-buffered: every step; double-buffered: hidden
+             behind the step's issue where it is longer), barriers, and the LDS latency between
+             staging and use
              (global_latency: the loaded latency of a staging load the L2 serves, as every byte
              but its first touch is; on sm_90 measured by bench/l2_probe.py on the H200; the
              first touches' bandwidth is the HBM floor below)
