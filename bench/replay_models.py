@@ -27,6 +27,16 @@ for its processor instead of variants/hw_facts/<processor>.json, in this process
 "before" and sensitivity rows of docs/selection.md are scored (e.g. the paper figures of commit
 cd78bb9: `git show cd78bb9:variants/hw_facts/sm_90.json > OLD.json`).
 
+--sass-dir DIR (what-if, sm_90 conv_direct_fwd only; docs/selection.md "conv_direct_fwd: what the
+counts and the chain missed"): each candidate's cubin DIR/<kernel>.cubin (compiled with `rocke-aot
+compile` where missing) is read with `cuobjdump -sass` ($CUOBJDUMP, else on PATH: the
+nvidia-cuda-cuobjdump wheel), and the hardware model's conv_direct_fwd counts take two numbers of
+ptxas's schedule in place of their own: the global latencies a step's staging exposes (a walk of
+the step up to its first barrier, a load's result ready 331 cycles after it issues, one
+instruction a cycle) as serial_loads, and the compute loop's dependency chain over its
+instruction count (LDS 30, HMMA 33, other 4 cycles) as a factor on the chain's own instructions.
+Not the shipped model: the schedule is the compiler's, not the spec's.
+
 --first-touch: per family, over every measured candidate of every problem, the share of the bytes
 its staging loads copy (tiles x steps x staged bytes, variants/counts.py) that can be a first touch
 of their byte, at most the problem's unique bytes over them; the rest are bytes the L2 already
@@ -37,15 +47,21 @@ held, which is why the facts' global_latency is the probe's L2-resident loaded l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.targets import Target
-from rocke_aot.variants import hw_model, table
+from rocke_aot.variants import counts, hw_model, table
 from rocke_aot.variants.efficiency import efficiency
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
@@ -113,6 +129,100 @@ def first_touch(family: str, doc: dict) -> list[float]:
     return out
 
 
+_SASS_LAT = {"LDG": 331, "LDS": 30, "HMMA": 33}  # cycles until a result is ready; 4 otherwise
+
+
+def _sass(cubin: Path, tool: str) -> list[tuple[int, str]]:
+    out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return [(int(m.group(1), 16), m.group(2).strip())
+            for m in re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", out, re.M)]
+
+
+def _walk(body: list[tuple[int, str]], stop_at_barrier: bool) -> tuple[int, int]:
+    """(cycles, instructions) of one warp through ``body``: one instruction a cycle, each waiting
+    for the registers it reads (results ready _SASS_LAT cycles after their instruction)."""
+    t = n = 0
+    ready: dict[str, int] = {}
+    for _, text in body:
+        op, _, rest = re.sub(r"^@!?U?P\w+\s+", "", text).partition(" ")
+        if stop_at_barrier and op.startswith("BAR"):
+            break
+        n += 1
+        fields = [f.strip() for f in rest.split(",")] if rest else []
+        dst, srcs = ([], fields) if op.startswith("ST") else (fields[:1], fields[1:])
+        srcs += [f for f in dst if "[" in f]
+        t = max([t + 1] + [ready.get(r, 0) for f in srcs for r in re.findall(r"\bR\d+\b", f)])
+        lat = next((v for k, v in _SASS_LAT.items() if op.startswith(k)), 4)
+        for f in dst:
+            if "[" not in f:
+                for r in re.findall(r"\bR\d+\b", f):
+                    ready[r] = t + lat
+    return t, n
+
+
+def sass_schedule(cubin: Path, tool: str) -> dict:
+    """The two numbers of --sass-dir (module doc) for one cubin."""
+    ins = _sass(cubin, tool)
+    back = [(int(m.group(1), 16), a) for a, text in ins
+            if (m := re.search(r"BRA\s+0x([0-9a-f]+)", text)) and int(m.group(1), 16) < a]
+    loops = [[x for x in ins if lo <= x[0] <= hi] for lo, hi in back]
+    bar = next(a for a, text in ins if text.startswith("BAR") or " BAR" in text)
+    start = min((lo for lo, hi in back if lo <= bar <= hi), default=ins[0][0])
+    t, n = _walk([x for x in ins if start <= x[0] <= bar], True)
+    compute = [b for b in loops if any("FFMA" in text or "HMMA" in text for _, text in b)]
+    ratio = None
+    if compute:
+        body = [x for x in min(compute, key=len)
+                if not re.sub(r"^@!?U?P\w+\s+", "", x[1]).startswith(("LDG", "BAR"))]
+        ct, cn = _walk(body, False)
+        ratio = ct / cn
+    return {"exposed_latencies": max(0.0, (t - n) / _SASS_LAT["LDG"]), "chain_ratio": ratio}
+
+
+def use_sass_schedules(runs: list[Path], sass_dir: Path) -> None:
+    """Compile (where missing) and read every measured conv_direct_fwd candidate of ``runs``, and
+    make the hardware model use their schedules (module doc: --sass-dir)."""
+    tool = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if not tool:
+        raise SystemExit("--sass-dir needs cuobjdump ($CUOBJDUMP or on PATH: the nvidia-cuda-cuobjdump wheel)")
+    fam = "conv_direct_fwd"
+    specs = {s.kernel_name: s for s in table.enumerate_specs(fam, "sm_90", "llvm22")}
+    names = sorted({r["kernel"] for run in runs for which in ("quality", "holdout")
+                    if (doc := load(run, f"{which}-{fam}")) is not None and doc["arch"] == "sm_90"
+                    for p in doc["problems"] for r in p["results"] if r["kernel"] in specs})
+    sass_dir.mkdir(parents=True, exist_ok=True)
+    sched = {}
+    for name in names:
+        cubin = sass_dir / f"{name}.cubin"
+        if not cubin.exists():
+            cli = Path(sys.executable).with_name("rocke-aot")
+            subprocess.run([str(cli) if cli.exists() else "rocke-aot", "compile", "--family", fam, "--arch", "sm_90", "--lane", "llvm22",
+                            "--spec", json.dumps(specs[name].to_dict()), "-o", str(cubin)], check=True,
+                           capture_output=True)
+        sched[name] = sass_schedule(cubin, tool)
+    ratio: dict = {}
+    own_counts, own_terms = counts.fwd_counts, hw_model.step_terms
+
+    def fwd_counts(spec, p, target, banks=32):
+        c = own_counts(spec, p, target, banks)
+        got = sched.get(spec.kernel_name)
+        if got and str(target.processor) == "sm_90":
+            c = dataclasses.replace(c, serial_loads=got["exposed_latencies"])
+            if got["chain_ratio"]:
+                ratio[c] = got["chain_ratio"]
+        return c
+
+    def step_terms(c, groups, f, resident=None):
+        t = own_terms(c, groups, f, resident)
+        if c in ratio:
+            own = c.mma_issued + c.lds_reads + c.fma + c.cvt + c.global_loads + c.lds_writes + c.barriers + c.int_ops
+            t["latency"] += own * (ratio[c] - 1)
+        return t
+
+    object.__setattr__(get_family(fam).model, "counts", fwd_counts)
+    hw_model.step_terms = step_terms
+
+
 def summary(q: list[float]) -> dict:
     return {"problems": len(q), "median": round(statistics.median(q), 4), "min": round(min(q), 4),
             "below_0.7": sum(x < 0.7 for x in q), "over_10pct_slower": round(sum(x < 1 / 1.1 for x in q) / len(q), 3)}
@@ -128,6 +238,8 @@ def main() -> None:
                     help="a facts file the hardware model reads for its processor instead of the shipped one")
     ap.add_argument("--first-touch", action="store_true",
                     help="per family: the share of staged bytes that can be a first touch (module doc)")
+    ap.add_argument("--sass-dir", default=None, metavar="DIR",
+                    help="what-if: conv_direct_fwd's counts take ptxas's schedule from DIR/<kernel>.cubin (module doc)")
     ap.add_argument("--list", nargs="*", default=["fitted", "hardware"], metavar="MODEL",
                     help="the models whose problems below --below are listed (the table counts every model's)")
     a = ap.parse_args()
@@ -137,6 +249,8 @@ def main() -> None:
             raise SystemExit(f"{a.facts}: {facts.reason}")
         shipped = hw_model.facts_for
         hw_model.facts_for = lambda proc: facts if proc == facts.processor else shipped(proc)
+    if a.sass_dir:
+        use_sass_schedules([Path(r) for r in a.runs], Path(a.sass_dir))
     if a.first_touch:
         for fam in FAMILIES:
             shares = [x for run in map(Path, a.runs) for which in ("quality", "holdout")

@@ -264,3 +264,98 @@ def test_async_copy_int_ops_are_the_loop_ir(tile):
     c = counts.gemm_counts(spec, GemmProblem(4096, 4096, 4096), Target.parse("sm_90"))
     assert copies == c.global_loads
     assert counts.GEMM_ASYNC_OPS_PER_COPY <= ops / copies < counts.GEMM_ASYNC_OPS_PER_COPY + 1.5
+
+
+# -- the conv engine's fragment reads and a block's own chain (docs/selection.md, "conv_direct_fwd:
+#    what the counts and the chain missed") --
+
+_SM90_MMA = mma.INSTRS["mma_f32_16x8x16_f16"]
+
+
+def test_conv_fragment_loads_merge_where_pairs_are_consecutive_and_aligned():
+    """By hand, mma.sync m16n8k16 (PTX ISA fragment layout, rocke_aot/mma.py): lane l holds A
+    elements (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1), then the same at K + 8 (g = l // 4,
+    t = l % 4), and B elements (2t, g), (2t+1, g), then K + 8. Each pair is two consecutive K
+    at an even K. Where K is the contiguous index (conv_direct_fwd's halo [..][c_chunk] and
+    weights [col][tap][c_chunk], conv_dgrad_patch's A [row][k_chunk + 8]) a pair is one 4-byte
+    aligned word: one load of 2 elements; where K strides rows (conv_dgrad_patch's B
+    [k_chunk][cols + 8]) nothing merges; an odd row stride misaligns every other row."""
+    from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
+
+    fwd = ConvDirectFwdSpec(path="mma", c=64, k=64, tile_h=8, tile_w=8, tile_k=64, c_chunk=16)
+    dg = ConvDgradPatchSpec(path="mma", c=3, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=16)
+    ins = _SM90_MMA
+    run = counts.merged_run
+    assert run(ins.a_coord, ins.a_per_lane, 32, fwd.lds_a_index, 2) == 2
+    assert run(ins.b_coord, ins.b_per_lane, 32, fwd.lds_b_index, 2) == 2
+    assert run(ins.a_coord, ins.a_per_lane, 32, dg.lds_a_index, 2) == 2
+    assert run(ins.b_coord, ins.b_per_lane, 32, dg.lds_b_index, 2) == 1
+    assert run(ins.a_coord, ins.a_per_lane, 32, lambda r, k: r * 17 + k, 2) == 1  # odd rows: misaligned
+    assert run(ins.a_coord, ins.a_per_lane, 32, lambda r, k: r * 16 + k, 2) == 2
+
+
+def test_a_fragment_two_tiles_of_a_wave_share_is_loaded_once():
+    """By hand: 2 x 2 tiles over 2 waves, 2 tiles a wave: wave 0 computes tiles 0 and 2 (row
+    tiles 0 and 1, column tile 0), wave 1 tiles 1 and 3: 2 A and 1 B fragment each. One row tile
+    of 74 over 8 waves, 10 slots a wave (the last round's spare slots wrap to tiles 0..5): 1 A
+    and 10 B fragments. conv_direct_fwd gives each wave one tile: 1 and 1."""
+    assert counts.distinct_fragments(4, 2, 2, 2) == (2.0, 1.0)
+    assert counts.distinct_fragments(74, 74, 8, 10) == (1.0, 10.0)
+    assert counts.distinct_fragments(32, 8, 32, 1) == (1.0, 1.0)
+
+
+def test_conv_dgrad_patch_fragment_reads_are_the_sass_count():
+    """conv_dgrad_patch f16 p14 c3 mma t4x4 r14 kc16 on sm_90: 16 rows (one row tile), 592 padded
+    columns = 74 column tiles over 8 warps, 10 a warp: per step a warp reads A once (4 pairs)
+    and 10 B fragments of 4 single elements: 44 LDS, as cuobjdump -sass of its cubin lists in the
+    K loop (4 LDS and 40 LDS.U16 beside 10 HMMA.16816.F32, CUDA 13 ptxas; docs/selection.md)."""
+    from rocke_aot.variants.conv import ConvDgradPatchSpec
+    from rocke_aot.variants.families import get_family
+
+    spec = ConvDgradPatchSpec(dtype="f16", c=3, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=16, path="mma")
+    fam = get_family("conv_dgrad_patch")
+    p = fam.problem_from({"c": 3, "dtype": "f16", "h": 448, "k": 1024, "n": 4, "p": 14, "w": 448})
+    c = fam.model.counts(spec, p, Target.parse("sm_90"), 32)
+    assert (c.mma, c.lds_reads) == (10, 4 + 10 * 4)
+
+
+def test_conv_direct_fwd_fragment_reads_are_the_ptx(llvm22):
+    """conv_direct_fwd's per-step fragment reads against the PTX LLVM emits for the tap loop (one
+    tap, 9 taps a step): a 32-bit ld.shared, or a pair of 16-bit ones at [x] and [x+2] (ptxas
+    makes one LDS of each pair: cuobjdump -sass shows 6 LDS per HMMA.16816.F32), is one load."""
+    import re
+
+    from rocke_aot.aot.compiler import compile_llvmlite
+    from rocke_aot.aot.lower import lower
+    from rocke_aot.variants.conv import ConvDirectFwdSpec
+    from rocke_aot.variants.families import get_family
+
+    fam = get_family("conv_direct_fwd")
+    for tk in (64, 16):
+        spec = ConvDirectFwdSpec(dtype="f16", c=64, k=64, tile_h=8, tile_w=8, tile_k=tk, c_chunk=16, path="mma")
+        ptx = compile_llvmlite(llvm22.python, lower("conv_direct_fwd", spec, "sm_90", "llvm22").ir, "sm_90").ptx
+        wide = len(re.findall(r"\bld\.shared\.b32\b", ptx))
+        halves = re.findall(r"\bld\.shared\.b16\s+%\w+,\s*\[(%\w+)(\+2)?\]", ptx)
+        assert sorted(h for h in halves if h[1]) == sorted((b, "+2") for b, _ in halves if not _)  # pairs
+        assert len(re.findall(r"\bmma\.sync\.aligned\b", ptx)) == 1  # one tap of one k-step
+        c = fam.model.counts(spec, fam.problem_from({"c": 64, "k": 64, "r": 3, "s": 3, "n": 8, "h": 56, "w": 56}), Target.parse("sm_90"), 32)
+        assert c.lds_reads == 9 * (wide + len(halves) // 2) == 9 * 6
+
+
+def test_a_block_alone_takes_its_own_throughput():
+    """One block's chain: a block of 32 warps whose step is 141 LDS cycles a warp cannot finish
+    a step in less than 32 x 141 cycles of the CU's one shared-memory data path, even alone;
+    single-buffered, its own staging latencies come on top (nothing else of its own to overlap
+    them with). With 3 such blocks resident the throughput term triples, the chain does not."""
+    f = hw_model.facts_for("sm_90")
+    c = counts.KernelCounts(
+        threads=1024, wave_size=32, steps=4, instr="mma_f32_16x8x16_f16", mma=9, lds_reads=54,
+        lds_read_wavefronts=108, fma=0, cvt=0, global_loads=11, lds_writes=11, lds_write_wavefronts=11,
+        global_wavefronts=22, serial_loads=3, int_ops=100, staged_bytes=21632, barriers=2, double_buffer=False,
+        store_bytes=8192, stores=4, unique_bytes=1, macs=1)
+    one = hw_model.step_terms(c, 1, f)
+    assert one["lds"] == 32 * 141
+    chain = 3 * f.global_latency + 2 * f.barrier_latency + f.lds_latency
+    assert one["latency"] == pytest.approx(32 * 141 + chain)
+    three = hw_model.step_terms(c, 3, f)
+    assert three["lds"] == 3 * 32 * 141 and three["latency"] == one["latency"]

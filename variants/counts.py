@@ -29,8 +29,11 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load; with
   b_lds "nk", B transposed in LDS, runs like A's, for vector_width 16-bit stores per staged
   B vector) once
-  and issues tiles_m x tiles_n instructions (gemm); the conv engine reads both fragments of
-  every tile it computes (no reuse across tiles, spare tiles included).
+  and issues tiles_m x tiles_n instructions (gemm); the conv engine's lowerer loads both
+  fragments of every tile it computes one element at a time, and the compiler loads a fragment
+  two tiles of a wave share once (distinct_fragments) and merges a lane's consecutive, aligned
+  elements into one wider load (merged_run: an mma.sync fragment pair of consecutive K is one
+  LDS.32 where K is the contiguous index), as the sm_90 SASS shows.
 - fma paths: per reduction index a thread reads its A and B elements (one LDS load and one
   conversion to f32 each) and issues one fused multiply-add per accumulator.
 - LDS wavefronts come from the lanes' real addresses through the spec's LDS layout
@@ -361,6 +364,35 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
         macs=spec.block_m * spec.block_n * spec.block_k)
 
 
+MAX_MERGED_BYTES = 16  # the widest shared-memory load (ld.shared.v4.b32, ds_read_b128)
+
+
+def merged_run(coord: Callable, per_lane: int, wave: int, index: Callable, eb: int) -> int:
+    """Fragment elements one LDS load fetches where the lowerer loads them one by one (the conv
+    engine, aot/families/_conv_ir.py TileGemm.step): the compiler merges adjacent scalar loads
+    of one lane into one wider load when they are consecutive in LDS and the first is aligned to
+    the wider width (LLVM's load/store vectorizer, ptxas after it: the sm_90 SASS of the conv
+    engine reads an mma.sync A fragment with 4 LDS.32 and a B fragment with 2, not 8 and 4
+    LDS.U16; tests/test_hw_model.py). The widest power-of-two w (at most 16 bytes) such that,
+    for every lane, elements j .. j+w-1 (j a multiple of w) sit at consecutive indices starting
+    at a multiple of w; 1 where any lane's are not (B of the conv_dgrad_patch layout, rows of K)."""
+    w = per_lane
+    while w > 1:
+        ok = per_lane % w == 0 and w * eb <= MAX_MERGED_BYTES
+        for j in range(0, per_lane, w) if ok else ():
+            for ln in range(wave):
+                first = index(*coord(ln, j))
+                ok = ok and first % w == 0 and all(index(*coord(ln, j + e)) == first + e for e in range(1, w))
+                if not ok:
+                    break
+            if not ok:
+                break
+        if ok:
+            return w
+        w //= 2
+    return 1
+
+
 @functools.lru_cache(maxsize=8192)
 def _engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps: int, banks: int,
                    a_index: Callable, b_index: Callable) -> tuple:
@@ -381,11 +413,29 @@ def _engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps
     waves = g.threads // g.wave_size
     ntiles = (rows // ins.m) * (cols // ins.n)
     per_wave = _ceil(ntiles, waves)
-    a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, a_index, eb, 1, banks)
-    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, b_index, eb, 1, banks)
+    a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, a_index, eb,
+                                merged_run(ins.a_coord, ins.a_per_lane, ins.wave_size, a_index, eb), banks)
+    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, b_index, eb,
+                                merged_run(ins.b_coord, ins.b_per_lane, ins.wave_size, b_index, eb), banks)
+    a_frags, b_frags = distinct_fragments(ntiles, cols // ins.n, waves, per_wave)
     ksub = kdim // ins.k
-    return (g, ins, per_wave * ksub * taps, per_wave * ksub * taps * (a_loads + b_loads),
-            per_wave * ksub * taps * (a_cyc + b_cyc), 0, 0, per_wave * ins.acc_per_lane)
+    return (g, ins, per_wave * ksub * taps, ksub * taps * (a_frags * a_loads + b_frags * b_loads),
+            ksub * taps * (a_frags * a_cyc + b_frags * b_cyc), 0, 0, per_wave * ins.acc_per_lane)
+
+
+def distinct_fragments(ntiles: int, ntn: int, waves: int, per_wave: int) -> tuple[float, float]:
+    """(A, B) fragments a wave loads per k-step, the mean over the block's waves: wave w computes
+    tiles w, w + waves, ... (mod ntiles in the spare round: _conv_ir.py mma_tile), tile t at row
+    tile t // ntn and column tile t % ntn; the lowerer loads both fragments for every tile, and
+    the compiler loads a fragment once where two tiles of a wave share it (the same LDS
+    addresses, no store between: LLVM's GVN; the sm_90 SASS of a conv_dgrad_patch kernel whose
+    wave computes 10 tiles of one row tile reads A with 4 LDS.32, once)."""
+    a = b = 0
+    for w in range(waves):
+        tiles = {(w + i * waves) % ntiles for i in range(per_wave)}
+        a += len({t // ntn for t in tiles})
+        b += len({t % ntn for t in tiles})
+    return a / waves, b / waves
 
 
 @functools.lru_cache(maxsize=8192)

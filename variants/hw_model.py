@@ -26,9 +26,12 @@ in clock cycles:
     l2       groups x staged bytes / (L2 bytes per clock per CU: the L2's limit; on sm_90 a
              lower bound of it, the highest rate bench/l2_probe.py reached without the latency
              rising)
-    latency  one block's chain: its warp's own instructions at one a clock, the global load
-             latency (single-buffered: every step; double-buffered: hidden behind the step's
-             issue where it is longer), barriers, and the LDS latency between staging and use
+    latency  one block's chain: its warp's own instructions at one a clock, or the block's own
+             throughput terms (those of one resident block: its warps share the CU's issue
+             slots, data path and units even when no other block is there) where longer, plus
+             the global load latency (single-buffered: every step; double-buffered: hidden
+             behind the step's issue where it is longer), barriers, and the LDS latency between
+             staging and use
              (global_latency: the loaded latency of a staging load the L2 serves, as every byte
              but its first touch is; on sm_90 measured by bench/l2_probe.py on the H200; the
              first touches' bandwidth is the HBM floor below)
@@ -195,7 +198,10 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
     # stores, and the next instruction (the next staging round, or compute) waits behind it:
     # serial_loads global latencies per step whether or not the kernel double-buffers.
     own = instrs  # one warp issues at most one instruction a clock
-    terms["latency"] = (own + c.serial_loads * f.global_latency + c.barriers * f.barrier_latency
+    # ... and a block alone on the CU still shares it among its own warps: its step takes at least
+    # its own throughput terms (those of one resident block), whatever the other blocks do.
+    alone = max(own, *(terms[k] / g for k in ("issue", "lds", "matrix", "vector", "l2")))
+    terms["latency"] = (alone + c.serial_loads * f.global_latency + c.barriers * f.barrier_latency
                         + f.lds_latency)
     return terms
 
