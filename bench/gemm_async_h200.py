@@ -3,8 +3,8 @@
     specs: the asynchronous pipeline (GemmSpec.stages: cp.async + ldmatrix) over block tiles,
            block_k, warps, stages and tile order (--grid focused: stages 3-4, group_m 8; --grid
            full: stages 2-4, group_m 1 and 8), lowered by each of --lowerings: "new" (today's
-           main loop, aot/families/gemm.py build_async) and "inline" (the first one,
-           lower_gemm(inline_async=True), the baseline); with --registers also the
+           main loop, aot/families/gemm.py build_async; run 15 also timed "inline", the first
+           loop, removed since: docs/bench-raw/h200-run15/gemm-sm90.txt); with --registers also the
            register-staged mma specs of the variant table -- f16 in, f16 out
         -> lower (llvm22) -> cubin (the project's compiler, every core)     [tests/_cuda.module_image]
         -> every kernel on the ragged problems (--ragged: M, N off the tile, K tails, K below one
@@ -122,14 +122,11 @@ def main() -> None:
     ap.add_argument("--problems", default=PROBLEMS)
     ap.add_argument("--ragged", default=RAGGED, help="correctness-only problems ('' for none)")
     ap.add_argument("--grid", default="focused", choices=sorted(GRIDS))
-    ap.add_argument("--lowerings", default="new,inline", help="new and/or inline, comma-separated")
     ap.add_argument("--registers", action="store_true", help="also the table's register-staged mma specs")
     args = ap.parse_args()
     problems = [tuple(int(x) for x in p.split("x")) for p in args.problems.split(",") if p]
     ragged = [tuple(int(x) for x in p.split("x")) for p in args.ragged.split(",") if p]
-    lowerings = [x for x in args.lowerings.split(",") if x]
-    if not set(lowerings) <= {"new", "inline"}:
-        ap.error(f"--lowerings: {lowerings} not in new, inline")
+    lowerings = ["new"]  # the first loop ("inline") is gone: docs/bench-raw/h200-run15/gemm-sm90.txt
     torch.cuda.init()
     dev = torch.device("cuda")
     from cuda.bindings import driver as cu
@@ -144,8 +141,7 @@ def main() -> None:
     def build(job):
         pipe, spec = job
         try:
-            k = lower_gemm(spec, "sm_90", "llvm22", inline_async=pipe == "inline") if pipe != "registers" else \
-                lower("gemm", spec, "sm_90", "llvm22")
+            k = lower_gemm(spec, "sm_90", "llvm22") if pipe != "registers" else lower("gemm", spec, "sm_90", "llvm22")
             image, how = module_image(k.ir)
             return pipe, spec, image, k.block_size, k.dynamic_lds_bytes, None
         except Exception as e:  # noqa: BLE001 - reported per spec

@@ -132,10 +132,8 @@ _INTRINSICS_COMMON = dict(
                           ("i32",) * 6 + ("float",) * 4),
     ctaid_x=("llvm.nvvm.read.ptx.sreg.ctaid.x", "i32", ()),
     # sm_80+ asynchronous copies and fragment loads (PTX ISA cp.async, ldmatrix); the same
-    # names and shapes in LLVM 20.1 and 22.1. cp.async ".s": the last operand is the number of
-    # source bytes (0..16); the rest of the 16 is zero-filled, so edges need no branch.
-    cp_async_16=("llvm.nvvm.cp.async.cg.shared.global.16.s", "void",
-                 ("ptr addrspace(3)", "ptr addrspace(1)", "i32")),
+    # names and shapes in LLVM 20.1 and 22.1 (the copy itself is inline PTX with the ignore-src
+    # predicate: aot/lower/nvptx.py async_copy16_unless).
     cp_async_commit=("llvm.nvvm.cp.async.commit.group", "void", ()),
     cp_async_wait=("llvm.nvvm.cp.async.wait.group", "void", ("i32",)),  # immarg: groups left pending
     ldmatrix_x4=("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16", "{i32, i32, i32, i32}", ("ptr addrspace(3)",)),

@@ -51,7 +51,6 @@ _ID_CALLS = {
     "llvm.nvvm.read.ptx.sreg.ctaid.x": "sim_ctaid", "llvm.amdgcn.workgroup.id.x": "sim_ctaid",
     "llvm.nvvm.barrier.cta.sync.aligned.all": "sim_barrier",  # takes a barrier id
     "llvm.nvvm.barrier0": "sim_barrier0", "llvm.amdgcn.s.barrier": "sim_barrier0",
-    "llvm.nvvm.cp.async.cg.shared.global.16.s": "sim_cp_async",
     "llvm.nvvm.cp.async.commit.group": "sim_cp_commit",
     "llvm.nvvm.cp.async.wait.group": "sim_cp_wait",
     "llvm.nvvm.shfl.sync.bfly.i32": "sim_shfl_bfly",

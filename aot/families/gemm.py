@@ -45,12 +45,12 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages),
                    of a quad swap a pair (shfl.bfly 1) and each lane stores 4 columns (8 bytes):
                    whole 32-byte sectors (variants/gemm.py quad_stores, epilogue_quads)
       ldmatrix addresses: one pointer per operand, stage and lane, every fragment a constant
-      offset from it (ptxas: [R+imm]). build_async_inline is the first version (copies behind a
-      branch, indices and fragment addresses recomputed in the loop, no fragment lookahead),
-      kept as bench/gemm_async_h200.py's baseline only (lower_gemm(inline_async=True)).
+      offset from it (ptxas: [R+imm]). The first version of this pipeline (copies behind a
+      branch, indices and fragment addresses recomputed in the loop, no fragment lookahead)
+      ran 0.39-0.51x torch.matmul on the large problems where this one runs 0.41-0.59x
+      (docs/bench-raw/h200-run15/gemm-sm90.txt); it is gone since, in git history only.
       copies are 16 bytes (8 elements); an out-of-range chunk reads no source bytes and writes
-      16 zeros (the inline baseline: a byte count of 0 and the address clamped to the tensor's
-      start; build_async: cp.async's ignore-src predicate and the address as computed, at most
+      16 zeros (cp.async's ignore-src predicate and the address as computed, at most
       S K-tiles or one block of rows past the tensor, as CUTLASS's zfill copies do), so edges
       need no branch. The stages live in dynamic shared memory (the contract's
       dynamic_shared_bytes), past the 48 KiB static limit.
@@ -172,10 +172,8 @@ class _CopyPlan:
 
 
 class _GemmLowering:
-    def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry,
-                 inline_async: bool = False):
+    def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry):
         self.spec, self.geo = spec, geo
-        self.inline_async = inline_async
         self.kb: KernelModule = kernel_for(spec.kernel_name, target, lane, geo.threads)
         self.instr = mma.INSTRS[geo.instr] if geo.instr else None
         if self.instr is not None:
@@ -437,52 +435,11 @@ class _GemmLowering:
         return first + within % rows, within // rows
 
     # -- the asynchronous pipeline (sm_90: cp.async + ldmatrix) ---------------------------
-    def stage_tile_async(self, kt: Sym, stage: Sym | int) -> None:
-        """Issue cp.async copies of K-tile kt of A and B into LDS stage ``stage`` (module doc)."""
-        b, kb, vw = self.b, self.kb, self.spec.vector_width
-
-        def move(ch: "_Chunk") -> None:
-            ok = kb.all_of(ch.row_ok, ch.gcol.lt(ch.limit))  # K, N multiples of 8: all in or all out
-            src = b.select(ok, (ch.grow * ch.gld + ch.gcol).v, _c32(0))
-            nbytes = b.select(ok, _c32(16), _c32(0))
-            kb.async_copy16(self.gep(self.lds, ch.off + ch.r * ch.ld + ch.v * vw), self.gep(ch.ptr, self.S(src)),
-                            nbytes)
-
-        self.each_chunk(kt, stage, move, "cpa")
-
     def _regs_to_bits(self, regs: list[ir.Value]) -> ir.Value:
         vec = ir.Constant(ir.VectorType(I32, len(regs)), None)
         for i, r in enumerate(regs):
             vec = self.b.insert_element(vec, r, _c32(i))
         return self.b.bitcast(vec, ir.VectorType(I16, 2 * len(regs)))
-
-    def compute_ldmatrix(self, stage: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-        s, g, ins, kb = self.spec, self.geo, self.instr, self.kb
-        a_off = self.stage_base(stage)
-        b_off = a_off + s.block_m * self.lda
-        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
-        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
-        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
-        row8 = lane % 8 + (lane // 8) % 2 * 8  # the row (A) / K row (B) this lane addresses
-        half = (lane // 16) * 8  # A: K + 8 for matrices 2, 3; B: the second N-tile
-        out = list(acc)
-        for ks in range(s.block_k // ins.k):
-            k0 = ks * ins.k
-            afr = [self._regs_to_bits(kb.ldmatrix(
-                self.gep(self.lds, a_off + (row8 + (wm0 + i * ins.m)) * self.lda + (half + k0)), 4, False))
-                for i in range(g.tiles_m)]
-            bfr = []
-            for t in range(0, g.tiles_n, 2):
-                base = b_off + (row8 + k0) * self.ldb + (wn0 + t * ins.n)
-                if t + 1 < g.tiles_n:
-                    d = kb.ldmatrix(self.gep(self.lds, base + half), 4, True)
-                    bfr += [self._regs_to_bits(d[0:2]), self._regs_to_bits(d[2:4])]
-                else:
-                    d = kb.ldmatrix(self.gep(self.lds, base), 2, True)
-                    bfr.append(self._regs_to_bits(d))
-            out = [call_matrix(kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
-                   for i in range(g.tiles_m) for t in range(g.tiles_n)]
-        return out
 
     def epilogue_pairs(self, acc: list[ir.Value]) -> None:
         """mma.sync results c0,c1 (c2,c3) are columns 2t, 2t+1 of one row: a 2-element store
@@ -550,7 +507,7 @@ class _GemmLowering:
                     col = self.col0 + wn0 + t * ins.n + (dc // 4) * 4 + odd_s * ins.n
                     with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
                         b.store(quad, self.gep(self.C, row * self.N + col, out_ty), align=8)
-    # -- the pipeline's main loop, CUTLASS-style (the default; build_async_inline: the first one) --
+    # -- the pipeline's main loop, CUTLASS-style --
     def copy_plan(self) -> "_CopyPlan":
         """The loop-invariant part of every cp.async a thread issues per K-tile, computed once
         before the loop (module doc, build_async): per operand one source index at K-tile 0,
@@ -696,35 +653,6 @@ class _GemmLowering:
         self.epilogue_pairs(acc)
         self.b.ret_void()
 
-    def build_async_inline(self, ktiles: Sym) -> None:
-        """The first pipeline (before the CUTLASS-style loop): kept only as the baseline that
-        bench/gemm_async_h200.py times beside build_async (lower_gemm(inline_async=True)); the
-        cache never builds it (the key's lowering is the default)."""
-        s, kb = self.spec, self.kb
-        S = s.stages
-        with kb.if_then(self.b.icmp_unsigned("!=", self.b.and_(self.b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)),
-                        name="misaligned"):
-            kb.trap()
-        for st in range(S - 1):
-            with kb.if_then(self.S(_c32(st)).lt(ktiles), name="pro"):
-                self.stage_tile_async(self.S(_c32(st)), st)
-            kb.async_commit()
-        zero = [ir.Constant(ir.VectorType(F32, self.instr.acc_per_lane), None)] * (self.geo.tiles_m * self.geo.tiles_n)
-
-        def k_tile(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-            kb.async_wait(S - 2)
-            kb.barrier()
-            nxt = kt + (S - 1)
-            with kb.if_then(nxt.lt(ktiles), name="pre"):
-                self.stage_tile_async(nxt, nxt % S)
-            kb.async_commit()
-            return self.compute_ldmatrix(kt % S, acc)
-
-        acc = kb.loop(ktiles, zero, k_tile, name="k")
-        kb.async_wait(0)  # no copy may still target shared memory when the block exits
-        self.epilogue_pairs(acc)
-        self.b.ret_void()
-
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> None:
         s, g, kb = self.spec, self.geo, self.kb
@@ -748,7 +676,7 @@ class _GemmLowering:
             self.row0, self.col0 = tm * s.block_m, tn * s.block_n
         ktiles = (self.K + (s.block_k - 1)) // s.block_k
         if s.stages:
-            (self.build_async_inline if self.inline_async else self.build_async)(ktiles)
+            self.build_async(ktiles)
             return
         if self.instr is None:
             zero = [ir.Constant(F32, 0.0)] * (g.thread_m * g.thread_n)
@@ -778,7 +706,7 @@ class _GemmLowering:
         b.ret_void()
 
 
-def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane, inline_async: bool = False) -> LoweredKernel:
+def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
     target, lane = Target.parse(target), lanes.get_lane(lane)
     if not isinstance(spec, GemmSpec):
         raise TypeError(f"lower_gemm needs a GemmSpec, got {type(spec).__name__}")
@@ -793,7 +721,7 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane, inline_async: b
     if spec.stages:
         lanes.require(lane, capability="async-copy:sm_90", op=f"gemm stages={spec.stages} (cp.async + ldmatrix)")
     geo = spec.geometry(target)
-    low = _GemmLowering(spec, target, lane, geo, inline_async=inline_async)
+    low = _GemmLowering(spec, target, lane, geo)
     low.build()
     meta = {
         "path": spec.path,

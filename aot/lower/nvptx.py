@@ -11,10 +11,9 @@
         .matrix_op(key, cap, op)   capability check + declaration of an mma.sync intrinsic
                                    (llvm.nvvm.mma.m16n8k16.row.col.*; called through
                                    aot/lower/matrix.py call_matrix)
-        .async_copy16(dst, src, n) cp.async.cg.shared.global [dst], [src], 16, n: n source
-                                   bytes (0 or 16 here), the rest zero-filled
-        .async_copy16_unless(dst, src, p)   the same with the ignore-src predicate p (16 zero
-                                   bytes where p holds; inline PTX, LLVM has no intrinsic)
+        .async_copy16_unless(dst, src, p)   cp.async.cg.shared.global [dst], [src], 16 with the
+                                   ignore-src predicate p (16 zero bytes where p holds; inline
+                                   PTX, LLVM has no intrinsic for it)
         .async_commit() / .async_wait(pending)   cp.async.commit_group / wait_group pending
         .ldmatrix(ptr, count, trans)  ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16:
                                    one 32-bit register per 8x8 matrix (PTX ISA; the lane maps
@@ -94,9 +93,6 @@ class NvptxKernel(KernelModule):
     def _async(self, key: str, op: str) -> ir.Function:
         self.require(capability="async-copy:sm_90", op=op)
         return self.declare(key)
-
-    def async_copy16(self, dst: ir.Value, src: ir.Value, src_bytes: ir.Value) -> None:
-        self.builder.call(self._async("cp_async_16", "cp.async"), [dst, src, src_bytes])
 
     def async_copy16_unless(self, dst: ir.Value, src: ir.Value, ignore_src: ir.Value) -> None:
         """cp.async.cg.shared.global [dst], [src], 16, ignore_src: 16 zero bytes where the i1
