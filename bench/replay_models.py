@@ -129,7 +129,8 @@ def first_touch(family: str, doc: dict) -> list[float]:
     return out
 
 
-_SASS_LAT = {"LDG": 331, "LDS": 30, "HMMA": 33}  # cycles until a result is ready; 4 otherwise
+# cycles until a result is ready (4 otherwise); LDG: the facts' global_latency (the H200 probe's)
+_SASS_LAT = {"LDG": int(hw_model.facts_for("sm_90").global_latency), "LDS": 30, "HMMA": 33}
 
 
 def _sass(cubin: Path, tool: str) -> list[tuple[int, str]]:
@@ -215,8 +216,7 @@ def use_sass_schedules(runs: list[Path], sass_dir: Path) -> None:
     def step_terms(c, groups, f, resident=None):
         t = own_terms(c, groups, f, resident)
         if c in ratio:
-            own = c.mma_issued + c.lds_reads + c.fma + c.cvt + c.global_loads + c.lds_writes + c.barriers + c.int_ops
-            t["latency"] += own * (ratio[c] - 1)
+            t["latency"] += c.instructions * (ratio[c] - 1)
         return t
 
     object.__setattr__(get_family(fam).model, "counts", fwd_counts)

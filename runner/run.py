@@ -34,7 +34,7 @@ from rocke_aot.launch import LaunchContract, LaunchPlan
 from rocke_aot.runner import reference as ref
 from rocke_aot.runner.reference import reference_of
 from rocke_aot.runner.chunk import plan_chunks
-from rocke_aot.runner.runtime import MAX_WARMUP_CALLS, WARMUP_MS, PackedArgs, Runtime
+from rocke_aot.runner.runtime import PackedArgs, Runtime, interleaved_times
 
 _SCALAR_FORMATS = {"i32": "<i", "u32": "<I", "i64": "<q"}
 
@@ -326,31 +326,14 @@ def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[s
             (p.n, p.c, p.h, p.w), w, dy, stride=p.p)
     else:
         return None, None
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    # the same warm-up floor as the candidates' (Runtime.time_many): the vendor call runs after
-    # the host made its inputs, on a GPU that may have idled meanwhile
-    spent, batch, calls = 0.0, 1, 0
-    while warmup and spent < WARMUP_MS and calls < MAX_WARMUP_CALLS:
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(batch):
-            fn()
-        e.record()
+    # timed as the candidates are (runtime.interleaved_times: the warm-up floor, then each call
+    # between its own events, enqueued back to back and read at the end), with torch's events on
+    # torch's stream (run 15: a sync after each call measured torch.matmul 1.44x slow at 3072^3)
+
+    def elapsed(s, e) -> float:
         e.synchronize()
-        spent += s.elapsed_time(e)
-        calls += batch
-        batch *= 2
-    # timed as the candidates are: each call between its own events, enqueued back to back and
-    # read at the end (run 15: synchronizing after each call measured torch.matmul 1.44x slower
-    # at 3072^3 than bench/gemm_async_h200.py's back-to-back timing of the same call)
-    marks = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        marks.append((s, e))
-    torch.cuda.synchronize()
-    return name, statistics.median(s.elapsed_time(e) for s, e in marks)
+        return s.elapsed_time(e)
+
+    events = (lambda: torch.cuda.Event(enable_timing=True), lambda ev: ev.record(), elapsed)
+    times = interleaved_times([fn], events, torch.cuda.synchronize, warmup=warmup, reps=reps)[0]
+    return name, statistics.median(times)

@@ -80,7 +80,7 @@ class Runtime(abc.ABC):
     def _launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int) -> None: ...
 
     @abc.abstractmethod
-    def _events(self) -> tuple[Callable[[], Any], Callable[[Any], None], Callable[[Any, Any], float]]: ...
+    def _events(self) -> "Events": ...
 
     def allow_dynamic_shared(self, fn: Any, nbytes: int) -> None:
         """Let ``fn`` launch with ``nbytes`` of dynamic shared memory (CUDA: over 48 KiB needs an
@@ -117,32 +117,43 @@ class Runtime(abc.ABC):
         inputs, and what it pays for that is not the clock alone. In rounds every candidate is
         timed in the same state (the GPU busy with the round before), drift spreads over all
         of them, and no position is the first after an idle GPU (tests/test_runtime_timing.py)."""
-        create, record, elapsed = self._events()
-        for call in calls:
-            for _ in range(warmup):
+        return interleaved_times(calls, self._events(), self.synchronize, warmup=warmup, reps=reps,
+                                 warmup_ms=warmup_ms)
+
+
+Events = tuple[Callable[[], Any], Callable[[Any], None], Callable[[Any, Any], float]]
+
+
+def interleaved_times(calls: Sequence[Callable[[], None]], events: Events, synchronize: Callable[[], None], *,
+                      warmup: int, reps: int, warmup_ms: float = WARMUP_MS) -> list[list[float]]:
+    """Runtime.time_many's rule for any device's events (create, record, elapsed(start, stop)
+    waiting for stop): also how runner/run.py times the vendor library with torch's events."""
+    create, record, elapsed = events
+    for call in calls:
+        for _ in range(warmup):
+            call()
+    synchronize()
+    spent, batch, rounds = 0.0, 1, 0
+    while warmup and calls and spent < warmup_ms and rounds < MAX_WARMUP_CALLS:
+        start, stop = create(), create()
+        record(start)
+        for _ in range(batch):
+            for call in calls:
                 call()
-        self.synchronize()
-        spent, batch, rounds = 0.0, 1, 0
-        while warmup and calls and spent < warmup_ms and rounds < MAX_WARMUP_CALLS:
+        record(stop)
+        spent += elapsed(start, stop)
+        rounds += batch
+        batch *= 2  # doubling: a few event round trips even for a microsecond kernel
+    marks: list[list[tuple[Any, Any]]] = [[] for _ in calls]
+    for r in range(reps):
+        order = range(len(calls)) if r % 2 == 0 else range(len(calls) - 1, -1, -1)
+        for i in order:
             start, stop = create(), create()
             record(start)
-            for _ in range(batch):
-                for call in calls:
-                    call()
+            calls[i]()
             record(stop)
-            spent += elapsed(start, stop)
-            rounds += batch
-            batch *= 2  # doubling: a few event round trips even for a microsecond kernel
-        marks: list[list[tuple[Any, Any]]] = [[] for _ in calls]
-        for r in range(reps):
-            order = range(len(calls)) if r % 2 == 0 else range(len(calls) - 1, -1, -1)
-            for i in order:
-                start, stop = create(), create()
-                record(start)
-                calls[i]()
-                record(stop)
-                marks[i].append((start, stop))
-        return [[elapsed(a, b) for a, b in pairs] for pairs in marks]
+            marks[i].append((start, stop))
+    return [[elapsed(a, b) for a, b in pairs] for pairs in marks]
 
 
 def _check(res: Any, what: str, ok: Any) -> Any:

@@ -134,6 +134,12 @@ class KernelCounts:
         """Matrix instructions a warp issues per step (the issue and latency terms' count)."""
         return self.mma if self.matrix_issued is None else self.matrix_issued
 
+    @property
+    def instructions(self) -> float:
+        """Every counted instruction a warp issues per step (the issue term and a block's chain)."""
+        return (self.mma_issued + self.lds_reads + self.fma + self.cvt + self.global_loads + self.lds_writes
+                + self.barriers + self.int_ops)
+
 
 def lds_cycles(lane_bytes: Iterable[tuple[int, int]], banks: int = 32) -> int:
     """LDS cycles one access of a warp costs: lanes give (first byte, byte count); the most

@@ -177,7 +177,7 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
     """Cycles of one reduction step on a CU holding ``resident`` blocks (default ``groups``)."""
     g = groups if resident is None else resident
     w = c.warps
-    instrs = c.mma_issued + c.lds_reads + c.fma + c.cvt + c.global_loads + c.lds_writes + c.barriers + c.int_ops
+    instrs = c.instructions
     if c.instr is not None and c.mma:
         cyc = f.matrix_cycles.get(c.instr)
         if cyc is None:

@@ -187,6 +187,13 @@ class _GemmLowering:
         self.lda, self.ldb = spec.block_k + spec.lds_row_pad, spec.ldb
         self.fmuladd = self.kb.declare("fmuladd_f32") if self.instr is None else None
 
+    def warp_origin(self) -> tuple[Sym, Sym, Sym]:
+        """(lane, first row, first column) of this work-item's wave in the block tile: the waves
+        form a waves_m x waves_n grid, each owning tiles_m x tiles_n instruction tiles."""
+        g, ins = self.geo, self.instr
+        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        return lane, (wave // g.waves_n) * (g.tiles_m * ins.m), (wave % g.waves_n) * (g.tiles_n * ins.n)
+
     def b_cn(self, lane, j):
         kr, c = self.instr.b_coord(lane, j)
         return c, kr
@@ -352,9 +359,7 @@ class _GemmLowering:
             # a runtime loop over the K-tile: the IR stays small, LLVM's O3 unrolls it
             return self.kb.loop(s.block_k, list(acc), step, name="kk")
         ins = self.instr
-        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
-        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
-        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        lane, wm0, wn0 = self.warp_origin()
 
         def k_step(ks: Sym | int, out: list[ir.Value]) -> list[ir.Value]:
             k0 = ks * ins.k
@@ -410,9 +415,7 @@ class _GemmLowering:
                                    acc[i * g.thread_n + j])
             return
         ins = self.instr
-        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
-        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
-        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        lane, wm0, wn0 = self.warp_origin()
         for i in range(g.tiles_m):
             for t in range(g.tiles_n):
                 vec = acc[i * g.tiles_n + t]
@@ -450,9 +453,7 @@ class _GemmLowering:
             self.epilogue_quads(acc)
             return
         out_ty = _OUT_TYPES[s.out_dtype]
-        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
-        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
-        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        lane, wm0, wn0 = self.warp_origin()
         vty = ir.VectorType(out_ty, 2)
         for i in range(g.tiles_m):
             for t in range(g.tiles_n):
@@ -479,9 +480,7 @@ class _GemmLowering:
         whole; the shuffle runs on every lane, before the bounds check."""
         s, g, ins, b = self.spec, self.geo, self.instr, self.b
         out_ty = _OUT_TYPES[s.out_dtype]
-        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
-        wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
-        wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        lane, wm0, wn0 = self.warp_origin()
         odd_s = lane % 2
         odd = b.icmp_unsigned("!=", odd_s.v, _c32(0))
         half_ty = ir.VectorType(out_ty, 2)
@@ -507,6 +506,7 @@ class _GemmLowering:
                     col = self.col0 + wn0 + t * ins.n + (dc // 4) * 4 + odd_s * ins.n
                     with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
                         b.store(quad, self.gep(self.C, row * self.N + col, out_ty), align=8)
+
     # -- the pipeline's main loop, CUTLASS-style --
     def copy_plan(self) -> "_CopyPlan":
         """The loop-invariant part of every cp.async a thread issues per K-tile, computed once
@@ -605,16 +605,14 @@ class _GemmLowering:
         per = s.block_m * self.lda + s.b_tile_elems  # elements per stage
         with kb.if_then(b.icmp_unsigned("!=", b.and_(b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)), name="misaligned"):
             kb.trap()
-        lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
-        self.wm0 = (wave // g.waves_n) * (g.tiles_m * ins.m)
-        self.wn0 = (wave % g.waves_n) * (g.tiles_n * ins.n)
+        lane, wm0, wn0 = self.warp_origin()
         row8 = lane % 8 + (lane // 8) % 2 * 8  # the row (A) / K row (B) this lane addresses
         half = (lane // 16) * 8  # A: K + 8 for matrices 2, 3; B: the second N-tile
         # lane parts of the ldmatrix addresses (load_fragments): A row, K half and warp row; B K row,
         # the lane's N-tile of a pair (.x4) or none (.x2: lanes 16-31's addresses are unused) and warp column
-        self.a_lane = (row8 + self.wm0) * self.lda + half
-        self.b_lane = row8 * self.ldb + half + self.wn0
-        self.b_lane_x2 = row8 * self.ldb + self.wn0
+        self.a_lane = (row8 + wm0) * self.lda + half
+        self.b_lane = row8 * self.ldb + half + wn0
+        self.b_lane_x2 = row8 * self.ldb + wn0
         plan = self.copy_plan()
         for st in range(S - 1):  # tiles past K copy zeros (issue_copies): no branch here either
             self.issue_copies(plan, self.S(_c32(st)), self.S(_c32(st * per)))
