@@ -68,11 +68,11 @@ class Plans:
 
     # ---- claims -------------------------------------------------------------------------
 
-    def claim(self, keys: Iterable[str], holder: str, lease_s: float) -> list[str]:
+    def claim(self, keys: Iterable[str], holder: str, lease_s: float, host: str | None = None) -> list[str]:
         self.handle.writable("claim")
         wanted = sorted(set(keys))
         with db.write_tx(self.handle.engine, exclusive=True) as conn:
-            return claims.claim(conn, wanted, holder, time.time(), lease_s, db.LOOKUP_CHUNK)
+            return claims.claim(conn, wanted, holder, time.time(), lease_s, db.LOOKUP_CHUNK, host)
 
     def renew_claims(self, keys: Iterable[str], holder: str, lease_s: float) -> int:
         self.handle.writable("claim")
@@ -84,6 +84,6 @@ class Plans:
         with db.write_tx(self.handle.engine) as conn:
             return claims.release(conn, sorted(set(keys)), holder, db.LOOKUP_CHUNK)
 
-    def claimed_by_others(self, keys: Iterable[str], holder: str) -> set[str]:
+    def claimed_by_others(self, keys: Iterable[str], holder: str, host: str | None = None) -> set[str]:
         with db.read_tx(self.handle.engine) as conn:
-            return claims.held_by_others(conn, sorted(set(keys)), holder, time.time(), db.LOOKUP_CHUNK)
+            return claims.held_by_others(conn, sorted(set(keys)), holder, time.time(), db.LOOKUP_CHUNK, host)

@@ -273,10 +273,11 @@ class Store:
         """For each present code-object key: its blob (and format, PTX) or the compiler's refusal."""
         return self.plans.lookup_code_objects(keys)
 
-    def claim(self, keys: Iterable[str], holder: str, lease_s: float) -> list[str]:
+    def claim(self, keys: Iterable[str], holder: str, lease_s: float, host: str | None = None) -> list[str]:
         """Lease ``keys`` for ``holder`` for ``lease_s`` seconds where no other holder has a live
-        lease (cache/claims.py); the keys now ours."""
-        return self.plans.claim(keys, holder, lease_s)
+        lease (cache/claims.py; with ``host``, a claimant gone from this host has none); the keys
+        now ours."""
+        return self.plans.claim(keys, holder, lease_s, host)
 
     def renew_claims(self, keys: Iterable[str], holder: str, lease_s: float) -> int:
         return self.plans.renew_claims(keys, holder, lease_s)
@@ -284,8 +285,8 @@ class Store:
     def release_claims(self, keys: Iterable[str], holder: str) -> int:
         return self.plans.release_claims(keys, holder)
 
-    def claimed_by_others(self, keys: Iterable[str], holder: str) -> set[str]:
-        return self.plans.claimed_by_others(keys, holder)
+    def claimed_by_others(self, keys: Iterable[str], holder: str, host: str | None = None) -> set[str]:
+        return self.plans.claimed_by_others(keys, holder, host)
 
     # ---- maintenance (cache/maintenance.py) ----------------------------------------------
 

@@ -2,7 +2,8 @@
 
     Plan.to_build, in windows ──> store.claim(keys, holder, lease)   (cache/claims.py)
         │ claimed by another live builder -> deferred: at the end, waited for (its result is
-        │     read from the store) or taken over once its lease ends (the claimant died)
+        │     read from the store) or taken over once its lease ends (the claimant died), at
+        │     once where the claimant was a process of this host that is gone (cache/claims.py)
         ▼ ours (a heartbeat thread renews the leases of keys in flight)
     lower_one(job) in the driver (cheap) -> code_object_key(target, profile, IR sha256, toolchain, options)
         ├─ store has that code object ──> reuse: re-validated bytes, this lowering's launch
@@ -29,7 +30,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import secrets
 import threading
 import time
 import traceback
@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping
 
 import rocke_aot
 from rocke_aot.aot.builder.plan import Job, Plan
+from rocke_aot.cache import claims
 from rocke_aot.cache.keys import code_key_of
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
@@ -227,7 +228,7 @@ class _Run:
         self.submit, self.on_result, self.where = submit, on_result, where
         self.lease_s, self.poll_s = lease_s, poll_s
         self.force = plan.force
-        self.holder = f"{where}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.holder = claims.new_holder(where)
         self.outcome = Outcome()
         self.pending: dict[Future, tuple[Job, Any, str]] = {}
         self.same_ir: dict[str, list[tuple[Job, Any]]] = {}  # code key in flight -> jobs waiting on it
@@ -248,7 +249,7 @@ class _Run:
             while queue or self.pending or deferred:
                 if queue and len(self.pending) < window:
                     batch = [queue.pop() for _ in range(min(len(queue), window - len(self.pending)))]
-                    mine = set(self.store.claim([j.key for j in batch], self.holder, self.lease_s))
+                    mine = set(self.store.claim([j.key for j in batch], self.holder, self.lease_s, self.where))
                     # Stored by another builder since this plan was made (it claimed, built and
                     # released before we claimed): nothing to do but let go.
                     done_meanwhile = {k: h for k, h in (self.store.lookup_many(sorted(mine)) if mine else {}).items()
@@ -283,7 +284,8 @@ class _Run:
     def _settle(self, deferred: list[Job], queue: list[Job]) -> list[Job]:
         """Deferred jobs another builder stored are done; those whose claim ended are ours again."""
         hits = self.store.lookup_many([j.key for j in deferred])
-        held = self.store.claimed_by_others([j.key for j in deferred if j.key not in hits], self.holder)
+        held = self.store.claimed_by_others([j.key for j in deferred if j.key not in hits], self.holder,
+                                            self.where)
         still = []
         for job in deferred:
             if job.key in hits:
