@@ -32,6 +32,17 @@ One argument model from lowering to launch, three stages of one thing:
     BoundArg    bound to one problem: + the value passed (scalars) or elements held (pointers)
 The runner packs BoundArgs into bytes (runner/run.py pack -> PackedArgs).
 
+Pointer access (ArgDef.access, ACCESSES): "read_only" (an input the runner fills and the
+reference reads), "write_only" / "read_write" (the output, or a kernel's own in-out buffer),
+"workspace": scratch the kernel needs between its work-groups (the split-K gemm's partial
+tiles and arrival counters). The rule a workspace kernel keeps and a runner relies on: the
+runner allocates the buffer zero-filled, once per problem, sized for the whole problem, and
+passes it unchanged to every launch (every chunk of a split launch too: it is never advanced,
+and a chunk's smaller problem needs no more of it); the kernel leaves every word it reads
+before writing (the counters) as it found it, zero, and writes every other word it reads (the
+partials) in the same launch before reading it. So one zero fill serves any number of
+launches in stream order, and a workspace is never an input of the reference nor checked.
+
 Formulas are integer expressions over named integers: literals, names, ``+ - * // %``,
 unary minus, parentheses and the functions ``ceil_div(a, b)``, ``min(a, ...)``,
 ``max(a, ...)``. They are parsed by the small recursive-descent parser below, never by
@@ -50,6 +61,7 @@ from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
 
 KINDS = ("global_pointer", "scalar")
+ACCESSES = ("read_only", "write_only", "read_write", "workspace")  # pointers (module doc)
 # Scalar kernel-argument types: bytes and the range of values they carry.
 SCALAR_TYPES: Mapping[str, tuple[int, int, int]] = {"i32": (4, -2**31, 2**31 - 1),
                                                     "u32": (4, 0, 2**32 - 1),
@@ -228,11 +240,13 @@ class ArgDef:
     kind: str  # "global_pointer" | "scalar"
     dtype: str  # pointers: element dtype ("f16"); scalars: the scalar type ("i32")
     expr: str  # scalars: the value; pointers: how many elements the buffer holds
-    access: str | None = None  # pointers: "read_only" | "write_only" | "read_write"
+    access: str | None = None  # pointers: one of ACCESSES (module doc); scalars: None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise SpecError(f"argument {self.name}: kind {self.kind!r} not in {KINDS}")
+        if self.access is not None and (self.kind != "global_pointer" or self.access not in ACCESSES):
+            raise SpecError(f"argument {self.name}: access {self.access!r} is for pointers, one of {ACCESSES}")
         known = DTYPE_BYTES if self.kind == "global_pointer" else SCALAR_TYPES
         if self.dtype not in known:
             raise SpecError(f"argument {self.name}: {self.kind} dtype {self.dtype!r} not in {tuple(known)}")
@@ -512,6 +526,6 @@ class LaunchContract:
             raise SpecError(f"malformed launch contract: {e}") from None
 
 
-__all__ = ["ArgDef", "BoundArg", "FormulaError", "KernelArg", "LaunchContract", "LaunchFormulas",
+__all__ = ["ACCESSES", "ArgDef", "BoundArg", "FormulaError", "KernelArg", "LaunchContract", "LaunchFormulas",
            "LaunchPlan", "Split", "evaluate", "names", "natural_layout", "parse", "problem_fields", "FUNCTIONS",
            "KINDS", "MAX_TENSOR_BYTES", "POINTER_BYTES", "SCALAR_TYPES"]

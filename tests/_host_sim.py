@@ -21,6 +21,25 @@
                                         takes lane ^ b's (PTX ISA "shfl.sync": c's clamp and
                                         segment mask; a lane past the clamp keeps its own)
             external (dynamic) shared arrays -> a zeroed buffer of the kernel's dynamic_lds_bytes
+            split-K's inter-CTA protocol (sm_90 inline PTX, NvptxKernel.fence_acq_rel_gpu,
+            atomic_add_gpu, store_cg_v4f32, load_cg_v4f32): a weak-memory model of what the PTX
+            memory consistency model promises, no more --
+              st.global.cg    -> sim_st_cg4: the store waits in the thread's buffer, invisible
+                                 to other CTAs
+              bar.sync        -> each thread's buffered stores join the CTA's (barriers
+                                 synchronize: they precede every thread's next instructions)
+              fence.acq_rel.gpu -> sim_fence: release: the thread's buffer and the CTA's are
+                                 fenced, and land in memory at the thread's next strong write
+                                 (fence + atom: the release pattern); acquire: after a strong
+                                 read (the atom), the thread may read what other CTAs released
+                                 (after the next barrier, every thread of the CTA may)
+              atom.relaxed.gpu.add -> sim_atom_add: an atomic add on memory, a strong write
+                                 (publishes the fenced stores first) and a strong read
+              ld.global.cg    -> sim_ld_cg4: memory as it is; in a thread that has not
+                                 acquired a violation (NaN read; launch raises AssertionError)
+            stores never released land only when the launch ends (the latest the model allows),
+            so a partial read without the writer's fence reads the workspace's old contents.
+            ``launch(..., order=)``: the order work-groups run in (arrival orders of split-K).
         --MCJIT--> .launch(grid, *args): one OS thread per work-item, blocks one after
             another; ndarray args pass their buffer, ints pass as they are (a pointer too)
 
@@ -77,6 +96,17 @@ define void @"sim_cp_async_unless"(ptr %dst, ptr %src, i1 %ignore) {
   %n = select i1 %ignore, i32 0, i32 16
   call void @"sim_cp_async"(ptr %dst, ptr %src, i32 %n)
   ret void
+}
+"""
+
+
+_LD_CG4 = """
+declare void @"sim_ld_cg4"(ptr, ptr)
+define {float, float, float, float} @"sim_ld_cg4_ir"(ptr %p) {
+  %o = alloca {float, float, float, float}
+  call void @"sim_ld_cg4"(ptr %p, ptr %o)
+  %r = load {float, float, float, float}, ptr %o
+  ret {float, float, float, float} %r
 }
 """
 
@@ -144,6 +174,22 @@ def _retarget(text: str) -> tuple[str, list]:
                          r'"r,l,b"\(', 'call void @"sim_cp_async_unless"(', text)
     if n_cp:
         text += _CP_UNLESS + ("" if 'declare void @"sim_cp_async"' in text else '\ndeclare void @"sim_cp_async"(ptr, ptr, i32)\n')
+    # split-K's inter-CTA protocol (inline PTX; the module doc's memory model)
+    text = text.replace('call void asm sideeffect "fence.acq_rel.gpu;", "~{memory}"()', 'call void @"sim_fence"()')
+    text = text.replace('call i32 asm sideeffect "atom.relaxed.gpu.global.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}"(',
+                        'call i32 @"sim_atom_add"(')
+    text = text.replace('call void asm sideeffect "st.global.cg.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}"(',
+                        'call void @"sim_st_cg4"(')
+    text, n_ld = re.subn(r'call \{float, float, float, float\} asm sideeffect "ld\.global\.cg\.v4\.f32 '
+                         r'\{\$0, \$1, \$2, \$3\}, \[\$4\];", "=f,=f,=f,=f,l,~\{memory\}"\(',
+                         'call {float, float, float, float} @"sim_ld_cg4_ir"(', text)
+    if n_ld:
+        text += _LD_CG4
+    for name, sig in (("sim_fence", "void ()"), ("sim_atom_add", "i32 (ptr, i32)"),
+                      ("sim_st_cg4", "void (ptr, float, float, float, float)")):
+        if f'@"{name}"' in text:
+            ret, params = sig.split(" ", 1)
+            text += f'\ndeclare {ret} @"{name}"{params}\n'
     assert " asm " not in text, "inline assembly the simulator does not model"
     assert "llvm.nvvm" not in text and "llvm.amdgcn" not in text, "an intrinsic the simulator does not model"
     return text, instrs, ldms
@@ -179,8 +225,8 @@ class CpuGrid:
         self._cbs = [
             ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: self.local.tid),
             ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: self.local.ctaid),
-            ctypes.CFUNCTYPE(None, ctypes.c_int32)(lambda _id: self.barrier.wait()),
-            ctypes.CFUNCTYPE(None)(lambda: self.barrier.wait()),
+            ctypes.CFUNCTYPE(None, ctypes.c_int32)(lambda _id: self._bar_sync()),
+            ctypes.CFUNCTYPE(None)(self._bar_sync),
             ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                              ctypes.c_void_p)(self._mma),
             ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)(self._ldmatrix),
@@ -189,9 +235,15 @@ class CpuGrid:
             ctypes.CFUNCTYPE(None, ctypes.c_int32)(self._cp_wait),
             ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
                              ctypes.c_int32)(self._shfl_bfly),
+            ctypes.CFUNCTYPE(None)(self._fence),
+            ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32)(self._atom_add),
+            ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_float] * 4)(self._st_cg4),
+            ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(self._ld_cg4),
         ]
+        self._mem_lock = threading.Lock()
         for name, cb in zip(("sim_tid", "sim_ctaid", "sim_barrier", "sim_barrier0", "sim_mma", "sim_ldmatrix",
-                             "sim_cp_async", "sim_cp_commit", "sim_cp_wait", "sim_shfl_bfly"), self._cbs):
+                             "sim_cp_async", "sim_cp_commit", "sim_cp_wait", "sim_shfl_bfly",
+                             "sim_fence", "sim_atom_add", "sim_st_cg4", "sim_ld_cg4"), self._cbs):
             llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
         tm = llvm.Target.from_default_triple().create_target_machine(
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
@@ -284,7 +336,60 @@ class CpuGrid:
                     ctypes.memmove(dst, src, n)
                 ctypes.memset(dst + n, 0, 16 - n)
 
-    def launch(self, grid: int, *args) -> None:
+    # -- split-K's inter-CTA protocol: the module doc's weak-memory model ----------------------
+    def _bar_sync(self) -> None:
+        """bar.sync: each thread's buffered global stores join the CTA's (they now precede every
+        thread's later instructions); an acquire made before it holds for every thread after."""
+        with self._mem_lock:
+            self.cta_stores += self.local.stores
+            self.local.stores = []
+            self.cta_acquired |= self.local.acquired
+        self.barrier.wait()
+        self.local.acquired = self.cta_acquired
+
+    def _fence(self) -> None:
+        with self._mem_lock:  # what precedes the fence in causality order, released by the next strong write
+            self.local.fenced += self.local.stores + self.cta_stores
+            self.local.stores, self.cta_stores = [], []
+        if self.local.observed:  # acquire: a strong read before the fence
+            self.local.acquired = True
+
+    def _atom_add(self, ptr, value) -> int:
+        """A strong read-modify-write: the release pattern's write (the stores fenced before it
+        land now, before its new value can be observed) and a strong read (an acquire after it)."""
+        with self._mem_lock:
+            for addr, vals in self.local.fenced:
+                ctypes.memmove(addr, np.asarray(vals, dtype=np.float32).ctypes.data, 16)
+            self.local.fenced = []
+            cell = ctypes.c_uint32.from_address(ptr)
+            old = cell.value
+            cell.value = (old + value) & 0xFFFFFFFF
+        self.local.observed = True
+        return old
+
+    # An exception in a ctypes callback is printed and lost: a protocol violation is recorded,
+    # the value read made NaN, and launch() raises it.
+    def _st_cg4(self, ptr, x0, x1, x2, x3) -> None:
+        if ptr % 16:
+            self.violations.append(f"st.global.v4.f32 at {ptr:#x}: not 16-byte aligned")
+        self.local.stores.append((ptr, (x0, x1, x2, x3)))
+
+    def _ld_cg4(self, ptr, out) -> None:
+        if not self.local.acquired or ptr % 16:
+            self.violations.append(f"ld.global.cg.v4.f32 at {ptr:#x} " + (
+                "of another CTA's data without an acquire (fence after the atom)" if not self.local.acquired
+                else "not 16-byte aligned"))
+            ctypes.memmove(out, np.full(4, np.nan, dtype=np.float32).ctypes.data, 16)
+            return
+        ctypes.memmove(out, ptr, 16)
+
+    def launch(self, grid: int, *args, order=None) -> None:
+        """Run work-groups ``order`` (default 0 .. grid-1) one after another."""
+        order = list(range(grid)) if order is None else list(order)
+        if sorted(order) != list(range(grid)):
+            raise AssertionError(f"order {order} is not a permutation of the {grid} work-groups")
+        self.late = []  # global stores no release pattern published: they land when the launch ends
+        self.violations = []
         types = [ctypes.c_void_p if k == "global_pointer" else ctypes.c_int32 for k in self.kinds]
         fn = ctypes.CFUNCTYPE(None, *types)(self.addr)
         cargs = [a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args]
@@ -295,10 +400,19 @@ class CpuGrid:
             self.local.tid = tid
             self.local.open, self.local.groups = [], []
             try:
-                for blk in range(grid):
+                for blk in order:
                     self.local.ctaid = blk
+                    self.local.stores, self.local.fenced = [], []
+                    self.local.observed, self.local.acquired = False, False
+                    if tid == 0:
+                        self.cta_stores, self.cta_acquired = [], False
+                    between.wait()  # the CTA's memory state is fresh before any thread runs
                     fn(*cargs)
+                    with self._mem_lock:
+                        self.late += self.local.stores + self.local.fenced
                     between.wait()  # the next block reuses the same LDS
+                    if tid == 0:
+                        self.late += self.cta_stores
             except BaseException as e:  # pragma: no cover - reported below
                 errors.append(e)
                 for bar in [self.barrier, between, *self.wave_barriers]:
@@ -311,3 +425,7 @@ class CpuGrid:
             t.join()
         if errors:
             raise errors[0]
+        for addr, vals in self.late:  # the kernel's end makes every store visible
+            ctypes.memmove(addr, np.asarray(vals, dtype=np.float32).ctypes.data, 16)
+        if self.violations:
+            raise AssertionError(f"{len(self.violations)} memory-model violations, first: {self.violations[0]}")

@@ -90,8 +90,29 @@ ASYNC_CASES = [
 ]
 
 
-def check_gemm(arch, spec, sizes=SIZES) -> None:
-    """Lower, run on the CPU simulator, compare with numpy; AssertionError on any difference."""
+def workspace(spec, m, n) -> np.ndarray:
+    """A split-K workspace as the launch contract asks (rocke_aot/launch.py "workspace"): the
+    counters zero; the partials NaN here, which the kernel must overwrite before it reads them
+    (the runner's zero fill is the gentler case). A guard zone of NaN after it."""
+    tiles = -(-m // spec.block_m) * -(-n // spec.block_n)
+    parts = tiles * spec.split_k * spec.block_m * spec.block_n
+    w = np.full(tiles * spec.workspace_words_per_tile + 16, 0x7FC00000, dtype=np.uint32)
+    w[parts:parts + tiles] = 0
+    return w
+
+
+def run_gemm(low, sim, spec, a_bits, b_bits, c, m, n, k, w=None, order=None) -> None:
+    """One launch through the contract's argument list (A and B past their NaN guard zones)."""
+    plan = low.launch.plan({"m": m, "n": n, "k": k})
+    given = {"A": a_bits.ctypes.data + 2 * GUARD, "B": b_bits.ctypes.data + 2 * GUARD, "C": c, "W": w}
+    args = [given[a.name] if a.kind == "global_pointer" else a.value for a in plan.args]
+    sim.launch(plan.grid[0], *args, order=order)
+
+
+def check_gemm(arch, spec, sizes=SIZES, orders=(None,), launches=1) -> None:
+    """Lower, run on the CPU simulator, compare with numpy; AssertionError on any difference.
+    Split-K: once per work-group order in ``orders`` (a function of the grid size), ``launches``
+    times on one workspace, every result bit-identical and the counters zero after each."""
     low = lower("gemm", spec, arch, "llvm22")
     sim = CpuGrid(low, spec.geometry(low_target(arch)).wave_size)
     rng = np.random.default_rng(7)
@@ -99,9 +120,20 @@ def check_gemm(arch, spec, sizes=SIZES) -> None:
         a_bits, a = _inputs(spec.in_dtype, (m, k), rng)
         b_bits, b = _inputs(spec.in_dtype, (k, n), rng)
         nbytes = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
-        c = np.full(m * n * nbytes + 64, 0xFF, dtype=np.uint8)  # NaN fill + a guard zone
-        # A and B start past their NaN guard zones.
-        sim.launch(low.launch.plan({"m": m, "n": n, "k": k}).grid[0], a_bits.ctypes.data + 2 * GUARD, b_bits.ctypes.data + 2 * GUARD, c, m, n, k)
+        w = workspace(spec, m, n) if spec.split_k > 1 else None
+        first = None
+        for order in orders:
+            for _ in range(launches):
+                c = np.full(m * n * nbytes + 64, 0xFF, dtype=np.uint8)  # NaN fill + a guard zone
+                grid = low.launch.plan({"m": m, "n": n, "k": k}).grid[0]
+                run_gemm(low, sim, spec, a_bits, b_bits, c, m, n, k, w, None if order is None else order(grid))
+                if w is not None:
+                    tiles = -(-m // spec.block_m) * -(-n // spec.block_n)
+                    parts = tiles * spec.split_k * spec.block_m * spec.block_n
+                    assert (w[parts:parts + tiles] == 0).all(), "a split-K launch left a counter non-zero"
+                    assert (w[parts + tiles:] == 0x7FC00000).all(), "wrote past the end of the workspace"
+                assert first is None or (c == first).all(), "split-K results differ between launches / orders"
+                first = c
         assert (c[m * n * nbytes:] == 0xFF).all(), "wrote past the end of C"
         raw = c[: m * n * nbytes].view({4: np.float32, 2: np.uint16}[nbytes]).reshape(m, n)
         got = raw.astype(np.float64) if nbytes == 4 else decode(raw, spec.out_dtype)
@@ -149,6 +181,72 @@ def test_async_main_loop_of_four_ksteps_computes_a_x_b():
     each operand a thread, a K of six tiles through a ring of four stages, M and N edges."""
     check_gemm("sm_90", GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=64,
                                  waves=4, vector_width=8, stages=4, group_m=2), [(70, 72, 328)])
+
+
+# Split-K (GemmSpec.split_k, aot/families/gemm.py reduce_split): ragged M and N, K a multiple of 8
+# with a K tail; K = 24 over block_k 16 is 2 K-tiles, so split 3 / 4 leave slices empty, and
+# K = 8 is one K-tile (split 2: slice 1 empty). The workspace's partials start as NaN.
+SPLIT_SIZES = [(37, 40, 72), (130, 72, 24), (20, 16, 8)]
+SPLIT_CASES = [
+    dataclasses.replace(ASYNC_CASES[0], split_k=2),  # f16 -> f32, pairs epilogue
+    dataclasses.replace(ASYNC_CASES[1], split_k=4),  # bf16 -> bf16, quad epilogue, grouped order
+    dataclasses.replace(ASYNC_CASES[2], split_k=3),  # f16 -> f16, one warp, four stages
+]
+ORDERS = (None, lambda g: list(reversed(range(g))),
+          lambda g: [int(x) for x in np.random.default_rng(g).permutation(g)])
+
+
+@pytest.mark.parametrize("spec", SPLIT_CASES, ids=[s.kernel_name for s in SPLIT_CASES])
+def test_split_k_gemm_computes_a_x_b(spec):
+    """Every arrival order (forward, reversed, shuffled) gives the same exact result, twice on one
+    workspace (the counters are back at zero after each launch)."""
+    check_gemm("sm_90", spec, SPLIT_SIZES, orders=ORDERS, launches=2)
+
+
+def test_split_k_bits_do_not_depend_on_arrival_order():
+    """Inputs whose sums round (uniform f16, K = 200 over 4 slices): the fixed summation order
+    z = 0 .. split_k - 1 gives identical bits whichever work-group of a tile arrives last."""
+    spec = dataclasses.replace(ASYNC_CASES[0], split_k=4)
+    low = lower("gemm", spec, "sm_90", "llvm22")
+    sim = CpuGrid(low, 32)
+    m, n, k = 37, 40, 200
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+    pad = np.zeros(GUARD, np.uint16)
+    a_bits, b_bits = (np.concatenate([pad, x.view(np.uint16).ravel(), pad]) for x in (a, b))
+    outs = []
+    for order in ORDERS:
+        c = np.full(m * n, np.nan, dtype=np.float32)
+        grid = low.launch.plan({"m": m, "n": n, "k": k}).grid[0]
+        run_gemm(low, sim, spec, a_bits, b_bits, c, m, n, k, workspace(spec, m, n),
+                 None if order is None else order(grid))
+        outs.append(c.view(np.uint32).copy())
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(outs[0].view(np.float32).reshape(m, n), want, rtol=1e-5, atol=1e-5)
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+# The simulator's memory model (tests/_host_sim.py) lets a store reach another CTA only through a
+# release (fence + atomic) and a read only after an acquire: dropping either fence must fail.
+@pytest.mark.parametrize("dropped", ["release", "acquire", "both"])
+def test_a_split_k_protocol_without_its_fences_fails_the_simulation(monkeypatch, dropped):
+    from rocke_aot.aot.lower.nvptx import NvptxKernel
+    spec = SPLIT_CASES[0]
+    check_gemm("sm_90", spec, SPLIT_SIZES[:1])  # unbroken: passes
+    fence = NvptxKernel.fence_acq_rel_gpu
+    calls = []
+
+    def mutated(self):  # reduce_split emits the release fence first, then the acquire fence
+        calls.append(1)
+        which = "release" if len(calls) % 2 else "acquire"
+        if dropped not in (which, "both"):
+            fence(self)
+
+    monkeypatch.setattr(NvptxKernel, "fence_acq_rel_gpu", mutated)
+    with pytest.raises(AssertionError):
+        check_gemm("sm_90", spec, SPLIT_SIZES[:1])
 
 
 # The simulator lands cp.async copies at the latest moment the PTX ISA allows (the wait), so a

@@ -1,9 +1,9 @@
 """GemmSpec: the gemm family's baked parameters and tuning knobs, validated.
 
     GemmSpec(in_dtype, out_dtype, block_m, block_n, block_k, waves, path, double_buffer,
-             vector_width, mma, stages, group_m)
+             vector_width, mma, stages, group_m, b_lds, split_k)
         .to_dict() / GemmSpec.from_dict(d)      canonical, JSON-able, round-trips exactly
-                                                (stages / group_m appear only when set: the
+                                                (stages / group_m / split_k appear only when set: the
                                                 fields added later leave older specs' dicts,
                                                 plan keys and goldens as they were)
         .kernel_name                            deterministic symbol name
@@ -39,9 +39,14 @@ VECTOR_WIDTHS = (1, 2, 4, 8)
 ASYNC_STAGES = (2, 3, 4)
 ASYNC_VECTOR = 8  # elements of one cp.async (16 bytes of f16 / bf16)
 GROUP_MS = (1, 2, 4, 8, 16)
+# K slices of the asynchronous pipeline (split_k): 1 = one CTA per output tile. 2 and 3 spread a
+# wave-quantized grid (3072^3 at 128x128: 576 tiles on 264 resident slots = 2.2 waves; split 2:
+# 4.4, split 3: 6.5), 4 and 8 fill the SMs where M*N has few tiles and K is long
+# (128x4096x14336 at 128x128: 32 tiles; split 4: 128 CTAs on 132 SMs, split 8: 256 on 264 slots).
+SPLIT_KS = (1, 2, 3, 4, 8)
 # Fields added after the first keys were issued, and their defaults: to_dict leaves them out
 # at the default, so a spec written before them keeps its canonical dict (and plan key).
-_LATER_FIELDS = {"stages": 0, "group_m": 1, "b_lds": "kn"}
+_LATER_FIELDS = {"stages": 0, "group_m": 1, "b_lds": "kn", "split_k": 1}
 B_LAYOUTS = ("kn", "nk")
 NK_PAD = 8  # elements after each row of a transposed B tile: 16 bytes, four banks, vectors stay aligned
 
@@ -91,6 +96,12 @@ class GemmSpec:
     # column on MFMA / WMMA / mma.sync -- is one vector read (ds_read_b64 / b128) like A's,
     # for vector_width 16-bit stores per staged vector instead of one.
     b_lds: str = "kn"
+    # K slices (the asynchronous pipeline only): split_k CTAs per output tile, CTA z of a tile
+    # summing K-tiles [z * per, min(ktiles, (z + 1) * per)), per = ceil(ktiles / split_k); each
+    # writes its f32 partial tile to the workspace and the last to arrive (a per-tile counter)
+    # adds the split_k partials in the fixed order z = 0, 1, .. and writes C: deterministic bits
+    # (aot/families/gemm.py reduce_split, docs/lowering.md "Split-K").
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         check_types(self, "gemm")
@@ -134,6 +145,11 @@ class GemmSpec:
             if self.vector_width != ASYNC_VECTOR:
                 raise SpecError(f"gemm stages={self.stages} needs vector_width={ASYNC_VECTOR}: each cp.async "
                                 f"moves 16 bytes ({ASYNC_VECTOR} elements)")
+        if self.split_k not in SPLIT_KS:
+            raise SpecError(f"gemm split_k={self.split_k} not in {SPLIT_KS}")
+        if self.split_k > 1 and not self.stages:
+            raise SpecError(f"gemm split_k={self.split_k} is the asynchronous pipeline's (stages >= 2); "
+                            f"the register-staged paths compute each tile in one work-group (split_k=1)")
 
     # -- canonical form ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -156,26 +172,48 @@ class GemmSpec:
         mma = "" if self.mma == "auto" else "_" + self.mma
         group = "" if self.group_m == 1 else f"_g{self.group_m}"
         group += "" if self.b_lds == "kn" else f"_b{self.b_lds}"
+        group += "" if self.split_k == 1 else f"_k{self.split_k}"
         return (f"gemm_{self.in_dtype}_{self.out_dtype}_{self.path}{mma}_{self.block_m}x"
                 f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}{group}")
 
     # -- launch ------------------------------------------------------------------------
     def launch_formulas(self) -> LaunchFormulas:
         """kernel(A, B, C, M, N, K) over a 1-D grid of ceil(M/block_m) * ceil(N/block_n)
-        work-groups (tile (tm, tn) = (gid // tiles_n, gid % tiles_n), as the lowering reads it)."""
+        work-groups (tile (tm, tn) = (gid // tiles_n, gid % tiles_n), as the lowering reads it).
+
+        split_k > 1: kernel(A, B, C, W, M, N, K) over tiles * split_k work-groups, work-group g
+        taking K slice g % split_k of tile g // split_k (the slices of a tile are neighbours in
+        launch order, so they run at the same time and the partials meet in L2). W is the
+        workspace (access "workspace", rocke_aot/launch.py): the partial tiles, split_k * bm * bn
+        f32 per tile, then one 32-bit arrival counter per tile. A chunk of M rows (the Split) is
+        a whole gemm that reuses W from its start: every launch leaves the counters zero."""
+        tiles = f"ceil_div(m, {self.block_m}) * ceil_div(n, {self.block_n})"
+        args = [ArgDef("A", "global_pointer", self.in_dtype, "m * k", "read_only"),
+                ArgDef("B", "global_pointer", self.in_dtype, "k * n", "read_only"),
+                ArgDef("C", "global_pointer", self.out_dtype, "m * n", "write_only")]
+        lets = [("tiles", tiles)]
+        grid = "tiles"
+        if self.split_k > 1:
+            lets.append(("units", f"tiles * {self.split_k}"))
+            grid = "units"
+            args.append(ArgDef("W", "global_pointer", "f32", f"tiles * {self.workspace_words_per_tile}",
+                               "workspace"))
+        args += [ArgDef("M", "scalar", "i32", "m"), ArgDef("N", "scalar", "i32", "n"),
+                 ArgDef("K", "scalar", "i32", "k")]
         return LaunchFormulas(
             problem=("m", "n", "k"),
-            lets=(("tiles", f"ceil_div(m, {self.block_m}) * ceil_div(n, {self.block_n})"),),
-            grid=("tiles", "1", "1"),
-            args=(ArgDef("A", "global_pointer", self.in_dtype, "m * k", "read_only"),
-                  ArgDef("B", "global_pointer", self.in_dtype, "k * n", "read_only"),
-                  ArgDef("C", "global_pointer", self.out_dtype, "m * n", "write_only"),
-                  ArgDef("M", "scalar", "i32", "m"),
-                  ArgDef("N", "scalar", "i32", "n"),
-                  ArgDef("K", "scalar", "i32", "k")),
+            lets=tuple(lets),
+            grid=(grid, "1", "1"),
+            args=tuple(args),
             # rows of A and C: a chunk of M rows is the same gemm on A + start*K, C + start*N
             split=Split("m", (("A", "k"), ("C", "n"))),
         )
+
+    @property
+    def workspace_words_per_tile(self) -> int:
+        """32-bit words of the split-K workspace per output tile: split_k partial tiles of f32
+        and one arrival counter (0 without split-K)."""
+        return self.split_k * self.block_m * self.block_n + 1 if self.split_k > 1 else 0
 
     # -- arch-dependent layout ----------------------------------------------------------
     @property

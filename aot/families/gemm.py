@@ -171,6 +171,24 @@ class _CopyPlan:
     ops: tuple[_CopyOperand, ...]
 
 
+class _SumsOnUse:
+    """The split-K tile's sums as the epilogue's accumulator list, each fragment's loads and adds
+    emitted where the epilogue first reads it: emitted all before the epilogue, ptxas kept every
+    load in flight (4 x 32 x 4 floats at 128x128, split 4) and spilled 1.1 KB; read next to their
+    stores (the loads are ordered behind the previous stores by their memory clobber), no spills."""
+
+    def __init__(self, emit, count: int):
+        self.emit, self.count, self.done = emit, count, {}
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, f: int) -> ir.Value:
+        if f not in self.done:
+            self.done[f] = self.emit(f)
+        return self.done[f]
+
+
 class _GemmLowering:
     def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry):
         self.spec, self.geo = spec, geo
@@ -596,11 +614,20 @@ class _GemmLowering:
                 bfr.append(self._regs_to_bits(d))
         return afr, bfr
 
+    def smin(self, x: Sym, y: Sym) -> Sym:
+        return self.S(self.b.select(self.b.icmp_signed("<", x.v, y.v), x.v, y.v))
+
     def build_async(self, ktiles: Sym) -> None:
         """The main loop (module doc): invariant copy plan, branch-free copies, fragments of the next
         k-step read while this one's mma.sync issue, one wait + barrier per K-tile placed after the
-        tile's last fragment read, so the last k-step's mma.sync run across it."""
+        tile's last fragment read, so the last k-step's mma.sync run across it. With split_k > 1
+        the loop runs this work-group's K slice and reduce_split meets the other slices."""
         s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
+        first_kt = self.S(_c32(0))
+        if s.split_k > 1:  # K-tiles [z * per, min(ktiles, (z + 1) * per)); empty past ktiles
+            per_z = (ktiles + (s.split_k - 1)) // s.split_k
+            first_kt = self.smin(self.z * per_z, ktiles)  # clamped: an empty slice copies within S tiles of K
+            ktiles = self.smin(first_kt + per_z, ktiles) - first_kt
         S, KS = s.stages, s.block_k // ins.k
         per = s.block_m * self.lda + s.b_tile_elems  # elements per stage
         with kb.if_then(b.icmp_unsigned("!=", b.and_(b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)), name="misaligned"):
@@ -615,7 +642,7 @@ class _GemmLowering:
         self.b_lane_x2 = row8 * self.ldb + wn0
         plan = self.copy_plan()
         for st in range(S - 1):  # tiles past K copy zeros (issue_copies): no branch here either
-            self.issue_copies(plan, self.S(_c32(st)), self.S(_c32(st * per)))
+            self.issue_copies(plan, first_kt + st, self.S(_c32(st * per)))
             kb.async_commit()
         kb.async_wait(S - 2)
         kb.barrier()
@@ -631,7 +658,7 @@ class _GemmLowering:
             frag = (vals[nt + 2:nt + 2 + g.tiles_m], vals[nt + 2 + g.tiles_m:])
             for ks in range(KS):
                 if ks == 0:  # K-tile kt + S - 1 into the stage every warp finished before the last barrier
-                    self.issue_copies(plan, kt + (S - 1), wr)
+                    self.issue_copies(plan, first_kt + kt + (S - 1), wr)
                 nxt = self.load_fragments(rd, ks + 1) if ks + 1 < KS else None
                 acc = [call_matrix(kb, self.mma_fn, ins, frag[0][i], frag[1][t], acc[i * g.tiles_n + t])
                        for i in range(g.tiles_m) for t in range(g.tiles_n)]
@@ -648,13 +675,74 @@ class _GemmLowering:
         carried = zero + [_c32(0), _c32((S - 1) * per)] + first[0] + first[1]
         acc = kb.loop(ktiles, carried, k_tile, name="k")[:nt]
         kb.async_wait(0)  # no copy may still target shared memory when the block exits
+        if s.split_k > 1:
+            acc = self.reduce_split(acc)
         self.epilogue_pairs(acc)
         self.b.ret_void()
+
+    def reduce_split(self, acc: list[ir.Value]) -> list[ir.Value]:
+        """Split-K's serial reduction (docs/lowering.md "Split-K"); returns the tile's sums in the
+        last work-group of the tile to arrive, every other one returns from the kernel.
+
+        W (the workspace): tiles x split_k partial tiles of bm x bn f32, then one 32-bit counter
+        per tile. A partial is stored in register order, not C's: fragment f of thread t at
+        ((tile * split_k + z) * nt + f) * threads * 4 + t * 4, one 16-byte st.global.cg a lane, so
+        a warp's store is 512 contiguous bytes and the reducer, the same thread of another CTA of
+        the same tile, reads back exactly its own fragment layout.
+          1. every thread stores its partial; bar.sync (each thread's stores precede thread 0's
+             next instructions in causality order: PTX ISA, barriers synchronize)
+          2. thread 0: fence.acq_rel.gpu; atom.relaxed.gpu.add counter, 1 (a release pattern:
+             the CTA's stores before the counter's new value); fence.acq_rel.gpu (with the atom
+             before it an acquire pattern: every earlier arrival's release, through the chain of
+             atomic adds on the counter, happens before what follows); old value -> shared
+          3. bar.sync; every thread: last = (old == split_k - 1); the others return
+          4. the last: thread 0 puts the counter back to 0 (the next launch, in stream order,
+             finds the workspace as this one did); every thread reads the split_k partials with
+             ld.global.cg and adds them in the fixed order z = 0, 1, .. split_k - 1 (its own
+             included, read back: the same sum whichever CTA arrives last), then the epilogue."""
+        s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
+        nt, T = len(acc), g.threads
+        tiles_m = (self.M + (s.block_m - 1)) // s.block_m
+        tiles = tiles_m * ((self.N + (s.block_n - 1)) // s.block_n)
+        f32 = lambda idx: self.gep(self.W, idx, F32)  # noqa: E731
+
+        def slot(z: Sym | int, f: int) -> Sym:  # float index of fragment f of this thread, slice z
+            return ((self.tile * s.split_k + z) * nt + f) * (T * 4) + self.tid * 4
+
+        for f, v in enumerate(acc):
+            kb.store_cg_v4f32(f32(slot(self.z, f)), v)
+        kb.barrier()
+        flag = self.gep(self.lds, self.S(_c32(0)), I32)  # the stages are idle: async_wait(0), barrier
+        counter = f32(tiles * (s.split_k * s.block_m * s.block_n) + self.tile)
+        with kb.if_then(b.icmp_unsigned("==", self.tid.v, _c32(0)), name="arrive"):
+            kb.fence_acq_rel_gpu()
+            old = kb.atomic_add_gpu(counter, _c32(1))
+            kb.fence_acq_rel_gpu()
+            b.store(old, flag, align=4)
+        kb.barrier()
+        arrived = b.load(flag, typ=I32, align=4)
+        with kb.if_then(b.icmp_unsigned("!=", arrived, _c32(s.split_k - 1)), name="notlast"):
+            b.ret_void()
+        with kb.if_then(b.icmp_unsigned("==", self.tid.v, _c32(0)), name="reset"):
+            b.store(_c32(0), counter, align=4)
+
+        def total(f: int) -> ir.Value:
+            parts = [kb.load_cg_v4f32(f32(slot(z, f))) for z in range(s.split_k)]
+            out = parts[0]
+            for p in parts[1:]:
+                out = b.fadd(out, p)
+            return out
+
+        return _SumsOnUse(total, nt)
 
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> None:
         s, g, kb = self.spec, self.geo, self.kb
-        self.A, self.B, self.C, m, n, k = kb.define_kernel(s.launch_formulas().args)
+        params = kb.define_kernel(s.launch_formulas().args)
+        if s.split_k > 1:
+            self.A, self.B, self.C, self.W, m, n, k = params
+        else:
+            self.A, self.B, self.C, m, n, k = params
         b = self.b
         self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
         stages = s.stages or (2 if s.double_buffer else 1)
@@ -665,6 +753,9 @@ class _GemmLowering:
             self.lds = kb.shared_array("gemm_lds", I16, stages * per, 2)
         self.tid = self.S(kb.workitem_id())
         gid = self.S(kb.workgroup_id())
+        if s.split_k > 1:  # the K slices of one tile are neighbours in launch order
+            self.z, gid = gid % s.split_k, gid // s.split_k
+        self.tile = gid
         tiles_n = (self.N + (s.block_n - 1)) // s.block_n
         if s.group_m == 1:  # row-major tiles
             self.row0 = (gid // tiles_n) * s.block_m

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from rocke_aot.aot.lower.module import I32, KernelModule
+from rocke_aot.aot.lower.module import F32, I32, KernelModule
 from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
 
@@ -115,6 +115,45 @@ class NvptxKernel(KernelModule):
         key = {(4, False): "ldmatrix_x4", (4, True): "ldmatrix_x4_trans", (2, True): "ldmatrix_x2_trans"}[count, trans]
         res = self.builder.call(self._async(key, "ldmatrix"), [ptr])
         return [self.builder.extract_value(res, i) for i in range(count)]
+
+    # -- inter-CTA communication (split-K, aot/families/gemm.py reduce_split) ------------------
+    # Inline PTX, as async_copy16_unless: each is one PTX instruction with no LLVM intrinsic of the
+    # same meaning in every lane (LLVM 20's NVPTX lowers `fence syncscope("device")` differently
+    # from LLVM 22's), and the "~{memory}" clobber keeps LLVM from moving memory accesses across.
+    def fence_acq_rel_gpu(self) -> None:
+        """fence.acq_rel.gpu (PTX ISA 6.0+, sm_70+): with a strong write after it, a release
+        pattern; after a strong read, an acquire pattern (the PTX memory consistency model)."""
+        fty = ir.FunctionType(ir.VoidType(), [])
+        self.builder.call(ir.InlineAsm(fty, "fence.acq_rel.gpu;", "~{memory}", side_effect=True), [])
+
+    def atomic_add_gpu(self, ptr: ir.Value, value: ir.Value) -> ir.Value:
+        """atom.relaxed.gpu.global.add.u32: the old value; a strong (morally strong at gpu scope)
+        read-modify-write, the synchronizing access of the fences around it."""
+        fty = ir.FunctionType(I32, [ptr.type, I32])
+        asm = ir.InlineAsm(fty, "atom.relaxed.gpu.global.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}", side_effect=True)
+        return self.builder.call(asm, [ptr, value])
+
+    def store_cg_v4f32(self, ptr: ir.Value, vec: ir.Value) -> None:
+        """st.global.cg.v4.f32: 16 bytes, cached in L2 only (another CTA reads them)."""
+        b = self.builder
+        fty = ir.FunctionType(ir.VoidType(), [ptr.type, F32, F32, F32, F32])
+        asm = ir.InlineAsm(fty, "st.global.cg.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}",
+                           side_effect=True)
+        b.call(asm, [ptr] + [b.extract_element(vec, ir.Constant(I32, i)) for i in range(4)])
+
+    def load_cg_v4f32(self, ptr: ir.Value) -> ir.Value:
+        """ld.global.cg.v4.f32 as a <4 x float>: 16 bytes from L2, never a stale L1 line of
+        another CTA's data (the acquire fence orders it; .cg also keeps L1 out of the way)."""
+        b = self.builder
+        sty = ir.LiteralStructType([F32] * 4)
+        fty = ir.FunctionType(sty, [ptr.type])
+        asm = ir.InlineAsm(fty, "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,~{memory}",
+                           side_effect=True)
+        got = b.call(asm, [ptr])
+        vec = ir.Constant(ir.VectorType(F32, 4), None)
+        for i in range(4):
+            vec = b.insert_element(vec, b.extract_value(got, i), ir.Constant(I32, i))
+        return vec
 
     def trap(self) -> None:
         self.builder.call(self.declare("trap"), [])
