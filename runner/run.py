@@ -1,7 +1,9 @@
 """Run one family's problems with cached kernels: upload, launch (chunked), verify, time.
 
     for each problem:
-        host inputs (runner/reference.inputs; the same values for every candidate)
+        host inputs (runner/reference.inputs; the same values for every candidate); a
+        "workspace" argument (rocke_aot/launch.py) is a zero-filled buffer instead, never an input
+        of the reference, and not advanced between chunks
         for each candidate (image bytes + its artifact's launch contract, in selection order):
             launches(contract, problem, device pointers)
                 contract.plan(problem) fits max_tensor_bytes? -> one launch
@@ -175,6 +177,16 @@ class _Buffers:
             self.values[k] = vals
         return self.dev[k]
 
+    def workspace(self, name: str, dtype: str, count: int) -> int:
+        """A workspace argument (launch.py "workspace"): one buffer per size, shared by the
+        candidates of a problem (each leaves it as it found it), zero-filled again for every
+        candidate that uses it, so one that failed cannot hand the next a dirty workspace."""
+        k = (name, dtype, count)
+        if k not in self.dev:
+            self.dev[k] = self.rt.alloc(count * ref.storage_dtype(dtype).itemsize)
+        self.rt.upload(self.dev[k], np.zeros(count * ref.storage_dtype(dtype).itemsize, dtype=np.uint8))
+        return self.dev[k]
+
     def output(self, name: str, dtype: str, count: int) -> int:
         k = (name, dtype, count)
         if k not in self.dev:
@@ -246,10 +258,13 @@ def _prepare(rt, sem, family, problem, cand: LoadedKernel, bufs: _Buffers, refs,
     plan = cand.contract.plan(problem)
     pointers: dict[str, int] = {}
     out_arg = None
+    access = {a.name: a.access for a in cand.contract.args}
     for a in plan.args:
         if a.kind != "global_pointer":
             continue
-        if a.name == sem.output:
+        if access[a.name] == "workspace":  # scratch: zero-filled, neither an input nor checked
+            pointers[a.name] = bufs.workspace(a.name, a.dtype, a.value)
+        elif a.name == sem.output:
             pointers[a.name] = bufs.output(a.name, a.dtype, a.value)
             out_arg = a
         else:
@@ -278,7 +293,7 @@ def _prepare(rt, sem, family, problem, cand: LoadedKernel, bufs: _Buffers, refs,
         rt.download(pointers[out_arg.name], out)
         got = ref.decode(out, out_arg.dtype)
         key = (out_arg.dtype, *((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
-                                and a.name != sem.output))
+                                and a.name != sem.output and access[a.name] != "workspace"))
         if key not in refs:
             vals = {n: bufs.values[(n, d, c)] for n, d, c in key[1:]}
             refs[key] = sem.expected(problem, vals, out_arg.dtype)

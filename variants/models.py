@@ -128,7 +128,18 @@ def _gemm_accepts(spec: Any, p: GemmProblem) -> str | None:
         return (f"alignment: the cp.async pipeline needs K and N multiples of 8, problem has "
                 f"K={p.k}, N={p.n}")
     return _first(_too_big("A", p.m * p.k, p.dtype), _too_big("B", p.k * p.n, p.dtype),
-                  _too_big("C", p.m * p.n, spec.out_dtype))
+                  _too_big("C", p.m * p.n, spec.out_dtype), _split_k_workspace(spec, p))
+
+
+def _split_k_workspace(spec: Any, p: GemmProblem) -> str | None:
+    """The split-K workspace is indexed with 32-bit offsets too, and no chunk of M rows makes it
+    smaller than a chunk's C (split_k f32 words per output element): past the limit, refused."""
+    words = getattr(spec, "workspace_words_per_tile", 0) * formulas(spec).tiles(p)
+    size = words * 4
+    if size > MAX_TENSOR_BYTES:
+        return (f"workspace: split_k={spec.split_k} needs {size} bytes of partial tiles, over the "
+                f"{MAX_TENSOR_BYTES}-byte limit of 32-bit offsets")
+    return None
 
 
 def _gemm_eff(spec: Any, p: GemmProblem, info: ArchInfo) -> Efficiency:
