@@ -116,7 +116,9 @@ def launch(image: bytes, contract, problem, tensors: dict[str, np.ndarray]):
 
     ``tensors`` maps each pointer argument's name to a host array at least as large as the
     contract says; arguments the kernel writes (access other than read_only) are copied
-    back into their arrays. A zero grid launches nothing (an empty problem).
+    back into their arrays. A "workspace" argument (rocke_aot/launch.py) left out of ``tensors``
+    gets a zero-filled buffer of its own; one given is uploaded as is (zeros, per the contract)
+    and read back, so a test can check the kernel left it zeroed. A zero grid launches nothing.
     """
     from cuda.bindings import driver as cu
 
@@ -136,7 +138,11 @@ def launch(image: bytes, contract, problem, tensors: dict[str, np.ndarray]):
             if arg.kind == "scalar":
                 holders.append(np.array([arg.value], dtype=_SCALAR_NP[arg.dtype]))
                 continue
-            host = tensors[arg.name]
+            host = tensors.get(arg.name)
+            if host is None and laid.access == "workspace":  # launch.py: zero-filled by the runner
+                host = np.zeros(arg.nbytes, dtype=np.uint8)
+            if host is None:
+                raise KeyError(f"{contract.kernel}: no tensor for pointer argument {arg.name}")
             if host.nbytes < arg.nbytes:
                 raise ValueError(f"{arg.name}: {host.nbytes} bytes given, the launch needs {arg.nbytes}")
             d = check(cu.cuMemAlloc(max(host.nbytes, 1)))

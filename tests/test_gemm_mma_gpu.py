@@ -78,8 +78,18 @@ def test_sm90_mma_gemm_matches_numpy(cuda_ctx, images, spec):  # noqa: F811
         a_bits, b_bits, want = _problem(spec.in_dtype, m, n, k)
         nbytes = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
         out = np.full(m * n * nbytes, 0xFF, dtype=np.uint8)  # poisoned: an unwritten element is NaN
-        launch(image, contract, GemmProblem(m, n, k, dtype=spec.in_dtype, out_dtype=spec.out_dtype),
-               {"A": a_bits, "B": b_bits, "C": out})
+        problem = GemmProblem(m, n, k, dtype=spec.in_dtype, out_dtype=spec.out_dtype)
+        tensors = {"A": a_bits, "B": b_bits, "C": out}
+        if spec.split_k > 1:  # launched twice on one workspace: the same bits, the counters back at 0
+            tiles = contract.plan(problem).grid[0] // spec.split_k
+            tensors["W"] = work = np.zeros(tiles * spec.workspace_words_per_tile, dtype=np.uint32)
+            launch(image, contract, problem, tensors)
+            first = out.copy()
+            assert not work[-tiles:].any(), f"{m}x{n}x{k}: a split-K launch left a tile counter non-zero"
+            out[:] = 0xFF
+        launch(image, contract, problem, tensors)
+        if spec.split_k > 1:
+            assert (out == first).all(), f"{m}x{n}x{k}: split-K results differ between two launches"
         got = decode(out.view({4: np.uint32, 2: np.uint16}[nbytes]).reshape(m, n), spec.out_dtype)
         assert np.isfinite(got).all(), f"{m}x{n}x{k}: unwritten or non-finite outputs"
         rtol, atol = tolerance(spec.out_dtype, k)

@@ -98,3 +98,49 @@ def test_selection_refuses_a_workspace_past_32_bit_offsets():
     big = GemmProblem(m=16384, n=16384, k=64, dtype="f16")  # 4 x 2^28 f32: 4 GiB of partials
     assert "workspace" in GEMM.accepts(sk, big)
     assert GEMM.accepts(ASYNC, big) is None
+
+
+@pytest.mark.parametrize("split_k", [2, 4])
+def test_split_k_counts_are_the_ptx(split_k):
+    """variants/counts.py's split-K epilogue against the PTX of the lowered kernel (llvmlite's
+    NVPTX back end, O3): per thread nt 16-byte partial stores, nt x split_k 16-byte loads,
+    nt x (split_k - 1) x 4 f32 adds, one atomic and two fences (thread 0's), and steps = one slice."""
+    from _cuda import _ptx_in_process
+    from rocke_aot.targets import Target
+    from rocke_aot.variants import counts
+
+    spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=128, block_n=128, block_k=64, waves=4,
+                    vector_width=8, stages=3, group_m=8, split_k=split_k)
+    sm90 = Target.parse("sm_90")
+    g = spec.geometry(sm90)
+    nt = g.tiles_m * g.tiles_n
+    ptx = _ptx_in_process(lower("gemm", spec, "sm_90", "llvm22").ir)
+    assert ptx.count("st.global.cg.v4.f32") == nt
+    assert ptx.count("ld.global.cg.v4.f32") == nt * split_k
+    assert sum(line.split()[0] in ("add.f32", "add.rn.f32") for line in ptx.splitlines() if line.strip()) \
+        == nt * (split_k - 1) * 4
+    assert ptx.count("atom.relaxed.gpu.global.add.u32") == 1 and ptx.count("fence.acq_rel.gpu") == 2
+    p = GemmProblem(m=128, n=4096, k=14336, dtype="f16")
+    c = counts.gemm_counts(spec, p, sm90)
+    one = counts.gemm_counts(dataclasses.replace(spec, split_k=1), p, sm90)
+    assert (c.splits, c.steps) == (split_k, -(-(14336 // 64) // split_k)) and one.splits == 1
+    warps = g.threads // 32
+    assert c.epilogue_instructions == pytest.approx(
+        nt + 2 + 3 / warps + (nt * split_k + nt * (split_k - 1) * 4) / split_k)
+    # bytes per block: its partial, plus a 1/split_k share of the last arriver's reads and C
+    assert c.store_bytes == 128 * 128 * 4 + (split_k * 128 * 128 * 4 + one.store_bytes) // split_k
+
+
+def test_the_hardware_model_runs_split_k_blocks_per_tile():
+    """32 output tiles of 128 x 128 on the H200's 132 SMs with K = 14336: split 4 fills 128 SMs
+    with a quarter of K each, which the model must find faster than one block per tile."""
+    from rocke_aot.targets import Target
+    from rocke_aot.variants import counts, hw_model
+
+    facts, sm90 = hw_model.facts_for("sm_90"), Target.parse("sm_90")
+    spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=128, block_n=128, block_k=64, waves=4,
+                    vector_width=8, stages=3, group_m=8)
+    p = GemmProblem(m=128, n=4096, k=14336, dtype="f16")
+    ms = {sk: hw_model.estimate(counts.gemm_counts(dataclasses.replace(spec, split_k=sk), p, sm90), 32, 1, facts).ms
+          for sk in (1, 2, 4)}
+    assert ms[4] < ms[2] < ms[1]

@@ -49,6 +49,11 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   cycle, like an LDS wavefront: a 256-byte warp load of 64-byte row pieces costs 4 cycles of
   it, of 128-byte pieces 2.
 
+- split-K (spec.split_k > 1): split_k blocks per output tile (``splits``), each running one
+  slice of ceil(ceil(K / block_k) / split_k) K-tiles (``steps``); the epilogue's bytes and
+  instructions averaged over a tile's blocks (_split_k_epilogue) and SPLIT_K_LATENCIES more
+  global latencies in its chain (fence, atomic, partial reads).
+
 - the asynchronous epilogue's store_bytes are L2 sectors (32 bytes, NVIDIA's granule): a
   quad's 2-element stores of one row fill a whole sector for f32 and half of one for a 2-byte
   output, unless it writes quads (variants/gemm.py quad_stores: 4 columns a lane, whole
@@ -124,6 +129,14 @@ class KernelCounts:
     # the ``mma`` units (sm_90 wgmma: one m64nNk16 is N / 8 units of a warp's 16x8x16 quarter,
     # variants/triton_counts.py). None: one instruction per unit, as every native lowering issues.
     matrix_issued: float | None = None
+    # Split-K (gemm split_k, aot/families/gemm.py reduce_split): work-groups per output tile
+    # (``steps`` is then one slice's K-tiles), and what a block's epilogue adds to the chain:
+    # global latencies in it (1: the stores' own; split-K: + the fence before the atomic, the
+    # atomic's round trip and the partial reads after the acquire) and instructions a warp
+    # issues in it beyond the plain epilogue's (the reduction's stores, loads, adds, fences).
+    splits: int = 1
+    epilogue_latencies: float = 1.0
+    epilogue_instructions: float = 0.0
 
     @property
     def warps(self) -> int:
@@ -347,18 +360,44 @@ def _async_store_bytes(spec: Any, g: Any) -> int:
     return spec.block_m * spec.block_n * ob * per_sector
 
 
+# Global latencies split-K adds to a block's epilogue chain (reduce_split): the release fence
+# waits for the partial stores to be performed, the atomic is a round trip to L2, and the last
+# arriver's partial reads (after the acquire fence) one more.
+SPLIT_K_LATENCIES = 3
+
+
+def _split_k_epilogue(spec: Any, g: Any, ins: Any, c_bytes: int) -> tuple[int, float]:
+    """(L2 bytes per block, extra instructions per warp) of split-K's epilogue, averaged over the
+    split_k blocks of a tile (one of them, the last to arrive, reduces and writes C): every block
+    stores its bm x bn f32 partial; the last reads split_k of them and writes C's sectors. Per
+    warp, as reduce_split emits them: nt 16-byte partial stores (nt = the warp's mma tiles),
+    2 barriers, thread 0's fence + atomic + fence (one warp's, spread over the block's warps)
+    and, averaged, nt x split_k 16-byte loads and nt x (split_k - 1) x 4 adds in the last."""
+    sk, part = spec.split_k, spec.block_m * spec.block_n * 4
+    nt = g.tiles_m * g.tiles_n
+    warps = _ceil(g.threads, g.wave_size)
+    per_warp = nt + 2 + 3 / warps + (nt * sk + nt * (sk - 1) * ins.acc_per_lane) / sk
+    return part + (sk * part + c_bytes) // sk, per_warp
+
+
 def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs, lds_stores = _gemm_static(spec, target, banks)
     eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
     if spec.stages:
+        steps = _ceil(_ceil(p.k, spec.block_k), spec.split_k)  # the longest slice (all of K at split 1)
+        store_bytes, extra = _async_store_bytes(spec, g), 0.0
+        if spec.split_k > 1:
+            store_bytes, extra = _split_k_epilogue(spec, g, ins, store_bytes)
         return KernelCounts(
-            threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k), instr=ins.key, mma=mmas,
+            threads=g.threads, wave_size=g.wave_size, steps=steps, instr=ins.key, mma=mmas,
             lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
             lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
-            serial_loads=pipelined_latencies(_ceil(p.k, spec.block_k), spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
+            serial_loads=pipelined_latencies(steps, spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
             staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
-            store_bytes=_async_store_bytes(spec, g), stores=outs,
-            unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob, macs=spec.block_m * spec.block_n * spec.block_k)
+            store_bytes=store_bytes, stores=outs,
+            unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob, macs=spec.block_m * spec.block_n * spec.block_k,
+            splits=spec.split_k, epilogue_latencies=1.0 + SPLIT_K_LATENCIES * (spec.split_k > 1),
+            epilogue_instructions=extra)
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,

@@ -39,6 +39,8 @@ in clock cycles:
     step = smooth max(latency, max(issue, lds, matrix, vector, l2))     (p = 4, as before)
     time = launch + sum over rounds of steps x step + epilogue, at least the HBM floor
            (unique bytes / HBM bandwidth)
+    split-K (counts.splits > 1): splits x tiles work-groups, steps = one K slice; the epilogue
+           adds the reduction's L2 bytes and instructions and its latencies (variants/counts.py)
 
 ``bound`` names the largest term of the first full round (compute = matrix or vector, issue,
 lds, l2 -> "memory", latency) or "memory" where the HBM floor decides. Where a fact the
@@ -218,7 +220,7 @@ def estimate(c: KernelCounts, tiles: int, groups: int, f: HardwareFacts, spill_b
     if tiles <= 0 or c.steps <= 0:
         return Estimate(launch_ms, "latency", {})
     g = max(1, groups)
-    per_cu = -(-tiles // int(f.cus))
+    per_cu = -(-(tiles * c.splits) // int(f.cus))  # work-groups: split-K runs c.splits per tile
     full, rem = divmod(per_cu, g)
 
     def step(resident: int) -> tuple[float, dict]:
@@ -237,7 +239,10 @@ def estimate(c: KernelCounts, tiles: int, groups: int, f: HardwareFacts, spill_b
         first = first or t
     rounds = full + (rem > 0)
     # the epilogue: every resident block's stores leave through the L2, plus one load latency
-    cycles += rounds * (min(g, per_cu) * c.store_bytes / f.l2_bytes_per_clk + f.global_latency)
+    # (split-K: the reduction's traffic and instructions, and its fence / atomic / reads in the chain)
+    cycles += rounds * (min(g, per_cu) * (c.store_bytes / f.l2_bytes_per_clk
+                                          + c.warps * c.epilogue_instructions / f.issue_per_clk)
+                        + c.epilogue_latencies * f.global_latency)
     ms = launch_ms + cycles / hz * 1e3
     floor_ms = launch_ms + c.unique_bytes / (f.hbm_gbps * 1e9) * 1e3
     if floor_ms > ms:

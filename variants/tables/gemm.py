@@ -15,6 +15,8 @@
             most 64 x 64 (no spills). Stages 3 and
             group_m 8 are the sweep's choice (bench/gemm_async_h200.py: the best of 2, 3, 4
             stages was within 3 % of 3 on every problem, docs/gpu.md)
+            Also, split_k in (1, 2, 4) on the asynchronous 128 x 128 tiles (ASYNC_SPLIT_KS: split-K,
+            GemmSpec.split_k), 1 everywhere else
 
 Every point goes through GemmSpec's own checks (construction, then
 ``geometry(target)``: threads, instruction tiling, LDS), so the grid holds only
@@ -56,10 +58,17 @@ def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tu
         return {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "block_k": (32, 64),
                 "waves": (2, 4), "double_buffer": (False, True), "vector_width": (4,)}
     return {"block_m": (32, 64, 128, 256), "block_n": (32, 64, 128, 256), "block_k": (32, 64),
-            "waves": (2, 4, 8), "double_buffer": (False, True), "vector_width": (4,), "stages": (0, ASYNC_STAGES)}
+            "waves": (2, 4, 8), "double_buffer": (False, True), "vector_width": (4,), "stages": (0, ASYNC_STAGES),
+            "split_k": ASYNC_SPLIT_KS}
 
 
 ASYNC_STAGES, ASYNC_GROUP_M = 3, 8
+# split-K on the 128 x 128 asynchronous tiles only: where few output tiles meet a long K
+# (128x4096x14336: 32 tiles on 132 SMs) and where 128 x 128 tiles quantize into waves badly
+# (3072^3: 2.2 waves -> 4.4 at split 2); the smaller tiles already make more work-groups, the
+# larger ones hold too many accumulators to pay for a second pass. +24 specs a lane on sm_90.
+ASYNC_SPLIT_KS = (1, 2, 4)
+SPLIT_K_TILE = (128, 128)
 MAX_WARP_TILE = 64 * 64
 
 
@@ -72,6 +81,8 @@ def _baked_for(problem: Any) -> dict[str, Any] | None:
 def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
     k = dict(knobs)
     bm, bn, w = k["block_m"], k["block_n"], k["waves"]
+    if k.get("split_k", 1) > 1 and (not k.get("stages") or (bm, bn) != SPLIT_K_TILE):
+        raise SpecError(f"split_k is in the asynchronous grid's {SPLIT_K_TILE[0]}x{SPLIT_K_TILE[1]} tiles only")
     if not k.get("stages"):
         if max(bm, bn) > 128 or w > 4:
             raise SpecError("the register-staged grid stops at 128-wide blocks and 4 waves (stages=0)")
