@@ -623,7 +623,7 @@ class _GemmLowering:
         tile's last fragment read, so the last k-step's mma.sync run across it. With split_k > 1
         the loop runs this work-group's K slice and reduce_split meets the other slices."""
         s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
-        first_kt = self.S(_c32(0))
+        first_kt = None  # K-tile 0 (no split: the IR of split_k 1 is the kernel's from before split-K)
         if s.split_k > 1:  # K-tiles [z * per, min(ktiles, (z + 1) * per)); empty past ktiles
             per_z = (ktiles + (s.split_k - 1)) // s.split_k
             first_kt = self.smin(self.z * per_z, ktiles)  # clamped: an empty slice copies within S tiles of K
@@ -642,7 +642,7 @@ class _GemmLowering:
         self.b_lane_x2 = row8 * self.ldb + wn0
         plan = self.copy_plan()
         for st in range(S - 1):  # tiles past K copy zeros (issue_copies): no branch here either
-            self.issue_copies(plan, first_kt + st, self.S(_c32(st * per)))
+            self.issue_copies(plan, self.S(_c32(st)) if first_kt is None else first_kt + st, self.S(_c32(st * per)))
             kb.async_commit()
         kb.async_wait(S - 2)
         kb.barrier()
@@ -658,7 +658,7 @@ class _GemmLowering:
             frag = (vals[nt + 2:nt + 2 + g.tiles_m], vals[nt + 2 + g.tiles_m:])
             for ks in range(KS):
                 if ks == 0:  # K-tile kt + S - 1 into the stage every warp finished before the last barrier
-                    self.issue_copies(plan, first_kt + kt + (S - 1), wr)
+                    self.issue_copies(plan, (kt if first_kt is None else first_kt + kt) + (S - 1), wr)
                 nxt = self.load_fragments(rd, ks + 1) if ks + 1 < KS else None
                 acc = [call_matrix(kb, self.mma_fn, ins, frag[0][i], frag[1][t], acc[i * g.tiles_n + t])
                        for i in range(g.tiles_m) for t in range(g.tiles_n)]
