@@ -1,7 +1,8 @@
 """The sm_90 gemm pipelines against torch.matmul on one NVIDIA GPU: a sweep to choose the table's points.
 
     specs: the asynchronous pipeline (GemmSpec.stages: cp.async + ldmatrix) over block tiles,
-           block_k, warps, stages and tile order (--grid focused: stages 3-4, group_m 8; --grid
+           block_k, warps, stages, tile order and split-K (SPLIT_TILES: split_k on the tiles where
+           it can pay; a split-K kernel gets its own zeroed workspace per problem) (--grid focused: stages 3-4, group_m 8; --grid
            full: stages 2-4, group_m 1 and 8), lowered by each of --lowerings: "new" (today's
            main loop, aot/families/gemm.py build_async; run 15 also timed "inline", the first
            loop, removed since: docs/bench-raw/h200-run15/gemm-sm90.txt); with --registers also the
@@ -54,6 +55,10 @@ TILES = [(128, 128), (128, 256), (256, 128), (64, 128), (128, 64), (64, 64), (25
 # focused: a warp's tile at most 64 x 64 (the table's rule: more spills)
 GRIDS = {"focused": dict(block_k=(32, 64), waves=(4, 8), stages=(3, 4), group_m=(8,), warp_tile=64 * 64),
          "full": dict(block_k=(32, 64), waves=(4, 8), stages=(2, 3, 4), group_m=(1, 8), warp_tile=256 * 256)}
+# split-K (GemmSpec.split_k) on the tiles where it can pay: few output tiles against 132 SMs
+# (128x4096x14336: 32 tiles of 128 x 128) or a bad wave count (3072^3: 2.2 waves); the table
+# serves 1, 2, 4 on 128 x 128 (variants/tables/gemm.py), the sweep also times 3 and 8 there
+SPLIT_TILES = {(128, 128): (1, 2, 3, 4, 8), (128, 256): (1, 2, 4), (64, 128): (1, 2, 4)}
 REL_OK = 1e-2  # f16 output of K-long f32 sums: the sweep's errors were 2e-4
 
 
@@ -64,13 +69,14 @@ def async_specs(grid: str = "focused") -> list[GemmSpec]:
     for (bm, bn), bk, w, st, gm in itertools.product(TILES, g["block_k"], g["waves"], g["stages"], g["group_m"]):
         if bm * bn // w > g["warp_tile"]:
             continue
-        try:
-            s = GemmSpec(in_dtype="f16", out_dtype="f16", path="mma", block_m=bm, block_n=bn, block_k=bk,
-                         waves=w, vector_width=8, stages=st, group_m=gm)
-            s.geometry(sm90)
-        except RockeError:
-            continue
-        out.append(s)
+        for sk in SPLIT_TILES.get((bm, bn), (1,)):
+            try:
+                s = GemmSpec(in_dtype="f16", out_dtype="f16", path="mma", block_m=bm, block_n=bn, block_k=bk,
+                             waves=w, vector_width=8, stages=st, group_m=gm, split_k=sk)
+                s.geometry(sm90)
+            except RockeError:
+                continue
+            out.append(s)
     return out
 
 
@@ -95,14 +101,20 @@ class Kernel:
     def launcher(self, a, b, c, m, n, k, stream):
         from cuda.bindings import driver as cu
 
-        holders = [np.array([t.data_ptr()], dtype=np.uint64) for t in (a, b, c)]
+        import torch
+
+        tiles = -(-m // self.spec.block_m) * -(-n // self.spec.block_n)
+        tensors = [a, b, c]
+        if self.spec.split_k > 1:  # the workspace (rocke_aot/launch.py): zeroed once, left zeroed by every launch
+            tensors.append(torch.zeros(tiles * self.spec.workspace_words_per_tile, dtype=torch.int32, device=a.device))
+        holders = [np.array([t.data_ptr()], dtype=np.uint64) for t in tensors]
         holders += [np.array([v], dtype=np.int32) for v in (m, n, k)]
         params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        g = -(-m // self.spec.block_m) * -(-n // self.spec.block_n)
+        g = tiles * self.spec.split_k
 
         def run():
             check(cu.cuLaunchKernel(self.fn, g, 1, 1, self.block, 1, 1, self.shared, stream, params.ctypes.data, 0))
-        run.keep = (holders, params)
+        run.keep = (holders, params, tensors)
         return run
 
 

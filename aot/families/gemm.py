@@ -59,6 +59,19 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages),
       matrix transposed). A: matrix i = rows 8(i%2).., K 8(i//2).. of the 16x16 tile, which is
       mma.sync's a0..a7 order; B (K x N in LDS): matrix i = K rows 8(i%2).., columns 8(i//2)..,
       transposed, which is b0..b3 of N-tiles 2t and 2t+1.
+Split-K (spec.split_k = s > 1, the asynchronous pipeline only; reduce_split): kernel(A, B, C, W, M, N,
+      K) over tiles * s work-groups; g % s is the K slice z, g // s the tile (then the tile order
+      below). Slice z runs K-tiles [z * per, min(kt, (z + 1) * per)), per = ceil(kt / s), through
+      the same main loop (an empty slice, K short, runs none and contributes zeros). Then:
+           every thread stores its f32 accumulators to W's partial slot (tile, z) in register
+           order (16-byte st.global.cg, 512 contiguous bytes a warp); bar.sync; thread 0:
+           fence.acq_rel.gpu; atom.relaxed.gpu.add the tile's counter (after the partials in W);
+           fence.acq_rel.gpu; its old value through shared memory; bar.sync; all but the last to
+           arrive (old == s - 1) return; the last resets the counter to 0 and sums the s partials
+           (ld.global.cg) in the order z = 0 .. s-1 -- the same bits whatever the arrival order --
+           fragment by fragment where the epilogue stores it (each fragment's loads next to its
+           stores: ptxas otherwise hoisted them all and spilled), then the usual epilogue.
+      docs/lowering.md "Split-K" has the memory-model argument and the workspace contract.
 Tile order (spec.group_m = G > 1): work-group g takes tile rows in groups of G: within a group,
       consecutive work-groups walk down G tile rows before the next column (Triton's grouped
       order), so the tiles in flight share A rows and B columns in L2.
