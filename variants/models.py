@@ -218,6 +218,9 @@ def _matrix_wavefronts(spec: Any, target: Any, macs: int) -> float:
 
 
 def _gemm_work(spec: Any, p: GemmProblem, target: Any) -> TileWork:
+    # The fitted model (variants/perf.py) counts output tiles, so a split-K spec is the work of its
+    # split_k = 1 twin here (all of K per tile); only the hardware-fact model knows split_k blocks
+    # per tile (variants/counts.py KernelCounts.splits).
     e = DTYPE_BYTES[spec.in_dtype]
     macs = spec.block_m * spec.block_n * spec.block_k
     return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(p.k, spec.block_k), macs_per_step=macs,
