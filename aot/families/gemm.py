@@ -715,6 +715,8 @@ class _GemmLowering:
              included, read back: the same sum whichever CTA arrives last), then the epilogue."""
         s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
         nt, T = len(acc), g.threads
+        if ins.acc_per_lane != 4:  # one 16-byte store / load per fragment and lane (mma.sync m16n8: 4 f32)
+            raise CapabilityError(f"gemm split_k: {ins.mnemonic} keeps {ins.acc_per_lane} results a lane, not 4")
         tiles_m = (self.M + (s.block_m - 1)) // s.block_m
         tiles = tiles_m * ((self.N + (s.block_n - 1)) // s.block_n)
         f32 = lambda idx: self.gep(self.W, idx, F32)  # noqa: E731
