@@ -37,7 +37,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 from rocke_aot import settings
-from rocke_aot.cache import bundle, codec, db
+from rocke_aot.cache import bundle, claims, codec, db
 from rocke_aot.cache.artifacts import Artifacts
 from rocke_aot.cache.blobs import Blobs
 from rocke_aot.cache.code_objects import CodeHit
@@ -272,6 +272,12 @@ class Store:
     def lookup_code_objects(self, keys: Iterable[str]) -> dict[str, CodeHit]:
         """For each present code-object key: its blob (and format, PTX) or the compiler's refusal."""
         return self.plans.lookup_code_objects(keys)
+
+    @staticmethod
+    def claim_holder(host: str) -> str:
+        """A holder name for this process on ``host``: claims of a holder gone from this host are
+        free at once (cache/claims.py)."""
+        return claims.new_holder(host)
 
     def claim(self, keys: Iterable[str], holder: str, lease_s: float, host: str | None = None) -> list[str]:
         """Lease ``keys`` for ``holder`` for ``lease_s`` seconds where no other holder has a live

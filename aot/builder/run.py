@@ -40,7 +40,6 @@ from typing import Any, Callable, Mapping
 
 import rocke_aot
 from rocke_aot.aot.builder.plan import Job, Plan
-from rocke_aot.cache import claims
 from rocke_aot.cache.keys import code_key_of
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
@@ -228,7 +227,7 @@ class _Run:
         self.submit, self.on_result, self.where = submit, on_result, where
         self.lease_s, self.poll_s = lease_s, poll_s
         self.force = plan.force
-        self.holder = claims.new_holder(where)
+        self.holder = store.claim_holder(where)
         self.outcome = Outcome()
         self.pending: dict[Future, tuple[Job, Any, str]] = {}
         self.same_ir: dict[str, list[tuple[Job, Any]]] = {}  # code key in flight -> jobs waiting on it
