@@ -55,7 +55,10 @@
 
     record_metadata(sent, info) -> metadata   what a publish stores and a client accepts from a
         server: ``sent`` with the resources read from the code object itself (never the
-        sender's numbers), checked by the record schema (rocke_aot/record.py: kernel name and
+        sender's numbers; the one exception is an sm_90 cubin's "schedule", aot/sass.py: reading
+        it needs cuobjdump, which a service host or a client does not have, so the sender's is
+        kept after record.check_schedule checks its form: a ranking hint derived from these
+        bytes, which can misorder candidates but never makes a launch wrong), checked by the record schema (rocke_aot/record.py: kernel name and
         kernarg size agree), the launch contract laid out against the object (hsaco: every
         argument's offset, size and kind) and its block within the object's maximum work-group
         size; CodeObjectError / RecordError otherwise
@@ -84,7 +87,7 @@ import json
 import re
 import struct
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import msgpack
 from elftools.common.exceptions import ELFError
@@ -177,10 +180,19 @@ class CodeObjectInfo:
     barrier_count: int | None = None  # cubin: named barriers a block uses (EIATTR_NUM_BARRIERS)
     descriptor: KernelDescriptor | None = None
     comment: tuple[str, ...] = ()  # .comment strings (linker / producer versions)
+    # ptxas's schedule (sm_90 cubins) in its stored form (rocke_aot/candidates.py Schedule.as_dict()),
+    # set by the builder from aot/sass.py read_schedule: validate() never runs a tool, so it leaves
+    # this None (stored only when set). A plain mapping, not the Schedule type: this module is on the
+    # recipe digest (aot/recipe.py) and the selection's vocabulary is not
+    schedule: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON types (tuples become lists), as stored in artifact metadata."""
-        return json.loads(json.dumps(asdict(self)))
+        d = json.loads(json.dumps(asdict(dataclasses.replace(self, schedule=None))))
+        del d["schedule"]
+        if self.schedule is not None:
+            d["schedule"] = dict(self.schedule)
+        return d
 
 
 # ---------------------------------------------------------------- helpers
@@ -702,7 +714,11 @@ def record_metadata(sent: Any, info: CodeObjectInfo) -> dict[str, Any]:
     refuses it, CodeObjectError when its launch contract contradicts the object."""
     if not isinstance(sent, dict):
         raise record.RecordError("metadata", f"must be an object, got {type(sent).__name__}")
-    md = {**sent, "code_object": info.as_dict(), "format": info.format}
+    co = info.as_dict()
+    sent_co = sent.get("code_object")
+    if info.schedule is None and isinstance(sent_co, dict) and sent_co.get("schedule") is not None:
+        co["schedule"] = sent_co["schedule"]  # the sender's reading (module doc); its form checked below
+    md = {**sent, "code_object": co, "format": info.format}
     record.check_metadata(md)  # kernel name and kernarg size of the contract == the object's
     if md.get("launch") is None:
         return md

@@ -425,6 +425,11 @@ def check_triton(tkey: str, t: dict[str, Any], art: dict[str, Any] | None, raw: 
 
 
 def _with_resources(e: dict[str, Any], co: dict[str, Any]) -> dict[str, Any]:
+    sent = (e.get("metadata") or {}).get("code_object")
+    if "schedule" not in co and isinstance(sent, dict) and sent.get("schedule") is not None:
+        # ptxas's schedule needs cuobjdump to read again; the bundle's is kept, its form checked
+        # below (aot/codeobject.py record_metadata: the same rule as a publish)
+        co = {**co, "schedule": sent["schedule"]}
     md = {**(e.get("metadata") or {}), "code_object": co, "format": co.get("format", "hsaco")}
     try:
         return dict(record.check_metadata(md))

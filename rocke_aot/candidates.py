@@ -44,6 +44,13 @@ cuOccupancyMaxActiveBlocksPerMultiprocessor on an H200, tests/test_cubin_resourc
     groups_per_cu  min of the above
     occupancy  resident warps per SM sub-partition: floor(groups_per_cu * W / 4)
 
+Schedule (sm_90 cubins): ptxas's schedule as aot/sass.py read it off the cubin's SASS when the
+artifact was built, from metadata["code_object"]["schedule"] (record.check_schedule's form; a
+malformed one is a RecordError when the candidate is read: fail closed). The hardware model
+takes it in place of two of its counts where a family says so (variants/selection.py
+estimate_hw); "unavailable" carries why the build could not read it (no cuobjdump), and the
+model then uses its counts and says so.
+
 An arch without these facts or a code object without resources gives None; NVIDIA needs
 the block size too (the launch contract's, or the cubin's .maxntid / .reqntid).
 groups_per_cu without registers (vgprs None) leaves the register limit out: an upper bound.
@@ -58,6 +65,7 @@ from typing import Any, Mapping
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import SpecError
+from rocke_aot.record import SCHEDULE_VERSION, check_schedule
 
 
 def _ceil(a: int, b: int) -> int:
@@ -181,6 +189,40 @@ def triton_version_of(toolchain: Mapping[str, Any] | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Schedule:
+    """ptxas's schedule of one kernel, read off its SASS at build time (aot/sass.py; module doc).
+
+    Derived from the artifact's bytes, so it is no part of the cache key: the key covers what
+    shapes the bytes, and the same bytes always walk to the same figures."""
+
+    source: str  # "sass": read; "unavailable": the build could not read it (``reason`` says why)
+    exposed_latencies: float | None = None  # global-load latencies a step's staging exposes (to its barrier)
+    chain_ratio: float | None = None  # the compute loop's dependency chain / its instructions (None: no such loop)
+    global_latency: float | None = None  # the walk's latencies (a reader whose facts differ does not use it)
+    lds_latency: float | None = None
+    tool: str | None = None  # the disassembler's version line
+    reason: str | None = None  # why unavailable
+
+    @property
+    def available(self) -> bool:
+        return self.source == "sass"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], what: str = "metadata.code_object.schedule") -> "Schedule":
+        """From the stored form; RecordError (named field) when it is not record.check_schedule's."""
+        d = check_schedule(d, what)
+        return cls(d["source"], d.get("exposed_latencies"), d.get("chain_ratio"), d.get("global_latency"),
+                   d.get("lds_latency"), d.get("tool"), d.get("reason"))
+
+    def as_dict(self) -> dict[str, Any]:
+        if not self.available:
+            return {"version": SCHEDULE_VERSION, "source": self.source, "reason": self.reason}
+        return {"version": SCHEDULE_VERSION, "source": self.source, "tool": self.tool,
+                "exposed_latencies": self.exposed_latencies, "chain_ratio": self.chain_ratio,
+                "global_latency": self.global_latency, "lds_latency": self.lds_latency}
+
+
+@dataclass(frozen=True, slots=True)
 class Resources:
     """Code-object resources, as validate() recorded them (None where the format has none)."""
 
@@ -194,6 +236,7 @@ class Resources:
     workgroup_size: int | None  # the launch's block size, else the code object's .max_flat_workgroup_size
     occupancy: int | None  # waves per SIMD; NVIDIA: warps per SM sub-partition (module doc)
     groups_per_cu: int | None = None  # work-groups (blocks) one CU (SM) holds at once (module doc)
+    schedule: Schedule | None = None  # ptxas's schedule (sm_90 cubins; module doc); None: none recorded
 
     @property
     def spills(self) -> int | None:
@@ -221,14 +264,16 @@ class Resources:
         # a code object that recorded no registers (a cubin stored before they were parsed) has
         # no residency, not groups_per_cu's upper bound
         groups = groups_per_cu(info, **kw) if vgprs is not None else None
+        sched = Schedule.from_dict(co["schedule"]) if co.get("schedule") is not None else None
         return cls(vgprs, sgprs, co.get("agpr_count"), lds, co.get("vgpr_spill_count"), co.get("sgpr_spill_count"),
-                   co.get("private_segment_bytes"), wg, occupancy(info, **kw), groups)
+                   co.get("private_segment_bytes"), wg, occupancy(info, **kw), groups, sched)
 
     def as_dict(self) -> dict[str, Any]:
         return {"vgprs": self.vgprs, "sgprs": self.sgprs, "agprs": self.agprs, "lds_bytes": self.lds_bytes,
                 "vgpr_spills": self.vgpr_spills, "sgpr_spills": self.sgpr_spills, "spills": self.spills,
                 "private_segment_bytes": self.private_segment_bytes, "workgroup_size": self.workgroup_size,
-                "occupancy": self.occupancy, "groups_per_cu": self.groups_per_cu}
+                "occupancy": self.occupancy, "groups_per_cu": self.groups_per_cu,
+                "schedule": None if self.schedule is None else self.schedule.as_dict()}
 
 
 @dataclass(frozen=True, slots=True)

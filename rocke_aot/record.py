@@ -1,7 +1,10 @@
 """The one schema of an artifact record: what every writer checks before anything is stored.
 
     check_metadata(md)      the builder's metadata: a JSON object of bounded size and depth;
-        "code_object"        resources (CodeObjectInfo.as_dict()): every count an int in range
+        "code_object"        resources (CodeObjectInfo.as_dict()): every count an int in range;
+                             its "schedule" (sm_90 cubins: ptxas's schedule read off the SASS,
+                             aot/sass.py) checked by check_schedule: a known version, a known
+                             source, every figure a finite number in range, no other field
         "launch"             the launch contract (rocke_aot.launch.LaunchContract.from_dict)
         "kernel"             the lowering's record (any JSON value: nothing selects or
                              launches from it)
@@ -37,6 +40,20 @@ RESOURCE_MAX: Mapping[str, int] = {
     "wavefront_size": 64, "max_flat_workgroup_size": 1 << 12, "barrier_count": 64,
     "kernarg_size": 1 << 16, "kernarg_align": 1 << 12, "code_object_version": 1 << 8, "e_flags": (1 << 32) - 1,
 }
+
+
+# metadata["code_object"]["schedule"] (aot/sass.py writes it, rocke_aot/candidates.py Schedule
+# reads it). A reader refuses a version it does not know: the figures' meaning is the version's.
+SCHEDULE_VERSION = 1
+SCHEDULE_SOURCES = ("sass", "unavailable")
+# field -> (lowest, highest) accepted; None allowed where the walk found no such loop
+_SCHEDULE_FIGURES: Mapping[str, tuple[float, float, bool]] = {
+    "exposed_latencies": (0.0, 1e4, False),  # global latencies a step's staging exposes
+    "chain_ratio": (1.0, 1e4, True),  # the compute loop's chain cycles / its instructions (>= 1 by the walk)
+    "global_latency": (1.0, 1e5, False),  # the walk's cycles until a global load's result is ready
+    "lds_latency": (1.0, 1e5, False),  # ... and an LDS load's
+}
+_SCHEDULE_TEXT = {"tool": 200, "reason": 2000}
 
 
 class RecordError(SpecError):
@@ -101,7 +118,39 @@ def check_resources(co: Any, what: str = "metadata.code_object") -> Mapping[str,
     for name in ("kernel", "format", "target"):
         if co.get(name) is not None and not isinstance(co[name], str):
             raise RecordError(f"{what}.{name}", f"must be a string, got {co[name]!r}")
+    if co.get("schedule") is not None:
+        check_schedule(co["schedule"], f"{what}.schedule")
     return co
+
+
+def check_schedule(sched: Any, what: str = "metadata.code_object.schedule") -> Mapping[str, Any]:
+    """A recorded schedule (module doc): {"version": 1, "source": "sass", "tool", and every
+    figure of _SCHEDULE_FIGURES} or {"version": 1, "source": "unavailable", "reason"}; anything
+    else is a RecordError naming the field (a wrong figure would misrank silently)."""
+    sched = _object(sched, what)
+    if sched.get("version") != SCHEDULE_VERSION or isinstance(sched.get("version"), bool):
+        raise RecordError(f"{what}.version", f"must be {SCHEDULE_VERSION}, got {sched.get('version')!r}")
+    source = sched.get("source")
+    if source not in SCHEDULE_SOURCES:
+        raise RecordError(f"{what}.source", f"must be one of {SCHEDULE_SOURCES}, got {source!r}")
+    fields = {"version", "source", *(("tool", *_SCHEDULE_FIGURES) if source == "sass" else ("reason",))}
+    extra = sorted(set(sched) - fields)
+    if extra:
+        raise RecordError(f"{what}.{extra[0]}", f"is not a field of a {source!r} schedule")
+    for name in fields & set(_SCHEDULE_TEXT):
+        v = sched.get(name)
+        if not isinstance(v, str) or not v.strip() or len(v) > _SCHEDULE_TEXT[name]:
+            raise RecordError(f"{what}.{name}", f"must be a non-empty string of at most {_SCHEDULE_TEXT[name]} "
+                                                f"characters, got {v!r}")
+    if source == "sass":
+        for name, (lo, hi, nullable) in _SCHEDULE_FIGURES.items():
+            v = sched.get(name)
+            if v is None and nullable and name in sched:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+                raise RecordError(f"{what}.{name}", f"must be a number within {lo:g}..{hi:g}"
+                                                    f"{' or null' if nullable else ''}, got {v!r}")
+    return sched
 
 
 def check_metadata(md: Any) -> Mapping[str, Any]:
@@ -138,5 +187,5 @@ def check_provenance(p: Any) -> Mapping[str, Any]:
     return p
 
 
-__all__ = ["FORMATS", "MAX_DEPTH", "MAX_RECORD_BYTES", "RESOURCE_MAX", "RecordError", "check_json",
-           "check_metadata", "check_provenance", "check_resources"]
+__all__ = ["FORMATS", "MAX_DEPTH", "MAX_RECORD_BYTES", "RESOURCE_MAX", "SCHEDULE_SOURCES", "SCHEDULE_VERSION",
+           "RecordError", "check_json", "check_metadata", "check_provenance", "check_resources", "check_schedule"]

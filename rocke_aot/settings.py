@@ -43,6 +43,7 @@ CACHE_MAX_BYTES = "ROCKE_AOT_CACHE_MAX_BYTES"
 LANE = "ROCKE_AOT_LANE"
 LLD = "ROCKE_AOT_LLD"
 PTXAS = "ROCKE_AOT_PTXAS"
+CUOBJDUMP = "ROCKE_AOT_CUOBJDUMP"
 COMGR = "ROCKE_AOT_COMGR"
 LLVM24_LIB = "ROCKE_AOT_LLVM24_LIB"
 LLVM23_LIB = "ROCKE_AOT_LLVM23_LIB"
@@ -78,6 +79,10 @@ SETTINGS: tuple[Setting, ...] = (
             "aot (toolchains)"),
     Setting(PTXAS, "the ptxas executable for sm_90", "ptxas on PATH, else /usr/local/cuda/bin/ptxas",
             "aot (compiler)"),
+    Setting(CUOBJDUMP, "the cuobjdump executable that reads an sm_90 cubin's SASS at build time (ptxas's "
+            "schedule, recorded beside its resources: aot/sass.py); it needs nvdisasm beside it or on PATH",
+            "this interpreter's venv (.venv/bin/cuobjdump, scripts/setup.sh), else cuobjdump on PATH; none: the "
+            "schedule is recorded as unavailable and the model uses its counts", "aot (sass)"),
     Setting(COMGR, "the COMGR library to detect (only this one)", "$ROCM_PATH/lib, /opt/rocm/lib, Debian's",
             "aot (toolchains)"),
     Setting(LLVM24_LIB, "the LLVM 24 AMDGPU code generator library (libtriton_amd_codegen.so)",

@@ -85,9 +85,17 @@ def lower_one(job: Job):
 
 def _metadata(kernel, code_object: bytes, target: Target, fmt: str, ptx: str | None,
               triton: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    import dataclasses
+
     from rocke_aot.aot.codeobject import launch_layout, validate
+    from rocke_aot.aot.sass import read_schedule
 
     info = validate(code_object, target)
+    # ptxas's schedule read off an sm_90 cubin's SASS (or why it could not be): derived from these
+    # bytes, so it is recorded beside the resources and is no part of the key (aot/sass.py)
+    sched = read_schedule(code_object, target, info.kernel) if info.format == "cubin" else None
+    if sched is not None:
+        info = dataclasses.replace(info, schedule=sched.as_dict())
     # The launch contract a runner reads instead of per-family code: the lowering's formulas
     # with the layout the compiled object itself declares (checked against the lowering).
     contract = launch_layout(kernel.launch, info, ptx)
