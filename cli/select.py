@@ -123,6 +123,13 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
             fallbacks[ch.fallback] = fallbacks.get(ch.fallback, 0) + 1
     for why, n in fallbacks.items():  # why those rows have no estimate (ranked by efficiency after the rest)
         click.echo(f"no estimate for {n} of {len(sel.accepted)}: {why}")
+    schedules: dict[str, int] = {}  # where the hardware estimates' latencies came from (Choice.schedule)
+    for ch in sel.accepted:
+        if ch.schedule is not None:
+            label = ch.schedule + (f" ({ch.schedule_note})" if ch.schedule_note else "")
+            schedules[label] = schedules.get(label, 0) + 1
+    for label, n in schedules.items():
+        click.echo(f"schedule: {label} for {n} of {len(sel.accepted)}")
     if sel.no_candidate is not None:
         _echo_no_candidate(sel.family, sel.no_candidate.as_dict())
     if explain:

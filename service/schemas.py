@@ -163,6 +163,12 @@ class RankedKernel(BaseModel):
     fallback: str | None = Field(description="Why the time model asked for gave no estimate (e.g. 'gfx1250: hardware "
                                              "facts not public: clock_mhz, cus, ...'); null where it did or the "
                                              "efficiency order was asked for")
+    schedule: Literal["sass", "counts"] | None = Field(
+        None, description="Hardware model: where a step's exposed global latencies and dependency chain came from: "
+                          "'sass' (ptxas's schedule, read off the artifact's SASS when it was built) or 'counts' "
+                          "(the family's counts); null for the other models")
+    schedule_note: str | None = Field(None, description="Why 'counts' for a family that reads the schedule (none "
+                                                        "recorded, unavailable at build and why); null otherwise")
     measured_ms: float | None = Field(description="The recorded median it is ranked by; null unless basis is measured")
     measurement: MeasurementRef | None = Field(description="That recorded time; null unless basis is measured")
     resources: dict[str, Any] = Field(description="Code-object resources (and occupancy where selection derives it)")
@@ -188,6 +194,11 @@ class RankedKernel(BaseModel):
             raise ValueError(f"basis {self.basis!r} ranks by an estimate, and estimate_ms is null")
         if self.bound is not None and self.estimate_ms is None:
             raise ValueError("a bound names what bounds an estimate: it comes with estimate_ms")
+        if self.schedule is not None and self.estimate_ms is None:
+            raise ValueError("a schedule names where the hardware estimate's latencies came from: it comes with "
+                             "estimate_ms")
+        if self.schedule_note is not None and self.schedule != "counts":
+            raise ValueError("a schedule note says why the counts stand: it comes with schedule 'counts'")
         return self
 
 

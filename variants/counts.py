@@ -137,6 +137,10 @@ class KernelCounts:
     splits: int = 1
     epilogue_latencies: float = 1.0
     epilogue_instructions: float = 0.0
+    # How much longer a warp's dependency chain through its compute loop is than its instruction
+    # count: 1.0 from the counts (one instruction a clock); ptxas's, read off the SASS, where the
+    # hardware model takes the artifact's schedule (variants/hw_model.py with_schedule)
+    chain_ratio: float = 1.0
 
     @property
     def warps(self) -> int:

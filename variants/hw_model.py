@@ -53,7 +53,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources as _res
 from typing import Any, Mapping
 
@@ -113,9 +113,12 @@ class Estimate:
     ms: float
     bound: str  # "compute" | "issue" | "lds" | "memory" | "latency"
     terms: Mapping[str, float]  # cycles per step of the first full round, per term
+    schedule: str = "counts"  # where serial_loads and the chain came from: "sass" or "counts" (with_schedule)
+    schedule_note: str | None = None  # why "counts" where the family reads the SASS schedule
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ms": self.ms, "bound": self.bound, "terms": dict(self.terms)}
+        return {"ms": self.ms, "bound": self.bound, "terms": dict(self.terms), "schedule": self.schedule,
+                "schedule_note": self.schedule_note}
 
 
 def parse_facts(doc: Mapping[str, Any], where: str) -> HardwareFacts | Refusal:
@@ -203,8 +206,10 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
     # ... and a block alone on the CU still shares it among its own warps: its step takes at least
     # its own throughput terms (those of one resident block), whatever the other blocks do.
     alone = max(own, *(terms[k] / g for k in ("issue", "lds", "matrix", "vector", "l2")))
-    terms["latency"] = (alone + c.serial_loads * f.global_latency + c.barriers * f.barrier_latency
-                        + f.lds_latency)
+    # chain_ratio > 1 (ptxas's schedule, with_schedule): the chain through the warp's instructions
+    # is that much longer than one a clock, on top of the block's own throughput
+    terms["latency"] = (alone + instrs * (c.chain_ratio - 1) + c.serial_loads * f.global_latency
+                        + c.barriers * f.barrier_latency + f.lds_latency)
     return terms
 
 
@@ -248,3 +253,21 @@ def estimate(c: KernelCounts, tiles: int, groups: int, f: HardwareFacts, spill_b
     if floor_ms > ms:
         return Estimate(floor_ms, "memory", first)
     return Estimate(ms, _bound(first), first)
+
+
+def with_schedule(c: KernelCounts, schedule: Any, f: HardwareFacts) -> tuple[KernelCounts, str | None]:
+    """The counts with ptxas's schedule (rocke_aot/candidates.py Schedule, read off the artifact's
+    SASS at build time, aot/sass.py) in place of two of their own: serial_loads from the global
+    latencies a step's staging exposes, and the chain ratio of the compute loop (step_terms). The
+    second value is None when the schedule was used, else why the counts stand (no schedule
+    recorded, the build could not read one, or it was walked with latencies these facts do not
+    have: its figures would mean something else)."""
+    if schedule is None:
+        return c, "no schedule recorded with the artifact"
+    if not schedule.available:
+        return c, f"schedule unavailable at build: {schedule.reason}"
+    if (schedule.global_latency, schedule.lds_latency) != (f.global_latency, f.lds_latency):
+        return c, (f"schedule walked with global/LDS latency {schedule.global_latency:g}/{schedule.lds_latency:g}, "
+                   f"the facts say {f.global_latency:g}/{f.lds_latency:g}")
+    return replace(c, serial_loads=schedule.exposed_latencies,
+                   chain_ratio=schedule.chain_ratio if schedule.chain_ratio is not None else c.chain_ratio), None

@@ -254,10 +254,15 @@ class Model:
     efficiency: Callable[[Any, Any, ArchInfo], Efficiency]
     work: Callable[[Any, Any, Any], TileWork]
     counts: Callable[..., Any] | None = None  # (spec, problem, Target, banks) -> KernelCounts
+    # the hardware model takes ptxas's schedule recorded with the artifact (its SASS: the staging's
+    # exposed global latencies and the compute loop's chain) in place of those two counts, where
+    # one is recorded (variants/hw_model.py with_schedule; docs/selection.md, "Run 16 with the
+    # schedule shipped")
+    reads_schedule: bool = False
 
 
 GEMM = Model(_gemm_accepts, _gemm_eff, _gemm_work, _counts.gemm_counts)
-CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work, _counts.fwd_counts)
+CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work, _counts.fwd_counts, reads_schedule=True)
 CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work, _counts.patch_counts)
 
 

@@ -94,6 +94,10 @@ class Choice(NamedTuple):
     measured: Any = None  # the Measurement it is ranked by (variants/measured.py), None: the model
     model: str = "efficiency"  # the model that placed it: "fitted", "hardware" or "efficiency"
     fallback: str | None = None  # why the time model asked for gave no estimate (None: it did, or none was asked)
+    # hardware model: where a step's serial global latencies and chain came from: "sass" (ptxas's
+    # schedule recorded with the artifact) or "counts"; None for the other models
+    schedule: str | None = None
+    schedule_note: str | None = None  # why "counts" where the family reads the schedule (hw_model.with_schedule)
 
     @property
     def basis(self) -> str:
@@ -114,6 +118,7 @@ class Choice(NamedTuple):
         """The basis of its rank, as every surface shows it (CLI JSON, the service's RankedKernel):
         basis, the model's estimate and bound, the fallback reason, the measured time."""
         return {"basis": self.basis, "estimate_ms": self.estimate_ms, "bound": self.bound, "fallback": self.fallback,
+                "schedule": self.schedule, "schedule_note": self.schedule_note,
                 "measured_ms": None if self.measured is None else self.measured.median_ms,
                 "measurement": None if self.measured is None else self.measured.as_dict()}
 
@@ -298,14 +303,24 @@ def estimate_hw(spec: Any, problem: Any, device: Target, efficiency: Efficiency,
                 facts: hw_model.HardwareFacts) -> hw_model.Estimate:
     """The hardware-fact model's estimate for one accepted candidate (variants/hw_model.py).
     A family without kernel counts, or a matrix instruction without published cycles, raises
-    hw_model.NoEstimate (the candidate is then ranked by efficiency, saying why)."""
+    hw_model.NoEstimate (the candidate is then ranked by efficiency, saying why). A family whose
+    model reads_schedule takes ptxas's schedule recorded in the artifact's resources where there
+    is one (hw_model.with_schedule); Estimate.schedule says "sass" or "counts" and, for counts,
+    schedule_note why."""
     entry = family_for_spec(spec)
     if entry.model.counts is None:
         raise hw_model.NoEstimate(f"family {entry.name} has no kernel counts (variants/counts.py)")
     c = entry.model.counts(spec, problem, device, int(facts.lds_banks))
+    reads = getattr(entry.model, "reads_schedule", False)  # a plugin's Model may predate the field
+    why = None
+    if reads:
+        c, why = hw_model.with_schedule(c, getattr(resources, "schedule", None), facts)
     work = entry.model.work(spec, problem, device)
     groups = perf.resident_groups(device.info, work, resources)
-    return hw_model.estimate(c, efficiency.tiles, groups, facts)
+    e = hw_model.estimate(c, efficiency.tiles, groups, facts)
+    if not reads:
+        return e  # schedule "counts": the family's counts are the model's
+    return dataclasses.replace(e, schedule="counts" if why else "sass", schedule_note=why)
 
 
 def _reuse(spec: Any, problem: Any, device: Target) -> float | None:
@@ -492,7 +507,8 @@ def _with_hw(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target, facts:
         ch.spec, problem, dev, ch.efficiency, ch.candidate.resources, facts))
     if isinstance(e, str):  # remembered like an estimate: the same inputs give the same reason
         raise hw_model.NoEstimate(e)
-    return ch._replace(estimate_ms=e.ms, bound=e.bound, model="hardware")
+    return ch._replace(estimate_ms=e.ms, bound=e.bound, model="hardware", schedule=e.schedule,
+                       schedule_note=e.schedule_note)
 
 
 def _hw_or_reason(*args: Any) -> hw_model.Estimate | str:
