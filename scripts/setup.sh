@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent setup on a fresh Debian machine: system packages, the project venv, ptxas and
-# the lane toolchains. Every step checks before it acts and prints what it did and how long
+# Idempotent setup on a fresh Debian machine: system packages, the project venv, ptxas (with
+# cuobjdump) and the lane toolchains. Every step checks before it acts and prints what it did and how long
 # it took; a run that finds everything in place says "nothing to do: ..." and changes nothing.
 #
 # One script for the README's commands, CI and the Dockerfile (so they cannot drift):
@@ -106,20 +106,44 @@ if want venv; then
   fi
 fi
 
-# 3. ptxas for the sm_90 path: the CUDA one on PATH, else NVIDIA's pip wheel in the venv.
+# 3. ptxas for the sm_90 path: the CUDA one on PATH, else NVIDIA's pip wheel in the venv; and
+#    cuobjdump with the nvdisasm it runs: the build reads every sm_90 cubin's SASS for ptxas's
+#    schedule (aot/sass.py; without them it records "schedule: unavailable" and the model uses its
+#    counts), so they are always the venv's pinned wheels, linked to .venv/bin where the build
+#    looks first: every builder reads the SASS with the same disassembler. One CUDA release for
+#    the three wheels (no cuobjdump wheel exists for CUDA 12).
+CUDA_WHEELS=13.5.37
 if want ptxas && [ "$PROFILE" != serve ]; then
   step_start ptxas
+  did=() ok=()
   if command -v ptxas >/dev/null 2>&1 || [ -x .venv/bin/ptxas ]; then
-    step_end ok "ptxas at $(command -v ptxas || echo "$ROOT/.venv/bin/ptxas")"
+    ok+=("ptxas at $(command -v ptxas || echo "$ROOT/.venv/bin/ptxas")")
   elif would "install NVIDIA's nvcc wheel for ptxas"; then :
   else
     log "ptxas: none on PATH, installing NVIDIA's nvcc wheel into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "nvidia-cuda-nvcc-cu12"
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "nvidia-cuda-nvcc==$CUDA_WHEELS"
     found=$(find .venv -name ptxas -type f | head -1)
     [ -n "$found" ] || { log "ptxas: the wheel has no ptxas binary"; exit 1; }
     ln -sf "$ROOT/$found" .venv/bin/ptxas
-    step_end did "linked .venv/bin/ptxas -> $found"
+    did+=("linked .venv/bin/ptxas -> $found")
   fi
+  if [ -x .venv/bin/cuobjdump ] && [ -x .venv/bin/nvdisasm ] \
+      && .venv/bin/cuobjdump --version 2>/dev/null | grep -q "V$CUDA_WHEELS"; then
+    ok+=("cuobjdump $CUDA_WHEELS at $ROOT/.venv/bin/cuobjdump")
+  elif would "install NVIDIA's cuobjdump and nvdisasm wheels $CUDA_WHEELS"; then :
+  else
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir \
+      "nvidia-cuda-cuobjdump==$CUDA_WHEELS" "nvidia-cuda-nvdisasm==$CUDA_WHEELS"
+    for tool in cuobjdump nvdisasm; do
+      found=$(find .venv -path "*nvidia*" -name "$tool" -type f | head -1)
+      [ -n "$found" ] || { log "ptxas: the $tool wheel has no $tool binary"; exit 1; }
+      ln -sf "$ROOT/$found" ".venv/bin/$tool"
+    done
+    .venv/bin/cuobjdump --version | grep -q "V$CUDA_WHEELS" || { log "ptxas: .venv/bin/cuobjdump is not $CUDA_WHEELS"; exit 1; }
+    did+=("linked .venv/bin/cuobjdump and nvdisasm ($CUDA_WHEELS)")
+  fi
+  join() { local IFS=';'; echo "$*" | sed 's/;/; /g'; }
+  if ((${#did[@]})); then step_end did "$(join "${did[@]}" "${ok[@]}")"; else step_end ok "$(join "${ok[@]}")"; fi
 fi
 
 # 4. Lane toolchains: a lane counts as present when $ROCKE_AOT_HOME/toolchains.json registers
