@@ -21,21 +21,26 @@ no fit has seen (taken after the fitted constants were shipped).
     .venv/bin/python bench/replay_models.py --runs docs/bench-raw/h200-run{1,2,3}   # older replicates
     .venv/bin/python bench/replay_models.py --first-touch       # where the staging loads' bytes come from
     .venv/bin/python bench/replay_models.py --models hardware --facts OLD.json   # another facts file
+    .venv/bin/python bench/replay_models.py --sass-dir /tmp/sm90-cubins --runs docs/bench-raw/h200-run16
 
 --facts FILE: the hardware model reads FILE (a facts document, variants/hw_model.py parse_facts)
 for its processor instead of variants/hw_facts/<processor>.json, in this process only: how the
 "before" and sensitivity rows of docs/selection.md are scored (e.g. the paper figures of commit
 cd78bb9: `git show cd78bb9:variants/hw_facts/sm_90.json > OLD.json`).
 
---sass-dir DIR (what-if, sm_90 conv_direct_fwd only; docs/selection.md "conv_direct_fwd: what the
-counts and the chain missed"): each candidate's cubin DIR/<kernel>.cubin (compiled with `rocke-aot
-compile` where missing) is read with `cuobjdump -sass` ($CUOBJDUMP, else on PATH: the
-nvidia-cuda-cuobjdump wheel), and the hardware model's conv_direct_fwd counts take two numbers of
-ptxas's schedule in place of their own: the global latencies a step's staging exposes (a walk of
-the step up to its first barrier, a load's result ready 331 cycles after it issues, one
-instruction a cycle) as serial_loads, and the compute loop's dependency chain over its
-instruction count (LDS 30, HMMA 33, other 4 cycles) as a factor on the chain's own instructions.
-Not the shipped model: the schedule is the compiler's, not the spec's.
+--sass-dir DIR: the schedule the build records (aot/sass.py; docs/selection.md "Run 16 with the
+schedule shipped"). Every measured sm_90 candidate of a family whose model reads_schedule
+(variants/models.py: conv_direct_fwd) gets the Schedule aot/sass.py read_schedule reads off
+DIR/<kernel>.cubin; a missing cubin is built through the builder's own path (aot/builder/run.py
+build_one, llvm22 lane; its metadata carries the schedule, as a stored artifact's does) and kept
+for the next replay. The candidates are then ranked exactly as a store's are: the hardware model
+takes the schedule where it is available and says "schedule: sass", else its counts ("counts",
+with why). cuobjdump is found as the build finds it (ROCKE_AOT_CUOBJDUMP, this interpreter's
+venv, PATH); without one every schedule is "unavailable" and the replay says so (stderr, and the
+first choices' schedule lines under the table). Without --sass-dir no schedule is read at all:
+the hardware model uses its counts for every family, which it also says.
+--read-schedule FAMILY ... (with --sass-dir): a what-if for this process only: those families'
+models read the schedule too (how gemm was evaluated, and not shipped: the same docs section).
 
 --first-touch: per family, over every measured candidate of every problem, the share of the bytes
 its staging loads copy (tiles x steps x staged bytes, variants/counts.py) that can be a first touch
@@ -51,17 +56,15 @@ import dataclasses
 import gzip
 import json
 import os
-import re
-import shutil
-import statistics
-import subprocess
 import sys
+import statistics
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Mapping
 
-from rocke_aot.candidates import Candidate, Resources
+from rocke_aot.candidates import Candidate, Resources, Schedule
 from rocke_aot.targets import Target
-from rocke_aot.variants import counts, hw_model, table
+from rocke_aot.variants import hw_model, table
 from rocke_aot.variants.efficiency import efficiency
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
@@ -69,7 +72,7 @@ from rocke_aot.variants.selection import rank
 RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
 FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")
 MODELS = ("fitted", "hardware", "efficiency")
-_FIELDS = set(Resources.__dataclass_fields__)
+_FIELDS = set(Resources.__dataclass_fields__) - {"schedule"}  # a run's resources are the device's; the schedule is read here
 
 
 def load(run: Path, name: str) -> dict | None:
@@ -87,10 +90,13 @@ def candidates(family: str, arch: str, rows: list[dict], specs: dict[str, dict])
             for r in rows]
 
 
-def replay(family: str, doc: dict, model: str, worst: list | None = None, below: float = 0.7) -> list[float]:
+def replay(family: str, doc: dict, model: str, worst: list | None = None, below: float = 0.7,
+           sched: Mapping[str, Schedule] | None = None, used: dict | None = None) -> list[float]:
     """Per problem: best measured time / the measured time of rank(model=)'s first choice, over
     the candidates the family's table still builds (a grid rule may have dropped some since).
-    ``worst``: gets (quality, problem, first choice, measured best) of every problem below ``below``."""
+    ``worst``: gets (quality, problem, first choice, measured best) of every problem below ``below``.
+    ``sched``: kernel -> the schedule its artifact records (schedules()); ``used``: counts how many
+    first choices' estimates came from "sass" and from "counts" (with the note why)."""
     arch = doc["arch"]
     specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs(family, arch, "llvm22")}
     entry, target = get_family(family), Target.parse(arch)
@@ -99,8 +105,11 @@ def replay(family: str, doc: dict, model: str, worst: list | None = None, below:
         rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]
         if not rows:
             continue
-        best = rank(candidates(family, arch, rows, specs), entry.problem_from(pr["problem"]), target,
+        best = rank(_with_schedules(family, arch, rows, specs, sched), entry.problem_from(pr["problem"]), target,
                     model=model).best
+        if used is not None and best.schedule is not None:
+            label = best.schedule + (f" ({best.schedule_note})" if best.schedule_note else "")
+            used[label] = used.get(label, 0) + 1
         times = {r["key"]: r["median_ms"] for r in rows}
         q = min(times.values()) / times[best.key]
         out.append(q)
@@ -129,98 +138,56 @@ def first_touch(family: str, doc: dict) -> list[float]:
     return out
 
 
-# cycles until a result is ready (4 otherwise); LDG: the facts' global_latency (the H200 probe's)
-_SASS_LAT = {"LDG": int(hw_model.facts_for("sm_90").global_latency), "LDS": 30, "HMMA": 33}
+def schedules(runs: list[Path], sass_dir: Path, families: tuple[str, ...], jobs: int = 4) -> dict[str, Schedule]:
+    """kernel name -> ptxas's schedule as the build records it (aot/sass.py read_schedule), for every
+    measured sm_90 candidate of ``families`` in ``runs``: each cubin read from DIR/<kernel>.cubin,
+    built where missing through the builder's own path (aot/builder/run.py build_one, whose
+    metadata carries the schedule) and kept there for the next replay."""
+    import concurrent.futures
+    import threading
 
+    from rocke_aot.aot import toolchains as tcs
+    from rocke_aot.aot.builder.run import build_one
+    from rocke_aot.aot.sass import read_schedule
+    from rocke_aot.lanes import get_lane
 
-def _sass(cubin: Path, tool: str) -> list[tuple[int, str]]:
-    out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    return [(int(m.group(1), 16), m.group(2).strip())
-            for m in re.finditer(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", out, re.M)]
-
-
-def _walk(body: list[tuple[int, str]], stop_at_barrier: bool) -> tuple[int, int]:
-    """(cycles, instructions) of one warp through ``body``: one instruction a cycle, each waiting
-    for the registers it reads (results ready _SASS_LAT cycles after their instruction)."""
-    t = n = 0
-    ready: dict[str, int] = {}
-    for _, text in body:
-        op, _, rest = re.sub(r"^@!?U?P\w+\s+", "", text).partition(" ")
-        if stop_at_barrier and op.startswith("BAR"):
-            break
-        n += 1
-        fields = [f.strip() for f in rest.split(",")] if rest else []
-        dst, srcs = ([], fields) if op.startswith("ST") else (fields[:1], fields[1:])
-        srcs += [f for f in dst if "[" in f]
-        t = max([t + 1] + [ready.get(r, 0) for f in srcs for r in re.findall(r"\bR\d+\b", f)])
-        lat = next((v for k, v in _SASS_LAT.items() if op.startswith(k)), 4)
-        for f in dst:
-            if "[" not in f:
-                for r in re.findall(r"\bR\d+\b", f):
-                    ready[r] = t + lat
-    return t, n
-
-
-def sass_schedule(cubin: Path, tool: str) -> dict:
-    """The two numbers of --sass-dir (module doc) for one cubin."""
-    ins = _sass(cubin, tool)
-    back = [(int(m.group(1), 16), a) for a, text in ins
-            if (m := re.search(r"BRA\s+0x([0-9a-f]+)", text)) and int(m.group(1), 16) < a]
-    loops = [[x for x in ins if lo <= x[0] <= hi] for lo, hi in back]
-    bar = next(a for a, text in ins if text.startswith("BAR") or " BAR" in text)
-    start = min((lo for lo, hi in back if lo <= bar <= hi), default=ins[0][0])
-    t, n = _walk([x for x in ins if start <= x[0] <= bar], True)
-    compute = [b for b in loops if any("FFMA" in text or "HMMA" in text for _, text in b)]
-    ratio = None
-    if compute:
-        body = [x for x in min(compute, key=len)
-                if not re.sub(r"^@!?U?P\w+\s+", "", x[1]).startswith(("LDG", "BAR"))]
-        ct, cn = _walk(body, False)
-        ratio = ct / cn
-    return {"exposed_latencies": max(0.0, (t - n) / _SASS_LAT["LDG"]), "chain_ratio": ratio}
-
-
-def use_sass_schedules(runs: list[Path], sass_dir: Path) -> None:
-    """Compile (where missing) and read every measured conv_direct_fwd candidate of ``runs``, and
-    make the hardware model use their schedules (module doc: --sass-dir)."""
-    tool = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
-    if not tool:
-        raise SystemExit("--sass-dir needs cuobjdump ($CUOBJDUMP or on PATH: the nvidia-cuda-cuobjdump wheel)")
-    fam = "conv_direct_fwd"
-    specs = {s.kernel_name: s for s in table.enumerate_specs(fam, "sm_90", "llvm22")}
-    names = sorted({r["kernel"] for run in runs for which in ("quality", "holdout")
-                    if (doc := load(run, f"{which}-{fam}")) is not None and doc["arch"] == "sm_90"
-                    for p in doc["problems"] for r in p["results"] if r["kernel"] in specs})
+    lane, target = get_lane("llvm22"), Target.parse("sm_90")
+    todo = []
+    for fam in families:
+        specs = {s.kernel_name: s for s in table.enumerate_specs(fam, "sm_90", "llvm22")}
+        names = sorted({r["kernel"] for run in runs for which in ("quality", "holdout")
+                        if (doc := load(run, f"{which}-{fam}")) is not None and doc["arch"] == "sm_90"
+                        for p in doc["problems"] for r in p["results"] if r["kernel"] in specs})
+        todo += [(fam, specs[n]) for n in names]
     sass_dir.mkdir(parents=True, exist_ok=True)
-    sched = {}
-    for name in names:
-        cubin = sass_dir / f"{name}.cubin"
-        if not cubin.exists():
-            cli = Path(sys.executable).with_name("rocke-aot")
-            subprocess.run([str(cli) if cli.exists() else "rocke-aot", "compile", "--family", fam, "--arch", "sm_90", "--lane", "llvm22",
-                            "--spec", json.dumps(specs[name].to_dict()), "-o", str(cubin)], check=True,
-                           capture_output=True)
-        sched[name] = sass_schedule(cubin, tool)
-    ratio: dict = {}
-    own_counts, own_terms = counts.fwd_counts, hw_model.step_terms
+    tc = None
+    slots = threading.Semaphore(jobs)
 
-    def fwd_counts(spec, p, target, banks=32):
-        c = own_counts(spec, p, target, banks)
-        got = sched.get(spec.kernel_name)
-        if got and str(target.processor) == "sm_90":
-            c = dataclasses.replace(c, serial_loads=got["exposed_latencies"])
-            if got["chain_ratio"]:
-                ratio[c] = got["chain_ratio"]
-        return c
+    def one(fam: str, spec) -> tuple[str, Schedule]:
+        cubin = sass_dir / f"{spec.kernel_name}.cubin"
+        if cubin.exists():
+            sched = read_schedule(cubin.read_bytes(), target, spec.kernel_name)
+        else:
+            out = build_one(fam, spec.to_dict(), target, lane, tc, slots=slots)
+            tmp = cubin.with_name(cubin.name + ".tmp")
+            tmp.write_bytes(out.code_object)
+            os.replace(tmp, cubin)
+            sched = Schedule.from_dict(out.metadata["code_object"]["schedule"])
+        return spec.kernel_name, sched
 
-    def step_terms(c, groups, f, resident=None):
-        t = own_terms(c, groups, f, resident)
-        if c in ratio:
-            t["latency"] += c.instructions * (ratio[c] - 1)
-        return t
+    if any(not (sass_dir / f"{s.kernel_name}.cubin").exists() for _, s in todo):
+        tc = tcs.toolchain_for(lane, "sm_90")
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        return dict(pool.map(lambda x: one(*x), todo))
 
-    object.__setattr__(get_family(fam).model, "counts", fwd_counts)
-    hw_model.step_terms = step_terms
+
+def _with_schedules(family: str, arch: str, rows: list[dict], specs: dict[str, dict],
+                    sched: Mapping[str, Schedule] | None) -> list[Candidate]:
+    cands = candidates(family, arch, rows, specs)
+    if not sched:
+        return cands
+    return [dataclasses.replace(c, resources=dataclasses.replace(c.resources, schedule=sched.get(r["kernel"])))
+            for c, r in zip(cands, rows)]
 
 
 def summary(q: list[float]) -> dict:
@@ -239,7 +206,10 @@ def main() -> None:
     ap.add_argument("--first-touch", action="store_true",
                     help="per family: the share of staged bytes that can be a first touch (module doc)")
     ap.add_argument("--sass-dir", default=None, metavar="DIR",
-                    help="what-if: conv_direct_fwd's counts take ptxas's schedule from DIR/<kernel>.cubin (module doc)")
+                    help="the schedule the build records: read from DIR/<kernel>.cubin, built where missing (module doc)")
+    ap.add_argument("--read-schedule", nargs="*", default=[], metavar="FAMILY",
+                    help="what-if: these families' models also take the schedule (with --sass-dir; module doc)")
+    ap.add_argument("--jobs", type=int, default=4, help="cubins built or read at once (--sass-dir)")
     ap.add_argument("--list", nargs="*", default=["fitted", "hardware"], metavar="MODEL",
                     help="the models whose problems below --below are listed (the table counts every model's)")
     a = ap.parse_args()
@@ -249,8 +219,18 @@ def main() -> None:
             raise SystemExit(f"{a.facts}: {facts.reason}")
         shipped = hw_model.facts_for
         hw_model.facts_for = lambda proc: facts if proc == facts.processor else shipped(proc)
+    sched: dict[str, Schedule] | None = None
+    for fam in a.read_schedule:  # a what-if for this process only: the shipped families say so in variants/models.py
+        object.__setattr__(get_family(fam).model, "reads_schedule", True)
     if a.sass_dir:
-        use_sass_schedules([Path(r) for r in a.runs], Path(a.sass_dir))
+        reading = tuple(f for f in FAMILIES if get_family(f).model.reads_schedule)
+        sched = schedules([Path(r) for r in a.runs], Path(a.sass_dir), reading, a.jobs)
+        missing = {s.reason for s in sched.values() if not s.available}
+        print(f"schedules: {sum(s.available for s in sched.values())} of {len(sched)} {'/'.join(reading)} kernels "
+              f"read off their SASS" + "".join(f"; unavailable: {r}" for r in sorted(missing)[:3]), file=sys.stderr)
+    else:
+        print("schedules: none (no --sass-dir): the hardware model uses its counts for every family", file=sys.stderr)
+    used: dict[str, int] = {}
     if a.first_touch:
         for fam in FAMILIES:
             shares = [x for run in map(Path, a.runs) for which in ("quality", "holdout")
@@ -271,7 +251,7 @@ def main() -> None:
                 got = {}
                 for m in a.models:
                     w: list = []
-                    q = replay(fam, doc, m, w, a.below)
+                    q = replay(fam, doc, m, w, a.below, sched, used if m == "hardware" else None)
                     got[m] = summary(q)
                     pooled[m] += q
                     worst[m] += [{"run": run.name, "family": fam, "set": which, "quality": round(x[0], 4),
@@ -279,7 +259,7 @@ def main() -> None:
                 rows.append({"run": run.name, "family": fam, "set": which, **got})
     total = {m: summary(q) for m, q in pooled.items() if q}
     if a.json:
-        print(json.dumps({"rows": rows, "all": total, "below": worst}, indent=2))
+        print(json.dumps({"rows": rows, "all": total, "below": worst, "schedule_of_first_choices": used}, indent=2))
         return
     head = "  ".join(f"{m:>30}" for m in a.models)
     print(f"{'run':<10} {'family':<17} {'set':<8} {head}")
@@ -291,6 +271,8 @@ def main() -> None:
     cells = "  ".join(f"{t['median']:>7.3f} / {t['min']:.3f} / {t['below_0.7']:>2} / {t['over_10pct_slower']:>5.2f}"
                       for t in total.values())
     print(f"{'all':<37}{cells}   ({next(iter(total.values()))['problems']} problem measurements)")
+    for label, n in sorted(used.items()):
+        print(f"hardware model's first choices, schedule: {label}: {n}")
     for m in (m for m in a.models if m in a.list):
         print(f"\n{m}: {len(worst[m])} problem measurements below {a.below}")
         for x in worst[m]:
