@@ -1,7 +1,7 @@
 # rocke-aot's two images from one script (scripts/setup.sh):
 #
 #   builder   every lane: Debian + setup.sh --image (runtime apt packages, the venv with [all],
-#             ptxas, the lane toolchains), then the copied tree checked by the same script
+#             ptxas and cuobjdump, the lane toolchains), then the copied tree checked by the same script
 #   serve     only what `rocke-aot serve` needs: setup.sh --serve-image (python3, the venv with
 #             [serve]; no compiler, no ptxas, no lanes, no numpy), then scripts/slim-venv.sh (no
 #             pip/setuptools, stripped shared objects, byte code compiled once). The last stage:
