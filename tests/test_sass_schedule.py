@@ -26,7 +26,6 @@ import dataclasses
 import gzip
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest

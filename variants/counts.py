@@ -261,7 +261,7 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
                 g.thread_m * g.thread_n, ra + b_stores)
     ins = mma.INSTRS[g.instr]
     if spec.stages:
-        return _gemm_async_static(spec, g, ins, eb, lda, ldb, wb, banks)
+        return _gemm_async_static(spec, g, ins, eb, lda, ldb, wa + wb, banks)
     run = a_run(ins, lda)
     a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, spec.lds_a_index, eb, run, banks)
     b_run = a_run(ins, ldb, _b_cn(ins), ins.b_per_lane) if spec.b_lds == "nk" else 1
@@ -399,8 +399,12 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
             serial_loads=pipelined_latencies(steps, spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
             staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
             store_bytes=store_bytes, stores=outs,
-            unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob, macs=spec.block_m * spec.block_n * spec.block_k,
-            splits=spec.split_k, epilogue_latencies=1.0 + SPLIT_K_LATENCIES * (spec.split_k > 1),
+            # split-K's f32 partials are bytes of their own: each written once and read once by
+            # the last arriver, through the HBM where they outgrow the L2 (6000^2 at split 4:
+            # 1.15 GB, the whole time of the kernel on the H200, run 18)
+            unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob
+            + (2 * spec.split_k * p.m * p.n * 4 if spec.split_k > 1 else 0),
+            macs=spec.block_m * spec.block_n * spec.block_k, splits=spec.split_k, epilogue_latencies=1.0 + SPLIT_K_LATENCIES * (spec.split_k > 1),
             epilogue_instructions=extra)
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
