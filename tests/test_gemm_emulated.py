@@ -183,6 +183,23 @@ def test_async_main_loop_of_four_ksteps_computes_a_x_b():
                                  waves=4, vector_width=8, stages=4, group_m=2), [(70, 72, 328)])
 
 
+# 192-row tiles (variants/gemm.py WAVE_FILL_BLOCKS, the asynchronous pipeline's only): warps of
+# 48 x 64 (3 m16 tiles), six copy rounds of A a thread, a tile row count that is not a power of
+# two in the grouped order; M ragged over two tile rows, N off the tile, a K tail. f32 takes the
+# pairs epilogue, f16 the quad one. The table's tiles are 192 x 128 over 8 warps.
+WAVE_FILL_CASES = [
+    GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=192, block_n=128, block_k=32, waves=8,
+             vector_width=8, stages=3, group_m=8),
+    GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=192, block_n=128, block_k=64, waves=8,
+             vector_width=8, stages=3, group_m=8),
+]
+
+
+@pytest.mark.parametrize("spec", WAVE_FILL_CASES, ids=[s.kernel_name for s in WAVE_FILL_CASES])
+def test_192_row_tiles_compute_a_x_b(spec):
+    check_gemm("sm_90", spec, [(200, 40, 72)])
+
+
 # Split-K (GemmSpec.split_k, aot/families/gemm.py reduce_split): ragged M and N, K a multiple of 8
 # with a K tail; K = 24 over block_k 16 is 2 K-tiles, so split 3 / 4 leave slices empty, and
 # K = 8 is one K-tile (split 2: slice 1 empty). The workspace's partials start as NaN.

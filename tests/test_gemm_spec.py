@@ -113,6 +113,29 @@ def test_async_fields_are_checked(kw, why):
         GemmSpec(**kw)
 
 
+def test_192_wide_blocks_are_the_async_pipelines_and_lay_whole_warp_tiles():
+    sm90 = Target.parse("sm_90")
+    s = GemmSpec(path="mma", block_m=192, block_n=128, block_k=64, waves=8, vector_width=8, stages=3)
+    g = s.geometry(sm90)
+    # 4 x 2 warps of 48 x 64: three m16 tiles and eight n8 tiles a warp
+    assert (g.waves_m, g.waves_n, g.tiles_m, g.tiles_n) == (4, 2, 3, 8)
+    assert s.lds_bytes() == 3 * 2 * (192 * 72 + 64 * 136) == 135168
+    assert s.kernel_name == "gemm_f16_f32_mma_192x128x64_w8_v8_s3"
+    assert GemmSpec.from_dict(s.to_dict()) == s
+    # the register-staged paths keep power-of-two blocks; block_k too; 96 is no wave-fill block
+    for kw, why in ((dict(block_m=192, path="mma", vector_width=8), "asynchronous pipeline's"),
+                    (dict(block_n=192, path="fma"), "asynchronous pipeline's"),
+                    (dict(block_k=192, path="mma", vector_width=8, stages=3), "block_k=192 must be a power of two"),
+                    (dict(block_m=96, path="mma", vector_width=8, stages=3), "block_m=96 must be")):
+        with pytest.raises(SpecError, match=why):
+            GemmSpec(**kw)
+    # 192 columns of B are 24 cp.async vectors a row: 256 threads would change column between
+    # rounds, which the copy plan does not do
+    with pytest.raises(SpecError, match="256 threads do not step whole 192-element rows of B"):
+        GemmSpec(path="mma", block_m=128, block_n=192, block_k=64, waves=8, vector_width=8,
+                 stages=3).geometry(sm90)
+
+
 def test_async_stages_live_in_dynamic_shared_memory_past_the_static_limit():
     s = GemmSpec(path="mma", block_m=128, block_n=128, block_k=64, waves=4, vector_width=8, stages=3)
     # (128 x (64 + 8) + 64 x (128 + 8)) f16 elements per stage, three stages: 107,520 bytes

@@ -15,7 +15,8 @@
                                                 the launch contract and the efficiency model read
 
 C = A x B, row-major, A: M x K, B: K x N, C: M x N; M, N, K are kernel arguments.
-Construction checks what does not depend on the arch (types, ranges, powers of two);
+Construction checks what does not depend on the arch (types, ranges, powers of two -- or 192,
+WAVE_FILL_BLOCKS, on the asynchronous pipeline);
 ``geometry`` checks the rest (threads per block, instruction tiling, LDS capacity).
 The variants helper builds knob grids from these same checks.
 """
@@ -49,6 +50,13 @@ SPLIT_KS = (1, 2, 3, 4, 8)
 _LATER_FIELDS = {"stages": 0, "group_m": 1, "b_lds": "kn", "split_k": 1}
 B_LAYOUTS = ("kn", "nk")
 NK_PAD = 8  # elements after each row of a transposed B tile: 16 bytes, four banks, vectors stay aligned
+
+
+# block_m / block_n that are not powers of two: multiples of 64 below 256, the asynchronous
+# pipeline's only (stages >= 2). A 192 x 128 tile fills the waves where the power-of-two tiles
+# quantize badly: 3072^3 is 16 x 24 = 384 tiles = 2.9 waves of 132 SMs (97 %), where 256 x 128
+# (1 CTA/SM) or 128 x 128 (2 CTAs/SM) make 2.18 waves, 3 rounds (73 %). docs/lowering.md.
+WAVE_FILL_BLOCKS = (192,)
 
 
 def _pow2(x: int) -> bool:
@@ -113,8 +121,14 @@ class GemmSpec:
             raise SpecError(f"gemm path {self.path!r} not in {PATHS}")
         for name in ("block_m", "block_n", "block_k"):
             v = getattr(self, name)
+            if name != "block_k" and v in WAVE_FILL_BLOCKS:
+                if not self.stages:
+                    raise SpecError(f"gemm {name}={v}: a block of {v} is the asynchronous pipeline's "
+                                    f"(stages >= 2); the register-staged paths keep power-of-two blocks")
+                continue
             if not (_pow2(v) and 1 <= v <= 256):
-                raise SpecError(f"gemm {name}={v} must be a power of two in 1..256")
+                raise SpecError(f"gemm {name}={v} must be a power of two in 1..256"
+                                + (f" (or one of {WAVE_FILL_BLOCKS} with stages >= 2)" if name != "block_k" else ""))
         if not (_pow2(self.waves) and self.waves <= 16):
             raise SpecError(f"gemm waves={self.waves} must be a power of two in 1..16")
         if self.vector_width not in VECTOR_WIDTHS:
@@ -277,6 +291,14 @@ class GemmSpec:
         if self.path == "wmma" and info.family != "amdgcn":
             raise CapabilityError(f"gemm path wmma is not available on {target.processor}")
         instr = mma.select(target.processor, self.path, self.in_dtype, self.mma)
+        if self.stages:
+            # the copy plan (aot/families/gemm.py copy_plan) keeps a work-item in one column of
+            # 16-byte vectors for all its rounds: the threads must step whole rows of A and B
+            for which, cols in (("A", self.block_k), ("B", self.block_n)):
+                if threads % (cols // ASYNC_VECTOR):
+                    raise SpecError(f"gemm stages={self.stages}: {threads} threads do not step whole "
+                                    f"{cols}-element rows of {which} ({cols // ASYNC_VECTOR} cp.async vectors "
+                                    f"a row; a 192-wide tile runs as block_m=192)")
         if self.block_k % instr.k:
             raise SpecError(f"gemm: block_k={self.block_k} is not a multiple of {instr.mnemonic}'s K={instr.k}")
         wm, wn = _wave_grid(self.block_m, self.block_n, self.waves, instr.m, instr.n)
