@@ -402,3 +402,24 @@ def test_async_copies_write_both_operands_into_lds(bm, bn, bk, waves):
                     vector_width=8, stages=3, group_m=8)
     c = counts.gemm_counts(spec, GemmProblem(m=4096, n=4096, k=4096, dtype="f16"), Target.parse("sm_90"))
     assert c.lds_write_wavefronts == (bm + bn) * bk * 2 / (waves * 128)
+
+
+def test_a_192_row_tile_is_counted_and_fills_the_waves_of_3072_cubed():
+    """The 192 x 128 tile (GemmSpec WAVE_FILL_BLOCKS): 16 x 24 = 384 tiles on 3072^3 (the launch
+    contract's count), 4 x 2 warps of 3 x 8 mma.sync tiles, 6 + 4 copies a thread per 64-deep step
+    (192 and 64 rows of 8 vectors, 16 vectors over 256 threads); at one block a CU both it and
+    256 x 128 take 3 rounds of tiles (384 and 288 over 132), its rounds 3/4 as long: the model
+    puts it below 256 x 128 at the same depth."""
+    sm90 = Target.parse("sm_90")
+    p = GemmProblem(3072, 3072, 3072, "f16", "f16")
+    wide = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=192, block_n=128, block_k=64, waves=8,
+                    vector_width=8, stages=3, group_m=8)
+    assert wide.launch_formulas().tiles(p) == 384
+    c = counts.gemm_counts(wide, p, sm90)
+    assert (c.mma, c.global_loads, c.steps, c.macs) == (3 * 8 * 4, 6 + 4, 48, 192 * 128 * 64)
+    assert c.staged_bytes == (192 + 128) * 64 * 2 and c.store_bytes == 192 * 128 * 2
+    r = rank([ch for ch in _cands("sm_90") if ch.spec["in_dtype"] == "f16" and ch.spec["out_dtype"] == "f16"],
+             p, sm90)
+    est = {ch.candidate.key: ch.estimate_ms for ch in r.accepted}
+    for bk in (32, 64):
+        assert est[f"gemm_f16_f16_mma_192x128x{bk}_w8_v8_s3_g8"] < est[f"gemm_f16_f16_mma_256x128x{bk}_w8_v8_s3_g8"]
