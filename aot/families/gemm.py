@@ -26,7 +26,10 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages),
            copy plan (copy_plan, once): per operand the work-item's source index at K-tile 0,
                    its LDS offset in a stage, B's column test and A's rows left in M; its
                    rounds are dr = threads / vectors-per-row rows apart, so a round adds a
-                   constant LDS offset and it * dr * K (A) / N (B) to the source
+                   constant LDS offset and it * dr * K (A) / N (B) to the source (threads
+                   a multiple of vectors-per-row: GemmSpec.geometry refuses block_n 192;
+                   block_m 192, six rounds of A at 256 threads, is the table's one
+                   non-power-of-two tile)
            prologue: K-tiles 0 .. S-2 -> stages 0 .. S-2, one commit group each; wait for tile 0
                    (S-2 pending); barrier; fragments of tile 0's k-step 0
            loop kt < ceil(K/bk), per 16-deep k-step ks (KS = bk/16 of them):
