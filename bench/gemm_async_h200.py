@@ -51,11 +51,12 @@ PROBLEMS = ("3072x3072x3072,4096x4096x4096,2048x4096x4096,4096x4096x1024,256x110
 # tile (the pipeline's copies past K zero-fill), N and K multiples of 8 (the pipeline's rule)
 RAGGED = "1031x1000x1048,127x136x72,1x8x8,300x264x40"
 SCREEN, REPS, TOP = 5, 20, 4
-# 192 x 128 (GemmSpec WAVE_FILL_BLOCKS): 3072^3 in 384 tiles, 2.9 waves of 132 SMs at one CTA/SM
-# (the power-of-two tiles make 2.18 there); 192 x 64 too, for the smaller problems' waves. Split-K
-# stays off them (SPLIT_TILES): their point is a full last wave without a partial pass through HBM.
+# 192 x 128 and 128 x 192 (GemmSpec WAVE_FILL_BLOCKS): 3072^3 in 384 tiles, 2.9 waves of 132 SMs at
+# one CTA/SM (the power-of-two tiles make 2.18 there); the table serves 192 x 128, the sweep says
+# whether 128 x 192 (B copied in panels) does better; 192 x 64 too, for the smaller problems' waves.
+# Split-K stays off them (SPLIT_TILES): their point is a full last wave without partials in HBM.
 TILES = [(128, 128), (128, 256), (256, 128), (64, 128), (128, 64), (64, 64), (256, 64), (64, 256),
-         (192, 128), (192, 64)]
+         (192, 128), (128, 192), (192, 64)]
 # focused: a warp's tile at most 64 x 64 (the table's rule: more spills)
 GRIDS = {"focused": dict(block_k=(32, 64), waves=(4, 8), stages=(3, 4), group_m=(8,), warp_tile=64 * 64),
          "full": dict(block_k=(32, 64), waves=(4, 8), stages=(2, 3, 4), group_m=(1, 8), warp_tile=256 * 256)}

@@ -126,6 +126,8 @@ def test_a_transposed_b_tile_reads_every_fragment_wide(llvm22, tmp_path, arch, p
              vector_width=8, stages=3),
     GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=192, block_n=128, block_k=64, waves=8,
              vector_width=8, stages=3, group_m=8),  # the 192-row tile: 3 m16 tiles a warp, 6 copy rounds of A
+    GemmSpec(path="mma", in_dtype="bf16", out_dtype="f32", block_m=128, block_n=192, block_k=32, waves=8,
+             vector_width=8, stages=4),  # 192 columns: B copied in three panels, 6 n8 tiles a warp
 ], ids=lambda s: s.kernel_name)
 def test_async_pipeline_counts_are_the_ptx(llvm22, spec):
     """The hardware model's counts of the asynchronous pipeline (variants/counts.py) against the

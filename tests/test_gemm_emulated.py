@@ -200,6 +200,21 @@ def test_192_row_tiles_compute_a_x_b(spec):
     check_gemm("sm_90", spec, [(200, 40, 72)])
 
 
+# 192 columns (128 x 192, 2 x 4 warps of 64 x 48, six n8 tiles: three ldmatrix.x4.trans pairs):
+# B's rows are 24 vectors, copied in three panels of 8 (copy_plan); N = 328 puts the second
+# tile's edge inside its first panel and the first tile whole, N = 136 (one tile) inside the third.
+WAVE_FILL_N_CASES = [
+    (dataclasses.replace(WAVE_FILL_CASES[0], block_m=128, block_n=192), [(72, 328, 72)]),
+    (dataclasses.replace(WAVE_FILL_CASES[1], block_m=128, block_n=192, in_dtype="bf16", out_dtype="bf16"),
+     [(40, 136, 72)]),
+]
+
+
+@pytest.mark.parametrize("spec,sizes", WAVE_FILL_N_CASES, ids=[s.kernel_name for s, _ in WAVE_FILL_N_CASES])
+def test_192_column_tiles_compute_a_x_b(spec, sizes):
+    check_gemm("sm_90", spec, sizes)
+
+
 # Split-K (GemmSpec.split_k, aot/families/gemm.py reduce_split): ragged M and N, K a multiple of 8
 # with a K tail; K = 24 over block_k 16 is 2 K-tiles, so split 3 / 4 leave slices empty, and
 # K = 8 is one K-tile (split 2: slice 1 empty). The workspace's partials start as NaN.

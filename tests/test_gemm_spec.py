@@ -8,7 +8,7 @@ import pytest
 
 from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError, SpecError
-from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.variants.gemm import GemmSpec, async_copy_chunk, copy_panel
 
 
 def test_canonical_dict_round_trips_through_json():
@@ -129,11 +129,15 @@ def test_192_wide_blocks_are_the_async_pipelines_and_lay_whole_warp_tiles():
                     (dict(block_m=96, path="mma", vector_width=8, stages=3), "block_m=96 must be")):
         with pytest.raises(SpecError, match=why):
             GemmSpec(**kw)
-    # 192 columns of B are 24 cp.async vectors a row: 256 threads would change column between
-    # rounds, which the copy plan does not do
-    with pytest.raises(SpecError, match="256 threads do not step whole 192-element rows of B"):
-        GemmSpec(path="mma", block_m=128, block_n=192, block_k=64, waves=8, vector_width=8,
-                 stages=3).geometry(sm90)
+    # 128 x 192: 2 x 4 warps of 64 x 48; B's 24 vectors a row are copied in panels of 8 (copy_panel)
+    t = GemmSpec(path="mma", block_m=128, block_n=192, block_k=64, waves=8, vector_width=8, stages=3)
+    g = t.geometry(sm90)
+    assert (g.waves_m, g.waves_n, g.tiles_m, g.tiles_n) == (2, 4, 4, 6)
+    assert (copy_panel(t, 256, 192), copy_panel(t, 256, 64), copy_panel(s, 256, 128)) == (8, 8, 16)
+    # panel after panel, row after row in each: copy 511 is the last of panel 0, 512 the first of panel 1
+    assert [async_copy_chunk(t, 256, "B", c) for c in (0, 7, 8, 511, 512, 1535)] == \
+        [(0, 0), (0, 56), (1, 0), (63, 56), (0, 64), (63, 184)]
+    assert [async_copy_chunk(s, 256, "B", c) for c in (15, 16)] == [(0, 120), (1, 0)]  # one panel: rows
 
 
 def test_async_stages_live_in_dynamic_shared_memory_past_the_static_limit():

@@ -274,7 +274,8 @@ def test_sm_90_wgmma_cycles_follow_from_the_whitepaper_peak():
         assert raw["mma_sync_peak_tflops"] * 1e12 < raw["torch_8192_tflops"] * 1e12 < model_peak
 
 
-@pytest.mark.parametrize("tile", [(128, 128, 64, 4), (128, 256, 64, 8), (64, 64, 32, 4), (192, 128, 64, 8)])
+@pytest.mark.parametrize("tile", [(128, 128, 64, 4), (128, 256, 64, 8), (64, 64, 32, 4), (192, 128, 64, 8),
+                                  (128, 192, 64, 8)])
 def test_async_copy_int_ops_are_the_loop_ir(tile):
     """GEMM_ASYNC_OPS_PER_COPY against the IR the lowerer emits for one K-tile's copies in the
     main loop (aot/families/gemm.py issue_copies): the instructions before the loop body's last

@@ -16,7 +16,8 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
 - gemm staging: each thread moves ``rounds`` vectors of vector_width elements of A and of B
   (one global load and one LDS store each); conv staging moves single elements.
 - gemm's asynchronous pipeline (spec.stages >= 2, sm_90): a thread issues ``rounds`` 16-byte
-  cp.async copies per step and no LDS store (the copy writes shared memory itself: its LDS
+  cp.async copies per step (in the lowering's order, variants/gemm.py async_copy_chunk: a B row
+  of 192 columns in three panels of 64) and no LDS store (the copy writes shared memory itself: its LDS
   write cycles stay counted); a warp reads each 16x16 A tile with one ldmatrix.x4 and each
   pair of 16x8 B tiles with one ldmatrix.x4.trans (.x2 for an odd one), each 8x8 matrix one
   access of 8 lanes x 16 bytes through the bank rule; one barrier a step. Its loads are waited
@@ -71,7 +72,7 @@ from typing import Any, Callable, Iterable
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
-from rocke_aot.variants.gemm import quad_stores
+from rocke_aot.variants.gemm import async_copy_chunk, copy_panel, quad_stores
 
 BANK_BYTES = 4
 
@@ -243,6 +244,10 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
                                   lambda c, e=e: spec.lds_b_index(c // b_vpr, (c % b_vpr) * vw + e), banks)
             wb += w_e
         b_stores = rb * vw
+    elif spec.stages:  # cp.async's order: a 192-column B row in panels (variants/gemm.py copy_panel)
+        rb, wb = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
+                             lambda c: spec.lds_b_index(*async_copy_chunk(spec, g.threads, "B", c)), banks)
+        b_stores = rb
     else:
         rb, wb = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
                              lambda c: spec.block_m * lda + (c // b_vpr) * ldb + (c % b_vpr) * vw, banks)
@@ -301,7 +306,11 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
         b_cyc += _ldmatrix_cycles(rows if two else rows[:16], banks)
         b_loads += 1
     ksub = spec.block_k // ins.k
-    copies = _ceil(spec.block_m * spec.block_k // ASYNC_ELEMS, g.threads) + _ceil(spec.block_k * spec.block_n // ASYNC_ELEMS, g.threads)
+    # per panel of each operand (copy_plan: one panel a row unless the row's vectors do not step
+    # evenly over the threads, B of 192 columns: three of 8 vectors)
+    copies = sum((cols // ASYNC_ELEMS // pv) * _ceil(rows * pv, g.threads)
+                 for rows, cols in ((spec.block_m, spec.block_k), (spec.block_k, spec.block_n))
+                 for pv in (copy_panel(spec, g.threads, cols),))
     pairs = g.tiles_m * g.tiles_n * ins.acc_per_lane // 2  # 2-element stores a lane; quads: one per two
     return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m + b_loads), ksub * (a_cyc + b_cyc), 0, 0,
             copies, write_cyc, pairs // 2 if quad_stores(spec, g) else pairs, 0)
@@ -343,6 +352,11 @@ def _gemm_lines(spec: Any, target: Any, k: int, n: int) -> int:
     g = spec.geometry(target)
     eb, vw = DTYPE_BYTES[spec.in_dtype], spec.vector_width
     a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
+    if spec.stages:  # cp.async's order (a 192-column B row in panels; one panel otherwise: the same)
+        at = {w: (lambda c, w=w, ld=(k if w == "A" else n): (lambda r, col: r * ld + col)(
+            *async_copy_chunk(spec, g.threads, w, c))) for w in ("A", "B")}
+        return (_global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb, at["A"])
+                + _global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb, at["B"]))
     return (_global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
                           lambda c: (c // a_vpr) * k + (c % a_vpr) * vw)
             + _global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,

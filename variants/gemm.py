@@ -291,14 +291,6 @@ class GemmSpec:
         if self.path == "wmma" and info.family != "amdgcn":
             raise CapabilityError(f"gemm path wmma is not available on {target.processor}")
         instr = mma.select(target.processor, self.path, self.in_dtype, self.mma)
-        if self.stages:
-            # the copy plan (aot/families/gemm.py copy_plan) keeps a work-item in one column of
-            # 16-byte vectors for all its rounds: the threads must step whole rows of A and B
-            for which, cols in (("A", self.block_k), ("B", self.block_n)):
-                if threads % (cols // ASYNC_VECTOR):
-                    raise SpecError(f"gemm stages={self.stages}: {threads} threads do not step whole "
-                                    f"{cols}-element rows of {which} ({cols // ASYNC_VECTOR} cp.async vectors "
-                                    f"a row; a 192-wide tile runs as block_m=192)")
         if self.block_k % instr.k:
             raise SpecError(f"gemm: block_k={self.block_k} is not a multiple of {instr.mnemonic}'s K={instr.k}")
         wm, wn = _wave_grid(self.block_m, self.block_n, self.waves, instr.m, instr.n)
@@ -353,3 +345,23 @@ def quad_stores(spec: GemmSpec, geo: GemmGeometry) -> bool:
         return False
     ins = mma.INSTRS[geo.instr]
     return ins.kind == "mma" and ins.n == 8 and DTYPE_BYTES[spec.out_dtype] == 2 and geo.tiles_n % 2 == 0
+
+
+def copy_panel(spec: GemmSpec, threads: int, cols: int) -> int:
+    """16-byte vectors a row of one cp.async copy panel of an operand tile ``cols`` elements wide
+    (aot/families/gemm.py copy_plan): the work-items walk a panel in rounds of whole rows, each
+    in one column of vectors, so the panel is the widest run of vectors a row that ``threads``
+    steps evenly -- the whole row for power-of-two tiles (one panel), 8 vectors (64 columns) of a
+    192-column B row (24 vectors: 256 or 128 threads would change column from round to round)."""
+    return math.gcd(cols // ASYNC_VECTOR, threads)
+
+
+def async_copy_chunk(spec: GemmSpec, threads: int, which: str, c: int) -> tuple[int, int]:
+    """(row, first column) in the tile of the c-th 16-byte copy of operand ``which`` ("A": block_m
+    x block_k, "B": block_k x block_n) in the order the asynchronous pipeline issues them: panel
+    after panel (copy_panel), in each row after row, work-item t of round j taking copy t + j x
+    threads. The hardware model's counts (variants/counts.py) walk the same order."""
+    rows, cols = (spec.block_m, spec.block_k) if which == "A" else (spec.block_k, spec.block_n)
+    pv = copy_panel(spec, threads, cols)
+    p, rest = divmod(c, rows * pv)
+    return rest // pv, (p * pv + rest % pv) * ASYNC_VECTOR

@@ -26,10 +26,9 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages),
            copy plan (copy_plan, once): per operand the work-item's source index at K-tile 0,
                    its LDS offset in a stage, B's column test and A's rows left in M; its
                    rounds are dr = threads / vectors-per-row rows apart, so a round adds a
-                   constant LDS offset and it * dr * K (A) / N (B) to the source (threads
-                   a multiple of vectors-per-row: GemmSpec.geometry refuses block_n 192;
-                   block_m 192, six rounds of A at 256 threads, is the table's one
-                   non-power-of-two tile)
+                   constant LDS offset and it * dr * K (A) / N (B) to the source; a row of
+                   vectors the threads do not step evenly (B of block_n 192: 24) goes in
+                   panels of 8 vectors, one plan entry each (variants/gemm.py copy_panel)
            prologue: K-tiles 0 .. S-2 -> stages 0 .. S-2, one commit group each; wait for tile 0
                    (S-2 pending); barrier; fragments of tile 0's k-step 0
            loop kt < ceil(K/bk), per 16-deep k-step ks (KS = bk/16 of them):
@@ -102,7 +101,7 @@ from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, L
 from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
-from rocke_aot.variants.gemm import GemmGeometry, GemmSpec, quad_stores
+from rocke_aot.variants.gemm import GemmGeometry, GemmSpec, copy_panel, quad_stores
 
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
 
@@ -545,28 +544,35 @@ class _GemmLowering:
     def copy_plan(self) -> "_CopyPlan":
         """The loop-invariant part of every cp.async a thread issues per K-tile, computed once
         before the loop (module doc, build_async): per operand one source index at K-tile 0,
-        one LDS offset, the column test (B) and the per-round residue (A: rows left in M)."""
+        one LDS offset, the column test (B) and the per-round residue (A: rows left in M).
+        An operand row whose vectors the threads do not step evenly (B of 192 columns: 24
+        vectors) is copied in panels (variants/gemm.py copy_panel, 8 vectors of it), each panel
+        one more _CopyOperand at a constant column offset: the same walk, panel after panel."""
         s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
         ops = []
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
             ld = self.lda if which == "A" else self.ldb
-            vpr = cols // vw
+            vpr = copy_panel(s, T, cols)  # vectors a panel row (all of the row: one panel)
             chunks = rows * vpr
             if T % vpr:  # a work-item's chunks would change column from round to round
-                raise CapabilityError(f"gemm stages: {T} threads do not step whole {cols}-element rows")
+                raise CapabilityError(f"gemm stages: {T} threads do not step whole {vpr * vw}-element rows")
             r0, v = self.tid // vpr, self.tid % vpr
             dr = T // vpr  # rows between a work-item's rounds
-            lds = r0 * ld + v * vw + (0 if which == "A" else s.block_m * self.lda)
-            if which == "A":  # rows of A: M; K at the column
-                rem = self.M - (self.row0 + r0)  # rounds it with it * dr < rem are inside M (signed)
-                src = (self.row0 + r0) * self.K + v * vw
-                step, fixed, koff = self.K * dr, None, v * vw
-            else:  # rows of B: K; N at the column (a multiple of 8: all of a vector in or out)
-                rem = None
-                src = r0 * self.N + (self.col0 + v * vw)
-                step, fixed, koff = self.N * dr, (self.col0 + v * vw).lt(self.N), r0
-            ops.append(_CopyOperand(which, -(-chunks // T), chunks, dr, ld, lds, src, step, rem, fixed, koff))
+            for panel in range(cols // (vpr * vw)):
+                def vc(panel=panel) -> Sym:  # the work-item's column in the tile, emitted where used
+                    return v * vw if panel == 0 else v * vw + panel * vpr * vw
+
+                lds = r0 * ld + vc() + (0 if which == "A" else s.block_m * self.lda)
+                if which == "A":  # rows of A: M; K at the column
+                    rem = self.M - (self.row0 + r0)  # rounds it with it * dr < rem are inside M (signed)
+                    src = (self.row0 + r0) * self.K + vc()
+                    step, fixed, koff = self.K * dr, None, vc()
+                else:  # rows of B: K; N at the column (a multiple of 8: all of a vector in or out)
+                    rem = None
+                    src = r0 * self.N + (self.col0 + vc())
+                    step, fixed, koff = self.N * dr, (self.col0 + vc()).lt(self.N), r0
+                ops.append(_CopyOperand(which, -(-chunks // T), chunks, dr, ld, lds, src, step, rem, fixed, koff))
         return _CopyPlan(tuple(ops))
 
     def issue_copies(self, plan: "_CopyPlan", kt: Sym, stage_off: Sym) -> None:
