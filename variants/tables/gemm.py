@@ -73,8 +73,9 @@ MAX_WARP_TILE = 64 * 64
 # The one non-power-of-two tile (GemmSpec WAVE_FILL_BLOCKS): 192 x 128 over 8 warps of 48 x 64,
 # for problems the power-of-two tiles quantize badly onto 132 SMs (3072^3: 384 tiles, 2.9 waves at
 # one CTA/SM, where 256 x 128 and 128 x 128 make 2.18, three rounds). Its 3 stages take 132 KiB
-# (block_k 64) or 71 KiB (32) of shared memory; 192 x 64 and 192 x 256 are left out (no measured
-# need, and the latter's warp tile is past MAX_WARP_TILE at 8 warps). +2 specs a dtype pair.
+# (block_k 64) or 71 KiB (32) of shared memory, 196-204 registers, no spills. 128 x 192 (B copied
+# in panels) and 192 x 64 are in the sweep (bench/gemm_async_h200.py) until it says they pay;
+# 192 x 256's warp tile is past MAX_WARP_TILE at 8 warps. +2 specs a dtype pair, 6 a lane.
 WAVE_FILL_TILE = (192, 128)
 
 
