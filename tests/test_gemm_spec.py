@@ -133,7 +133,7 @@ def test_192_wide_blocks_are_the_async_pipelines_and_lay_whole_warp_tiles():
     t = GemmSpec(path="mma", block_m=128, block_n=192, block_k=64, waves=8, vector_width=8, stages=3)
     g = t.geometry(sm90)
     assert (g.waves_m, g.waves_n, g.tiles_m, g.tiles_n) == (2, 4, 4, 6)
-    assert (copy_panel(t, 256, 192), copy_panel(t, 256, 64), copy_panel(s, 256, 128)) == (8, 8, 16)
+    assert (copy_panel(256, 192), copy_panel(256, 64), copy_panel(256, 128), copy_panel(128, 192)) == (8, 8, 16, 8)
     # panel after panel, row after row in each: copy 511 is the last of panel 0, 512 the first of panel 1
     assert [async_copy_chunk(t, 256, "B", c) for c in (0, 7, 8, 511, 512, 1535)] == \
         [(0, 0), (0, 56), (1, 0), (63, 56), (0, 64), (63, 184)]

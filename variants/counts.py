@@ -310,7 +310,7 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
     # evenly over the threads, B of 192 columns: three of 8 vectors)
     copies = sum((cols // ASYNC_ELEMS // pv) * _ceil(rows * pv, g.threads)
                  for rows, cols in ((spec.block_m, spec.block_k), (spec.block_k, spec.block_n))
-                 for pv in (copy_panel(spec, g.threads, cols),))
+                 for pv in (copy_panel(g.threads, cols),))
     pairs = g.tiles_m * g.tiles_n * ins.acc_per_lane // 2  # 2-element stores a lane; quads: one per two
     return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m + b_loads), ksub * (a_cyc + b_cyc), 0, 0,
             copies, write_cyc, pairs // 2 if quad_stores(spec, g) else pairs, 0)

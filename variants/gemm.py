@@ -347,7 +347,7 @@ def quad_stores(spec: GemmSpec, geo: GemmGeometry) -> bool:
     return ins.kind == "mma" and ins.n == 8 and DTYPE_BYTES[spec.out_dtype] == 2 and geo.tiles_n % 2 == 0
 
 
-def copy_panel(spec: GemmSpec, threads: int, cols: int) -> int:
+def copy_panel(threads: int, cols: int) -> int:
     """16-byte vectors a row of one cp.async copy panel of an operand tile ``cols`` elements wide
     (aot/families/gemm.py copy_plan): the work-items walk a panel in rounds of whole rows, each
     in one column of vectors, so the panel is the widest run of vectors a row that ``threads``
@@ -362,6 +362,6 @@ def async_copy_chunk(spec: GemmSpec, threads: int, which: str, c: int) -> tuple[
     after panel (copy_panel), in each row after row, work-item t of round j taking copy t + j x
     threads. The hardware model's counts (variants/counts.py) walk the same order."""
     rows, cols = (spec.block_m, spec.block_k) if which == "A" else (spec.block_k, spec.block_n)
-    pv = copy_panel(spec, threads, cols)
+    pv = copy_panel(threads, cols)
     p, rest = divmod(c, rows * pv)
     return rest // pv, (p * pv + rest % pv) * ASYNC_VECTOR

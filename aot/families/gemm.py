@@ -553,7 +553,7 @@ class _GemmLowering:
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
             ld = self.lda if which == "A" else self.ldb
-            vpr = copy_panel(s, T, cols)  # vectors a panel row (all of the row: one panel)
+            vpr = copy_panel(T, cols)  # vectors a panel row (all of the row: one panel)
             chunks = rows * vpr
             if T % vpr:  # a work-item's chunks would change column from round to round
                 raise CapabilityError(f"gemm stages: {T} threads do not step whole {vpr * vw}-element rows")
