@@ -12,7 +12,7 @@
             64..256 (at most 128 x 256 elements), 4 or 8 warps, vector_width 8, tile order
             group_m 8, double_buffer folded (one point per tile, not two); stages 0 keeps the
             register-staged grid as it was (blocks up to 128, 2 or 4 waves); a warp's tile at
-            most 64 x 64 (no spills); block_m 192 only in 192 x 128 (WAVE_FILL_TILE). Stages 3 and
+            most 64 x 64 (no spills); 192 only in 192 x 128 and 128 x 192 (WAVE_FILL_TILES). Stages 3 and
             group_m 8 are the sweep's choice (bench/gemm_async_h200.py: the best of 2, 3, 4
             stages was within 3 % of 3 on every problem, docs/gpu.md)
             Also, split_k in (1, 2, 4) on the asynchronous 128 x 128 tiles (ASYNC_SPLIT_KS: split-K,
@@ -57,7 +57,7 @@ def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tu
     if not _async(target, lane):
         return {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "block_k": (32, 64),
                 "waves": (2, 4), "double_buffer": (False, True), "vector_width": (4,)}
-    return {"block_m": (32, 64, 128, 192, 256), "block_n": (32, 64, 128, 256), "block_k": (32, 64),
+    return {"block_m": (32, 64, 128, 192, 256), "block_n": (32, 64, 128, 192, 256), "block_k": (32, 64),
             "waves": (2, 4, 8), "double_buffer": (False, True), "vector_width": (4,), "stages": (0, ASYNC_STAGES),
             "split_k": ASYNC_SPLIT_KS}
 
@@ -70,13 +70,15 @@ ASYNC_STAGES, ASYNC_GROUP_M = 3, 8
 ASYNC_SPLIT_KS = (1, 2, 4)
 SPLIT_K_TILE = (128, 128)
 MAX_WARP_TILE = 64 * 64
-# The one non-power-of-two tile (GemmSpec WAVE_FILL_BLOCKS): 192 x 128 over 8 warps of 48 x 64,
-# for problems the power-of-two tiles quantize badly onto 132 SMs (3072^3: 384 tiles, 2.9 waves at
-# one CTA/SM, where 256 x 128 and 128 x 128 make 2.18, three rounds). Its 3 stages take 132 KiB
-# (block_k 64) or 71 KiB (32) of shared memory, 196-204 registers, no spills. 128 x 192 (B copied
-# in panels) and 192 x 64 are in the sweep (bench/gemm_async_h200.py) until it says they pay;
-# 192 x 256's warp tile is past MAX_WARP_TILE at 8 warps. +2 specs a dtype pair, 6 a lane.
-WAVE_FILL_TILE = (192, 128)
+# The non-power-of-two tiles (GemmSpec WAVE_FILL_BLOCKS): 192 x 128 over 8 warps of 48 x 64 and
+# 128 x 192 over 8 warps of 64 x 48 (B copied in panels), for problems the power-of-two tiles
+# quantize badly onto 132 SMs: 3072^3 makes 384 of either, 2.9 waves at one CTA/SM, where
+# 256 x 128 and 128 x 128 make 2.18, three rounds (0.45 -> 0.56x torch.matmul, H200 run 19);
+# 256x11008x4096 makes 116 of 128 x 192, one wave, where 256 x 128 makes 172, two (0.0764 ->
+# 0.0631 ms, run 19). 3 stages take 132 KiB (block_k 64) or 71 KiB (32) of shared memory, 196-204
+# registers, no spills. 192 x 64 is in the sweep only (bench/gemm_async_h200.py); 192 x 256's warp
+# tile is past MAX_WARP_TILE at 8 warps. +4 specs a dtype pair, 12 a lane.
+WAVE_FILL_TILES = ((192, 128), (128, 192))
 
 
 def _baked_for(problem: Any) -> dict[str, Any] | None:
@@ -94,8 +96,9 @@ def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
         if max(bm, bn) > 128 or w > 4:
             raise SpecError("the register-staged grid stops at 128-wide blocks and 4 waves (stages=0)")
         return GemmSpec(**baked, **k)
-    if 192 in (bm, bn) and (bm, bn) != WAVE_FILL_TILE:
-        raise SpecError(f"the asynchronous grid's 192-wide tile is {WAVE_FILL_TILE[0]}x{WAVE_FILL_TILE[1]} only")
+    if 192 in (bm, bn) and (bm, bn) not in WAVE_FILL_TILES:
+        raise SpecError("the asynchronous grid's 192-wide tiles are "
+                        + " and ".join(f"{m}x{n}" for m, n in WAVE_FILL_TILES) + " only")
     if k["path"] != "mma" or k["double_buffer"] or w < 4 or min(bm, bn) < 64 or bm * bn > 128 * 256:
         raise SpecError("the asynchronous grid (stages=3) is mma, 64..256-wide blocks up to 128 x 256, "
                         "4 or 8 warps, one point per tile (double_buffer folded)")
