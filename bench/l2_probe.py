@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 PTX = r"""
 .version 8.0
@@ -142,22 +141,12 @@ def main() -> None:
 
     import numpy as np
     import torch
-    from cuda.bindings import driver as cu
 
-    def check(res):
-        err, *rest = res if isinstance(res, tuple) else (res,)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"CUDA error {err}")
-        return rest[0] if len(rest) == 1 else rest
+    from _ptx_probe import Device
 
-    torch.cuda.init()
-    dev = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(dev)
-    sms = props.multi_processor_count
-    torch.empty(1, device="cuda")  # the primary context, current
-    ptx = np.frombuffer(PTX.encode() + b"\0", dtype=np.uint8)
-    module = check(cu.cuModuleLoadData(ptx.ctypes.data))
-    fn = check(cu.cuModuleGetFunction(module, b"probe"))
+    d = Device()
+    props, sms = d.props, d.sms
+    fn = d.function(PTX, "probe")
 
     rows = []
     for footprint, where in ((8 << 20, "L2"), (4 << 30, "HBM")):
@@ -168,28 +157,13 @@ def main() -> None:
                 blocks = bps * sms
                 out = torch.zeros(blocks, dtype=torch.int64, device="cuda")
                 sink = torch.zeros(blocks * THREADS, dtype=torch.int32, device="cuda")
-                vals = [np.array([buf.data_ptr()], dtype=np.uint64), np.array([a.iters], dtype=np.uint32),
-                        np.array([lanes_log2], dtype=np.uint32), np.array([footprint - 1], dtype=np.uint64),
-                        np.array([0], dtype=np.uint32), np.array([out.data_ptr()], dtype=np.uint64),
-                        np.array([sink.data_ptr()], dtype=np.uint64),
-                        np.array([a.phase_loads * (256 // seg) * 2048], dtype=np.uint64)]
-                params = np.array([v.ctypes.data for v in vals], dtype=np.uint64)
-                stream = torch.cuda.current_stream().cuda_stream
-
-                def launch():
-                    check(cu.cuLaunchKernel(fn, blocks, 1, 1, THREADS, 1, 1, 0, stream, params.ctypes.data, 0))
-
-                launch()
-                torch.cuda.synchronize()
-                times = []
-                for _ in range(5):
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    launch()
-                    e.record()
-                    torch.cuda.synchronize()
-                    times.append(s.elapsed_time(e))
-                ms = statistics.median(times)
+                launch = d.launcher(fn, blocks, THREADS, [
+                    np.array([buf.data_ptr()], dtype=np.uint64), np.array([a.iters], dtype=np.uint32),
+                    np.array([lanes_log2], dtype=np.uint32), np.array([footprint - 1], dtype=np.uint64),
+                    np.array([0], dtype=np.uint32), np.array([out.data_ptr()], dtype=np.uint64),
+                    np.array([sink.data_ptr()], dtype=np.uint64),
+                    np.array([a.phase_loads * (256 // seg) * 2048], dtype=np.uint64)])
+                ms, times = d.time(launch)
                 cycles = out.cpu().numpy()
                 nbytes = blocks * THREADS * a.iters * 8
                 row = {"where": where, "footprint": footprint, "seg_bytes": seg, "warps_per_sm": bps * THREADS // 32,

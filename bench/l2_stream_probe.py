@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 THREADS = 256
 SLOT = THREADS * 16  # bytes a block copies an iteration
@@ -104,24 +103,12 @@ def main() -> None:
 
     import numpy as np
     import torch
-    from cuda.bindings import driver as cu
 
-    def check(res):
-        err, *rest = res if isinstance(res, tuple) else (res,)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"CUDA error {err}")
-        return rest[0] if len(rest) == 1 else rest
+    from _ptx_probe import Device
 
-    torch.cuda.init()
-    dev = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(dev)
-    sms = props.multi_processor_count
-    torch.empty(1, device="cuda")  # the primary context, current
-    fns = {}
-    for s in a.stages:
-        text = np.frombuffer(ptx(s).encode() + b"\0", dtype=np.uint8)
-        fns[s] = check(cu.cuModuleGetFunction(check(cu.cuModuleLoadData(text.ctypes.data)), b"stream"))
-
+    d = Device()
+    sms = d.sms
+    fns = {s: d.function(ptx(s), "stream") for s in a.stages}
     rows = []
     for footprint, where in ((8 << 20, "L2"), (24 << 20, "L2"), (1 << 30, "HBM")):
         buf = torch.randint(0, 2 ** 31 - 1, (footprint // 4,), dtype=torch.int32, device="cuda")
@@ -129,25 +116,10 @@ def main() -> None:
             for bps in a.blocks_per_sm:
                 blocks = bps * sms
                 sink = torch.zeros(blocks * THREADS, dtype=torch.int32, device="cuda")
-                vals = [np.array([buf.data_ptr()], dtype=np.uint64), np.array([footprint - 1], dtype=np.uint64),
-                        np.array([a.iters], dtype=np.uint32), np.array([sink.data_ptr()], dtype=np.uint64)]
-                params = np.array([v.ctypes.data for v in vals], dtype=np.uint64)
-                stream = torch.cuda.current_stream().cuda_stream
-
-                def launch():
-                    check(cu.cuLaunchKernel(fns[stages], blocks, 1, 1, THREADS, 1, 1, 0, stream, params.ctypes.data, 0))
-
-                launch()
-                torch.cuda.synchronize()
-                times = []
-                for _ in range(5):
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    launch()
-                    e.record()
-                    torch.cuda.synchronize()
-                    times.append(s.elapsed_time(e))
-                ms = statistics.median(times)
+                launch = d.launcher(fns[stages], blocks, THREADS, [
+                    np.array([buf.data_ptr()], dtype=np.uint64), np.array([footprint - 1], dtype=np.uint64),
+                    np.array([a.iters], dtype=np.uint32), np.array([sink.data_ptr()], dtype=np.uint64)])
+                ms, times = d.time(launch)
                 nbytes = blocks * SLOT * a.iters
                 rows.append({"where": where, "footprint": footprint, "stages": stages, "blocks_per_sm": bps,
                              "warps_per_sm": bps * THREADS // 32, "iters": a.iters, "ms": ms, "times_ms": times,
@@ -157,6 +129,7 @@ def main() -> None:
                 del sink
         del buf
         torch.cuda.empty_cache()
+    props = d.props
     doc = {"device": props.name, "sms": sms, "threads_per_block": THREADS, "rows": rows}
     if a.json:
         with open(a.json, "w") as f:
