@@ -3,16 +3,21 @@
     $ROCKE_AOT_HOME (default: the user cache dir, e.g. ~/.cache/rocke-aot)
     ├── toolchains.json      registered toolchains (lane environments, offline interpreters)
     ├── lanes/<lane>/        virtual environments made by `rocke-aot toolchain install <lane>`
+    ├── lanes/.<lane>.lock   held while one process makes or fills that environment (exclusive)
+    ├── .toolchains.lock     held while one process rewrites toolchains.json
     ├── recipe/<sha>.json    the recipe rule's closure per source tree (aot/recipe.py; a memo)
     └── cache.sqlite         the default artifact cache (ROCKE_AOT_CACHE overrides the URL)
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import os
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import platformdirs
 
@@ -69,3 +74,16 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644, *, dur
         except FileNotFoundError:
             pass
         raise
+
+
+@contextlib.contextmanager
+def exclusive(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``path`` (made if missing) for the ``with`` block, across
+    processes: a read-modify-write of shared state (a lane environment being made, the toolchain
+    registry, a trust directory's publish) is not interleaved with another process's. The kernel
+    drops the lock when the process dies, so a crash never leaves it held."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield

@@ -20,7 +20,6 @@ what the service offers with something hosts would refuse anyway.
 
 from __future__ import annotations
 
-import fcntl
 import hmac
 import json
 from datetime import datetime, timezone
@@ -44,7 +43,7 @@ from rocke_aot.errors import (
     SpecError,
     Unauthorized,
 )
-from rocke_aot.paths import atomic_write
+from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.service import errors
 from rocke_aot.trust import metadata as md
 from rocke_aot.trust.keys import PublicKey
@@ -154,6 +153,5 @@ def _locked_accept(store: Store, trust_dir: Path, root_key: PublicKey, *texts) -
     # one publish at a time across every worker process: the version checks and the writes
     # must not interleave with another publish's
     trust_dir.mkdir(parents=True, exist_ok=True)
-    with open(trust_dir / ".publish.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(trust_dir / ".publish.lock"):
         return accept(store, trust_dir, root_key, *texts)

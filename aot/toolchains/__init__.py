@@ -36,7 +36,7 @@ from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
-from rocke_aot.paths import atomic_write, home
+from rocke_aot.paths import atomic_write, exclusive, home
 
 __all__ = [
     "CompileResult", "Toolchain", "ToolchainInfo", "LlvmliteToolchain",
@@ -211,10 +211,16 @@ def register(entry: dict) -> Toolchain:
     info = tc.detect()
     if not info.usable:
         raise ToolchainError(f"not registering {info.kind} at {info.location}: {info.refusal}")
-    entries = [e for e in _load_registry() if e != entry]
-    entries.append(entry)
-    _save_registry(entries)
+    with _registry_lock():
+        entries = [e for e in _load_registry() if e != entry]
+        entries.append(entry)
+        _save_registry(entries)
     return tc
+
+
+def _registry_lock():
+    # read-modify-write of toolchains.json: two installs at once must both stay registered
+    return exclusive(home() / ".toolchains.lock")
 
 
 def install_triton(requirement: str, python: str = "python3", *, quiet: bool = True) -> Toolchain:
@@ -225,10 +231,29 @@ def install_triton(requirement: str, python: str = "python3", *, quiet: bool = T
 
 
 def unregister(location: str) -> int:
-    entries = _load_registry()
-    keep = [e for e in entries if location not in (e.get("python"), e.get("library"), e.get("venv"))]
-    _save_registry(keep)
+    with _registry_lock():
+        entries = _load_registry()
+        keep = [e for e in entries if location not in (e.get("python"), e.get("library"), e.get("venv"))]
+        _save_registry(keep)
     return len(entries) - len(keep)
+
+
+def lane_environment(env_dir: Path, make: Callable[[Path], None]) -> Path:
+    """The lane environment at ``env_dir``, made by ``make(env_dir)`` where there is none or where
+    the one there has no working pip (an install killed between the venv's interpreter and its
+    pip). Call it holding ``exclusive`` on the environment's lock: another process making the same
+    environment at once would see its interpreter before its pip exists."""
+    python = env_dir / "bin" / "python"
+    if python.exists() and subprocess.run([str(python), "-m", "pip", "--version"],
+                                          capture_output=True).returncode == 0:
+        return python
+    make(env_dir)
+    return python
+
+
+def lane_lock(env_dir: Path):
+    """The lock one process holds while it makes or fills the lane environment ``env_dir``."""
+    return exclusive(env_dir.parent / f".{env_dir.name}.lock")
 
 
 def install_lane(lane: object, *, quiet: bool = True) -> Toolchain:
@@ -248,13 +273,12 @@ def install_lane(lane: object, *, quiet: bool = True) -> Toolchain:
         # would pin one checkout's site-packages path for every checkout sharing the home).
         return _kind_module(recipe["kind"]).install(quiet=quiet)
     env_dir = home() / "lanes" / lane.name
-    python = env_dir / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *recipe["requirements"]]
-    if quiet:
-        cmd.insert(4, "-q")
-    proc = subprocess.run(cmd, capture_output=quiet, text=True)
+    with lane_lock(env_dir):
+        python = lane_environment(env_dir, venv.EnvBuilder(with_pip=True, clear=True).create)
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *recipe["requirements"]]
+        if quiet:
+            cmd.insert(4, "-q")
+        proc = subprocess.run(cmd, capture_output=quiet, text=True)
     if proc.returncode != 0:
         raise ToolchainError(f"pip install into {env_dir} failed:\n{(proc.stderr or '')[-2000:]}")
     entry = {"kind": recipe["kind"], "label": lane.name}

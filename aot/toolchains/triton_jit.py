@@ -119,7 +119,7 @@ def resolve_python(name: str) -> str:
 def install_triton(requirement: str, python: str = "python3", *, quiet: bool = True) -> "TritonToolchain":
     """`rocke-aot toolchain install triton==X.Y.Z --python PY`: a lane environment of that interpreter
     with that Triton, registered; it must detect as a qualified lane (its LLVM major)."""
-    from rocke_aot.aot.toolchains import register, unregister
+    from rocke_aot.aot.toolchains import lane_environment, lane_lock, register, unregister
 
     m = _REQ_RE.match(requirement.strip())
     if not m:
@@ -128,14 +128,17 @@ def install_triton(requirement: str, python: str = "python3", *, quiet: bool = T
     ver = subprocess.run([interpreter, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                          capture_output=True, text=True, check=True).stdout.strip()
     env_dir = home() / "lanes" / f"triton-{m.group(1)}-py{ver}"
-    env_python = env_dir / "bin" / "python"
-    if not env_python.exists():
-        proc = subprocess.run([interpreter, "-m", "venv", "--clear", str(env_dir)], capture_output=True, text=True)
+
+    def make(where: Path) -> None:
+        proc = subprocess.run([interpreter, "-m", "venv", "--clear", str(where)], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise ToolchainError(f"{interpreter} -m venv {env_dir} failed: {proc.stderr.strip()[-1000:]}")
-    cmd = [str(env_python), "-m", "pip", "install", "--disable-pip-version-check", *(["-q"] if quiet else []),
-           f"triton=={m.group(1)}"]
-    proc = subprocess.run(cmd, capture_output=quiet, text=True)
+            raise ToolchainError(f"{interpreter} -m venv {where} failed: {proc.stderr.strip()[-1000:]}")
+
+    with lane_lock(env_dir):
+        env_python = lane_environment(env_dir, make)
+        cmd = [str(env_python), "-m", "pip", "install", "--disable-pip-version-check", *(["-q"] if quiet else []),
+               f"triton=={m.group(1)}"]
+        proc = subprocess.run(cmd, capture_output=quiet, text=True)
     if proc.returncode != 0:
         raise ToolchainError(f"pip install into {env_dir} failed:\n{(proc.stderr or '')[-2000:]}")
     entry = {"kind": KIND, "python": str(env_python), "label": env_dir.name}
