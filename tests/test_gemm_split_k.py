@@ -129,6 +129,11 @@ def test_split_k_counts_are_the_ptx(split_k):
         nt + 2 + 3 / warps + (nt * split_k + nt * (split_k - 1) * 4) / split_k)
     # bytes per block: its partial, plus a 1/split_k share of the last arriver's reads and C
     assert c.store_bytes == 128 * 128 * 4 + (split_k * 128 * 128 * 4 + one.store_bytes) // split_k
+    # the last arriver alone: every thread's 16-byte partial loads of the PTX, and C's sectors;
+    # the share above and the tail make the whole of it
+    reads = ptx.count("ld.global.cg.v4.f32") * 16 * g.threads
+    assert c.tail_bytes + (c.store_bytes - 128 * 128 * 4) == reads + one.store_bytes
+    assert one.tail_bytes == 0
 
 
 def test_the_hardware_model_runs_split_k_blocks_per_tile():

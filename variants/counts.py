@@ -142,6 +142,12 @@ class KernelCounts:
     # count: 1.0 from the counts (one instruction a clock); ptxas's, read off the SASS, where the
     # hardware model takes the artifact's schedule (variants/hw_model.py with_schedule)
     chain_ratio: float = 1.0
+    # Bytes one block moves alone once the rest of its tile's blocks are done, so that no other
+    # work of the kernel overlaps them in the last round (split-K: the last arriver reads all
+    # split_k partials and writes C; store_bytes already holds a 1 / split_k share of them, so
+    # this is the other (split_k - 1) / split_k: variants/hw_model.py adds it once, after the
+    # rounds, at one SM's L2 rate)
+    tail_bytes: int = 0
 
     @property
     def warps(self) -> int:
@@ -384,6 +390,14 @@ def _async_store_bytes(spec: Any, g: Any) -> int:
 SPLIT_K_LATENCIES = 3
 
 
+def _split_k_tail(spec: Any, c_bytes: int) -> int:
+    """The last arriver's reads of the split_k partials and its C sectors, less the 1 / split_k
+    share _split_k_epilogue averages into every block's store_bytes (KernelCounts.tail_bytes)."""
+    sk = spec.split_k
+    whole = sk * spec.block_m * spec.block_n * 4 + c_bytes
+    return whole - whole // sk
+
+
 def _split_k_epilogue(spec: Any, g: Any, ins: Any, c_bytes: int) -> tuple[int, float]:
     """(L2 bytes per block, extra instructions per warp) of split-K's epilogue, averaged over the
     split_k blocks of a tile (one of them, the last to arrive, reduces and writes C): every block
@@ -403,9 +417,10 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
     eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
     if spec.stages:
         steps = _ceil(_ceil(p.k, spec.block_k), spec.split_k)  # the longest slice (all of K at split 1)
-        store_bytes, extra = _async_store_bytes(spec, g), 0.0
+        store_bytes, extra, tail = _async_store_bytes(spec, g), 0.0, 0
         if spec.split_k > 1:
-            store_bytes, extra = _split_k_epilogue(spec, g, ins, store_bytes)
+            store_bytes, extra, tail = (*_split_k_epilogue(spec, g, ins, store_bytes),
+                                        _split_k_tail(spec, store_bytes))
         return KernelCounts(
             threads=g.threads, wave_size=g.wave_size, steps=steps, instr=ins.key, mma=mmas,
             lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
@@ -419,7 +434,7 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
             unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob
             + (2 * spec.split_k * p.m * p.n * 4 if spec.split_k > 1 else 0),
             macs=spec.block_m * spec.block_n * spec.block_k, splits=spec.split_k, epilogue_latencies=1.0 + SPLIT_K_LATENCIES * (spec.split_k > 1),
-            epilogue_instructions=extra)
+            epilogue_instructions=extra, tail_bytes=tail)
     return KernelCounts(
         threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,

@@ -42,11 +42,19 @@ in clock cycles:
              instructions times its chain ratio (counts: 1); Estimate.schedule says "sass" or
              "counts" (schedule_note why)
 
-    step = smooth max(latency, max(issue, lds, matrix, vector, l2))     (p = 4, as before)
+    step = smooth max(latency, issue, lds, matrix, vector, l2)          (p = 4: the 4-norm)
+           every term, one rule: a unit hides the others' time fully only while it alone is near
+           its limit; where the L2, the LDS data path and the tensor cores are all near theirs
+           (a 128 x 128 x 64 tile, two blocks a CU: 1956 / 2048 / 1718 cycles) the H200 takes
+           ~1.3x the largest (runs 18 and 20: docs/selection.md "The step's one rule"). Until
+           then only the latency was combined so, the throughput terms by their plain max.
     time = launch + sum over rounds of steps x step + epilogue, at least the HBM floor
            (unique bytes / HBM bandwidth)
     split-K (counts.splits > 1): splits x tiles work-groups, steps = one K slice; the epilogue
-           adds the reduction's L2 bytes and instructions and its latencies (variants/counts.py)
+           adds the reduction's L2 bytes and instructions and its latencies (variants/counts.py),
+           averaged over the tile's blocks; and once, after the last round, the last arriver's
+           reduction beyond that share (counts.tail_bytes at one SM's L2 rate): it runs when the
+           rest of its tile is done, and nothing of the kernel is left to overlap it
 
 ``bound`` names the largest term of the first full round (compute = matrix or vector, issue,
 lds, l2 -> "memory", latency) or "memory" where the HBM floor decides. Where a fact the
@@ -180,8 +188,13 @@ def facts_for(processor: str) -> HardwareFacts | Refusal:
     return parse_facts(json.loads(text), f"hw_facts/{processor}.json")
 
 
-def _smax(a: float, b: float) -> float:
-    return (a ** 4 + b ** 4) ** 0.25
+TERMS = ("latency", "issue", "lds", "matrix", "vector", "l2")
+
+
+def _smax(values: Any) -> float:
+    # p = 4: a term overlaps the others fully only when it alone is near its limit; where several
+    # are near theirs the step takes longer than the largest (module doc)
+    return sum(v ** 4 for v in values) ** 0.25
 
 
 def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | None = None) -> dict[str, float]:
@@ -220,7 +233,7 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
 
 
 def _bound(terms: Mapping[str, float]) -> str:
-    name = max(("latency", "issue", "lds", "matrix", "vector", "l2"), key=lambda k: terms[k])
+    name = max(TERMS, key=lambda k: terms[k])
     return {"matrix": "compute", "vector": "compute", "l2": "memory"}.get(name, name)
 
 
@@ -236,8 +249,7 @@ def estimate(c: KernelCounts, tiles: int, groups: int, f: HardwareFacts, spill_b
 
     def step(resident: int) -> tuple[float, dict]:
         t = step_terms(c, g, f, resident)
-        through = max(t["issue"], t["lds"], t["matrix"], t["vector"], t["l2"])
-        return _smax(t["latency"], through), t
+        return _smax(t[k] for k in TERMS), t
 
     cycles = 0.0
     first = None
@@ -254,6 +266,7 @@ def estimate(c: KernelCounts, tiles: int, groups: int, f: HardwareFacts, spill_b
     cycles += rounds * (min(g, per_cu) * (c.store_bytes / f.l2_bytes_per_clk
                                           + c.warps * c.epilogue_instructions / f.issue_per_clk)
                         + c.epilogue_latencies * f.global_latency)
+    cycles += c.tail_bytes / f.l2_bytes_per_clk  # the last round's lone reduction (split-K)
     ms = launch_ms + cycles / hz * 1e3
     floor_ms = launch_ms + c.unique_bytes / (f.hbm_gbps * 1e9) * 1e3
     if floor_ms > ms:
