@@ -20,6 +20,7 @@ no fit has seen (taken after the fitted constants were shipped).
     .venv/bin/python bench/replay_models.py --json --runs docs/bench-raw/h200-run6
     .venv/bin/python bench/replay_models.py --runs docs/bench-raw/h200-run{1,2,3}   # older replicates
     .venv/bin/python bench/replay_models.py --first-touch       # where the staging loads' bytes come from
+    .venv/bin/python bench/replay_models.py --model-error --runs docs/bench-raw/h200-run{18,20}   # gemm's error by warps, split
     .venv/bin/python bench/replay_models.py --models hardware --facts OLD.json   # another facts file
     .venv/bin/python bench/replay_models.py --sass-dir /tmp/sm90-cubins --runs docs/bench-raw/h200-run16
 
@@ -121,6 +122,25 @@ def replay(family: str, doc: dict, model: str, worst: list | None = None, below:
     return out
 
 
+def model_error(doc: dict, min_gflop: float = 2.0) -> dict[str, list[float]]:
+    """gemm: measured / the hardware model's estimate of every asynchronous (cp.async pipeline)
+    candidate of every problem above ``min_gflop``, grouped by warps and split (--model-error)."""
+    specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs("gemm", doc["arch"], "llvm22")}
+    entry, target, out = get_family("gemm"), Target.parse(doc["arch"]), {}
+    for pr in doc["problems"]:
+        p = pr["problem"]
+        if 2 * p["m"] * p["n"] * p["k"] * (p.get("batch") or 1) < min_gflop * 1e9:
+            continue
+        rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]
+        times = {r["key"]: r["median_ms"] for r in rows}
+        for ch in rank(candidates("gemm", doc["arch"], rows, specs), entry.problem_from(p), target,
+                       model="hardware").accepted:
+            if ch.spec.stages and ch.estimate_ms:
+                group = f"{ch.spec.waves} warps, split {'1' if ch.spec.split_k == 1 else '2-4'}"
+                out.setdefault(group, []).append(times[ch.candidate.key] / ch.estimate_ms)
+    return out
+
+
 def first_touch(family: str, doc: dict) -> list[float]:
     """Per measured candidate: min(1, unique bytes / bytes its staging loads copy) (module doc)."""
     arch = doc["arch"]
@@ -209,6 +229,9 @@ def main() -> None:
                     help="the schedule the build records: read from DIR/<kernel>.cubin, built where missing (module doc)")
     ap.add_argument("--read-schedule", nargs="*", default=[], metavar="FAMILY",
                     help="what-if: these families' models also take the schedule (with --sass-dir; module doc)")
+    ap.add_argument("--model-error", action="store_true",
+                    help="gemm: measured / estimated (hardware) of the asynchronous kernels on problems above 2 GFLOP, "
+                         "by warps and split (module doc)")
     ap.add_argument("--jobs", type=int, default=4, help="cubins built or read at once (--sass-dir)")
     ap.add_argument("--list", nargs="*", default=["fitted", "hardware"], metavar="MODEL",
                     help="the models whose problems below --below are listed (the table counts every model's)")
@@ -231,6 +254,18 @@ def main() -> None:
     else:
         print("schedules: none (no --sass-dir): the hardware model uses its counts for every family", file=sys.stderr)
     used: dict[str, int] = {}
+    if a.model_error:
+        groups: dict[str, list[float]] = {}
+        for run in map(Path, a.runs):
+            for which in ("quality", "holdout"):
+                if (doc := load(run, f"{which}-gemm")) is not None:
+                    for g, v in model_error(doc).items():
+                        groups.setdefault(g, []).extend(v)
+        for g, v in sorted(groups.items()):
+            dec = statistics.quantiles(v, n=10)
+            print(f"{g:<22} {len(v):>5} candidates: measured / estimated median {statistics.median(v):.2f}, "
+                  f"10-90% {dec[0]:.2f}-{dec[-1]:.2f}")
+        return
     if a.first_touch:
         for fam in FAMILIES:
             shares = [x for run in map(Path, a.runs) for which in ("quality", "holdout")
