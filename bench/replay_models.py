@@ -31,7 +31,7 @@ cd78bb9: `git show cd78bb9:variants/hw_facts/sm_90.json > OLD.json`).
 
 --sass-dir DIR: the schedule the build records (aot/sass.py; docs/selection.md "Run 16 with the
 schedule shipped"). Every measured sm_90 candidate of a family whose model reads_schedule
-(variants/models.py: conv_direct_fwd) gets the Schedule aot/sass.py read_schedule reads off
+(variants/models.py: conv_direct_fwd, conv_dgrad_patch) gets the Schedule aot/sass.py read_schedule reads off
 DIR/<kernel>.cubin; a missing cubin is built through the builder's own path (aot/builder/run.py
 build_one, llvm22 lane; its metadata carries the schedule, as a stored artifact's does) and kept
 for the next replay. The candidates are then ranked exactly as a store's are: the hardware model

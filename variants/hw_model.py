@@ -36,7 +36,7 @@ in clock cycles:
              but its first touch is; on sm_90 measured by bench/l2_probe.py on the H200; the
              first touches' bandwidth is the HBM floor below)
 
-             Where the family's model reads_schedule (conv_direct_fwd) and the artifact records
+             Where the family's model reads_schedule (the conv families) and the artifact records
              ptxas's schedule (aot/sass.py, at build time; rocke_aot/candidates.py Schedule),
              with_schedule() takes the serial global latencies from it, and the chain's
              instructions times its chain ratio (counts: 1); Estimate.schedule says "sass" or

@@ -263,6 +263,6 @@ class Model:
 
 GEMM = Model(_gemm_accepts, _gemm_eff, _gemm_work, _counts.gemm_counts)
 CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work, _counts.fwd_counts, reads_schedule=True)
-CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work, _counts.patch_counts)
+CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work, _counts.patch_counts, reads_schedule=True)
 
 
