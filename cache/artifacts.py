@@ -167,8 +167,13 @@ class Artifacts:
         sha = codec.sha256_hex(raw)
         stored, cod, dict_id = self.blobs.encode(raw, inputs.arch, inputs.family)
         code_key = code_key_of(inputs, ir_sha256)
+        # what a build that reuses this code object needs beside its bytes: a cubin's PTX (its
+        # launch layout) and ptxas's schedule (aot/sass.py: ~0.4 s of cuobjdump per cubin, read
+        # off these very bytes, so the same for every artifact that reuses them)
+        schedule = (metadata.get("code_object") or {}).get("schedule")
         info = {"format": metadata.get("format"), **({"ptx": ptx} if ptx is not None else {}),
-                **({"triton": metadata["triton"]} if metadata.get("triton") is not None else {})}
+                **({"triton": metadata["triton"]} if metadata.get("triton") is not None else {}),
+                **({"schedule": schedule} if schedule is not None else {})}
         entry = triton_entries.entry_of(metadata, raw, triton_files)
         row = {
             "key": key,

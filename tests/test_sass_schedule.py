@@ -383,3 +383,37 @@ def test_conv_dgrad_patch_takes_the_schedule_too(run):
     assert kernel[counts.best.key] == counts_pick and time[counts.best.key] > 1.25 * rows[0]["median_ms"]
     assert all(c.schedule == "sass" for c in sass_.accepted)
     assert time[sass_.best.key] <= 1.05 * rows[0]["median_ms"], kernel[sass_.best.key]
+
+
+def test_a_rebuild_that_reuses_a_cubin_reuses_its_schedule(tmp_path, monkeypatch):
+    """A rebuild under a new recipe whose IR did not move reuses every stored code object; the
+    schedule read off those bytes comes with it (cache/artifacts.py keeps it beside the PTX), not
+    from cuobjdump again (~0.4 s a cubin: 800 reused sm_90 kernels were five minutes of it)."""
+    from rocke_aot.aot import builder
+    from rocke_aot.aot import toolchains as tcs
+    from rocke_aot.aot.builder import plan as plan_mod
+    from rocke_aot.cache.store import Store
+    from rocke_aot.lanes import get_lane
+    from rocke_aot.targets import Target
+
+    lane, sm90 = get_lane("llvm22"), Target.parse("sm_90")
+    tc = tcs.toolchain_for(lane, "sm_90")
+    where = {"path": "mma", "block_m": "64", "block_n": "64", "block_k": "32", "in_dtype": "f16", "out_dtype": "f16"}
+    reads = []
+    real = sass.read_schedule
+    monkeypatch.setattr(sass, "read_schedule", lambda *a: reads.append(a[2]) or real(*a))
+    with Store.open(f"sqlite:///{tmp_path / 'c.sqlite'}") as store:
+        first = builder.build(arches=[sm90], families=["gemm"], lanes=[lane], store=store, toolchains=[tc],
+                              where=where, jobs=2)
+        assert first.ok and first["built"] >= 1 and first["compiles"] == first["built"], first
+        assert len(reads) == first["built"]
+        before = {a.ir_sha256: a.metadata["code_object"]["schedule"] for a in store.find(family="gemm")}
+        assert all(s["source"] == "sass" for s in before.values())
+        monkeypatch.setattr(plan_mod, "family_digest", lambda family: "0" * 64)  # a recipe that moved no IR
+        again = builder.build(arches=[sm90], families=["gemm"], lanes=[lane], store=store, toolchains=[tc],
+                              where=where, jobs=2)
+        assert again.ok and again["compiles"] == 0 and again["reused"] == first["built"], again
+        assert len(reads) == first["built"]  # no cuobjdump for a reused cubin
+        after = [a for a in store.find(family="gemm") if a.provenance.get("reused_code_object")]
+        assert len(after) == first["built"]
+        assert all(a.metadata["code_object"]["schedule"] == before[a.ir_sha256] for a in after)

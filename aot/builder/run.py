@@ -7,7 +7,8 @@
         ▼ ours (a heartbeat thread renews the leases of keys in flight)
     lower_one(job) in the driver (cheap) -> code_object_key(target, profile, IR sha256, toolchain, options)
         ├─ store has that code object ──> reuse: re-validated bytes, this lowering's launch
-        │                                 contract -> store.put (no compile)
+        │                                 contract, the schedule its first build read off the
+        │                                 bytes (no cuobjdump again) -> store.put (no compile)
         ├─ the compiler refused that IR before ──> the failure, no compile (unless forced)
         ├─ another job of this build has the same IR in flight ──> waits for it, then reuses
         └─ new ──> executor (threads locally, or a Dask cluster): build_one -> toolchain.compile
@@ -84,18 +85,24 @@ def lower_one(job: Job):
 
 
 def _metadata(kernel, code_object: bytes, target: Target, fmt: str, ptx: str | None,
-              triton: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              triton: Mapping[str, Any] | None = None, schedule: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``schedule``: the one a stored code object's first build read off these bytes (reuse);
+    taken where it was read ("sass"), read again where it could not be then (the tool may be
+    here now)."""
     import dataclasses
 
     from rocke_aot.aot.codeobject import launch_layout, validate
     from rocke_aot.aot.sass import read_schedule
+    from rocke_aot.candidates import Schedule
 
     info = validate(code_object, target)
     # ptxas's schedule read off an sm_90 cubin's SASS (or why it could not be): derived from these
     # bytes, so it is recorded beside the resources and is no part of the key (aot/sass.py)
-    sched = read_schedule(code_object, target, info.kernel) if info.format == "cubin" else None
-    if sched is not None:
-        info = dataclasses.replace(info, schedule=sched.as_dict())
+    if info.format == "cubin":
+        stored = None if schedule is None else Schedule.from_dict(schedule, "the stored code object's schedule")
+        got = stored if stored is not None and stored.available else read_schedule(code_object, target, info.kernel)
+        if got is not None:
+            info = dataclasses.replace(info, schedule=got.as_dict())
     # The launch contract a runner reads instead of per-family code: the lowering's formulas
     # with the layout the compiled object itself declares (checked against the lowering).
     contract = launch_layout(kernel.launch, info, ptx)
@@ -348,7 +355,7 @@ class _Run:
         start = time.perf_counter()
         try:
             raw = self.store.get_blob(hit.blob_sha256)
-            meta = _metadata(kernel, raw, job.target, fmt, ptx, hit.info.get("triton"))
+            meta = _metadata(kernel, raw, job.target, fmt, ptx, hit.info.get("triton"), hit.info.get("schedule"))
         except Exception as e:  # noqa: BLE001 - this lowering does not fit that object: a failure
             self._failed(job, e, kernel)
             return True
