@@ -350,5 +350,9 @@ def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[s
         return s.elapsed_time(e)
 
     events = (lambda: torch.cuda.Event(enable_timing=True), lambda ev: ev.record(), elapsed)
-    times = interleaved_times([fn], events, torch.cuda.synchronize, warmup=warmup, reps=reps)[0]
+    # the same hold as the candidates' (Runtime.hold), on torch's stream: torch's own spin kernel,
+    # in clock cycles (2 GHz: at least ``ms`` at the H200's 1.98 GHz boost and any lower clock)
+    sleep = getattr(torch.cuda, "_sleep", None)
+    hold = (lambda ms: sleep(int(ms * 2e6))) if sleep is not None else None
+    times = interleaved_times([fn], events, torch.cuda.synchronize, warmup=warmup, reps=reps, hold=hold)[0]
     return name, statistics.median(times)

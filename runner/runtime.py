@@ -10,7 +10,10 @@
                                                (runner/pack.py), laid out by the artifact's
                                                launch contract
     rt.time(fn_call, warmup, reps) -> [ms]     device events around each call
-    rt.time_many(calls, warmup, reps) -> [[ms]] the same for several calls, in interleaved rounds
+    rt.time_many(calls, warmup, reps) -> [[ms]] the same for several calls, in interleaved rounds,
+                                               each group of calls enqueued behind a device-side
+                                               hold (rt.hold(): CUDA a spin kernel on %globaltimer;
+                                               HIP none yet) so the device never waits for the host
 
 Arguments travel the same way on both runtimes: one buffer packed at the contract's offsets,
 and ``kernelParams[i]`` pointing at argument i inside it (both drivers copy each parameter
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import abc
 import ctypes
+import struct
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -44,6 +49,12 @@ class PackedArgs:
 
 WARMUP_MS = 10.0  # device time of warm-up calls before the timed ones (Runtime.time)
 MAX_WARMUP_CALLS = 4096  # an empty or trivial launch still ends its warm-up
+# The hold (interleaved_times): calls enqueued behind one (three stream entries each: two events
+# and the launch, within the driver's queue of about a thousand), how much longer than the host
+# took to enqueue the last group it lasts, and its bounds
+HOLD_GROUP = 128
+HOLD_MARGIN = 2.0
+MIN_HOLD_MS, MAX_HOLD_MS = 0.05, 50.0
 
 
 class Runtime(abc.ABC):
@@ -97,6 +108,12 @@ class Runtime(abc.ABC):
         # argument values when the call returns, so keeping them until here suffices.
         del buf, params
 
+    def hold(self) -> "Callable[[float], None] | None":
+        """A call that makes the device wait ``ms`` milliseconds in stream order before what is
+        enqueued next (interleaved_times), or None where this runtime has none: timing then
+        enqueues as it comes, and a call shorter than the host's enqueue time measures that."""
+        return None
+
     def time(self, call: Callable[[], None], *, warmup: int = 3, reps: int = 10,
              warmup_ms: float = WARMUP_MS) -> list[float]:
         """Milliseconds of each of ``reps`` calls (``time_many`` of one call)."""
@@ -118,41 +135,61 @@ class Runtime(abc.ABC):
         timed in the same state (the GPU busy with the round before), drift spreads over all
         of them, and no position is the first after an idle GPU (tests/test_runtime_timing.py)."""
         return interleaved_times(calls, self._events(), self.synchronize, warmup=warmup, reps=reps,
-                                 warmup_ms=warmup_ms)
+                                 warmup_ms=warmup_ms, hold=self.hold())
 
 
 Events = tuple[Callable[[], Any], Callable[[Any], None], Callable[[Any, Any], float]]
 
 
 def interleaved_times(calls: Sequence[Callable[[], None]], events: Events, synchronize: Callable[[], None], *,
-                      warmup: int, reps: int, warmup_ms: float = WARMUP_MS) -> list[list[float]]:
+                      warmup: int, reps: int, warmup_ms: float = WARMUP_MS,
+                      hold: Callable[[float], None] | None = None,
+                      clock: Callable[[], float] = time.perf_counter) -> list[list[float]]:
     """Runtime.time_many's rule for any device's events (create, record, elapsed(start, stop)
-    waiting for stop): also how runner/run.py times the vendor library with torch's events."""
+    waiting for stop): also how runner/run.py times the vendor library with torch's events.
+
+    ``hold(ms)``: the timed calls go in groups of HOLD_GROUP, each enqueued behind a hold that
+    lasts HOLD_MARGIN times as long as the host took to enqueue the group before (``clock``, in
+    seconds). Why: a call's events are recorded when the device reaches them; where the device
+    has run everything enqueued, the start event fires at once and the kernel comes only when the
+    host has launched it, so a kernel shorter than the host's time per call (launch and two
+    events through Python: ~10-20 us) measures the host. The six-set runs 18, 20 and 22 timed
+    most candidates of the two ~10 us conv problems at 17-20 us whatever their code
+    (docs/selection.md); behind a hold the device runs the group back to back."""
     create, record, elapsed = events
     for call in calls:
         for _ in range(warmup):
             call()
     synchronize()
     spent, batch, rounds = 0.0, 1, 0
+    per_call = 0.0  # host seconds to enqueue one timed call, from the last group
     while warmup and calls and spent < warmup_ms and rounds < MAX_WARMUP_CALLS:
         start, stop = create(), create()
         record(start)
+        t0 = clock()
         for _ in range(batch):
             for call in calls:
                 call()
+        per_call = 3 * (clock() - t0) / (batch * len(calls))  # a timed call adds its two events
         record(stop)
         spent += elapsed(start, stop)
         rounds += batch
         batch *= 2  # doubling: a few event round trips even for a microsecond kernel
     marks: list[list[tuple[Any, Any]]] = [[] for _ in calls]
     for r in range(reps):
-        order = range(len(calls)) if r % 2 == 0 else range(len(calls) - 1, -1, -1)
-        for i in order:
-            start, stop = create(), create()
-            record(start)
-            calls[i]()
-            record(stop)
-            marks[i].append((start, stop))
+        order = list(range(len(calls)) if r % 2 == 0 else range(len(calls) - 1, -1, -1))
+        for g in range(0, len(order), HOLD_GROUP):
+            group = order[g:g + HOLD_GROUP]
+            if hold is not None:
+                hold(min(MAX_HOLD_MS, max(MIN_HOLD_MS, HOLD_MARGIN * per_call * len(group) * 1e3)))
+            t0 = clock()
+            for i in group:
+                start, stop = create(), create()
+                record(start)
+                calls[i]()
+                record(stop)
+                marks[i].append((start, stop))
+            per_call = (clock() - t0) / len(group)
     return [[elapsed(a, b) for a, b in pairs] for pairs in marks]
 
 
@@ -165,8 +202,30 @@ def _check(res: Any, what: str, ok: Any) -> Any:
     return None
 
 
+# One thread spinning on the global nanosecond timer until ``ns`` have passed (Runtime.hold): PTX
+# the driver compiles for the device at hand (%globaltimer: PTX ISA, sm_30 and later).
+_HOLD_PTX = """.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry rocke_hold(.param .u64 ns)
+{
+    .reg .u64 %rd<4>;
+    .reg .pred %p;
+    ld.param.u64 %rd1, [ns];
+    mov.u64 %rd2, %globaltimer;
+$Lspin:
+    mov.u64 %rd3, %globaltimer;
+    sub.u64 %rd3, %rd3, %rd2;
+    setp.lt.u64 %p, %rd3, %rd1;
+    @%p bra $Lspin;
+    ret;
+}
+"""
+
+
 class CudaRuntime(Runtime):
     name = "cuda"
+    _hold_fn: Any = None
 
     def __init__(self, ordinal: int = 0):
         try:
@@ -229,6 +288,17 @@ class CudaRuntime(Runtime):
 
     def _launch(self, fn, grid, block, params, shared) -> None:
         self.c(self.cu.cuLaunchKernel(fn, *grid, *block, shared, 0, params, 0), "cuLaunchKernel")
+
+    def hold(self) -> Callable[[float], None]:
+        if self._hold_fn is None:  # JIT-compiled by the driver once, on first use
+            self._hold_module = self.load(_HOLD_PTX.encode())
+            self._hold_fn = self.function(self._hold_module, "rocke_hold")
+        fn = self._hold_fn
+
+        def hold(ms: float) -> None:
+            self.launch(fn, (1, 1, 1), (1, 1, 1), PackedArgs(struct.pack("<Q", int(ms * 1e6)), (0,)))
+
+        return hold
 
     def _events(self):
         cu = self.cu

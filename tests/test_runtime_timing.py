@@ -9,6 +9,7 @@ fake's events read it, so the count of calls each phase makes is known in advanc
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -118,3 +119,51 @@ def test_alternating_rounds_spread_drift_over_every_candidate():
     rt = DriftRuntime(call_ms=1.0)
     seq = [rt.time(rt.call, warmup=1, reps=6, warmup_ms=0.5) for _ in range(4)]
     assert [sum(t) for t in seq] == sorted(sum(t) for t in seq) and sum(seq[3]) > sum(seq[0]) * 1.1
+
+
+class StreamSim:
+    """One in-order stream and a host that pays for every API call: the host clock advances by
+    ``host_us`` per call (an event record, a launch); the device runs each entry when it is
+    enqueued and the entry before it is done, a kernel for its duration, a hold for its ms, and
+    an event takes the device's time when the device reaches it. The reference: the kernels'
+    own durations, which a timing that never waits for the host must return exactly."""
+
+    def __init__(self, host_us: float):
+        self.host = 0.0  # seconds
+        self.device = 0.0
+        self.step = host_us * 1e-6
+
+    def _enqueue(self, seconds: float) -> float:
+        self.host += self.step
+        self.device = max(self.device, self.host) + seconds
+        return self.device
+
+    def kernel(self, us: float):
+        return lambda: self._enqueue(us * 1e-6)
+
+    def events(self):
+        return (lambda: [0.0], lambda ev: ev.__setitem__(0, self._enqueue(0.0)),
+                lambda a, b: (b[0] - a[0]) * 1e3)
+
+    def hold(self, ms: float) -> None:
+        self._enqueue(ms * 1e-3)
+
+
+@pytest.mark.parametrize("host_us", [5.0, 20.0])
+def test_a_hold_keeps_short_kernels_from_measuring_the_host(host_us):
+    kernel_us = [3.0, 8.0, 9.5, 40.0, 120.0, 6.0] * 30  # 180 calls: two hold groups a round
+    sim = StreamSim(host_us)
+    calls = [sim.kernel(us) for us in kernel_us]
+    held = rt_mod.interleaved_times(calls, sim.events(), lambda: None, warmup=1, reps=3, warmup_ms=1.0,
+                                    hold=sim.hold, clock=lambda: sim.host)
+    assert [t for ts in held for t in ts] == pytest.approx([us * 1e-3 for us in kernel_us for _ in range(3)])
+
+
+def test_without_a_hold_a_short_kernel_measures_the_host():
+    """What the hold is for: short kernels (a small conv problem's candidates) behind a host that
+    takes 20 us an API call measure ~the host's time per call, not their own."""
+    kernel_us = [3.0, 8.0, 9.5, 6.0] * 10
+    sim = StreamSim(20.0)
+    calls = [sim.kernel(us) for us in kernel_us]
+    bare = rt_mod.interleaved_times(calls, sim.events(), lambda: None, warmup=1, reps=3, warmup_ms=1.0)
+    assert all(statistics.median(ts) > 2 * us * 1e-3 for ts, us in zip(bare, kernel_us))
