@@ -45,8 +45,8 @@ in clock cycles:
     step = smooth max(latency, issue, lds, matrix, vector, l2)          (p = 4: the 4-norm)
            every term, one rule: a unit hides the others' time fully only while it alone is near
            its limit; where the L2, the LDS data path and the tensor cores are all near theirs
-           (a 128 x 128 x 64 tile, two blocks a CU: 1956 / 2048 / 1718 cycles) the H200 takes
-           ~1.3x the largest (runs 18 and 20: docs/selection.md "The step's one rule"). Until
+           (a 128 x 128 x 64 tile, two blocks a CU: 1956 / 2048 / 1718 cycles) the H200 took
+           1.1-1.4x the largest (run 20: docs/selection.md "The step's one rule"). Until
            then only the latency was combined so, the throughput terms by their plain max.
     time = launch + sum over rounds of steps x step + epilogue, at least the HBM floor
            (unique bytes / HBM bandwidth)
