@@ -85,6 +85,46 @@ def async_specs(grid: str = "focused") -> list[GemmSpec]:
     return out
 
 
+# the warpgroup pipeline (GemmSpec.wgmma, sm_90a): whole warpgroups splitting M, 64-column B chunks,
+# block_k 64; split-K where the mma.sync sweep found it pays
+WG_TILES = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128), (64, 256), (128, 192), (256, 64)]
+WG_SPLIT = {(128, 128): (1, 2, 4), (128, 256): (1, 2), (64, 128): (1, 2, 4), (64, 256): (1, 2, 4)}
+
+
+def wgmma_specs(dtype: str = "f16") -> list[GemmSpec]:
+    out = []
+    sm90 = Target.parse("sm_90")
+    for (bm, bn), w, st in itertools.product(WG_TILES, (4, 8), (2, 3, 4)):
+        for sk in WG_SPLIT.get((bm, bn), (1,)):
+            try:
+                s = GemmSpec(in_dtype=dtype, out_dtype=dtype, path="mma", block_m=bm, block_n=bn, block_k=64,
+                             waves=w, vector_width=8, stages=st, group_m=8, split_k=sk, wgmma=True)
+                s.geometry(sm90)
+            except RockeError:
+                continue
+            out.append(s)
+    return out
+
+
+def held_ms(fn, reps: int) -> float:
+    """Device time per call of ``reps`` back-to-back calls queued behind a spin kernel (torch's
+    _sleep, about 1 ms): the host enqueues them all before the GPU reaches the first, so a short
+    call measures the device, not the host's launch path (runner/runtime.py's hold, the same idea)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(2_000_000)
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / reps
+
+
 def table_specs() -> list[GemmSpec]:
     return [s for s in table.enumerate_specs("gemm", "sm_90", "llvm22")
             if s.path == "mma" and s.in_dtype == "f16" and s.out_dtype == "f16"]
@@ -140,6 +180,8 @@ def main() -> None:
     ap.add_argument("--ragged", default=RAGGED, help="correctness-only problems ('' for none)")
     ap.add_argument("--grid", default="focused", choices=sorted(GRIDS))
     ap.add_argument("--registers", action="store_true", help="also the table's register-staged mma specs")
+    ap.add_argument("--wgmma", action="store_true", help="also the warpgroup pipeline (wgmma_specs)")
+    ap.add_argument("--held", action="store_true", help="time by held_ms (calls queued behind a hold)")
     args = ap.parse_args()
     problems = [tuple(int(x) for x in p.split("x")) for p in args.problems.split(",") if p]
     ragged = [tuple(int(x) for x in p.split("x")) for p in args.ragged.split(",") if p]
@@ -153,6 +195,9 @@ def main() -> None:
     check(cu.cuCtxSetCurrent(ctx))
     jobs = [(pipe, s) for pipe in lowerings for s in async_specs(args.grid)]
     jobs += [("registers", s) for s in (table_specs() if args.registers else [])]
+    jobs += [("wgmma", s) for s in (wgmma_specs() if args.wgmma else [])]
+    timer = held_ms if args.held else median_ms
+    extra = (["registers"] if args.registers else []) + (["wgmma"] if args.wgmma else [])
     t0 = time.time()
 
     def build(job):
@@ -176,13 +221,14 @@ def main() -> None:
         except RuntimeError as e:
             failed[f"{p}:{s.kernel_name}"] = f"load: {e}"
     print(f"device {torch.cuda.get_device_name(0)}; compiled {len(kernels)} of {len(jobs)} kernels "
-          f"({', '.join(lowerings + (['registers'] if args.registers else []))}) in {time.time() - t0:.1f} s; "
+          f"({', '.join(lowerings + extra)}) in {time.time() - t0:.1f} s; "
           f"failed {len(failed)}", flush=True)
     for name, err in list(failed.items())[:5]:
         print("  failed:", name, err[:200])
     stream = torch.cuda.current_stream().cuda_stream
     gen = torch.Generator(device=dev).manual_seed(0)
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "failed": failed,
+           "timing": "held" if args.held else "events per launch",
            "lowerings": lowerings, "grid": args.grid, "ragged": {}, "problems": {}}
     wrong = []
     t0 = time.time()
@@ -211,17 +257,17 @@ def main() -> None:
         c = torch.empty(m, n, device=dev, dtype=torch.half)
         ref = torch.matmul(a.float(), b.float())
         flop = 2.0 * m * n * k
-        screen = {kern.name: median_ms(kern.launcher(a, b, c, m, n, k, stream), SCREEN) for kern in kernels}
-        t_torch = median_ms(lambda: torch.matmul(a, b, out=c), REPS)
+        screen = {kern.name: timer(kern.launcher(a, b, c, m, n, k, stream), SCREEN) for kern in kernels}
+        t_torch = timer(lambda: torch.matmul(a, b, out=c), REPS)
         entry = {"torch_ms": t_torch, "screen": screen, "best": {}}
         row = {"problem": f"{m}x{n}x{k}", "gflop": flop / 1e9, "torch_ms": t_torch}
-        for pipe in lowerings + (["registers"] if args.registers else []):
+        for pipe in lowerings + extra:
             ks = sorted((x for x in kernels if x.pipe == pipe), key=lambda x: screen[x.name])[:TOP]
             if not ks:
                 continue
             timed = {}
             for kern in ks:
-                t = median_ms(kern.launcher(a, b, c, m, n, k, stream), REPS)
+                t = timer(kern.launcher(a, b, c, m, n, k, stream), REPS)
                 c.fill_(float("nan"))
                 kern.launcher(a, b, c, m, n, k, stream)()
                 torch.cuda.synchronize()
@@ -238,7 +284,7 @@ def main() -> None:
         print(f"{m}x{n}x{k} torch.matmul {t_torch:.4f} ms {flop / t_torch / 1e9:7.1f} TFLOP/s", flush=True)
         res["problems"][f"{m}x{n}x{k}"] = entry
         summary.append(row)
-    pipes = [p for p in lowerings + (["registers"] if args.registers else []) if any(p in r for r in summary)]
+    pipes = [p for p in lowerings + extra if any(p in r for r in summary)]
     print("\nbest native / torch.matmul (higher is better; goal: >= 0.5 on every problem above 10 GFLOP)")
     print(f"{'problem':<18} {'GFLOP':>7} " + " ".join(f"{p:>9}" for p in pipes))
     for r in summary:

@@ -80,6 +80,8 @@ CAPABILITIES = MappingProxyType(
         "async-copy:sm_90": "NVPTX cp.async.cg 16-byte global -> shared copies with zero fill, their "
         "commit/wait groups, and ldmatrix m8n8 .x2/.x4 (.trans) b16 (sm_80+; "
         "llvm.nvvm.cp.async.* / llvm.nvvm.ldmatrix.*, measured selecting on LLVM 20.1 and 22.1)",
+        "wgmma:sm_90a": "the NVPTX back end targets sm_90a (arch-specific sm_90: wgmma.mma_async, "
+        "wgmma.fence/commit/wait, fence.proxy.async, written as inline PTX); measured selecting on LLVM 20.1 and 22.1",
         "ptr-captures-attr": "understands the captures(...) parameter attribute",
         "triple:amdgpu-subarch": "AMDGPU triples name the subarch (amdgpu9.50-amd-amdhsa for gfx950): "
         "LLVM 24 deprecates amdgcn-amd-amdhsa, LLVM 22 rejects the subarch form",
@@ -225,7 +227,7 @@ class Lane:
         return self.name
 
 
-_NVPTX = frozenset({"target:sm_90", "mma:sm_90", "async-copy:sm_90"})  # what an AMDGPU-only lane lacks
+_NVPTX = frozenset({"target:sm_90", "mma:sm_90", "async-copy:sm_90", "wgmma:sm_90a"})  # what an AMDGPU-only lane lacks
 _COMMON = frozenset({"target:gfx90a", "target:gfx942", "target:gfx950", "mfma:f16", "mfma:gfx950"}) | _NVPTX
 
 PROFILES: Mapping[str, Profile] = MappingProxyType(

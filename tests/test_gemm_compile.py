@@ -44,7 +44,7 @@ def _check(result, k, arch, tmp_path):
     info = validate(result.code_object, arch, kernel=k.kernel_name)
     if result.format == "cubin":
         assert result.ptx and ".target sm_90" in result.ptx
-        matrix = set(re.findall(r"\bmma\.sync\.[\w.]+", result.ptx))
+        matrix = set(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)\.[\w.]+", result.ptx))
         if k.metadata["path"] == "fma":
             assert not matrix and "fma.rn.f32" in result.ptx
         else:  # the tensor-core path: exactly the instruction the lowering named

@@ -241,8 +241,12 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
     lda = spec.block_k + spec.lds_row_pad
     ldb = spec.ldb
     a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
-    ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
-                         lambda c: (c // a_vpr) * lda + (c % a_vpr) * vw, banks)
+    if spec.wgmma:  # cp.async's order into the swizzled layout (variants/gemm.py lds_a_index)
+        ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
+                             lambda c: spec.lds_a_index(*async_copy_chunk(spec, g.threads, "A", c)), banks)
+    else:
+        ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
+                             lambda c: (c // a_vpr) * lda + (c % a_vpr) * vw, banks)
     if spec.b_lds == "nk":  # each staged B vector is vw 16-bit stores, element e to column row v*vw+e
         rb, wb = 0, 0.0
         for e in range(vw):
@@ -271,6 +275,8 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
                 g.thread_m * g.thread_n * spec.block_k, per_k * spec.block_k, ra + rb, wa + wb,
                 g.thread_m * g.thread_n, ra + b_stores)
     ins = mma.INSTRS[g.instr]
+    if spec.wgmma:
+        return _gemm_wgmma_static(spec, g, ins, eb, wa + wb)
     if spec.stages:
         return _gemm_async_static(spec, g, ins, eb, lda, ldb, wa + wb, banks)
     run = a_run(ins, lda)
@@ -323,6 +329,31 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
 
 
 ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
+WGMMA_UNIT_K = 16  # K of one wgmma m64nNk16
+
+
+def wgmma_key(in_dtype: str) -> str:
+    """The facts' key of a warp's 16x8x16 quarter of a wgmma (variants/hw_facts/sm_90.json)."""
+    return f"wgmma_f32_m64n8k16_{in_dtype}"
+
+
+def _gemm_wgmma_static(spec: Any, g: Any, ins: Any, eb: int, write_cyc: float) -> tuple:
+    """_gemm_static's tuple for the warpgroup pipeline (aot/families/gemm.py build_wgmma), per warp
+    and K-tile: its quarter of each of the tiles_m x (block_k / 16) wgmma m64nNk16 its warpgroup
+    issues, in units of 16x8x16 (N / 8 a wgmma, the facts' wgmma rate: gemm_counts puts the
+    issued count beside); no LDS read instruction (the tensor cores read the descriptors), the
+    bytes they read in the read term: the warp's 16 rows of A per m64 tile and a quarter of the
+    warpgroup's one B tile (triton_counts's rule), in 128-byte wavefronts (the swizzled layout
+    has no conflicts); cp.async copies in panels of one swizzle row (copy_panel)."""
+    ksub = spec.block_k // WGMMA_UNIT_K
+    units = g.tiles_m * g.tiles_n * ksub  # tiles_n = block_n / 8: the n8 slices
+    read_bytes = (g.tiles_m * ins.m + spec.block_n / 4) * spec.block_k * eb
+    copies = sum((cols // ASYNC_ELEMS // pv) * _ceil(rows * pv, g.threads)
+                 for rows, cols in ((spec.block_m, spec.block_k), (spec.block_k, spec.block_n))
+                 for pv in (copy_panel(g.threads, cols, True),))
+    pairs = g.tiles_m * g.tiles_n * ins.acc_per_lane // 2
+    return (g, ins, units, 0, read_bytes / LINE_BYTES, 0, 0, copies, write_cyc,
+            pairs // 2 if quad_stores(spec, g) else pairs, 0)
 
 
 def pipelined_latencies(steps: int, stages: int) -> float:
@@ -421,11 +452,14 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
         if spec.split_k > 1:
             store_bytes, extra, tail = (*_split_k_epilogue(spec, g, ins, store_bytes),
                                         _split_k_tail(spec, store_bytes))
+        wg = spec.wgmma  # the warpgroup pipeline: copies run copy_ahead tiles ahead, not stages - 1
         return KernelCounts(
-            threads=g.threads, wave_size=g.wave_size, steps=steps, instr=ins.key, mma=mmas,
+            threads=g.threads, wave_size=g.wave_size, steps=steps, instr=wgmma_key(spec.in_dtype) if wg else ins.key,
+            mma=mmas, matrix_issued=mmas / g.tiles_n if wg else None,
             lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
             lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
-            serial_loads=pipelined_latencies(steps, spec.stages), int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
+            serial_loads=pipelined_latencies(steps, spec.copy_ahead + 1 if wg else spec.stages),
+            int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
             staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
             store_bytes=store_bytes, stores=outs,
             # split-K's f32 partials are bytes of their own: each written once and read once by

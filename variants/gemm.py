@@ -1,7 +1,7 @@
 """GemmSpec: the gemm family's baked parameters and tuning knobs, validated.
 
     GemmSpec(in_dtype, out_dtype, block_m, block_n, block_k, waves, path, double_buffer,
-             vector_width, mma, stages, group_m, b_lds, split_k)
+             vector_width, mma, stages, group_m, b_lds, split_k, wgmma)
         .to_dict() / GemmSpec.from_dict(d)      canonical, JSON-able, round-trips exactly
                                                 (stages / group_m / split_k appear only when set: the
                                                 fields added later leave older specs' dicts,
@@ -47,9 +47,19 @@ GROUP_MS = (1, 2, 4, 8, 16)
 SPLIT_KS = (1, 2, 3, 4, 8)
 # Fields added after the first keys were issued, and their defaults: to_dict leaves them out
 # at the default, so a spec written before them keeps its canonical dict (and plan key).
-_LATER_FIELDS = {"stages": 0, "group_m": 1, "b_lds": "kn", "split_k": 1}
+_LATER_FIELDS = {"stages": 0, "group_m": 1, "b_lds": "kn", "split_k": 1, "wgmma": False}
 B_LAYOUTS = ("kn", "nk")
 NK_PAD = 8  # elements after each row of a transposed B tile: 16 bytes, four banks, vectors stay aligned
+
+# The warpgroup pipeline (GemmSpec.wgmma, sm_90a wgmma.mma_async): operands read by the tensor cores
+# straight from shared memory in the 128-byte swizzled layout (PTX ISA "Shared Memory Matrix
+# Layout"): a row of 64 16-bit elements is one 128-byte swizzle row, 8 rows one 1024-byte atom whose
+# 16-byte chunk c of row r sits at chunk c ^ (r % 8). A: block_m rows of K (K-major); B: per 64
+# columns of N, block_k rows of those columns (N-major, "transposed" B), each a column of atoms.
+SWIZZLE_ELEMS = 64  # 16-bit elements of one 128-byte swizzle row
+WARPGROUP = 4  # warps of one warpgroup (128 threads): wgmma's unit of issue
+WGMMA_M = 64  # rows of one wgmma.m64nNk16; a warpgroup's tile is whole multiples of it
+WGMMA_MAX_ACC = 128  # f32 accumulators a thread may hold (m64n256: 128; more spills, as fma's rule)
 
 
 # block_m / block_n that are not powers of two: multiples of 64 below 256, the asynchronous
@@ -110,6 +120,13 @@ class GemmSpec:
     # adds the split_k partials in the fixed order z = 0, 1, .. and writes C: deterministic bits
     # (aot/families/gemm.py reduce_split, docs/lowering.md "Split-K").
     split_k: int = 1
+    # The warpgroup pipeline (sm_90 mma path with stages, wgmma=True): the stages' tiles are laid
+    # out 128-byte swizzled (SWIZZLE_ELEMS) and each warpgroup of 4 warps issues wgmma.mma_async
+    # m64nNk16 (N = block_n) from shared memory descriptors, asynchronously, instead of ldmatrix +
+    # mma.sync per warp; the accumulators stay in registers (a warp's rows of each n8 slice in
+    # mma.sync m16n8's result layout). Code objects are sm_90a (arch-specific: wgmma exists on
+    # compute capability 9.0 only). aot/families/gemm.py build_wgmma, docs/lowering.md.
+    wgmma: bool = False
 
     def __post_init__(self) -> None:
         check_types(self, "gemm")
@@ -164,6 +181,50 @@ class GemmSpec:
         if self.split_k > 1 and not self.stages:
             raise SpecError(f"gemm split_k={self.split_k} is the asynchronous pipeline's (stages >= 2); "
                             f"the register-staged paths compute each tile in one work-group (split_k=1)")
+        if self.wgmma:
+            self._check_wgmma()
+
+    def _check_wgmma(self) -> None:
+        """The warpgroup pipeline's shape rules (module constants): whole warpgroups splitting M,
+        each an integral number of m64 tiles, 64-column B chunks, one 128-byte swizzle row of K."""
+        if not self.stages:
+            raise SpecError("gemm wgmma=True is the asynchronous pipeline's (stages >= 2: cp.async into "
+                            "swizzled shared memory, which wgmma reads)")
+        if self.mma != "auto":
+            raise SpecError("gemm wgmma=True takes mma='auto' (the instruction is m64nNk16, N = block_n)")
+        if self.block_k != SWIZZLE_ELEMS:
+            raise SpecError(f"gemm wgmma=True needs block_k={SWIZZLE_ELEMS}: one 128-byte swizzle row of "
+                            f"16-bit elements per tile row")
+        if self.waves % WARPGROUP:
+            raise SpecError(f"gemm wgmma=True needs whole warpgroups: waves a multiple of {WARPGROUP}")
+        groups = self.waves // WARPGROUP
+        if self.block_m % (groups * WGMMA_M):
+            raise SpecError(f"gemm wgmma=True: block_m={self.block_m} does not split into {groups} "
+                            f"warpgroups of whole {WGMMA_M}-row wgmma tiles")
+        if self.block_n % SWIZZLE_ELEMS or self.block_n > 256:
+            raise SpecError(f"gemm wgmma=True: block_n={self.block_n} must be a multiple of "
+                            f"{SWIZZLE_ELEMS} up to 256 (wgmma's N; B is staged in 64-column chunks)")
+        acc = self.wgmma_tiles_m * self.block_n // 2
+        if acc > WGMMA_MAX_ACC:
+            raise SpecError(f"gemm wgmma=True: {acc} f32 accumulators a thread (at most {WGMMA_MAX_ACC}); "
+                            f"use more warpgroups or a narrower block")
+
+    @property
+    def wgmma_tiles_m(self) -> int:
+        """m64 wgmma tiles each warpgroup issues per k-step (its rows / 64)."""
+        return self.block_m // (self.waves // WARPGROUP) // WGMMA_M
+
+    @property
+    def wgmma_in_flight(self) -> int:
+        """wgmma groups a warpgroup leaves running at the end of a K-tile: 1 with 4 stages (the
+        tensor cores work across the next tile's wait and barrier, and copies run stages - 2
+        tiles ahead), 0 otherwise (copies run stages - 1 tiles ahead)."""
+        return 1 if self.stages >= 4 else 0
+
+    @property
+    def copy_ahead(self) -> int:
+        """K-tiles the copies run ahead of the tile being computed."""
+        return self.stages - 1 - (self.wgmma_in_flight if self.wgmma else 0)
 
     # -- canonical form ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -187,6 +248,7 @@ class GemmSpec:
         group = "" if self.group_m == 1 else f"_g{self.group_m}"
         group += "" if self.b_lds == "kn" else f"_b{self.b_lds}"
         group += "" if self.split_k == 1 else f"_k{self.split_k}"
+        group += "_wg" if self.wgmma else ""
         return (f"gemm_{self.in_dtype}_{self.out_dtype}_{self.path}{mma}_{self.block_m}x"
                 f"{self.block_n}x{self.block_k}_w{self.waves}_v{self.vector_width}_{db}{group}")
 
@@ -240,7 +302,7 @@ class GemmSpec:
         by four banks, which makes both conflict free and keeps every 16-byte vector aligned.
         The AMD paths and fma keep unpadded rows (their IR and tables are unchanged).
         """
-        return 8 if self.path == "mma" else 0
+        return 8 if self.path == "mma" and not self.wgmma else 0
 
     @property
     def ldb(self) -> int:
@@ -264,12 +326,20 @@ class GemmSpec:
         return self.stages > 0
 
     def lds_a_index(self, row: Any, k: Any) -> Any:
-        """Element index of A[row][k] in LDS: rows of block_k + pad (aot/families/gemm.py lda)."""
+        """Element index of A[row][k] in LDS: rows of block_k + pad (aot/families/gemm.py lda);
+        wgmma: 128-byte swizzled rows (SWIZZLE_ELEMS: chunk k // 8 at k // 8 ^ row % 8)."""
+        if self.wgmma:
+            return row * SWIZZLE_ELEMS + ((k // 8) ^ (row % 8)) * 8 + k % 8
         return row * (self.block_k + self.lds_row_pad) + k
 
     def lds_b_index(self, k: Any, col: Any) -> Any:
-        """Element index of B[k][col] in LDS, after A: K rows of ldb (kn), or column rows (nk)."""
+        """Element index of B[k][col] in LDS, after A: K rows of ldb (kn), or column rows (nk);
+        wgmma: per 64 columns a column of atoms, block_k swizzled rows of those 64 columns."""
         a = self.block_m * (self.block_k + self.lds_row_pad)
+        if self.wgmma:
+            c = col % SWIZZLE_ELEMS
+            return (a + (col // SWIZZLE_ELEMS) * (SWIZZLE_ELEMS * self.block_k) + k * SWIZZLE_ELEMS
+                    + ((c // 8) ^ (k % 8)) * 8 + c % 8)
         if self.b_lds == "nk":
             return a + col * self.ldb + k
         return a + k * self.ldb + col
@@ -291,6 +361,13 @@ class GemmSpec:
         if self.path == "wmma" and info.family != "amdgcn":
             raise CapabilityError(f"gemm path wmma is not available on {target.processor}")
         instr = mma.select(target.processor, self.path, self.in_dtype, self.mma)
+        if self.wgmma:
+            if info.family != "nvptx64":
+                raise CapabilityError(f"gemm wgmma is an sm_90a instruction; {target.processor} has none")
+            # per warp: its 16 rows of each m64 tile, n8 slices in mma.sync m16n8's result layout
+            groups = self.waves // WARPGROUP
+            return GemmGeometry(threads, info.wave_size, WARPGROUP * groups, 1, instr.key,
+                                self.wgmma_tiles_m, self.block_n // instr.n, 0, 0, lds)
         if self.block_k % instr.k:
             raise SpecError(f"gemm: block_k={self.block_k} is not a multiple of {instr.mnemonic}'s K={instr.k}")
         wm, wn = _wave_grid(self.block_m, self.block_n, self.waves, instr.m, instr.n)
@@ -347,12 +424,16 @@ def quad_stores(spec: GemmSpec, geo: GemmGeometry) -> bool:
     return ins.kind == "mma" and ins.n == 8 and DTYPE_BYTES[spec.out_dtype] == 2 and geo.tiles_n % 2 == 0
 
 
-def copy_panel(threads: int, cols: int) -> int:
+def copy_panel(threads: int, cols: int, swizzled: bool = False) -> int:
     """16-byte vectors a row of one cp.async copy panel of an operand tile ``cols`` elements wide
     (aot/families/gemm.py copy_plan): the work-items walk a panel in rounds of whole rows, each
     in one column of vectors, so the panel is the widest run of vectors a row that ``threads``
     steps evenly -- the whole row for power-of-two tiles (one panel), 8 vectors (64 columns) of a
-    192-column B row (24 vectors: 256 or 128 threads would change column from round to round)."""
+    192-column B row (24 vectors: 256 or 128 threads would change column from round to round).
+    Swizzled (wgmma) tiles: always 8 vectors, one 128-byte swizzle row, so that a work-item's rows
+    are a multiple of 8 apart and its chunk's swizzle stays the same from round to round."""
+    if swizzled:
+        return SWIZZLE_ELEMS // ASYNC_VECTOR
     return math.gcd(cols // ASYNC_VECTOR, threads)
 
 
@@ -362,6 +443,6 @@ def async_copy_chunk(spec: GemmSpec, threads: int, which: str, c: int) -> tuple[
     after panel (copy_panel), in each row after row, work-item t of round j taking copy t + j x
     threads. The hardware model's counts (variants/counts.py) walk the same order."""
     rows, cols = (spec.block_m, spec.block_k) if which == "A" else (spec.block_k, spec.block_n)
-    pv = copy_panel(threads, cols)
+    pv = copy_panel(threads, cols, spec.wgmma)
     p, rest = divmod(c, rows * pv)
     return rest // pv, (p * pv + rest % pv) * ASYNC_VECTOR

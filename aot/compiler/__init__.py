@@ -4,7 +4,7 @@
         AMDGPU: worker[python] llvm.compile(emit=obj) -> O3 pipeline + codegen -> .o
                 -> ld.lld -shared (link.py)                                     -> HSACO
         NVPTX:  worker[python] llvm.compile(emit=asm) -> PTX
-                -> ptxas -arch=sm_90 (ptx.py)                                   -> cubin (+ PTX)
+                -> ptxas -arch=sm_90[a] (ptx.py: the IR says which)            -> cubin (+ PTX)
 
     the worker runs in WorkerPool (pool.py): one long-lived process per thread and
     interpreter; an LLVM abort or a timeout kills that process only (worker.py).
@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.aot.compiler.options import LLVMLITE
 from rocke_aot.aot.compiler.pool import WorkerPool, default_pool
-from rocke_aot.aot.compiler.ptx import assemble_cubin
+from rocke_aot.aot.compiler.ptx import assemble_cubin, ptx_processor
 from rocke_aot.aot.compiler.worker import WORKER_SCRIPT, Reply, Worker, WorkerSpec
 from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult
@@ -43,7 +43,7 @@ def llvm_payload(ir: str, target: Target) -> dict:
     return {
         "ir": ir,
         "triple": target.triple,
-        "cpu": target.processor,
+        "cpu": target.processor if target.is_amdgpu else ptx_processor(ir, target.processor),
         "features": target.llvm_features if target.is_amdgpu else LLVMLITE.nvptx_features,
         "opt": LLVMLITE.opt_level,
         "speed_level": LLVMLITE.speed_level,

@@ -1,6 +1,12 @@
 """NVPTX: PTX text -> cubin with ptxas (the PTX is kept beside the cubin).
 
-    PTX --(tmpdir/k.ptx)--> ptxas -arch=sm_90 PTXAS_FLAGS (-O3, options.py) k.ptx -o k.cubin --> cubin bytes
+    IR ──ptx_processor──> the LLVM processor: the target's (sm_90), or its arch-specific form
+                          (sm_90a) where the IR's ARCH_SPECIFIC_MD names it (wgmma kernels)
+    PTX --(tmpdir/k.ptx)--> ptxas -arch=<the PTX's .target> PTXAS_FLAGS (-O3, options.py) k.ptx
+        -o k.cubin --> cubin bytes
+
+The processor is read from the IR the compiler consumes, so the cache key (which covers the IR)
+covers it; anything but the target's processor or its "a" form is refused, never assembled.
 
 ptxas is located through ROCKE_AOT_PTXAS, PATH, then the usual CUDA install paths.
 """
@@ -8,6 +14,7 @@ ptxas is located through ROCKE_AOT_PTXAS, PATH, then the usual CUDA install path
 from __future__ import annotations
 
 import functools
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -16,7 +23,7 @@ from rocke_aot import settings
 from rocke_aot.aot.compiler._tool import run_tool
 from rocke_aot.aot.compiler.options import PTXAS_FLAGS
 from rocke_aot.aot.toolchains.base import file_sha256, find_executable
-from rocke_aot.errors import ToolchainError
+from rocke_aot.errors import CompileError, ToolchainError
 
 ENV_PTXAS = settings.PTXAS
 
@@ -45,7 +52,42 @@ def ptxas_identity() -> dict[str, str]:
     return {"ptxas": ptxas_version(path), "ptxas_sha256": file_sha256(path)}
 
 
+ARCH_SPECIFIC_MD = "rocke.nvptx.arch_specific"  # aot/lower/nvptx.py writes it
+_NAMED_MD = re.compile(r"^!" + re.escape(ARCH_SPECIFIC_MD) + r"\s*=\s*!\{\s*!(\d+)\s*\}\s*$", re.M)
+_PTX_TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.M)
+
+
+def _allowed(name: str, processor: str) -> str:
+    if name not in (processor, processor + "a"):
+        raise CompileError(f"the IR asks for processor {name!r}; target {processor} assembles "
+                           f"{processor} or {processor}a only")
+    return name
+
+
+def ptx_processor(ir: str, processor: str) -> str:
+    """The processor LLVM compiles ``ir`` for: ``processor``, or the arch-specific one that the
+    module's named metadata ARCH_SPECIFIC_MD gives (``!rocke.nvptx.arch_specific = !{!N}``,
+    ``!N = !{!"sm_90a"}``)."""
+    m = _NAMED_MD.search(ir)
+    if m is None:
+        return processor
+    node = re.search(r"^!" + m.group(1) + r'\s*=\s*!\{\s*!"([^"]*)"\s*\}\s*$', ir, re.M)
+    if node is None:
+        raise CompileError(f"!{ARCH_SPECIFIC_MD} names node !{m.group(1)}, which is not one string")
+    return _allowed(node.group(1), processor)
+
+
+def ptx_target(ptx: str, processor: str) -> str:
+    """The ``.target`` the PTX declares (what ptxas must assemble it for), checked as above."""
+    m = _PTX_TARGET.search(ptx)
+    if m is None:
+        raise CompileError("the PTX declares no .target")
+    return _allowed(m.group(1), processor)
+
+
 def assemble_cubin(ptx: str, arch: str, *, timeout: float = 60.0) -> bytes:
+    """ptxas for the PTX's own .target (``arch`` or its arch-specific form, ptx_target)."""
+    arch = ptx_target(ptx, arch)
     ptxas = find_ptxas()
     with tempfile.TemporaryDirectory(prefix="rocke-ptxas-") as tmp:
         src, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"

@@ -101,7 +101,8 @@ from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, L
 from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
-from rocke_aot.variants.gemm import GemmGeometry, GemmSpec, copy_panel, quad_stores
+from rocke_aot.variants.gemm import (SWIZZLE_ELEMS, WARPGROUP, WGMMA_M, GemmGeometry, GemmSpec, copy_panel,
+                                     quad_stores)
 
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
 
@@ -204,6 +205,18 @@ class _SumsOnUse:
         return self.done[f]
 
 
+SWIZZLE_128B = 1  # the descriptor's swizzle mode for 128-byte swizzling (bits 62..63)
+
+
+def descriptor_bits(lbo: int, sbo: int) -> int:
+    """The constant part of a wgmma matrix descriptor: leading and stride dimension byte offsets
+    (16-byte multiples, stored >> 4 in bits 16..29 and 32..45), base offset 0 (bits 49..51) and the
+    128-byte swizzle mode in bits 62..63; the start address (bits 0..13) is added per operand."""
+    if lbo % 16 or sbo % 16 or not (0 <= lbo >> 4 < 1 << 14 and 0 <= sbo >> 4 < 1 << 14):
+        raise CapabilityError(f"wgmma descriptor offsets {lbo}, {sbo}: 16-byte multiples below 256 KiB")
+    return (lbo >> 4) << 16 | (sbo >> 4) << 32 | SWIZZLE_128B << 62
+
+
 class _GemmLowering:
     def __init__(self, spec: GemmSpec, target: Target, lane: lanes.Lane, geo: GemmGeometry):
         self.spec, self.geo = spec, geo
@@ -225,7 +238,16 @@ class _GemmLowering:
         form a waves_m x waves_n grid, each owning tiles_m x tiles_n instruction tiles."""
         g, ins = self.geo, self.instr
         lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
+        if self.spec.wgmma:  # warp w of warpgroup q: rows 16 (w % 4) of each of q's m64 tiles
+            rows = g.tiles_m * WGMMA_M
+            return lane, (wave // WARPGROUP) * rows + (wave % WARPGROUP) * ins.m, self.S(_c32(0))
         return lane, (wave // g.waves_n) * (g.tiles_m * ins.m), (wave % g.waves_n) * (g.tiles_n * ins.n)
+
+    @property
+    def row_step(self) -> int:
+        """Rows between a warp's tiles along M: the instruction's M (mma.sync: 16), or one m64
+        wgmma tile (the warp's 16 rows of each)."""
+        return WGMMA_M if self.spec.wgmma else self.instr.m
 
     def b_cn(self, lane, j):
         kr, c = self.instr.b_coord(lane, j)
@@ -493,7 +515,7 @@ class _GemmLowering:
                 vec = acc[i * g.tiles_n + t]
                 for r in range(0, ins.acc_per_lane, 2):
                     dr, dc = ins.d_coord(lane, r)
-                    row, col = self.row0 + wm0 + i * ins.m + dr, self.col0 + wn0 + t * ins.n + dc
+                    row, col = self.row0 + wm0 + i * self.row_step + dr, self.col0 + wn0 + t * ins.n + dc
                     with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
                         pair = ir.Constant(vty, None)
                         for e in range(2):
@@ -535,7 +557,7 @@ class _GemmLowering:
                     quad = b.insert_element(ir.Constant(ir.VectorType(I32, 2), None), b.select(odd, got, pa), _c32(0))
                     quad = b.insert_element(quad, b.select(odd, pb, got), _c32(1))
                     # dc = 2j: (dc // 4) * 4 = 4 * (j // 2); the odd lane's group is in tile t+1
-                    row = self.row0 + wm0 + i * ins.m + dr
+                    row = self.row0 + wm0 + i * self.row_step + dr
                     col = self.col0 + wn0 + t * ins.n + (dc // 4) * 4 + odd_s * ins.n
                     with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
                         b.store(quad, self.gep(self.C, row * self.N + col, out_ty), align=8)
@@ -553,7 +575,7 @@ class _GemmLowering:
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
             ld = self.lda if which == "A" else self.ldb
-            vpr = copy_panel(T, cols)  # vectors a panel row (all of the row: one panel)
+            vpr = copy_panel(T, cols, s.wgmma)  # vectors a panel row (all of the row: one panel)
             chunks = rows * vpr
             if T % vpr:  # a work-item's chunks would change column from round to round
                 raise CapabilityError(f"gemm stages: {T} threads do not step whole {vpr * vw}-element rows")
@@ -563,7 +585,11 @@ class _GemmLowering:
                 def vc(panel=panel) -> Sym:  # the work-item's column in the tile, emitted where used
                     return v * vw if panel == 0 else v * vw + panel * vpr * vw
 
-                lds = r0 * ld + vc() + (0 if which == "A" else s.block_m * self.lda)
+                if s.wgmma:  # swizzled: rows dr (a multiple of 8) apart keep the chunk's swizzle
+                    lds = s.lds_a_index(r0, vc()) if which == "A" else s.lds_b_index(r0, vc())
+                    ld = SWIZZLE_ELEMS
+                else:
+                    lds = r0 * ld + vc() + (0 if which == "A" else s.block_m * self.lda)
                 if which == "A":  # rows of A: M; K at the column
                     rem = self.M - (self.row0 + r0)  # rounds it with it * dr < rem are inside M (signed)
                     src = (self.row0 + r0) * self.K + vc()
@@ -639,21 +665,33 @@ class _GemmLowering:
     def smin(self, x: Sym, y: Sym) -> Sym:
         return self.S(self.b.select(self.b.icmp_signed("<", x.v, y.v), x.v, y.v))
 
+    def k_slice(self, ktiles: Sym) -> tuple[Sym | None, Sym]:
+        """(first K-tile, K-tiles) of this work-group: all of K, first None (the IR of split_k 1 is
+        the kernel's from before split-K), or with split_k > 1 its slice."""
+        s = self.spec
+        if s.split_k == 1:
+            return None, ktiles
+        per_z = (ktiles + (s.split_k - 1)) // s.split_k  # K-tiles [z * per, min(ktiles, (z + 1) * per))
+        first_kt = self.smin(self.z * per_z, ktiles)  # clamped: an empty slice copies within S tiles of K
+        return first_kt, self.smin(first_kt + per_z, ktiles) - first_kt
+
+    def trap_misaligned(self) -> None:
+        """Trap unless K and N are multiples of 8: every 16-byte copy is a whole row piece."""
+        b = self.b
+        with self.kb.if_then(b.icmp_unsigned("!=", b.and_(b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)),
+                             name="misaligned"):
+            self.kb.trap()
+
     def build_async(self, ktiles: Sym) -> None:
         """The main loop (module doc): invariant copy plan, branch-free copies, fragments of the next
         k-step read while this one's mma.sync issue, one wait + barrier per K-tile placed after the
         tile's last fragment read, so the last k-step's mma.sync run across it. With split_k > 1
         the loop runs this work-group's K slice and reduce_split meets the other slices."""
         s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
-        first_kt = None  # K-tile 0 (no split: the IR of split_k 1 is the kernel's from before split-K)
-        if s.split_k > 1:  # K-tiles [z * per, min(ktiles, (z + 1) * per)); empty past ktiles
-            per_z = (ktiles + (s.split_k - 1)) // s.split_k
-            first_kt = self.smin(self.z * per_z, ktiles)  # clamped: an empty slice copies within S tiles of K
-            ktiles = self.smin(first_kt + per_z, ktiles) - first_kt
+        first_kt, ktiles = self.k_slice(ktiles)
         S, KS = s.stages, s.block_k // ins.k
         per = s.block_m * self.lda + s.b_tile_elems  # elements per stage
-        with kb.if_then(b.icmp_unsigned("!=", b.and_(b.or_(self.K.v, self.N.v), _c32(7)), _c32(0)), name="misaligned"):
-            kb.trap()
+        self.trap_misaligned()
         lane, wm0, wn0 = self.warp_origin()
         row8 = lane % 8 + (lane // 8) % 2 * 8  # the row (A) / K row (B) this lane addresses
         half = (lane // 16) * 8  # A: K + 8 for matrices 2, 3; B: the second N-tile
@@ -700,6 +738,95 @@ class _GemmLowering:
         if s.split_k > 1:
             acc = self.reduce_split(acc)
         self.epilogue_pairs(acc)
+        self.b.ret_void()
+
+    # -- the warpgroup pipeline (sm_90a: cp.async into swizzled stages + wgmma.mma_async) ------
+    def descriptor(self, base: Sym, lbo: int, sbo: int) -> ir.Value:
+        """A wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start
+        address >> 4 in bits 0..13, leading / stride dimension byte offsets >> 4 in bits 16..29 /
+        32..45, base offset 0 (every atom starts on a 1024-byte boundary: trapped otherwise), 128-byte
+        swizzle (1) in bits 62..63. ``base`` is a byte address; a k-step or m64 tile adds to the
+        start field only (the 16-byte units of its byte offset), as the swizzle is of address bits."""
+        i64 = ir.IntType(64)
+        start = self.b.zext((base // 16).v, i64)
+        return self.b.or_(start, ir.Constant(i64, descriptor_bits(lbo, sbo)))
+
+    def build_wgmma(self, ktiles: Sym) -> None:
+        """The warpgroup main loop (module doc, "The warpgroup pipeline"). Per K-tile kt:
+             cp.async wait (copy_ahead - 1 pending: tile kt landed); fence.proxy.async; barrier
+             cp.async K-tile kt + copy_ahead -> its stage (last read by tile kt - 1 - in_flight,
+             whose wgmma every warpgroup has waited for before the barrier); commit
+             wgmma.fence; per k-step, per m64 tile: wgmma m64nNk16 from the stage's descriptors;
+             commit; wait (in_flight pending)
+           then wait for every wgmma (the accumulators pass through the wait) and every copy."""
+        s, g, kb, b = self.spec, self.geo, self.kb, self.b
+        first_kt, ktiles = self.k_slice(ktiles)
+        S, D, W = s.stages, s.copy_ahead, s.wgmma_in_flight
+        KS = s.block_k // 16
+        per = s.block_m * self.lda + s.b_tile_elems  # elements per stage (a multiple of 512: 1024 bytes)
+        self.trap_misaligned()
+        base = self.S(kb.shared_address(self.lds))
+        with kb.if_then(b.icmp_unsigned("!=", (base % 1024).v, _c32(0)), name="unaligned"):
+            kb.trap()  # the swizzle and the descriptors' base offset 0 assume 1024-byte atoms
+        group = self.tid // (WARPGROUP * g.wave_size)
+        a_rows = g.tiles_m * WGMMA_M  # rows of A one warpgroup multiplies
+        # A: K-major, 128-byte rows, 8-row atoms 1024 bytes apart (SBO); LBO unused for a swizzled
+        # K-major operand whose K (32 bytes a k-step) stays inside one swizzle row (PTX ISA: 1).
+        # B: N-major; 8 K rows an atom 1024 bytes apart (SBO), 64-column chunks block_k rows apart (LBO).
+        a_desc = self.descriptor(base + group * (a_rows * SWIZZLE_ELEMS * 2), 16, 1024)
+        b_desc = self.descriptor(base + s.block_m * SWIZZLE_ELEMS * 2, SWIZZLE_ELEMS * s.block_k * 2, 1024)
+        i64 = ir.IntType(64)
+
+        def at(desc: ir.Value, stage: Sym, byte_off: int) -> ir.Value:
+            return b.add(desc, b.zext((stage // 8 + byte_off // 16).v, i64))  # stage: elements
+
+        plan = self.copy_plan()
+        for st in range(D):  # tiles past K copy zeros (issue_copies)
+            self.issue_copies(plan, self.S(_c32(st)) if first_kt is None else first_kt + st, self.S(_c32(st * per)))
+            kb.async_commit()
+        acc_n = s.block_n // 2
+        zero = [ir.Constant(F32, 0.0)] * (acc_n * g.tiles_m)
+
+        def ring(off: Sym) -> Sym:
+            return self.S(b.select(b.icmp_unsigned("==", (off + per).v, _c32(S * per)), _c32(0), (off + per).v))
+
+        def k_tile(kt: Sym, vals: list[ir.Value]) -> list[ir.Value]:
+            acc, rd, wr = vals[:-2], self.S(vals[-2]), self.S(vals[-1])
+            kb.async_wait(D - 1)  # K-tile kt has landed (this thread's copies) ...
+            kb.fence_proxy_async()  # ... and is visible to the async proxy ...
+            kb.barrier()  # ... every thread's; every warpgroup has waited for tile kt - 1 - W's wgmma
+            self.issue_copies(plan, (kt if first_kt is None else first_kt + kt) + D, wr)
+            kb.async_commit()
+            kb.wgmma_fence()
+            for ks in range(KS):
+                for j in range(g.tiles_m):
+                    part = acc[j * acc_n:(j + 1) * acc_n]
+                    got = kb.wgmma(s.block_n, s.in_dtype, part,
+                                   at(a_desc, rd, j * WGMMA_M * SWIZZLE_ELEMS * 2 + ks * 32),
+                                   at(b_desc, rd, ks * 16 * SWIZZLE_ELEMS * 2), trans_b=True)
+                    acc = acc[:j * acc_n] + got + acc[(j + 1) * acc_n:]
+            kb.wgmma_commit()
+            if W:
+                kb.wgmma_wait(W)
+            else:
+                acc = kb.wgmma_wait(0, acc)
+            return acc + [ring(rd).v, ring(wr).v]
+
+        carried = zero + [_c32(0), _c32(D % S * per)]
+        acc = kb.loop(ktiles, carried, k_tile, name="k")[:-2]
+        acc = kb.wgmma_wait(0, acc)
+        kb.async_wait(0)  # no copy may still target shared memory when the block exits
+        vec_ty = ir.VectorType(F32, 4)
+        frags = []  # fragment (j, n8 slice f): accumulators 4f .. 4f + 3 of m64 tile j
+        for j in range(g.tiles_m):
+            for f in range(g.tiles_n):
+                v = ir.Constant(vec_ty, None)
+                for r in range(4):
+                    v = b.insert_element(v, acc[j * acc_n + 4 * f + r], _c32(r))
+                frags.append(v)
+        if s.split_k > 1:
+            frags = self.reduce_split(frags)
+        self.epilogue_pairs(frags)
         self.b.ret_void()
 
     def reduce_split(self, acc: list[ir.Value]) -> list[ir.Value]:
@@ -788,6 +915,9 @@ class _GemmLowering:
             tm, tn = self.grouped_tile(gid, tiles_n)
             self.row0, self.col0 = tm * s.block_m, tn * s.block_n
         ktiles = (self.K + (s.block_k - 1)) // s.block_k
+        if s.wgmma:
+            self.build_wgmma(ktiles)
+            return
         if s.stages:
             self.build_async(ktiles)
             return
@@ -819,6 +949,12 @@ class _GemmLowering:
         b.ret_void()
 
 
+def wgmma_mnemonic(spec: GemmSpec) -> str:
+    """The PTX instruction the warpgroup pipeline issues (N = block_n), as the PTX prints it."""
+    t = spec.in_dtype
+    return f"wgmma.mma_async.sync.aligned.m64n{spec.block_n}k16.f32.{t}.{t}"
+
+
 def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
     target, lane = Target.parse(target), lanes.get_lane(lane)
     if not isinstance(spec, GemmSpec):
@@ -833,13 +969,17 @@ def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKerne
         lanes.require(lane, capability=instr.capability, op=f"gemm {spec.path} ({instr.mnemonic_for(target.processor)})")
     if spec.stages:
         lanes.require(lane, capability="async-copy:sm_90", op=f"gemm stages={spec.stages} (cp.async + ldmatrix)")
+    if spec.wgmma:
+        lanes.require(lane, capability="wgmma:sm_90a", op="gemm wgmma (sm_90a wgmma.mma_async)")
     geo = spec.geometry(target)
     low = _GemmLowering(spec, target, lane, geo)
     low.build()
     meta = {
         "path": spec.path,
-        "instruction": low.instr.mnemonic_for(target.processor) if low.instr else None,
+        "instruction": (wgmma_mnemonic(spec) if spec.wgmma
+                        else low.instr.mnemonic_for(target.processor) if low.instr else None),
         "block_m": spec.block_m, "block_n": spec.block_n, "stages": spec.stages, "group_m": spec.group_m,
+        **({"wgmma": True} if spec.wgmma else {}),
         "geometry": {k: v for k, v in vars(geo).items()},
     }
     return low.kb.lowered("gemm", meta)

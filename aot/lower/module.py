@@ -160,8 +160,9 @@ class LoweredKernel:
 
 
 class Sym:
-    """An i32 index expression that emits IR: the same ``//``, ``%``, ``*``, ``+`` that the
-    numpy layout models (mma.py) evaluate on arrays, so one index-map function serves both.
+    """An i32 index expression that emits IR: the same ``//``, ``%``, ``*``, ``+`` (and ``^``, the
+    swizzled layouts' chunk XOR) that the numpy layout models (mma.py, variants/gemm.py
+    lds_a_index) evaluate on arrays, so one index-map function serves both.
 
     Values are non-negative by construction (thread ids, tile indices), so ``//``/``%`` by
     a power of two become shifts and masks; other constants use unsigned div/rem.
@@ -210,6 +211,11 @@ class Sym:
         if o > 0 and o & (o - 1) == 0:
             return Sym(self.b, self.b.and_(self.v, ir.Constant(I32, o - 1)))
         return Sym(self.b, self.b.urem(self.v, self._c(o)))
+
+    def __xor__(self, o: "Sym | int") -> "Sym":
+        return Sym(self.b, self.b.xor(self.v, self._c(o)))
+
+    __rxor__ = __xor__
 
     def lt(self, o: "Sym | int") -> ir.Value:
         return self.b.icmp_unsigned("<", self.v, self._c(o))

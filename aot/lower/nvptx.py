@@ -18,6 +18,13 @@
         .ldmatrix(ptr, count, trans)  ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16:
                                    one 32-bit register per 8x8 matrix (PTX ISA; the lane maps
                                    are the gemm lowering's, checked by tests/_host_sim.py)
+        .wgmma(...), .wgmma_fence(), .wgmma_commit(), .wgmma_wait(n, acc), .fence_proxy_async()
+                                   the warpgroup matrix instructions (sm_90a, capability
+                                   wgmma:sm_90a): wgmma.mma_async m64nNk16 f32 += f16/bf16 from
+                                   two shared-memory descriptors, inline PTX (no LLVM intrinsic
+                                   in either lane); using any marks the module arch-specific
+                                   (ARCH_SPECIFIC_MD: the compiler targets sm_90a, aot/compiler)
+        .shared_address(gv)        the 32-bit shared-window address of a shared array
         .trap()                    llvm.trap (a launch that breaks the kernel's contract)
         .finish()                  launch bounds: !nvvm.annotations maxntidx = block size, so
                                    ptxas budgets registers for the block the kernel is launched
@@ -34,6 +41,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+# ARCH_SPECIFIC_MD: named metadata that marks a module as needing the arch-specific target (sm_90 ->
+# sm_90a: wgmma); the compiler reads it from the IR it is given (ptx_processor), so the IR, which the
+# cache key covers, says which processor assembles it.
+from rocke_aot.aot.compiler.ptx import ARCH_SPECIFIC_MD
 from rocke_aot.aot.lower.module import F32, I32, KernelModule
 from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
@@ -155,11 +166,80 @@ class NvptxKernel(KernelModule):
             vec = b.insert_element(vec, b.extract_value(got, i), ir.Constant(I32, i))
         return vec
 
+    # -- sm_90a warpgroup matrix instructions (capability wgmma:sm_90a) -------------------------
+    def _asm(self, text: str, constraints: str = "~{memory}") -> None:
+        fty = ir.FunctionType(ir.VoidType(), [])
+        self.builder.call(ir.InlineAsm(fty, text, constraints, side_effect=True), [])
+
+    def _arch_specific(self, op: str) -> None:
+        self.require(capability="wgmma:sm_90a", op=op)
+        self.arch_specific = True
+
+    def fence_proxy_async(self) -> None:
+        """fence.proxy.async.shared::cta: this thread's generic-proxy writes to shared memory (the
+        cp.async copies it waited for) become visible to the async proxy, through which wgmma reads
+        its descriptors' operands (PTX ISA "Async proxy"); a barrier after it makes every thread's."""
+        self._arch_specific("fence.proxy.async")
+        self._asm("fence.proxy.async.shared::cta;")
+
+    def wgmma_fence(self) -> None:
+        """wgmma.fence.sync.aligned: orders the warpgroup's earlier register accesses of the
+        accumulators before the wgmma.mma_async that follow (required before the first of a batch)."""
+        self._arch_specific("wgmma.fence")
+        self._asm("wgmma.fence.sync.aligned;")
+
+    def wgmma_commit(self) -> None:
+        self._arch_specific("wgmma.commit_group")
+        self._asm("wgmma.commit_group.sync.aligned;")
+
+    def wgmma_wait(self, pending: int, acc: list[ir.Value] | None = None) -> list[ir.Value]:
+        """wgmma.wait_group.sync.aligned pending. With ``acc``: the accumulators pass through the
+        asm as tied operands, so nothing reads them before the wait (their values are the asm's)."""
+        self._arch_specific("wgmma.wait_group")
+        text = f"wgmma.wait_group.sync.aligned {pending};"
+        if not acc:
+            self._asm(text)
+            return []
+        n = len(acc)
+        sty = ir.LiteralStructType([F32] * n)
+        cons = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["~{memory}"])
+        got = self.builder.call(ir.InlineAsm(ir.FunctionType(sty, [F32] * n), text, cons, side_effect=True), acc)
+        return [self.builder.extract_value(got, i) for i in range(n)]
+
+    def wgmma(self, n: int, in_dtype: str, acc: list[ir.Value], desc_a: ir.Value, desc_b: ir.Value,
+              trans_b: bool) -> list[ir.Value]:
+        """wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {acc}, desc_a, desc_b, 1, 1, 1, 0, trans_b:
+        D = A x B + D (scale-d true), A K-major, B N-major when trans_b (PTX ISA "wgmma.mma_async").
+        The n / 2 f32 accumulators a thread holds are outputs tied to the inputs: the same registers."""
+        self._arch_specific("wgmma.mma_async")
+        if len(acc) != n // 2 or n % 8 or not 8 <= n <= 256:
+            raise CapabilityError(f"wgmma m64n{n}k16 keeps {n // 2} accumulators a thread, given {len(acc)}")
+        t = {"f16": "f16", "bf16": "bf16"}[in_dtype]
+        regs = ", ".join(f"${i}" for i in range(len(acc)))
+        k = len(acc)
+        text = (f"{{ .reg .pred p; .reg .b32 q; mov.b32 q, 1; setp.ne.b32 p, q, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "
+                f"{{{regs}}}, ${k}, ${k + 1}, p, 1, 1, 0, {int(trans_b)}; }}")
+        i64 = ir.IntType(64)
+        sty = ir.LiteralStructType([F32] * k)
+        cons = ",".join(["=f"] * k + ["l", "l"] + [str(i) for i in range(k)] + ["~{memory}"])
+        fty = ir.FunctionType(sty, [i64, i64] + [F32] * k)
+        got = self.builder.call(ir.InlineAsm(fty, text, cons, side_effect=True), [desc_a, desc_b] + list(acc))
+        return [self.builder.extract_value(got, i) for i in range(k)]
+
+    def shared_address(self, gv: ir.Value) -> ir.Value:
+        """The i32 shared-window address of a shared (addrspace 3) array: what a wgmma
+        descriptor's start address field (bits 4..17 of it) and the swizzle's address bits read."""
+        return self.builder.trunc(self.builder.ptrtoint(gv, ir.IntType(64)), I32)
+
     def trap(self) -> None:
         self.builder.call(self.declare("trap"), [])
         self.builder.unreachable()
 
+    arch_specific = False
+
     def finish(self) -> str:
+        if self.arch_specific:
+            self.module.add_named_metadata(ARCH_SPECIFIC_MD, [ir.MetaDataString(self.module, self.target.processor + "a")])
         self.kernel.attributes.add("nounwind")
         self.module.add_named_metadata(
             "nvvm.annotations",
