@@ -17,7 +17,6 @@ import json
 import os
 import sys
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemm_async_h200 import Kernel  # noqa: E402
