@@ -59,6 +59,7 @@ NK_PAD = 8  # elements after each row of a transposed B tile: 16 bytes, four ban
 SWIZZLE_ELEMS = 64  # 16-bit elements of one 128-byte swizzle row
 WARPGROUP = 4  # warps of one warpgroup (128 threads): wgmma's unit of issue
 WGMMA_M = 64  # rows of one wgmma.m64nNk16; a warpgroup's tile is whole multiples of it
+WGMMA_ALIGN = 1024  # bytes: a swizzle atom's alignment; the dynamic array has this much more to round up in
 WGMMA_MAX_ACC = 128  # f32 accumulators a thread may hold (m64n256: 128; more spills, as fma's rule)
 
 
@@ -317,7 +318,7 @@ class GemmSpec:
     def lds_bytes(self) -> int:
         pad = self.lds_row_pad
         per_stage = DTYPE_BYTES[self.in_dtype] * (self.block_m * (self.block_k + pad) + self.b_tile_elems)
-        return per_stage * (self.stages or (2 if self.double_buffer else 1))
+        return per_stage * (self.stages or (2 if self.double_buffer else 1)) + (WGMMA_ALIGN if self.wgmma else 0)
 
     @property
     def dynamic_lds(self) -> bool:

@@ -101,8 +101,8 @@ from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, L
 from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
-from rocke_aot.variants.gemm import (SWIZZLE_ELEMS, WARPGROUP, WGMMA_M, GemmGeometry, GemmSpec, copy_panel,
-                                     quad_stores)
+from rocke_aot.variants.gemm import (SWIZZLE_ELEMS, WARPGROUP, WGMMA_ALIGN, WGMMA_M, GemmGeometry, GemmSpec,
+                                     copy_panel, quad_stores)
 
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
 
@@ -744,7 +744,7 @@ class _GemmLowering:
     def descriptor(self, base: Sym, lbo: int, sbo: int) -> ir.Value:
         """A wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start
         address >> 4 in bits 0..13, leading / stride dimension byte offsets >> 4 in bits 16..29 /
-        32..45, base offset 0 (every atom starts on a 1024-byte boundary: trapped otherwise), 128-byte
+        32..45, base offset 0 (every atom starts on a 1024-byte boundary: build rounds the base up), 128-byte
         swizzle (1) in bits 62..63. ``base`` is a byte address; a k-step or m64 tile adds to the
         start field only (the 16-byte units of its byte offset), as the swizzle is of address bits."""
         i64 = ir.IntType(64)
@@ -765,9 +765,7 @@ class _GemmLowering:
         KS = s.block_k // 16
         per = s.block_m * self.lda + s.b_tile_elems  # elements per stage (a multiple of 512: 1024 bytes)
         self.trap_misaligned()
-        base = self.S(kb.shared_address(self.lds))
-        with kb.if_then(b.icmp_unsigned("!=", (base % 1024).v, _c32(0)), name="unaligned"):
-            kb.trap()  # the swizzle and the descriptors' base offset 0 assume 1024-byte atoms
+        base = self.S(kb.shared_address(self.lds))  # 1024-byte aligned (build): base offset 0
         group = self.tid // (WARPGROUP * g.wave_size)
         a_rows = g.tiles_m * WGMMA_M  # rows of A one warpgroup multiplies
         # A: K-major, 128-byte rows, 8-row atoms 1024 bytes apart (SBO); LBO unused for a swizzled
@@ -898,7 +896,12 @@ class _GemmLowering:
         self.M, self.N, self.K = self.S(m), self.S(n), self.S(k)
         stages = s.stages or (2 if s.double_buffer else 1)
         per = s.block_m * self.lda + s.b_tile_elems
-        if s.dynamic_lds:
+        if s.wgmma:  # the swizzle atoms need 1024-byte alignment: the base rounded up inside the array
+            raw = kb.dynamic_shared_array("gemm_lds", I16, stages * per + WGMMA_ALIGN // 2, 2)
+            addr = self.S(kb.shared_address(raw))
+            pad = (self.S(_c32(WGMMA_ALIGN)) - addr % WGMMA_ALIGN) % WGMMA_ALIGN  # bytes, 0 if aligned
+            self.lds = self.gep(raw, pad // 2)
+        elif s.dynamic_lds:
             self.lds = kb.dynamic_shared_array("gemm_lds", I16, stages * per, 2)
         else:
             self.lds = kb.shared_array("gemm_lds", I16, stages * per, 2)
