@@ -209,7 +209,7 @@ def test_the_llvm23_profile_follows_from_the_emission_probes(recorded):
     assert p23.datalayout("amdgcn") == p22.datalayout("amdgcn") == em["llvm23"]["gfx942"]["datalayout"]["reported"]
     assert p23.intrinsics == p22.intrinsics and p23.amdgpu_no_inputs == p22.amdgpu_no_inputs
     assert p23.amdgpu_no_agpr == p22.amdgpu_no_agpr
-    assert p22.capabilities - p23.capabilities == {"target:sm_90", "mma:sm_90", "async-copy:sm_90"}
+    assert p22.capabilities - p23.capabilities == {"target:sm_90", "mma:sm_90", "async-copy:sm_90", "wgmma:sm_90a"}
     assert recorded["llvm23"]["arches"]["sm_90"]["target"]["status"] == "arch_absent"
 
 

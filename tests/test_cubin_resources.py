@@ -77,7 +77,9 @@ def _ptxas_v(ptx: str, tmp: Path) -> dict[str, int]:
     """What ptxas -v prints for the (single-entry) PTX, with the compile path's own flags."""
     src, dst = tmp / "k.ptx", tmp / "k.cubin"
     src.write_text(ptx)
-    log = subprocess.run([find_ptxas(), "-arch=sm_90", *PTXAS_FLAGS, "-v", str(src), "-o", str(dst)],
+    # the PTX's own .target: sm_90, or sm_90a for the warpgroup pipeline (aot/compiler/ptx.py)
+    arch = re.search(r"^\s*\.target\s+(\w+)", ptx, re.M)[1]
+    log = subprocess.run([find_ptxas(), f"-arch={arch}", *PTXAS_FLAGS, "-v", str(src), "-o", str(dst)],
                          capture_output=True, text=True, check=True).stderr
     # "Used 255 registers, used 1 barriers, 560 bytes cumulative stack size, 35840 bytes smem"
     used = re.search(r"Used (\d+) registers, used (\d+) barriers(.*)", log)

@@ -17,6 +17,8 @@
             stages was within 3 % of 3 on every problem, docs/gpu.md)
             Also, split_k in (1, 2, 4) on the asynchronous 128 x 128 tiles (ASYNC_SPLIT_KS: split-K,
             GemmSpec.split_k), 1 everywhere else
+            Also, where the lane has wgmma:sm_90a, wgmma in (False, True): True is the warpgroup
+            pipeline's own sub-grid (WGMMA_TILES, _make_wgmma)
 
 Every point goes through GemmSpec's own checks (construction, then
 ``geometry(target)``: threads, instruction tiling, LDS), so the grid holds only
@@ -57,9 +59,12 @@ def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tu
     if not _async(target, lane):
         return {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "block_k": (32, 64),
                 "waves": (2, 4), "double_buffer": (False, True), "vector_width": (4,)}
-    return {"block_m": (32, 64, 128, 192, 256), "block_n": (32, 64, 128, 192, 256), "block_k": (32, 64),
-            "waves": (2, 4, 8), "double_buffer": (False, True), "vector_width": (4,), "stages": (0, ASYNC_STAGES),
-            "split_k": ASYNC_SPLIT_KS}
+    knobs = {"block_m": (32, 64, 128, 192, 256), "block_n": (32, 64, 128, 192, 256), "block_k": (32, 64),
+             "waves": (2, 4, 8), "double_buffer": (False, True), "vector_width": (4,), "stages": (0, ASYNC_STAGES),
+             "split_k": ASYNC_SPLIT_KS}
+    if lane.profile.has("wgmma:sm_90a"):
+        knobs["wgmma"] = (False, True)
+    return knobs
 
 
 ASYNC_STAGES, ASYNC_GROUP_M = 3, 8
@@ -81,6 +86,24 @@ MAX_WARP_TILE = 64 * 64
 WAVE_FILL_TILES = ((192, 128), (128, 192))
 
 
+# The warpgroup pipeline (GemmSpec.wgmma: cp.async into 128-byte swizzled stages, wgmma.mma_async
+# from shared memory, sm_90a): its tiles and warps, block_k 64 (one swizzle row), WGMMA_STAGES
+# stages, group_m 8, split_k (1, 2, 4) on 128 x 128 as the mma.sync grid's.
+WGMMA_TILES = ((128, 256, 8), (256, 128, 8), (128, 128, 8), (128, 128, 4), (64, 128, 4), (128, 64, 4),
+               (64, 256, 4), (128, 192, 8))
+WGMMA_STAGES = 4
+
+
+def _make_wgmma(baked: Mapping[str, Any], k: dict[str, Any]) -> GemmSpec:
+    bm, bn, w = k["block_m"], k["block_n"], k["waves"]
+    if (bm, bn, w) not in WGMMA_TILES or k["block_k"] != 64 or k["stages"] != ASYNC_STAGES or k["double_buffer"] \
+            or k["path"] != "mma":
+        raise SpecError("the wgmma grid is " + ", ".join(f"{m}x{n} w{x}" for m, n, x in WGMMA_TILES)
+                        + f", block_k 64, one point per tile (stages {WGMMA_STAGES})")
+    k.update(vector_width=ASYNC_VECTOR, group_m=ASYNC_GROUP_M, stages=WGMMA_STAGES)
+    return GemmSpec(**baked, **k)
+
+
 def _baked_for(problem: Any) -> dict[str, Any] | None:
     if problem.out_dtype is None:
         return None
@@ -90,6 +113,10 @@ def _baked_for(problem: Any) -> dict[str, Any] | None:
 def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
     k = dict(knobs)
     bm, bn, w = k["block_m"], k["block_n"], k["waves"]
+    if k.get("wgmma"):
+        if k.get("split_k", 1) > 1 and (bm, bn) != SPLIT_K_TILE:
+            raise SpecError(f"split_k is in the {SPLIT_K_TILE[0]}x{SPLIT_K_TILE[1]} tiles only")
+        return _make_wgmma(baked, k)
     if k.get("split_k", 1) > 1 and (not k.get("stages") or (bm, bn) != SPLIT_K_TILE):
         raise SpecError(f"split_k is in the asynchronous grid's {SPLIT_K_TILE[0]}x{SPLIT_K_TILE[1]} tiles only")
     if not k.get("stages"):
