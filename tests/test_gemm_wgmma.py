@@ -159,5 +159,8 @@ def test_wgmma_counts_conserve_the_tiles_work(spec):
     assert c.mma * warps * (16 * 8 * 16) == spec.block_m * spec.block_n * spec.block_k
     assert c.mma_issued == spec.wgmma_tiles_m * spec.block_k // 16  # one wgmma per m64 tile and k-step
     assert c.instr == f"wgmma_f32_m64n8k16_{spec.in_dtype}" and c.lds_reads == 0
+    # the tensor cores read every wgmma's operands from shared memory: A 64 x 16, B 16 x N (2 bytes)
+    wgmmas = (spec.waves // 4) * spec.wgmma_tiles_m * spec.block_k // 16  # per block and K-tile
+    assert c.lds_read_wavefronts * 128 * warps == wgmmas * (64 * 16 + 16 * spec.block_n) * 2
     assert c.lds_write_wavefronts == pytest.approx(  # swizzled copies: no bank conflicts
         (spec.block_m + spec.block_n) * spec.block_k * 2 / 128 / warps)

@@ -72,7 +72,7 @@ from typing import Any, Callable, Iterable
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
-from rocke_aot.variants.gemm import async_copy_chunk, copy_panel, quad_stores
+from rocke_aot.variants.gemm import WARPGROUP, async_copy_chunk, copy_panel, quad_stores
 
 BANK_BYTES = 4
 
@@ -342,12 +342,14 @@ def _gemm_wgmma_static(spec: Any, g: Any, ins: Any, eb: int, write_cyc: float) -
     and K-tile: its quarter of each of the tiles_m x (block_k / 16) wgmma m64nNk16 its warpgroup
     issues, in units of 16x8x16 (N / 8 a wgmma, the facts' wgmma rate: gemm_counts puts the
     issued count beside); no LDS read instruction (the tensor cores read the descriptors), the
-    bytes they read in the read term: the warp's 16 rows of A per m64 tile and a quarter of the
-    warpgroup's one B tile (triton_counts's rule), in 128-byte wavefronts (the swizzled layout
-    has no conflicts); cp.async copies in panels of one swizzle row (copy_panel)."""
+    bytes they read in the read term: per m64 tile the warp's 16 rows of A and a quarter of the
+    B tile, which every wgmma reads again, in 128-byte wavefronts (the swizzled layout has no
+    conflicts); cp.async copies in panels of one swizzle row (copy_panel)."""
     ksub = spec.block_k // WGMMA_UNIT_K
     units = g.tiles_m * g.tiles_n * ksub  # tiles_n = block_n / 8: the n8 slices
-    read_bytes = (g.tiles_m * ins.m + spec.block_n / 4) * spec.block_k * eb
+    # each wgmma reads its own operands: its m64 tile's A (the warp's 16 rows) and the whole B
+    # (16 x N a k-step, a quarter a warp), so B is read once per m64 tile a warpgroup holds
+    read_bytes = g.tiles_m * (ins.m + spec.block_n / WARPGROUP) * spec.block_k * eb
     copies = sum((cols // ASYNC_ELEMS // pv) * _ceil(rows * pv, g.threads)
                  for rows, cols in ((spec.block_m, spec.block_k), (spec.block_k, spec.block_n))
                  for pv in (copy_panel(g.threads, cols, True),))
