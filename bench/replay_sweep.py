@@ -19,7 +19,6 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from types import SimpleNamespace
 
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
