@@ -72,7 +72,7 @@ from typing import Any, Callable, Iterable
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
-from rocke_aot.variants.gemm import WARPGROUP, async_copy_chunk, copy_panel, quad_stores
+from rocke_aot.variants.gemm import WARPGROUP, WGMMA_K, async_copy_chunk, copy_panel, quad_stores
 
 BANK_BYTES = 4
 
@@ -329,7 +329,6 @@ def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int,
 
 
 ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
-WGMMA_UNIT_K = 16  # K of one wgmma m64nNk16
 
 
 def wgmma_key(in_dtype: str) -> str:
@@ -345,7 +344,7 @@ def _gemm_wgmma_static(spec: Any, g: Any, ins: Any, eb: int, write_cyc: float) -
     bytes they read in the read term: per m64 tile the warp's 16 rows of A and a quarter of the
     B tile, which every wgmma reads again, in 128-byte wavefronts (the swizzled layout has no
     conflicts); cp.async copies in panels of one swizzle row (copy_panel)."""
-    ksub = spec.block_k // WGMMA_UNIT_K
+    ksub = spec.block_k // WGMMA_K
     units = g.tiles_m * g.tiles_n * ksub  # tiles_n = block_n / 8: the n8 slices
     # each wgmma reads its own operands: its m64 tile's A (the warp's 16 rows) and the whole B
     # (16 x N a k-step, a quarter a warp), so B is read once per m64 tile a warpgroup holds

@@ -59,6 +59,7 @@ NK_PAD = 8  # elements after each row of a transposed B tile: 16 bytes, four ban
 SWIZZLE_ELEMS = 64  # 16-bit elements of one 128-byte swizzle row
 WARPGROUP = 4  # warps of one warpgroup (128 threads): wgmma's unit of issue
 WGMMA_M = 64  # rows of one wgmma.m64nNk16; a warpgroup's tile is whole multiples of it
+WGMMA_K = 16  # K of one f16 / bf16 wgmma (256 bits of K)
 WGMMA_ALIGN = 1024  # bytes: a swizzle atom's alignment; the dynamic array has this much more to round up in
 WGMMA_MAX_ACC = 128  # f32 accumulators a thread may hold (m64n256: 128; more spills, as fma's rule)
 

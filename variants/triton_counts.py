@@ -43,15 +43,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocke_aot import mma
-from rocke_aot.variants.counts import KernelCounts, pipelined_latencies
+from rocke_aot.variants.counts import KernelCounts, pipelined_latencies, wgmma_key
+from rocke_aot.variants.gemm import WARPGROUP, WGMMA_K
 
 EB = 2  # f16 (the family's only baked dtype)
 TRITON_OPS_PER_LOAD = 2
 # the facts' key of a warp's 16x8x16 quarter of a wgmma (variants/hw_facts/sm_90.json)
-WGMMA_KEY = "wgmma_f32_m64n8k16_f16"
+WGMMA_KEY = wgmma_key("f16")
 ASYNC_MIN_BYTES = 4  # the smallest cp.async copy
-WARPGROUP = 4  # warps of one wgmma
-WGMMA_K = 16  # 256 bits of K per f16 instruction (mmaVersionToInstrShape: 256 / bit width)
+# WARPGROUP: warps of one wgmma; WGMMA_K: 256 bits of K per f16 instruction (mmaVersionToInstrShape:
+# 256 / bit width) -- the native warpgroup pipeline's constants (variants/gemm.py)
 WGMMA_N = tuple(range(256, 0, -8))  # the f16 instruction N Triton tries, largest first
 
 

@@ -61,6 +61,17 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages),
       matrix transposed). A: matrix i = rows 8(i%2).., K 8(i//2).. of the 16x16 tile, which is
       mma.sync's a0..a7 order; B (K x N in LDS): matrix i = K rows 8(i%2).., columns 8(i//2)..,
       transposed, which is b0..b3 of N-tiles 2t and 2t+1.
+The warpgroup pipeline (spec.wgmma, sm_90a; build_wgmma; docs/lowering.md has the layouts):
+           stages in dynamic shared memory 1 KiB longer than they need, the base rounded up to 1024
+           bytes; tiles 128-byte swizzled (GemmSpec.lds_a_index / lds_b_index: A K-major, B N-major
+           in 64-column chunks), copied by the same copy plan in panels of one swizzle row
+           prologue: K-tiles 0 .. copy_ahead-1, one commit group each
+           loop kt: wait (tile kt landed); fence.proxy.async; barrier; copies of kt + copy_ahead;
+                    wgmma.fence; per 16 of K and m64 tile one wgmma m64nNk16 (N = block_n) from the
+                    stage's descriptors (descriptor_bits); commit; wait (1 pending at 4 stages, else 0)
+           exit:    wait for every wgmma (accumulators through the wait) and copy; the n8 slices of
+                    the accumulators are mma.sync m16n8 fragments of the warp's 16 rows of each m64
+                    tile: the asynchronous pipeline's split-K and epilogue, row step 64
 Split-K (spec.split_k = s > 1, the asynchronous pipeline only; reduce_split): kernel(A, B, C, W, M, N,
       K) over tiles * s work-groups; g % s is the K slice z, g // s the tile (then the tile order
       below). Slice z runs K-tiles [z * per, min(kt, (z + 1) * per)), per = ceil(kt / s), through
@@ -95,14 +106,14 @@ import numpy as np
 
 from rocke_aot import lanes
 from rocke_aot import mma
-from rocke_aot.aot.lower import kernel_for
+from rocke_aot.aot.lower import kernel_for, nvptx
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
-from rocke_aot.variants.gemm import (SWIZZLE_ELEMS, WARPGROUP, WGMMA_ALIGN, WGMMA_M, GemmGeometry, GemmSpec,
-                                     copy_panel, quad_stores)
+from rocke_aot.variants.gemm import (SWIZZLE_ELEMS, WARPGROUP, WGMMA_ALIGN, WGMMA_K, WGMMA_M, GemmGeometry,
+                                     GemmSpec, copy_panel, quad_stores)
 
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
 
@@ -762,7 +773,7 @@ class _GemmLowering:
         s, g, kb, b = self.spec, self.geo, self.kb, self.b
         first_kt, ktiles = self.k_slice(ktiles)
         S, D, W = s.stages, s.copy_ahead, s.wgmma_in_flight
-        KS = s.block_k // 16
+        KS = s.block_k // WGMMA_K
         per = s.block_m * self.lda + s.b_tile_elems  # elements per stage (a multiple of 512: 1024 bytes)
         self.trap_misaligned()
         base = self.S(kb.shared_address(self.lds))  # 1024-byte aligned (build): base offset 0
@@ -801,7 +812,7 @@ class _GemmLowering:
                     part = acc[j * acc_n:(j + 1) * acc_n]
                     got = kb.wgmma(s.block_n, s.in_dtype, part,
                                    at(a_desc, rd, j * WGMMA_M * SWIZZLE_ELEMS * 2 + ks * 32),
-                                   at(b_desc, rd, ks * 16 * SWIZZLE_ELEMS * 2), trans_b=True)
+                                   at(b_desc, rd, ks * WGMMA_K * SWIZZLE_ELEMS * 2), trans_b=True)
                     acc = acc[:j * acc_n] + got + acc[(j + 1) * acc_n:]
             kb.wgmma_commit()
             if W:
@@ -954,8 +965,7 @@ class _GemmLowering:
 
 def wgmma_mnemonic(spec: GemmSpec) -> str:
     """The PTX instruction the warpgroup pipeline issues (N = block_n), as the PTX prints it."""
-    t = spec.in_dtype
-    return f"wgmma.mma_async.sync.aligned.m64n{spec.block_n}k16.f32.{t}.{t}"
+    return nvptx.wgmma_mnemonic(spec.block_n, spec.in_dtype)
 
 
 def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:

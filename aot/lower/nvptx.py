@@ -52,6 +52,12 @@ from rocke_aot.errors import CapabilityError
 PTX_FEATURES = "+ptx80"  # what the toolchain's target machine must be created with
 
 
+def wgmma_mnemonic(n: int, in_dtype: str) -> str:
+    """The PTX instruction NvptxKernel.wgmma issues: f32 += f16 x f16 (bf16 x bf16), m64nNk16."""
+    t = {"f16": "f16", "bf16": "bf16"}[in_dtype]
+    return f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}"
+
+
 class NvptxKernel(KernelModule):
     calling_convention = "ptx_kernel"
 
@@ -214,10 +220,9 @@ class NvptxKernel(KernelModule):
         self._arch_specific("wgmma.mma_async")
         if len(acc) != n // 2 or n % 8 or not 8 <= n <= 256:
             raise CapabilityError(f"wgmma m64n{n}k16 keeps {n // 2} accumulators a thread, given {len(acc)}")
-        t = {"f16": "f16", "bf16": "bf16"}[in_dtype]
         regs = ", ".join(f"${i}" for i in range(len(acc)))
         k = len(acc)
-        text = (f"{{ .reg .pred p; .reg .b32 q; mov.b32 q, 1; setp.ne.b32 p, q, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "
+        text = (f"{{ .reg .pred p; .reg .b32 q; mov.b32 q, 1; setp.ne.b32 p, q, 0; {wgmma_mnemonic(n, in_dtype)} "
                 f"{{{regs}}}, ${k}, ${k + 1}, p, 1, 1, 0, {int(trans_b)}; }}")
         i64 = ir.IntType(64)
         sty = ir.LiteralStructType([F32] * k)
