@@ -21,9 +21,8 @@ log() { printf '[slim] %s\n' "$*" >&2; }
 size() { du -sm "$@" | awk '{s += $1} END {print s " MB"}'; }
 [ -x "$PY" ] || { log "no venv at $VENV"; exit 1; }
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-# the project: rocke_aot/ and the folders its symlinks name (compileall skips symlinked dirs)
+# the project: the rocke_aot package (every layer is a real folder inside it)
 PROJECT=("$PWD/rocke_aot")
-for l in rocke_aot/*; do [ -L "$l" ] && PROJECT+=("$(readlink -f "$l")"); done
 log "start: $VENV $(size "$VENV"), project $(size "${PROJECT[@]}")"
 
 "$PY" -m pip uninstall -q -y --disable-pip-version-check setuptools wheel pip 2>/dev/null || true

@@ -129,7 +129,7 @@ def test_bundles_carry_dictionaries(store_url, kernels, tmp_path):
 def test_upgrade_from_revision_0001_keeps_the_data_until_key_v2(store_url):
     engine = db.make_engine(db.resolve_url(store_url))
     cfg = Config()
-    cfg.set_main_option("script_location", str(ROOT / "cache" / "migrations"))
+    cfg.set_main_option("script_location", str(ROOT / "rocke_aot" / "cache" / "migrations"))
     raw = b"\x7fELF" + bytes(range(256)) * 8
     sha = hashlib.sha256(raw).hexdigest()
     inp = inputs(1)

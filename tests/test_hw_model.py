@@ -19,7 +19,7 @@ from rocke_aot.variants.gemm import GemmSpec
 from rocke_aot.variants.problems import GemmProblem
 from rocke_aot.variants.selection import rank
 
-FACTS = Path(__file__).resolve().parents[1] / "variants" / "hw_facts"
+FACTS = Path(__file__).resolve().parents[1] / "rocke_aot" / "variants" / "hw_facts"
 
 
 @pytest.mark.parametrize("key", sorted(mma.INSTRS))

@@ -1,9 +1,9 @@
 """The layers import one way (import-linter's contracts in .importlinter), checked on every run.
 
-rocke_aot spans several folders (aot/, cache/, cli/, ...); rocke_aot/<layer> is a symlink to each,
-so the real tree is an ordinary package on disk and import-linter lints it from the repository
-root as it stands. The violation tests lint a copy of the tree as git sees it (symlinks kept),
-with one bad import added.
+Each layer is a real folder of the one import package (rocke_aot/aot/, rocke_aot/cache/, ...), so
+import-linter, type checkers and IDEs read the tree as it stands. The violation tests lint a copy
+of the tree as git sees it, with one bad import added. The contracts name every subpackage of
+rocke_aot (tests/_product.py derives the list from the tree), so no folder escapes them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from _product import SUBPACKAGES
 from _tree import git_tree
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,12 +36,12 @@ def test_layer_contracts_hold(tmp_path):
 
 
 @pytest.mark.parametrize("where, bad_import", [
-    ("variants/gemm.py", "from rocke_aot.aot.lower import module as _x\n"),  # variants -> aot
-    ("cache/keys.py", "from rocke_aot.variants import table as _x\n"),  # cache -> variants
+    ("rocke_aot/variants/gemm.py", "from rocke_aot.aot.lower import module as _x\n"),  # variants -> aot
+    ("rocke_aot/cache/keys.py", "from rocke_aot.variants import table as _x\n"),  # cache -> variants
     ("rocke_aot/lanes.py", "from rocke_aot.cache import keys as _x\n"),  # vocabulary -> cache
-    ("aot/drift.py", "from rocke_aot.cli import options as _x\n"),  # aot -> cli
-    ("service/access.py", "from rocke_aot.cache import models as _x\n"),  # the service -> the store's tables
-    ("cli/cache.py", "from rocke_aot.cache import blobs as _x\n"),  # the CLI -> a part behind Store
+    ("rocke_aot/aot/drift.py", "from rocke_aot.cli import options as _x\n"),  # aot -> cli
+    ("rocke_aot/service/access.py", "from rocke_aot.cache import models as _x\n"),  # the service -> the store's tables
+    ("rocke_aot/cli/cache.py", "from rocke_aot.cache import blobs as _x\n"),  # the CLI -> a part behind Store
 ])
 def test_a_layering_violation_is_caught(tmp_path, where, bad_import):
     site = git_tree(tmp_path / "tree")
@@ -52,3 +53,19 @@ def test_a_layering_violation_is_caught(tmp_path, where, bad_import):
     path.write_text(src.replace(anchor, anchor + bad_import, 1))
     proc = _lint(site)
     assert proc.returncode != 0 and "BROKEN" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_the_contracts_name_every_product_folder():
+    """A folder added under rocke_aot/ must take its floor in .importlinter's layers (or its own
+    forbidden contract): the list of product folders is the tree itself, not a hand-kept one."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / ".importlinter")
+    named = set()
+    for section in cfg.sections():
+        for field in ("layers", "source_modules"):
+            for line in cfg[section].get(field, "").split():
+                if line.startswith("rocke_aot."):
+                    named.add(line.split(".")[1])
+    assert SUBPACKAGES and set(SUBPACKAGES) <= named, sorted(set(SUBPACKAGES) - named)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import ast
 import collections
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("rocke_aot", "aot", "cache", "cli", "client", "runner", "service", "variants")
+from _product import product_files, rel
+
 # name -> why two definitions stand (left as they are; a new duplicate fails the test)
 KNOWN = {
     "Resources": "service/schemas.py is the wire model of rocke_aot/candidates.py's value type",
@@ -24,14 +23,10 @@ KNOWN = {
 
 def _classes() -> dict[str, list[str]]:
     found = collections.defaultdict(list)
-    for top in PRODUCT:
-        for p in sorted((ROOT / top).rglob("*.py")):
-            rel = p.relative_to(ROOT)
-            if "__pycache__" in rel.parts or any((ROOT / q).is_symlink() for q in [rel, *rel.parents]):
-                continue
-            for node in ast.walk(ast.parse(p.read_text(), str(rel))):
-                if isinstance(node, ast.ClassDef):
-                    found[node.name].append(rel.as_posix())
+    for p in product_files():
+        for node in ast.walk(ast.parse(p.read_text(), rel(p))):
+            if isinstance(node, ast.ClassDef):
+                found[node.name].append(rel(p))
     return found
 
 
@@ -42,8 +37,8 @@ def test_one_class_per_name():
 
 def test_the_argument_model_and_the_candidate_have_one_definition_each():
     classes = _classes()
-    assert classes["Candidate"] == ["rocke_aot/candidates.py"]
+    assert classes["Candidate"] == ["candidates.py"]
     for name in ("ArgDef", "KernelArg", "BoundArg"):
-        assert classes[name] == ["rocke_aot/launch.py"], name
+        assert classes[name] == ["launch.py"], name
     # the lowering's old argument type is gone: its kernargs are launch.KernelArgs
     assert "KernArg" not in classes and "KernArgs" not in classes

@@ -38,7 +38,7 @@ from rocke_aot.variants import hw_model, table
 from rocke_aot.variants.problems import GemmProblem
 from rocke_aot.variants.selection import rank
 
-FACTS = Path(__file__).resolve().parents[1] / "variants" / "hw_facts"
+FACTS = Path(__file__).resolve().parents[1] / "rocke_aot" / "variants" / "hw_facts"
 PROBLEM = {"m": 2048, "n": 2048, "k": 2048, "dtype": "f16"}
 BOUNDS = {"compute", "issue", "lds", "memory", "latency"}
 

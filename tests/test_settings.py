@@ -14,9 +14,10 @@ from click.testing import CliRunner
 from rocke_aot import settings
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import SettingError
+from _product import product_files
+from _product import rel as product_rel
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("rocke_aot", "aot", "cache", "cli", "client", "runner", "service", "variants")
 # Worker plugin files run in a lane's interpreter, which may lack rocke_aot: they read the
 # variable their parent set for them by its literal name.
 WORKER_FILES = {"aot/compiler/_comgr_handler.py", "aot/toolchains/_triton24_worker.py"}
@@ -24,18 +25,14 @@ NAME = re.compile(r"ROCKE_AOT_[A-Z0-9_]*[A-Z0-9]")
 
 
 def _product_files():
-    for top in PRODUCT:
-        for p in sorted((ROOT / top).rglob("*.py")):
-            if "__pycache__" not in p.parts and not p.is_symlink() and not any(
-                    q.is_symlink() for q in p.relative_to(ROOT).parents if q != Path(".")):
-                yield p
+    return product_files()
 
 
 def test_no_module_but_settings_spells_a_variable_name():
     offenders = []
     for p in _product_files():
-        rel = p.relative_to(ROOT).as_posix()
-        if rel == "rocke_aot/settings.py" or rel in WORKER_FILES:
+        rel = product_rel(p)
+        if rel == "settings.py" or rel in WORKER_FILES:
             continue
         for node in ast.walk(ast.parse(p.read_text(), rel)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAME.fullmatch(node.value):
