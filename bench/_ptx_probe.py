@@ -6,7 +6,8 @@ own torch and cuda-bindings; nothing of the project is needed."""
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Device:

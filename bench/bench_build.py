@@ -69,9 +69,9 @@ def main() -> None:
     from rocke_aot.aot.builder import build, make_plan
     from rocke_aot.aot.builder.plan import parse_where, where_for
     from rocke_aot.aot.lower import lower
-    from rocke_aot.targets import Target
     from rocke_aot.aot.toolchains import detect_all, toolchains_for_lane
     from rocke_aot.cache.store import Store
+    from rocke_aot.targets import Target
     from rocke_aot.variants import table
 
     target = Target.parse(args.arch)

@@ -133,7 +133,7 @@ def _reply(s: socket.socket, limit: float) -> bytes:
     s.settimeout(limit)
     try:
         return s.recv(64)
-    except (OSError, socket.timeout):
+    except (TimeoutError, OSError):
         return b""
 
 

@@ -69,13 +69,13 @@ from _service import free_port, serve_process  # noqa: E402
 
 from rocke_aot.cache.keys import KeyInputs  # noqa: E402
 from rocke_aot.cache.store import Store  # noqa: E402
-from rocke_aot.launch import LaunchContract  # noqa: E402
-from rocke_aot.variants.families import get_family  # noqa: E402
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource  # noqa: E402
 from rocke_aot.client.fetch import DEFAULT_WORKERS  # noqa: E402
+from rocke_aot.launch import LaunchContract  # noqa: E402
 from rocke_aot.trust import keys, mirror  # noqa: E402
 from rocke_aot.trust import metadata as md  # noqa: E402
 from rocke_aot.trust.release import release  # noqa: E402
+from rocke_aot.variants.families import get_family  # noqa: E402
 
 
 def fill(store: Store, n: int, size: int) -> list[str]:

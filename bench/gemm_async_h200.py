@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _cuda import check, module_image  # noqa: E402
 from bench_gemm_gpu import median_ms  # noqa: E402  (one timing rule: CUDA events per launch, median)
+
 from rocke_aot.aot.families.gemm import lower_gemm  # noqa: E402
 from rocke_aot.aot.lower import lower  # noqa: E402
 from rocke_aot.errors import RockeError  # noqa: E402
@@ -116,7 +117,7 @@ def held_ms(fn, reps: int) -> float:
         fn()
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    getattr(torch.cuda, "_sleep")(2_000_000)  # the spin kernel (runner/run.py reaches it the same way)
+    torch.cuda._sleep(2_000_000)  # the spin kernel (runner/run.py reaches it the same way)
     s.record()
     for _ in range(reps):
         fn()
@@ -144,9 +145,8 @@ class Kernel:
             check(cu.cuFuncSetAttribute(self.fn, attr, shared))
 
     def launcher(self, a, b, c, m, n, k, stream):
-        from cuda.bindings import driver as cu
-
         import torch
+        from cuda.bindings import driver as cu
 
         tiles = -(-m // self.spec.block_m) * -(-n // self.spec.block_n)
         tensors = [a, b, c]

@@ -103,7 +103,6 @@ def main() -> None:
 
     import numpy as np
     import torch
-
     from _ptx_probe import Device
 
     d = Device()

@@ -39,8 +39,9 @@ import importlib
 import json
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 DTYPE = "f16"
 

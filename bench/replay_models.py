@@ -57,11 +57,11 @@ import dataclasses
 import gzip
 import json
 import os
-import sys
 import statistics
+import sys
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping
 
 from rocke_aot.candidates import Candidate, Resources, Schedule
 from rocke_aot.targets import Target

@@ -17,10 +17,10 @@ import json
 import os
 import sys
 
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_async_h200 import Kernel  # noqa: E402
 from _cuda import check, module_image  # noqa: E402  (gemm_async_h200 put tests/ on the path)
+from gemm_async_h200 import Kernel  # noqa: E402
+
 from rocke_aot.aot.families.gemm import lower_gemm  # noqa: E402
 from rocke_aot.variants.gemm import GemmSpec  # noqa: E402
 

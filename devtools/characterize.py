@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from rocke_aot import lanes
 from rocke_aot.aot import characterize as ch

@@ -28,8 +28,8 @@ import io
 import json
 import re
 import sys
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from elftools.elf.elffile import ELFFile

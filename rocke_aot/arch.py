@@ -24,9 +24,9 @@ Occupancy facts (rocke_aot/candidates.py occupancy(), groups_per_cu()):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from rocke_aot.errors import SpecError
 

@@ -59,9 +59,10 @@ groups_per_cu without registers (vgprs None) leaves the register limit out: an u
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import SpecError
@@ -208,7 +209,7 @@ class Schedule:
         return self.source == "sass"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], what: str = "metadata.code_object.schedule") -> "Schedule":
+    def from_dict(cls, d: Mapping[str, Any], what: str = "metadata.code_object.schedule") -> Schedule:
         """From the stored form; RecordError (named field) when it is not record.check_schedule's."""
         d = check_schedule(d, what)
         return cls(d["source"], d.get("exposed_latencies"), d.get("chain_ratio"), d.get("global_latency"),
@@ -246,7 +247,7 @@ class Resources:
 
     @classmethod
     def from_code_object(cls, co: Mapping[str, Any] | None, info: ArchInfo, *,
-                         block_size: int | None = None, dynamic_lds: int = 0) -> "Resources":
+                         block_size: int | None = None, dynamic_lds: int = 0) -> Resources:
         """From the metadata's "code_object" section (CodeObjectInfo.as_dict()).
 
         ``block_size``: the work-group size the kernel is launched with (launch_block_size() of

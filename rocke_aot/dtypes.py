@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"f16": 2, "bf16": 2, "f32": 4})
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)  # every element type a spec or problem may name

@@ -25,9 +25,9 @@ qualified lanes named. A newer major is never clamped to the newest lane.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from rocke_aot import settings
 from rocke_aot.errors import CapabilityError, LaneError

@@ -54,8 +54,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
@@ -270,11 +271,11 @@ class Split:
         return {"field": self.field, "strides": [[a, t] for a, t in self.strides]}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "Split | None":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Split | None:
         return None if d is None else cls(d["field"], tuple((a, t) for a, t in d["strides"]))
 
 
-def _check_split(split: "Split | None", problem: tuple[str, ...], args) -> None:
+def _check_split(split: Split | None, problem: tuple[str, ...], args) -> None:
     if split is None:
         return
     if split.field not in problem:
@@ -466,7 +467,7 @@ class LaunchContract:
     @classmethod
     def build(cls, kernel: str, formulas: LaunchFormulas, block: tuple[int, int, int] | tuple[str, str, str],
               args: tuple[KernelArg, ...] | None = None, kernarg_size: int | None = None,
-              max_tensor_bytes: int = MAX_TENSOR_BYTES, dynamic_shared_bytes: int = 0) -> "LaunchContract":
+              max_tensor_bytes: int = MAX_TENSOR_BYTES, dynamic_shared_bytes: int = 0) -> LaunchContract:
         """A contract from a family's formulas, a block size and a layout (natural when None)."""
         laid = natural_layout(formulas.args) if args is None else tuple(args)
         if [(a.name, a.kind) for a in laid] != [(a.name, a.kind) for a in formulas.args]:
@@ -511,7 +512,7 @@ class LaunchContract:
                 "split": self.split.as_dict() if self.split is not None else None}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LaunchContract":
+    def from_dict(cls, d: Mapping[str, Any]) -> LaunchContract:
         """The contract stored in an artifact's metadata["launch"] (checked like a new one)."""
         try:
             return cls(kernel=d["kernel"], problem=tuple(d["problem"]),

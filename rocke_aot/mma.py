@@ -33,9 +33,10 @@ Layout sources (wave64 MFMA, one block: G = W // M lane groups, kpl = K // G):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np  # the model functions import it when called: a server never does

@@ -16,8 +16,8 @@ import fcntl
 import itertools
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import platformdirs
 

@@ -23,7 +23,8 @@ being stored and then failing every select of its (arch, family).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchContract

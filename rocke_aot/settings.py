@@ -21,8 +21,8 @@ on. This module only fails closed on names nobody registered and on malformed sw
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from rocke_aot.errors import SettingError
 

@@ -18,8 +18,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from rocke_aot.errors import SpecError
 from rocke_aot.arch import ARCHES, ArchInfo, arch_info
+from rocke_aot.errors import SpecError
 
 _TRIPLES = {"amdgcn": "amdgcn-amd-amdhsa", "nvptx64": "nvptx64-nvidia-cuda"}
 # ELF e_machine of each family's code objects: EM_AMDGPU (HSACO), EM_CUDA (cubin)
@@ -33,7 +33,7 @@ class Target:
     features: tuple[tuple[str, bool], ...] = ()  # sorted by name
 
     @classmethod
-    def parse(cls, target_id: object) -> "Target":
+    def parse(cls, target_id: object) -> Target:
         if isinstance(target_id, Target):
             return target_id
         if isinstance(target_id, str):
@@ -41,7 +41,7 @@ class Target:
         return cls._parse(target_id)
 
     @classmethod
-    def _parse(cls, target_id: object) -> "Target":
+    def _parse(cls, target_id: object) -> Target:
         if not isinstance(target_id, str) or not target_id:
             raise SpecError(f"an arch must be a target ID string such as 'gfx942', got {target_id!r}")
         processor, *feats = target_id.split(":")

@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from _cuda import check, module_image  # noqa: E402
+
 from rocke_aot.aot.lower import lower  # noqa: E402
 from rocke_aot.variants import table  # noqa: E402
 from rocke_aot.variants.families import get_family  # noqa: E402

@@ -62,7 +62,6 @@ import threading
 
 import llvmlite.binding as llvm
 import numpy as np
-
 from _isa_ref import LDMATRIX, REFS, decode16, ldmatrix_registers
 
 _ID_CALLS = {

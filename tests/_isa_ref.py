@@ -56,8 +56,8 @@ values in memory order, which for a packed .b32 register is the low half first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from _service import free_port
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

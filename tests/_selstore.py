@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rocke_aot.cache.keys import KeyInputs
 from rocke_aot.lanes import get_lane

@@ -32,7 +32,6 @@ WHERE = {"block_m": 64, "block_n": 64, "in_dtype": "f16", "out_dtype": "f32", "p
 def kernel_bundle(tmp_path_factory, llvm22):
     """(sqlite path, bundle path) of a real build: 8 gemm kernels for gfx942, lane llvm22."""
     from rocke_aot.aot import builder
-
     from rocke_aot.lanes import get_lane
     from rocke_aot.targets import Target
 

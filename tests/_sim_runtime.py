@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
-
 from _host_sim import CpuGrid
+
 from rocke_aot.runner.runtime import Runtime
 
 

@@ -6,14 +6,20 @@ cp.async copy instructions): the shapes of the wgmma / mma.sync (PTX) or v_mfma
 (AMDGCN) instructions of the loop body, one per instruction issued (per warpgroup for wgmma, per wave
 for MFMA), and the loop's shared-memory read instructions (ldmatrix / ld.shared; ds_read on AMD).
 """
-import sys, json, re
+import json
+import re
+import sys
+
 sys.path.insert(0, sys.argv[1])
 import types
+
 m = types.ModuleType("torch"); m.Tensor = type("Tensor", (), {}); sys.modules.setdefault("torch", m)
 import triton
-from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
 from rocke_aot.kernels import triton_matmul as mm
+
 cfg = json.loads(sys.argv[3]); backend = sys.argv[2]
 sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
        "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",

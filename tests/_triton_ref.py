@@ -8,19 +8,25 @@ constexpr 1), the attributes through the backend's own ``parse_attr``; the key i
 and base32-encoded as ``get_cache_manager`` does. Triton 3.9's binder also lists the constexpr
 parameters with no attributes; 3.6's does not (both, as each version's own jit.py writes them).
 """
-import sys, json, hashlib, types
+import hashlib
+import json
+import sys
+import types
+
 try:
     import torch  # noqa
 except ImportError:
     m = types.ModuleType("torch"); m.Tensor = type("Tensor", (), {}); sys.modules["torch"] = m
 root, backend, arch, warp, cfg = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5])  # noqa: E501
 sys.path.insert(0, root)
-from rocke_aot.kernels import triton_matmul as mm
 import triton
-from triton.compiler import ASTSource, make_backend
-from triton.backends.compiler import GPUTarget
-from triton.runtime.cache import get_cache_key, _base32
 from triton._C.libtriton import get_cache_invalidating_env_vars
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.cache import _base32, get_cache_key
+
+from rocke_aot.kernels import triton_matmul as mm
+
 t = GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp)
 b = make_backend(t)
 ptr_desc = "DS" if backend == "hip" else "D"

@@ -11,8 +11,8 @@ PostgreSQL cluster (a fixture imported into several modules would be one per mod
 from __future__ import annotations
 
 import pytest
-
 from _pg import pg_server  # noqa: F401 - the session's PostgreSQL server (one per session)
+
 from rocke_aot.aot import toolchains as tcs
 
 

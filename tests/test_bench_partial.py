@@ -8,8 +8,8 @@ float64 reference; the reference of "kept" is the list of problems the source wa
 from __future__ import annotations
 
 import pytest
-
 from _sim_runtime import SimRuntime
+
 from rocke_aot.aot.lower import lower
 from rocke_aot.runner.bench import bench
 from rocke_aot.variants.gemm import GemmSpec

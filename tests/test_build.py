@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from rocke_aot.aot import builder
 from rocke_aot.aot.recipe import recipe_digest
+from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
 from rocke_aot.targets import Target
-from rocke_aot.cache.store import Store
 
 EXE = str(Path(sys.executable).with_name("rocke-aot"))
 # A small selection keeps the suite fast: one family, one tile shape (both paths, both wave

@@ -8,11 +8,11 @@ import pytest
 
 from rocke_aot.aot.builder import build, make_plan
 from rocke_aot.aot.builder.plan import choose_lanes, parse_where, spec_json
-from rocke_aot.lanes import get_lane
-from rocke_aot.targets import Target
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, artifact_key, canonical_json
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import SpecError
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 from rocke_aot.variants import table
 
 TINY = {"block_m": 32, "block_n": 32, "block_k": 32, "in_dtype": "f16", "out_dtype": "f32",

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
 from click.testing import CliRunner
 
-from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
-from rocke_aot.cli.main import cli
 from rocke_aot.cache import models
 from rocke_aot.cache.store import Store
+from rocke_aot.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

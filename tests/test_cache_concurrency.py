@@ -10,6 +10,7 @@ import time
 import traceback
 
 from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
+
 from rocke_aot.cache.keys import artifact_key
 from rocke_aot.cache.store import Store
 

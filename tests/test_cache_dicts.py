@@ -7,15 +7,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from _bench import load_bench
+from _pg import inputs, pg_database, store_url  # noqa: F401
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
-from _pg import inputs, pg_database, store_url  # noqa: F401
 from rocke_aot.cache import codec, db, models
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import BundleError, IntegrityError

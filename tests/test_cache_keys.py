@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from rocke_aot.lanes import LANES
 from rocke_aot.cache.keys import KEY_VERSION, KeyInputs, artifact_key, canonical_json, check_key, encode
 from rocke_aot.errors import LaneError, SpecError
+from rocke_aot.lanes import LANES
 
 BASE = dict(
     arch="gfx942:sramecc+:xnack-", lane="llvm22", profile="llvm22", family="gemm",

@@ -6,13 +6,13 @@ import multiprocessing as mp
 from pathlib import Path
 
 import pytest
+from _pg import pg_database, store_url  # noqa: F401
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from _pg import pg_database, store_url  # noqa: F401
 from rocke_aot.cache import db, models
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheError

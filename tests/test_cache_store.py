@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlalchemy.exc
 import hashlib
 import io
 import json
@@ -10,9 +9,10 @@ import tarfile
 import time
 
 import pytest
+import sqlalchemy.exc
+from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
 from sqlalchemy import text
 
-from _pg import code_object, inputs, pg_database, put, store_url  # noqa: F401
 from rocke_aot.cache import codec, db, models
 from rocke_aot.cache.keys import artifact_key
 from rocke_aot.cache.store import LOOKUP_CHUNK, Store

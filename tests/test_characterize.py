@@ -168,8 +168,9 @@ def test_a_probe_past_its_timeout_is_a_timeout_and_the_worker_is_replaced():
 
 
 def test_variants_cli_shows_the_backing_column(capsys):
-    from rocke_aot.cli.main import main
     import json
+
+    from rocke_aot.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
         main(["variants", "--family", "gemm", "--arch", "gfx942", "--json"])

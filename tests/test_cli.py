@@ -15,9 +15,9 @@ from pathlib import Path
 
 import click
 import pytest
+from _kernels import ADD1
 from click.testing import CliRunner
 
-from _kernels import ADD1
 from rocke_aot.aot import builder
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.builder.plan import make_plan, parse_where, spec_field_types, where_for
@@ -299,8 +299,9 @@ def _progress_lines(stderr: str):
 
 
 def test_progress_lines_at_the_interval_off_a_terminal(cache_url, llvm22, monkeypatch):
-    from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
     import time
+
+    from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 
     real = LlvmliteToolchain.compile
 

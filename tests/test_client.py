@@ -12,9 +12,9 @@ import time
 import httpx
 import pytest
 import zstandard
+from _service import EXE, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
 from sqlalchemy import update
 
-from _service import EXE, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
 from rocke_aot.cache.keys import thaw
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.store import Store

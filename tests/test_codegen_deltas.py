@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from _bench import load_bench
 
 from rocke_aot.aot import toolchains as tcs

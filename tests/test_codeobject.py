@@ -11,14 +11,12 @@ import struct
 import sys
 
 import pytest
+from _kernels import ADD1, NVPTX_ADD1
 
-from rocke_aot.aot.codeobject import (EF_AMDGPU_MACH, CodeObjectInfo, comment_strings,
-                                      decode_kernel_descriptor, validate)
+from rocke_aot.aot.codeobject import EF_AMDGPU_MACH, CodeObjectInfo, comment_strings, decode_kernel_descriptor, validate
 from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite
 from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.errors import CodeObjectError
-
-from _kernels import ADD1, NVPTX_ADD1
 
 PY = sys.executable
 E_FLAGS_OFFSET = 0x30  # ELF64 header

@@ -11,10 +11,10 @@ import pytest
 
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
-from rocke_aot.lanes import lane_for_major
-from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.comgr import ENV_COMGR, ComgrToolchain, candidate_libraries, discover
 from rocke_aot.errors import CompileError, LaneError, ToolchainError, ToolchainRefused
+from rocke_aot.lanes import lane_for_major
+from rocke_aot.targets import Target
 
 DEBIAN_COMGR = "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"
 

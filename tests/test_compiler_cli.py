@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from _kernels import ADD1
 from click.testing import CliRunner
 
 from rocke_aot.aot import toolchains as tcs
-from rocke_aot.cli.main import cli
 from rocke_aot.aot.codeobject import validate
-
-from _kernels import ADD1
+from rocke_aot.cli.main import cli
 
 
 @pytest.fixture

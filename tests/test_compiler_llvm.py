@@ -11,16 +11,15 @@ import subprocess
 import sys
 
 import pytest
+from _kernels import ADD1, NVPTX_ADD1
 from elftools.elf.elffile import ELFFile
 
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite, llvm_payload
 from rocke_aot.aot.compiler.link import link_hsaco
-from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.lld import find_lld, linker_identity, lld_version
 from rocke_aot.errors import CompileError
-
-from _kernels import ADD1, NVPTX_ADD1
+from rocke_aot.targets import Target
 
 PY = sys.executable
 OBJDUMP = "/usr/lib/llvm-22/bin/llvm-objdump"

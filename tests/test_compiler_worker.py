@@ -10,10 +10,10 @@ import sys
 import textwrap
 
 import pytest
+from _kernels import ADD1
 
 from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite, submit_llvmlite
 from rocke_aot.errors import CompileError, CompileTimeout
-from _kernels import ADD1
 
 PY = sys.executable
 

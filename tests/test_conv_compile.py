@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from rocke_aot.variants.families import get_family
 from rocke_aot import lanes
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
-from rocke_aot.aot.lower import lower
-from rocke_aot.targets import Target
-from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
-from rocke_aot.variants import table
-from rocke_aot.arch import ARCHES
 from rocke_aot.aot.families import BUILTIN_LOWERERS
+from rocke_aot.aot.lower import lower
+from rocke_aot.arch import ARCHES
+from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
+from rocke_aot.targets import Target
+from rocke_aot.variants import table
+from rocke_aot.variants.families import get_family
 
 # The families the project lowers to LLVM IR itself (Triton families compile through Triton,
 # tests/test_triton*.py; plugins through their own tests, tests/test_plugins.py).

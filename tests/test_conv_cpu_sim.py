@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _cuda import decode
+from _host_sim import CpuGrid
 
 from rocke_aot.aot.lower import lower
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
-from _cuda import decode
-from _host_sim import CpuGrid
-
 
 # -- numpy references (NHWC activations, KRSC weights) -----------------------------------------
 

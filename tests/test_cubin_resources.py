@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cuda import check, cuda_ctx, module_image  # noqa: F401  (shared CUDA helpers; imports CUDA lazily)
 
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import WorkerPool, compile_llvmlite
@@ -41,7 +42,6 @@ from rocke_aot.arch import ARCHES
 from rocke_aot.candidates import Resources, groups_per_cu, launch_block_size, occupancy
 from rocke_aot.errors import CodeObjectError
 from rocke_aot.variants import table
-from _cuda import check, cuda_ctx, module_image  # noqa: F401  (shared CUDA helpers; imports CUDA lazily)
 
 SM90 = ARCHES["sm_90"]
 FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import ast
 
-from rocke_aot.aot import characterize, golden
-
 from _product import ROOT, product_files, rel
+
+from rocke_aot.aot import characterize, golden
 
 
 def _imports(tree: ast.AST):
@@ -47,6 +47,7 @@ def test_the_writers_left_the_product():
     assert not hasattr(golden, "write") and not hasattr(golden, "git_dirty") and not hasattr(golden, "build")
     assert not hasattr(characterize, "write_recorded")
     assert not (ROOT / "rocke_aot" / "aot" / "characterize_llvm24.py").exists()
-    from devtools import characterize as ch_dev, goldens, llvm24_report
+    from devtools import characterize as ch_dev
+    from devtools import goldens, llvm24_report
 
     assert callable(goldens.write) and callable(ch_dev.write_recorded) and callable(llvm24_report.main)

@@ -8,8 +8,8 @@ from rocke_aot.errors import SpecError
 from rocke_aot.variants import efficiency as E
 from rocke_aot.variants import table
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
-from rocke_aot.variants.gemm import GemmSpec
 from rocke_aot.variants.families import problem_from_dict
+from rocke_aot.variants.gemm import GemmSpec
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 
@@ -111,8 +111,9 @@ def test_totals_and_refusals_by_hand():
 
 
 def test_a_one_cu_arch_makes_every_tile_count_whole():
-    from rocke_aot.arch import ARCHES
     import dataclasses
+
+    from rocke_aot.arch import ARCHES
 
     one_cu = dataclasses.replace(ARCHES["gfx942"], cu_count=1)
     p = GemmProblem(m=256, n=256, k=64)

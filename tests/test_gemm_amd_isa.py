@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from _bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
 from rocke_aot.aot.families.gemm import paths_for
 from rocke_aot.aot.lower import lower
-from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
+from rocke_aot.targets import Target
 from rocke_aot.variants.gemm import GemmSpec, quad_stores
 
 LLVM22_BIN = Path("/usr/lib/llvm-22/bin")

@@ -25,12 +25,12 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
+from _cuda import decode
+from _host_sim import CpuGrid
 
 from rocke_aot import mma
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants.gemm import GemmSpec
-from _cuda import decode
-from _host_sim import CpuGrid
 
 GUARD = 64  # elements of NaN on each side of A and B: an out-of-bounds read poisons C
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants.gemm import GemmSpec
 from rocke_aot.variants.problems import GemmProblem
-from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 pytestmark = pytest.mark.gpu
 

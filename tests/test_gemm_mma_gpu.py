@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 from rocke_aot.aot.lower import lower
 from rocke_aot.variants import table
 from rocke_aot.variants.problems import GemmProblem
-from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 # 1x1x1 (one partial tile, one partial K step), odd sizes below one block's worth of
 # tiles in every direction, and a problem past 1000 with no dimension a multiple of 16.

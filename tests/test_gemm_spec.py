@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.targets import Target
 from rocke_aot.variants.gemm import GemmSpec, async_copy_chunk, copy_panel
 
 

@@ -106,6 +106,7 @@ def test_split_k_counts_are_the_ptx(split_k):
     NVPTX back end, O3): per thread nt 16-byte partial stores, nt x split_k 16-byte loads,
     nt x (split_k - 1) x 4 f32 adds, one atomic and two fences (thread 0's), and steps = one slice."""
     from _cuda import _ptx_in_process
+
     from rocke_aot.targets import Target
     from rocke_aot.variants import counts
 

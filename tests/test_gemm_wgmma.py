@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
 from rocke_aot.aot.compiler.ptx import find_ptxas, ptx_processor, ptx_target
-from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.families.gemm import descriptor_bits, lower_gemm, wgmma_mnemonic
 from rocke_aot.errors import CompileError, SpecError
 from rocke_aot.targets import Target

@@ -20,12 +20,10 @@ import threading
 import time
 
 import httpx
-
 from _pg import pg_database, store_url  # noqa: F401
 from _service import live_server
 
-from rocke_aot.aot import builder
-from rocke_aot.aot import recipe
+from rocke_aot.aot import builder, recipe
 from rocke_aot.aot.builder import plan as plan_mod
 from rocke_aot.cache.store import Store
 from rocke_aot.lanes import get_lane

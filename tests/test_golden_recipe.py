@@ -17,9 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _tree import git_tree
+
 from rocke_aot.aot import golden
 from rocke_aot.aot.recipe import recipe_digest, recipe_modules
-from _tree import git_tree
 
 _PROBE = r"""
 import json, sys

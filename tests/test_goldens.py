@@ -18,20 +18,20 @@ import subprocess
 from types import MappingProxyType
 
 import pytest
-
-from rocke_aot.variants.families import get_family
-from rocke_aot import lanes
 from click.testing import CliRunner
 
 from devtools import goldens as goldens_dev
+from rocke_aot import lanes
 from rocke_aot.aot import golden
-from rocke_aot.cli.main import cli
 from rocke_aot.aot.lower import lower as real_lower
+from rocke_aot.cli.main import cli
 from rocke_aot.errors import LaneError
 from rocke_aot.lanes import Lane
 from rocke_aot.variants import table
+
 # the registry itself (FAMILIES is its read-only view): tests swap an entry with monkeypatch
 from rocke_aot.variants.families import _REGISTRY as REGISTRY
+from rocke_aot.variants.families import get_family
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,16 @@ import resource
 import struct
 
 import pytest
-from click.testing import CliRunner
-
 from _service import filled_store, kernel_bundle  # noqa: F401
+from click.testing import CliRunner
 from test_hostile_records import readelf_resources
 from test_reliability_service import _bundle, _member, _read_bundle, sqlite_digest
+
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import BundleError
+
 
 def CHECK(code: bytes, arch: str) -> dict:  # what `rocke-aot cache import` passes
     return validate(code, arch).as_dict()

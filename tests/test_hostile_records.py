@@ -17,11 +17,11 @@ import sqlite3
 import subprocess
 
 import pytest
-from fastapi.testclient import TestClient
-
 from _service import filled_store, kernel_bundle  # noqa: F401
+from fastapi.testclient import TestClient
 from test_reliability_service import sqlite_digest
 from test_service import TOKEN, publish_body
+
 from rocke_aot.aot.codeobject import CodeObjectInfo, validate
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import CodeObjectError, SpecError

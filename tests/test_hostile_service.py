@@ -29,12 +29,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
-
 from _selstore import fake_inputs, put_fake
 from _service import serve_process
+from fastapi.testclient import TestClient
 from test_reliability import read_only_cache
 from test_reliability_service import sqlite_digest
+
 from rocke_aot.cache.generations import generation_of
 from rocke_aot.cache.store import Store
 from rocke_aot.service import selection as sel
@@ -344,7 +344,7 @@ def test_slow_heads_are_closed_after_the_head_timeout(live):
             if s.recv(1024) == b"":
                 closed = time.monotonic() - t0
                 break
-        except socket.timeout:
+        except TimeoutError:
             continue
         except (BrokenPipeError, ConnectionResetError):
             closed = time.monotonic() - t0

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from _bench import load_bench
 
 PROBE = Path(__file__).resolve().parents[1] / "bench" / "l2_probe.py"

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _product import SUBPACKAGES
 from _tree import git_tree
 

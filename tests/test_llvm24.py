@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rocke_aot.aot import characterize as ch
 from rocke_aot import lanes
+from rocke_aot.aot import characterize as ch
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.drift import apply_drift_guard

@@ -15,8 +15,8 @@ from rocke_aot.aot.families import BUILTIN_LOWERERS, families, get_family
 from rocke_aot.aot.lower import LoweredKernel, lower
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
-from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError, LaneError, SpecError
+from rocke_aot.targets import Target
 from rocke_aot.variants.gemm import GemmSpec
 
 _DECL = re.compile(r'^declare (\S.*?) @"?([\w.]+)"?\((.*)\)', re.M)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
-
 from _pg import pg_database, store_url  # noqa: F401
 from _selstore import fake_inputs, put_fake
+from click.testing import CliRunner
 
 from rocke_aot.cache import measurements as stored
 from rocke_aot.cache.generations import generation_of

@@ -12,11 +12,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from _pg import pg_database, store_url  # noqa: F401
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
-
-from _pg import pg_database, store_url  # noqa: F401
 
 import rocke_aot.cache as cache_pkg
 from rocke_aot.aot import builder

@@ -19,17 +19,16 @@ import json
 import os
 import shutil
 import subprocess
-from datetime import datetime, timedelta, timezone
-
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
 import zstandard
-
 from _nginx import nginx, served_dir
 from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
 from rocke_aot.client import local as client_local
@@ -38,15 +37,15 @@ from rocke_aot.errors import (
     AnswerTooLargeError,
     BlobMismatchError,
     DeadlineError,
-    IntegrityError,
-    SourceError,
     ExpiredError,
+    IntegrityError,
     MixedGenerationError,
     NotFoundError,
     NotInManifestError,
     RollbackError,
     SettingError,
     SignatureError,
+    SourceError,
     SpecError,
     UnlistedKeyError,
 )

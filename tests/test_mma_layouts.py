@@ -12,11 +12,11 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
+from _isa_ref import REFS
 
 from rocke_aot import lanes, mma
 from rocke_aot.aot.lower.module import I32, Sym
 from rocke_aot.errors import CapabilityError
-from _isa_ref import REFS
 
 LANES64 = np.arange(64)
 

@@ -19,7 +19,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from _tree import git_tree
 
 from rocke_aot.variants.families import builtin_family_names

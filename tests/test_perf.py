@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from rocke_aot import mma
+from rocke_aot.aot.families import BUILTIN_LOWERERS
 from rocke_aot.targets import Target
 from rocke_aot.variants import perf, table
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
-from rocke_aot.aot.families import BUILTIN_LOWERERS
 from rocke_aot.variants.families import FAMILIES
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 

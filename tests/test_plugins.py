@@ -36,9 +36,9 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-
 from _plugins import EXAMPLE, example_installed, install_example, plugin_env, run_cli, run_py, write_dist
 from _service import serve_process
+
 from rocke_aot.aot.families import plugin_lowerer
 from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
 from rocke_aot.aot.families.gemm import lower_gemm

@@ -20,10 +20,9 @@ import json
 from pathlib import Path
 
 import pytest
+from _selstore import fake_inputs, put_fake
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-
-from _selstore import fake_inputs, put_fake
 
 from rocke_aot.cache import measurements as stored
 from rocke_aot.cache.generations import generation_of

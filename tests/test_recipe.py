@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from rocke_aot.aot.recipe import (PACKAGES, RecipeError, default_package_dirs, module_files, recipe_digest,
-                                  recipe_modules)
+from rocke_aot.aot.recipe import (
+    PACKAGES,
+    RecipeError,
+    default_package_dirs,
+    module_files,
+    recipe_digest,
+    recipe_modules,
+)
 from rocke_aot.cache.keys import KeyTemplate
 
 LIVE_MODULES = recipe_modules()

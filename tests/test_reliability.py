@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 
 import pytest
+from _pg import code_object, put
 from click.testing import CliRunner
 
-from _pg import code_object, put
 from rocke_aot.cache import db
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli

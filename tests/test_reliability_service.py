@@ -36,12 +36,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from click.testing import CliRunner
-from fastapi.testclient import TestClient
-
 from _pg import pg_database, store_url  # noqa: F401
 from _service import EXE, filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
 from test_service import BAD, TOKEN, publish_body
+
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import BundleError, LaneError, RockeError, SpecError

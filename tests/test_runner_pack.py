@@ -13,16 +13,17 @@ import struct
 
 import pytest
 from click.testing import CliRunner
+from test_launch import _readelf_args
 
 from rocke_aot.aot.builder.run import build_one
 from rocke_aot.cli.main import cli
-from rocke_aot.launch import LaunchContract
 from rocke_aot.lanes import get_lane
+from rocke_aot.launch import LaunchContract
 from rocke_aot.runner.run import launches, pack
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
-from test_launch import _readelf_args
+
 
 def _problem(fam, spec):
     if fam == "gemm":
@@ -85,8 +86,9 @@ def test_sm90_packing_follows_the_ptx_params(built, fam):
 
     k = lower(fam, spec, "sm_90", "llvm22")
     # .param lines of the entry, in order, as ptxas reads them (the PTX the lowering compiles)
-    from rocke_aot.aot.compiler import compile_llvmlite
     import sys
+
+    from rocke_aot.aot.compiler import compile_llvmlite
 
     ptx = compile_llvmlite(sys.executable, k.ir, "sm_90").ptx
     params = re.findall(r"^\s*\.param \.(u64|u32|s32|b32|b64) (?:\.ptr \.global \.align \d+ )?[\w$]+_param_(\d+)", ptx, re.M)

@@ -22,7 +22,6 @@ import json
 import re
 
 import pytest
-
 from _plugins import example_installed, install_example, plugin_env, run_py
 
 _RUN = r'''

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
+from _service import filled_store, kernel_bundle, serve_process  # noqa: F401
 from click.testing import CliRunner
 
-from _service import filled_store, kernel_bundle, serve_process  # noqa: F401
 from rocke_aot.cache.keys import thaw
 from rocke_aot.cli.main import cli
 from rocke_aot.client import Fetcher, LocalStore, ServiceSource

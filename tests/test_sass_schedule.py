@@ -204,8 +204,9 @@ def test_schedule_round_trips_through_a_store(conv_built, tmp_path):
     assert r.schedule == Schedule.from_dict(md["code_object"]["schedule"]) and r.schedule.available
     assert r.as_dict()["schedule"] == md["code_object"]["schedule"]
     # through a real store's put (record.check_metadata) and its selection read (cache/selection_view.py)
-    from rocke_aot.cache.store import Store
     from _selstore import fake_inputs
+
+    from rocke_aot.cache.store import Store
 
     spec = next(s for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22") if s.kernel_name == name)
     with Store.open(f"sqlite:///{tmp_path / 'c.sqlite'}") as store:

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from _bench import load_bench
-from click.testing import CliRunner
-
 from _selstore import put_fake
 from _service import live_server
+from click.testing import CliRunner
+
 from rocke_aot.cache import measurements as stored
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import FamilyMixError

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _selstore import put_fake
 
 from rocke_aot.cache.store import Store
@@ -100,8 +99,9 @@ def test_select_nothing_qualifies_exits_1(tmp_path):
 
 
 def test_cache_gc_keep_and_stats(tmp_path):
-    from rocke_aot.cache.generations import generation_of
     from _selstore import fake_inputs
+
+    from rocke_aot.cache.generations import generation_of
     url = f"sqlite:///{tmp_path / 'c.sqlite'}"
     spec = dict(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="fma",
                 double_buffer=False, vector_width=4, mma="auto")
@@ -127,10 +127,11 @@ def test_select_table_shows_the_estimate_it_ranked_by(tmp_path, arch, path, mode
     """The text table's "est ms" column is the JSON's estimate_ms (published hardware facts on
     sm_90 and gfx942: "auto" tries them first) and "-" where the arch has neither (gfx1250: its CU
     count, clock and more are not public, and the header says so)."""
+    from _selstore import fake_inputs
     from click.testing import CliRunner
+
     from rocke_aot.cache.generations import generation_of
     from rocke_aot.cli.main import cli
-    from _selstore import fake_inputs
 
     url = f"sqlite:///{tmp_path / 'c.sqlite'}"
     with Store.open(url) as store:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from _selstore import fake_inputs, put_fake
 
 from rocke_aot.cache.generations import generation_of

@@ -10,20 +10,19 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _pg import pg_database, store_url  # noqa: F401
 from _selstore import put_fake
 
+from rocke_aot.aot.families import BUILTIN_LOWERERS
 from rocke_aot.arch import ARCHES
-from rocke_aot.candidates import groups_per_cu, occupancy
 from rocke_aot.cache.generations import generation_id
 from rocke_aot.cache.keys import canonical_json
 from rocke_aot.cache.store import Store
+from rocke_aot.candidates import groups_per_cu, occupancy
 from rocke_aot.errors import LaneError, SpecError
 from rocke_aot.service.selection import select
 from rocke_aot.variants import selection as S
 from rocke_aot.variants import table
-from rocke_aot.aot.families import BUILTIN_LOWERERS
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 DEVICE = "gfx942:sramecc+:xnack-"

@@ -14,11 +14,11 @@ import logging
 
 import pytest
 import zstandard
+from _service import filled_store, kernel_bundle  # noqa: F401
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select, text, update
 
-from _service import filled_store, kernel_bundle  # noqa: F401
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.arch import ARCHES
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
+from _service import filled_store, kernel_bundle  # noqa: F401
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -13,7 +14,6 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from _service import filled_store, kernel_bundle  # noqa: F401
 from rocke_aot.service.app import create_app
 
 OPERATIONS = [("GET", "/v1/blobs/{sha256}"), ("HEAD", "/v1/blobs/{sha256}"), ("GET", "/v1/kernels/{key}"),

@@ -9,13 +9,13 @@ import re
 from pathlib import Path
 
 import pytest
+from _product import product_files
+from _product import rel as product_rel
 from click.testing import CliRunner
 
 from rocke_aot import settings
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import SettingError
-from _product import product_files
-from _product import rel as product_rel
 
 ROOT = Path(__file__).resolve().parent.parent
 # Worker plugin files run in a lane's interpreter, which may lack rocke_aot: they read the

@@ -9,10 +9,9 @@ import sqlite3
 from urllib.parse import quote
 
 import pytest
-from sqlalchemy import text
-
 from _pg import _connect, pg_database, role_url, store_url  # noqa: F401
 from _selstore import TOOLCHAIN, put_fake
+from sqlalchemy import text
 
 from rocke_aot.cache.generations import generation_id
 from rocke_aot.cache.keys import canonical_json
@@ -256,9 +255,10 @@ def test_upgrade_from_0003_backfills_generations_and_refs(store_url):
 
     (Checked at revision 0003_generations with SQL: the next revision, 0002_recipe_options
     (cache key v2), empties the v1 rows again, so the head store cannot show the backfill.)"""
+    from pathlib import Path as P
+
     from alembic import command
     from alembic.config import Config
-    from pathlib import Path as P
 
     import rocke_aot.cache as cache_pkg
     from rocke_aot.cache import db as dbmod

@@ -43,7 +43,7 @@ def _specs(arch: str, n: int = 3):
     return out[:n]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(python: str, backend: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> dict:
     """{"ops", "lds_reads"} of the K loop Triton compiles for the config (tests/_triton_isa.py)."""
     cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
@@ -147,9 +147,9 @@ def test_sm_90_staging_copies_are_the_compiled_k_loops(triton36, div16):
 
 
 def test_the_hardware_model_estimates_triton_candidates():
+    from rocke_aot.variants import efficiency as eff
     from rocke_aot.variants import hw_model
     from rocke_aot.variants.selection import estimate_hw
-    from rocke_aot.variants import efficiency as eff
 
     for arch in ("sm_90", "gfx942"):
         target = Target.parse(arch)

@@ -16,8 +16,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
 from _service import live_server
+
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.builder import build
 from rocke_aot.cache.store import Store

@@ -23,11 +23,11 @@ import subprocess
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from _nginx import nginx, served_dir
 from _service import EXE, live_server
 from test_reliability_service import _bundle, _read_bundle, sqlite_digest
 from test_triton_remote_cache import host, triton39  # noqa: F401 - the llvm24 lane's Triton, a host run
+
 from rocke_aot.aot.builder import build
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.cache.store import Store

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+
 from rocke_aot.cache.store import Store
 from rocke_aot.client import Fetcher, InsecureFetchWarning, LocalStore, ServiceSource
 from rocke_aot.errors import (

@@ -9,13 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from rocke_aot import lanes
+from rocke_aot.arch import ARCHES, arch_info
 from rocke_aot.cli.main import cli
+from rocke_aot.errors import AdmissionError, LaneError, SpecError
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
-from rocke_aot.errors import AdmissionError, LaneError, SpecError
 from rocke_aot.variants import table
-from rocke_aot.arch import ARCHES, arch_info
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
+
 # the registry itself (FAMILIES is its read-only view): tests swap an entry with monkeypatch
 from rocke_aot.variants.families import _REGISTRY as REGISTRY
 
@@ -138,7 +139,7 @@ def test_mma_path_needs_the_capability():
     # mma:sm_90 (none of the registered ones with NVPTX does; a copy without it stands in)
     import dataclasses
 
-    from rocke_aot.lanes import Lane, PROFILES
+    from rocke_aot.lanes import PROFILES, Lane
     from rocke_aot.targets import Target
 
     lane = Lane(22, "llvm22", "llvm22")

@@ -18,11 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _bench import load_bench
-from fastapi.testclient import TestClient
-
 from _selstore import put_fake
+from fastapi.testclient import TestClient
 
 from rocke_aot.aot.builder import Workload, build, make_plan
 from rocke_aot.aot.builder.problems import load_problems

@@ -32,12 +32,12 @@ import io
 import json
 import re
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-from rocke_aot import settings
-from rocke_aot import lanes, mma
+from rocke_aot import lanes, mma, settings
 from rocke_aot.arch import ARCHES as ARCH_TABLE
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.triton import is_triton

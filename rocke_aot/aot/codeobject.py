@@ -86,17 +86,18 @@ import io
 import json
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from rocke_aot import record
-from rocke_aot.targets import ELF_MACHINE, Target
 from rocke_aot.errors import CodeObjectError, RockeError, SpecError
 from rocke_aot.launch import SCALAR_TYPES, FormulaError, LaunchContract, evaluate
+from rocke_aot.targets import ELF_MACHINE, Target
 
 EM_AMDGPU = ELF_MACHINE["amdgcn"]  # 224
 EM_CUDA = ELF_MACHINE["nvptx64"]  # 190

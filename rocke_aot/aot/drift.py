@@ -16,11 +16,11 @@ with the IR we hashed and stored, so the toolchain is refused, not worked around
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
-from rocke_aot.lanes import Profile, get_lane
 from rocke_aot.aot.toolchains.base import ToolchainInfo
 from rocke_aot.arch import ARCHES
+from rocke_aot.lanes import Profile, get_lane
 
 
 def check_drift(profile: Profile, datalayouts: Mapping[str, str]) -> dict[str, str]:

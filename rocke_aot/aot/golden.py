@@ -38,9 +38,10 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import zstandard
 
@@ -191,7 +192,7 @@ class Outcome:
         return {"stage": self.stage, "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Outcome":
+    def from_dict(cls, d: Mapping[str, Any]) -> Outcome:
         if "sha256" in d:
             return cls(d["sha256"], int(d["size"]), d["kernel"], tuple(d.get("intrinsics", ())))
         return cls(stage=d["stage"], reason=d["reason"])

@@ -60,8 +60,9 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot import paths
 from rocke_aot.aot.families import get_family

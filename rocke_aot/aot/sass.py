@@ -81,7 +81,7 @@ def find_cuobjdump() -> str:
                          "not on PATH: bash scripts/setup.sh --only ptxas installs it)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tool_version(path: str) -> str:
     proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]

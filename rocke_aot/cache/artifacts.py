@@ -33,7 +33,8 @@ from __future__ import annotations
 import functools
 import re
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, select, update
 

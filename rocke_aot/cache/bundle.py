@@ -52,8 +52,9 @@ import os
 import re
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -108,7 +109,7 @@ def _entry(row: Any) -> dict[str, Any]:
     return e
 
 
-def export_bundle(store: "Store", path: str | os.PathLike, *, arch: str | None = None, lane: str | None = None,
+def export_bundle(store: Store, path: str | os.PathLike, *, arch: str | None = None, lane: str | None = None,
                   family: str | None = None, failures: bool = True) -> dict[str, Any]:
     """Write the (filtered) store to one bundle file; returns a summary."""
     path = Path(path)
@@ -279,7 +280,7 @@ def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict
     return entries, blob_meta
 
 
-def import_bundle(store: "Store", path: str | os.PathLike, *, check: CodeCheck | None = None,
+def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | None = None,
                   failures: bool = False) -> dict[str, Any]:
     """Verify and publish a bundle, all or nothing; returns a summary.
 

@@ -15,13 +15,14 @@ with gc, so their blobs can go too; recorded failures stay (they are small and s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from rocke_aot.cache.keys import canonical_json, code_object_key
 from rocke_aot.cache import db
+from rocke_aot.cache.keys import canonical_json, code_object_key
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import code_objects as C
 

@@ -39,7 +39,7 @@ def _ctx_cache(name: str) -> dict:
     return cache
 
 
-def _cctx(level: int, zdict: "Dictionary | None" = None) -> zstandard.ZstdCompressor:
+def _cctx(level: int, zdict: Dictionary | None = None) -> zstandard.ZstdCompressor:
     cache = _ctx_cache("cctx")
     k = (level, zdict.sha256 if zdict else None)
     if k not in cache:
@@ -48,7 +48,7 @@ def _cctx(level: int, zdict: "Dictionary | None" = None) -> zstandard.ZstdCompre
     return cache[k]
 
 
-def _dctx(zdict: "Dictionary | None" = None) -> zstandard.ZstdDecompressor:
+def _dctx(zdict: Dictionary | None = None) -> zstandard.ZstdDecompressor:
     cache = _ctx_cache("dctx")
     k = zdict.sha256 if zdict else None
     if k not in cache:

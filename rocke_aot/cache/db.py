@@ -36,9 +36,10 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event, inspect, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert

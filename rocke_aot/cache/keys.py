@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from rocke_aot.errors import LaneError, SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
-from rocke_aot.errors import LaneError, SpecError
 
 # v2: lowering_digest became recipe_digest (every module on the lowering/compile path, by
 # rule: aot/recipe.py) and the compile options became a field of their own.
@@ -178,7 +178,7 @@ class KeyInputs:
         return inputs_dict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "KeyInputs":
+    def from_dict(cls, d: Mapping[str, Any]) -> KeyInputs:
         missing = [n for n in INPUT_FIELDS if n not in d]
         if missing:
             raise SpecError(f"key inputs lack {', '.join(missing)}")
@@ -235,7 +235,7 @@ def code_object_key(arch: str, profile: str, ir_sha256: str, toolchain_json: str
     return hashlib.sha256(_CODE_PREFIX + body.encode()).hexdigest()
 
 
-def code_key_of(inputs: "KeyInputs", ir_sha256: str) -> str:
+def code_key_of(inputs: KeyInputs, ir_sha256: str) -> str:
     """The code-object key of the IR lowered for ``inputs``."""
     return code_object_key(inputs.arch, inputs.profile, ir_sha256, inputs.toolchain_json, inputs.options_json)
 

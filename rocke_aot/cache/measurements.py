@@ -19,8 +19,9 @@ transactions and its read-only guard only.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from sqlalchemy import and_, delete, exists, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 from sqlalchemy import (
     CheckConstraint,
-    cast,
     Column,
     Float,
     ForeignKey,
@@ -52,6 +51,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    cast,
 )
 
 SCHEMA_VERSION = 8

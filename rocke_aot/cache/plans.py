@@ -16,7 +16,7 @@ Each method is one transaction over the SQL of the module named; the SQL lives t
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from rocke_aot.cache import claims, code_objects, db, generations
 from rocke_aot.cache.code_objects import CodeHit

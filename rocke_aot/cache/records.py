@@ -10,9 +10,10 @@ Artifact and Failure share their leading fields (the key and its KeyInputs) thro
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, freeze, inputs_dict, thaw
 

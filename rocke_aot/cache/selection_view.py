@@ -26,9 +26,10 @@ import functools
 import json
 import logging
 import threading
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from sqlalchemy import Connection
 

@@ -34,7 +34,8 @@ reaches another only through its public methods; no module imports another's pri
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rocke_aot import settings
 from rocke_aot.cache import bundle, claims, codec, db
@@ -79,7 +80,7 @@ class Store:
         touch_interval: float = 60.0,
         create: bool = True,
         readonly: bool = False,
-    ) -> "Store":
+    ) -> Store:
         """Open (creating or upgrading through Alembic) the store at ``url``.
 
         ``url`` None -> ``$ROCKE_AOT_CACHE`` -> ``$ROCKE_AOT_HOME/cache.sqlite`` -> the user
@@ -114,7 +115,7 @@ class Store:
         finally:
             self.engine.dispose()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -11,16 +11,16 @@ and ``audit`` (aot/audit.py: re-lower, compare IR) return exit code 1 when they 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import click
 
 from rocke_aot.aot.audit import audit as run_audit
-from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
 from rocke_aot.cache.db import ENV_CACHE
 from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
+from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
 
 cache_option = click.option(
     "--cache", "cache_url", metavar="URL", default=None,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.aot.lower import lower
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
+from rocke_aot.aot.lower import lower
 from rocke_aot.cli.options import ARCH, emit_json, json_object_arg, json_option, lanes_option, lanes_or_env
 
 

@@ -38,7 +38,8 @@ def _check(signed_dir: str, root_key: str | None) -> None:
         return
     from datetime import datetime, timezone
 
-    from rocke_aot.trust import keys, metadata as md
+    from rocke_aot.trust import keys
+    from rocke_aot.trust import metadata as md
 
     d, now = Path(signed_dir), datetime.now(timezone.utc)
     root = md.check_root(md.loads((d / "root.json").read_bytes(), "root.json"), keys.public_key(root_key), now)

@@ -6,9 +6,9 @@ import json
 
 import click
 
+from rocke_aot.errors import LaneError, SpecError
 from rocke_aot.lanes import ENV_LANE, LANE_NAMES, Lane, get_lane, lane_from_env
 from rocke_aot.targets import Target
-from rocke_aot.errors import LaneError, SpecError
 
 
 class LaneType(click.ParamType):

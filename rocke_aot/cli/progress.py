@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
@@ -30,7 +30,7 @@ class PeriodicLines:
         while not self._stop.wait(self.interval):
             click.echo(self.line(), err=True)
 
-    def __enter__(self) -> "PeriodicLines":
+    def __enter__(self) -> PeriodicLines:
         self._start = time.monotonic()
         self._thread.start()
         return self

@@ -18,8 +18,8 @@ import tempfile
 
 import click
 
-from rocke_aot.cache.db import ENV_CACHE, resolve_url
 from rocke_aot import settings
+from rocke_aot.cache.db import ENV_CACHE, resolve_url
 from rocke_aot.errors import SpecError
 from rocke_aot.trust.keys import public_key
 
@@ -57,6 +57,7 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
         curl http://127.0.0.1:8080/v1/kernels?arch=gfx942&limit=10
     """
     import uvicorn
+
     from rocke_aot.service import app as service_app
 
     url = resolve_url(cache_url)

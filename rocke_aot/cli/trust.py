@@ -79,7 +79,8 @@ def root_cmd(root_key, release, threshold, version, expires_days, out, as_json) 
         rocke-aot trust root --key root.key --release release2.key.pub -o signed/root.json
     """
     from rocke_aot.paths import atomic_write
-    from rocke_aot.trust import keys, metadata as md
+    from rocke_aot.trust import keys
+    from rocke_aot.trust import metadata as md
 
     rk = keys.load_private(root_key)
     rel = [keys.public_key(r) for r in release]

@@ -20,9 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from rocke_aot.aot import characterize, golden
+from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.variants import table
 from rocke_aot.variants.families import plugin_errors
-from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 
 
 @click.command("variants")

@@ -11,9 +11,9 @@ FastAPI, not SQLAlchemy, not llvmlite, not rocke_aot.aot (tests/test_client_slim
 """
 
 from rocke_aot.client.fetch import Fetcher, OfflineMiss, sources_from
-from rocke_aot.client.trusted import ENV_INSECURE, ENV_ROOT_KEY, InsecureFetchWarning, Trusted
 from rocke_aot.client.local import Kernel, LocalStore
 from rocke_aot.client.sources import MirrorSource, ServiceSource, SourceError
+from rocke_aot.client.trusted import ENV_INSECURE, ENV_ROOT_KEY, InsecureFetchWarning, Trusted
 
 __all__ = ["ENV_INSECURE", "ENV_ROOT_KEY", "Fetcher", "InsecureFetchWarning", "Kernel", "LocalStore", "MirrorSource",
            "OfflineMiss", "ServiceSource", "SourceError", "Trusted", "sources_from"]

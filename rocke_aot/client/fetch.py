@@ -41,8 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 
-from rocke_aot.cache.keys import check_key
 from rocke_aot import settings
+from rocke_aot.cache.keys import check_key
 from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
 from rocke_aot.client.sources import MirrorSource, ServiceSource, Source
 from rocke_aot.client.trusted import (

@@ -36,16 +36,16 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 from rocke_aot import paths, record, settings
-from rocke_aot.paths import atomic_write
 from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError
+from rocke_aot.paths import atomic_write
 from rocke_aot.targets import Target
 
 ENV_CLIENT_HOME = settings.CLIENT_HOME

@@ -46,6 +46,7 @@ import zstandard
 from rocke_aot import errors
 from rocke_aot.cache.keys import check_key
 from rocke_aot.client.local import MAX_CODE_OBJECT, Kernel, check_record, check_sha, decoded, verified
+from rocke_aot.client.wire import DEADLINE_S, MAX_ERROR_BODY, Answer, Wire, http_client
 from rocke_aot.errors import (
     AnswerTooLargeError,
     IntegrityError,
@@ -57,7 +58,6 @@ from rocke_aot.errors import (
     SourceError,
     SpecError,
 )
-from rocke_aot.client.wire import DEADLINE_S, MAX_ERROR_BODY, Answer, Wire, http_client
 
 MAX_BLOB = MAX_CODE_OBJECT  # 256 MiB; a code object is kilobytes to megabytes
 MAX_METADATA = 64 << 20  # a manifest of every kernel of a big build is a few megabytes

@@ -32,14 +32,15 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
 from rocke_aot.aot.codeobject import record_metadata
-from rocke_aot.client.fetch import check_asked
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.cache.keys import thaw
 from rocke_aot.candidates import triton_version_of
+from rocke_aot.client.fetch import check_asked
 from rocke_aot.errors import AnswerMismatchError, CodeObjectError, SpecError
 from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
@@ -243,7 +244,7 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
           warmup: int = 2, reps: int = 10, vendor: bool = True,
           on_problem: Callable[[int], None] | None = None, progress: Callable[[], None] | None = None,
           triton_version: str | None = None,
-          on_report: Callable[["BenchReport"], None] | None = None) -> BenchReport:
+          on_report: Callable[[BenchReport], None] | None = None) -> BenchReport:
     """Every problem's candidates run; ``on_report`` gets the report so far after each problem
     (the CLI rewrites --out with it: a run cut short keeps the problems it finished)."""
     reports: list[ProblemReport] = []

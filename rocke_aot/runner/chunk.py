@@ -15,8 +15,8 @@ chunked: a SpecError naming the tensor.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from rocke_aot.dtypes import MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError

@@ -26,16 +26,17 @@ import dataclasses
 import statistics
 import struct
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from rocke_aot.errors import RockeError, SpecError
 from rocke_aot.launch import LaunchContract, LaunchPlan
 from rocke_aot.runner import reference as ref
-from rocke_aot.runner.reference import reference_of
 from rocke_aot.runner.chunk import plan_chunks
+from rocke_aot.runner.reference import reference_of
 from rocke_aot.runner.runtime import PackedArgs, Runtime, interleaved_times
 
 _SCALAR_FORMATS = {"i32": "<i", "u32": "<I", "i64": "<q"}

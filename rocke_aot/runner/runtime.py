@@ -26,8 +26,9 @@ import abc
 import ctypes
 import struct
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -91,7 +92,7 @@ class Runtime(abc.ABC):
     def _launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int) -> None: ...
 
     @abc.abstractmethod
-    def _events(self) -> "Events": ...
+    def _events(self) -> Events: ...
 
     def allow_dynamic_shared(self, fn: Any, nbytes: int) -> None:
         """Let ``fn`` launch with ``nbytes`` of dynamic shared memory (CUDA: over 48 KiB needs an
@@ -108,7 +109,7 @@ class Runtime(abc.ABC):
         # argument values when the call returns, so keeping them until here suffices.
         del buf, params
 
-    def hold(self) -> "Callable[[float], None] | None":
+    def hold(self) -> Callable[[float], None] | None:
         """A call that makes the device wait ``ms`` milliseconds in stream order before what is
         enqueued next (interleaved_times), or None where this runtime has none: timing then
         enqueues as it comes, and a call shorter than the host's enqueue time measures that."""

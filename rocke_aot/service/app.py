@@ -60,12 +60,10 @@ from rocke_aot.service.errors import (
     Unauthorized,
 )
 from rocke_aot.service.metrics import Metrics, MetricsMiddleware
-from rocke_aot.service.selection import check_triton_version, select_families
 from rocke_aot.service.schemas import (
     MAX_PAGE,
     MAX_REJECTED,
     SHA_PATTERN,
-    RankedKernel,
     Health,
     KernelMeta,
     KernelPage,
@@ -73,11 +71,13 @@ from rocke_aot.service.schemas import (
     NoCandidateAnswer,
     PublishRequest,
     PublishResponse,
+    RankedKernel,
     Rejection,
     Resources,
     SelectRequest,
     SelectResponse,
 )
+from rocke_aot.service.selection import check_triton_version, select_families
 from rocke_aot.targets import Target
 from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.variants import table

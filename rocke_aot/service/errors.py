@@ -29,22 +29,26 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rocke_aot.errors import (
+from rocke_aot.errors import (  # noqa: F401  (re-exported)
     AdmissionError,
     CacheAccessError,
     CacheError,
     CapabilityError,
     CodeObjectError,
+    Conflict,
     IntegrityError,
     LaneError,
     NotFoundError,
+    ReadOnly,
     RockeError,
     RollbackError,
     SchemaVersionError,
+    ServiceError,
     SpecError,
+    TooLarge,
     TrustError,
+    Unauthorized,
 )
-from rocke_aot.errors import Conflict, ReadOnly, ServiceError, TooLarge, Unauthorized  # noqa: F401  (re-exported)
 
 log = logging.getLogger("rocke_aot.service")
 

@@ -180,7 +180,7 @@ class RankedKernel(BaseModel):
     kernel_url: str
 
     @model_validator(mode="after")
-    def _basis_consistent(self) -> "RankedKernel":
+    def _basis_consistent(self) -> RankedKernel:
         measured = self.basis == "measured"
         if measured != (self.measured_ms is not None) or measured != (self.measurement is not None):
             raise ValueError(f"basis {self.basis!r} with measured_ms {self.measured_ms!r}: a measured rank carries "
@@ -223,7 +223,7 @@ class NoCandidateAnswer(BaseModel):
     reasons: list[str] = Field(description="kind unservable: per lane, why no spec runs the problem")
 
     @model_validator(mode="after")
-    def _kind_consistent(self) -> "NoCandidateAnswer":
+    def _kind_consistent(self) -> NoCandidateAnswer:
         if self.kind == "build":
             if self.command is None or not self.problems or self.reasons:
                 raise ValueError("a 'build' answer carries its command and problems file, and no reasons")
@@ -263,7 +263,7 @@ class SelectResponse(BaseModel):
                                    "request can name; empty for a family no Triton builds")
 
     @model_validator(mode="after")
-    def _no_candidate_only_when_empty(self) -> "SelectResponse":
+    def _no_candidate_only_when_empty(self) -> SelectResponse:
         if self.no_candidate is not None and self.accepted:
             raise ValueError("no_candidate explains an empty answer: it comes with no accepted kernel")
         for i, c in enumerate(self.accepted):  # every row one Triton version (or none): never mixed

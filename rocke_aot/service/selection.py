@@ -29,8 +29,9 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rocke_aot.cache import measurements
 from rocke_aot.candidates import TRITON_VERSION_RE
@@ -39,8 +40,8 @@ from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import FAMILIES, failed_plugins, families_for_select, get_family, problem_from_dict
-from rocke_aot.variants.triton import is_triton
 from rocke_aot.variants.selection import Choice, NoCandidate, Ranking, Rejection, no_candidate, rank, value_bytes
+from rocke_aot.variants.triton import is_triton
 
 MEASURED = ("exact", "class", "off")
 DEFAULT_MIN_EFFICIENCY = 0.0  # no floor unless asked: a small problem still gets its best kernel
@@ -218,7 +219,7 @@ class RankingMemo:
             self.bytes -= held[1]
 
 
-_RANKINGS: "weakref.WeakKeyDictionary[Any, RankingMemo]" = weakref.WeakKeyDictionary()
+_RANKINGS: weakref.WeakKeyDictionary[Any, RankingMemo] = weakref.WeakKeyDictionary()
 _RANKINGS_LOCK = threading.Lock()
 
 

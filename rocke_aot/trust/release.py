@@ -15,12 +15,13 @@ grow, which is what a host's rollback check expects.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from rocke_aot.cache.keys import inputs_dict, thaw
 from rocke_aot.cache.generations import generation_of
+from rocke_aot.cache.keys import inputs_dict, thaw
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import SpecError, TrustError
 from rocke_aot.paths import atomic_write

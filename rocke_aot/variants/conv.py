@@ -37,7 +37,6 @@ from rocke_aot.launch import ArgDef, LaunchFormulas, Split
 from rocke_aot.variants._fields import check_types
 from rocke_aot.variants.problems import out_extent
 
-
 PATHS = ("mfma", "wmma", "mma", "fma")  # mma: NVPTX mma.sync (sm_90)
 PATCH_SIZES = (4, 14, 16)
 COL_TILE = 16  # dgrad_patch: GEMM columns are padded to whole 16-column tiles

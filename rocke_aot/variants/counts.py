@@ -67,8 +67,9 @@ path's adjacent B loads), the count is the IR's: an upper bound, stated, never t
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES

@@ -32,7 +32,7 @@ from typing import Any
 from rocke_aot.arch import ArchInfo, arch_info
 from rocke_aot.errors import SpecError
 from rocke_aot.variants.families import family_for_spec, problem_from_dict
-from rocke_aot.variants.models import (DimGranularity, Efficiency, Model, cu_granularity, dim)
+from rocke_aot.variants.models import DimGranularity, Efficiency, Model, cu_granularity, dim
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 

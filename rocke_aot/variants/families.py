@@ -66,8 +66,9 @@ import importlib.metadata
 import logging
 import re
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import rocke_aot
 from rocke_aot.errors import FamilyMixError, PluginError, RockeError, SpecError
@@ -84,10 +85,10 @@ LOWERER_GROUP = "rocke_aot.lowerers"  # name = family name, value = "module:func
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")  # the key's rule for a family name (cache/keys.py)
 
 _log = logging.getLogger(__name__)
-_REGISTRY: dict[str, "Family"] = {}
-_SOURCES: dict[str, "FamilySource"] = {}
+_REGISTRY: dict[str, Family] = {}
+_SOURCES: dict[str, FamilySource] = {}
 _LOWERERS: dict[str, Callable[..., Any]] = {}
-_FAILED: dict[str, tuple["FamilySource", PluginError]] = {}  # entry point name -> (source, why not installed)
+_FAILED: dict[str, tuple[FamilySource, PluginError]] = {}  # entry point name -> (source, why not installed)
 _LOCK = threading.Lock()
 _DISCOVERY = threading.RLock()  # re-entrant: a plugin's import may look a family up
 _STATE = ["new"]  # "new" -> "running" -> "done"
@@ -126,7 +127,7 @@ class _Families(Mapping):
     """FAMILIES: the registry's read-only view (name -> Family, in installation order); reading it
     reads the plugins in first, like every other lookup."""
 
-    def __getitem__(self, name: str) -> "Family":
+    def __getitem__(self, name: str) -> Family:
         _discover()
         return _REGISTRY[name]
 
@@ -146,7 +147,7 @@ class _Families(Mapping):
         return f"FAMILIES({list(self)})"
 
 
-FAMILIES: Mapping[str, "Family"] = _Families()
+FAMILIES: Mapping[str, Family] = _Families()
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ class Family:
         return fn
 
     @property
-    def source(self) -> "FamilySource":
+    def source(self) -> FamilySource:
         """Built in, or the plugin (entry point, distribution, version) that declared it."""
         return family_source(self.name)
 

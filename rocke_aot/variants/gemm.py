@@ -237,7 +237,7 @@ class GemmSpec:
         return dict(sorted(d.items()))
 
     @classmethod
-    def from_dict(cls, d: object) -> "GemmSpec":
+    def from_dict(cls, d: object) -> GemmSpec:
         check_known(cls, d, "gemm spec")
         return cls(**d)
 

@@ -67,9 +67,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import resources as _res
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.errors import SpecError
 from rocke_aot.variants.counts import KernelCounts
@@ -178,7 +179,7 @@ def parse_facts(doc: Mapping[str, Any], where: str) -> HardwareFacts | Refusal:
     return HardwareFacts(proc, str(doc.get("product", proc)), values, cycles, sources, shared["value"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def facts_for(processor: str) -> HardwareFacts | Refusal:
     """The arch's facts (variants/hw_facts/<processor>.json), or a Refusal saying why not."""
     try:

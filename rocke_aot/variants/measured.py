@@ -29,7 +29,8 @@ The rules, in order:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rocke_aot.errors import SpecError
 from rocke_aot.measurement import Measurement, canonical, shape_class_of

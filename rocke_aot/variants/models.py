@@ -22,8 +22,9 @@ Ranking and the per-spec dispatch through the registry live in variants/efficien
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from rocke_aot import mma
 from rocke_aot.arch import ArchInfo

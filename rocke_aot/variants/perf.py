@@ -43,9 +43,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.candidates import groups_per_cu
@@ -119,7 +120,7 @@ class PerfConstants:
     load_factor: Mapping[str, float]  # per family: staging cost relative to gemm's
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str) -> "PerfConstants":
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> PerfConstants:
         names = [f.name for f in fields(cls)]
         missing = sorted(set(names) - set(d))
         unknown = sorted(set(d) - set(names))
@@ -139,7 +140,7 @@ class PerfConstants:
         return cls(**out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def constants_for(processor: str) -> PerfConstants | None:
     """The measured constants of ``processor`` (variants/perf_constants/<processor>.json), or
     None where nobody has measured that arch: selection then ranks by tile efficiency."""

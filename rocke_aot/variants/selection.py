@@ -55,9 +55,10 @@ import dataclasses
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from rocke_aot.candidates import Candidate
 from rocke_aot.errors import SpecError

@@ -46,16 +46,17 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from rocke_aot import lanes as lane_registry
+from rocke_aot.arch import ARCHES
+from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
 from rocke_aot.lanes import CAPABILITIES, Lane
 from rocke_aot.launch import LaunchFormulas
-from rocke_aot.variants import families as family_registry
 from rocke_aot.targets import Target
-from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
-from rocke_aot.arch import ARCHES
+from rocke_aot.variants import families as family_registry
 
 PATHS = ("mfma", "wmma", "mma", "fma")
 
@@ -250,7 +251,7 @@ def enumerate_specs(family: str, arch: object, lane: object) -> Iterator[Any]:
     return iter(_specs(family, target.processor, lane.name, lane.major))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _specs(family: str, processor: str, lane_name: str, major: int) -> tuple[Any, ...]:
     # Cached per (family, processor, lane): planning a no-op rebuild enumerates the same
     # grid many times, and specs are frozen values. The major is part of the cache key so

@@ -44,9 +44,10 @@ import functools
 import hashlib
 import importlib.util
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES
@@ -142,7 +143,7 @@ def sys_path_for(module: str) -> str:
     return str(f.parents[depth] if f.name == "__init__.py" else f.parents[depth - 1])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hash_file(path: str, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

@@ -19,8 +19,8 @@ from rocke_aot.kernels.configs import SOFTMAX_BLOCKS, matmul_configs, softmax_wa
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.problems import GemmProblem
 from rocke_aot.variants.table import Refuse, Serve
-from rocke_aot.variants.triton_counts import matmul_counts
 from rocke_aot.variants.triton import TritonKernel, TritonParam, register_triton
+from rocke_aot.variants.triton_counts import matmul_counts
 
 LANES = {
     "llvm20": Refuse("no Triton on LLVM 20 is qualified here (Triton 3.6 is built on LLVM 22, 3.9 on LLVM 24)"),
@@ -96,7 +96,7 @@ class SoftmaxProblem:
 
 def _softmax_accepts(spec, p: SoftmaxProblem) -> str | None:
     block = 1 << max(0, (p.cols - 1).bit_length())
-    if spec.BLOCK != block:
+    if block != spec.BLOCK:
         return f"a row of {p.cols} takes BLOCK={block} (the smallest power of two >= cols); the spec has {spec.BLOCK}"
     return None
 

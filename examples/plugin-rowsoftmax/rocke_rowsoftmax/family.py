@@ -20,13 +20,14 @@ functions (a GPU host running the bench has it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_EXTENT, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
-from rocke_aot.launch import ArgDef, LaunchFormulas, Split
 from rocke_aot.lanes import Lane
+from rocke_aot.launch import ArgDef, LaunchFormulas, Split
 from rocke_aot.targets import Target
 from rocke_aot.variants.counts import KernelCounts
 from rocke_aot.variants.families import Family, Reference
@@ -69,7 +70,7 @@ class RowSoftmaxSpec:
         return dict(sorted(asdict(self).items()))
 
     @classmethod
-    def from_dict(cls, d: object) -> "RowSoftmaxSpec":
+    def from_dict(cls, d: object) -> RowSoftmaxSpec:
         if not isinstance(d, dict):
             raise SpecError(f"a rowsoftmax spec must be a mapping, got {type(d).__name__}")
         known = {f.name for f in fields(cls)}

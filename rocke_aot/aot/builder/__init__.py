@@ -10,13 +10,13 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rocke_aot.aot.builder.plan import Job, Plan, Refusal, Skip, choose_lanes, make_plan
+from rocke_aot.aot.builder.problems import LayerPlan, Workload
+from rocke_aot.aot.builder.refs import Completion, complete_generations
 from rocke_aot.aot.builder.run import BuildOutput, Outcome, build_one, compile_count, execute
 from rocke_aot.aot.builder.summary import BuildSummary, summarize
-from rocke_aot.aot.builder.refs import Completion, complete_generations
-from rocke_aot.aot.builder.problems import LayerPlan, Workload
 
 __all__ = [
     "Job", "Plan", "Refusal", "Skip", "choose_lanes", "make_plan",

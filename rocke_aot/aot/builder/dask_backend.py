@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.aot.recipe import family_digest
 from rocke_aot.cache.keys import canonical_json, thaw
@@ -39,7 +40,7 @@ def connect(address: str):
         raise ToolchainError(f"cannot reach Dask scheduler {address}: {e}") from e
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _worker_toolchains():
     from rocke_aot.aot.toolchains import detect_all
 

@@ -35,16 +35,17 @@ import gc
 import json
 import re
 import typing
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
-from rocke_aot.lanes import LANES, Lane, get_lane
-from rocke_aot.targets import Target
 from rocke_aot.aot.recipe import family_digest
 from rocke_aot.aot.toolchains import toolchain_for
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, canonical_json
 from rocke_aot.errors import PluginError, SpecError, ToolchainError
+from rocke_aot.lanes import LANES, Lane, get_lane
+from rocke_aot.targets import Target
 from rocke_aot.variants import families as family_registry
 
 
@@ -74,7 +75,7 @@ class Job(NamedTuple):
         return f"{self.family}/{self.target.id}/{self.lane.name}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spec_json(spec: Any) -> str:
     """cache.keys.canonical_json of a frozen spec, memoized: specs are immutable values from
     the tables, so each is checked and encoded once per process, not once per plan."""

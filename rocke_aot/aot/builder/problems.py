@@ -24,9 +24,10 @@ built by the main job, it builds nothing new. Keys stay the IR the compiler cons
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.errors import SpecError
 from rocke_aot.variants import table

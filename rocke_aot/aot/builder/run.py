@@ -34,18 +34,19 @@ import platform
 import threading
 import time
 import traceback
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import rocke_aot
 from rocke_aot.aot.builder.plan import Job, Plan
+from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.cache.keys import code_key_of
+from rocke_aot.errors import CompileTimeout, RockeError, ToolchainRefused
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
-from rocke_aot.aot.toolchains.base import Toolchain
-from rocke_aot.errors import CompileTimeout, RockeError, ToolchainRefused
 
 _log = logging.getLogger(__name__)
 

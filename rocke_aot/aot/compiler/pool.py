@@ -106,7 +106,7 @@ class WorkerPool:
                 worker.close()
             self._workers.clear()
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *exc) -> None:

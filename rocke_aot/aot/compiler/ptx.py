@@ -33,7 +33,7 @@ def find_ptxas() -> str:
                            f"ptxas not found ({ENV_PTXAS} unset, not on PATH, not in /usr/local/cuda/bin)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ptxas_version(path: str | None = None) -> str:
     path = path or find_ptxas()
     proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)

@@ -21,9 +21,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.errors import CompileError, CompileTimeout
 
@@ -42,7 +43,7 @@ class WorkerSpec:
     env: tuple[tuple[str, str], ...] = field(default=())
 
     @classmethod
-    def of(cls, python: str, plugins=(), env: Mapping[str, str] | None = None) -> "WorkerSpec":
+    def of(cls, python: str, plugins=(), env: Mapping[str, str] | None = None) -> WorkerSpec:
         return cls(str(python), tuple(str(p) for p in plugins), tuple(sorted((env or {}).items())))
 
     def describe(self) -> str:

@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rocke_aot.aot.families.conv_dgrad_patch import lower_conv_dgrad_patch
 from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd

@@ -31,18 +31,17 @@ until the arithmetic, so f16 and bf16 share every load and LDS path.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import llvmlite.ir as ir
 
-from rocke_aot import lanes
-from rocke_aot import mma
+from rocke_aot import lanes, mma
 from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
-from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
+from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvGeometry
 
 ELEM = {"f16": I16, "bf16": I16, "f32": F32}  # how a tensor element travels (raw bits)

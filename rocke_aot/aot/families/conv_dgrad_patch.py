@@ -34,6 +34,7 @@ from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
 
+
 class _PatchLowering(ConvLowering):
     FAMILY = "conv_dgrad_patch"
     SPEC = ConvDgradPatchSpec

@@ -29,6 +29,7 @@ from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDirectFwdSpec
 
+
 class _FwdLowering(ConvLowering):
     FAMILY = "conv_direct_fwd"
     SPEC = ConvDirectFwdSpec

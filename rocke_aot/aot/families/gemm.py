@@ -104,16 +104,24 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 import numpy as np
 
-from rocke_aot import lanes
-from rocke_aot import mma
+from rocke_aot import lanes, mma
 from rocke_aot.aot.lower import kernel_for, nvptx
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
-from rocke_aot.targets import Target
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
-from rocke_aot.variants.gemm import (SWIZZLE_ELEMS, WARPGROUP, WGMMA_ALIGN, WGMMA_K, WGMMA_M, GemmGeometry,
-                                     GemmSpec, copy_panel, quad_stores)
+from rocke_aot.targets import Target
+from rocke_aot.variants.gemm import (
+    SWIZZLE_ELEMS,
+    WARPGROUP,
+    WGMMA_ALIGN,
+    WGMMA_K,
+    WGMMA_M,
+    GemmGeometry,
+    GemmSpec,
+    copy_panel,
+    quad_stores,
+)
 
 _OUT_TYPES = {"f32": F32, "f16": F16, "bf16": BF16}
 
@@ -369,7 +377,7 @@ class _GemmLowering:
     def _stage_tile(self, kt: Sym, stage: Sym | int, checked: bool) -> None:
         s, vw = self.spec, self.spec.vector_width
 
-        def move(ch: "_Chunk") -> None:
+        def move(ch: _Chunk) -> None:
             base = ch.grow * ch.gld + ch.gcol
             if checked:
                 val = self.load_vec(ch.ptr, base, ch.row_ok, ch.gcol, ch.limit, vw)
@@ -574,7 +582,7 @@ class _GemmLowering:
                         b.store(quad, self.gep(self.C, row * self.N + col, out_ty), align=8)
 
     # -- the pipeline's main loop, CUTLASS-style --
-    def copy_plan(self) -> "_CopyPlan":
+    def copy_plan(self) -> _CopyPlan:
         """The loop-invariant part of every cp.async a thread issues per K-tile, computed once
         before the loop (module doc, build_async): per operand one source index at K-tile 0,
         one LDS offset, the column test (B) and the per-round residue (A: rows left in M).
@@ -612,7 +620,7 @@ class _GemmLowering:
                 ops.append(_CopyOperand(which, -(-chunks // T), chunks, dr, ld, lds, src, step, rem, fixed, koff))
         return _CopyPlan(tuple(ops))
 
-    def issue_copies(self, plan: "_CopyPlan", kt: Sym, stage_off: Sym) -> None:
+    def issue_copies(self, plan: _CopyPlan, kt: Sym, stage_off: Sym) -> None:
         """cp.async K-tile kt into the stage at LDS element offset stage_off, from the plan: per copy
         one index add, one residue test and its negation, cp.async's ignore-src predicate (16 zero
         bytes, NvptxKernel.async_copy16_unless). A tile past K (the

@@ -16,9 +16,8 @@ arch lacks is a CapabilityError naming the op.
 
 from __future__ import annotations
 
+from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, KernelModule, LoweredKernel, Sym
 from rocke_aot.lanes import get_lane
-from rocke_aot.aot.lower.module import (MAX_TENSOR_BYTES, KernelModule, LoweredKernel,
-                                        Sym)
 from rocke_aot.targets import Target
 
 __all__ = ["lower", "kernel_for", "LoweredKernel", "KernelModule",

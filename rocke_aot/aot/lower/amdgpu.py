@@ -25,8 +25,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot.aot.lower.module import I32, KernelModule
-from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
+from rocke_aot.targets import Target
 
 
 class AmdgpuKernel(KernelModule):

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import llvmlite.ir as ir
 
@@ -173,20 +174,20 @@ class Sym:
     def __init__(self, builder: ir.IRBuilder, value: ir.Value):
         self.b, self.v = builder, value
 
-    def _c(self, x: "Sym | int") -> ir.Value:
+    def _c(self, x: Sym | int) -> ir.Value:
         return x.v if isinstance(x, Sym) else ir.Constant(I32, int(x))
 
-    def __add__(self, o: "Sym | int") -> "Sym":
+    def __add__(self, o: Sym | int) -> Sym:
         if isinstance(o, int) and o == 0:
             return self
         return Sym(self.b, self.b.add(self.v, self._c(o)))
 
     __radd__ = __add__
 
-    def __sub__(self, o: "Sym | int") -> "Sym":
+    def __sub__(self, o: Sym | int) -> Sym:
         return Sym(self.b, self.b.sub(self.v, self._c(o)))
 
-    def __mul__(self, o: "Sym | int") -> "Sym":
+    def __mul__(self, o: Sym | int) -> Sym:
         if isinstance(o, int):
             if o == 1:
                 return self
@@ -196,7 +197,7 @@ class Sym:
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, o: "Sym | int") -> "Sym":
+    def __floordiv__(self, o: Sym | int) -> Sym:
         if isinstance(o, Sym):
             return Sym(self.b, self.b.udiv(self.v, o.v))
         if o == 1:
@@ -205,19 +206,19 @@ class Sym:
             return Sym(self.b, self.b.lshr(self.v, ir.Constant(I32, o.bit_length() - 1)))
         return Sym(self.b, self.b.udiv(self.v, self._c(o)))
 
-    def __mod__(self, o: "Sym | int") -> "Sym":
+    def __mod__(self, o: Sym | int) -> Sym:
         if isinstance(o, Sym):
             return Sym(self.b, self.b.urem(self.v, o.v))
         if o > 0 and o & (o - 1) == 0:
             return Sym(self.b, self.b.and_(self.v, ir.Constant(I32, o - 1)))
         return Sym(self.b, self.b.urem(self.v, self._c(o)))
 
-    def __xor__(self, o: "Sym | int") -> "Sym":
+    def __xor__(self, o: Sym | int) -> Sym:
         return Sym(self.b, self.b.xor(self.v, self._c(o)))
 
     __rxor__ = __xor__
 
-    def lt(self, o: "Sym | int") -> ir.Value:
+    def lt(self, o: Sym | int) -> ir.Value:
         return self.b.icmp_unsigned("<", self.v, self._c(o))
 
 
@@ -331,7 +332,7 @@ class KernelModule:
             phi.add_incoming(v, blk)
         return phi
 
-    def loop(self, trip: "Sym | int", carried: list[ir.Value], body, name: str = "loop") -> list[ir.Value]:
+    def loop(self, trip: Sym | int, carried: list[ir.Value], body, name: str = "loop") -> list[ir.Value]:
         """``for i in range(trip)`` with loop-carried values; returns their final values.
 
         ``body(i: Sym, values: list) -> list`` emits one iteration. A runtime loop keeps the

@@ -46,8 +46,8 @@ import llvmlite.ir as ir
 # cache key covers, says which processor assembles it.
 from rocke_aot.aot.compiler.ptx import ARCH_SPECIFIC_MD
 from rocke_aot.aot.lower.module import F32, I32, KernelModule
-from rocke_aot.targets import Target
 from rocke_aot.errors import CapabilityError
+from rocke_aot.targets import Target
 
 PTX_FEATURES = "+ptx80"  # what the toolchain's target machine must be created with
 

@@ -28,15 +28,15 @@ import os
 import subprocess
 import sys
 import venv
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from rocke_aot.lanes import get_lane
-from rocke_aot.targets import Target
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
+from rocke_aot.lanes import get_lane
 from rocke_aot.paths import atomic_write, exclusive, home
+from rocke_aot.targets import Target
 
 __all__ = [
     "CompileResult", "Toolchain", "ToolchainInfo", "LlvmliteToolchain",

@@ -262,9 +262,9 @@ def rocke_probe(x_ptr, n, BLOCK: tl.constexpr):
 
 def _describe(payload, blob, ctx):
     triton = _triton()
-    from triton.runtime.cache import triton_key
-    from triton.compiler.compiler import make_backend
     from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.cache import triton_key
 
     probe_dir = os.path.join(_STATE["env"], "probe")
     os.makedirs(probe_dir, exist_ok=True)

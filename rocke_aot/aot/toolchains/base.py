@@ -26,13 +26,14 @@ import os
 import shutil
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar
 
 from rocke_aot import settings
+from rocke_aot.errors import LaneError, ToolchainError, ToolchainRefused
 from rocke_aot.lanes import Lane, get_lane, lane_for_major
 from rocke_aot.targets import Target
-from rocke_aot.errors import LaneError, ToolchainError, ToolchainRefused
 
 
 @dataclass(frozen=True)

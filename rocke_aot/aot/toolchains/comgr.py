@@ -29,11 +29,11 @@ import sys
 from pathlib import Path
 
 from rocke_aot import settings
-from rocke_aot.targets import Target
 from rocke_aot.aot.compiler.options import COMGR
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
-from rocke_aot.errors import CompileError, ToolchainError
 from rocke_aot.arch import ARCHES
+from rocke_aot.errors import CompileError, ToolchainError
+from rocke_aot.targets import Target
 
 ENV_COMGR = settings.COMGR
 PLUGIN = Path(__file__).resolve().parent.parent / "compiler" / "_comgr_handler.py"

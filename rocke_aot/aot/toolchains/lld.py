@@ -39,7 +39,7 @@ def find_lld() -> str:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lld_version_line(path: str) -> str:
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)

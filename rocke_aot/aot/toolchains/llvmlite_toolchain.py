@@ -18,14 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.targets import Target
 from rocke_aot.aot.compiler.options import LLVMLITE
 from rocke_aot.aot.compiler.ptx import ptxas_identity
+from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
 from rocke_aot.aot.toolchains.lld import linker_identity
-from rocke_aot.errors import ToolchainError, ToolchainRefused
 from rocke_aot.arch import ARCHES
+from rocke_aot.errors import ToolchainError, ToolchainRefused
+from rocke_aot.targets import Target
 
 _PROBE = Path(__file__).with_name("_llvmlite_probe.py")
 _TRIPLES = {"amdgcn": "amdgcn-amd-amdhsa", "nvptx64": "nvptx64-nvidia-cuda"}
@@ -39,7 +39,7 @@ def wired_processors() -> dict[str, list[str]]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(python: str) -> dict:
     try:
         proc = subprocess.run(

@@ -38,12 +38,12 @@ import time
 from pathlib import Path
 
 from rocke_aot import settings
-from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.targets import Target
 from rocke_aot.aot.compiler.options import TRITON24
+from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
-from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.arch import ARCHES
+from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
+from rocke_aot.targets import Target
 
 ENV_LIB = settings.LLVM24_LIB
 LIB_RELPATH = "triton/backends/amd/lib/libtriton_amd_codegen.so"
@@ -104,11 +104,11 @@ def candidate_libraries() -> list[Path]:
     return out
 
 
-def discover() -> list["Triton24Toolchain"]:
+def discover() -> list[Triton24Toolchain]:
     return [Triton24Toolchain(p) for p in candidate_libraries()]
 
 
-def from_registry(entry: dict) -> "Triton24Toolchain":
+def from_registry(entry: dict) -> Triton24Toolchain:
     if entry.get("library"):
         return Triton24Toolchain(entry["library"], label=entry.get("label"))
     venv = entry.get("venv")
@@ -120,7 +120,7 @@ def from_registry(entry: dict) -> "Triton24Toolchain":
                              label=entry.get("label"), venv=venv)
 
 
-def find_llvm24(toolchains: list[Toolchain] | None = None) -> "Triton24Toolchain":
+def find_llvm24(toolchains: list[Toolchain] | None = None) -> Triton24Toolchain:
     """The first usable LLVM 24 code generator, or ToolchainError saying how to install one."""
     pool = toolchains if toolchains is not None else discover()
     reasons = []

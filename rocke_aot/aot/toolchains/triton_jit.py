@@ -37,8 +37,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
 from rocke_aot.arch import ARCHES
@@ -74,7 +75,7 @@ def _site_libtriton(python: str | Path) -> Path | None:
     return Path(hits[-1]) if hits else None
 
 
-def discover() -> list["TritonToolchain"]:
+def discover() -> list[TritonToolchain]:
     out = []
     for python in sorted(glob.glob(str(home() / "lanes" / "*" / "bin" / "python"))):
         if _site_libtriton(python):
@@ -82,7 +83,7 @@ def discover() -> list["TritonToolchain"]:
     return out
 
 
-def from_registry(entry: dict) -> "TritonToolchain":
+def from_registry(entry: dict) -> TritonToolchain:
     if not entry.get("python"):
         raise ToolchainError(f"a {KIND} registry entry needs 'python': {entry!r}")
     return TritonToolchain(entry["python"], label=entry.get("label"))
@@ -116,7 +117,7 @@ def resolve_python(name: str) -> str:
     raise ToolchainError(f"no working interpreter {name!r} ({'; '.join(tried) or 'not on PATH nor in ~/.pyenv'})")
 
 
-def install_triton(requirement: str, python: str = "python3", *, quiet: bool = True) -> "TritonToolchain":
+def install_triton(requirement: str, python: str = "python3", *, quiet: bool = True) -> TritonToolchain:
     """`rocke-aot toolchain install triton==X.Y.Z --python PY`: a lane environment of that interpreter
     with that Triton, registered; it must detect as a qualified lane (its LLVM major)."""
     from rocke_aot.aot.toolchains import lane_environment, lane_lock, register, unregister

@@ -75,17 +75,17 @@ def candidate_libraries() -> list[Path]:
     return [own] if own else []
 
 
-def discover() -> list["Vendor23Toolchain"]:
+def discover() -> list[Vendor23Toolchain]:
     return [Vendor23Toolchain(p) for p in candidate_libraries()]
 
 
-def from_registry(entry: dict) -> "Vendor23Toolchain":
+def from_registry(entry: dict) -> Vendor23Toolchain:
     if not entry.get("library"):
         raise ToolchainError(f"a {KIND} registry entry needs 'library': {entry!r}")
     return Vendor23Toolchain(entry["library"], label=entry.get("label"))
 
 
-def find_llvm23(toolchains: list[Toolchain] | None = None) -> "Vendor23Toolchain":
+def find_llvm23(toolchains: list[Toolchain] | None = None) -> Vendor23Toolchain:
     """The first usable AMD LLVM 23, or ToolchainError naming what is missing and the setup command."""
     pool = toolchains if toolchains is not None else discover()
     reasons = []

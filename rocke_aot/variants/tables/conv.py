@@ -17,7 +17,8 @@ grid (variants/table.py workload_specs), so a layer the defaults lack gets its o
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rocke_aot.errors import SpecError
 from rocke_aot.lanes import Lane

@@ -31,11 +31,12 @@ takes any output (out_dtype None) is served from the default pairs.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from rocke_aot.errors import SpecError
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
-from rocke_aot.errors import SpecError
 from rocke_aot.variants.gemm import ASYNC_VECTOR, GemmSpec
 from rocke_aot.variants.table import SERVE, FamilyTable, Serve
 from rocke_aot.variants.tables._common import matrix_paths

@@ -9,8 +9,8 @@ it was when models.py changes later; tests/test_cache_schema.py checks that the 
 it creates matches models.py.
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0001"
 down_revision = None

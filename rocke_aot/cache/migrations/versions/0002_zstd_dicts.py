@@ -12,8 +12,8 @@ instead (a blob whose dictionary is missing is an IntegrityError), and dictionar
 never deleted.
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0002"
 down_revision = "0001"

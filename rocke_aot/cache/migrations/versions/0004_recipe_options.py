@@ -15,8 +15,8 @@ formed and the refs to those (a ref to an emptied generation would serve nothing
 stay, unreferenced, until ``rocke-aot cache gc`` removes them; nothing is rebuilt implicitly.
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0002_recipe_options"
 down_revision = "0003_generations"

@@ -12,10 +12,10 @@ new one. Existing rows are backfilled: each gets its
 generation, and each (arch, lane) ref points at the generation of its newest artifact.
 """
 
-from alembic import op
-import sqlalchemy as sa
-
 import hashlib
+
+import sqlalchemy as sa
+from alembic import op
 
 revision = "0003_generations"
 down_revision = "0003"

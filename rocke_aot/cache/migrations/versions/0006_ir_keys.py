@@ -25,8 +25,8 @@ non-current generation holds are served too (generations now serve side by side)
 import hashlib
 import json
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 from rocke_aot.cache.keys import code_object_key
 

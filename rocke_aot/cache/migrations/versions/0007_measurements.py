@@ -12,8 +12,8 @@ timings; a row whose (key, generation) no artifact holds any more is never read
 (cache/measurements.py joins on both) and ``prune`` deletes it. Nothing else changes.
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0007_measurements"
 down_revision = "0006_ir_keys"

@@ -13,8 +13,8 @@ build stored with the entry (NULL: a GPU host published it, compiled by its own 
 are what a host checks before it uses one. Nothing else changes.
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0008_triton_entries"
 down_revision = "0007_measurements"
