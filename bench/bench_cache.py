@@ -271,8 +271,9 @@ def bench_store(corpus: list[dict], n_lookup: int = 10_000) -> dict:
                 t0 = time.perf_counter()
                 for i in range(0, len(lookup), 900):
                     ch = lookup[i:i + 900]
-                    raw.execute("SELECT key, status, blob_sha256, error FROM artifacts WHERE key IN (%s)"
-                                % ",".join("?" * len(ch)), ch).fetchall()
+                    marks = ",".join("?" * len(ch))
+                    raw.execute(f"SELECT key, status, blob_sha256, error FROM artifacts WHERE key IN ({marks})",
+                                ch).fetchall()
                 floor.append(time.perf_counter() - t0)
             raw.close()
             sample = keys[: min(500, len(keys))]

@@ -31,7 +31,7 @@ HOST = REPO / "tests" / "_triton_host.py"
 def triton39(all_toolchains):
     found = [t for t in tcs.toolchains_for_lane("llvm24", all_toolchains, consumes="triton")
              if t.detect().extra.get("python_version", "").startswith(
-                 "%d.%d." % sys.version_info[:2])]
+                 f"{sys.version_info[0]}.{sys.version_info[1]}.")]
     if not found:
         pytest.fail("no Triton of this Python on the llvm24 lane: run `bash scripts/setup.sh`")
     return found[0]
