@@ -18,7 +18,7 @@
 
 Whole-run comparisons only (the machine is shared; absolute numbers move between runs).
 
-    .venv/bin/python bench/bench_hostile.py [--seconds 8] [--json] [--out docs/reliability-raw/hostile]
+    .venv/bin/python bench/bench_hostile.py [--seconds 8] [--json] [--out bench/results/reliability-raw/hostile]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Native gemm against Triton's tutorial matmul on AMD, per instruction, for the same tiles (issue 27).
 
     python bench/gemm_amd_isa.py --markdown                         # the table in docs/lowering.md
-    python bench/gemm_amd_isa.py --json docs/bench-raw/gemm-amd-isa.json --markdown
+    python bench/gemm_amd_isa.py --json bench/results/bench-raw/gemm-amd-isa.json --markdown
     python bench/gemm_amd_isa.py --arch gfx942 --lane llvm22 --tile 64x64x32x4
 
 For every (tile, arch, lane):

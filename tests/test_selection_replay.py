@@ -1,5 +1,5 @@
 """Selection against measured times: the package's own rank() replayed over every candidate an
-H200 timed (docs/bench-raw/h200-run6 and h200-run7: two measurements, 15 repeats each, taken
+H200 timed (bench/results/bench-raw/h200-run6 and h200-run7: two measurements, 15 repeats each, taken
 with the constants shipped now).
 
 The reference is the GPU's measured times, which no code here produced; the run's own summary
@@ -23,7 +23,7 @@ from rocke_aot.variants import table
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
-RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
+RAW = Path(__file__).resolve().parents[1] / "bench" / "results" / "bench-raw"
 RUNS = ("h200-run6", "h200-run7")
 SM90 = Target.parse("sm_90")
 FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")

@@ -50,7 +50,7 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages),
       offset from it (ptxas: [R+imm]). The first version of this pipeline (copies behind a
       branch, indices and fragment addresses recomputed in the loop, no fragment lookahead)
       ran 0.39-0.51x torch.matmul on the large problems where this one runs 0.41-0.59x
-      (docs/bench-raw/h200-run15/gemm-sm90.txt); it is gone since, in git history only.
+      (bench/results/bench-raw/h200-run15/gemm-sm90.txt); it is gone since, in git history only.
       copies are 16 bytes (8 elements); an out-of-range chunk reads no source bytes and writes
       16 zeros (cp.async's ignore-src predicate and the address as computed, at most
       S K-tiles or one block of rows past the tensor, as CUTLASS's zfill copies do), so edges
