@@ -15,7 +15,6 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     │                                   entry point and its distribution; every other family works
     ├── ToolchainError                  a toolchain is missing, broken or refused
     │   ├── ToolchainRefused            detected, but not qualified (e.g. LLVM 15 COMGR)
-    │   └── DriftError                  profile datalayout != the toolchain's
     ├── CompileError                    LLVM/linker failed; carries the tool's message
     │   └── CompileTimeout
     ├── CodeObjectError                 a code object fails validation
@@ -113,9 +112,6 @@ class ToolchainError(RockeError):
 class ToolchainRefused(ToolchainError):
     """A real toolchain was found but is not qualified for any lane."""
 
-
-class DriftError(ToolchainError):
-    """The emission profile's datalayout differs from the toolchain's."""
 
 
 class CompileError(RockeError):
