@@ -405,11 +405,8 @@ def _import_kpack(path: Path, manifest: Path, root_key, check, cache_url, as_jso
     from rocke_aot.trust.keys import public_key
 
     data = manifest.read_bytes()
-    doc = kpack.loads(data, str(manifest))
-    if kpack.kpack_path(manifest, doc).resolve() != path.resolve():
-        raise KpackError(f"{manifest} names {doc['kpack']}, not {path.name}")
     signed_by = None
-    if root_key is not None:
+    if root_key is not None:  # the signature first: nothing of an unsigned manifest is read
         stem = manifest.with_suffix("")
         sig = stem.with_name(stem.name + ".sig.json")
         if not sig.exists():
@@ -417,6 +414,9 @@ def _import_kpack(path: Path, manifest: Path, root_key, check, cache_url, as_jso
         root = stem.with_name(stem.name + ".root.json")
         signed_by = verify_signature(data, sig.read_bytes(), public_key(root_key),
                                      root.read_bytes() if root.exists() else None)
+    doc = kpack.loads(data, str(manifest))
+    if kpack.kpack_path(manifest, doc).resolve() != path.resolve():
+        raise KpackError(f"{manifest} names {doc['kpack']}, not {path.name}")
     with _store(cache_url) as store:
         summary = kpack.import_kpack(store, manifest, check=check, data=data)
     summary["signed_by"] = signed_by
