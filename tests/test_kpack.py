@@ -161,6 +161,8 @@ def test_cache_import_verifies_signs_and_serves(world, tmp_path):
            rfc0008_read(Path(world["out"]["kpack"]["kpack"]))[1].keys()
     again = json.loads(_import(world, dest, None, "--json").stdout)
     assert (again["artifacts"], again["unchanged"]) == (0, 8)
+    p = cli("cache", "import", world["out"]["kpack"]["kpack"], "--cache", dest, ok=False)
+    assert p.returncode == 2 and "--manifest" in p.stderr
 
 
 def _copy_dist(world, tmp_path) -> Path:

@@ -21,6 +21,7 @@ from rocke_aot.cache.db import ENV_CACHE
 from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.errors import SpecError
 
 cache_option = click.option(
     "--cache", "cache_url", metavar="URL", default=None,
@@ -323,6 +324,9 @@ def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None
     if manifest is not None:
         _import_kpack(path, manifest, root_key, check, cache_url, as_json)
         return
+    with open(path, "rb") as f:
+        if f.read(4) == b"KPAK":
+            raise SpecError(f"{path} is a kpack archive: give its bundle manifest with --manifest")
     with _store(cache_url) as store:
         summary = store.import_(path, check=check, failures=with_failures)
     if as_json:
