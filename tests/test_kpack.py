@@ -377,3 +377,44 @@ def test_build_instances_builds_ours_and_names_the_rest(tmp_path, llvm22):
 def test_export_help_has_an_example():
     p = cli("export", "--help")
     assert "Example:" in p.stdout and "--json" in p.stdout and "--kpack" in p.stdout
+
+
+def _corrupt(data: bytes, how: str) -> bytes:
+    b = bytearray(data)
+    toc_offset = struct.unpack_from("<Q", b, 8)[0]
+    if how == "magic":
+        b[0:4] = b"KPAX"
+    elif how == "version":
+        struct.pack_into("<I", b, 4, 2)
+    elif how == "toc past the end":
+        struct.pack_into("<Q", b, 8, len(b) + 10)
+    elif how == "toc inside the header":
+        struct.pack_into("<Q", b, 8, 8)
+    elif how == "truncated":
+        return bytes(b[:12])
+    elif how == "frame size past the blob":
+        struct.pack_into("<I", b, 68, 1 << 30)
+    elif how == "count over the frames":
+        struct.pack_into("<I", b, 64, 1000)
+    elif how == "toc not msgpack":
+        b[toc_offset:] = b"\xc1" * (len(b) - toc_offset)
+    return bytes(b)
+
+
+@pytest.mark.parametrize("how", ["magic", "version", "toc past the end", "toc inside the header", "truncated",
+                                 "frame size past the blob", "count over the frames", "toc not msgpack"])
+def test_the_reader_bounds_every_offset(tmp_path, how):
+    from rocke_aot.cache import kpack as K
+
+    data, _ = K.encode([("a#0", "gfx942", b"\x7fELF" + bytes(300)), ("b#0", "gfx942", os.urandom(200))],
+                       arch_family="gfx942", arches=["gfx942"])
+    assert rfc0008_read_bytes_ok(tmp_path, data)
+    (tmp_path / "x.kpack").write_bytes(_corrupt(data, how))
+    with pytest.raises(errors.KpackError):
+        K.read(tmp_path / "x.kpack")
+
+
+def rfc0008_read_bytes_ok(tmp_path, data: bytes) -> bool:
+    (tmp_path / "ok.kpack").write_bytes(data)
+    _, kernels = rfc0008_read(tmp_path / "ok.kpack")
+    return set(kernels) == {("a#0", "gfx942"), ("b#0", "gfx942")}

@@ -254,15 +254,15 @@ def _formula(text: str) -> int | str:
 def sidecar_of(key: str, inputs: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, Any]:
     """rocKE's sidecar fields of one kernel, from its launch contract and code-object record."""
     md = thaw(metadata)
-    if not isinstance(md.get("launch"), dict):
+    if not isinstance(md, dict) or not isinstance(md.get("launch"), dict):
         raise KpackError(f"kernel {key} ({inputs.get('family')}) has no launch contract: a bundle manifest "
                          "states how to launch every kernel it carries")
     try:
         c = LaunchContract.from_dict(md["launch"])
     except SpecError as e:
         raise KpackError(f"kernel {key}: malformed launch contract ({e})") from None
-    co = md.get("code_object") or {}
-    spec = inputs.get("spec") or {}
+    co = md.get("code_object") if isinstance(md.get("code_object"), dict) else {}
+    spec = inputs.get("spec") if isinstance(inputs.get("spec"), dict) else {}
     return {
         "symbol": c.kernel,
         "launch": {
