@@ -42,7 +42,7 @@ import zstandard
 
 from rocke_aot.cache import kpack
 from rocke_aot.cache.store import Store
-from rocke_aot.client.device_kernels import DEVICE_SCHEMA, DeviceWheelSource
+from rocke_aot.client.device_kernels import DEVICE_SCHEMA, DeviceWheelSource, frame_index
 
 ROOT = Path(__file__).resolve().parent
 
@@ -108,7 +108,8 @@ def main(argv=None) -> int:
         shutil.copy(kp, wheel_dir / kp.name)
         shutil.copy(mp, wheel_dir / mp.name)
         (wheel_dir / "device.json").write_text(json.dumps({"schema": DEVICE_SCHEMA, "arch": args.arch,
-                                                           "manifest": mp.name, "kpack": kp.name}))
+                                                           "manifest": mp.name, "kpack": kp.name,
+                                                           "frames": frame_index(doc)}))
         entries = doc["entries"]
         picks = [entries[i % len(entries)] for i in range(args.reps)]
         ar = kpack.read(kp)

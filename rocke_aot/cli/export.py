@@ -119,7 +119,7 @@ def export(want_kpack, want_wheel, arch, families, key_path, root_path, version,
 
 def _wheel(store, arch: str, key, root_bytes: bytes, version: int, expires_days: float, out: Path) -> dict:
     from rocke_aot.cache import kpack, wheel
-    from rocke_aot.client.device_kernels import DEVICE_SCHEMA, ENTRY_POINTS
+    from rocke_aot.client.device_kernels import DEVICE_SCHEMA, ENTRY_POINTS, frame_index
     from rocke_aot.trust import metadata as md
     from rocke_aot.trust.release import release
 
@@ -133,7 +133,7 @@ def _wheel(store, arch: str, key, root_bytes: bytes, version: int, expires_days:
         if len(doc["entries"]) != summary["kernels"]:
             raise SpecError(f"{arch}: {summary['kernels']} kernels signed, {len(doc['entries'])} in the kpack")
         device = {"schema": DEVICE_SCHEMA, "arch": arch, "manifest": mp.name, "kpack": kp.name,
-                  "signed_version": version}
+                  "signed_version": version, "frames": frame_index(doc)}
         files = {f"{pkg}/__init__.py": f'"""Device kernels of rocke-aot for {arch} (read by rocke_aot.client)."""\n'
                                       f"ARCH = {arch!r}\n".encode(),
                  f"{pkg}/device.json": json.dumps(device, indent=2, sort_keys=True).encode() + b"\n",

@@ -3,7 +3,8 @@ the check of a kpack bundle manifest's signature.
 
     pip install rocke_aot_device_gfx942-1-py3-none-any.whl
         site-packages/rocke_aot_device_gfx942/
-            device.json                {"schema": "rocke.aot.device-wheel/v1", "arch", "manifest"}
+            device.json                {"schema": "rocke.aot.device-wheel/v1", "arch", "manifest", "kpack",
+                                        "frames": {sha256: [frame offset, frame size, size]}}
             rocke_aot_gfx942.kpack     the kernels (TheRock RFC0008, zstd per kernel)
             rocke_aot_gfx942.json      the rocke.aot.bundle/v1 manifest (+ .sig.json, its signature)
             signed/root.json, index.json, manifest.json   the release's signed metadata
@@ -14,8 +15,8 @@ the check of a kpack bundle manifest's signature.
                          them before the mirrors and the service (client/fetch.py)
     DeviceWheelSource    a read-only Source over the installed files: metadata(name) reads
                          signed/<name> (the Fetcher checks it against the pinned root key like a
-                         mirror's), blob(sha256, size) finds the kernel in the bundle manifest,
-                         reads its zstd frame from the kpack at the offset the manifest gives and
+                         mirror's), blob(sha256, size) finds the kernel in device.json's frames
+                         index, reads its zstd frame from the kpack at that offset and
                          decodes it bounded by ``size``, then checks size and sha256: a wheel is
                          an index of bytes, never trusted; a tampered kpack is IntegrityError
                          (the Fetcher names it BlobMismatchError), a tampered signed document
@@ -136,15 +137,19 @@ class DeviceWheelSource:
         return _read(self.root / "signed" / name, MAX_DOCUMENT, f"device wheel {self.root.name}")
 
     def _where(self) -> dict[str, tuple[int, int, int]]:
-        """sha256 -> (frame offset, frame size, raw size) from the bundle manifest (an index only)."""
+        """sha256 -> (frame offset, frame size, raw size): device.json's "frames" (an index only;
+        every byte it points at is checked against the signed sha256 and size)."""
         if self._index is None:
-            doc = json.loads(_read(self.root / self.device["manifest"], MAX_DOCUMENT, "device wheel manifest"))
+            frames = self.device.get("frames")
+            if not isinstance(frames, dict):
+                raise KpackError(f"{self.root / 'device.json'}: no frames index")
             index = {}
-            for e in doc.get("entries", ()) if isinstance(doc, dict) else ():
+            for sha, where in frames.items():
                 try:
-                    index[str(e["sha256"])] = (int(e["frame_offset"]), int(e["frame_size"]), int(e["size"]))
-                except (KeyError, TypeError, ValueError):
-                    raise KpackError(f"{self.root / self.device['manifest']}: a malformed entry") from None
+                    offset, frame_size, size = (int(x) for x in where)
+                except (TypeError, ValueError):
+                    raise KpackError(f"{self.root / 'device.json'}: a malformed frame of {str(sha)[:64]}") from None
+                index[str(sha)] = (offset, frame_size, size)
             self._index = index
         return self._index
 
@@ -183,6 +188,11 @@ class DeviceWheelSource:
         raise NotFoundError(f"{self.url}: a device wheel carries no Triton cache entries")
 
 
+def frame_index(manifest: Mapping[str, Any]) -> dict[str, list[int]]:
+    """device.json's "frames" from a bundle manifest: sha256 -> [frame offset, frame size, size]."""
+    return {e["sha256"]: [e["frame_offset"], e["frame_size"], e["size"]] for e in manifest["entries"]}
+
+
 def installed_roots() -> list[Path]:
     """The directory of every installed device wheel's package, found by its entry point (the
     package is located, never imported), in name order."""
@@ -199,5 +209,5 @@ def installed_sources() -> list[DeviceWheelSource]:
     return [DeviceWheelSource(p) for p in installed_roots()]
 
 
-__all__ = ["DEVICE_SCHEMA", "ENTRY_POINTS", "SIGNATURE_SCHEMA", "DeviceWheelSource", "installed_roots",
-           "installed_sources", "verify_signature"]
+__all__ = ["DEVICE_SCHEMA", "ENTRY_POINTS", "SIGNATURE_SCHEMA", "DeviceWheelSource", "frame_index",
+           "installed_roots", "installed_sources", "verify_signature"]
