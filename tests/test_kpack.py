@@ -321,6 +321,19 @@ def test_pip_installed_device_wheel_serves_fetch_offline(world, host):
                        capture_output=True, text=True, timeout=300, env={**host["env"], "ROCKE_AOT_OFFLINE": "1"})
     assert p.returncode == 0, p.stderr
     assert (host["local"] / "k.hsaco").read_bytes() == world["blobs"][keys_[0]]
+    # select ranks the installed wheel's kernels, no cache, no server (signature checked first)
+    p = subprocess.run([str(host["py"]), "-m", "rocke_aot.cli", "select", "--arch", "gfx942", "--family", "gemm",
+                        "--problem", '{"m": 512, "n": 512, "k": 512}', "--device-wheels", "--root-key",
+                        str(world["pin"]), "--json"], capture_output=True, text=True, timeout=300, env=host["env"])
+    assert p.returncode == 0, p.stderr
+    sel = json.loads(p.stdout)
+    assert sel["accepted"] and {r["key"] for r in sel["accepted"]} <= set(world["arts"])
+    keys.generate(host["local"] / "other.key")
+    p = subprocess.run([str(host["py"]), "-m", "rocke_aot.cli", "select", "--arch", "gfx942", "--family", "gemm",
+                        "--problem", '{"m": 512, "n": 512, "k": 512}', "--device-wheels", "--root-key",
+                        str(host["local"] / "other.key.pub")], capture_output=True, text=True, timeout=300,
+                       env=host["env"])
+    assert p.returncode == 1 and "UnlistedKeyError" in p.stderr, p.stderr
 
 
 def test_a_tampered_device_wheel_is_refused_by_name(world, host):
