@@ -431,3 +431,18 @@ def rfc0008_read_bytes_ok(tmp_path, data: bytes) -> bool:
     (tmp_path / "ok.kpack").write_bytes(data)
     _, kernels = rfc0008_read(tmp_path / "ok.kpack")
     return set(kernels) == {("a#0", "gfx942"), ("b#0", "gfx942")}
+
+
+def test_a_manifest_signed_by_the_root_key_itself_verifies_without_root_json(tmp_path):
+    from rocke_aot.cli.export import signature_doc
+    from rocke_aot.client.device_kernels import verify_signature
+
+    keys.generate(tmp_path / "root.key")
+    keys.generate(tmp_path / "other.key")
+    root, other = keys.load_private(tmp_path / "root.key"), keys.load_private(tmp_path / "other.key")
+    body = b'{"schema":"rocke.aot.bundle/v1"}'
+    assert verify_signature(body, signature_doc(root, body), root.public) == root.public.keyid
+    with pytest.raises(errors.SignatureError):
+        verify_signature(body + b" ", signature_doc(root, body), root.public)
+    with pytest.raises(errors.UnlistedKeyError):
+        verify_signature(body, signature_doc(other, body), root.public)
