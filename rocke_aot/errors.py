@@ -157,6 +157,11 @@ class BundleError(CacheError):
     """An export bundle is malformed, or a blob in it does not match its manifest."""
 
 
+class KpackError(BundleError):
+    """A kpack archive (RFC0008), its rocke.aot.bundle/v1 manifest or a device wheel is malformed,
+    tampered, or does not match what it claims (cache/kpack.py, client/device_kernels.py)."""
+
+
 class RuntimeUnavailable(RockeError):
     """No GPU runtime (binding, driver library) or no device on this host: a named skip."""
 

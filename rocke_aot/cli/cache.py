@@ -21,6 +21,7 @@ from rocke_aot.cache.db import ENV_CACHE
 from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.errors import SpecError
 
 cache_option = click.option(
     "--cache", "cache_url", metavar="URL", default=None,
@@ -296,21 +297,38 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--with-failures", is_flag=True, default=False,
               help="Also import the bundle's cached build failures (builds skip those keys unless --force).")
+@click.option("--manifest", "manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              metavar="JSON", help="PATH is a kpack (TheRock RFC0008): its rocke.aot.bundle/v1 manifest "
+                                   "(`rocke-aot export --kpack`); the kpack must be the file it names beside it.")
+@click.option("--root-key", default=None, metavar="PUB",
+              help="With --manifest: the pinned root public key (a .pub file or ed25519:<hex>); the manifest's "
+                   "signature (<manifest>.sig.json, beside it) must verify, by the root key or a release key of "
+                   "<stem>.root.json. Without it the kernels are checked but the signature is not.")
 @cache_option
 @json_option
-def import_(path, with_failures, cache_url, as_json) -> None:
+def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None:
     """Verify every blob of a bundle (hashes, sizes, each code object validated for its arch
-    like a publish), then publish it all in one transaction (or nothing).
+    like a publish), then publish it all in one transaction (or nothing). With --manifest, PATH
+    is a kpack: its sha256, every kernel's sha256 and size, the ELF arch of each code object and
+    the manifest's constraints (key inputs hash to the key, the sidecar fields are the launch
+    contract's) are checked for every kernel before any is stored.
 
     \b
     Example:
         rocke-aot cache import gfx942.bundle --cache /shared/rocke/cache.sqlite
+        rocke-aot cache import rocke_aot_gfx942.kpack --manifest rocke_aot_gfx942.json --root-key root.key.pub
     """
     from rocke_aot.aot.codeobject import validate
 
+    check = lambda code, arch: validate(code, arch).as_dict()  # noqa: E731
+    if manifest is not None:
+        _import_kpack(path, manifest, root_key, check, cache_url, as_json)
+        return
+    with open(path, "rb") as f:
+        if f.read(4) == b"KPAK":
+            raise SpecError(f"{path} is a kpack archive: give its bundle manifest with --manifest")
     with _store(cache_url) as store:
-        summary = store.import_(path, check=lambda code, arch: validate(code, arch).as_dict(),
-                                failures=with_failures)
+        summary = store.import_(path, check=check, failures=with_failures)
     if as_json:
         emit_json(summary)
         return
@@ -382,3 +400,33 @@ def audit(sample, seed, cache_url, as_json) -> int:
             got = h.current_ir_sha256 or f"refused ({h.error})"
             click.echo(f"  hole {h.key} {h.family} {h.arch} {h.lane}: stored IR {h.stored_ir_sha256}, now {got}")
     return 0 if report.ok else 1
+
+
+def _import_kpack(path: Path, manifest: Path, root_key, check, cache_url, as_json) -> None:
+    from rocke_aot.cache import kpack
+    from rocke_aot.client.device_kernels import verify_signature
+    from rocke_aot.errors import KpackError, SignatureError
+    from rocke_aot.trust.keys import public_key
+
+    data = manifest.read_bytes()
+    signed_by = None
+    if root_key is not None:  # the signature first: nothing of an unsigned manifest is read
+        stem = manifest.with_suffix("")
+        sig = stem.with_name(stem.name + ".sig.json")
+        if not sig.exists():
+            raise SignatureError(f"no signature {sig.name} beside {manifest}: the manifest cannot be verified")
+        root = stem.with_name(stem.name + ".root.json")
+        signed_by = verify_signature(data, sig.read_bytes(), public_key(root_key),
+                                     root.read_bytes() if root.exists() else None)
+    doc = kpack.loads(data, str(manifest))
+    if kpack.kpack_path(manifest, doc).resolve() != path.resolve():
+        raise KpackError(f"{manifest} names {doc['kpack']}, not {path.name}")
+    with _store(cache_url) as store:
+        summary = kpack.import_kpack(store, manifest, check=check, data=data)
+    summary["signed_by"] = signed_by
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(f"imported {path.name}: {summary['kernels']} kernels ({summary['artifacts']} new, "
+               f"{summary['unchanged']} already present)"
+               + (f", manifest signed by {signed_by[:16]}" if signed_by else ", signature NOT checked (--root-key)"))

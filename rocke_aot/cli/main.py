@@ -60,6 +60,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Check the IR goldens: sha256, size and kernel of every case on every lane."),
     "serve": ("rocke_aot.cli.serve", "serve",
         "Serve the kernel cache over HTTP (FastAPI + uvicorn)."),
+    "export": ("rocke_aot.cli.export", "export",
+        "Export ARCH's kernels as a kpack archive (TheRock RFC0008) with a signed rocKE bundle manifest, and/or "
+        "as a pip-installable device wheel that hosts read before the network."),
     "fetch": ("rocke_aot.cli.fetch", "fetch",
         "Fetch the code object of KEY (verified; cached locally; ROCKE_AOT_OFFLINE=1: local only)."),
     "client": ("rocke_aot.cli.client", "client",

@@ -13,6 +13,7 @@ exit 2 through cli/main.py's one translation point.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -59,9 +60,15 @@ def _problem_text(value: str) -> str:
 @click.option("--triton-version", default=None, metavar="VERSION",
               help="A Triton family's: only what this Triton version built (the GPU host's Triton, e.g. 3.6.0); "
                    "left out, every version's kernels are listed, each labelled.")
+@click.option("--device-wheels", is_flag=True,
+              help="Rank the kernels of the installed device wheels (`rocke-aot export --wheel`, pip-installed) "
+                   "instead of a cache: each wheel's manifest signature checked against the pinned root key, every "
+                   "kernel verified (docs/kpack.md); no network, no cache.")
+@click.option("--root-key", default=None, metavar="PUB",
+              help="With --device-wheels: the pinned root public key (default: $ROCKE_AOT_ROOT_KEY).")
 @json_option
 def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, server, model,
-               measured, triton_version, as_json) -> int:
+               measured, triton_version, device_wheels, root_key, as_json) -> int:
     """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
 
     By estimated time (the "est ms" column, with what bounds it) where the arch has a time
@@ -83,12 +90,17 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         rocke-aot select --arch gfx942:sramecc+:xnack- --family gemm --problem '{"m": 4096, "n": 4096, "k": 4096}'
         rocke-aot select --arch gfx1250 --family conv_dgrad_patch --problem @patch.json --explain --json
         rocke-aot select --arch sm_90 --family gemm,triton_matmul --problem '{"m": 4096, "n": 4096, "k": 4096}'
+        rocke-aot select --arch gfx942 --family gemm --problem '{"m": 512, "n": 512, "k": 512}' --device-wheels \\
+            --root-key root.key.pub
     """
     text = _problem_text(problem)
     if server is not None:
         return _remote(server, arch.id, family, text, [lane.name for lane in lanes] or None, min_efficiency, limit,
                        explain, as_json, model, measured, triton_version)
-    with Store.open(cache_url, readonly=True) as store:
+    if device_wheels and (server is not None or cache_url is not None):
+        raise SpecError("--device-wheels ranks the installed device wheels: give it without --cache or --server")
+    opened = _device_wheel_store(root_key) if device_wheels else Store.open(cache_url, readonly=True)
+    with opened as store:
         sel = select(store, arch, family, text, lanes=[lane.name for lane in lanes] or None,
                      min_efficiency=min_efficiency, limit=limit, model=model, measured=measured,
                      triton_version=triton_version)
@@ -206,3 +218,36 @@ def _echo_no_candidate(family: str, nc: dict) -> None:
 
 def _n(v) -> str:
     return "-" if v is None else str(v)
+
+
+@contextlib.contextmanager
+def _device_wheel_store(root_key):
+    """A temporary store of every installed device wheel's kernels, each wheel's bundle manifest
+    signature verified against the pinned root key and every kernel checked (cache/kpack.py
+    import_kpack with aot's code-object validation) before it is ranked."""
+    import tempfile
+
+    from rocke_aot.aot.codeobject import validate
+    from rocke_aot.cache import kpack
+    from rocke_aot.client.device_kernels import DeviceWheelSource, installed_roots, verify_signature
+    from rocke_aot.client.trusted import pinned_key
+    from rocke_aot.errors import NotFoundError, SignatureError, TrustConfigError
+
+    key = pinned_key(root_key)
+    if key is None:
+        raise TrustConfigError("--device-wheels needs the pinned root key: --root-key or $ROCKE_AOT_ROOT_KEY")
+    roots = installed_roots()
+    if not roots:
+        raise NotFoundError("no device wheel is installed (entry-point group rocke_aot.device_kernels)")
+    with tempfile.TemporaryDirectory(prefix="rocke-wheels-") as tmp, \
+            Store.open(f"sqlite:///{Path(tmp) / 'wheels.sqlite'}") as store:
+        for root in roots:
+            manifest = root / DeviceWheelSource(root).device["manifest"]
+            data = manifest.read_bytes()
+            stem = manifest.with_suffix("")
+            sig, rootdoc = (stem.with_name(stem.name + ext) for ext in (".sig.json", ".root.json"))
+            if not sig.exists():
+                raise SignatureError(f"device wheel {root.name}: no {sig.name}; its kernels cannot be verified")
+            verify_signature(data, sig.read_bytes(), key, rootdoc.read_bytes() if rootdoc.exists() else None)
+            kpack.import_kpack(store, manifest, check=lambda code, a: validate(code, a).as_dict(), data=data)
+        yield store

@@ -95,8 +95,11 @@ def env_workers() -> int:
 
 
 def sources_from(server: str | None = None, mirrors: Iterable[str] = ()) -> list[Source]:
-    """Mirrors first (in the order given), then the service: the order a host tries them."""
-    out: list[Source] = [MirrorSource(m) for m in mirrors]
+    """Installed device wheels first (read-only, no network: client/device_kernels.py), then the
+    mirrors (in the order given), then the service: the order a host tries them."""
+    from rocke_aot.client.device_kernels import installed_sources
+
+    out: list[Source] = [*installed_sources(), *(MirrorSource(m) for m in mirrors)]  # type: ignore[list-item]
     if server:
         out.append(ServiceSource(server))
     return out
