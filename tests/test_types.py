@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 ERROR = re.compile(r"^(rocke_aot/\S+\.py):\d+: error: ")
