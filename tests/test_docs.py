@@ -139,7 +139,9 @@ def _findings(doc: Path) -> list[str]:
         if line.startswith("```"):
             in_code = not in_code
             continue
-        spans = [line.strip()] if in_code else SPAN.findall(line)
+        # a span after a possessive ("TheRock's `docs/rfcs/...`") names another project's file
+        spans = [line.strip()] if in_code else [m.group(1) for m in SPAN.finditer(line)
+                                                if not line[:m.start()].endswith("'s ")]
         for span in spans:
             span = span.strip()
             where = f"{doc.relative_to(ROOT)}:{lineno}"

@@ -261,8 +261,9 @@ def sidecar_of(key: str, inputs: Mapping[str, Any], metadata: Mapping[str, Any])
         c = LaunchContract.from_dict(md["launch"])
     except SpecError as e:
         raise KpackError(f"kernel {key}: malformed launch contract ({e})") from None
-    co = md.get("code_object") if isinstance(md.get("code_object"), dict) else {}
-    spec = inputs.get("spec") if isinstance(inputs.get("spec"), dict) else {}
+    raw_co, raw_spec = md.get("code_object"), inputs.get("spec")
+    co: dict[str, Any] = raw_co if isinstance(raw_co, dict) else {}
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
     return {
         "symbol": c.kernel,
         "launch": {
@@ -313,7 +314,7 @@ def dumps(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-_ENTRY_FIELDS = {"toc_key": str, "arch": str, "cache_key": str, "sha256": str, "size": int, "ordinal": int,
+_ENTRY_FIELDS: dict[str, type] = {"toc_key": str, "arch": str, "cache_key": str, "sha256": str, "size": int, "ordinal": int,
                  "frame_offset": int, "frame_size": int, "symbol": str, "launch": dict, "args_signature": list,
                  "selection": dict, "inputs": dict, "metadata": dict, "provenance": dict}
 
@@ -344,9 +345,9 @@ def check_manifest(doc: Any, what: str = "bundle manifest") -> dict[str, Any]:
         where = f"{what}: entry {i}"
         if not isinstance(e, dict):
             raise KpackError(f"{where} is not an object")
-        for name, typ in _ENTRY_FIELDS.items():
-            if not isinstance(e.get(name), typ) or isinstance(e.get(name), bool):
-                raise KpackError(f"{where}: the field {name!r} must be {typ.__name__}")
+        for name, entry_type in _ENTRY_FIELDS.items():
+            if not isinstance(e.get(name), entry_type) or isinstance(e.get(name), bool):
+                raise KpackError(f"{where}: the field {name!r} must be {entry_type.__name__}")
         where = f"{what}: entry {e['toc_key'][:120]}"
         if e["toc_key"] in seen:
             raise KpackError(f"{where} appears twice")
@@ -437,8 +438,8 @@ def verified_kernels(doc: Mapping[str, Any], kpack: str | os.PathLike, check: Co
     kpack = Path(kpack)
     try:
         size = kpack.stat().st_size
-    except OSError as e:
-        raise KpackError(f"cannot read {kpack} ({e.strerror})") from None
+    except OSError as err:
+        raise KpackError(f"cannot read {kpack} ({err.strerror})") from None
     if size != doc["kpack_size"]:
         raise KpackError(f"{kpack}: {size} bytes, the manifest says {doc['kpack_size']}")
     h = hashlib.sha256()
@@ -489,8 +490,8 @@ def import_kpack(store: Any, manifest_path: str | os.PathLike, *, check: CodeChe
     if data is None:
         try:
             data = manifest_path.read_bytes()
-        except OSError as e:
-            raise KpackError(f"cannot read {manifest_path} ({e.strerror})") from None
+        except OSError as err:
+            raise KpackError(f"cannot read {manifest_path} ({err.strerror})") from None
     doc = loads(data, str(manifest_path))
     kernels = verified_kernels(doc, kpack_path(manifest_path, doc), check)
     added = unchanged = 0

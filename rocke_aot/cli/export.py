@@ -117,7 +117,7 @@ def export(want_kpack, want_wheel, arch, families, key_path, root_path, version,
                    f"version {version})")
 
 
-def _wheel(store, arch: str, key, root_bytes: bytes, version: int, expires_days: float, out: Path) -> dict:
+def _wheel(store, arch: str, key, root_bytes: bytes | None, version: int, expires_days: float, out: Path) -> dict:
     from rocke_aot.cache import kpack, wheel
     from rocke_aot.client.device_kernels import DEVICE_SCHEMA, ENTRY_POINTS, frame_index
     from rocke_aot.trust import metadata as md
@@ -125,8 +125,9 @@ def _wheel(store, arch: str, key, root_bytes: bytes, version: int, expires_days:
 
     pkg = package_name(arch)
     stem = kpack.file_stem(arch)
-    with tempfile.TemporaryDirectory(prefix="rocke-wheel-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="rocke-wheel-") as tmp_name:
+        tmp = Path(tmp_name)
+        assert root_bytes is not None  # --wheel requires --root (checked at the edge)
         summary = release(store, tmp / "signed", md.loads(root_bytes, "--root"), key, version=version,
                           expires_days=expires_days, arches=[arch])
         kp, mp, doc, body = kpack.export(store, tmp, arch)
