@@ -12,6 +12,10 @@
                double: stage K-tile kt+1 -> LDS stage (kt+1)&1 (if any); compute stage kt&1;
                        barrier    (one barrier: the stage written was last read before it)
            exit:   every accumulator element, guarded by row < M and col < N, converted, stored
+      AMD matrix paths (mfma / wmma, stages 0): build_amd instead of the loop above -- an
+           interior loop over K // bk (blocks inside M and N) with no bounds test, the next
+           K-tile's loads issued before the step's MFMAs, one barrier a step when double
+           buffered; then a checked edge loop (docs/lowering.md "The AMD main loop")
       compute:
            fma        each thread a thread_m x thread_n micro tile, llvm.fmuladd.f32
            mfma/wmma/mma  each wave (a warp on sm_90) tiles_m x tiles_n instruction tiles;
@@ -92,8 +96,9 @@ Tile order (spec.group_m = G > 1): work-group g takes tile rows in groups of G: 
 Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
 a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the
 K tail) falls back to per-element loads whose address is clamped to 0 when out of range,
-so no load ever leaves the tensor and missing elements read as zero. On AMD a K-tile whose A
-and B tiles lie wholly inside the matrices skips the per-vector checks (stage_tile). Data stays as i16
+so no load ever leaves the tensor and missing elements read as zero. On AMD the matrix paths'
+interior loop (build_amd) loads without checks; its edge loop and the fma path's stage_tile
+check as above. Data stays as i16
 bits until the arithmetic, so f16 and bf16 share every load and LDS path.
 """
 
