@@ -170,6 +170,31 @@ def test_transposed_b_gemm_computes_a_x_b(arch, spec):
     check_gemm(arch, spec, [(37, 45, 70), (1, 1, 1)])
 
 
+# The AMD main loop (aot/families/gemm.py build_amd), as the tables serve it (b_lds nk, vector_width
+# 8, padded rows): interior blocks run the unchecked loop (register prefetch of the next K-tile,
+# one or two barriers a step), then the checked edge loop for the K tail; blocks on the M / N edge
+# run the edge loop only. Sizes: many interior K-tiles and a K tail, every block interior and no
+# tail (the last step's reload of its own tile), both edges with K shorter than a tile.
+AMD_LOOP_SIZES = [(70, 72, 200), (64, 64, 96), (33, 40, 20)]
+AMD_LOOP_CASES = [
+    ("gfx942", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=1,
+                        b_lds="nk", vector_width=8)),
+    ("gfx942", GemmSpec(path="mfma", in_dtype="bf16", out_dtype="bf16", block_m=64, block_n=32, block_k=64, waves=2,
+                        b_lds="nk", vector_width=8, double_buffer=True)),
+    ("gfx950", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f16", block_m=32, block_n=64, block_k=32, waves=2,
+                        b_lds="nk", vector_width=8, double_buffer=True)),
+    ("gfx1250", GemmSpec(path="wmma", in_dtype="bf16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=2,
+                         b_lds="nk", vector_width=8, double_buffer=True)),
+    ("gfx90a", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=1,
+                        vector_width=8)),  # kn: B as in memory, vector stores
+]
+
+
+@pytest.mark.parametrize("arch,spec", AMD_LOOP_CASES, ids=[f"{a}-{s.kernel_name}" for a, s in AMD_LOOP_CASES])
+def test_amd_main_loop_computes_a_x_b(arch, spec):
+    check_gemm(arch, spec, AMD_LOOP_SIZES)
+
+
 @pytest.mark.parametrize("spec", ASYNC_CASES, ids=[s.kernel_name for s in ASYNC_CASES])
 def test_async_pipeline_gemm_computes_a_x_b(spec):
     check_gemm("sm_90", spec, ASYNC_SIZES)

@@ -161,7 +161,9 @@ def test_gfx942_ranks_by_estimate_with_a_bound():
     est = [ch.estimate_ms for ch in r.accepted]
     assert est == sorted(est) and all(e > 0 for e in est)
     best = r.best.candidate.spec
-    assert best["block_m"] * best["block_n"] >= 128 * 128 and r.best.bound in ("issue", "compute", "lds")
+    # since issue 37 (the AMD main loop: padded A rows, B staged as K pairs, one exposed load
+    # latency a step) a 128 x 64 tile of 2 waves can come first; never a small one
+    assert best["block_m"] * best["block_n"] >= 128 * 64 and r.best.bound in ("issue", "compute", "lds", "latency")
 
 
 PROBE_RAW = Path(__file__).resolve().parents[1] / "bench" / "results" / "bench-raw" / "h200-l2-probe" / "l2-probe.json"
