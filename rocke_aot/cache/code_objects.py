@@ -25,6 +25,7 @@ from rocke_aot.cache import db
 from rocke_aot.cache.keys import canonical_json, code_object_key
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import code_objects as C
+from rocke_aot.targets import target_identity
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def backfill(conn: Connection, now: float, keys: Iterable[str] | None = None) ->
     for key, arch, profile, ir, tc_json, opt_json, blob, meta_json in conn.execute(stmt).all():
         ck = code_object_key(arch, profile, ir, tc_json, opt_json)
         fmt = (json.loads(meta_json) or {}).get("format")
+        tc_json = canonical_json(target_identity(json.loads(tc_json), arch))  # what the key hashes
         conn.execute(db.insert_ignore(conn, C), {
             "key": ck, "status": "ok", "arch": arch, "profile": profile, "ir_sha256": ir, "toolchain_json": tc_json,
             "options_json": opt_json, "blob_sha256": blob, "info_json": canonical_json({"format": fmt}),
