@@ -152,6 +152,11 @@ def _old_code_key(arch, profile, ir, tc_json, opt_json) -> str:
     return hashlib.sha256(_OLD_CODE_PREFIX + body.encode()).hexdigest()
 
 
+# Each code object with the identity its plan rows hold (the old code stored that one).
+_OLD_ROWS = ("SELECT o.key, o.arch, o.profile, o.ir_sha256, a.toolchain_json, o.options_json "
+             "FROM code_objects o JOIN artifacts a ON a.code_key = o.key GROUP BY o.key")
+
+
 class _BothTools(Toolchain):
     """llvmlite as it was keyed before the rule: the linker and ptxas for every target."""
 
@@ -183,12 +188,12 @@ def test_a_store_keyed_by_the_old_identity_migrates_and_rebuilds_nothing(tmp_pat
         assert old["failed"] == [] and old["compiles"] == old["built"] > 0
         # What the old code wrote: code objects under the unprojected key, artifacts pointing there.
         with db.write_tx(s.engine, exclusive=True) as c:
-            for key, arch, prof, ir, tc, opt in c.execute(text(
-                    "SELECT key, arch, profile, ir_sha256, toolchain_json, options_json FROM code_objects")).all():
+            for key, arch, prof, ir, tc, opt in c.execute(text(_OLD_ROWS)).all():
                 assert "ptxas" in json.loads(tc) and "linker" in json.loads(tc)
                 ok = _old_code_key(arch, prof, ir, tc, opt)
                 assert ok != key  # the old key is not today's: without the migration, everything recompiles
-                c.execute(text("UPDATE code_objects SET key = :o WHERE key = :k"), {"o": ok, "k": key})
+                c.execute(text("UPDATE code_objects SET key = :o, toolchain_json = :t WHERE key = :k"),
+                          {"o": ok, "t": tc, "k": key})
                 c.execute(text("UPDATE artifacts SET code_key = :o WHERE code_key = :k"), {"o": ok, "k": key})
             cfg = Config()
             cfg.set_main_option("script_location", str(Path(cache_pkg.__file__).parent / "migrations"))
@@ -218,12 +223,16 @@ def test_migration_merges_rows_that_differed_only_in_the_other_formats_tool(tmp_
     with Store.open(url, create=True) as s:
         _build(s, [_BothTools(llvm22)])
         with db.write_tx(s.engine, exclusive=True) as c:
-            rows = c.execute(text("SELECT * FROM code_objects")).mappings().all()
+            rows = c.execute(text(
+                "SELECT o.*, a.toolchain_json AS old_tc FROM code_objects o JOIN artifacts a ON a.code_key = o.key "
+                "GROUP BY o.key")).mappings().all()
             n = len(rows)
             for r in rows:
+                r = {**{k: v for k, v in r.items() if k != "old_tc"}, "toolchain_json": r["old_tc"]}
                 tc = json.loads(r["toolchain_json"])
                 ok = _old_code_key(r["arch"], r["profile"], r["ir_sha256"], r["toolchain_json"], r["options_json"])
-                c.execute(text("UPDATE code_objects SET key = :o WHERE key = :k"), {"o": ok, "k": r["key"]})
+                c.execute(text("UPDATE code_objects SET key = :o, toolchain_json = :t WHERE key = :k"),
+                          {"o": ok, "t": r["toolchain_json"], "k": r["key"]})
                 c.execute(text("UPDATE artifacts SET code_key = :o WHERE code_key = :k"), {"o": ok, "k": r["key"]})
                 other = json.dumps({**tc, "ptxas": "Cuda compilation tools, release 12.4, V12.4.131"},
                                    sort_keys=True, separators=(",", ":"))
