@@ -153,7 +153,7 @@ def check_sqlite_path(url: str, *, writable: bool = False) -> str:
         raise CacheAccessError(
             f"cannot create cache {path}: directory {parent} is not writable by uid {os.getuid()} (gid "
             f"{os.getgid()}), which this process runs as; give it the directory: `install -d -o {os.getuid()} "
-            f"-g {os.getgid()} {parent}` (a bind mount: run that on the host before mounting it)")
+            f"-g {os.getgid()} {parent}` (a bind mount: run it on the host, on the directory mounted there)")
     return url
 
 
