@@ -186,6 +186,9 @@ class _NoGfx1250:
     def core_identity(self):
         return {**self.tc.core_identity(), "variant": "no-gfx1250"}
 
+    def identity(self, target):
+        return {**self.tc.identity(target), "variant": "no-gfx1250"}
+
     def compile_options(self, target):
         return self.tc.compile_options(target)
 
