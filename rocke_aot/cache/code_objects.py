@@ -25,6 +25,7 @@ from rocke_aot.cache import db
 from rocke_aot.cache.keys import canonical_json, code_object_key
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import code_objects as C
+from rocke_aot.targets import target_identity
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,15 @@ class CodeHit:
         return self.status == "ok"
 
 
+def _identity_json(inputs) -> str:
+    """The toolchain identity a code object's key hashes (keys.code_object_key): the target's format's."""
+    return canonical_json(target_identity(json.loads(inputs.toolchain_json), inputs.arch))
+
+
 def put_ok(conn: Connection, key: str, inputs, ir_sha256: str, blob_sha256: str,
            info: Mapping[str, Any], now: float) -> None:
     row = {"key": key, "status": "ok", "arch": inputs.arch, "profile": inputs.profile, "ir_sha256": ir_sha256,
-           "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json,
+           "toolchain_json": _identity_json(inputs), "options_json": inputs.options_json,
            "blob_sha256": blob_sha256, "info_json": canonical_json(info), "error": None, "built_at": now}
     if conn.execute(db.insert_ignore(conn, C), row).rowcount == 0:
         # Present already: a recorded failure turns into the success; an 'ok' row stays as is.
@@ -56,7 +62,7 @@ def put_ok(conn: Connection, key: str, inputs, ir_sha256: str, blob_sha256: str,
 def put_failed(conn: Connection, key: str, inputs, ir_sha256: str, error: str, now: float) -> None:
     conn.execute(db.insert_ignore(conn, C), {
         "key": key, "status": "failed", "arch": inputs.arch, "profile": inputs.profile, "ir_sha256": ir_sha256,
-        "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json, "blob_sha256": None,
+        "toolchain_json": _identity_json(inputs), "options_json": inputs.options_json, "blob_sha256": None,
         "info_json": "{}", "error": error, "built_at": now})
 
 
@@ -86,6 +92,7 @@ def backfill(conn: Connection, now: float, keys: Iterable[str] | None = None) ->
     for key, arch, profile, ir, tc_json, opt_json, blob, meta_json in conn.execute(stmt).all():
         ck = code_object_key(arch, profile, ir, tc_json, opt_json)
         fmt = (json.loads(meta_json) or {}).get("format")
+        tc_json = canonical_json(target_identity(json.loads(tc_json), arch))  # what the key hashes
         conn.execute(db.insert_ignore(conn, C), {
             "key": ck, "status": "ok", "arch": arch, "profile": profile, "ir_sha256": ir, "toolchain_json": tc_json,
             "options_json": opt_json, "blob_sha256": blob, "info_json": canonical_json({"format": fmt}),

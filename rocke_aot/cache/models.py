@@ -54,13 +54,14 @@ from sqlalchemy import (
     cast,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
 REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options", "0006_ir_keys",
-                             "0007_measurements", "0008_triton_entries")
+                             "0007_measurements", "0008_triton_entries", "0009_target_identity")
 HEAD_REVISION = REVISIONS[-1]
 SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4, "0002_recipe_options": 5,
-                       "0006_ir_keys": 6, "0007_measurements": 7, "0008_triton_entries": 8}
+                       "0006_ir_keys": 6, "0007_measurements": 7, "0008_triton_entries": 8,
+                       "0009_target_identity": 9}
 
 metadata = MetaData()
 

@@ -187,7 +187,7 @@ def _make_plan(
     wants = {fam: where_for(fam, where) for fam in fams} if where else {}  # checked before any lane
     for lane_name, lane_tc in chosen.items():
         lane = get_lane(lane_name)
-        plan.toolchains[lane.name] = lane_tc.identity()
+        plan.toolchains[lane.name] = lane_tc.core_identity()  # each target's key adds its format's tools
         for target in arches:
             # The one chooser `rocke-aot compile` uses too: a toolchain of this lane that
             # knows the processor, or the reason none does (refused on purpose rather than
@@ -199,7 +199,7 @@ def _make_plan(
                 if consumes not in chooser:
                     try:
                         tc = toolchain_for(lane, target, toolchains, consumes=consumes)
-                        chooser[consumes] = (tc, None, tc.identity())
+                        chooser[consumes] = (tc, None, tc.identity(target))
                     except ToolchainError as e:
                         chooser[consumes] = (None, str(e), None)
                 return chooser[consumes]
