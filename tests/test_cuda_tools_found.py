@@ -57,3 +57,26 @@ def test_no_ptxas_anywhere_names_where_it_looked(host, monkeypatch):
     with pytest.raises(ToolchainError, match=rf"ptxas not found \(ROCKE_AOT_PTXAS unset, not in {venv_bin}, not on "
                                              r"PATH.*scripts/setup.sh --only ptxas"):
         ptx.find_ptxas()
+
+
+def test_the_cli_compiles_sm_90_with_no_cuda_on_path(tmp_path):
+    """CI's PATH (no CUDA on it) and the installed command: the sm_90 compile finds setup's ptxas
+    beside the interpreter. Which ptxas assembled the cubin is read from the cubin itself: CUDA
+    13.5's (setup's wheel) writes EIATTR_LANGUAGE (0x66) first in the kernel's .nv.info, CUDA 13.0's
+    (/usr/local/bin on some hosts) does not write it."""
+    import json
+    import os
+    import subprocess
+
+    from elftools.elf.elffile import ELFFile
+
+    exe = Path(sys.executable).parent / "rocke-aot"
+    out = tmp_path / "k.cubin"
+    p = subprocess.run([str(exe), "compile", "--family", "gemm", "--arch", "sm_90", "--lane", "llvm22", "--spec",
+                        '{"path": "fma"}', "-o", str(out), "--json"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    kernel = json.loads(p.stdout)["code_object"]["kernel"]
+    with open(out, "rb") as f:
+        own = ELFFile(f).get_section_by_name(f".nv.info.{kernel}").data()
+    assert own[:8] == bytes([4, 0x66, 4, 0, 3, 0, 0, 0])  # EIFMT_SVAL EIATTR_LANGUAGE: 3 (PTX)
