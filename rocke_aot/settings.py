@@ -77,7 +77,9 @@ SETTINGS: tuple[Setting, ...] = (
             "every lane with a toolchain here", "vocabulary (lanes)"),
     Setting(LLD, "the ld.lld executable that links HSACOs", "ld.lld on PATH, else /usr/lib/llvm-*/bin/ld.lld",
             "aot (toolchains)"),
-    Setting(PTXAS, "the ptxas executable for sm_90", "ptxas on PATH, else /usr/local/cuda/bin/ptxas",
+    Setting(PTXAS, "the ptxas executable for sm_90 (an explicit path never falls through)",
+            "the ptxas beside this interpreter (.venv/bin/ptxas, the pinned wheel scripts/setup.sh links), else "
+            "ptxas on PATH, else /usr/local/cuda/bin/ptxas or /usr/local/bin/ptxas",
             "aot (compiler)"),
     Setting(CUOBJDUMP, "the cuobjdump executable that reads an sm_90 cubin's SASS at build time (ptxas's "
             "schedule, recorded beside its resources: aot/sass.py); it needs nvdisasm beside it or on PATH",

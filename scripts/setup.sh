@@ -124,25 +124,26 @@ if want venv; then
   fi
 fi
 
-# 3. ptxas for the sm_90 path: the CUDA one on PATH, else NVIDIA's pip wheel in the venv; and
-#    cuobjdump with the nvdisasm it runs: the build reads every sm_90 cubin's SASS for ptxas's
-#    schedule (aot/sass.py; without them it records "schedule: unavailable" and the model uses its
-#    counts), so they are always the venv's pinned wheels, linked to .venv/bin where the build
-#    looks first: every builder reads the SASS with the same disassembler. One CUDA release for
-#    the three wheels (no cuobjdump wheel exists for CUDA 12).
+# 3. ptxas for the sm_90 path, and cuobjdump with the nvdisasm it runs: the build reads every
+#    sm_90 cubin's SASS for ptxas's schedule (aot/sass.py; without them it records "schedule:
+#    unavailable" and the model uses its counts). All three are the venv's pinned NVIDIA wheels of
+#    one CUDA release, linked to .venv/bin, beside the interpreter, where the product looks before
+#    PATH (aot/compiler/ptx.py find_ptxas, aot/sass.py find_cuobjdump): every builder assembles and
+#    disassembles with the same tools, a host with no CUDA works, and a CUDA that happens to be on
+#    PATH (/usr/local/bin/ptxas) is not silently used instead. ROCKE_AOT_PTXAS names another.
 CUDA_WHEELS=13.5.37
 if want ptxas && [ "$PROFILE" != serve ]; then
   step_start ptxas
   did=() ok=()
-  if command -v ptxas >/dev/null 2>&1 || [ -x .venv/bin/ptxas ]; then
-    ok+=("ptxas at $(command -v ptxas || echo "$ROOT/.venv/bin/ptxas")")
-  elif would "install NVIDIA's nvcc wheel for ptxas"; then :
+  if [ -x .venv/bin/ptxas ] && .venv/bin/ptxas --version 2>/dev/null | grep -q "V$CUDA_WHEELS"; then
+    ok+=("ptxas $CUDA_WHEELS at $ROOT/.venv/bin/ptxas")
+  elif would "install NVIDIA's nvcc wheel $CUDA_WHEELS for ptxas"; then :
   else
-    log "ptxas: none on PATH, installing NVIDIA's nvcc wheel into .venv"
+    log "ptxas: installing NVIDIA's nvcc wheel $CUDA_WHEELS into .venv"
     # --no-deps: the wheel's dependencies (nvidia-nvvm ~175 MB, the CUDA runtime, crt) serve nvcc,
     # which nothing here runs; ptxas is a program of its own.
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps "nvidia-cuda-nvcc==$CUDA_WHEELS"
-    found=$(find .venv -name ptxas -type f | head -1)
+    found=$(find .venv -path "*nvidia*" -name ptxas -type f | head -1)
     [ -n "$found" ] || { log "ptxas: the wheel has no ptxas binary"; exit 1; }
     if [ "$PROFILE" = image ]; then  # the image keeps ptxas only of that wheel's programs (~100 MB less)
       for unused in nvcc nvlink cudafe++ fatbinary bin2c __nvcc_device_query nvcc.profile crt; do
@@ -150,7 +151,8 @@ if want ptxas && [ "$PROFILE" != serve ]; then
       done
     fi
     ln -sf "$ROOT/$found" .venv/bin/ptxas
-    did+=("linked .venv/bin/ptxas -> $found")
+    .venv/bin/ptxas --version | grep -q "V$CUDA_WHEELS" || { log "ptxas: .venv/bin/ptxas is not $CUDA_WHEELS"; exit 1; }
+    did+=("linked .venv/bin/ptxas -> $found ($CUDA_WHEELS)")
   fi
   if [ -x .venv/bin/cuobjdump ] && [ -x .venv/bin/nvdisasm ] \
       && .venv/bin/cuobjdump --version 2>/dev/null | grep -q "V$CUDA_WHEELS"; then

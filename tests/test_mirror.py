@@ -387,7 +387,7 @@ def test_what_nginx_can_send_is_bounded_and_nothing_is_stored(world, tree, tmp_p
     if case == "truncated":
         assert type(e.value) is SourceError and "RemoteProtocolError" in str(e.value)  # not the deadline
     if case == "slow past the deadline":
-        assert 1.4 <= took < 3.5
+        assert 1.4 <= took < 7  # not before the 1.5 s deadline; a hang guard under the trickle's 8 s
     if case == "truncated":
         assert took < 8  # the cut, not the whole trickle
 
