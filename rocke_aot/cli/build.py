@@ -126,6 +126,13 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
         emit_json(summary.data)
     else:
         render(summary, Console())
+    if summary.data["planned"] == 0:  # nothing to build is not a success: say why it is empty
+        asked = [f"--arch {' '.join(a.id for a in arches)}"] + [f"--family {f}" for f in families] + \
+            [f"--where {w}" for w in where] + (["--problems"] if problems else [])
+        click.echo(f"nothing planned: no spec the variant tables serve matches {' '.join(asked)} on the lanes "
+                   f"{', '.join(summary.data.get('lanes') or []) or '(none with a toolchain here)'} "
+                   "(`rocke-aot variants` lists what each family serves)", err=True)
+        return 1
     return summary.exit_code
 
 

@@ -4,6 +4,10 @@ Commands parse, call the library and format. Library errors are translated in
 one place, :class:`RockeGroup`'s ``invoke`` (so ``CliRunner`` sees what the real
 binary does):
 
+    command (or its module) needs a module of an extra that is not installed
+                                                     -> "Error: `rocke-aot CMD` needs the [serve] install
+                                                        (...): pip install 'rocke-aot[serve]'", exit 2;
+                                                        its --help still answers (NeedsExtra)
     command raises LaneError / SpecError (bad input) -> "Error: <message>", exit 2
                                                         (like click's own usage errors)
                    any other RockeError              -> "Error: <Type>: <message>", exit 1
@@ -76,6 +80,59 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 
+# The extra that brings a module a command imports (pyproject.toml's optional dependencies): a
+# command whose module, or whose run, needs one that is not installed says so in one line and
+# exits 2, and its --help still answers (NeedsExtra). Any other missing module is a bug: it
+# propagates. tests/test_install_roles.py runs every command on the base, [serve] and [build]
+# installs, and docs/client.md has the table.
+EXTRA_OF: dict[str, str] = {
+    **dict.fromkeys(("sqlalchemy", "alembic", "psycopg", "fastapi", "starlette", "uvicorn", "httptools", "uvloop",
+                     "prometheus_client", "elftools", "msgpack", "mako"), "serve"),
+    **dict.fromkeys(("llvmlite", "rich", "numpy", "hip", "rocm", "cuda"), "build"),
+    "triton": "llvm24",
+    **dict.fromkeys(("distributed", "dask"), "dask"),
+}
+
+
+def missing_extra(e: ImportError) -> str | None:
+    """The extra to install for ``e`` (a ModuleNotFoundError of a module an extra brings), else None."""
+    name = getattr(e, "name", None)
+    if not isinstance(e, ModuleNotFoundError) or not isinstance(name, str):
+        return None
+    return EXTRA_OF.get(name.split(".")[0])
+
+
+class MissingExtra(click.ClickException):
+    """A command needs an extra that is not installed: one line naming it, exit 2."""
+
+    exit_code = 2
+
+    def __init__(self, command: str, module: str, extra: str):
+        super().__init__(f"`rocke-aot {command}` needs the [{extra}] install ({module} is not installed here): "
+                         f"pip install 'rocke-aot[{extra}]'")
+
+
+class NeedsExtra(click.Command):
+    """What the command table offers for a command whose module cannot import here: its summary
+    and the extra in --help (exit 0), the one-line MissingExtra when run (exit 2)."""
+
+    def __init__(self, name: str, summary: str, module: str, extra: str):
+        super().__init__(name, help=f"{summary}\n\nNeeds the [{extra}] install ({module} is not installed here):\n\n"
+                                    f"\b\n    pip install 'rocke-aot[{extra}]'",
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                           "help_option_names": ["-h", "--help"]})
+        self.module, self.extra = module, extra
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if any(a in ("-h", "--help") for a in args):  # `cache stats --help`: this command's help
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        raise MissingExtra(self.name, self.module, self.extra)
+
+
 class BadInput(click.ClickException):
     """A LaneError/SpecError from the library: the user's input was wrong (exit 2)."""
 
@@ -107,8 +164,15 @@ class RockeGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.commands and name in COMMANDS:
-            module, attr, _ = COMMANDS[name]
-            self.add_command(getattr(importlib.import_module(module), attr), name)
+            module, attr, summary = COMMANDS[name]
+            try:
+                cmd = getattr(importlib.import_module(module), attr)
+            except ModuleNotFoundError as e:
+                extra = missing_extra(e)
+                if extra is None:
+                    raise
+                cmd = NeedsExtra(name, summary, e.name, extra)
+            self.add_command(cmd, name)
         return self.commands.get(name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -124,6 +188,11 @@ class RockeGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             rv = super().invoke(ctx)
+        except ModuleNotFoundError as e:  # a module of an extra, imported as the command ran
+            extra = missing_extra(e)
+            if extra is None:
+                raise
+            raise MissingExtra(ctx.invoked_subcommand or "", e.name, extra) from None
         except (LaneError, SpecError) as e:
             raise BadInput(str(e)) from e
         except RuntimeUnavailable as e:
