@@ -94,6 +94,36 @@ EXTRA_OF: dict[str, str] = {
 }
 
 
+# What a command (or subcommand) needs as a whole, checked before it runs by one module of that
+# extra (SENTINEL): a command that would otherwise start and report on nothing (characterize
+# with no compiler) or trip first over a module of a smaller extra (lower: msgpack of [serve])
+# names the install that makes it work. The order of the roles: base < serve < build.
+NEEDS: dict[str, str] = {
+    **dict.fromkeys(("toolchains", "toolchain", "build", "variants", "families", "lower", "compile", "characterize",
+                     "golden", "bench", "cache audit"), "build"),
+    **dict.fromkeys(("cache", "measurements", "serve", "mirror"), "serve"),
+}
+SENTINEL = {"serve": "sqlalchemy", "build": "llvmlite"}
+_RANK = {"serve": 1, "build": 2}
+
+
+def needs(path: str, found: str | None = None) -> str | None:
+    """The extra to name for command ``path`` ("cache audit"), given a missing module's ``found``:
+    the larger of the two (base < serve < build); another extra (llvm24, dask) as found."""
+    declared = NEEDS.get(path) or NEEDS.get(path.split(" ")[0])
+    if found is None or declared is None or found not in _RANK:
+        return found or declared
+    return max(found, declared, key=_RANK.__getitem__)
+
+
+def _lacks(extra: str | None) -> str | None:
+    """The sentinel module of ``extra`` when it is not installed here, else None."""
+    import importlib.util
+
+    mod = SENTINEL.get(extra or "")
+    return mod if mod is not None and importlib.util.find_spec(mod) is None else None
+
+
 def missing_extra(e: ImportError) -> str | None:
     """The extra to install for ``e`` (a ModuleNotFoundError of a module an extra brings), else None."""
     name = getattr(e, "name", None)
@@ -130,7 +160,8 @@ class NeedsExtra(click.Command):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
-        raise MissingExtra(self.name, self.module, self.extra)
+        sub = f"{self.name} {ctx.args[0]}" if ctx.args else self.name
+        raise MissingExtra(sub, self.module, needs(sub, self.extra))
 
 
 class BadInput(click.ClickException):
@@ -171,7 +202,7 @@ class RockeGroup(click.Group):
                 extra = missing_extra(e)
                 if extra is None:
                     raise
-                cmd = NeedsExtra(name, summary, e.name, extra)
+                cmd = NeedsExtra(name, summary, e.name, needs(name, extra))
             self.add_command(cmd, name)
         return self.commands.get(name)
 
@@ -185,6 +216,25 @@ class RockeGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """click's, then the install check of NEEDS: a command that needs an extra whose sentinel
+        module is absent stops here with the one line, before it starts (its --help still answers)."""
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if name is not None and not isinstance(cmd, NeedsExtra) and not {"-h", "--help"} & set(rest):
+            words = [a for a in rest if not a.startswith("-")][:1]
+            path = f"{name} {words[0]}" if words and f"{name} {words[0]}" in NEEDS else name
+            extra = needs(path)
+            lacking = _lacks(extra)
+            if lacking is not None:
+                raise MissingExtra(path, lacking, extra)
+        return name, cmd, rest
+
+    def _path(self, ctx: click.Context) -> str:
+        """The command being run, with its subcommand where NEEDS names one ("cache audit")."""
+        name = ctx.invoked_subcommand or ""
+        args = [a for a in ctx.args if not a.startswith("-")][:1]
+        return f"{name} {args[0]}" if args and f"{name} {args[0]}" in NEEDS else name
+
     def invoke(self, ctx: click.Context):
         try:
             rv = super().invoke(ctx)
@@ -192,7 +242,7 @@ class RockeGroup(click.Group):
             extra = missing_extra(e)
             if extra is None:
                 raise
-            raise MissingExtra(ctx.invoked_subcommand or "", e.name, extra) from None
+            raise MissingExtra(ctx.invoked_subcommand or "", e.name, needs(self._path(ctx), extra)) from None
         except (LaneError, SpecError) as e:
             raise BadInput(str(e)) from e
         except RuntimeUnavailable as e:
