@@ -126,7 +126,8 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
         emit_json(summary.data)
     else:
         render(summary, Console())
-    if summary.data["planned"] == 0:  # nothing to build is not a success: say why it is empty
+    if summary.data["planned"] == 0 and not summary.data.get("refused") and not summary.data.get("skipped"):
+        # nothing to build and no refusal saying why (the summary lists those): not a success
         asked = [f"--arch {' '.join(a.id for a in arches)}"] + [f"--family {f}" for f in families] + \
             [f"--where {w}" for w in where] + (["--problems"] if problems else [])
         click.echo(f"nothing planned: no spec the variant tables serve matches {' '.join(asked)} on the lanes "
