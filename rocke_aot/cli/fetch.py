@@ -51,7 +51,7 @@ def _selected(server, arch, family, problem, limit, lanes, triton_version) -> li
     """(key, family) of every kernel the service accepts for the problem, best first."""
     import json
 
-    from rocke_aot.cli.select import _problem_text
+    from rocke_aot.cli.select import problem_text
     from rocke_aot.client.service import ServiceClient
 
     if server is None:
@@ -59,7 +59,7 @@ def _selected(server, arch, family, problem, limit, lanes, triton_version) -> li
     if arch is None or family is None:
         raise click.UsageError("--problem needs --arch (the device's target ID) and --family")
     try:
-        prob = json.loads(_problem_text(problem))
+        prob = json.loads(problem_text(problem))
     except json.JSONDecodeError as e:
         raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
     if not isinstance(prob, dict):

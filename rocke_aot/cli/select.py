@@ -27,7 +27,7 @@ MODELS = ("auto", "fitted", "hardware", "efficiency")
 MEASURED = ("exact", "class", "off")
 
 
-def _problem_text(value: str) -> str:
+def problem_text(value: str) -> str:
     if value.startswith("@"):
         path = Path(value[1:])
         try:
@@ -87,7 +87,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         rocke-aot select --arch gfx1250 --family conv_dgrad_patch --problem @patch.json --explain --json
         rocke-aot select --arch sm_90 --family gemm,triton_matmul --problem '{"m": 4096, "n": 4096, "k": 4096}'
     """
-    text = _problem_text(problem)
+    text = problem_text(problem)
     if server is not None:
         return _remote(server, arch.id, family, text, [lane.name for lane in lanes] or None, min_efficiency, limit,
                        explain, as_json, model, measured, triton_version)

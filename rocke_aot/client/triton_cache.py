@@ -154,9 +154,8 @@ def _explain_miss(cfg: _Config) -> None:
                           f"already in the local store {cfg.store.root} can hit; Triton compiles the rest")
     env = _host_env_vars()
     if env:
-        builders = None
-        if cfg._accepted is not None:
-            builders = _builders_env_vars(cfg._accepted.manifest)
+        manifest = cfg.manifest_if_read()
+        builders = _builders_env_vars(manifest) if manifest is not None else None
         theirs = ("the builder set " + " / ".join(", ".join(f"{k}={v}" for k, v in sorted(b.items())) or "none"
                                                   for b in builders)) if builders else \
             "the builder records its own with each entry (metadata.triton.env_vars)"
@@ -187,6 +186,10 @@ class _Config:
         self.sources: list[Source] = [MirrorSource(m) for m in mirrors] + ([self.source] if self.source else [])
         self._accepted = None
         self.lock = threading.Lock()
+
+    def manifest_if_read(self):
+        """The signed manifest when this process has already accepted one, else None (no request)."""
+        return self._accepted.manifest if self._accepted is not None else None
 
     def manifest(self):
         """The signed manifest (client/trusted.py: root, index, manifest, all checked), once: from
