@@ -65,6 +65,8 @@ MIRRORS = "ROCKE_AOT_MIRRORS"
 FETCH_WORKERS = "ROCKE_AOT_FETCH_WORKERS"
 SERVE_TRUST_DIR = "ROCKE_AOT_SERVE_TRUST_DIR"
 SERVE_ROOT_KEY = "ROCKE_AOT_SERVE_ROOT_KEY"
+CLIENT_MAX_BYTES = "ROCKE_AOT_CLIENT_MAX_BYTES"
+SERVE_ACCESS_LOG = "ROCKE_AOT_SERVE_ACCESS_LOG"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(HOME, "per-user state: registered toolchains, lane environments, the default cache",
@@ -101,6 +103,9 @@ SETTINGS: tuple[Setting, ...] = (
             "0", "service (client)"),
     Setting(CLIENT_HOME, "the slim client's local store of fetched kernels (rocke_aot.client)",
             "$ROCKE_AOT_HOME/client", "client"),
+    Setting(CLIENT_MAX_BYTES, "size bound of the client's local store in bytes of code objects: `rocke-aot fetch` "
+            "and `client gc` remove the least recently used kernels beyond it (never those the command just "
+            "fetched)", "no bound", "client"),
     Setting(ROOT_KEY, "the pinned root public key of signed generations: ed25519:<hex> or a .pub file "
             "(`rocke-aot trust keygen`); every fetched kernel must be listed by metadata it vouches for",
             "none: fetches are refused unless ROCKE_AOT_INSECURE=1", "client (trust)"),
@@ -120,6 +125,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the service's default", "service (app)", internal=True),
     Setting(SERVE_HEAD_TIMEOUT_S, "seconds a client may take to send a request line and its headers before "
             "the service closes the connection (service/protocol.py)", "10", "service (protocol)"),
+    Setting(SERVE_ACCESS_LOG, "1: `rocke-aot serve` logs one access line per request on stderr (method, path, "
+            "status, ms); 0: none (its --access-log/--no-access-log)", "1", "cli (serve)"),
     Setting(SERVE_TRUST_DIR, "the directory of signed metadata the service serves and accepts (set by "
             "`rocke-aot serve --trust-dir`)", "none: /v1/trust answers 404", "service (app)", internal=True),
     Setting(SERVE_ROOT_KEY, "the root key a publish of signed metadata is checked against (set by "

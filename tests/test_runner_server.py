@@ -14,6 +14,7 @@ through the verifying client, never a database of its own.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -110,3 +111,20 @@ def test_the_cli_checks_the_trust_configuration_before_looking_for_a_gpu(world, 
     r = _bench("--root-key", world["pin"])
     assert r.exit_code == 2 and "go with --server" in r.output
 
+
+
+def test_a_host_fetches_by_prefix_under_the_signed_manifest(world, tmp_path):
+    """Issue 39: the 16 digits select prints resolve among the signed manifest's keys (a pinned key)."""
+    arts = world["store"].find()[:2]
+    base = world["base"]
+    r = CliRunner().invoke(cli, ["fetch", "--server", base, "--root-key", world["pin"], "--local", str(tmp_path / "h"),
+                                 arts[0].key[:16], arts[1].key[:16], "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)["kernels"]
+    assert [k["key"] for k in got] == [a.key for a in arts] and all(k["origin"]["signed"] for k in got)
+    assert [k["sha256"] for k in got] == [a.sha256 for a in arts]
+    taken = {a.key for a in world["store"].find()}
+    nobody = next(p for p in ("0123456789abcdef", "fedcba9876543210") if not any(k.startswith(p) for k in taken))
+    r = CliRunner().invoke(cli, ["fetch", "--server", base, "--root-key", world["pin"], "--local",
+                                 str(tmp_path / "h"), nobody])
+    assert r.exit_code == 1 and f"no kernel key starts with {nobody} (manifest version 1" in r.output

@@ -257,6 +257,8 @@ def _access_error(url: str, exc: BaseException) -> CacheAccessError | None:
                                 "only whole transactions: free space and run the command again")
     if "disk i/o error" in low:
         return CacheAccessError(f"I/O error on cache {where} ({first}): is its disk full or its file system read-only?")
+    if "file is not a database" in low or "file is encrypted or is not a database" in low:
+        return CacheAccessError(f"{where} is not a cache: the file is not an SQLite database ({first})")
     if "unable to open database file" in low:
         return CacheAccessError(f"cannot open cache {where} ({first}): check that the file and its directory "
                                 "exist and are writable")

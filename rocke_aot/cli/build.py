@@ -140,6 +140,14 @@ def build(arches, families, lanes, where, problems, min_efficiency, instances, c
         emit_json(summary.data)
     else:
         render(summary, Console())
+    if summary.data["planned"] == 0 and not summary.data.get("refused") and not summary.data.get("skipped"):
+        # nothing to build and no refusal saying why (the summary lists those): not a success
+        asked = [f"--arch {' '.join(a.id for a in arches)}"] + [f"--family {f}" for f in families] + \
+            [f"--where {w}" for w in where] + (["--problems"] if problems else [])
+        click.echo(f"nothing planned: no spec the variant tables serve matches {' '.join(asked)} on the lanes "
+                   f"{', '.join(summary.data.get('lanes') or []) or '(none with a toolchain here)'} "
+                   "(`rocke-aot variants` lists what each family serves)", err=True)
+        return 1
     return summary.exit_code
 
 

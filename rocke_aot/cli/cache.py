@@ -16,12 +16,11 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.aot.audit import audit as run_audit
-from rocke_aot.cache.db import ENV_CACHE
+from rocke_aot.cache.db import ENV_CACHE, resolve_url
 from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
-from rocke_aot.errors import SpecError
+from rocke_aot.errors import NotFoundError, SpecError
 
 cache_option = click.option(
     "--cache", "cache_url", metavar="URL", default=None,
@@ -31,8 +30,20 @@ cache_option = click.option(
 
 
 @contextlib.contextmanager
-def _store(url: str | None) -> Iterator[Store]:
-    store = Store.open(url)
+def _store(url: str | None, *, readonly: bool = False, create: bool = False) -> Iterator[Store]:
+    """The store at ``url``. Only ``import`` creates one (create=True): every other command
+    refuses a store that does not exist (NotFoundError naming it, exit 1), so a mistyped
+    --cache never reports on, or verifies, an empty database it just made. ``readonly``: the
+    read-only commands (stats, ls, show, verify, export, audit) never write."""
+    import os
+
+    resolved = resolve_url(url)
+    if resolved.startswith("sqlite") and not create:
+        path = resolved.split(":///", 1)[1].split("?", 1)[0]
+        if path not in ("", ":memory:") and not os.path.isfile(path):
+            raise NotFoundError(f"no cache at {path}: `rocke-aot cache` creates none (build into it, or "
+                                f"`cache import` a bundle, first)")
+    store = Store.open(resolved, readonly=readonly, create=create)
     try:
         yield store
     finally:
@@ -70,7 +81,7 @@ def stats(cache_url: str | None, as_json: bool) -> None:
         rocke-aot cache stats
         rocke-aot cache stats --cache postgresql+psycopg://cache@db/rocke --json
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         s = store.stats().as_dict()
         gens = store.generations()
     s["generations"] = {"total": len(gens), "current": sum(g.current for g in gens),
@@ -116,7 +127,7 @@ def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) 
         rocke-aot cache ls --generations
     """
     if show_generations:
-        with _store(cache_url) as store:
+        with _store(cache_url, readonly=True) as store:
             gens = store.generations(arch=arch.id if arch else None, lane=lane.name if lane else None,
                                      family=family)
         if as_json:
@@ -130,7 +141,7 @@ def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) 
         if not gens:
             click.echo("(no generations)", err=True)
         return
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         rows = store.find(arch=arch.id if arch else None, lane=lane.name if lane else None, family=family,
                           status=status, limit=limit)
     rows.sort(key=lambda r: (r.arch, r.lane, r.family, r.key))  # grouped for reading (find is in key order)
@@ -161,7 +172,7 @@ def show(key: str, out: Path | None, cache_url, as_json) -> None:
         rocke-aot cache show 3f2a9c
         rocke-aot cache show 3f2a9c --out kernel.hsaco
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         full = store.resolve_key(key)
         hit = store.lookup_many([full])[full]
         entry = store.get(full) if hit.ok else store.get_failure(full)
@@ -190,7 +201,7 @@ def verify(cache_url, as_json) -> int:
         rocke-aot cache verify
         rocke-aot cache verify --json
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         report = store.verify()
     if as_json:
         emit_json(report.as_dict())
@@ -282,7 +293,7 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
     Example:
         rocke-aot cache export gfx942.bundle --arch gfx942
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         summary = store.export(path, arch=arch.id if arch else None, lane=lane.name if lane else None,
                                family=family, failures=not no_failures)
     if as_json:
@@ -327,7 +338,7 @@ def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None
     with open(path, "rb") as f:
         if f.read(4) == b"KPAK":
             raise SpecError(f"{path} is a kpack archive: give its bundle manifest with --manifest")
-    with _store(cache_url) as store:
+    with _store(cache_url, create=True) as store:
         summary = store.import_(path, check=check, failures=with_failures)
     if as_json:
         emit_json(summary)
@@ -388,7 +399,9 @@ def audit(sample, seed, cache_url, as_json) -> int:
         rocke-aot cache audit
         rocke-aot cache audit --sample 200 --json
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
+        from rocke_aot.aot.audit import audit as run_audit  # the lowering: [build] only, for this command only
+
         report = run_audit(store, sample=sample, seed=seed)
     if as_json:
         emit_json(report.as_dict())

@@ -4,7 +4,9 @@
     --token-file F ──> ROCKE_AOT_SERVE_TOKEN_FILE ─┼─> uvicorn "rocke_aot.service.app:app_from_env" (factory)
     --workers N>1 ──> PROMETHEUS_MULTIPROC_DIR = a fresh temp dir (metrics summed over workers)
 
-Every worker process opens its own Store. Binds 127.0.0.1 unless --host says otherwise;
+Before binding it says on stderr what it serves, where (the URL), and whether publishing and the
+access log are on; the access log (--access-log, $ROCKE_AOT_SERVE_ACCESS_LOG, default on) is one
+uvicorn line per request, whatever --log-level says. Every worker process opens its own Store. Binds 127.0.0.1 unless --host says otherwise;
 without --token-file the server is read-only (PUT answers 403). uvicorn runs the httptools
 parser through service/protocol.py's BoundedHttpTools (request heads bounded in bytes and
 in time, connections per worker bounded); keep-alive idle connections close after 5 s.
@@ -12,6 +14,7 @@ in time, connections per worker bounded); keep-alive idle connections close afte
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
@@ -19,7 +22,7 @@ import tempfile
 import click
 
 from rocke_aot import settings
-from rocke_aot.cache.db import ENV_CACHE, resolve_url
+from rocke_aot.cache.db import ENV_CACHE, display_url, resolve_url
 from rocke_aot.errors import SpecError
 from rocke_aot.trust.keys import public_key
 
@@ -46,8 +49,11 @@ HTTP_PROTOCOL = "rocke_aot.service.protocol:BoundedHttpTools"  # an import strin
               help="The root public key (.pub file or ed25519:<hex>) a published signed generation must verify with.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--access-log/--no-access-log", "access_log", default=None,
+              help=f"One line per request on stderr: client, method, path, status (default: on; or "
+                   f"${settings.SERVE_ACCESS_LOG}=0).")
 def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create, trust_dir, root_key,
-          log_level) -> None:
+          log_level, access_log) -> None:
     """Serve the kernel cache over HTTP (FastAPI + uvicorn).
 
     \b
@@ -87,9 +93,22 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiproc = tempfile.mkdtemp(prefix="rocke-aot-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
+    if access_log is None:
+        raw = settings.raw(settings.SERVE_ACCESS_LOG)
+        access_log = True if raw in (None, "") else settings.flag(settings.SERVE_ACCESS_LOG)
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    # --log-level for uvicorn's own lines, INFO for the access lines: uvicorn would set both to
+    # log_level (hiding every access line at the default "warning"), so it is given none
+    log_config["loggers"]["uvicorn"]["level"] = log_config["loggers"]["uvicorn.error"]["level"] = log_level.upper()
+    log_config["loggers"]["uvicorn.access"]["level"] = "INFO"
+    shown = "[" + host + "]" if ":" in host else host
+    click.echo(f"rocke-aot serve: {display_url(url)} on http://{shown}:{port} ({workers} worker"
+               f"{'s' if workers > 1 else ''}; publish {'on' if token_file else 'off (no --token-file)'}; "
+               f"signed metadata {trust_dir or 'none'}; access log {'on' if access_log else 'off'})", err=True)
     try:
         uvicorn.run("rocke_aot.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level, access_log=False, http=HTTP_PROTOCOL, timeout_keep_alive=5)
+                    log_level=None, access_log=access_log, log_config=log_config, http=HTTP_PROTOCOL,
+                    timeout_keep_alive=5)
     finally:
         if multiproc:
             shutil.rmtree(multiproc, ignore_errors=True)

@@ -183,7 +183,7 @@ def select(store: Store, target, family: str, problem, *, lanes=None, min_effici
     sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
                  explain=explain, model=model, measured=measured, triton_version=triton_version)
     shown = sel.rejected if max_rejected is None else sel.rejected[:max_rejected]
-    return {"accepted": [_choice(c) for c in sel.accepted], "rejected": [_rejection(r) for r in shown],
+    return {"accepted": [_choice(c) for c in sel.accepted], "rejected": [rejection_row(r) for r in shown],
             "rejected_count": len(sel.rejected), "model": sel.model, "note": sel.note,
             "no_candidate": None if sel.no_candidate is None else sel.no_candidate.as_dict(),
             "triton_version": sel.triton_version, "triton_versions": list(sel.triton_versions)}
@@ -197,7 +197,8 @@ def _choice(c) -> dict[str, Any]:
             "triton_version": cand.triton_version}
 
 
-def _rejection(r) -> dict[str, Any]:
+def rejection_row(r) -> dict[str, Any]:
+    """A rejection as the service answers it (schemas.Rejection); `select --json` prints the same rows."""
     cand = r.candidate  # issue 11: Rejection(candidate, reason, detail)
     return {"key": cand.key, "lane": cand.lane, "arch": cand.arch, "spec": dict(cand.spec),
             "reason": f"{r.reason}: {r.detail}" if r.detail else r.reason}

@@ -242,6 +242,11 @@ class Family:
             return problem
         if isinstance(problem, dict):
             check_known(self.problem_type, problem, f"{self.name} problem")
+            missing = [f.name for f in dataclasses.fields(self.problem_type) if f.init and f.name not in problem
+                       and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+            if missing:  # one line naming each field, not the constructor's TypeError
+                raise SpecError(f"{self.name} problem: missing the field{'s' if len(missing) > 1 else ''} "
+                                f"{', '.join(missing)} (given: {', '.join(sorted(problem)) or 'none'})")
             try:
                 return self.problem_type(**problem)
             except TypeError as e:  # a required field is missing

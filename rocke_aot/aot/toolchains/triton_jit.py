@@ -308,4 +308,7 @@ def triton_entry(result: Mapping[str, Any], files: Mapping[str, bytes], binary: 
             "target": meta["target"], "binary": result["binary"], "files": served,
             "num_warps": meta["num_warps"], "shared": meta["shared"], "global_scratch_size":
                 meta.get("global_scratch_size", 0), "profile_scratch_size": meta.get("profile_scratch_size", 0),
-            "signature": dict(result["signature"])}
+            "signature": dict(result["signature"]),
+            # Triton's cache-invalidating variables as the builder set them ({}: none): Triton hashes
+            # them into the key, so a host that sets others misses, and its backend says so
+            "env_vars": dict(result.get("env_vars") or {})}
