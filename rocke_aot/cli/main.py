@@ -163,8 +163,8 @@ class NeedsExtra(click.Command):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
-        sub = f"{self.name} {ctx.args[0]}" if ctx.args else self.name
-        raise MissingExtra(sub, self.module, needs(sub, self.extra))
+        sub = f"{self.name} {ctx.args[0]}" if ctx.args else (self.name or "")
+        raise MissingExtra(sub, self.module, needs(sub, self.extra) or self.extra)
 
 
 class BadInput(click.ClickException):
@@ -205,7 +205,7 @@ class RockeGroup(click.Group):
                 extra = missing_extra(e)
                 if extra is None:
                     raise
-                cmd = NeedsExtra(name, summary, e.name, needs(name, extra))
+                cmd = NeedsExtra(name, summary, e.name or module, needs(name, extra) or extra)
             self.add_command(cmd, name)
         return self.commands.get(name)
 
@@ -228,7 +228,7 @@ class RockeGroup(click.Group):
             path = f"{name} {words[0]}" if words and f"{name} {words[0]}" in NEEDS else name
             extra = needs(path)
             lacking = _lacks(extra)
-            if lacking is not None:
+            if lacking is not None and extra is not None:
                 raise MissingExtra(path, lacking, extra)
         return name, cmd, rest
 
@@ -245,7 +245,7 @@ class RockeGroup(click.Group):
             extra = missing_extra(e)
             if extra is None:
                 raise
-            raise MissingExtra(ctx.invoked_subcommand or "", e.name, needs(self._path(ctx), extra)) from None
+            raise MissingExtra(ctx.invoked_subcommand or "", e.name or extra, needs(self._path(ctx), extra) or extra) from None
         except (LaneError, SpecError) as e:
             raise BadInput(str(e)) from e
         except RuntimeUnavailable as e:

@@ -337,11 +337,11 @@ class LocalStore:
         for key in self.keys():
             try:
                 rec = json.loads(self._record(key).read_bytes())
-                sha = rec["sha256"] if isinstance(rec, dict) else None
+                rec_sha = rec["sha256"] if isinstance(rec, dict) else None
             except (OSError, ValueError, RecursionError, KeyError):
                 continue
-            if isinstance(sha, str):
-                names.setdefault(sha, []).append(key)
+            if isinstance(rec_sha, str):
+                names.setdefault(rec_sha, []).append(key)
         out = []
         d = self.root / "blobs"
         for name in (os.listdir(d) if d.is_dir() else ()):
