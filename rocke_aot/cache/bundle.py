@@ -65,6 +65,7 @@ from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.models import zstd_dicts as D
+from rocke_aot.cache.provenance import Entry
 from rocke_aot.errors import BundleError, CacheError, IntegrityError, RockeError
 
 if TYPE_CHECKING:
@@ -281,7 +282,7 @@ def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict
 
 
 def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | None = None,
-                  failures: bool = False) -> dict[str, Any]:
+                  failures: bool = False, check_entry: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Verify and publish a bundle, all or nothing; returns a summary.
 
     ``check(code, arch)`` validates each code object for the arch of every entry that uses it
@@ -303,6 +304,7 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
             text = tar.extractfile(first).read()
             _check_nesting(text, MAX_DEPTH)
             manifest = json.loads(text)
+            entered = Entry.imported(codec.sha256_hex(text), path.name)
         except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
             raise BundleError(f"bundle {path}: unreadable manifest ({type(e).__name__}: {e})") from None
         entries, blob_meta = _check_manifest(manifest)
@@ -370,7 +372,13 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
                         continue
                     if e["status"] == "ok" and check is not None:
                         e = {**e, "metadata": _with_resources(e, resources[(e["blob_sha256"], e["arch"])])}
-                    _import_entry(conn, e, added)
+                    if e["status"] == "ok" and check_entry is not None:
+                        try:
+                            check_entry(e)
+                        except RockeError as err:
+                            raise BundleError(f"bundle entry {e['key']}: {type(err).__name__}: "
+                                              f"{str(err)[:300]}") from None
+                    _import_entry(conn, e, added, entered)
                 ok = {e["key"]: e for e in entries if e["status"] == "ok"}
                 for tkey, t in sorted((manifest.get("triton") or {}).items()):
                     art = ok.get(t.get("artifact_key"))
@@ -468,7 +476,7 @@ def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: di
     return local, zdict
 
 
-def _import_entry(conn, e: dict[str, Any], added: dict[str, int]) -> None:
+def _import_entry(conn, e: dict[str, Any], added: dict[str, int], entered: Entry) -> None:
     inputs = KeyInputs.from_dict(e)
     cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == e["key"])).first()
     base = {
@@ -487,7 +495,8 @@ def _import_entry(conn, e: dict[str, Any], added: dict[str, int]) -> None:
         row = {**base, "status": "ok", "blob_sha256": e["blob_sha256"], "ir_sha256": ir,
                "metadata_json": canonical_json(e.get("metadata") or {}),
                "provenance_json": canonical_json(e.get("provenance") or {}),
-               "error": None, "log": None, "last_read_at": base["built_at"]}
+               "error": None, "log": None, "last_read_at": base["built_at"],
+               "entered": entered.how, "entered_json": entered.by_json()}
         artifacts.publish_row(conn, row, replace=False)
         added["artifacts"] += 1
         return
@@ -496,5 +505,5 @@ def _import_entry(conn, e: dict[str, Any], added: dict[str, int]) -> None:
         return
     conn.execute(A.insert().values(**base, status="failed", blob_sha256=None, ir_sha256=None, metadata_json="{}",
                                    provenance_json="{}", error=e["error"], log=str(e.get("log") or ""),
-                                   last_read_at=None))
+                                   last_read_at=None, entered=entered.how, entered_json=entered.by_json()))
     added["failures"] += 1

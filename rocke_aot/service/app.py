@@ -46,9 +46,10 @@ from rocke_aot.aot.codeobject import record_metadata
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.arch import ARCHES
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
+from rocke_aot.cache.provenance import Entry
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import CacheError, LaneError, NotFoundError, PluginError, SpecError
+from rocke_aot.errors import AdmissionError, CacheError, LaneError, NotFoundError, PluginError, SpecError
 from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.service import access, errors, guard
 from rocke_aot.service import triton as triton_routes
@@ -81,6 +82,7 @@ from rocke_aot.service.selection import check_triton_version, select_families
 from rocke_aot.targets import Target
 from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.variants import table
+from rocke_aot.variants.contract import admit_spec, check_record_launch
 from rocke_aot.variants.families import FAMILIES, get_family, problem_from_dict
 
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -511,7 +513,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first.get("loc", ())) or "body"
             raise FieldError(loc, f"{loc}: {first.get('msg')}") from None
-        out = await run_in_threadpool(_publish, store, key, req)
+        out = await run_in_threadpool(_publish, store, key, req, Entry.published(want))
         metrics.publishes.labels("created" if out[0] else "exists").inc()
         return PublishResponse(created=out[0], kernel=kernel_meta(out[1], request))
 
@@ -550,8 +552,12 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     return app
 
 
-def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifact]:
-    """Every check before the one write; any refusal writes nothing."""
+def _publish(store: Store, key: str, req: PublishRequest, entered: Entry) -> tuple[bool, Artifact]:
+    """Every check before the one write; any refusal writes nothing. The spec must be one the
+    family admits on that arch and lane (variants/contract.py admit_spec: gemm waves=3 is 422)
+    and the launch contract the one its formulas give (check_record_launch: a grid 4x too large or
+    an output sized m instead of m * n is 422). What is stored is recorded as published under
+    ``entered``'s token id: never signed, never counted as built, until a build verifies it."""
     target = _arch(req.arch)
     lane = _lane(req.lane)
     family = _family(req.family)
@@ -574,6 +580,10 @@ def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifac
     want = artifact_key(inputs)
     if want != key:
         raise FieldError("key", f"the key inputs hash to {want}, not {key}")
+    try:
+        admit_spec(family, req.spec, target, lane)
+    except (SpecError, AdmissionError) as e:
+        raise FieldError("spec", f"the family does not admit this spec: {e}") from None
     info = validate_code_object(code, target)  # CodeObjectError -> 422
     existing = store.lookup_many([key]).get(key)
     if existing is not None and existing.ok:
@@ -582,9 +592,14 @@ def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifac
         return False, access.kernel_row(store, key)
     # the resources the server read from the object itself, the launch contract checked against it
     metadata = record_metadata(req.metadata, info)  # RecordError / CodeObjectError: 422
+    try:
+        check_record_launch(family, req.spec, target, metadata)
+    except SpecError as e:
+        raise FieldError("metadata.launch", str(e)) from None
     record.check_provenance(req.provenance)
     try:
-        store.put(inputs, code, ir_sha256=req.ir_sha256, metadata=metadata, provenance=req.provenance)
+        store.put(inputs, code, ir_sha256=req.ir_sha256, metadata=metadata, provenance=req.provenance,
+                  entered=entered)
     except CacheError as e:
         if "already holds" in str(e):  # a concurrent publish of other bytes won the race
             raise Conflict(str(e)) from None

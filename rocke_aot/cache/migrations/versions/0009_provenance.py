@@ -1,0 +1,54 @@
+"""How each artifact entered the store: built here, imported from a bundle, published, fetched.
+
+Revision ID: 0009_provenance
+Revises: 0008_triton_entries
+Create Date: 2026-12-05
+
+``artifacts`` gain three columns (cache/provenance.py is their one reader and writer):
+
+- ``entered``: 'build' (compiled by this store's builder), 'import' (a bundle), 'publish' (a
+  service publish, under a token), 'fetch' (a client kept it from a server), 'legacy' (it was
+  in the store before this revision: nobody recorded how it came).
+- ``entered_json``: by what: the toolchain identity and host of a build, the bundle's manifest
+  sha256 and file name of an import, the token's id (sha256 prefix, never the token) of a
+  publish, the server of a fetch.
+- ``verified_at``: when a build here recompiled a row that did not enter by a build and got
+  the same bytes (NULL: never).
+
+``code_objects`` gain ``entered`` too: only a code object a build here produced ('build') is
+reused by the builder instead of compiling; the rest ('legacy') are compiled once more.
+
+Signing (cache/provenance.py signable) takes only rows entered by a build or verified since,
+so every row of an older store ('legacy') is left out of ``trust sign`` until a build verifies
+it: fail closed, as a row published before this revision may be a token holder's bytes.
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0009_provenance"
+down_revision = "0008_triton_entries"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("artifacts") as b:
+        b.add_column(sa.Column("entered", sa.String(16), nullable=False, server_default="legacy"))
+        b.add_column(sa.Column("entered_json", sa.Text, nullable=False, server_default="{}"))
+        b.add_column(sa.Column("verified_at", sa.Float, nullable=True))
+    with op.batch_alter_table("code_objects") as b:
+        b.add_column(sa.Column("entered", sa.String(16), nullable=False, server_default="legacy"))
+    op.create_index("ix_artifacts_entered", "artifacts", ["entered"])
+    op.execute("UPDATE rocke_meta SET value = '9' WHERE name = 'schema_version'")
+
+
+def downgrade() -> None:
+    op.drop_index("ix_artifacts_entered", table_name="artifacts")
+    with op.batch_alter_table("code_objects") as b:
+        b.drop_column("entered")
+    with op.batch_alter_table("artifacts") as b:
+        b.drop_column("verified_at")
+        b.drop_column("entered_json")
+        b.drop_column("entered")
+    op.execute("UPDATE rocke_meta SET value = '8' WHERE name = 'schema_version'")
