@@ -16,7 +16,9 @@
 
     export: read rows + blobs ─> decode every blob (a corrupt one refuses the export)
             ─> write <path>.tmp ─> fsync ─> rename   (a bundle is complete or absent)
-    import: manifest checked first (at most MAX_MANIFEST bytes and MAX_DEPTH deep; format,
+    import: manifest checked first (rocke_aot/boundedjson.py while it is parsed: at most
+            MAX_MANIFEST bytes, MAX_DEPTH deep, MAX_MANIFEST_ITEMS values; tar headers at most
+            MAX_TAR_HEADER bytes before they are read; format,
             every key recomputed from its inputs, every record through the record schema
             (rocke_aot/record.py), dates finite numbers, every blob referenced and present
             exactly once, its sizes at most MAX_BLOB) ─> ONE exclusive write transaction:
@@ -58,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from rocke_aot import record
+from rocke_aot import boundedjson, record
 from rocke_aot.cache import artifacts, codec, db, triton_entries
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
@@ -81,6 +83,22 @@ MAX_MANIFEST = 64 << 20  # manifest bytes (about 20,000 entries with full metada
 MAX_BLOB = 256 << 20  # raw or stored bytes of one blob (a code object is kilobytes to megabytes)
 MAX_DICT = 16 << 20  # one zstd dictionary
 MAX_DEPTH = record.MAX_DEPTH + 4  # manifest -> entries -> entry -> metadata
+# Values of one manifest (JSON structural tokens: '[', '{', ','): a real entry with full metadata is
+# about 400 and 7 KB (measured on a gemm bundle), so MAX_MANIFEST holds about 9,500 such entries
+MAX_MANIFEST_ITEMS = 4_000_000
+MANIFEST_LIMITS = boundedjson.Limits(MAX_MANIFEST, MAX_DEPTH, MAX_MANIFEST_ITEMS, MAX_MANIFEST)
+MAX_TAR_HEADER = 64 << 10  # a pax / GNU long-name header's bytes (a path is under 100 characters here)
+
+
+class BoundedTarInfo(tarfile.TarInfo):
+    """Tar headers read with a bound: an extended (pax) or GNU long-name header larger than
+    MAX_TAR_HEADER is refused before tarfile reads it into memory (a 1 GiB header cost 3.1 GB)."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                         tarfile.SOLARIS_XHDTYPE) and self.size > MAX_TAR_HEADER:
+            raise tarfile.HeaderError(f"an extended header of {self.size} bytes, over the {MAX_TAR_HEADER}-byte bound")
+        return super()._proc_member(tarfile_)
 # check(raw code object, arch) -> its resources (CodeObjectInfo.as_dict()); raises a RockeError
 CodeCheck = Callable[[bytes, str], dict[str, Any]]
 _MAX_TIME = 2.0**34  # seconds since the epoch (year 2514): a date beyond is malformed
@@ -291,7 +309,7 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
     path = Path(path)
     added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0, "failures_skipped": 0, "triton_entries": 0}
     try:
-        tar = tarfile.open(path, mode="r:")
+        tar = tarfile.open(path, mode="r:", tarinfo=BoundedTarInfo)
     except (OSError, tarfile.TarError) as e:
         raise BundleError(f"cannot read bundle {path}: {e}") from None
     with tar:
@@ -302,11 +320,11 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
             if first.size > MAX_MANIFEST:
                 raise BundleError(f"bundle {path}: its manifest is {first.size} bytes, over {MAX_MANIFEST}")
             text = tar.extractfile(first).read()
-            _check_nesting(text, MAX_DEPTH)
-            manifest = json.loads(text)
+            manifest = boundedjson.loads(text, MANIFEST_LIMITS, "bundle manifest")
             entered = Entry.imported(codec.sha256_hex(text), path.name)
         except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
-            raise BundleError(f"bundle {path}: unreadable manifest ({type(e).__name__}: {e})") from None
+            raise BundleError(f"bundle {path}: unreadable manifest ({type(e).__name__}: "
+                              f"{boundedjson.cut(str(e))})") from None
         entries, blob_meta = _check_manifest(manifest)
         arches: dict[str, set[str]] = {}  # blob sha256 -> the arches of the entries using it
         for e in entries:
@@ -444,16 +462,6 @@ def _with_resources(e: dict[str, Any], co: dict[str, Any]) -> dict[str, Any]:
         return dict(record.check_metadata(md))
     except record.RecordError as err:
         raise BundleError(f"bundle entry {e['key']}: its record disagrees with its code object ({err})") from None
-
-
-def _check_nesting(text: bytes, max_depth: int) -> None:
-    """Refuse JSON nested deeper than ``max_depth`` before parsing it (the parser recurses).
-    Brackets inside strings count too: an over-estimate, never an under-estimate."""
-    depth = 0
-    for m in re.finditer(rb"[\[\]{}]", text):
-        depth += 1 if m.group() in (b"[", b"{") else -1
-        if depth > max_depth:
-            raise BundleError(f"bundle manifest nested deeper than {max_depth}")
 
 
 def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: dict, now: float):

@@ -41,7 +41,7 @@ from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
-from rocke_aot import record, settings
+from rocke_aot import boundedjson, record, settings
 from rocke_aot.aot.codeobject import record_metadata
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.arch import ARCHES
@@ -88,6 +88,10 @@ from rocke_aot.variants.families import FAMILIES, get_family, problem_from_dict
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
 DEFAULT_MAX_BODY = 64 << 10  # any other request body (select)
+# The bounded JSON reader's figures for request bodies (docs/reliability.md, "Bounds"): a publish
+# carries a record (metadata at most record.MAX_DEPTH deep) and one long base64 string
+PUBLISH_DEPTH, PUBLISH_ITEMS = record.MAX_DEPTH + 2, 100_000
+BODY_DEPTH, BODY_ITEMS = 16, 10_000  # a select: a problem object and a few lists
 DEFAULT_SELECT_SLOTS = 2  # selects ranking in worker threads at once, per worker process (the GIL: more only queue)
 ENV_CACHE = settings.SERVE_CACHE
 ENV_TOKEN_FILE = settings.SERVE_TOKEN_FILE
@@ -109,10 +113,14 @@ _bearer = HTTPBearer(auto_error=False, description="The server's publish token (
 
 class BodyLimit:
     """Bounded request bodies: a declared or streamed body over the limit is 413 before any
-    route sees it (publish: ``max_publish``; everything else: ``max_body``)."""
+    route sees it (publish: ``max_publish``; everything else: ``max_body``); then the body is
+    scanned by the bounded JSON reader (rocke_aot/boundedjson.py: depth, values, string length)
+    before any parser builds an object from it: over a bound is 413 (bytes) or 422, cut short."""
 
     def __init__(self, app, max_body: int, max_publish: int):
         self.app, self.max_body, self.max_publish = app, max_body, max_publish
+        self.limits = {"PUT": boundedjson.Limits(max_publish, PUBLISH_DEPTH, PUBLISH_ITEMS, max_publish),
+                       "other": boundedjson.Limits(max_body, BODY_DEPTH, BODY_ITEMS, max_body)}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -133,6 +141,11 @@ class BodyLimit:
             chunks.append(chunk)
             more = msg.get("more_body", False)
         whole = b"".join(chunks)
+        if whole:
+            try:
+                boundedjson.check(whole, self.limits["PUT" if scope["method"] == "PUT" else "other"], "request body")
+            except boundedjson.JSONLimitError as e:
+                return await self._refuse(send, limit, status=413 if e.limit == "bytes" else 422, message=str(e))
         sent = False
 
         async def replay():
@@ -145,9 +158,10 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     @staticmethod
-    async def _refuse(send, limit: int):
-        payload = json.dumps(errors.body("TooLarge", f"request body over the {limit}-byte limit")).encode()
-        await send({"type": "http.response.start", "status": 413,
+    async def _refuse(send, limit: int, status: int = 413, message: str | None = None):
+        name = "TooLarge" if status == 413 else "SpecError"
+        payload = json.dumps(errors.body(name, message or f"request body over the {limit}-byte limit")).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": payload})
