@@ -65,6 +65,7 @@ MIRRORS = "ROCKE_AOT_MIRRORS"
 FETCH_WORKERS = "ROCKE_AOT_FETCH_WORKERS"
 SERVE_TRUST_DIR = "ROCKE_AOT_SERVE_TRUST_DIR"
 SERVE_ROOT_KEY = "ROCKE_AOT_SERVE_ROOT_KEY"
+PLUGIN_IMPORT_TIMEOUT_S = "ROCKE_AOT_PLUGIN_IMPORT_TIMEOUT_S"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(HOME, "per-user state: registered toolchains, lane environments, the default cache",
@@ -123,6 +124,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(SERVE_ROOT_KEY, "the root key a publish of signed metadata is checked against (set by "
             "`rocke-aot serve --root-key`)", "none: publishing signed metadata is refused", "service (app)",
             internal=True),
+    Setting(PLUGIN_IMPORT_TIMEOUT_S, "seconds a family plugin's import (its families or lowerers entry "
+            "point) may take before it is named a broken plugin (variants/families.py import_entry_point)",
+            "20", "variants (families)"),
     Setting(COMGR_LIB, "the COMGR library a COMGR compile worker loads (set by the parent for it)",
             "none: the worker refuses", "aot (compile worker)", internal=True),
     Setting(WORKER_ROLE, "set on an LLVM 23 worker so it never shares a process with llvmlite's LLVM "
