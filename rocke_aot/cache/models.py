@@ -253,6 +253,22 @@ triton_entries = Table(
     Index("ix_triton_entries_artifact", "artifact_key"),
 )
 
+# Triton entries a GPU host published (rev 0009_provenance; cache/triton_entries.py): one tenant's
+# alone, by the publish token's id (cache/provenance.py token_id). Looked up only by the same
+# publisher, and never where a build's entry holds the key (a host file never shadows a prebuilt one).
+triton_host_entries = Table(
+    "triton_host_entries",
+    metadata,
+    Column("triton_key", String(128), primary_key=True),
+    Column("publisher", String(32), primary_key=True),
+    Column("filename", String(255), primary_key=True),
+    Column("blob_sha256", String(64), ForeignKey("blobs.sha256", name="fk_triton_host_entries_blob"), nullable=False),
+    Column("triton_version", String(64), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_triton_host_entries_blob", "blob_sha256"),
+)
+
 # What every read of blob bytes selects. The CAST keeps a damaged row readable: on SQLite a
 # hand edit such as ``data || data`` turns the value into TEXT, which the driver would fail
 # to decode as UTF-8 before the sha256 check ever ran; cast back to bytes, it is simply a

@@ -235,14 +235,16 @@ class Store:
     # ---- Triton cache entries (cache/triton_entries.py) ----------------------------------
 
     def put_triton_entry(self, key: str, files: Mapping[str, bytes], *, triton_version: str, target: str,
-                         artifact_key: str | None = None, source: str = "host") -> None:
-        """Store a Triton cache entry (a GPU host's publish: every file it put under ``key``)."""
+                         artifact_key: str | None = None, source: str = "host", publisher: str | None = None) -> None:
+        """Store a Triton cache entry (a GPU host's publish: every file it put under ``key``, its
+        tenant's alone: ``publisher`` is the token's id; refused where a build's entry holds the key)."""
         self.triton.put(key, files, triton_version=triton_version, target=target, artifact_key=artifact_key,
-                        source=source)
+                        source=source, publisher=publisher)
 
-    def triton_entry(self, key: str) -> dict[str, EntryFile]:
-        """{filename: EntryFile} of the Triton entry under ``key`` (empty when there is none)."""
-        return self.triton.lookup(key)
+    def triton_entry(self, key: str, publisher: str | None = None) -> dict[str, EntryFile]:
+        """{filename: EntryFile} of the build's Triton entry under ``key``; where none, ``publisher``'s
+        own (empty when there is none)."""
+        return self.triton.lookup(key, publisher)
 
     # ---- blobs (cache/blobs.py) ----------------------------------------------------------
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import json
 from dataclasses import fields as dc_fields
 from typing import Annotated, Any
@@ -339,7 +338,9 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                root_key: PublicKey | None = None) -> FastAPI:
     """The service over ``store`` (a Store, or a URL opened read-only where possible).
 
-    ``token`` None: publishing is off (403). A token enables PUT for bearers of it.
+    ``token`` None: publishing is off (403). A token (or a tuple of them, one per tenant) enables PUT
+    for bearers of it; what a bearer publishes is recorded under its token's id (a Triton entry
+    a host publishes is its tenant's alone: service/triton.py).
     ``budget_s``: a request not answering by then gets 503; ``max_in_flight`` requests at once
     per process, more get 503 Busy; ``select_slots`` selects rank at once (others wait, within
     the budget).
@@ -361,7 +362,8 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     app.state.store = the_store
     app.state.metrics = metrics
     app.state.frames = frames
-    app.state.token = token
+    app.state.tokens = guard.tokens_of(token)  # one per tenant (the token file's lines)
+    app.state.token = app.state.tokens[0] if app.state.tokens else None
     watch = access.StoreWatch(the_store)
     slots = asyncio.Semaphore(select_slots)
     trust_routes.install(app, trust_dir, root_key)
@@ -513,11 +515,11 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
              summary="Publish a code object under its key (bearer token)")
     async def publish(request: Request, store: StoreDep, key: Key,
                       credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]) -> PublishResponse:
-        want = request.app.state.token
-        if want is None:
+        if not request.app.state.tokens:
             metrics.publishes.labels("read_only").inc()
             raise ReadOnly("this server is read-only: it was started without a publish token")
-        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), want.encode()):
+        want = guard.match_token(request.app.state.tokens, None if credentials is None else credentials.credentials)
+        if want is None:
             metrics.publishes.labels("unauthorized").inc()
             raise Unauthorized("a publish needs the server's bearer token (Authorization: Bearer ...)")
         raw_body = await request.body()
@@ -629,8 +631,8 @@ def app_from_env() -> FastAPI:
     token = None
     path = settings.raw(ENV_TOKEN_FILE)
     if path:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip() or None
+        with open(path, encoding="utf-8") as f:  # one token per line: one per tenant (publisher)
+            token = tuple(line.strip() for line in f.read().splitlines() if line.strip()) or None
     max_publish = settings.integer(ENV_MAX_PUBLISH)
     max_publish = DEFAULT_MAX_PUBLISH if max_publish is None else max_publish
     root = settings.raw(settings.SERVE_ROOT_KEY)

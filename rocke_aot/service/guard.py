@@ -27,6 +27,28 @@ DEFAULT_BUDGET_S = 30.0
 DEFAULT_MAX_IN_FLIGHT = 256
 
 
+def tokens_of(token: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """The publish tokens (one per tenant; a single str is one tenant), () when read-only."""
+    if token is None:
+        return ()
+    got = (token,) if isinstance(token, str) else tuple(token)
+    if not all(isinstance(t, str) and t for t in got):
+        raise ValueError("publish tokens are non-empty strings")
+    return got
+
+
+def match_token(tokens: tuple[str, ...], got: bytes | str | None) -> str | None:
+    """The token ``got`` equals (compared with every one, in constant time each), else None."""
+    if got is None or not tokens:
+        return None
+    raw = got.encode() if isinstance(got, str) else got
+    found = None
+    for t in tokens:
+        if hmac.compare_digest(raw, t.encode()):
+            found = t
+    return found
+
+
 def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     for name, value in headers:
         if name == b"authorization":
@@ -48,10 +70,10 @@ async def answer(send, status: int, error: str, message: str, *, close: bool = F
 class Guard:
     """Pure ASGI middleware (module doc). ``token`` None: the server is read-only."""
 
-    def __init__(self, app, *, token: str | None, budget_s: float = DEFAULT_BUDGET_S,
+    def __init__(self, app, *, token: str | tuple[str, ...] | None, budget_s: float = DEFAULT_BUDGET_S,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, on_refusal=None):
         self.app = app
-        self.token = None if token is None else token.encode()
+        self.tokens = tokens_of(token)
         self.budget_s = budget_s
         self.max_in_flight = max_in_flight
         self.in_flight = 0
@@ -90,9 +112,8 @@ class Guard:
 
     def _auth(self, scope) -> tuple[int, str, str] | None:
         """(status, error, message) when the head alone decides a write is refused."""
-        if self.token is None:
+        if not self.tokens:
             return 403, "ReadOnly", "this server is read-only: it was started without a publish token"
-        got = _bearer(scope["headers"])
-        if got is None or not hmac.compare_digest(got, self.token):
+        if match_token(self.tokens, _bearer(scope["headers"])) is None:
             return 401, "Unauthorized", "a publish needs the server's bearer token (Authorization: Bearer ...)"
         return None

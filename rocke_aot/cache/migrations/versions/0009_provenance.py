@@ -18,6 +18,11 @@ Create Date: 2026-12-05
 ``code_objects`` gain ``entered`` too: only a code object a build here produced ('build') is
 reused by the builder instead of compiling; the rest ('legacy') are compiled once more.
 
+``triton_host_entries`` (triton_key, publisher, filename): the Triton entries GPU hosts publish,
+each its tenant's alone (publisher: the token's id); ``triton_entries`` keeps the builds' only.
+Host rows of an older store move there under publisher 'legacy' (no token has that id: nobody
+reads them any more; gc keeps their blobs until they are deleted by hand).
+
 Signing (cache/provenance.py signable) takes only rows entered by a build or verified since,
 so every row of an older store ('legacy') is left out of ``trust sign`` until a build verifies
 it: fail closed, as a row published before this revision may be a token holder's bytes.
@@ -40,10 +45,28 @@ def upgrade() -> None:
     with op.batch_alter_table("code_objects") as b:
         b.add_column(sa.Column("entered", sa.String(16), nullable=False, server_default="legacy"))
     op.create_index("ix_artifacts_entered", "artifacts", ["entered"])
+    op.create_table(
+        "triton_host_entries",
+        sa.Column("triton_key", sa.String(128), primary_key=True),
+        sa.Column("publisher", sa.String(32), primary_key=True),
+        sa.Column("filename", sa.String(255), primary_key=True),
+        sa.Column("blob_sha256", sa.String(64), sa.ForeignKey("blobs.sha256", name="fk_triton_host_entries_blob"),
+                  nullable=False),
+        sa.Column("triton_version", sa.String(64), nullable=False),
+        sa.Column("target", sa.String(128), nullable=False),
+        sa.Column("created_at", sa.Float, nullable=False),
+    )
+    op.create_index("ix_triton_host_entries_blob", "triton_host_entries", ["blob_sha256"])
+    op.execute("INSERT INTO triton_host_entries (triton_key, publisher, filename, blob_sha256, triton_version, target, "
+               "created_at) SELECT triton_key, 'legacy', filename, blob_sha256, triton_version, target, created_at "
+               "FROM triton_entries WHERE source = 'host'")
+    op.execute("DELETE FROM triton_entries WHERE source = 'host'")
     op.execute("UPDATE rocke_meta SET value = '9' WHERE name = 'schema_version'")
 
 
 def downgrade() -> None:
+    op.drop_index("ix_triton_host_entries_blob", table_name="triton_host_entries")
+    op.drop_table("triton_host_entries")
     op.drop_index("ix_artifacts_entered", table_name="artifacts")
     with op.batch_alter_table("code_objects") as b:
         b.drop_column("entered")
