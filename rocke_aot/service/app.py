@@ -31,6 +31,7 @@ import asyncio
 import base64
 import binascii
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields as dc_fields
 from typing import Annotated, Any
 
@@ -102,7 +103,12 @@ Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 low
 
 async def get_store(request: Request) -> Store:
     """The Store, injected into every route (the app's; tests may override it). Async on
-    purpose: FastAPI runs a sync dependency in the threadpool, a thread hop per request."""
+    purpose: FastAPI runs a sync dependency in the threadpool, a thread hop per request. A store
+    file deleted or replaced under the server is refused here (CacheAccessError, 503), as
+    /healthz says: no read is answered from the open descriptor of a store that is gone."""
+    watch = getattr(request.app.state, "watch", None)
+    if watch is not None:
+        watch.present()
     return request.app.state.store
 
 
@@ -175,17 +181,27 @@ class HotBlobs:
 
     def __init__(self, app, frames: access.Frames, metrics: Metrics, route_holder: dict):
         self.app, self.frames, self.metrics, self.route_holder = app, frames, metrics, route_holder
+        self.watch_holder = route_holder
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "GET":
             path = scope["path"]
             if len(path) == 74 and path.startswith("/v1/blobs/"):
                 frame = self.frames.cached(path[10:])
-                if frame is not None:
+                if frame is not None and self._store_present():
                     headers = dict(scope["headers"])
                     if b"if-none-match" not in headers:
                         return await self._send(scope, send, frame, headers.get(b"accept-encoding"))
         await self.app(scope, receive, send)
+
+    def _store_present(self) -> bool:
+        watch = self.watch_holder.get("watch")
+        try:
+            if watch is not None:
+                watch.present()
+        except CacheError:
+            return False  # the route answers (503, through get_store)
+        return True
 
     async def _send(self, scope, send, frame: access.Frame, accept: bytes | None) -> None:
         scope["route"] = self.route_holder.get("blob")  # the metrics label: the route template
@@ -335,7 +351,8 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                max_body: int = DEFAULT_MAX_BODY, frame_cache_bytes: int = 64 << 20,
                budget_s: float = guard.DEFAULT_BUDGET_S, max_in_flight: int = guard.DEFAULT_MAX_IN_FLIGHT,
                select_slots: int = DEFAULT_SELECT_SLOTS, trust_dir: str | None = None,
-               root_key: PublicKey | None = None) -> FastAPI:
+               root_key: PublicKey | None = None, body_timeout_s: float = guard.DEFAULT_BODY_TIMEOUT_S,
+               max_reading: int = guard.DEFAULT_MAX_READING, plain_tokens: bool = True) -> FastAPI:
     """The service over ``store`` (a Store, or a URL opened read-only where possible).
 
     ``token`` None: publishing is off (403). A token (or a tuple of them, one per tenant) enables PUT
@@ -345,7 +362,11 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     per process, more get 503 Busy; ``select_slots`` selects rank at once (others wait, within
     the budget).
     ``trust_dir``: the signed metadata served at /v1/trust/ (service/trust.py); ``root_key``
-    the pinned key a PUT /v1/trust is checked against.
+    the pinned key a PUT /v1/trust is checked against. ``body_timeout_s`` / ``max_reading``: a
+    request body arrives within this, and this many are received at once, outside the in-flight
+    slots (service/guard.py). ``plain_tokens`` False: a publish token over plain HTTP from a
+    client that is not on loopback is refused (403); `rocke-aot serve` passes False unless
+    --allow-plain-tokens (an app built in-process, a test's, keeps True).
     """
     own_store = not isinstance(store, Store)
     the_store = access.open_store(store, readonly=token is None) if own_store else store
@@ -365,16 +386,20 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     app.state.tokens = guard.tokens_of(token)  # one per tenant (the token file's lines)
     app.state.token = app.state.tokens[0] if app.state.tokens else None
     watch = access.StoreWatch(the_store)
+    app.state.watch = watch if own_store else None
+    health_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocke-healthz")
     slots = asyncio.Semaphore(select_slots)
     trust_routes.install(app, trust_dir, root_key)
     triton_routes.install(app)
     errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
-    route_holder: dict = {}
+    route_holder: dict = {"watch": app.state.watch}
     app.add_middleware(HotBlobs, frames=frames, metrics=metrics, route_holder=route_holder)
     app.add_middleware(BodyLimit, max_body=max_body, max_publish=max_publish)
     refused = {"ReadOnly": "read_only", "Unauthorized": "unauthorized"}
     app.add_middleware(guard.Guard, token=token, budget_s=budget_s, max_in_flight=max_in_flight,
-                       on_refusal=lambda name: metrics.publishes.labels(refused[name]).inc())
+                       on_refusal=lambda name: metrics.publishes.labels(refused.get(name, "unauthorized")).inc(),
+                       max_body=max_body, max_publish=max_publish, body_timeout_s=body_timeout_s,
+                       max_reading=max_reading, plain_tokens=plain_tokens)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if own_store:
         app.router.on_shutdown.append(the_store.close)
@@ -383,9 +408,13 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                             extra: dict[str, str] | None = None) -> Response:
         headers = {"ETag": f'"{sha}"', "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding", **(extra or {})}
         if _etag_matches(request.headers.get("if-none-match"), sha):
-            if not await run_in_threadpool(frames.exists, store, sha):
+            # 304 only for a blob that verifies now (a corrupt one is the IntegrityError, 500): the
+            # client's copy matching a tag says nothing about the bytes this server holds
+            try:
+                await run_in_threadpool(frames.load, store, sha)
+            except NotFoundError:
                 metrics.lookup_miss.inc()
-                raise NotFoundError(f"no blob {sha} in the store")
+                raise NotFoundError(f"no blob {sha} in the store") from None
             metrics.not_modified.inc()
             return Response(status_code=304, headers=headers)
         frame = frames.cached(sha)
@@ -534,9 +563,13 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
         return PublishResponse(created=out[0], kernel=kernel_meta(out[1], request))
 
     @app.get("/healthz", tags=["ops"], response_model=Health, responses=errors.responses(503))
-    async def healthz(store: StoreDep) -> Health:
-        # The store this app opened (not an injected one) must still be at its path and answer.
-        await run_in_threadpool(watch.check if store is the_store else access.StoreWatch(store).check)
+    async def healthz(request: Request) -> Health:
+        # The store this app opened (not an injected one) must still be at its path and answer. On its
+        # own thread, not the request pool (nor the Guard's in-flight count): a busy server still
+        # says whether it is alive.
+        store = request.app.state.store
+        fn = watch.check if store is the_store else access.StoreWatch(store).check
+        await asyncio.get_running_loop().run_in_executor(health_pool, fn)
         return Health(status="ok", backend=store.backend)
 
     @app.get("/metrics", tags=["ops"], response_class=Response,
@@ -636,5 +669,8 @@ def app_from_env() -> FastAPI:
     max_publish = settings.integer(ENV_MAX_PUBLISH)
     max_publish = DEFAULT_MAX_PUBLISH if max_publish is None else max_publish
     root = settings.raw(settings.SERVE_ROOT_KEY)
+    body_s = settings.integer(settings.SERVE_BODY_TIMEOUT_S)
     return create_app(url, token=token, max_publish=max_publish, trust_dir=settings.raw(settings.SERVE_TRUST_DIR),
-                      root_key=public_key(root) if root else None)
+                      root_key=public_key(root) if root else None,
+                      body_timeout_s=guard.DEFAULT_BODY_TIMEOUT_S if body_s is None else float(body_s),
+                      plain_tokens=settings.flag(settings.SERVE_PLAIN_TOKENS))

@@ -323,10 +323,6 @@ def install(obj: object, source: FamilySource) -> Family:
         if not _frozen_dataclass(cls):
             problems.append(f"{field} {getattr(cls, '__name__', cls)!r} is not a frozen dataclass "
                             f"(@dataclass(frozen=True): specs and problems are hashed and cached)")
-    if source.kind == "plugin" and _frozen_dataclass(family.spec_type):
-        owner = _spec_owner_problem(family.spec_type, source)
-        if owner:
-            problems.append(owner)
     if not isinstance(family.model, Model):
         problems.append(f"model is a {type(family.model).__name__}, not a rocke_aot.variants.models.Model")
     elif not (callable(family.model.accepts) and callable(family.model.efficiency) and callable(family.model.work)):
@@ -445,6 +441,10 @@ def _load(ep: importlib.metadata.EntryPoint) -> None:
                               f"a family name belongs to one distribution", plugin=ep.name,
                               distribution=source.distribution, family=ep.name)
         obj = import_entry_point(ep, source, ep.name)
+        owner = _spec_owner_problem(obj.spec_type, source) if isinstance(obj, Family) else None
+        if owner:
+            raise PluginError(f"{source.describe()}: {owner}", plugin=ep.name, distribution=source.distribution,
+                              family=ep.name)
         install(obj, source)
     except PluginError as e:
         if ep.name in _FAILED:  # a second distribution declaring a failed name: keep the first's record
