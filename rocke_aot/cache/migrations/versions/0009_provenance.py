@@ -38,12 +38,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("artifacts") as b:
-        b.add_column(sa.Column("entered", sa.String(16), nullable=False, server_default="legacy"))
-        b.add_column(sa.Column("entered_json", sa.Text, nullable=False, server_default="{}"))
-        b.add_column(sa.Column("verified_at", sa.Float, nullable=True))
-    with op.batch_alter_table("code_objects") as b:
-        b.add_column(sa.Column("entered", sa.String(16), nullable=False, server_default="legacy"))
+    # plain ADD COLUMN (with a server default) on both backends: no table rebuild, so SQLite keeps
+    # the tables' CHECK constraints (a batch rebuild would not reflect them)
+    op.add_column("artifacts", sa.Column("entered", sa.String(16), nullable=False, server_default="legacy"))
+    op.add_column("artifacts", sa.Column("entered_json", sa.Text, nullable=False, server_default="{}"))
+    op.add_column("artifacts", sa.Column("verified_at", sa.Float, nullable=True))
+    op.add_column("code_objects", sa.Column("entered", sa.String(16), nullable=False, server_default="legacy"))
     op.create_index("ix_artifacts_entered", "artifacts", ["entered"])
     op.create_table(
         "triton_host_entries",
