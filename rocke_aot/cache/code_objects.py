@@ -48,13 +48,14 @@ def put_ok(conn: Connection, key: str, inputs, ir_sha256: str, blob_sha256: str,
            "toolchain_json": inputs.toolchain_json, "options_json": inputs.options_json,
            "blob_sha256": blob_sha256, "info_json": canonical_json(info), "error": None, "built_at": now,
            "entered": "build"}
-    if conn.execute(db.insert_ignore(conn, C), row).rowcount == 0:
-        # Present already: a recorded failure turns into the success, and so does a code object no
-        # build here made (rev 0009_provenance: 'legacy', an import's): the build's bytes win; a
-        # build's 'ok' row stays as is.
-        conn.execute(update(C).where(C.c.key == key, (C.c.status == "failed") | (C.c.entered != "build")).values(
-            status="ok", blob_sha256=blob_sha256, info_json=row["info_json"], error=None, built_at=now,
-            entered="build"))
+    conn.execute(db.insert_ignore(conn, C), row)
+    # Present already: a recorded failure turns into the success, and so does a code object no build
+    # here made (rev 0009_provenance: 'legacy', an import's): the build's bytes win; a build's 'ok' row
+    # (the one just inserted too) stays as is. Not keyed on the insert's rowcount: on PostgreSQL (psycopg 3)
+    # it is -1 for ON CONFLICT DO NOTHING (measured), so the update never ran there.
+    conn.execute(update(C).where(C.c.key == key, (C.c.status == "failed") | (C.c.entered != "build")).values(
+        status="ok", blob_sha256=blob_sha256, info_json=row["info_json"], error=None, built_at=now,
+        entered="build"))
 
 
 def put_failed(conn: Connection, key: str, inputs, ir_sha256: str, error: str, now: float) -> None:

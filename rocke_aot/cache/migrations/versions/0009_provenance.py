@@ -25,7 +25,9 @@ reads them any more; gc keeps their blobs until they are deleted by hand).
 
 Signing (cache/provenance.py signable) takes only rows entered by a build or verified since,
 so every row of an older store ('legacy') is left out of ``trust sign`` until a build verifies
-it: fail closed, as a row published before this revision may be a token holder's bytes.
+it: fail closed, as a row published before this revision may be a token holder's bytes. The
+first build after the upgrade therefore compiles each planned legacy row once and compares
+(``verified`` / ``replaced`` in its summary); later builds compile nothing that did not move.
 """
 
 import sqlalchemy as sa
