@@ -8,6 +8,7 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     ├── LaneError (ValueError)          unknown lane, unqualified LLVM major, bad type
     ├── SpecError (ValueError)          malformed spec or problem
     │   ├── FamilyMixError              a select across families of different operations or problem types
+    │   ├── LaunchContractError         a launch contract other than the family's formulas give
     │   └── SettingError                an unregistered or malformed ROCKE_AOT_* variable
     ├── CapabilityError                 an op needs a lane/capability/arch the target lacks
     ├── AdmissionError                  a variant table refuses (family, arch, lane) on purpose
@@ -70,6 +71,11 @@ class SpecError(RockeError, ValueError):
 class FamilyMixError(SpecError):
     """A select across families that do not compute the same operation on the same problem type
     (variants/families.py families_for_select): their candidates cannot be ranked against each other."""
+
+
+class LaunchContractError(SpecError):
+    """A launch contract that disagrees with its family's own formulas (variants/contract.py): a grid,
+    a buffer size, a block or an argument other than the family computes for that spec."""
 
 
 class SettingError(SpecError):

@@ -67,6 +67,9 @@ SERVE_TRUST_DIR = "ROCKE_AOT_SERVE_TRUST_DIR"
 SERVE_ROOT_KEY = "ROCKE_AOT_SERVE_ROOT_KEY"
 CLIENT_MAX_BYTES = "ROCKE_AOT_CLIENT_MAX_BYTES"
 SERVE_ACCESS_LOG = "ROCKE_AOT_SERVE_ACCESS_LOG"
+PLUGIN_IMPORT_TIMEOUT_S = "ROCKE_AOT_PLUGIN_IMPORT_TIMEOUT_S"
+SERVE_BODY_TIMEOUT_S = "ROCKE_AOT_SERVE_BODY_TIMEOUT_S"
+SERVE_PLAIN_TOKENS = "ROCKE_AOT_SERVE_PLAIN_TOKENS"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(HOME, "per-user state: registered toolchains, lane environments, the default cache",
@@ -132,6 +135,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(SERVE_ROOT_KEY, "the root key a publish of signed metadata is checked against (set by "
             "`rocke-aot serve --root-key`)", "none: publishing signed metadata is refused", "service (app)",
             internal=True),
+    Setting(SERVE_BODY_TIMEOUT_S, "seconds a request body may take to arrive whole, received outside the "
+            "in-flight slots (service/guard.py); later: 408 and the connection closed", "30", "service (guard)"),
+    Setting(SERVE_PLAIN_TOKENS, "1: accept publish tokens over plain HTTP from any client (set by `rocke-aot serve "
+            "--allow-plain-tokens`; default: only over TLS or from loopback)", "0", "service (guard)", internal=True),
+    Setting(PLUGIN_IMPORT_TIMEOUT_S, "seconds a family plugin's import (its families or lowerers entry "
+            "point) may take before it is named a broken plugin (variants/families.py import_entry_point)",
+            "20", "variants (families)"),
     Setting(COMGR_LIB, "the COMGR library a COMGR compile worker loads (set by the parent for it)",
             "none: the worker refuses", "aot (compile worker)", internal=True),
     Setting(WORKER_ROLE, "set on an LLVM 23 worker so it never shares a process with llvmlite's LLVM "

@@ -27,7 +27,7 @@ import httpx
 import pytest
 import zstandard
 from _nginx import nginx, served_dir
-from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, kernel_bundle, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
@@ -66,7 +66,7 @@ def world(tmp_path_factory, kernel_bundle):
     for name in ("root", "release", "evil"):
         keys.generate(d / f"{name}.key")
     k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
-    store = filled_store(d / "built.sqlite", kernel_bundle[1])
+    store = built_store(d / "built.sqlite", kernel_bundle)
     root = root_doc(k["root"], k["release"].public)
     release(store, d / "signed1", root, k["release"], version=1)
     release(store, d / "signed2", root, k["release"], version=2)

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from _service import filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import built_store, kernel_bundle, serve_process  # noqa: F401
 from click.testing import CliRunner
 
 from rocke_aot.cache.keys import thaw
@@ -43,7 +43,7 @@ def world(tmp_path_factory, kernel_bundle):
         keys.generate(d / f"{name}.key")
     rk, rel = keys.load_private(d / "root.key"), keys.load_private(d / "release.key")
     url = f"sqlite:///{d / 'served.sqlite'}"
-    store = filled_store(url, kernel_bundle[1])
+    store = built_store(url, kernel_bundle)
     root = md.sign(md.make_root(1, datetime.now(timezone.utc) + timedelta(days=30), [rk.public], [rel.public]), [rk])
     release(store, d / "signed", root, rel, version=1)
     with serve_process(url, extra=["--trust-dir", str(d / "signed")]) as (_, base):

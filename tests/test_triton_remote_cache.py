@@ -84,7 +84,11 @@ def test_what_a_host_compiles_is_published_and_the_next_host_takes_it(triton39, 
     first, _ = host(triton39, served, tmp_path / "a", "hip", "gfx942", 64, 1024, 1000,
                     env={"ROCKE_AOT_TOKEN": "s3cret"})
     assert first["compiled"] == 1 and first["events"].get("published") == 1
-    second, _ = host(triton39, served, tmp_path / "b", "hip", "gfx942", 64, 1024, 1000)
+    # entries are per tenant: a host of another (no token) does not get it; one of the same tenant does
+    other, _ = host(triton39, served, tmp_path / "c", "hip", "gfx942", 64, 1024, 1000)
+    assert other["compiled"] == 1 and other["cache_hit"] == 0
+    second, _ = host(triton39, served, tmp_path / "b", "hip", "gfx942", 64, 1024, 1000,
+                     env={"ROCKE_AOT_TOKEN": "s3cret"})
     assert second["compiled"] == 0 and second["cache_hit"] == 1
     with Store.open(served["url"]) as store:
         from rocke_aot.client.triton_cache import Backend  # noqa: F401  (importable without triton)
@@ -92,7 +96,9 @@ def test_what_a_host_compiles_is_published_and_the_next_host_takes_it(triton39, 
         key = [k for k in [first["hash"]]][0]
         import base64
 
-        files = store.triton_entry(base64.b32encode(bytes.fromhex(key)).decode().rstrip("="))
+        from rocke_aot.cache.provenance import token_id
+
+        files = store.triton_entry(base64.b32encode(bytes.fromhex(key)).decode().rstrip("="), token_id("s3cret"))
         assert {f.source for f in files.values()} == {"host"} and len(files) >= 3
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, filled_store, kernel_bundle, serve_process  # noqa: F401
 
 from rocke_aot.cache.store import Store
 from rocke_aot.client import Fetcher, InsecureFetchWarning, LocalStore, ServiceSource
@@ -69,7 +69,7 @@ def world(tmp_path_factory, kernel_bundle):
         keys.generate(d / f"{name}.key")
     k = {name: keys.load_private(d / f"{name}.key") for name in ("root", "release", "release2", "evil")}
     url = f"sqlite:///{d / 'served.sqlite'}"
-    store = filled_store(url, kernel_bundle[1])
+    store = built_store(url, kernel_bundle)
     root_doc = make_root(k["root"], [k["release"].public])
     served = d / "served"
     gen1 = generation(store, served, root_doc, k["release"], 1)
@@ -299,7 +299,7 @@ def test_the_trust_commands(world, kernel_bundle, tmp_path):
     r = run("root", "--key", str(tmp_path / "root.key"), "--release", str(tmp_path / "rel.key.pub"),
             "-o", str(tmp_path / "root.json"))
     assert r["version"] == 1
-    filled_store(tmp_path / "c.sqlite", kernel_bundle[1]).close()
+    built_store(tmp_path / "c.sqlite", kernel_bundle).close()
     r = run("sign", "--cache", str(tmp_path / "c.sqlite"), "--root", str(tmp_path / "root.json"),
             "--key", str(tmp_path / "rel.key"), "-o", str(tmp_path / "signed"))
     assert r["version"] == 1 and r["kernels"] == 8

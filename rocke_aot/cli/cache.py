@@ -330,6 +330,7 @@ def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None
         rocke-aot cache import rocke_aot_gfx942.kpack --manifest rocke_aot_gfx942.json --root-key root.key.pub
     """
     from rocke_aot.aot.codeobject import validate
+    from rocke_aot.variants.contract import check_entry
 
     check = lambda code, arch: validate(code, arch).as_dict()  # noqa: E731
     if manifest is not None:
@@ -339,7 +340,7 @@ def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None
         if f.read(4) == b"KPAK":
             raise SpecError(f"{path} is a kpack archive: give its bundle manifest with --manifest")
     with _store(cache_url, create=True) as store:
-        summary = store.import_(path, check=check, failures=with_failures)
+        summary = store.import_(path, check=check, failures=with_failures, check_entry=check_entry)
     if as_json:
         emit_json(summary)
         return
@@ -408,10 +409,13 @@ def audit(sample, seed, cache_url, as_json) -> int:
     else:
         click.echo(f"recipe {report.recipe_digest[:16]}...: {report.artifacts} artifacts, {report.same_recipe} "
                    f"under this recipe, {report.checked} re-lowered: " + ("ok" if report.ok else
-                                                                        f"{len(report.holes)} DIGEST HOLES"))
+                                                                        f"{len(report.holes)} DIGEST HOLES, "
+                                                                        f"{len(report.unverified)} UNVERIFIED"))
         for h in report.holes:
-            got = h.current_ir_sha256 or f"refused ({h.error})"
+            got = h.error if h.error and h.current_ir_sha256 else (h.current_ir_sha256 or f"refused ({h.error})")
             click.echo(f"  hole {h.key} {h.family} {h.arch} {h.lane}: stored IR {h.stored_ir_sha256}, now {got}")
+        for u in report.unverified[:50]:
+            click.echo(f"  unverified {u.key} {u.family} {u.arch} {u.lane}: {u.reason}")
     return 0 if report.ok else 1
 
 

@@ -141,6 +141,10 @@ def sign_cmd(cache_url, root_file, key_file, arches, lanes, version, expires_day
     else:
         click.echo(f"{out}: manifest version {info['version']}, {info['kernels']} kernels of "
                    f"{len(info['generations'])} generation(s), expires {info['expires']}")
+        for x in info["left_out"][:20]:  # rows no build here made or verified, or a contract off its family's
+            click.echo(f"left out {x['key'][:16]} {x['family']}/{x['arch']}/{x['lane']} ({x['entered']}): {x['reason']}")
+        if len(info["left_out"]) > 20:
+            click.echo(f"left out {len(info['left_out']) - 20} more (--json lists every one)")
 
 
 @trust.command("publish")

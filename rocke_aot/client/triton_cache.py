@@ -254,7 +254,11 @@ class Backend(_Base):
             return None
         for src in self.cfg.sources:
             try:
-                ans = src.call("GET", src.triton_path(self.key), MAX_ENTRY, JSON_HEADERS)
+                # the service answers a host's entry only to its own tenant (service/triton.py): the token
+                # goes to the service it publishes to, never to a mirror
+                own = src is self.cfg.source and self.cfg.token
+                ans = src.call("GET", src.triton_path(self.key), MAX_ENTRY,
+                               {**JSON_HEADERS, "Authorization": f"Bearer {self.cfg.token}"} if own else JSON_HEADERS)
             except NotFoundError:
                 continue
             except RockeError as e:  # down, a redirect, over the bound, past the deadline (client/sources.py Wire)

@@ -65,6 +65,8 @@ class StoreWatch:
         self.store = store
         self.path = _sqlite_file(store.url)
         self.identity = self._stat() if self.path else None
+        self._checked_at = 0.0
+        self._gone: CacheAccessError | None = None
 
     def _stat(self) -> tuple[int, int]:
         try:
@@ -72,6 +74,27 @@ class StoreWatch:
         except OSError as e:
             raise CacheAccessError(f"the store file {self.path} is gone ({e.strerror})") from None
         return st.st_dev, st.st_ino
+
+    def present(self, every_s: float = 0.25) -> None:
+        """CacheAccessError unless the store file is still the one opened (a stat at most every
+        ``every_s`` seconds, the answer kept between): every read asks it, so a deleted or
+        replaced store is refused, not served from the open descriptor."""
+        if self.path is None:
+            return
+        now = time.monotonic()
+        if now - self._checked_at < every_s:
+            if self._gone is not None:
+                raise self._gone
+            return
+        self._checked_at = now
+        try:
+            if self._stat() != self.identity:
+                raise CacheAccessError(f"the store file {self.path} was replaced after this server opened it; "
+                                       "restart the server to serve the new one")
+        except CacheAccessError as e:
+            self._gone = e
+            raise
+        self._gone = None
 
     def check(self) -> None:
         if self.path is not None and self._stat() != self.identity:

@@ -38,6 +38,7 @@ import httpx
 from rocke_aot.aot.codeobject import record_metadata
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.cache.keys import check_key, thaw
+from rocke_aot.cache.provenance import Entry
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
 from rocke_aot.client.fetch import OfflineMiss, check_asked
@@ -134,7 +135,8 @@ class Client(ServiceClient):
                     f"--origin {came_from}`")
             return local
         provenance = {**thaw(k.provenance), "origin": {"source": self.base_url, "signed": False}}
-        return self.store.put(k.inputs, raw, ir_sha256=k.ir_sha256, metadata=metadata, provenance=provenance)
+        return self.store.put(k.inputs, raw, ir_sha256=k.ir_sha256, metadata=metadata, provenance=provenance,
+                              entered=Entry.fetched(self.base_url))
 
     def get_blob(self, sha256: str) -> bytes:
         """The code object with this content hash, verified; a second call makes no request."""

@@ -20,7 +20,6 @@ what the service offers with something hosts would refuse anyway.
 
 from __future__ import annotations
 
-import hmac
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,6 +44,7 @@ from rocke_aot.errors import (
 )
 from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.service import errors
+from rocke_aot.service.guard import match_token
 from rocke_aot.trust import metadata as md
 from rocke_aot.trust.keys import PublicKey
 
@@ -139,10 +139,10 @@ def install(app: FastAPI, trust_dir: str | Path | None, root_key: PublicKey | No
     async def put_metadata(request: Request, doc: SignedGeneration,
                            credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
                            ) -> GenerationPublished:
-        want = request.app.state.token
-        if want is None or where is None or root_key is None:
+        tokens = request.app.state.tokens
+        if not tokens or where is None or root_key is None:
             raise ReadOnly("this server takes no signed metadata: it needs --token-file, --trust-dir and --root-key")
-        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), want.encode()):
+        if match_token(tokens, None if credentials is None else credentials.credentials) is None:
             raise Unauthorized("a publish needs the server's bearer token (Authorization: Bearer ...)")
         out = await run_in_threadpool(_locked_accept, request.app.state.store, where, root_key,
                                       doc.root, doc.index, doc.manifest)

@@ -1,6 +1,7 @@
 """The release step: sign what a store serves.
 
-    store.find(served_only=True, after=, limit=)  the served rows, page by page (filters: arches, lanes)
+    trust/signable.py signable_rows: the served rows a release may sign (built or verified here, the
+        launch contract the family's), page by page (filters: arches, lanes); the rest left out
         -> manifest kernels {key: {key inputs, sha256, size, ir_sha256, metadata, provenance,
                                    generation}}, generations [{arch, lane, family, generation}]
     manifest.json  signed by the release key, version V
@@ -27,33 +28,29 @@ from rocke_aot.errors import SpecError, TrustError
 from rocke_aot.paths import atomic_write
 from rocke_aot.trust import metadata as md
 from rocke_aot.trust.keys import PrivateKey
+from rocke_aot.trust.signable import signable_rows
 
-PAGE = 1000
 
-
-def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[str] = ()
-                    ) -> tuple[list[dict[str, str]], dict[str, dict[str, Any]]]:
+def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[str] = (),
+                    left_out: list | None = None) -> tuple[list[dict[str, str]], dict[str, dict[str, Any]]]:
     """(generations, kernels): every row the store serves (what select serves) of the selected
-    arches and lanes, and the generations those rows belong to (several generations of one
-    family serve side by side while a new one takes over spec by spec: cache/generations.py)."""
-    want_arch, want_lane = set(arches), set(lanes)
+    arches and lanes that trust/signable.py lets a release sign (built or verified here, its
+    launch contract the family's), and the generations those rows belong to (several generations
+    of one family serve side by side while a new one takes over spec by spec:
+    cache/generations.py). ``left_out`` (a list) receives every served row left out, with why."""
     gens: dict[str, dict[str, str]] = {}
     kernels: dict[str, dict[str, Any]] = {}
-    cursor = None
-    while True:
-        page = store.find(served_only=True, after=cursor, limit=PAGE)
-        for a in page:
-            if (want_arch and a.arch not in want_arch) or (want_lane and a.lane not in want_lane):
-                continue
-            gen = generation_of(a.inputs)
-            gens[gen] = {"arch": a.arch, "lane": a.lane, "family": a.family, "generation": gen}
-            kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
-                              "metadata": thaw(a.metadata), "provenance": thaw(a.provenance), "generation": gen}
-        if len(page) < PAGE:
-            break
-        cursor = page[-1].key
+    rows, left = signable_rows(store, arches, lanes)
+    if left_out is not None:
+        left_out.extend(left)
+    for a in rows:
+        gen = generation_of(a.inputs)
+        gens[gen] = {"arch": a.arch, "lane": a.lane, "family": a.family, "generation": gen}
+        kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
+                          "metadata": thaw(a.metadata), "provenance": thaw(a.provenance), "generation": gen}
     if not kernels:
-        raise SpecError("the store serves no kernel of the selected arches and lanes: nothing to sign")
+        raise SpecError("the store serves no signable kernel of the selected arches and lanes: nothing to sign"
+                        + (f" ({len(left)} left out; first: {left[0].key[:16]} {left[0].reason})" if left else ""))
     return list(gens.values()), kernels
 
 
@@ -81,7 +78,8 @@ def release(store: Store, out: str | Path, root_doc: dict[str, Any], key: Privat
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise SpecError(f"version must be a positive int, got {version!r}")
     expires = now + timedelta(days=expires_days)
-    gens, kernels = current_kernels(store, arches, lanes)
+    left: list = []
+    gens, kernels = current_kernels(store, arches, lanes, left)
     manifest = md.make_manifest(version, expires, gens, kernels)
     manifest_bytes = md.dumps(md.sign(manifest, [key]))
     index_bytes = md.dumps(md.sign(md.make_index(version, expires, manifest_bytes, manifest), [key]))
@@ -89,4 +87,5 @@ def release(store: Store, out: str | Path, root_doc: dict[str, Any], key: Privat
     atomic_write(out / "manifest.json", manifest_bytes)
     atomic_write(out / "index.json", index_bytes)
     return {"version": version, "expires": md.iso(expires), "generations": gens, "kernels": len(kernels),
-            "manifest_bytes": len(manifest_bytes), "index_bytes": len(index_bytes), "out": str(out)}
+            "manifest_bytes": len(manifest_bytes), "index_bytes": len(index_bytes), "out": str(out),
+            "left_out": [x.as_dict() for x in left]}
