@@ -63,7 +63,7 @@ def upgrade() -> None:
                "created_at) SELECT triton_key, 'legacy', filename, blob_sha256, triton_version, target, created_at "
                "FROM triton_entries WHERE source = 'host'")
     op.execute("DELETE FROM triton_entries WHERE source = 'host'")
-    op.execute("UPDATE rocke_meta SET value = '9' WHERE name = 'schema_version'")
+    op.execute("UPDATE rocke_meta SET value = '10' WHERE name = 'schema_version'")
 
 
 def downgrade() -> None:
@@ -76,4 +76,4 @@ def downgrade() -> None:
         b.drop_column("verified_at")
         b.drop_column("entered_json")
         b.drop_column("entered")
-    op.execute("UPDATE rocke_meta SET value = '8' WHERE name = 'schema_version'")
+    op.execute("UPDATE rocke_meta SET value = '9' WHERE name = 'schema_version'")
