@@ -31,7 +31,7 @@ ATT=$("$PY" -c "from rocke_aot.variants.families import FAMILIES; print('--atten
 "$PY" "$BM" problems --out "$OUT/problems.json" $ATT 2>&1 | tail -3 | tee "$OUT/problems.txt"
 stamp "problems"
 # 2. the cache, built here
-RA build --arch sm_90 --lane llvm22 --problems "$OUT/problems.json" --cache "$CACHE" -j "$(nproc)" --json \
+RA build --arch sm_90 --lane llvm22 --problems "$OUT/problems.json" --min-efficiency ${MIN_EFF:-0.8} --cache "$CACHE" -j "$(nproc)" --json \
    > "$OUT/build.json" 2> "$OUT/build.log" || echo "build: rc=$? (failures recorded; served shapes still run)"
 "$PY" -c "import json; d=json.load(open('$OUT/build.json')); print({k: d[k] for k in d if isinstance(d[k], (int, float, str))})" \
    | tee "$OUT/build-summary.txt" || true
@@ -49,17 +49,17 @@ SRV=(--server http://127.0.0.1:8765 --root-key "$K/root.key.pub")
 stamp "served"
 # 4. time to first inference: fresh process + empty local store, beside torch.compile's cold start
 for m in llama resnet50; do
-  timeout 150 "$PY" "$BM" first "${SRV[@]}" --local /tmp/rocke-client-first-$m --model $m \
+  timeout 90 "$PY" "$BM" first "${SRV[@]}" --local /tmp/rocke-client-first-$m --model $m \
      > "$OUT/first-$m.json" 2> "$OUT/first-$m.log" || echo "first $m: rc=$?"
   stamp "first $m: $(cat "$OUT/first-$m.json" | head -c 300)"
   rm -rf /tmp/inductor-$m /tmp/triton-$m
-  TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$m TRITON_CACHE_DIR=/tmp/triton-$m timeout ${COMPILE_TIMEOUT:-150} \
+  TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$m TRITON_CACHE_DIR=/tmp/triton-$m timeout ${COMPILE_TIMEOUT:-120} \
      "$PY" "$BM" compile-cold --model $m > "$OUT/compile-$m.json" 2> "$OUT/compile-$m.log" \
-     || echo "compile-cold $m: rc=$? (timeout ${COMPILE_TIMEOUT:-150} s: its cold start is longer)" | tee -a "$OUT/timeline.txt"
+     || echo "compile-cold $m: rc=$? (timeout ${COMPILE_TIMEOUT:-120} s: its cold start is longer)" | tee -a "$OUT/timeline.txt"
   stamp "compile-cold $m: $(cat "$OUT/compile-$m.json" | head -c 300)"
 done
 # 5. the models on prebuilt kernels: match, served/fallen back, compiles, speed, overhead
-timeout 200 "$PY" "$BM" run "${SRV[@]}" --local /tmp/rocke-client-run --out "$OUT/run.json" > "$OUT/run.txt" 2>&1 \
+timeout 170 "$PY" "$BM" run "${SRV[@]}" --local /tmp/rocke-client-run --out "$OUT/run.json" > "$OUT/run.txt" 2>&1 \
    || echo "run: rc=$?" | tee -a "$OUT/timeline.txt"
 tail -40 "$OUT/run.txt"
 stamp "run"

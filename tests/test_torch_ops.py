@@ -251,3 +251,20 @@ def test_fakes_match_the_real_ops_and_trace_through_export_and_compile(served):
     y = torch.compile(M(), backend=backend, fullgraph=True)(_x(7, 64))
     assert y.shape == (7, 48) and len(graphs) == 1
     assert any("rocke_aot.linear" in str(n.target) for n in graphs[0].graph.nodes)
+
+
+def test_swap_routes_linear_and_conv_modules_without_a_mode(served):
+    d, rec = served
+    s = CONV
+    conv = torch.nn.Conv2d(s.c, s.k, (s.r, s.s), stride=(s.stride_h, s.stride_w), padding=(s.pad_h, s.pad_w),
+                           bias=False).half()
+    grouped = torch.nn.Conv2d(4, 4, 3, groups=2)
+    lin = torch.nn.Linear(64, 48).half()
+    rtorch.swap(torch.nn.ModuleList([conv, grouped, lin]))
+    y = lin(_x(3, 64))
+    conv(_x(1, s.c, 9, 9))
+    xg = torch.randn(1, 4, 6, 6)
+    torch.testing.assert_close(grouped(xg), F.conv2d(xg, grouped.weight, grouped.bias, padding=0, groups=2))
+    assert y.shape == (3, 48) and d.served == {"linear": 1, "conv2d": 1} and len(rec.launches) == 2
+    (f,) = d.summary()["fallbacks"]
+    assert f["op"] == "conv2d" and "groups=2" in f["reason"]

@@ -3,6 +3,7 @@
     with rocke_aot.torch.prebuilt(policy="report"):   # a TorchFunctionMode
         y = model(x)
     model = rocke_aot.torch.route(model, policy="strict")   # the same mode around model.forward
+    model = rocke_aot.torch.swap(model)    # the module pass: nn.Linear / nn.Conv2d call the ops
 
 Every call of the three goes to its op (ops.py) when its arguments are expressible there; the op
 then runs the prebuilt kernel for its shape or applies the policy (strict: NotServedError naming
@@ -94,4 +95,34 @@ def route(model: torch.nn.Module, policy: str | None = None) -> torch.nn.Module:
             return forward(*args, **kwargs)
 
     model.forward = routed
+    return model
+
+
+def _linear_forward(self, x):
+    return torch.ops.rocke_aot.linear(x, self.weight, self.bias)
+
+
+def _conv_forward(self, x):
+    if self.groups != 1 or isinstance(self.padding, str) or self.padding_mode != "zeros":
+        why = (D.Unserved(f"padding_mode={self.padding_mode!r}") if self.padding_mode != "zeros" else
+               D.conv2d_problem(tuple(x.shape), tuple(self.weight.shape), self.stride, self.padding, self.dilation,
+                                self.groups, "f16"))
+        current().miss("conv2d", "conv_direct_fwd", None, why, x.device)
+        return type(self).forward(self, x)
+    return torch.ops.rocke_aot.conv2d(x, self.weight, self.bias, list(self.stride), list(self.padding),
+                                      list(self.dilation))
+
+
+def swap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module pass: every nn.Linear and nn.Conv2d of ``model`` calls the ops from its forward
+    (in place), with no TorchFunctionMode around the rest of the model's calls (so no per-call
+    Python hook on every other torch function); the Dispatcher's policy applies as in the mode.
+    Attention is a function, not a module: run the model under prebuilt() for SDPA."""
+    import types
+
+    for m in model.modules():
+        if type(m) is torch.nn.Linear:
+            m.forward = types.MethodType(_linear_forward, m)
+        elif type(m) is torch.nn.Conv2d:
+            m.forward = types.MethodType(_conv_forward, m)
     return model
