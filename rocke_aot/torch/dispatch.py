@@ -162,7 +162,7 @@ def families() -> Mapping[str, Any]:
 def problem_json(problem: Any) -> dict[str, Any]:
     from dataclasses import asdict, is_dataclass
 
-    d = asdict(problem) if is_dataclass(problem) else dict(problem)
+    d = asdict(problem) if is_dataclass(problem) and not isinstance(problem, type) else dict(problem)
     return {k: v for k, v in d.items() if v is not None}
 
 

@@ -94,7 +94,7 @@ def route(model: torch.nn.Module, policy: str | None = None) -> torch.nn.Module:
         with prebuilt(policy):
             return forward(*args, **kwargs)
 
-    model.forward = routed
+    setattr(model, "forward", routed)  # noqa: B010 (the instance's own forward)
     return model
 
 
@@ -122,7 +122,7 @@ def swap(model: torch.nn.Module) -> torch.nn.Module:
 
     for m in model.modules():
         if type(m) is torch.nn.Linear:
-            m.forward = types.MethodType(_linear_forward, m)
+            setattr(m, "forward", types.MethodType(_linear_forward, m))  # noqa: B010 (the instance's own)
         elif type(m) is torch.nn.Conv2d:
-            m.forward = types.MethodType(_conv_forward, m)
+            setattr(m, "forward", types.MethodType(_conv_forward, m))  # noqa: B010
     return model

@@ -135,7 +135,9 @@ def conv_dgrad_patch(grad_output: Tensor, weight: Tensor, input_size: list[int])
     if _run("conv_dgrad_patch", "conv_dgrad_patch", problem, dev, ptrs):
         return out
     p = weight.shape[-1]
-    return out.copy_(torch.nn.grad.conv2d_input(tuple(input_size), weight, grad_output, stride=p))
+    from torch.nn.grad import conv2d_input
+
+    return out.copy_(conv2d_input(tuple(input_size), weight, grad_output, stride=p))
 
 
 @conv_dgrad_patch.register_fake
@@ -161,8 +163,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[float
         ptrs = {"Q": qs.data_ptr(), "K": ks.data_ptr(), "V": vs.data_ptr(), "O": out.data_ptr()}
     if _run("sdpa", "attention", problem, q.device, ptrs):
         return out
-    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
-    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, **gqa)
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
+                                                         enable_gqa=k.shape[1] != q.shape[1])
     return out.copy_(y)
 
 
