@@ -8,7 +8,8 @@
             once per new (device, family, problem): source.ranked (measured times first, the
             time model otherwise: the ranking's own rule), the first candidate loaded
             (source.load: the host's verified local store, filled from the mirror or service),
-            its module loaded, function found, plan made and argument buffers laid out
+            its module loaded and function found (once per kernel, whatever shapes it serves),
+            the plan made and argument buffers laid out
             (LaunchPath); a shape nothing serves is remembered too (Unserved, with its reason)
         .served / .fallbacks      counts per op, and per (op, reason)
         .miss(op, family, problem, unserved) strict: NotServedError naming the problem and the
@@ -177,7 +178,9 @@ class LaunchPath:
 
     __slots__ = ("kernel", "problem", "rt", "module", "fn", "shared", "steps", "pointers", "workspace", "buffers", "_lock")
 
-    def __init__(self, rt: Any, kernel: LoadedKernel, problem: Any):
+    def __init__(self, rt: Any, kernel: LoadedKernel, problem: Any, loaded: tuple[Any, Any] | None = None):
+        """``loaded``: (module, function) of this kernel already loaded (the Dispatcher loads each
+        kernel once, however many shapes it serves); None loads it here."""
         contract = kernel.contract
         self.kernel, self.problem, self.rt = kernel, problem, rt
         access = {a.name: a.access for a in contract.args}
@@ -196,8 +199,10 @@ class LaunchPath:
                           for n in self.pointers)
             empty = any(g <= 0 for g in ln.grid)
             self.steps.append((ln.grid, ln.block, buf, params, ctypes.addressof(params), slots, empty))
-        self.module = rt.load(kernel.image)
-        self.fn = rt.function(self.module, contract.kernel)
+        if loaded is None:
+            module = rt.load(kernel.image)
+            loaded = (module, rt.function(module, contract.kernel))
+        self.module, self.fn = loaded
         self.shared = contract.dynamic_shared_bytes
         if self.shared:
             rt.allow_dynamic_shared(self.fn, self.shared)
@@ -221,8 +226,6 @@ class LaunchPath:
                     pack("<Q", buf, off, pointers[name] + delta)
                 launch(fn, grid, block, params, shared, stream)
 
-    def close(self) -> None:
-        self.rt.unload(self.module)
 
 
 def _candidate(entry: Mapping[str, Any], image: bytes, metadata: Mapping[str, Any]) -> LoadedKernel:
@@ -245,6 +248,7 @@ class Dispatcher:
         self.served: Counter[str] = Counter()
         self.fallbacks: Counter[tuple[str, str]] = Counter()
         self.selects = 0  # source.ranked calls: one per new shape
+        self.modules: dict[tuple[Any, str], tuple[Any, Any, Any]] = {}  # (device, key) -> (runtime, module, fn)
         self._lock = threading.Lock()
 
     def path(self, family: str, problem: Any, device: Any) -> LaunchPath | Unserved:
@@ -269,7 +273,12 @@ class Dispatcher:
             return Unserved(NO_CANDIDATE, build=True)
         entry = ranked[0]
         image, metadata = self.source.load(entry["key"])
-        return LaunchPath(self.runtime_for(device), _candidate(entry, image, metadata), problem)
+        kernel, rt = _candidate(entry, image, metadata), self.runtime_for(device)
+        got = self.modules.get((device, kernel.key))
+        if got is None:
+            module = rt.load(kernel.image)
+            got = self.modules[(device, kernel.key)] = (rt, module, rt.function(module, kernel.contract.kernel))
+        return LaunchPath(rt, kernel, problem, got[1:])
 
     def hit(self, op: str) -> None:
         self.served[op] += 1
@@ -300,10 +309,11 @@ class Dispatcher:
         return "\n".join(lines)
 
     def close(self) -> None:
-        for v in self.table.values():
-            if isinstance(v, LaunchPath):
-                try:
-                    v.close()
-                except RockeError:
-                    pass
+        """Unload every module; the table is emptied (a later call selects again)."""
+        for rt, module, _ in self.modules.values():
+            try:
+                rt.unload(module)
+            except RockeError:
+                pass
+        self.modules.clear()
         self.table.clear()
