@@ -337,12 +337,31 @@ def overhead(d):
         for ln in bare:
             rt_.launch(path.fn, ln.grid, ln.block, ln.args, path.shared, stream)
 
+    from rocke_aot.torch import ops
+
     out = {"problem": D.problem_json(p),
            "op_us": host_us(lambda: torch.ops.rocke_aot.linear(x, w, None)),
+           "eager_impl_us": host_us(lambda: ops.linear_impl(x, w, None)),  # what the mode / swap call in eager
            "launch_path_us": host_us(lambda: path(ptrs, stream)),
            "bare_launch_us": host_us(bare_launch),
            "torch_linear_us": host_us(lambda: F.linear(x, w))}
     out["op_over_bare_us"] = out["op_us"] - out["bare_launch_us"]
+    out["eager_impl_over_bare_us"] = out["eager_impl_us"] - out["bare_launch_us"]
+    try:  # a Triton JIT-launched kernel of the same size (compiled once here, after the models' counts)
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+        n = c.numel()
+        grid = (triton.cdiv(n, 1024),)
+        _scale[grid](c, c, n, BLOCK=1024)
+        out["triton_jit_launch_us"] = host_us(lambda: _scale[grid](c, c, n, BLOCK=1024))
+    except Exception as e:  # reported, not fatal: the other figures stand
+        out["triton_jit_launch_us"] = f"{type(e).__name__}: {e}"
     return out
 
 

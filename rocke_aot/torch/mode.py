@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from rocke_aot.torch import dispatch as D
-from rocke_aot.torch import ops  # noqa: F401  (registers torch.ops.rocke_aot.*)
+from rocke_aot.torch import ops  # registers torch.ops.rocke_aot.*
 from rocke_aot.torch.runtime import current
 
 
@@ -39,7 +39,7 @@ class PrebuiltMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is F.linear:
             x, w, b = args[0], _arg(args, kwargs, 1, "weight", None), _arg(args, kwargs, 2, "bias", None)
-            return torch.ops.rocke_aot.linear(x, w, b)
+            return (ops.linear_impl if ops.eager(x, w) else torch.ops.rocke_aot.linear)(x, w, b)
         if func is F.conv2d:
             x, w = args[0], _arg(args, kwargs, 1, "weight", None)
             b = _arg(args, kwargs, 2, "bias", None)
@@ -49,8 +49,8 @@ class PrebuiltMode(TorchFunctionMode):
                 why = D.conv2d_problem(tuple(x.shape), tuple(w.shape), stride, padding, dilation, groups, "f16")
                 current().miss("conv2d", "conv_direct_fwd", None, why, x.device)
                 return func(*args, **kwargs)
-            return torch.ops.rocke_aot.conv2d(x, w, b, list(D._pair(stride)), list(D._pair(padding)),
-                                              list(D._pair(dilation)))
+            conv = ops.conv2d_impl if ops.eager(x, w) else torch.ops.rocke_aot.conv2d
+            return conv(x, w, b, list(D._pair(stride)), list(D._pair(padding)), list(D._pair(dilation)))
         if func is F.scaled_dot_product_attention:
             q, k, v = args[0], _arg(args, kwargs, 1, "key", None), _arg(args, kwargs, 2, "value", None)
             mask = _arg(args, kwargs, 3, "attn_mask", None)
@@ -64,7 +64,7 @@ class PrebuiltMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             if k.shape[1] != q.shape[1] and not kwargs.get("enable_gqa", False):
                 return func(*args, **kwargs)  # torch itself refuses mismatched heads without enable_gqa
-            return torch.ops.rocke_aot.sdpa(q, k, v, bool(causal), scale)
+            return (ops.sdpa_impl if ops.eager(q, k, v) else torch.ops.rocke_aot.sdpa)(q, k, v, bool(causal), scale)
         return func(*args, **kwargs)
 
 
@@ -99,7 +99,7 @@ def route(model: torch.nn.Module, policy: str | None = None) -> torch.nn.Module:
 
 
 def _linear_forward(self, x):
-    return torch.ops.rocke_aot.linear(x, self.weight, self.bias)
+    return (ops.linear_impl if ops.eager(x) else torch.ops.rocke_aot.linear)(x, self.weight, self.bias)
 
 
 def _conv_forward(self, x):
@@ -109,8 +109,8 @@ def _conv_forward(self, x):
                                 self.groups, "f16"))
         current().miss("conv2d", "conv_direct_fwd", None, why, x.device)
         return type(self).forward(self, x)
-    return torch.ops.rocke_aot.conv2d(x, self.weight, self.bias, list(self.stride), list(self.padding),
-                                      list(self.dilation))
+    conv = ops.conv2d_impl if ops.eager(x) else torch.ops.rocke_aot.conv2d
+    return conv(x, self.weight, self.bias, list(self.stride), list(self.padding), list(self.dilation))
 
 
 def swap(model: torch.nn.Module) -> torch.nn.Module:

@@ -6,6 +6,8 @@
     torch.ops.rocke_aot.conv_dgrad_patch(grad_output, weight, input_size)
                                                                  -> (n, c, h, w), channels_last
     torch.ops.rocke_aot.sdpa(q, k, v, is_causal, scale)          -> (B, H, Sq, D), strides of BSHD
+    linear_impl / conv2d_impl / conv_dgrad_patch_impl / sdpa_impl  the same, called directly in eager
+                                                                 mode (eager(): no dispatcher trip)
 
 Each has a fake (meta) implementation with the real one's shape, dtype and strides, so
 torch.compile and torch.export trace through them. The real one: the problem from the shapes
@@ -67,8 +69,7 @@ def _run(op: str, family: str, problem, device, pointers: dict[str, int]) -> boo
     return True
 
 
-@torch.library.custom_op("rocke_aot::linear", mutates_args=())
-def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa: UP045 (torch.library reads the annotation)
+def linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa: UP045 (torch.library reads the annotation)
     problem = D.linear_problem(tuple(x.shape), tuple(weight.shape), dtype_name(x.dtype))
     if not isinstance(problem, D.Unserved) and weight.dtype != x.dtype:
         problem = D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
@@ -81,6 +82,9 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa
     if _run("linear", "gemm", problem, x.device, ptrs):
         return out.add_(bias) if bias is not None else out
     return torch.nn.functional.linear(x, weight, bias)
+
+
+linear = torch.library.custom_op("rocke_aot::linear", linear_impl, mutates_args=())
 
 
 @linear.register_fake
@@ -96,8 +100,7 @@ def _conv_out(x: Tensor, weight: Tensor, stride, padding, dilation) -> tuple[int
     return (x.shape[0], weight.shape[0], oh, ow)
 
 
-@torch.library.custom_op("rocke_aot::conv2d", mutates_args=())
-def conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],  # noqa: UP045
+def conv2d_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],  # noqa: UP045
            dilation: list[int]) -> Tensor:
     problem = D.conv2d_problem(tuple(x.shape), tuple(weight.shape), stride, padding, dilation, 1,
                                dtype_name(x.dtype))
@@ -114,14 +117,16 @@ def conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[int],
     return out.copy_(y)
 
 
+conv2d = torch.library.custom_op("rocke_aot::conv2d", conv2d_impl, mutates_args=())
+
+
 @conv2d.register_fake
 def _(x, weight, bias, stride, padding, dilation):
     return torch.empty(_conv_out(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
                        memory_format=torch.channels_last)
 
 
-@torch.library.custom_op("rocke_aot::conv_dgrad_patch", mutates_args=())
-def conv_dgrad_patch(grad_output: Tensor, weight: Tensor, input_size: list[int]) -> Tensor:
+def conv_dgrad_patch_impl(grad_output: Tensor, weight: Tensor, input_size: list[int]) -> Tensor:
     problem = D.dgrad_patch_problem(tuple(input_size), tuple(weight.shape), tuple(grad_output.shape),
                                     dtype_name(grad_output.dtype))
     out = torch.empty(tuple(input_size), dtype=grad_output.dtype, device=grad_output.device,
@@ -140,10 +145,24 @@ def conv_dgrad_patch(grad_output: Tensor, weight: Tensor, input_size: list[int])
     return out.copy_(conv2d_input(tuple(input_size), weight, grad_output, stride=p))
 
 
+conv_dgrad_patch = torch.library.custom_op("rocke_aot::conv_dgrad_patch", conv_dgrad_patch_impl, mutates_args=())
+
+
 @conv_dgrad_patch.register_fake
 def _(grad_output, weight, input_size):
     return torch.empty(tuple(input_size), dtype=grad_output.dtype, device=grad_output.device,
                        memory_format=torch.channels_last)
+
+
+def eager(*tensors: Tensor) -> bool:
+    """Plain tensors outside any tracing: the mode and the pass call the *_impl functions
+    directly (no trip through torch's dispatcher: bench/torch_models.py overhead measures
+    both); fake, functional or meta tensors and torch.compile / export go through the op."""
+    if torch.compiler.is_compiling():
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False  # the op: no autograd formula, so a backward through it is an error, not a wrong gradient
+    return all(type(t) is Tensor and t.device.type != "meta" for t in tensors)
 
 
 def _bshd(q: Tensor) -> Tensor:
@@ -151,8 +170,7 @@ def _bshd(q: Tensor) -> Tensor:
     return torch.empty_strided((b, h, s, d), (s * h * d, d, h * d, 1), dtype=q.dtype, device=q.device)
 
 
-@torch.library.custom_op("rocke_aot::sdpa", mutates_args=())
-def sdpa(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[float]) -> Tensor:  # noqa: UP045
+def sdpa_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[float]) -> Tensor:  # noqa: UP045
     problem = D.sdpa_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape), has_mask=False, dropout_p=0.0,
                              is_causal=is_causal, scale=scale, dtype=dtype_name(q.dtype), families=D.families)
     out = _bshd(q)
@@ -166,6 +184,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[float
     y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
                                                          enable_gqa=k.shape[1] != q.shape[1])
     return out.copy_(y)
+
+
+sdpa = torch.library.custom_op("rocke_aot::sdpa", sdpa_impl, mutates_args=())
 
 
 @sdpa.register_fake
