@@ -249,6 +249,7 @@ class Dispatcher:
         self.fallbacks: Counter[tuple[str, str]] = Counter()
         self.selects = 0  # source.ranked calls: one per new shape
         self.modules: dict[tuple[Any, str], tuple[Any, Any, Any]] = {}  # (device, key) -> (runtime, module, fn)
+        self.fast: dict[tuple, tuple[Any, Any]] = {}  # ops.py: a call's (shapes, dtypes, args) -> (problem, path)
         self._lock = threading.Lock()
 
     def path(self, family: str, problem: Any, device: Any) -> LaunchPath | Unserved:
@@ -317,3 +318,4 @@ class Dispatcher:
                 pass
         self.modules.clear()
         self.table.clear()
+        self.fast.clear()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -49,16 +49,20 @@ def _prepared(w: Tensor, how: str) -> Tensor:
     return out
 
 
-def _run(op: str, family: str, problem, device, pointers: dict[str, int]) -> bool:
-    """Launch ``problem``'s kernel; False when nothing serves it (the policy was applied)."""
+def _lookup(family: str, key: tuple, make_problem, device) -> tuple[D.Dispatcher, Any, Any]:
+    """(dispatcher, problem or Unserved, LaunchPath or Unserved) for a call whose shapes, dtypes
+    and arguments are ``key``: a dict hit after the first call (Dispatcher.fast), so a call makes
+    no problem value and runs no validation; the first call of a key asks Dispatcher.path."""
     d = current()
-    if isinstance(problem, D.Unserved):
-        d.miss(op, family, None, problem, device)
-        return False
-    path = d.path(family, problem, device)
-    if isinstance(path, D.Unserved):
-        d.miss(op, family, problem, path, device)
-        return False
+    hit = d.fast.get(key)
+    if hit is None:
+        problem = make_problem()
+        path = problem if isinstance(problem, D.Unserved) else d.path(family, problem, device)
+        hit = d.fast[key] = (problem, path)
+    return d, hit[0], hit[1]
+
+
+def _launch(d: D.Dispatcher, op: str, path: D.LaunchPath, device, pointers: dict[str, int]) -> None:
     for name, nbytes in path.workspace.items():  # zero-filled once per path (the contract's rule)
         ws = path.buffers.get(name)
         if ws is None:
@@ -66,22 +70,29 @@ def _run(op: str, family: str, problem, device, pointers: dict[str, int]) -> boo
         pointers[name] = ws.data_ptr()
     path(pointers, stream_of(device))
     d.hit(op)
-    return True
+
+
+def _miss(d: D.Dispatcher, op: str, family: str, problem, path, device) -> None:
+    """The policy (Dispatcher.miss): strict raises, report counts."""
+    d.miss(op, family, None if isinstance(problem, D.Unserved) else problem, path, device)
 
 
 def linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa: UP045 (torch.library reads the annotation)
-    problem = D.linear_problem(tuple(x.shape), tuple(weight.shape), dtype_name(x.dtype))
-    if not isinstance(problem, D.Unserved) and weight.dtype != x.dtype:
-        problem = D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
-    out = torch.empty((*x.shape[:-1], weight.shape[0]), dtype=x.dtype, device=x.device)
-    ptrs: dict[str, int] = {}
-    if not isinstance(problem, D.Unserved) and not isinstance(current().path("gemm", problem, x.device),
-                                                               D.Unserved):
-        a = x.reshape(-1, x.shape[-1]).contiguous()
-        ptrs = {"A": a.data_ptr(), "B": _prepared(weight, "t").data_ptr(), "C": out.data_ptr()}
-    if _run("linear", "gemm", problem, x.device, ptrs):
-        return out.add_(bias) if bias is not None else out
-    return torch.nn.functional.linear(x, weight, bias)
+    dev = x.device
+
+    def problem():
+        if weight.dtype != x.dtype:
+            return D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
+        return D.linear_problem(tuple(x.shape), tuple(weight.shape), dtype_name(x.dtype))
+
+    d, prob, path = _lookup("gemm", ("linear", x.shape, weight.shape, x.dtype, weight.dtype, dev), problem, dev)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "linear", "gemm", prob, path, dev)
+        return torch.nn.functional.linear(x, weight, bias)
+    out = torch.empty((*x.shape[:-1], weight.shape[0]), dtype=x.dtype, device=dev)
+    a = x.reshape(-1, x.shape[-1]).contiguous()
+    _launch(d, "linear", path, dev, {"A": a.data_ptr(), "B": _prepared(weight, "t").data_ptr(), "C": out.data_ptr()})
+    return out.add_(bias) if bias is not None else out
 
 
 linear = torch.library.custom_op("rocke_aot::linear", linear_impl, mutates_args=())
@@ -101,20 +112,24 @@ def _conv_out(x: Tensor, weight: Tensor, stride, padding, dilation) -> tuple[int
 
 
 def conv2d_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],  # noqa: UP045
-           dilation: list[int]) -> Tensor:
-    problem = D.conv2d_problem(tuple(x.shape), tuple(weight.shape), stride, padding, dilation, 1,
-                               dtype_name(x.dtype))
-    out = torch.empty(_conv_out(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
+                dilation: list[int]) -> Tensor:
+    dev = x.device
+
+    def problem():
+        if weight.dtype != x.dtype:
+            return D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
+        return D.conv2d_problem(tuple(x.shape), tuple(weight.shape), stride, padding, dilation, 1, dtype_name(x.dtype))
+
+    key = ("conv2d", x.shape, weight.shape, x.dtype, weight.dtype, dev, tuple(stride), tuple(padding), tuple(dilation))
+    d, prob, path = _lookup("conv_direct_fwd", key, problem, dev)
+    out = torch.empty(_conv_out(x, weight, stride, padding, dilation), dtype=x.dtype, device=dev,
                       memory_format=torch.channels_last)
-    ptrs: dict[str, int] = {}
-    if not isinstance(problem, D.Unserved) and not isinstance(current().path("conv_direct_fwd", problem, x.device),
-                                                               D.Unserved):
-        xc = x.contiguous(memory_format=torch.channels_last)
-        ptrs = {"X": xc.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "Y": out.data_ptr()}
-    if _run("conv2d", "conv_direct_fwd", problem, x.device, ptrs):
-        return out.add_(bias.view(1, -1, 1, 1)) if bias is not None else out
-    y = torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation)
-    return out.copy_(y)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "conv2d", "conv_direct_fwd", prob, path, dev)
+        return out.copy_(torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation))
+    xc = x.contiguous(memory_format=torch.channels_last)  # NHWC (no copy when it already is)
+    _launch(d, "conv2d", path, dev, {"X": xc.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "Y": out.data_ptr()})
+    return out.add_(bias.view(1, -1, 1, 1)) if bias is not None else out
 
 
 conv2d = torch.library.custom_op("rocke_aot::conv2d", conv2d_impl, mutates_args=())
@@ -127,22 +142,25 @@ def _(x, weight, bias, stride, padding, dilation):
 
 
 def conv_dgrad_patch_impl(grad_output: Tensor, weight: Tensor, input_size: list[int]) -> Tensor:
-    problem = D.dgrad_patch_problem(tuple(input_size), tuple(weight.shape), tuple(grad_output.shape),
-                                    dtype_name(grad_output.dtype))
-    out = torch.empty(tuple(input_size), dtype=grad_output.dtype, device=grad_output.device,
-                      memory_format=torch.channels_last)
-    ptrs: dict[str, int] = {}
     dev = grad_output.device
-    if not isinstance(problem, D.Unserved) and not isinstance(current().path("conv_dgrad_patch", problem, dev),
-                                                               D.Unserved):
-        dy = grad_output.contiguous(memory_format=torch.channels_last)
-        ptrs = {"dY": dy.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "dX": out.data_ptr()}
-    if _run("conv_dgrad_patch", "conv_dgrad_patch", problem, dev, ptrs):
-        return out
-    p = weight.shape[-1]
-    from torch.nn.grad import conv2d_input
 
-    return out.copy_(conv2d_input(tuple(input_size), weight, grad_output, stride=p))
+    def problem():
+        return D.dgrad_patch_problem(tuple(input_size), tuple(weight.shape), tuple(grad_output.shape),
+                                     dtype_name(grad_output.dtype))
+
+    key = ("conv_dgrad_patch", grad_output.shape, weight.shape, grad_output.dtype, weight.dtype, dev,
+           tuple(input_size))
+    d, prob, path = _lookup("conv_dgrad_patch", key, problem, dev)
+    out = torch.empty(tuple(input_size), dtype=grad_output.dtype, device=dev, memory_format=torch.channels_last)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "conv_dgrad_patch", "conv_dgrad_patch", prob, path, dev)
+        from torch.nn.grad import conv2d_input
+
+        return out.copy_(conv2d_input(tuple(input_size), weight, grad_output, stride=weight.shape[-1]))
+    dy = grad_output.contiguous(memory_format=torch.channels_last)
+    _launch(d, "conv_dgrad_patch", path, dev,
+            {"dY": dy.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "dX": out.data_ptr()})
+    return out
 
 
 conv_dgrad_patch = torch.library.custom_op("rocke_aot::conv_dgrad_patch", conv_dgrad_patch_impl, mutates_args=())
@@ -171,19 +189,23 @@ def _bshd(q: Tensor) -> Tensor:
 
 
 def sdpa_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[float]) -> Tensor:  # noqa: UP045
-    problem = D.sdpa_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape), has_mask=False, dropout_p=0.0,
-                             is_causal=is_causal, scale=scale, dtype=dtype_name(q.dtype), families=D.families)
+    dev = q.device
+
+    def problem():
+        return D.sdpa_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape), has_mask=False, dropout_p=0.0,
+                              is_causal=is_causal, scale=scale, dtype=dtype_name(q.dtype), families=D.families)
+
+    key = ("sdpa", q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, dev, is_causal, scale)
+    d, prob, path = _lookup("attention", key, problem, dev)
     out = _bshd(q)
-    ptrs: dict[str, int] = {}
-    if not isinstance(problem, D.Unserved) and not isinstance(current().path("attention", problem, q.device),
-                                                               D.Unserved):
-        qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # BSHD
-        ptrs = {"Q": qs.data_ptr(), "K": ks.data_ptr(), "V": vs.data_ptr(), "O": out.data_ptr()}
-    if _run("sdpa", "attention", problem, q.device, ptrs):
-        return out
-    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
-                                                         enable_gqa=k.shape[1] != q.shape[1])
-    return out.copy_(y)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "sdpa", "attention", prob, path, dev)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
+                                                             enable_gqa=k.shape[1] != q.shape[1])
+        return out.copy_(y)
+    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # BSHD
+    _launch(d, "sdpa", path, dev, {"Q": qs.data_ptr(), "K": ks.data_ptr(), "V": vs.data_ptr(), "O": out.data_ptr()})
+    return out
 
 
 sdpa = torch.library.custom_op("rocke_aot::sdpa", sdpa_impl, mutates_args=())
