@@ -269,3 +269,17 @@ def test_swap_routes_linear_and_conv_modules_without_a_mode(served):
     assert y.shape == (3, 48) and d.served == {"linear": 1, "conv2d": 1} and len(rec.launches) == 2
     (f,) = d.summary()["fallbacks"]
     assert f["op"] == "conv2d" and "groups=2" in f["reason"]
+
+
+def test_the_eager_path_only_for_plain_inference_tensors(served):
+    d, rec = served
+    w = torch.nn.Parameter(_x(48, 64))
+    x = _x(3, 64)
+    assert ops.eager(x, w.detach()) and not ops.eager(x.to("meta"), w.detach())
+    assert not ops.eager(x, w)  # autograd wants a backward: the op, which has none, not a wrong gradient
+    with rtorch.prebuilt():
+        y = F.linear(x, w)
+    assert d.served["linear"] == 1
+    with pytest.raises(RuntimeError) as e:
+        y.float().sum().backward()
+    assert "autograd" in str(e.value).lower()
