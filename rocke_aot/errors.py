@@ -172,6 +172,12 @@ class RuntimeUnavailable(RockeError):
     """No GPU runtime (binding, driver library) or no device on this host: a named skip."""
 
 
+class NotServedError(RockeError):
+    """rocke_aot.torch under the strict policy: a call no prebuilt kernel serves (no candidate in
+    the cache, or an argument no family takes); the message names the problem and, where a build
+    would serve it, the `rocke-aot build` command."""
+
+
 class CacheAccessError(CacheError):
     """The store cannot be opened, reached or written: an unknown URL scheme, a directory that
     does not exist, a read-only file, a full disk, an unreachable or refusing server."""

@@ -70,7 +70,7 @@ class SimRuntime(Runtime):
     def synchronize(self) -> None:
         pass
 
-    def _launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int) -> None:
+    def _launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int, stream: int = 0) -> None:
         grid_sim, lowered = fn
         if tuple(block) != (grid_sim.threads, 1, 1) or tuple(grid[1:]) != (1, 1):
             raise AssertionError(f"the simulator runs 1-D grids of {grid_sim.threads}-thread blocks, "

@@ -42,7 +42,7 @@ class ClockRuntime(Runtime):
     def upload(self, ptr, data): raise NotImplementedError
     def download(self, ptr, out): raise NotImplementedError
     def synchronize(self): pass
-    def _launch(self, fn, grid, block, params, shared): raise NotImplementedError
+    def _launch(self, fn, grid, block, params, shared, stream=0): raise NotImplementedError
 
 
 @pytest.mark.parametrize("call_ms", [0.015, 0.3, 7.0, 50.0])

@@ -6,7 +6,8 @@
         ▼
     rt.load(image) -> Module;  module.function(name) -> Function
     rt.alloc / upload / download / free        device buffers (plain allocations, no managed memory)
-    rt.launch(fn, grid, block, kernargs)       kernargs: the packed kernel-argument buffer
+    rt.launch(fn, grid, block, kernargs, shared, stream)
+                                               kernargs: the packed kernel-argument buffer
                                                (runner/pack.py), laid out by the artifact's
                                                launch contract
     rt.time(fn_call, warmup, reps) -> [ms]     device events around each call
@@ -89,7 +90,8 @@ class Runtime(abc.ABC):
     def synchronize(self) -> None: ...
 
     @abc.abstractmethod
-    def _launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int) -> None: ...
+    def _launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int,
+                stream: int = 0) -> None: ...
 
     @abc.abstractmethod
     def _events(self) -> Events: ...
@@ -98,16 +100,25 @@ class Runtime(abc.ABC):
         """Let ``fn`` launch with ``nbytes`` of dynamic shared memory (CUDA: over 48 KiB needs an
         attribute, as Triton's own launcher sets it; HIP: the LDS limit applies as it is)."""
 
-    def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], args: PackedArgs, shared: int = 0) -> None:
+    def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], args: PackedArgs, shared: int = 0,
+               stream: int = 0) -> None:
+        """Launch ``fn`` on ``stream`` (a driver stream handle as an int: 0 = the legacy default
+        stream; rocke_aot.torch passes ``torch.cuda.current_stream().cuda_stream``)."""
         if any(g <= 0 for g in grid):
             return  # an empty problem launches nothing
         buf = ctypes.create_string_buffer(args.buffer, max(len(args.buffer), 1))
         base = ctypes.addressof(buf)
         params = (ctypes.c_void_p * max(len(args.offsets), 1))(*[base + o for o in args.offsets])
-        self._launch(fn, tuple(grid), tuple(block), ctypes.addressof(params), shared)
+        self._launch(fn, tuple(grid), tuple(block), ctypes.addressof(params), shared, stream)
         # buf and params must outlive the (asynchronous) launch call; the drivers copy the
         # argument values when the call returns, so keeping them until here suffices.
         del buf, params
+
+    def launch_params(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: int, shared: int = 0,
+                      stream: int = 0) -> None:
+        """Launch with a kernelParams array the caller keeps (its address; rocke_aot.torch lays it
+        out once per shape and writes only the pointers per call). The grid must not be empty."""
+        self._launch(fn, grid, block, params, shared, stream)
 
     def hold(self) -> Callable[[float], None] | None:
         """A call that makes the device wait ``ms`` milliseconds in stream order before what is
@@ -287,8 +298,8 @@ class CudaRuntime(Runtime):
             attr = self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             self.c(self.cu.cuFuncSetAttribute(fn, attr, int(nbytes)), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
-    def _launch(self, fn, grid, block, params, shared) -> None:
-        self.c(self.cu.cuLaunchKernel(fn, *grid, *block, shared, 0, params, 0), "cuLaunchKernel")
+    def _launch(self, fn, grid, block, params, shared, stream=0) -> None:
+        self.c(self.cu.cuLaunchKernel(fn, *grid, *block, shared, stream, params, 0), "cuLaunchKernel")
 
     def hold(self) -> Callable[[float], None]:
         if self._hold_fn is None:  # JIT-compiled by the driver once, on first use
@@ -380,8 +391,8 @@ class HipRuntime(Runtime):
     def synchronize(self) -> None:
         self.c(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
 
-    def _launch(self, fn, grid, block, params, shared) -> None:
-        self.c(self.hip.hipModuleLaunchKernel(fn, *grid, *block, shared, None, params, None),
+    def _launch(self, fn, grid, block, params, shared, stream=0) -> None:
+        self.c(self.hip.hipModuleLaunchKernel(fn, *grid, *block, shared, stream or None, params, None),
                "hipModuleLaunchKernel")
 
     def _events(self):

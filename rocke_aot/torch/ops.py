@@ -1,0 +1,216 @@
+"""torch.library custom ops (namespace ``rocke_aot``) that run prebuilt kernels, with fakes.
+
+    torch.ops.rocke_aot.linear(x, weight, bias)                  -> (*x.shape[:-1], out)
+    torch.ops.rocke_aot.conv2d(x, weight, bias, stride, padding, dilation)
+                                                                 -> (n, k, oh, ow), channels_last
+    torch.ops.rocke_aot.conv_dgrad_patch(grad_output, weight, input_size)
+                                                                 -> (n, c, h, w), channels_last
+    torch.ops.rocke_aot.sdpa(q, k, v, is_causal, scale)          -> (B, H, Sq, D), strides of BSHD
+    linear_impl / conv2d_impl / conv_dgrad_patch_impl / sdpa_impl  the same, called directly in eager
+                                                                 mode (eager(): no dispatcher trip)
+
+Each has a fake (meta) implementation with the real one's shape, dtype and strides, so
+torch.compile and torch.export trace through them. The real one: the problem from the shapes
+(dispatch.py), the launch path from the process's Dispatcher (select once per new shape, the
+kernel from the host's verified local store), operands in the kernel's layout (gemm B = the
+weight transposed, made once per weight version; conv NHWC / KRSC = channels_last; attention BSHD),
+then one launch (or one per chunk) on torch's current stream. A call the cache does not serve
+follows the policy: strict raises NotServedError, report runs torch's own op and counts it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from rocke_aot.torch import dispatch as D
+from rocke_aot.torch.runtime import current, dtype_name, stream_of
+
+_WEIGHTS: OrderedDict[tuple[int, str], tuple[weakref.ref, int, Tensor]] = OrderedDict()
+MAX_WEIGHTS = 1024
+
+
+def _prepared(w: Tensor, how: str) -> Tensor:
+    """``w`` in the kernel's layout (how: "t" = transposed contiguous, "cl" = channels_last), made
+    once per weight and version (an in-place update of the weight makes it again)."""
+    key = (w.data_ptr(), how)
+    got = _WEIGHTS.get(key)
+    if got is not None and got[0]() is w and got[1] == w._version:
+        _WEIGHTS.move_to_end(key)
+        return got[2]
+    out = w.t().contiguous() if how == "t" else w.contiguous(memory_format=torch.channels_last)
+    _WEIGHTS[key] = (weakref.ref(w), w._version, out)
+    while len(_WEIGHTS) > MAX_WEIGHTS:
+        _WEIGHTS.popitem(last=False)
+    return out
+
+
+def _lookup(family: str, key: tuple, make_problem, device) -> tuple[D.Dispatcher, Any, Any]:
+    """(dispatcher, problem or Unserved, LaunchPath or Unserved) for a call whose shapes, dtypes
+    and arguments are ``key``: a dict hit after the first call (Dispatcher.fast), so a call makes
+    no problem value and runs no validation; the first call of a key asks Dispatcher.path."""
+    d = current()
+    hit = d.fast.get(key)
+    if hit is None:
+        problem = make_problem()
+        path = problem if isinstance(problem, D.Unserved) else d.path(family, problem, device)
+        hit = d.fast[key] = (problem, path)
+    return d, hit[0], hit[1]
+
+
+def _launch(d: D.Dispatcher, op: str, path: D.LaunchPath, device, pointers: dict[str, int]) -> None:
+    for name, nbytes in path.workspace.items():  # zero-filled once per path (the contract's rule)
+        ws = path.buffers.get(name)
+        if ws is None:
+            ws = path.buffers[name] = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+        pointers[name] = ws.data_ptr()
+    path(pointers, stream_of(device))
+    d.hit(op)
+
+
+def _miss(d: D.Dispatcher, op: str, family: str, problem, path, device) -> None:
+    """The policy (Dispatcher.miss): strict raises, report counts."""
+    d.miss(op, family, None if isinstance(problem, D.Unserved) else problem, path, device)
+
+
+def linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa: UP045 (torch.library reads the annotation)
+    dev = x.device
+
+    def problem():
+        if weight.dtype != x.dtype:
+            return D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
+        return D.linear_problem(tuple(x.shape), tuple(weight.shape), dtype_name(x.dtype))
+
+    d, prob, path = _lookup("gemm", ("linear", x.shape, weight.shape, x.dtype, weight.dtype, dev), problem, dev)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "linear", "gemm", prob, path, dev)
+        return torch.nn.functional.linear(x, weight, bias)
+    out = torch.empty((*x.shape[:-1], weight.shape[0]), dtype=x.dtype, device=dev)
+    a = x.reshape(-1, x.shape[-1]).contiguous()
+    _launch(d, "linear", path, dev, {"A": a.data_ptr(), "B": _prepared(weight, "t").data_ptr(), "C": out.data_ptr()})
+    return out.add_(bias) if bias is not None else out
+
+
+linear = torch.library.custom_op("rocke_aot::linear", linear_impl, mutates_args=())
+
+
+@linear.register_fake
+def _(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _conv_out(x: Tensor, weight: Tensor, stride, padding, dilation) -> tuple[int, int, int, int]:
+    from rocke_aot.variants.problems import out_extent
+
+    oh = out_extent(x.shape[2], weight.shape[2], stride[0], padding[0], dilation[0])
+    ow = out_extent(x.shape[3], weight.shape[3], stride[1], padding[1], dilation[1])
+    return (x.shape[0], weight.shape[0], oh, ow)
+
+
+def conv2d_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[int], padding: list[int],  # noqa: UP045
+                dilation: list[int]) -> Tensor:
+    dev = x.device
+
+    def problem():
+        if weight.dtype != x.dtype:
+            return D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
+        return D.conv2d_problem(tuple(x.shape), tuple(weight.shape), stride, padding, dilation, 1, dtype_name(x.dtype))
+
+    key = ("conv2d", x.shape, weight.shape, x.dtype, weight.dtype, dev, tuple(stride), tuple(padding), tuple(dilation))
+    d, prob, path = _lookup("conv_direct_fwd", key, problem, dev)
+    out = torch.empty(_conv_out(x, weight, stride, padding, dilation), dtype=x.dtype, device=dev,
+                      memory_format=torch.channels_last)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "conv2d", "conv_direct_fwd", prob, path, dev)
+        return out.copy_(torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation))
+    xc = x.contiguous(memory_format=torch.channels_last)  # NHWC (no copy when it already is)
+    _launch(d, "conv2d", path, dev, {"X": xc.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "Y": out.data_ptr()})
+    return out.add_(bias.view(1, -1, 1, 1)) if bias is not None else out
+
+
+conv2d = torch.library.custom_op("rocke_aot::conv2d", conv2d_impl, mutates_args=())
+
+
+@conv2d.register_fake
+def _(x, weight, bias, stride, padding, dilation):
+    return torch.empty(_conv_out(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
+                       memory_format=torch.channels_last)
+
+
+def conv_dgrad_patch_impl(grad_output: Tensor, weight: Tensor, input_size: list[int]) -> Tensor:
+    dev = grad_output.device
+
+    def problem():
+        return D.dgrad_patch_problem(tuple(input_size), tuple(weight.shape), tuple(grad_output.shape),
+                                     dtype_name(grad_output.dtype))
+
+    key = ("conv_dgrad_patch", grad_output.shape, weight.shape, grad_output.dtype, weight.dtype, dev,
+           tuple(input_size))
+    d, prob, path = _lookup("conv_dgrad_patch", key, problem, dev)
+    out = torch.empty(tuple(input_size), dtype=grad_output.dtype, device=dev, memory_format=torch.channels_last)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "conv_dgrad_patch", "conv_dgrad_patch", prob, path, dev)
+        from torch.nn.grad import conv2d_input
+
+        return out.copy_(conv2d_input(tuple(input_size), weight, grad_output, stride=weight.shape[-1]))
+    dy = grad_output.contiguous(memory_format=torch.channels_last)
+    _launch(d, "conv_dgrad_patch", path, dev,
+            {"dY": dy.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "dX": out.data_ptr()})
+    return out
+
+
+conv_dgrad_patch = torch.library.custom_op("rocke_aot::conv_dgrad_patch", conv_dgrad_patch_impl, mutates_args=())
+
+
+@conv_dgrad_patch.register_fake
+def _(grad_output, weight, input_size):
+    return torch.empty(tuple(input_size), dtype=grad_output.dtype, device=grad_output.device,
+                       memory_format=torch.channels_last)
+
+
+def eager(*tensors: Tensor) -> bool:
+    """Plain tensors outside any tracing: the mode and the pass call the *_impl functions
+    directly (no trip through torch's dispatcher: bench/torch_models.py overhead measures
+    both); fake, functional or meta tensors and torch.compile / export go through the op."""
+    if torch.compiler.is_compiling():
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False  # the op: no autograd formula, so a backward through it is an error, not a wrong gradient
+    return all(type(t) is Tensor and t.device.type != "meta" for t in tensors)
+
+
+def _bshd(q: Tensor) -> Tensor:
+    b, h, s, d = q.shape
+    return torch.empty_strided((b, h, s, d), (s * h * d, d, h * d, 1), dtype=q.dtype, device=q.device)
+
+
+def sdpa_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[float]) -> Tensor:  # noqa: UP045
+    dev = q.device
+
+    def problem():
+        return D.sdpa_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape), has_mask=False, dropout_p=0.0,
+                              is_causal=is_causal, scale=scale, dtype=dtype_name(q.dtype), families=D.families)
+
+    key = ("sdpa", q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, dev, is_causal, scale)
+    d, prob, path = _lookup("attention", key, problem, dev)
+    out = _bshd(q)
+    if not isinstance(path, D.LaunchPath):
+        _miss(d, "sdpa", "attention", prob, path, dev)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
+                                                             enable_gqa=k.shape[1] != q.shape[1])
+        return out.copy_(y)
+    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # BSHD
+    _launch(d, "sdpa", path, dev, {"Q": qs.data_ptr(), "K": ks.data_ptr(), "V": vs.data_ptr(), "O": out.data_ptr()})
+    return out
+
+
+sdpa = torch.library.custom_op("rocke_aot::sdpa", sdpa_impl, mutates_args=())
+
+
+@sdpa.register_fake
+def _(q, k, v, is_causal, scale):
+    return _bshd(q)
