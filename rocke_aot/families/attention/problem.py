@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rocke_aot.dtypes import MAX_EXTENT
 from rocke_aot.errors import SpecError
@@ -105,7 +105,9 @@ class AttentionProblem:
     dropout: float = 0.0
     alibi: bool = False
     mask: str | None = None
-    scale_bits: int = field(init=False, default=0)  # float32 bits of the scale (module doc)
+    # float32 bits of the scale (module doc): derived; 0 or the derived value may be given (a problem
+    # echoed as JSON reads back), any other value is refused
+    scale_bits: int = 0
 
     def __post_init__(self) -> None:
         for name in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "block_size"):
@@ -147,6 +149,9 @@ class AttentionProblem:
         bits = struct.unpack("<i", struct.pack("<f", value))[0]
         if bits == 0 or not math.isfinite(struct.unpack("<f", struct.pack("<i", bits))[0]):
             raise SpecError(f"AttentionProblem.scale {s!r} is not a finite float32")
+        if self.scale_bits not in (0, bits):
+            raise SpecError(f"AttentionProblem.scale_bits is derived from the scale ({bits} for {value!r}); "
+                            f"got {self.scale_bits!r}: give the scale instead")
         object.__setattr__(self, "scale_bits", bits)
 
     @property

@@ -29,7 +29,7 @@ of the output's), per output row of length L = the keys it sees:
         the accumulators per key block (at most L of them: 2^-21 + 2u each)
     E = all of the above, relative;  |o - O| <= 2 * (E * (sum_j P_j |v_j| + |O|)) + u_out |O| + 2^-24
 (the factor 2 covers the second-order terms; tests/test_attention.py checks that a kernel whose
-scale is off by 1% fails it and that the reference's own f16 rounding passes it).
+scale is off by 1% (f16; 10% in bf16) fails it and that the reference's own f16 rounding passes it).
 """
 
 from __future__ import annotations
