@@ -47,6 +47,15 @@ def test_what_no_kernel_serves_is_refused_by_name_with_its_reason(kw, name):
                                                "heads_kv": 8, "head_dim": 64, **kw})
 
 
+def test_variants_lists_the_refused_problems_with_their_reasons():
+    proc = subprocess.run(RA + ["variants", "--family", "triton_attention", "--arch", "gfx942", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    doc = json.loads(proc.stdout)
+    assert {x["problem"]: x["reason"] for x in doc["problem_refusals"]} == REFUSED
+    served = {(r["lane"], r["count"]) for r in doc["rows"] if r["served"]}
+    assert served == {("llvm22", 24), ("llvm24", 24)}  # 3 head dims x 2 tiles x causal or not x f16/bf16
+
+
 def test_problem_validation_and_the_derived_scale():
     for d in (64, 128, 256):
         p = _p(head_dim=d)

@@ -173,4 +173,7 @@ class AttentionProblem:
         return (self.seqlens_q or (self.seqlen_q,) * self.batch, self.seqlens_k or (self.seqlen_k,) * self.batch)
 
 
+# what `rocke-aot variants` lists for every family of this problem type (cli/variants.py)
+AttentionProblem.REFUSED = REFUSED
+
 __all__ = ["BLOCK_SIZES", "DTYPES", "HEAD_DIMS", "KV_LAYOUTS", "REFUSED", "AttentionProblem", "refusal"]
