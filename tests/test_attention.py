@@ -255,3 +255,29 @@ def test_triton_attention_compiles_ahead_of_time(tmp_path, arch, lane, pattern):
                              check=True).stdout
         assert len(re.findall(pattern, asm)) >= 2, f"no {pattern} in the {arch} attention kernel"
         assert re.search(r"v_exp_f32", asm)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_counts_do_the_definitions_work(causal):
+    """The counts' matrix work over every program equals the reference's flops (visible pairs x 4 x
+    head_dim, counted from the mask) without a mask; with the causal mask the kernel computes its
+    diagonal blocks whole (128 x 64 here: 9 key blocks per query block on average where the exact
+    pairs take 8.008), so within 1.13x."""
+    from rocke_aot.families.attention.counts import attention_counts
+    from rocke_aot.targets import Target
+
+    fam = get_family("triton_attention")
+    p = AttentionProblem(batch=2, seqlen_q=1024, seqlen_k=1024, heads_q=8, heads_kv=2, head_dim=128, causal=causal)
+    for arch, key in (("sm_90", "wgmma"), ("gfx942", "mfma"), ("gfx950", "mfma"), ("gfx1250", "wmma")):
+        t = Target.parse(arch)
+        backend = "hip" if t.is_amdgpu else "cuda"
+        spec = fam.spec_from({"dtype": "f16", "HEAD_DIM": 128, "BLOCK_M": 128, "BLOCK_N": 64,
+                              "CAUSAL": int(causal), "num_warps": 8 if backend == "cuda" else 4,
+                              "num_stages": 3 if backend == "cuda" else 1})
+        c = attention_counts(spec, p, t)
+        tiles = spec.launch_formulas().tiles(p)
+        total = 2 * tiles * c.steps * c.macs  # flops: a MAC is two
+        want = flops(p)
+        assert want <= total <= want * (1.13 if causal else 1.0), (arch, total, want)
+        assert key in c.instr, (arch, c.instr)
+        assert fam.model.work(spec, p, t).steps == c.steps

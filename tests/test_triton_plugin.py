@@ -43,14 +43,19 @@ def test_a_users_triton_kernel_is_a_family_in_every_command(env, tmp_path):
     served = {(r["arch"], r["lane"]): r["count"] for r in var["rows"] if r["served"]}
     assert served[("gfx942", "llvm24")] == served[("sm_90", "llvm22")] == 4  # 2 configs x n % 16 == 0 or not
 
-    # `build` for every AMD arch (Triton 3.9, llvm24) and sm_90 (Triton 3.6, llvm22): one config, one class
+    # `build` for every AMD arch (Triton 3.9, llvm24) and sm_90 (Triton 3.6, llvm22): one config, one class.
+    # (sm_90 on llvm24 is left out: Triton 3.9's cubin carries a .nv.info attribute 0x66 the code-object
+    # check refuses, as for the in-repo Triton families; docs/triton.md)
     cache = f"sqlite:///{tmp_path}/c.sqlite"
-    args = ["build", *[a for x in ARCHES for a in ("--arch", x)], "--family", "triton_mul", "--where", "BLOCK=1024",
-            "--where", "n_class=div16", "--cache", cache, "-j", "2", "--json"]
-    first = json.loads(_ok(run_cli(env, *args, "--lane", "llvm24", "--lane", "llvm22", timeout=900)).stdout)
-    assert not first["failed"] and first["built"] >= len(ARCHES), first
-    again = json.loads(_ok(run_cli(env, *args, "--lane", "llvm24", "--lane", "llvm22", timeout=900)).stdout)
-    assert again["built"] == 0 and again["cached"] == first["built"]
+    common = ["--family", "triton_mul", "--where", "BLOCK=1024", "--where", "n_class=div16", "--cache", cache,
+              "-j", "2", "--json"]
+    amd = ["build", *[a for x in ARCHES[:-1] for a in ("--arch", x)], "--lane", "llvm24", *common]
+    nv = ["build", "--arch", "sm_90", "--lane", "llvm22", *common]
+    for args in (amd, nv):
+        first = json.loads(_ok(run_cli(env, *args, timeout=900)).stdout)
+        assert not first["failed"] and first["built"] >= 1, first
+        again = json.loads(_ok(run_cli(env, *args, timeout=900)).stdout)
+        assert again["built"] == 0 and again["cached"] == first["built"]
     rows = json.loads(_ok(run_cli(env, "cache", "ls", "--cache", cache, "--json")).stdout)
     built = {(r["arch"], r["lane"]) for r in rows if r["family"] == "triton_mul"}
     assert {("gfx90a", "llvm24"), ("gfx942", "llvm24"), ("gfx950", "llvm24"), ("gfx1250", "llvm24"),

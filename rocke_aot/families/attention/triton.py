@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rocke_aot.families.attention.counts import attention_counts, steps
 from rocke_aot.families.attention.problem import HEAD_DIMS, AttentionProblem
 from rocke_aot.families.attention.reference import REFERENCE
 from rocke_aot.variants.perf import TileWork
@@ -68,11 +69,8 @@ def accepts(spec: Any, p: AttentionProblem) -> str | None:
 
 def work(spec: Any, p: AttentionProblem, target: Any) -> TileWork:
     d, bm, bn = spec.HEAD_DIM, spec.BLOCK_M, spec.BLOCK_N
-    steps = -(-p.seqlen_k // bn)
-    if p.causal:  # a query block sees the keys up to its diagonal: about half of them on average
-        steps = max(1, -(-min(p.seqlen_k, p.seqlen_k - p.seqlen_q + bm) // bn) if p.seqlen_q == 1 else (steps + 1) // 2)
     elem = 2
-    return TileWork(threads=spec.geometry(target).threads, steps=steps, macs_per_step=2 * bm * bn * d,
+    return TileWork(threads=spec.geometry(target).threads, steps=steps(spec, p), macs_per_step=2 * bm * bn * d,
                     load_bytes_per_step=2 * bn * d * elem, lds_wavefronts_per_step=0.0, store_bytes=bm * d * elem,
                     matrix=True, double_buffer=spec.num_stages > 1, lds_bytes=2 * bn * d * elem * spec.num_stages)
 
@@ -101,7 +99,7 @@ KERNEL = TritonKernel(
     baked=({"dtype": "f16"}, {"dtype": "bf16"}),
     classes={},
     lanes=LANES, reference=REFERENCE, operation="attention", tiled=(("seqlen_q", "BLOCK_M"),),
-    accepts=accepts, work=work,
+    accepts=accepts, work=work, counts=attention_counts,
     description="SDPA forward, flash attention (Triton): BSHD, MHA/GQA/MQA, causal, sliding window; head dim "
                 "64/128/256, f16/bf16",
 )
