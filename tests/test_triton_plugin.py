@@ -74,4 +74,4 @@ def test_a_users_triton_kernel_is_a_family_in_every_command(env, tmp_path):
     assert doc["code_object"]["kernel"] == "mul_kernel" and doc["toolchain"]["triton_version"] == "3.9.0"
     asm = subprocess.run([OBJDUMP, "-d", "--mcpu=gfx1250", str(out)], capture_output=True, text=True,
                          check=True).stdout
-    assert re.search(r"v_mul_f16|v_pk_mul_f16", asm) and re.search(r"global_load", asm)
+    assert re.search(r"v_mul_f16|v_pk_mul_f16", asm) and re.search(r"global_load|buffer_load", asm)
