@@ -1,6 +1,7 @@
-"""triton_attention on an NVIDIA GPU (sm_90): every spec of its sm_90 table, built ahead of time by the
+"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table, built ahead of time by the
 host's own Triton (the GPU machine's triton 3.6.0 is the llvm22 lane's Triton), launched from the stored
-code object and launch contract (no Triton JIT), outputs NaN-poisoned, against torch in float64.
+code object and launch contract (no Triton JIT), outputs NaN-poisoned, against torch in float64. The
+native attention family: every sm_90 spec (mma.sync), lowered and ptxas'd on the host, the same checks.
 
 The reference is torch's float64 softmax(Q K^T * scale + mask) V with the mask written out here (causal
 aligned at the bottom right, a sliding window), not the family's numpy reference; the tolerance is the
@@ -98,3 +99,35 @@ def test_every_sm90_spec_matches_torch_float64(cuda_ctx, built):  # noqa: F811
                                    f"{np.abs(got - want).max():.3g}")
             checked += 1
     assert checked == 24 * len(SHAPES)
+
+
+def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
+    """The native kernel (rocke_aot/families/attention/lower.py, mma.sync) lowered here for sm_90, ptxas'd,
+    launched from its contract on the same problems, against the same torch float64 reference."""
+    from _cuda import module_image
+
+    from rocke_aot.aot.lower import lower
+    from rocke_aot.variants import table
+
+    specs = list(table.enumerate_specs("attention", "sm_90", "llvm22"))
+    assert len(specs) == 36
+    checked = 0
+    for spec in specs:
+        k = lower("attention", spec, "sm_90", "llvm22")
+        image, _ = module_image(k.ir)
+        for shape in SHAPES:
+            p = AttentionProblem(**shape, head_dim=spec.head_dim, dtype=spec.dtype, causal=bool(spec.causal))
+            rng = np.random.default_rng(checked)
+            qb, q = inputs(p.dtype, (p.batch, p.seqlen_q, p.heads_q, p.head_dim), rng)
+            kb, k_ = inputs(p.dtype, (p.batch, p.seqlen_k, p.heads_kv, p.head_dim), rng)
+            vb, v = inputs(p.dtype, (p.batch, p.seqlen_k, p.heads_kv, p.head_dim), rng)
+            out = np.full(q.size, 0xFFFF, dtype=np.uint16)
+            launch(image, k.launch, p, {"Q": qb, "K": kb, "V": vb, "O": out})
+            got = decode(out, p.dtype)
+            want = _torch_ref(p, q, k_, v).ravel()
+            lim = error_bound(p, {"Q": q.ravel(), "K": k_.ravel(), "V": v.ravel()}, want, p.dtype)
+            assert np.isfinite(got).all(), f"{spec.kernel_name} {shape}: unwritten or non-finite outputs"
+            bad = np.abs(got - want) > lim
+            assert not bad.any(), f"{spec.kernel_name} {shape}: {int(bad.sum())} of {got.size} outside the bound"
+            checked += 1
+    assert checked == 36 * len(SHAPES)

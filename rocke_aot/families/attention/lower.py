@@ -123,7 +123,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 b.store(b.extract_element(acc, c32(r)), b.gep(s_lds, [slot.v], source_etype=F32), align=4)
         kb.barrier()
         # online softmax: lane l < 16 takes row l of its warp
-        svals, keeps = [], []
+        svals = []
         mx = neg_inf
         for c in range(BN):
             slot = (warp * ROWS + my_row) * BN + c
