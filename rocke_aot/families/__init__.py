@@ -9,5 +9,5 @@ ships with the package. No layer imports this package (``.importlinter``); the r
 families by their entry points, and the recipe digest (aot/recipe.py) covers every module in it.
 
     attention/   SDPA forward (softmax(Q K^T * scale + mask) V): the problem, the numpy
-                 reference, and the Triton flash-attention kernel ``triton_attention``
+                 reference, the native kernel ``attention`` and the Triton kernel ``triton_attention``
 """

@@ -8,9 +8,12 @@
     triton_kernel.py  the @triton.jit flash-attention forward kernel (imports triton only)
     triton.py         its declaration as a family (TritonKernel -> FAMILY): the family half,
                       what `rocke_aot.families` entry point ``triton_attention`` names
+    counts.py         triton_attention's instruction counts for the hardware time model
+    native.py         ``attention``: the native kernel's family half (spec, table, model)
+    lower.py          its lowerer half (the shared lowering toolkit; llvmlite): entry point
+                      ``attention`` of ``rocke_aot.lowerers``
 
-No module here imports a compiler or rocke_aot.aot: a service host loads the family half alone.
-A Triton family's lowerer is the Triton kind's (aot/families/triton.py: a compile request), so
-it declares no lowerer entry point of its own; a native attention family would add its lowerer
-module here (``lower.py``) and its ``rocke_aot.lowerers`` entry point.
+Only lower.py imports a compiler or rocke_aot.aot (.importlinter): a service host loads the family
+half alone. A Triton family's lowerer is the Triton kind's (aot/families/triton.py: a compile
+request), so triton_attention declares no lowerer entry point of its own.
 """
