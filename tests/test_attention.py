@@ -281,3 +281,19 @@ def test_the_counts_do_the_definitions_work(causal):
         assert want <= total <= want * (1.13 if causal else 1.0), (arch, total, want)
         assert key in c.instr, (arch, c.instr)
         assert fam.model.work(spec, p, t).steps == c.steps
+
+
+def test_the_service_refuses_a_head_dim_by_name_and_answers_a_served_problem(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from rocke_aot.cache.store import Store
+    from rocke_aot.service.app import create_app
+
+    with Store.open(str(tmp_path / "c.sqlite")) as store, TestClient(create_app(store)) as c:
+        base = {"batch": 1, "seqlen_q": 512, "seqlen_k": 512, "heads_q": 8, "heads_kv": 8}
+        r = c.post("/v1/select", json={"arch": "sm_90", "family": "attention,triton_attention",
+                                       "problem": {**base, "head_dim": 512}})
+        assert r.status_code == 422 and "head_dim 512" in r.text and "refused rather than answered wrong" in r.text
+        r = c.post("/v1/select", json={"arch": "sm_90", "family": "attention,triton_attention",
+                                       "problem": {**base, "head_dim": 128}})
+        assert r.status_code == 200 and r.json()["accepted"] == []  # an empty store: nothing built yet
