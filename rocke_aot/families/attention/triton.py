@@ -75,6 +75,13 @@ def work(spec: Any, p: AttentionProblem, target: Any) -> TileWork:
                     matrix=True, double_buffer=spec.num_stages > 1, lds_bytes=2 * bn * d * elem * spec.num_stages)
 
 
+def arch_rule(target: Any, lane: Any) -> str | None:
+    if target.processor == "gfx1250" and lane.name == "llvm22":
+        return ("Triton 3.6 (LLVM 22) lowers tl.dot to FMA on gfx1250 (no v_wmma; docs/triton.md, as for "
+                "triton_matmul); Triton 3.9 (llvm24) uses WMMA")
+    return None
+
+
 def _int(name: str) -> TritonParam:
     # every int is do_not_specialize in the kernel: one build serves every shape of its config
     return TritonParam(name, "int", expr=name, specialize=False)
@@ -99,7 +106,7 @@ KERNEL = TritonKernel(
     baked=({"dtype": "f16"}, {"dtype": "bf16"}),
     classes={},
     lanes=LANES, reference=REFERENCE, operation="attention", tiled=(("seqlen_q", "BLOCK_M"),),
-    accepts=accepts, work=work, counts=attention_counts,
+    accepts=accepts, work=work, counts=attention_counts, arch_rule=arch_rule,
     description="SDPA forward, flash attention (Triton): BSHD, MHA/GQA/MQA, causal, sliding window; head dim "
                 "64/128/256, f16/bf16",
 )
