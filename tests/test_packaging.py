@@ -85,7 +85,11 @@ def test_the_wheel_carries_every_package_and_its_run_time_data(wheel):
         assert mod.relative_to(ROOT).as_posix() in names
     (eps,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(eps).decode()
-    assert "[rocke_aot.families]\ntriton_attention = rocke_aot.families.attention.triton:FAMILY" in text
+    families = text.split("[rocke_aot.families]\n")[1].split("\n\n")[0].splitlines()
+    lowerers = text.split("[rocke_aot.lowerers]\n")[1].split("\n\n")[0].splitlines()
+    assert families == ["attention = rocke_aot.families.attention.native:FAMILY",
+                        "triton_attention = rocke_aot.families.attention.triton:FAMILY"]
+    assert lowerers == ["attention = rocke_aot.families.attention.lower:lower_attention"]
     # the maintainer tooling (devtools/: golden and characterization writers) is not shipped
     assert not any(n.startswith(("tests/", "bench/", "aot/", "tools/", "devtools/", "scripts/")) for n in names)
 
