@@ -79,6 +79,17 @@ def test_the_wheel_carries_every_package_and_its_run_time_data(wheel):
     assert len(data) >= 7, data
     for p in data:
         assert p.relative_to(ROOT).as_posix() in names, f"{p} is not package data"
+    # the families shipped as plugins (rocke_aot/families/<name>/): every module, and the entry points
+    # through which the registry finds them, as it finds a third-party plugin's
+    for mod in (PACKAGE / "families").rglob("*.py"):
+        assert mod.relative_to(ROOT).as_posix() in names
+    (eps,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = zipfile.ZipFile(wheel).read(eps).decode()
+    families = text.split("[rocke_aot.families]\n")[1].split("\n\n")[0].splitlines()
+    lowerers = text.split("[rocke_aot.lowerers]\n")[1].split("\n\n")[0].splitlines()
+    assert families == ["attention = rocke_aot.families.attention.native:FAMILY",
+                        "triton_attention = rocke_aot.families.attention.triton:FAMILY"]
+    assert lowerers == ["attention = rocke_aot.families.attention.lower:lower_attention"]
     # the maintainer tooling (devtools/: golden and characterization writers) is not shipped
     assert not any(n.startswith(("tests/", "bench/", "aot/", "tools/", "devtools/", "scripts/")) for n in names)
 
@@ -143,6 +154,11 @@ def test_every_help_and_every_read_only_command_works_from_the_wheel(installed, 
     assert all("rocke-aot-rowsoftmax" in e and "ModuleNotFoundError" in e for e in got.pop("plugin_errors"))
     assert ref.pop("plugin_errors") == []
     assert got == ref
+
+    # a family that ships as a plugin of rocke-aot itself: found through the wheel's own entry point
+    fam = json.loads(_run(inst, "variants", "--family", "triton_attention", "--arch", "sm_90", "--lane", "llvm22",
+                          "--json").stdout)
+    assert [r["count"] for r in fam["rows"]] == [24], fam["rows"]
 
     assert "golden check: OK" in _run(inst, "golden", "--check", "--lane", "llvm22", "--family", "gemm").stdout
     assert "characterization check: OK" in _run(inst, "characterize", "--check", "--lane", "llvm22",

@@ -203,3 +203,30 @@ def test_the_closure_memo_is_read_only_for_the_tree_it_was_read_from(tree, tmp_h
         n = len(reads)
         assert recipe_digest(tree) == base and recipe_modules(tree) == mods and len(reads) == n + 1
         assert json.loads(memos[0].read_text())["modules"] == list(mods)
+
+
+@pytest.mark.parametrize("module", ["triton", "triton_kernel", "problem", "reference", "__init__"])
+def test_a_one_byte_edit_in_a_family_folder_moves_that_familys_key_only(module):
+    """rocke_aot/families/<name>/ (a family shipped as a plugin): its plan keys carry a digest over its
+    folder (family_digest); recipe_digest() and every other family's digest stay (nothing imports it)."""
+    from rocke_aot.aot import recipe
+
+    path = Path(recipe.__file__).resolve().parents[1] / "families" / "attention" / f"{module}.py"
+    assert "rocke_aot.families" in PACKAGES
+    assert recipe.family_packages("triton_attention") == ("rocke_aot.families.attention",)
+
+    def digests() -> tuple[str, str, str, str]:
+        recipe._FAMILY_DIGESTS.clear()
+        return (recipe.family_digest("triton_attention"), recipe.family_digest("gemm"),
+                recipe.family_digest("triton_matmul"), recipe_digest())
+
+    before = digests()
+    old = path.read_bytes()
+    try:
+        path.write_bytes(old + b"#")
+        after = digests()
+    finally:
+        path.write_bytes(old)
+    assert after[0] != before[0]
+    assert after[1:] == before[1:] and before[1] == before[3]  # a built-in family's digest is the recipe's
+    assert digests() == before

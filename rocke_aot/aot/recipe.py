@@ -40,6 +40,9 @@ A family plugin's code lives outside rocke_aot, so the plan key's digest is per 
         otherwise -> sha256(FAMILY_RULE, recipe_digest(), the declaring distribution and its
                      version, then per top-level package outside rocke_aot that defines a
                      piece of the family: every .py file under it (path \0 bytes \0))
+        a family of rocke_aot's own family folders (rocke_aot/families/<name>/, declared through
+                     the entry points like a plugin) is the second case with its folder as the
+                     package: an edit there moves its keys and no other family's
         the pieces: spec and problem types, the table's and the model's functions, the entry
         point's module and the lowerer (family_packages names them)
 
@@ -72,7 +75,11 @@ RULE_VERSION = "rocke-aot/recipe/v1"
 
 # The packages whose folders the rule reads (one import package over several folders).
 PACKAGES: tuple[str, ...] = ("rocke_aot", "rocke_aot.aot", "rocke_aot.cache", "rocke_aot.variants",
-                             "rocke_aot.service", "rocke_aot.runner", "rocke_aot.cli")
+                             "rocke_aot.service", "rocke_aot.runner", "rocke_aot.cli", "rocke_aot.families")
+# The folder of the families that ship as plugins (rocke_aot/families/<name>/): no recipe module
+# imports it (families are found through the registry), so recipe_digest() does not move when one
+# of them is edited; each such family's plan key covers its own folder (family_digest).
+FAMILY_FOLDERS = "rocke_aot.families"
 # Every module of these packages is a root (the lowering and the compile path) ...
 ROOT_PACKAGES: tuple[str, ...] = ("rocke_aot.aot.lower", "rocke_aot.aot.families", "rocke_aot.aot.compiler",
                                   "rocke_aot.aot.toolchains")
@@ -409,15 +416,20 @@ def family_packages(name: str) -> tuple[str, ...]:
     t, m = family.table, family.model
     pieces = [family.spec_type, family.problem_type, t.baked, t.knobs, t.make_spec, t.check, t.spec_from_dict,
               t.arch_rule, t.paths, m.accepts, m.efficiency, m.work, m.counts, family.lowerer]
-    mods = [_module_of(p) for p in pieces]
+    kernel = getattr(family.spec_type, "KERNEL", None)  # a Triton family: its kernel's module
+    mods = [_module_of(p) for p in pieces] + ([kernel.module, *kernel.sources] if kernel is not None else [])
     value = family.source.value.partition(":")[0]
     mods.append(value or None)
-    tops = {mod.split(".")[0] for mod in mods if mod}
+    folder = FAMILY_FOLDERS.split(".")
+    tops = {".".join(mod.split(".")[:len(folder) + 1]) if mod.split(".")[:len(folder)] == folder
+            and len(mod.split(".")) > len(folder) else mod.split(".")[0] for mod in mods if mod}
     return tuple(sorted(x for x in tops if x != "rocke_aot" and x not in sys.stdlib_module_names
                         and x != "builtins"))
 
 
 def _package_files(top: str) -> list[tuple[str, Path]]:
+    """Every .py file of package ``top`` (a top-level package, or one of rocke_aot's family
+    folders), named by its path from the package (``top/x.py``)."""
     spec = importlib.util.find_spec(top)
     if spec is None:
         raise RecipeError(f"package {top} defines part of a family but cannot be found to hash its source")
@@ -425,7 +437,8 @@ def _package_files(top: str) -> list[tuple[str, Path]]:
         out = []
         for loc in spec.submodule_search_locations:
             root = Path(loc)
-            out += [(f"{top}/{p.relative_to(root).as_posix()}", p) for p in root.rglob("*.py")]
+            out += [(f"{top}/{p.relative_to(root).as_posix()}", p) for p in root.rglob("*.py")
+                    if "__pycache__" not in p.parts]
         return sorted(out)
     if spec.origin is None or not spec.origin.endswith(".py"):
         raise RecipeError(f"module {top} defines part of a family but has no Python source to hash "

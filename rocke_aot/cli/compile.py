@@ -8,6 +8,9 @@
                     -> validate (aot/codeobject.py) -> write -o; print metadata (--json)
     compile --ir FILE skips lowering and compiles that IR (the kernel name is then read
     from the code object).
+    A Triton family (variants/triton.py) lowers to a Triton compile request, not LLVM IR: the
+    toolchain is chosen for the input the family's spec type consumes (``compile_input``:
+    "triton"), as the build plan chooses it, so the lane's Triton compiles it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import click
 
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
+from rocke_aot.aot.families import get_family
 from rocke_aot.aot.lower import lower
 from rocke_aot.cli.options import ARCH, emit_json, json_object_arg, json_option, lanes_option, lanes_or_env
 
@@ -96,13 +100,15 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
     Example:
         rocke-aot compile --arch gfx942 --lane llvm22 --spec '{"path": "mfma"}' -o k.hsaco
         rocke-aot compile --arch sm_90 --lane llvm22 -o k.cubin --json
+        rocke-aot compile --family triton_matmul --arch gfx942 --lane llvm24 -o mm.hsaco   # Triton 3.9
     """
     lane_obj = _lane(lane)
     if ir_file is not None and spec is not None:
         raise click.UsageError("--ir and --spec exclude each other")
     # Chosen before lowering, by the same function the build plan uses: a (lane, arch) that
     # `rocke-aot build` refuses for want of a toolchain is refused here, with the same message.
-    tc = tcs.toolchain_for(lane_obj, arch)
+    consumes = getattr(get_family(family).spec_type, "compile_input", "llvm-ir")
+    tc = tcs.toolchain_for(lane_obj, arch, consumes=consumes)
     if ir_file is not None:
         ir, kernel, kernel_name = ir_file.read_text(), None, None
     else:
@@ -131,6 +137,7 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
         "kernel": kernel.as_dict() if kernel else None,
         "code_object": info.as_dict(),
         "log": result.log,
+        "triton": (result.extra or {}).get("triton"),  # a Triton build: its cache entry (shared memory, ...)
     }
     if as_json:
         emit_json(doc)
@@ -152,5 +159,8 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
         click.echo(f"registers  {info.vgpr_count} per thread  barriers {info.barrier_count}  "
                    f"block {info.max_flat_workgroup_size} threads")
         click.echo(f"memory     shared {info.lds_bytes} B  local {info.private_segment_bytes} B/thread")
+    if doc["triton"]:
+        click.echo(f"triton     {doc['triton']['triton_version']}  shared {doc['triton']['shared']} B (dynamic, "
+                   f"launched with the kernel)  warps {doc['triton']['num_warps']}")
     for line in result.log.splitlines():
         click.echo(f"log: {line}", err=True)

@@ -8,6 +8,10 @@ Each served row also says whether a recorded arch-domain characterization backs 
 (aot/characterize.py ``backing``: every intrinsic its golden cases use is "ok" on that lane's
 measured toolchain) or whether it is "unvalidated" (no toolchain of that lane was measured).
 
+A family whose problem type declares ``REFUSED`` ({what: reason}: problems no kernel of it serves,
+refused on construction by name, e.g. attention's head dims 80/96/512) has them listed too
+(``problem_refusals`` in --json): they are decided on the problem, not per arch and lane.
+
 Exit code 1 when the tables are incomplete (a registered lane some family neither
 serves nor refuses on purpose), so CI catches it from the command line as well. A plugin
 whose family failed to load is listed as broken (``plugin_errors``); the rest is unaffected.
@@ -17,12 +21,13 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rocke_aot.aot import characterize, golden
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.variants import table
-from rocke_aot.variants.families import plugin_errors
+from rocke_aot.variants.families import get_family, plugin_errors
 
 
 @click.command("variants")
@@ -49,8 +54,11 @@ def variants(families, arches, lanes, as_json: bool) -> int:
     refusals += [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": f"path {p}", "reason": why}
                  for r in rows if r.served for p, why in r.paths.items() if why != "served"]
     broken = [str(e) for e in plugin_errors()]  # not listed above; every other family is
+    problem_refusals = [{"family": f, "problem": what, "reason": why}
+                        for f in dict.fromkeys(r.family for r in rows)
+                        for what, why in (getattr(get_family(f).problem_type, "REFUSED", None) or {}).items()]
     if as_json:
-        emit_json({"rows": [r.as_dict() for r in rows], "refusals": refusals,
+        emit_json({"rows": [r.as_dict() for r in rows], "refusals": refusals, "problem_refusals": problem_refusals,
                    "total": sum(r.count for r in rows), "holes": [str(h) for h in holes],
                    "plugin_errors": broken})
         return 1 if holes else 0
@@ -70,6 +78,13 @@ def variants(families, arches, lanes, as_json: bool) -> int:
         for x in refusals:
             ref.add_row(x["family"], x["arch"], x["lane"], x["scope"], x["reason"])
         con.print(ref)
+    if problem_refusals:
+        pref = Table(title="problems refused by every spec (by name, on the problem)")
+        for col in ("family", "problem", "reason"):
+            pref.add_column(col, overflow="fold")
+        for x in problem_refusals:
+            pref.add_row(x["family"], x["problem"], escape(x["reason"]))
+        con.print(pref)
     con.print(f"total specs: {sum(r.count for r in rows)}")
     for h in holes:
         con.print(f"[red]INCOMPLETE[/red] {h}")

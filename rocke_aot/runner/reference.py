@@ -193,7 +193,8 @@ def reference_of(family: str) -> str:
     from rocke_aot.variants.families import get_family
 
     kernel = getattr(get_family(family).spec_type, "KERNEL", None)
-    return getattr(kernel, "reference", "") or family
+    ref = getattr(kernel, "reference", "")
+    return ref if isinstance(ref, str) and ref else family  # a Reference object is the family's own
 
 
 def semantics(family: str) -> Semantics:

@@ -340,6 +340,12 @@ def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[s
         w = torch.randn(p.k, p.c, p.p, p.p, device=d, dtype=dt)
         name, fn = "torch.nn.grad.conv2d_input", lambda: torch.nn.grad.conv2d_input(
             (p.n, p.c, p.h, p.w), w, dy, stride=p.p)
+    elif _operation(family) == "attention":
+        got = _sdpa_vendor(p, torch, dt, d)
+        if got is None:
+            return None, None
+        fns = got
+        name, fn = fns[0]
     else:
         return None, None
     # timed as the candidates are (runtime.interleaved_times: the warm-up floor, then each call
@@ -355,5 +361,49 @@ def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[s
     # in clock cycles (2 GHz: at least ``ms`` at the H200's 1.98 GHz boost and any lower clock)
     sleep = getattr(torch.cuda, "_sleep", None)
     hold = (lambda ms: sleep(int(ms * 2e6))) if sleep is not None else None
+    if _operation(family) == "attention":  # flash and cuDNN: the faster is the vendor
+        runs = interleaved_times([f for _, f in fns], events, torch.cuda.synchronize, warmup=warmup, reps=reps,
+                                 hold=hold)
+        meds = [(statistics.median(t), n) for (n, _), t in zip(fns, runs)]
+        best, name = min(meds)
+        return name, best
     times = interleaved_times([fn], events, torch.cuda.synchronize, warmup=warmup, reps=reps, hold=hold)[0]
     return name, statistics.median(times)
+
+
+def _operation(family: str) -> str:
+    from rocke_aot.variants.families import get_family
+
+    return get_family(family).op
+
+
+def _sdpa_vendor(p: Any, torch: Any, dt: Any, d: str) -> list | None:
+    """torch.nn.functional.scaled_dot_product_attention on the problem, one callable per backend
+    that runs it (flash, cuDNN), or None where torch's SDPA cannot state the problem: a sliding
+    window, paged KV or ragged lengths, or a causal mask with 1 < seqlen_q != seqlen_k (torch's
+    is_causal aligns at the top left; the family's at the bottom right: equal when seqlen_q ==
+    seqlen_k, and no mask at all for one query token)."""
+    if p.window or p.kv_layout != "contiguous" or p.varlen:
+        return None
+    if p.causal and p.seqlen_q not in (1, p.seqlen_k):
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(p.batch, p.heads_q, p.seqlen_q, p.head_dim, device=d, dtype=dt)
+    k = torch.randn(p.batch, p.heads_kv, p.seqlen_k, p.head_dim, device=d, dtype=dt)
+    v = torch.randn(p.batch, p.heads_kv, p.seqlen_k, p.head_dim, device=d, dtype=dt)
+    causal = p.causal and p.seqlen_q > 1
+    gqa = p.heads_kv != p.heads_q
+    out = []
+    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def fn(backend=backend):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                        scale=p.softmax_scale, enable_gqa=gqa)
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except RuntimeError:  # this backend does not take the problem (head dim, GQA, dtype)
+            continue
+        out.append((f"torch sdpa ({label})", fn))
+    return out or None

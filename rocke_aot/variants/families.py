@@ -548,7 +548,16 @@ def family_names() -> tuple[str, ...]:
 
 
 def builtin_family_names() -> tuple[str, ...]:
-    """The families rocke-aot itself ships (its goldens, characterization and tests cover these)."""
+    """The families rocke-aot itself ships (its goldens, characterization and tests cover these): the
+    built-ins, and the families of rocke_aot/families/ that rocke-aot declares through its own entry
+    points (plugins of the distribution rocke-aot; the plugins are read in first)."""
+    _discover()
+    return tuple(n for n in _REGISTRY if _SOURCES[n].builtin or _SOURCES[n].distribution == BUILTIN.distribution)
+
+
+def installed_builtin_names() -> tuple[str, ...]:
+    """The families installed as built in (variants/builtin.py and in-process registrations from inside
+    rocke_aot), without reading the plugins in: what an import-time loop may walk."""
     return tuple(n for n in _REGISTRY if _SOURCES[n].builtin)
 
 
@@ -615,5 +624,6 @@ def problem_from_dict(family: object, d: object) -> Any:
 
 __all__ = ["BUILTIN", "families_for_select", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
            "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
-           "get_family", "has_lowerer", "import_entry_point", "install", "plugin_errors", "plugin_source", "problem_from_dict",
+           "get_family", "has_lowerer", "import_entry_point", "install", "installed_builtin_names", "plugin_errors",
+           "plugin_source", "problem_from_dict",
            "register", "register_lowerer"]

@@ -102,7 +102,9 @@ class TritonKernel:
     classes: Mapping[str, tuple[str, ...]]
     lanes: Mapping[str, Serve | Refuse]
     description: str = ""
-    reference: str = ""  # the runner's semantics this kernel computes (runner/reference.py), if any
+    # what it computes, for the runner to verify against: the name of one of the runner's semantics
+    # (runner/reference.py SEMANTICS: "gemm", "softmax"), or the family's own Reference (a plugin's)
+    reference: str | families.Reference = ""
     operation: str = ""  # Family.operation: what it computes, shared with the families it is ranked beside
     tiled: tuple[tuple[str, str], ...] = ()  # (problem field, constexpr of its tile): the efficiency dims
     accepts: Callable[[Any, Any], str | None] = lambda spec, problem: None
@@ -390,13 +392,28 @@ def _model(kernel: TritonKernel) -> Model:
     return Model(accepts, efficiency, work, counts)
 
 
-def register_triton(kernel: TritonKernel) -> families.Family:
-    """Register a Triton kernel as a family (variants/families.py's registry, like every family)."""
+def triton_family(kernel: TritonKernel) -> families.Family:
+    """The Family of a Triton kernel, not registered: what a ``rocke_aot.families`` entry point gives
+    (docs/triton-plugins.md). The registry installs it like any plugin's family; its lowerer is
+    the Triton kind's (aot/families/triton.py), attached by kind: no lowerer entry point."""
+    if not isinstance(kernel, TritonKernel):
+        raise SpecError(f"triton_family() takes a TritonKernel, got {type(kernel).__name__}")
+    ref = kernel.reference
+    if not isinstance(ref, (str, families.Reference)):
+        raise SpecError(f"TritonKernel {kernel.family}: reference must be a semantics name or a "
+                        f"rocke_aot.variants.families.Reference, got {type(ref).__name__}")
     spec_type = _spec_type(kernel)
-    fam = families.Family(kernel.family, spec_type, kernel.problem_type, _table(kernel, spec_type), _model(kernel),
-                          kernel.description or f"Triton kernel {kernel.module}:{kernel.function}",
-                          operation=kernel.operation)
-    return families.register(fam)
+    return families.Family(kernel.family, spec_type, kernel.problem_type, _table(kernel, spec_type), _model(kernel),
+                           kernel.description or f"Triton kernel {kernel.module}:{kernel.function}",
+                           reference=ref if isinstance(ref, families.Reference) else None,
+                           operation=kernel.operation)
+
+
+def register_triton(kernel: TritonKernel) -> families.Family:
+    """Register a Triton kernel as a family in this process (variants/families.py's registry, like
+    every family): the in-repo kernels and scripts; a package declares ``triton_family(kernel)``
+    through its entry point instead."""
+    return families.register(triton_family(kernel))
 
 
 def is_triton(family: object) -> bool:
@@ -404,4 +421,4 @@ def is_triton(family: object) -> bool:
 
 
 __all__ = ["CLASSES", "SCRATCH", "TritonKernel", "TritonParam", "TritonSpecBase", "is_triton", "register_triton",
-           "source_digests", "sys_path_for"]
+           "source_digests", "sys_path_for", "triton_family"]

@@ -83,7 +83,7 @@ for _name, _raw in BUILTIN_LOWERERS:
 # Every Triton family (variants/triton.py) lowers to a compile request with its own contract
 # (the parameters Triton specializes away, its scratch pointers): one lowerer for the kind.
 # (A plugin's Triton family gets the same lowerer when get_family below first sees it.)
-for _name in registry.builtin_family_names():  # no plugin discovery at import: that is lazy
+for _name in registry.installed_builtin_names():  # no plugin discovery at import: that is lazy
     if is_triton(registry.get_family(_name)):
         register_lowerer(_name, lower_triton)
 

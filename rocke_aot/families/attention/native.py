@@ -1,0 +1,192 @@
+"""attention: the native FlashAttention-2 style forward kernel (family half: spec, table, model).
+
+    AttentionSpec(dtype, head_dim, causal, warps, path)
+        one work-group = ``warps`` warps of 16 query rows each (BLOCK_M = 16 x warps) of one (batch,
+        query head); the matrix instruction of the target (mfma 16x16x16 on gfx90a/gfx942/gfx950, wmma
+        16x16x32 on gfx1250, mma.sync m16n8k16 on sm_90: rows per instruction 16 everywhere, so the
+        launch is target-independent) computes S = Q K^T and O += P V; lower.py is the lowerer half
+    launch  grid x = ceil_div(seqlen_q, BLOCK_M) * batch * heads_q (query block fastest), the same
+        arguments as triton_attention's (Q, K, V, O, lengths, heads, window, scale_bits) minus Triton's
+        scratch pointers
+    model   accepts: head dim, causal, dtype, dense layout (paged / varlen / LSE: not in this kernel yet);
+        efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits
+
+What this first kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; K and
+V fragments are read straight from global memory (no LDS staging, no async copies: the AMD main-loop
+paths of issue 37 are not used yet); S goes through LDS so each lane of a warp's first 16 takes one
+row's online softmax (max, exp2, sum) and writes P back for the P V fragments. Correct first, fast later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rocke_aot.arch import ArchInfo
+from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.families.attention.problem import DTYPES, HEAD_DIMS, AttentionProblem
+from rocke_aot.families.attention.reference import REFERENCE
+from rocke_aot.launch import ArgDef, LaunchFormulas
+from rocke_aot.targets import Target
+from rocke_aot.variants._fields import check_known
+from rocke_aot.variants.families import Family
+from rocke_aot.variants.models import Efficiency, Model, combine, dim
+from rocke_aot.variants.perf import TileWork
+from rocke_aot.variants.table import FamilyTable, Refuse, Serve
+
+ROWS = 16  # query rows per warp (every target's instruction has m = 16 in the shape used)
+WARPS = (1, 2, 4)
+SHAPES = {"mfma": "16x16x16", "wmma": "16x16x32", "mma": "m16n8k16"}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    threads: int
+    wave: int
+    instr: Any  # rocke_aot.mma.MmaInstr
+    block_m: int
+    block_n: int  # keys per step: a multiple of the instruction's n (S) and k (P V)
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    dtype: str = "f16"
+    head_dim: int = 128
+    causal: int = 0
+    warps: int = 4
+    path: str = "mfma"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise SpecError(f"attention spec dtype {self.dtype!r} not in {DTYPES}")
+        if self.head_dim not in HEAD_DIMS:
+            raise SpecError(f"attention spec head_dim {self.head_dim!r} not in {HEAD_DIMS}")
+        if self.causal not in (0, 1) or type(self.causal) is not int:
+            raise SpecError(f"attention spec causal must be 0 or 1, got {self.causal!r}")
+        if self.warps not in WARPS:
+            raise SpecError(f"attention spec warps {self.warps!r} not in {WARPS}")
+        if self.path not in SHAPES:
+            raise SpecError(f"attention spec path {self.path!r} not in {tuple(SHAPES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(sorted(asdict(self).items()))
+
+    @classmethod
+    def from_dict(cls, d: object) -> AttentionSpec:
+        check_known(cls, d, "attention spec")
+        return cls(**d)  # type: ignore[arg-type]
+
+    @property
+    def kernel_name(self) -> str:
+        return f"attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}_{self.path}_w{self.warps}"
+
+    @property
+    def block_m(self) -> int:
+        return ROWS * self.warps
+
+    def geometry(self, target: object) -> Geometry:
+        from rocke_aot import mma
+
+        t = Target.parse(target)
+        shape = SHAPES[self.path]
+        if self.path == "mma":
+            ins = mma.select(t.processor, "mma", self.dtype)
+        else:
+            ins = mma.select(t.processor, self.path, self.dtype, shape)
+        if ins.m != ROWS:
+            raise CapabilityError(f"{ins.key} has {ins.m} rows; the attention kernel takes 16 per warp")
+        wave = t.info.wave_size if t.is_amdgpu else 32
+        if ins.wave_size != wave:
+            raise CapabilityError(f"{ins.key} is a wave{ins.wave_size} instruction; {t.processor} runs wave{wave}")
+        n = ins.n
+        bn = n * ins.k // _gcd(n, ins.k)
+        return Geometry(self.warps * wave, wave, ins, self.block_m, bn)
+
+    def launch_formulas(self) -> LaunchFormulas:
+        bm = self.block_m
+        q = "batch * seqlen_q * heads_q * head_dim"
+        kv = "batch * seqlen_k * heads_kv * head_dim"
+        return LaunchFormulas(
+            problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits"),
+            lets=(("tiles", f"ceil_div(seqlen_q, {bm}) * batch * heads_q"),),
+            grid=("tiles", "1", "1"),
+            args=(ArgDef("Q", "global_pointer", self.dtype, q, "read_only"),
+                  ArgDef("K", "global_pointer", self.dtype, kv, "read_only"),
+                  ArgDef("V", "global_pointer", self.dtype, kv, "read_only"),
+                  ArgDef("O", "global_pointer", self.dtype, q, "write_only"),
+                  ArgDef("seqlen_q", "scalar", "i32", "seqlen_q"), ArgDef("seqlen_k", "scalar", "i32", "seqlen_k"),
+                  ArgDef("heads_q", "scalar", "i32", "heads_q"), ArgDef("heads_kv", "scalar", "i32", "heads_kv"),
+                  ArgDef("window", "scalar", "i32", "window"), ArgDef("scale_bits", "scalar", "i32", "scale_bits")))
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _baked(target: Target, lane: Any) -> list[dict[str, Any]]:
+    return [{"dtype": dt, "head_dim": d, "causal": c} for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
+
+
+def _knobs(baked: Any, target: Target, lane: Any) -> dict[str, tuple]:
+    return {"warps": WARPS}
+
+
+def _paths(target: Target, lane: Any) -> tuple[str, ...]:
+    if not target.is_amdgpu:
+        return ("mma",)
+    return ("wmma",) if target.info.wave_size == 32 else ("mfma",)
+
+
+def _make(baked: Any, knobs: Any) -> AttentionSpec:
+    return AttentionSpec(**baked, **knobs)
+
+
+TABLE = FamilyTable(
+    family="attention",
+    lane_decisions={"llvm20": Refuse("the native attention lowering is checked on LLVM 22 and later only"),
+                    "llvm22": Serve("llvmlite's LLVM 22: AMDGPU and NVPTX"),
+                    "llvm23": Serve("AMD's LLVM 23: AMDGPU"),
+                    "llvm24": Serve("LLVM 24's AMDGPU code generator")},
+    baked=_baked, knobs=_knobs, make_spec=_make, check=lambda spec, target: spec.geometry(target),
+    spec_from_dict=AttentionSpec.from_dict, paths=_paths)
+
+
+def accepts(spec: AttentionSpec, p: AttentionProblem) -> str | None:
+    if p.dtype != spec.dtype:
+        return f"the kernel is built for {spec.dtype}, the problem is {p.dtype}"
+    if p.head_dim != spec.head_dim:
+        return f"the kernel is built for head_dim {spec.head_dim}, the problem has {p.head_dim}"
+    if bool(p.causal) != bool(spec.causal):
+        return f"the kernel is built {'causal' if spec.causal else 'without a causal mask'}"
+    if p.kv_layout != "contiguous" or p.varlen or p.lse:
+        return "the native kernel takes dense BSHD problems (paged KV, variable lengths, LSE: not yet)"
+    n = max(p.batch * p.seqlen_q * p.heads_q, p.batch * p.seqlen_k * p.heads_kv) * p.head_dim * 2
+    if n > 2**31 - 1:
+        return f"a tensor of {n} bytes is over the 2 GiB the kernel's 32-bit offsets address"
+    return None
+
+
+def efficiency(spec: AttentionSpec, p: AttentionProblem, info: ArchInfo) -> Efficiency:
+    return combine([dim("seqlen_q", p.seqlen_q, spec.block_m)], spec.launch_formulas().tiles(p), info)
+
+
+def work(spec: AttentionSpec, p: AttentionProblem, target: Any) -> TileWork:
+    g = spec.geometry(target)
+    steps = max(1, -(-p.seqlen_k // g.block_n))
+    d = spec.head_dim
+    return TileWork(threads=g.threads, steps=steps, macs_per_step=2 * g.block_m * g.block_n * d,
+                    load_bytes_per_step=2 * g.block_n * d * 2 * spec.warps, lds_wavefronts_per_step=0.0,
+                    store_bytes=g.block_m * d * 2, matrix=True, double_buffer=False,
+                    lds_bytes=spec.warps * ROWS * g.block_n * 6 + spec.warps * ROWS * 8)
+
+
+MODEL = Model(accepts, efficiency, work)
+
+FAMILY = Family("attention", AttentionSpec, AttentionProblem, TABLE, MODEL,
+                "SDPA forward, FlashAttention-2 style from the shared lowering: MFMA / WMMA / mma.sync; "
+                "BSHD, MHA/GQA/MQA, causal, sliding window; head dim 64/128/256, f16/bf16",
+                reference=REFERENCE, operation="attention")
+
+__all__ = ["FAMILY", "MODEL", "TABLE", "AttentionSpec", "Geometry"]

@@ -1,0 +1,116 @@
+"""triton_attention: the Triton flash-attention forward kernel (triton_kernel.py) declared as a family,
+exactly as a user declares their own @triton.jit kernel from their package (docs/triton-plugins.md).
+
+    KERNEL = TritonKernel(module, function, params (the kernel's parameters in order, each with the
+             formula of its value or buffer size over the problem's int fields), problem type, the
+             launch grid, configs per target (the constexpr grid: head dim x tile x causal, with
+             num_warps / num_stages), baked dtypes, lanes, reference, model functions)
+    FAMILY = triton_family(KERNEL)     what the ``rocke_aot.families`` entry point
+                                       ``triton_attention`` names (rocke-aot's pyproject.toml)
+
+Serves dense BSHD problems (contiguous KV, equal lengths) with head dims 64/128/256, f16/bf16,
+causal or not, any sliding window and scale, MHA/GQA/MQA; refuses each other problem with its
+reason in ``accepts`` (paged KV, variable lengths, LSE output: not in this kernel yet).
+Operation "attention": a select ranks it beside every other attention family on AttentionProblem.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rocke_aot.families.attention.counts import attention_counts, steps
+from rocke_aot.families.attention.problem import HEAD_DIMS, AttentionProblem
+from rocke_aot.families.attention.reference import REFERENCE
+from rocke_aot.variants.perf import TileWork
+from rocke_aot.variants.table import Refuse, Serve
+from rocke_aot.variants.triton import TritonKernel, TritonParam, triton_family
+
+LANES = {
+    "llvm20": Refuse("no Triton on LLVM 20 is qualified here (Triton 3.6 is built on LLVM 22, 3.9 on LLVM 24)"),
+    "llvm22": Serve("Triton built on LLVM 22 (Triton 3.6, what the NVIDIA GPU machine runs)"),
+    "llvm23": Refuse("Triton is not built on AMD's LLVM 23"),
+    "llvm24": Serve("Triton built on LLVM 24 (Triton 3.9)"),
+}
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim and backend. CUDA: the tiles of Triton's
+# fused-attention tutorial, pipelined 2-3 deep through shared memory. HIP: one stage (AMD's
+# software pipelining keeps K/V in LDS; gfx942 has 64 KiB of it), smaller K/V tiles at 256.
+TILES = {
+    "cuda": {64: ((128, 64, 4, 3), (64, 64, 4, 3)),
+             128: ((128, 64, 8, 3), (64, 64, 4, 3)),
+             256: ((64, 64, 4, 2), (128, 32, 8, 2))},
+    "hip": {64: ((128, 64, 4, 1), (64, 64, 4, 1)),
+            128: ((128, 64, 4, 1), (64, 32, 4, 1)),
+            256: ((64, 32, 4, 1), (128, 32, 8, 1))},
+}
+
+
+def configs(target: Any) -> tuple[dict[str, int], ...]:
+    backend = "hip" if target.is_amdgpu else "cuda"
+    return tuple(dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=c, num_warps=w, num_stages=s)
+                 for d in HEAD_DIMS for bm, bn, w, s in TILES[backend][d] for c in (0, 1))
+
+
+def accepts(spec: Any, p: AttentionProblem) -> str | None:
+    if p.head_dim != spec.HEAD_DIM:
+        return f"the kernel is built for head_dim {spec.HEAD_DIM}, the problem has {p.head_dim}"
+    if bool(p.causal) != bool(spec.CAUSAL):
+        return f"the kernel is built {'causal' if spec.CAUSAL else 'without a causal mask'}; the problem is " \
+               f"{'causal' if p.causal else 'not causal'}"
+    if p.kv_layout != "contiguous":
+        return "triton_attention reads contiguous KV; paged KV (block tables) is not in this kernel yet"
+    if p.varlen:
+        return "triton_attention takes equal lengths per batch; variable lengths (seqlens_q / seqlens_k) are not " \
+               "in this kernel yet"
+    if p.lse:
+        return "triton_attention writes no log-sum-exp output"
+    return None
+
+
+def work(spec: Any, p: AttentionProblem, target: Any) -> TileWork:
+    d, bm, bn = spec.HEAD_DIM, spec.BLOCK_M, spec.BLOCK_N
+    elem = 2
+    return TileWork(threads=spec.geometry(target).threads, steps=steps(spec, p), macs_per_step=2 * bm * bn * d,
+                    load_bytes_per_step=2 * bn * d * elem, lds_wavefronts_per_step=0.0, store_bytes=bm * d * elem,
+                    matrix=True, double_buffer=spec.num_stages > 1, lds_bytes=2 * bn * d * elem * spec.num_stages)
+
+
+def arch_rule(target: Any, lane: Any) -> str | None:
+    if target.processor == "gfx1250" and lane.name == "llvm22":
+        return ("Triton 3.6 (LLVM 22) lowers tl.dot to FMA on gfx1250 (no v_wmma; docs/triton.md, as for "
+                "triton_matmul); Triton 3.9 (llvm24) uses WMMA")
+    return None
+
+
+def _int(name: str) -> TritonParam:
+    # every int is do_not_specialize in the kernel: one build serves every shape of its config
+    return TritonParam(name, "int", expr=name, specialize=False)
+
+
+KERNEL = TritonKernel(
+    family="triton_attention", module="rocke_aot.families.attention.triton_kernel", function="attention_fwd_kernel",
+    params=(
+        TritonParam("q_ptr", "pointer", "$dtype", "batch * seqlen_q * heads_q * head_dim", "read_only", label="Q"),
+        TritonParam("k_ptr", "pointer", "$dtype", "batch * seqlen_k * heads_kv * head_dim", "read_only", label="K"),
+        TritonParam("v_ptr", "pointer", "$dtype", "batch * seqlen_k * heads_kv * head_dim", "read_only", label="V"),
+        TritonParam("o_ptr", "pointer", "$dtype", "batch * seqlen_q * heads_q * head_dim", "write_only", label="O"),
+        _int("seqlen_q"), _int("seqlen_k"), _int("heads_q"), _int("heads_kv"), _int("window"), _int("scale_bits"),
+        TritonParam("HEAD_DIM", "constexpr"), TritonParam("BLOCK_M", "constexpr"), TritonParam("BLOCK_N", "constexpr"),
+        TritonParam("CAUSAL", "constexpr"),
+    ),
+    problem_type=AttentionProblem,
+    problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits"),
+    lets=(("tiles", "ceil_div(seqlen_q, BLOCK_M) * batch * heads_q"),),
+    grid=("ceil_div(seqlen_q, BLOCK_M)", "batch * heads_q", "1"),
+    configs=configs,
+    baked=({"dtype": "f16"}, {"dtype": "bf16"}),
+    classes={},
+    lanes=LANES, reference=REFERENCE, operation="attention", tiled=(("seqlen_q", "BLOCK_M"),),
+    accepts=accepts, work=work, counts=attention_counts, arch_rule=arch_rule,
+    description="SDPA forward, flash attention (Triton): BSHD, MHA/GQA/MQA, causal, sliding window; head dim "
+                "64/128/256, f16/bf16",
+)
+
+FAMILY = triton_family(KERNEL)
+
+__all__ = ["FAMILY", "KERNEL", "LANES", "TILES", "accepts", "configs", "work"]
