@@ -242,6 +242,29 @@ class KernelModule:
         self.lds_bytes = 0
         self.dynamic_lds_bytes = 0
 
+    # The target's ABI, which every subclass (amdgpu.AmdgpuModule, nvptx.NvptxModule) gives.
+    def workitem_id(self) -> ir.Value:
+        """This thread's index in its work-group (x)."""
+        raise NotImplementedError(f"{type(self).__name__} has no work-item id")
+
+    def workgroup_id(self) -> ir.Value:
+        """This work-group's index in the grid (x)."""
+        raise NotImplementedError(f"{type(self).__name__} has no work-group id")
+
+    def barrier(self) -> None:
+        """A work-group barrier."""
+        raise NotImplementedError(f"{type(self).__name__} has no barrier")
+
+    def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
+        """The target's matrix instruction ``key`` (capability checked for ``op``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no matrix instruction")
+
+    def ir_builder(self) -> ir.IRBuilder:
+        """The builder of the kernel's body (define_kernel starts it)."""
+        if self.builder is None:
+            raise ValueError(f"{self.name}: define_kernel first; no kernel body is being built")
+        return self.builder
+
     def require(self, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
         """Refuse ``op`` for this lane now, before any IR for it exists."""
         lanes.require(self.lane, capability=capability, min_lane=min_lane, op=op)

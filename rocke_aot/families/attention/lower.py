@@ -35,7 +35,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     ins, wave, BN, D, W = g.instr, g.wave, g.block_n, spec.head_dim, spec.warps
     kb = kernel_for(spec.kernel_name, target, lane, g.threads)
     Qp, Kp, Vp, Op, SQ, SK, HQ, HKV, WIN, SB = kb.define_kernel(spec.launch_formulas().args)
-    b = kb.builder
+    b = kb.ir_builder()
     mfn = kb.matrix_op(ins.key, ins.capability, "attention")
     exp2 = ir.Function(kb.module, ir.FunctionType(F32, [F32]), "llvm.exp2.f32")
     c32 = lambda v: ir.Constant(I32, v)  # noqa: E731

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rocke_aot.dtypes import MAX_EXTENT
 from rocke_aot.errors import SpecError
@@ -87,6 +88,7 @@ def _lengths(name: str, v: object, batch: int, longest: int) -> tuple[int, ...] 
 
 @dataclass(frozen=True)
 class AttentionProblem:
+    REFUSED: ClassVar[dict[str, str]]  # set below: what `rocke-aot variants` lists as refused
     batch: int
     seqlen_q: int
     seqlen_k: int

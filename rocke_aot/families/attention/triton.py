@@ -25,7 +25,7 @@ from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.table import Refuse, Serve
 from rocke_aot.variants.triton import TritonKernel, TritonParam, triton_family
 
-LANES = {
+LANES: dict[str, Serve | Refuse] = {
     "llvm20": Refuse("no Triton on LLVM 20 is qualified here (Triton 3.6 is built on LLVM 22, 3.9 on LLVM 24)"),
     "llvm22": Serve("Triton built on LLVM 22 (Triton 3.6, what the NVIDIA GPU machine runs)"),
     "llvm23": Refuse("Triton is not built on AMD's LLVM 23"),
