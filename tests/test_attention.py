@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rocke_aot.cache.store import Store
 from rocke_aot.errors import SpecError
 from rocke_aot.families.attention.problem import REFUSED, AttentionProblem
 from rocke_aot.families.attention.reference import error_bound, flops, gather_paged, sdpa, visible_pairs
@@ -205,7 +206,7 @@ def test_a_select_without_kernels_prints_the_build_command_that_reads_back(tmp_p
     p = {"batch": 1, "seqlen_q": 4096, "seqlen_k": 4096, "heads_q": 32, "heads_kv": 8, "head_dim": 128,
          "causal": True}
     url = f"sqlite:///{tmp_path}/c.sqlite"
-    subprocess.run(RA + ["cache", "stats", "--cache", url], capture_output=True, check=True, timeout=120)
+    Store.open(url, create=True).close()  # an empty store (read commands never create one)
     proc = subprocess.run(RA + ["select", "--arch", "sm_90", "--family", "triton_attention", "--cache", url,
                                 "--problem", json.dumps(p)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -56,3 +56,22 @@ def test_broken_imports_are_named_within_the_bound_and_every_other_family_works(
     assert rows["rowsoftmax"]["status"] == "ok"  # the thief did not take its spec type
     assert all(rows[f]["status"] == "ok" for f in registry.builtin_family_names())
     assert took < 60  # the slow import was not waited for (it sleeps 120 s)
+
+
+def test_spec_owners_rocke_aots_own_family_folders_and_triton_specs_made_for_their_family():
+    """The owner rule admits rocke-aot's own families (their package is their folder) and a Triton
+    family's registry-made spec type for that family only; a plugin naming either is refused."""
+    from rocke_aot.families.attention.native import AttentionSpec
+    from rocke_aot.variants.families import FamilySource, _spec_owner_problem, get_family
+
+    own = FamilySource("plugin", "rocke-aot", "0.1.0", "attention", "rocke_aot.families.attention.native:FAMILY")
+    assert _spec_owner_problem(AttentionSpec, own, "attention") is None
+    thief = FamilySource("plugin", "evil-plugin", "1.0", "attention2", "evil_pkg.family:FAMILY")
+    assert "not in the plugin's own package 'evil_pkg'" in _spec_owner_problem(AttentionSpec, thief, "attention2")
+    # another of rocke-aot's folders may not take it either
+    other = FamilySource("plugin", "rocke-aot", "0.1.0", "x", "rocke_aot.families.other.family:FAMILY")
+    assert _spec_owner_problem(AttentionSpec, other, "x") is not None
+    triton_spec = get_family("triton_attention").spec_type
+    t_src = FamilySource("plugin", "rocke-aot", "0.1.0", "triton_attention", "rocke_aot.families.attention.triton:FAMILY")
+    assert _spec_owner_problem(triton_spec, t_src, "triton_attention") is None
+    assert _spec_owner_problem(triton_spec, thief, "attention2") is not None  # made for another family

@@ -402,8 +402,8 @@ def test_the_example_builds_validates_selects_serves_and_fetches(example, broken
     sel = _json(run_cli(env, "select", "--arch", "gfx942", "--family", "rowsoftmax", "--problem", json.dumps(problem),
                         "--cache", str(cache), "--explain", "--json"))
     assert [c["key"] for c in sel["accepted"]] == [arts["gfx942", "f16"].key] and sel["model"] == "hardware"
-    why = {r["key"]: (r["reason"], r["detail"]) for r in sel["rejected"]}
-    assert why[arts["gfx942", "f32"].key] == ("spec does not accept the problem", "dtype: problem is f16, spec is baked for f32")
+    why = {r["key"]: r["reason"] for r in sel["rejected"]}  # the service's shape: "rule: detail"
+    assert why[arts["gfx942", "f32"].key] == "spec does not accept the problem: dtype: problem is f16, spec is baked for f32"
     assert set(why) == {arts["gfx942", "f32"].key, arts["gfx942", "bf16"].key}  # sm_90's are not gfx942 candidates
 
     # A real server whose environment also holds broken plugins: it serves the example, says why not the rest.

@@ -356,16 +356,28 @@ def install(obj: object, source: FamilySource) -> Family:
         raise refuse(str(e)) from None
 
 
-def _spec_owner_problem(spec_type: type, source: FamilySource) -> str | None:
+def _spec_owner_problem(spec_type: type, source: FamilySource, family: str) -> str | None:
     """A plugin's spec type must be its own: defined in the package its entry point names (a
     subclass of another family's spec is its own type). Otherwise a plugin loaded first could
-    take another plugin's (or a built-in's) spec type, and the rightful family would be refused."""
-    home = source.value.split(":", 1)[0].split(".", 1)[0]
+    take another plugin's (or a built-in's) spec type, and the rightful family would be refused.
+    Two owners are not a package: a Triton family's spec type, which the registry makes for that
+    family (variants/triton.py, ``KERNEL.family``), and rocke-aot's own families, whose package is
+    their folder (``rocke_aot.families.<name>``)."""
+    kernel = getattr(spec_type, "KERNEL", None)
     mod = getattr(spec_type, "__module__", "") or ""
-    if mod.split(".", 1)[0] != home or home == "rocke_aot":
-        return (f"spec type {spec_type.__name__} is defined in {mod!r}, not in the plugin's own package {home!r}: "
-                f"a family's spec type belongs to the family that defines it (subclass it in your package)")
-    return None
+    if mod == "rocke_aot.variants.triton" and getattr(kernel, "family", None) == family:
+        return None
+    ep_module = source.value.split(":", 1)[0]
+    if source.distribution == "rocke-aot" and ep_module.startswith("rocke_aot.families."):
+        home = ".".join(ep_module.split(".")[:3])
+        if mod == home or mod.startswith(home + "."):
+            return None
+    else:
+        home = ep_module.split(".", 1)[0]
+        if mod.split(".", 1)[0] == home and home != "rocke_aot":
+            return None
+    return (f"spec type {spec_type.__name__} is defined in {mod!r}, not in the plugin's own package {home!r}: "
+            f"a family's spec type belongs to the family that defines it (subclass it in your package)")
 
 
 _TABLE_FUNCTIONS = ("baked", "knobs", "make_spec", "check", "spec_from_dict", "arch_rule", "paths", "baked_for")
@@ -446,7 +458,7 @@ def _load(ep: importlib.metadata.EntryPoint) -> None:
                               f"a family name belongs to one distribution", plugin=ep.name,
                               distribution=source.distribution, family=ep.name)
         obj = import_entry_point(ep, source, ep.name)
-        owner = _spec_owner_problem(obj.spec_type, source) if isinstance(obj, Family) else None
+        owner = _spec_owner_problem(obj.spec_type, source, ep.name) if isinstance(obj, Family) else None
         if owner:
             raise PluginError(f"{source.describe()}: {owner}", plugin=ep.name, distribution=source.distribution,
                               family=ep.name)
