@@ -11,6 +11,8 @@ for EVERY (arch, lane) pair.
         .make_spec(baked, knobs) -> spec     (raises SpecError/CapabilityError = not in grid)
         .check(spec, target)     -> None     (the spec's own arch checks: LDS, threads, tiles;
                                               and any grid rule of the table's own)
+        .lane_check(spec, target, lane) -> None  (a spec refused on one lane by name, with the
+                                              measured reason: conv_dgrad_patch's llvm23 spills)
         .baked_for(problem)      -> {baked params} | None   the baked set a problem needs
                                               (build --problems: a layer's own grid)
 
