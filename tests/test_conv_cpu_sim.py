@@ -196,6 +196,10 @@ MMA_PATCH = [
     ("gfx950", ConvDgradPatchSpec(c=3, p=4, tile_h=4, tile_w=8, r_blk=4, k_chunk=16, path="mfma"), (1, 13, 10, 40)),
     ("gfx1250", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path="wmma"),
      (1, 31, 29, 33)),
+    # B transposed in LDS (ConvDgradPatchSpec.lds_b_transposed, issue 37): padded columns, a K
+    # tail (45 = 2 x 16 + 13, 19 = 16 + 3) and border pixels
+    ("gfx942", ConvDgradPatchSpec(c=4, p=14, tile_h=4, tile_w=8, r_blk=7, k_chunk=16, path="mfma"), (1, 31, 43, 45)),
+    ("gfx950", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=14, k_chunk=16, path="mfma"), (1, 30, 29, 19)),
 ]
 
 

@@ -193,7 +193,26 @@ def test_patch_dgrad_layout_is_the_lowerers(path, pad):
     assert s.lds_bytes() == 2 * (32 * (16 + pad) + 16 * (96 + pad))
 
 
-@pytest.mark.parametrize("path", ["mma", "fma"])
+def test_patch_dgrad_b_is_transposed_on_the_amd_matrix_paths():
+    """mfma: B is [cols_padded][k_chunk + B_T_PAD] after A (a lane's B fragment, consecutive K of
+    one column, is contiguous) up to B_T_MAX_ELEMS; mma, fma, wmma and larger B keep
+    [k_chunk][cols_padded + pad]."""
+    from rocke_aot.variants.conv import B_T_PAD
+
+    s = ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16, path="mfma")
+    assert s.lds_b_transposed
+    for path in ("mma", "wmma", "fma"):
+        assert not ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16,
+                                      path=path).lds_b_transposed
+    big = ConvDgradPatchSpec(dtype="f16", c=4, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=32, path="mfma")
+    assert big.k_chunk * big.cols_padded > 12288 and not big.lds_b_transposed
+    base = 32 * 16  # A: 32 pixels x 16 channels, unpadded on the AMD paths
+    assert s.lds_b_index(0, 0) == base and s.lds_b_index(1, 0) == base + 1
+    assert s.lds_b_index(0, 1) == base + 16 + B_T_PAD
+    assert s.lds_bytes() == 2 * (base + 96 * (16 + B_T_PAD))
+
+
+@pytest.mark.parametrize("path", ["mma", "fma", "mfma", "wmma"])
 def test_patch_dgrad_staging_walks_the_same_layout(path):
     """The staging copy's addresses (e plus the padding before it) are the fragment reads'
     lds_a_index / lds_b_index at every staged element, padded or not."""

@@ -40,6 +40,15 @@ from rocke_aot.variants.problems import out_extent
 PATHS = ("mfma", "wmma", "mma", "fma")  # mma: NVPTX mma.sync (sm_90)
 PATCH_SIZES = (4, 14, 16)
 COL_TILE = 16  # dgrad_patch: GEMM columns are padded to whole 16-column tiles
+B_T_PAD = 4  # dgrad_patch, mfma: elements after each transposed B row (lds_b_transposed)
+# dgrad_patch, mfma: B is transposed only up to this many staged B elements (k_chunk x
+# cols_padded). Measured on every served f16 mfma spec, both layouts (llvm22, gfx942 and gfx950,
+# bench/results/bench-raw/conv-dgrad-b-layout-{kn,transposed}.jsonl): the interior loop loses
+# 5-25% of its instructions everywhere, but past 16384 elements (r_blk 14 / 16 at k_chunk 32)
+# VGPRs climb to 212-256 and p14c4 r14 kc32 spills (37 VGPRs on gfx942 t4x8, 2 on gfx950 t4x4),
+# and p14c4 r7 kc32 (12800) spills 12-13 SGPRs where it spilled none; up to 12288: at most 182
+# VGPRs, no new spill
+B_T_MAX_ELEMS = 12288
 FMA_TARGET_THREADS = 256  # fma: a block aims at this many threads
 MAX_ACC_PER_THREAD = 64  # mma tiles x result registers per lane
 MAX_FMA_PER_THREAD = 16  # fma accumulators per thread: more needs ~300 VGPRs (measured on gfx942)
@@ -326,15 +335,28 @@ class ConvDgradPatchSpec(_ConvSpec):
         return self.k_chunk + self.lds_row_pad
 
     @property
+    def lds_b_transposed(self) -> bool:
+        """B stored [cols_padded][k_chunk + B_T_PAD] on mfma up to B_T_MAX_ELEMS (issue 37): an
+        mfma lane's B fragment is consecutive K of one column, so each fragment read is one 8- or
+        16-byte LDS read (ds_read_b64 / read2_b64) instead of element reads (ds_read_u16), as
+        gemm's b_lds "nk". NVPTX mma, fma and gfx1250's wmma (measured: its p14c3 r7 loop grew
+        599 -> 719 instructions) keep [k_chunk][cols_padded + pad]."""
+        return self.path == "mfma" and self.k_chunk * self.cols_padded <= B_T_MAX_ELEMS
+
+    @property
     def lds_b_stride(self) -> int:
-        return self.cols_padded + self.lds_row_pad
+        """Elements between two LDS rows of B (a K row; a column when transposed)."""
+        return self.k_chunk + B_T_PAD if self.lds_b_transposed else self.cols_padded + self.lds_row_pad
 
     def lds_a_index(self, row: Any, kk: Any) -> Any:
         """Element index of A[row][kk]: dY rows [rows][k_chunk + pad]."""
         return row * self.lds_a_stride + kk
 
     def lds_b_index(self, kk: Any, col: Any) -> Any:
-        """Element index of B[kk][col]: weights [k_chunk][cols_padded + pad] after A."""
+        """Element index of B[kk][col]: weights [k_chunk][cols_padded + pad] after A, or
+        [cols_padded][k_chunk + B_T_PAD] (lds_b_transposed)."""
+        if self.lds_b_transposed:
+            return self.rows * self.lds_a_stride + col * self.lds_b_stride + kk
         return self.rows * self.lds_a_stride + kk * self.lds_b_stride + col
 
     # The staging copy (aot/families/conv_dgrad_patch.py) walks A and B element by element in
@@ -348,12 +370,15 @@ class ConvDgradPatchSpec(_ConvSpec):
 
     def lds_b_staged(self, e: Any, kk: Any) -> Any:
         """lds_b_index(kk, col) of the e-th staged B element (kk = e // cols_padded)."""
+        if self.lds_b_transposed:
+            return self.lds_b_index(kk, e - kk * self.cols_padded)
         at = e + self.rows * self.lds_a_stride
         return at + kk * self.lds_row_pad if self.lds_row_pad else at
 
     def lds_elems(self) -> int:
         """LDS elements of the block: A and B with their row padding."""
-        return self.rows * self.lds_a_stride + self.k_chunk * self.lds_b_stride
+        b_rows = self.cols_padded if self.lds_b_transposed else self.k_chunk
+        return self.rows * self.lds_a_stride + b_rows * self.lds_b_stride
 
     def staged_elems(self) -> int:
         """Elements one reduction step copies from global memory into LDS (no padding)."""

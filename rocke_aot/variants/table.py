@@ -11,6 +11,8 @@ for EVERY (arch, lane) pair.
         .make_spec(baked, knobs) -> spec     (raises SpecError/CapabilityError = not in grid)
         .check(spec, target)     -> None     (the spec's own arch checks: LDS, threads, tiles;
                                               and any grid rule of the table's own)
+        .lane_check(spec, target, lane) -> None  (a spec refused on one lane by name, with the
+                                              measured reason: conv_dgrad_patch's llvm23 spills)
         .baked_for(problem)      -> {baked params} | None   the baked set a problem needs
                                               (build --problems: a layer's own grid)
 
@@ -109,6 +111,9 @@ class FamilyTable:
     # True: the family's own compiler decides which targets a lane builds (a Triton family:
     # its toolchain's probes), not the lane's emission profile (which only LLVM IR goes through)
     own_targets: bool = False
+    # Per lane, a spec refused by name on that lane only (SpecError with the measured reason): a
+    # point one lane's compiler builds badly (conv_dgrad_patch's VGPR spills on AMD's LLVM 23).
+    lane_check: Callable[[Any, Target, Lane], Any] = lambda spec, target, lane: None
 
     def audit(self, spec_type: type, *, grid: bool = True, limit: int = 5) -> list[str]:
         """What is wrong with this table, as sentences (empty: nothing). The registry runs it on
@@ -272,7 +277,8 @@ def _points(table: FamilyTable, target: Target, lane: Lane,
             yield baked, dict(zip(names, values))
 
 
-def _admit(table: FamilyTable, target: Target, baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> tuple[Any, str]:
+def _admit(table: FamilyTable, target: Target, baked: Mapping[str, Any], knobs: Mapping[str, Any],
+           lane: Lane) -> tuple[Any, str]:
     """(spec, "admitted"), or (None, why) when the point is not in the grid on this arch (the
     spec's own checks or a grid rule of the table: tile, LDS or thread limits). The one place a
     point is admitted: the default enumeration and the workload-driven grids (layer_grid) both
@@ -280,6 +286,7 @@ def _admit(table: FamilyTable, target: Target, baked: Mapping[str, Any], knobs: 
     try:
         spec = table.make_spec(baked, knobs)
         table.check(spec, target)
+        table.lane_check(spec, target, lane)
     except (SpecError, CapabilityError) as e:
         return None, str(e)
     return spec, "admitted"
@@ -288,7 +295,7 @@ def _admit(table: FamilyTable, target: Target, baked: Mapping[str, Any], knobs: 
 def _enumerate(table: FamilyTable, target: Target, lane: Lane) -> tuple[Any, ...]:
     out, seen = [], set()
     for baked, knobs in _points(table, target, lane):
-        spec, _ = _admit(table, target, baked, knobs)
+        spec, _ = _admit(table, target, baked, knobs, lane)
         if spec is not None and spec not in seen:
             seen.add(spec)
             out.append(spec)
@@ -345,9 +352,9 @@ def layer_points(family: str, arch: object, lane: object, baked: Mapping[str, An
     (arch, lane), in the grid's order, uncached (a select's no-candidate answer walks it until a
     spec runs its problem: a server keeps nothing per problem). The (arch, lane) must be served
     (``admission``)."""
-    table, target = _table(family), _target(arch)
-    for b, knobs in _points(table, target, _lane(lane), (dict(baked),)):
-        yield _admit(table, target, b, knobs)
+    table, target, lane = _table(family), _target(arch), _lane(lane)
+    for b, knobs in _points(table, target, lane, (dict(baked),)):
+        yield _admit(table, target, b, knobs, lane)
 
 
 @functools.lru_cache(maxsize=256)  # a build asks once per (family, arch, lane, layer); ~12 KB each
@@ -546,6 +553,7 @@ def _audit_grid(table: FamilyTable, spec_type: type, target: Target, lane: Lane,
         try:
             spec = table.make_spec(baked, knobs)
             table.check(spec, target)
+            table.lane_check(spec, target, lane)
         except (SpecError, CapabilityError):
             continue
         except Exception as e:  # noqa: BLE001

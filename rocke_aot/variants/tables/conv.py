@@ -118,6 +118,28 @@ def _patch_check(spec: ConvDgradPatchSpec, target: Target) -> None:
                         f"(k_chunk {spec.k_chunk} measured dominated on sm_90)")
 
 
+# Specs a lane builds only with VGPR spills to scratch, refused on that lane by name (issue 37: no
+# spills on any lane). Measured with each lane's own compiler on the lowered IR, register counts
+# and spills from `llvm-readelf-22 --notes` (tests/test_gemm_amd_isa.py test_lane_spill_refusals
+# re-measures them). The same IR builds at 164-203 VGPRs with no VGPR spill on llvm22 and llvm24.
+LANE_SPILL_REFUSALS: Mapping[str, Mapping[str, str]] = {
+    "llvm23": {
+        "conv_dgrad_patch_f16_p14c4_fma_t2x4_r14_kc32":
+            "AMD's LLVM 23 spills 155 VGPRs to 624 bytes of scratch on gfx942 and gfx950 (142 / 572 on "
+            "gfx90a, 75 / 304 on gfx1250); llvm22 and llvm24 build it at 164-203 VGPRs, no spill",
+        "conv_dgrad_patch_f16_p14c3_fma_t2x4_r14_kc32":
+            "AMD's LLVM 23 spills 12 VGPRs to 52 bytes of scratch on gfx942 and holds 247-256 VGPRs on "
+            "gfx90a, gfx950 and gfx1250 (the limit); llvm22 and llvm24 build it at 179-180 VGPRs, no spill",
+    },
+}
+
+
+def _patch_lane_check(spec: ConvDgradPatchSpec, target: Target, lane: Lane) -> None:
+    why = LANE_SPILL_REFUSALS.get(lane.name, {}).get(spec.kernel_name)
+    if why and target.info.family == "amdgcn":
+        raise SpecError(f"{spec.kernel_name} is refused on {lane.name}: {why}")
+
+
 CONV_DGRAD_PATCH = FamilyTable(
     family="conv_dgrad_patch",
     lane_decisions={"llvm20": SERVE, "llvm22": SERVE, "llvm23": SERVE, "llvm24": _LLVM24},
@@ -125,6 +147,7 @@ CONV_DGRAD_PATCH = FamilyTable(
     knobs=_patch_knobs,
     make_spec=_patch_make,
     check=_patch_check,
+    lane_check=_patch_lane_check,
     spec_from_dict=ConvDgradPatchSpec.from_dict,
     paths=matrix_paths,
     baked_for=_patch_baked_for,
