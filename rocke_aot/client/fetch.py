@@ -1,28 +1,30 @@
 """Fetch kernels for a GPU host: from its local store, else from its sources in order.
 
     Fetcher(sources=[mirror..., service], store=LocalStore(...), root_key=pinned)
-    accepted()   once per Fetcher: root.json + index.json (+ manifest.json when it moved) from
-                 the first source whose metadata passes client/trusted.py's checks
+    accepted()   once per Fetcher: TUF's refresh (python-tuf's ngclient: root chain, timestamp,
+                 snapshot, targets) from the first source whose metadata verifies
+                 (client/trusted.py); offline: what this host verified last, not re-verified
     get(key)
-      the manifest lists key? ──no──> NotInManifestError (no source can make it trusted)
+      the target "kernels/<key>" in its hashed bin (that bin only is fetched and verified)?
+          ──no──> NotInManifestError (no source can make it trusted)
       the signed entry's inputs hash to key? ──no──> IntegrityError
       a local blob with the signed sha256 and size (read verified)? ──> the kernel, no request
           │ no                     offline (ROCKE_AOT_OFFLINE=1) ──> OfflineMiss
       for each source, in order:
           source.blob(signed sha256, signed size)  (bounded; anything else: BlobMismatchError)
-          ──> LocalStore.put_blob (the bytes only: the record is the signed entry, in
-              trust/manifest.json) ──> the next get answers locally
+          ──> LocalStore.put_blob (the bytes only: the record is the signed target's custom
+              field, in the host's verified bin) ──> the next get answers locally
       a source that fails (down, 404, wrong bytes, bad metadata) hands over to the next; when
       every one failed, the error of the first that answered wrongly is raised (else the first)
     get_many(keys, workers=$ROCKE_AOT_FETCH_WORKERS or 8)
       accepted() once, then get(key) for every key on a bounded thread pool: the transfers,
       nginx's or the service's work, sha256 and zstd (which release the GIL) and the file
       writes overlap, over the sources' kept-alive connections (one connection pool per source).
-      The signature is checked once per manifest, never per blob. Every key is tried; the
+      The metadata is verified once per Fetcher and bin, never per blob. Every key is tried; the
       first failure in the order given is raised after the others ended (what verified is kept)
 
     insecure (no pinned key, insecure=True / ROCKE_AOT_INSECURE=1; warns): the service's
-    unsigned record instead of the manifest (strict: its inputs must hash to the key asked,
+    unsigned record instead of the signed target (strict: its inputs must hash to the key asked,
     the record schema holds), bytes that start as the arch's code objects do (ELF header);
     a local copy answers only if one of this Fetcher's sources sent it (its origin), else it
     is fetched again and replaced
@@ -165,16 +167,16 @@ class Fetcher:
             return self._get_unsigned(key, device, family, check or _no_check)
         check = check or _no_check
         acc = self.accepted()
-        entry = acc.manifest.kernels.get(key)
+        entry = acc.kernel(key)
         if entry is None:
-            raise NotInManifestError(f"kernel {key} is not listed by manifest version {acc.manifest.version} "
-                                     f"(from {acc.source})")
+            raise NotInManifestError(f"kernel {key} is not a target of the signed metadata (snapshot version "
+                                     f"{acc.version}, from {acc.source})")
         # the signed record: its inputs must hash to the key (IntegrityError: no source can fix it)
         signed = Kernel.from_record({**entry, "key": key, "origin": {}})
         _answers(signed, device, family, f"the signed record of {key}")
-        origin = {"signed": True, "manifest_version": acc.manifest.version, "generation": entry.get("generation")}
+        origin = {"signed": True, "snapshot_version": acc.version, "generation": entry.get("generation")}
         raw = self._local_blob(signed.sha256, signed.size)
-        if raw is not None:  # the bytes the manifest names, however they got here
+        if raw is not None:  # the bytes the signed target names, however they got here
             k = replace(signed, code_object=raw, origin={"source": str(self.store.root), **origin})
             check(k)
             return k
@@ -252,7 +254,7 @@ def _signed_from(src: Source, signed: Kernel, origin: dict, acc: Accepted) -> Ke
         raw = src.blob(signed.sha256, signed.size)
     except IntegrityError as e:
         raise BlobMismatchError(f"kernel {signed.key} from {src.url}: {e} "
-                                f"(manifest version {acc.manifest.version})") from None
+                                f"(snapshot version {acc.version})") from None
     return replace(signed, code_object=raw, origin={"source": src.url, **origin})
 
 

@@ -19,7 +19,7 @@
                                            GET /v1/kernels/<key>/meta a server's record (unsigned)
                                            GET /v1/blobs/<sha256>     zstd frame or raw bytes
                                            GET /v1/triton/<key>       a Triton cache entry
-    MirrorSource(url)    any HTTP server:  GET <url>/<name>           signed metadata
+    MirrorSource(url)    any HTTP server:  GET <url>/metadata/<name>  signed TUF metadata
                                            GET <url>/blobs/<sha256>.zst  a zstd frame
                                            GET <url>/triton/<key>.json   a Triton cache entry
                          (triton_path(key): where each keeps the entry client/triton_cache.py reads)
@@ -157,9 +157,12 @@ class Source(abc.ABC):
             return NotFoundError(f"{ans.url}: 404")
         return SourceError(f"{ans.where} -> {ans.status}")
 
-    def metadata(self, name: str) -> bytes:
-        """A signed metadata document (root.json, index.json, manifest.json) as sent."""
-        body, headers = self.get(self._metadata_path(name), MAX_METADATA, JSON_HEADERS)
+    def metadata(self, name: str, limit: int = MAX_METADATA) -> bytes:
+        """A signed TUF metadata file (1.root.json, timestamp.json, 7.snapshot.json, 7.bins-0a.json,
+        ...) as sent, at most ``limit`` bytes."""
+        if not name.endswith(".json") or "/" in name or name.startswith("."):
+            raise SpecError(f"{name!r} is not a metadata file name")
+        body, headers = self.get(self._metadata_path(name), min(limit, MAX_METADATA), JSON_HEADERS)
         enc = headers.get("content-encoding", "identity").strip().lower()
         if enc not in ("", "identity"):
             raise MalformedAnswerError(f"{name} from {self.url} came with Content-Encoding {enc[:40]!r}; "
@@ -282,7 +285,7 @@ class MirrorSource(Source):
     kind = "mirror"
 
     def _metadata_path(self, name: str) -> str:
-        return f"/{name}"
+        return f"/metadata/{name}"
 
     def triton_path(self, key: str) -> str:
         return f"/triton/{key}.json"

@@ -38,6 +38,7 @@ from __future__ import annotations
 import base64
 import math
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -62,6 +63,7 @@ from rocke_aot.client.sources import (
     document,
     field,
 )
+from rocke_aot.client.trusted import InsecureFetchWarning, pinned_key
 from rocke_aot.errors import (
     AnswerMismatchError,
     CodeObjectError,
@@ -107,8 +109,15 @@ class Client:
 
     def __init__(self, base_url: str | None, cache: str | os.PathLike | Store | None = None, token: str | None = None,
                  offline: bool | None = None, *, retries: int = 3, backoff: float = 0.2, timeout: float = 30.0,
-                 deadline_s: float | None = None, http: httpx.Client | None = None):
+                 deadline_s: float | None = None, http: httpx.Client | None = None,
+                 root_key: str | os.PathLike | None = None):
         self.offline = _env_offline() if offline is None else bool(offline)
+        # One verification path: with a pin (root_key= or $ROCKE_AOT_ROOT_KEY) every get goes
+        # through client/fetch.py's Fetcher (the signed TUF target: sha256, size, record); without
+        # one the unsigned path warns, as every client does.
+        self._pin = pinned_key(root_key)
+        self._warned = False
+        self._fetcher = None
         if base_url is None and not self.offline:
             raise SpecError("a Client needs a server URL unless it is offline")
         self.base_url = base_url.rstrip("/") if base_url else None
@@ -135,6 +144,8 @@ class Client:
 
     def close(self) -> None:
         self._source.close()
+        if self._fetcher is not None:
+            self._fetcher.close()
         if self._own_store and self._store is not None:
             self._store.close()
 
@@ -159,6 +170,13 @@ class Client:
         wherever it comes from. A server's answer is kept only after every check passed.
         """
         check_key(key)
+        if self._pin is not None:
+            return self._get_signed(key, arch, family)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(InsecureFetchWarning(
+                f"rocke_aot.service.client.Client.get without a pinned root key (${settings.ROOT_KEY}): kernels are "
+                "checked against the server's own record only, not a signature"), stacklevel=2)
         device = Target.parse(arch) if arch is not None else None
         hit = self.store.lookup_many([key]).get(key)
         local = self.store.get(key) if hit is not None and hit.ok else None
@@ -191,6 +209,35 @@ class Client:
             return local
         provenance = {**thaw(k.provenance), "origin": {"source": self.base_url, "signed": False}}
         return self.store.put(k.inputs, raw, ir_sha256=k.ir_sha256, metadata=metadata, provenance=provenance)
+
+    def _get_signed(self, key: str, arch: str | None, family: str | None) -> Artifact:
+        """``key`` through the Fetcher under the pin: the signed target decides the bytes and the
+        record; a local artifact answers only if it is those bytes."""
+        from rocke_aot.client.fetch import Fetcher
+        from rocke_aot.client.local import LocalStore
+
+        if self._fetcher is None:
+            self._fetcher = Fetcher([self._source] if not self.offline else [], LocalStore(), root_key=self._pin,
+                                    offline=self.offline)
+        k = self._fetcher.get(key, arch=arch, family=family)
+        hit = self.store.lookup_many([key]).get(key)
+        if hit is not None and hit.ok:
+            local = self.store.get(key)
+            if local.sha256 == k.sha256:
+                return local
+            raise AnswerMismatchError(f"the local store {self.store} holds other bytes ({local.sha256}) for {key} "
+                                      f"than the signed target ({k.sha256}); remove them with `rocke-aot client "
+                                      f"purge --cache <local store> --origin {origin_of(local)}`")
+        try:
+            info = validate_code_object(k.code_object, k.inputs.arch)
+            metadata = record_metadata(thaw(k.metadata), info)
+        except (CodeObjectError, RecordError) as e:
+            raise AnswerMismatchError(f"the signed kernel {key} is not the code object its record describes: "
+                                      f"{type(e).__name__}: {e}") from None
+        provenance = {**thaw(k.provenance), "origin": {"source": k.origin.get("source"), "signed": True,
+                                                       "snapshot_version": k.origin.get("snapshot_version")}}
+        return self.store.put(k.inputs, k.code_object, ir_sha256=k.ir_sha256, metadata=metadata,
+                              provenance=provenance)
 
     def get_blob(self, sha256: str) -> bytes:
         """The code object with this content hash, verified; a second call makes no request."""
@@ -248,14 +295,6 @@ class Client:
         document(ans, "the select answer")  # identity encoding, JSON, an object (named errors, before pydantic)
         return check_select(parse_select(ans.body), device, family, list(lanes) if lanes is not None else None,
                             limit, ans.url, triton_version=triton_version)
-
-    def publish_generation(self, root: str, index: str, manifest: str) -> dict[str, Any]:
-        """PUT /v1/trust: the texts of a signed generation's root.json, index.json, manifest.json."""
-        if not self.token:
-            raise Unauthorized(f"publishing needs a token (token=..., or ${ENV_TOKEN})")
-        ans = self._call("PUT", "/v1/trust", MAX_RECORD, headers={**JSON_HEADERS, "Authorization": f"Bearer {self.token}"},
-                         json_body={"root": root, "index": index, "manifest": manifest})
-        return document(ans, "the trust publish answer")
 
     def publish(self, inputs: KeyInputs, code_object: bytes, *, ir_sha256: str,
                 metadata: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -60,6 +60,13 @@ class PublicKey:
             return False
         return True
 
+    def tuf_key(self):
+        """This key as python-tuf's Key (securesystemslib SSlibKey; TUF's key id: the sha256 of
+        the key's canonical JSON, which is not ``keyid`` above)."""
+        from securesystemslib.signer import SSlibKey
+
+        return SSlibKey.from_crypto(Ed25519PublicKey.from_public_bytes(bytes.fromhex(self.public)))
+
     @classmethod
     def from_dict(cls, d: object) -> PublicKey:
         if not isinstance(d, dict) or d.get("keytype") != KEYTYPE:
@@ -83,6 +90,12 @@ class PrivateKey:
 
     def sign(self, data: bytes) -> str:
         return self._key.sign(data).hex()
+
+    def signer(self):
+        """A securesystemslib Signer of this key (what python-tuf's Metadata.sign takes)."""
+        from securesystemslib.signer import CryptoSigner
+
+        return CryptoSigner(self._key, self.public.tuf_key())
 
 
 def generate(path: str | os.PathLike) -> PublicKey:
