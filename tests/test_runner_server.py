@@ -28,8 +28,7 @@ from rocke_aot.errors import BlobMismatchError
 from rocke_aot.runner.bench import ServerSource
 from rocke_aot.service.client import Client
 from rocke_aot.service.selection import parse_problem
-from rocke_aot.trust import keys
-from rocke_aot.trust import metadata as md
+from rocke_aot.trust import keys, repo
 from rocke_aot.trust.release import release
 
 PROBLEM = {"m": 512, "n": 512, "k": 512}
@@ -43,8 +42,8 @@ def world(tmp_path_factory, kernel_bundle):
     rk, rel = keys.load_private(d / "root.key"), keys.load_private(d / "release.key")
     url = f"sqlite:///{d / 'served.sqlite'}"
     store = filled_store(url, kernel_bundle[1])
-    root = md.sign(md.make_root(1, datetime.now(timezone.utc) + timedelta(days=30), [rk.public], [rel.public]), [rk])
-    release(store, d / "signed", root, rel, version=1)
+    root = {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30), rk, [rel.public])}
+    release(store, d / "signed", root, [rel])
     with serve_process(url, extra=["--trust-dir", str(d / "signed")]) as (_, base):
         yield {"d": d, "store": store, "base": base, "pin": str(d / "root.key.pub")}
     store.close()

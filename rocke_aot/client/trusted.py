@@ -43,7 +43,15 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from rocke_aot import settings
-from rocke_aot.errors import ExpiredError, NotFoundError, RockeError, RollbackError, TrustConfigError, TrustError
+from rocke_aot.errors import (
+    AnswerTooLargeError,
+    ExpiredError,
+    NotFoundError,
+    RockeError,
+    RollbackError,
+    TrustConfigError,
+    TrustError,
+)
 from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.trust.repo import bin_of, record_of, target_path
@@ -112,6 +120,8 @@ class _SourceFetcher:
                     return source.metadata(name, limit=max_length)
                 except NotFoundError as e:
                     raise x.DownloadHTTPError(str(e), 404) from None
+                except AnswerTooLargeError as e:  # longer than the signed length (or the bound)
+                    raise x.DownloadLengthMismatchError(str(e)) from None
 
         return Fetcher()
 

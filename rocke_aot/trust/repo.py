@@ -253,13 +253,17 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
     for key in sorted(kernels):
         path = target_path(key)
         grouped[bin_of(path, bits)][path] = kernels[key]
+    delegations = Delegations(keys={s.public_key.keyid: s.public_key for s in release}, roles=None,
+                              succinct_roles=succinct)
+    same_keys = prev.targets_doc is not None and prev.targets_doc["signed"].get("delegations") == delegations.to_dict()
     written = kept = 0
     meta: dict[str, MetaFile] = {}
     files: list[tuple[str, bytes]] = []
     for name, entries in grouped.items():
         pv = prev.bins.get(name) if bits == prev.bit_length else None
+        reuse = pv is not None and same_keys  # a bin signed by keys the new targets still delegates to
         targets = {p: _entry_target(p.split("/", 1)[1], e) for p, e in entries.items()}
-        if pv is not None:
+        if reuse:
             old = _read_json(out / f"{pv}.{name}.json")
             if old is not None:
                 old_exp = datetime.strptime(old["signed"]["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
@@ -275,8 +279,6 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
         files.append((f"{md.signed.version}.{name}.json", data))
         meta[f"{name}.json"] = MetaFile(md.signed.version, length=len(data))
         written += 1
-    delegations = Delegations(keys={s.public_key.keyid: s.public_key for s in release}, roles=None,
-                              succinct_roles=succinct)
     tmd = Metadata(Targets(version=prev.targets + 1, expires=expires, targets={}, delegations=delegations,
                            spec_version=SPEC_VERSION))
     if prev.targets_doc is not None:
@@ -359,7 +361,7 @@ def _tuf_error(e: Exception, what: str) -> TrustError:
         return RollbackError(msg)
     if isinstance(e, x.UnsignedMetadataError):
         return SignatureError(msg)
-    if isinstance(e, x.LengthOrHashMismatchError):
+    if isinstance(e, x.LengthOrHashMismatchError | x.DownloadLengthMismatchError):
         return MixedGenerationError(msg)
     return TrustError(msg)
 
@@ -475,3 +477,11 @@ NAME_RE = r"^(?:[1-9][0-9]{0,9}\.)?[A-Za-z][A-Za-z0-9_-]{0,63}\.json$"  # a meta
 def versioned(name: str) -> bool:
     """Consistent-snapshot names (N.role.json) are never rewritten; timestamp.json is."""
     return name.split(".", 1)[0].isdigit()
+
+
+def signed_root(version: int, expires: datetime, root_key: PrivateKey, release_keys: list[PublicKey],
+                threshold: int = 1) -> bytes:
+    """The bytes of a root.json listing ``root_key`` and ``release_keys``, signed by ``root_key``."""
+    md = make_root(version, expires, [root_key.public], release_keys, threshold)
+    md.sign(root_key.signer())
+    return _dump(md)
