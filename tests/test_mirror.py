@@ -205,7 +205,7 @@ ATTACKS = ["tampered blob", "tampered bin", "snapshot other than the timestamp n
 def test_each_attack_is_refused_and_nothing_is_stored(world, tree, tmp_path, attack):
     d, store = world["d"], world["store"]
     a = store.find()[0]
-    state = tmp_path / "host" / "trust" / f"tuf-{keys.public_key(world['pin']).keyid[:16]}" / "state.json"
+    state = tmp_path / "host" / "trust" / f"tuf-{keys.public_key(world['pin']).keyid[:16]}" / "verified.state"
     meta = tree / "metadata"
 
     def serve(src: str):

@@ -103,7 +103,7 @@ def fetcher(world, tmp_path, **kw):
 
 
 def state_path(world, tmp_path) -> Path:
-    return tmp_path / "host" / "trust" / f"tuf-{keys.public_key(world['pin']).keyid[:16]}" / "state.json"
+    return tmp_path / "host" / "trust" / f"tuf-{keys.public_key(world['pin']).keyid[:16]}" / "verified.state"
 
 
 def nothing_stored(tmp_path) -> bool:

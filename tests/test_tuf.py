@@ -254,7 +254,7 @@ def test_two_processes_of_a_fresh_host_never_move_state_backwards(world, tree, t
                                           stdout=subprocess.PIPE, text=True) for url in (old, new, old, new)]
                 outs = [p.communicate(timeout=120)[0].strip() for p in procs]
                 assert set(outs) <= {"ok", "RollbackError"}, outs
-                state = json.loads(next((home / "trust").glob("tuf-*/state.json")).read_bytes())
+                state = json.loads(next((home / "trust").glob("tuf-*/verified.state")).read_bytes())
                 assert state["timestamp_version"] == 2, (outs, state)
     finally:
         shutil.rmtree(stale)

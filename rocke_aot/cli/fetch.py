@@ -42,7 +42,9 @@ def fetch(server, mirrors, root_key, insecure, local, output, key, as_json) -> N
         rocke-aot fetch --mirror https://cdn.example/rocke --server http://127.0.0.1:8080 \\
             --root-key root.key.pub 3f2a...e9 -o gemm.hsaco
     """
-    with Fetcher(sources_from(server, mirrors), LocalStore(local), root_key=root_key, insecure=insecure) as f:
+    offline = settings.flag(settings.OFFLINE)  # offline: no source is made (no HTTP stack loaded)
+    with Fetcher([] if offline else sources_from(server, mirrors), LocalStore(local), root_key=root_key,
+                 insecure=insecure, offline=offline) as f:
         k = f.get(key)
     if output:
         Path(output).write_bytes(k.code_object)

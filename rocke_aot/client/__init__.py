@@ -12,8 +12,18 @@ FastAPI, not SQLAlchemy, not llvmlite, not rocke_aot.aot (tests/test_client_slim
 
 from rocke_aot.client.fetch import Fetcher, OfflineMiss, sources_from
 from rocke_aot.client.local import Kernel, LocalStore
-from rocke_aot.client.sources import MirrorSource, ServiceSource, SourceError
 from rocke_aot.client.trusted import ENV_INSECURE, ENV_ROOT_KEY, InsecureFetchWarning, Trusted
+from rocke_aot.errors import SourceError
+
+
+def __getattr__(name: str):
+    """MirrorSource and ServiceSource load httpx/httpcore on first use (a warm offline fetch needs neither)."""
+    if name in ("MirrorSource", "ServiceSource"):
+        from rocke_aot.client import sources
+
+        return getattr(sources, name)
+    raise AttributeError(f"module 'rocke_aot.client' has no attribute {name!r}")
+
 
 __all__ = ["ENV_INSECURE", "ENV_ROOT_KEY", "Fetcher", "InsecureFetchWarning", "Kernel", "LocalStore", "MirrorSource",
            "OfflineMiss", "ServiceSource", "SourceError", "Trusted", "sources_from"]

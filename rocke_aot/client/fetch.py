@@ -42,11 +42,11 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from rocke_aot import settings
 from rocke_aot.cache.keys import check_key
 from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
-from rocke_aot.client.sources import MirrorSource, ServiceSource, Source
 from rocke_aot.client.trusted import (
     ENV_INSECURE,
     ENV_ROOT_KEY,
@@ -69,6 +69,9 @@ from rocke_aot.errors import (
 )
 from rocke_aot.targets import Target, compatible
 from rocke_aot.trust.keys import PublicKey
+
+if TYPE_CHECKING:  # sources (httpx, httpcore) load when a source is made: a warm offline fetch needs none
+    from rocke_aot.client.sources import Source
 
 ENV_OFFLINE = settings.OFFLINE
 ENV_FETCH_WORKERS = settings.FETCH_WORKERS
@@ -98,6 +101,8 @@ def env_workers() -> int:
 
 def sources_from(server: str | None = None, mirrors: Iterable[str] = ()) -> list[Source]:
     """Mirrors first (in the order given), then the service: the order a host tries them."""
+    from rocke_aot.client.sources import MirrorSource, ServiceSource
+
     out: list[Source] = [MirrorSource(m) for m in mirrors]
     if server:
         out.append(ServiceSource(server))
@@ -283,6 +288,8 @@ def _answers(k: Kernel, device: Target | None, family: str | None, what: str) ->
 
 
 def _unsigned_from(src: Source, key: str, device: Target | None = None, family: str | None = None) -> Kernel:
+    from rocke_aot.client.sources import ServiceSource
+
     if not isinstance(src, ServiceSource):
         raise NotFoundError(f"{src.url} serves no unsigned records (a mirror is read through its manifest)")
     k = _answers(src.record(key), device, family, f"{src.url}'s record of {key}")  # strict, then the question

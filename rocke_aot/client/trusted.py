@@ -13,10 +13,10 @@
         is the rollback floor, so two processes of one host never move it backwards, and a
         fresh host is floored by the short-lived timestamp (it accepts nothing older than a
         timestamp that has not expired)
-        state.json, written under the lock after a refresh: the snapshot version and sha256
+        verified.state (JSON), written under the lock after a refresh: the snapshot version and sha256
         verified, the bins' layout, the earliest expiry of root, snapshot and targets
     cached() -> Accepted               ROCKE_AOT_OFFLINE=1: no network and no signature check:
-                                       the snapshot file must be the bytes state.json remembers
+                                       the snapshot file must be the bytes verified.state remembers
                                        (sha256), a bin the version and length that snapshot
                                        names; root, snapshot and targets not expired (the
                                        timestamp's freshness needs the network)
@@ -40,7 +40,7 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from rocke_aot import settings
 from rocke_aot.errors import (
@@ -113,7 +113,7 @@ class _SourceFetcher:
                 return iter([self.download_bytes(url, MAX_SNAPSHOT)])
 
             def download_bytes(self, url: str, max_length: int) -> bytes:
-                name = unquote(url[len(BASE_URL):]) if url.startswith(BASE_URL) else None
+                name = url[len(BASE_URL):] if url.startswith(BASE_URL) else None  # as ngclient quoted it
                 if not name or "/" in name:
                     raise x.DownloadError(f"{url} is not a metadata file of {source.url}")
                 try:
@@ -200,11 +200,18 @@ class _Offline(Accepted):
         return record_of(path, tf.get("custom"), tf.get("hashes", {}).get("sha256"), tf.get("length"))
 
 
+STATE = "verified.state"  # JSON; not *.json: the directory holds metadata files only under that suffix
+
+
 class Trusted:
-    def __init__(self, pin: Pin, trust_dir: str | os.PathLike, *, now: datetime | None = None):
+    """``metadata_dir``: use exactly this directory (the conformance client's METADATA_DIR)
+    instead of trust_dir/tuf-<pin>."""
+
+    def __init__(self, pin: Pin, trust_dir: str | os.PathLike | None, *, now: datetime | None = None,
+                 metadata_dir: str | os.PathLike | None = None):
         self.pin = pin
         self.root_key = pin
-        self.dir = Path(trust_dir) / f"tuf-{pin_id(pin)}"
+        self.dir = Path(metadata_dir) if metadata_dir is not None else Path(trust_dir) / f"tuf-{pin_id(pin)}"
         self._now = now
 
     @property
@@ -213,11 +220,11 @@ class Trusted:
 
     def state(self) -> dict:
         try:
-            return json.loads((self.dir / "state.json").read_bytes())
+            return json.loads((self.dir / STATE).read_bytes())
         except FileNotFoundError:
             return {}
         except ValueError as e:
-            raise TrustError(f"{self.dir / 'state.json'} is unreadable ({e}); remove it and fetch online") from None
+            raise TrustError(f"{self.dir / STATE} is unreadable ({e}); remove it and fetch online") from None
 
     def _bootstrap(self, source) -> bytes:
         try:
@@ -253,24 +260,29 @@ class Trusted:
         return _Online(self, updater, source)
 
     def _remember(self) -> None:
-        """state.json from the files the Updater persisted (called under the lock)."""
+        """verified.state from the files the Updater persisted (called under the lock)."""
         snap_bytes = (self.dir / "snapshot.json").read_bytes()
         snap = json.loads(snap_bytes)
         ts = json.loads((self.dir / "timestamp.json").read_bytes())
         targets = json.loads((self.dir / "targets.json").read_bytes())
         root = json.loads((self.dir / "root.json").read_bytes())
-        succinct = targets["signed"]["delegations"]["succinct_roles"]
+        succinct = (targets["signed"].get("delegations") or {}).get("succinct_roles") or {}
         old = self.state()
         new = {"pin": pin_id(self.pin), "root_version": root["signed"]["version"],
                "timestamp_version": ts["signed"]["version"], "snapshot_version": snap["signed"]["version"],
                "snapshot_sha256": hashlib.sha256(snap_bytes).hexdigest(),
-               "bit_length": succinct["bit_length"], "prefix": succinct["name_prefix"],
+               "bit_length": succinct.get("bit_length"), "prefix": succinct.get("name_prefix"),
                "expires": min(_expires(d, n) for d, n in ((root, "root"), (snap, "snapshot"), (targets, "targets"))
                               ).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        for k in ("root_version", "timestamp_version", "snapshot_version"):
-            if old.get(k, 0) > new[k]:  # the Updater's floor makes this unreachable; never write backwards
+        # never backwards (the Updater's local files are the floor, under this lock): a lower
+        # timestamp or snapshot version is accepted only after a new root (TUF's fast-forward
+        # recovery: rotating those keys resets their versions, and ngclient drops the old floor)
+        keys = ("root_version",) if new["root_version"] > old.get("root_version", 0) else \
+            ("root_version", "timestamp_version", "snapshot_version")
+        for k in keys:
+            if old.get(k, 0) > new[k]:
                 raise RollbackError(f"{k} {new[k]} is older than {old[k]}, which this host verified")
-        atomic_write(self.dir / "state.json", json.dumps(new, sort_keys=True).encode())
+        atomic_write(self.dir / STATE, json.dumps(new, sort_keys=True).encode())
 
     def cached(self) -> Accepted:
         """The metadata verified last, without the network and without verifying it again."""
@@ -280,7 +292,7 @@ class Trusted:
                 snap_bytes = (self.dir / "snapshot.json").read_bytes()
             except FileNotFoundError:
                 snap_bytes = None
-        if not state or snap_bytes is None:
+        if not state or snap_bytes is None or not state.get("bit_length"):
             raise TrustError(f"no verified metadata in {self.dir}: fetch once online first")
         if hashlib.sha256(snap_bytes).hexdigest() != state.get("snapshot_sha256"):
             raise TrustError(f"{self.dir / 'snapshot.json'} is not the snapshot this host verified: fetch online")
