@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -204,6 +203,8 @@ class Fetcher:
             self.accepted()  # the metadata once, before any thread reads it
         if n == 1 or len(wanted) <= 1:
             return {k: self.get(k, arch=arch, family=family, check=check) for k in wanted}
+        from concurrent.futures import ThreadPoolExecutor  # (with logging: only where threads are used)
+
         with ThreadPoolExecutor(max_workers=min(n, len(wanted)), thread_name_prefix="rocke-fetch") as pool:
             futures = {k: pool.submit(self.get, k, arch=arch, family=family, check=check) for k in wanted}
         return {k: f.result() for k, f in futures.items()}  # the first failure, in order
