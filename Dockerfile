@@ -1,7 +1,12 @@
 # rocke-aot's two images from one script (scripts/setup.sh):
 #
-#   builder   every lane: Debian + setup.sh --image (runtime apt packages, the venv with [all],
-#             ptxas and cuobjdump, the lane toolchains), then the copied tree checked by the same script
+#   builder   the lanes of --build-arg LANES (default "llvm20 llvm23 llvm24"; llvm22 is the venv's
+#             own llvmlite): Debian + setup.sh --image (runtime apt packages, the venv with [all],
+#             ptxas and cuobjdump, the lane toolchains), then the copied tree checked by the same
+#             script and scripts/image-check.sh as uid 10001 (every default command; nothing
+#             written outside its home and the cache volume). A lane whose interpreter the base
+#             lacks is refused by name at once: triton-3.6.0-py3.12 needs python3.12, which
+#             bookworm lacks (a base that has it: --build-arg DEBIAN_IMAGE=... --build-arg LANES=...)
 #   serve     only what `rocke-aot serve` needs: setup.sh --serve-image (python3, the venv with
 #             [serve]; no compiler, no ptxas, no lanes, no numpy), then scripts/slim-venv.sh (no
 #             pip/setuptools, stripped shared objects, byte code compiled once). The last stage:
@@ -19,15 +24,18 @@
 # cache directory must be writable by that uid: README, "Docker").
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 
+ARG LANES="llvm20 llvm23 llvm24"
+
 FROM ${DEBIAN_IMAGE} AS build
 ARG PIP_INDEX_URL=
+ARG LANES
 ENV ROCKE_AOT_HOME=/opt/rocke-aot/home \
     PIP_NO_CACHE_DIR=1
 WORKDIR /opt/rocke-aot
 COPY . .
 RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf --mount=type=secret,id=pipca \
     if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi \
-    && bash scripts/setup.sh --image
+    && ROCKE_AOT_SETUP_LANES="$LANES" bash scripts/setup.sh --image
 
 FROM ${DEBIAN_IMAGE} AS serve-build
 ARG PIP_INDEX_URL=
@@ -42,7 +50,9 @@ RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf --mount=type=secret,id=p
     && rm -rf tests bench docs .git
 
 FROM ${DEBIAN_IMAGE} AS builder
+ARG LANES
 ENV ROCKE_AOT_HOME=/opt/rocke-aot/home \
+    ROCKE_AOT_SETUP_LANES=$LANES \
     PATH=/opt/rocke-aot/.venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /opt/rocke-aot
@@ -54,7 +64,9 @@ RUN groupadd --system --gid 10001 rocke \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/rocke-aot --shell /usr/sbin/nologin rocke \
     && mkdir -p /var/lib/rocke-aot \
     && chown rocke:rocke /var/lib/rocke-aot \
-    && runuser -u rocke -- bash scripts/setup.sh --image --check
+    && rocke-aot toolchains --json >/dev/null \
+    && runuser -u rocke -- bash scripts/setup.sh --image --check \
+    && runuser -u rocke -- bash scripts/image-check.sh
 VOLUME ["/var/lib/rocke-aot"]
 USER rocke
 ENTRYPOINT ["/opt/rocke-aot/.venv/bin/rocke-aot"]

@@ -26,7 +26,7 @@ takes step 1's reports from a stored run instead, so today's model is scored on 
 that run's times (pick/best per problem; the same prebuilt cache, for the keys to match):
 
     .venv/bin/python bench/across_h200.py --cache .state/across-h200/cache.sqlite --out /tmp/acr \
-        --replay docs/triton-raw/h200-2026-12-04-across
+        --replay bench/results/triton-raw/h200-2026-12-04-across
 """
 
 from __future__ import annotations

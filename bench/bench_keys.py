@@ -10,7 +10,7 @@
        store at once: wall time until both end, compiles in all (each key once expected),
        and the ratio to run 1
 
-    .venv/bin/python bench/bench_keys.py [--where path=fma --where block_m=64 ...] > docs/bench-raw/keys.json
+    .venv/bin/python bench/bench_keys.py [--where path=fma --where block_m=64 ...] > bench/results/bench-raw/keys.json
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ address closes a loop [target, branch]; the main loop is the one holding the mos
 instructions, then the most LDS operations, then the widest (main_loop()). A kernel with no backward branch reports whole-kernel counts and says so
 (`scope` = "kernel").
 
-    .venv/bin/python bench/codegen_deltas.py --json docs/bench-raw/codegen-deltas.json > docs/bench-raw/codegen-deltas.md
+    .venv/bin/python bench/codegen_deltas.py --json bench/results/bench-raw/codegen-deltas.json > bench/results/bench-raw/codegen-deltas.md
     .venv/bin/python bench/codegen_deltas.py --family gemm --arch gfx942      # one slice
 """
 

@@ -6,7 +6,7 @@
 #     PROBLEMS=problems.json   ({"conv_direct_fwd": [...]}, the bench/problems format)
 # then on the device, from the repository root, carrying .whl:
 #     PROBLEMS=ab-problems.json bash bench/conv_ab_h200.sh     -> $OUT/bench-{new,old,new2}.json
-# 2026-12-04: docs/selection.md "Runs 18 and 20", raw docs/bench-raw/h200-run21-ab/.
+# 2026-12-04: docs/selection.md "Runs 18 and 20", raw bench/results/bench-raw/h200-run21-ab/.
 R=$OUT; REPO=$PWD; P=$REPO/${PROBLEMS:?PROBLEMS=file of the problems}
 mkdir -p /tmp/old && tar xzf ab-old.tar.gz -C /tmp/old && ln -sf $REPO/.whl /tmp/old/.whl
 for V in new old new2; do

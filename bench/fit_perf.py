@@ -1,7 +1,7 @@
 """Fit the time model's per-arch constants to measured runs, and replay selection on them.
 
     rocke-aot bench --run-from-cache --candidates all --json (every candidate of every problem,
-      timed on the device: docs/bench-raw/quality-*.json)            ─┐
+      timed on the device: bench/results/bench-raw/quality-*.json)            ─┐
     the cache those candidates came from (--cache: specs and code-object  ├─> rows: one per
       resources, matched by kernel name, which names one spec per family) ─┘   (problem, kernel)
         │ variants/perf.py features: the family's TileWork, tiles, groups per CU, spills
@@ -25,7 +25,7 @@
 
 Needs scipy for the fit (not for --check): `.venv/bin/pip install scipy`.
 
-    .venv/bin/python bench/fit_perf.py --cache sqlite:///... --arch sm_90 docs/bench-raw/quality-*.json* --loo
+    .venv/bin/python bench/fit_perf.py --cache sqlite:///... --arch sm_90 bench/results/bench-raw/quality-*.json* --loo
 """
 
 from __future__ import annotations

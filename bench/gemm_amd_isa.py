@@ -1,7 +1,7 @@
 """Native gemm against Triton's tutorial matmul on AMD, per instruction, for the same tiles (issue 27).
 
     python bench/gemm_amd_isa.py --markdown                         # the table in docs/lowering.md
-    python bench/gemm_amd_isa.py --json docs/bench-raw/gemm-amd-isa.json --markdown
+    python bench/gemm_amd_isa.py --json bench/results/bench-raw/gemm-amd-isa.json --markdown
     python bench/gemm_amd_isa.py --arch gfx942 --lane llvm22 --tile 64x64x32x4
 
 For every (tile, arch, lane):
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TILES = ((128, 128, 32, 4), (64, 64, 32, 4))  # block_m, block_n, block_k, waves
 ARCHES = ("gfx942", "gfx950")
 LANES = ("llvm22", "llvm24")
-MATRIX_PATH = {"gfx942": "mfma", "gfx950": "mfma", "gfx1250": "wmma"}
+MATRIX_PATH = {"gfx90a": "mfma", "gfx942": "mfma", "gfx950": "mfma", "gfx1250": "wmma"}
 # the native gemm with B in LDS as in memory / transposed (GemmSpec.b_lds), and with 16-byte
 # staging vectors (vector_width 8, Triton's global load width)
 KINDS = ("native-kn", "native-nk", "native-nk-v8", "triton")
@@ -114,12 +114,33 @@ def memory_counts(insns: list[tuple[str, str]]) -> dict:
     return out
 
 
+def interior_loop(text: str, kernel: str, base: int, size: int) -> tuple[int, int] | None:
+    """(start, end) of the interior main loop: of the regions the backward branches close, those
+    holding the most matrix instructions, the one with the fewest instructions. A kernel whose
+    edge tiles run a loop of their own (the native AMD gemm: an interior loop without bounds
+    checks, then an edge loop with them) has two loops of the same matrix work; the interior
+    one is the tighter. With one loop this is codegen_deltas' main loop."""
+    insns = [i for i in cd.parse_disassembly(text, kernel) if base <= i.addr < base + size]
+    back = [(base + i.target, i.addr) for i in insns if i.target is not None and base + i.target <= i.addr]
+    if not back:
+        return None
+
+    def rank(region: tuple[int, int]) -> tuple[int, int]:
+        inside = [i for i in insns if region[0] <= i.addr <= region[1]]
+        return cd.count(inside)["matrix"], -len(inside)
+
+    return max(back, key=rank)
+
+
 def read(hsaco: Path, kernel: str) -> dict:
-    """Registers, spills, LDS from the notes; the main loop's counts (whole kernel if it has none)."""
+    """Registers, spills, LDS from the notes; the interior main loop's counts (interior_loop;
+    the whole kernel if it has no loop)."""
     st = cd.analyze(hsaco, kernel)
     text = subprocess.run([cd.OBJDUMP, "-d", str(hsaco)], check=True, capture_output=True, text=True).stdout
     if st.scope == "loop":
-        insns = loop_instructions(text, kernel, st.loop_start, st.loop_end)
+        base, size = cd.kernel_symbol(cd._run(cd.READELF, "-s", "-W", str(hsaco)), kernel)
+        start, end = interior_loop(text, kernel, base, size)
+        insns = loop_instructions(text, kernel, start, end)
     else:
         base, size = cd.kernel_symbol(cd._run(cd.READELF, "-s", "-W", str(hsaco)), kernel)
         insns = loop_instructions(text, kernel, base, base + size - 1)

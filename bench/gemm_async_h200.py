@@ -5,7 +5,7 @@
            it can pay; a split-K kernel gets its own zeroed workspace per problem) (--grid focused: stages 3-4, group_m 8; --grid
            full: stages 2-4, group_m 1 and 8), lowered by each of --lowerings: "new" (today's
            main loop, aot/families/gemm.py build_async; run 15 also timed "inline", the first
-           loop, removed since: docs/bench-raw/h200-run15/gemm-sm90.txt); with --registers also the
+           loop, removed since: bench/results/bench-raw/h200-run15/gemm-sm90.txt); with --registers also the
            register-staged mma specs of the variant table -- f16 in, f16 out
         -> lower (llvm22) -> cubin (the project's compiler, every core)     [tests/_cuda.module_image]
         -> every kernel on the ragged problems (--ragged: M, N off the tile, K tails, K below one
@@ -185,7 +185,7 @@ def main() -> None:
     args = ap.parse_args()
     problems = [tuple(int(x) for x in p.split("x")) for p in args.problems.split(",") if p]
     ragged = [tuple(int(x) for x in p.split("x")) for p in args.ragged.split(",") if p]
-    lowerings = ["new"]  # the first loop ("inline") is gone: docs/bench-raw/h200-run15/gemm-sm90.txt
+    lowerings = ["new"]  # the first loop ("inline") is gone: bench/results/bench-raw/h200-run15/gemm-sm90.txt
     torch.cuda.init()
     dev = torch.device("cuda")
     from cuda.bindings import driver as cu

@@ -27,7 +27,7 @@ What it proves that the replay (bench/replay_models.py) cannot:
 
 Every warp's first byte is warp x ITERS x rows per load x 2048, which wraps in the footprint: in
 the 8 MiB one every warp reads the same address sequence with 64-byte pieces (one of two with
-128), nearly in step, so at --phase-loads 0, as in the 2026-12-03 run (docs/bench-raw/
+128), nearly in step, so at --phase-loads 0, as in the 2026-12-03 run (bench/results/bench-raw/
 h200-l2-probe), an SM's L1 may merge its warps' requests for one line and the L2 serve fewer bytes
 than counted; in the 4 GiB one there are 512 (1024) sequences, so from 8 (16) warps per SM up several
 warps share one and the L2 serves some of the "HBM" rows (at 64 warps per SM they moved 5.4-5.7

@@ -1,7 +1,7 @@
 """Selection quality of the time models on measured runs: every candidate of every problem was
 timed on the device (`bench --candidates all`), so any ranking can be scored on the same times.
 
-    docs/bench-raw/h200-run{4,5,6,7}/{quality,holdout}-<family>.json[.gz]   (or --runs DIR ...)
+    bench/results/bench-raw/h200-run{4,5,6,7}/{quality,holdout}-<family>.json[.gz]   (or --runs DIR ...)
         │ per problem: the measured candidates as Candidates (kernel -> spec from the family's
         │ table, the device's resources), ranked by variants/selection.rank(model=M)
         ▼
@@ -17,12 +17,12 @@ Models: "fitted" (variants/perf_constants/sm_90.json, fitted on runs 4-5), "hard
 no fit has seen (taken after the fitted constants were shipped).
 
     .venv/bin/python bench/replay_models.py                     # the table of docs/selection.md
-    .venv/bin/python bench/replay_models.py --json --runs docs/bench-raw/h200-run6
-    .venv/bin/python bench/replay_models.py --runs docs/bench-raw/h200-run{1,2,3}   # older replicates
+    .venv/bin/python bench/replay_models.py --json --runs bench/results/bench-raw/h200-run6
+    .venv/bin/python bench/replay_models.py --runs bench/results/bench-raw/h200-run{1,2,3}   # older replicates
     .venv/bin/python bench/replay_models.py --first-touch       # where the staging loads' bytes come from
-    .venv/bin/python bench/replay_models.py --model-error --runs docs/bench-raw/h200-run{18,20}   # gemm's error by warps, split
+    .venv/bin/python bench/replay_models.py --model-error --runs bench/results/bench-raw/h200-run{18,20}   # gemm's error by warps, split
     .venv/bin/python bench/replay_models.py --models hardware --facts OLD.json   # another facts file
-    .venv/bin/python bench/replay_models.py --sass-dir /tmp/sm90-cubins --runs docs/bench-raw/h200-run16
+    .venv/bin/python bench/replay_models.py --sass-dir /tmp/sm90-cubins --runs bench/results/bench-raw/h200-run16
 
 --facts FILE: the hardware model reads FILE (a facts document, variants/hw_model.py parse_facts)
 for its processor instead of variants/hw_facts/<processor>.json, in this process only: how the
@@ -70,7 +70,7 @@ from rocke_aot.variants.efficiency import efficiency
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
-RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
+RAW = Path(__file__).resolve().parents[1] / "bench" / "results" / "bench-raw"
 FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")
 MODELS = ("fitted", "hardware", "efficiency")
 _FIELDS = set(Resources.__dataclass_fields__) - {"schedule"}  # a run's resources are the device's; the schedule is read here

@@ -7,7 +7,7 @@ aot/codeobject.py validate, the same record the builder stores).
     sweep.json[.gz] ──> per problem: table kernels timed ──> rank(model) first choice
         ──> quality = best measured / the first choice's measured time; which pipeline won
 
-    .venv/bin/python bench/replay_sweep.py docs/bench-raw/h100-run24/sweep.json.gz [--model hardware]
+    .venv/bin/python bench/replay_sweep.py bench/results/bench-raw/h100-run24/sweep.json.gz [--model hardware]
 """
 
 from __future__ import annotations

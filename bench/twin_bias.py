@@ -10,7 +10,7 @@ short K: the twins are not the same speed. The pair epilogue filled half a 32-by
 store for 2-byte outputs (docs/selection.md "Run 13"); the "2-byte/f32" column gives every
 twin pair's ratio, whatever its rank, so the two effects can be told apart in any run.
 
-    docs/bench-raw/h200-run*/{quality,holdout}-gemm.json[.gz]   (or --runs FILE ...)
+    bench/results/bench-raw/h200-run*/{quality,holdout}-gemm.json[.gz]   (or --runs FILE ...)
         per problem, every pair of twins both timed: median_ms of the earlier-timed over the later
         ▼
     per file: the median ratio where the earlier one is the problem's first (rank 0), and where
@@ -60,7 +60,7 @@ def ratios(doc: dict) -> tuple[list[float], list[float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", nargs="*", default=sorted(glob.glob("docs/bench-raw/h200-run*/*-gemm.json*")))
+    ap.add_argument("--runs", nargs="*", default=sorted(glob.glob("bench/results/bench-raw/h200-run*/*-gemm.json*")))
     a = ap.parse_args()
     for f in a.runs:
         p = Path(f)

@@ -6,7 +6,7 @@
         refuses on a dirty git tree (the hashes would describe uncommitted code)
     devtools/characterize.py  python -m devtools.characterize --out variants/characterization
         probes every toolchain here (rocke_aot.aot.characterize.domain) ─> OUT/<lane>.json
-    devtools/llvm24_report.py python -m devtools.llvm24_report --out docs/llvm24-characterization.json
+    devtools/llvm24_report.py python -m devtools.llvm24_report --out bench/results/llvm24-characterization.json
         the LLVM 24 vs LLVM 22 delta report docs/llvm24-lane.md cites
     bench/fit_perf.py         the ranking's time-model fit (--write FILE), beside the benchmarks
 

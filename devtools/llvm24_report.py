@@ -1,4 +1,4 @@
-"""The LLVM 24 delta report: `python -m devtools.llvm24_report --out docs/llvm24-characterization.json`
+"""The LLVM 24 delta report: `python -m devtools.llvm24_report --out bench/results/llvm24-characterization.json`
 (docs/llvm24-lane.md cites it).
 
 (The per-lane arch-domain probe is aot/characterize.py; this module measures what LLVM 24
@@ -257,7 +257,7 @@ def summarize(report: dict) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devtools.llvm24_report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, help="write the JSON report here (the docs cite docs/llvm24-characterization.json); "
+    ap.add_argument("--out", type=Path, help="write the JSON report here (the docs cite bench/results/llvm24-characterization.json); "
                                              "without it the report goes to stdout")
     ap.add_argument("--arch", action="append", default=[], choices=list(ARCHES), help="only this arch (repeatable)")
     a = ap.parse_args(argv)

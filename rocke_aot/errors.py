@@ -8,6 +8,7 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     ├── LaneError (ValueError)          unknown lane, unqualified LLVM major, bad type
     ├── SpecError (ValueError)          malformed spec or problem
     │   ├── FamilyMixError              a select across families of different operations or problem types
+    │   ├── LaunchContractError         a launch contract other than the family's formulas give
     │   └── SettingError                an unregistered or malformed ROCKE_AOT_* variable
     ├── CapabilityError                 an op needs a lane/capability/arch the target lacks
     ├── AdmissionError                  a variant table refuses (family, arch, lane) on purpose
@@ -15,7 +16,6 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     │                                   entry point and its distribution; every other family works
     ├── ToolchainError                  a toolchain is missing, broken or refused
     │   ├── ToolchainRefused            detected, but not qualified (e.g. LLVM 15 COMGR)
-    │   └── DriftError                  profile datalayout != the toolchain's
     ├── CompileError                    LLVM/linker failed; carries the tool's message
     │   └── CompileTimeout
     ├── CodeObjectError                 a code object fails validation
@@ -73,6 +73,11 @@ class FamilyMixError(SpecError):
     (variants/families.py families_for_select): their candidates cannot be ranked against each other."""
 
 
+class LaunchContractError(SpecError):
+    """A launch contract that disagrees with its family's own formulas (variants/contract.py): a grid,
+    a buffer size, a block or an argument other than the family computes for that spec."""
+
+
 class SettingError(SpecError):
     """A ROCKE_AOT_* variable nobody registered, or a malformed value (rocke_aot/settings.py).
     A SpecError: bad input from the user's environment (exit 2 on the CLI)."""
@@ -113,9 +118,6 @@ class ToolchainError(RockeError):
 class ToolchainRefused(ToolchainError):
     """A real toolchain was found but is not qualified for any lane."""
 
-
-class DriftError(ToolchainError):
-    """The emission profile's datalayout differs from the toolchain's."""
 
 
 class CompileError(RockeError):
@@ -159,6 +161,11 @@ class ReadOnlyError(CacheError):
 
 class BundleError(CacheError):
     """An export bundle is malformed, or a blob in it does not match its manifest."""
+
+
+class KpackError(BundleError):
+    """A kpack archive (RFC0008), its rocke.aot.bundle/v1 manifest or a device wheel is malformed,
+    tampered, or does not match what it claims (cache/kpack.py, client/device_kernels.py)."""
 
 
 class RuntimeUnavailable(RockeError):

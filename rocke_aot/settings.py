@@ -65,6 +65,11 @@ MIRRORS = "ROCKE_AOT_MIRRORS"
 FETCH_WORKERS = "ROCKE_AOT_FETCH_WORKERS"
 SERVE_TRUST_DIR = "ROCKE_AOT_SERVE_TRUST_DIR"
 SERVE_ROOT_KEY = "ROCKE_AOT_SERVE_ROOT_KEY"
+CLIENT_MAX_BYTES = "ROCKE_AOT_CLIENT_MAX_BYTES"
+SERVE_ACCESS_LOG = "ROCKE_AOT_SERVE_ACCESS_LOG"
+PLUGIN_IMPORT_TIMEOUT_S = "ROCKE_AOT_PLUGIN_IMPORT_TIMEOUT_S"
+SERVE_BODY_TIMEOUT_S = "ROCKE_AOT_SERVE_BODY_TIMEOUT_S"
+SERVE_PLAIN_TOKENS = "ROCKE_AOT_SERVE_PLAIN_TOKENS"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(HOME, "per-user state: registered toolchains, lane environments, the default cache",
@@ -77,7 +82,9 @@ SETTINGS: tuple[Setting, ...] = (
             "every lane with a toolchain here", "vocabulary (lanes)"),
     Setting(LLD, "the ld.lld executable that links HSACOs", "ld.lld on PATH, else /usr/lib/llvm-*/bin/ld.lld",
             "aot (toolchains)"),
-    Setting(PTXAS, "the ptxas executable for sm_90", "ptxas on PATH, else /usr/local/cuda/bin/ptxas",
+    Setting(PTXAS, "the ptxas executable for sm_90 (an explicit path never falls through)",
+            "the ptxas beside this interpreter (.venv/bin/ptxas, the pinned wheel scripts/setup.sh links), else "
+            "ptxas on PATH, else /usr/local/cuda/bin/ptxas or /usr/local/bin/ptxas",
             "aot (compiler)"),
     Setting(CUOBJDUMP, "the cuobjdump executable that reads an sm_90 cubin's SASS at build time (ptxas's "
             "schedule, recorded beside its resources: aot/sass.py); it needs nvdisasm beside it or on PATH",
@@ -99,6 +106,9 @@ SETTINGS: tuple[Setting, ...] = (
             "0", "service (client)"),
     Setting(CLIENT_HOME, "the slim client's local store of fetched kernels (rocke_aot.client)",
             "$ROCKE_AOT_HOME/client", "client"),
+    Setting(CLIENT_MAX_BYTES, "size bound of the client's local store in bytes of code objects: `rocke-aot fetch` "
+            "and `client gc` remove the least recently used kernels beyond it (never those the command just "
+            "fetched)", "no bound", "client"),
     Setting(ROOT_KEY, "the pinned root public key of signed generations: ed25519:<hex> or a .pub file "
             "(`rocke-aot trust keygen`); every fetched kernel must be listed by metadata it vouches for",
             "none: fetches are refused unless ROCKE_AOT_INSECURE=1", "client (trust)"),
@@ -118,11 +128,20 @@ SETTINGS: tuple[Setting, ...] = (
             "the service's default", "service (app)", internal=True),
     Setting(SERVE_HEAD_TIMEOUT_S, "seconds a client may take to send a request line and its headers before "
             "the service closes the connection (service/protocol.py)", "10", "service (protocol)"),
+    Setting(SERVE_ACCESS_LOG, "1: `rocke-aot serve` logs one access line per request on stderr (method, path, "
+            "status, ms); 0: none (its --access-log/--no-access-log)", "1", "cli (serve)"),
     Setting(SERVE_TRUST_DIR, "the directory of signed metadata the service serves and accepts (set by "
             "`rocke-aot serve --trust-dir`)", "none: /v1/trust answers 404", "service (app)", internal=True),
     Setting(SERVE_ROOT_KEY, "the root key a publish of signed metadata is checked against (set by "
             "`rocke-aot serve --root-key`)", "none: publishing signed metadata is refused", "service (app)",
             internal=True),
+    Setting(SERVE_BODY_TIMEOUT_S, "seconds a request body may take to arrive whole, received outside the "
+            "in-flight slots (service/guard.py); later: 408 and the connection closed", "30", "service (guard)"),
+    Setting(SERVE_PLAIN_TOKENS, "1: accept publish tokens over plain HTTP from any client (set by `rocke-aot serve "
+            "--allow-plain-tokens`; default: only over TLS or from loopback)", "0", "service (guard)", internal=True),
+    Setting(PLUGIN_IMPORT_TIMEOUT_S, "seconds a family plugin's import (its families or lowerers entry "
+            "point) may take before it is named a broken plugin (variants/families.py import_entry_point)",
+            "20", "variants (families)"),
     Setting(COMGR_LIB, "the COMGR library a COMGR compile worker loads (set by the parent for it)",
             "none: the worker refuses", "aot (compile worker)", internal=True),
     Setting(WORKER_ROLE, "set on an LLVM 23 worker so it never shares a process with llvmlite's LLVM "

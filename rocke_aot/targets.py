@@ -5,6 +5,8 @@
     Target.triple        "amdgcn-amd-amdhsa" | "nvptx64-nvidia-cuda"
     Target.llvm_features "+sramecc,-xnack"   (what the target machine is created with)
     Target.id            the canonical target ID (features sorted), used in cache keys
+    Target.code_format   "hsaco" | "cubin"; FORMAT_TOOLS[format]: the tools besides the compiler
+                         whose identity a key of that format holds (target_identity applies it)
     code.compatible_with(device) / compatible(code, device) / compatible_ids(device)
                          LLVM's target-ID matching: which artifacts a device may run
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rocke_aot.arch import ARCHES, ArchInfo, arch_info
@@ -25,6 +28,29 @@ _TRIPLES = {"amdgcn": "amdgcn-amd-amdhsa", "nvptx64": "nvptx64-nvidia-cuda"}
 # ELF e_machine of each family's code objects: EM_AMDGPU (HSACO), EM_CUDA (cubin)
 ELF_MACHINE = {"amdgcn": 224, "nvptx64": 190}
 _FEATURE_RE = re.compile(r"^([a-z][a-z0-9_]*)([+-])$")
+
+# The code object each family's targets compile to.
+CODE_FORMAT = {"amdgcn": "hsaco", "nvptx64": "cubin"}
+# The one rule of which tools, besides the compiler, shape a format's bytes, so that a key of
+# that format holds their identity and no other's: ld.lld links an HSACO (its version line goes
+# into the .comment section); ptxas assembles a cubin. Neither touches the other format's
+# bytes, so another CUDA moves no AMD key and another ld.lld moves no cubin key.
+FORMAT_TOOLS = {"hsaco": ("linker",), "cubin": ("ptxas",)}
+# The identity fields each tool writes (aot/toolchains/lld.py linker_identity,
+# aot/compiler/ptx.py ptxas_identity; tests/test_target_identity.py holds them to it).
+TOOL_FIELDS = {"linker": ("linker", "linker_sha256"), "ptxas": ("ptxas", "ptxas_sha256")}
+
+
+def target_identity(identity: Mapping[str, str], target: object) -> dict[str, str]:
+    """A toolchain identity as a key of ``target`` holds it: the fields of every tool that
+    ``target``'s format does not use (FORMAT_TOOLS) dropped, every other field as it is.
+
+    Toolchains build their identity per target by the same rule (aot/toolchains/base.py
+    Toolchain.identity); this form also reads identities written before the rule (a store's
+    old rows, an old bundle: cache/keys.py code_object_key, migration 0009)."""
+    used = FORMAT_TOOLS[Target.parse(target).code_format]
+    drop = {f for tool, fields in TOOL_FIELDS.items() if tool not in used for f in fields}
+    return {k: v for k, v in identity.items() if k not in drop}
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,11 @@ class Target:
     def elf_machine(self) -> int:
         """The ELF e_machine of this target's code objects (ELF_MACHINE)."""
         return ELF_MACHINE[self.family]
+
+    @property
+    def code_format(self) -> str:
+        """"hsaco" or "cubin": what this target's code objects are (CODE_FORMAT)."""
+        return CODE_FORMAT[self.family]
 
     @property
     def is_amdgpu(self) -> bool:

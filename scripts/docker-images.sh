@@ -6,7 +6,8 @@
 #
 #   bash scripts/docker-images.sh [docker build options: --secret id=pipconf,src=pip.conf,
 #                                  --build-arg PIP_INDEX_URL=..., --build-arg DEBIAN_IMAGE=...]
-#   DOCKER=/usr/bin/docker       another client (BuildKit: docker with buildx, or a 20.10 client)
+#   DOCKER=/usr/bin/docker       the client (default: the first docker on PATH that can drive BuildKit:
+#                                one with buildx, or a 18.09-22.x client, which has it built in)
 #   TARGETS="serve builder"      which images to build (both by default; the run needs both)
 #   LOGS=DIR                     where each build's whole output goes (default: a temp dir)
 #   output: one "[docker] ..." line per step; exit 1 at the first step that fails
@@ -15,7 +16,17 @@
 # gives hosts only root.key.pub (docs/trust.md).
 set -euo pipefail
 export DOCKER_BUILDKIT=1  # RUN --mount=type=secret needs BuildKit (docker with buildx, or a 20.10 client)
-docker() { command "${DOCKER:-docker}" "$@"; }
+pick_docker() {  # a 23+ client without buildx refuses DOCKER_BUILDKIT=1 builds
+  local d v
+  for d in $(type -ap docker | xargs -r -n1 realpath | awk '!seen[$0]++'); do
+    "$d" buildx version >/dev/null 2>&1 && { echo "$d"; return; }
+    v=$("$d" version -f '{{.Client.Version}}' 2>/dev/null | cut -d. -f1 || true)
+    [[ $v =~ ^[0-9]+$ ]] && ((v >= 18 && v < 23)) && { echo "$d"; return; }
+  done
+  echo docker
+}
+DOCKER=${DOCKER:-$(pick_docker)}
+docker() { command "$DOCKER" "$@"; }
 cd "$(dirname "$0")/.."
 log() { printf '[docker] %s\n' "$*"; }
 TAG=${TAG:-rocke-aot-test}
@@ -25,7 +36,7 @@ V=/var/lib/rocke-aot
 CACHE=sqlite:///$V/cache.sqlite
 cleanup() { docker rm -f "$TAG-serve" >/dev/null 2>&1 || true; docker volume rm -f "$VOL" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
-log "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes'), docker $(docker version -f '{{.Server.Version}}')"
+log "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes'), docker $(docker version -f '{{.Server.Version}}') (client $DOCKER)"
 
 LOGS=${LOGS:-$(mktemp -d)}  # each build's own output (BuildKit's progress), shown when it fails
 for target in ${TARGETS:-serve builder}; do
@@ -45,6 +56,14 @@ import rocke_aot.service.app, rocke_aot.cli.serve
 absent = [m for m in ("pip", "setuptools", "numpy", "llvmlite") if u.find_spec(m)]
 heavy = [m for m in ("numpy", "llvmlite", "rocke_aot.aot.builder") if m in sys.modules]
 print("[docker] serve: importable but not wanted:", absent or "none", "; imported by the service:", heavy or "none")'
+
+# a bind mount the image user (uid 10001) cannot write: the container stops at start, naming the
+# uid and the command that fixes the mount (README, "Docker" quotes this line)
+ro=$(mktemp -d); chmod 755 "$ro"
+msg=$(docker run --rm -v "$ro:$V" "$TAG-serve" 2>&1 | grep -m1 'CacheAccessError' || true)
+rmdir "$ro"
+log "serve: an unwritable bind mount stops it with: ${msg:-NO CacheAccessError}"
+[[ $msg == *"uid 10001"* && $msg == *"install -d -o 10001 -g 10001"* ]]
 
 docker volume create "$VOL" >/dev/null
 run() { docker run --rm -v "$VOL:$V" "$TAG-builder" "$@"; }

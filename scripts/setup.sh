@@ -12,7 +12,9 @@
 #                                         no test extra, no inspection tools (llvm-22)
 #   bash scripts/setup.sh --only apt      one step (apt | venv | ptxas | lanes); repeatable
 #   bash scripts/setup.sh --check         change nothing: exit 1 naming what a run would do
-#   ROCKE_AOT_SETUP_LANES="llvm20 llvm23 llvm24" the lane toolchains to install (default)
+#   ROCKE_AOT_SETUP_LANES="llvm20 llvm23 llvm24 triton-3.6.0-py3.12" the lane toolchains to install
+#                                         (default); a triton-X-pyY.Z lane needs pythonY.Z: where
+#                                         there is none it is refused by name before anything runs
 #   ROCKE_AOT_HOME=DIR                    where lane toolchains are registered
 #                                         (default ~/.cache/rocke-aot)
 #   PYTHON=python3.12                     the interpreter the venv is made from
@@ -50,6 +52,22 @@ WOULD=()
 would() { ((CHECK)) || return 1; WOULD+=("$STEP: $*"); log "$STEP: would $*"; return 0; }
 want() { ((${#ONLY[@]} == 0)) && return 0; local s; for s in "${ONLY[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+
+# 0. Preflight: every requested Triton lane's interpreter exists (or the lane is installed
+#    already), else the lane is refused by name now, not after the minutes the venv takes.
+#    (Debian bookworm has python3.11 only: the builder image leaves triton-3.6.0-py3.12 out.)
+LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm23 llvm24 triton-3.6.0-py3.12}
+if want lanes && [ "$PROFILE" != serve ]; then
+  for lane in $LANES; do
+    if [[ $lane =~ ^triton-([0-9.]+)-py([0-9]+\.[0-9]+)$ ]] && ! command -v "python${BASH_REMATCH[2]}" >/dev/null 2>&1 \
+        && [ ! -x "${ROCKE_AOT_HOME:-$HOME/.cache/rocke-aot}/lanes/$lane/bin/python" ]; then
+      log "lanes: refusing lane $lane: it needs python${BASH_REMATCH[2]}, which this machine lacks" \
+          "($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" || echo "this system") has $(python3 --version 2>&1));" \
+          "install python${BASH_REMATCH[2]} or leave the lane out (ROCKE_AOT_SETUP_LANES, or docker build --build-arg LANES=...)"
+      exit 2
+    fi
+  done
+fi
 
 # 1. Debian packages. Runtime: python3 (+venv), ld.lld 22 (links HSACOs), Debian's COMGR (the
 #    COMGR code path). dev adds llvm-22 (readelf/objdump: the tests' reference reader) and
@@ -107,26 +125,35 @@ if want venv; then
   fi
 fi
 
-# 3. ptxas for the sm_90 path: the CUDA one on PATH, else NVIDIA's pip wheel in the venv; and
-#    cuobjdump with the nvdisasm it runs: the build reads every sm_90 cubin's SASS for ptxas's
-#    schedule (aot/sass.py; without them it records "schedule: unavailable" and the model uses its
-#    counts), so they are always the venv's pinned wheels, linked to .venv/bin where the build
-#    looks first: every builder reads the SASS with the same disassembler. One CUDA release for
-#    the three wheels (no cuobjdump wheel exists for CUDA 12).
+# 3. ptxas for the sm_90 path, and cuobjdump with the nvdisasm it runs: the build reads every
+#    sm_90 cubin's SASS for ptxas's schedule (aot/sass.py; without them it records "schedule:
+#    unavailable" and the model uses its counts). All three are the venv's pinned NVIDIA wheels of
+#    one CUDA release, linked to .venv/bin, beside the interpreter, where the product looks before
+#    PATH (aot/compiler/ptx.py find_ptxas, aot/sass.py find_cuobjdump): every builder assembles and
+#    disassembles with the same tools, a host with no CUDA works, and a CUDA that happens to be on
+#    PATH (/usr/local/bin/ptxas) is not silently used instead. ROCKE_AOT_PTXAS names another.
 CUDA_WHEELS=13.5.37
 if want ptxas && [ "$PROFILE" != serve ]; then
   step_start ptxas
   did=() ok=()
-  if command -v ptxas >/dev/null 2>&1 || [ -x .venv/bin/ptxas ]; then
-    ok+=("ptxas at $(command -v ptxas || echo "$ROOT/.venv/bin/ptxas")")
-  elif would "install NVIDIA's nvcc wheel for ptxas"; then :
+  if [ -x .venv/bin/ptxas ] && .venv/bin/ptxas --version 2>/dev/null | grep -q "V$CUDA_WHEELS"; then
+    ok+=("ptxas $CUDA_WHEELS at $ROOT/.venv/bin/ptxas")
+  elif would "install NVIDIA's nvcc wheel $CUDA_WHEELS for ptxas"; then :
   else
-    log "ptxas: none on PATH, installing NVIDIA's nvcc wheel into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "nvidia-cuda-nvcc==$CUDA_WHEELS"
-    found=$(find .venv -name ptxas -type f | head -1)
+    log "ptxas: installing NVIDIA's nvcc wheel $CUDA_WHEELS into .venv"
+    # --no-deps: the wheel's dependencies (nvidia-nvvm ~175 MB, the CUDA runtime, crt) serve nvcc,
+    # which nothing here runs; ptxas is a program of its own.
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps "nvidia-cuda-nvcc==$CUDA_WHEELS"
+    found=$(find .venv -path "*nvidia*" -name ptxas -type f | head -1)
     [ -n "$found" ] || { log "ptxas: the wheel has no ptxas binary"; exit 1; }
+    if [ "$PROFILE" = image ]; then  # the image keeps ptxas only of that wheel's programs (~100 MB less)
+      for unused in nvcc nvlink cudafe++ fatbinary bin2c __nvcc_device_query nvcc.profile crt; do
+        rm -rf "$(dirname "$found")/$unused"
+      done
+    fi
     ln -sf "$ROOT/$found" .venv/bin/ptxas
-    did+=("linked .venv/bin/ptxas -> $found")
+    .venv/bin/ptxas --version | grep -q "V$CUDA_WHEELS" || { log "ptxas: .venv/bin/ptxas is not $CUDA_WHEELS"; exit 1; }
+    did+=("linked .venv/bin/ptxas -> $found ($CUDA_WHEELS)")
   fi
   if [ -x .venv/bin/cuobjdump ] && [ -x .venv/bin/nvdisasm ] \
       && .venv/bin/cuobjdump --version 2>/dev/null | grep -q "V$CUDA_WHEELS"; then
@@ -157,7 +184,6 @@ if want lanes && [ "$PROFILE" != serve ]; then
   step_start lanes
   # llvm23: AMD LLVM 23; llvm24: triton 3.9 (LLVM 24 codegen); triton-3.6.0-py3.12: the Triton of the
   # NVIDIA H200 qualification host (Python 3.12), a Triton toolchain of the llvm22 lane
-  LANES=${ROCKE_AOT_SETUP_LANES-llvm20 llvm23 llvm24 triton-3.6.0-py3.12}
   have=$(.venv/bin/python - <<'PY' 2>/dev/null || true
 import json, os
 from rocke_aot import paths

@@ -48,9 +48,23 @@ def kernel_bundle(tmp_path_factory, llvm22):
 
 
 def filled_store(url, bundle) -> Store:
+    """A store holding the bundle's artifacts, imported: serves them, but a release signs none
+    (cache/provenance.py: an import is not a build here)."""
     store = Store.open(url)
     store.import_(bundle)
     return store
+
+
+def built_store(path, kernel_bundle) -> Store:
+    """A copy of the store the builder wrote (kernel_bundle[0]) at ``path`` (a file or a sqlite:///
+    URL): its rows entered by a build here, so a release signs them."""
+    import shutil
+
+    target = Path(str(path).removeprefix("sqlite:///"))
+    with Store.open(kernel_bundle[0]):
+        pass  # closed: its WAL checkpointed into the file
+    shutil.copyfile(kernel_bundle[0], target)
+    return Store.open(target)
 
 
 def free_port() -> int:

@@ -50,8 +50,11 @@ class _OtherLinker:
     def detect(self):
         return self.tc.detect()
 
-    def identity(self):
-        return {**self.tc.identity(), "linker": "LLD 99.0.0"}
+    def core_identity(self):
+        return self.tc.core_identity()
+
+    def identity(self, target):
+        return {**self.tc.identity(target), "linker": "LLD 99.0.0"}
 
     def compile_options(self, target):
         return self.tc.compile_options(target)
@@ -117,7 +120,7 @@ def test_dask_workers_refuse_a_job_planned_under_another_recipe(tmp_path, llvm22
     from rocke_aot.aot.recipe import recipe_digest
 
     gfx942 = Target.parse("gfx942")
-    ident, opts = llvm22.identity(), llvm22.compile_options(gfx942)
+    ident, opts = llvm22.identity(gfx942), llvm22.compile_options(gfx942)
     other = "0" * 64
     assert other != recipe_digest()
     # The function the worker runs, called directly: refused before any toolchain is touched.

@@ -118,6 +118,11 @@ def _bin(*args, env):
 def test_real_binary_stats_json_and_exit_codes(tmp_path):
     env = {**os.environ, "ROCKE_AOT_HOME": str(tmp_path / "home")}
     env.pop("ROCKE_AOT_CACHE", None)
+    # a read command never creates what it reads (issue 39): no default cache yet is a named error
+    proc = _bin("cache", "stats", "--json", env=env)
+    assert proc.returncode == 1 and "NotFoundError: no cache at" in proc.stderr, proc.stderr
+    assert not (tmp_path / "home" / "cache.sqlite").exists()
+    Store.open(tmp_path / "home" / "cache.sqlite").close()
     proc = _bin("cache", "stats", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)

@@ -150,14 +150,14 @@ def test_upgrade_from_revision_0001_keeps_the_data_until_key_v2(store_url):
         assert conn.execute(text("SELECT key FROM artifacts")).scalars().all() == [key]
         assert conn.execute(text("SELECT value FROM rocke_meta")).scalar() == "3"
     engine.dispose()
-    with Store.open(store_url) as s:  # upgrades 0003 -> head (0008_triton_entries) through Alembic
+    with Store.open(store_url) as s:  # upgrades 0003 -> head (0010_provenance) through Alembic
         # v1 keys can never be hit under key v2: their rows are gone, the blob waits for gc
         st = s.stats()
         assert (st.artifacts, st.failures, st.blobs, st.orphan_blobs) == (0, 0, 1, 1)
         assert s.gc().blobs_deleted == 1
         with s.engine.connect() as conn:
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == models.HEAD_REVISION
-            assert models.HEAD_REVISION == "0008_triton_entries"
+            assert models.HEAD_REVISION == "0010_provenance"
             assert conn.execute(text("SELECT value FROM rocke_meta")).scalar() == str(models.SCHEMA_VERSION)
             assert compare_metadata(MigrationContext.configure(conn), models.metadata) == []
         a = s.put(inp, raw, ir_sha256="0" * 64, metadata={}, provenance={})

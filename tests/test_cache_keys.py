@@ -219,7 +219,7 @@ def _plan_key(tc, target="gfx942", spec=None):
     from rocke_aot.targets import Target
 
     t = Target.parse(target)
-    tpl = KeyTemplate(t.id, "llvm22", "llvm22", "gemm", recipe_digest(), tc.identity(), tc.compile_options(t))
+    tpl = KeyTemplate(t.id, "llvm22", "llvm22", "gemm", recipe_digest(), tc.identity(t), tc.compile_options(t))
     return tpl.key(canonical_json(spec or {"block_m": 32}))
 
 
@@ -261,20 +261,20 @@ def test_changing_the_library_hash_in_the_identity_moves_the_key(llvm22, tmp_pat
     tc = LlvmliteToolchain(llvm22.python)
     info = tc.detect()
     tc.__dict__["_info"] = dataclasses.replace(info, extra={**info.extra, "library": str(lib)})
-    ident = tc.identity()
+    ident = tc.identity("gfx942")
     assert ident["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
     k1 = _plan_key(tc)
     assert k1 != _plan_key(llvm22)  # the real library hashes otherwise
     # One byte changed in the library (new size: re-hashed, not served from the memo).
     lib.write_bytes(b"\x7fELF" + b"\0" * 4095 + b"\1" + b"\0")
-    assert tc.identity()["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
+    assert tc.identity("gfx942")["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
     assert _plan_key(tc) != k1
 
 
 def test_real_identities_hash_their_libraries_and_tools(llvm22):
     from rocke_aot.aot.toolchains.lld import find_lld
 
-    ident = llvm22.identity()
+    ident = llvm22.identity("gfx942")
     lib = llvm22.detect().extra["library"]
     assert lib.endswith(".so") and "llvmlite" in lib
     with open(lib, "rb") as f:

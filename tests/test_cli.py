@@ -183,8 +183,11 @@ class _NoGfx1250:
         return dataclasses.replace(info, location=info.location + "#no-gfx1250",
                                    arches=tuple(a for a in info.arches if a != "gfx1250"))
 
-    def identity(self):
-        return {**self.tc.identity(), "variant": "no-gfx1250"}
+    def core_identity(self):
+        return {**self.tc.core_identity(), "variant": "no-gfx1250"}
+
+    def identity(self, target):
+        return {**self.tc.identity(target), "variant": "no-gfx1250"}
 
     def compile_options(self, target):
         return self.tc.compile_options(target)

@@ -187,7 +187,7 @@ def test_cli_fetch_and_publish(server, tmp_path):
     p = subprocess.run([EXE, "fetch", "--server", base, "--local", str(tmp_path / "l"), "--insecure", a.key, "-o",
                         str(out), "--json"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert hashlib.sha256(out.read_bytes()).hexdigest() == a.sha256 == json.loads(p.stdout)["sha256"]
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == a.sha256 == json.loads(p.stdout)["kernels"][0]["sha256"]
     p = subprocess.run([EXE, "fetch", "--server", base, "--local", str(tmp_path / "l"), "--insecure", "0" * 64],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "NotFoundError" in p.stderr
@@ -195,7 +195,7 @@ def test_cli_fetch_and_publish(server, tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps(thaw(art.spec)))
     args = [EXE, "publish", "--server", base, "--arch", "gfx942", "--lane", "llvm22", "--family", "gemm",
             "--spec", f"@{tmp_path / 'spec.json'}", "--recipe-digest", "cli-published",
-            "--toolchain", json.dumps(thaw(art.toolchain)), "--options", json.dumps(thaw(art.options)), "--ir-sha256", art.ir_sha256, "--cache", str(tmp_path / "p.sqlite"), str(out), "--json"]
+            "--toolchain", json.dumps(thaw(art.toolchain)), "--options", json.dumps(thaw(art.options)), "--ir-sha256", art.ir_sha256, str(out), "--json"]
     p = subprocess.run(args, capture_output=True, text=True, timeout=120, env={**os.environ, "ROCKE_AOT_TOKEN": TOKEN})
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)

@@ -102,8 +102,9 @@ def test_compile_sm90_prints_what_ptxas_reports(run, tmp_path):
     """The text output's cubin resources against `ptxas -v` on the PTX the command kept (an
     independent reading of the same kernel): registers, barriers and shared memory."""
     import re
-    import shutil
     import subprocess
+
+    from rocke_aot.aot.compiler.ptx import find_ptxas
 
     spec = {"dtype": "f16", "c": 3, "p": 16, "tile_h": 4, "tile_w": 8, "r_blk": 4, "k_chunk": 16, "path": "mma"}
     out = run("compile", "--family", "conv_dgrad_patch", "--spec", json.dumps(spec), "--arch", "sm_90", "--lane",
@@ -111,7 +112,7 @@ def test_compile_sm90_prints_what_ptxas_reports(run, tmp_path):
     got = re.search(r"registers  (\d+) per thread  barriers (\d+)  block (\d+) threads\n"
                     r"memory     shared (\d+) B  local (\d+) B/thread", out)
     assert got, out
-    ptxas = subprocess.run([shutil.which("ptxas"), "-v", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o",
+    ptxas = subprocess.run([find_ptxas(), "-v", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o",
                             str(tmp_path / "ref.cubin")], capture_output=True, text=True, check=True).stderr
     ref = re.search(r"Used (\d+) registers, used (\d+) barriers(?:, (\d+) bytes smem)?", ptxas)
     assert ref, ptxas

@@ -12,8 +12,10 @@ test did not produce.
         == the driver's cuOccupancyMaxActiveBlocksPerMultiprocessor, measured on an H200
            (driver 580.159, CUDA 13.0) and recorded here; the gpu tests measure again
     groups_per_cu on AMD == numbers worked by hand from the arch table's LLVM facts
-    a corrupt .nv.info (truncated record, unknown format or attribute) -> CodeObjectError naming
-        the section
+    the same PTX through every ptxas here (setup's CUDA 13.5 wheel, CUDA 13.0 where installed) ==
+        that ptxas's -v
+    a corrupt .nv.info (truncated record, unknown format, a record that changes resources or
+        launch, named) -> CodeObjectError naming the section; a record with no name passes
     @gpu: the built kernels loaded with cuda.bindings.driver: the driver's NUM_REGS,
         SHARED_SIZE_BYTES, LOCAL_SIZE_BYTES and cuOccupancyMaxActiveBlocksPerMultiprocessor
         (dynamic shared memory 0) == validate() + groups_per_cu
@@ -23,7 +25,9 @@ Run the gpu tests on the device machine:  python -m pytest -m gpu tests/test_cub
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -36,7 +40,7 @@ from _cuda import check, cuda_ctx, module_image  # noqa: F401  (shared CUDA help
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import WorkerPool, compile_llvmlite
 from rocke_aot.aot.compiler.options import PTXAS_FLAGS
-from rocke_aot.aot.compiler.ptx import find_ptxas
+from rocke_aot.aot.compiler.ptx import assemble_cubin, find_ptxas, ptxas_version
 from rocke_aot.aot.lower import lower
 from rocke_aot.arch import ARCHES
 from rocke_aot.candidates import Resources, groups_per_cu, launch_block_size, occupancy
@@ -117,6 +121,33 @@ def test_cubin_resources_match_ptxas_v(built, tmp_path):
         # the lowering's own figures: its shared arrays and its .maxntid (= the launch block)
         assert info.lds_bytes == k.lds_bytes and info.max_flat_workgroup_size == k.block_size, k.kernel_name
         assert (info.sgpr_count, info.agpr_count, info.vgpr_spill_count) == (None, None, None)
+
+
+def _ptxases() -> dict[str, str]:
+    """version line -> path of every ptxas this host has: setup's (beside the interpreter, always)
+    and any CUDA install's (this machine: CUDA 13.0 in /usr/local/bin)."""
+    out = {}
+    for path in (find_ptxas(), shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas"):
+        if path and os.access(path, os.X_OK):
+            out.setdefault(ptxas_version(path), path)
+    return out
+
+
+def test_cubins_of_every_ptxas_here_validate_to_its_own_v(built, tmp_path, monkeypatch):
+    """The served sm_90 PTX assembled by each ptxas on the host (13.5 writes records 13.0 does not,
+    e.g. 0x66): validate() reads the resources that ptxas -v prints, and refuses none of them."""
+    found = _ptxases()
+    assert any("13.5" in v for v in found), found  # setup's pinned wheel
+    for version, path in found.items():
+        monkeypatch.setenv("ROCKE_AOT_PTXAS", path)
+        assert find_ptxas() == path
+        for k, res in built[:4] + built[-2:]:
+            cubin = assemble_cubin(res.ptx, "sm_90")
+            info = validate(cubin, "sm_90", kernel=k.kernel_name)
+            want = _ptxas_v(res.ptx, tmp_path)
+            got = {"regs": info.vgpr_count, "barriers": info.barrier_count or 0, "smem": info.lds_bytes,
+                   "stack": info.private_segment_bytes}
+            assert got == want, (version, k.kernel_name)
 
 
 def test_shared_section_holds_the_reserved_window(built, tmp_path):
@@ -329,19 +360,30 @@ def test_truncated_nv_info_names_the_section(gemm_cubin):
         validate(_shrunk(cubin, f".nv.info.{name}", 2), "sm_90")
 
 
-def test_unknown_records_fail_closed(gemm_cubin):
+def test_records_that_change_resources_or_launch_are_refused_by_name(gemm_cubin):
     name, cubin = gemm_cubin
     own = _sections(cubin)[f".nv.info.{name}"]
-    first = cubin[own["offset"]:own["offset"] + 2]
-    assert first == bytes([4, 0x37])  # EIFMT_SVAL, EIATTR_CUDA_API_VERSION (ptxas writes it first)
-    cases = [(bytes([7, 0x37]), "unknown format 7"),
-             (bytes([4, 0x7E]), "unknown attribute 0x7e"),
-             (bytes([4, 0x32]), "EIATTR_SHARED_SCRATCH"),
-             (bytes([4, 0x54]), "EIATTR_REG_RECONFIG")]
+    first = cubin[own["offset"]:own["offset"] + 8]
+    # EIFMT_SVAL, EIATTR_LANGUAGE (0x66), 4 bytes, 3 (PTX): CUDA 13.5's ptxas (setup's) writes it first;
+    # its cuobjdump -elf names it (issue 39: 13.5-built kernels failed here as "unknown attribute 0x66")
+    assert first == bytes([4, 0x66, 4, 0, 3, 0, 0, 0])
+    assert find_ptxas() == str(Path(sys.executable).parent / "ptxas")  # the one setup linked, not PATH's
+    cases = [(bytes([7, 0x66]), "record at offset 0 has unknown format 7"),
+             (bytes([4, 0x32]), r"EIATTR_SHARED_SCRATCH \(0x32\) at offset 0 changes the kernel's resources"),
+             (bytes([4, 0x54]), r"EIATTR_REG_RECONFIG \(0x54\) at offset 0 changes the kernel's resources"),
+             (bytes([4, 0x3D]), r"EIATTR_CTA_PER_CLUSTER \(0x3d\) at offset 0"),
+             # the 4-byte payload (3) relabelled: a kernel that triggers programmatic dependent launch
+             (bytes([4, 0x6D]), r"EIATTR_PREEXIT_USED \(0x6d\) at offset 0 is 0x03000000: the kernel triggers "
+                                r"programmatic dependent launch")]
     for head, why in cases:
-        with pytest.raises(CodeObjectError, match=rf"^\.nv\.info\.{name}: .*{why}"):
+        with pytest.raises(CodeObjectError, match=rf"^\.nv\.info\.{name}: {why}"):
             validate(_patched(cubin, own["offset"], head), "sm_90")
-    # a record of the wrong size: the 4-byte CUDA_API_VERSION relabelled EIATTR_MAX_THREADS (12 bytes)
+    # a record with no name here (a newer ptxas's) passes once framed: the resources are read from the
+    # named records only, so they come out the same
+    base = validate(cubin, "sm_90").as_dict()
+    for head in (bytes([4, 0x7E]), bytes([4, 0x6D, 4, 0, 0, 0, 0, 0])):  # unknown; PREEXIT_USED = 0
+        assert validate(_patched(cubin, own["offset"], head), "sm_90").as_dict() == base
+    # a record of the wrong size: the 4-byte LANGUAGE relabelled EIATTR_MAX_THREADS (12 bytes)
     with pytest.raises(CodeObjectError, match=rf"^\.nv\.info\.{name}: EIATTR_MAX_THREADS at offset 0 has 4 "
                                               "bytes, expected 12"):
         validate(_patched(cubin, own["offset"], bytes([4, 0x05])), "sm_90")

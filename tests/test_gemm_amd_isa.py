@@ -87,3 +87,43 @@ def test_gfx942_columns(kind, tmp_path):
     assert row["loop"]["global_load_n"] > 0 and row["loop"]["lds_read_n"] > 0
     if kind == "triton":
         assert row["lds_bytes"] > 0  # dynamic shared memory, from Triton's metadata
+
+
+# The AMD main loop's figures (issue 37), read from code objects the lane compiles: per served
+# tile (b_lds nk, vector_width 8: tables/gemm.py AMD_MATRIX) the interior loop's instructions and
+# waits at most what this branch reached (llvm22, objdump-22; bench/results/gemm-amd-isa-*.md), only
+# 8- or 16-byte global loads and LDS reads, one branch (the loop's own: no edge work inside), no
+# spills. Triton 3.6 for 128x128x32 w4: 75 instructions, 6 waits (gfx942); 54, 8 (gfx950).
+LOOP_CEILINGS = [  # arch, block_m, block_n, double_buffer, matrix, instructions, waits
+    ("gfx942", 128, 128, False, 16, 67, 6),
+    ("gfx942", 128, 128, True, 16, 84, 9),
+    ("gfx942", 64, 64, False, 4, 44, 4),
+    ("gfx950", 128, 128, False, 8, 59, 5),
+    ("gfx950", 128, 128, True, 8, 70, 6),
+    ("gfx950", 64, 64, False, 2, 42, 4),
+    ("gfx1250", 128, 128, False, 16, 116, 9),
+    ("gfx1250", 64, 64, False, 4, 59, 4),
+    ("gfx90a", 128, 128, False, 16, 75, 6),
+]
+
+
+@pytest.mark.parametrize("arch,bm,bn,db,matrix,insts,waits", LOOP_CEILINGS,
+                         ids=[f"{c[0]}-{c[1]}x{c[2]}-{'db' if c[3] else 'sb'}" for c in LOOP_CEILINGS])
+def test_amd_main_loop_does_not_regress(arch, bm, bn, db, matrix, insts, waits, tmp_path):
+    isa = load_bench("gemm_amd_isa")
+    from rocke_aot.aot import toolchains as tcs
+    from rocke_aot.aot.lower import lower
+    from rocke_aot.variants.tables.gemm import AMD_MATRIX
+
+    spec = {"path": isa.MATRIX_PATH[arch], "block_m": bm, "block_n": bn, "double_buffer": db, **AMD_MATRIX}
+    low = lower("gemm", spec, arch, "llvm22")
+    path = tmp_path / "k.hsaco"
+    path.write_bytes(tcs.toolchain_for("llvm22", arch).compile(low.ir, arch, timeout=300).code_object)
+    row = isa.read(path, low.kernel_name)
+    lp = row["loop"]
+    assert row["scope"] == "loop" and lp["matrix"] == matrix
+    assert lp["insts"] <= insts and lp["wait"] <= waits, (lp["insts"], lp["wait"])
+    assert lp["branches"] == 1  # the back branch: no edge test in the interior loop
+    wide = [m for m in (*lp["global_load"], *lp["lds_read"]) if isa.width_bits(m) < 64]
+    assert not wide and lp["global_load_n"] and lp["lds_read_n"], wide
+    assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0)

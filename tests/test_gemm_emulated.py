@@ -170,6 +170,31 @@ def test_transposed_b_gemm_computes_a_x_b(arch, spec):
     check_gemm(arch, spec, [(37, 45, 70), (1, 1, 1)])
 
 
+# The AMD main loop (aot/families/gemm.py build_amd), as the tables serve it (b_lds nk, vector_width
+# 8, padded rows): interior blocks run the unchecked loop (register prefetch of the next K-tile,
+# one or two barriers a step), then the checked edge loop for the K tail; blocks on the M / N edge
+# run the edge loop only. Sizes: many interior K-tiles and a K tail, every block interior and no
+# tail (the last step's reload of its own tile), both edges with K shorter than a tile.
+AMD_LOOP_SIZES = [(70, 72, 200), (64, 64, 96), (33, 40, 20)]
+AMD_LOOP_CASES = [
+    ("gfx942", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=1,
+                        b_lds="nk", vector_width=8)),
+    ("gfx942", GemmSpec(path="mfma", in_dtype="bf16", out_dtype="bf16", block_m=64, block_n=32, block_k=64, waves=2,
+                        b_lds="nk", vector_width=8, double_buffer=True)),
+    ("gfx950", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f16", block_m=32, block_n=64, block_k=32, waves=2,
+                        b_lds="nk", vector_width=8, double_buffer=True)),
+    ("gfx1250", GemmSpec(path="wmma", in_dtype="bf16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=2,
+                         b_lds="nk", vector_width=8, double_buffer=True)),
+    ("gfx90a", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=1,
+                        vector_width=8)),  # kn: B as in memory, vector stores
+]
+
+
+@pytest.mark.parametrize("arch,spec", AMD_LOOP_CASES, ids=[f"{a}-{s.kernel_name}" for a, s in AMD_LOOP_CASES])
+def test_amd_main_loop_computes_a_x_b(arch, spec):
+    check_gemm(arch, spec, AMD_LOOP_SIZES)
+
+
 @pytest.mark.parametrize("spec", ASYNC_CASES, ids=[s.kernel_name for s in ASYNC_CASES])
 def test_async_pipeline_gemm_computes_a_x_b(spec):
     check_gemm("sm_90", spec, ASYNC_SIZES)
@@ -260,6 +285,11 @@ def test_split_k_bits_do_not_depend_on_arrival_order():
         np.testing.assert_array_equal(o, outs[0])
 
 
+# What check_gemm's numpy comparison says when the numbers differ: a mutation must be caught by
+# it (or by the named memory-model check), not by any other assert on the way.
+NUMERIC = r"Arrays are not equal\s+{}\s+(Mismatched elements|nan location mismatch)"  # check_gemm's numpy comparison
+
+
 # The simulator's memory model (tests/_host_sim.py) lets a store reach another CTA only through a
 # release (fence + atomic) and a read only after an acquire: dropping either fence must fail.
 @pytest.mark.parametrize("dropped", ["release", "acquire", "both"])
@@ -277,7 +307,11 @@ def test_a_split_k_protocol_without_its_fences_fails_the_simulation(monkeypatch,
             fence(self)
 
     monkeypatch.setattr(NvptxKernel, "fence_acq_rel_gpu", mutated)
-    with pytest.raises(AssertionError):
+    # no acquire: the simulator's memory model names the read; no release alone: the partial sums
+    # another CTA reads are stale, and the numbers come out wrong
+    why = NUMERIC.format("37x40x72") if dropped == "release" else \
+        r"memory-model violations, first: ld\.global\S* at \S+ of another CTA's data without an acquire"
+    with pytest.raises(AssertionError, match=why):
         check_gemm("sm_90", spec, SPLIT_SIZES[:1])
 
 
@@ -294,7 +328,7 @@ def test_a_broken_pipeline_fails_the_simulation(monkeypatch, mutation):
     else:
         ldm = NvptxKernel.ldmatrix
         monkeypatch.setattr(NvptxKernel, "ldmatrix", lambda self, ptr, count, trans: ldm(self, ptr, 4, False)[:count])
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=NUMERIC.format("37x40x72")):
         check_gemm("sm_90", spec, ASYNC_SIZES[:1])
 
 
@@ -306,7 +340,7 @@ def test_the_quad_epilogue_needs_its_exchange(monkeypatch):
     check_gemm("sm_90", spec, ASYNC_SIZES[:1])
     shfl = CpuGrid._shfl_bfly
     monkeypatch.setattr(CpuGrid, "_shfl_bfly", lambda self, mask, v, b, c: shfl(self, mask, v, b ^ 2, c))
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=NUMERIC.format("37x40x72")):
         check_gemm("sm_90", spec, ASYNC_SIZES[:1])
 
 
@@ -354,7 +388,7 @@ def test_a_perturbed_operand_map_fails_the_simulation(monkeypatch, arch, spec, m
     check_gemm(arch, spec, [(37, 45, 70)])  # unperturbed: passes
     mutate(monkeypatch, key, mutation)
     assert spec.geometry(low_target(arch)).instr == key and isinstance(mma.INSTRS[key], Mutant)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=NUMERIC.format("37x45x70")):
         check_gemm(arch, spec, [(37, 45, 70)])
 
 

@@ -17,7 +17,7 @@ from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
 from rocke_aot.aot.compiler.ptx import find_ptxas, ptx_processor, ptx_target
 from rocke_aot.aot.families.gemm import descriptor_bits, lower_gemm, wgmma_mnemonic
-from rocke_aot.errors import CompileError, SpecError
+from rocke_aot.errors import CapabilityError, CompileError, SpecError
 from rocke_aot.targets import Target
 from rocke_aot.variants.counts import gemm_counts
 from rocke_aot.variants.gemm import GemmSpec
@@ -59,7 +59,7 @@ def test_wgmma_leaves_older_specs_and_their_names_as_they_were():
 
 
 def test_wgmma_is_refused_off_nvptx():
-    with pytest.raises(Exception, match="not available|sm_90a"):
+    with pytest.raises(CapabilityError, match="^mma with f16 inputs is not available on gfx942"):
         wg(block_m=64, block_n=64, waves=4, stages=2).geometry(Target.parse("gfx942"))
 
 
@@ -94,7 +94,7 @@ def test_descriptor_bits_follow_the_ptx_isa_fields():
     d = descriptor_bits(8192, 1024)
     assert (d >> 16) & 0x3FFF == 512 and (d >> 32) & 0x3FFF == 64 and d >> 62 == 1
     assert d & 0x3FFF == 0 and (d >> 49) & 7 == 0  # start address added per operand; base offset 0
-    with pytest.raises(Exception, match="16-byte"):
+    with pytest.raises(CapabilityError, match=r"^wgmma descriptor offsets 8, 1024: 16-byte multiples below 256 KiB"):
         descriptor_bits(8, 1024)
 
 

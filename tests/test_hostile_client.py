@@ -483,12 +483,14 @@ def test_a_trickle_ends_at_the_deadline(hostile, genuine, tmp_path, where):
         t0 = time.monotonic()
         _refused(lambda: c.get(key), DeadlineError, "deadline")
         took = time.monotonic() - t0
-        assert DEADLINE_S - 0.05 < took < DEADLINE_S + 0.6, took
+        # never before the deadline; after it, a hang guard far below the 18 s the trickle lasts (how
+        # close to the deadline it fires is bench/bench_hostile.py's trickle_deadline_overshoot)
+        assert DEADLINE_S - 0.05 < took < DEADLINE_S + 8, took
         assert kept.unchanged()
     with _fetcher(hostile.base, tmp_path, deadline_s=DEADLINE_S) as f:
         t0 = time.monotonic()
         _refused(lambda: f.get(key), DeadlineError)
-        assert time.monotonic() - t0 < DEADLINE_S + 0.6
+        assert DEADLINE_S - 0.05 < time.monotonic() - t0 < DEADLINE_S + 8
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])

@@ -239,12 +239,12 @@ def test_llvm22_and_llvm24_code_objects_both_validate_with_only_the_kernarg_poin
 
 
 def test_identity_records_llvm24_the_middle_end_and_the_linker(llvm24):
-    ident = llvm24.identity()
+    ident = llvm24.identity("gfx942")
     assert ident["llvm_version"].startswith("24.") and ident["kind"] == t24.KIND
     assert "LLD" in ident["linker"] and len(ident["library_sha256"]) == 64
     assert ident["middle_end"].startswith("llvmlite ") and "LLVM 22." in ident["middle_end"]
     bare = t24.Triton24Toolchain(llvm24.library, middle_end=False)
-    assert bare.identity()["middle_end"] == "none" and bare.identity() != ident
+    assert bare.identity("gfx942")["middle_end"] == "none" and bare.identity("gfx942") != ident
 
 
 def _registers(asm: str) -> int:

@@ -20,7 +20,7 @@ from rocke_aot.variants.families import get_family
 from rocke_aot.variants.measured import Measurement, applicable, shape_class_of
 from rocke_aot.variants.selection import rank
 
-RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
+RAW = Path(__file__).resolve().parents[1] / "bench" / "results" / "bench-raw"
 SM90 = Target.parse("sm_90")
 FIELDS = set(Resources.__dataclass_fields__)
 
@@ -41,7 +41,7 @@ def _problems(family: str, name: str):
                            True, Resources(**{k: v for k, v in r["resources"].items() if k in FIELDS}),
                            datetime(2026, 12, 3, tzinfo=timezone.utc)) for r in rows]
         ms = [Measurement(r["key"], "gen-1", "sm_90", doc["device"], family, pr["problem"], r["median_ms"], 15,
-                          source="docs/bench-raw/h200-run6") for r in rows]
+                          source="bench/results/bench-raw/h200-run6") for r in rows]
         yield get_family(family).problem_from(pr["problem"]), pr["problem"], cands, ms, rows
 
 

@@ -27,7 +27,7 @@ import httpx
 import pytest
 import zstandard
 from _nginx import nginx, served_dir
-from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, kernel_bundle, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
@@ -74,7 +74,7 @@ def world(tmp_path_factory, kernel_bundle):
     for name in ("root", "release", "evil"):
         keys.generate(d / f"{name}.key")
     k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
-    store = filled_store(d / "built.sqlite", kernel_bundle[1])
+    store = built_store(d / "built.sqlite", kernel_bundle)
     root = root_doc(k["root"], k["release"].public)
     release(store, d / "signed2", root, [k["release"]])
     shutil.copytree(d / "signed2", d / "signed1")  # timestamp version 1
@@ -391,7 +391,7 @@ def test_what_nginx_can_send_is_bounded_and_nothing_is_stored(world, tree, tmp_p
     if case == "truncated":
         assert type(e.value) is SourceError and "RemoteProtocolError" in str(e.value)  # not the deadline
     if case == "slow past the deadline":
-        assert 1.4 <= took < 3.5
+        assert 1.4 <= took < 7  # not before the 1.5 s deadline; a hang guard under the trickle's 8 s
     if case == "truncated":
         assert took < 8  # the cut, not the whole trickle
 

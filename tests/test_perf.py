@@ -11,6 +11,7 @@ import pytest
 
 from rocke_aot import mma
 from rocke_aot.aot.families import BUILTIN_LOWERERS
+from rocke_aot.errors import SpecError
 from rocke_aot.targets import Target
 from rocke_aot.variants import perf, table
 from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
@@ -174,11 +175,11 @@ def test_bad_constants_are_named():
                               "cu_load", "cu_lds", "warp_lds", "store", "spill", "barrier", "cu_warp")}
     good["load_factor"] = {"gemm": 1.0}
     assert perf.PerfConstants.from_dict(good, "x").launch == 1e-6
-    with pytest.raises(Exception, match="missing"):
+    with pytest.raises(SpecError, match=r"^x: perf constants missing \['launch'\], unknown \[\]"):
         perf.PerfConstants.from_dict({k: v for k, v in good.items() if k != "launch"}, "x")
-    with pytest.raises(Exception, match="finite"):
+    with pytest.raises(SpecError, match="^x: perf constant launch must be a finite number >= 0, got nan"):
         perf.PerfConstants.from_dict({**good, "launch": float("nan")}, "x")
-    with pytest.raises(Exception, match="finite"):
+    with pytest.raises(SpecError, match="^x: perf constant spill must be a finite number >= 0, got -1"):
         perf.PerfConstants.from_dict({**good, "spill": -1}, "x")
 
 

@@ -61,8 +61,14 @@ class _Edit:
         self.path.write_bytes(self.old)
 
 
-def test_the_copy_digests_like_the_live_packages(tree):
-    assert recipe_modules(tree) == LIVE_MODULES
+def test_the_copy_digests_like_the_live_packages(tree, tmp_path, monkeypatch):
+    # the closure memo is keyed by the files' fingerprint, which the copy shares with the live tree:
+    # an empty home makes this call read the copy's imports itself instead of the live tree's memo
+    monkeypatch.setenv("ROCKE_AOT_HOME", str(tmp_path / "home"))
+    got = recipe_modules(tree)
+    assert [p.name for p in (tmp_path / "home" / "recipe").glob("*.json")], "the copy's closure was not read"
+    assert got == LIVE_MODULES
+    assert {"rocke_aot.aot.codeobject", "rocke_aot.aot.compiler.ptx", "rocke_aot.aot.lower.nvptx"} <= set(got)
     assert recipe_digest(tree) == recipe_digest()
     assert recipe_digest() == recipe_digest()  # memoized and stable
 

@@ -56,7 +56,7 @@ RAW = Path(os.environ.get("ROCKE_AOT_RELIABILITY_RAW", "")) if os.environ.get("R
 
 
 def report(name: str, data) -> None:
-    """Keep a test's figures (docs/reliability-raw/) when ROCKE_AOT_RELIABILITY_RAW names a folder."""
+    """Keep a test's figures (bench/results/reliability-raw/) when ROCKE_AOT_RELIABILITY_RAW names a folder."""
     if RAW is not None:
         RAW.mkdir(parents=True, exist_ok=True)
         (RAW / name).write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")

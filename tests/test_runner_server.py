@@ -14,11 +14,12 @@ through the verifying client, never a database of its own.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from _service import filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import built_store, kernel_bundle, serve_process  # noqa: F401
 from click.testing import CliRunner
 
 from rocke_aot.cache.keys import thaw
@@ -41,7 +42,7 @@ def world(tmp_path_factory, kernel_bundle):
         keys.generate(d / f"{name}.key")
     rk, rel = keys.load_private(d / "root.key"), keys.load_private(d / "release.key")
     url = f"sqlite:///{d / 'served.sqlite'}"
-    store = filled_store(url, kernel_bundle[1])
+    store = built_store(url, kernel_bundle)
     root = {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30), rk, [rel.public])}
     release(store, d / "signed", root, [rel])
     with serve_process(url, extra=["--trust-dir", str(d / "signed")]) as (_, base):
@@ -109,3 +110,20 @@ def test_the_cli_checks_the_trust_configuration_before_looking_for_a_gpu(world, 
     r = _bench("--root-key", world["pin"])
     assert r.exit_code == 2 and "go with --server" in r.output
 
+
+
+def test_a_host_fetches_by_prefix_under_the_signed_manifest(world, tmp_path):
+    """Issue 39: the 16 digits select prints resolve among the signed metadata's keys (a pinned key: every bin read)."""
+    arts = world["store"].find()[:2]
+    base = world["base"]
+    r = CliRunner().invoke(cli, ["fetch", "--server", base, "--root-key", world["pin"], "--local", str(tmp_path / "h"),
+                                 arts[0].key[:16], arts[1].key[:16], "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)["kernels"]
+    assert [k["key"] for k in got] == [a.key for a in arts] and all(k["origin"]["signed"] for k in got)
+    assert [k["sha256"] for k in got] == [a.sha256 for a in arts]
+    taken = {a.key for a in world["store"].find()}
+    nobody = next(p for p in ("0123456789abcdef", "fedcba9876543210") if not any(k.startswith(p) for k in taken))
+    r = CliRunner().invoke(cli, ["fetch", "--server", base, "--root-key", world["pin"], "--local",
+                                 str(tmp_path / "h"), nobody])
+    assert r.exit_code == 1 and f"no kernel key starts with {nobody} (snapshot version 1" in r.output

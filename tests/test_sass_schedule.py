@@ -277,7 +277,7 @@ def stem():
     from rocke_aot.lanes import get_lane
     from rocke_aot.targets import Target
 
-    doc = json.loads(gzip.decompress((ROOT / "docs/bench-raw/h200-run16/quality-conv_direct_fwd.json.gz").read_bytes()))
+    doc = json.loads(gzip.decompress((ROOT / "bench/results/bench-raw/h200-run16/quality-conv_direct_fwd.json.gz").read_bytes()))
     pr = next(p for p in doc["problems"] if p["problem"] == STEM)
     specs = {s.kernel_name: s for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22")}
     rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]
@@ -354,7 +354,7 @@ def test_conv_dgrad_patch_takes_the_schedule_too(run):
     from rocke_aot.variants.families import get_family
     from rocke_aot.variants.selection import clear_verdicts, rank
 
-    doc = json.loads(gzip.decompress((ROOT / f"docs/bench-raw/{run}/quality-conv_dgrad_patch.json.gz").read_bytes()))
+    doc = json.loads(gzip.decompress((ROOT / f"bench/results/bench-raw/{run}/quality-conv_dgrad_patch.json.gz").read_bytes()))
     pr = next(p for p in doc["problems"] if p["problem"] == PATCH)
     specs = {s.kernel_name: s for s in table.enumerate_specs("conv_dgrad_patch", "sm_90", "llvm22")}
     rows = sorted((r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs),

@@ -156,7 +156,7 @@ def test_the_h200_bench_script_replays_a_stored_run(tmp_path):
     import gzip
 
     mod = load_bench("across_h200")
-    run = Path(__file__).resolve().parents[1] / "docs" / "triton-raw" / "h200-2026-12-04-across"
+    run = Path(__file__).resolve().parents[1] / "bench" / "results" / "triton-raw" / "h200-2026-12-04-across"
     with pytest.raises(SystemExit):
         mod.parse(["--cache", "c.sqlite", "--out", str(tmp_path), "--replay", str(run), "--no-run"])
     reports = {f: mod.stored_report(run, f, tmp_path) for f in mod.FAMILIES}

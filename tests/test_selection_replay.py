@@ -1,11 +1,22 @@
 """Selection against measured times: the package's own rank() replayed over every candidate an
-H200 timed (docs/bench-raw/h200-run6 and h200-run7: two measurements, 15 repeats each, taken
+H200 timed (bench/results/bench-raw/h200-run6 and h200-run7: two measurements, 15 repeats each, taken
 with the constants shipped now).
 
-The reference is the GPU's measured times, which no code here produced; the run's own summary
-is checked too, so the replay and the device's ranking are the same function. A change to the
-time model, the work models, the residency rules, the grid or the constants that makes the
-ranking worse on these 78 problems fails here before it reaches a device (docs/bench.md)."""
+The reference is the GPU's measured times, which no code here produced: a problem's quality is
+its fastest measured candidate's time over the time of the candidate rank() puts first.
+
+Two kinds of problem set, named as such in every test:
+    hold-out   bench/problems/holdout-*.json: problems no fit has seen (out of sample). The goal
+               (median >= 0.95, none below 0.7) is claimed on these; these are the figures the
+               docs quote (docs/bench.md "The goal and where it stands").
+    in-sample  the "quality" sets: the problems bench/fit_perf.py fitted the shipped constants
+               (variants/perf_constants/sm_90.json) on. Meeting the goal there says the fit holds
+               on its own data, nothing about new problems: a regression guard, not a quality claim.
+Separately, the replay is checked to be the device's own ranking (each problem's quality equal to
+the figure the run's summary recorded): a consistency check of the replay, not a quality figure,
+since the device computed that figure with this same rank(). A change to the time model, the work
+models, the residency rules, the grid or the constants that makes the ranking worse on these 78
+problems fails here before it reaches a device (docs/bench.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +34,7 @@ from rocke_aot.variants import table
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.selection import rank
 
-RAW = Path(__file__).resolve().parents[1] / "docs" / "bench-raw"
+RAW = Path(__file__).resolve().parents[1] / "bench" / "results" / "bench-raw"
 RUNS = ("h200-run6", "h200-run7")
 SM90 = Target.parse("sm_90")
 FAMILIES = ("gemm", "conv_direct_fwd", "conv_dgrad_patch")
@@ -59,27 +70,41 @@ def _replay(family: str, doc: dict, model: str = "fitted") -> list[float]:
 @pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("which", ["quality", "holdout"])
-def test_replay_reproduces_the_devices_ranking(run, family, which):
+def test_the_replay_is_the_devices_own_ranking(run, family, which):
+    """Consistency, not quality: the device computed these figures with this same rank()."""
     doc = _load(run, f"{which}-{family}")
     got = _replay(family, doc)
-    measured = [p["selection_quality"] for p in doc["problems"]]
-    assert got == pytest.approx(measured, rel=1e-9)  # the device ranked with this very code
+    recorded = [p["selection_quality"] for p in doc["problems"]]
+    assert len(got) >= 5 and got == pytest.approx(recorded, rel=1e-9)
 
 
 @pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_quality_goal_on_measured_times(run, family):
-    """Issue 13's goal, met for every family in both runs: median >= 0.95, none below 0.7,
-    on the fitted problem set and on the hold-out set (problems no fit has seen) alike."""
-    for which in ("quality", "holdout"):
-        q = _replay(family, _load(run, f"{which}-{family}"))
-        assert statistics.median(q) >= 0.95, (which, sorted(q))
-        assert min(q) >= 0.7, (which, sorted(q))
+def test_quality_goal_out_of_sample_on_the_hold_out_problems(run, family):
+    """Issue 13's goal on problems no fit has seen: median >= 0.95, none below 0.7, every family,
+    both runs (the figures docs/bench.md quotes: gemm 0.991 / 0.765 and 0.996 / 0.765, conv_direct_fwd
+    0.974 / 0.859 and 0.974 / 0.870, conv_dgrad_patch 0.990 / 0.840 and 0.997 / 0.807)."""
+    q = _replay(family, _load(run, f"holdout-{family}"))
+    assert len(q) >= 5
+    assert statistics.median(q) >= 0.95, sorted(q)
+    assert min(q) >= 0.7, sorted(q)
+
+
+@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_in_sample_the_fit_still_meets_the_goal_on_its_own_problems(run, family):
+    """In-sample (the problems the constants were fitted on): a regression guard for the fit, not a
+    quality claim (module doc)."""
+    q = _replay(family, _load(run, f"quality-{family}"))
+    assert len(q) >= 7
+    assert statistics.median(q) >= 0.95, sorted(q)
+    assert min(q) >= 0.7, sorted(q)
 
 
 def test_a_worse_ranking_fails_the_goal(monkeypatch):
     """The goal check can fail: ranking by tile efficiency alone (the rule of arches without
-    measured constants, and of the first H100 qualification) misses it on the same times."""
+    measured constants, and of the first H100 qualification) misses it on the same times
+    (in-sample set: the efficiency rule fits nothing, so for it no set is in-sample)."""
     q = _replay("conv_dgrad_patch", _load(RUNS[0], "quality-conv_dgrad_patch"), model="efficiency")
     assert statistics.median(q) < 0.95 or min(q) < 0.7, sorted(q)
 

@@ -84,7 +84,11 @@ def test_what_a_host_compiles_is_published_and_the_next_host_takes_it(triton39, 
     first, _ = host(triton39, served, tmp_path / "a", "hip", "gfx942", 64, 1024, 1000,
                     env={"ROCKE_AOT_TOKEN": "s3cret"})
     assert first["compiled"] == 1 and first["events"].get("published") == 1
-    second, _ = host(triton39, served, tmp_path / "b", "hip", "gfx942", 64, 1024, 1000)
+    # entries are per tenant: a host of another (no token) does not get it; one of the same tenant does
+    other, _ = host(triton39, served, tmp_path / "c", "hip", "gfx942", 64, 1024, 1000)
+    assert other["compiled"] == 1 and other["cache_hit"] == 0
+    second, _ = host(triton39, served, tmp_path / "b", "hip", "gfx942", 64, 1024, 1000,
+                     env={"ROCKE_AOT_TOKEN": "s3cret"})
     assert second["compiled"] == 0 and second["cache_hit"] == 1
     with Store.open(served["url"]) as store:
         from rocke_aot.client.triton_cache import Backend  # noqa: F401  (importable without triton)
@@ -92,7 +96,9 @@ def test_what_a_host_compiles_is_published_and_the_next_host_takes_it(triton39, 
         key = [k for k in [first["hash"]]][0]
         import base64
 
-        files = store.triton_entry(base64.b32encode(bytes.fromhex(key)).decode().rstrip("="))
+        from rocke_aot.cache.provenance import token_id
+
+        files = store.triton_entry(base64.b32encode(bytes.fromhex(key)).decode().rstrip("="), token_id("s3cret"))
         assert {f.source for f in files.values()} == {"host"} and len(files) >= 3
 
 
@@ -133,3 +139,26 @@ def test_another_triton_version_is_never_served(served, tmp_path, monkeypatch):
         [f"{entry['name']}.json", entry["binary"]])
     assert "triton" not in sys.modules
     triton_cache.reset_config()
+
+
+def test_a_host_is_told_once_why_it_cannot_hit(triton39, served, tmp_path):
+    """Issue 39: a host whose own settings make every lookup miss hears why, once per process."""
+    # the builder records Triton's cache-invalidating variables with the entry (none were set)
+    assert served["art"].metadata["triton"]["env_vars"] == {}
+    # TRITON_DEFAULT_FP_FUSION=1 (Triton's own default value, set as Triton 3.9 advises): Triton
+    # hashes every such variable that is set into the key, so the prebuilt kernel cannot hit
+    got, err = host(triton39, served, tmp_path / "env", "hip", "gfx942", 64, 1024, 4096,
+                    env={"TRITON_DEFAULT_FP_FUSION": "1"})
+    assert got["compiled"] == 1 and got["cache_hit"] == 0 and got["events"].get("env") == 1
+    assert got["hash"] != served["art"].metadata["triton"]["hash"]
+    lines = [ln for ln in err.splitlines() if "cache-invalidating" in ln]
+    assert len(lines) == 1 and "TRITON_DEFAULT_FP_FUSION=" in lines[0], err[-2000:]  # Triton says "true"
+    # without it, the same host hits (the variable was the only difference)
+    same, _ = host(triton39, served, tmp_path / "same", "hip", "gfx942", 64, 1024, 4096)
+    assert same["cache_hit"] == 1 and same["events"].get("env") is None
+    # neither a server nor mirrors: one line saying so, however many lookups miss
+    alone, err = host(triton39, served, tmp_path / "alone", "hip", "gfx942", 64, 1024, 4096,
+                      env={"ROCKE_AOT_SERVER": ""})
+    assert alone["compiled"] == 1 and alone["events"].get("nosource") == 1
+    lines = [ln for ln in err.splitlines() if "neither $ROCKE_AOT_SERVER nor $ROCKE_AOT_MIRRORS" in ln]
+    assert len(lines) == 1, err[-2000:]

@@ -31,7 +31,7 @@ from test_triton_remote_cache import host, triton39  # noqa: F401 - the llvm24 l
 from rocke_aot.aot.builder import build
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import BundleError
+from rocke_aot.errors import BundleError, SpecError
 from rocke_aot.targets import Target
 from rocke_aot.trust import keys, repo
 from rocke_aot.trust.release import release
@@ -64,7 +64,7 @@ def moved(tmp_path_factory, all_toolchains, triton39):  # noqa: F811
         arrived = _entry(store, tkey)
         blobs = {f: store.get_blob(sha) for f, (sha, *_) in arrived.items()}
         owner = {e.artifact_key for e in store.triton_entry(tkey).values()}
-    return {"d": d, "art": art, "tkey": tkey, "built": built, "exported": exported, "imported": imported,
+    return {"d": d, "toolchains": all_toolchains, "art": art, "tkey": tkey, "built": built, "exported": exported, "imported": imported,
             "again": again, "arrived": arrived, "blobs": blobs, "owner": owner}
 
 
@@ -127,6 +127,12 @@ def mirrored(moved):
     rk, rel = keys.load_private(d / "root.key"), keys.load_private(d / "release.key")
     root = {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30), rk, [rel.public])}
     with Store.open(d / "imported.sqlite") as store:
+        # an import is not a build here: a release leaves it out until a build here verifies it
+        with pytest.raises(SpecError, match="left out"):
+            release(store, d / "unsigned", root, [rel])
+        s = build(arches=[Target.parse("gfx942")], families=["triton_softmax"], lanes=["llvm24"], store=store,
+                  toolchains=moved["toolchains"], where={"BLOCK": "1024", "cols_class": "div16"})
+        assert (s["to_verify"], s["verified"], s["replaced"], s["cached"]) == (1, 1, [], 0), s.data
         release(store, d / "signed", root, [rel])
     where = served_dir()
     p = subprocess.run([EXE, "mirror", "export", "--cache", str(d / "imported.sqlite"), "--signed", str(d / "signed"),

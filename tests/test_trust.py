@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, filled_store, kernel_bundle, serve_process  # noqa: F401
 
 from rocke_aot.cache.store import Store
 from rocke_aot.client import Fetcher, InsecureFetchWarning, LocalStore, ServiceSource
@@ -78,7 +78,7 @@ def world(tmp_path_factory, kernel_bundle):
         keys.generate(d / f"{name}.key")
     k = {name: keys.load_private(d / f"{name}.key") for name in ("root", "release", "release2", "evil")}
     url = f"sqlite:///{d / 'served.sqlite'}"
-    store = filled_store(url, kernel_bundle[1])
+    store = built_store(url, kernel_bundle)
     roots = {1: make_root(k["root"], [k["release"].public])}
     served = d / "served"
     release(store, served, roots, [k["release"]])
@@ -250,8 +250,9 @@ def test_a_replayed_older_version_is_a_rollback(world, served, tmp_path):
 def test_kernels_not_listed_and_blobs_other_than_signed_are_refused(world, served, tmp_path):
     store = world["store"]
     a = store.find()[0]
-    with fetcher(world, tmp_path) as f, pytest.raises(NotInManifestError, match="not a target"):
+    with fetcher(world, tmp_path) as f, pytest.raises(NotInManifestError, match="not a target") as refused:
         f.get("ab" * 32)
+    assert isinstance(refused.value, NotFoundError)  # the fetch's own error is a not-found too (CLI exit, HTTP 404)
     real = httpx.Client()
 
     def tamper(request: httpx.Request) -> httpx.Response:
@@ -343,7 +344,7 @@ def test_the_trust_commands(world, kernel_bundle, tmp_path):
     r = run("root", "--key", str(tmp_path / "root.key"), "--release", str(tmp_path / "rel.key.pub"),
             "-o", str(tmp_path / "root.json"))
     assert r["version"] == 1
-    filled_store(tmp_path / "c.sqlite", kernel_bundle[1]).close()
+    built_store(tmp_path / "c.sqlite", kernel_bundle).close()
     sign = ["sign", "--cache", str(tmp_path / "c.sqlite"), "--root", str(tmp_path / "root.json"),
             "--key", str(tmp_path / "rel.key"), "-o", str(tmp_path / "signed")]
     r = run(*sign)

@@ -233,18 +233,15 @@ def test_grids_respect_the_arch_lds_limits():
                 assert spec.lds_bytes() <= info.static_lds_limit
 
 
-def test_enumeration_is_deterministic_and_fast():
-    import time
-
+def test_enumeration_is_deterministic():
+    # its speed (the builder's no-op rebuild budget) is bench/bench_noop.py's target, a ratio to the
+    # no-op replan in the same run
     first = [s.to_dict() for s in table.enumerate_specs("gemm", "gfx942", "llvm22")]
-    start = time.perf_counter()
-    n = 0
-    for _ in range(20):
-        for fam in FAMILIES:
-            n += sum(1 for _ in table.enumerate_specs(fam, "gfx942", "llvm22"))
-    rate = n / (time.perf_counter() - start)
+    assert len(first) > 100
+    for fam in FAMILIES:
+        specs = [s.to_dict() for s in table.enumerate_specs(fam, "gfx942", "llvm22")]
+        assert specs == [s.to_dict() for s in table.enumerate_specs(fam, "gfx942", "llvm22")], fam
     assert [s.to_dict() for s in table.enumerate_specs("gemm", "gfx942", "llvm22")] == first
-    assert rate > 50_000, f"{rate:.0f} specs/s"  # the builder's no-op rebuild budget
 
 
 # -- the arch table ------------------------------------------------------------------------------

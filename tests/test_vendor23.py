@@ -198,11 +198,11 @@ def test_ir_of_another_profile_is_refused(llvm23):
 
 def _key(tc, arch="gfx942") -> str:
     return artifact_key(KeyInputs(arch, "llvm23", "llvm23", "gemm", {"path": "fma"}, "0" * 64,
-                                  tc.identity(), tc.compile_options(arch)))
+                                  tc.identity(arch), tc.compile_options(arch)))
 
 
 def test_identity_and_options(llvm23):
-    ident = llvm23.identity()
+    ident = llvm23.identity("gfx942")
     assert ident["kind"] == "rocm-llvm" and ident["llvm_version"].startswith("23.")
     assert len(ident["library_sha256"]) == 64 and "LLD" in ident["linker"]
     assert {k for k in ident if k.startswith("shim_sha256:")} == {f"shim_sha256:{n}" for n in rocm_sysdeps.SONAMES}

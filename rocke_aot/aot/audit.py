@@ -13,8 +13,13 @@
     lowering raises ──> error (the current code refuses what it once built: also a hole)
 
 A hole means the recipe rule (aot/recipe.py) misses something that shapes the IR: a module
-read outside the import graph, a data file, an environment variable. ``rocke-aot cache audit``
-exits 1 on any hole or error.
+read outside the import graph, a data file, an environment variable.
+
+Every row, of any recipe, is also checked for what the IR cannot show (cache/provenance.py,
+variants/contract.py): a row no build here made or verified (published, imported, fetched, or
+older than provenance) is flagged ``unverified`` with how it entered (the IR sha256 a publisher
+sends says nothing about its bytes); a row whose launch contract is not its family's formulas is
+a hole. ``rocke-aot cache audit`` exits 1 on any hole, error or unverified row.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from typing import Any
 from rocke_aot.aot.lower import lower
 from rocke_aot.aot.recipe import family_digest, recipe_digest
 from rocke_aot.cache.keys import thaw
+from rocke_aot.cache.provenance import why_unsigned
 from rocke_aot.errors import RockeError, SpecError
+from rocke_aot.variants.contract import check_record_launch
 
 
 @dataclass(frozen=True)
@@ -44,22 +51,37 @@ class Hole:
 
 
 @dataclass(frozen=True)
+class Unverified:
+    key: str
+    family: str
+    arch: str
+    lane: str
+    entered: str  # how it entered: import | publish | fetch | legacy
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class AuditReport:
     recipe_digest: str
     artifacts: int  # every artifact in the store
     same_recipe: int  # of those, stored under the current recipe digest
     checked: int  # re-lowered (all same-recipe ones, or the sample)
     holes: tuple[Hole, ...]
+    unverified: tuple[Unverified, ...] = ()  # rows no build here made or verified (every recipe)
 
     @property
     def ok(self) -> bool:
-        return not self.holes
+        return not self.holes and not self.unverified
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "recipe_digest": self.recipe_digest, "artifacts": self.artifacts,
                 "same_recipe": self.same_recipe, "checked": self.checked,
                 "skipped_other_recipe": self.artifacts - self.same_recipe,
-                "holes": [h.as_dict() for h in self.holes]}
+                "holes": [h.as_dict() for h in self.holes],
+                "unverified": [u.as_dict() for u in self.unverified]}
 
 
 def audit(store, *, sample: int | None = None, seed: int = 0) -> AuditReport:
@@ -78,6 +100,18 @@ def audit(store, *, sample: int | None = None, seed: int = 0) -> AuditReport:
     same = [a for a in arts if a.recipe_digest == digests[a.family]]
     chosen = same if sample is None or sample >= len(same) else random.Random(seed).sample(same, sample)
     holes = []
+    unverified = []
+    for a in arts:  # every row: how it entered, and its contract against its family (no lowering: cheap)
+        why = why_unsigned(a.entered, a.verified_at)
+        if why is not None:
+            unverified.append(Unverified(a.key, a.family, a.arch, a.lane, a.entered, why))
+        if digests[a.family] is None:
+            continue  # a family not installed here: nothing to recompute the contract from
+        try:
+            check_record_launch(a.family, thaw(a.spec), a.arch, thaw(a.metadata))
+        except RockeError as e:
+            holes.append(Hole(a.key, a.family, a.arch, a.lane, a.ir_sha256, a.ir_sha256,
+                              f"{type(e).__name__}: {str(e)[:300]}"))
     for a in sorted(chosen, key=lambda a: a.key):
         try:
             ir_sha = lower(a.family, thaw(a.spec), a.arch, a.lane).ir_sha256
@@ -86,4 +120,5 @@ def audit(store, *, sample: int | None = None, seed: int = 0) -> AuditReport:
             continue
         if ir_sha != a.ir_sha256:
             holes.append(Hole(a.key, a.family, a.arch, a.lane, a.ir_sha256, ir_sha))
-    return AuditReport(current, len(arts), len(same), len(chosen), tuple(holes))
+    return AuditReport(current, len(arts), len(same), len(chosen), tuple(holes),
+                       tuple(sorted(unverified, key=lambda u: u.key)))

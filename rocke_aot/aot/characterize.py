@@ -277,7 +277,7 @@ class LaneProber:
         """What about the toolchain decides the probes: the code generator only. Probes neither
         link nor assemble PTX, so the linker, ptxas and the llvm24 lane's middle end (and their
         file hashes, which differ between a CUDA install and NVIDIA's pip wheel) stay out."""
-        ident = self.toolchain.identity()
+        ident = self.toolchain.core_identity()
         return {k: v for k, v in sorted(ident.items())
                 if not k.startswith(("linker", "ptxas", "middle_end", "shim"))}
 

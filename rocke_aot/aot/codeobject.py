@@ -27,11 +27,14 @@
     u8 attribute, then EIFMT_SVAL (4): u16 size + that many bytes; EIFMT_HVAL (3) / EIFMT_BVAL (2):
     a u16 value; EIFMT_NVAL (1): a u16 with no meaning. Symbol-keyed svals hold (u32 symbol
     index, u32 value); MAX_THREADS / REQNTID hold (u32 x, y, z).
-    A truncated record, an unknown format, an attribute this module does not know, one that
-    would change what the kernel occupies in a way not modelled here (shared-memory spill
-    scratch, clusters, register reconfiguration, recursion's stack, reserved-smem records), a
-    duplicate, or a record of the wrong size is a CodeObjectError naming the section: the
-    resources fail closed, never a silently wrong number.
+    A truncated record, an unknown format, a record that would change what the kernel occupies
+    or how it launches in a way not modelled here, by name (shared-memory spill scratch,
+    clusters, register reconfiguration, recursion's stack, reserved-smem records, programmatic
+    dependent launch), a duplicate, or a record of the wrong size is a CodeObjectError naming the
+    section: the resources fail closed, never a silently wrong number. A record this module has
+    no name for passes once its framing is checked: the resources are read from the named records
+    only, and each CUDA release adds records (CUDA 13.5: 0x66 EIATTR_LANGUAGE, 0x6b, 0x6d) that
+    would otherwise fail every build made with it.
 
     cubin field mapping (CodeObjectInfo; what ptxas -v prints for the same PTX):
         vgpr_count             EIATTR_REGCOUNT: registers per thread      ("Used N registers")
@@ -506,7 +509,16 @@ _NO_RESOURCE = {
     0x55: "EIATTR_ANNOTATIONS",  # (kind, instruction offset) pairs; ptxas marks spill loads/stores
     0x57: "EIATTR_STACK_CANARY_TRAP_OFFSETS", 0x59: "EIATTR_LOCAL_CTA_ASYNC_STORE_OFFSETS",
     0x5F: "EIATTR_MERCURY_ISA_VERSION",
+    # CUDA 13.5's ptxas (13.5.37, the wheel scripts/setup.sh pins; 13.0.88 writes none of them) adds
+    # these to every sm_90 kernel; the names are what its cuobjdump -elf prints: the source language
+    # (sval u32, 3 = PTX) and a software-workaround flag (hval)
+    0x66: "EIATTR_LANGUAGE", 0x6B: "EIATTR_NVSAL_SW_WAR",
 }
+# bval: 1 when the kernel executes griddepcontrol.launch_dependents (SASS PREEXIT: programmatic
+# dependent launch lets the next grid start before this one exits); 0 is accepted, anything else
+# changes how the kernel launches and is refused by name (checked: ptxas 13.5.37 on a PTX with and
+# without the instruction)
+EIATTR_PREEXIT_USED = 0x6D
 # Known, but they change what a block occupies in ways the resources above do not model.
 _NOT_MODELLED = {
     0x23: "EIATTR_MAX_STACK_SIZE (recursion)", 0x32: "EIATTR_SHARED_SCRATCH", 0x3B: "EIATTR_SAM_REGION_STACK_SIZE",
@@ -545,12 +557,18 @@ def _u32s(sec, off: int, attr: str, payload: bytes, count: int) -> tuple[int, ..
     return struct.unpack(f"<{count}I", payload)
 
 
-def _check_known(sec, off: int, fmt: int, attr: int) -> None:
+def _check_known(sec, off: int, attr: int, payload: bytes) -> None:
+    """Refuse, by name, a record that changes the kernel's resources or launch in a way the fields
+    above do not model; every other record (named in _NO_RESOURCE, or one a newer ptxas adds that
+    this module has no name for) passes: what a kernel occupies is read from the records above and
+    the .nv.shared section, never from an unknown record, so a newer CUDA does not fail the build."""
     if attr in _NOT_MODELLED:
         raise CodeObjectError(f"{sec.name}: {_NOT_MODELLED[attr]} (0x{attr:02x}) at offset {off} changes the "
                               "kernel's resources in a way this validator does not model")
-    if attr not in _NO_RESOURCE:
-        raise CodeObjectError(f"{sec.name}: unknown attribute 0x{attr:02x} (format {fmt}) at offset {off}")
+    if attr == EIATTR_PREEXIT_USED and any(payload):
+        raise CodeObjectError(f"{sec.name}: EIATTR_PREEXIT_USED (0x{attr:02x}) at offset {off} is "
+                              f"0x{payload.hex()}: the kernel triggers programmatic dependent launch "
+                              "(griddepcontrol.launch_dependents), a launch this runner does not model")
 
 
 def _cubin_resources(elf: ELFFile, target: Target, kernel: str) -> dict[str, Any]:
@@ -581,7 +599,7 @@ def _cubin_resources(elf: ELFFile, target: Target, kernel: str) -> dict[str, Any
             if sym == index:
                 keyed[attr] = value
         else:
-            _check_known(glob, off, fmt, attr)
+            _check_known(glob, off, attr, payload)
     if EIATTR_REGCOUNT not in keyed:
         raise CodeObjectError(f"{glob.name}: no EIATTR_REGCOUNT for kernel {kernel} (symbol {index})")
 
@@ -595,7 +613,7 @@ def _cubin_resources(elf: ELFFile, target: Target, kernel: str) -> dict[str, Any
     for off, fmt, attr, payload in _nv_info_records(own):
         label = _KERNEL_ATTRS.get(attr)
         if label is None:
-            _check_known(own, off, fmt, attr)
+            _check_known(own, off, attr, payload)
             continue
         if attr in attrs:
             raise CodeObjectError(f"{name}: second {label} at offset {off}")

@@ -74,7 +74,9 @@ def find_cuobjdump() -> str:
         return env
     import shutil
 
-    for path in (str(Path(sys.executable).parent / "cuobjdump"), shutil.which("cuobjdump")):
+    from rocke_aot.aot.compiler.ptx import beside_interpreter
+
+    for path in (beside_interpreter("cuobjdump"), shutil.which("cuobjdump")):
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     raise ToolchainError(f"cuobjdump not found ({ENV_CUOBJDUMP} unset, not in {Path(sys.executable).parent}, "

@@ -45,6 +45,7 @@ from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
+from rocke_aot.cache.provenance import BUILD, ENTRIES, SIGNABLE_ENTRY, Entry
 from rocke_aot.cache.records import Artifact, Failure, Hit, to_artifact, to_failure
 from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, SpecError
 from rocke_aot.targets import Target
@@ -57,7 +58,7 @@ ROW_FROM = A.outerjoin(B, A.c.blob_sha256 == B.c.sha256)
 # SQLite, and the builder's no-op path and get() are the hot paths.
 _Q_ROW = select(*ROW).select_from(ROW_FROM).where(A.c.key == bindparam("k"))
 _Q_GET = select(*ROW, B.c.codec, blob_data, B.c.dict_id).select_from(ROW_FROM).where(A.c.key == bindparam("k"))
-_Q_STATUS = select(A.c.status, A.c.blob_sha256).where(A.c.key == bindparam("k"))
+_Q_STATUS = select(A.c.status, A.c.blob_sha256, A.c.entered, A.c.verified_at).where(A.c.key == bindparam("k"))
 _U_TOUCH = update(A).where(A.c.key == bindparam("k")).values(last_read_at=bindparam("t"))
 _PREFIX_RE = re.compile(r"^[0-9a-f]{1,64}$")
 _CLI_PREFIX_RE = re.compile(r"^[0-9a-f]{4,64}$")
@@ -113,19 +114,31 @@ def origin_of(provenance: Any) -> str | None:
     return src.rstrip("/") if isinstance(src, str) else None
 
 
-def publish_row(conn: Connection, row: dict[str, Any], *, replace: bool) -> None:
+def publish_row(conn: Connection, row: dict[str, Any], *, replace: bool) -> str:
     """Insert one 'ok' row inside the caller's write transaction; the same bytes again are a
-    no-op, different bytes under the same key are refused (CacheError) unless ``replace``."""
+    no-op, different bytes under the same key are refused (CacheError) unless ``replace``.
+
+    The row's ``entered`` (cache/provenance.py) decides two more things: a build ('build') of the
+    same bytes as a row that entered otherwise verifies it (``verified_at`` set, its entry
+    kept); any other entry of the same bytes changes nothing (a publish never downgrades or
+    claims a built row). Returns what happened: "inserted", "unchanged", "verified", "replaced".
+    """
     key = row["key"]
+    row.setdefault("entered", "build")
+    row.setdefault("entered_json", "{}")
     for _ in range(2):  # a concurrent PostgreSQL insert of the same key is seen on the retry
         cur = conn.execute(_Q_STATUS, {"k": key}).first()
         if cur is None:
             res = conn.execute(db.insert_ignore(conn, A), row)
             if res.rowcount == 1:
-                return
+                return "inserted"
             continue
         if cur.status == "ok" and cur.blob_sha256 == row["blob_sha256"]:
-            return  # idempotent: same inputs, same bytes
+            # idempotent: same inputs, same bytes; a build of them verifies a row that entered otherwise
+            if row["entered"] == SIGNABLE_ENTRY and cur.entered != SIGNABLE_ENTRY and cur.verified_at is None:
+                conn.execute(update(A).where(A.c.key == key).values(verified_at=row.get("built_at") or time.time()))
+                return "verified"
+            return "unchanged"
         if cur.status == "ok" and not replace:
             raise CacheError(
                 f"artifact {key} already holds code object {cur.blob_sha256}, and the same key inputs "
@@ -133,8 +146,9 @@ def publish_row(conn: Connection, row: dict[str, Any], *, replace: bool) -> None
                 f"input. Refusing to overwrite (pass replace=True for a forced rebuild)."
             )
         values = {k: v for k, v in row.items() if k != "key"}
+        values.setdefault("verified_at", None)
         conn.execute(update(A).where(A.c.key == key).values(**values))
-        return
+        return "replaced" if cur.status == "ok" else "inserted"
     raise CacheError(f"artifact {key}: could not insert or read it back")
 
 
@@ -154,8 +168,10 @@ class Artifacts:
 
     def put(self, inputs: KeyInputs, code_object: bytes, *, ir_sha256: str, metadata: Mapping[str, Any],
             provenance: Mapping[str, Any], replace: bool = False, ptx: str | None = None,
-            triton_files: Mapping[str, bytes] | None = None) -> Artifact:
+            triton_files: Mapping[str, bytes] | None = None, entered: Entry = BUILD) -> Artifact:
         self.handle.writable("put")
+        if not isinstance(entered, Entry):
+            raise SpecError(f"put needs an Entry (cache/provenance.py), got {type(entered).__name__}")
         if not isinstance(inputs, KeyInputs):
             raise SpecError(f"put needs KeyInputs, got {type(inputs).__name__}")
         if not isinstance(code_object, (bytes, bytearray, memoryview)) or len(code_object) == 0:
@@ -194,15 +210,18 @@ class Artifacts:
             "error": None,
             "log": None,
             "code_key": code_key,
+            "entered": entered.how,
+            "entered_json": entered.by_json(),
         }
         with db.write_tx(self.handle.engine) as conn:
             now = time.time()
             row["built_at"] = row["last_read_at"] = now
             row["generation"] = generations.register(conn, inputs, now)
             self.blobs.publish(conn, sha, raw, stored, cod, dict_id, now)
-            code_objects.put_ok(conn, code_key, inputs, ir_sha256, sha, info, now)
+            if entered.built:  # only a build's bytes become a code object the builder reuses
+                code_objects.put_ok(conn, code_key, inputs, ir_sha256, sha, info, now)
             publish_row(conn, row, replace=replace)
-            if entry is not None:  # the Triton cache entry a GPU host looks up, in the same transaction
+            if entry is not None and entered.built:  # the Triton cache entry a GPU host looks up, in the same transaction
                 triton_entries.publish(conn, entry["key"], entry["files"], triton_version=entry["triton_version"],
                                        target=entry["target"], artifact_key=key, source="build",
                                        put_blob=lambda data: self.blobs.put(conn, data, inputs.arch, inputs.family,
@@ -240,7 +259,7 @@ class Artifacts:
                     key=key, arch=inputs.arch, lane=inputs.lane, profile=inputs.profile, family=inputs.family,
                     spec_json=inputs.spec_json, recipe_digest=inputs.recipe_digest,
                     toolchain_json=inputs.toolchain_json, options_json=inputs.options_json, metadata_json="{}",
-                    provenance_json="{}", **values,
+                    provenance_json="{}", entered="build", **values,
                 ))
             else:
                 conn.execute(update(A).where(A.c.key == key).values(**values))
@@ -361,6 +380,16 @@ class Artifacts:
         with db.read_tx(self.handle.engine) as conn:
             rows = conn.execute(stmt).mappings().all()
         return [to_artifact(r) if r["status"] == "ok" else to_failure(r) for r in rows]
+
+    def unverified(self, keys: Iterable[str] | None = None) -> dict[str, str]:
+        """{key: entered} of the 'ok' rows no build here made or verified (cache/provenance.py),
+        among ``keys`` (None: all). One indexed query over the few such rows, not per key."""
+        wanted = None if keys is None else set(keys)
+        stmt = select(A.c.key, A.c.entered).where(
+            A.c.status == "ok", A.c.entered.in_([e for e in ENTRIES if e != SIGNABLE_ENTRY]), A.c.verified_at.is_(None))
+        with db.read_tx(self.handle.engine) as conn:
+            rows = conn.execute(stmt).all()
+        return {k: e for k, e in rows if wanted is None or k in wanted}
 
     def resolve_key(self, prefix: str) -> str:
         if not isinstance(prefix, str) or not _CLI_PREFIX_RE.match(prefix):

@@ -108,9 +108,11 @@ def referenced(sha_col):
     object (cache/code_objects.py) holds it only while an artifact row points at that code
     object, so it keeps nothing alive itself."""
     from rocke_aot.cache.models import triton_entries as T
+    from rocke_aot.cache.models import triton_host_entries as H
 
     return or_(select(A.c.key).where(A.c.blob_sha256 == sha_col).exists(),
-               select(T.c.triton_key).where(T.c.blob_sha256 == sha_col).exists())
+               select(T.c.triton_key).where(T.c.blob_sha256 == sha_col).exists(),
+               select(H.c.triton_key).where(H.c.blob_sha256 == sha_col).exists())
 
 
 def delete_orphans(conn: Connection, chunk: int = db.LOOKUP_CHUNK) -> tuple[int, int]:

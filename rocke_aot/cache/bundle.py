@@ -16,7 +16,9 @@
 
     export: read rows + blobs ─> decode every blob (a corrupt one refuses the export)
             ─> write <path>.tmp ─> fsync ─> rename   (a bundle is complete or absent)
-    import: manifest checked first (at most MAX_MANIFEST bytes and MAX_DEPTH deep; format,
+    import: manifest checked first (rocke_aot/boundedjson.py while it is parsed: at most
+            MAX_MANIFEST bytes, MAX_DEPTH deep, MAX_MANIFEST_ITEMS values; tar headers at most
+            MAX_TAR_HEADER bytes before they are read; format,
             every key recomputed from its inputs, every record through the record schema
             (rocke_aot/record.py), dates finite numbers, every blob referenced and present
             exactly once, its sizes at most MAX_BLOB) ─> ONE exclusive write transaction:
@@ -58,13 +60,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from rocke_aot import record
+from rocke_aot import boundedjson, record
 from rocke_aot.cache import artifacts, codec, db, triton_entries
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.models import zstd_dicts as D
+from rocke_aot.cache.provenance import Entry
 from rocke_aot.errors import BundleError, CacheError, IntegrityError, RockeError
 
 if TYPE_CHECKING:
@@ -80,6 +83,22 @@ MAX_MANIFEST = 64 << 20  # manifest bytes (about 20,000 entries with full metada
 MAX_BLOB = 256 << 20  # raw or stored bytes of one blob (a code object is kilobytes to megabytes)
 MAX_DICT = 16 << 20  # one zstd dictionary
 MAX_DEPTH = record.MAX_DEPTH + 4  # manifest -> entries -> entry -> metadata
+# Values of one manifest (JSON structural tokens: '[', '{', ','): a real entry with full metadata is
+# about 400 and 7 KB (measured on a gemm bundle), so MAX_MANIFEST holds about 9,500 such entries
+MAX_MANIFEST_ITEMS = 4_000_000
+MANIFEST_LIMITS = boundedjson.Limits(MAX_MANIFEST, MAX_DEPTH, MAX_MANIFEST_ITEMS, MAX_MANIFEST)
+MAX_TAR_HEADER = 64 << 10  # a pax / GNU long-name header's bytes (a path is under 100 characters here)
+
+
+class BoundedTarInfo(tarfile.TarInfo):
+    """Tar headers read with a bound: an extended (pax) or GNU long-name header larger than
+    MAX_TAR_HEADER is refused before tarfile reads it into memory (a 1 GiB header cost 3.1 GB)."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                         tarfile.SOLARIS_XHDTYPE) and self.size > MAX_TAR_HEADER:
+            raise tarfile.HeaderError(f"an extended header of {self.size} bytes, over the {MAX_TAR_HEADER}-byte bound")
+        return super()._proc_member(tarfile_)
 # check(raw code object, arch) -> its resources (CodeObjectInfo.as_dict()); raises a RockeError
 CodeCheck = Callable[[bytes, str], dict[str, Any]]
 _MAX_TIME = 2.0**34  # seconds since the epoch (year 2514): a date beyond is malformed
@@ -281,7 +300,7 @@ def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict
 
 
 def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | None = None,
-                  failures: bool = False) -> dict[str, Any]:
+                  failures: bool = False, check_entry: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Verify and publish a bundle, all or nothing; returns a summary.
 
     ``check(code, arch)`` validates each code object for the arch of every entry that uses it
@@ -290,7 +309,7 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
     path = Path(path)
     added = {"artifacts": 0, "failures": 0, "unchanged": 0, "blobs": 0, "failures_skipped": 0, "triton_entries": 0}
     try:
-        tar = tarfile.open(path, mode="r:")
+        tar = tarfile.open(path, mode="r:", tarinfo=BoundedTarInfo)
     except (OSError, tarfile.TarError) as e:
         raise BundleError(f"cannot read bundle {path}: {e}") from None
     with tar:
@@ -301,10 +320,11 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
             if first.size > MAX_MANIFEST:
                 raise BundleError(f"bundle {path}: its manifest is {first.size} bytes, over {MAX_MANIFEST}")
             text = tar.extractfile(first).read()
-            _check_nesting(text, MAX_DEPTH)
-            manifest = json.loads(text)
+            manifest = boundedjson.loads(text, MANIFEST_LIMITS, "bundle manifest")
+            entered = Entry.imported(codec.sha256_hex(text), path.name)
         except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
-            raise BundleError(f"bundle {path}: unreadable manifest ({type(e).__name__}: {e})") from None
+            raise BundleError(f"bundle {path}: unreadable manifest ({type(e).__name__}: "
+                              f"{boundedjson.cut(str(e))})") from None
         entries, blob_meta = _check_manifest(manifest)
         arches: dict[str, set[str]] = {}  # blob sha256 -> the arches of the entries using it
         for e in entries:
@@ -370,7 +390,13 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
                         continue
                     if e["status"] == "ok" and check is not None:
                         e = {**e, "metadata": _with_resources(e, resources[(e["blob_sha256"], e["arch"])])}
-                    _import_entry(conn, e, added)
+                    if e["status"] == "ok" and check_entry is not None:
+                        try:
+                            check_entry(e)
+                        except RockeError as err:
+                            raise BundleError(f"bundle entry {e['key']}: {type(err).__name__}: "
+                                              f"{str(err)[:300]}") from None
+                    _import_entry(conn, e, added, entered)
                 ok = {e["key"]: e for e in entries if e["status"] == "ok"}
                 for tkey, t in sorted((manifest.get("triton") or {}).items()):
                     art = ok.get(t.get("artifact_key"))
@@ -438,16 +464,6 @@ def _with_resources(e: dict[str, Any], co: dict[str, Any]) -> dict[str, Any]:
         raise BundleError(f"bundle entry {e['key']}: its record disagrees with its code object ({err})") from None
 
 
-def _check_nesting(text: bytes, max_depth: int) -> None:
-    """Refuse JSON nested deeper than ``max_depth`` before parsing it (the parser recurses).
-    Brackets inside strings count too: an over-estimate, never an under-estimate."""
-    depth = 0
-    for m in re.finditer(rb"[\[\]{}]", text):
-        depth += 1 if m.group() in (b"[", b"{") else -1
-        if depth > max_depth:
-            raise BundleError(f"bundle manifest nested deeper than {max_depth}")
-
-
 def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: dict, now: float):
     """Verify a dictionary member and publish it (or find it already stored); -> (local id, dict)."""
     if dsha not in dicts_meta or dsha in seen:
@@ -468,7 +484,7 @@ def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: di
     return local, zdict
 
 
-def _import_entry(conn, e: dict[str, Any], added: dict[str, int]) -> None:
+def _import_entry(conn, e: dict[str, Any], added: dict[str, int], entered: Entry) -> None:
     inputs = KeyInputs.from_dict(e)
     cur = conn.execute(select(A.c.status, A.c.blob_sha256).where(A.c.key == e["key"])).first()
     base = {
@@ -487,7 +503,8 @@ def _import_entry(conn, e: dict[str, Any], added: dict[str, int]) -> None:
         row = {**base, "status": "ok", "blob_sha256": e["blob_sha256"], "ir_sha256": ir,
                "metadata_json": canonical_json(e.get("metadata") or {}),
                "provenance_json": canonical_json(e.get("provenance") or {}),
-               "error": None, "log": None, "last_read_at": base["built_at"]}
+               "error": None, "log": None, "last_read_at": base["built_at"],
+               "entered": entered.how, "entered_json": entered.by_json()}
         artifacts.publish_row(conn, row, replace=False)
         added["artifacts"] += 1
         return
@@ -496,5 +513,5 @@ def _import_entry(conn, e: dict[str, Any], added: dict[str, int]) -> None:
         return
     conn.execute(A.insert().values(**base, status="failed", blob_sha256=None, ir_sha256=None, metadata_json="{}",
                                    provenance_json="{}", error=e["error"], log=str(e.get("log") or ""),
-                                   last_read_at=None))
+                                   last_read_at=None, entered=entered.how, entered_json=entered.by_json()))
     added["failures"] += 1

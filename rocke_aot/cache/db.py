@@ -145,10 +145,15 @@ def check_sqlite_path(url: str, *, writable: bool = False) -> str:
         if not os.access(path, os.R_OK | os.W_OK):
             raise CacheAccessError(
                 f"cache file {path} is read-only (or unreadable) here: rocke-aot writes to its cache "
-                "(SQLite keeps a write-ahead log beside it even to read); give a writable copy or fix its permissions"
+                "(SQLite keeps a write-ahead log beside it even to read); give a writable copy or fix its permissions "
+                f"(this process runs as uid {os.getuid()} gid {os.getgid()}: `chown -R {os.getuid()}:{os.getgid()} "
+                f"{parent}`)"
             )
     elif not os.access(parent, os.W_OK | os.X_OK):
-        raise CacheAccessError(f"cannot create cache {path}: directory {parent} is not writable here")
+        raise CacheAccessError(
+            f"cannot create cache {path}: directory {parent} is not writable by uid {os.getuid()} (gid "
+            f"{os.getgid()}), which this process runs as; give it the directory: `install -d -o {os.getuid()} "
+            f"-g {os.getgid()} {parent}` (a bind mount: run it on the host, on the directory mounted there)")
     return url
 
 
@@ -252,6 +257,8 @@ def _access_error(url: str, exc: BaseException) -> CacheAccessError | None:
                                 "only whole transactions: free space and run the command again")
     if "disk i/o error" in low:
         return CacheAccessError(f"I/O error on cache {where} ({first}): is its disk full or its file system read-only?")
+    if "file is not a database" in low or "file is encrypted or is not a database" in low:
+        return CacheAccessError(f"{where} is not a cache: the file is not an SQLite database ({first})")
     if "unable to open database file" in low:
         return CacheAccessError(f"cannot open cache {where} ({first}): check that the file and its directory "
                                 "exist and are writable")

@@ -14,7 +14,13 @@ compiler consumed), each hashed canonically.
     code-object key (the ``code_objects`` table: compiled once per equal compiler input)
     code_object_key(arch, profile, ir_sha256, toolchain_json, options_json)
         = sha256(b"rocke-aot/code-object-key/v1\\n" + canonical_json({arch, ir_sha256, options,
-                                                                   profile, toolchain}))
+                                            profile, toolchain: target_identity(toolchain, arch)}))
+
+The toolchain identity in both keys is the one for the target's code format (targets.py
+FORMAT_TOOLS: an HSACO's holds the linker, a cubin's ptxas; Toolchain.identity(target) builds
+it so). The code-object key applies the same rule to whatever identity it is given, so an
+identity written before the rule (an old store's row, an old bundle) keys its code object
+where today's builder looks for it (migration 0009_target_identity rewrote the stored ones).
 
 The plan key needs no lowering (a no-op build is hashing plus one bulk lookup); its recipe
 digest may be coarse, because the precision lives in the code-object key: after a change that
@@ -44,7 +50,7 @@ from typing import Any
 
 from rocke_aot.errors import LaneError, SpecError
 from rocke_aot.lanes import get_lane
-from rocke_aot.targets import Target
+from rocke_aot.targets import Target, target_identity
 
 # v2: lowering_digest became recipe_digest (every module on the lowering/compile path, by
 # rule: aot/recipe.py) and the compile options became a field of their own.
@@ -227,11 +233,13 @@ def code_object_key(arch: str, profile: str, ir_sha256: str, toolchain_json: str
     """The key of a code object: sha256 over exactly what the compiler consumed.
 
     ``toolchain_json`` and ``options_json`` are the canonical JSON texts the store keeps
-    (KeyInputs.toolchain_json / options_json); ``arch`` a canonical target ID."""
+    (KeyInputs.toolchain_json / options_json); ``arch`` a canonical target ID. The toolchain
+    counts as ``arch``'s format sees it (targets.target_identity): another format's tools never
+    move the key."""
     if not isinstance(ir_sha256, str) or not _KEY_RE.match(ir_sha256):
         raise SpecError(f"ir_sha256 must be 64 lowercase hex digits, got {ir_sha256!r}")
     body = canonical_json({"arch": arch, "ir_sha256": ir_sha256, "options": json.loads(options_json),
-                           "profile": profile, "toolchain": json.loads(toolchain_json)})
+                           "profile": profile, "toolchain": target_identity(json.loads(toolchain_json), arch)})
     return hashlib.sha256(_CODE_PREFIX + body.encode()).hexdigest()
 
 

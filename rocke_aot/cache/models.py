@@ -8,6 +8,7 @@
     created_at                     recipe_digest toolchain_json options_json generation
     dict_id ───┐                   ir_sha256 metadata_json provenance_json
                │                   error log built_at last_read_at
+               │                   entered entered_json verified_at (cache/provenance.py)
                └──> zstd_dicts (id, arch, family, sha256, data): a trained dictionary
 
                                    code_key ──> code_objects (key = what the compiler consumed:
@@ -54,13 +55,14 @@ from sqlalchemy import (
     cast,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 10
 # Alembic revision ids, oldest first; the last one is the head this code runs on.
 REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0003_generations", "0002_recipe_options", "0006_ir_keys",
-                             "0007_measurements", "0008_triton_entries")
+                             "0007_measurements", "0008_triton_entries", "0009_target_identity", "0010_provenance")
 HEAD_REVISION = REVISIONS[-1]
 SCHEMA_FOR_REVISION = {"0001": 1, "0002": 2, "0003": 3, "0003_generations": 4, "0002_recipe_options": 5,
-                       "0006_ir_keys": 6, "0007_measurements": 7, "0008_triton_entries": 8}
+                       "0006_ir_keys": 6, "0007_measurements": 7, "0008_triton_entries": 8,
+                       "0009_target_identity": 9, "0010_provenance": 10}
 
 metadata = MetaData()
 
@@ -127,6 +129,11 @@ artifacts = Table(
     # 1 for the one 'ok' row per (arch, lane, family, spec) that select and the listing serve:
     # the one of the best-ranked generation (cache/generations.py; rev 0006_ir_keys).
     Column("served", Integer, nullable=False, server_default="0"),
+    # How the row entered the store, by what, and when a build here verified it (rev 0010_provenance;
+    # cache/provenance.py): 'build' | 'import' | 'publish' | 'fetch' | 'legacy'.
+    Column("entered", String(16), nullable=False, server_default="legacy"),
+    Column("entered_json", Text, nullable=False, server_default="{}"),
+    Column("verified_at", Float, nullable=True),
     CheckConstraint(
         "(status = 'ok' AND blob_sha256 IS NOT NULL AND error IS NULL)"
         " OR (status = 'failed' AND blob_sha256 IS NULL AND error IS NOT NULL)",
@@ -143,6 +150,7 @@ artifacts = Table(
     # Which row of one spec is served: every generation's row of it (rev 0006_ir_keys).
     Index("ix_artifacts_spec", "arch", "lane", "family", "spec_json"),
     Index("ix_artifacts_code_key", "code_key"),
+    Index("ix_artifacts_entered", "entered"),
 )
 
 # Code objects by what the compiler consumed (rev 0006_ir_keys): the key hashes (target ID,
@@ -164,6 +172,8 @@ code_objects = Table(
     Column("info_json", Text, nullable=False),
     Column("error", Text, nullable=True),
     Column("built_at", Float, nullable=False),
+    # 'build': compiled by a build of this store, the only kind the builder reuses (rev 0010_provenance)
+    Column("entered", String(16), nullable=False, server_default="legacy"),
     CheckConstraint(
         "(status = 'ok' AND blob_sha256 IS NOT NULL AND error IS NULL)"
         " OR (status = 'failed' AND blob_sha256 IS NULL AND error IS NOT NULL)",
@@ -241,6 +251,22 @@ triton_entries = Table(
     CheckConstraint("source IN ('build', 'host')", name="ck_triton_entries_source"),
     Index("ix_triton_entries_blob", "blob_sha256"),
     Index("ix_triton_entries_artifact", "artifact_key"),
+)
+
+# Triton entries a GPU host published (rev 0010_provenance; cache/triton_entries.py): one tenant's
+# alone, by the publish token's id (cache/provenance.py token_id). Looked up only by the same
+# publisher, and never where a build's entry holds the key (a host file never shadows a prebuilt one).
+triton_host_entries = Table(
+    "triton_host_entries",
+    metadata,
+    Column("triton_key", String(128), primary_key=True),
+    Column("publisher", String(32), primary_key=True),
+    Column("filename", String(255), primary_key=True),
+    Column("blob_sha256", String(64), ForeignKey("blobs.sha256", name="fk_triton_host_entries_blob"), nullable=False),
+    Column("triton_version", String(64), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_triton_host_entries_blob", "blob_sha256"),
 )
 
 # What every read of blob bytes selects. The CAST keeps a damaged row readable: on SQLite a

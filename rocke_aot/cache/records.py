@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from rocke_aot.cache import provenance
 from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, freeze, inputs_dict, thaw
 
 
@@ -63,8 +64,17 @@ class Artifact(_Keyed):
     last_read_at: datetime | None
     # Verified bytes from Store.get(); None in listings (find), which never load blobs.
     code_object: bytes | None = field(default=None, repr=False, compare=False)
+    # How it entered the store (cache/provenance.py; the store's record, not the sender's word)
+    entered: str = "legacy"
+    entered_by: Mapping[str, Any] = field(default_factory=dict)
+    verified_at: datetime | None = None
 
     __hash__ = None  # type: ignore[assignment]  # (dataclass would add one to a subclass)
+
+    @property
+    def signable(self) -> bool:
+        """Built here, or verified by a build here since it entered (cache/provenance.py)."""
+        return provenance.signable(self.entered, self.verified_at)
 
     @property
     def blob_sha256(self) -> str:
@@ -82,6 +92,9 @@ class Artifact(_Keyed):
             "provenance": thaw(self.provenance),
             "built_at": _iso(self.built_at),
             "last_read_at": _iso(self.last_read_at),
+            "entered": self.entered,
+            "entered_by": thaw(self.entered_by),
+            "verified_at": _iso(self.verified_at),
         }
 
 
@@ -208,6 +221,9 @@ def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Art
         built_at=_ts(row["built_at"]),
         last_read_at=_ts(row["last_read_at"]),
         code_object=code_object,
+        entered=row.get("entered") or "legacy",
+        entered_by=freeze(_loads(row.get("entered_json") or "{}")),
+        verified_at=_ts(row.get("verified_at")),
     )
 
 

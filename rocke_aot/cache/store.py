@@ -46,6 +46,7 @@ from rocke_aot.cache.generations import Generation
 from rocke_aot.cache.keys import KeyInputs
 from rocke_aot.cache.maintenance import Maintenance
 from rocke_aot.cache.plans import Plans
+from rocke_aot.cache.provenance import BUILD, Entry
 from rocke_aot.cache.records import Artifact, Failure, GcReport, Hit, StoreStats, VerifyReport
 from rocke_aot.cache.selection_view import SelectionView
 from rocke_aot.cache.triton_entries import EntryFile, TritonEntries
@@ -157,8 +158,12 @@ class Store:
 
     def put(self, inputs: KeyInputs, code_object: bytes, *, ir_sha256: str, metadata: Mapping[str, Any],
             provenance: Mapping[str, Any], replace: bool = False, ptx: str | None = None,
-            triton_files: Mapping[str, bytes] | None = None) -> Artifact:
+            triton_files: Mapping[str, bytes] | None = None, entered: Entry = BUILD) -> Artifact:
         """Publish a code object under the key of ``inputs``; blob and row in one transaction.
+
+        ``entered`` records how it came (cache/provenance.py): the builder's puts are builds (the
+        default); a service publish, a client's fetch say so (Entry.published / Entry.fetched),
+        and only a build's row (or one a build verified) is ever signed or reused as a code object.
 
         Idempotent: the same inputs and bytes again return the stored artifact. The same
         inputs with *different* bytes are refused (the key misses an input, or the build is
@@ -170,7 +175,8 @@ class Store:
         ``max_bytes``, the least-recently-read artifacts are evicted.
         """
         art = self.artifacts.put(inputs, code_object, ir_sha256=ir_sha256, metadata=metadata,
-                                 provenance=provenance, replace=replace, ptx=ptx, triton_files=triton_files)
+                                 provenance=provenance, replace=replace, ptx=ptx, triton_files=triton_files,
+                                 entered=entered)
         if self.max_bytes is not None and self.stored_bytes() > self.max_bytes:
             self.evict(self.max_bytes)
         return art
@@ -216,6 +222,12 @@ class Store:
         return self.artifacts.find(arch, lane, family, profile, status=status, served_only=served_only,
                                    key_prefix=key_prefix, after=after, limit=limit)
 
+    def unverified(self, keys: Iterable[str] | None = None) -> dict[str, str]:
+        """{key: how it entered} of the artifacts among ``keys`` (None: all) that no build here made
+        or verified: imported, published, fetched, or older than provenance (cache/provenance.py).
+        A build recompiles these before it counts them; a release never signs them."""
+        return self.artifacts.unverified(keys)
+
     def resolve_key(self, prefix: str) -> str:
         """The one key starting with ``prefix`` (for the CLI); NotFoundError or SpecError."""
         return self.artifacts.resolve_key(prefix)
@@ -223,14 +235,16 @@ class Store:
     # ---- Triton cache entries (cache/triton_entries.py) ----------------------------------
 
     def put_triton_entry(self, key: str, files: Mapping[str, bytes], *, triton_version: str, target: str,
-                         artifact_key: str | None = None, source: str = "host") -> None:
-        """Store a Triton cache entry (a GPU host's publish: every file it put under ``key``)."""
+                         artifact_key: str | None = None, source: str = "host", publisher: str | None = None) -> None:
+        """Store a Triton cache entry (a GPU host's publish: every file it put under ``key``, its
+        tenant's alone: ``publisher`` is the token's id; refused where a build's entry holds the key)."""
         self.triton.put(key, files, triton_version=triton_version, target=target, artifact_key=artifact_key,
-                        source=source)
+                        source=source, publisher=publisher)
 
-    def triton_entry(self, key: str) -> dict[str, EntryFile]:
-        """{filename: EntryFile} of the Triton entry under ``key`` (empty when there is none)."""
-        return self.triton.lookup(key)
+    def triton_entry(self, key: str, publisher: str | None = None) -> dict[str, EntryFile]:
+        """{filename: EntryFile} of the build's Triton entry under ``key``; where none, ``publisher``'s
+        own (empty when there is none)."""
+        return self.triton.lookup(key, publisher)
 
     # ---- blobs (cache/blobs.py) ----------------------------------------------------------
 
@@ -353,12 +367,16 @@ class Store:
         """Write the (filtered: arch=, lane=, family=, failures=) store to one bundle file."""
         return bundle.export_bundle(self, path, **filters)
 
-    def import_(self, path: str | os.PathLike, *, check=None, failures: bool = False) -> dict[str, Any]:
+    def import_(self, path: str | os.PathLike, *, check=None, failures: bool = False,
+                check_entry=None) -> dict[str, Any]:
         """Import a bundle, all or nothing (cache/bundle.py): ``check(code, arch)`` validates
         each code object and returns its resources (the CLI passes aot's validation; without
-        it only the record schema and the hashes are checked); ``failures`` imports its
-        failure records too."""
+        it only the record schema and the hashes are checked); ``check_entry(entry)`` checks each
+        artifact entry (the CLI passes variants/contract.py check_entry: spec admission and the
+        launch contract against the family); ``failures`` imports its failure records too. The
+        rows are recorded as imported (cache/provenance.py): a release signs none until a build
+        here verifies it."""
         self.handle.writable("import")
-        out = bundle.import_bundle(self, path, check=check, failures=failures)
+        out = bundle.import_bundle(self, path, check=check, failures=failures, check_entry=check_entry)
         self.plans.adopt_imported()  # imported rows join the generation of their inputs
         return out

@@ -11,7 +11,10 @@
         already stored under the key with other bytes is refused (EntryConflict): Triton's key
         covers what makes the bytes, so another binary under one key is a wrong entry
     publish_stored(conn, key, {filename: sha256}, ...)   the same for blobs already stored (an import)
-    lookup(conn, key) -> {filename: EntryFile(blob_sha256, triton_version, target, artifact_key, source, size)}
+    lookup(conn, key, publisher) -> {filename: EntryFile(blob_sha256, triton_version, target, artifact_key, source, size)}
+        the build's entry; where none, the publisher's own host entry (triton_host_entries)
+    publish_host(conn, key, publisher, files, ...)   a host's entry, its tenant's alone (publisher:
+        the token id); refused where a build's entry holds the key (nothing shadows a prebuilt kernel)
     check_key / check_filename     the shapes Triton makes (base32 of a sha256; a file name
                                    without folders), refused otherwise (SpecError: HTTP 422)
     entry_of(metadata, binary, files)   a Triton build's put: the entry its record names, its
@@ -35,6 +38,7 @@ from sqlalchemy import Connection, bindparam, select
 from rocke_aot.cache import codec, db
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.models import triton_entries as T
+from rocke_aot.cache.models import triton_host_entries as H
 from rocke_aot.errors import Conflict, SpecError
 
 _KEY_RE = re.compile(r"^[A-Z2-7]{52}$")  # base32 of 32 bytes, '=' stripped (triton.runtime.cache._base32)
@@ -42,6 +46,11 @@ _FILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 SOURCES = ("build", "host")
 _Q = (select(T.c.filename, T.c.blob_sha256, T.c.triton_version, T.c.target, T.c.artifact_key, T.c.source, B.c.size)
       .select_from(T.join(B, T.c.blob_sha256 == B.c.sha256)).where(T.c.triton_key == bindparam("k")))
+
+
+_QH = (select(H.c.filename, H.c.blob_sha256, H.c.triton_version, H.c.target, B.c.size)
+       .select_from(H.join(B, H.c.blob_sha256 == B.c.sha256))
+       .where(H.c.triton_key == bindparam("k"), H.c.publisher == bindparam("p")))
 
 
 class EntryConflict(Conflict):
@@ -117,10 +126,42 @@ def publish_stored(conn: Connection, key: str, shas: Mapping[str, str], *, trito
                                               "artifact_key": artifact_key, "source": source, "created_at": now})
 
 
-def lookup(conn: Connection, key: str) -> dict[str, EntryFile]:
+def lookup(conn: Connection, key: str, publisher: str | None = None) -> dict[str, EntryFile]:
+    """The build's entry under ``key``; where no build holds the key, ``publisher``'s own host
+    entry (None: nobody's). A host's files never join or shadow a build's entry."""
     check_key(key)
-    return {r.filename: EntryFile(r.blob_sha256, r.triton_version, r.target, r.artifact_key, r.source, r.size)
-            for r in conn.execute(_Q, {"k": key})}
+    built = {r.filename: EntryFile(r.blob_sha256, r.triton_version, r.target, r.artifact_key, r.source, r.size)
+             for r in conn.execute(_Q, {"k": key})}
+    if built or publisher is None:
+        return built
+    return {r.filename: EntryFile(r.blob_sha256, r.triton_version, r.target, None, "host", r.size)
+            for r in conn.execute(_QH, {"k": key, "p": publisher})}
+
+
+def publish_host(conn: Connection, key: str, publisher: str, files: Mapping[str, bytes], *, triton_version: str,
+                 target: str, put_blob: Callable[[bytes], str], now: float | None = None) -> None:
+    """A GPU host's entry, its tenant's (``publisher``: the token's id) alone. Refused (EntryConflict)
+    where a build's entry holds the key (an autotune file or any other never shadows a prebuilt
+    kernel) or where this tenant stored a file of the key with other bytes."""
+    check_key(key)
+    if not isinstance(publisher, str) or not publisher or publisher == "legacy":
+        raise SpecError(f"a host entry's publisher is a token id, got {publisher!r}")
+    for filename in files:
+        check_filename(filename)
+    if conn.execute(_Q, {"k": key}).first() is not None:
+        raise EntryConflict(f"Triton entry {key} is a build's (prebuilt): a host's files never join or shadow it")
+    now = time.time() if now is None else now
+    have = {r.filename: r.blob_sha256 for r in conn.execute(_QH, {"k": key, "p": publisher})}
+    for filename, data in sorted(files.items()):
+        sha = put_blob(bytes(data))
+        if filename in have:
+            if have[filename] != sha:
+                raise EntryConflict(f"Triton entry {key} already holds {filename} with sha256 {have[filename][:16]}, "
+                                    f"not {sha[:16]}")
+            continue
+        conn.execute(db.insert_ignore(conn, H), {"triton_key": key, "publisher": publisher, "filename": filename,
+                                              "blob_sha256": sha, "triton_version": triton_version, "target": target,
+                                              "created_at": now})
 
 
 def entry_of(metadata: Mapping[str, Any], binary: bytes, files: Mapping[str, bytes] | None) -> dict[str, Any] | None:
@@ -149,13 +190,24 @@ class TritonEntries:
         self.blobs = blobs  # cache/blobs.py Blobs: every file is a blob
 
     def put(self, key: str, files: Mapping[str, bytes], *, triton_version: str, target: str,
-            artifact_key: str | None = None, source: str = "host") -> None:
+            artifact_key: str | None = None, source: str = "host", publisher: str | None = None) -> None:
+        """A build's entry (source 'build'), or a host's: then ``publisher`` (its token id) is required."""
         self.handle.writable("put a Triton entry")
+        if source == "host" and publisher is None:
+            raise SpecError("a host's Triton entry needs its publisher (the token id): entries are per tenant")
         with db.write_tx(self.handle.engine) as conn:
             now = time.time()
-            publish(conn, key, files, triton_version=triton_version, target=target, artifact_key=artifact_key,
-                    source=source, put_blob=lambda data: self.blobs.put(conn, data, "triton", "triton", now), now=now)
 
-    def lookup(self, key: str) -> dict[str, EntryFile]:
+            def put_blob(data: bytes) -> str:
+                return self.blobs.put(conn, data, "triton", "triton", now)
+
+            if source == "host" and publisher is not None:  # checked above: a host's entry has one
+                publish_host(conn, key, publisher, files, triton_version=triton_version, target=target,
+                             put_blob=put_blob, now=now)
+            else:
+                publish(conn, key, files, triton_version=triton_version, target=target, artifact_key=artifact_key,
+                        source=source, put_blob=put_blob, now=now)
+
+    def lookup(self, key: str, publisher: str | None = None) -> dict[str, EntryFile]:
         with db.read_tx(self.handle.engine) as conn:
-            return lookup(conn, key)
+            return lookup(conn, key, publisher)

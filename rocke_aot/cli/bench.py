@@ -136,9 +136,10 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
 
     with bar, (lines or contextlib.nullcontext()):
         if fetcher is not None:
-            from rocke_aot.service.client import Client
+            from rocke_aot.client import ServiceClient
 
-            with Client(server) as client, fetcher:  # the client ranks only: it opens no store
+            # one local store: the Fetcher's (client/local.py); the service client ranks only
+            with ServiceClient(server) as client, fetcher:
                 report = bench(ServerSource(client, fetcher), rt, arch.id, family, probs, candidates=limit,
                                lanes=lane_names, verify=verify, warmup=warmup, reps=reps, vendor=vendor,
                                on_problem=on_problem, progress=progress, triton_version=version,

@@ -24,11 +24,13 @@ from rocke_aot.aot.builder.summary import render
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.cli.progress import PeriodicLines
+from rocke_aot.errors import SpecError
 
 
 @click.command("build")
-@click.option("--arch", "arches", type=ARCH, multiple=True, required=True,
-              help="Target ID to build for (repeatable): gfx942, gfx950, gfx1250, gfx942:sramecc+:xnack-, sm_90.")
+@click.option("--arch", "arches", type=ARCH, multiple=True,
+              help="Target ID to build for (repeatable): gfx942, gfx950, gfx1250, gfx942:sramecc+:xnack-, sm_90. "
+                   "Required unless --instances gives each instance's arch.")
 @click.option("--family", "families", multiple=True, help="Only this kernel family (repeatable); default: all.")
 @lanes_option()
 @click.option("--where", "where", multiple=True, metavar="FIELD=VALUE",
@@ -39,6 +41,10 @@ from rocke_aot.cli.progress import PeriodicLines
                    '(bench/problems/models/, bench/model_problems.py).')
 @click.option("--min-efficiency", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
               help="With --problems: a spec must reach this tile efficiency on at least one problem.")
+@click.option("--instances", "instances", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
+              help="Build a rocKE instance list (aot_list.json: rocke.aot.instance/v1 objects, each a family, an arch "
+                   "and a compile_spec matched against the family's table like --where); every instance whose "
+                   "family this project lacks is reported by name (aot/builder/instances.py).")
 @click.option("--cache", "cache_url", default=None, metavar="URL",
               help="Cache URL (sqlite:///path or postgresql+psycopg://...); default: $ROCKE_AOT_CACHE, else the user cache dir.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 512), default=None, help="Parallel compiles (default: one per core).")
@@ -49,8 +55,8 @@ from rocke_aot.cli.progress import PeriodicLines
 @click.option("--progress-interval", type=click.FloatRange(0.01, 3600), default=10.0, show_default=True,
               metavar="SECONDS", help="When stderr is not a terminal (CI logs): a plain progress line this often.")
 @json_option
-def build(arches, families, lanes, where, problems, min_efficiency, cache_url, jobs, force, dry_run, timeout,
-          scheduler, progress_interval, as_json) -> int:
+def build(arches, families, lanes, where, problems, min_efficiency, instances, cache_url, jobs, force, dry_run,
+          timeout, scheduler, progress_interval, as_json) -> int:
     """Build (or top up) the kernel cache for ARCH on every lane with a toolchain here.
 
     Specs come from the variant tables; each key is computed without lowering and
@@ -75,8 +81,16 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
         rocke-aot build --arch gfx942 --scheduler tcp://10.0.0.5:8786
         rocke-aot build --arch gfx942 --problems workload.json --min-efficiency 0.5
         rocke-aot build --arch gfx942 --problems bench/problems/models/resnet50.json --dry-run
+        rocke-aot build --instances aot_list.json --json
     """
     lanes = lanes_or_env(lanes)
+    if instances is not None:
+        if arches or families or where or problems or scheduler:
+            raise SpecError("--instances names each instance's family, arch and spec: give it without --arch, "
+                            "--family, --where, --problems or --scheduler")
+        return _build_instances(instances, lanes, cache_url, jobs, force, dry_run, timeout, as_json)
+    if not arches:
+        raise SpecError("give --arch (repeatable) or --instances FILE")
     console = Console(stderr=True)
     show_progress = not as_json and console.is_terminal
     plain = None if console.is_terminal else PlainProgress(progress_interval)
@@ -126,6 +140,14 @@ def build(arches, families, lanes, where, problems, min_efficiency, cache_url, j
         emit_json(summary.data)
     else:
         render(summary, Console())
+    if summary.data["planned"] == 0 and not summary.data.get("refused") and not summary.data.get("skipped"):
+        # nothing to build and no refusal saying why (the summary lists those): not a success
+        asked = [f"--arch {' '.join(a.id for a in arches)}"] + [f"--family {f}" for f in families] + \
+            [f"--where {w}" for w in where] + (["--problems"] if problems else [])
+        click.echo(f"nothing planned: no spec the variant tables serve matches {' '.join(asked)} on the lanes "
+                   f"{', '.join(summary.data.get('lanes') or []) or '(none with a toolchain here)'} "
+                   "(`rocke-aot variants` lists what each family serves)", err=True)
+        return 1
     return summary.exit_code
 
 
@@ -152,3 +174,20 @@ class PlainProgress(PeriodicLines):
         if self.total is None:
             return f"planning, {self.elapsed()}"
         return f"built {self.built}/{self.total}, cached {self.cached}, failed {self.failed}, {self.elapsed()}"
+
+
+def _build_instances(path, lanes, cache_url, jobs, force, dry_run, timeout, as_json) -> int:
+    from rocke_aot.aot.builder.instances import build_instances
+
+    with Store.open(cache_url) as store:
+        report = build_instances(path, store=store, lanes=lanes, jobs=jobs, force=force, dry_run=dry_run,
+                                 timeout=timeout)
+    if as_json:
+        emit_json(report)
+    else:
+        for r in report["instances"]:
+            click.echo(f"{r['name']}: {r['family']} {r['arch']}: planned {r['planned']}, built {r['built']}, "
+                       f"cached {r['cached']}, failed {len(r['failed'])}")
+        for r in report["refused"]:
+            click.echo(f"{r['name']}: NOT BUILT ({r['family']} {r['arch']}): {r['reason']}")
+    return 0 if report["ok"] else 1

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.aot.audit import audit as run_audit
-from rocke_aot.cache.db import ENV_CACHE
+from rocke_aot.cache.db import ENV_CACHE, resolve_url
 from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.errors import NotFoundError, SpecError
 
 cache_option = click.option(
     "--cache", "cache_url", metavar="URL", default=None,
@@ -30,8 +30,20 @@ cache_option = click.option(
 
 
 @contextlib.contextmanager
-def _store(url: str | None) -> Iterator[Store]:
-    store = Store.open(url)
+def _store(url: str | None, *, readonly: bool = False, create: bool = False) -> Iterator[Store]:
+    """The store at ``url``. Only ``import`` creates one (create=True): every other command
+    refuses a store that does not exist (NotFoundError naming it, exit 1), so a mistyped
+    --cache never reports on, or verifies, an empty database it just made. ``readonly``: the
+    read-only commands (stats, ls, show, verify, export, audit) never write."""
+    import os
+
+    resolved = resolve_url(url)
+    if resolved.startswith("sqlite") and not create:
+        path = resolved.split(":///", 1)[1].split("?", 1)[0]
+        if path not in ("", ":memory:") and not os.path.isfile(path):
+            raise NotFoundError(f"no cache at {path}: `rocke-aot cache` creates none (build into it, or "
+                                f"`cache import` a bundle, first)")
+    store = Store.open(resolved, readonly=readonly, create=create)
     try:
         yield store
     finally:
@@ -69,7 +81,7 @@ def stats(cache_url: str | None, as_json: bool) -> None:
         rocke-aot cache stats
         rocke-aot cache stats --cache postgresql+psycopg://cache@db/rocke --json
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         s = store.stats().as_dict()
         gens = store.generations()
     s["generations"] = {"total": len(gens), "current": sum(g.current for g in gens),
@@ -115,7 +127,7 @@ def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) 
         rocke-aot cache ls --generations
     """
     if show_generations:
-        with _store(cache_url) as store:
+        with _store(cache_url, readonly=True) as store:
             gens = store.generations(arch=arch.id if arch else None, lane=lane.name if lane else None,
                                      family=family)
         if as_json:
@@ -129,7 +141,7 @@ def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) 
         if not gens:
             click.echo("(no generations)", err=True)
         return
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         rows = store.find(arch=arch.id if arch else None, lane=lane.name if lane else None, family=family,
                           status=status, limit=limit)
     rows.sort(key=lambda r: (r.arch, r.lane, r.family, r.key))  # grouped for reading (find is in key order)
@@ -160,7 +172,7 @@ def show(key: str, out: Path | None, cache_url, as_json) -> None:
         rocke-aot cache show 3f2a9c
         rocke-aot cache show 3f2a9c --out kernel.hsaco
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         full = store.resolve_key(key)
         hit = store.lookup_many([full])[full]
         entry = store.get(full) if hit.ok else store.get_failure(full)
@@ -189,7 +201,7 @@ def verify(cache_url, as_json) -> int:
         rocke-aot cache verify
         rocke-aot cache verify --json
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         report = store.verify()
     if as_json:
         emit_json(report.as_dict())
@@ -281,7 +293,7 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
     Example:
         rocke-aot cache export gfx942.bundle --arch gfx942
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
         summary = store.export(path, arch=arch.id if arch else None, lane=lane.name if lane else None,
                                family=family, failures=not no_failures)
     if as_json:
@@ -296,21 +308,39 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--with-failures", is_flag=True, default=False,
               help="Also import the bundle's cached build failures (builds skip those keys unless --force).")
+@click.option("--manifest", "manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              metavar="JSON", help="PATH is a kpack (TheRock RFC0008): its rocke.aot.bundle/v1 manifest "
+                                   "(`rocke-aot export --kpack`); the kpack must be the file it names beside it.")
+@click.option("--root-key", default=None, metavar="PUB",
+              help="With --manifest: the pinned root public key (a .pub file or ed25519:<hex>); the manifest's "
+                   "signature (<manifest>.sig.json, beside it) must verify, by the root key or a release key of "
+                   "<stem>.root.json. Without it the kernels are checked but the signature is not.")
 @cache_option
 @json_option
-def import_(path, with_failures, cache_url, as_json) -> None:
+def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None:
     """Verify every blob of a bundle (hashes, sizes, each code object validated for its arch
-    like a publish), then publish it all in one transaction (or nothing).
+    like a publish), then publish it all in one transaction (or nothing). With --manifest, PATH
+    is a kpack: its sha256, every kernel's sha256 and size, the ELF arch of each code object and
+    the manifest's constraints (key inputs hash to the key, the sidecar fields are the launch
+    contract's) are checked for every kernel before any is stored.
 
     \b
     Example:
         rocke-aot cache import gfx942.bundle --cache /shared/rocke/cache.sqlite
+        rocke-aot cache import rocke_aot_gfx942.kpack --manifest rocke_aot_gfx942.json --root-key root.key.pub
     """
     from rocke_aot.aot.codeobject import validate
+    from rocke_aot.variants.contract import check_entry
 
-    with _store(cache_url) as store:
-        summary = store.import_(path, check=lambda code, arch: validate(code, arch).as_dict(),
-                                failures=with_failures)
+    check = lambda code, arch: validate(code, arch).as_dict()  # noqa: E731
+    if manifest is not None:
+        _import_kpack(path, manifest, root_key, check, cache_url, as_json)
+        return
+    with open(path, "rb") as f:
+        if f.read(4) == b"KPAK":
+            raise SpecError(f"{path} is a kpack archive: give its bundle manifest with --manifest")
+    with _store(cache_url, create=True) as store:
+        summary = store.import_(path, check=check, failures=with_failures, check_entry=check_entry)
     if as_json:
         emit_json(summary)
         return
@@ -370,15 +400,50 @@ def audit(sample, seed, cache_url, as_json) -> int:
         rocke-aot cache audit
         rocke-aot cache audit --sample 200 --json
     """
-    with _store(cache_url) as store:
+    with _store(cache_url, readonly=True) as store:
+        from rocke_aot.aot.audit import audit as run_audit  # the lowering: [build] only, for this command only
+
         report = run_audit(store, sample=sample, seed=seed)
     if as_json:
         emit_json(report.as_dict())
     else:
         click.echo(f"recipe {report.recipe_digest[:16]}...: {report.artifacts} artifacts, {report.same_recipe} "
                    f"under this recipe, {report.checked} re-lowered: " + ("ok" if report.ok else
-                                                                        f"{len(report.holes)} DIGEST HOLES"))
+                                                                        f"{len(report.holes)} DIGEST HOLES, "
+                                                                        f"{len(report.unverified)} UNVERIFIED"))
         for h in report.holes:
-            got = h.current_ir_sha256 or f"refused ({h.error})"
+            got = h.error if h.error and h.current_ir_sha256 else (h.current_ir_sha256 or f"refused ({h.error})")
             click.echo(f"  hole {h.key} {h.family} {h.arch} {h.lane}: stored IR {h.stored_ir_sha256}, now {got}")
+        for u in report.unverified[:50]:
+            click.echo(f"  unverified {u.key} {u.family} {u.arch} {u.lane}: {u.reason}")
     return 0 if report.ok else 1
+
+
+def _import_kpack(path: Path, manifest: Path, root_key, check, cache_url, as_json) -> None:
+    from rocke_aot.cache import kpack
+    from rocke_aot.client.device_kernels import verify_signature
+    from rocke_aot.errors import KpackError, SignatureError
+    from rocke_aot.trust.keys import public_key
+
+    data = manifest.read_bytes()
+    signed_by = None
+    if root_key is not None:  # the signature first: nothing of an unsigned manifest is read
+        stem = manifest.with_suffix("")
+        sig = stem.with_name(stem.name + ".sig.json")
+        if not sig.exists():
+            raise SignatureError(f"no signature {sig.name} beside {manifest}: the manifest cannot be verified")
+        root = stem.with_name(stem.name + ".root.json")
+        signed_by = verify_signature(data, sig.read_bytes(), public_key(root_key),
+                                     root.read_bytes() if root.exists() else None)
+    doc = kpack.loads(data, str(manifest))
+    if kpack.kpack_path(manifest, doc).resolve() != path.resolve():
+        raise KpackError(f"{manifest} names {doc['kpack']}, not {path.name}")
+    with _store(cache_url) as store:
+        summary = kpack.import_kpack(store, manifest, check=check, data=data)
+    summary["signed_by"] = signed_by
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(f"imported {path.name}: {summary['kernels']} kernels ({summary['artifacts']} new, "
+               f"{summary['unchanged']} already present)"
+               + (f", manifest signed by {signed_by[:16]}" if signed_by else ", signature NOT checked (--root-key)"))

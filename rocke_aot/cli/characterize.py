@@ -6,7 +6,7 @@
 
 Recording is maintainer tooling in a source checkout, outside the product: `python -m
 devtools.characterize --out variants/characterization` (was --write) and `python -m
-devtools.llvm24_report --out docs/llvm24-characterization.json` (was --llvm24-report); the
+devtools.llvm24_report --out bench/results/llvm24-characterization.json` (was --llvm24-report); the
 old flags are usage errors here that name them.
 """
 
@@ -19,7 +19,7 @@ from rocke_aot.arch import ARCHES
 from rocke_aot.cli.options import emit_json, json_option, lanes_option
 
 MOVED = {"write": f"record them with `{ch.WRITE_COMMAND}`",
-         "llvm24": "the LLVM 24 delta report is `python -m devtools.llvm24_report --out docs/llvm24-characterization.json`"}
+         "llvm24": "the LLVM 24 delta report is `python -m devtools.llvm24_report --out bench/results/llvm24-characterization.json`"}
 
 
 @click.command("characterize")

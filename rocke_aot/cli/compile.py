@@ -125,7 +125,7 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
         "bytes": len(result.code_object),
         "ptx": str(ptx_path) if ptx_path else None,
         "lane": lane_obj.name,
-        "toolchain": tc.identity(),
+        "toolchain": tc.identity(arch),
         "toolchain_location": tc.detect().location,
         "ir_sha256": hashlib.sha256(ir.encode()).hexdigest(),
         "kernel": kernel.as_dict() if kernel else None,

@@ -1,8 +1,18 @@
-"""`rocke-aot fetch [--mirror URL ...] [--server URL] KEY [-o FILE]`: one kernel, verified.
+"""`rocke-aot fetch KEY... | --from-file FILE | --problem P --arch A --family F`: kernels, verified.
 
-    KEY ──Fetcher(mirrors..., server; pinned root key)──> the local store (client/local.py), or
-        the signed metadata + the blob from the first source that passes every check
-        ──> FILE (or a one-line summary)
+    KEY...  (full 64-hex keys or unique prefixes, e.g. the 16 digits `select` prints)
+    --from-file FILE (one key per line, # comments; - is stdin)
+    --problem JSON --arch --family [--limit N]  select on --server first (client/service.py), then
+                                                fetch every accepted kernel: select-then-fetch
+        ──Fetcher.resolve──> full keys (no match: NotFoundError, exit 1; several: the matches
+                             named, exit 2), before any byte is fetched
+        ──Fetcher.get_each (mirrors, then the server; a failed source falls through to the next,
+                            and the line says which failed and why)──> the local store
+        ──> -o FILE (one kernel) or --out-dir DIR (<key>.hsaco|.cubin); one line per kernel, or
+            one JSON document (--json); progress lines on stderr when fetching several
+        ──> $ROCKE_AOT_CLIENT_MAX_BYTES: the local store trimmed to it (least recently used
+            first, never what this command fetched)
+    exit 0: every kernel fetched; 1: any refused (each named; the others are kept)
 
 The pinned root key is --root-key or $ROCKE_AOT_ROOT_KEY; without one the fetch is refused
 unless --insecure (or $ROCKE_AOT_INSECURE=1) asks for the unsigned path, which warns.
@@ -10,16 +20,77 @@ unless --insecure (or $ROCKE_AOT_INSECURE=1) asks for the unsigned path, which w
 
 from __future__ import annotations
 
+import sys
+import threading
 from pathlib import Path
 
 import click
 
 from rocke_aot import settings
-from rocke_aot.cli.options import emit_json, json_option
+from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.cli.progress import PeriodicLines
 from rocke_aot.client import Fetcher, LocalStore, sources_from
+from rocke_aot.client.local import max_bytes_setting
+from rocke_aot.errors import RockeError, SpecError
+
+
+def _keys_from_file(path: str) -> list[str]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as e:
+        raise SpecError(f"--from-file {path}: cannot read it ({e.strerror})") from None
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.append(line)
+    return out
+
+
+def _selected(server, arch, family, problem, limit, lanes, triton_version) -> list[tuple[str, str]]:
+    """(key, family) of every kernel the service accepts for the problem, best first."""
+    import json
+
+    from rocke_aot.cli.select import problem_text
+    from rocke_aot.client.service import ServiceClient
+
+    if server is None:
+        raise click.UsageError("--problem selects on a service: give --server URL (or $ROCKE_AOT_SERVER)")
+    if arch is None or family is None:
+        raise click.UsageError("--problem needs --arch (the device's target ID) and --family")
+    try:
+        prob = json.loads(problem_text(problem))
+    except json.JSONDecodeError as e:
+        raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
+    if not isinstance(prob, dict):
+        raise SpecError(f"problem must be a JSON object of {family} problem fields, got {type(prob).__name__}")
+    with ServiceClient(server, offline=False) as client:
+        doc = client.select(arch.id, family, prob, lanes=[ln.name for ln in lanes] or None, limit=limit,
+                            triton_version=triton_version)
+    if not doc["accepted"]:
+        nc = doc.get("no_candidate")
+        raise click.ClickException(f"no kernel accepted for the problem on {server}"
+                                   + (f": {nc['message']}" if nc else ""))
+    return [(c["key"], c["family"]) for c in doc["accepted"]]
+
+
+def _suffix(arch: str) -> str:
+    return "cubin" if arch.startswith("sm_") else "hsaco"
 
 
 @click.command("fetch")
+@click.argument("keys", nargs=-1)
+@click.option("--from-file", "from_file", default=None, metavar="FILE",
+              help="Also fetch the keys in FILE, one per line (# comments; - reads stdin).")
+@click.option("--problem", default=None, metavar="JSON|@FILE",
+              help="Select on --server first (with --arch and --family), then fetch every accepted kernel.")
+@click.option("--arch", type=ARCH, default=None,
+              help="The device's target ID: every kernel must be one it can run (and --problem's device).")
+@click.option("--family", default=None, help="Every kernel must be of this family (and --problem's family).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --problem: the N best only.")
+@click.option("--lane", "lanes", type=LANE, multiple=True, help="With --problem: only this lane (repeatable).")
+@click.option("--triton-version", default=None, metavar="VERSION",
+              help="With --problem, a Triton family: only what this Triton version built.")
 @click.option("--server", default=None, metavar="URL", envvar=settings.SERVER,
               help=f"Service base URL, e.g. http://127.0.0.1:8080 (or ${settings.SERVER}); tried after the mirrors.")
 @click.option("--mirror", "mirrors", multiple=True, metavar="URL", envvar=settings.MIRRORS,
@@ -31,27 +102,110 @@ from rocke_aot.client import Fetcher, LocalStore, sources_from
 @click.option("--local", "local", metavar="DIR", default=None,
               help=f"The local store (default: ${settings.CLIENT_HOME}, else ${settings.HOME}/client).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the code object here.")
-@click.argument("key")
+              help="Write the code object here (one kernel only).")
+@click.option("--out-dir", type=click.Path(file_okay=False), default=None,
+              help="Write each code object here as <key>.hsaco (or .cubin for sm_*).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help=f"Kernels fetched at once (default: ${settings.FETCH_WORKERS}, else 8).")
+@click.option("--progress-interval", default=2.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds between progress lines on stderr when fetching several kernels.")
 @json_option
-def fetch(server, mirrors, root_key, insecure, local, output, key, as_json) -> None:
-    """Fetch the code object of KEY (verified; cached locally; ROCKE_AOT_OFFLINE=1: local only).
+def fetch(keys, from_file, problem, arch, family, limit, lanes, triton_version, server, mirrors, root_key, insecure,
+          local, output, out_dir, workers, progress_interval, as_json) -> int:
+    """Fetch kernels by KEY (or unique prefix), from a file, or the ones a select accepts; verified, cached locally.
+
+    Sources: the mirrors in order, then the server; a source that fails (down, a wrong byte, a
+    bad signature) falls through to the next, and the output says which failed and why.
+    ROCKE_AOT_OFFLINE=1: the local store only. Exit 1 when any kernel was refused.
 
     \b
     Example:
-        rocke-aot fetch --mirror https://cdn.example/rocke --server http://127.0.0.1:8080 \\
-            --root-key root.key.pub 3f2a...e9 -o gemm.hsaco
+        rocke-aot fetch --server http://127.0.0.1:8080 --root-key root.key.pub 3f2a9c0d11e8b7a4 -o gemm.hsaco
+        rocke-aot fetch --mirror https://cdn.example/rocke --from-file keys.txt --out-dir kernels/ --json
+        rocke-aot fetch --server http://127.0.0.1:8080 --arch gfx942 --family gemm \\
+            --problem '{"m": 4096, "n": 4096, "k": 4096}' --limit 3 --out-dir kernels/
     """
+    wanted: list[tuple[str, str | None]] = [(k, family) for k in keys]
+    if from_file is not None:
+        wanted += [(k, family) for k in _keys_from_file(from_file)]
+    if problem is not None:
+        wanted += _selected(server, arch, family, problem, limit, lanes, triton_version)
+    elif limit is not None or lanes or triton_version is not None:
+        raise click.UsageError("--limit, --lane and --triton-version go with --problem")
+    if not wanted:
+        raise click.UsageError("give a KEY, --from-file FILE or --problem JSON (with --arch, --family, --server)")
+    if output is not None and len(wanted) > 1:
+        raise click.UsageError(f"-o writes one kernel; {len(wanted)} were asked for: use --out-dir DIR")
+    store = LocalStore(local)
     offline = settings.flag(settings.OFFLINE)  # offline: no source is made (no HTTP stack loaded)
-    with Fetcher([] if offline else sources_from(server, mirrors), LocalStore(local), root_key=root_key,
-                 insecure=insecure, offline=offline) as f:
-        k = f.get(key)
-    if output:
-        Path(output).write_bytes(k.code_object)
-    info = {"key": k.key, "sha256": k.sha256, "size": k.size, "arch": k.inputs.arch, "lane": k.inputs.lane,
-            "family": k.inputs.family, "output": output, "origin": dict(k.origin)}
+    with Fetcher([] if offline else sources_from(server, mirrors), store, root_key=root_key, insecure=insecure,
+                 offline=offline) as f:
+        resolved: dict[str, str | None] = {}
+        for k, fam in wanted:  # every prefix resolved (or refused) before anything is fetched
+            resolved.setdefault(f.resolve(k), fam)
+        total = len(resolved)
+        done = {"n": 0, "bytes": 0, "failed": 0}
+        lock = threading.Lock()
+
+        def on_done(key, result) -> None:
+            with lock:
+                done["n"] += 1
+                if isinstance(result, RockeError):
+                    done["failed"] += 1
+                else:
+                    done["bytes"] += result.size
+
+        lines = PeriodicLines(progress_interval, lambda: f"fetch: {done['n']}/{total} kernels, "
+                                                           f"{done['bytes']} bytes, {done['failed']} refused")
+        results: dict = {}
+        by_family: dict[str | None, list[str]] = {}
+        for k, fam in resolved.items():
+            by_family.setdefault(fam, []).append(k)
+        with lines if total > 1 else _Quiet():
+            for fam, ks in by_family.items():
+                results.update(f.get_each(ks, workers=workers, arch=arch.id if arch else None, family=fam,
+                                          on_done=on_done))
+        meta_skipped = list(f.metadata_skipped)
+    kernels, failed = [], []
+    for key in resolved:
+        r = results[key]
+        if isinstance(r, RockeError):
+            failed.append({"key": key, "error": type(r).__name__, "message": str(r)})
+            continue
+        path = output if output else (str(Path(out_dir) / f"{key}.{_suffix(r.inputs.arch)}") if out_dir else None)
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_bytes(r.code_object)
+        kernels.append({"key": r.key, "sha256": r.sha256, "size": r.size, "arch": r.inputs.arch,
+                        "lane": r.inputs.lane, "family": r.inputs.family, "output": path, "origin": dict(r.origin)})
+    if failed and len(resolved) == 1 and not as_json:  # one kernel: its error is the command's (cli/main.py)
+        raise results[failed[0]["key"]]
+    bound = max_bytes_setting()
+    trimmed = store.gc(bound, keep={k["sha256"] for k in kernels}) if bound is not None else []
     if as_json:
-        emit_json(info)
+        emit_json({"kernels": kernels, "failed": failed, "metadata_skipped": [
+            {"source": u, "error": e} for u, e in meta_skipped], "local": str(store.root),
+            "trimmed": [e.as_dict() for e in trimmed]})
     else:
-        click.echo(f"{k.key}  {k.inputs.arch} {k.inputs.lane} {k.inputs.family}  {k.size} bytes  sha256 {k.sha256}"
-                   + (f"  -> {output}" if output else ""))
+        for u, e in meta_skipped:
+            click.echo(f"metadata: {u} failed ({e}); used the next source", err=True)
+        for k in kernels:
+            src = k["origin"].get("source")
+            click.echo(f"{k['key']}  {k['arch']} {k['lane']} {k['family']}  {k['size']} bytes  sha256 {k['sha256']}"
+                       + (f"  from {src}" if src else "") + (f"  -> {k['output']}" if k["output"] else ""))
+            for s in k["origin"].get("skipped", ()):
+                click.echo(f"  {s['source']} failed first: {s['error']}")
+        for x in failed:
+            click.echo(f"REFUSED {x['key']}: {x['error']}: {x['message']}", err=True)
+        if trimmed:
+            click.echo(f"local store over ${settings.CLIENT_MAX_BYTES} ({bound} bytes): removed {len(trimmed)} "
+                       f"least recently used kernels ({sum(e.size for e in trimmed)} bytes)", err=True)
+    return 1 if failed else 0
+
+
+class _Quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None

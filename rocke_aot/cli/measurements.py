@@ -56,7 +56,7 @@ def record_cmd(reports, cache_url, repeats, as_json) -> None:
 
     \b
     Example:
-        rocke-aot measurements record docs/bench-raw/h200-run6/quality-gemm.json.gz --repeats 15
+        rocke-aot measurements record bench/results/bench-raw/h200-run6/quality-gemm.json.gz --repeats 15
     """
     out = {}
     with Store.open(cache_url) as store:

@@ -1,6 +1,6 @@
 """`rocke-aot publish --server URL --token T --arch A --lane L --family F --spec JSON ... FILE`.
 
-    FILE + key inputs ──KeyInputs──> key ──Client.publish──> PUT /v1/kernels/{key}
+    FILE + key inputs ──KeyInputs──> key ──ServiceClient.publish──> PUT /v1/kernels/{key}
     (the server checks the token, the sha256, the key and the code object for the arch;
      409 when the key holds other bytes)
 """
@@ -15,7 +15,7 @@ from rocke_aot import settings
 from rocke_aot.cache.codec import sha256_hex
 from rocke_aot.cache.keys import KeyInputs
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_object_arg, json_option
-from rocke_aot.service.client import ENV_TOKEN, Client
+from rocke_aot.client.service import ENV_TOKEN, ServiceClient
 
 
 @click.command("publish")
@@ -31,11 +31,10 @@ from rocke_aot.service.client import ENV_TOKEN, Client
 @click.option("--options", "options", default="{}", metavar="JSON|@FILE", help="Compile options (a JSON object).")
 @click.option("--ir-sha256", required=True, help="sha256 of the LLVM IR it was compiled from.")
 @click.option("--metadata", default=None, metavar="JSON|@FILE", help="Builder metadata (a JSON object).")
-@click.option("--cache", "cache_url", metavar="URL", default=None, help="Local store (default: $ROCKE_AOT_CACHE).")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @json_option
 def publish(server, token, arch, lane, profile, family, spec, recipe_digest, toolchain, options, ir_sha256, metadata,
-            cache_url, file, as_json) -> None:
+            file, as_json) -> None:
     """Publish a code object FILE to a service under the key of its inputs.
 
     \b
@@ -47,7 +46,7 @@ def publish(server, token, arch, lane, profile, family, spec, recipe_digest, too
     code = Path(file).read_bytes()
     inputs = KeyInputs(arch.id, lane.name, profile or lane.profile_name, family, json_object_arg(spec, "--spec"),
                        recipe_digest, json_object_arg(toolchain, "--toolchain"), json_object_arg(options, "--options"))
-    with Client(server, cache=cache_url, token=token, offline=False) as client:
+    with ServiceClient(server, token=token, offline=False) as client:
         out = client.publish(inputs, code, ir_sha256=ir_sha256,
                              metadata=json_object_arg(metadata, "--metadata") if metadata else {},
                              provenance={"published_from": str(Path(file).name), "sha256": sha256_hex(code)})

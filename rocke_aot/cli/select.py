@@ -13,18 +13,22 @@ exit 2 through cli/main.py's one translation point.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
 
-from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
 from rocke_aot.errors import SpecError
-from rocke_aot.service.selection import MEASURED, select
-from rocke_aot.variants.selection import MODELS
+
+# The choices, spelled here: importing service.selection (the store's SQL) for them would make
+# `select --server` need the [serve] install (variants/selection.py MODELS, service/selection.py
+# MEASURED; tests/test_install_roles.py checks they agree).
+MODELS = ("auto", "fitted", "hardware", "efficiency")
+MEASURED = ("exact", "class", "off")
 
 
-def _problem_text(value: str) -> str:
+def problem_text(value: str) -> str:
     if value.startswith("@"):
         path = Path(value[1:])
         try:
@@ -59,9 +63,15 @@ def _problem_text(value: str) -> str:
 @click.option("--triton-version", default=None, metavar="VERSION",
               help="A Triton family's: only what this Triton version built (the GPU host's Triton, e.g. 3.6.0); "
                    "left out, every version's kernels are listed, each labelled.")
+@click.option("--device-wheels", is_flag=True,
+              help="Rank the kernels of the installed device wheels (`rocke-aot export --wheel`, pip-installed) "
+                   "instead of a cache: each wheel's manifest signature checked against the pinned root key, every "
+                   "kernel verified (docs/kpack.md); no network, no cache.")
+@click.option("--root-key", default=None, metavar="PUB",
+              help="With --device-wheels: the pinned root public key (default: $ROCKE_AOT_ROOT_KEY).")
 @json_option
 def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, server, model,
-               measured, triton_version, as_json) -> int:
+               measured, triton_version, device_wheels, root_key, as_json) -> int:
     """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
 
     By estimated time (the "est ms" column, with what bounds it) where the arch has a time
@@ -83,17 +93,30 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         rocke-aot select --arch gfx942:sramecc+:xnack- --family gemm --problem '{"m": 4096, "n": 4096, "k": 4096}'
         rocke-aot select --arch gfx1250 --family conv_dgrad_patch --problem @patch.json --explain --json
         rocke-aot select --arch sm_90 --family gemm,triton_matmul --problem '{"m": 4096, "n": 4096, "k": 4096}'
+        rocke-aot select --arch gfx942 --family gemm --problem '{"m": 512, "n": 512, "k": 512}' --device-wheels \\
+            --root-key root.key.pub
     """
-    text = _problem_text(problem)
+    text = problem_text(problem)
     if server is not None:
         return _remote(server, arch.id, family, text, [lane.name for lane in lanes] or None, min_efficiency, limit,
                        explain, as_json, model, measured, triton_version)
-    with Store.open(cache_url, readonly=True) as store:
-        sel = select(store, arch, family, text, lanes=[lane.name for lane in lanes] or None,
+    from rocke_aot.cache.store import Store
+    from rocke_aot.service import access
+    from rocke_aot.service.selection import parse_problem, select, select_families
+
+    if device_wheels and (server is not None or cache_url is not None):
+        raise SpecError("--device-wheels ranks the installed device wheels: give it without --cache or --server")
+    problem_value = parse_problem(select_families(family)[0], text)  # bad input before any store is opened
+    opened = _device_wheel_store(root_key) if device_wheels else Store.open(cache_url, readonly=True)
+    with opened as store:
+        sel = select(store, arch, family, problem_value, lanes=[lane.name for lane in lanes] or None,
                      min_efficiency=min_efficiency, limit=limit, model=model, measured=measured,
                      triton_version=triton_version)
     if as_json:
-        emit_json(sel.as_dict(explain=explain))
+        doc = sel.as_dict(explain=explain)
+        if explain:  # the rows the service answers (service/access.py rejection_row), one shape everywhere
+            doc["rejected"] = [access.rejection_row(r) for r in sel.rejected]
+        emit_json(doc)
         return 0 if sel.accepted else 1
     click.echo(f"{sel.family} on {sel.target}: {len(sel.accepted)} accepted"
                + (f" (+{sel.beyond_limit} beyond --limit)" if sel.beyond_limit else "")
@@ -141,16 +164,19 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
 
 def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, as_json, model, measured,
             triton_version) -> int:
-    """The same selection from a service (service/client.py); the server runs select()."""
+    """The same selection from a service (client/service.py ServiceClient; the base install); the
+    server runs select()."""
     import json
 
-    from rocke_aot.service.client import Client
+    from rocke_aot.client.service import ServiceClient
 
     try:
         prob = json.loads(text)
     except json.JSONDecodeError as e:
         raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
-    with Client(server, offline=False) as client:  # no local store is opened for a select
+    if not isinstance(prob, dict):
+        raise SpecError(f"problem must be a JSON object of {family} problem fields, got {type(prob).__name__}")
+    with ServiceClient(server, offline=False) as client:  # no local store is opened for a select
         doc = client.select(arch, family, prob, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
                             explain=explain, model=model, measured=measured, triton_version=triton_version)
     if not explain:
@@ -206,3 +232,38 @@ def _echo_no_candidate(family: str, nc: dict) -> None:
 
 def _n(v) -> str:
     return "-" if v is None else str(v)
+
+
+@contextlib.contextmanager
+def _device_wheel_store(root_key):
+    """A temporary store of every installed device wheel's kernels, each wheel's bundle manifest
+    signature verified against the pinned root key and every kernel checked (cache/kpack.py
+    import_kpack with aot's code-object validation) before it is ranked."""
+    import tempfile
+
+    from rocke_aot.aot.codeobject import validate
+    from rocke_aot.cache import kpack
+    from rocke_aot.client.device_kernels import DeviceWheelSource, installed_roots, verify_signature
+    from rocke_aot.client.trusted import pinned_key
+    from rocke_aot.errors import NotFoundError, SignatureError, TrustConfigError
+
+    key = pinned_key(root_key)
+    if key is None:
+        raise TrustConfigError("--device-wheels needs the pinned root key: --root-key or $ROCKE_AOT_ROOT_KEY")
+    roots = installed_roots()
+    if not roots:
+        raise NotFoundError("no device wheel is installed (entry-point group rocke_aot.device_kernels)")
+    from rocke_aot.cache.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="rocke-wheels-") as tmp, \
+            Store.open(f"sqlite:///{Path(tmp) / 'wheels.sqlite'}") as store:
+        for root in roots:
+            manifest = root / DeviceWheelSource(root).device["manifest"]
+            data = manifest.read_bytes()
+            stem = manifest.with_suffix("")
+            sig, rootdoc = (stem.with_name(stem.name + ext) for ext in (".sig.json", ".root.json"))
+            if not sig.exists():
+                raise SignatureError(f"device wheel {root.name}: no {sig.name}; its kernels cannot be verified")
+            verify_signature(data, sig.read_bytes(), key, rootdoc.read_bytes() if rootdoc.exists() else None)
+            kpack.import_kpack(store, manifest, check=lambda code, a: validate(code, a).as_dict(), data=data)
+        yield store

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from rocke_aot import settings
 from rocke_aot.cli.options import emit_json, json_option
@@ -27,6 +25,14 @@ def settings_cmd(show_all: bool, as_json: bool) -> None:
     rows = [r for r in settings.describe() if show_all or not r["internal"]]
     if as_json:
         emit_json(rows)
+        return
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ModuleNotFoundError:  # the base install (no rich): the same facts, a block per variable
+        for r in rows:
+            click.echo(f"{r['name']} = {'-' if r['value'] is None else r['value']}\n    {r['meaning']}\n"
+                       f"    default: {r['default']}")
         return
     table = Table(title="settings")
     for col in ("variable", "value", "default", "meaning"):

@@ -157,6 +157,10 @@ def sign_cmd(cache_url, root_files, key_files, arches, lanes, bit_length, expire
         click.echo(f"{out}: timestamp version {info['version']}, {info['kernels']} kernels of "
                    f"{len(info['generations'])} generation(s) in {info['bins']} bins ({info['bins_written']} signed, "
                    f"{info['bins_kept']} unchanged), timestamp expires {info['expires']}")
+        for x in info["left_out"][:20]:  # rows no build here made or verified, or a contract off its family's
+            click.echo(f"left out {x['key'][:16]} {x['family']}/{x['arch']}/{x['lane']} ({x['entered']}): {x['reason']}")
+        if len(info["left_out"]) > 20:
+            click.echo(f"left out {len(info['left_out']) - 20} more (--json lists every one)")
 
 
 @trust.command("timestamp")

@@ -4,9 +4,13 @@
     sources.py   ServiceSource (rocke-aot serve), MirrorSource (a static tree on any HTTP server)
     trusted.py   Trusted: the pinned root key, the signed metadata accepted, the versions seen
     fetch.py     Fetcher: local store first, then each source in order; nothing unverified is kept
+    service.py   ServiceClient: select (POST /v1/select, parsed through answers.py) and publish
+    answers.py   the select answer's models (pydantic), shared with the service
+    keys.py      unique key prefixes (the 16-hex keys select prints) resolved against what is listed
+    triton_cache.py  Triton's remote cache backend
 
 Imports only the vocabulary, cache/keys.py and cache/codec.py, trust/keys.py and
-trust/metadata.py, httpx, zstandard and cryptography: not
+trust/metadata.py, httpx, zstandard, cryptography and pydantic (the select answer only): not
 FastAPI, not SQLAlchemy, not llvmlite, not rocke_aot.aot (tests/test_client_slim.py).
 """
 
@@ -17,13 +21,18 @@ from rocke_aot.errors import SourceError
 
 
 def __getattr__(name: str):
-    """MirrorSource and ServiceSource load httpx/httpcore on first use (a warm offline fetch needs neither)."""
+    """MirrorSource, ServiceSource and ServiceClient load httpx/httpcore on first use (a warm
+    offline fetch needs neither)."""
     if name in ("MirrorSource", "ServiceSource"):
         from rocke_aot.client import sources
 
         return getattr(sources, name)
+    if name == "ServiceClient":
+        from rocke_aot.client.service import ServiceClient
+
+        return ServiceClient
     raise AttributeError(f"module 'rocke_aot.client' has no attribute {name!r}")
 
 
 __all__ = ["ENV_INSECURE", "ENV_ROOT_KEY", "Fetcher", "InsecureFetchWarning", "Kernel", "LocalStore", "MirrorSource",
-           "OfflineMiss", "ServiceSource", "SourceError", "Trusted", "sources_from"]
+           "OfflineMiss", "ServiceClient", "ServiceSource", "SourceError", "Trusted", "sources_from"]

@@ -15,13 +15,17 @@
           ──> LocalStore.put_blob (the bytes only: the record is the signed target's custom
               field, in the host's verified bin) ──> the next get answers locally
       a source that fails (down, 404, wrong bytes, bad metadata) hands over to the next; when
-      every one failed, the error of the first that answered wrongly is raised (else the first)
+      every one failed, the error of the first that answered wrongly is raised (else the first);
+      when a later one gave it, the kernel's origin names each that failed ("skipped": source, why)
+    resolve(prefix)   a unique key prefix (select prints 16 digits) -> the full key: among the
+      verified metadata's keys (pinned key: every bin is read), else the local store's and each service's listing
     get_many(keys, workers=$ROCKE_AOT_FETCH_WORKERS or 8)
       accepted() once, then get(key) for every key on a bounded thread pool: the transfers,
       nginx's or the service's work, sha256 and zstd (which release the GIL) and the file
       writes overlap, over the sources' kept-alive connections (one connection pool per source).
       The metadata is verified once per Fetcher and bin, never per blob. Every key is tried; the
       first failure in the order given is raised after the others ended (what verified is kept)
+    get_each(keys, on_done=)   the same, every key's Kernel or the error that refused it
 
     insecure (no pinned key, insecure=True / ROCKE_AOT_INSECURE=1; warns): the service's
     unsigned record instead of the signed target (strict: its inputs must hash to the key asked,
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING
 
 from rocke_aot import settings
 from rocke_aot.cache.keys import check_key
+from rocke_aot.client.keys import check_prefix, match, unique
 from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
 from rocke_aot.client.trusted import (
     ENV_INSECURE,
@@ -99,10 +104,12 @@ def env_workers() -> int:
 
 
 def sources_from(server: str | None = None, mirrors: Iterable[str] = ()) -> list[Source]:
-    """Mirrors first (in the order given), then the service: the order a host tries them."""
+    """Installed device wheels first (read-only, no network: client/device_kernels.py), then the
+    mirrors (in the order given), then the service: the order a host tries them."""
+    from rocke_aot.client.device_kernels import installed_sources
     from rocke_aot.client.sources import MirrorSource, ServiceSource
 
-    out: list[Source] = [MirrorSource(m) for m in mirrors]
+    out: list[Source] = [*installed_sources(), *(MirrorSource(m) for m in mirrors)]  # type: ignore[list-item]
     if server:
         out.append(ServiceSource(server))
     return out
@@ -136,6 +143,8 @@ class Fetcher:
                 "any server or network path can hand this host code the builder never built"), stacklevel=2)
         self.trusted = Trusted(key, self.store.trust_dir, now=now) if key is not None else None
         self._accepted: Accepted | None = None
+        self.metadata_skipped: list[tuple[str, str]] = []  # (source URL, why) that failed before the one accepted
+        self._listed: list[str] | None = None
 
     def close(self) -> None:
         for s in self.sources:
@@ -153,8 +162,10 @@ class Fetcher:
         if self.trusted is None:
             raise TrustConfigError("an insecure Fetcher has no signed metadata")
         if self._accepted is None:
-            self._accepted = self.trusted.cached() if self.offline else \
-                self._first_good("the signed metadata", self.trusted.refresh)
+            if self.offline:
+                self._accepted = self.trusted.cached()
+            else:
+                self._accepted, self.metadata_skipped = self._try_sources("the signed metadata", self.trusted.refresh)
         return self._accepted
 
     def get(self, key: str, *, arch: str | None = None, family: str | None = None,
@@ -186,28 +197,76 @@ class Fetcher:
             return k
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
-        k = self._first_good(f"kernel {key}", lambda src: _checked(_signed_from(src, signed, origin, acc), check))
+        k, skipped = self._try_sources(f"kernel {key}",
+                                       lambda src: _checked(_signed_from(src, signed, origin, acc), check))
         self.store.put_blob(k.sha256, k.size, k.code_object)
-        return k
+        return _with_skipped(k, skipped)
 
     def get_many(self, keys: Iterable[str], *, workers: int | None = None, arch: str | None = None,
                  family: str | None = None, check: Callable[[Kernel], None] | None = None) -> dict[str, Kernel]:
         """Each kernel of ``keys`` (once, in the order given) with verified bytes, local first,
         ``workers`` fetches at a time (None: $ROCKE_AOT_FETCH_WORKERS, else 8; 1: in turn);
         ``arch``, ``family`` and ``check`` as for get, for every one."""
+        got = self.get_each(keys, workers=workers, arch=arch, family=family, check=check)
+        for v in got.values():  # the first failure, in the order given
+            if isinstance(v, RockeError):
+                raise v
+        return got  # type: ignore[return-value]
+
+    def get_each(self, keys: Iterable[str], *, workers: int | None = None, arch: str | None = None,
+                 family: str | None = None, check: Callable[[Kernel], None] | None = None,
+                 on_done: Callable[[str, Kernel | RockeError], None] | None = None) -> dict[str, Kernel | RockeError]:
+        """get_many, every key tried: key -> its Kernel, or the RockeError that refused it
+        (nothing of a refused one is kept). ``on_done(key, result)`` runs as each ends (the
+        CLI's progress), from the fetching thread."""
         wanted = list(dict.fromkeys(check_key(k) for k in keys))
         n = env_workers() if workers is None else workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise SpecError(f"workers must be an int of at least 1, got {n!r}")
         if self.trusted is not None:
             self.accepted()  # the metadata once, before any thread reads it
+
+        def one(k: str) -> Kernel | RockeError:
+            try:
+                out: Kernel | RockeError = self.get(k, arch=arch, family=family, check=check)
+            except RockeError as e:
+                out = e
+            if on_done is not None:
+                on_done(k, out)
+            return out
+
         if n == 1 or len(wanted) <= 1:
-            return {k: self.get(k, arch=arch, family=family, check=check) for k in wanted}
+            return {k: one(k) for k in wanted}
         from concurrent.futures import ThreadPoolExecutor  # (with logging: only where threads are used)
 
         with ThreadPoolExecutor(max_workers=min(n, len(wanted)), thread_name_prefix="rocke-fetch") as pool:
-            futures = {k: pool.submit(self.get, k, arch=arch, family=family, check=check) for k in wanted}
-        return {k: f.result() for k, f in futures.items()}  # the first failure, in order
+            futures = {k: pool.submit(one, k) for k in wanted}
+        return {k: f.result() for k, f in futures.items()}
+
+    def resolve(self, key: str) -> str:
+        """The full key of ``key``: itself when it has 64 digits, else the one key starting with
+        it (client/keys.py) among those this Fetcher can answer: the signed manifest's (with a
+        pinned key), else the local store's and each service's listing. No match is
+        NotFoundError; several, AmbiguousKeyError naming them (bad input, exit 2)."""
+        prefix = check_prefix(key)
+        if len(prefix) == 64:
+            return prefix
+        if self.trusted is not None:
+            acc = self.accepted()
+            if self._listed is None:
+                self._listed = sorted(acc.keys())
+            return unique(prefix, match(prefix, self._listed), f"snapshot version {acc.version}, "
+                                                               f"{len(self._listed)} kernels")
+        found = match(prefix, self.store.keys())
+        where = [f"the local store {self.store.root}"]
+        if not self.offline:
+            from rocke_aot.client.sources import ServiceSource
+
+            for src in self.sources:
+                if isinstance(src, ServiceSource):
+                    found += src.keys_from(prefix)
+                    where.append(src.url)
+        return unique(prefix, found, ", ".join(where))
 
     def _local_blob(self, sha256: str, size: int) -> bytes | None:
         """The local bytes with this hash and size, or None (absent, or changed on disk: the
@@ -235,14 +294,20 @@ class Fetcher:
             return _checked(_answers(k, device, family, f"the local copy of {key}"), check)
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
-        return self.store.put(self._first_good(
-            f"kernel {key}", lambda src: _checked(_unsigned_from(src, key, device, family), check)))
+        k, skipped = self._try_sources(f"kernel {key}",
+                                       lambda src: _checked(_unsigned_from(src, key, device, family), check))
+        return _with_skipped(self.store.put(k), skipped)
 
     def _first_good(self, what: str, fetch):
+        return self._try_sources(what, fetch)[0]
+
+    def _try_sources(self, what: str, fetch):
+        """(the first source's answer that passes, [(source URL, "Type: why")] of those that
+        failed before it): a failed source falls through to the next, and says so."""
         errors: list[tuple[Source, RockeError]] = []
         for src in self.sources:
             try:
-                return fetch(src)
+                return fetch(src), [(s.url, f"{type(e).__name__}: {e}") for s, e in errors]
             except RockeError as e:
                 errors.append((src, e))
         wrong = [(s, e) for s, e in errors if not isinstance(e, NotFoundError)]
@@ -251,6 +316,13 @@ class Fetcher:
             tried = "; ".join(f"{s.url}: {type(e).__name__}: {e}" for s, e in errors)
             raise type(first)(f"{what}: no source gave it ({tried})") from first
         raise first
+
+
+def _with_skipped(k: Kernel, skipped: list[tuple[str, str]]) -> Kernel:
+    """``k`` with the sources that failed before the one it came from named in its origin."""
+    if not skipped:
+        return k
+    return replace(k, origin={**k.origin, "skipped": [{"source": u, "error": e} for u, e in skipped]})
 
 
 def _signed_from(src: Source, signed: Kernel, origin: dict, acc: Accepted) -> Kernel:

@@ -21,6 +21,11 @@
                   schema (check_record), its file name, its blob (present, size, sha256, an ELF
                   for its arch); every blob file against its name; the blobs the accepted
                   signed manifest lists; what no record or manifest entry references (orphans)
+    entries() / usage()   every blob with its size, last use and the keys that name it (an
+                  unsigned record, or the accepted signed manifest); the bytes kept
+    gc(max_bytes, keep=())   remove the least recently used kernels (blob + unsigned record)
+                  until the blobs fit max_bytes ($ROCKE_AOT_CLIENT_MAX_BYTES: `rocke-aot fetch`
+                  and `client gc`), never a blob of ``keep``; a read (blob()) marks its use
     purge(origin=URL, bad=False) -> LocalReport   remove the records a server at URL left
                   (their origin), with bad: every record and blob verify refuses; then every
                   blob nothing references any more (no get could return it)
@@ -36,7 +41,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -273,13 +278,18 @@ class LocalStore:
         except FileNotFoundError:
             raise NotFoundError(f"blob {sha256} is not in the local store {self.root}") from None
         try:
-            return check_bytes(data, sha256, size, f"local blob {path}")
+            out = check_bytes(data, sha256, size, f"local blob {path}")
         except IntegrityError:
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
             raise
+        try:  # its last use, for gc's least-recently-used order
+            os.utime(path)
+        except OSError:
+            pass
+        return out
 
     def _mkdirs(self, *names: str) -> None:
         for d in names:
@@ -317,6 +327,60 @@ class LocalStore:
         d = self.root / "kernels"
         return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
 
+    def entries(self) -> list[LocalEntry]:
+        """Every blob kept: its size, last use (mtime) and the keys that name it (unsigned
+        records, the accepted signed manifest), most recently used first. Reads names and
+        stat only (verify checks the bytes)."""
+        names: dict[str, list[str]] = {}
+        for sha, keys in _signed_blobs(self).items():
+            names.setdefault(sha, []).extend(keys)
+        for key in self.keys():
+            try:
+                rec = json.loads(self._record(key).read_bytes())
+                rec_sha = rec["sha256"] if isinstance(rec, dict) else None
+            except (OSError, ValueError, RecursionError, KeyError):
+                continue
+            if isinstance(rec_sha, str):
+                names.setdefault(rec_sha, []).append(key)
+        out = []
+        d = self.root / "blobs"
+        for name in (os.listdir(d) if d.is_dir() else ()):
+            try:
+                st = os.stat(d / name)
+            except FileNotFoundError:
+                continue
+            out.append(LocalEntry(name, st.st_size, st.st_mtime, tuple(sorted(set(names.get(name, ()))))))
+        return sorted(out, key=lambda e: (-e.used, e.sha256))
+
+    def usage(self) -> dict[str, Any]:
+        """What the store holds: blobs (count, bytes), unsigned records, the signed metadata's bytes."""
+        ents = self.entries()
+        trust = sum(p.stat().st_size for p in self.trust_dir.rglob("*") if p.is_file()) if self.trust_dir.is_dir() else 0
+        return {"root": str(self.root), "blobs": len(ents), "blob_bytes": sum(e.size for e in ents),
+                "records": len(self.keys()), "trust_bytes": trust}
+
+    def gc(self, max_bytes: int, keep: Iterable[str] = ()) -> list[LocalEntry]:
+        """Remove the least recently used blobs (and the unsigned records naming them) until the
+        blobs kept total at most ``max_bytes``; a blob of ``keep`` (sha256s) is never removed
+        (what a command just fetched). Returns what was removed, least recent first."""
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise SpecError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        keep = set(keep)
+        ents = self.entries()
+        total = sum(e.size for e in ents)
+        removed: list[LocalEntry] = []
+        for e in reversed(ents):  # least recently used first
+            if total <= max_bytes:
+                break
+            if e.sha256 in keep:
+                continue
+            for key in e.keys:
+                self._record(key).unlink(missing_ok=True)
+            (self.root / "blobs" / e.sha256).unlink(missing_ok=True)
+            total -= e.size
+            removed.append(e)
+        return removed
+
     def verify(self, origin: str | None = None) -> LocalReport:
         """Every record (only those from ``origin`` when given) against the record schema, its
         file name and its blob; every blob file against its name (module doc). Nothing is
@@ -328,6 +392,39 @@ class LocalStore:
         record and blob verify refuses; then every blob nothing references any more. Returns
         verify's report afterwards, with the files removed."""
         return _purge(self, origin, bad)
+
+
+@dataclass(frozen=True)
+class LocalEntry:
+    """One blob of the local store: its sha256, size, last use (Unix time) and the keys naming it."""
+
+    sha256: str
+    size: int
+    used: float
+    keys: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "size": self.size, "used": self.used, "keys": list(self.keys)}
+
+
+def max_bytes_setting() -> int | None:
+    """$ROCKE_AOT_CLIENT_MAX_BYTES: the local store's bound in bytes of blobs, or None (no bound)."""
+    return settings.integer(settings.CLIENT_MAX_BYTES)
+
+
+def _signed_blobs(store: LocalStore) -> dict[str, list[str]]:
+    """sha256 -> the keys the accepted signed manifest lists with it ({} when none, or unreadable:
+    verify reports that)."""
+    manifest = store.trust_dir / "manifest.json"
+    out: dict[str, list[str]] = {}
+    if not manifest.is_file():
+        return out
+    try:
+        for key, e in json.loads(manifest.read_bytes())["signed"]["kernels"].items():
+            out.setdefault(e["sha256"], []).append(key)
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return {}
+    return out
 
 
 @dataclass(frozen=True)

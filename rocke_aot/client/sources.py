@@ -16,6 +16,7 @@
                                      MalformedAnswerError); field() reads one typed field
 
     ServiceSource(url)   rocke-aot serve:  GET /v1/trust/<name>      signed metadata
+                                           GET /v1/kernels?cursor=       keys from a prefix (keys_from)
                                            GET /v1/kernels/<key>/meta a server's record (unsigned)
                                            GET /v1/blobs/<sha256>     zstd frame or raw bytes
                                            GET /v1/triton/<key>       a Triton cache entry
@@ -262,6 +263,26 @@ class ServiceSource(Source):
         if k.key != key:
             raise errors.AnswerMismatchError(f"{self.url} answered the record of {k.key} for {key}")
         return k
+
+    def keys_from(self, prefix: str, limit: int = 9) -> list[str]:
+        """The served keys starting with ``prefix`` (at most ``limit``): one page of GET
+        /v1/kernels from the cursor just below the prefix (the listing is ordered by key)."""
+        from rocke_aot.client.keys import check_prefix, cursor_before
+
+        check_prefix(prefix)
+        cursor = cursor_before(prefix)
+        path = f"/v1/kernels?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        doc = document(self.call("GET", path, MAX_DOCUMENT, JSON_HEADERS), "the kernel listing")
+        out = []
+        for i, item in enumerate(field(doc, "items", list, "the kernel listing")):
+            key = field(item, "key", str, f"the kernel listing: items[{i}]")
+            try:
+                check_key(key)
+            except SpecError as e:
+                raise MalformedAnswerError(f"the kernel listing from {self.url}: items[{i}].key: {e}") from None
+            if key.startswith(prefix):
+                out.append(key)
+        return out
 
     def blob(self, sha256: str, size: int | None) -> bytes:
         check_sha(sha256)

@@ -27,6 +27,11 @@ Triton builds a RemoteCacheManager per cache key, and it a Backend(key):
         "integrity"   a blob whose bytes do not hash to the sha256 (from the service or on disk)
         "incomplete"  a file asked for that the entry does not hold
         "unreachable" the service cannot be reached (offline: ROCKE_AOT_OFFLINE=1 is local only)
+      and once per process, on a miss, when this host's own settings are why (a WARNING):
+        "nosource"    neither ROCKE_AOT_SERVER nor ROCKE_AOT_MIRRORS is set (mirrors need a pinned key)
+        "env"         Triton's cache-invalidating variables (TRITON_DEFAULT_FP_FUSION, ...) set here,
+                      which change every key, and not as the builder set them (recorded with each
+                      entry: metadata.triton.env_vars)
       every blob verified (sha256, size), from the first source that has it, kept in the
       LocalStore: the next process answers locally
     put(filename, data)  (a compile's result: Triton writes each file, the group file last)
@@ -79,6 +84,7 @@ def events() -> dict[str, int]:
 def reset_events() -> None:
     with _LOCK:
         _EVENTS.clear()
+        _state.pop("said", None)
 
 
 def _event(kind: str, key: str, detail: str = "", level: int = logging.WARNING) -> None:
@@ -103,6 +109,63 @@ def _current_target() -> dict[str, Any] | None:
         return None
 
 
+def _once(kind: str, message: str) -> None:
+    """A WARNING logged once per process (and counted): why no lookup of this process can hit."""
+    with _LOCK:
+        seen = _state.setdefault("said", set())
+        if kind in seen:
+            return
+        seen.add(kind)
+        _EVENTS[kind] += 1
+    _log.warning("triton cache: %s", message)
+
+
+def _host_env_vars() -> dict[str, str]:
+    """The variables this process's Triton hashes into every cache key ({} where none is set)."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+    except ImportError:
+        return {}
+    return {str(k): str(v) for k, v in dict(get_cache_invalidating_env_vars()).items()}
+
+
+def _builders_env_vars(manifest) -> list[dict[str, str]]:
+    """The distinct cache-invalidating variables the builder recorded with its Triton entries
+    (metadata.triton.env_vars; an entry from before they were recorded counts as none set)."""
+    out: list[dict[str, str]] = []
+    for entry in manifest.kernels.values():
+        rec = (entry.get("metadata") or {}).get("triton") if isinstance(entry, dict) else None
+        if isinstance(rec, dict):
+            env = dict(rec.get("env_vars") or {})
+            if env not in out:
+                out.append(env)
+                if len(out) >= 4:
+                    break
+    return out
+
+
+def _explain_miss(cfg: _Config) -> None:
+    """Say once why lookups miss when this host's own settings make every one miss: no source
+    at all, or Triton's cache-invalidating variables set here (they change every key)."""
+    if not cfg.sources and not cfg.offline:
+        ignored = (f" (${settings.MIRRORS} is set but read only with a pinned root key, ${settings.ROOT_KEY})"
+                   if settings.raw(settings.MIRRORS) and cfg.root_key is None else "")
+        _once("nosource", f"neither ${settings.SERVER} nor ${settings.MIRRORS} is set{ignored}: only the kernels "
+                          f"already in the local store {cfg.store.root} can hit; Triton compiles the rest")
+    env = _host_env_vars()
+    if env:
+        manifest = cfg.manifest_if_read()
+        builders = _builders_env_vars(manifest) if manifest is not None else None
+        theirs = ("the builder set " + " / ".join(", ".join(f"{k}={v}" for k, v in sorted(b.items())) or "none"
+                                                  for b in builders)) if builders else \
+            "the builder records its own with each entry (metadata.triton.env_vars)"
+        if builders is None or env not in builders:
+            _once("env", f"this process sets Triton's cache-invalidating "
+                         f"{', '.join(f'{k}={v}' for k, v in sorted(env.items()))}; Triton hashes them into every "
+                         f"cache key, so a kernel built without the same settings cannot hit ({theirs}); unset "
+                         f"them to use the prebuilt kernels")
+
+
 def _group_bytes(children: list[str]) -> bytes:
     return json.dumps({"child_paths": sorted(children)}).encode()
 
@@ -123,6 +186,10 @@ class _Config:
         self.sources: list[Source] = [MirrorSource(m) for m in mirrors] + ([self.source] if self.source else [])
         self._accepted = None
         self.lock = threading.Lock()
+
+    def manifest_if_read(self):
+        """The signed manifest when this process has already accepted one, else None (no request)."""
+        return self._accepted.manifest if self._accepted is not None else None
 
     def manifest(self):
         """The signed metadata (client/trusted.py: TUF's refresh through python-tuf), once: from
@@ -159,6 +226,7 @@ def reset_config() -> None:
     """Forget the configuration (a test changes the environment)."""
     with _LOCK:
         _state.pop("config", None)
+        _state.pop("said", None)
 
 
 class Backend(_Base):
@@ -187,7 +255,11 @@ class Backend(_Base):
             return None
         for src in self.cfg.sources:
             try:
-                ans = src.call("GET", src.triton_path(self.key), MAX_ENTRY, JSON_HEADERS)
+                # the service answers a host's entry only to its own tenant (service/triton.py): the token
+                # goes to the service it publishes to, never to a mirror
+                own = src is self.cfg.source and self.cfg.token
+                ans = src.call("GET", src.triton_path(self.key), MAX_ENTRY,
+                               {**JSON_HEADERS, "Authorization": f"Bearer {self.cfg.token}"} if own else JSON_HEADERS)
             except NotFoundError:
                 continue
             except RockeError as e:  # down, a redirect, over the bound, past the deadline (client/sources.py Wire)
@@ -302,6 +374,7 @@ class Backend(_Base):
         entry = self._load_entry()
         if entry is None:
             _event("miss", self.key, level=logging.INFO)
+            _explain_miss(self.cfg)
             return {}
         files = entry["files"]
         missing = [f for f in filenames if f not in files]

@@ -43,6 +43,8 @@ from typing import Any
 from urllib.parse import quote
 
 from rocke_aot import settings
+from rocke_aot.boundedjson import JSONLimitError, Limits
+from rocke_aot.boundedjson import loads as bounded_loads
 from rocke_aot.errors import (
     AnswerTooLargeError,
     ExpiredError,
@@ -63,6 +65,17 @@ MAX_SNAPSHOT = 32 << 20
 MAX_TARGETS = 16 << 20
 
 Pin = PublicKey | bytes
+# what this module parses itself (verified.state, the host's verified bins and snapshot for the
+# offline path and prefix lookups) goes through the bounded reader; python-tuf parses the rest
+METADATA_LIMITS = Limits(MAX_SNAPSHOT, max_depth=32, max_items=2_000_000, max_string=MAX_SNAPSHOT)
+
+
+def loads(data: bytes, limits: Limits, what: str) -> Any:
+    """Bounded JSON of a metadata file; over a bound or malformed is a TrustError naming it."""
+    try:
+        return bounded_loads(data, limits, what)
+    except JSONLimitError as e:
+        raise TrustError(f"{what}: {e}") from None
 
 
 class InsecureFetchWarning(UserWarning):
@@ -149,6 +162,49 @@ class Accepted:
     def kernel(self, key: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
+    def keys(self) -> list[str]:
+        """Every kernel key the verified metadata lists (every bin is read: a prefix lookup;
+        a fetch by full key reads only its bin)."""
+        raise NotImplementedError
+
+
+def _probe_paths(bits: int, prefix: str) -> dict[str, str]:
+    """{bin name: a target path that bin holds}: the public Updater loads a bin only for a path."""
+    out: dict[str, str] = {}
+    i = 0
+    while len(out) < 2 ** bits:
+        p = f"probe/{i}"
+        out.setdefault(bin_of(p, bits, prefix), p)
+        i += 1
+    return out
+
+
+def _bin_targets(trusted: Trusted, meta: dict, version: int, name: str, key: str | None = None) -> dict:
+    """The targets of bin ``name`` as this host's verified copy holds them (the version and length
+    the snapshot names; not expired)."""
+    mf = meta.get(f"{name}.json")
+    if not isinstance(mf, dict):
+        raise TrustError(f"snapshot version {version} does not list bin {name}")
+    try:
+        data = (trusted.dir / f"{quote(name, '')}.json").read_bytes()
+    except FileNotFoundError:
+        what = f" (kernel {key})" if key else ""
+        raise TrustError(f"bin {name}{what} was never verified on this host: fetch once online") from None
+    doc = loads(data, METADATA_LIMITS, f"bin {name}")
+    if doc["signed"].get("version") != mf.get("version") or ("length" in mf and len(data) != mf["length"]):
+        raise TrustError(f"the host's copy of bin {name} is not the version snapshot {version} names: "
+                         "fetch once online")
+    now = trusted.now
+    if _expires(doc, name) <= now:
+        raise ExpiredError(f"bin {name} version {mf.get('version')} expired (now {now:%Y-%m-%dT%H:%M:%SZ})")
+    targets = doc["signed"].get("targets", {})
+    return targets if isinstance(targets, dict) else {}
+
+
+def _keys_of(targets: dict) -> list[str]:
+    head = target_path("")
+    return [p[len(head):] for p in targets if p.startswith(head)]
+
 
 class _Online(Accepted):
     def __init__(self, trusted: Trusted, updater, source) -> None:
@@ -170,6 +226,23 @@ class _Online(Accepted):
                 raise _missing(e, self.source) from None
         return None if tf is None else entry_of(key, tf)
 
+    def keys(self) -> list[str]:
+        from tuf.api import exceptions as x
+
+        state = self.trusted.state()
+        with self._lock, exclusive(self.trusted.dir / "lock"):
+            meta = loads((self.trusted.dir / "snapshot.json").read_bytes(), METADATA_LIMITS, "snapshot")["signed"]["meta"]
+            out: list[str] = []
+            for name, path in _probe_paths(state["bit_length"], state["prefix"]).items():
+                try:
+                    self.updater.get_targetinfo(path)  # loads and verifies the bin (python-tuf)
+                except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
+                    raise _translate(e, f"bin {name} from {self.source}") from None
+                except x.DownloadError as e:
+                    raise _missing(e, self.source) from None
+                out += _keys_of(_bin_targets(self.trusted, meta, self.version, name))
+        return out
+
 
 class _Offline(Accepted):
     def __init__(self, trusted: Trusted, state: dict, snapshot: dict) -> None:
@@ -180,24 +253,16 @@ class _Offline(Accepted):
     def kernel(self, key: str) -> dict[str, Any] | None:
         path = target_path(key)
         name = bin_of(path, self.state["bit_length"], self.state["prefix"])
-        mf = self.meta.get(f"{name}.json")
-        if not isinstance(mf, dict):
-            raise TrustError(f"snapshot version {self.version} does not list bin {name}")
-        try:
-            data = (self.trusted.dir / f"{quote(name, '')}.json").read_bytes()
-        except FileNotFoundError:
-            raise TrustError(f"bin {name} (kernel {key}) was never verified on this host: fetch once online") from None
-        doc = json.loads(data)
-        if doc["signed"].get("version") != mf.get("version") or ("length" in mf and len(data) != mf["length"]):
-            raise TrustError(f"the host's copy of bin {name} is not the version snapshot {self.version} names: "
-                             "fetch once online")
-        now = self.trusted.now
-        if _expires(doc, name) <= now:
-            raise ExpiredError(f"bin {name} version {mf.get('version')} expired (now {now:%Y-%m-%dT%H:%M:%SZ})")
-        tf = doc["signed"].get("targets", {}).get(path)
+        tf = _bin_targets(self.trusted, self.meta, self.version, name, key).get(path)
         if tf is None:
             return None
         return record_of(path, tf.get("custom"), tf.get("hashes", {}).get("sha256"), tf.get("length"))
+
+    def keys(self) -> list[str]:
+        out: list[str] = []
+        for name in _probe_paths(self.state["bit_length"], self.state["prefix"]):
+            out += _keys_of(_bin_targets(self.trusted, self.meta, self.version, name))
+        return out
 
 
 STATE = "verified.state"  # JSON; not *.json: the directory holds metadata files only under that suffix
@@ -220,10 +285,10 @@ class Trusted:
 
     def state(self) -> dict:
         try:
-            return json.loads((self.dir / STATE).read_bytes())
+            return loads((self.dir / STATE).read_bytes(), METADATA_LIMITS, str(self.dir / STATE))
         except FileNotFoundError:
             return {}
-        except ValueError as e:
+        except TrustError as e:
             raise TrustError(f"{self.dir / STATE} is unreadable ({e}); remove it and fetch online") from None
 
     def _bootstrap(self, source) -> bytes:
@@ -262,10 +327,10 @@ class Trusted:
     def _remember(self) -> None:
         """verified.state from the files the Updater persisted (called under the lock)."""
         snap_bytes = (self.dir / "snapshot.json").read_bytes()
-        snap = json.loads(snap_bytes)
-        ts = json.loads((self.dir / "timestamp.json").read_bytes())
-        targets = json.loads((self.dir / "targets.json").read_bytes())
-        root = json.loads((self.dir / "root.json").read_bytes())
+        snap = loads(snap_bytes, METADATA_LIMITS, "verified metadata")
+        ts = loads((self.dir / "timestamp.json").read_bytes(), METADATA_LIMITS, "verified metadata")
+        targets = loads((self.dir / "targets.json").read_bytes(), METADATA_LIMITS, "verified metadata")
+        root = loads((self.dir / "root.json").read_bytes(), METADATA_LIMITS, "verified metadata")
         succinct = (targets["signed"].get("delegations") or {}).get("succinct_roles") or {}
         old = self.state()
         new = {"pin": pin_id(self.pin), "root_version": root["signed"]["version"],
@@ -299,4 +364,4 @@ class Trusted:
         exp = datetime.strptime(state["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
         if exp <= self.now:
             raise ExpiredError(f"the metadata verified last expired at {state['expires']}: fetch online")
-        return _Offline(self, state, json.loads(snap_bytes))
+        return _Offline(self, state, loads(snap_bytes, METADATA_LIMITS, "snapshot.json"))

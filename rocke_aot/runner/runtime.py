@@ -196,8 +196,8 @@ def interleaved_times(calls: Sequence[Callable[[], None]], events: Events, synch
 
 def _check(res: Any, what: str, ok: Any) -> Any:
     err = res[0] if isinstance(res, tuple) else res
-    if err != ok:
-        raise GpuError(f"{what} failed: {err}")
+    if err != ok:  # the enum's name (CUDA_ERROR_INVALID_VALUE, hipErrorInvalidValue): hip-python's prints a number
+        raise GpuError(f"{what} failed: {getattr(err, 'name', err)}")
     if isinstance(res, tuple):
         return res[1] if len(res) == 2 else res[1:]
     return None
@@ -349,7 +349,10 @@ class HipRuntime(Runtime):
 
     def device_name(self) -> str:
         props = self.c(self.hip.hipGetDeviceProperties(self.ordinal), "hipGetDeviceProperties")
-        return f"{props.name.decode() if isinstance(props.name, bytes) else props.name} ({props.gcnArchName})"
+        def text(v: Any) -> str:  # hip-python gives the char arrays as bytes
+            return v.split(b"\0", 1)[0].decode() if isinstance(v, bytes) else str(v)
+
+        return f"{text(props.name)} ({text(props.gcnArchName)})"
 
     def load(self, image: bytes) -> Any:
         img = np.frombuffer(bytes(image), dtype=np.uint8)

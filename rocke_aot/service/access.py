@@ -65,6 +65,8 @@ class StoreWatch:
         self.store = store
         self.path = _sqlite_file(store.url)
         self.identity = self._stat() if self.path else None
+        self._checked_at = 0.0
+        self._gone: CacheAccessError | None = None
 
     def _stat(self) -> tuple[int, int]:
         try:
@@ -72,6 +74,27 @@ class StoreWatch:
         except OSError as e:
             raise CacheAccessError(f"the store file {self.path} is gone ({e.strerror})") from None
         return st.st_dev, st.st_ino
+
+    def present(self, every_s: float = 0.25) -> None:
+        """CacheAccessError unless the store file is still the one opened (a stat at most every
+        ``every_s`` seconds, the answer kept between): every read asks it, so a deleted or
+        replaced store is refused, not served from the open descriptor."""
+        if self.path is None:
+            return
+        now = time.monotonic()
+        if now - self._checked_at < every_s:
+            if self._gone is not None:
+                raise self._gone
+            return
+        self._checked_at = now
+        try:
+            if self._stat() != self.identity:
+                raise CacheAccessError(f"the store file {self.path} was replaced after this server opened it; "
+                                       "restart the server to serve the new one")
+        except CacheAccessError as e:
+            self._gone = e
+            raise
+        self._gone = None
 
     def check(self) -> None:
         if self.path is not None and self._stat() != self.identity:
@@ -183,7 +206,7 @@ def select(store: Store, target, family: str, problem, *, lanes=None, min_effici
     sel = shared(store, target, family, problem, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
                  explain=explain, model=model, measured=measured, triton_version=triton_version)
     shown = sel.rejected if max_rejected is None else sel.rejected[:max_rejected]
-    return {"accepted": [_choice(c) for c in sel.accepted], "rejected": [_rejection(r) for r in shown],
+    return {"accepted": [_choice(c) for c in sel.accepted], "rejected": [rejection_row(r) for r in shown],
             "rejected_count": len(sel.rejected), "model": sel.model, "note": sel.note,
             "no_candidate": None if sel.no_candidate is None else sel.no_candidate.as_dict(),
             "triton_version": sel.triton_version, "triton_versions": list(sel.triton_versions)}
@@ -197,7 +220,8 @@ def _choice(c) -> dict[str, Any]:
             "triton_version": cand.triton_version}
 
 
-def _rejection(r) -> dict[str, Any]:
+def rejection_row(r) -> dict[str, Any]:
+    """A rejection as the service answers it (schemas.Rejection); `select --json` prints the same rows."""
     cand = r.candidate  # issue 11: Rejection(candidate, reason, detail)
     return {"key": cand.key, "lane": cand.lane, "arch": cand.arch, "spec": dict(cand.spec),
             "reason": f"{r.reason}: {r.detail}" if r.detail else r.reason}

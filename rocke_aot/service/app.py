@@ -30,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields as dc_fields
 from typing import Annotated, Any
 
@@ -41,14 +41,15 @@ from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
-from rocke_aot import record, settings
+from rocke_aot import boundedjson, record, settings
 from rocke_aot.aot.codeobject import record_metadata
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.arch import ARCHES
 from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
+from rocke_aot.cache.provenance import Entry
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
-from rocke_aot.errors import CacheError, LaneError, NotFoundError, PluginError, SpecError
+from rocke_aot.errors import AdmissionError, CacheError, LaneError, NotFoundError, PluginError, SpecError
 from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.service import access, errors, guard
 from rocke_aot.service import triton as triton_routes
@@ -81,11 +82,16 @@ from rocke_aot.service.selection import check_triton_version, select_families
 from rocke_aot.targets import Target
 from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.variants import table
+from rocke_aot.variants.contract import admit_spec, check_record_launch
 from rocke_aot.variants.families import FAMILIES, get_family, problem_from_dict
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 DEFAULT_MAX_PUBLISH = 16 << 20  # body bytes of one publish (base64 of a code object + metadata)
 DEFAULT_MAX_BODY = 64 << 10  # any other request body (select)
+# The bounded JSON reader's figures for request bodies (docs/reliability.md, "Bounds"): a publish
+# carries a record (metadata at most record.MAX_DEPTH deep) and one long base64 string
+PUBLISH_DEPTH, PUBLISH_ITEMS = record.MAX_DEPTH + 2, 100_000
+BODY_DEPTH, BODY_ITEMS = 16, 10_000  # a select: a problem object and a few lists
 DEFAULT_SELECT_SLOTS = 2  # selects ranking in worker threads at once, per worker process (the GIL: more only queue)
 ENV_CACHE = settings.SERVE_CACHE
 ENV_TOKEN_FILE = settings.SERVE_TOKEN_FILE
@@ -97,7 +103,12 @@ Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 low
 
 async def get_store(request: Request) -> Store:
     """The Store, injected into every route (the app's; tests may override it). Async on
-    purpose: FastAPI runs a sync dependency in the threadpool, a thread hop per request."""
+    purpose: FastAPI runs a sync dependency in the threadpool, a thread hop per request. A store
+    file deleted or replaced under the server is refused here (CacheAccessError, 503), as
+    /healthz says: no read is answered from the open descriptor of a store that is gone."""
+    watch = getattr(request.app.state, "watch", None)
+    if watch is not None:
+        watch.present()
     return request.app.state.store
 
 
@@ -107,10 +118,14 @@ _bearer = HTTPBearer(auto_error=False, description="The server's publish token (
 
 class BodyLimit:
     """Bounded request bodies: a declared or streamed body over the limit is 413 before any
-    route sees it (publish: ``max_publish``; everything else: ``max_body``)."""
+    route sees it (publish: ``max_publish``; everything else: ``max_body``); then the body is
+    scanned by the bounded JSON reader (rocke_aot/boundedjson.py: depth, values, string length)
+    before any parser builds an object from it: over a bound is 413 (bytes) or 422, cut short."""
 
     def __init__(self, app, max_body: int, max_publish: int):
         self.app, self.max_body, self.max_publish = app, max_body, max_publish
+        self.limits = {"PUT": boundedjson.Limits(max_publish, PUBLISH_DEPTH, PUBLISH_ITEMS, max_publish),
+                       "other": boundedjson.Limits(max_body, BODY_DEPTH, BODY_ITEMS, max_body)}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -131,6 +146,11 @@ class BodyLimit:
             chunks.append(chunk)
             more = msg.get("more_body", False)
         whole = b"".join(chunks)
+        if whole:
+            try:
+                boundedjson.check(whole, self.limits["PUT" if scope["method"] == "PUT" else "other"], "request body")
+            except boundedjson.JSONLimitError as e:
+                return await self._refuse(send, limit, status=413 if e.limit == "bytes" else 422, message=str(e))
         sent = False
 
         async def replay():
@@ -143,9 +163,10 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     @staticmethod
-    async def _refuse(send, limit: int):
-        payload = json.dumps(errors.body("TooLarge", f"request body over the {limit}-byte limit")).encode()
-        await send({"type": "http.response.start", "status": 413,
+    async def _refuse(send, limit: int, status: int = 413, message: str | None = None):
+        name = "TooLarge" if status == 413 else "SpecError"
+        payload = json.dumps(errors.body(name, message or f"request body over the {limit}-byte limit")).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": payload})
@@ -160,17 +181,27 @@ class HotBlobs:
 
     def __init__(self, app, frames: access.Frames, metrics: Metrics, route_holder: dict):
         self.app, self.frames, self.metrics, self.route_holder = app, frames, metrics, route_holder
+        self.watch_holder = route_holder
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "GET":
             path = scope["path"]
             if len(path) == 74 and path.startswith("/v1/blobs/"):
                 frame = self.frames.cached(path[10:])
-                if frame is not None:
+                if frame is not None and self._store_present():
                     headers = dict(scope["headers"])
                     if b"if-none-match" not in headers:
                         return await self._send(scope, send, frame, headers.get(b"accept-encoding"))
         await self.app(scope, receive, send)
+
+    def _store_present(self) -> bool:
+        watch = self.watch_holder.get("watch")
+        try:
+            if watch is not None:
+                watch.present()
+        except CacheError:
+            return False  # the route answers (503, through get_store)
+        return True
 
     async def _send(self, scope, send, frame: access.Frame, accept: bytes | None) -> None:
         scope["route"] = self.route_holder.get("blob")  # the metrics label: the route template
@@ -320,15 +351,22 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                max_body: int = DEFAULT_MAX_BODY, frame_cache_bytes: int = 64 << 20,
                budget_s: float = guard.DEFAULT_BUDGET_S, max_in_flight: int = guard.DEFAULT_MAX_IN_FLIGHT,
                select_slots: int = DEFAULT_SELECT_SLOTS, trust_dir: str | None = None,
-               root_key: PublicKey | None = None) -> FastAPI:
+               root_key: PublicKey | None = None, body_timeout_s: float = guard.DEFAULT_BODY_TIMEOUT_S,
+               max_reading: int = guard.DEFAULT_MAX_READING, plain_tokens: bool = True) -> FastAPI:
     """The service over ``store`` (a Store, or a URL opened read-only where possible).
 
-    ``token`` None: publishing is off (403). A token enables PUT for bearers of it.
+    ``token`` None: publishing is off (403). A token (or a tuple of them, one per tenant) enables PUT
+    for bearers of it; what a bearer publishes is recorded under its token's id (a Triton entry
+    a host publishes is its tenant's alone: service/triton.py).
     ``budget_s``: a request not answering by then gets 503; ``max_in_flight`` requests at once
     per process, more get 503 Busy; ``select_slots`` selects rank at once (others wait, within
     the budget).
     ``trust_dir``: the signed metadata served at /v1/trust/ (service/trust.py); ``root_key``
-    the pinned key a PUT /v1/trust is checked against.
+    the pinned key a PUT /v1/trust is checked against. ``body_timeout_s`` / ``max_reading``: a
+    request body arrives within this, and this many are received at once, outside the in-flight
+    slots (service/guard.py). ``plain_tokens`` False: a publish token over plain HTTP from a
+    client that is not on loopback is refused (403); `rocke-aot serve` passes False unless
+    --allow-plain-tokens (an app built in-process, a test's, keeps True).
     """
     own_store = not isinstance(store, Store)
     the_store = access.open_store(store, readonly=token is None) if own_store else store
@@ -345,18 +383,23 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     app.state.store = the_store
     app.state.metrics = metrics
     app.state.frames = frames
-    app.state.token = token
+    app.state.tokens = guard.tokens_of(token)  # one per tenant (the token file's lines)
+    app.state.token = app.state.tokens[0] if app.state.tokens else None
     watch = access.StoreWatch(the_store)
+    app.state.watch = watch if own_store else None
+    health_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocke-healthz")
     slots = asyncio.Semaphore(select_slots)
     trust_routes.install(app, trust_dir, root_key)
     triton_routes.install(app)
     errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
-    route_holder: dict = {}
+    route_holder: dict = {"watch": app.state.watch}
     app.add_middleware(HotBlobs, frames=frames, metrics=metrics, route_holder=route_holder)
     app.add_middleware(BodyLimit, max_body=max_body, max_publish=max_publish)
     refused = {"ReadOnly": "read_only", "Unauthorized": "unauthorized"}
     app.add_middleware(guard.Guard, token=token, budget_s=budget_s, max_in_flight=max_in_flight,
-                       on_refusal=lambda name: metrics.publishes.labels(refused[name]).inc())
+                       on_refusal=lambda name: metrics.publishes.labels(refused.get(name, "unauthorized")).inc(),
+                       max_body=max_body, max_publish=max_publish, body_timeout_s=body_timeout_s,
+                       max_reading=max_reading, plain_tokens=plain_tokens)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if own_store:
         app.router.on_shutdown.append(the_store.close)
@@ -365,9 +408,13 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
                             extra: dict[str, str] | None = None) -> Response:
         headers = {"ETag": f'"{sha}"', "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding", **(extra or {})}
         if _etag_matches(request.headers.get("if-none-match"), sha):
-            if not await run_in_threadpool(frames.exists, store, sha):
+            # 304 only for a blob that verifies now (a corrupt one is the IntegrityError, 500): the
+            # client's copy matching a tag says nothing about the bytes this server holds
+            try:
+                await run_in_threadpool(frames.load, store, sha)
+            except NotFoundError:
                 metrics.lookup_miss.inc()
-                raise NotFoundError(f"no blob {sha} in the store")
+                raise NotFoundError(f"no blob {sha} in the store") from None
             metrics.not_modified.inc()
             return Response(status_code=304, headers=headers)
         frame = frames.cached(sha)
@@ -497,11 +544,11 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
              summary="Publish a code object under its key (bearer token)")
     async def publish(request: Request, store: StoreDep, key: Key,
                       credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]) -> PublishResponse:
-        want = request.app.state.token
-        if want is None:
+        if not request.app.state.tokens:
             metrics.publishes.labels("read_only").inc()
             raise ReadOnly("this server is read-only: it was started without a publish token")
-        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), want.encode()):
+        want = guard.match_token(request.app.state.tokens, None if credentials is None else credentials.credentials)
+        if want is None:
             metrics.publishes.labels("unauthorized").inc()
             raise Unauthorized("a publish needs the server's bearer token (Authorization: Bearer ...)")
         raw_body = await request.body()
@@ -511,14 +558,18 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first.get("loc", ())) or "body"
             raise FieldError(loc, f"{loc}: {first.get('msg')}") from None
-        out = await run_in_threadpool(_publish, store, key, req)
+        out = await run_in_threadpool(_publish, store, key, req, Entry.published(want))
         metrics.publishes.labels("created" if out[0] else "exists").inc()
         return PublishResponse(created=out[0], kernel=kernel_meta(out[1], request))
 
     @app.get("/healthz", tags=["ops"], response_model=Health, responses=errors.responses(503))
-    async def healthz(store: StoreDep) -> Health:
-        # The store this app opened (not an injected one) must still be at its path and answer.
-        await run_in_threadpool(watch.check if store is the_store else access.StoreWatch(store).check)
+    async def healthz(request: Request) -> Health:
+        # The store this app opened (not an injected one) must still be at its path and answer. On its
+        # own thread, not the request pool (nor the Guard's in-flight count): a busy server still
+        # says whether it is alive.
+        store = request.app.state.store
+        fn = watch.check if store is the_store else access.StoreWatch(store).check
+        await asyncio.get_running_loop().run_in_executor(health_pool, fn)
         return Health(status="ok", backend=store.backend)
 
     @app.get("/metrics", tags=["ops"], response_class=Response,
@@ -550,8 +601,12 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     return app
 
 
-def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifact]:
-    """Every check before the one write; any refusal writes nothing."""
+def _publish(store: Store, key: str, req: PublishRequest, entered: Entry) -> tuple[bool, Artifact]:
+    """Every check before the one write; any refusal writes nothing. The spec must be one the
+    family admits on that arch and lane (variants/contract.py admit_spec: gemm waves=3 is 422)
+    and the launch contract the one its formulas give (check_record_launch: a grid 4x too large or
+    an output sized m instead of m * n is 422). What is stored is recorded as published under
+    ``entered``'s token id: never signed, never counted as built, until a build verifies it."""
     target = _arch(req.arch)
     lane = _lane(req.lane)
     family = _family(req.family)
@@ -574,6 +629,10 @@ def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifac
     want = artifact_key(inputs)
     if want != key:
         raise FieldError("key", f"the key inputs hash to {want}, not {key}")
+    try:
+        admit_spec(family, req.spec, target, lane)
+    except (SpecError, AdmissionError) as e:
+        raise FieldError("spec", f"the family does not admit this spec: {e}") from None
     info = validate_code_object(code, target)  # CodeObjectError -> 422
     existing = store.lookup_many([key]).get(key)
     if existing is not None and existing.ok:
@@ -582,9 +641,14 @@ def _publish(store: Store, key: str, req: PublishRequest) -> tuple[bool, Artifac
         return False, access.kernel_row(store, key)
     # the resources the server read from the object itself, the launch contract checked against it
     metadata = record_metadata(req.metadata, info)  # RecordError / CodeObjectError: 422
+    try:
+        check_record_launch(family, req.spec, target, metadata)
+    except SpecError as e:
+        raise FieldError("metadata.launch", str(e)) from None
     record.check_provenance(req.provenance)
     try:
-        store.put(inputs, code, ir_sha256=req.ir_sha256, metadata=metadata, provenance=req.provenance)
+        store.put(inputs, code, ir_sha256=req.ir_sha256, metadata=metadata, provenance=req.provenance,
+                  entered=entered)
     except CacheError as e:
         if "already holds" in str(e):  # a concurrent publish of other bytes won the race
             raise Conflict(str(e)) from None
@@ -600,10 +664,13 @@ def app_from_env() -> FastAPI:
     token = None
     path = settings.raw(ENV_TOKEN_FILE)
     if path:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip() or None
+        with open(path, encoding="utf-8") as f:  # one token per line: one per tenant (publisher)
+            token = tuple(line.strip() for line in f.read().splitlines() if line.strip()) or None
     max_publish = settings.integer(ENV_MAX_PUBLISH)
     max_publish = DEFAULT_MAX_PUBLISH if max_publish is None else max_publish
     root = settings.raw(settings.SERVE_ROOT_KEY)
+    body_s = settings.integer(settings.SERVE_BODY_TIMEOUT_S)
     return create_app(url, token=token, max_publish=max_publish, trust_dir=settings.raw(settings.SERVE_TRUST_DIR),
-                      root_key=public_key(root) if root else None)
+                      root_key=public_key(root) if root else None,
+                      body_timeout_s=guard.DEFAULT_BODY_TIMEOUT_S if body_s is None else float(body_s),
+                      plain_tokens=settings.flag(settings.SERVE_PLAIN_TOKENS))

@@ -1,6 +1,9 @@
 """uvicorn's httptools protocol with bounded request heads (what `rocke-aot serve` runs).
 
-    connection_made ── over MAX_CONNECTIONS open: closed at once (no byte read)
+    connection_made ── over MAX_CONNECTIONS open, or over MAX_PER_CLIENT from its address: the
+                    │  oldest idle connection (no byte of a request received) of that set is closed
+                    │  to make room; only when none is idle is the new one closed (no byte read):
+                    │  1,100 idle connections never shut a new client out
                     └─ head timer: HEAD_TIMEOUT_S to deliver the request line and headers
     data_received   ── bytes of a head not yet complete > MAX_HEAD_BYTES: 431, closed
     on_headers_complete ── timer cancelled; the request runs (uvicorn's flow control then
@@ -29,6 +32,7 @@ MAX_HEAD_BYTES = 64 << 10
 # seconds; read when a worker imports this module (settings.SERVE_HEAD_TIMEOUT_S)
 HEAD_TIMEOUT_S = float(settings.integer(settings.SERVE_HEAD_TIMEOUT_S) or 10)
 MAX_CONNECTIONS = 1024  # per worker; every one costs a head buffer at most (above)
+MAX_PER_CLIENT = 256  # connections of one client address, per worker
 
 _431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
         b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
@@ -47,16 +51,40 @@ class BoundedHttpTools(HttpToolsProtocol):
     max_head_bytes = MAX_HEAD_BYTES
     head_timeout_s = HEAD_TIMEOUT_S
     max_connections = MAX_CONNECTIONS
+    max_per_client = MAX_PER_CLIENT
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_bytes = 0
         self._in_head = True
+        self._requests = 0
+        self._made_at = self.loop.time()
         self._head_timer: asyncio.TimerHandle | None = None
-        if len(self.connections) > self.max_connections:
+        peer = transport.get_extra_info("peername")
+        self._peer = peer[0] if isinstance(peer, tuple) and peer else None
+        if len(self.connections) > self.max_connections and not self._make_room(None):
             transport.close()
             return
+        if self._peer is not None:
+            same = [c for c in self.connections if getattr(c, "_peer", None) == self._peer]
+            if len(same) > self.max_per_client and not self._make_room(self._peer):
+                transport.close()
+                return
         self._arm()
+
+    def _idle(self) -> bool:
+        """Open, and no byte of a request received yet (a fresh connection, or one between requests)."""
+        return (getattr(self, "_in_head", False) and getattr(self, "_head_bytes", 1) == 0
+                and self.transport is not None and not self.transport.is_closing())
+
+    def _make_room(self, peer: str | None) -> bool:
+        """Close the oldest idle connection (of ``peer``, when given) other than this one: True if one was."""
+        idle = [c for c in self.connections if c is not self and isinstance(c, BoundedHttpTools) and c._idle()
+                and (peer is None or c._peer == peer)]
+        if not idle:
+            return False
+        min(idle, key=lambda c: c._made_at).transport.close()
+        return True
 
     def _arm(self) -> None:
         if self._head_timer is None:

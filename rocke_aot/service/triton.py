@@ -13,6 +13,10 @@
                            (<kernel>.hsaco / .cubin) validates for (aot/codeobject.py); an
                            autotuner's <kernel>.autotune.json alone is JSON with "key" and
                            "configs_timings". A file stored under the key with other bytes: 409.
+                           Per tenant: a host's entry is its token's alone (the token's id keys it,
+                           cache/triton_entries.py publish_host); a GET with that bearer token sees
+                           it, anyone else does not; a key a build's entry holds is refused (409):
+                           an autotune file (or any) never shadows a prebuilt kernel
 """
 
 from __future__ import annotations
@@ -62,8 +66,8 @@ class TritonPublished(BaseModel):
     files: list[str]
 
 
-def _entry(store, key: str) -> TritonEntry:
-    rows = store.triton_entry(key)
+def _entry(store, key: str, publisher: str | None = None) -> TritonEntry:
+    rows = store.triton_entry(key, publisher)
     if not rows:
         raise NotFoundError(f"no Triton entry {key}")
     return TritonEntry(key=key, files={f: TritonFile(sha256=r.blob_sha256, size=r.size,
@@ -127,7 +131,7 @@ def check_entry(key: str, version: str, files: dict[str, bytes]) -> str:
     return triton_entries.target_name(t)
 
 
-def publish(store, key: str, req: TritonPublish) -> list[str]:
+def publish(store, key: str, req: TritonPublish, publisher: str) -> list[str]:
     files = {}
     for name, text in req.files.items():
         try:
@@ -135,7 +139,8 @@ def publish(store, key: str, req: TritonPublish) -> list[str]:
         except (binascii.Error, ValueError) as e:
             raise FieldError("files", f"{name} is not base64: {e}") from None
     target = check_entry(key, req.triton_version, files)
-    store.put_triton_entry(key, files, triton_version=req.triton_version, target=target, source="host")
+    store.put_triton_entry(key, files, triton_version=req.triton_version, target=target, source="host",
+                           publisher=publisher)
     return sorted(files)
 
 
@@ -144,7 +149,8 @@ def install(app: FastAPI) -> None:
              responses=errors.responses(404, 422, 500),
              summary="A Triton cache entry by Triton's own cache key: each file's sha256 (fetch it as a blob)")
     def get_triton(request: Request, key: TritonKey) -> TritonEntry:
-        return _entry(request.app.state.store, key)
+        # the build's entry; where none, the bearer's own tenant's (no token: nobody's)
+        return _entry(request.app.state.store, key, _publisher(request))
 
     @app.put("/v1/triton/{key}", tags=["triton"], response_model=TritonPublished,
              responses=errors.responses(401, 403, 409, 413, 422, 500),
@@ -158,9 +164,22 @@ def install(app: FastAPI) -> None:
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first.get("loc", ())) or "body"
             raise FieldError(loc, f"{loc}: {first.get('msg')}") from None
-        names = await run_in_threadpool(publish, request.app.state.store, key, req)
+        publisher = _publisher(request)
+        if publisher is None:  # the Guard let only a bearer of a token through
+            raise FieldError("authorization", "a Triton publish needs a publish token")
+        names = await run_in_threadpool(publish, request.app.state.store, key, req, publisher)
         return TritonPublished(key=key, files=names)
 
+
+
+def _publisher(request: Request) -> str | None:
+    """The tenant of the request: its bearer token's id, when it is one of the server's tokens."""
+    from rocke_aot.cache.provenance import token_id
+    from rocke_aot.service.guard import match_token
+
+    scheme, _, cred = (request.headers.get("authorization") or "").partition(" ")
+    got = match_token(request.app.state.tokens, cred.strip()) if scheme.lower() == "bearer" and cred.strip() else None
+    return None if got is None else token_id(got)
 
 
 def _json(data: bytes, what: str) -> Any:

@@ -22,7 +22,6 @@ service offers with something hosts would refuse anyway.
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 from datetime import datetime, timezone
@@ -48,6 +47,7 @@ from rocke_aot.errors import (
 )
 from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.service import errors
+from rocke_aot.service.guard import match_token
 from rocke_aot.trust import repo
 from rocke_aot.trust.keys import PublicKey
 
@@ -141,10 +141,10 @@ def install(app: FastAPI, trust_dir: str | Path | None, root_key: PublicKey | No
     async def put_metadata(request: Request, name: MetaName,
                            credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
                            ) -> FilePublished:
-        want = request.app.state.token
-        if want is None or where is None or root_key is None:
+        tokens = request.app.state.tokens
+        if not tokens or where is None or root_key is None:
             raise ReadOnly("this server takes no signed metadata: it needs --token-file, --trust-dir and --root-key")
-        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), want.encode()):
+        if match_token(tokens, None if credentials is None else credentials.credentials) is None:
             raise Unauthorized("a publish needs the server's bearer token (Authorization: Bearer ...)")
         check_name(name)
         chunks, n = [], 0

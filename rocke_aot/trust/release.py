@@ -1,6 +1,7 @@
 """The release step: sign what a store serves.
 
-    store.find(served_only=True, after=, limit=)  the served rows, page by page (filters: arches, lanes)
+    trust/signable.py signable_rows: the served rows a release may sign (built or verified here, the
+        launch contract the family's), page by page (filters: arches, lanes); the rest left out
         -> manifest kernels {key: {key inputs, sha256, size, ir_sha256, metadata, provenance,
                                    generation}}, generations [{arch, lane, family, generation}]
     -> a TUF repository in OUT (trust/repo.py): every root version, the kernels as targets in
@@ -22,33 +23,29 @@ from rocke_aot.cache.keys import inputs_dict, thaw
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import SpecError, TrustError
 from rocke_aot.trust.keys import PrivateKey
+from rocke_aot.trust.signable import signable_rows
 
-PAGE = 1000
 
-
-def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[str] = ()
-                    ) -> tuple[list[dict[str, str]], dict[str, dict[str, Any]]]:
+def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[str] = (),
+                    left_out: list | None = None) -> tuple[list[dict[str, str]], dict[str, dict[str, Any]]]:
     """(generations, kernels): every row the store serves (what select serves) of the selected
-    arches and lanes, and the generations those rows belong to (several generations of one
-    family serve side by side while a new one takes over spec by spec: cache/generations.py)."""
-    want_arch, want_lane = set(arches), set(lanes)
+    arches and lanes that trust/signable.py lets a release sign (built or verified here, its
+    launch contract the family's), and the generations those rows belong to (several generations
+    of one family serve side by side while a new one takes over spec by spec:
+    cache/generations.py). ``left_out`` (a list) receives every served row left out, with why."""
     gens: dict[str, dict[str, str]] = {}
     kernels: dict[str, dict[str, Any]] = {}
-    cursor = None
-    while True:
-        page = store.find(served_only=True, after=cursor, limit=PAGE)
-        for a in page:
-            if (want_arch and a.arch not in want_arch) or (want_lane and a.lane not in want_lane):
-                continue
-            gen = generation_of(a.inputs)
-            gens[gen] = {"arch": a.arch, "lane": a.lane, "family": a.family, "generation": gen}
-            kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
-                              "metadata": thaw(a.metadata), "provenance": thaw(a.provenance), "generation": gen}
-        if len(page) < PAGE:
-            break
-        cursor = page[-1].key
+    rows, left = signable_rows(store, arches, lanes)
+    if left_out is not None:
+        left_out.extend(left)
+    for a in rows:
+        gen = generation_of(a.inputs)
+        gens[gen] = {"arch": a.arch, "lane": a.lane, "family": a.family, "generation": gen}
+        kernels[a.key] = {**inputs_dict(a), "sha256": a.sha256, "size": a.size, "ir_sha256": a.ir_sha256,
+                          "metadata": thaw(a.metadata), "provenance": thaw(a.provenance), "generation": gen}
     if not kernels:
-        raise SpecError("the store serves no kernel of the selected arches and lanes: nothing to sign")
+        raise SpecError("the store serves no signable kernel of the selected arches and lanes: nothing to sign"
+                        + (f" ({len(left)} left out; first: {left[0].key[:16]} {left[0].reason})" if left else ""))
     return list(gens.values()), kernels
 
 
@@ -71,14 +68,16 @@ def read_roots(files: Iterable[str | Path], out: Path | None = None) -> dict[int
 def release(store: Store, out: str | Path, roots: dict[int, bytes], keys: list[PrivateKey], *,
             expires_days: float = 30.0, timestamp_days: float = 1.0, arches: Iterable[str] = (),
             lanes: Iterable[str] = (), now: datetime | None = None, bit_length: int | None = None) -> dict[str, Any]:
-    """Sign what ``store`` serves of the selected arches and lanes into ``out`` (a TUF
-    repository, trust/repo.py); returns a summary."""
+    """Sign what ``store`` serves of the selected arches and lanes and trust/signable.py lets a
+    release sign into ``out`` (a TUF repository, trust/repo.py); returns a summary whose
+    ``left_out`` names every served row not signed, with why."""
     from rocke_aot.trust import repo
 
-    gens, kernels = current_kernels(store, arches, lanes)
+    left: list = []
+    gens, kernels = current_kernels(store, arches, lanes, left)
     info = repo.write(out, roots, kernels, keys, now=now or datetime.now(timezone.utc), expires_days=expires_days,
                       timestamp_days=timestamp_days, bit_length=bit_length)
-    return {**info, "generations": gens}
+    return {**info, "generations": gens, "left_out": [x.as_dict() for x in left]}
 
 
 def migrate(directory: Path, root_key: PrivateKey, keys: list[PrivateKey], *, expires_days: float = 30.0,

@@ -14,7 +14,10 @@ The counts follow the lowerers instruction by instruction (aot/families/gemm.py,
 conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
 
 - gemm staging: each thread moves ``rounds`` vectors of vector_width elements of A and of B
-  (one global load and one LDS store each); conv staging moves single elements.
+  (one global load and one LDS store each); conv staging moves single elements. The AMD matrix
+  paths' main loop (aot/families/gemm.py build_amd, amd_main_loop here) issues a step's loads
+  together before the previous step's matrix work: one exposed latency a step
+  (pipelined_latencies(steps, 2)); its transposed B (nk) goes to LDS as 4-byte pairs of K rows.
 - gemm's asynchronous pipeline (spec.stages >= 2, sm_90): a thread issues ``rounds`` 16-byte
   cp.async copies per step (in the lowering's order, variants/gemm.py async_copy_chunk: a B row
   of 192 columns in three panels of 64) and no LDS store (the copy writes shared memory itself: its LDS
@@ -248,7 +251,17 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
     else:
         ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
                              lambda c: (c // a_vpr) * lda + (c % a_vpr) * vw, banks)
-    if spec.b_lds == "nk":  # each staged B vector is vw 16-bit stores, element e to column row v*vw+e
+    if spec.b_lds == "nk" and amd_main_loop(spec, target):
+        # aot/families/gemm.py amd_units / amd_store: a unit is two vectors of K rows 2r, 2r + 1
+        # (two global loads), stored as vw 4-byte pairs, column e of the unit at column row v*vw+e;
+        # unit c is K pair c % (block_k / 2) of vector c // (block_k / 2)
+        rb, wb, kp = 0, 0.0, spec.block_k // 2
+        for e in range(vw):
+            rb, w_e = _stage_cost(g.threads, g.wave_size, kp * b_vpr, 2, eb,
+                                  lambda c, e=e: spec.lds_b_index(2 * (c % kp), (c // kp) * vw + e), banks)
+            wb += w_e
+        b_stores, rb = rb * vw, rb * 2
+    elif spec.b_lds == "nk":  # each staged B vector is vw 16-bit stores, element e to column row v*vw+e
         rb, wb = 0, 0.0
         for e in range(vw):
             rb, w_e = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, 1, eb,
@@ -288,6 +301,13 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
     return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m * a_loads + g.tiles_n * b_loads),
             ksub * (g.tiles_m * a_cyc + g.tiles_n * b_cyc), 0, 0, ra + rb, wa + wb,
             g.tiles_m * g.tiles_n * ins.acc_per_lane, ra + b_stores)
+
+
+def amd_main_loop(spec: Any, target: Any) -> bool:
+    """Whether the gemm runs aot/families/gemm.py build_amd (the AMD matrix paths, stages 0): every
+    global load of a step issued together, before the step's matrix work (one exposed latency a
+    step, a two-stage pipeline's), B (nk) staged as 4-byte pairs of K rows."""
+    return bool(target.is_amdgpu and spec.path in ("mfma", "wmma") and not spec.stages)
 
 
 def _b_cn(ins: Any) -> Callable:
@@ -476,7 +496,8 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
         fma=fma, cvt=cvt, global_loads=rounds, lds_writes=lds_stores, lds_write_wavefronts=write_cyc,
         global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
-        serial_loads=rounds, int_ops=rounds * GEMM_OPS_PER_VECTOR, staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1 if spec.double_buffer else 2,
+        serial_loads=pipelined_latencies(_ceil(p.k, spec.block_k), 2) if amd_main_loop(spec, target) else rounds,
+        int_ops=rounds * GEMM_OPS_PER_VECTOR, staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1 if spec.double_buffer else 2,
         double_buffer=spec.double_buffer, store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
         unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob,
         macs=spec.block_m * spec.block_n * spec.block_k)

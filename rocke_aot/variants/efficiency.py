@@ -36,14 +36,6 @@ from rocke_aot.variants.models import DimGranularity, Efficiency, Model, cu_gran
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 
-def family_of(spec: Any) -> str:
-    """The registered family a spec belongs to (by its type)."""
-    try:
-        return family_for_spec(spec).name
-    except SpecError:
-        raise SpecError(f"no efficiency model for a {type(spec).__name__}") from None
-
-
 def _model(spec: Any, problem: Any) -> Model:
     entry = family_for_spec(spec)
     if not isinstance(problem, entry.problem_type):
@@ -71,5 +63,5 @@ def efficiency(spec: Any, problem: Any, arch: object) -> Efficiency:
     return _model(spec, problem).efficiency(spec, problem, _info(arch))
 
 
-__all__ = ["DimGranularity", "Efficiency", "Model", "accepts", "efficiency", "dim", "cu_granularity", "family_of",
+__all__ = ["DimGranularity", "Efficiency", "Model", "accepts", "efficiency", "dim", "cu_granularity",
            "ArchInfo", "GemmProblem", "ConvProblem", "PatchDgradProblem", "problem_from_dict"]

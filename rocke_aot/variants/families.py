@@ -92,6 +92,8 @@ _FAILED: dict[str, tuple[FamilySource, PluginError]] = {}  # entry point name ->
 _LOCK = threading.Lock()
 _DISCOVERY = threading.RLock()  # re-entrant: a plugin's import may look a family up
 _STATE = ["new"]  # "new" -> "running" -> "done"
+_IMPORTERS: set[int] = set()  # threads importing a plugin (import_entry_point): lookups inside skip the lock
+DEFAULT_IMPORT_TIMEOUT_S = 20.0  # a plugin import that takes longer is a PluginError (ROCKE_AOT_PLUGIN_IMPORT_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,11 @@ class Family:
             return problem
         if isinstance(problem, dict):
             check_known(self.problem_type, problem, f"{self.name} problem")
+            missing = [f.name for f in dataclasses.fields(self.problem_type) if f.init and f.name not in problem
+                       and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+            if missing:  # one line naming each field, not the constructor's TypeError
+                raise SpecError(f"{self.name} problem: missing the field{'s' if len(missing) > 1 else ''} "
+                                f"{', '.join(missing)} (given: {', '.join(sorted(problem)) or 'none'})")
             try:
                 return self.problem_type(**problem)
             except TypeError as e:  # a required field is missing
@@ -349,6 +356,18 @@ def install(obj: object, source: FamilySource) -> Family:
         raise refuse(str(e)) from None
 
 
+def _spec_owner_problem(spec_type: type, source: FamilySource) -> str | None:
+    """A plugin's spec type must be its own: defined in the package its entry point names (a
+    subclass of another family's spec is its own type). Otherwise a plugin loaded first could
+    take another plugin's (or a built-in's) spec type, and the rightful family would be refused."""
+    home = source.value.split(":", 1)[0].split(".", 1)[0]
+    mod = getattr(spec_type, "__module__", "") or ""
+    if mod.split(".", 1)[0] != home or home == "rocke_aot":
+        return (f"spec type {spec_type.__name__} is defined in {mod!r}, not in the plugin's own package {home!r}: "
+                f"a family's spec type belongs to the family that defines it (subclass it in your package)")
+    return None
+
+
 _TABLE_FUNCTIONS = ("baked", "knobs", "make_spec", "check", "spec_from_dict", "arch_rule", "paths", "baked_for")
 
 
@@ -387,6 +406,8 @@ def _discover() -> None:
     """Read the ``rocke_aot.families`` entry points once per process (the first lookup does)."""
     if _STATE[0] == "done":
         return
+    if threading.get_ident() in _IMPORTERS:  # a plugin's import looking a family up: what is registered so far
+        return
     with _DISCOVERY:
         if _STATE[0] != "new":  # done meanwhile, or this thread is inside the discovery
             return
@@ -424,11 +445,11 @@ def _load(ep: importlib.metadata.EntryPoint) -> None:
             raise PluginError(f"{source.describe()}: family {ep.name} is already declared ({other}); "
                               f"a family name belongs to one distribution", plugin=ep.name,
                               distribution=source.distribution, family=ep.name)
-        try:
-            obj = ep.load()
-        except Exception as e:  # noqa: BLE001 - a plugin's import: anything it raises is its failure
-            raise PluginError(f"{source.describe()}: importing {ep.value} raised {type(e).__name__}: {e}",
-                              plugin=ep.name, distribution=source.distribution, family=ep.name) from e
+        obj = import_entry_point(ep, source, ep.name)
+        owner = _spec_owner_problem(obj.spec_type, source) if isinstance(obj, Family) else None
+        if owner:
+            raise PluginError(f"{source.describe()}: {owner}", plugin=ep.name, distribution=source.distribution,
+                              family=ep.name)
         install(obj, source)
     except PluginError as e:
         if ep.name in _FAILED:  # a second distribution declaring a failed name: keep the first's record
@@ -436,6 +457,56 @@ def _load(ep: importlib.metadata.EntryPoint) -> None:
             return
         _FAILED[ep.name] = (source, e)
         _log.warning("family plugin not loaded: %s", e)
+
+
+def import_timeout() -> float:
+    """Seconds a plugin's import may take (ROCKE_AOT_PLUGIN_IMPORT_TIMEOUT_S, else the default)."""
+    from rocke_aot import settings
+
+    got = settings.integer(settings.PLUGIN_IMPORT_TIMEOUT_S)
+    return DEFAULT_IMPORT_TIMEOUT_S if got is None else float(got)
+
+
+def import_entry_point(ep: importlib.metadata.EntryPoint, source: FamilySource, family: str,
+                       what: str = "") -> Any:
+    """``ep.load()`` isolated: in its own daemon thread, waited for at most ``import_timeout()``
+    seconds; anything it raises, BaseException included (SystemExit, KeyboardInterrupt: a
+    plugin's import never ends the command), and a timeout become a PluginError naming the
+    plugin. A timed-out import is left running in its thread, never waited for again."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        _IMPORTERS.add(threading.get_ident())
+        try:
+            box["value"] = ep.load()
+        except BaseException as e:  # noqa: BLE001 - the plugin's import: whatever it raises is its failure
+            box["error"] = e
+        finally:
+            _IMPORTERS.discard(threading.get_ident())
+
+    timeout = import_timeout()
+    thread = threading.Thread(target=run, name=f"rocke-plugin-import-{ep.name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+
+    def refuse(why: str) -> PluginError:
+        return PluginError(f"{source.describe()}: {what}{why}"[:2000], plugin=source.plugin or ep.name,
+                           distribution=source.distribution, family=family)
+
+    if thread.is_alive():
+        raise refuse(f"importing {ep.value} did not finish within {timeout:g} s "
+                     f"({settings_name()} sets the bound)")
+    if "error" in box:
+        e = box["error"]
+        raise refuse(f"importing {ep.value} raised {type(e).__name__}: {e}") from (e if isinstance(e, Exception)
+                                                                                 else None)
+    return box["value"]
+
+
+def settings_name() -> str:
+    from rocke_aot import settings
+
+    return settings.PLUGIN_IMPORT_TIMEOUT_S
 
 
 def plugin_errors() -> tuple[PluginError, ...]:
@@ -544,5 +615,5 @@ def problem_from_dict(family: object, d: object) -> Any:
 
 __all__ = ["BUILTIN", "families_for_select", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
            "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
-           "get_family", "has_lowerer", "install", "plugin_errors", "plugin_source", "problem_from_dict",
+           "get_family", "has_lowerer", "import_entry_point", "install", "plugin_errors", "plugin_source", "problem_from_dict",
            "register", "register_lowerer"]

@@ -302,9 +302,11 @@ class GemmSpec:
         K rows 2t.. of column g) hit the same bank from 8 (A) or 4 (B) lanes when a row is a
         power-of-two number of bytes long; 8 elements (16 bytes) more per row shifts each row
         by four banks, which makes both conflict free and keeps every 16-byte vector aligned.
-        The AMD paths and fma keep unpadded rows (their IR and tables are unchanged).
+        The AMD matrix paths (mfma, wmma) pad the same way since issue 37: an MFMA 32x32x8 A
+        fragment read (8 bytes a lane, rows l % 32) hit one bank from 16 lanes with 64-byte rows.
+        fma keeps unpadded rows (its IR and tables are unchanged).
         """
-        return 8 if self.path == "mma" and not self.wgmma else 0
+        return 8 if self.path in ("mma", "mfma", "wmma") and not self.wgmma else 0
 
     @property
     def ldb(self) -> int:

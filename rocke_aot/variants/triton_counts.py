@@ -120,7 +120,7 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
         # the warpgroup (PTX ISA, wgmma.mma_async: a single shared-memory descriptor of B for the
         # collective instruction), so a warp's share of B is a quarter. Charging every warp the
         # whole B put the LDS term of 128x256x64 w8 s3 at 4096^3 at 0.388 ms, above the 0.204 ms
-        # that kernel ran in on the H200 (docs/triton-raw/h200-2026-12-04-across): a term of a
+        # that kernel ran in on the H200 (bench/results/triton-raw/h200-2026-12-04-across): a term of a
         # lower bound cannot exceed a measured time, so that reading was wrong.
         read_bytes = (bm // wm + bn // wn / WARPGROUP) * bk * EB
     else:

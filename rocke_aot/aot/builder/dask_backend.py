@@ -47,11 +47,11 @@ def _worker_toolchains():
     return detect_all()
 
 
-def _toolchain_for(lane: str, identity: Mapping[str, str]):
+def _toolchain_for(lane: str, identity: Mapping[str, str], target):
     from rocke_aot.aot.toolchains import toolchains_for_lane
 
     for tc in toolchains_for_lane(lane, _worker_toolchains(), consumes=None):
-        if tc.identity() == dict(identity):
+        if tc.identity(target) == dict(identity):
             return tc
     raise WorkerRefused(
         f"Dask worker {platform.node()} has no {lane} toolchain with the planned identity {dict(identity)}"
@@ -78,7 +78,7 @@ def remote_build(family: str, spec: Mapping[str, Any], target_id: str, lane: str
 
     check_recipe(recipe, family)
     target = Target.parse(target_id)
-    tc = _toolchain_for(lane, identity)
+    tc = _toolchain_for(lane, identity, target)
     if canonical_json(tc.compile_options(target)) != canonical_json(thaw(options)):
         raise WorkerRefused(f"Dask worker {platform.node()}: the {lane} toolchain compiles {target.id} with "
                              f"options {tc.compile_options(target)}, the job was planned with {dict(options)}")

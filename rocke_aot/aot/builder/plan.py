@@ -15,7 +15,8 @@
                                            equal to artifact_key(KeyInputs(...)), tested)
         ▼
     store.lookup_many(all keys)   ONE bulk query
-        ├── artifact present ───> cached
+        ├── artifact present ───> cached (a row a build here made or verified), else
+        │                         to verify: compiled again, compared (run.py; cache/provenance.py)
         ├── failure present  ───> known failure (retried only with force=True)
         └── absent ─────────────> to build (run.py lowers it; only a new IR is compiled)
 
@@ -100,6 +101,11 @@ class Skip:
 class Plan:
     to_build: list[Job] = field(default_factory=list)
     cached: list[Job] = field(default_factory=list)
+    # stored, but not by a build here (published, imported, fetched, older than provenance):
+    # compiled again and compared before it counts (run.py: verified, or replaced by the build's bytes)
+    to_verify: list[Job] = field(default_factory=list)
+    verify_sha: dict[str, str] = field(default_factory=dict)  # key -> the stored blob sha256
+    verify_entered: dict[str, str] = field(default_factory=dict)  # key -> how the stored row entered
     known_failures: list[tuple[Job, str]] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
@@ -109,7 +115,7 @@ class Plan:
 
     @property
     def planned(self) -> int:
-        return len(self.to_build) + len(self.cached) + len(self.known_failures)
+        return len(self.to_build) + len(self.to_verify) + len(self.cached) + len(self.known_failures)
 
 
 def choose_lanes(requested: Sequence[Lane], toolchains: Sequence[Toolchain]) -> tuple[dict[str, Toolchain], list[Skip]]:
@@ -187,7 +193,7 @@ def _make_plan(
     wants = {fam: where_for(fam, where) for fam in fams} if where else {}  # checked before any lane
     for lane_name, lane_tc in chosen.items():
         lane = get_lane(lane_name)
-        plan.toolchains[lane.name] = lane_tc.identity()
+        plan.toolchains[lane.name] = lane_tc.core_identity()  # each target's key adds its format's tools
         for target in arches:
             # The one chooser `rocke-aot compile` uses too: a toolchain of this lane that
             # knows the processor, or the reason none does (refused on purpose rather than
@@ -199,7 +205,7 @@ def _make_plan(
                 if consumes not in chooser:
                     try:
                         tc = toolchain_for(lane, target, toolchains, consumes=consumes)
-                        chooser[consumes] = (tc, None, tc.identity())
+                        chooser[consumes] = (tc, None, tc.identity(target))
                     except ToolchainError as e:
                         chooser[consumes] = (None, str(e), None)
                 return chooser[consumes]
@@ -233,10 +239,16 @@ def _make_plan(
                     sjs = [sj for sj in sjs if _matches(json.loads(sj), wants[fam])]
                 jobs.extend(Job(key(sj), fam, sj, target, lane, tc, tpl) for sj in sjs)
     hits = store.lookup_many([j.key for j in jobs]) if jobs else {}
+    # the few rows no build here made or verified (one query): a build never counts them as cached
+    unverified = store.unverified() if any(h.ok for h in hits.values()) else {}
     for job in _dedupe(jobs):
         hit = hits.get(job.key)
         if hit is None:
             plan.to_build.append(job)
+        elif hit.ok and job.key in unverified:
+            plan.to_verify.append(job)
+            plan.verify_sha[job.key] = hit.sha256
+            plan.verify_entered[job.key] = unverified[job.key]
         elif hit.ok:
             plan.cached.append(job)
         elif force:

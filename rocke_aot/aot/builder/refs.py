@@ -33,7 +33,7 @@ class Completion:
 
 def complete_generations(plan: Plan, store) -> list[Completion]:
     groups: dict[tuple[str, str, str], list] = {}
-    for job in [*plan.to_build, *plan.cached, *(j for j, _ in plan.known_failures)]:
+    for job in [*plan.to_build, *plan.to_verify, *plan.cached, *(j for j, _ in plan.known_failures)]:
         groups.setdefault((job.target.id, job.lane.name, job.family), []).append(job)
     out = []
     for (arch, lane, fam), jobs in sorted(groups.items()):

@@ -13,7 +13,10 @@
         ├─ another job of this build has the same IR in flight ──> waits for it, then reuses
         └─ new ──> executor (threads locally, or a Dask cluster): build_one -> toolchain.compile
                    (isolated worker process: an LLVM abort kills only it) -> validate
-    driver thread:  ok      -> store.put(inputs, code object, metadata, provenance, ptx)
+    Plan.to_verify (stored, but no build here made it: published, imported, fetched, legacy) runs
+        the same way; its put compares: the same bytes verify the row, other bytes replace it
+        (Outcome.verified / Outcome.replaced; cache/provenance.py)
+    driver thread:  ok      -> store.put(inputs, code object, metadata, provenance, ptx, entered=build)
                     failure -> store.put_failure(..., ir_sha256)   (not for timeouts: they may be
                                load; not for refusals such as a Dask worker with other code)
                     RockeError (CompileError, ...): its message; anything else (a bug):
@@ -43,7 +46,9 @@ from typing import Any
 import rocke_aot
 from rocke_aot.aot.builder.plan import Job, Plan
 from rocke_aot.aot.toolchains.base import Toolchain
+from rocke_aot.cache import codec
 from rocke_aot.cache.keys import code_key_of
+from rocke_aot.cache.provenance import Entry
 from rocke_aot.errors import CompileTimeout, RockeError, ToolchainRefused
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
@@ -170,6 +175,9 @@ class Outcome:
     compile_seconds: float = 0.0
     reused: list[Job] = field(default_factory=list)  # built from a code object already stored (no compile)
     by_others: list[Job] = field(default_factory=list)  # another builder held the claim and stored it
+    # Plan.to_verify: a stored row no build here made, compiled again (or from a build's code object)
+    verified: list[Job] = field(default_factory=list)  # same bytes: the row is now verified
+    replaced: list[tuple[Job, str, str, str]] = field(default_factory=list)  # (job, entered, stored sha, built sha)
 
 
 def provenance(job: Job, out: BuildOutput, where: str) -> dict[str, Any]:
@@ -255,7 +263,8 @@ class _Run:
             executor = ThreadPoolExecutor(max_workers=self.jobs + 1, thread_name_prefix="rocke-build")
             self.submit = local_submitter(executor, self.timeout, self.jobs)
         self.beat = _Heartbeat(self.store, self.holder, self.lease_s)
-        queue = list(reversed(self.plan.to_build))
+        # rows to verify are built like misses; their stored bytes are compared when the build lands
+        queue = list(reversed([*self.plan.to_build, *self.plan.to_verify]))
         deferred: list[Job] = []
         # A bounded window in flight: a killed build has little half-done work, memory stays
         # flat on huge grids, and concurrent builders interleave their claims.
@@ -268,7 +277,7 @@ class _Run:
                     # Stored by another builder since this plan was made (it claimed, built and
                     # released before we claimed): nothing to do but let go.
                     done_meanwhile = {k: h for k, h in (self.store.lookup_many(sorted(mine)) if mine else {}).items()
-                                      if h.ok}
+                                      if h.ok and k not in self.plan.verify_sha}
                     if done_meanwhile:
                         self.store.release_claims(list(done_meanwhile), self.holder)
                     for job in batch:
@@ -361,12 +370,29 @@ class _Run:
             self._failed(job, e, kernel)
             return True
         out = BuildOutput(raw, kernel.ir_sha256, meta, "", time.perf_counter() - start, ptx)
-        self.store.put(job.inputs, raw, ir_sha256=out.ir_sha256, metadata=meta,
-                       provenance={**provenance(job, out, self.where), "reused_code_object": hit.key}, ptx=ptx)
+        self._put(job, out, {**provenance(job, out, self.where), "reused_code_object": hit.key})
         self.outcome.reused.append(job)
         self._let_go(job)
         self._report(job, "reused")
         return True
+
+    def _put(self, job: Job, out: BuildOutput, prov: dict[str, Any]) -> None:
+        """Store what this build made. A key the plan found stored by no build here (Plan.to_verify)
+        is compared: the same bytes verify that row; other bytes replace it (the build's bytes are
+        the key's; what was there was not what this compiler makes of these inputs)."""
+        stored = self.plan.verify_sha.get(job.key)
+        entered = Entry.built_here(job.inputs.toolchain, self.where)
+        self.store.put(job.inputs, out.code_object, ir_sha256=out.ir_sha256, metadata=out.metadata, provenance=prov,
+                       ptx=out.ptx, triton_files=out.triton_files, entered=entered, replace=stored is not None)
+        if stored is None:
+            return
+        if codec.sha256_hex(out.code_object) == stored:
+            self.outcome.verified.append(job)
+        else:
+            got = codec.sha256_hex(out.code_object)
+            _log.warning("build replaced %s (%s): the stored row (%s) held %s, this build makes %s", job.key,
+                         job.label, self.plan.verify_entered.get(job.key), stored, got)
+            self.outcome.replaced.append((job, self.plan.verify_entered.get(job.key, "?"), stored, got))
 
     def _finish(self, fut: Future) -> None:
         job, kernel, ck = self.pending.pop(fut)
@@ -376,8 +402,7 @@ class _Run:
         except Exception as e:  # noqa: BLE001 - _failed tells a RockeError from a bug
             self._failed(job, e, kernel)
         else:
-            self.store.put(job.inputs, out.code_object, ir_sha256=out.ir_sha256, metadata=out.metadata,
-                           provenance=provenance(job, out, self.where), ptx=out.ptx, triton_files=out.triton_files)
+            self._put(job, out, provenance(job, out, self.where))
             self.outcome.built.append(job)
             self.outcome.compile_seconds += out.seconds
             self._let_go(job)

@@ -48,6 +48,12 @@ def summarize(plan: Plan, outcome, *, store, arches, dry_run: bool, compiles: in
         # Claimed by another builder, which stored them meanwhile (cache/claims.py).
         "built_by_others": len(outcome.by_others),
         "cached": len(plan.cached),
+        # stored by no build here (published, imported, fetched, legacy): compiled again and compared
+        "to_verify": len(plan.to_verify),
+        "verified": len(getattr(outcome, "verified", ())),
+        "replaced": [{"family": j.family, "arch": j.target.id, "lane": j.lane.name, "key": j.key, "entered": e,
+                      "stored_sha256": old, "built_sha256": new}
+                     for j, e, old, new in getattr(outcome, "replaced", ())],
         "known_failures": [
             {"family": j.family, "arch": j.target.id, "lane": j.lane.name, "key": j.key, "error": e}
             for j, e in plan.known_failures
@@ -80,6 +86,13 @@ def render(summary: BuildSummary, console) -> None:
     if d["built_by_others"]:
         t.add_row("built by another builder", str(d["built_by_others"]), "claimed by them first")
     t.add_row("already cached", str(d["cached"]), d["cache"])
+    if d["to_verify"]:
+        t.add_row("verified", str(d["verified"]), f"of {d['to_verify']} stored by no build here: compiled again, "
+                                                  "same bytes")
+    for r in d["replaced"]:
+        t.add_row("[red]replaced[/red]", "", f"{r['family']}/{r['arch']}/{r['lane']} {r['key'][:16]}: the stored row "
+                                             f"({r['entered']}) held {r['stored_sha256'][:16]}, this build makes "
+                                             f"{r['built_sha256'][:16]}")
     for f in d["known_failures"][:5]:
         t.add_row("known failure", "", f"{f['family']}/{f['arch']}/{f['lane']}: {f['error']} (--force retries)")
     if len(d["known_failures"]) > 5:

@@ -8,14 +8,22 @@
 The processor is read from the IR the compiler consumes, so the cache key (which covers the IR)
 covers it; anything but the target's processor or its "a" form is refused, never assembled.
 
-ptxas is located through ROCKE_AOT_PTXAS, PATH, then the usual CUDA install paths.
+Which ptxas (find_ptxas), first found wins:
+    ROCKE_AOT_PTXAS            the user's choice; it must name an executable (a typo fails, it
+                               never falls through)
+    beside this interpreter    <venv>/bin/ptxas: the pinned wheel's binary scripts/setup.sh links
+                               there (sys.executable's folder, symlinks not followed), so the
+                               build uses the ptxas setup chose, not whichever CUDA is on PATH
+    PATH, /usr/local/cuda/bin, /usr/local/bin   a host without the project's setup
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -28,9 +36,22 @@ from rocke_aot.errors import CompileError, ToolchainError
 ENV_PTXAS = settings.PTXAS
 
 
+def beside_interpreter(name: str) -> str | None:
+    """``name`` in this interpreter's bin folder (a venv's .venv/bin, where scripts/setup.sh links
+    the pinned CUDA wheels' tools) when it is an executable file; None otherwise."""
+    path = Path(sys.executable).parent / name  # not resolved: a venv's python links out of the venv
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
 def find_ptxas() -> str:
+    """ROCKE_AOT_PTXAS, else the ptxas beside this interpreter (setup's), else PATH and the usual
+    CUDA install folders (module doc); ToolchainError naming where it looked when there is none."""
+    if settings.raw(ENV_PTXAS) is None and (mine := beside_interpreter("ptxas")) is not None:
+        return mine
     return find_executable("ptxas", ENV_PTXAS, ("/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas"),
-                           f"ptxas not found ({ENV_PTXAS} unset, not on PATH, not in /usr/local/cuda/bin)")
+                           f"ptxas not found ({ENV_PTXAS} unset, not in {Path(sys.executable).parent}, not on "
+                           "PATH, not in /usr/local/cuda/bin or /usr/local/bin: bash scripts/setup.sh --only ptxas "
+                           "installs it)")
 
 
 @functools.cache

@@ -155,10 +155,8 @@ def _load_lowerer(name: str, source: FamilySource) -> Callable[..., Any]:
     if len(mine) > 1:
         raise refuse(f"family {name} has {len(mine)} lowerer entry points: {', '.join(ep.value for ep in mine)}")
     ep = mine[0]
-    try:
-        fn = ep.load()
-    except Exception as e:  # noqa: BLE001 - the plugin's import
-        raise refuse(f"importing its lowerer {ep.value} raised {type(e).__name__}: {e}") from e
+    # its own thread, a time bound, BaseException named (variants/families.py import_entry_point)
+    fn = registry.import_entry_point(ep, source, name, what="its lowerer: ")
     if not callable(fn):
         raise refuse(f"its lowerer {ep.value} is a {type(fn).__name__}, not a function (spec, target, lane)")
     return fn

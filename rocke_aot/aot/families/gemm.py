@@ -12,6 +12,10 @@
                double: stage K-tile kt+1 -> LDS stage (kt+1)&1 (if any); compute stage kt&1;
                        barrier    (one barrier: the stage written was last read before it)
            exit:   every accumulator element, guarded by row < M and col < N, converted, stored
+      AMD matrix paths (mfma / wmma, stages 0): build_amd instead of the loop above -- an
+           interior loop over K // bk (blocks inside M and N) with no bounds test, the next
+           K-tile's loads issued before the step's MFMAs, one barrier a step when double
+           buffered; then a checked edge loop (docs/lowering.md "The AMD main loop")
       compute:
            fma        each thread a thread_m x thread_n micro tile, llvm.fmuladd.f32
            mfma/wmma/mma  each wave (a warp on sm_90) tiles_m x tiles_n instruction tiles;
@@ -50,7 +54,7 @@ The asynchronous pipeline (sm_90 mma, spec.stages = S in 2..4; GemmSpec.stages),
       offset from it (ptxas: [R+imm]). The first version of this pipeline (copies behind a
       branch, indices and fragment addresses recomputed in the loop, no fragment lookahead)
       ran 0.39-0.51x torch.matmul on the large problems where this one runs 0.41-0.59x
-      (docs/bench-raw/h200-run15/gemm-sm90.txt); it is gone since, in git history only.
+      (bench/results/bench-raw/h200-run15/gemm-sm90.txt); it is gone since, in git history only.
       copies are 16 bytes (8 elements); an out-of-range chunk reads no source bytes and writes
       16 zeros (cp.async's ignore-src predicate and the address as computed, at most
       S K-tiles or one block of rows past the tensor, as CUTLASS's zfill copies do), so edges
@@ -92,8 +96,9 @@ Tile order (spec.group_m = G > 1): work-group g takes tile rows in groups of G: 
 Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
 a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the
 K tail) falls back to per-element loads whose address is clamped to 0 when out of range,
-so no load ever leaves the tensor and missing elements read as zero. On AMD a K-tile whose A
-and B tiles lie wholly inside the matrices skips the per-vector checks (stage_tile). Data stays as i16
+so no load ever leaves the tensor and missing elements read as zero. On AMD the matrix paths'
+interior loop (build_amd) loads without checks; its edge loop and the fma path's stage_tile
+check as above. Data stays as i16
 bits until the arithmetic, so f16 and bf16 share every load and LDS path.
 """
 
@@ -391,6 +396,129 @@ class _GemmLowering:
                 self.b.store(val, self.gep(self.lds, ch.off + ch.r * ch.ld + ch.v * vw), align=2)
 
         self.each_chunk(kt, stage, move, "stage")
+
+    # -- the AMD main loop (register prefetch, interior / edge loops) ---------------------------
+    def amd_units(self) -> list[tuple]:
+        """The staged vectors of one K-tile as work-item ``tid`` moves them: per operand and
+        round, (which, rows of the unit, chunk count, vectors a row, LDS row stride). A unit is
+        one vector of vector_width elements, except B transposed in LDS (nk): two vectors of
+        consecutive K rows (pair units are numbered K first, amd_load), so that their elements pair up into 4-byte LDS stores (column n's
+        K and K+1, adjacent in a column row: one ds_write_b32, merged into ds_write2_b32)."""
+        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        out = []
+        for which in ("A", "B"):
+            rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
+            pair = 2 if which == "B" and s.b_lds == "nk" else 1
+            vpr = cols // vw
+            chunks = rows // pair * vpr
+            for it in range(-(-chunks // T)):
+                out.append((which, pair, chunks, vpr, self.lda if which == "A" else self.ldb, it))
+        return out
+
+    def amd_load(self, kt: Sym, checked: bool) -> list[tuple]:
+        """Global loads of K-tile kt, every unit of amd_units: [(unit, LDS row, vector, [values])].
+        A work-item past the last chunk of a round takes the last chunk again (the same values to
+        the same LDS words: no branch in the loop). ``checked``: each vector through load_vec
+        (zero outside the matrix); unchecked: the tile is wholly inside A and B (the interior)."""
+        s, b, T, vw = self.spec, self.b, self.geo.threads, self.spec.vector_width
+        vty = I16 if vw == 1 else ir.VectorType(I16, vw)
+        out = []
+        for unit in self.amd_units():
+            which, pair, chunks, vpr, _ld, it = unit
+            c = self.tid + it * T
+            if (it + 1) * T > chunks:
+                c = self.S(b.select(c.lt(chunks), c.v, _c32(chunks - 1)))
+            # a pair unit walks K first: lanes next to each other store to K words next to each
+            # other (the column rows 8 apart are the same bank: 4-way at block_k 32, not 16-way)
+            r, v = (c // vpr, c % vpr) if pair == 1 else (c % (s.block_k // 2), c // (s.block_k // 2))
+            vals = []
+            for p in range(pair):
+                if which == "A":
+                    grow, gcol = self.row0 + r, kt * s.block_k + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
+                    corner, off = self.row0 * self.K + kt * s.block_k, r * self.K + v * vw
+                else:
+                    grow, gcol = kt * s.block_k + r * pair + p, self.col0 + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
+                    corner, off = kt * s.block_k * self.N + self.col0, (r * pair + p) * self.N + v * vw
+                if checked:
+                    vals.append(self.load_vec(ptr, grow * gld + gcol, row_ok, gcol, limit, vw))
+                else:
+                    vals.append(b.load(self.split_address(ptr, corner, off), typ=vty, align=2))
+            out.append((unit, r, v, vals))
+        return out
+
+    def split_address(self, ptr: ir.Value, corner: Sym, off: Sym) -> ir.Value:
+        """&ptr[corner + off] with the index zero-extended to 64 bits (every index here is
+        non-negative and below 2^31 elements; a sign extension costs a shift per load a step)."""
+        return self.b.gep(ptr, [self.b.zext((corner + off).v, ir.IntType(64))], source_etype=I16)
+
+    def amd_store(self, loaded: list[tuple], stage: Sym | int) -> None:
+        """The values amd_load returned into LDS stage ``stage``: A and B (kn) one vector store
+        each (aligned to its width); B (nk) per column e of the unit, K rows 2r and 2r+1 as one
+        <2 x i16> store at column row v*vw+e."""
+        s, b, vw = self.spec, self.b, self.spec.vector_width
+        a_off = self.stage_base(stage)
+        for (which, pair, _chunks, _vpr, ld, _it), r, v, vals in loaded:
+            off = a_off if which == "A" else a_off + s.block_m * self.lda
+            if pair == 1:
+                b.store(vals[0], self.gep(self.lds, off + r * ld + v * vw), align=2 * vw)
+                continue
+            two = ir.VectorType(I16, 2)
+            for e in range(vw):
+                x0, x1 = ((val if vw == 1 else b.extract_element(val, _c32(e))) for val in vals)
+                w = b.insert_element(b.insert_element(ir.Constant(two, None), x0, _c32(0)), x1, _c32(1))
+                b.store(w, self.gep(self.lds, off + (v * vw + e) * ld + r * 2), align=4)
+
+    def build_amd(self, ktiles: Sym, zero: list[ir.Value]) -> list[ir.Value]:
+        """The AMD matrix paths' main loop (mfma / wmma, stages 0); returns the accumulators.
+
+          kfull = K // block_k if the block's rows and columns lie inside M and N, else 0
+          [kfull > 0: K-tile 0 -> registers -> LDS stage 0; barrier]
+          interior loop kt < kfull (no edge test in it):
+              global loads of K-tile min(kt + 1, kfull - 1) into registers   (issued first)
+              compute stage kt & 1 (double buffer) / 0                        (LDS reads, MFMAs)
+              single: barrier; registers -> stage 0;         barrier   (two a step)
+              double: registers -> stage (kt + 1) & 1;       barrier   (one a step: that stage
+                      was last read in step kt - 1, before the barrier that ended it; the last
+                      step's reload goes to the stage nobody reads after it)
+          edge loop kt in kfull .. ceil(K / block_k): the checked tile (zero outside the matrices)
+              -> registers -> LDS stage 0; barrier; compute; barrier
+        The last interior step reloads its own tile (no branch around the loads); the edge loop
+        runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
+        s, kb, b = self.spec, self.kb, self.b
+        inside = kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
+                           b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v))
+        kfull = self.S(b.select(inside, (self.K // s.block_k).v, _c32(0)))
+        with kb.if_then(self.S(_c32(0)).lt(kfull), name="pro"):
+            self.amd_store(self.amd_load(self.S(_c32(0)), checked=False), 0)
+        kb.barrier()
+        last = kfull - 1
+
+        def interior(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            nxt = kt + 1
+            nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
+            regs = self.amd_load(nxt, checked=False)
+            if s.double_buffer:
+                acc = self.compute(kt % 2, acc)
+                self.amd_store(regs, (kt + 1) % 2)
+            else:
+                acc = self.compute(0, acc)
+                kb.barrier()
+                self.amd_store(regs, 0)
+            kb.barrier()
+            return acc
+
+        acc = kb.loop(kfull, zero, interior, name="k")
+
+        def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            self.amd_store(self.amd_load(kfull + i, checked=True), 0)
+            kb.barrier()
+            acc = self.compute(0, acc)
+            kb.barrier()
+            return acc
+
+        return kb.loop(ktiles - kfull, acc, edge, name="kedge")
 
     def stage_base(self, stage: Sym | int) -> Sym:
         s = self.spec
@@ -947,6 +1075,10 @@ class _GemmLowering:
             zero = [ir.Constant(F32, 0.0)] * (g.thread_m * g.thread_n)
         else:
             zero = [ir.Constant(ir.VectorType(F32, self.instr.acc_per_lane), None)] * (g.tiles_m * g.tiles_n)
+        if self.instr is not None and kb.target.is_amdgpu:
+            self.epilogue(self.build_amd(ktiles, zero))
+            b.ret_void()
+            return
         if s.double_buffer:
             with kb.if_then(self.S(_c32(0)).lt(ktiles), name="pro"):
                 self.stage_tile(self.S(_c32(0)), 0)

@@ -49,8 +49,6 @@ from rocke_aot.aot.lower.module import F32, I32, KernelModule
 from rocke_aot.errors import CapabilityError
 from rocke_aot.targets import Target
 
-PTX_FEATURES = "+ptx80"  # what the toolchain's target machine must be created with
-
 
 def wgmma_mnemonic(n: int, in_dtype: str) -> str:
     """The PTX instruction NvptxKernel.wgmma issues: f32 += f16 x f16 (bf16 x bf16), m64nNk16."""

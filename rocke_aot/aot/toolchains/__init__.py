@@ -123,7 +123,7 @@ class UnknownKind(Toolchain):
                              f"which this rocke-aot does not know (written by another version?); "
                              f"`rocke-aot toolchain remove {where}` drops it")
 
-    def identity(self) -> dict[str, str]:
+    def core_identity(self) -> dict[str, str]:
         raise ToolchainError(self.detect().refusal)
 
     def compile_options(self, target: Target):

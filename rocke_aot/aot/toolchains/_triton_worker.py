@@ -246,7 +246,18 @@ def _compile(payload, blob, ctx):
         "asm": asm,
         "signature": {k: str(v) for k, v in kernel.src.signature.items()},
         "triton_version": triton.__version__,
+        "env_vars": _invalidating_env(),
     }, binary
+
+
+def _invalidating_env() -> dict:
+    """The variables Triton hashes into every cache key (TRITON_DEFAULT_FP_FUSION, ...), as set
+    for this compile: recorded with the entry, so a host whose own differ is told why it misses."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+    except ImportError:  # a Triton without the list: none recorded
+        return {}
+    return {str(k): str(v) for k, v in dict(get_cache_invalidating_env_vars()).items()}
 
 
 _PROBE = '''

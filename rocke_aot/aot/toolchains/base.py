@@ -8,8 +8,11 @@
     each with
         .detect()   -> ToolchainInfo  (LLVM version from the toolchain itself, lane or refusal,
                                        arches, datalayouts as the real target machine reports them)
-        .identity() -> dict           (everything that changes the bytes; goes into cache keys:
-                                       versions plus the sha256 of every library and binary it runs)
+        .identity(target) -> dict     (everything that changes that target's bytes; goes into cache
+                                       keys: core_identity(), the compiler's versions and the sha256 of
+                                       its libraries, plus the identity of each tool it runs that the
+                                       target's format uses, by the one rule targets.FORMAT_TOOLS:
+                                       an HSACO's key holds the linker, a cubin's ptxas, never both)
         .compile_options(target)      (the options it compiles with; goes into cache keys)
         .compile(ir, target)          -> CompileResult (code object bytes; in an isolated worker)
 
@@ -33,7 +36,7 @@ from typing import Any, ClassVar
 from rocke_aot import settings
 from rocke_aot.errors import LaneError, ToolchainError, ToolchainRefused
 from rocke_aot.lanes import Lane, get_lane, lane_for_major
-from rocke_aot.targets import Target
+from rocke_aot.targets import FORMAT_TOOLS, TOOL_FIELDS, Target
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,21 @@ def file_sha256(path: str | os.PathLike) -> str:
     return got
 
 
+def tool_identity(tool: str) -> dict[str, str]:
+    """The identity of one tool a toolchain runs after its compiler (targets.TOOL_FIELDS names
+    them): "linker" the located ld.lld (aot/toolchains/lld.py), "ptxas" the located ptxas
+    (aot/compiler/ptx.py). Only its identity is asked for here; each module locates its tool."""
+    if tool == "linker":
+        from rocke_aot.aot.toolchains.lld import linker_identity
+
+        return {k: str(v) for k, v in linker_identity().items()}
+    if tool == "ptxas":
+        from rocke_aot.aot.compiler.ptx import ptxas_identity
+
+        return {k: str(v) for k, v in ptxas_identity().items()}
+    raise ToolchainError(f"no identity for tool {tool!r} (known: {', '.join(TOOL_FIELDS)})")
+
+
 @dataclass(frozen=True)
 class CompileResult:
     code_object: bytes  # HSACO (AMDGPU) or cubin (NVPTX)
@@ -152,9 +170,24 @@ class Toolchain(ABC):
     def detect(self) -> ToolchainInfo:
         """Probe the toolchain itself; never raises for an unqualified one (see ``refusal``)."""
 
+    # The tools it runs after its compiler (targets.TOOL_FIELDS): llvmlite links HSACOs with
+    # ld.lld and assembles PTX with ptxas. A toolchain whose linking happens inside its own
+    # library (COMGR, Triton with its bundled tools) runs none: its core identity covers them.
+    tools: ClassVar[tuple[str, ...]] = ()
+
     @abstractmethod
-    def identity(self) -> dict[str, str]:
-        """Everything about this toolchain that changes output bytes (cache-key input)."""
+    def core_identity(self) -> dict[str, str]:
+        """The compiler itself, whatever the target: kind, versions, the sha256 of its libraries."""
+
+    def identity(self, target: Target | str) -> dict[str, str]:
+        """Everything about this toolchain that changes ``target``'s bytes (cache-key input):
+        the core identity plus the identity of each of its ``tools`` that the target's code
+        format uses (targets.FORMAT_TOOLS), and of no other tool."""
+        ident = dict(self.core_identity())
+        for tool in FORMAT_TOOLS[Target.parse(target).code_format]:
+            if tool in self.tools:
+                ident.update(tool_identity(tool))
+        return ident
 
     @abstractmethod
     def compile_options(self, target: Target) -> Mapping[str, Any]:

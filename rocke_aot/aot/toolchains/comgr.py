@@ -136,7 +136,7 @@ class ComgrToolchain(Toolchain):
     def detect(self) -> ToolchainInfo:
         return self._info
 
-    def identity(self) -> dict[str, str]:
+    def core_identity(self) -> dict[str, str]:  # COMGR links inside itself: no tools
         info = self.detect()
         return {
             "kind": self.kind,

@@ -61,7 +61,7 @@ def linker_identity() -> dict[str, str]:
     """What about the linker changes output bytes: its version line (goes into .comment) and
     the binary itself (two builds of one version may still differ). "absent" when there is
     none (a machine that builds only sm_90 cubins): AMDGPU links then fail, and a later
-    install moves every key of that toolchain, as ptxas_identity does."""
+    install moves every HSACO key (a cubin's key holds no linker: targets.FORMAT_TOOLS)."""
     try:
         path = find_lld()
     except ToolchainError:

@@ -19,10 +19,8 @@ import sys
 from pathlib import Path
 
 from rocke_aot.aot.compiler.options import LLVMLITE
-from rocke_aot.aot.compiler.ptx import ptxas_identity
 from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
-from rocke_aot.aot.toolchains.lld import linker_identity
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import ToolchainError, ToolchainRefused
 from rocke_aot.targets import Target
@@ -56,6 +54,7 @@ def _probe(python: str) -> dict:
 
 class LlvmliteToolchain(Toolchain):
     kind = "llvmlite"
+    tools = ("linker", "ptxas")  # ld.lld links its HSACOs, ptxas assembles its PTX into cubins
 
     def __init__(self, python: str | Path | None = None, label: str | None = None):
         self.python = str(python or sys.executable)
@@ -85,9 +84,10 @@ class LlvmliteToolchain(Toolchain):
     def detect(self) -> ToolchainInfo:
         return self._info
 
-    def identity(self) -> dict[str, str]:
-        """Versions, the sha256 of this interpreter's libllvmlite (two wheels of one version
-        may carry different LLVM builds), the linker, and ptxas (it makes the sm_90 cubins)."""
+    def core_identity(self) -> dict[str, str]:
+        """Versions and the sha256 of this interpreter's libllvmlite (two wheels of one version
+        may carry different LLVM builds). identity(target) adds the linker (an HSACO) or ptxas
+        (a cubin)."""
         info = self.detect()
         library = info.extra.get("library")
         if not info.usable or not library:
@@ -98,8 +98,6 @@ class LlvmliteToolchain(Toolchain):
             "llvm_version": str(info.llvm_version),
             "llvmlite_version": str(info.extra.get("llvmlite_version")),
             "library_sha256": file_sha256(library),
-            **linker_identity(),
-            **ptxas_identity(),
         }
 
     def compile_options(self, target: Target) -> dict:

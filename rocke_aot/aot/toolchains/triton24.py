@@ -178,6 +178,7 @@ def link_hsaco(obj: bytes, *, timeout: float = 60.0) -> bytes:
 
 class Triton24Toolchain(Toolchain):
     kind = KIND
+    tools = ("linker",)  # the located ld.lld links its HSACOs (AMDGPU only)
 
     def __init__(self, library: str | Path, *, interface_version: int = INTERFACE_VERSION,
                  label: str | None = None, venv: str | None = None, middle_end: bool = True):
@@ -255,11 +256,10 @@ class Triton24Toolchain(Toolchain):
     def compile_options(self, target: Target) -> dict:
         return TRITON24.for_target(Target.parse(target), middle_end=self.middle_end)
 
-    def identity(self) -> dict[str, str]:
+    def core_identity(self) -> dict[str, str]:
         info = self.detect()
         if not info.usable:
             raise ToolchainRefused(f"{self.kind} at {self.library}: {info.refusal}")
-        _, linker = _linker()
         return {
             "kind": self.kind,
             "llvm_version": str(info.llvm_version),
@@ -267,7 +267,6 @@ class Triton24Toolchain(Toolchain):
             "interface_version": str(info.extra["interface_version"]),
             "library_sha256": self._library_sha256,
             "middle_end": self._middle_end_identity(),
-            **{k: str(v) for k, v in linker.items()},
         }
 
     def _middle_end_identity(self) -> str:

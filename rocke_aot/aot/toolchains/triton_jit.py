@@ -8,7 +8,8 @@
           (the llvm24 lane's environment has triton 3.9.0: a Triton toolchain too)
 
     detect()   _triton_worker.py "triton.describe" under that interpreter (cached on disk per
-               interpreter, libtriton size/mtime and worker source)
+               interpreter, libtriton size/mtime and worker source; a home it cannot write keeps
+               no cache: as aot/recipe.py's memo)
                -> Triton version, Python version, sha256 of triton_key(), per wired target a
                   probe kernel compiled (arches = those that compiled) and the backend's hash
                -> LLVM version: what a probe HSACO's linker records (.comment "Linker: LLD 22.0.0")
@@ -206,7 +207,10 @@ class TritonToolchain(Toolchain):
             pass
         d, _ = run_worker(self.python, "triton.describe", {"targets": wired_targets()}, timeout=600.0)
         d.pop("log", None)
-        atomic_write(path, json.dumps(d, indent=1, sort_keys=True).encode())
+        try:
+            atomic_write(path, json.dumps(d, indent=1, sort_keys=True).encode())
+        except OSError:
+            pass  # a home this user cannot write (an image's, root-owned): every process probes itself
         return d
 
     @functools.cached_property
@@ -244,7 +248,9 @@ class TritonToolchain(Toolchain):
     def detect(self) -> ToolchainInfo:
         return self._info
 
-    def identity(self) -> dict[str, str]:
+    def core_identity(self) -> dict[str, str]:
+        # Triton runs its own bundled linker and ptxas: no tools of ours. ptxas's version is in
+        # the CUDA backend's hash, which compile_options holds per target.
         info = self.detect()
         if not info.usable:
             raise ToolchainRefused(f"{self.kind} under {self.python}: {info.refusal}")
@@ -302,4 +308,7 @@ def triton_entry(result: Mapping[str, Any], files: Mapping[str, bytes], binary: 
             "target": meta["target"], "binary": result["binary"], "files": served,
             "num_warps": meta["num_warps"], "shared": meta["shared"], "global_scratch_size":
                 meta.get("global_scratch_size", 0), "profile_scratch_size": meta.get("profile_scratch_size", 0),
-            "signature": dict(result["signature"])}
+            "signature": dict(result["signature"]),
+            # Triton's cache-invalidating variables as the builder set them ({}: none): Triton hashes
+            # them into the key, so a host that sets others misses, and its backend says so
+            "env_vars": dict(result.get("env_vars") or {})}

@@ -126,6 +126,7 @@ def run_worker(kind: str, payload: dict, blob: bytes | None = None, *, timeout: 
 
 class Vendor23Toolchain(Toolchain):
     kind = KIND
+    tools = ("linker",)  # ld.lld links its HSACOs (AMDGPU only: no cubins)
 
     def __init__(self, library: str | Path, *, label: str | None = None, shim_dir: str | Path | None = None):
         self.library = str(library)
@@ -193,9 +194,7 @@ class Vendor23Toolchain(Toolchain):
     def compile_options(self, target: Target) -> dict:
         return VENDOR23.for_target(Target.parse(target))
 
-    def identity(self) -> dict[str, str]:
-        from rocke_aot.aot.toolchains.lld import linker_identity
-
+    def core_identity(self) -> dict[str, str]:
         info = self.detect()
         if not info.usable:
             raise ToolchainRefused(f"{self.kind} at {self.library}: {info.refusal}")
@@ -206,7 +205,6 @@ class Vendor23Toolchain(Toolchain):
             # The shims forward to the system zlib/zstd; LLVM calls them only for compressed
             # sections, but a changed shim is a changed process: it moves the key.
             **{f"shim_sha256:{name}": file_sha256(p) for name, p in sorted(self.shims.items())},
-            **{k: str(v) for k, v in linker_identity().items()},
         }
 
     def check_ir(self, ir: str, target: Target) -> str:

@@ -4,10 +4,12 @@
     knobs   block_m, block_n, block_k, waves, double_buffer, vector_width, path
             (mma = "auto": the arch's default instruction for the path)
             where the lane can emit the sm_90 asynchronous pipeline (async-copy:sm_90), also
-            b_lds stays "kn" here: "nk" (B transposed while staged) makes every B fragment read
-            one ds_read_b64 / b128 (tests/test_gemm_compile.py), but its 16-bit staging stores
-            land 4-16 lanes on one bank and the hardware model then ranks it below "kn" on gfx942
-            (LDS-bound); with no AMD GPU to settle it, the tables keep the layout they had.
+            the AMD matrix paths (mfma, wmma) fold b_lds "nk" and vector_width 8 into every point
+            (AMD_MATRIX: issue 37): B transposed in LDS makes every B fragment read one
+            ds_read_b64 / b128 instead of element reads (ds_read_u16), staged as 4-byte pairs of K
+            rows (ds_write2_b32), and 16-byte global loads; the main loop that serves them is
+            aot/families/gemm.py build_amd (docs/lowering.md "The AMD main loop"). fma keeps
+            "kn" and 4.
             Also, stages in (0, 3): stages 3 is its own sub-grid (make_spec): mma path, blocks of
             64..256 (at most 128 x 256 elements), 4 or 8 warps, vector_width 8, tile order
             group_m 8, double_buffer folded (one point per tile, not two); stages 0 keeps the
@@ -69,6 +71,11 @@ def _knobs(baked: Mapping[str, Any], target: Target, lane: Lane) -> dict[str, tu
 
 
 ASYNC_STAGES, ASYNC_GROUP_M = 3, 8
+# The AMD matrix paths' layout and load width (issue 37, docs/lowering.md "The AMD main loop"):
+# per 128x128x32 step on gfx942 (llvm22) the interior loop went from 157 instructions, 24 waits,
+# 32 ds_read_u16 (kn, vector_width 4) to 67, 6 and none (bench/gemm_amd_isa.py).
+AMD_MATRIX_PATHS = ("mfma", "wmma")
+AMD_MATRIX = {"b_lds": "nk", "vector_width": 8}
 # split-K on the 128 x 128 asynchronous tiles only: where few output tiles meet a long K
 # (128x4096x14336: 32 tiles on 132 SMs) and where 128 x 128 tiles quantize into waves badly
 # (3072^3: 2.2 waves -> 4.4 at split 2); the smaller tiles already make more work-groups, the
@@ -123,6 +130,8 @@ def _make(baked: Mapping[str, Any], knobs: Mapping[str, Any]) -> GemmSpec:
     if not k.get("stages"):
         if max(bm, bn) > 128 or w > 4:
             raise SpecError("the register-staged grid stops at 128-wide blocks and 4 waves (stages=0)")
+        if k["path"] in AMD_MATRIX_PATHS:
+            k.update(AMD_MATRIX)
         return GemmSpec(**baked, **k)
     if 192 in (bm, bn) and (bm, bn) not in WAVE_FILL_TILES:
         raise SpecError("the asynchronous grid's 192-wide tiles are "
