@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _nginx import nginx, served_dir
-from _service import EXE, filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, kernel_bundle, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
@@ -64,7 +64,7 @@ def world(tmp_path_factory, kernel_bundle):
     for name in ("root", "release", "evil"):
         keys.generate(d / f"{name}.key")
     k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
-    store = filled_store(d / "built.sqlite", kernel_bundle[1])
+    store = built_store(d / "built.sqlite", kernel_bundle)
     roots = {1: root_bytes(k["root"], k["release"].public)}
     (d / "root.json").write_bytes(roots[1])
     release(store, d / "signed", roots, [k["release"]])

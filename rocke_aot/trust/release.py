@@ -67,7 +67,8 @@ def read_roots(files: Iterable[str | Path], out: Path | None = None) -> dict[int
 
 def release(store: Store, out: str | Path, roots: dict[int, bytes], keys: list[PrivateKey], *,
             expires_days: float = 30.0, timestamp_days: float = 1.0, arches: Iterable[str] = (),
-            lanes: Iterable[str] = (), now: datetime | None = None, bit_length: int | None = None) -> dict[str, Any]:
+            lanes: Iterable[str] = (), now: datetime | None = None, bit_length: int | None = None,
+            min_version: int = 1) -> dict[str, Any]:
     """Sign what ``store`` serves of the selected arches and lanes and trust/signable.py lets a
     release sign into ``out`` (a TUF repository, trust/repo.py); returns a summary whose
     ``left_out`` names every served row not signed, with why."""
@@ -76,7 +77,7 @@ def release(store: Store, out: str | Path, roots: dict[int, bytes], keys: list[P
     left: list = []
     gens, kernels = current_kernels(store, arches, lanes, left)
     info = repo.write(out, roots, kernels, keys, now=now or datetime.now(timezone.utc), expires_days=expires_days,
-                      timestamp_days=timestamp_days, bit_length=bit_length)
+                      timestamp_days=timestamp_days, bit_length=bit_length, min_version=min_version)
     return {**info, "generations": gens, "left_out": [x.as_dict() for x in left]}
 
 

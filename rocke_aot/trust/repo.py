@@ -209,10 +209,11 @@ def _dump(md) -> bytes:
 
 def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Mapping[str, Any]],
           keys: list[PrivateKey], *, now: datetime | None = None, expires_days: float = 30.0,
-          timestamp_days: float = 1.0, bit_length: int | None = None) -> dict[str, Any]:
+          timestamp_days: float = 1.0, bit_length: int | None = None, min_version: int = 1) -> dict[str, Any]:
     """Write the next repository version of ``kernels`` ({key: {sha256, size, ...custom}}) into
     ``out``, signed by the release ``keys``; ``roots`` are the root versions' bytes (1..N, each
-    written as N.root.json). Returns a summary."""
+    written as N.root.json). Every file written has a version of at least ``min_version`` (a
+    device wheel's version: a newer wheel's metadata never rolls a host back). Returns a summary."""
     from tuf.api.metadata import (
         Delegations,
         Metadata,
@@ -272,14 +273,14 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
                     meta[f"{name}.json"] = MetaFile(pv, length=(out / f"{pv}.{name}.json").stat().st_size)
                     kept += 1
                     continue
-        md = Metadata(Targets(version=(pv or 0) + 1, expires=expires, targets=targets, spec_version=SPEC_VERSION))
+        md = Metadata(Targets(version=max((pv or 0) + 1, min_version), expires=expires, targets=targets, spec_version=SPEC_VERSION))
         for s in release:
             md.sign(s, append=True)
         data = _dump(md)
         files.append((f"{md.signed.version}.{name}.json", data))
         meta[f"{name}.json"] = MetaFile(md.signed.version, length=len(data))
         written += 1
-    tmd = Metadata(Targets(version=prev.targets + 1, expires=expires, targets={}, delegations=delegations,
+    tmd = Metadata(Targets(version=max(prev.targets + 1, min_version), expires=expires, targets={}, delegations=delegations,
                            spec_version=SPEC_VERSION))
     if prev.targets_doc is not None:
         old_exp = datetime.strptime(prev.targets_doc["signed"]["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(
@@ -294,12 +295,12 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
         data = _dump(tmd)
         files.append((f"{tmd.signed.version}.targets.json", data))
         meta["targets.json"] = MetaFile(tmd.signed.version, length=len(data))
-    smd = Metadata(Snapshot(version=prev.snapshot + 1, expires=expires, meta=meta, spec_version=SPEC_VERSION))
+    smd = Metadata(Snapshot(version=max(prev.snapshot + 1, min_version), expires=expires, meta=meta, spec_version=SPEC_VERSION))
     for s in release:
         smd.sign(s, append=True)
     sdata = _dump(smd)
     files.append((f"{smd.signed.version}.snapshot.json", sdata))
-    ts = Metadata(Timestamp(version=prev.timestamp + 1, expires=now + timedelta(days=timestamp_days),
+    ts = Metadata(Timestamp(version=max(prev.timestamp + 1, min_version), expires=now + timedelta(days=timestamp_days),
                             snapshot_meta=MetaFile(smd.signed.version, length=len(sdata),
                                                    hashes={"sha256": hashlib.sha256(sdata).hexdigest()}),
                             spec_version=SPEC_VERSION))
