@@ -8,6 +8,8 @@
       the target "kernels/<key>" in its hashed bin (that bin only is fetched and verified)?
           ──no──> NotInManifestError (no source can make it trusted)
       the signed entry's inputs hash to key? ──no──> IntegrityError
+      its launch contract the family's (variants/contract.py check_record_launch)? ──no──>
+          LaunchContractError naming the field (a signature is no proof a contract is right)
       a local blob with the signed sha256 and size (read verified)? ──> the kernel, no request
           │ no                     offline (ROCKE_AOT_OFFLINE=1) ──> OfflineMiss
       for each source, in order:
@@ -145,6 +147,7 @@ class Fetcher:
         self._accepted: Accepted | None = None
         self.metadata_skipped: list[tuple[str, str]] = []  # (source URL, why) that failed before the one accepted
         self._listed: list[str] | None = None
+        self._contracts: set[str] = set()  # keys whose record's launch contract was checked
 
     def close(self) -> None:
         for s in self.sources:
@@ -189,6 +192,9 @@ class Fetcher:
         # the signed record: its inputs must hash to the key (IntegrityError: no source can fix it)
         signed = Kernel.from_record({**entry, "key": key, "origin": {}})
         _answers(signed, device, family, f"the signed record of {key}")
+        if key not in self._contracts:  # a signature proves who signed a contract, not that it is right
+            check_contract(signed, f"the signed record of {key}")
+            self._contracts.add(key)
         origin = {"signed": True, "snapshot_version": acc.version, "generation": entry.get("generation")}
         raw = self._local_blob(signed.sha256, signed.size)
         if raw is not None:  # the bytes the signed target names, however they got here
@@ -291,6 +297,7 @@ class Fetcher:
         # A local copy answers when one of these sources sent it: what another server once made
         # this host keep is fetched again (and replaced).
         if k is not None and (self.offline or k.origin.get("source") in {s.url for s in self.sources}):
+            check_contract(k, f"the local copy of {key}")
             return _checked(_answers(k, device, family, f"the local copy of {key}"), check)
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
@@ -346,6 +353,20 @@ def check_asked(code_arch: str, code_family: str, device: Target | None, family:
         raise AnswerMismatchError(f"{what} is built for {code_arch}, which {device.id} cannot run")
 
 
+def check_contract(k: Kernel, what: str) -> None:
+    """The launch contract(s) ``k``'s record carries are its family's for its spec and arch
+    (rocke_aot/variants/contract.py check_record_launch: the grid, block, every argument's size
+    and layout); else LaunchContractError naming ``what``, before the kernel is kept or launched."""
+    from rocke_aot.cache.keys import thaw
+    from rocke_aot.errors import LaunchContractError
+    from rocke_aot.variants.contract import check_record_launch
+
+    try:
+        check_record_launch(k.inputs.family, thaw(k.inputs.spec), k.inputs.arch, thaw(k.metadata))
+    except LaunchContractError as e:
+        raise LaunchContractError(f"{what}: {e}") from None
+
+
 def _no_check(k: Kernel) -> None:
     return None
 
@@ -366,6 +387,7 @@ def _unsigned_from(src: Source, key: str, device: Target | None = None, family: 
     if not isinstance(src, ServiceSource):
         raise NotFoundError(f"{src.url} serves no unsigned records (a mirror is read through its manifest)")
     k = _answers(src.record(key), device, family, f"{src.url}'s record of {key}")  # strict, then the question
+    check_contract(k, f"{src.url}'s record of {key}")  # before a byte of it is fetched or kept
     raw = src.blob(k.sha256, k.size)
     try:
         check_elf_header(raw, k.inputs.arch, f"kernel {key} from {src.url}")

@@ -115,7 +115,7 @@ class ServiceClient:
         if triton_version is not None:
             body["triton_version"] = triton_version
         ans = self._call("POST", "/v1/select", MAX_DOCUMENT, headers=JSON_HEADERS, json_body=body)
-        document(ans, "the select answer")  # identity encoding, JSON, an object (named errors, before pydantic)
+        document(ans, "the select answer")  # identity, bounded JSON, an object (named errors, before pydantic)
         return check_select(parse_select(ans.body), device, family, list(lanes) if lanes is not None else None,
                             limit, ans.url, triton_version=triton_version)
 
@@ -166,8 +166,15 @@ def parse_select(body: bytes) -> dict[str, Any]:
     (an IntegrityError too) naming the first field at fault."""
     from pydantic import ValidationError
 
+    from rocke_aot.boundedjson import JSONLimitError, check
     from rocke_aot.client.answers import SelectResponse
+    from rocke_aot.client.sources import ANSWER_LIMITS
 
+    try:  # bounded before pydantic builds anything (parse_select is also called on bodies alone)
+        check(body, ANSWER_LIMITS, "the select answer")
+    except JSONLimitError as e:
+        raise MalformedAnswerError(f"POST /v1/select: the server's answer is not JSON within its bounds "
+                                   f"({e.limit}: {e})") from None
     try:
         doc = SelectResponse.model_validate_json(body, strict=True)
     except ValidationError as e:

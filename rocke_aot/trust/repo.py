@@ -379,10 +379,12 @@ def record_of(path: str, custom: object, sha: object, length: object) -> dict[st
         raise TrustError(f"target {path} carries no custom record")
     if not isinstance(sha, str) or not isinstance(length, int):
         raise TrustError(f"target {path} has no sha256 or length")
-    try:
-        record = json.loads(text)
-    except ValueError as e:
-        raise TrustError(f"target {path}: its custom record is not JSON ({e})") from None
+    from rocke_aot.boundedjson import JSONLimitError, Limits, loads
+
+    try:  # bounded: a record is key inputs + metadata and provenance of at most 1 MiB each
+        record = loads(text, Limits(4 << 20, max_depth=32, max_items=200_000, max_string=1 << 20), f"target {path}")
+    except JSONLimitError as e:
+        raise TrustError(f"target {path}: its custom record is not JSON within its bounds ({e})") from None
     if not isinstance(record, dict):
         raise TrustError(f"target {path}: its custom record is not an object")
     return {**record, "sha256": sha, "size": length}
