@@ -266,7 +266,7 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
         targets = {p: _entry_target(p.split("/", 1)[1], e) for p, e in entries.items()}
         if reuse:
             old = _read_json(out / f"{pv}.{name}.json")
-            if old is not None:
+            if old is not None and pv is not None:
                 old_exp = datetime.strptime(old["signed"]["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
                 same = old["signed"].get("targets", {}) == {p: t.to_dict() for p, t in targets.items()}
                 if same and old_exp > renew_before:
@@ -280,8 +280,8 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
         files.append((f"{md.signed.version}.{name}.json", data))
         meta[f"{name}.json"] = MetaFile(md.signed.version, length=len(data))
         written += 1
-    tmd = Metadata(Targets(version=max(prev.targets + 1, min_version), expires=expires, targets={}, delegations=delegations,
-                           spec_version=SPEC_VERSION))
+    tmd: Metadata[Targets] | None = Metadata(Targets(version=max(prev.targets + 1, min_version), expires=expires,
+                                                     targets={}, delegations=delegations, spec_version=SPEC_VERSION))
     if prev.targets_doc is not None:
         old_exp = datetime.strptime(prev.targets_doc["signed"]["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(
             tzinfo=timezone.utc)
