@@ -9,9 +9,11 @@
     keys.py      unique key prefixes (the 16-hex keys select prints) resolved against what is listed
     triton_cache.py  Triton's remote cache backend
 
-Imports only the vocabulary, cache/keys.py and cache/codec.py, trust/keys.py and
-trust/metadata.py, httpx, zstandard, cryptography and pydantic (the select answer only): not
-FastAPI, not SQLAlchemy, not llvmlite, not rocke_aot.aot (tests/test_client_slim.py).
+Imports only the vocabulary (boundedjson.py: every JSON read from the network is bounded),
+cache/keys.py and cache/codec.py, trust/keys.py and trust/repo.py, variants/contract.py (a
+fetched record's launch contract, checked before it is kept or launched), python-tuf, httpx,
+zstandard, cryptography and pydantic (the select answer only): not FastAPI, not SQLAlchemy, not
+llvmlite, not rocke_aot.aot (tests/test_client_slim.py).
 """
 
 from rocke_aot.client.fetch import Fetcher, OfflineMiss, sources_from
