@@ -72,8 +72,7 @@ from rocke_aot.cache.store import Store  # noqa: E402
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource  # noqa: E402
 from rocke_aot.client.fetch import DEFAULT_WORKERS  # noqa: E402
 from rocke_aot.launch import LaunchContract  # noqa: E402
-from rocke_aot.trust import keys, mirror  # noqa: E402
-from rocke_aot.trust import metadata as md  # noqa: E402
+from rocke_aot.trust import keys, mirror, repo  # noqa: E402
 from rocke_aot.trust.release import release  # noqa: E402
 from rocke_aot.variants.families import get_family  # noqa: E402
 
@@ -277,10 +276,10 @@ def run(n: int, size: int, rounds: int, workers: int, nets: list[str] = (), loca
         keys.generate(work / "root.key")
         keys.generate(work / "rel.key")
         rk, rel = keys.load_private(work / "root.key"), keys.load_private(work / "rel.key")
-        root = md.sign(md.make_root(1, datetime.now(timezone.utc) + timedelta(days=1), [rk.public], [rel.public]), [rk])
+        root = {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=1), rk, [rel.public])}
         with Store.open(work / "c.sqlite") as store:
             ks = fill(store, n, size)
-            release(store, work / "signed", root, rel, version=1)
+            release(store, work / "signed", root, [rel])
             mirror.export(store, work / "signed", www / "tree")
             shas = [store.lookup_many([k])[k].sha256 for k in ks]
         pin = str(work / "root.key.pub")

@@ -75,7 +75,7 @@ run trust keygen "$V/root.key" >/dev/null
 run trust keygen "$V/release.key" >/dev/null
 run trust root --key "$V/root.key" --release "$V/release.key.pub" -o "$V/root.json" >/dev/null
 run trust sign --cache "$CACHE" --root "$V/root.json" --key "$V/release.key" -o "$V/signed" --json \
-  | python3 -c 'import json,sys; d=json.load(sys.stdin); print("[docker] builder: signed generation version", d["version"], "of", d["kernels"], "kernels in", len(d["generations"]), "(arch, lane, family) generations")'
+  | python3 -c 'import json,sys; d=json.load(sys.stdin); print("[docker] builder: signed TUF timestamp version", d["version"], "of", d["kernels"], "kernels in", d["bins"], "bins,", len(d["generations"]), "generations")'
 
 docker run -d --name "$TAG-serve" -p "127.0.0.1:$PORT:8080" -v "$VOL:$V" "$TAG-serve" \
   --cache "$CACHE" --trust-dir "$V/signed" --host 0.0.0.0 --port 8080 >/dev/null
@@ -90,5 +90,5 @@ log "serve: health $st, /healthz $(python3 -c "import urllib.request; print(urll
 # a GPU host: pins root.key.pub, fetches through the verifying client into its own local store
 docker run --rm --network host -v "$VOL:$V:ro" "$TAG-builder" fetch --server "http://127.0.0.1:$PORT" \
   --root-key "$V/root.key.pub" --local /tmp/client "$key" --json \
-  | python3 -c 'import json,sys; d=json.load(sys.stdin); o=d["origin"]; print("[docker] fetch:", d["key"][:16], d["size"], "bytes, sha256", d["sha256"][:16], "signed:", o["signed"], "manifest version", o.get("manifest_version"))'
+  | python3 -c 'import json,sys; d=json.load(sys.stdin); o=d["origin"]; print("[docker] fetch:", d["key"][:16], d["size"], "bytes, sha256", d["sha256"][:16], "signed:", o["signed"], "snapshot version", o.get("snapshot_version"))'
 log "done"

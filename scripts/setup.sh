@@ -73,10 +73,11 @@ fi
 #    COMGR code path). dev adds llvm-22 (readelf/objdump: the tests' reference reader) and
 #    PostgreSQL's server binaries: the test suite initdb's its own throwaway cluster with them
 #    (tests/_pg.py), as the unprivileged `postgres` account the package creates; and nginx:
-#    the mirror tests serve an exported tree with it, unprivileged on a loopback port.
+#    the mirror tests serve an exported tree with it, unprivileged on a loopback port; and
+#    faketime: tuf-conformance (bench/tuf_conformance.sh) moves the host client's clock with it.
 APT_PKGS=(python3 python3-venv ca-certificates)
 [ "$PROFILE" = serve ] || APT_PKGS+=(lld-22 libamd-comgr2)
-[ "$PROFILE" = dev ] && APT_PKGS+=(llvm-22 postgresql nginx)
+[ "$PROFILE" = dev ] && APT_PKGS+=(llvm-22 postgresql nginx faketime)
 if want apt; then
   step_start apt
   missing=()

@@ -195,7 +195,8 @@ def test_cli_fetch_and_publish(server, tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps(thaw(art.spec)))
     args = [EXE, "publish", "--server", base, "--arch", "gfx942", "--lane", "llvm22", "--family", "gemm",
             "--spec", f"@{tmp_path / 'spec.json'}", "--recipe-digest", "cli-published",
-            "--toolchain", json.dumps(thaw(art.toolchain)), "--options", json.dumps(thaw(art.options)), "--ir-sha256", art.ir_sha256, str(out), "--json"]
+            "--toolchain", json.dumps(thaw(art.toolchain)), "--options", json.dumps(thaw(art.options)), "--ir-sha256", art.ir_sha256,
+            "--metadata", json.dumps(thaw(art.metadata)), str(out), "--json"]  # a publish carries its launch contract
     p = subprocess.run(args, capture_output=True, text=True, timeout=120, env={**os.environ, "ROCKE_AOT_TOKEN": TOKEN})
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)

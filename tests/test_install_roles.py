@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from _roles import role_venv
-from _service import filled_store, kernel_bundle, live_server  # noqa: F401
+from _service import built_store, kernel_bundle, live_server  # noqa: F401
 from _tree import git_tree
 
 from rocke_aot.cache.keys import thaw
@@ -116,7 +116,7 @@ def wheel(tmp_path_factory) -> Path:
 def world(tmp_path_factory, kernel_bundle):
     d = tmp_path_factory.mktemp("world")
     url = f"sqlite:///{d / 'store.sqlite'}"
-    store = filled_store(url, kernel_bundle[1])
+    store = built_store(url, kernel_bundle)  # built here: `cache audit` finds every row verified
     art = store.find()[0]
     key = art.key
     (d / "k.hsaco").write_bytes(store.get(key).code_object)

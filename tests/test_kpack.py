@@ -11,7 +11,8 @@ bundle manifests, `cache import` of a kpack, device wheels, rocKE instance lists
            them, they export again (signed here); every tamper refused by name, nothing stored
     wheel  ──pip install into a clean venv──> `python -m rocke_aot.cli fetch` with a pinned root key,
            no mirror, no server: the bytes equal the store's; offline (ROCKE_AOT_OFFLINE=1) after;
-           a tampered kpack / signed manifest inside the installed wheel refused by name
+           a tampered kpack / signed TUF timestamp inside the installed wheel refused by name (its
+           signed/ directory verified by python-tuf's Updater, pinned on the root key)
     aot_list.json ──rocke-aot build --instances──> built; a family this project lacks named
 """
 
@@ -36,13 +37,12 @@ from pathlib import Path
 import msgpack
 import pytest
 import zstandard
-from _service import EXE, filled_store, kernel_bundle  # noqa: F401
+from _service import EXE, built_store, kernel_bundle  # noqa: F401
 
 from rocke_aot import errors
 from rocke_aot.cache.keys import artifact_key
 from rocke_aot.cache.store import Store
-from rocke_aot.trust import keys
-from rocke_aot.trust import metadata as md
+from rocke_aot.trust import keys, repo
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime.now(timezone.utc)
@@ -62,10 +62,9 @@ def world(tmp_path_factory, kernel_bundle):
     for name in ("root", "release", "evil"):
         keys.generate(d / f"{name}.key")
     k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
-    root = md.sign(md.make_root(1, NOW + timedelta(days=365), [k["root"].public], [k["release"].public]), [k["root"]])
-    (d / "root.json").write_bytes(md.dumps(root))
+    (d / "root.json").write_bytes(repo.signed_root(1, NOW + timedelta(days=365), k["root"], [k["release"].public]))
     url = f"sqlite:///{d / 'built.sqlite'}"
-    filled_store(url, kernel_bundle[1]).close()
+    built_store(url, kernel_bundle).close()  # built here: a release signs these rows
     out = json.loads(cli("export", "--kpack", "--wheel", "--arch", "gfx942", "--key", d / "release.key",
                          "--root", d / "root.json", "--cache", url, "-o", d / "dist", "--json").stdout)
     with Store.open(url, readonly=True) as s:
@@ -348,9 +347,11 @@ def test_a_tampered_device_wheel_is_refused_by_name(world, host):
     assert got[victim["cache_key"]][:2] == ["error", "BlobMismatchError"]
     assert all(got[k][0] == world["arts"][k].sha256 for k in keys_ if k != victim["cache_key"])
     assert not any(p.name == victim["sha256"] for p in host["local"].rglob("*"))  # nothing kept of it
-    # a changed signed manifest: the signature check refuses the whole wheel
-    m = host["pkg"] / "signed" / "manifest.json"
-    m.write_bytes(m.read_bytes().replace(b'"version":1', b'"version":7', 1).replace(b'"version": 1', b'"version": 7', 1))
+    # a changed signed timestamp (TUF, python-tuf's Updater): the signature check refuses the whole wheel
+    m = host["pkg"] / "signed" / "timestamp.json"
+    before = m.read_bytes()
+    m.write_bytes(before.replace(b'"version":1', b'"version":7', 1))
+    assert m.read_bytes() != before
     shutil.rmtree(host["local"])
     got = _fetch_all(host, world, keys_[0])
     assert got[keys_[0]][0] == "error" and issubclass(getattr(errors, got[keys_[0]][1]), errors.TrustError), got

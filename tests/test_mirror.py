@@ -3,9 +3,9 @@
     store (8 real kernels) ──trust sign──> signed/ ──rocke-aot mirror export──> tree/
     nginx (unprivileged, loopback) serving a copy of tree/ per test
     Fetcher([MirrorSource(nginx)], root_key=pinned): every kernel's bytes equal the store's
-    each attack (tampered blob, tampered manifest, replayed older manifest, expired manifest,
-    swapped key, a mirror serving another generation) -> its named error, nothing stored,
-    the versions seen unchanged; mirrors then the service tried in order
+    each attack (tampered blob, tampered bin, a snapshot other than the timestamp names, a
+    replayed older timestamp, an expired one, another root key's repository) -> its named
+    error, nothing stored, the verified state unchanged; mirrors then the service in order
     the fast path (client/wire.py's httpcore pool, each blob hashed once on download, every
     local read hashed again) and what nginx can make it bound: an oversized body, a body
     trickled past the deadline, a body cut short, a frame of the wrong length -> each a
@@ -49,15 +49,23 @@ from rocke_aot.errors import (
     SpecError,
     UnlistedKeyError,
 )
-from rocke_aot.trust import keys
-from rocke_aot.trust import metadata as md
+from rocke_aot.trust import keys, repo
 from rocke_aot.trust.release import release
 
 NOW = datetime.now(timezone.utc)
 
 
-def root_doc(key, release_pub):
-    return md.sign(md.make_root(1, NOW + timedelta(days=365), [key.public], [release_pub]), [key])
+def root_doc(key, release_pub) -> dict[int, bytes]:
+    md = repo.make_root(1, NOW + timedelta(days=365), [key.public], [release_pub])
+    md.sign(key.signer())
+    return {1: repo._dump(md)}
+
+
+def metadata_requests(tree, keys_asked) -> int:
+    """What a fresh host asks for before the blobs: 1.root.json, 2.root.json (404), timestamp,
+    snapshot, targets, and the bin of each key asked (once each)."""
+    v = repo.verify(tree / "metadata", (tree / "metadata" / "1.root.json").read_bytes())
+    return 5 + len({repo.bin_of(f"kernels/{k}", v.bit_length) for k in keys_asked})
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +76,11 @@ def world(tmp_path_factory, kernel_bundle):
     k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
     store = built_store(d / "built.sqlite", kernel_bundle)
     root = root_doc(k["root"], k["release"].public)
-    release(store, d / "signed1", root, k["release"], version=1)
-    release(store, d / "signed2", root, k["release"], version=2)
-    release(store, d / "signed2b", root, k["release"], version=2, expires_days=20)  # another v2
-    release(store, d / "expired", root, k["release"], version=3, expires_days=-1)
-    release(store, d / "evil", root_doc(k["evil"], k["evil"].public), k["evil"], version=9)
+    release(store, d / "signed2", root, [k["release"]])
+    shutil.copytree(d / "signed2", d / "signed1")  # timestamp version 1
+    release(store, d / "signed2", root, [k["release"]])  # version 2
+    release(store, d / "expired", root, [k["release"]], now=NOW - timedelta(days=3))
+    release(store, d / "evil", root_doc(k["evil"], k["evil"].public), [k["evil"]])
     p = subprocess.run([EXE, "mirror", "export", "--cache", str(d / "built.sqlite"), "--signed", str(d / "signed2"),
                         "--root-key", str(d / "root.key.pub"), "-o", str(d / "tree"), "--json"],
                        capture_output=True, text=True, timeout=120)
@@ -107,9 +115,12 @@ def test_export_writes_every_listed_blob_as_a_zstd_frame_and_a_small_index(world
     for a in arts:
         frame = (tree / "blobs" / f"{a.sha256}.zst").read_bytes()
         assert zstandard.ZstdDecompressor().decompress(frame) == store.get(a.key).code_object
-    for n in ("root.json", "index.json", "manifest.json"):
-        assert (tree / n).read_bytes() == (world["d"] / "signed2" / n).read_bytes()
-    assert (tree / "index.json").stat().st_size < 2048  # what a host reads at start-up
+    for p in (world["d"] / "signed2").iterdir():
+        if (tree / "metadata" / p.name).exists():
+            assert (tree / "metadata" / p.name).read_bytes() == p.read_bytes()
+    assert (tree / "metadata" / "timestamp.json").stat().st_size < 2048  # what a warm host reads at start-up
+    for a in arts:  # the raw target files a TUF client downloads (consistent snapshots)
+        assert (tree / "targets" / "kernels" / f"{a.sha256}.{a.key}").read_bytes() == store.get(a.key).code_object
 
 
 def test_every_kernel_from_nginx_verified(world, tree, tmp_path):
@@ -118,7 +129,7 @@ def test_every_kernel_from_nginx_verified(world, tree, tmp_path):
         for a in store.find():
             k = f.get(a.key)
             assert k.code_object == store.get(a.key).code_object
-            assert k.origin["source"] == base and k.origin["manifest_version"] == 2
+            assert k.origin["source"] == base and k.origin["snapshot_version"] == 2
             assert hashlib.sha256(k.code_object).hexdigest() == a.sha256
     # a signed fetch keeps the bytes only (one file per kernel): the record is the signed entry
     kept = sorted(p.name for p in (tmp_path / "host" / "blobs").iterdir())
@@ -141,9 +152,10 @@ def test_get_many_fetches_each_kernel_once_and_keeps_what_verified(world, tree, 
             assert list(got) == keys
             for x in arts:
                 assert got[x.key].code_object == store.get(x.key).code_object and got[x.key].origin["source"] == base
-            assert f.sources[0].requests == 3 + len(arts)  # root, index, manifest once; each blob once
+            meta = metadata_requests(tree, keys)
+            assert f.sources[0].requests == meta + len(arts)  # the metadata once, each bin once; each blob once
             assert all(k.origin["source"] == str(tmp_path / "h1" / "host") for k in f.get_many(keys).values())
-            assert f.sources[0].requests == 3 + len(arts)  # the second pass is local
+            assert f.sources[0].requests == meta + len(arts)  # the second pass is local
             with pytest.raises(SpecError, match="workers"):
                 f.get_many(keys, workers=0)
             monkeypatch.setenv("ROCKE_AOT_FETCH_WORKERS", "0")
@@ -185,63 +197,55 @@ def test_sync_writes_only_new_blobs(world, tmp_path):
     assert r["blobs_written"] == 0 and r["blobs_pruned"] == 1
 
 
-ATTACKS = ["tampered blob", "tampered manifest", "tampered manifest and index", "replayed older manifest",
-           "expired manifest", "swapped key", "another generation, same version", "index of another manifest"]
+ATTACKS = ["tampered blob", "tampered bin", "snapshot other than the timestamp names", "replayed older timestamp",
+           "expired timestamp", "swapped key"]
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_each_attack_is_refused_and_nothing_is_stored(world, tree, tmp_path, attack):
     d, store = world["d"], world["store"]
     a = store.find()[0]
-    state = tmp_path / "host" / "trust" / "state.json"
+    state = tmp_path / "host" / "trust" / f"tuf-{keys.public_key(world['pin']).keyid[:16]}" / "verified.state"
+    meta = tree / "metadata"
 
-    def serve(src: str, *names):
-        for n in names or ("root.json", "index.json", "manifest.json"):
-            shutil.copy(d / src / n, tree / n)
-
-    def seen_v2():  # the host accepted version 2 before (from a good mirror)
-        with nginx(tree) as base, host(world, tmp_path, [base]) as f:
-            f.accepted()
-        shutil.rmtree(tmp_path / "host" / "kernels", ignore_errors=True)
+    def serve(src: str):
+        shutil.rmtree(meta)
+        shutil.copytree(d / src, meta)
 
     if attack == "tampered blob":
         other = store.get(store.find()[1].key).code_object
         forged = (other * 2)[:a.size]  # the signed size, other bytes, a valid frame
         (tree / "blobs" / f"{a.sha256}.zst").write_bytes(zstandard.ZstdCompressor().compress(forged))
         expected = BlobMismatchError
-    elif attack.startswith("tampered manifest"):
-        doc = json.loads((tree / "manifest.json").read_bytes())
-        doc["signed"]["kernels"][a.key]["size"] += 1
-        data = md.dumps(doc)
-        (tree / "manifest.json").write_bytes(data)
+    elif attack == "tampered bin":
+        v = repo.verify(meta, (meta / "1.root.json").read_bytes())
+        name = repo.bin_of(f"kernels/{a.key}", v.bit_length)
+        path = next(meta / f for f in v.files if f.endswith(f".{name}.json"))
+        doc = json.loads(path.read_bytes())
+        doc["signed"]["targets"][f"kernels/{a.key}"]["length"] += 1
+        path.write_bytes(json.dumps(doc, separators=(",", ":")).encode()[:path.stat().st_size])
+        expected = (MixedGenerationError, SignatureError)
+    elif attack == "snapshot other than the timestamp names":
+        ts = json.loads((meta / "timestamp.json").read_bytes())
+        snap = meta / f"{ts['signed']['meta']['snapshot.json']['version']}.snapshot.json"
+        snap.write_bytes(snap.read_bytes().replace(b'"version":', b'"version": ', 1)[:snap.stat().st_size])
         expected = MixedGenerationError
-        if attack.endswith("and index"):
-            ix = json.loads((tree / "index.json").read_bytes())
-            ix["signed"]["manifest"].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
-            (tree / "index.json").write_bytes(md.dumps(ix))
-            expected = SignatureError
-    elif attack == "replayed older manifest":
-        seen_v2()
+    elif attack == "replayed older timestamp":
+        with nginx(tree) as base, host(world, tmp_path, [base]) as f:
+            f.accepted()  # the host verified version 2 (from a good mirror)
         serve("signed1")
         expected = RollbackError
-    elif attack == "expired manifest":
+    elif attack == "expired timestamp":
         serve("expired")
         expected = ExpiredError
-    elif attack == "swapped key":
+    else:
         serve("evil")
         expected = UnlistedKeyError
-    elif attack == "another generation, same version":
-        seen_v2()
-        serve("signed2b")
-        expected = MixedGenerationError
-    else:  # the index of one signed generation, the manifest of another
-        serve("signed2b", "manifest.json")
-        expected = MixedGenerationError
     before = state.read_bytes() if state.exists() else None
     with nginx(tree) as base, host(world, tmp_path, [base]) as f, pytest.raises(expected):
         f.get(a.key)
     assert nothing_stored(tmp_path)
-    if attack != "tampered blob":  # (there the metadata is genuine, and accepted)
+    if attack not in ("tampered blob", "tampered bin"):  # (there the top-level metadata is genuine, and accepted)
         assert (state.read_bytes() if state.exists() else None) == before
 
 
@@ -306,7 +310,7 @@ def test_a_mirror_under_a_path_prefix(world, tree, tmp_path):
             with host(world, tmp_path / f"h{len(prefix)}", [base + prefix]) as f:
                 for a in arts[:3]:
                     assert f.get(a.key).code_object == store.get(a.key).code_object
-                assert f.sources[0].requests == 3 + 3
+                assert f.sources[0].requests == metadata_requests(tree, [a.key for a in arts[:3]]) + 3
         with host(world, tmp_path / "root", [base]) as f, pytest.raises(NotFoundError):
             f.accepted()  # the tree's files are not at the server's root
 

@@ -34,8 +34,7 @@ from rocke_aot.cache.store import Store
 from rocke_aot.errors import BundleError, LaunchContractError, SpecError
 from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
-from rocke_aot.trust import keys
-from rocke_aot.trust import metadata as md
+from rocke_aot.trust import keys, repo
 from rocke_aot.trust.release import release
 from rocke_aot.trust.signable import signable_rows
 from rocke_aot.variants.contract import check_entry, check_record_launch
@@ -139,11 +138,12 @@ def test_a_published_flipped_byte_is_never_built_signed_or_audited_clean(world, 
         rows, left = signable_rows(store)
         assert rows == [] and [(x.key, x.entered) for x in left] == [(key, "publish")]
         assert "published" in left[0].reason
-        rk, rel = keys.generate(world["d"] / "root.key"), keys.generate(world["d"] / "rel.key")
-        root = md.sign(md.make_root(1, datetime.now(timezone.utc) + timedelta(days=30), [rk], [rel]),
-                       [keys.load_private(world["d"] / "root.key")])
+        _, rel = keys.generate(world["d"] / "root.key"), keys.generate(world["d"] / "rel.key")
+        roots = {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30),
+                                     keys.load_private(world["d"] / "root.key"), [rel])}
         with pytest.raises(SpecError, match="left out"):
-            release(store, world["d"] / "signed", root, keys.load_private(world["d"] / "rel.key"))
+            release(store, world["d"] / "signed", roots, [keys.load_private(world["d"] / "rel.key")])
+        assert not (world["d"] / "signed" / "timestamp.json").exists()  # nothing signed
         report = audit(store)
         assert not report.ok and [u.key for u in report.unverified] == [key]
         # the builder never counts it cached: it compiles the spec and its bytes replace the published ones

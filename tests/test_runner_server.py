@@ -29,8 +29,7 @@ from rocke_aot.errors import BlobMismatchError
 from rocke_aot.runner.bench import ServerSource
 from rocke_aot.service.client import Client
 from rocke_aot.service.selection import parse_problem
-from rocke_aot.trust import keys
-from rocke_aot.trust import metadata as md
+from rocke_aot.trust import keys, repo
 from rocke_aot.trust.release import release
 
 PROBLEM = {"m": 512, "n": 512, "k": 512}
@@ -44,8 +43,8 @@ def world(tmp_path_factory, kernel_bundle):
     rk, rel = keys.load_private(d / "root.key"), keys.load_private(d / "release.key")
     url = f"sqlite:///{d / 'served.sqlite'}"
     store = built_store(url, kernel_bundle)
-    root = md.sign(md.make_root(1, datetime.now(timezone.utc) + timedelta(days=30), [rk.public], [rel.public]), [rk])
-    release(store, d / "signed", root, rel, version=1)
+    root = {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30), rk, [rel.public])}
+    release(store, d / "signed", root, [rel])
     with serve_process(url, extra=["--trust-dir", str(d / "signed")]) as (_, base):
         yield {"d": d, "store": store, "base": base, "pin": str(d / "root.key.pub")}
     store.close()
@@ -114,7 +113,7 @@ def test_the_cli_checks_the_trust_configuration_before_looking_for_a_gpu(world, 
 
 
 def test_a_host_fetches_by_prefix_under_the_signed_manifest(world, tmp_path):
-    """Issue 39: the 16 digits select prints resolve among the signed manifest's keys (a pinned key)."""
+    """Issue 39: the 16 digits select prints resolve among the signed metadata's keys (a pinned key: every bin read)."""
     arts = world["store"].find()[:2]
     base = world["base"]
     r = CliRunner().invoke(cli, ["fetch", "--server", base, "--root-key", world["pin"], "--local", str(tmp_path / "h"),
@@ -127,4 +126,4 @@ def test_a_host_fetches_by_prefix_under_the_signed_manifest(world, tmp_path):
     nobody = next(p for p in ("0123456789abcdef", "fedcba9876543210") if not any(k.startswith(p) for k in taken))
     r = CliRunner().invoke(cli, ["fetch", "--server", base, "--root-key", world["pin"], "--local",
                                  str(tmp_path / "h"), nobody])
-    assert r.exit_code == 1 and f"no kernel key starts with {nobody} (manifest version 1" in r.output
+    assert r.exit_code == 1 and f"no kernel key starts with {nobody} (snapshot version 1" in r.output

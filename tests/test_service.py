@@ -405,7 +405,7 @@ def test_openapi_documents_every_endpoint_parameter_and_error(client):
         ("GET", "/v1/blobs/{sha256}"), ("HEAD", "/v1/blobs/{sha256}"), ("GET", "/v1/kernels/{key}"),
         ("HEAD", "/v1/kernels/{key}"), ("PUT", "/v1/kernels/{key}"), ("GET", "/v1/kernels/{key}/meta"),
         ("GET", "/v1/kernels"), ("POST", "/v1/select"), ("GET", "/healthz"), ("GET", "/metrics"),
-        ("GET", "/v1/trust/{name}"), ("PUT", "/v1/trust"),
+        ("GET", "/v1/trust/{name}"), ("PUT", "/v1/trust/{name}"),
         ("GET", "/v1/triton/{key}"), ("PUT", "/v1/triton/{key}"),  # Triton's remote cache (docs/triton.md)
     }
     for (method, path), op in ops.items():

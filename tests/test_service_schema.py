@@ -19,7 +19,7 @@ from rocke_aot.service.app import create_app
 OPERATIONS = [("GET", "/v1/blobs/{sha256}"), ("HEAD", "/v1/blobs/{sha256}"), ("GET", "/v1/kernels/{key}"),
               ("HEAD", "/v1/kernels/{key}"), ("GET", "/v1/kernels/{key}/meta"), ("GET", "/v1/kernels"),
               ("POST", "/v1/select"), ("PUT", "/v1/kernels/{key}"), ("GET", "/healthz"), ("GET", "/metrics"),
-              ("GET", "/v1/trust/{name}"), ("PUT", "/v1/trust"), ("GET", "/v1/triton/{key}"),
+              ("GET", "/v1/trust/{name}"), ("PUT", "/v1/trust/{name}"), ("GET", "/v1/triton/{key}"),
               ("PUT", "/v1/triton/{key}")]
 
 

@@ -33,8 +33,7 @@ from rocke_aot.aot.codeobject import validate
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import BundleError, SpecError
 from rocke_aot.targets import Target
-from rocke_aot.trust import keys
-from rocke_aot.trust import metadata as md
+from rocke_aot.trust import keys, repo
 from rocke_aot.trust.release import release
 
 HOST_ARGS = ("hip", "gfx942", 64, 1024, 4096)  # the softmax launch the build prebuilt
@@ -126,15 +125,15 @@ def mirrored(moved):
     for name in ("root", "release"):
         keys.generate(d / f"{name}.key")
     rk, rel = keys.load_private(d / "root.key"), keys.load_private(d / "release.key")
-    root = md.sign(md.make_root(1, datetime.now(timezone.utc) + timedelta(days=30), [rk.public], [rel.public]), [rk])
+    root = {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30), rk, [rel.public])}
     with Store.open(d / "imported.sqlite") as store:
         # an import is not a build here: a release leaves it out until a build here verifies it
         with pytest.raises(SpecError, match="left out"):
-            release(store, d / "unsigned", root, rel, version=1)
+            release(store, d / "unsigned", root, [rel])
         s = build(arches=[Target.parse("gfx942")], families=["triton_softmax"], lanes=["llvm24"], store=store,
                   toolchains=moved["toolchains"], where={"BLOCK": "1024", "cols_class": "div16"})
         assert (s["to_verify"], s["verified"], s["replaced"], s["cached"]) == (1, 1, [], 0), s.data
-        release(store, d / "signed", root, rel, version=1)
+        release(store, d / "signed", root, [rel])
     where = served_dir()
     p = subprocess.run([EXE, "mirror", "export", "--cache", str(d / "imported.sqlite"), "--signed", str(d / "signed"),
                         "--root-key", str(d / "root.key.pub"), "-o", str(where / "tree"), "--json"],

@@ -1,14 +1,15 @@
-"""Signed generations end to end: keys, root -> release delegation, the release step over a real
-store, a real `rocke-aot serve --trust-dir` serving the metadata, and a host that refuses
-everything the pinned root key does not vouch for.
+"""Signed metadata (TUF, through python-tuf) end to end: keys, root -> release keys, the release
+step over a real store, a real `rocke-aot serve --trust-dir` serving the repository, and a host
+that refuses everything the pinned root key does not vouch for.
 
-    built store (8 real gemm kernels) ──trust/release.py──> manifest.json + index.json (+ root.json)
+    built store (8 real gemm kernels) ──trust/release.py──> a TUF repository (trust/repo.py)
     rocke-aot serve --trust-dir D --root-key root.pub --token-file T
     Fetcher(ServiceSource, root_key=root.pub):
-        good: bytes equal the store's, origin names the manifest version; a second get is local
+        good: bytes equal the store's, origin names the snapshot version; a second get is local
         each attack, written into D (the server reads it per request) or sent by a tampering
-        transport: named error, nothing in the local store, the versions seen unchanged
-    PUT /v1/trust: a good generation is served after; a bad one is refused and D is unchanged
+        transport: named error, nothing in the local store, the verified state unchanged
+    PUT /v1/trust/<file>: a good repository is served after; a bad timestamp is refused, D unchanged
+    `rocke-aot trust keygen|root|sign|timestamp|migrate` and the old format refused by name
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 from datetime import datetime, timedelta, timezone
@@ -36,30 +38,37 @@ from rocke_aot.errors import (
     NotInManifestError,
     RollbackError,
     SignatureError,
+    SpecError,
     TrustConfigError,
     TrustError,
-    Unauthorized,
     UnlistedKeyError,
 )
-from rocke_aot.service.client import Client
-from rocke_aot.service.trust import accept
-from rocke_aot.trust import keys
-from rocke_aot.trust import metadata as md
+from rocke_aot.service.trust import accept_file
+from rocke_aot.trust import keys, repo
+from rocke_aot.trust import metadata as old_md
 from rocke_aot.trust.release import release
 
 TOKEN = "trust-test-token"
 NOW = datetime.now(timezone.utc)
 
 
-def make_root(root_key, release_pubs, version=1, days=365, signer=None):
-    return md.sign(md.make_root(version, NOW + timedelta(days=days), [root_key.public], release_pubs),
-                   [signer or root_key])
+def make_root(root_key, release_pubs, version=1, days=365, signers=None) -> bytes:
+    md = repo.make_root(version, NOW + timedelta(days=days), [root_key.public], release_pubs)
+    for s in signers or [root_key]:
+        md.sign(s.signer(), append=True)
+    return repo._dump(md)
 
 
-def generation(store, where: Path, root_doc, key, version, days=30.0) -> dict[str, bytes]:
-    """A signed generation of ``store`` as the bytes of its three files (written to ``where``)."""
-    release(store, where, root_doc, key, version=version, expires_days=days)
-    return {n: (where / n).read_bytes() for n in ("root.json", "index.json", "manifest.json")}
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+
+
+def restore(d: Path, files: dict[str, bytes]) -> None:
+    for p in d.iterdir():
+        if p.is_file() and p.name not in files:
+            p.unlink()
+    for n, data in files.items():
+        (d / n).write_bytes(data)
 
 
 @pytest.fixture(scope="module")
@@ -70,28 +79,31 @@ def world(tmp_path_factory, kernel_bundle):
     k = {name: keys.load_private(d / f"{name}.key") for name in ("root", "release", "release2", "evil")}
     url = f"sqlite:///{d / 'served.sqlite'}"
     store = built_store(url, kernel_bundle)
-    root_doc = make_root(k["root"], [k["release"].public])
+    roots = {1: make_root(k["root"], [k["release"].public])}
     served = d / "served"
-    gen1 = generation(store, served, root_doc, k["release"], 1)
+    release(store, served, roots, [k["release"]])
     (d / "token").write_text(TOKEN)
     extra = ["--trust-dir", str(served), "--root-key", str(d / "root.key.pub")]
     with serve_process(url, token_file=str(d / "token"), extra=extra) as (_, base):
-        yield {"d": d, "k": k, "store": store, "root_doc": root_doc, "served": served, "gen1": gen1, "base": base,
-               "pin": str(d / "root.key.pub")}
+        yield {"d": d, "k": k, "store": store, "roots": roots, "served": served, "gen1": snapshot(served),
+               "base": base, "pin": str(d / "root.key.pub")}
     store.close()
 
 
 @pytest.fixture()
 def served(world):
-    """The served directory, put back to generation 1 after the test."""
+    """The served directory, put back to version 1 after the test."""
     yield world["served"]
-    for n, data in world["gen1"].items():
-        (world["served"] / n).write_bytes(data)
+    restore(world["served"], world["gen1"])
 
 
 def fetcher(world, tmp_path, **kw):
     return Fetcher([ServiceSource(world["base"], retries=0)], LocalStore(tmp_path / "host"),
                    root_key=kw.pop("root_key", world["pin"]), **kw)
+
+
+def state_path(world, tmp_path) -> Path:
+    return tmp_path / "host" / "trust" / f"tuf-{keys.public_key(world['pin']).keyid[:16]}" / "verified.state"
 
 
 def nothing_stored(tmp_path) -> bool:
@@ -116,16 +128,24 @@ def test_a_signed_fetch_from_the_service(world, served, tmp_path):
     with fetcher(world, tmp_path) as f:
         k = f.get(a.key)
         assert k.code_object == world["store"].get(a.key).code_object
-        assert k.origin["signed"] is True and k.origin["manifest_version"] == 1
+        assert k.origin["signed"] is True and k.origin["snapshot_version"] == 1
         n = f.sources[0].requests
         assert f.get(a.key).code_object == k.code_object and f.sources[0].requests == n
-    state = json.loads((tmp_path / "host" / "trust" / "state.json").read_text())
-    assert state["manifest_version"] == 1 and state["index_version"] == 1
-    # a warm start reads root.json and index.json only (the manifest's sha256 did not move)
+        assert n == 6 + 1  # 1.root.json, 2.root.json (404), timestamp, snapshot, targets, the bin; the blob
+    state = json.loads(state_path(world, tmp_path).read_text())
+    assert state["snapshot_version"] == 1 and state["timestamp_version"] == 1
+    # a warm start downloads the timestamp and the next root version only (nothing changed)
     with fetcher(world, tmp_path) as f:
         assert f.get(a.key).code_object == k.code_object and f.sources[0].requests == 2
     with fetcher(world, tmp_path, offline=True) as f:
         assert f.get(a.key).code_object == k.code_object and f.sources[0].requests == 0
+
+
+def test_a_pinned_initial_root_json_works_as_the_key_does(world, served, tmp_path):
+    (tmp_path / "root.json").write_bytes(world["roots"][1])
+    a = world["store"].find()[0]
+    with fetcher(world, tmp_path, root_key=str(tmp_path / "root.json")) as f:
+        assert f.get(a.key).code_object == world["store"].get(a.key).code_object
 
 
 def test_no_pinned_key_is_refused_unless_insecure_is_asked_for(world, tmp_path, monkeypatch):
@@ -141,85 +161,96 @@ def test_no_pinned_key_is_refused_unless_insecure_is_asked_for(world, tmp_path, 
     assert k.origin["signed"] is False
     monkeypatch.setenv("ROCKE_AOT_ROOT_KEY", world["pin"])  # configuration, not code
     with Fetcher([ServiceSource(world["base"])], LocalStore(tmp_path / "host")) as f:
-        k2 = f.get(a.key)  # the unsigned record counts for nothing: the signed entry is the record,
+        k2 = f.get(a.key)  # the unsigned record counts for nothing: the signed target is the record,
         sent = f.sources[0].requests  # and bytes of the signed sha256 are the signed bytes
     assert k2.origin["signed"] is True and k2.code_object == k.code_object
-    assert sent == 3  # root.json, index.json, manifest.json: no blob fetched again
-    assert k2.origin["manifest_version"] == 1 and k2.origin["source"] == str(tmp_path / "host")
+    assert sent == 6  # the metadata only: no blob fetched again
+    assert k2.origin["source"] == str(tmp_path / "host")
 
 
-@pytest.mark.parametrize("attack", ["unsigned", "tampered manifest", "tampered manifest and index", "expired",
-                                    "swapped root key", "unlisted release key", "another manifest, same version"])
+def _bin_file(d: Path, key: str) -> Path:
+    ts = json.loads((d / "timestamp.json").read_bytes())
+    snap = json.loads((d / f"{ts['signed']['meta']['snapshot.json']['version']}.snapshot.json").read_bytes())
+    tv = snap["signed"]["meta"]["targets.json"]["version"]
+    bits = json.loads((d / f"{tv}.targets.json").read_bytes())["signed"]["delegations"]["succinct_roles"]["bit_length"]
+    name = repo.bin_of(f"kernels/{key}", bits)
+    return d / f"{snap['signed']['meta'][name + '.json']['version']}.{name}.json"
+
+
+@pytest.mark.parametrize("attack", ["unsigned timestamp", "tampered bin", "tampered bin re-signed by another key",
+                                    "expired timestamp", "swapped root key", "unlisted release key",
+                                    "snapshot other than the timestamp names"])
 def test_bad_metadata_is_refused_and_nothing_is_stored(world, served, tmp_path, attack):
-    k, store, root_doc = world["k"], world["store"], world["root_doc"]
+    k, store = world["k"], world["store"]
     a = store.find()[0]
-    g1 = world["gen1"]
-    expected: type[TrustError]
-    if attack == "unsigned":
-        doc = json.loads(g1["index.json"])
+    expected: type[TrustError] | tuple
+    if attack == "unsigned timestamp":
+        doc = json.loads((served / "timestamp.json").read_bytes())
         doc["signatures"] = []
-        (served / "index.json").write_bytes(md.dumps(doc))
+        (served / "timestamp.json").write_bytes(json.dumps(doc).encode())
         expected = SignatureError
-    elif attack.startswith("tampered manifest"):
-        doc = json.loads(g1["manifest.json"])
-        entry = doc["signed"]["kernels"][a.key]
-        entry["sha256"] = hashlib.sha256(b"evil").hexdigest()
-        data = md.dumps(doc)
-        (served / "manifest.json").write_bytes(data)
-        expected = MixedGenerationError  # the index names the manifest's sha256
-        if attack.endswith("and index"):
-            ix = json.loads(g1["index.json"])
-            ix["signed"]["manifest"].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
-            (served / "index.json").write_bytes(md.dumps(ix))
-            expected = SignatureError
-    elif attack == "expired":
-        generation(store, served, root_doc, k["release"], 1, days=-1)
+    elif attack.startswith("tampered bin"):
+        path = _bin_file(served, a.key)
+        doc = json.loads(path.read_bytes())
+        t = doc["signed"]["targets"][f"kernels/{a.key}"]
+        t["hashes"]["sha256"] = hashlib.sha256(b"evil").hexdigest()
+        if attack.endswith("another key"):
+            from tuf.api.metadata import Metadata
+
+            md = Metadata.from_dict(doc)
+            md.signatures.clear()
+            md.sign(k["evil"].signer())
+            path.write_bytes(repo._dump(md))
+            expected = (SignatureError, MixedGenerationError)  # the signed length moved too, or the key
+        else:
+            path.write_bytes(json.dumps(doc, separators=(",", ":")).encode())
+            expected = (SignatureError, MixedGenerationError)
+    elif attack == "expired timestamp":
+        restore(served, {})
+        release(store, served, world["roots"], [k["release"]], now=NOW - timedelta(days=2))
         expected = ExpiredError
     elif attack == "swapped root key":
-        evil_root = make_root(k["evil"], [k["evil"].public])
-        generation(store, served, evil_root, k["evil"], 1)
+        restore(served, {})
+        release(store, served, {1: make_root(k["evil"], [k["evil"].public])}, [k["evil"]])
         expected = UnlistedKeyError
     elif attack == "unlisted release key":
-        with pytest.raises(TrustError, match="does not list key"):  # the release step refuses first
-            release(store, tmp_path / "x", root_doc, k["evil"], version=1)
-        ix = json.loads(g1["index.json"])
-        (served / "index.json").write_bytes(md.dumps(md.sign(ix["signed"], [k["evil"]])))
-        expected = UnlistedKeyError
-    else:  # a host saw version 1; a source now answers another version 1 (other generation contents)
-        with fetcher(world, tmp_path) as f:
-            f.accepted()
-        gen = generation(store, tmp_path / "other", root_doc, k["release"], 1, days=31)
-        for n, data in gen.items():
-            (served / n).write_bytes(data)
-        expected = MixedGenerationError
-    state_before = _read(tmp_path / "host" / "trust" / "state.json")
+        with pytest.raises(TrustError, match="does not list enough"):  # the release step refuses first
+            release(store, tmp_path / "x", world["roots"], [k["evil"]])
+        from tuf.api.metadata import Metadata
+
+        md = Metadata.from_bytes((served / "timestamp.json").read_bytes())
+        md.signed.version += 1
+        md.signatures.clear()
+        md.sign(k["evil"].signer())
+        (served / "timestamp.json").write_bytes(repo._dump(md))
+        expected = SignatureError
+    else:
+        ts = json.loads((served / "timestamp.json").read_bytes())
+        snap = served / f"{ts['signed']['meta']['snapshot.json']['version']}.snapshot.json"
+        snap.write_bytes(snap.read_bytes() + b" ")
+        expected = (MixedGenerationError, SignatureError)
     with fetcher(world, tmp_path) as f, pytest.raises(expected):
         f.get(a.key)
     assert nothing_stored(tmp_path)
-    assert _read(tmp_path / "host" / "trust" / "state.json") == state_before
-
-
-def _read(p: Path) -> bytes | None:
-    return p.read_bytes() if p.exists() else None
 
 
 def test_a_replayed_older_version_is_a_rollback(world, served, tmp_path):
     k, store = world["k"], world["store"]
     a = store.find()[0]
-    generation(store, served, world["root_doc"], k["release"], 2)
+    release(store, served, world["roots"], [k["release"]])  # version 2
     with fetcher(world, tmp_path) as f:
-        assert f.accepted().manifest.version == 2
-    for n, data in world["gen1"].items():  # the attacker replays version 1, validly signed and unexpired
-        (served / n).write_bytes(data)
-    with fetcher(world, tmp_path) as f, pytest.raises(RollbackError, match="older than version 2"):
+        assert f.accepted().version == 2
+    before = state_path(world, tmp_path).read_bytes()
+    (served / "timestamp.json").write_bytes(world["gen1"]["timestamp.json"])  # validly signed, unexpired
+    with fetcher(world, tmp_path) as f, pytest.raises(RollbackError):
         f.get(a.key)
-    assert nothing_stored(tmp_path)
+    assert nothing_stored(tmp_path) and state_path(world, tmp_path).read_bytes() == before
 
 
 def test_kernels_not_listed_and_blobs_other_than_signed_are_refused(world, served, tmp_path):
     store = world["store"]
     a = store.find()[0]
-    with fetcher(world, tmp_path) as f, pytest.raises(NotInManifestError, match="not listed") as refused:
+    with fetcher(world, tmp_path) as f, pytest.raises(NotInManifestError, match="not a target") as refused:
         f.get("ab" * 32)
     assert isinstance(refused.value, NotFoundError)  # the fetch's own error is a not-found too (CLI exit, HTTP 404)
     real = httpx.Client()
@@ -239,79 +270,112 @@ def test_kernels_not_listed_and_blobs_other_than_signed_are_refused(world, serve
     real.close()
 
 
-def test_rotating_the_release_key_needs_no_new_pin_and_revokes_the_old_one(world, served, tmp_path):
+def test_rotating_release_and_root_keys_needs_no_new_pin_and_revokes_the_old(world, served, tmp_path):
     k, store = world["k"], world["store"]
     a = store.find()[0]
-    root2 = make_root(k["root"], [k["release2"].public], version=2)
-    generation(store, served, root2, k["release2"], 2)
     with fetcher(world, tmp_path) as f:
-        assert f.get(a.key).origin["manifest_version"] == 2
-    # the revoked key signs a newer generation under the new root: refused
-    generation(store, tmp_path / "old", root2, k["release2"], 3)  # (a valid one, to copy the root from)
-    ix = json.loads((tmp_path / "old" / "index.json").read_bytes())
-    (served / "index.json").write_bytes(md.dumps(md.sign(ix["signed"], [k["release"]])))
-    (served / "manifest.json").write_bytes((tmp_path / "old" / "manifest.json").read_bytes())
-    (served / "root.json").write_bytes(md.dumps(root2))
-    with fetcher(world, tmp_path / "h2") as f, pytest.raises(UnlistedKeyError):
+        f.accepted()  # this host trusts root version 1
+    # root v2 lists release2 only; v3 moves the root itself to release2's... no: to the evil key's
+    # place of a new root key (signed by the old one too): hosts walk 1 -> 2 -> 3 from their pin
+    roots = {**world["roots"], 2: make_root(k["root"], [k["release2"].public], version=2)}
+    release(store, served, roots, [k["release2"]])
+    with fetcher(world, tmp_path) as f:
+        assert f.get(a.key).origin["snapshot_version"] == 2
+    with fetcher(world, tmp_path / "fresh") as f:  # a fresh host walks the chain from its pin
+        assert f.get(a.key).origin["snapshot_version"] == 2
+    # the revoked key signs a newer timestamp: refused
+    from tuf.api.metadata import Metadata
+
+    md = Metadata.from_bytes((served / "timestamp.json").read_bytes())
+    md.signed.version += 1
+    md.signatures.clear()
+    md.sign(k["release"].signer())
+    (served / "timestamp.json").write_bytes(repo._dump(md))
+    with fetcher(world, tmp_path / "h2") as f, pytest.raises(SignatureError):
         f.accepted()
 
 
-def test_publish_of_a_signed_generation_checks_before_writing(world, served, tmp_path):
-    k, store, base = world["k"], world["store"], world["base"]
-    good = generation(store, tmp_path / "g2", world["root_doc"], k["release"], 2)
-    texts = {n.split(".")[0]: data.decode() for n, data in good.items()}
-    with Client(base, token=TOKEN, offline=False) as c:
-        bad = dict(texts)
-        doc = json.loads(bad["manifest"])
-        doc["signatures"][0]["sig"] = "00" * 64
-        bad["manifest"] = md.dumps(doc).decode()
-        with pytest.raises(MixedGenerationError):  # the index names the exact manifest bytes
-            c.publish_generation(**bad)
-        assert (served / "index.json").read_bytes() == world["gen1"]["index.json"]
-        out = c.publish_generation(**texts)
-        assert out["version"] == 2 and out["kernels"] == 8
-        assert httpx.get(f"{base}/v1/trust/index.json").content == good["index.json"]
-        with pytest.raises(RollbackError):
-            c.publish_generation(**{n.split(".")[0]: d.decode() for n, d in world["gen1"].items()})
-        other = generation(store, tmp_path / "g2b", world["root_doc"], k["release"], 2, days=10)
-        with pytest.raises(Conflict):
-            c.publish_generation(**{n.split(".")[0]: d.decode() for n, d in other.items()})
-        assert httpx.get(f"{base}/v1/trust/manifest.json").content == good["manifest.json"]
-    with Client(base, token="wrong", offline=False) as c, pytest.raises(Unauthorized):
-        c.publish_generation(**texts)
-    # a manifest listing kernels the store does not hold (the same checks, in process)
+def test_publish_checks_the_timestamp_before_serving_it(world, served, tmp_path):
+    k, store = world["k"], world["store"]
+    good = tmp_path / "good"
+    shutil.copytree(served, good)
+    release(store, good, world["roots"], [k["release"]])  # version 2
+    pin = keys.public_key(world["pin"])
+    target = tmp_path / "d"
+    shutil.copytree(served, target)
+    bad = json.loads((good / "timestamp.json").read_bytes())
+    bad["signatures"][0]["sig"] = "00" * 64
+    with pytest.raises(SignatureError):
+        accept_file(store, target, pin, "timestamp.json", json.dumps(bad).encode())
+    assert (target / "timestamp.json").read_bytes() == world["gen1"]["timestamp.json"]
+    with pytest.raises(Conflict):  # a version is never rewritten
+        accept_file(store, target, pin, "1.snapshot.json", b"{}")
+    for p in sorted(good.iterdir()):
+        if p.name != "timestamp.json":
+            accept_file(store, target, pin, p.name, p.read_bytes())
+    out = accept_file(store, target, pin, "timestamp.json", (good / "timestamp.json").read_bytes())
+    assert out["version"] == 2 and out["kernels"] == 8
+    with pytest.raises(RollbackError):
+        accept_file(store, target, pin, "timestamp.json", world["gen1"]["timestamp.json"])
+    with pytest.raises(SpecError):
+        accept_file(store, target, pin, "../x.json", b"{}")
+    # a repository listing kernels the store does not hold
     with Store.open(tmp_path / "empty.sqlite") as empty, pytest.raises(NotFoundError, match="8 kernel"):
-        accept(empty, tmp_path / "d", keys.public_key(world["pin"]), *(d.decode() for d in good.values()))
-    assert not (tmp_path / "d").exists()
+        accept_file(empty, good, pin, "timestamp.json", (good / "timestamp.json").read_bytes())
+    r = httpx.put(f"{world['base']}/v1/trust/timestamp.json", content=b"{}",
+                  headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401
 
 
 def test_the_trust_commands(world, kernel_bundle, tmp_path):
     env = {**os.environ, "ROCKE_AOT_HOME": str(tmp_path)}
 
-    def run(*args):
+    def run(*args, ok=True):
         p = subprocess.run([EXE, "trust", *args, "--json"], capture_output=True, text=True, timeout=120, env=env)
-        assert p.returncode == 0, p.stderr
-        return json.loads(p.stdout)
+        if ok:
+            assert p.returncode == 0, p.stderr
+            return json.loads(p.stdout)
+        return p
 
     r = run("keygen", str(tmp_path / "root.key"))
     assert r["keyid"] == keys.public_key(tmp_path / "root.key.pub").keyid
-    run("keygen", str(tmp_path / "rel.key"))
+    p = subprocess.run([EXE, "trust", "keygen", str(tmp_path / "rel.key")], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and "pin the ROOT key only" in p.stdout and "never pinned" in p.stdout
     r = run("root", "--key", str(tmp_path / "root.key"), "--release", str(tmp_path / "rel.key.pub"),
             "-o", str(tmp_path / "root.json"))
     assert r["version"] == 1
     built_store(tmp_path / "c.sqlite", kernel_bundle).close()
-    r = run("sign", "--cache", str(tmp_path / "c.sqlite"), "--root", str(tmp_path / "root.json"),
-            "--key", str(tmp_path / "rel.key"), "-o", str(tmp_path / "signed"))
-    assert r["version"] == 1 and r["kernels"] == 8
-    r = run("sign", "--cache", str(tmp_path / "c.sqlite"), "--root", str(tmp_path / "root.json"),
-            "--key", str(tmp_path / "rel.key"), "-o", str(tmp_path / "signed"))
-    assert r["version"] == 2  # versions only grow
-    pin = keys.public_key(tmp_path / "root.key.pub")
-    root = md.check_root(json.loads((tmp_path / "signed" / "root.json").read_bytes()), pin, NOW)
-    ix = md.check_index(json.loads((tmp_path / "signed" / "index.json").read_bytes()), root, NOW)
-    m = md.check_manifest((tmp_path / "signed" / "manifest.json").read_bytes(), ix, root, NOW)
-    assert m.version == 2 and len(m.kernels) == 8
-    p = subprocess.run([EXE, "trust", "sign", "--cache", str(tmp_path / "c.sqlite"), "--root",
-                        str(tmp_path / "root.json"), "--key", str(tmp_path / "root.key"), "-o", str(tmp_path / "s2")],
-                       capture_output=True, text=True, timeout=120, env=env)
-    assert p.returncode == 1 and "does not list key" in p.stderr
+    sign = ["sign", "--cache", str(tmp_path / "c.sqlite"), "--root", str(tmp_path / "root.json"),
+            "--key", str(tmp_path / "rel.key"), "-o", str(tmp_path / "signed")]
+    r = run(*sign)
+    assert r["version"] == 1 and r["kernels"] == 8 and r["bins_written"] == r["bins"]
+    r = run(*sign)
+    assert r["version"] == 2 and r["bins_written"] == 0  # versions only grow; unchanged bins are kept
+    r = run("timestamp", "--key", str(tmp_path / "rel.key"), str(tmp_path / "signed"))
+    assert r["version"] == 3
+    v = repo.verify(tmp_path / "signed", keys.public_key(tmp_path / "root.key.pub"))
+    assert v.timestamp_version == 3 and len(v.kernels) == 8
+    p = run("sign", "--cache", str(tmp_path / "c.sqlite"), "--root", str(tmp_path / "root.json"),
+            "--key", str(tmp_path / "root.key"), "-o", str(tmp_path / "s2"), ok=False)
+    assert p.returncode == 1 and "does not list enough" in p.stderr
+    # a directory of the old format: refused by name, with the command that migrates it
+    old = tmp_path / "old"
+    old.mkdir()
+    rk, rel = keys.load_private(tmp_path / "root.key"), keys.load_private(tmp_path / "rel.key")
+    root_doc = old_md.sign(old_md.make_root(1, NOW + timedelta(days=30), [rk.public], [rel.public]), [rk])
+    kernels = {key: {k2: v2 for k2, v2 in e.items()} for key, e in v.kernels.items()}
+    gens = sorted({(e["arch"], e["lane"], e["family"], e["generation"]) for e in kernels.values()})
+    man = old_md.make_manifest(1, NOW + timedelta(days=30), [dict(zip(("arch", "lane", "family", "generation"), g))
+                                                            for g in gens], kernels)
+    mb = old_md.dumps(old_md.sign(man, [rel]))
+    (old / "root.json").write_bytes(old_md.dumps(root_doc))
+    (old / "manifest.json").write_bytes(mb)
+    (old / "index.json").write_bytes(old_md.dumps(old_md.sign(old_md.make_index(1, NOW + timedelta(days=30), mb, man),
+                                                              [rel])))
+    with pytest.raises(TrustConfigError, match="rocke-aot trust migrate"):
+        repo.verify(old, keys.public_key(tmp_path / "root.key.pub"))
+    r = run("migrate", "--root-key", str(tmp_path / "root.key"), "--key", str(tmp_path / "rel.key"), str(old))
+    assert r["kernels"] == 8 and (old / "legacy" / "manifest.json").is_file()
+    assert repo.verify(old, keys.public_key(tmp_path / "root.key.pub")).kernels == v.kernels
+    with pytest.raises(NotFoundError):
+        raise NotInManifestError("a NotInManifestError is a NotFoundError too")

@@ -438,7 +438,7 @@ def _import_kpack(path: Path, manifest: Path, root_key, check, cache_url, as_jso
     doc = kpack.loads(data, str(manifest))
     if kpack.kpack_path(manifest, doc).resolve() != path.resolve():
         raise KpackError(f"{manifest} names {doc['kpack']}, not {path.name}")
-    with _store(cache_url) as store:
+    with _store(cache_url, create=True) as store:  # an import creates its store (as a bundle import does)
         summary = kpack.import_kpack(store, manifest, check=check, data=data)
     summary["signed_by"] = signed_by
     if as_json:

@@ -11,12 +11,15 @@ A top-level command (beside `cache export`, whose bundle is this project's own f
              OUT/rocke_aot_<arch>.root.json    --root, when given: what makes a release key's
                                                signature checkable by a host that pins the root key
     --wheel  OUT/rocke_aot_device_<arch>-<version>-py3-none-any.whl   the same four files plus
-             the release's signed metadata of the arch (trust/release.py: root.json, index.json,
-             manifest.json, --version) in package rocke_aot_device_<arch>, with the entry point
-             [rocke_aot.device_kernels] that client/device_kernels.py finds (cache/wheel.py)
+             the arch's signed TUF repository (trust/release.py -> trust/repo.py: every root
+             version, --version.targets.json, the bins, the snapshot and a timestamp that expires
+             with the rest, every version at least --version) under signed/, in package
+             rocke_aot_device_<arch>, with the entry point [rocke_aot.device_kernels] that
+             client/device_kernels.py finds (cache/wheel.py)
 
 A host verifies a kpack it found on disk with `rocke-aot cache import --manifest M --root-key PUB`
-(or client/device_kernels.py verify_signature); a device wheel through the Fetcher like a mirror.
+(or client/device_kernels.py verify_signature); a device wheel through the Fetcher like a mirror:
+python-tuf's Updater over the wheel's signed/ directory, pinned on the host's root key.
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ def signature_doc(key, data: bytes) -> bytes:
 @click.option("--key", "key_path", required=True, type=click.Path(exists=True, dir_okay=False), metavar="KEY",
               help="The private key that signs: a release key (with --root) or the root key itself.")
 @click.option("--root", "root_path", type=click.Path(exists=True, dir_okay=False), default=None, metavar="ROOT_JSON",
-              help="The signed root.json listing --key as a release key (required for --wheel).")
+              help="The signed TUF root.json (`rocke-aot trust root`) listing --key as a release key (required for --wheel).")
 @click.option("--version", "version", type=click.IntRange(min=1), default=1, show_default=True,
-              help="--wheel: the signed metadata's version and the wheel's version (only grows on a host).")
+              help="--wheel: the wheel's version and the least version of every signed file (only grows on a host).")
 @click.option("--expires-days", type=click.FloatRange(min=0.01), default=365.0, show_default=True,
               help="--wheel: days until the signed metadata expires.")
 @click.option("--cache", "cache_url", default=None, metavar="URL", help="Cache URL (default: $ROCKE_AOT_CACHE).")
@@ -120,19 +123,23 @@ def export(want_kpack, want_wheel, arch, families, key_path, root_path, version,
 def _wheel(store, arch: str, key, root_bytes: bytes | None, version: int, expires_days: float, out: Path) -> dict:
     from rocke_aot.cache import kpack, wheel
     from rocke_aot.client.device_kernels import DEVICE_SCHEMA, ENTRY_POINTS, frame_index
-    from rocke_aot.trust import metadata as md
-    from rocke_aot.trust.release import release
+    from rocke_aot.trust.release import read_roots, release
 
     pkg = package_name(arch)
     stem = kpack.file_stem(arch)
     with tempfile.TemporaryDirectory(prefix="rocke-wheel-") as tmp_name:
         tmp = Path(tmp_name)
         assert root_bytes is not None  # --wheel requires --root (checked at the edge)
-        summary = release(store, tmp / "signed", md.loads(root_bytes, "--root"), key, version=version,
-                          expires_days=expires_days, arches=[arch])
+        (tmp / "root.json").write_bytes(root_bytes)
+        # a wheel is frozen: its timestamp cannot be renewed, so it expires with the rest
+        summary = release(store, tmp / "signed", read_roots([tmp / "root.json"]), [key], expires_days=expires_days,
+                          timestamp_days=expires_days, arches=[arch], min_version=version)
         kp, mp, doc, body = kpack.export(store, tmp, arch)
         if len(doc["entries"]) != summary["kernels"]:
-            raise SpecError(f"{arch}: {summary['kernels']} kernels signed, {len(doc['entries'])} in the kpack")
+            left = summary["left_out"]
+            raise SpecError(f"{arch}: {summary['kernels']} kernels signed, {len(doc['entries'])} in the kpack"
+                            + (f" ({len(left)} left out of the signature; first: {left[0]['key'][:16]} "
+                               f"{left[0]['reason']})" if left else ""))
         device = {"schema": DEVICE_SCHEMA, "arch": arch, "manifest": mp.name, "kpack": kp.name,
                   "signed_version": version, "frames": frame_index(doc)}
         files = {f"{pkg}/__init__.py": f'"""Device kernels of rocke-aot for {arch} (read by rocke_aot.client)."""\n'
@@ -140,8 +147,9 @@ def _wheel(store, arch: str, key, root_bytes: bytes | None, version: int, expire
                  f"{pkg}/device.json": json.dumps(device, indent=2, sort_keys=True).encode() + b"\n",
                  f"{pkg}/{kp.name}": kp.read_bytes(), f"{pkg}/{mp.name}": body,
                  f"{pkg}/{stem}.sig.json": signature_doc(key, body), f"{pkg}/{stem}.root.json": root_bytes}
-        for name in ("root.json", "index.json", "manifest.json"):
-            files[f"{pkg}/signed/{name}"] = (tmp / "signed" / name).read_bytes()
+        for f in sorted((tmp / "signed").iterdir()):
+            if f.is_file() and f.name.endswith(".json"):
+                files[f"{pkg}/signed/{f.name}"] = f.read_bytes()
         path = wheel.write(out, pkg.replace("_", "-"), str(version), files,
                            entry_points={ENTRY_POINTS: {pkg: pkg}},
                            summary=f"rocke-aot device kernels for {arch} ({len(doc['entries'])} kernels)")

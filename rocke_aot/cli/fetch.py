@@ -137,7 +137,9 @@ def fetch(keys, from_file, problem, arch, family, limit, lanes, triton_version, 
     if output is not None and len(wanted) > 1:
         raise click.UsageError(f"-o writes one kernel; {len(wanted)} were asked for: use --out-dir DIR")
     store = LocalStore(local)
-    with Fetcher(sources_from(server, mirrors), store, root_key=root_key, insecure=insecure) as f:
+    offline = settings.flag(settings.OFFLINE)  # offline: no source is made (no HTTP stack loaded)
+    with Fetcher([] if offline else sources_from(server, mirrors), store, root_key=root_key, insecure=insecure,
+                 offline=offline) as f:
         resolved: dict[str, str | None] = {}
         for k, fam in wanted:  # every prefix resolved (or refused) before anything is fetched
             resolved.setdefault(f.resolve(k), fam)

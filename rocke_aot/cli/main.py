@@ -74,7 +74,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mirror": ("rocke_aot.cli.mirror", "mirror",
         "Static mirrors of signed generations for any HTTP server, object store or CDN."),
     "trust": ("rocke_aot.cli.trust", "trust",
-        "Keys and signed metadata of generations (TUF-style: root -> release key -> manifest)."),
+        "Keys and signed metadata of generations (TUF, through python-tuf: root -> release keys -> bins)."),
     "publish": ("rocke_aot.cli.publish", "publish",
         "Publish a code object FILE to a service under the key of its inputs."),
     "settings": ("rocke_aot.cli.settings", "settings_cmd",

@@ -1,14 +1,12 @@
 """`rocke-aot mirror export|sync`: a signed generation as a static tree (trust/mirror.py).
 
-    export --cache URL --signed DIR -o TREE   TREE/{root,index,manifest}.json + blobs/<sha256>.zst
+    export --cache URL --signed DIR -o TREE   TREE/metadata/ (the TUF repository) + targets/ + blobs/<sha256>.zst
                                               + triton/<key>.json (each listed Triton build's cache entry)
     sync   --cache URL --signed DIR TREE      the same, writing only the blobs TREE lacks
-    --root-key PUB   check DIR's signatures as a host would before writing anything
+    --root-key PUB   check DIR from this root key (else from its own 1.root.json) before writing anything
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import click
 
@@ -33,25 +31,19 @@ def mirror() -> None:
     """
 
 
-def _check(signed_dir: str, root_key: str | None) -> None:
+def _pin(root_key: str | None):
     if root_key is None:
-        return
-    from datetime import datetime, timezone
-
+        return None
     from rocke_aot.trust import keys
-    from rocke_aot.trust import metadata as md
 
-    d, now = Path(signed_dir), datetime.now(timezone.utc)
-    root = md.check_root(md.loads((d / "root.json").read_bytes(), "root.json"), keys.public_key(root_key), now)
-    index = md.check_index(md.loads((d / "index.json").read_bytes(), "index.json"), root, now)
-    md.check_manifest((d / "manifest.json").read_bytes(), index, root, now)
+    return keys.public_key(root_key)
 
 
 def _report(rep, as_json: bool) -> None:
     if as_json:
         emit_json(rep.as_dict())
     else:
-        click.echo(f"{rep.tree}: manifest version {rep.version}, {rep.kernels} blobs listed; "
+        click.echo(f"{rep.tree}: timestamp version {rep.version}, {rep.kernels} blobs listed; "
                    f"{rep.blobs_written} written ({rep.bytes_written} bytes), {rep.blobs_kept} kept, "
                    f"{rep.blobs_pruned} pruned; {rep.triton_entries} Triton cache entries"
                    + (f" ({len(rep.triton_missing)} listed Triton builds have no entry in the store: hosts compile "
@@ -74,9 +66,8 @@ def export_cmd(cache_url, signed_dir, root_key, out, as_json) -> None:
     from rocke_aot.cache.store import Store
     from rocke_aot.trust import mirror as m
 
-    _check(signed_dir, root_key)
     with Store.open(cache_url, readonly=True) as store:
-        _report(m.export(store, signed_dir, out), as_json)
+        _report(m.export(store, signed_dir, out, pin=_pin(root_key)), as_json)
 
 
 @mirror.command("sync")
@@ -96,6 +87,5 @@ def sync_cmd(cache_url, signed_dir, root_key, prune, tree, as_json) -> None:
     from rocke_aot.cache.store import Store
     from rocke_aot.trust import mirror as m
 
-    _check(signed_dir, root_key)
     with Store.open(cache_url, readonly=True) as store:
-        _report(m.sync(store, signed_dir, tree, prune=prune), as_json)
+        _report(m.sync(store, signed_dir, tree, prune=prune, pin=_pin(root_key)), as_json)

@@ -1,18 +1,23 @@
-"""`rocke-aot trust keygen|root|sign|publish`: the operator's side of signed generations.
+"""`rocke-aot trust keygen|root|sign|timestamp|migrate|publish`: the operator's side of signed metadata.
 
-    keygen FILE                      FILE (private, 0600) + FILE.pub (what hosts pin / root lists)
-    root --key ROOT --release PUB..  root.json: root key(s) + release keys, version, expiry,
-                                     signed by ROOT (rotate/revoke a release key: a new version)
+The signed metadata is a TUF repository (trust/repo.py, written with python-tuf's Metadata API):
+
+    keygen FILE                      FILE (private, 0600) + FILE.pub; hosts pin the ROOT key's .pub
+    root --key ROOT --release PUB..  a TUF root.json: root key(s), release keys for the timestamp,
+                                     snapshot, targets and bin roles; a new version rotates or
+                                     revokes (signed by the old root keys too: --also-sign)
     sign --cache URL --root root.json --key RELEASE -o DIR
-                                     the store's current generations -> DIR/manifest.json +
-                                     DIR/index.json (+ root.json), trust/release.py
-    publish --server URL DIR         PUT /v1/trust: the service checks every signature (against
-                                     its own pinned root key) and the kernels before writing
+                                     the store's current generations -> DIR, a TUF repository
+                                     (kernels as targets in hashed bins, consistent snapshots)
+    timestamp --key RELEASE DIR      a new short-lived timestamp.json (a cron job's step)
+    migrate DIR --root-key ROOT --key RELEASE
+                                     a directory of the old format (root, index, manifest) -> TUF
+    publish --server URL DIR         PUT /v1/trust/<file>, one file per request (streamed), the
+                                     timestamp last: the service checks the whole repository first
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -25,7 +30,7 @@ from rocke_aot.errors import TrustError
 
 @click.group("trust")
 def trust() -> None:
-    """Keys and signed metadata of generations (TUF-style: root -> release key -> manifest).
+    """Keys and signed metadata of generations (TUF, through python-tuf: root -> release keys -> bins).
 
     \b
     Example:
@@ -43,7 +48,8 @@ def keygen(file, as_json) -> None:
 
     \b
     Example:
-        rocke-aot trust keygen root.key     # keep root.key offline; hosts pin root.key.pub
+        rocke-aot trust keygen root.key      # keep root.key offline; hosts pin root.key.pub
+        rocke-aot trust keygen release.key   # listed by root.json (trust root --release), not pinned
     """
     from rocke_aot.trust import keys
 
@@ -53,51 +59,59 @@ def keygen(file, as_json) -> None:
         emit_json(info)
     else:
         click.echo(f"{file} (private, 0600), {file}.pub (public)  keyid {pub.keyid}\n"
-                   f"pin on hosts: {settings.ROOT_KEY}={file}.pub  (or ed25519:{pub.public})")
+                   f"hosts pin the ROOT key only: {settings.ROOT_KEY}=<root key>.pub (or its ed25519:<hex>), or the "
+                   "initial root.json; if this is the root key: "
+                   f"{settings.ROOT_KEY}={file}.pub; a release key is listed by `rocke-aot trust root --release "
+                   f"{file}.pub`, never pinned")
 
 
 @trust.command("root")
-@click.option("--key", "root_key", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The root private key that signs root.json (hosts pin its public half).")
+@click.option("--key", "root_keys", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A root private key: listed as a root key and signing root.json (hosts pin its public half); "
+                   "repeatable.")
+@click.option("--also-sign", "also_sign", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="An old root private key that signs this version without being listed (root key rotation: "
+                   "a host walks from the old root to the new one).")
 @click.option("--release", "release", required=True, multiple=True, metavar="PUB",
-              help="A release public key (.pub file or ed25519:<hex>) that may sign manifests; repeatable.")
+              help="A release public key (.pub file or ed25519:<hex>) for timestamp, snapshot, targets and bins; "
+                   "repeatable.")
 @click.option("--threshold", default=1, show_default=True, type=click.IntRange(1, 16),
-              help="How many release keys must sign index.json and manifest.json.")
+              help="How many release keys must sign each release role.")
 @click.option("--version", "version", type=click.IntRange(1), default=None,
               help="root.json version (default: one more than the --out file's, else 1).")
 @click.option("--expires-days", default=365.0, show_default=True, type=click.FloatRange(0, min_open=True))
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="Where to write root.json.")
 @json_option
-def root_cmd(root_key, release, threshold, version, expires_days, out, as_json) -> None:
-    """Sign a root.json that lists the root key and the release keys.
+def root_cmd(root_keys, also_sign, release, threshold, version, expires_days, out, as_json) -> None:
+    """Sign a TUF root.json that lists the root keys and the release keys.
 
-    A new version that omits a release key revokes it; one that adds a key rotates to it. Hosts
-    keep their pinned root key and pick the new root.json up with the next metadata.
+    A new version that omits a release key revokes it; one that adds a key rotates to it. Give
+    every version to `trust sign --root` (hosts walk the chain from version 1 and keep their pin).
 
     \b
     Example:
-        rocke-aot trust root --key root.key --release release2.key.pub -o signed/root.json
+        rocke-aot trust root --key root.key --release release2.key.pub -o root.json   # version 2
     """
     from rocke_aot.paths import atomic_write
-    from rocke_aot.trust import keys
-    from rocke_aot.trust import metadata as md
+    from rocke_aot.trust import keys, repo
 
-    rk = keys.load_private(root_key)
+    rks = [keys.load_private(k) for k in root_keys]
     rel = [keys.public_key(r) for r in release]
     if threshold > len(rel):
         raise TrustError(f"--threshold {threshold} with {len(rel)} release key(s): nothing could ever be signed")
     if version is None:
         try:
-            version = int(json.loads(Path(out).read_text())["signed"]["version"]) + 1
+            version = repo.load_root(Path(out).read_bytes(), out).signed.version + 1
         except FileNotFoundError:
             version = 1
-        except (ValueError, KeyError, TypeError) as e:
-            raise TrustError(f"{out} is not a root.json ({e}); give --version") from None
     expires = datetime.now(timezone.utc) + timedelta(days=expires_days)
-    doc = md.sign(md.make_root(version, expires, [rk.public], rel, threshold), [rk])
-    atomic_write(Path(out), md.dumps(doc))
-    info = {"out": out, "version": version, "expires": doc["signed"]["expires"], "root_keyid": rk.public.keyid,
-            "release_keyids": [k.keyid for k in rel], "threshold": threshold}
+    md = repo.make_root(version, expires, [k.public for k in rks], rel, threshold)
+    for k in [*rks, *(keys.load_private(a) for a in also_sign)]:
+        md.sign(k.signer(), append=True)
+    atomic_write(Path(out), repo._dump(md))
+    info = {"out": out, "version": version, "expires": md.signed.expires.isoformat(),
+            "root_keyids": [k.public.keyid for k in rks], "release_keyids": [k.keyid for k in rel],
+            "threshold": threshold}
     if as_json:
         emit_json(info)
     else:
@@ -107,19 +121,23 @@ def root_cmd(root_key, release, threshold, version, expires_days, out, as_json) 
 
 @trust.command("sign")
 @click.option("--cache", "cache_url", metavar="URL", default=None, help="The store (default: $ROCKE_AOT_CACHE).")
-@click.option("--root", "root_file", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="root.json (from `rocke-aot trust root`), copied into DIR.")
-@click.option("--key", "key_file", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="A release private key root.json lists.")
+@click.option("--root", "root_files", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="root.json (from `rocke-aot trust root`); repeatable: every version DIR does not hold yet.")
+@click.option("--key", "key_files", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A release private key root.json lists (repeatable, up to its threshold).")
 @click.option("--arch", "arches", multiple=True, help="Only these arches (repeatable; default: every one).")
 @click.option("--lane", "lanes", multiple=True, help="Only these lanes (repeatable; default: every one).")
-@click.option("--version", "version", type=click.IntRange(1), default=None,
-              help="Manifest version (default: one more than DIR's index.json, else 1).")
-@click.option("--expires-days", default=30.0, show_default=True, type=click.FloatRange(0, min_open=True))
-@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Directory of the metadata.")
+@click.option("--bins", "bit_length", type=click.IntRange(1, 16), default=None,
+              help="2**N hashed bins (default: kept from DIR, else about 64 kernels a bin).")
+@click.option("--expires-days", default=30.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Expiry of snapshot, targets and bins.")
+@click.option("--timestamp-days", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Expiry of timestamp.json: a fresh host accepts nothing older (re-sign with `trust timestamp`).")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="The repository directory.")
 @json_option
-def sign_cmd(cache_url, root_file, key_file, arches, lanes, version, expires_days, out, as_json) -> None:
-    """Sign the store's current generations: DIR/manifest.json, DIR/index.json and DIR/root.json.
+def sign_cmd(cache_url, root_files, key_files, arches, lanes, bit_length, expires_days, timestamp_days, out,
+             as_json) -> None:
+    """Sign the store's current generations into DIR, a TUF repository (trust/repo.py).
 
     \b
     Example:
@@ -127,24 +145,75 @@ def sign_cmd(cache_url, root_file, key_file, arches, lanes, version, expires_day
     """
     from rocke_aot.cache.store import Store
     from rocke_aot.trust import keys
-    from rocke_aot.trust.release import release
+    from rocke_aot.trust.release import read_roots, release
 
-    try:
-        root_doc = json.loads(Path(root_file).read_text())
-    except ValueError as e:
-        raise TrustError(f"{root_file} is not JSON ({e})") from None
+    roots = read_roots(root_files, Path(out))
     with Store.open(cache_url, readonly=True) as store:
-        info = release(store, out, root_doc, keys.load_private(key_file), version=version,
-                       expires_days=expires_days, arches=arches, lanes=lanes)
+        info = release(store, out, roots, [keys.load_private(k) for k in key_files], expires_days=expires_days,
+                       timestamp_days=timestamp_days, arches=arches, lanes=lanes, bit_length=bit_length)
     if as_json:
         emit_json(info)
     else:
-        click.echo(f"{out}: manifest version {info['version']}, {info['kernels']} kernels of "
-                   f"{len(info['generations'])} generation(s), expires {info['expires']}")
+        click.echo(f"{out}: timestamp version {info['version']}, {info['kernels']} kernels of "
+                   f"{len(info['generations'])} generation(s) in {info['bins']} bins ({info['bins_written']} signed, "
+                   f"{info['bins_kept']} unchanged), timestamp expires {info['expires']}")
         for x in info["left_out"][:20]:  # rows no build here made or verified, or a contract off its family's
             click.echo(f"left out {x['key'][:16]} {x['family']}/{x['arch']}/{x['lane']} ({x['entered']}): {x['reason']}")
         if len(info["left_out"]) > 20:
             click.echo(f"left out {len(info['left_out']) - 20} more (--json lists every one)")
+
+
+@trust.command("timestamp")
+@click.option("--key", "key_files", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A release private key (repeatable, up to the threshold).")
+@click.option("--timestamp-days", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True))
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@json_option
+def timestamp_cmd(key_files, timestamp_days, directory, as_json) -> None:
+    """Sign a new timestamp.json over DIRECTORY's current snapshot (run it well within the expiry).
+
+    \b
+    Example:
+        rocke-aot trust timestamp --key release.key signed/    # e.g. hourly from cron
+    """
+    from rocke_aot.trust import keys, repo
+
+    info = repo.timestamp(directory, [keys.load_private(k) for k in key_files], timestamp_days=timestamp_days)
+    if as_json:
+        emit_json(info)
+    else:
+        click.echo(f"{directory}: timestamp version {info['version']}, expires {info['expires']}")
+
+
+@trust.command("migrate")
+@click.option("--root-key", "root_key", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The root private key the old root.json is signed by (hosts keep pinning its .pub).")
+@click.option("--key", "key_files", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A release private key the old root.json lists (repeatable).")
+@click.option("--expires-days", default=30.0, show_default=True, type=click.FloatRange(0, min_open=True))
+@click.option("--timestamp-days", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True))
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@json_option
+def migrate_cmd(root_key, key_files, expires_days, timestamp_days, directory, as_json) -> None:
+    """Turn a directory of the old signed format (root.json, index.json, manifest.json) into TUF.
+
+    The old documents are checked against the root key first, moved to DIRECTORY/legacy/, and
+    their kernels signed again as TUF targets (root.json version 1 of the new format).
+
+    \b
+    Example:
+        rocke-aot trust migrate --root-key root.key --key release.key signed/
+    """
+    from rocke_aot.trust import keys
+    from rocke_aot.trust.release import migrate
+
+    info = migrate(Path(directory), keys.load_private(root_key), [keys.load_private(k) for k in key_files],
+                   expires_days=expires_days, timestamp_days=timestamp_days)
+    if as_json:
+        emit_json(info)
+    else:
+        click.echo(f"{directory}: {info['kernels']} kernels migrated to TUF (timestamp version {info['version']}); "
+                   f"the old files are in {info['legacy']}")
 
 
 @trust.command("publish")
@@ -153,18 +222,34 @@ def sign_cmd(cache_url, root_file, key_file, arches, lanes, version, expires_day
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @json_option
 def publish_cmd(server, token, directory, as_json) -> None:
-    """Publish DIRECTORY's signed metadata to a service (it checks the signatures first).
+    """Publish DIRECTORY's TUF repository to a service, one file per request, timestamp.json last.
 
     \b
     Example:
         ROCKE_AOT_TOKEN=... rocke-aot trust publish --server http://127.0.0.1:8080 signed/
     """
-    from rocke_aot.service.client import Client
+    from rocke_aot.client.sources import JSON_HEADERS, MAX_RECORD, ServiceSource, document
+    from rocke_aot.errors import Unauthorized
+    from rocke_aot.trust import repo
 
-    docs = {name: (Path(directory) / f"{name}.json").read_text() for name in ("root", "index", "manifest")}
-    with Client(server, token=token, offline=False) as client:
-        out = client.publish_generation(**docs)
+    if not token:
+        raise Unauthorized(f"publishing needs a token (--token or ${settings.TOKEN})")
+    d = Path(directory)
+    verified = repo.verify(d, (d / "1.root.json").read_bytes() if (d / "1.root.json").is_file() else b"")
+    src = ServiceSource(server)
+    sent = 0
+    try:
+        for name in verified.files:  # the versioned files, then timestamp.json
+            ans = src.call("PUT", f"/v1/trust/{name}", MAX_RECORD,
+                           headers={**JSON_HEADERS, "Content-Type": "application/json",
+                                    "Authorization": f"Bearer {token}"}, json_body=(d / name).read_bytes())
+            out = document(ans, f"the answer to publishing {name}")
+            sent += bool(out.get("written"))
+    finally:
+        src.close()
+    out = {**out, "files": len(verified.files), "files_written": sent}
     if as_json:
         emit_json(out)
     else:
-        click.echo(f"published manifest version {out['version']} ({out['kernels']} kernels) to {server}")
+        click.echo(f"published timestamp version {out.get('version')} ({out.get('kernels')} kernels; "
+                   f"{sent} of {len(verified.files)} files new) to {server}")

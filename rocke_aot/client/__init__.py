@@ -9,16 +9,32 @@
     keys.py      unique key prefixes (the 16-hex keys select prints) resolved against what is listed
     triton_cache.py  Triton's remote cache backend
 
-Imports only the vocabulary, cache/keys.py and cache/codec.py, trust/keys.py and
-trust/metadata.py, httpx, zstandard, cryptography and pydantic (the select answer only): not
-FastAPI, not SQLAlchemy, not llvmlite, not rocke_aot.aot (tests/test_client_slim.py).
+Imports only the vocabulary (boundedjson.py: every JSON read from the network is bounded),
+cache/keys.py and cache/codec.py, trust/keys.py and trust/repo.py, variants/contract.py (a
+fetched record's launch contract, checked before it is kept or launched), python-tuf, httpx,
+zstandard, cryptography and pydantic (the select answer only): not FastAPI, not SQLAlchemy, not
+llvmlite, not rocke_aot.aot (tests/test_client_slim.py).
 """
 
 from rocke_aot.client.fetch import Fetcher, OfflineMiss, sources_from
 from rocke_aot.client.local import Kernel, LocalStore
-from rocke_aot.client.service import ServiceClient
-from rocke_aot.client.sources import MirrorSource, ServiceSource, SourceError
 from rocke_aot.client.trusted import ENV_INSECURE, ENV_ROOT_KEY, InsecureFetchWarning, Trusted
+from rocke_aot.errors import SourceError
+
+
+def __getattr__(name: str):
+    """MirrorSource, ServiceSource and ServiceClient load httpx/httpcore on first use (a warm
+    offline fetch needs neither)."""
+    if name in ("MirrorSource", "ServiceSource"):
+        from rocke_aot.client import sources
+
+        return getattr(sources, name)
+    if name == "ServiceClient":
+        from rocke_aot.client.service import ServiceClient
+
+        return ServiceClient
+    raise AttributeError(f"module 'rocke_aot.client' has no attribute {name!r}")
+
 
 __all__ = ["ENV_INSECURE", "ENV_ROOT_KEY", "Fetcher", "InsecureFetchWarning", "Kernel", "LocalStore", "MirrorSource",
            "OfflineMiss", "ServiceClient", "ServiceSource", "SourceError", "Trusted", "sources_from"]

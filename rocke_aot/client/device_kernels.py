@@ -7,15 +7,18 @@ the check of a kpack bundle manifest's signature.
                                         "frames": {sha256: [frame offset, frame size, size]}}
             rocke_aot_gfx942.kpack     the kernels (TheRock RFC0008, zstd per kernel)
             rocke_aot_gfx942.json      the rocke.aot.bundle/v1 manifest (+ .sig.json, its signature)
-            signed/root.json, index.json, manifest.json   the release's signed metadata
+            signed/                    the arch's signed TUF repository (trust/repo.py): N.root.json,
+                                       V.targets.json, V.bins-<hex>.json, V.snapshot.json, timestamp.json
         the distribution's entry point  [rocke_aot.device_kernels] <arch> = rocke_aot_device_gfx942
 
     installed_sources()  one DeviceWheelSource per installed device wheel (entry-point group
                          ENTRY_POINTS), found without importing the package; sources_from puts
                          them before the mirrors and the service (client/fetch.py)
     DeviceWheelSource    a read-only Source over the installed files: metadata(name) reads
-                         signed/<name> (the Fetcher checks it against the pinned root key like a
-                         mirror's), blob(sha256, size) finds the kernel in device.json's frames
+                         signed/<name>, and the Fetcher verifies it as it does a mirror's
+                         (client/trusted.py: python-tuf's Updater, the root chain walked from
+                         the host's pinned root key, every version at least the host's last),
+                         blob(sha256, size) finds the kernel in device.json's frames
                          index, reads its zstd frame from the kpack at that offset and
                          decodes it bounded by ``size``, then checks size and sha256: a wheel is
                          an index of bytes, never trusted; a tampered kpack is IntegrityError
@@ -23,8 +26,9 @@ the check of a kpack bundle manifest's signature.
                          the trust error its check raises, and the next source is tried
     verify_signature(manifest bytes, signature doc, root key, root.json bytes=None)
                          the ed25519 signature over a bundle manifest's exact bytes, by the
-                         pinned root key itself or by a release key the pinned root's root.json
-                         lists (SignatureError / UnlistedKeyError otherwise)
+                         pinned root key itself or by a release key (the targets role) of a TUF
+                         root.json the pinned key signed (SignatureError / UnlistedKeyError
+                         otherwise)
 
 No msgpack here: a host reads the kpack's frames at the offsets of the manifest, so the base
 install (no [serve] extra) reads a device wheel. Imports only what client/ may (tests/test_client_slim.py).
@@ -32,7 +36,6 @@ install (no [serve] extra) reads a device wheel. Imports only what client/ may (
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -41,9 +44,18 @@ from importlib import util as importlib_util
 from pathlib import Path
 from typing import Any
 
+from rocke_aot.boundedjson import JSONLimitError, Limits
+from rocke_aot.boundedjson import loads as bounded_loads
 from rocke_aot.client.local import check_sha, decoded
-from rocke_aot.errors import IntegrityError, KpackError, NotFoundError, SignatureError, UnlistedKeyError
-from rocke_aot.trust import metadata as md
+from rocke_aot.errors import (
+    AnswerTooLargeError,
+    ExpiredError,
+    IntegrityError,
+    KpackError,
+    NotFoundError,
+    SignatureError,
+    UnlistedKeyError,
+)
 from rocke_aot.trust.keys import PublicKey
 
 ENTRY_POINTS = "rocke_aot.device_kernels"
@@ -51,7 +63,8 @@ DEVICE_SCHEMA = "rocke.aot.device-wheel/v1"
 SIGNATURE_SCHEMA = "rocke.aot.bundle-signature/v1"
 MAX_DOCUMENT = 64 << 20  # a signed manifest or a bundle manifest of a big build is a few megabytes
 MAX_FRAME = (256 << 20) + (1 << 16)
-SIGNED = ("root.json", "index.json", "manifest.json")
+DEVICE_LIMITS = Limits(64 << 20, max_depth=8, max_items=4_000_000, max_string=1 << 16)  # device.json (frames index)
+SIGNATURE_LIMITS = Limits(1 << 16, max_depth=4, max_items=64, max_string=4096)
 
 
 def verify_signature(manifest_bytes: bytes, signature: Mapping[str, Any] | bytes, root_key: PublicKey,
@@ -60,9 +73,9 @@ def verify_signature(manifest_bytes: bytes, signature: Mapping[str, Any] | bytes
     pinned root key or a release key of ``root_doc`` (signed by the pinned root key, unexpired)."""
     if isinstance(signature, (bytes, bytearray)):
         try:
-            signature = json.loads(signature)
-        except ValueError as e:
-            raise SignatureError(f"the manifest signature is not JSON ({e})") from None
+            signature = bounded_loads(bytes(signature), SIGNATURE_LIMITS, "the manifest signature")
+        except JSONLimitError as e:
+            raise SignatureError(f"the manifest signature is not JSON within its bounds ({e})") from None
     if not isinstance(signature, Mapping) or signature.get("schema") != SIGNATURE_SCHEMA:
         raise SignatureError(f"not a {SIGNATURE_SCHEMA} document")
     keyid, sig = signature.get("keyid"), signature.get("signature")
@@ -70,8 +83,7 @@ def verify_signature(manifest_bytes: bytes, signature: Mapping[str, Any] | bytes
         raise SignatureError("the manifest signature lacks its keyid or signature")
     keys = {root_key.keyid: root_key}
     if root_doc is not None and keyid != root_key.keyid:
-        root = md.check_root(md.loads(root_doc, "root.json"), root_key, now or datetime.now(timezone.utc))
-        keys.update({k: root.keys[k] for k in root.roles["release"].keyids if k in root.keys})
+        keys.update(release_keys(root_doc, root_key, now or datetime.now(timezone.utc)))
     if keyid not in keys:
         raise UnlistedKeyError(f"the bundle manifest is signed by {keyid[:16]}, which is neither the pinned root key "
                                f"{root_key.keyid[:16]} nor a release key its root.json lists")
@@ -79,6 +91,24 @@ def verify_signature(manifest_bytes: bytes, signature: Mapping[str, Any] | bytes
         raise SignatureError(f"the bundle manifest's signature by {keyid[:16]} does not verify: the manifest "
                              "or its signature was changed")
     return keyid
+
+
+def release_keys(root_doc: bytes, root_key: PublicKey, now: datetime) -> dict[str, PublicKey]:
+    """{keyid: key} of the release keys (the targets role) of a TUF root.json that the pinned
+    ``root_key`` lists and signed, unexpired."""
+    from rocke_aot.trust.repo import check_pinned, load_root
+
+    root = load_root(root_doc, "root.json")
+    check_pinned(root, root_key, "root.json")
+    if root.signed.is_expired(now):
+        raise ExpiredError(f"root.json version {root.signed.version} expired at {root.signed.expires}")
+    out = {}
+    for kid in root.signed.roles["targets"].keyids:
+        public = root.signed.keys[kid].keyval.get("public")
+        if isinstance(public, str):
+            k = PublicKey(public)
+            out[k.keyid] = k
+    return out
 
 
 def _read(path: Path, limit: int, what: str) -> bytes:
@@ -119,7 +149,11 @@ class DeviceWheelSource:
     @property
     def device(self) -> dict[str, Any]:
         if self._device is None:
-            doc = json.loads(_read(self.root / "device.json", 1 << 16, "device wheel"))
+            try:
+                doc = bounded_loads(_read(self.root / "device.json", DEVICE_LIMITS.max_bytes, "device wheel"),
+                                    DEVICE_LIMITS, "device.json")
+            except JSONLimitError as e:
+                raise KpackError(f"{self.root / 'device.json'}: {e}") from None
             if not isinstance(doc, dict) or doc.get("schema") != DEVICE_SCHEMA or not isinstance(doc.get("manifest"), str) \
                     or "/" in doc["manifest"]:
                 raise KpackError(f"{self.root / 'device.json'} is not a {DEVICE_SCHEMA} document")
@@ -130,11 +164,19 @@ class DeviceWheelSource:
     def arch(self) -> str:
         return str(self.device.get("arch"))
 
-    def metadata(self, name: str) -> bytes:
-        if name not in SIGNED:
-            raise NotFoundError(f"{self.url}: no signed document {name!r}")
+    def metadata(self, name: str, limit: int | None = None) -> bytes:
+        """signed/<name>, a file of the wheel's TUF repository, at most ``limit`` bytes (the
+        length the verified metadata names; longer is AnswerTooLargeError)."""
+        if not name or "/" in name or "\\" in name or name.startswith(".") or not name.endswith(".json"):
+            raise NotFoundError(f"{self.url}: no signed file {name[:80]!r}")
         self.reads += 1
-        return _read(self.root / "signed" / name, MAX_DOCUMENT, f"device wheel {self.root.name}")
+        bound = MAX_DOCUMENT if limit is None else min(limit, MAX_DOCUMENT)
+        try:
+            return _read(self.root / "signed" / name, bound, f"device wheel {self.root.name}")
+        except KpackError as e:
+            if "is over" in str(e):
+                raise AnswerTooLargeError(str(e)) from None
+            raise
 
     def _where(self) -> dict[str, tuple[int, int, int]]:
         """sha256 -> (frame offset, frame size, raw size): device.json's "frames" (an index only;

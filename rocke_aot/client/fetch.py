@@ -1,32 +1,36 @@
 """Fetch kernels for a GPU host: from its local store, else from its sources in order.
 
     Fetcher(sources=[mirror..., service], store=LocalStore(...), root_key=pinned)
-    accepted()   once per Fetcher: root.json + index.json (+ manifest.json when it moved) from
-                 the first source whose metadata passes client/trusted.py's checks
+    accepted()   once per Fetcher: TUF's refresh (python-tuf's ngclient: root chain, timestamp,
+                 snapshot, targets) from the first source whose metadata verifies
+                 (client/trusted.py); offline: what this host verified last, not re-verified
     get(key)
-      the manifest lists key? ──no──> NotInManifestError (no source can make it trusted)
+      the target "kernels/<key>" in its hashed bin (that bin only is fetched and verified)?
+          ──no──> NotInManifestError (no source can make it trusted)
       the signed entry's inputs hash to key? ──no──> IntegrityError
+      its launch contract the family's (variants/contract.py check_record_launch)? ──no──>
+          LaunchContractError naming the field (a signature is no proof a contract is right)
       a local blob with the signed sha256 and size (read verified)? ──> the kernel, no request
           │ no                     offline (ROCKE_AOT_OFFLINE=1) ──> OfflineMiss
       for each source, in order:
           source.blob(signed sha256, signed size)  (bounded; anything else: BlobMismatchError)
-          ──> LocalStore.put_blob (the bytes only: the record is the signed entry, in
-              trust/manifest.json) ──> the next get answers locally
+          ──> LocalStore.put_blob (the bytes only: the record is the signed target's custom
+              field, in the host's verified bin) ──> the next get answers locally
       a source that fails (down, 404, wrong bytes, bad metadata) hands over to the next; when
       every one failed, the error of the first that answered wrongly is raised (else the first);
       when a later one gave it, the kernel's origin names each that failed ("skipped": source, why)
     resolve(prefix)   a unique key prefix (select prints 16 digits) -> the full key: among the
-      signed manifest's keys (pinned key), else the local store's and each service's listing
+      verified metadata's keys (pinned key: every bin is read), else the local store's and each service's listing
     get_many(keys, workers=$ROCKE_AOT_FETCH_WORKERS or 8)
       accepted() once, then get(key) for every key on a bounded thread pool: the transfers,
       nginx's or the service's work, sha256 and zstd (which release the GIL) and the file
       writes overlap, over the sources' kept-alive connections (one connection pool per source).
-      The signature is checked once per manifest, never per blob. Every key is tried; the
+      The metadata is verified once per Fetcher and bin, never per blob. Every key is tried; the
       first failure in the order given is raised after the others ended (what verified is kept)
     get_each(keys, on_done=)   the same, every key's Kernel or the error that refused it
 
     insecure (no pinned key, insecure=True / ROCKE_AOT_INSECURE=1; warns): the service's
-    unsigned record instead of the manifest (strict: its inputs must hash to the key asked,
+    unsigned record instead of the signed target (strict: its inputs must hash to the key asked,
     the record schema holds), bytes that start as the arch's code objects do (ELF header);
     a local copy answers only if one of this Fetcher's sources sent it (its origin), else it
     is fetched again and replaced
@@ -41,15 +45,14 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from rocke_aot import settings
 from rocke_aot.cache.keys import check_key
 from rocke_aot.client.keys import check_prefix, match, unique
 from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
-from rocke_aot.client.sources import MirrorSource, ServiceSource, Source
 from rocke_aot.client.trusted import (
     ENV_INSECURE,
     ENV_ROOT_KEY,
@@ -72,6 +75,9 @@ from rocke_aot.errors import (
 )
 from rocke_aot.targets import Target, compatible
 from rocke_aot.trust.keys import PublicKey
+
+if TYPE_CHECKING:  # sources (httpx, httpcore) load when a source is made: a warm offline fetch needs none
+    from rocke_aot.client.sources import Source
 
 ENV_OFFLINE = settings.OFFLINE
 ENV_FETCH_WORKERS = settings.FETCH_WORKERS
@@ -103,6 +109,7 @@ def sources_from(server: str | None = None, mirrors: Iterable[str] = ()) -> list
     """Installed device wheels first (read-only, no network: client/device_kernels.py), then the
     mirrors (in the order given), then the service: the order a host tries them."""
     from rocke_aot.client.device_kernels import installed_sources
+    from rocke_aot.client.sources import MirrorSource, ServiceSource
 
     out: list[Source] = [*installed_sources(), *(MirrorSource(m) for m in mirrors)]  # type: ignore[list-item]
     if server:
@@ -140,6 +147,7 @@ class Fetcher:
         self._accepted: Accepted | None = None
         self.metadata_skipped: list[tuple[str, str]] = []  # (source URL, why) that failed before the one accepted
         self._listed: list[str] | None = None
+        self._contracts: set[str] = set()  # keys whose record's launch contract was checked
 
     def close(self) -> None:
         for s in self.sources:
@@ -177,16 +185,19 @@ class Fetcher:
             return self._get_unsigned(key, device, family, check or _no_check)
         check = check or _no_check
         acc = self.accepted()
-        entry = acc.manifest.kernels.get(key)
+        entry = acc.kernel(key)
         if entry is None:
-            raise NotInManifestError(f"kernel {key} is not listed by manifest version {acc.manifest.version} "
-                                     f"(from {acc.source})")
+            raise NotInManifestError(f"kernel {key} is not a target of the signed metadata (snapshot version "
+                                     f"{acc.version}, from {acc.source})")
         # the signed record: its inputs must hash to the key (IntegrityError: no source can fix it)
         signed = Kernel.from_record({**entry, "key": key, "origin": {}})
         _answers(signed, device, family, f"the signed record of {key}")
-        origin = {"signed": True, "manifest_version": acc.manifest.version, "generation": entry.get("generation")}
+        if key not in self._contracts:  # a signature proves who signed a contract, not that it is right
+            check_contract(signed, f"the signed record of {key}")
+            self._contracts.add(key)
+        origin = {"signed": True, "snapshot_version": acc.version, "generation": entry.get("generation")}
         raw = self._local_blob(signed.sha256, signed.size)
-        if raw is not None:  # the bytes the manifest names, however they got here
+        if raw is not None:  # the bytes the signed target names, however they got here
             k = replace(signed, code_object=raw, origin={"source": str(self.store.root), **origin})
             check(k)
             return k
@@ -232,6 +243,8 @@ class Fetcher:
 
         if n == 1 or len(wanted) <= 1:
             return {k: one(k) for k in wanted}
+        from concurrent.futures import ThreadPoolExecutor  # (with logging: only where threads are used)
+
         with ThreadPoolExecutor(max_workers=min(n, len(wanted)), thread_name_prefix="rocke-fetch") as pool:
             futures = {k: pool.submit(one, k) for k in wanted}
         return {k: f.result() for k, f in futures.items()}
@@ -247,12 +260,14 @@ class Fetcher:
         if self.trusted is not None:
             acc = self.accepted()
             if self._listed is None:
-                self._listed = sorted(acc.manifest.kernels)
-            return unique(prefix, match(prefix, self._listed), f"manifest version {acc.manifest.version}, "
+                self._listed = sorted(acc.keys())
+            return unique(prefix, match(prefix, self._listed), f"snapshot version {acc.version}, "
                                                                f"{len(self._listed)} kernels")
         found = match(prefix, self.store.keys())
         where = [f"the local store {self.store.root}"]
         if not self.offline:
+            from rocke_aot.client.sources import ServiceSource
+
             for src in self.sources:
                 if isinstance(src, ServiceSource):
                     found += src.keys_from(prefix)
@@ -282,6 +297,7 @@ class Fetcher:
         # A local copy answers when one of these sources sent it: what another server once made
         # this host keep is fetched again (and replaced).
         if k is not None and (self.offline or k.origin.get("source") in {s.url for s in self.sources}):
+            check_contract(k, f"the local copy of {key}")
             return _checked(_answers(k, device, family, f"the local copy of {key}"), check)
         if self.offline:
             raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
@@ -323,7 +339,7 @@ def _signed_from(src: Source, signed: Kernel, origin: dict, acc: Accepted) -> Ke
         raw = src.blob(signed.sha256, signed.size)
     except IntegrityError as e:
         raise BlobMismatchError(f"kernel {signed.key} from {src.url}: {e} "
-                                f"(manifest version {acc.manifest.version})") from None
+                                f"(snapshot version {acc.version})") from None
     return replace(signed, code_object=raw, origin={"source": src.url, **origin})
 
 
@@ -335,6 +351,20 @@ def check_asked(code_arch: str, code_family: str, device: Target | None, family:
         raise AnswerMismatchError(f"{what} is a {code_family} kernel; {family} was asked for")
     if device is not None and not compatible(code_arch, device):
         raise AnswerMismatchError(f"{what} is built for {code_arch}, which {device.id} cannot run")
+
+
+def check_contract(k: Kernel, what: str) -> None:
+    """The launch contract(s) ``k``'s record carries are its family's for its spec and arch
+    (rocke_aot/variants/contract.py check_record_launch: the grid, block, every argument's size
+    and layout); else LaunchContractError naming ``what``, before the kernel is kept or launched."""
+    from rocke_aot.cache.keys import thaw
+    from rocke_aot.errors import LaunchContractError
+    from rocke_aot.variants.contract import check_record_launch
+
+    try:
+        check_record_launch(k.inputs.family, thaw(k.inputs.spec), k.inputs.arch, thaw(k.metadata))
+    except LaunchContractError as e:
+        raise LaunchContractError(f"{what}: {e}") from None
 
 
 def _no_check(k: Kernel) -> None:
@@ -352,9 +382,12 @@ def _answers(k: Kernel, device: Target | None, family: str | None, what: str) ->
 
 
 def _unsigned_from(src: Source, key: str, device: Target | None = None, family: str | None = None) -> Kernel:
+    from rocke_aot.client.sources import ServiceSource
+
     if not isinstance(src, ServiceSource):
         raise NotFoundError(f"{src.url} serves no unsigned records (a mirror is read through its manifest)")
     k = _answers(src.record(key), device, family, f"{src.url}'s record of {key}")  # strict, then the question
+    check_contract(k, f"{src.url}'s record of {key}")  # before a byte of it is fetched or kept
     raw = src.blob(k.sha256, k.size)
     try:
         check_elf_header(raw, k.inputs.arch, f"kernel {key} from {src.url}")

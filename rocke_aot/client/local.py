@@ -49,7 +49,7 @@ from typing import Any
 from rocke_aot import paths, record, settings
 from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
-from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError
+from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError, TrustError
 from rocke_aot.paths import atomic_write
 from rocke_aot.targets import Target
 
@@ -412,19 +412,44 @@ def max_bytes_setting() -> int | None:
     return settings.integer(settings.CLIENT_MAX_BYTES)
 
 
-def _signed_blobs(store: LocalStore) -> dict[str, list[str]]:
-    """sha256 -> the keys the accepted signed manifest lists with it ({} when none, or unreadable:
-    verify reports that)."""
-    manifest = store.trust_dir / "manifest.json"
-    out: dict[str, list[str]] = {}
-    if not manifest.is_file():
+_TOP_LEVEL = ("root.json", "timestamp.json", "snapshot.json", "targets.json")
+
+
+def _signed_entries(store: LocalStore) -> dict[str, tuple[int, list[str]]]:
+    """sha256 -> (size, keys) of every kernel target in the bins this host verified (python-tuf's
+    copies under trust/tuf-<pin>/, client/trusted.py): what the signed metadata lists here.
+    Raises OSError / TrustError on an unreadable one (verify reports it)."""
+    from rocke_aot.boundedjson import JSONLimitError, Limits
+    from rocke_aot.boundedjson import loads as bounded_loads
+
+    limits = Limits(32 << 20, max_depth=32, max_items=2_000_000, max_string=32 << 20)
+    out: dict[str, tuple[int, list[str]]] = {}
+    if not store.trust_dir.is_dir():
         return out
-    try:
-        for key, e in json.loads(manifest.read_bytes())["signed"]["kernels"].items():
-            out.setdefault(e["sha256"], []).append(key)
-    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
-        return {}
+    for d in sorted(store.trust_dir.glob("tuf-*")):
+        for f in sorted(d.glob("*.json")):
+            if f.name in _TOP_LEVEL:
+                continue
+            try:
+                doc = bounded_loads(f.read_bytes(), limits, str(f))
+                targets = doc["signed"]["targets"]
+                for path, tf in targets.items():
+                    if not path.startswith("kernels/"):
+                        continue
+                    sha, size = tf["hashes"]["sha256"], tf["length"]
+                    out.setdefault(sha, (size, []))[1].append(path[len("kernels/"):])
+            except (JSONLimitError, KeyError, TypeError, AttributeError) as e:
+                raise TrustError(f"{f}: not a verified bin ({type(e).__name__}: {e})") from None
     return out
+
+
+def _signed_blobs(store: LocalStore) -> dict[str, list[str]]:
+    """sha256 -> the keys the verified signed metadata lists with it ({} when none, or unreadable:
+    verify reports that)."""
+    try:
+        return {sha: keys for sha, (_, keys) in _signed_entries(store).items()}
+    except (OSError, TrustError):
+        return {}
 
 
 @dataclass(frozen=True)
@@ -490,13 +515,10 @@ def _verify(store: LocalStore, origin: str | None) -> tuple[LocalReport, set[str
             continue
         referenced.add(k.sha256)
     signed: dict[str, int] = {}
-    manifest = store.trust_dir / "manifest.json"
-    if manifest.is_file():
-        try:
-            entries = json.loads(manifest.read_bytes())["signed"]["kernels"]
-            signed = {e["sha256"]: e["size"] for e in entries.values()}
-        except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError) as e:
-            bad.append(("trust/manifest.json", f"unreadable: {type(e).__name__}: {e}"))
+    try:
+        signed = {sha: size for sha, (size, _) in _signed_entries(store).items()}
+    except (OSError, TrustError) as e:
+        bad.append(("trust/", f"unreadable: {type(e).__name__}: {e}"))
     if want is None:  # every blob file: named by its content, the signed ones of the signed size
         for name in blob_names:
             rel = f"blobs/{name}"

@@ -9,7 +9,8 @@
                  through the Fetcher (client/fetch.py: local store, signed metadata, sources)
       publish(inputs, code_object, ...)   PUT /v1/kernels/{key} with the bearer token; the answer
                  must name the key and sha256 published
-      publish_generation(root, index, manifest)   PUT /v1/trust
+      publish_metadata(name, data)        PUT /v1/trust/{name}: one file of a signed TUF repository
+                 (`rocke-aot trust publish` sends every file, timestamp.json last)
 
 Every request goes through client/sources.py's one bounded exchange (a ServiceSource's Wire):
 an overall deadline per call, no redirects, bodies bounded before they are read, JSON asked
@@ -114,17 +115,21 @@ class ServiceClient:
         if triton_version is not None:
             body["triton_version"] = triton_version
         ans = self._call("POST", "/v1/select", MAX_DOCUMENT, headers=JSON_HEADERS, json_body=body)
-        document(ans, "the select answer")  # identity encoding, JSON, an object (named errors, before pydantic)
+        document(ans, "the select answer")  # identity, bounded JSON, an object (named errors, before pydantic)
         return check_select(parse_select(ans.body), device, family, list(lanes) if lanes is not None else None,
                             limit, ans.url, triton_version=triton_version)
 
-    def publish_generation(self, root: str, index: str, manifest: str) -> dict[str, Any]:
-        """PUT /v1/trust: the texts of a signed generation's root.json, index.json, manifest.json."""
+    def publish_metadata(self, name: str, data: bytes) -> dict[str, Any]:
+        """PUT /v1/trust/{name}: one file of a signed TUF repository (the service checks it, and
+        the whole repository when ``name`` is timestamp.json)."""
         if not self.token:
             raise Unauthorized(f"publishing needs a token (token=..., or ${ENV_TOKEN})")
-        ans = self._call("PUT", "/v1/trust", MAX_RECORD, headers={**JSON_HEADERS, "Authorization": f"Bearer {self.token}"},
-                         json_body={"root": root, "index": index, "manifest": manifest})
-        return document(ans, "the trust publish answer")
+        if not name or "/" in name or not name.endswith(".json"):
+            raise SpecError(f"not a metadata file name: {name[:80]!r}")
+        ans = self._call("PUT", f"/v1/trust/{name}", MAX_RECORD,
+                         headers={**JSON_HEADERS, "Content-Type": "application/json",
+                                  "Authorization": f"Bearer {self.token}"}, json_body=bytes(data))
+        return document(ans, f"the answer to publishing {name}")
 
     def publish(self, inputs: KeyInputs, code_object: bytes, *, ir_sha256: str,
                 metadata: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -161,8 +166,15 @@ def parse_select(body: bytes) -> dict[str, Any]:
     (an IntegrityError too) naming the first field at fault."""
     from pydantic import ValidationError
 
+    from rocke_aot.boundedjson import JSONLimitError, check
     from rocke_aot.client.answers import SelectResponse
+    from rocke_aot.client.sources import ANSWER_LIMITS
 
+    try:  # bounded before pydantic builds anything (parse_select is also called on bodies alone)
+        check(body, ANSWER_LIMITS, "the select answer")
+    except JSONLimitError as e:
+        raise MalformedAnswerError(f"POST /v1/select: the server's answer is not JSON within its bounds "
+                                   f"({e.limit}: {e})") from None
     try:
         doc = SelectResponse.model_validate_json(body, strict=True)
     except ValidationError as e:

@@ -20,7 +20,7 @@
                                            GET /v1/kernels/<key>/meta a server's record (unsigned)
                                            GET /v1/blobs/<sha256>     zstd frame or raw bytes
                                            GET /v1/triton/<key>       a Triton cache entry
-    MirrorSource(url)    any HTTP server:  GET <url>/<name>           signed metadata
+    MirrorSource(url)    any HTTP server:  GET <url>/metadata/<name>  signed TUF metadata
                                            GET <url>/blobs/<sha256>.zst  a zstd frame
                                            GET <url>/triton/<key>.json   a Triton cache entry
                          (triton_path(key): where each keeps the entry client/triton_cache.py reads)
@@ -37,7 +37,6 @@ become the library's named errors (ServiceSource), any other status SourceError 
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,6 +44,8 @@ import httpx
 import zstandard
 
 from rocke_aot import errors
+from rocke_aot.boundedjson import JSONLimitError, Limits
+from rocke_aot.boundedjson import loads as bounded_loads
 from rocke_aot.cache.keys import check_key
 from rocke_aot.client.local import MAX_CODE_OBJECT, Kernel, check_record, check_sha, decoded, verified
 from rocke_aot.client.wire import DEADLINE_S, MAX_ERROR_BODY, Answer, Wire, http_client
@@ -64,6 +65,10 @@ MAX_BLOB = MAX_CODE_OBJECT  # 256 MiB; a code object is kilobytes to megabytes
 MAX_METADATA = 64 << 20  # a manifest of every kernel of a big build is a few megabytes
 MAX_RECORD = 4 << 20  # one /meta answer: metadata and provenance are at most 1 MiB each (record.py)
 MAX_DOCUMENT = 16 << 20  # a select answer (1,000 accepted + 1,000 rejected rows), a listing page
+# every JSON answer (records, listings, select answers, publish answers) is read through the
+# bounded reader; its byte bound is the call's own (the Wire stops reading past it)
+ANSWER_LIMITS = Limits(MAX_METADATA, max_depth=64, max_items=1_000_000, max_string=MAX_RECORD)
+ERROR_LIMITS = Limits(MAX_ERROR_BODY, max_depth=16, max_items=10_000, max_string=MAX_ERROR_BODY)
 BLOB_SLACK = 1 << 16  # a zstd frame of incompressible bytes is a little larger than they are
 
 JSON_HEADERS = {"Accept": "application/json", "Accept-Encoding": "identity"}
@@ -82,10 +87,10 @@ def document(answer: Answer, what: str) -> dict[str, Any]:
     if enc not in ("", "identity"):
         raise MalformedAnswerError(f"{what} from {answer.url} came with Content-Encoding {enc[:40]!r}; "
                                    "a JSON document is asked for, and accepted, with identity encoding only")
-    try:
-        out = json.loads(answer.body)
-    except (ValueError, RecursionError) as e:
-        raise MalformedAnswerError(f"{what} from {answer.url} is not JSON ({type(e).__name__}: "
+    try:  # bounded before anything is built (rocke_aot/boundedjson.py): depth, values, strings
+        out = bounded_loads(answer.body, ANSWER_LIMITS, what)
+    except JSONLimitError as e:
+        raise MalformedAnswerError(f"{what} from {answer.url} is not JSON within its bounds ({e.limit}: "
                                    f"{str(e)[:200]})") from None
     if not isinstance(out, dict):
         raise MalformedAnswerError(f"{what} from {answer.url} is a JSON {type(out).__name__}, not an object")
@@ -158,9 +163,12 @@ class Source(abc.ABC):
             return NotFoundError(f"{ans.url}: 404")
         return SourceError(f"{ans.where} -> {ans.status}")
 
-    def metadata(self, name: str) -> bytes:
-        """A signed metadata document (root.json, index.json, manifest.json) as sent."""
-        body, headers = self.get(self._metadata_path(name), MAX_METADATA, JSON_HEADERS)
+    def metadata(self, name: str, limit: int = MAX_METADATA) -> bytes:
+        """A signed TUF metadata file (1.root.json, timestamp.json, 7.snapshot.json, 7.bins-0a.json,
+        ...) as sent, at most ``limit`` bytes."""
+        if not name.endswith(".json") or "/" in name or name.startswith("."):
+            raise SpecError(f"{name!r} is not a metadata file name")
+        body, headers = self.get(self._metadata_path(name), min(limit, MAX_METADATA), JSON_HEADERS)
         enc = headers.get("content-encoding", "identity").strip().lower()
         if enc not in ("", "identity"):
             raise MalformedAnswerError(f"{name} from {self.url} came with Content-Encoding {enc[:40]!r}; "
@@ -229,8 +237,8 @@ class ServiceSource(Source):
         are quoted, at most 500 characters, never used to pick a class outside this table."""
         name, message = "", ans.body[:500].decode("utf-8", "replace")
         try:
-            err = json.loads(ans.body)
-        except (ValueError, RecursionError):
+            err = bounded_loads(ans.body, ERROR_LIMITS, "an error body")
+        except JSONLimitError:
             err = None
         if isinstance(err, dict):
             name = err.get("error") if isinstance(err.get("error"), str) else ""
@@ -303,7 +311,7 @@ class MirrorSource(Source):
     kind = "mirror"
 
     def _metadata_path(self, name: str) -> str:
-        return f"/{name}"
+        return f"/metadata/{name}"
 
     def triton_path(self, key: str) -> str:
         return f"/triton/{key}.json"

@@ -192,8 +192,9 @@ class _Config:
         return self._accepted.manifest if self._accepted is not None else None
 
     def manifest(self):
-        """The signed manifest (client/trusted.py: root, index, manifest, all checked), once: from
-        the first source whose metadata verifies (offline: the copy accepted last, checked again)."""
+        """The signed metadata (client/trusted.py: TUF's refresh through python-tuf), once: from
+        the first source whose metadata verifies (offline: what this host verified last).
+        ``.kernel(key)`` answers the signed record of a kernel (its bin only is fetched)."""
         from rocke_aot.client.trusted import Trusted
 
         with self.lock:
@@ -211,7 +212,7 @@ class _Config:
                             first = first or e
                     else:
                         raise first  # type: ignore[misc]
-            return self._accepted.manifest
+            return self._accepted
 
 
 def config() -> _Config:
@@ -294,7 +295,11 @@ class Backend(_Base):
         except RockeError as e:
             _event("unsigned", self.key, f"the signed metadata did not verify: {e}")
             return False
-        signed = manifest.kernels.get(arts.pop())
+        try:
+            signed = manifest.kernel(arts.pop())
+        except RockeError as e:
+            _event("unsigned", self.key, f"the signed metadata of this entry's artifact did not verify: {e}")
+            return False
         rec = (signed or {}).get("metadata", {}).get("triton") if isinstance(signed, dict) else None
         if not rec or rec.get("key") != self.key:
             _event("unsigned", self.key, "the signed manifest does not list this entry's artifact")

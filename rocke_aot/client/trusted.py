@@ -1,132 +1,367 @@
-"""A host's side of signed generations: the pinned root key, and what it has accepted so far.
+"""A host's side of signed generations: python-tuf's ngclient, the pin, and what was verified.
 
-    Trusted(root_key, LocalStore.trust_dir)
-    refresh(source)                    one source's metadata, all or nothing:
-        root.json     signed by the pinned key, lists it, not expired, version >= seen
-        index.json    signed by root's release keys (threshold), not expired, version >= seen;
-                      the same version as seen but naming another manifest: MixedGenerationError
-        manifest.json the cached copy when its sha256 is the one the index names (a warm
-                      start reads only root.json and index.json), else fetched; checked by
-                      metadata.check_manifest (sha256/size/version as the index says, signed,
-                      not expired, every kernel of a generation it lists); version >= seen
-        then, and only then: the three documents and the versions seen are written to
-        trust_dir (temp file + rename each; state.json last)
-    cached()                           the last accepted metadata, re-checked now (expiry) for
-                                       ROCKE_AOT_OFFLINE=1
+    Trusted(pin, LocalStore.trust_dir)
+    refresh(source) -> Accepted        TUF's client workflow by python-tuf's ngclient.Updater,
+                                       unmodified (this module gives it only a FetcherInterface
+                                       over the source's bounded Wire): root chain from the
+                                       pin, timestamp, snapshot, top-level targets; then each
+                                       kernel asked for loads and verifies only its hashed bin
+        the pin: a root public key (ROCKE_AOT_ROOT_KEY="ed25519:<hex>" or a .pub file: the host
+        fetches 1.root.json and accepts it only if that key is one of its root keys and signed
+        it) or the initial root.json itself (ROCKE_AOT_ROOT_KEY=/path/root.json)
+        under an exclusive file lock (trust_dir/tuf-<pin>/lock): the Updater's local metadata
+        is the rollback floor, so two processes of one host never move it backwards, and a
+        fresh host is floored by the short-lived timestamp (it accepts nothing older than a
+        timestamp that has not expired)
+        verified.state (JSON), written under the lock after a refresh: the snapshot version and sha256
+        verified, the bins' layout, the earliest expiry of root, snapshot and targets
+    cached() -> Accepted               ROCKE_AOT_OFFLINE=1: no network and no signature check:
+                                       the snapshot file must be the bytes verified.state remembers
+                                       (sha256), a bin the version and length that snapshot
+                                       names; root, snapshot and targets not expired (the
+                                       timestamp's freshness needs the network)
 
-Configuration, never code: the pinned key is ``root_key=`` or $ROCKE_AOT_ROOT_KEY ("ed25519:<hex>"
-or the path of a .pub file). Without one, a fetch is refused (TrustConfigError) unless
-``insecure=True`` or $ROCKE_AOT_INSECURE=1 says to keep the unsigned behaviour, which warns.
+Accepted.kernel(key) -> {sha256, size, **custom} | None (the target "kernels/<key>").
+Errors are the library's: SignatureError, ExpiredError, RollbackError, MixedGenerationError
+(a file that is not what the snapshot or timestamp names), TrustError; a source's own errors
+(NotFoundError, SourceError, ...) pass through, so a Fetcher moves to its next source.
+
+Configuration, never code: the pin is ``root_key=`` or $ROCKE_AOT_ROOT_KEY. Without one, a fetch
+is refused (TrustConfigError) unless ``insecure=True`` or $ROCKE_AOT_INSECURE=1 says to keep the
+unsigned behaviour, which warns.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from dataclasses import dataclass
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from rocke_aot import settings
-from rocke_aot.errors import MixedGenerationError, RollbackError, TrustError
-from rocke_aot.paths import atomic_write
-from rocke_aot.trust import metadata as md
+from rocke_aot.boundedjson import JSONLimitError, Limits
+from rocke_aot.boundedjson import loads as bounded_loads
+from rocke_aot.errors import (
+    AnswerTooLargeError,
+    ExpiredError,
+    NotFoundError,
+    RockeError,
+    RollbackError,
+    TrustConfigError,
+    TrustError,
+)
+from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.trust.keys import PublicKey, public_key
+from rocke_aot.trust.repo import bin_of, record_of, target_path
 
 ENV_ROOT_KEY = settings.ROOT_KEY
 ENV_INSECURE = settings.INSECURE
-NAMES = ("root.json", "index.json", "manifest.json")
+BASE_URL = "rocke-aot-source:/"  # the Updater's base URL; _SourceFetcher maps it to the source's paths
+MAX_SNAPSHOT = 32 << 20
+MAX_TARGETS = 16 << 20
+
+Pin = PublicKey | bytes
+# what this module parses itself (verified.state, the host's verified bins and snapshot for the
+# offline path and prefix lookups) goes through the bounded reader; python-tuf parses the rest
+METADATA_LIMITS = Limits(MAX_SNAPSHOT, max_depth=32, max_items=2_000_000, max_string=MAX_SNAPSHOT)
+
+
+def loads(data: bytes, limits: Limits, what: str) -> Any:
+    """Bounded JSON of a metadata file; over a bound or malformed is a TrustError naming it."""
+    try:
+        return bounded_loads(data, limits, what)
+    except JSONLimitError as e:
+        raise TrustError(f"{what}: {e}") from None
 
 
 class InsecureFetchWarning(UserWarning):
     """Kernels are fetched without signature checks (no pinned root key, insecure=True)."""
 
 
-def pinned_key(root_key: str | os.PathLike | PublicKey | None) -> PublicKey | None:
+def pinned_key(root_key: str | os.PathLike | PublicKey | bytes | None) -> Pin | None:
+    """The host's pin from configuration: a root public key, or the bytes of an initial root.json."""
     if root_key is None:
         root_key = settings.raw(ENV_ROOT_KEY) or None
-    return None if root_key is None else public_key(root_key)
+    if root_key is None or isinstance(root_key, PublicKey | bytes):
+        return root_key
+    text = os.fspath(root_key)
+    if not text.startswith("ed25519:"):
+        try:
+            data = Path(text).read_bytes()
+        except OSError as e:
+            raise TrustConfigError(f"cannot read the pinned key {text} ({e.strerror})") from None
+        if b'"signed"' in data[:4096]:  # an initial root.json
+            return data
+    return public_key(text)
+
+
+def pin_id(pin: Pin) -> str:
+    return pin.keyid[:16] if isinstance(pin, PublicKey) else hashlib.sha256(pin).hexdigest()[:16]
 
 
 def env_insecure() -> bool:
     return settings.flag(ENV_INSECURE)
 
 
-@dataclass(frozen=True)
-class Accepted:
-    """Metadata that passed every check, with where it came from."""
+def _expires(doc: dict, what: str) -> datetime:
+    try:
+        return datetime.strptime(doc["signed"]["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except (KeyError, TypeError, ValueError):
+        raise TrustError(f"{what} has no readable expiry") from None
 
-    root: md.Root
-    index: md.Index
-    manifest: md.Manifest
+
+class _SourceFetcher:
+    """python-tuf's FetcherInterface over one Source: the Updater asks for BASE_URL + name."""
+
+    def __new__(cls, source):
+        from tuf.api import exceptions as x
+        from tuf.ngclient import FetcherInterface
+
+        class Fetcher(FetcherInterface):
+            def _fetch(self, url: str):
+                return iter([self.download_bytes(url, MAX_SNAPSHOT)])
+
+            def download_bytes(self, url: str, max_length: int) -> bytes:
+                name = url[len(BASE_URL):] if url.startswith(BASE_URL) else None  # as ngclient quoted it
+                if not name or "/" in name:
+                    raise x.DownloadError(f"{url} is not a metadata file of {source.url}")
+                try:
+                    return source.metadata(name, limit=max_length)
+                except NotFoundError as e:
+                    raise x.DownloadHTTPError(str(e), 404) from None
+                except AnswerTooLargeError as e:  # longer than the signed length (or the bound)
+                    raise x.DownloadLengthMismatchError(str(e)) from None
+
+        return Fetcher()
+
+
+def _translate(e: Exception, where: str) -> RockeError:
+    from rocke_aot.trust.repo import _tuf_error
+
+    return _tuf_error(e, where)
+
+
+def _missing(e: Exception, url: str) -> RockeError:
+    from rocke_aot.errors import SourceError
+
+    if getattr(e, "status_code", None) == 404:
+        return NotFoundError(f"{url} lacks a metadata file its signed metadata names ({e})")
+    return SourceError(f"{url}: {type(e).__name__}: {str(e)[:300]}")
+
+
+class Accepted:
+    """Verified metadata: kernel(key) answers from the bin holding it."""
+
+    version: int  # the snapshot version
     source: str
+
+    def kernel(self, key: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def keys(self) -> list[str]:
+        """Every kernel key the verified metadata lists (every bin is read: a prefix lookup;
+        a fetch by full key reads only its bin)."""
+        raise NotImplementedError
+
+
+def _probe_paths(bits: int, prefix: str) -> dict[str, str]:
+    """{bin name: a target path that bin holds}: the public Updater loads a bin only for a path."""
+    out: dict[str, str] = {}
+    i = 0
+    while len(out) < 2 ** bits:
+        p = f"probe/{i}"
+        out.setdefault(bin_of(p, bits, prefix), p)
+        i += 1
+    return out
+
+
+def _bin_targets(trusted: Trusted, meta: dict, version: int, name: str, key: str | None = None) -> dict:
+    """The targets of bin ``name`` as this host's verified copy holds them (the version and length
+    the snapshot names; not expired)."""
+    mf = meta.get(f"{name}.json")
+    if not isinstance(mf, dict):
+        raise TrustError(f"snapshot version {version} does not list bin {name}")
+    try:
+        data = (trusted.dir / f"{quote(name, '')}.json").read_bytes()
+    except FileNotFoundError:
+        what = f" (kernel {key})" if key else ""
+        raise TrustError(f"bin {name}{what} was never verified on this host: fetch once online") from None
+    doc = loads(data, METADATA_LIMITS, f"bin {name}")
+    if doc["signed"].get("version") != mf.get("version") or ("length" in mf and len(data) != mf["length"]):
+        raise TrustError(f"the host's copy of bin {name} is not the version snapshot {version} names: "
+                         "fetch once online")
+    now = trusted.now
+    if _expires(doc, name) <= now:
+        raise ExpiredError(f"bin {name} version {mf.get('version')} expired (now {now:%Y-%m-%dT%H:%M:%SZ})")
+    targets = doc["signed"].get("targets", {})
+    return targets if isinstance(targets, dict) else {}
+
+
+def _keys_of(targets: dict) -> list[str]:
+    head = target_path("")
+    return [p[len(head):] for p in targets if p.startswith(head)]
+
+
+class _Online(Accepted):
+    def __init__(self, trusted: Trusted, updater, source) -> None:
+        self.trusted, self.updater, self.source = trusted, updater, source.url
+        self.version = trusted.state()["snapshot_version"]
+        self._lock = threading.Lock()
+
+    def kernel(self, key: str) -> dict[str, Any] | None:
+        from tuf.api import exceptions as x
+
+        from rocke_aot.trust.repo import entry_of
+
+        with self._lock, exclusive(self.trusted.dir / "lock"):
+            try:
+                tf = self.updater.get_targetinfo(target_path(key))
+            except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
+                raise _translate(e, f"the bin of {key} from {self.source}") from None
+            except x.DownloadError as e:
+                raise _missing(e, self.source) from None
+        return None if tf is None else entry_of(key, tf)
+
+    def keys(self) -> list[str]:
+        from tuf.api import exceptions as x
+
+        state = self.trusted.state()
+        with self._lock, exclusive(self.trusted.dir / "lock"):
+            meta = loads((self.trusted.dir / "snapshot.json").read_bytes(), METADATA_LIMITS, "snapshot")["signed"]["meta"]
+            out: list[str] = []
+            for name, path in _probe_paths(state["bit_length"], state["prefix"]).items():
+                try:
+                    self.updater.get_targetinfo(path)  # loads and verifies the bin (python-tuf)
+                except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
+                    raise _translate(e, f"bin {name} from {self.source}") from None
+                except x.DownloadError as e:
+                    raise _missing(e, self.source) from None
+                out += _keys_of(_bin_targets(self.trusted, meta, self.version, name))
+        return out
+
+
+class _Offline(Accepted):
+    def __init__(self, trusted: Trusted, state: dict, snapshot: dict) -> None:
+        self.trusted, self.state, self.meta = trusted, state, snapshot["signed"]["meta"]
+        self.version = state["snapshot_version"]
+        self.source = str(trusted.dir)
+
+    def kernel(self, key: str) -> dict[str, Any] | None:
+        path = target_path(key)
+        name = bin_of(path, self.state["bit_length"], self.state["prefix"])
+        tf = _bin_targets(self.trusted, self.meta, self.version, name, key).get(path)
+        if tf is None:
+            return None
+        return record_of(path, tf.get("custom"), tf.get("hashes", {}).get("sha256"), tf.get("length"))
+
+    def keys(self) -> list[str]:
+        out: list[str] = []
+        for name in _probe_paths(self.state["bit_length"], self.state["prefix"]):
+            out += _keys_of(_bin_targets(self.trusted, self.meta, self.version, name))
+        return out
+
+
+STATE = "verified.state"  # JSON; not *.json: the directory holds metadata files only under that suffix
 
 
 class Trusted:
-    def __init__(self, root_key: PublicKey, trust_dir: str | os.PathLike, *, now: datetime | None = None):
-        self.root_key = root_key
-        self.dir = Path(trust_dir)
+    """``metadata_dir``: use exactly this directory (the conformance client's METADATA_DIR)
+    instead of trust_dir/tuf-<pin>."""
+
+    def __init__(self, pin: Pin, trust_dir: str | os.PathLike | None, *, now: datetime | None = None,
+                 metadata_dir: str | os.PathLike | None = None):
+        self.pin = pin
+        self.root_key = pin
+        self.dir = Path(metadata_dir) if metadata_dir is not None else Path(trust_dir) / f"tuf-{pin_id(pin)}"
         self._now = now
 
     @property
     def now(self) -> datetime:
         return self._now or datetime.now(timezone.utc)
 
-    def _state(self) -> dict:
+    def state(self) -> dict:
         try:
-            state = json.loads((self.dir / "state.json").read_text())
+            return loads((self.dir / STATE).read_bytes(), METADATA_LIMITS, str(self.dir / STATE))
         except FileNotFoundError:
             return {}
-        except ValueError as e:
-            raise TrustError(f"{self.dir / 'state.json'} is unreadable ({e}); the versions seen are lost") from None
-        if state.get("root_key") not in (None, self.root_key.keyid):
-            return {}  # a host re-pinned to another root: what the old one vouched for does not count
-        return state
+        except TrustError as e:
+            raise TrustError(f"{self.dir / STATE} is unreadable ({e}); remove it and fetch online") from None
+
+    def _bootstrap(self, source) -> bytes:
+        try:
+            return (self.dir / "root.json").read_bytes()  # the newest root this host verified
+        except FileNotFoundError:
+            pass
+        if isinstance(self.pin, bytes):
+            return self.pin
+        from rocke_aot.trust.repo import check_pinned, load_root
+
+        data = source.metadata("1.root.json", limit=512000)
+        check_pinned(load_root(data, f"1.root.json from {source.url}"), self.pin, f"1.root.json from {source.url}")
+        return data
 
     def refresh(self, source) -> Accepted:
-        """Verify ``source``'s metadata against the pinned key and what this host has seen."""
-        seen = self._state()
-        now = self.now
-        root_bytes = source.metadata("root.json")
-        root = md.check_root(md.loads(root_bytes, f"root.json from {source.url}"), self.root_key, now)
-        _not_older("root.json", root.version, seen.get("root_version"), source.url)
-        index_bytes = source.metadata("index.json")
-        index = md.check_index(md.loads(index_bytes, f"index.json from {source.url}"), root, now)
-        _not_older("index.json", index.version, seen.get("index_version"), source.url)
-        if index.version == seen.get("index_version") and index.manifest_sha256 != seen.get("manifest_sha256"):
-            raise MixedGenerationError(f"index.json version {index.version} from {source.url} names manifest "
-                                       f"{index.manifest_sha256[:16]}; this host accepted version {index.version} "
-                                       f"naming {str(seen.get('manifest_sha256'))[:16]}")
-        cached = self._cached_bytes("manifest.json")
-        if cached is None or seen.get("manifest_sha256") != index.manifest_sha256:
-            cached = source.metadata("manifest.json")
-        manifest = md.check_manifest(cached, index, root, now)
-        _not_older("manifest.json", manifest.version, seen.get("manifest_version"), source.url)
-        for name, data in zip(NAMES, (root_bytes, index_bytes, cached)):
-            atomic_write(self.dir / name, data)
-        atomic_write(self.dir / "state.json", json.dumps({
-            "root_key": self.root_key.keyid, "root_version": root.version, "index_version": index.version,
-            "manifest_version": manifest.version, "manifest_sha256": index.manifest_sha256}).encode())
-        return Accepted(root, index, manifest, source.url)
+        """TUF's client workflow against ``source`` (python-tuf's Updater), under the host's lock."""
+        from tuf.api import exceptions as x
+        from tuf.ngclient import Updater, UpdaterConfig
 
-    def _cached_bytes(self, name: str) -> bytes | None:
-        try:
-            return (self.dir / name).read_bytes()
-        except FileNotFoundError:
-            return None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with exclusive(self.dir / "lock"):
+            try:
+                updater = Updater(str(self.dir), BASE_URL, fetcher=_SourceFetcher(source),
+                                  config=UpdaterConfig(snapshot_max_length=MAX_SNAPSHOT,
+                                                       targets_max_length=MAX_TARGETS),
+                                  bootstrap=self._bootstrap(source))
+                updater.refresh()
+            except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
+                raise _translate(e, f"the signed metadata from {source.url}") from None
+            except x.DownloadError as e:  # a file the verified metadata names is missing there
+                raise _missing(e, source.url) from None
+            self._remember()
+        return _Online(self, updater, source)
+
+    def _remember(self) -> None:
+        """verified.state from the files the Updater persisted (called under the lock)."""
+        snap_bytes = (self.dir / "snapshot.json").read_bytes()
+        snap = loads(snap_bytes, METADATA_LIMITS, "verified metadata")
+        ts = loads((self.dir / "timestamp.json").read_bytes(), METADATA_LIMITS, "verified metadata")
+        targets = loads((self.dir / "targets.json").read_bytes(), METADATA_LIMITS, "verified metadata")
+        root = loads((self.dir / "root.json").read_bytes(), METADATA_LIMITS, "verified metadata")
+        succinct = (targets["signed"].get("delegations") or {}).get("succinct_roles") or {}
+        old = self.state()
+        new = {"pin": pin_id(self.pin), "root_version": root["signed"]["version"],
+               "timestamp_version": ts["signed"]["version"], "snapshot_version": snap["signed"]["version"],
+               "snapshot_sha256": hashlib.sha256(snap_bytes).hexdigest(),
+               "bit_length": succinct.get("bit_length"), "prefix": succinct.get("name_prefix"),
+               "expires": min(_expires(d, n) for d, n in ((root, "root"), (snap, "snapshot"), (targets, "targets"))
+                              ).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        # never backwards (the Updater's local files are the floor, under this lock): a lower
+        # timestamp or snapshot version is accepted only after a new root (TUF's fast-forward
+        # recovery: rotating those keys resets their versions, and ngclient drops the old floor)
+        keys = ("root_version",) if new["root_version"] > old.get("root_version", 0) else \
+            ("root_version", "timestamp_version", "snapshot_version")
+        for k in keys:
+            if old.get(k, 0) > new[k]:
+                raise RollbackError(f"{k} {new[k]} is older than {old[k]}, which this host verified")
+        atomic_write(self.dir / STATE, json.dumps(new, sort_keys=True).encode())
 
     def cached(self) -> Accepted:
-        """The metadata last accepted, checked again against the pinned key and the clock."""
-        docs = [self._cached_bytes(n) for n in NAMES]
-        if any(d is None for d in docs):
-            raise TrustError(f"no accepted metadata in {self.dir}: fetch once online first")
-        now = self.now
-        root = md.check_root(md.loads(docs[0], "cached root.json"), self.root_key, now)
-        index = md.check_index(md.loads(docs[1], "cached index.json"), root, now)
-        return Accepted(root, index, md.check_manifest(docs[2], index, root, now), str(self.dir))
-
-
-def _not_older(name: str, version: int, seen: int | None, url: str) -> None:
-    if seen is not None and version < seen:
-        raise RollbackError(f"{name} version {version} from {url} is older than version {seen}, "
-                            "which this host has already accepted")
+        """The metadata verified last, without the network and without verifying it again."""
+        with exclusive(self.dir / "lock"):
+            state = self.state()
+            try:
+                snap_bytes = (self.dir / "snapshot.json").read_bytes()
+            except FileNotFoundError:
+                snap_bytes = None
+        if not state or snap_bytes is None or not state.get("bit_length"):
+            raise TrustError(f"no verified metadata in {self.dir}: fetch once online first")
+        if hashlib.sha256(snap_bytes).hexdigest() != state.get("snapshot_sha256"):
+            raise TrustError(f"{self.dir / 'snapshot.json'} is not the snapshot this host verified: fetch online")
+        exp = datetime.strptime(state["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        if exp <= self.now:
+            raise ExpiredError(f"the metadata verified last expired at {state['expires']}: fetch online")
+        return _Offline(self, state, loads(snap_bytes, METADATA_LIMITS, "snapshot.json"))

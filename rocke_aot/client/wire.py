@@ -175,7 +175,9 @@ class _CorePool:
         head += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
         # httpcore adds Host, and Content-Length for bytes content (none for a bodiless GET)
         content = None if method in ("GET", "HEAD") else b""
-        if json_body is not None:
+        if isinstance(json_body, bytes):  # a body already encoded (a signed metadata file, as signed)
+            content = json_body
+        elif json_body is not None:
             content = json.dumps(json_body, separators=(",", ":"), allow_nan=False).encode()
             head.append((b"Content-Type", b"application/json"))
         ext = {"timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}}
@@ -196,7 +198,8 @@ class _HttpxClient:
     @contextmanager
     def exchange(self, method: str, url: str, headers: dict[str, str] | None, json_body: Any, timeout: float,
                  path: str):
-        with self._client.stream(method, url, headers=headers, json=json_body, follow_redirects=False,
+        body = {"content": json_body} if isinstance(json_body, bytes) else {"json": json_body}
+        with self._client.stream(method, url, headers=headers, **body, follow_redirects=False,
                                  timeout=httpx.Timeout(timeout)) as r:
             # (an answer made in memory, e.g. by httpx.MockTransport, is already read: its bytes)
             yield r.status_code, r.headers, iter([r.content]) if r.is_stream_consumed else r.iter_raw()

@@ -7,6 +7,9 @@ keeps fetched artifacts in a full Store (a staging cache, a second builder), val
 object whole (aot/codeobject.py) before it is kept:
 
     Client.get(key, arch=None, family=None)
+        a pinned root key (root_key= or $ROCKE_AOT_ROOT_KEY)? ──> the Fetcher (client/fetch.py:
+             the signed TUF target decides sha256, size and record), validated, then kept
+        no pin: the unsigned path below, with an InsecureFetchWarning once per Client
         local Store hit, kept from this server (provenance "origin") or built/imported here?
              │ no                    ──yes──> Store.get(key) (decompress + sha256, as every local read)
         offline (ROCKE_AOT_OFFLINE=1)? ──> OfflineMiss (a NotFoundError naming the key)
@@ -29,12 +32,14 @@ parse_select and check_select are the host client's (client/service.py), re-expo
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
+from rocke_aot import settings
 from rocke_aot.aot.codeobject import record_metadata
 from rocke_aot.aot.codeobject import validate as validate_code_object
 from rocke_aot.cache.keys import check_key, thaw
@@ -44,6 +49,7 @@ from rocke_aot.cache.store import Store
 from rocke_aot.client.fetch import OfflineMiss, check_asked
 from rocke_aot.client.local import check_sha
 from rocke_aot.client.service import ENV_OFFLINE, ENV_TOKEN, ServiceClient, check_select, parse_select
+from rocke_aot.client.trusted import InsecureFetchWarning, pinned_key
 from rocke_aot.errors import AnswerMismatchError, CodeObjectError, NotFoundError, RemoteError
 from rocke_aot.record import RecordError
 from rocke_aot.service import access
@@ -72,9 +78,16 @@ class Client(ServiceClient):
 
     def __init__(self, base_url: str | None, cache: str | os.PathLike | Store | None = None, token: str | None = None,
                  offline: bool | None = None, *, retries: int = 3, backoff: float = 0.2, timeout: float = 30.0,
-                 deadline_s: float | None = None, http: httpx.Client | None = None):
+                 deadline_s: float | None = None, http: httpx.Client | None = None,
+                 root_key: str | os.PathLike | None = None):
         super().__init__(base_url, token, offline, retries=retries, backoff=backoff, timeout=timeout,
                          deadline_s=deadline_s, http=http)
+        # One verification path: with a pin (root_key= or $ROCKE_AOT_ROOT_KEY) every get goes
+        # through client/fetch.py's Fetcher (the signed TUF target: sha256, size, record); without
+        # one the unsigned path warns, as every client does.
+        self._pin = pinned_key(root_key)
+        self._warned = False
+        self._fetcher: Any = None
         self._own_store = not isinstance(cache, Store)
         self._cache = cache
         self._store: Store | None = None if self._own_store else cache
@@ -91,6 +104,8 @@ class Client(ServiceClient):
 
     def close(self) -> None:
         super().close()
+        if self._fetcher is not None:
+            self._fetcher.close()
         if self._own_store and self._store is not None:
             self._store.close()
 
@@ -104,6 +119,13 @@ class Client(ServiceClient):
         wherever it comes from. A server's answer is kept only after every check passed.
         """
         check_key(key)
+        if self._pin is not None:
+            return self._get_signed(key, arch, family)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(InsecureFetchWarning(
+                f"rocke_aot.service.client.Client.get without a pinned root key (${settings.ROOT_KEY}): kernels are "
+                "checked against the server's own record only, not a signature"), stacklevel=2)
         device = Target.parse(arch) if arch is not None else None
         hit = self.store.lookup_many([key]).get(key)
         local = self.store.get(key) if hit is not None and hit.ok else None
@@ -137,6 +159,35 @@ class Client(ServiceClient):
         provenance = {**thaw(k.provenance), "origin": {"source": self.base_url, "signed": False}}
         return self.store.put(k.inputs, raw, ir_sha256=k.ir_sha256, metadata=metadata, provenance=provenance,
                               entered=Entry.fetched(self.base_url))
+
+    def _get_signed(self, key: str, arch: str | None, family: str | None) -> Artifact:
+        """``key`` through the Fetcher under the pin: the signed target decides the bytes and the
+        record; a local artifact answers only if it is those bytes."""
+        from rocke_aot.client.fetch import Fetcher
+        from rocke_aot.client.local import LocalStore
+
+        if self._fetcher is None:
+            self._fetcher = Fetcher([self._source] if not self.offline else [], LocalStore(), root_key=self._pin,
+                                    offline=self.offline)
+        k = self._fetcher.get(key, arch=arch, family=family)
+        hit = self.store.lookup_many([key]).get(key)
+        if hit is not None and hit.ok:
+            local = self.store.get(key)
+            if local.sha256 == k.sha256:
+                return local
+            raise AnswerMismatchError(f"the local store {self.store} holds other bytes ({local.sha256}) for {key} "
+                                      f"than the signed target ({k.sha256}); remove them with `rocke-aot client "
+                                      f"purge --cache <local store> --origin {origin_of(local)}`")
+        try:
+            info = validate_code_object(k.code_object, k.inputs.arch)
+            metadata = record_metadata(thaw(k.metadata), info)
+        except (CodeObjectError, RecordError) as e:
+            raise AnswerMismatchError(f"the signed kernel {key} is not the code object its record describes: "
+                                      f"{type(e).__name__}: {e}") from None
+        provenance = {**thaw(k.provenance), "origin": {"source": k.origin.get("source"), "signed": True,
+                                                       "snapshot_version": k.origin.get("snapshot_version")}}
+        return self.store.put(k.inputs, k.code_object, ir_sha256=k.ir_sha256, metadata=metadata,
+                              provenance=provenance, entered=Entry.fetched(str(k.origin.get("source"))))
 
     def get_blob(self, sha256: str) -> bytes:
         """The code object with this content hash, verified; a second call makes no request."""

@@ -1,29 +1,32 @@
-"""Signed metadata beside the blobs: what the service serves of trust/, and how it takes a new generation.
+"""Signed metadata beside the blobs: what the service serves of trust/, and how it takes a new version.
 
-    GET /v1/trust/{root,index,manifest}.json   the files of --trust-dir as they were signed
-                                               (no-cache: a host must see a new index at once)
-    PUT /v1/trust                              {"root": text, "index": text, "manifest": text}
-        bearer token (as a kernel publish) ──> checks, all before any write:
-            the server has a pinned root key (--root-key), else ReadOnly (403)
-            root.json signed by it; index.json and manifest.json by root's release keys;
-            none expired; the index names this manifest           (trust/metadata.py)
-            no version older than the one being served (409 RollbackError); the same version
-            with other bytes: 409 Conflict
-            every kernel the manifest lists is in the store with the signed sha256
-        ──> root.json, manifest.json, then index.json written by rename (a reader never sees an
-            index naming a manifest that is not there yet)
+    GET /v1/trust/{name}          a file of the TUF repository in --trust-dir (trust/repo.py) as
+                                  signed: N.root.json, V.snapshot.json, V.targets.json,
+                                  V.bins-<hex>.json (immutable: cacheable forever), timestamp.json
+                                  (no-cache: a host must see a new one at once)
+    PUT /v1/trust/{name}          one file per request, streamed (no whole-repository body), bearer
+                                  token (as a kernel publish); `rocke-aot trust publish` sends the
+                                  versioned files first, timestamp.json last
+        a versioned file: written if absent; the same bytes again: nothing; other bytes under a
+            served name: 409 Conflict (a version is never rewritten)
+        timestamp.json: the whole repository it names is checked as a host would, from the
+            server's pinned root key (--root-key): root chain, signatures, expiry, snapshot,
+            targets, every bin (trust/repo.verify); not older than the served timestamp (409
+            RollbackError); every kernel target in the store with the signed sha256 and size;
+            then, and only then, it replaces the served timestamp.json by rename
 
-The service is not trusted by hosts (they check the same signatures against their own pinned
-key); the checks here stop an operator's mistake or a stolen publish token from replacing
-what the service offers with something hosts would refuse anyway.
+The service is not trusted by hosts (they check the same signatures against their own pin);
+the checks here stop an operator's mistake or a stolen publish token from replacing what the
+service offers with something hosts would refuse anyway.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import FastAPI, Request, Security
 from fastapi import Path as PathParam
@@ -45,75 +48,72 @@ from rocke_aot.errors import (
 from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.service import errors
 from rocke_aot.service.guard import match_token
-from rocke_aot.trust import metadata as md
+from rocke_aot.trust import repo
 from rocke_aot.trust.keys import PublicKey
 
-NAMES = ("root.json", "index.json", "manifest.json")
+MAX_FILE = 64 << 20  # one metadata file (a snapshot of 65,536 bins is a few MiB)
 _bearer = HTTPBearer(auto_error=False, description="The server's publish token (rocke-aot serve --token-file)")
 
 
-def _current(trust_dir: Path, name: str) -> dict | None:
-    try:
-        return json.loads((trust_dir / name).read_bytes())
-    except FileNotFoundError:
-        return None
+def check_name(name: str) -> str:
+    if not re.match(repo.NAME_RE, name):
+        raise SpecError(f"{name[:80]!r} is not a metadata file name (N.role.json or timestamp.json)")
+    return name
 
 
-def accept(store: Store, trust_dir: Path, root_key: PublicKey, root: str, index: str, manifest: str,
-           now: datetime | None = None) -> dict:
-    """Check a signed generation as a host would, then against the store; write it. Returns a summary."""
+def accept_file(store: Store, trust_dir: Path, root_key: PublicKey, name: str, data: bytes,
+                now: datetime | None = None) -> dict:
+    """Take one file of a new repository version (see the module doc). Returns a summary."""
+    check_name(name)
+    repo.migrate_error(trust_dir)
+    if repo.versioned(name):
+        path = trust_dir / name
+        if path.is_file():
+            if path.read_bytes() != data:
+                raise Conflict(f"{name} is already served with other content: a version is never rewritten")
+            return {"name": name, "written": False}
+        atomic_write(path, data)
+        return {"name": name, "written": True}
+    if name != "timestamp.json":
+        raise SpecError(f"{name}: the only unversioned file is timestamp.json")
     now = now or datetime.now(timezone.utc)
-    texts = {"root.json": root, "index.json": index, "manifest.json": manifest}
-    if not all(isinstance(t, str) for t in texts.values()):
-        raise SpecError("a signed generation is {root, index, manifest}, each the text of its file")
-    data = {n: t.encode() for n, t in texts.items()}
-    r = md.check_root(md.loads(data["root.json"], "root.json"), root_key, now)
-    ix = md.check_index(md.loads(data["index.json"], "index.json"), r, now)
-    m = md.check_manifest(data["manifest.json"], ix, r, now)
-    for name, version in (("root.json", r.version), ("index.json", ix.version)):
-        cur = _current(trust_dir, name)
-        if cur is None:
-            continue
-        have = cur["signed"]["version"]
-        if version < have:
-            raise RollbackError(f"{name} version {version} is older than the served version {have}")
-        if version == have and (trust_dir / name).read_bytes() != data[name]:
-            raise Conflict(f"{name} version {version} is already served with other content: sign a new version")
-    hits = store.lookup_many(list(m.kernels))
-    missing = [k for k in m.kernels if k not in hits or not hits[k].ok]
+    v = repo.verify(trust_dir, root_key, now, timestamp=data)
+    cur = trust_dir / "timestamp.json"
+    if cur.is_file():
+        have = json.loads(cur.read_bytes())["signed"]["version"]
+        if v.timestamp_version < have:
+            raise RollbackError(f"timestamp.json version {v.timestamp_version} is older than the served version {have}")
+        if v.timestamp_version == have and cur.read_bytes() != data:
+            raise Conflict(f"timestamp.json version {have} is already served with other content: sign a new version")
+    keys = list(v.kernels)
+    hits = {}
+    for i in range(0, len(keys), 1000):
+        hits.update(store.lookup_many(keys[i:i + 1000]))
+    missing = [k for k in keys if k not in hits or not hits[k].ok]
     if missing:
-        raise NotFoundError(f"manifest version {m.version} lists {len(missing)} kernel(s) this store does not hold "
-                            f"(first: {missing[0]}): publish them first")
-    wrong = [k for k, e in m.kernels.items() if hits[k].sha256 != e.get("sha256")]
+        raise NotFoundError(f"snapshot version {v.snapshot_version} lists {len(missing)} kernel(s) this store does "
+                            f"not hold (first: {missing[0]}): publish them first")
+    wrong = [k for k in keys if hits[k].sha256 != v.kernels[k]["sha256"]]
     if wrong:
-        raise BlobMismatchError(f"manifest version {m.version}: kernel {wrong[0]} has sha256 "
-                                f"{m.kernels[wrong[0]].get('sha256')} signed, {hits[wrong[0]].sha256} stored")
-    for name in NAMES:  # root, manifest, index: the index last
-        if name != "index.json":
-            atomic_write(trust_dir / name, data[name])
-    atomic_write(trust_dir / "index.json", data["index.json"])
-    return {"version": m.version, "kernels": len(m.kernels), "root_version": r.version,
-            "generations": [{"arch": a, "lane": lane, "family": f, "generation": g} for a, lane, f, g in m.generations]}
+        raise BlobMismatchError(f"snapshot version {v.snapshot_version}: kernel {wrong[0]} has sha256 "
+                                f"{v.kernels[wrong[0]]['sha256']} signed, {hits[wrong[0]].sha256} stored")
+    atomic_write(cur, data)
+    return {"name": name, "written": True, "version": v.timestamp_version, "snapshot_version": v.snapshot_version,
+            "kernels": len(keys), "root_version": v.root_version}
 
 
-class SignedGeneration(BaseModel):
-    """The three files of a signed generation, each as the exact text that was signed."""
-
-    root: str = Field(description="The text of root.json")
-    index: str = Field(description="The text of index.json")
-    manifest: str = Field(description="The text of manifest.json")
-
-
-class GenerationPublished(BaseModel):
-    version: int = Field(description="The manifest version now served")
-    kernels: int = Field(description="How many kernels it lists")
-    root_version: int
-    generations: list[dict[str, str]] = Field(description="arch, lane, family and generation id of each one served")
+class FilePublished(BaseModel):
+    name: str = Field(description="The file taken")
+    written: bool = Field(description="False when the same bytes were already served")
+    version: int | None = Field(default=None, description="timestamp.json: the version now served")
+    snapshot_version: int | None = None
+    kernels: int | None = Field(default=None, description="timestamp.json: how many kernel targets it vouches for")
+    root_version: int | None = None
 
 
-MetaName = Annotated[Literal["root.json", "index.json", "manifest.json"],
-                     PathParam(description="Which document: root.json, index.json or manifest.json")]
-_JSON_DOC = {200: {"description": "The document as it was signed",
+MetaName = Annotated[str, PathParam(description="A metadata file: N.root.json, timestamp.json, V.snapshot.json, "
+                                                "V.targets.json, V.bins-<hex>.json", max_length=80)]
+_JSON_DOC = {200: {"description": "The file as it was signed",
                    "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
@@ -123,35 +123,43 @@ def install(app: FastAPI, trust_dir: str | Path | None, root_key: PublicKey | No
 
     @app.get("/v1/trust/{name}", tags=["trust"], response_class=Response,
              responses={**_JSON_DOC, **errors.responses(404, 422)},
-             summary="Signed metadata of the served generations (root.json, index.json, manifest.json)")
+             summary="A file of the signed TUF repository (timestamp.json, N.root.json, V.snapshot.json, ...)")
     async def get_metadata(name: MetaName) -> Response:
+        check_name(name)
         if where is None:
             raise NotFoundError("this server serves no signed metadata (rocke-aot serve --trust-dir)")
         try:
             body = await run_in_threadpool((where / name).read_bytes)
         except FileNotFoundError:
-            raise NotFoundError(f"no {name} in the served metadata yet") from None
-        return Response(body, media_type="application/json", headers={"Cache-Control": "no-cache"})
+            raise NotFoundError(f"no {name} in the served metadata") from None
+        cache = "public, max-age=31536000, immutable" if repo.versioned(name) else "no-cache"
+        return Response(body, media_type="application/json", headers={"Cache-Control": cache})
 
-    @app.put("/v1/trust", tags=["trust"], response_model=GenerationPublished,
+    @app.put("/v1/trust/{name}", tags=["trust"], response_model=FilePublished,
              responses=errors.responses(401, 403, 404, 409, 413, 422),
-             summary="Publish a signed generation (bearer token; every signature checked before writing)")
-    async def put_metadata(request: Request, doc: SignedGeneration,
+             summary="Publish one file of a signed TUF repository (bearer token; timestamp.json last, checked whole)")
+    async def put_metadata(request: Request, name: MetaName,
                            credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
-                           ) -> GenerationPublished:
+                           ) -> FilePublished:
         tokens = request.app.state.tokens
         if not tokens or where is None or root_key is None:
             raise ReadOnly("this server takes no signed metadata: it needs --token-file, --trust-dir and --root-key")
         if match_token(tokens, None if credentials is None else credentials.credentials) is None:
             raise Unauthorized("a publish needs the server's bearer token (Authorization: Bearer ...)")
-        out = await run_in_threadpool(_locked_accept, request.app.state.store, where, root_key,
-                                      doc.root, doc.index, doc.manifest)
-        return GenerationPublished(**out)
+        check_name(name)
+        chunks, n = [], 0
+        async for chunk in request.stream():
+            n += len(chunk)
+            if n > MAX_FILE:
+                raise SpecError(f"{name} is over {MAX_FILE} bytes")
+            chunks.append(chunk)
+        out = await run_in_threadpool(_locked_accept, request.app.state.store, where, root_key, name, b"".join(chunks))
+        return FilePublished(**out)
 
 
-def _locked_accept(store: Store, trust_dir: Path, root_key: PublicKey, *texts) -> dict:
-    # one publish at a time across every worker process: the version checks and the writes
-    # must not interleave with another publish's
+def _locked_accept(store: Store, trust_dir: Path, root_key: PublicKey, name: str, data: bytes) -> dict:
+    # one publish at a time across every worker process: the checks and the writes must not
+    # interleave with another publish's
     trust_dir.mkdir(parents=True, exist_ok=True)
     with exclusive(trust_dir / ".publish.lock"):
-        return accept(store, trust_dir, root_key, *texts)
+        return accept_file(store, trust_dir, root_key, name, data)

@@ -1,10 +1,13 @@
-"""rocke_aot.trust: signed generations (TUF-style), so a host trusts the builder, not a server.
+"""rocke_aot.trust: signed metadata as TUF (python-tuf), so a host trusts the builder, not a server.
 
     keys.py      ed25519 key files (`rocke-aot trust keygen`), pinned public keys, key ids
-    metadata.py  root.json / index.json / manifest.json: make, sign, verify, check (pure)
-    release.py   the release step: a store's current generations -> a signed manifest + index
+    repo.py      the TUF repository: root, timestamp, snapshot, targets, hashed bins of kernel
+                 targets (python-tuf's Metadata API); write, verify whole, refuse the old format
+    release.py   the release step: a store's served rows -> repo.write; migrate an old directory
+    mirror.py    a static tree of the repository, the targets and the blobs
+    metadata.py  the OLD three-document format, read only by `trust migrate`
 
-A host pins the root public key; root.json (signed by it) lists the release keys; the release
-keys sign the index and the manifest, which binds every kernel key to its code object's sha256,
-size, launch contract and provenance. client/trusted.py is the host's side (versions seen).
+A host pins the root public key (or the initial root.json); root.json lists the release keys
+that sign timestamp, snapshot, targets and every bin. client/trusted.py is the host's side
+(python-tuf's ngclient.Updater, under a lock, and what it verified).
 """

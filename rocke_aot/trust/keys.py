@@ -6,8 +6,8 @@
     public_key(value)   a .pub file's path, or "ed25519:<64 hex>" inline (an env var, a setting)
 
 A root key signs root.json, which lists the release keys (and itself); a release key signs
-index.json and manifest.json. Hosts pin only the root public key, so a release key can be
-rotated or revoked by a new root.json without touching any host.
+timestamp, snapshot, targets and the bins (trust/repo.py). Hosts pin only the root public key,
+so a release key can be rotated or revoked by a new root.json without touching any host.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING
 
 from rocke_aot.errors import TrustConfigError
+
+if TYPE_CHECKING:  # imported where used: a warm host that verifies nothing never loads cryptography
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 KEYTYPE = "ed25519"
 _HEX = frozenset("0123456789abcdef")
@@ -50,6 +50,9 @@ class PublicKey:
         return f"{KEYTYPE}:{self.public}"
 
     def verify(self, signature_hex: str, data: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
             sig = bytes.fromhex(signature_hex)
         except (TypeError, ValueError):
@@ -59,6 +62,14 @@ class PublicKey:
         except InvalidSignature:
             return False
         return True
+
+    def tuf_key(self):
+        """This key as python-tuf's Key (securesystemslib SSlibKey; TUF's key id: the sha256 of
+        the key's canonical JSON, which is not ``keyid`` above)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+        from securesystemslib.signer import SSlibKey
+
+        return SSlibKey.from_crypto(Ed25519PublicKey.from_public_bytes(bytes.fromhex(self.public)))
 
     @classmethod
     def from_dict(cls, d: object) -> PublicKey:
@@ -78,16 +89,27 @@ class PrivateKey:
 
     @property
     def public(self) -> PublicKey:
+        from cryptography.hazmat.primitives import serialization
+
         raw = self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return PublicKey(raw.hex())
 
     def sign(self, data: bytes) -> str:
         return self._key.sign(data).hex()
 
+    def signer(self):
+        """A securesystemslib Signer of this key (what python-tuf's Metadata.sign takes)."""
+        from securesystemslib.signer import CryptoSigner
+
+        return CryptoSigner(self._key, self.public.tuf_key())
+
 
 def generate(path: str | os.PathLike) -> PublicKey:
     """Write a new private key to ``path`` (0600, refused if it exists) and its public half to
     ``path.pub``; returns the public key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     path = Path(path)
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -104,6 +126,9 @@ def generate(path: str | os.PathLike) -> PublicKey:
 
 
 def load_private(path: str | os.PathLike) -> PrivateKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     try:
         data = Path(path).read_bytes()
     except OSError as e:

@@ -1,4 +1,7 @@
-"""Signed metadata of a generation, TUF-style: root.json, index.json, manifest.json.
+"""The OLD signed format (root.json, index.json, manifest.json), read only by `rocke-aot trust migrate`
+(trust/release.py migrate) and tests of it; the signed metadata is TUF now (trust/repo.py).
+
+The old format, as it was:
 
 Every document is ``{"signed": {...}, "signatures": [{"keyid": hex, "sig": hex}]}``; a
 signature is ed25519 over the canonical JSON of "signed" (sorted keys, no spaces: the

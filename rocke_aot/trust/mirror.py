@@ -1,7 +1,11 @@
 """A static mirror of signed generations: files any HTTP server, object store or CDN serves as is.
 
     TREE/
-    ├── root.json, index.json, manifest.json   the signed metadata (`rocke-aot trust sign`)
+    ├── metadata/                              the TUF repository (`rocke-aot trust sign`,
+    │                                          trust/repo.py): N.root.json, timestamp.json,
+    │                                          V.snapshot.json, V.targets.json, V.bins-<hex>.json
+    ├── targets/kernels/<sha256>.<key>         each kernel target, raw, where any TUF client
+    │                                          (consistent snapshots) downloads it
     ├── blobs/<sha256>.zst                     each listed code object as one zstd frame, and
     │                                          the other files of each Triton entry
     └── triton/<Triton key>.json               the Triton cache entry of each listed Triton build,
@@ -19,9 +23,10 @@
                                       (and, with ``prune``, removing blobs and entries no longer
                                       listed)
 
-Order: blobs first, then the Triton entries, then root.json, manifest.json and index.json
-(last), each by rename; a host reading the tree mid-update sees the old index (whose blobs are
-all there) or the new one. Nothing here is trusted by hosts: they verify the signatures and
+Order: blobs and targets first, then the Triton entries, then the versioned metadata, then
+timestamp.json (last), each by rename; a host reading the tree mid-update sees the old
+timestamp (whose files are all there) or the new one. The repository is verified (from the
+pin given, else from its own 1.root.json) before anything is written. Nothing here is trusted by hosts: they verify the signatures and
 every blob themselves, and a Triton entry only when the signed manifest lists its build with
 the same files (a listed build whose entry the store lacks is left out: a host compiles it).
 """
@@ -36,8 +41,6 @@ from rocke_aot.cache import codec, triton_entries
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import BlobMismatchError, TrustError
 from rocke_aot.paths import atomic_write
-
-METADATA = ("root.json", "manifest.json", "index.json")  # the order they are written in
 
 
 @dataclass(frozen=True)
@@ -60,31 +63,40 @@ def blob_path(tree: Path, sha256: str) -> Path:
     return tree / "blobs" / f"{sha256}.zst"
 
 
+def target_file(tree: Path, key: str, sha256: str) -> Path:
+    """Where a TUF client (consistent snapshots) downloads the target "kernels/<key>"."""
+    return tree / "targets" / repo_kernels() / f"{sha256}.{key}"
+
+
+def repo_kernels() -> str:
+    from rocke_aot.trust.repo import KERNELS
+
+    return KERNELS
+
+
 def entry_path(tree: Path, key: str) -> Path:
     return tree / "triton" / f"{triton_entries.check_key(key)}.json"
 
 
-def _listed(signed_dir: Path) -> tuple[int, dict[str, int], dict[str, tuple[str, dict]]]:
-    """(manifest version, {sha256: size}, {Triton key: (kernel key, its signed metadata["triton"])})
-    of the signed manifest in ``signed_dir``."""
-    try:
-        doc = json.loads((signed_dir / "manifest.json").read_bytes())
-        signed = doc["signed"]
-        kernels = signed["kernels"]
-        blobs = {k["sha256"]: k["size"] for k in kernels.values()}
-        tritons = {}
-        for key, k in sorted(kernels.items()):
-            rec = (k.get("metadata") or {}).get("triton")
-            if isinstance(rec, dict):
-                tritons.setdefault(rec["key"], (key, rec))
-    except FileNotFoundError:
-        raise TrustError(f"{signed_dir} holds no manifest.json (rocke-aot trust sign -o {signed_dir})") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise TrustError(f"{signed_dir / 'manifest.json'} is not a signed manifest ({type(e).__name__}: {e})") from None
-    for name in METADATA:
-        if not (signed_dir / name).is_file():
-            raise TrustError(f"{signed_dir} lacks {name}")
-    return signed["version"], blobs, tritons
+def _listed(signed_dir: Path, pin=None):
+    """(the verified repository, {sha256: size}, {Triton key: (kernel key, its signed metadata["triton"])})
+    of the TUF repository in ``signed_dir``, checked from ``pin`` (a root key; None: its own 1.root.json)."""
+    from rocke_aot.trust import repo
+
+    repo.migrate_error(signed_dir)
+    if pin is None:
+        try:
+            pin = (signed_dir / "1.root.json").read_bytes()
+        except FileNotFoundError:
+            raise TrustError(f"{signed_dir} holds no 1.root.json (rocke-aot trust sign -o {signed_dir})") from None
+    verified = repo.verify(signed_dir, pin)
+    blobs = {k["sha256"]: k["size"] for k in verified.kernels.values()}
+    tritons: dict[str, tuple[str, dict]] = {}
+    for key, k in sorted(verified.kernels.items()):
+        rec = (k.get("metadata") or {}).get("triton")
+        if isinstance(rec, dict) and isinstance(rec.get("key"), str):
+            tritons.setdefault(rec["key"], (key, rec))
+    return verified, blobs, tritons
 
 
 def _triton_entry(store: Store, tkey: str, kernel: str, rec: dict) -> dict | None:
@@ -106,11 +118,12 @@ def _triton_entry(store: Store, tkey: str, kernel: str, rec: dict) -> dict | Non
 
 
 def sync(store: Store, signed_dir: str | Path, tree: str | Path, *, incremental: bool = True,
-         prune: bool = False) -> MirrorReport:
+         prune: bool = False, pin=None, tuf_targets: bool = True) -> MirrorReport:
     """Bring ``tree`` to the generation signed in ``signed_dir`` (``incremental`` False: every
     blob is written again, as `mirror export` does)."""
     signed_dir, tree = Path(signed_dir), Path(tree)
-    version, blobs, tritons = _listed(signed_dir)
+    verified, blobs, tritons = _listed(signed_dir, pin)
+    version = verified.timestamp_version
     entries, missing = {}, []
     for tkey, (kernel, rec) in sorted(tritons.items()):
         doc = _triton_entry(store, tkey, kernel, rec)
@@ -135,10 +148,20 @@ def sync(store: Store, signed_dir: str | Path, tree: str | Path, *, incremental:
         atomic_write(path, frame)
         written += 1
         nbytes += len(frame)
+    if tuf_targets:  # the raw target files any TUF client downloads (consistent snapshot names)
+        for key, k in sorted(verified.kernels.items()):
+            path = target_file(tree, key, k["sha256"])
+            if not path.is_file():
+                raw = store.get_blob(k["sha256"])
+                if len(raw) != k["size"] or codec.sha256_hex(raw) != k["sha256"]:
+                    raise BlobMismatchError(f"blob {k['sha256']}: the store holds other bytes than the target signed")
+                atomic_write(path, raw)
     for tkey, doc in entries.items():
         atomic_write(entry_path(tree, tkey), json.dumps(doc, sort_keys=True).encode())
-    for name in METADATA:
-        atomic_write(tree / name, (signed_dir / name).read_bytes())
+    for name in verified.files:  # versioned files (never rewritten once there), timestamp.json last
+        dest = tree / "metadata" / name
+        if name == "timestamp.json" or not dest.is_file():
+            atomic_write(dest, (signed_dir / name).read_bytes())
     pruned = 0
     if prune and (tree / "blobs").is_dir():
         for p in (tree / "blobs").glob("*.zst"):
@@ -152,6 +175,6 @@ def sync(store: Store, signed_dir: str | Path, tree: str | Path, *, incremental:
     return MirrorReport(str(tree), version, len(blobs), written, kept, pruned, nbytes, len(entries), tuple(missing))
 
 
-def export(store: Store, signed_dir: str | Path, tree: str | Path) -> MirrorReport:
+def export(store: Store, signed_dir: str | Path, tree: str | Path, *, pin=None) -> MirrorReport:
     """Write the whole tree (every blob, even one already there)."""
-    return sync(store, signed_dir, tree, incremental=False)
+    return sync(store, signed_dir, tree, incremental=False, pin=pin)

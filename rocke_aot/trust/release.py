@@ -4,20 +4,17 @@
         launch contract the family's), page by page (filters: arches, lanes); the rest left out
         -> manifest kernels {key: {key inputs, sha256, size, ir_sha256, metadata, provenance,
                                    generation}}, generations [{arch, lane, family, generation}]
-    manifest.json  signed by the release key, version V
-    index.json     signed by the release key, version V, naming manifest.json's sha256 and size
-    written to OUT: root.json (copied, checked first), manifest.json, then index.json, each by
-    rename, so a reader of OUT never sees an index naming a manifest that is not there yet
+    -> a TUF repository in OUT (trust/repo.py): every root version, the kernels as targets in
+       hashed bins, targets, snapshot, then timestamp.json last; a bin whose kernels did not
+       change keeps its file and version
 
-V defaults to one more than the index already in OUT (1 for a new directory): versions only
-grow, which is what a host's rollback check expects.
+Versions only grow (one more than OUT's timestamp), which is what a host's rollback check expects.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +22,6 @@ from rocke_aot.cache.generations import generation_of
 from rocke_aot.cache.keys import inputs_dict, thaw
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import SpecError, TrustError
-from rocke_aot.paths import atomic_write
-from rocke_aot.trust import metadata as md
 from rocke_aot.trust.keys import PrivateKey
 from rocke_aot.trust.signable import signable_rows
 
@@ -54,38 +49,68 @@ def current_kernels(store: Store, arches: Iterable[str] = (), lanes: Iterable[st
     return list(gens.values()), kernels
 
 
-def next_version(out: Path) -> int:
-    try:
-        return int(json.loads((out / "index.json").read_text())["signed"]["version"]) + 1
-    except FileNotFoundError:
-        return 1
-    except (ValueError, KeyError, TypeError) as e:
-        raise TrustError(f"{out / 'index.json'} is not an index ({e}); give --version") from None
+def read_roots(files: Iterable[str | Path], out: Path | None = None) -> dict[int, bytes]:
+    """{version: bytes} of the given root.json files, with the versions ``out`` already holds."""
+    from rocke_aot.trust.repo import load_root, root_files
+
+    roots: dict[int, bytes] = {}
+    if out is not None and out.is_dir():
+        roots.update({v: p.read_bytes() for v, p in root_files(out).items()})
+    for f in files:
+        data = Path(f).read_bytes()
+        v = load_root(data, str(f)).signed.version
+        if roots.get(v, data) != data:
+            raise TrustError(f"{f} is root version {v}, and {out} already holds another version {v}")
+        roots[v] = data
+    return roots
 
 
-def release(store: Store, out: str | Path, root_doc: dict[str, Any], key: PrivateKey, *, version: int | None = None,
-            expires_days: float = 30.0, arches: Iterable[str] = (), lanes: Iterable[str] = (),
-            now: datetime | None = None) -> dict[str, Any]:
-    """Sign what ``store`` serves of the selected arches and lanes into ``out``; returns a summary."""
-    out = Path(out)
-    now = now or datetime.now(timezone.utc)
-    keyid = key.public.keyid
-    roles = root_doc.get("signed", {}).get("roles", {}) if isinstance(root_doc, dict) else {}
-    if keyid not in roles.get("release", {}).get("keyids", ()):
-        raise TrustError(f"root.json does not list key {keyid[:16]} as a release key: hosts would refuse "
-                         "what it signs (sign a new root.json that lists it first)")
-    version = next_version(out) if version is None else version
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise SpecError(f"version must be a positive int, got {version!r}")
-    expires = now + timedelta(days=expires_days)
+def release(store: Store, out: str | Path, roots: dict[int, bytes], keys: list[PrivateKey], *,
+            expires_days: float = 30.0, timestamp_days: float = 1.0, arches: Iterable[str] = (),
+            lanes: Iterable[str] = (), now: datetime | None = None, bit_length: int | None = None,
+            min_version: int = 1) -> dict[str, Any]:
+    """Sign what ``store`` serves of the selected arches and lanes and trust/signable.py lets a
+    release sign into ``out`` (a TUF repository, trust/repo.py); returns a summary whose
+    ``left_out`` names every served row not signed, with why."""
+    from rocke_aot.trust import repo
+
     left: list = []
     gens, kernels = current_kernels(store, arches, lanes, left)
-    manifest = md.make_manifest(version, expires, gens, kernels)
-    manifest_bytes = md.dumps(md.sign(manifest, [key]))
-    index_bytes = md.dumps(md.sign(md.make_index(version, expires, manifest_bytes, manifest), [key]))
-    atomic_write(out / "root.json", md.dumps(root_doc))
-    atomic_write(out / "manifest.json", manifest_bytes)
-    atomic_write(out / "index.json", index_bytes)
-    return {"version": version, "expires": md.iso(expires), "generations": gens, "kernels": len(kernels),
-            "manifest_bytes": len(manifest_bytes), "index_bytes": len(index_bytes), "out": str(out),
-            "left_out": [x.as_dict() for x in left]}
+    info = repo.write(out, roots, kernels, keys, now=now or datetime.now(timezone.utc), expires_days=expires_days,
+                      timestamp_days=timestamp_days, bit_length=bit_length, min_version=min_version)
+    return {**info, "generations": gens, "left_out": [x.as_dict() for x in left]}
+
+
+def migrate(directory: Path, root_key: PrivateKey, keys: list[PrivateKey], *, expires_days: float = 30.0,
+            timestamp_days: float = 1.0, now: datetime | None = None) -> dict[str, Any]:
+    """A directory of the old format (root.json, index.json, manifest.json, checked against
+    ``root_key`` first) -> a TUF repository of the same kernels; the old files go to legacy/."""
+    from datetime import timedelta
+
+    from rocke_aot.trust import metadata as old
+    from rocke_aot.trust import repo
+
+    now = now or datetime.now(timezone.utc)
+    docs = {}
+    for name in ("root.json", "index.json", "manifest.json"):
+        try:
+            docs[name] = (directory / name).read_bytes()
+        except FileNotFoundError:
+            raise TrustError(f"{directory} lacks {name}: not a directory of the old format") from None
+    r = old.check_root(old.loads(docs["root.json"], "root.json"), root_key.public, now)
+    ix = old.check_index(old.loads(docs["index.json"], "index.json"), r, now)
+    m = old.check_manifest(docs["manifest.json"], ix, r, now)
+    release_pubs = [k.public for k in keys]
+    listed = set(r.roles["release"].keyids)
+    if not {k.keyid for k in release_pubs} <= listed:
+        raise TrustError("a --key is not a release key of the old root.json: give the keys it lists")
+    root = repo.make_root(1, now + timedelta(days=365), [root_key.public], release_pubs,
+                          threshold=r.roles["release"].threshold)
+    root.sign(root_key.signer())
+    legacy = directory / "legacy"
+    legacy.mkdir(exist_ok=True)
+    for name in docs:
+        (directory / name).rename(legacy / name)
+    info = repo.write(directory, {1: repo._dump(root)}, m.kernels, keys, now=now, expires_days=expires_days,
+                      timestamp_days=timestamp_days)
+    return {**info, "legacy": str(legacy)}

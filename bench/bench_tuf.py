@@ -1,0 +1,216 @@
+"""Fetching one kernel from a TUF-signed store of 100,000: whole processes, CPU and peak memory.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_tuf.py --kernels 100000 --out bench/results/tuf-100k.txt
+
+One run:
+  1. a synthetic store of N kernels (key inputs that hash to their keys, a record of about
+     --record-bytes each: a launch contract, resources, provenance), signed by trust/repo.py
+     (python-tuf's Metadata API) into a mirror tree: metadata/ + blobs/ for the kernels asked
+  2. a static HTTP server (a subprocess: http.server) that logs the bytes it sends per file
+  3. whole processes, each measured by GNU time (user+sys CPU, peak RSS; Debian's `time`):
+       baseline      python -c pass                      (the interpreter alone)
+       cold          `rocke-aot fetch --mirror URL KEY`  (a fresh host: root, timestamp, snapshot,
+                                                          targets, the key's bin, the blob)
+       warm          the same, ROCKE_AOT_OFFLINE=1       (what the host verified; no network)
+       warm online   the same, online                    (timestamp and next root asked, nothing else)
+     and the metadata bytes a cold host downloads for 1, 10 and 100 keys, against the
+     repository's size (proportional to the bins used, not to the store)
+The figures: median of --rounds runs each, printed as a table and written to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import zstandard
+
+from rocke_aot.cache.keys import KeyInputs, artifact_key, inputs_dict
+from rocke_aot.trust import keys, repo
+
+SERVER = r'''
+import sys, os
+from http.server import ThreadingHTTPServer, SimpleHTTPRequestHandler
+root, log = sys.argv[1], open(sys.argv[2], "a", buffering=1)
+class H(SimpleHTTPRequestHandler):
+    def __init__(self, *a, **k):
+        super().__init__(*a, directory=root, **k)
+    def log_message(self, *a):
+        pass
+    def send_head(self):
+        f = super().send_head()
+        path = self.translate_path(self.path)
+        size = os.path.getsize(path) if f is not None and os.path.isfile(path) else 0
+        log.write(f"{self.path} {size}\n")
+        return f
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+'''
+
+
+def synthetic(n: int, record_bytes: int, seed: int = 1) -> dict[str, dict]:
+    rnd = random.Random(seed)
+    toolchain = {"kind": "llvm", "version": "22.1.0", "sha256": hashlib.sha256(b"tc").hexdigest()}
+    out = {}
+    for i in range(n):
+        spec = {"block_m": 64 << (i % 3), "block_n": 64 << ((i // 3) % 3), "block_k": 32, "waves": 1 + i % 4,
+                "in_dtype": "f16", "out_dtype": "f32", "path": "fma", "variant": i}
+        ki = KeyInputs(arch="gfx942", lane="llvm22", profile="llvm22", family="gemm", spec=spec,
+                       recipe_digest=hashlib.sha256(b"recipe").hexdigest(), toolchain=toolchain, options={"O": 3})
+        key = artifact_key(ki)
+        size = 20000 + rnd.randrange(20000)
+        meta = {"launch": {"grid": ["ceil(m/64)", "ceil(n/64)", 1], "block": [256, 1, 1],
+                           "args": [{"name": n_, "kind": "ptr", "bytes": f"{n_}_bytes"} for n_ in "abc"] +
+                                   [{"name": d, "kind": "i32"} for d in ("m", "n", "k")],
+                           "shared_bytes": 16384},
+                "code_object": {"vgpr": 128, "sgpr": 96, "lds": 16384, "scratch": 0, "wavefront": 64,
+                                "kernel": f"gemm_{i}"},
+                "timing_us": 12.5 + i % 7}
+        prov = {"built_by": "bench", "toolchain": toolchain, "host": "builder-1", "seconds": 1.25,
+                "note": "x" * max(0, record_bytes - 1200)}
+        out[key] = {**inputs_dict(ki), "sha256": hashlib.sha256(f"blob{i}".encode()).hexdigest(), "size": size,
+                    "ir_sha256": hashlib.sha256(f"ir{i}".encode()).hexdigest(), "metadata": meta,
+                    "provenance": prov, "generation": "g-bench"}
+    return out
+
+
+def measure(cmd: list[str], env: dict) -> tuple[float, float, int, str]:
+    """(cpu seconds, wall seconds, peak RSS KiB, stdout) of one whole process, as GNU time reads
+    them (a child of this benchmark would inherit its peak RSS from the fork)."""
+    with tempfile.NamedTemporaryFile("r") as t:
+        p = subprocess.run(["/usr/bin/time", "-f", "%U %S %e %M", "-o", t.name, *cmd], env=env,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"{cmd} failed ({p.returncode}): {p.stderr[-2000:]}")
+        user, sys_, wall, rss = t.read().split()[-4:]
+    return float(user) + float(sys_), float(wall), int(rss), p.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", type=int, default=100_000)
+    ap.add_argument("--record-bytes", type=int, default=2000, help="about this many bytes of record per kernel")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--work", default=None, help="keep the tree here (default: a temp dir, removed)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-tuf-"))
+    exe = str(Path(sys.executable).with_name("rocke-aot"))
+    lines = []
+
+    def say(s: str) -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    say(f"# bench_tuf {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} kernels={args.kernels} "
+        f"record_bytes~{args.record_bytes} rounds={args.rounds} python={sys.version.split()[0]} "
+        f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
+    t = time.perf_counter()
+    kernels = synthetic(args.kernels, args.record_bytes)
+    say(f"synthetic records: {time.perf_counter() - t:.1f} s")
+    for name in ("root", "release"):
+        if not (work / f"{name}.key").exists():
+            keys.generate(work / f"{name}.key")
+    rk, rel = keys.load_private(work / "root.key"), keys.load_private(work / "release.key")
+    tree = work / "tree"
+    t = time.perf_counter()
+    info = repo.write(tree / "metadata", {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30),
+                                                             rk, [rel.public])}, kernels, [rel])
+    say(f"signed: {info['bins']} bins (bit_length {info['bit_length']}), {time.perf_counter() - t:.1f} s")
+    repo_bytes = sum(p.stat().st_size for p in (tree / "metadata").iterdir())
+    say(f"repository metadata: {repo_bytes} bytes ({repo_bytes / args.kernels:.0f} per kernel)")
+    asked = random.Random(7).sample(sorted(kernels), 100)
+    (tree / "blobs").mkdir(exist_ok=True)
+    cz = zstandard.ZstdCompressor()
+    for key in asked:  # bytes of the signed sha256 and size (synthetic: the client checks only those)
+        e = kernels[key]
+        raw = hashlib.sha256(f"blob{key}".encode()).digest() * (e["size"] // 32 + 1)
+        raw = raw[:e["size"]]
+        e["sha256"] = hashlib.sha256(raw).hexdigest()
+        (tree / "blobs" / f"{e['sha256']}.zst").write_bytes(cz.compress(raw))
+    # the asked kernels' sha256 changed: sign once more (only their bins are signed again)
+    info = repo.write(tree / "metadata", {1: (tree / "metadata" / "1.root.json").read_bytes()}, kernels, [rel])
+    say(f"re-signed the 100 asked kernels' bins: {info['bins_written']} bins written, {info['bins_kept']} kept")
+    log = work / "served.log"
+    srv = subprocess.Popen([sys.executable, "-c", SERVER, str(tree), str(log)], stdout=subprocess.PIPE, text=True)
+    port = int(srv.stdout.readline())
+    url = f"http://127.0.0.1:{port}"
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKE_AOT_")}
+    base_env.update(ROCKE_AOT_ROOT_KEY=str(work / "root.key.pub"), ROCKE_AOT_FETCH_WORKERS="1")
+    try:
+        def fetch_cmd(key: str) -> list[str]:
+            return [exe, "fetch", "--mirror", url, key, "-o", str(work / "out.bin"), "--json"]
+
+        rows: dict[str, list[tuple[float, float, int]]] = {}
+        inproc: dict[str, list[float]] = {}
+        for r in range(args.rounds):
+            home = work / f"host{r}"
+            shutil.rmtree(home, ignore_errors=True)
+            env = {**base_env, "ROCKE_AOT_CLIENT_HOME": str(home)}
+            key = asked[r % len(asked)]
+            rows.setdefault("baseline: python -c pass", []).append(measure([sys.executable, "-c", "pass"], env)[:3])
+            rows.setdefault("baseline: python -c 'import rocke_aot.client'", []).append(
+                measure([sys.executable, "-c", "import rocke_aot.client"], env)[:3])
+            log.write_text("")
+            rows.setdefault("cold fetch (fresh host)", []).append(measure(fetch_cmd(key), env)[:3])
+            rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1", []).append(
+                measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
+            rows.setdefault("warm fetch, online (timestamp checked)", []).append(measure(fetch_cmd(key), env)[:3])
+            lib = ("import sys, time\nt = time.process_time()\nfrom rocke_aot.client.fetch import Fetcher\n"
+                   "from rocke_aot.client.local import LocalStore\nt1 = time.process_time()\n"
+                   "f = Fetcher([], LocalStore(sys.argv[1]), offline=True)\nk = f.get(sys.argv[2])\n"
+                   "print((t1 - t) * 1000, (time.process_time() - t1) * 1000)\n")
+            cpu, wall, rss, out = measure([sys.executable, "-c", lib, str(home), key], {**env, "ROCKE_AOT_OFFLINE": "1"})
+            rows.setdefault("warm fetch, library (Fetcher.get, offline)", []).append((cpu, wall, rss))
+            imp, get = (float(x) for x in out.split())
+            inproc.setdefault("import", []).append(imp)
+            inproc.setdefault("get", []).append(get)
+        say("")
+        say("| whole process | CPU ms (median) | wall ms | peak RSS MiB |")
+        say("| --- | --- | --- | --- |")
+        for name, vals in rows.items():
+            cpu = statistics.median(v[0] for v in vals) * 1000
+            wall = statistics.median(v[1] for v in vals) * 1000
+            rss = statistics.median(v[2] for v in vals) / 1024
+            say(f"| {name} | {cpu:.1f} | {wall:.1f} | {rss:.1f} |")
+        say(f"in the library process (CPU ms, median): imports {statistics.median(inproc['import']):.1f}, "
+            f"Fetcher + get (state, local bin, blob read and hashed) {statistics.median(inproc['get']):.1f}")
+        say("")
+        say("| keys asked by a fresh host | metadata bytes downloaded | bins | of the repository |")
+        say("| --- | --- | --- | --- |")
+        for n in (1, 10, 100):
+            home = work / f"cold{n}"
+            shutil.rmtree(home, ignore_errors=True)
+            log.write_text("")
+            code = ("import sys\nfrom rocke_aot.client import Fetcher, LocalStore, MirrorSource\n"
+                    "f = Fetcher([MirrorSource(sys.argv[1])], LocalStore(sys.argv[2]))\n"
+                    "f.get_many(sys.argv[3:], workers=1)\n")
+            measure([sys.executable, "-c", code, url, str(home), *asked[:n]], {**base_env})
+            sent = [ln.split() for ln in log.read_text().splitlines()]
+            meta = sum(int(s) for p, s in sent if p.startswith("/metadata/"))
+            bins = sum(1 for p, _ in sent if "bins-" in p)
+            say(f"| {n} | {meta} | {bins} | {meta / repo_bytes:.5f} |")
+    finally:
+        srv.terminate()
+        srv.wait(10)
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "a") as f:
+            f.write("\n".join(lines) + "\n\n")
+
+
+if __name__ == "__main__":
+    main()
