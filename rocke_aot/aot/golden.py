@@ -59,10 +59,9 @@ def _golden_families() -> tuple[str, ...]:
     """The built-in families lowered to LLVM IR by rocke-aot (a plugin's families are not
     rocke-aot's goldens; a Triton family's "IR" is a compile request: Triton's own key covers
     it, tests/test_triton*.py)."""
-    # The families of rocke_aot/families/ (entry points of rocke-aot itself) are left out until their
-    # cases are written into the golden files: the gemm main-loop rewrite (issue 37) rewrites the
-    # same two files, and one regeneration after both land adds them (python -m devtools.goldens).
-    return tuple(n for n in builtin_family_names() if not is_triton(get_family(n)) and get_family(n).source.builtin)
+    # rocke-aot's own families: the built-ins and those of rocke_aot/families/ (entry points of
+    # rocke-aot itself, builtin_family_names() lists them too)
+    return tuple(n for n in builtin_family_names() if not is_triton(get_family(n)))
 
 SCHEMA = 1
 RULE = ("per (family, arch, served lane): the admitted grid grouped by (baked parameters, path); "
