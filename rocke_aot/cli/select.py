@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.cli.options import ARCH, LANE, emit_json, json_object_arg, json_option
 from rocke_aot.errors import SpecError
 
 # The choices, spelled here: importing service.selection (the store's SQL) for them would make
@@ -166,16 +166,9 @@ def _remote(server, arch, family, text, lanes, min_efficiency, limit, explain, a
             triton_version) -> int:
     """The same selection from a service (client/service.py ServiceClient; the base install); the
     server runs select()."""
-    import json
-
     from rocke_aot.client.service import ServiceClient
 
-    try:
-        prob = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
-    if not isinstance(prob, dict):
-        raise SpecError(f"problem must be a JSON object of {family} problem fields, got {type(prob).__name__}")
+    prob = json_object_arg(text, f"problem (a JSON object of {family} problem fields)")
     with ServiceClient(server, offline=False) as client:  # no local store is opened for a select
         doc = client.select(arch, family, prob, lanes=lanes, min_efficiency=min_efficiency, limit=limit,
                             explain=explain, model=model, measured=measured, triton_version=triton_version)
