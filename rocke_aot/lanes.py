@@ -32,8 +32,6 @@ from types import MappingProxyType
 from rocke_aot import settings
 from rocke_aot.errors import CapabilityError, LaneError
 
-ENV_LANE = settings.LANE
-
 # Datalayouts as the real toolchains report them (llvmlite 0.46 / LLVM 20.1.8 and
 # llvmlite 0.50 / LLVM 22.1.0, every wired arch gave the same string per target
 # family). They are data the lowering emits, so they live here; the drift guard
@@ -342,12 +340,12 @@ def get_lane(value: object, source: str = "lane") -> Lane:
 def lane_from_env(env: Mapping[str, str] | None = None) -> Lane | None:
     """The lane named by ``ROCKE_AOT_LANE``, validated; ``None`` only when it is unset."""
     env = os.environ if env is None else env
-    if ENV_LANE not in env:
+    if settings.LANE not in env:
         return None
-    value = env[ENV_LANE]
+    value = env[settings.LANE]
     if value == "":
-        raise LaneError(f"{ENV_LANE} is set but empty; unset it or name a lane ({_qualified()})")
-    return get_lane(value, source=ENV_LANE)
+        raise LaneError(f"{settings.LANE} is set but empty; unset it or name a lane ({_qualified()})")
+    return get_lane(value, source=settings.LANE)
 
 
 def resolve_lane(explicit: object = None, env: Mapping[str, str] | None = None) -> Lane | None:

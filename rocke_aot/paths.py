@@ -23,11 +23,9 @@ import platformdirs
 
 from rocke_aot import settings
 
-ENV_HOME = settings.HOME
-
 
 def home() -> Path:
-    value = settings.raw(ENV_HOME)
+    value = settings.raw(settings.HOME)
     path = Path(value) if value else Path(platformdirs.user_cache_dir("rocke-aot"))
     path.mkdir(parents=True, exist_ok=True)
     return path

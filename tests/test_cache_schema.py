@@ -13,6 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
+from rocke_aot import settings
 from rocke_aot.cache import db, models
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheError
@@ -67,10 +68,10 @@ def test_concurrent_first_opens_create_the_schema_once(tmp_path):
 
 
 def test_url_resolution(tmp_path, monkeypatch):
-    monkeypatch.delenv(db.ENV_CACHE, raising=False)
-    monkeypatch.setenv(db.ENV_HOME, str(tmp_path / "home"))
+    monkeypatch.delenv(settings.CACHE, raising=False)
+    monkeypatch.setenv(settings.HOME, str(tmp_path / "home"))
     assert db.resolve_url(None) == f"sqlite:///{tmp_path / 'home' / 'cache.sqlite'}"
-    monkeypatch.setenv(db.ENV_CACHE, str(tmp_path / "env.sqlite"))
+    monkeypatch.setenv(settings.CACHE, str(tmp_path / "env.sqlite"))
     assert db.resolve_url(None) == f"sqlite:///{tmp_path / 'env.sqlite'}"
     assert db.resolve_url(tmp_path / "p.sqlite") == f"sqlite:///{tmp_path / 'p.sqlite'}"
     assert db.resolve_url("postgresql://u@h/d") == "postgresql+psycopg://u@h/d"
@@ -81,15 +82,15 @@ def test_url_resolution(tmp_path, monkeypatch):
 
 
 def test_default_store_lives_in_rocke_aot_home(tmp_path, monkeypatch):
-    monkeypatch.delenv(db.ENV_CACHE, raising=False)
-    monkeypatch.setenv(db.ENV_HOME, str(tmp_path / "home"))
+    monkeypatch.delenv(settings.CACHE, raising=False)
+    monkeypatch.setenv(settings.HOME, str(tmp_path / "home"))
     with Store.open() as s:
         assert s.stats().artifacts == 0
     assert (tmp_path / "home" / "cache.sqlite").is_file()
 
 
 def test_platformdirs_default(monkeypatch):
-    monkeypatch.delenv(db.ENV_HOME, raising=False)
+    monkeypatch.delenv(settings.HOME, raising=False)
     from platformdirs import user_cache_dir
 
     assert db.default_path() == Path(user_cache_dir("rocke-aot")) / "cache.sqlite"

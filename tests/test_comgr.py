@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from rocke_aot import settings
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
-from rocke_aot.aot.toolchains.comgr import ENV_COMGR, ComgrToolchain, candidate_libraries, discover
+from rocke_aot.aot.toolchains.comgr import ComgrToolchain, candidate_libraries, discover
 from rocke_aot.errors import CompileError, LaneError, ToolchainError, ToolchainRefused
 from rocke_aot.lanes import lane_for_major
 from rocke_aot.targets import Target
@@ -104,13 +105,13 @@ def test_comgr_errors_are_compile_errors_with_the_log(comgr):
 
 
 def test_env_names_the_library(monkeypatch, tmp_path):
-    monkeypatch.setenv(ENV_COMGR, str(tmp_path / "libamd_comgr.so"))
+    monkeypatch.setenv(settings.COMGR, str(tmp_path / "libamd_comgr.so"))
     assert candidate_libraries() == [str(tmp_path / "libamd_comgr.so")]
     info = ComgrToolchain(tmp_path / "libamd_comgr.so").detect()
     assert not info.usable and "no COMGR library" in info.refusal
     with pytest.raises(ToolchainError, match="unusable"):
         ComgrToolchain(tmp_path / "libamd_comgr.so").compile(KERNEL_LLVM15, Target.parse("gfx90a"))
-    monkeypatch.setenv(ENV_COMGR, DEBIAN_COMGR)
+    monkeypatch.setenv(settings.COMGR, DEBIAN_COMGR)
     assert ComgrToolchain(candidate_libraries()[0]).detect().llvm_major == 15
 
 

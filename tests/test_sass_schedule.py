@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from rocke_aot import settings
 from rocke_aot.aot import sass
 from rocke_aot.aot.compiler.ptx import assemble_cubin
 from rocke_aot.candidates import Resources, Schedule
@@ -239,12 +240,12 @@ def test_a_malformed_schedule_is_refused_on_write_and_read(field, value):
 
 
 def test_no_cuobjdump_records_unavailable_with_the_reason(hand, monkeypatch, tmp_path):
-    monkeypatch.setenv(sass.ENV_CUOBJDUMP, str(tmp_path / "nope"))
+    monkeypatch.setenv(settings.CUOBJDUMP, str(tmp_path / "nope"))
     got = sass.read_schedule(hand["stage4"][0], "sm_90", "stage4")
-    assert got.source == "unavailable" and sass.ENV_CUOBJDUMP in got.reason and got.exposed_latencies is None
+    assert got.source == "unavailable" and settings.CUOBJDUMP in got.reason and got.exposed_latencies is None
     with pytest.raises(ToolchainError):
         sass.find_cuobjdump()
-    monkeypatch.delenv(sass.ENV_CUOBJDUMP)
+    monkeypatch.delenv(settings.CUOBJDUMP)
     monkeypatch.setattr(sass.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     got = sass.read_schedule(hand["stage4"][0], "sm_90", "stage4")
@@ -257,7 +258,7 @@ def test_the_tool_failing_is_unavailable_not_a_number(tmp_path, monkeypatch):
     fake = tmp_path / "cuobjdump"
     fake.write_text("#!/bin/sh\necho 'cuobjdump fatal : no' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setenv(sass.ENV_CUOBJDUMP, str(fake))
+    monkeypatch.setenv(settings.CUOBJDUMP, str(fake))
     got = sass.read_schedule(b"\x7fELF" + b"\0" * 60, "sm_90", "k")
     assert got.source == "unavailable" and "exited 1" in got.reason
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from rocke_aot import settings
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.lower import lower
@@ -85,7 +86,7 @@ def test_missing_library_is_a_named_refusal(tmp_path):
 
 
 def test_explicit_path_wins_and_a_wrong_one_is_refused(monkeypatch, tmp_path):
-    monkeypatch.setenv(vendor23.ENV_LIB, str(tmp_path / "nope.so"))
+    monkeypatch.setenv(settings.LLVM23_LIB, str(tmp_path / "nope.so"))
     found = vendor23.discover()
     assert [tc.library for tc in found] == [str(tmp_path / "nope.so")]
     assert "no AMD LLVM library" in found[0].detect().refusal

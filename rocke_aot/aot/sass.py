@@ -47,7 +47,6 @@ from rocke_aot.candidates import Schedule
 from rocke_aot.errors import RockeError, ToolchainError
 from rocke_aot.targets import Target
 
-ENV_CUOBJDUMP = settings.CUOBJDUMP
 HMMA_LATENCY = 33  # cycles until an HMMA's result is ready (module doc: not a fact)
 OTHER_LATENCY = 4  # ... any instruction but LDG, LDS and HMMA
 SCHEDULE_PROCESSORS = ("sm_90",)
@@ -67,10 +66,10 @@ def find_cuobjdump() -> str:
     """ROCKE_AOT_CUOBJDUMP when set (it must name an executable: a typo fails, it never falls
     through), else this interpreter's venv bin (scripts/setup.sh links the pinned wheel's there),
     else cuobjdump on PATH; ToolchainError when there is none."""
-    env = settings.raw(ENV_CUOBJDUMP)
+    env = settings.raw(settings.CUOBJDUMP)
     if env is not None:
         if not (os.path.isfile(env) and os.access(env, os.X_OK)):
-            raise ToolchainError(f"{ENV_CUOBJDUMP}={env!r} is not an executable file")
+            raise ToolchainError(f"{settings.CUOBJDUMP}={env!r} is not an executable file")
         return env
     import shutil
 
@@ -79,7 +78,7 @@ def find_cuobjdump() -> str:
     for path in (beside_interpreter("cuobjdump"), shutil.which("cuobjdump")):
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise ToolchainError(f"cuobjdump not found ({ENV_CUOBJDUMP} unset, not in {Path(sys.executable).parent}, "
+    raise ToolchainError(f"cuobjdump not found ({settings.CUOBJDUMP} unset, not in {Path(sys.executable).parent}, "
                          "not on PATH: bash scripts/setup.sh --only ptxas installs it)")
 
 
@@ -188,5 +187,5 @@ def read_schedule(cubin: bytes, target: object, kernel: str) -> Schedule | None:
                     facts.global_latency, facts.lds_latency, tool_version(tool))
 
 
-__all__ = ["ENV_CUOBJDUMP", "HMMA_LATENCY", "OTHER_LATENCY", "SCHEDULE_PROCESSORS", "SassError", "disassemble",
+__all__ = ["HMMA_LATENCY", "OTHER_LATENCY", "SCHEDULE_PROCESSORS", "SassError", "disassemble",
            "find_cuobjdump", "instructions", "read_schedule", "schedule_figures", "tool_version", "walk"]

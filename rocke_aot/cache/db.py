@@ -51,8 +51,6 @@ from rocke_aot import settings
 from rocke_aot.cache import models
 from rocke_aot.errors import CacheAccessError, ReadOnlyError, SchemaVersionError
 
-ENV_CACHE = settings.CACHE
-ENV_HOME = settings.HOME
 BUSY_TIMEOUT_MS = 60_000
 # Seconds to wait for a PostgreSQL server to answer (libpq waits forever by default); a URL's
 # own ?connect_timeout= wins.
@@ -64,7 +62,7 @@ LOOKUP_CHUNK = 900  # keys per IN (...): under SQLite's oldest bound-parameter l
 
 
 def default_path() -> Path:
-    home = settings.raw(ENV_HOME)
+    home = settings.raw(settings.HOME)
     if home:
         return Path(home).expanduser() / "cache.sqlite"
     from platformdirs import user_cache_dir
@@ -80,7 +78,7 @@ def resolve_url(url: str | os.PathLike | None = None) -> str:
     with :class:`CacheAccessError` instead of deep inside the driver (or silently creating
     a tree somewhere)."""
     if url is None:
-        url = settings.raw(ENV_CACHE) or None
+        url = settings.raw(settings.CACHE) or None
     if url is None:
         path = default_path()
         try:

@@ -53,7 +53,6 @@ from rocke_aot.cache.triton_entries import EntryFile, TritonEntries
 from rocke_aot.candidates import Candidate
 from rocke_aot.errors import CacheError, NotFoundError
 
-ENV_MAX_BYTES = settings.CACHE_MAX_BYTES
 LOOKUP_CHUNK = db.LOOKUP_CHUNK
 
 
@@ -94,7 +93,7 @@ class Store:
         """
         resolved = db.resolve_url(url)
         if max_bytes is None:
-            max_bytes = settings.integer(ENV_MAX_BYTES)
+            max_bytes = settings.integer(settings.CACHE_MAX_BYTES)
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         if readonly and resolved.startswith("sqlite"):

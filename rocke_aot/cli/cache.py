@@ -16,7 +16,8 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.cache.db import ENV_CACHE, resolve_url
+from rocke_aot import settings
+from rocke_aot.cache.db import resolve_url
 from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
@@ -24,7 +25,7 @@ from rocke_aot.errors import NotFoundError, SpecError
 
 cache_option = click.option(
     "--cache", "cache_url", metavar="URL", default=None,
-    help=f"Cache location: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${ENV_CACHE}, "
+    help=f"Cache location: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}, "
     "else cache.sqlite in the user cache dir).",
 )
 

@@ -6,8 +6,9 @@ import json
 
 import click
 
+from rocke_aot import settings
 from rocke_aot.errors import LaneError, SpecError
-from rocke_aot.lanes import ENV_LANE, LANE_NAMES, Lane, get_lane, lane_from_env
+from rocke_aot.lanes import LANE_NAMES, Lane, get_lane, lane_from_env
 from rocke_aot.targets import Target
 
 
@@ -50,7 +51,7 @@ def lanes_option(multiple: bool = True, help: str | None = None):
     """``--lane`` (repeatable); when absent, ROCKE_AOT_LANE is read and validated the same way."""
     return click.option(
         "--lane", "lanes" if multiple else "lane", type=LANE, multiple=multiple,
-        help=help or f"Compiler lane ({', '.join(LANE_NAMES)}); default: ${ENV_LANE}, else every lane with a toolchain.",
+        help=help or f"Compiler lane ({', '.join(LANE_NAMES)}); default: ${settings.LANE}, else every lane with a toolchain.",
     )
 
 

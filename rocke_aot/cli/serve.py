@@ -24,7 +24,7 @@ import tempfile
 import click
 
 from rocke_aot import settings
-from rocke_aot.cache.db import ENV_CACHE, display_url, resolve_url
+from rocke_aot.cache.db import display_url, resolve_url
 from rocke_aot.errors import SpecError
 from rocke_aot.trust.keys import public_key
 
@@ -33,7 +33,7 @@ HTTP_PROTOCOL = "rocke_aot.service.protocol:BoundedHttpTools"  # an import strin
 
 @click.command("serve")
 @click.option("--cache", "cache_url", metavar="URL", default=None,
-              help=f"Store to serve: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${ENV_CACHE}).")
+              help=f"Store to serve: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes.")
@@ -87,13 +87,13 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
         with open(token_file, encoding="utf-8") as f:
             if not f.read().strip():
                 raise SpecError(f"--token-file {token_file} is empty")
-    os.environ[service_app.ENV_CACHE] = url
+    os.environ[settings.SERVE_CACHE] = url
     if token_file is not None:
-        os.environ[service_app.ENV_TOKEN_FILE] = os.path.abspath(token_file)
+        os.environ[settings.SERVE_TOKEN_FILE] = os.path.abspath(token_file)
     else:
-        os.environ.pop(service_app.ENV_TOKEN_FILE, None)
+        os.environ.pop(settings.SERVE_TOKEN_FILE, None)
     if max_publish_bytes is not None:
-        os.environ[service_app.ENV_MAX_PUBLISH] = str(max_publish_bytes)
+        os.environ[settings.SERVE_MAX_PUBLISH] = str(max_publish_bytes)
     for name, value in ((settings.SERVE_PLAIN_TOKENS, "1" if allow_plain_tokens else None),
                         (settings.SERVE_TRUST_DIR, trust_dir and os.path.abspath(trust_dir)),
                         (settings.SERVE_ROOT_KEY, root_key and str(public_key(root_key).as_pin()))):

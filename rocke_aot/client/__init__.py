@@ -18,7 +18,7 @@ llvmlite, not rocke_aot.aot (tests/test_client_slim.py).
 
 from rocke_aot.client.fetch import Fetcher, OfflineMiss, sources_from
 from rocke_aot.client.local import Kernel, LocalStore
-from rocke_aot.client.trusted import ENV_INSECURE, ENV_ROOT_KEY, InsecureFetchWarning, Trusted
+from rocke_aot.client.trusted import InsecureFetchWarning, Trusted
 from rocke_aot.errors import SourceError
 
 
@@ -36,5 +36,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'rocke_aot.client' has no attribute {name!r}")
 
 
-__all__ = ["ENV_INSECURE", "ENV_ROOT_KEY", "Fetcher", "InsecureFetchWarning", "Kernel", "LocalStore", "MirrorSource",
+__all__ = ["Fetcher", "InsecureFetchWarning", "Kernel", "LocalStore", "MirrorSource",
            "OfflineMiss", "ServiceClient", "ServiceSource", "SourceError", "Trusted", "sources_from"]

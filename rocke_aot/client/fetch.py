@@ -54,8 +54,6 @@ from rocke_aot.cache.keys import check_key
 from rocke_aot.client.keys import check_prefix, match, unique
 from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
 from rocke_aot.client.trusted import (
-    ENV_INSECURE,
-    ENV_ROOT_KEY,
     Accepted,
     InsecureFetchWarning,
     Trusted,
@@ -79,8 +77,6 @@ from rocke_aot.trust.keys import PublicKey
 if TYPE_CHECKING:  # sources (httpx, httpcore) load when a source is made: a warm offline fetch needs none
     from rocke_aot.client.sources import Source
 
-ENV_OFFLINE = settings.OFFLINE
-ENV_FETCH_WORKERS = settings.FETCH_WORKERS
 # Workers hide round trips, not CPU, so the default is not scaled by cores: at a 10 ms round trip
 # 2/4/8/16 workers fetched 170/325/651/882 kernels/s (docs/trust.md, "Fetch cost, measured"); a
 # mirror on the same host is CPU-bound and fastest with $ROCKE_AOT_FETCH_WORKERS=1. Each worker
@@ -93,15 +89,15 @@ class OfflineMiss(NotFoundError):
 
 
 def env_offline() -> bool:
-    return settings.flag(ENV_OFFLINE)
+    return settings.flag(settings.OFFLINE)
 
 
 def env_workers() -> int:
-    n = settings.integer(ENV_FETCH_WORKERS)
+    n = settings.integer(settings.FETCH_WORKERS)
     if n is None:
         return DEFAULT_WORKERS
     if n < 1:
-        raise SpecError(f"${ENV_FETCH_WORKERS} must be at least 1, got {n}")
+        raise SpecError(f"${settings.FETCH_WORKERS} must be at least 1, got {n}")
     return n
 
 
@@ -137,11 +133,11 @@ class Fetcher:
         key = pinned_key(root_key)
         self.insecure = key is None and (env_insecure() if insecure is None else bool(insecure))
         if key is None and not self.insecure:
-            raise TrustConfigError(f"no pinned root key: set ${ENV_ROOT_KEY} (or root_key=) to the root public key "
-                                   f"(a .pub file or ed25519:<hex>), or ${ENV_INSECURE}=1 to fetch unsigned kernels")
+            raise TrustConfigError(f"no pinned root key: set ${settings.ROOT_KEY} (or root_key=) to the root public key "
+                                   f"(a .pub file or ed25519:<hex>), or ${settings.INSECURE}=1 to fetch unsigned kernels")
         if self.insecure:
             warnings.warn(InsecureFetchWarning(
-                f"no pinned root key and insecure (or {ENV_INSECURE}=1): kernels are fetched WITHOUT signature checks; "
+                f"no pinned root key and insecure (or {settings.INSECURE}=1): kernels are fetched WITHOUT signature checks; "
                 "any server or network path can hand this host code the builder never built"), stacklevel=2)
         self.trusted = Trusted(key, self.store.trust_dir, now=now) if key is not None else None
         self._accepted: Accepted | None = None
@@ -202,7 +198,7 @@ class Fetcher:
             check(k)
             return k
         if self.offline:
-            raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
+            raise OfflineMiss(f"{settings.OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
         k, skipped = self._try_sources(f"kernel {key}",
                                        lambda src: _checked(_signed_from(src, signed, origin, acc), check))
         self.store.put_blob(k.sha256, k.size, k.code_object)
@@ -300,7 +296,7 @@ class Fetcher:
             check_contract(k, f"the local copy of {key}")
             return _checked(_answers(k, device, family, f"the local copy of {key}"), check)
         if self.offline:
-            raise OfflineMiss(f"{ENV_OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
+            raise OfflineMiss(f"{settings.OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
         k, skipped = self._try_sources(f"kernel {key}",
                                        lambda src: _checked(_unsigned_from(src, key, device, family), check))
         return _with_skipped(self.store.put(k), skipped)

@@ -53,7 +53,6 @@ from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, Spe
 from rocke_aot.paths import atomic_write
 from rocke_aot.targets import Target
 
-ENV_CLIENT_HOME = settings.CLIENT_HOME
 MAX_CODE_OBJECT = 256 << 20  # the largest code object a record may name (client/sources.py MAX_BLOB)
 MAX_RECORD_TEXT = 3 << 20  # a whole record: metadata and provenance of at most 1 MiB each, + key inputs
 
@@ -221,7 +220,7 @@ def _check_once(data: bytes, sha256: str, size: int) -> None:
 
 
 def default_root() -> Path:
-    value = settings.raw(ENV_CLIENT_HOME)
+    value = settings.raw(settings.CLIENT_HOME)
     return Path(value) if value else paths.home() / "client"
 
 

@@ -45,11 +45,9 @@ from rocke_aot.errors import (
 from rocke_aot.lanes import LANE_NAMES
 from rocke_aot.targets import Target, compatible
 
-ENV_OFFLINE = settings.OFFLINE
-ENV_TOKEN = settings.TOKEN
 MAX_REJECTED_ROWS = 1000  # the service lists at most this many rejections (answers.py MAX_REJECTED; pydantic loads on a select only)
 
-__all__ = ["ENV_TOKEN", "ServiceClient", "check_select", "parse_select"]
+__all__ = ["ServiceClient", "check_select", "parse_select"]
 
 
 class ServiceClient:
@@ -64,11 +62,11 @@ class ServiceClient:
     def __init__(self, base_url: str | None, token: str | None = None, offline: bool | None = None, *,
                  retries: int = 3, backoff: float = 0.2, timeout: float = 30.0, deadline_s: float | None = None,
                  http: httpx.Client | None = None):
-        self.offline = settings.flag(ENV_OFFLINE) if offline is None else bool(offline)
+        self.offline = settings.flag(settings.OFFLINE) if offline is None else bool(offline)
         if base_url is None and not self.offline:
             raise SpecError("a service client needs a server URL unless it is offline")
         self.base_url = base_url.rstrip("/") if base_url else None
-        self.token = token if token is not None else (settings.raw(ENV_TOKEN) or None)
+        self.token = token if token is not None else (settings.raw(settings.TOKEN) or None)
         self._source = ServiceSource(self.base_url or "http://offline.invalid", http=http, retries=retries,
                                      backoff=backoff, timeout=timeout, deadline_s=deadline_s)
 
@@ -87,7 +85,7 @@ class ServiceClient:
 
     def _call(self, method: str, path: str, limit: int, **kw: Any) -> Answer:
         if self.offline:
-            raise OfflineMiss(f"{ENV_OFFLINE}=1: no request to {method} {path}")
+            raise OfflineMiss(f"{settings.OFFLINE}=1: no request to {method} {path}")
         return self._source.call(method, path, limit, **kw)
 
     def select(self, arch: str, family: str, problem: Mapping[str, Any], *, lanes=None,
@@ -123,7 +121,7 @@ class ServiceClient:
         """PUT /v1/trust/{name}: one file of a signed TUF repository (the service checks it, and
         the whole repository when ``name`` is timestamp.json)."""
         if not self.token:
-            raise Unauthorized(f"publishing needs a token (token=..., or ${ENV_TOKEN})")
+            raise Unauthorized(f"publishing needs a token (token=..., or ${settings.TOKEN})")
         if not name or "/" in name or not name.endswith(".json"):
             raise SpecError(f"not a metadata file name: {name[:80]!r}")
         ans = self._call("PUT", f"/v1/trust/{name}", MAX_RECORD,
@@ -138,7 +136,7 @@ class ServiceClient:
         if not isinstance(inputs, KeyInputs):
             raise SpecError(f"publish needs KeyInputs, got {type(inputs).__name__}")
         if not self.token:
-            raise Unauthorized(f"publishing needs a token (token=..., or ${ENV_TOKEN})")
+            raise Unauthorized(f"publishing needs a token (token=..., or ${settings.TOKEN})")
         key = artifact_key(inputs)
         sha = codec.sha256_hex(bytes(code_object))
         body = {

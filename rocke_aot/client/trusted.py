@@ -58,8 +58,6 @@ from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.trust.repo import bin_of, record_of, target_path
 
-ENV_ROOT_KEY = settings.ROOT_KEY
-ENV_INSECURE = settings.INSECURE
 BASE_URL = "rocke-aot-source:/"  # the Updater's base URL; _SourceFetcher maps it to the source's paths
 MAX_SNAPSHOT = 32 << 20
 MAX_TARGETS = 16 << 20
@@ -85,7 +83,7 @@ class InsecureFetchWarning(UserWarning):
 def pinned_key(root_key: str | os.PathLike | PublicKey | bytes | None) -> Pin | None:
     """The host's pin from configuration: a root public key, or the bytes of an initial root.json."""
     if root_key is None:
-        root_key = settings.raw(ENV_ROOT_KEY) or None
+        root_key = settings.raw(settings.ROOT_KEY) or None
     if root_key is None or isinstance(root_key, PublicKey | bytes):
         return root_key
     text = os.fspath(root_key)
@@ -104,7 +102,7 @@ def pin_id(pin: Pin) -> str:
 
 
 def env_insecure() -> bool:
-    return settings.flag(ENV_INSECURE)
+    return settings.flag(settings.INSECURE)
 
 
 def _expires(doc: dict, what: str) -> datetime:

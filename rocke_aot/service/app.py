@@ -93,9 +93,6 @@ DEFAULT_MAX_BODY = 64 << 10  # any other request body (select)
 PUBLISH_DEPTH, PUBLISH_ITEMS = record.MAX_DEPTH + 2, 100_000
 BODY_DEPTH, BODY_ITEMS = 16, 10_000  # a select: a problem object and a few lists
 DEFAULT_SELECT_SLOTS = 2  # selects ranking in worker threads at once, per worker process (the GIL: more only queue)
-ENV_CACHE = settings.SERVE_CACHE
-ENV_TOKEN_FILE = settings.SERVE_TOKEN_FILE
-ENV_MAX_PUBLISH = settings.SERVE_MAX_PUBLISH
 
 Sha = Annotated[str, Path(pattern=SHA_PATTERN, description="sha256 of the raw code object, 64 lowercase hex")]
 Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 lowercase hex")]
@@ -658,15 +655,15 @@ def _publish(store: Store, key: str, req: PublishRequest, entered: Entry) -> tup
 
 def app_from_env() -> FastAPI:
     """uvicorn factory for ``rocke-aot serve`` (every worker process builds its own app)."""
-    url = settings.raw(ENV_CACHE)
+    url = settings.raw(settings.SERVE_CACHE)
     if not url:
-        raise CacheError(f"{ENV_CACHE} is not set (rocke-aot serve sets it)")
+        raise CacheError(f"{settings.SERVE_CACHE} is not set (rocke-aot serve sets it)")
     token = None
-    path = settings.raw(ENV_TOKEN_FILE)
+    path = settings.raw(settings.SERVE_TOKEN_FILE)
     if path:
         with open(path, encoding="utf-8") as f:  # one token per line: one per tenant (publisher)
             token = tuple(line.strip() for line in f.read().splitlines() if line.strip()) or None
-    max_publish = settings.integer(ENV_MAX_PUBLISH)
+    max_publish = settings.integer(settings.SERVE_MAX_PUBLISH)
     max_publish = DEFAULT_MAX_PUBLISH if max_publish is None else max_publish
     root = settings.raw(settings.SERVE_ROOT_KEY)
     body_s = settings.integer(settings.SERVE_BODY_TIMEOUT_S)

@@ -48,7 +48,7 @@ from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
 from rocke_aot.client.fetch import OfflineMiss, check_asked
 from rocke_aot.client.local import check_sha
-from rocke_aot.client.service import ENV_OFFLINE, ENV_TOKEN, ServiceClient, check_select, parse_select
+from rocke_aot.client.service import ServiceClient, check_select, parse_select
 from rocke_aot.client.trusted import InsecureFetchWarning, pinned_key
 from rocke_aot.errors import AnswerMismatchError, CodeObjectError, NotFoundError, RemoteError
 from rocke_aot.record import RecordError
@@ -57,7 +57,7 @@ from rocke_aot.targets import Target
 
 MAX_BLOB_MEMORY = 64 << 20  # get_blob's in-memory LRU of fetched blobs
 
-__all__ = ["ENV_OFFLINE", "ENV_TOKEN", "Client", "OfflineMiss", "RemoteError", "check_select", "parse_select"]
+__all__ = ["Client", "OfflineMiss", "RemoteError", "check_select", "parse_select"]
 
 
 def origin_of(art: Artifact) -> str | None:
@@ -134,7 +134,7 @@ class Client(ServiceClient):
             check_asked(local.arch, local.family, device, family, f"the local copy of {key}")
             return local
         if self.offline:
-            raise OfflineMiss(f"{ENV_OFFLINE}=1 and artifact {key} is not in the local store {self.store}")
+            raise OfflineMiss(f"{settings.OFFLINE}=1 and artifact {key} is not in the local store {self.store}")
         k = self._source.record(key)  # strict; the inputs hash to the key
         check_asked(k.inputs.arch, k.inputs.family, device, family, f"{self.base_url}'s record of {key}")
         if local is not None and local.sha256 != k.sha256:
@@ -199,7 +199,7 @@ class Client(ServiceClient):
             raw = self._frames.load(self.store, sha).raw  # any local artifact's blob, verified
         except NotFoundError:
             if self.offline:
-                raise OfflineMiss(f"{ENV_OFFLINE}=1 and blob {sha} is not in the local store {self.store}") from None
+                raise OfflineMiss(f"{settings.OFFLINE}=1 and blob {sha} is not in the local store {self.store}") from None
             raw = self._source.blob(sha, None)  # bounded by MAX_BLOB, size and sha256 checked
         if len(raw) <= MAX_BLOB_MEMORY:
             self._blobs[sha] = raw

@@ -33,8 +33,6 @@ from rocke_aot.aot.compiler.options import PTXAS_FLAGS
 from rocke_aot.aot.toolchains.base import file_sha256, find_executable
 from rocke_aot.errors import CompileError, ToolchainError
 
-ENV_PTXAS = settings.PTXAS
-
 
 def beside_interpreter(name: str) -> str | None:
     """``name`` in this interpreter's bin folder (a venv's .venv/bin, where scripts/setup.sh links
@@ -46,10 +44,10 @@ def beside_interpreter(name: str) -> str | None:
 def find_ptxas() -> str:
     """ROCKE_AOT_PTXAS, else the ptxas beside this interpreter (setup's), else PATH and the usual
     CUDA install folders (module doc); ToolchainError naming where it looked when there is none."""
-    if settings.raw(ENV_PTXAS) is None and (mine := beside_interpreter("ptxas")) is not None:
+    if settings.raw(settings.PTXAS) is None and (mine := beside_interpreter("ptxas")) is not None:
         return mine
-    return find_executable("ptxas", ENV_PTXAS, ("/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas"),
-                           f"ptxas not found ({ENV_PTXAS} unset, not in {Path(sys.executable).parent}, not on "
+    return find_executable("ptxas", settings.PTXAS, ("/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas"),
+                           f"ptxas not found ({settings.PTXAS} unset, not in {Path(sys.executable).parent}, not on "
                            "PATH, not in /usr/local/cuda/bin or /usr/local/bin: bash scripts/setup.sh --only ptxas "
                            "installs it)")
 

@@ -35,7 +35,6 @@ from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CompileError, ToolchainError
 from rocke_aot.targets import Target
 
-ENV_COMGR = settings.COMGR
 PLUGIN = Path(__file__).resolve().parent.parent / "compiler" / "_comgr_handler.py"
 _LLD_RE = re.compile(r"LLD (\d+)\.(\d+)\.(\d+)")
 _CLANG_RE = re.compile(r"clang version (\d+)\.(\d+)\.(\d+)")
@@ -47,7 +46,7 @@ PROBE_IR = 'target triple = "amdgcn-amd-amdhsa"\n\ndefine amdgpu_kernel void @ro
 
 def candidate_libraries() -> list[str]:
     """COMGR libraries on this host, most specific first (env, ROCm, Debian)."""
-    env = settings.raw(ENV_COMGR)
+    env = settings.raw(settings.COMGR)
     if env is not None:
         return [env]
     found: list[str] = []

@@ -20,7 +20,6 @@ from rocke_aot import settings
 from rocke_aot.aot.toolchains.base import file_sha256, find_executable
 from rocke_aot.errors import ToolchainError
 
-ENV_LLD = settings.LLD
 _VERSION_RE = re.compile(r"LLD (\d+)\.(\d+)\.(\d+)")
 
 
@@ -33,8 +32,8 @@ def find_lld() -> str:
     """The ld.lld to use; ToolchainError naming every place looked at when none is found."""
     candidates = sorted(glob.glob("/usr/lib/llvm-*/bin/ld.lld"), key=_llvm_dir_key, reverse=True)
     return find_executable(
-        "ld.lld", ENV_LLD, [*candidates, "/opt/rocm/llvm/bin/ld.lld"],
-        f"ld.lld not found ({ENV_LLD} unset, not on PATH, no /usr/lib/llvm-*/bin/ld.lld, "
+        "ld.lld", settings.LLD, [*candidates, "/opt/rocm/llvm/bin/ld.lld"],
+        f"ld.lld not found ({settings.LLD} unset, not on PATH, no /usr/lib/llvm-*/bin/ld.lld, "
         "no /opt/rocm/llvm/bin/ld.lld): install Debian's lld-22 (apt-get install lld-22)",
     )
 

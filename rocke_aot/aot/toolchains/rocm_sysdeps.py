@@ -41,7 +41,6 @@ from pathlib import Path
 from rocke_aot import settings
 from rocke_aot.errors import ToolchainError
 
-ENV_DIR = settings.ROCM_SYSDEPS
 VERSION_NODE = "AMDROCM_SYSDEPS_1.0"
 SETUP_HINT = "run `bash scripts/setup.sh` (it runs `rocke-aot toolchain install llvm23`)"
 TRIPLE = "x86_64-unknown-linux-gnu"
@@ -84,7 +83,7 @@ SONAMES: tuple[str, ...] = tuple(s.soname for s in SHIMS)
 
 
 def shim_dir() -> Path:
-    explicit = settings.raw(ENV_DIR)
+    explicit = settings.raw(settings.ROCM_SYSDEPS)
     if explicit:
         return Path(explicit)
     from rocke_aot.paths import home

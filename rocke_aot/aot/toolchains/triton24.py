@@ -45,7 +45,6 @@ from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.targets import Target
 
-ENV_LIB = settings.LLVM24_LIB
 LIB_RELPATH = "triton/backends/amd/lib/libtriton_amd_codegen.so"
 INTERFACE_VERSION = 1  # the options layout _triton24_worker.py implements
 WORKER = Path(__file__).with_name("_triton24_worker.py")
@@ -86,7 +85,7 @@ def candidate_libraries() -> list[Path]:
     from rocke_aot.paths import home
 
     found: list[Path] = []
-    explicit = settings.raw(ENV_LIB)
+    explicit = settings.raw(settings.LLVM24_LIB)
     if explicit:
         found.append(Path(explicit))  # kept even when missing: detect() then says so
     lane_env = library_in_venv(home() / "lanes" / "llvm24")

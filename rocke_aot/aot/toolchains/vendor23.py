@@ -41,7 +41,6 @@ from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.targets import Target
 
 KIND = "rocm-llvm"
-ENV_LIB = settings.LLVM23_LIB
 LIB_RELPATH = "bindings/llvm/libLLVM.so"  # under the `rocm` namespace package
 WORKER = Path(__file__).with_name("_vendor23_worker.py")
 SETUP_HINT = rocm_sysdeps.SETUP_HINT
@@ -68,7 +67,7 @@ def _package_library() -> Path | None:
 
 
 def candidate_libraries() -> list[Path]:
-    explicit = settings.raw(ENV_LIB)
+    explicit = settings.raw(settings.LLVM23_LIB)
     if explicit:
         return [Path(explicit)]  # an explicit path wins and never falls through
     own = _package_library()
@@ -96,7 +95,7 @@ def find_llvm23(toolchains: list[Toolchain] | None = None) -> Vendor23Toolchain:
                 return tc
             reasons.append(f"{info.location}: {info.refusal}")
     detail = "; ".join(reasons) if reasons else (
-        f"no rocm/{LIB_RELPATH} (the rocm-bindings-compiler wheel of hip-python[compiler]) and {ENV_LIB} unset")
+        f"no rocm/{LIB_RELPATH} (the rocm-bindings-compiler wheel of hip-python[compiler]) and {settings.LLVM23_LIB} unset")
     raise ToolchainError(f"no usable AMD LLVM 23 ({detail}): {SETUP_HINT}")
 
 
