@@ -19,7 +19,9 @@ from rocke_aot.service.guard import Guard
 
 
 def _scope(method="GET", path="/v1/select", headers=()):
-    return {"type": "http", "method": method, "path": path, "headers": list(headers)}
+    # a loopback client: a token over plain HTTP is taken from it (tests/test_service_hygiene.py: from others, 403)
+    return {"type": "http", "method": method, "path": path, "headers": list(headers), "scheme": "http",
+            "client": ("127.0.0.1", 50000)}
 
 
 class _App:

@@ -195,7 +195,7 @@ def test_strict_names_the_problem_and_the_build_command(served):
 
 def test_sdpa_without_the_attention_family_is_a_counted_fallback(served):
     d, _ = served
-    q = torch.randn(1, 2, 8, 64)
+    q = torch.randn(1, 2, 8, 64, dtype=torch.float16)  # a dtype the family serves: the fallback is the store's
     with rtorch.prebuilt("report"):
         y = F.scaled_dot_product_attention(q, q, q, is_causal=True)
     torch.testing.assert_close(y, F.scaled_dot_product_attention(q, q, q, is_causal=True))
@@ -206,7 +206,7 @@ def test_sdpa_without_the_attention_family_is_a_counted_fallback(served):
         assert f == {"op": "sdpa", "reason": "the attention family is not registered in this install "
                                              "(rocke-aot families)", "calls": 1}
     with rtorch.prebuilt("strict"), pytest.raises(NotServedError, match="attn_mask"):
-        F.scaled_dot_product_attention(q, q, q, attn_mask=torch.zeros(8, 8))
+        F.scaled_dot_product_attention(q, q, q, attn_mask=torch.zeros(8, 8, dtype=torch.float16))
 
 
 def test_route_sends_a_models_linears_to_the_op(served):

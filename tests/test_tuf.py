@@ -105,7 +105,7 @@ def test_signed_directory_is_tuf_that_python_tuf_reads(world):
     root = Metadata[Root].from_bytes((d / "1.root.json").read_bytes())
     root.signed.verify_delegate("timestamp", ts.signed_bytes, ts.signatures)
     assert root.signed.consistent_snapshot and ts.signed.version == 2
-    assert ts.signed.expires - NOW < timedelta(days=1, minutes=5)  # short-lived: the rollback floor
+    assert ts.signed.expires - datetime.now(timezone.utc) < timedelta(days=1, minutes=5)  # short-lived: the rollback floor
     snap = Metadata[Snapshot].from_bytes((d / f"{ts.signed.snapshot_meta.version}.snapshot.json").read_bytes())
     targets = Metadata[Targets].from_bytes((d / f"{snap.signed.meta['targets.json'].version}.targets.json").read_bytes())
     succinct = targets.signed.delegations.succinct_roles

@@ -119,7 +119,7 @@ class _SourceFetcher:
         from tuf.api import exceptions as x
         from tuf.ngclient import FetcherInterface
 
-        class Fetcher(FetcherInterface):
+        class SourceFetcher(FetcherInterface):
             def _fetch(self, url: str):
                 return iter([self.download_bytes(url, MAX_SNAPSHOT)])
 
@@ -134,7 +134,7 @@ class _SourceFetcher:
                 except AnswerTooLargeError as e:  # longer than the signed length (or the bound)
                     raise x.DownloadLengthMismatchError(str(e)) from None
 
-        return Fetcher()
+        return SourceFetcher()
 
 
 def _translate(e: Exception, where: str) -> RockeError:

@@ -22,7 +22,7 @@ targets and every bin (the release keys, one threshold).
     make_root(version, expires, root_keys, release_keys, threshold) -> Metadata[Root]
     write(out, root_files, kernels, signers, ...)  one new repository version in ``out``; a bin
         whose kernels did not change keeps its file and version (hosts do not fetch it again)
-    verify(dir, pin, now) -> Verified      the whole repository as a host would check it
+    verify(dir, pin, now) -> VerifiedRepository  the whole repository as a host would check it
                                            (root chain from the pin, timestamp, snapshot,
                                            targets, every bin), for export, publish and checks
     migrate_error(dir)                     a directory of the old three-document format is refused by name
@@ -343,7 +343,7 @@ def timestamp(out: str | Path, keys: list[PrivateKey], *, now: datetime | None =
 # ---- checking a whole repository -----------------------------------------------------------------
 
 @dataclass
-class Verified:
+class VerifiedRepository:
     root_version: int
     timestamp_version: int
     snapshot_version: int
@@ -391,7 +391,7 @@ def record_of(path: str, custom: object, sha: object, length: object) -> dict[st
 
 
 def verify(directory: str | Path, pin: PublicKey | bytes, now: datetime | None = None, *,
-           timestamp: bytes | None = None) -> Verified:
+           timestamp: bytes | None = None) -> VerifiedRepository:
     """Check the repository in ``directory`` as a host would, from the pin (a root key, or the
     bytes of a trusted root.json) through every bin (``timestamp``: these bytes instead of the
     directory's timestamp.json: a publish checks the one it is given before it replaces it)."""
@@ -471,7 +471,7 @@ def verify(directory: str | Path, pin: PublicKey | bytes, now: datetime | None =
     except Exception as e:  # noqa: BLE001 - python-tuf's errors, named
         raise _tuf_error(e, str(d)) from None
     files.append("timestamp.json")
-    return Verified(root.version, ts.signed.version, sv, succinct.bit_length, files, kernels)
+    return VerifiedRepository(root.version, ts.signed.version, sv, succinct.bit_length, files, kernels)
 
 
 NAME_RE = r"^(?:[1-9][0-9]{0,9}\.)?[A-Za-z][A-Za-z0-9_-]{0,63}\.json$"  # a metadata file's name
