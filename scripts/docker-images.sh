@@ -90,5 +90,5 @@ log "serve: health $st, /healthz $(python3 -c "import urllib.request; print(urll
 # a GPU host: pins root.key.pub, fetches through the verifying client into its own local store
 docker run --rm --network host -v "$VOL:$V:ro" "$TAG-builder" fetch --server "http://127.0.0.1:$PORT" \
   --root-key "$V/root.key.pub" --local /tmp/client "$key" --json \
-  | python3 -c 'import json,sys; d=json.load(sys.stdin); o=d["origin"]; print("[docker] fetch:", d["key"][:16], d["size"], "bytes, sha256", d["sha256"][:16], "signed:", o["signed"], "snapshot version", o.get("snapshot_version"))'
+  | python3 -c 'import json,sys; a=json.load(sys.stdin); assert not a["failed"], a["failed"]; d=a["kernels"][0]; o=d["origin"]; print("[docker] fetch:", d["key"][:16], d["size"], "bytes, sha256", d["sha256"][:16], "signed:", o["signed"], "snapshot version", o.get("snapshot_version"))'
 log "done"
