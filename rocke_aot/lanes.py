@@ -121,6 +121,7 @@ _INTRINSICS_COMMON = dict(
     mfma_f32_32x32x16_bf16=("llvm.amdgcn.mfma.f32.32x32x16.bf16", "<16 x float>",
                             ("<8 x bfloat>", "<8 x bfloat>", "<16 x float>") + _MFMA_ARGS),
     fmuladd_f32=("llvm.fmuladd.f32", "float", ("float", "float", "float")),
+    exp2_f32=("llvm.exp2.f32", "float", ("float",)),  # the attention family's online softmax
     tid_x=("llvm.nvvm.read.ptx.sreg.tid.x", "i32", ()),
     # NVPTX mma.sync m16n8k16, f32 accumulate. The f16 form is named by its D and C types
     # (".f32.f32"; ".f32.f16" is no intrinsic: LLVM emits it as an external call); the bf16 form
