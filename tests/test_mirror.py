@@ -58,7 +58,7 @@ NOW = datetime.now(timezone.utc)
 def root_doc(key, release_pub) -> dict[int, bytes]:
     md = repo.make_root(1, NOW + timedelta(days=365), [key.public], [release_pub])
     md.sign(key.signer())
-    return {1: repo._dump(md)}
+    return {1: repo.dump_metadata(md)}
 
 
 def metadata_requests(tree, keys_asked) -> int:

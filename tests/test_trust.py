@@ -56,7 +56,7 @@ def make_root(root_key, release_pubs, version=1, days=365, signers=None) -> byte
     md = repo.make_root(version, NOW + timedelta(days=days), [root_key.public], release_pubs)
     for s in signers or [root_key]:
         md.sign(s.signer(), append=True)
-    return repo._dump(md)
+    return repo.dump_metadata(md)
 
 
 def snapshot(d: Path) -> dict[str, bytes]:
@@ -200,7 +200,7 @@ def test_bad_metadata_is_refused_and_nothing_is_stored(world, served, tmp_path, 
             md = Metadata.from_dict(doc)
             md.signatures.clear()
             md.sign(k["evil"].signer())
-            path.write_bytes(repo._dump(md))
+            path.write_bytes(repo.dump_metadata(md))
             expected = (SignatureError, MixedGenerationError)  # the signed length moved too, or the key
         else:
             path.write_bytes(json.dumps(doc, separators=(",", ":")).encode())
@@ -222,7 +222,7 @@ def test_bad_metadata_is_refused_and_nothing_is_stored(world, served, tmp_path, 
         md.signed.version += 1
         md.signatures.clear()
         md.sign(k["evil"].signer())
-        (served / "timestamp.json").write_bytes(repo._dump(md))
+        (served / "timestamp.json").write_bytes(repo.dump_metadata(md))
         expected = SignatureError
     else:
         ts = json.loads((served / "timestamp.json").read_bytes())
@@ -290,7 +290,7 @@ def test_rotating_release_and_root_keys_needs_no_new_pin_and_revokes_the_old(wor
     md.signed.version += 1
     md.signatures.clear()
     md.sign(k["release"].signer())
-    (served / "timestamp.json").write_bytes(repo._dump(md))
+    (served / "timestamp.json").write_bytes(repo.dump_metadata(md))
     with fetcher(world, tmp_path / "h2") as f, pytest.raises(SignatureError):
         f.accepted()
 

@@ -55,7 +55,7 @@ NOW = datetime.now(timezone.utc)
 def root_bytes(k, release_pub, version=1, days=365) -> bytes:
     md = repo.make_root(version, NOW + timedelta(days=days), [k.public], [release_pub])
     md.sign(k.signer())
-    return repo._dump(md)
+    return repo.dump_metadata(md)
 
 
 @pytest.fixture(scope="module")

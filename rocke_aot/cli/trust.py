@@ -108,7 +108,7 @@ def root_cmd(root_keys, also_sign, release, threshold, version, expires_days, ou
     md = repo.make_root(version, expires, [k.public for k in rks], rel, threshold)
     for k in [*rks, *(keys.load_private(a) for a in also_sign)]:
         md.sign(k.signer(), append=True)
-    atomic_write(Path(out), repo._dump(md))
+    atomic_write(Path(out), repo.dump_metadata(md))
     info = {"out": out, "version": version, "expires": md.signed.expires.isoformat(),
             "root_keyids": [k.public.keyid for k in rks], "release_keyids": [k.keyid for k in rel],
             "threshold": threshold}

@@ -138,9 +138,9 @@ class _SourceFetcher:
 
 
 def _translate(e: Exception, where: str) -> RockeError:
-    from rocke_aot.trust.repo import _tuf_error
+    from rocke_aot.trust.repo import tuf_error
 
-    return _tuf_error(e, where)
+    return tuf_error(e, where)
 
 
 def _missing(e: Exception, url: str) -> RockeError:

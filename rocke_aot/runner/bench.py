@@ -61,7 +61,7 @@ class Source(Protocol):
     def load_many(self, keys: Sequence[str]) -> dict[str, tuple[bytes, dict[str, Any]]]: ...
 
 
-def _candidate(entry: dict[str, Any], rank: int, image: bytes, metadata: dict[str, Any]) -> LoadedKernel:
+def loaded_candidate(entry: dict[str, Any], rank: int, image: bytes, metadata: dict[str, Any]) -> LoadedKernel:
     launch = metadata.get("launch")
     if not launch:
         raise SpecError(f"artifact {entry['key']} has no launch contract in its metadata (built before the "
@@ -257,7 +257,7 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
         if on_problem:
             on_problem(len(ranked))
         loaded = source.load_many([entry["key"] for entry in ranked])
-        cands = [_candidate(entry, rank, *loaded[entry["key"]]) for rank, entry in enumerate(ranked)]
+        cands = [loaded_candidate(entry, rank, *loaded[entry["key"]]) for rank, entry in enumerate(ranked)]
         reports.append(run_problem(rt, family, problem, cands, verify=verify, warmup=warmup, reps=reps,
                                    seed=i, vendor=vendor, progress=progress))
         if on_report:

@@ -77,7 +77,7 @@ def linear_problem(x_shape: Sequence[int], w_shape: Sequence[int], dtype: str) -
         return Unserved(str(e))
 
 
-def _pair(v: Any) -> tuple[int, int]:
+def pair2(v: Any) -> tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
@@ -93,7 +93,7 @@ def conv2d_problem(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any, 
         return Unserved(f"padding={padding!r} (give the padding as numbers)")
     if len(x_shape) != 4 or len(w_shape) != 4 or x_shape[1] != w_shape[1]:
         return Unserved(f"shapes x {tuple(x_shape)} / weight {tuple(w_shape)} are not a batched 2-D convolution")
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    (sh, sw), (ph, pw), (dh, dw) = pair2(stride), pair2(padding), pair2(dilation)
     n, c, h, w = (int(v) for v in x_shape)
     try:
         return ConvProblem(n=n, h=h, w=w, c=c, k=int(w_shape[0]), r=int(w_shape[2]), s=int(w_shape[3]),
@@ -229,7 +229,7 @@ class LaunchPath:
 
 
 def _candidate(entry: Mapping[str, Any], image: bytes, metadata: Mapping[str, Any]) -> LoadedKernel:
-    from rocke_aot.runner.bench import _candidate as runner_candidate
+    from rocke_aot.runner.bench import loaded_candidate as runner_candidate
 
     return runner_candidate(dict(entry), 0, image, dict(metadata))
 

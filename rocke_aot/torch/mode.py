@@ -50,7 +50,7 @@ class PrebuiltMode(TorchFunctionMode):
                 current().miss("conv2d", "conv_direct_fwd", None, why, x.device)
                 return func(*args, **kwargs)
             conv = ops.conv2d_impl if ops.eager(x, w) else torch.ops.rocke_aot.conv2d
-            return conv(x, w, b, list(D._pair(stride)), list(D._pair(padding)), list(D._pair(dilation)))
+            return conv(x, w, b, list(D.pair2(stride)), list(D.pair2(padding)), list(D.pair2(dilation)))
         if func is F.scaled_dot_product_attention:
             q, k, v = args[0], _arg(args, kwargs, 1, "key", None), _arg(args, kwargs, 2, "value", None)
             mask = _arg(args, kwargs, 3, "attn_mask", None)

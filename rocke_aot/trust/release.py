@@ -111,6 +111,6 @@ def migrate(directory: Path, root_key: PrivateKey, keys: list[PrivateKey], *, ex
     legacy.mkdir(exist_ok=True)
     for name in docs:
         (directory / name).rename(legacy / name)
-    info = repo.write(directory, {1: repo._dump(root)}, m.kernels, keys, now=now, expires_days=expires_days,
+    info = repo.write(directory, {1: repo.dump_metadata(root)}, m.kernels, keys, now=now, expires_days=expires_days,
                       timestamp_days=timestamp_days)
     return {**info, "legacy": str(legacy)}

@@ -201,7 +201,7 @@ def _entry_target(key: str, entry: Mapping[str, Any]):
                       unrecognized_fields={"custom": custom})
 
 
-def _dump(md) -> bytes:
+def dump_metadata(md) -> bytes:
     from tuf.api.serialization.json import JSONSerializer
 
     return md.to_bytes(JSONSerializer(compact=True))
@@ -276,7 +276,7 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
         md = Metadata(Targets(version=max((pv or 0) + 1, min_version), expires=expires, targets=targets, spec_version=SPEC_VERSION))
         for s in release:
             md.sign(s, append=True)
-        data = _dump(md)
+        data = dump_metadata(md)
         files.append((f"{md.signed.version}.{name}.json", data))
         meta[f"{name}.json"] = MetaFile(md.signed.version, length=len(data))
         written += 1
@@ -292,13 +292,13 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
     else:
         for s in release:
             tmd.sign(s, append=True)
-        data = _dump(tmd)
+        data = dump_metadata(tmd)
         files.append((f"{tmd.signed.version}.targets.json", data))
         meta["targets.json"] = MetaFile(tmd.signed.version, length=len(data))
     smd = Metadata(Snapshot(version=max(prev.snapshot + 1, min_version), expires=expires, meta=meta, spec_version=SPEC_VERSION))
     for s in release:
         smd.sign(s, append=True)
-    sdata = _dump(smd)
+    sdata = dump_metadata(smd)
     files.append((f"{smd.signed.version}.snapshot.json", sdata))
     ts = Metadata(Timestamp(version=max(prev.timestamp + 1, min_version), expires=now + timedelta(days=timestamp_days),
                             snapshot_meta=MetaFile(smd.signed.version, length=len(sdata),
@@ -314,7 +314,7 @@ def write(out: str | Path, roots: Mapping[int, bytes], kernels: Mapping[str, Map
             files.append((p.name, data))
     for name, data in files:  # every versioned file first, timestamp.json last: a reader sees old or new
         atomic_write(out / name, data)
-    atomic_write(out / "timestamp.json", _dump(ts))
+    atomic_write(out / "timestamp.json", dump_metadata(ts))
     return {"version": ts.signed.version, "snapshot_version": smd.signed.version, "expires": ts.signed.expires.isoformat(),
             "kernels": len(kernels), "bins": len(grouped), "bit_length": bits, "bins_written": written,
             "bins_kept": kept, "root_version": max(roots), "out": str(out)}
@@ -336,7 +336,7 @@ def timestamp(out: str | Path, keys: list[PrivateKey], *, now: datetime | None =
     old.signatures.clear()
     for k in keys:
         old.sign(k.signer(), append=True)
-    atomic_write(out / "timestamp.json", _dump(old))
+    atomic_write(out / "timestamp.json", dump_metadata(old))
     return {"version": old.signed.version, "expires": old.signed.expires.isoformat(), "out": str(out)}
 
 
@@ -352,7 +352,7 @@ class VerifiedRepository:
     kernels: dict[str, dict[str, Any]]  # key -> {sha256, size, **custom}
 
 
-def _tuf_error(e: Exception, what: str) -> TrustError:
+def tuf_error(e: Exception, what: str) -> TrustError:
     from tuf.api import exceptions as x
 
     msg = f"{what}: {str(e)[:300]}"
@@ -416,7 +416,7 @@ def verify(directory: str | Path, pin: PublicKey | bytes, now: datetime | None =
             trusted.signed.verify_delegate("root", new.signed_bytes, new.signatures)
             new.signed.verify_delegate("root", new.signed_bytes, new.signatures)
         except Exception as e:  # noqa: BLE001
-            raise _tuf_error(e, f"{v}.root.json") from None
+            raise tuf_error(e, f"{v}.root.json") from None
         if new.signed.version != v:
             raise TrustError(f"{v}.root.json says version {new.signed.version}")
         trusted, v = new, v + 1
@@ -469,7 +469,7 @@ def verify(directory: str | Path, pin: PublicKey | bytes, now: datetime | None =
     except FileNotFoundError as e:
         raise TrustError(f"{d} lacks {Path(e.filename).name}") from None
     except Exception as e:  # noqa: BLE001 - python-tuf's errors, named
-        raise _tuf_error(e, str(d)) from None
+        raise tuf_error(e, str(d)) from None
     files.append("timestamp.json")
     return VerifiedRepository(root.version, ts.signed.version, sv, succinct.bit_length, files, kernels)
 
@@ -487,4 +487,4 @@ def signed_root(version: int, expires: datetime, root_key: PrivateKey, release_k
     """The bytes of a root.json listing ``root_key`` and ``release_keys``, signed by ``root_key``."""
     md = make_root(version, expires, [root_key.public], release_keys, threshold)
     md.sign(root_key.signer())
-    return _dump(md)
+    return dump_metadata(md)

@@ -60,14 +60,14 @@ def admit_spec(family: str, spec: Mapping[str, Any], arch: object, lane: object)
         raise SpecError(f"{family} spec is not in the family's canonical form (fields {', '.join(map(str, extra[:6]))} "
                         f"differ from its own to_dict())")
     target = Target.parse(arch) if not isinstance(arch, Target) else arch
-    lane_obj = tables._lane(lane)
+    lane_obj = tables.lane_of(lane)
     try:
         fam.table.check(got, target)
     except CapabilityError as e:
         raise SpecError(f"{family} spec refused on {target.id}: {e}") from None
     path = canonical.get("path")
     if isinstance(path, str):
-        served = tables._served_paths(fam.table, target, lane_obj)
+        served = tables.served_paths(fam.table, target, lane_obj)
         if path not in served:
             raise AdmissionError(f"{family} path {path!r} is not served on {target.id} {lane_obj.name} "
                                  f"(served: {', '.join(served) or 'none'})", reason=f"path {path} not served")

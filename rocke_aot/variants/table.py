@@ -138,7 +138,7 @@ def registered_lanes() -> tuple[Lane, ...]:
     return tuple(lane_registry.LANES)
 
 
-def _lane(value: object) -> Lane:
+def lane_of(value: object) -> Lane:
     # Resolve against the registry view above (not a private copy), so a lane added to
     # the registry is a lane here too. Names and Lane values are both accepted.
     for lane in registered_lanes():
@@ -167,7 +167,7 @@ def target_admission(target: Target, lane: Lane) -> Admission:
 
 def admission(family: str, arch: object, lane: object) -> Admission:
     """Served, or refused with the reason; decided without lowering or LLVM."""
-    return _admission(_table(family), _target(arch), _lane(lane))
+    return _admission(_table(family), _target(arch), lane_of(lane))
 
 
 def _admission(table: FamilyTable, target: Target, lane: Lane) -> Admission:
@@ -191,7 +191,7 @@ def require_admitted(family: str, arch: object, lane: object) -> None:
     """Raise AdmissionError (with the reason) unless (family, arch, lane) is served."""
     adm = admission(family, arch, lane)
     if not adm.served:
-        raise AdmissionError(f"{family} is not served for {_target(arch).id} on {_lane(lane).name}: "
+        raise AdmissionError(f"{family} is not served for {_target(arch).id} on {lane_of(lane).name}: "
                              f"{adm.reason}", reason=adm.reason)
 
 
@@ -225,14 +225,14 @@ def path_admission(target: Target, lane: Lane, path: str) -> Admission:
     raise SpecError(f"unknown path {path!r}; paths: {', '.join(PATHS)}")
 
 
-def _served_paths(table: FamilyTable, target: Target, lane: Lane) -> tuple[str, ...]:
+def served_paths(table: FamilyTable, target: Target, lane: Lane) -> tuple[str, ...]:
     return tuple(p for p in table.paths(target, lane) if path_admission(target, lane, p).served)
 
 
 def path_admissions(family: str, arch: object, lane: object) -> dict[str, Admission]:
     """Per path of the family: served or refused with the reason (for the CLI and reports)."""
     table = _table(family)
-    target, lane = _target(arch), _lane(lane)
+    target, lane = _target(arch), lane_of(lane)
     offered = set(table.paths(target, lane))
     out = {}
     for path in PATHS:
@@ -252,7 +252,7 @@ def enumerate_specs(family: str, arch: object, lane: object) -> Iterator[Any]:
     never gets an empty iterator for a refusal.
     """
     require_admitted(family, arch, lane)
-    target, lane = _target(arch), _lane(lane)
+    target, lane = _target(arch), lane_of(lane)
     return iter(_specs(family, target.processor, lane.name, lane.major))
 
 
@@ -261,14 +261,14 @@ def _specs(family: str, processor: str, lane_name: str, major: int) -> tuple[Any
     # Cached per (family, processor, lane): planning a no-op rebuild enumerates the same
     # grid many times, and specs are frozen values. The major is part of the cache key so
     # a monkeypatched registry lane with the same name cannot alias a real one.
-    return _enumerate(_table(family), Target.parse(processor), _lane(lane_name))
+    return _enumerate(_table(family), Target.parse(processor), lane_of(lane_name))
 
 
 def _points(table: FamilyTable, target: Target, lane: Lane,
             baked_sets: Sequence[Mapping[str, Any]] | None = None) -> Iterator[tuple[Mapping[str, Any], dict[str, Any]]]:
     """(baked, knobs) of every point of the product, "path" among the knobs (the served paths);
     over the table's default baked list, or over ``baked_sets`` (a workload's layers: layer_grid)."""
-    paths = _served_paths(table, target, lane)
+    paths = served_paths(table, target, lane)
     for baked in table.baked(target, lane) if baked_sets is None else baked_sets:
         grid = dict(table.knobs(baked, target, lane))
         grid["path"] = tuple(p for p in grid.get("path", paths) if p in paths)
@@ -343,7 +343,7 @@ def layer_grid(family: str, arch: object, lane: object, baked: Mapping[str, Any]
     """``baked`` crossed with the family's knob grid on (arch, lane), every point admitted or
     refused by the rules the default enumeration applies (never an AdmissionError: a refused
     (arch, lane) is the grid's ``reason``)."""
-    target, lane = _target(arch), _lane(lane)
+    target, lane = _target(arch), lane_of(lane)
     return _layer_grid(family, target.processor, lane.name, lane.major, tuple(sorted(dict(baked).items())))
 
 
@@ -352,7 +352,7 @@ def layer_points(family: str, arch: object, lane: object, baked: Mapping[str, An
     (arch, lane), in the grid's order, uncached (a select's no-candidate answer walks it until a
     spec runs its problem: a server keeps nothing per problem). The (arch, lane) must be served
     (``admission``)."""
-    table, target, lane = _table(family), _target(arch), _lane(lane)
+    table, target, lane = _table(family), _target(arch), lane_of(lane)
     for b, knobs in _points(table, target, lane, (dict(baked),)):
         yield _admit(table, target, b, knobs, lane)
 
@@ -361,7 +361,7 @@ def layer_points(family: str, arch: object, lane: object, baked: Mapping[str, An
 def _layer_grid(family: str, processor: str, lane_name: str, major: int,
                 baked_items: tuple[tuple[str, Any], ...]) -> LayerGrid:
     table = _table(family)
-    target, lane = Target.parse(processor), _lane(lane_name)
+    target, lane = Target.parse(processor), lane_of(lane_name)
     baked = dict(baked_items)
     default = any(dict(b) == baked for b in table.baked(target, lane))
     adm = admission(family, target, lane)
@@ -393,7 +393,7 @@ def workload_specs(family: str, arch: object, lane: object,
     (variants/selection.py specs_serving). A baked set already in the default list adds no
     spec: its specs are the default grid's, so their keys are the main job's."""
     require_admitted(family, arch, lane)
-    target, lane = _target(arch), _lane(lane)
+    target, lane = _target(arch), lane_of(lane)
     specs = list(_specs(family, target.processor, lane.name, lane.major))
     seen = set(specs)
     layers: list[LayerGrid] = []
@@ -419,7 +419,7 @@ def count_specs(family: str, arch: object, lane: object) -> int:
     adm = admission(family, arch, lane)
     if not adm.served:
         return 0
-    target, lane = _target(arch), _lane(lane)
+    target, lane = _target(arch), lane_of(lane)
     return len(_specs(family, target.processor, lane.name, lane.major))
 
 
@@ -620,7 +620,7 @@ def report(families: Sequence[str] | None = None, arches: Sequence[object] | Non
     """One row per (family, arch, lane): count of specs, or the refusal reason."""
     fams = [_table(f).family for f in families] if families else list(family_names())
     targets = [_target(a) for a in arches] if arches else [Target.parse(p) for p in ARCHES]
-    lane_list = [_lane(lane) for lane in lanes] if lanes else list(registered_lanes())
+    lane_list = [lane_of(lane) for lane in lanes] if lanes else list(registered_lanes())
     rows = []
     for fam in fams:
         for target in targets:
