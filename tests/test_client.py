@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 import zstandard
-from _service import EXE, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
 from sqlalchemy import update
 
 from rocke_aot.cache.keys import thaw
@@ -146,7 +146,7 @@ def test_retries_5xx_then_names_the_corrupt_blob(tmp_path, kernel_bundle):
             with pytest.raises(IntegrityError):
                 c.get(a.key)
             assert c.store.lookup_many([a.key]) == {}  # nothing unverified was kept
-        text = httpx.get(base + "/metrics").text
+        text = httpx.get(base + "/metrics", timeout=HTTP_TIMEOUT_S).text
         assert "rocke_verification_failures_total 6.0" in text
     store.close()
 

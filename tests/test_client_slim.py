@@ -19,7 +19,7 @@ import sys
 
 import httpx
 import pytest
-from _service import filled_store, free_port, kernel_bundle, live_server  # noqa: F401
+from _service import HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, OfflineMiss, ServiceSource
@@ -110,7 +110,7 @@ def test_fetch_from_the_service_keeps_verified_bytes_locally(server, tmp_path):
     assert (tmp_path / "client" / "blobs" / a.sha256).read_bytes() == want
     # the record kept (an unsigned fetch) is the server's, field for field, plus where it came from
     rec = json.loads((tmp_path / "client" / "kernels" / f"{a.key}.json").read_text())
-    meta = httpx.get(f"{base}/v1/kernels/{a.key}/meta").json()
+    meta = httpx.get(f"{base}/v1/kernels/{a.key}/meta", timeout=HTTP_TIMEOUT_S).json()
     assert rec.pop("origin") == {"source": base, "signed": False}
     assert rec == {f: meta[f] for f in rec} and len(rec) == 14
     with Fetcher([], store, offline=True, insecure=True) as f:
@@ -127,7 +127,7 @@ def test_fetch_from_the_service_keeps_verified_bytes_locally(server, tmp_path):
 def test_a_source_sending_other_bytes_is_refused_and_nothing_is_stored(server, tmp_path):
     base, src = server
     a = src.find()[0]
-    real = httpx.Client()
+    real = httpx.Client(timeout=HTTP_TIMEOUT_S)
 
     def tamper(request: httpx.Request) -> httpx.Response:
         r = real.get(str(request.url), headers={"accept-encoding": "identity"})

@@ -24,7 +24,7 @@ import os
 
 import httpx
 import pytest
-from _service import filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
+from _service import HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
 from click.testing import CliRunner
 
 from rocke_aot.cli.main import cli
@@ -97,7 +97,7 @@ def test_unknown_and_ambiguous_prefixes(server, tmp_path):
 def test_select_then_fetch_takes_what_the_service_accepts(server, tmp_path):
     base = server["base"]
     want = httpx.post(f"{base}/v1/select", json={"arch": "gfx942", "family": "gemm", "problem": PROBLEM,
-                                                  "limit": 2}).json()
+                                                  "limit": 2}, timeout=HTTP_TIMEOUT_S).json()
     r = run("fetch", "--server", base, "--insecure", "--local", tmp_path / "l", "--arch", "gfx942", "--family", "gemm",
             "--problem", json.dumps(PROBLEM), "--limit", "2", "--json")
     assert r.exit_code == 0, r.output
@@ -117,7 +117,7 @@ def test_a_failed_source_falls_through_and_is_named(server, tmp_path):
     assert r.exit_code == 0, r.output
     assert f"from {base}" in r.output and f"{dead} failed first: NotFoundError" in r.output
     # the Fetcher: a dead service and one sending other bytes, then the real one: both named, in order
-    real = httpx.Client()
+    real = httpx.Client(timeout=HTTP_TIMEOUT_S)
 
     def tamper(request: httpx.Request) -> httpx.Response:
         got = real.get(str(request.url), headers={"accept-encoding": "identity"})
@@ -187,7 +187,7 @@ def test_select_names_a_missing_field_and_answers_rejections_as_the_service(serv
             '{"m": 4096, "n": 4096}')
     assert r.exit_code == 2 and r.output.strip() == "Error: gemm problem: missing the field k (given: m, n)"
     question = {"arch": "gfx942", "family": "gemm", "problem": PROBLEM, "explain": True, "min_efficiency": 0.99}
-    service = httpx.post(f"{server['base']}/v1/select", json=question).json()
+    service = httpx.post(f"{server['base']}/v1/select", json=question, timeout=HTTP_TIMEOUT_S).json()
     assert service["rejected"]
     for args in (["--cache", server["path"]], ["--server", server["base"]]):
         r = run("select", *args, "--arch", "gfx942", "--family", "gemm", "--problem", json.dumps(PROBLEM),
@@ -208,8 +208,8 @@ def test_build_that_plans_nothing_says_so(tmp_path):
 def test_serve_says_where_and_logs_each_request(server, tmp_path):
     for extra, lines in (((), 2), (("--no-access-log",), 0)):
         with serve_process(f"sqlite:///{server['path']}", extra=extra) as (proc, base):
-            httpx.get(f"{base}/v1/kernels?limit=1")
-            httpx.get(f"{base}/v1/kernels/{'0' * 64}/meta")
+            httpx.get(f"{base}/v1/kernels?limit=1", timeout=HTTP_TIMEOUT_S)
+            httpx.get(f"{base}/v1/kernels/{'0' * 64}/meta", timeout=HTTP_TIMEOUT_S)
             proc.terminate()
             out = proc.communicate(timeout=30)[0]
         assert f"on {base} (1 worker" in out and str(server["path"]) in out, out

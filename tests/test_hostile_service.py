@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _selstore import fake_inputs, put_fake
-from _service import serve_process
+from _service import HTTP_TIMEOUT_S, serve_process
 from fastapi.testclient import TestClient
 from test_reliability import read_only_cache
 from test_reliability_service import sqlite_digest
@@ -282,7 +282,7 @@ def _read_reply(sock: socket.socket, limit: float = 10.0) -> bytes:
 def test_withheld_uploads_and_huge_heads_cost_the_server_bounded_memory(live, big_store):
     proc, base, port = live
     before_digest = sqlite_digest(big_store)
-    httpx.get(base + "/healthz")
+    httpx.get(base + "/healthz", timeout=HTTP_TIMEOUT_S)
     start = rss(proc.pid)
     peak = start
     # 20 uploads declaring 15 MiB to a read-only server, each sending 1 MiB and then waiting
@@ -328,7 +328,7 @@ def test_withheld_uploads_and_huge_heads_cost_the_server_bounded_memory(live, bi
     s.close()
     peak = max(peak, rss(proc.pid))
     assert peak - start < RSS_BOUND, (start, peak)
-    assert httpx.get(base + "/healthz").status_code == 200
+    assert httpx.get(base + "/healthz", timeout=HTTP_TIMEOUT_S).status_code == 200
     assert sqlite_digest(big_store) == before_digest
 
 
@@ -352,12 +352,12 @@ def test_slow_heads_are_closed_after_the_head_timeout(live):
             break
     s.close()
     assert closed is not None and closed < HEAD_TIMEOUT_S + 3, closed
-    assert httpx.get(base + "/healthz").status_code == 200
+    assert httpx.get(base + "/healthz", timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
 def test_cold_selects_from_four_clients_leave_healthz_answering_and_memory_bounded(live):
     proc, base, _ = live
-    httpx.get(base + "/healthz")
+    httpx.get(base + "/healthz", timeout=HTTP_TIMEOUT_S)
     start = rss(proc.pid)
     stop = threading.Event()
     answered, failures = [0], []

@@ -37,7 +37,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from _plugins import EXAMPLE, example_installed, install_example, plugin_env, run_cli, run_py, write_dist
-from _service import serve_process
+from _service import HTTP_TIMEOUT_S, serve_process
 
 from rocke_aot.aot.families import plugin_lowerer
 from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
@@ -408,9 +408,9 @@ def test_the_example_builds_validates_selects_serves_and_fetches(example, broken
 
     # A real server whose environment also holds broken plugins: it serves the example, says why not the rest.
     with serve_process(f"sqlite:///{cache}", env=plugin_env(example, broken, home=tmp_path / "home")) as (_, base):
-        r = httpx.post(base + "/v1/select", json={"arch": "gfx942", "family": "rowsoftmax", "problem": problem})
+        r = httpx.post(base + "/v1/select", json={"arch": "gfx942", "family": "rowsoftmax", "problem": problem}, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200 and r.json()["accepted"][0]["key"] == arts["gfx942", "f16"].key
-        bad = httpx.post(base + "/v1/select", json={"arch": "gfx942", "family": "brokenimport", "problem": problem})
+        bad = httpx.post(base + "/v1/select", json={"arch": "gfx942", "family": "brokenimport", "problem": problem}, timeout=HTTP_TIMEOUT_S)
         assert bad.status_code == 422 and "rocke-aot-broken-import" in bad.text and "rocke_no_such" in bad.text
         for key_of in (arts["gfx942", "f16"], arts["sm_90", "bf16"]):
             out = tmp_path / f"fetched-{key_of.key[:8]}"

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _pg import pg_database, store_url  # noqa: F401
-from _service import EXE, filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from test_service import BAD, TOKEN, publish_body
@@ -260,7 +260,7 @@ def test_server_sigkilled_mid_response(tmp_path, kernel_bundle):  # noqa: F811
             t.join(timeout=60)
         streamer.join(timeout=60)
         for sha in shas:  # the restarted server serves the same bytes
-            r = httpx.get(f"{base}/v1/blobs/{sha}", headers={"Accept-Encoding": "identity"}, timeout=10)
+            r = httpx.get(f"{base}/v1/blobs/{sha}", headers={"Accept-Encoding": "identity"}, timeout=HTTP_TIMEOUT_S)
             assert r.status_code == 200 and r.content == arts[sha]
     verify(url)
     for s_ in locals_:

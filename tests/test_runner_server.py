@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from _service import built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import HTTP_TIMEOUT_S, built_store, kernel_bundle, serve_process  # noqa: F401
 from click.testing import CliRunner
 
 from rocke_aot.cache.keys import thaw
@@ -74,7 +74,7 @@ def test_a_gpu_host_ranks_on_the_server_and_fetches_signed_kernels(world, tmp_pa
 
 def test_a_server_sending_other_bytes_is_refused_and_nothing_is_kept(world, tmp_path):
     base = world["base"]
-    real = httpx.Client()
+    real = httpx.Client(timeout=HTTP_TIMEOUT_S)
 
     def tamper(request: httpx.Request) -> httpx.Response:
         r = real.get(str(request.url), headers={"accept-encoding": "identity"})

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from _bench import load_bench
 from _selstore import put_fake
-from _service import live_server
+from _service import HTTP_TIMEOUT_S, live_server
 from click.testing import CliRunner
 
 from rocke_aot.cache import measurements as stored
@@ -93,7 +93,7 @@ def test_cli_service_and_client_give_the_same_answer(store_url, tmp_path):
             doc = client.select("sm_90", FAMS, PROBLEM)
         assert [(c["key"], c["family"], c["basis"]) for c in doc["accepted"]] == want
         bad = httpx.post(f"{base}/v1/select", json={"arch": "sm_90", "family": "gemm,triton_softmax",
-                                                    "problem": PROBLEM})
+                                                    "problem": PROBLEM}, timeout=HTTP_TIMEOUT_S)
         assert bad.status_code == 422 and "triton_softmax" in bad.text and "gemm" in bad.text
     r = CliRunner().invoke(cli, ["select", "--arch", "sm_90", "--family", FAMS, "--problem", json.dumps(PROBLEM),
                                  "--cache", store_url])

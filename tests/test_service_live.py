@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from _pg import _connect, pg_database, role_url  # noqa: F401
-from _service import EXE, filled_store, kernel_bundle, live_server  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, filled_store, kernel_bundle, live_server  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 
 from rocke_aot.cache.store import Store
@@ -66,7 +66,7 @@ def test_sqlite_two_workers_serve_while_a_real_build_writes(tmp_path, kernel_bun
         assert len(after) > len(before)
         listed, cursor = [], None
         while True:
-            page = httpx.get(f"{base}/v1/kernels", params={"limit": 5, **({"cursor": cursor} if cursor else {})}).json()
+            page = httpx.get(f"{base}/v1/kernels", params={"limit": 5, **({"cursor": cursor} if cursor else {})}, timeout=HTTP_TIMEOUT_S).json()
             listed += [i["key"] for i in page["items"]]
             if not (cursor := page["next_cursor"]):
                 break
@@ -111,9 +111,9 @@ def test_postgresql_read_only_role_serves_while_a_writer_publishes(pg_schema, ke
     arts = writer.find()
     try:
         with live_server(ro_url, workers=2) as base:
-            assert httpx.get(base + "/healthz").json() == {"status": "ok", "backend": "postgresql"}
+            assert httpx.get(base + "/healthz", timeout=HTTP_TIMEOUT_S).json() == {"status": "ok", "backend": "postgresql"}
             # a publish to a read-only server is refused before anything is parsed
-            r = httpx.put(f"{base}/v1/kernels/{arts[0].key}", json={}, headers={"Authorization": "Bearer x"})
+            r = httpx.put(f"{base}/v1/kernels/{arts[0].key}", json={}, headers={"Authorization": "Bearer x"}, timeout=HTTP_TIMEOUT_S)
             assert r.status_code == 403 and r.json()["error"] == "ReadOnly"
             stop = threading.Event()
             new_keys: list[str] = []
@@ -140,14 +140,14 @@ def test_postgresql_read_only_role_serves_while_a_writer_publishes(pg_schema, ke
                 t.join()
             assert all(st == 200 and w == g for st, w, g in results)
             for k in new_keys:
-                m = httpx.get(f"{base}/v1/kernels/{k}/meta").json()
+                m = httpx.get(f"{base}/v1/kernels/{k}/meta", timeout=HTTP_TIMEOUT_S).json()
                 assert m["sha256"] == arts[0].sha256
             # the writer's artifacts are other generations (other recipe digests): select serves the
             # current one only, and names the others stale when asked to explain
             req = {"arch": "gfx942", "family": "gemm", "problem": {"m": 512, "n": 512, "k": 128}}
-            sel = httpx.post(f"{base}/v1/select", json=req).json()
+            sel = httpx.post(f"{base}/v1/select", json=req, timeout=HTTP_TIMEOUT_S).json()
             assert len(sel["accepted"]) == len(arts) and sel["rejected_count"] == 0
-            sel = httpx.post(f"{base}/v1/select", json={**req, "explain": True}).json()
+            sel = httpx.post(f"{base}/v1/select", json={**req, "explain": True}, timeout=HTTP_TIMEOUT_S).json()
             assert len(sel["accepted"]) == len(arts) and len(sel["rejected"]) == len(new_keys) == sel["rejected_count"]
             assert {r["key"] for r in sel["rejected"]} == set(new_keys)
             assert all(r["reason"].startswith(STALE) for r in sel["rejected"])

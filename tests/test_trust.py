@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _service import EXE, built_store, filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, built_store, filled_store, kernel_bundle, serve_process  # noqa: F401
 
 from rocke_aot.cache.store import Store
 from rocke_aot.client import Fetcher, InsecureFetchWarning, LocalStore, ServiceSource
@@ -253,7 +253,7 @@ def test_kernels_not_listed_and_blobs_other_than_signed_are_refused(world, serve
     with fetcher(world, tmp_path) as f, pytest.raises(NotInManifestError, match="not a target") as refused:
         f.get("ab" * 32)
     assert isinstance(refused.value, NotFoundError)  # the fetch's own error is a not-found too (CLI exit, HTTP 404)
-    real = httpx.Client()
+    real = httpx.Client(timeout=HTTP_TIMEOUT_S)
 
     def tamper(request: httpx.Request) -> httpx.Response:
         r = real.get(str(request.url), headers={"accept-encoding": "identity"})
@@ -323,7 +323,7 @@ def test_publish_checks_the_timestamp_before_serving_it(world, served, tmp_path)
     with Store.open(tmp_path / "empty.sqlite") as empty, pytest.raises(NotFoundError, match="8 kernel"):
         accept_file(empty, good, pin, "timestamp.json", (good / "timestamp.json").read_bytes())
     r = httpx.put(f"{world['base']}/v1/trust/timestamp.json", content=b"{}",
-                  headers={"Authorization": "Bearer wrong"})
+                  headers={"Authorization": "Bearer wrong"}, timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 401
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _nginx import nginx, served_dir
-from _service import EXE, built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, built_store, kernel_bundle, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
@@ -278,8 +278,8 @@ def text_offset(elf: bytes) -> int:
 def tampering_proxy(upstream: str, key: str):
     """A hostile server in front of a real one: the record of ``key`` names other bytes (a
     .text-sized edit of the code object, its sha256 and size updated), and serves them."""
-    real = httpx.get(f"{upstream}/v1/kernels/{key}/meta").json()
-    raw = httpx.get(f"{upstream}/v1/blobs/{real['sha256']}", headers={"Accept-Encoding": "identity"}).content
+    real = httpx.get(f"{upstream}/v1/kernels/{key}/meta", timeout=HTTP_TIMEOUT_S).json()
+    raw = httpx.get(f"{upstream}/v1/blobs/{real['sha256']}", headers={"Accept-Encoding": "identity"}, timeout=HTTP_TIMEOUT_S).content
     bad = bytearray(raw)
     bad[text_offset(raw)] ^= 0x01  # one instruction byte: still a well-formed code object
     bad = bytes(bad)
@@ -296,7 +296,7 @@ def tampering_proxy(upstream: str, key: str):
             elif self.path in (f"/v1/blobs/{sha}", f"/v1/blobs/{real['sha256']}"):
                 body, ctype = bad, "application/octet-stream"
             else:
-                r = httpx.get(upstream + self.path, headers={"Accept-Encoding": "identity"})
+                r = httpx.get(upstream + self.path, headers={"Accept-Encoding": "identity"}, timeout=HTTP_TIMEOUT_S)
                 self.send_response(r.status_code)
                 self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
                 self.send_header("Content-Length", str(len(r.content)))
@@ -370,9 +370,9 @@ def test_publish_streams_one_file_per_request_to_a_real_service(world, tmp_path)
         p = subprocess.run([EXE, "trust", "publish", "--server", base, str(world["d"] / "signed1"), "--json"],
                            capture_output=True, text=True, timeout=120, env=env)
         assert p.returncode != 0 and "RollbackError" in p.stderr + p.stdout
-        r = httpx.get(f"{base}/v1/trust/timestamp.json")
+        r = httpx.get(f"{base}/v1/trust/timestamp.json", timeout=HTTP_TIMEOUT_S)
         assert r.json()["signed"]["version"] == 2 and r.headers["cache-control"] == "no-cache"
-        r = httpx.get(f"{base}/v1/trust/1.root.json")
+        r = httpx.get(f"{base}/v1/trust/1.root.json", timeout=HTTP_TIMEOUT_S)
         assert "immutable" in r.headers["cache-control"]
         # a host reads the service as it reads a mirror
         with host(world, tmp_path / "h", [ServiceSource(base)]) as f:
