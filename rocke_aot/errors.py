@@ -38,6 +38,8 @@ them in exactly one place: the CLI (``rocke_aot.cli.main``) maps them to
     └── CacheError
         ├── NotFoundError (KeyError)
         ├── IntegrityError              a blob's sha256 does not match
+        ├── KeyConflictError            a key already holds other bytes (a build that is not
+        │                               deterministic, a key missing an input, a publish race)
         ├── SchemaVersionError
         ├── ReadOnlyError               a write asked of a store opened read-only
         ├── BundleError                 a malformed or tampered export bundle
@@ -149,6 +151,10 @@ class NotFoundError(CacheError, KeyError):
 
 class IntegrityError(CacheError):
     """A stored blob does not hash to its recorded sha256; its bytes are never returned."""
+
+
+class KeyConflictError(CacheError):
+    """The key already holds another code object: nothing is overwritten (the service answers 409)."""
 
 
 class SchemaVersionError(CacheError):

@@ -47,7 +47,7 @@ from rocke_aot.cache.models import blob_data
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.provenance import BUILD, ENTRIES, SIGNABLE_ENTRY, Entry
 from rocke_aot.cache.records import Artifact, Failure, Hit, to_artifact, to_failure
-from rocke_aot.errors import CacheError, IntegrityError, NotFoundError, SpecError
+from rocke_aot.errors import CacheError, IntegrityError, KeyConflictError, NotFoundError, SpecError
 from rocke_aot.targets import Target
 
 # Columns of one artifact row with its blob's sizes (no blob data): listings and gets.
@@ -140,7 +140,7 @@ def publish_row(conn: Connection, row: dict[str, Any], *, replace: bool) -> str:
                 return "verified"
             return "unchanged"
         if cur.status == "ok" and not replace:
-            raise CacheError(
+            raise KeyConflictError(
                 f"artifact {key} already holds code object {cur.blob_sha256}, and the same key inputs "
                 f"now gave {row['blob_sha256']}: the build is not deterministic or the key misses an "
                 f"input. Refusing to overwrite (pass replace=True for a forced rebuild)."
