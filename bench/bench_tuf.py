@@ -144,6 +144,9 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="keep the tree here (default: a temp dir, removed); a tree "
                     "a run left there for the same --kernels and --record-bytes is measured again, not re-signed")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="also time the warm offline fetch with the rocke_aot of this folder (another commit's: "
+                         "`git archive REV rocke_aot | tar -x -C DIR`) first on PYTHONPATH, in the same rounds")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-tuf-"))
     exe = str(Path(sys.executable).with_name("rocke-aot"))
@@ -192,6 +195,11 @@ def main() -> None:
             rows.setdefault("cold fetch (fresh host)", []).append(measure(fetch_cmd(key), env)[:3])
             rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1", []).append(
                 measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
+            if args.compare:
+                rows.setdefault(f"warm fetch, ROCKE_AOT_OFFLINE=1, the rocke_aot of {args.compare}", []).append(
+                    measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1", "PYTHONPATH": args.compare})[:3])
+                rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1 (again, after it)", []).append(
+                    measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
             rows.setdefault("warm fetch, online (timestamp checked)", []).append(measure(fetch_cmd(key), env)[:3])
             lib = ("import sys, time\nt = time.process_time()\nfrom rocke_aot.client.fetch import Fetcher\n"
                    "from rocke_aot.client.local import LocalStore\nt1 = time.process_time()\n"
