@@ -89,8 +89,8 @@ def _code_paths() -> list[str]:
             fam = registry.get_family(name)
         except Exception:  # noqa: BLE001 - a plugin that failed to load: its family has no files to watch
             continue
-        for t in (fam.spec_type, fam.problem_type):
-            top = sys.modules.get(t.__module__.split(".")[0])
+        for kind in (fam.spec_type, fam.problem_type):
+            top = sys.modules.get(kind.__module__.split(".")[0])
             f = getattr(top, "__file__", None)
             if f and Path(f).parent != root:
                 trees.add(Path(f).parent)
@@ -140,13 +140,18 @@ class ContractMemo:
     def check(self, k: Kernel, what: str) -> None:
         """``k``'s launch contract(s) its family's, from a marker of this code when there is one,
         else checked in full (check_contract; LaunchContractError) and written down."""
-        digest = inputs_digest(k)
-        cid = self._current_id()
-        if cid is not None and self._marker(cid, digest).is_file():
+        try:
+            digest: str | None = inputs_digest(k)
+        except (TypeError, ValueError):  # not JSON as a record is: no marker names it, checked in full
+            digest = None
+        cid = self._current_id() if digest is not None else None
+        if cid is not None and digest is not None and self._marker(cid, digest).is_file():
             return
         from rocke_aot.client.fetch import check_contract
 
         check_contract(k, what)
+        if digest is None:
+            return
         try:
             self._record(digest)
         except OSError:
