@@ -4,7 +4,8 @@
 
 One run:
   1. a synthetic store of N kernels (key inputs that hash to their keys, a record of about
-     --record-bytes each: a launch contract, resources, provenance), signed by trust/repo.py
+     --record-bytes each: the family's launch contract of a real gemm spec, resources,
+     provenance), signed by trust/repo.py
      (python-tuf's Metadata API) into a mirror tree: metadata/ + blobs/ for the kernels asked
   2. a static HTTP server (a subprocess: http.server) that logs the bytes it sends per file
   3. whole processes, each measured by GNU time (user+sys CPU, peak RSS; Debian's `time`):
@@ -15,7 +16,9 @@ One run:
        warm online   the same, online                    (timestamp and next root asked, nothing else)
      and the metadata bytes a cold host downloads for 1, 10 and 100 keys, against the
      repository's size (proportional to the bins used, not to the store)
-The figures: median of --rounds runs each, printed as a table and written to --out.
+The figures: median of --rounds runs each, printed as a table and written to --out. Every process
+runs with its bytecode cached (PYTHONPYCACHEPREFIX under the work folder, PYTHONDONTWRITEBYTECODE
+dropped), as an installed wheel's is; the baselines of a round run before its fetches.
 """
 
 from __future__ import annotations
@@ -60,25 +63,30 @@ s.serve_forever()
 
 
 def synthetic(n: int, record_bytes: int, seed: int = 1) -> dict[str, dict]:
+    """N records of real gemm specs for gfx942 (the table's, in turn), each with the launch contract
+    the family's formulas give (a host checks it: variants/contract.py); the keys differ by an
+    option (``variant``), so N can exceed the table's specs."""
+    from rocke_aot.variants import table
+    from rocke_aot.variants.contract import expected_contract
+
     rnd = random.Random(seed)
     toolchain = {"kind": "llvm", "version": "22.1.0", "sha256": hashlib.sha256(b"tc").hexdigest()}
+    specs = [s.to_dict() for s in table.enumerate_specs("gemm", "gfx942", "llvm22")]
+    launches = [expected_contract("gemm", s, "gfx942").as_dict() for s in specs]
     out = {}
     for i in range(n):
-        spec = {"block_m": 64 << (i % 3), "block_n": 64 << ((i // 3) % 3), "block_k": 32, "waves": 1 + i % 4,
-                "in_dtype": "f16", "out_dtype": "f32", "path": "fma", "variant": i}
+        spec, launch = specs[i % len(specs)], launches[i % len(specs)]
         ki = KeyInputs(arch="gfx942", lane="llvm22", profile="llvm22", family="gemm", spec=spec,
-                       recipe_digest=hashlib.sha256(b"recipe").hexdigest(), toolchain=toolchain, options={"O": 3})
+                       recipe_digest=hashlib.sha256(b"recipe").hexdigest(), toolchain=toolchain,
+                       options={"O": 3, "variant": i})
         key = artifact_key(ki)
         size = 20000 + rnd.randrange(20000)
-        meta = {"launch": {"grid": ["ceil(m/64)", "ceil(n/64)", 1], "block": [256, 1, 1],
-                           "args": [{"name": n_, "kind": "ptr", "bytes": f"{n_}_bytes"} for n_ in "abc"] +
-                                   [{"name": d, "kind": "i32"} for d in ("m", "n", "k")],
-                           "shared_bytes": 16384},
+        meta = {"launch": launch,
                 "code_object": {"vgpr": 128, "sgpr": 96, "lds": 16384, "scratch": 0, "wavefront": 64,
-                                "kernel": f"gemm_{i}"},
+                                "kernel": launch["kernel"]},
                 "timing_us": 12.5 + i % 7}
         prov = {"built_by": "bench", "toolchain": toolchain, "host": "builder-1", "seconds": 1.25,
-                "note": "x" * max(0, record_bytes - 1200)}
+                "note": "x" * max(0, record_bytes - 2000)}
         out[key] = {**inputs_dict(ki), "sha256": hashlib.sha256(f"blob{i}".encode()).hexdigest(), "size": size,
                     "ir_sha256": hashlib.sha256(f"ir{i}".encode()).hexdigest(), "metadata": meta,
                     "provenance": prov, "generation": "g-bench"}
@@ -97,25 +105,9 @@ def measure(cmd: list[str], env: dict) -> tuple[float, float, int, str]:
     return float(user) + float(sys_), float(wall), int(rss), p.stdout
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kernels", type=int, default=100_000)
-    ap.add_argument("--record-bytes", type=int, default=2000, help="about this many bytes of record per kernel")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--work", default=None, help="keep the tree here (default: a temp dir, removed)")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    work = Path(args.work or tempfile.mkdtemp(prefix="bench-tuf-"))
-    exe = str(Path(sys.executable).with_name("rocke-aot"))
-    lines = []
-
-    def say(s: str) -> None:
-        print(s, flush=True)
-        lines.append(s)
-
-    say(f"# bench_tuf {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} kernels={args.kernels} "
-        f"record_bytes~{args.record_bytes} rounds={args.rounds} python={sys.version.split()[0]} "
-        f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
+def _make_tree(args, work: Path, tree: Path, say) -> tuple[list[str], int]:
+    """Synthesize --kernels records, sign them into tree/metadata, write the asked kernels' blobs:
+    (the 100 asked keys, the repository's metadata bytes)."""
     t = time.perf_counter()
     kernels = synthetic(args.kernels, args.record_bytes)
     say(f"synthetic records: {time.perf_counter() - t:.1f} s")
@@ -123,7 +115,6 @@ def main() -> None:
         if not (work / f"{name}.key").exists():
             keys.generate(work / f"{name}.key")
     rk, rel = keys.load_private(work / "root.key"), keys.load_private(work / "release.key")
-    tree = work / "tree"
     t = time.perf_counter()
     info = repo.write(tree / "metadata", {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30),
                                                              rk, [rel.public])}, kernels, [rel])
@@ -142,11 +133,49 @@ def main() -> None:
     # the asked kernels' sha256 changed: sign once more (only their bins are signed again)
     info = repo.write(tree / "metadata", {1: (tree / "metadata" / "1.root.json").read_bytes()}, kernels, [rel])
     say(f"re-signed the 100 asked kernels' bins: {info['bins_written']} bins written, {info['bins_kept']} kept")
+    return asked, repo_bytes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", type=int, default=100_000)
+    ap.add_argument("--record-bytes", type=int, default=2000, help="about this many bytes of record per kernel")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--work", default=None, help="keep the tree here (default: a temp dir, removed); a tree "
+                    "a run left there for the same --kernels and --record-bytes is measured again, not re-signed")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="also time the warm offline fetch with the rocke_aot of this folder (another commit's: "
+                         "`git archive REV rocke_aot | tar -x -C DIR`) first on PYTHONPATH, in the same rounds")
+    args = ap.parse_args()
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-tuf-"))
+    exe = str(Path(sys.executable).with_name("rocke-aot"))
+    lines = []
+
+    def say(s: str) -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    say(f"# bench_tuf {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} kernels={args.kernels} "
+        f"record_bytes~{args.record_bytes} rounds={args.rounds} python={sys.version.split()[0]} "
+        f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
+    work.mkdir(parents=True, exist_ok=True)
+    made = work / f"tree-{args.kernels}-{args.record_bytes}.txt"  # the asked keys, then the repository's bytes
+    tree = work / "tree"
+    if made.exists():
+        *asked, size = made.read_text().split()
+        repo_bytes = int(size)
+        say(f"reused the signed tree in {tree} ({len(asked)} asked keys, {repo_bytes} bytes of metadata)")
+    else:
+        asked, repo_bytes = _make_tree(args, work, tree, say)
+        made.write_text("\n".join([*asked, str(repo_bytes)]) + "\n")
     log = work / "served.log"
     srv = subprocess.Popen([sys.executable, "-c", SERVER, str(tree), str(log)], stdout=subprocess.PIPE, text=True)
     port = int(srv.stdout.readline())
     url = f"http://127.0.0.1:{port}"
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKE_AOT_")}
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKE_AOT_") and k != "PYTHONDONTWRITEBYTECODE"}
+    # bytecode cached, as an installed wheel's is (pip compiles it): the first process writes it
+    base_env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     base_env.update(ROCKE_AOT_ROOT_KEY=str(work / "root.key.pub"), ROCKE_AOT_FETCH_WORKERS="1")
     try:
         def fetch_cmd(key: str) -> list[str]:
@@ -166,6 +195,11 @@ def main() -> None:
             rows.setdefault("cold fetch (fresh host)", []).append(measure(fetch_cmd(key), env)[:3])
             rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1", []).append(
                 measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
+            if args.compare:
+                rows.setdefault(f"warm fetch, ROCKE_AOT_OFFLINE=1, the rocke_aot of {args.compare}", []).append(
+                    measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1", "PYTHONPATH": args.compare})[:3])
+                rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1 (again, after it)", []).append(
+                    measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
             rows.setdefault("warm fetch, online (timestamp checked)", []).append(measure(fetch_cmd(key), env)[:3])
             lib = ("import sys, time\nt = time.process_time()\nfrom rocke_aot.client.fetch import Fetcher\n"
                    "from rocke_aot.client.local import LocalStore\nt1 = time.process_time()\n"

@@ -19,14 +19,16 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import platformdirs
-
 from rocke_aot import settings
 
 
 def home() -> Path:
     value = settings.raw(settings.HOME)
-    path = Path(value) if value else Path(platformdirs.user_cache_dir("rocke-aot"))
+    if not value:
+        import platformdirs  # (here: a host that names its folders never loads it)
+
+        value = platformdirs.user_cache_dir("rocke-aot")
+    path = Path(value)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

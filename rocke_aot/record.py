@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from rocke_aot.errors import SpecError
-from rocke_aot.launch import LaunchContract
 
 MAX_RECORD_BYTES = 1 << 20  # canonical JSON of one metadata or provenance object
 MAX_DEPTH = 32  # nesting of objects and arrays (a launch contract needs 4)
@@ -164,6 +163,8 @@ def check_metadata(md: Any) -> Mapping[str, Any]:
         raise RecordError("metadata.format", f"must be one of {FORMATS}, got {fmt!r}")
     launch = md.get("launch")
     if launch is not None:
+        from rocke_aot.launch import LaunchContract  # (here: a signed fetch reads no record schema)
+
         try:
             contract = LaunchContract.from_dict(_object(launch, "metadata.launch"))
         except RecordError:

@@ -46,6 +46,10 @@ def test_importing_the_client_imports_no_server_compiler_or_database():
     mods = _modules_after("import rocke_aot.client")
     assert "rocke_aot.client.fetch" in mods
     assert sorted(m for m in mods if m.split(".")[0] in ("httpx", "httpcore", "cryptography", "tuf")) == []
+    # nor the family registry (the contract check answers from its markers: client/contracts.py),
+    # the launch contract type, zstandard (the local store keeps raw bytes) or platformdirs
+    assert sorted(m for m in mods if m.split(".")[0] in ("zstandard", "platformdirs")
+                  or m.startswith(("rocke_aot.variants", "rocke_aot.launch"))) == []
 
 
 def test_the_service_imports_no_compiler_and_no_numpy(tmp_path, kernel_bundle):

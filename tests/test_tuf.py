@@ -163,6 +163,64 @@ def test_fetcher_cold_reads_only_the_bins_asked_and_warm_offline_reads_what_was_
         f.get(arts[0].key)
 
 
+WARM = """
+import sys
+from rocke_aot.client import Fetcher, LocalStore
+with Fetcher([], LocalStore(sys.argv[1]), root_key=sys.argv[2], offline=True) as f:
+    got = [f.get(k).sha256 for k in sys.argv[3:]]
+print(" ".join(got), "rocke_aot.variants" in sys.modules)
+"""
+
+
+def test_a_launch_contract_is_checked_once_per_host_and_code(world, tree, tmp_path, monkeypatch):
+    """The Fetcher's contract check (variants/contract.py) runs in full once per record and code
+    on a host (client/contracts.py): a warm process imports no family, a process of other code
+    (another sys.path) checks again, a record whose contract differs is checked (and refused)
+    whatever markers exist."""
+    from rocke_aot.client import contracts, fetch
+    from rocke_aot.errors import LaunchContractError
+
+    arts = world["store"].find()
+    with nginx(tree) as base, host(world, tmp_path / "h", [base]) as f:
+        for a in arts:
+            f.get(a.key)
+        memo_dir = f.trusted.dir / "contracts"
+        entry = f.accepted().kernel(arts[0].key)
+    (code,) = [json.loads(p.read_bytes()) for p in memo_dir.glob("code-*.json")]
+    assert any(e[0].endswith(os.path.join("variants", "contract.py")) for e in code["entries"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [sys.executable, "-c", WARM, str(tmp_path / "h"), world["pin"], *(a.key for a in arts)]
+    for imported in ("True", "False"):  # this interpreter's first process checks; the next reads markers
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == [*(a.sha256 for a in arts), imported]
+    extra = tmp_path / "elsewhere"
+    extra.mkdir()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**env, "PYTHONPATH": str(extra)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [*(a.sha256 for a in arts), "True"]  # other code: checked in full
+    # in this process: a spy on the full check; a folder on sys.path that changes moves the code id
+    calls: list[str] = []
+    full = fetch.check_contract
+    monkeypatch.setattr(fetch, "check_contract", lambda k, what: (calls.append(k.key), full(k, what)))
+    monkeypatch.syspath_prepend(str(extra))
+    signed = fetch.Kernel.from_record({**entry, "key": arts[0].key, "origin": {}})
+    contracts.ContractMemo(memo_dir).check(signed, "first")
+    contracts.ContractMemo(memo_dir).check(signed, "again")
+    assert calls == [arts[0].key]
+    (extra / "plugin.py").write_text("")  # something installed on the path: the folder's mtime moves
+    os.utime(extra, ns=(1, 1))
+    contracts.ContractMemo(memo_dir).check(signed, "after")
+    assert calls == [arts[0].key] * 2
+    # a record whose contract differs has no marker: checked, and refused by field
+    lie = json.loads(json.dumps(entry))
+    lie["metadata"]["launch"]["grid"] = ["4096", "4096", "1"]
+    lying = fetch.Kernel.from_record({**lie, "key": arts[0].key, "origin": {}})
+    with pytest.raises(LaunchContractError, match="grid"):
+        contracts.ContractMemo(memo_dir).check(lying, "the lie")
+    assert calls == [arts[0].key] * 3
+
+
 def test_tampered_blob_and_tampered_bin_are_refused_and_nothing_stored(world, tree, tmp_path):
     a = world["store"].find()[0]
     blob = tree / "blobs" / f"{a.sha256}.zst"

@@ -9,7 +9,9 @@
           ──no──> NotInManifestError (no source can make it trusted)
       the signed entry's inputs hash to key? ──no──> IntegrityError
       its launch contract the family's (variants/contract.py check_record_launch)? ──no──>
-          LaunchContractError naming the field (a signature is no proof a contract is right)
+          LaunchContractError naming the field (a signature is no proof a contract is right);
+          checked once per host and code: a marker of this record's check inputs under the
+          stat of the checking code answers later processes (client/contracts.py)
       a local blob with the signed sha256 and size (read verified)? ──> the kernel, no request
           │ no                     offline (ROCKE_AOT_OFFLINE=1) ──> OfflineMiss
       for each source, in order:
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING
 
 from rocke_aot import settings
 from rocke_aot.cache.keys import check_key
+from rocke_aot.client.contracts import ContractMemo
 from rocke_aot.client.keys import check_prefix, match, unique
 from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
 from rocke_aot.client.trusted import (
@@ -144,6 +147,8 @@ class Fetcher:
         self.metadata_skipped: list[tuple[str, str]] = []  # (source URL, why) that failed before the one accepted
         self._listed: list[str] | None = None
         self._contracts: set[str] = set()  # keys whose record's launch contract was checked
+        # a signed record's contract checked once per host and code (client/contracts.py)
+        self._memo = ContractMemo(self.trusted.dir / "contracts") if self.trusted is not None else None
 
     def close(self) -> None:
         for s in self.sources:
@@ -189,7 +194,8 @@ class Fetcher:
         signed = Kernel.from_record({**entry, "key": key, "origin": {}})
         _answers(signed, device, family, f"the signed record of {key}")
         if key not in self._contracts:  # a signature proves who signed a contract, not that it is right
-            check_contract(signed, f"the signed record of {key}")
+            assert self._memo is not None
+            self._memo.check(signed, f"the signed record of {key}")  # once per host and code
             self._contracts.add(key)
         origin = {"signed": True, "snapshot_version": acc.version, "generation": entry.get("generation")}
         raw = self._local_blob(signed.sha256, signed.size)

@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from rocke_aot import paths, record, settings
-from rocke_aot.cache import codec
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError, TrustError
 from rocke_aot.paths import atomic_write
@@ -198,7 +197,10 @@ def verified(data: bytes, sha256: str, size: int, what: str) -> Verified:
 
 def decoded(frame: bytes, sha256: str, size: int) -> Verified:
     """A zstd frame's raw bytes as Verified: cache/codec.decode bounds the decompress and
-    checks size and sha256 (IntegrityError otherwise)."""
+    checks size and sha256 (IntegrityError otherwise). (zstandard loads here: the local store
+    keeps raw bytes, so a warm fetch never needs it.)"""
+    from rocke_aot.cache import codec
+
     return Verified._after_check(codec.decode(frame, sha256, size), sha256)
 
 

@@ -68,10 +68,11 @@ Pin = PublicKey | bytes
 METADATA_LIMITS = Limits(MAX_SNAPSHOT, max_depth=32, max_items=2_000_000, max_string=MAX_SNAPSHOT)
 
 
-def loads(data: bytes, limits: Limits, what: str) -> Any:
-    """Bounded JSON of a metadata file; over a bound or malformed is a TrustError naming it."""
+def loads(data: bytes, limits: Limits, what: str, *, checked: bool = False) -> Any:
+    """Bounded JSON of a metadata file; over a bound or malformed is a TrustError naming it
+    (``checked``: boundedjson.loads's, these bytes passed the scan before)."""
     try:
-        return bounded_loads(data, limits, what)
+        return bounded_loads(data, limits, what, checked=checked)
     except JSONLimitError as e:
         raise TrustError(f"{what}: {e}") from None
 
@@ -362,4 +363,5 @@ class Trusted:
         exp = datetime.strptime(state["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
         if exp <= self.now:
             raise ExpiredError(f"the metadata verified last expired at {state['expires']}: fetch online")
-        return _Offline(self, state, loads(snap_bytes, METADATA_LIMITS, "snapshot.json"))
+        # the bytes _remember scanned with these limits (their sha256 is the state's): not scanned again
+        return _Offline(self, state, loads(snap_bytes, METADATA_LIMITS, "snapshot.json", checked=True))

@@ -36,15 +36,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rocke_aot.aot.codeobject import record_metadata
-from rocke_aot.aot.codeobject import validate as validate_code_object
+from rocke_aot.aot.agreement import checked_metadata
 from rocke_aot.cache.keys import thaw
 from rocke_aot.candidates import triton_version_of
 from rocke_aot.client.fetch import check_asked
-from rocke_aot.errors import AnswerMismatchError, CodeObjectError, SpecError
+from rocke_aot.errors import AnswerMismatchError, SpecError
 from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
-from rocke_aot.record import RecordError
 from rocke_aot.runner.run import LoadedKernel, ProblemReport, run_problem
 from rocke_aot.runner.runtime import Runtime
 from rocke_aot.service.selection import parse_problem, select
@@ -148,12 +146,8 @@ class ServerSource:
         if built_by != version:
             raise AnswerMismatchError(f"kernel {key} was built by Triton {built_by}, not the {version} asked for; "
                                       f"not launched")
-        try:
-            info = validate_code_object(kern.code_object, kern.inputs.arch)
-            metadata = record_metadata(thaw(kern.metadata), info)
-        except (CodeObjectError, RecordError) as e:
-            raise AnswerMismatchError(f"kernel {key}: its code object and its record disagree "
-                                      f"({type(e).__name__}: {e}); not launched") from None
+        metadata = checked_metadata(kern.code_object, kern.inputs.arch, kern.metadata,
+                                    f"kernel {key}: its code object and its record disagree; not launched")
         return kern.code_object, metadata
 
 

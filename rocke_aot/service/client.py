@@ -18,7 +18,7 @@ object whole (aot/codeobject.py) before it is kept:
              │                      hash to key, the record schema (rocke_aot/record.py)
         the arch and family asked? (targets.compatible; else AnswerMismatchError)
         GET /v1/blobs/{sha256}  (Accept-Encoding: zstd) ──> bounded, decoded, size + sha256
-        aot.codeobject.validate(bytes, arch) + record_metadata: a code object for that arch whose
+        aot/agreement.py checked_metadata (aot.codeobject validate + record_metadata): a code object for that arch whose
              │                  resources and launch contract agree with the record
         Store.put(inputs, bytes, provenance + origin {source: this server}) ──> the next get
              answers locally, no request
@@ -40,8 +40,7 @@ from typing import Any
 import httpx
 
 from rocke_aot import settings
-from rocke_aot.aot.codeobject import record_metadata
-from rocke_aot.aot.codeobject import validate as validate_code_object
+from rocke_aot.aot.agreement import checked_metadata
 from rocke_aot.cache.keys import check_key, thaw
 from rocke_aot.cache.provenance import Entry
 from rocke_aot.cache.records import Artifact
@@ -50,8 +49,7 @@ from rocke_aot.client.fetch import OfflineMiss, check_asked
 from rocke_aot.client.local import check_sha
 from rocke_aot.client.service import ServiceClient, check_select, parse_select
 from rocke_aot.client.trusted import InsecureFetchWarning, pinned_key
-from rocke_aot.errors import AnswerMismatchError, CodeObjectError, NotFoundError, RemoteError
-from rocke_aot.record import RecordError
+from rocke_aot.errors import AnswerMismatchError, NotFoundError, RemoteError
 from rocke_aot.service import access
 from rocke_aot.targets import Target
 
@@ -143,12 +141,8 @@ class Client(ServiceClient):
                 f"{came_from}; {self.base_url} names {k.sha256}. Remove what that server left with "
                 f"`rocke-aot client purge --cache <local store> --origin {came_from}`")
         raw = local.code_object if local is not None else self._source.blob(k.sha256, k.size)
-        try:
-            info = validate_code_object(raw, k.inputs.arch)
-            metadata = record_metadata(thaw(k.metadata), info)
-        except (CodeObjectError, RecordError) as e:
-            raise AnswerMismatchError(f"{self.base_url} answered {key} with a code object its record does not "
-                                      f"describe: {type(e).__name__}: {e}") from None
+        metadata = checked_metadata(raw, k.inputs.arch, k.metadata,
+                                    f"{self.base_url} answered {key} with a code object its record does not describe")
         if local is not None:  # the same bytes, kept from another server: its record must be this one's
             if thaw(local.metadata) != metadata:
                 raise AnswerMismatchError(
@@ -178,12 +172,8 @@ class Client(ServiceClient):
             raise AnswerMismatchError(f"the local store {self.store} holds other bytes ({local.sha256}) for {key} "
                                       f"than the signed target ({k.sha256}); remove them with `rocke-aot client "
                                       f"purge --cache <local store> --origin {origin_of(local)}`")
-        try:
-            info = validate_code_object(k.code_object, k.inputs.arch)
-            metadata = record_metadata(thaw(k.metadata), info)
-        except (CodeObjectError, RecordError) as e:
-            raise AnswerMismatchError(f"the signed kernel {key} is not the code object its record describes: "
-                                      f"{type(e).__name__}: {e}") from None
+        metadata = checked_metadata(k.code_object, k.inputs.arch, k.metadata,
+                                    f"the signed kernel {key} is not the code object its record describes")
         provenance = {**thaw(k.provenance), "origin": {"source": k.origin.get("source"), "signed": True,
                                                        "snapshot_version": k.origin.get("snapshot_version")}}
         return self.store.put(k.inputs, k.code_object, ir_sha256=k.ir_sha256, metadata=metadata,

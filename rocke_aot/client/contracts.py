@@ -1,0 +1,181 @@
+"""A launch contract checked once per host and code, not once per process.
+
+The Fetcher checks every record's launch contract against its family's formulas
+(variants/contract.py check_record_launch) before a kernel is kept or handed out: a signature
+proves who signed a contract, not that it is right. That check imports the family registry
+(every family's tables and models), most of a warm fetch's cost. Its answer is a pure function
+of the record's check inputs (family, spec, arch, metadata) and of the code that checks them, so
+a host that checked a record once may answer from what it wrote down then, as long as neither
+changed:
+
+    ContractMemo(dir)                   <trust dir>/contracts/ (beside verified.state: the same
+                                        trust as the verified metadata an offline host reads)
+        code-<h>.json {"id": sha256, "entries": [[path, mtime_ns, size, inode], ...]}, one per
+                     interpreter and module search path (h: their hash, _interpreter)
+                     every .py file and folder of the code the check runs: rocke_aot's vocabulary
+                     modules (rocke_aot/*.py), rocke_aot/variants/ and rocke_aot/families/, the
+                     package of every plugin family, each sys.path folder (a distribution
+                     installed or removed moves its mtime: the entry points); the id
+                     hashes them with the interpreter's identity
+        <id[:32]>/<digest>   an empty file: the record whose check inputs hash to <digest>
+                     passed under code <id>
+    check(kernel, what)
+        code-<h>.json's entries all stat as written (same interpreter and path) and the marker
+        exists ──yes──> nothing to do (no family is imported)
+             │ no (absent, unreadable, any file moved, another interpreter, a new record)
+        the full check (check_contract) ──raises──> LaunchContractError; nothing is written
+             │ passed
+        code-<h>.json rewritten from the code loaded now (if its id moved), the marker written
+
+Fail-closed: only a marker under the id of the code as it stats now answers; anything
+unreadable or unexpected is a miss and the full check runs. The markers name check inputs,
+not keys, so two keys with one contract share one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rocke_aot import settings
+
+if TYPE_CHECKING:
+    from rocke_aot.client.local import Kernel
+
+def inputs_digest(k: Kernel) -> str:
+    """sha256 of what check_record_launch reads of ``k``: family, spec, arch, metadata."""
+    from rocke_aot.cache.keys import thaw
+
+    doc = [k.inputs.family, thaw(k.inputs.spec), k.inputs.arch, thaw(k.metadata)]
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _interpreter() -> list[str]:
+    """What besides the files decides which code runs: the interpreter, where rocke_aot is, the
+    module search path (less sys.path[0], the running script's folder, which differs between the
+    CLI and a library process and holds no distribution) and the plugin import bound (whether a
+    slow plugin's family exists at all)."""
+    import rocke_aot
+
+    return [sys.version, sys.executable, os.path.dirname(rocke_aot.__file__),
+            os.environ.get(settings.PLUGIN_IMPORT_TIMEOUT_S, ""), *sys.path[1:]]
+
+
+def _code_file() -> str:
+    """code-<hash of _interpreter()>.json: each interpreter and path keeps its own."""
+    doc = json.dumps(_interpreter(), separators=(",", ":")).encode()
+    return f"code-{hashlib.sha256(doc).hexdigest()[:16]}.json"
+
+
+def _stat(path: str) -> list:
+    st = os.stat(path)
+    return [path, st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def _code_paths() -> list[str]:
+    """Every file and folder of the code a contract check runs (module doc), read after a full
+    check (the registry is loaded: its plugins' packages are known)."""
+    import rocke_aot
+    from rocke_aot.variants import families as registry
+
+    root = Path(rocke_aot.__file__).parent
+    trees = {root / "variants", root / "families"}
+    for name in registry.family_names():
+        try:
+            fam = registry.get_family(name)
+        except Exception:  # noqa: BLE001 - a plugin that failed to load: its family has no files to watch
+            continue
+        for kind in (fam.spec_type, fam.problem_type):
+            top = sys.modules.get(kind.__module__.split(".")[0])
+            f = getattr(top, "__file__", None)
+            if f and Path(f).parent != root:
+                trees.add(Path(f).parent)
+    out = {str(root)}
+    out |= {str(p) for p in root.glob("*.py")}
+    for t in trees:
+        if t.is_dir():
+            out.add(str(t))
+            for dirpath, dirnames, filenames in os.walk(t):
+                dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+                out |= {os.path.join(dirpath, d) for d in dirnames}
+                out |= {os.path.join(dirpath, f) for f in filenames if f.endswith(".py")}
+    out |= {p for p in sys.path if p and os.path.isdir(p)}
+    return sorted(out)
+
+
+def _code_id(entries: list) -> str:
+    doc = json.dumps([_interpreter(), entries], separators=(",", ":")).encode()
+    return hashlib.sha256(doc).hexdigest()
+
+
+class ContractMemo:
+    def __init__(self, directory: str | os.PathLike):
+        self.dir = Path(directory)
+        self._id: str | None = None  # this process's code id, once it stats as its code file says
+
+    def _current_id(self) -> str | None:
+        """The id this interpreter's code file records if every entry still stats the same here, else None."""
+        if self._id is not None:
+            return self._id
+        try:
+            doc = json.loads((self.dir / _code_file()).read_bytes())
+            entries, cid = doc["entries"], doc["id"]
+            if not isinstance(entries, list) or not isinstance(cid, str) or _code_id(entries) != cid:
+                return None
+            for e in entries:
+                if _stat(e[0]) != e:
+                    return None
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+        self._id = cid
+        return cid
+
+    def _marker(self, cid: str, digest: str) -> Path:
+        return self.dir / cid[:32] / digest
+
+    def check(self, k: Kernel, what: str) -> None:
+        """``k``'s launch contract(s) its family's, from a marker of this code when there is one,
+        else checked in full (check_contract; LaunchContractError) and written down."""
+        try:
+            digest: str | None = inputs_digest(k)
+        except (TypeError, ValueError):  # not JSON as a record is: no marker names it, checked in full
+            digest = None
+        cid = self._current_id() if digest is not None else None
+        if cid is not None and digest is not None and self._marker(cid, digest).is_file():
+            return
+        from rocke_aot.client.fetch import check_contract
+
+        check_contract(k, what)
+        if digest is None:
+            return
+        try:
+            self._record(digest)
+        except OSError:
+            pass  # a host that cannot write its trust folder checks in full each time
+
+    def _record(self, digest: str) -> None:
+        from rocke_aot.paths import atomic_write
+
+        cid = self._current_id()
+        if cid is None:
+            entries = [_stat(p) for p in _code_paths()]
+            cid = _code_id(entries)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            path = self.dir / _code_file()
+            try:
+                old = json.loads(path.read_bytes()).get("id")
+            except (OSError, ValueError, AttributeError):
+                old = None
+            atomic_write(path, json.dumps({"id": cid, "entries": entries}).encode(), durable=False)
+            self._id = cid
+            if isinstance(old, str) and old != cid and len(old) == 64:  # the markers of code no longer here
+                import shutil
+
+                shutil.rmtree(self.dir / old[:32], ignore_errors=True)
+        marker = self._marker(cid, digest)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
