@@ -235,15 +235,17 @@ def _compile(arch: str, lane: str, spec: dict, out: Path) -> dict:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("arch, lane, pattern", [
-    ("gfx942", "llvm24", r"v_mfma_f32_\w+_f16"), ("gfx950", "llvm24", r"v_mfma_f32_\w+_f16"),
-    ("gfx1250", "llvm24", r"v_wmma_f32_\w+_f16"), ("sm_90", "llvm22", None)])
-def test_triton_attention_compiles_ahead_of_time(tmp_path, arch, lane, pattern):
+@pytest.mark.parametrize("arch, lane, pattern, layout", [
+    ("gfx942", "llvm24", r"v_mfma_f32_\w+_f16", {}), ("gfx950", "llvm24", r"v_mfma_f32_\w+_f16", {}),
+    ("gfx1250", "llvm24", r"v_wmma_f32_\w+_f16", {}), ("sm_90", "llvm22", None, {}),
+    ("gfx942", "llvm24", r"v_mfma_f32_\w+_bf16", {"VARLEN": 1, "PAGED": 1, "dtype": "bf16", "BLOCK_M": 64})])
+def test_triton_attention_compiles_ahead_of_time(tmp_path, arch, lane, pattern, layout):
     """`rocke-aot compile` of a Triton family (it once handed the request to an LLVM-IR toolchain:
-    "invalid LLVM IR: expected top-level entity"): Triton 3.9 for the AMD arches, 3.6 for sm_90."""
+    "invalid LLVM IR: expected top-level entity"): Triton 3.9 for the AMD arches, 3.6 for sm_90; and a
+    paged, packed-varlen bf16 spec (its i32 block table and cu_seqlens pointers)."""
     cuda = arch == "sm_90"
     spec = {"dtype": "f16", "HEAD_DIM": 128, "BLOCK_M": 64 if cuda else 128, "BLOCK_N": 64, "CAUSAL": 1,
-            "VARLEN": 0, "PAGED": 0, "num_warps": 4, "num_stages": 3 if cuda else 1}
+            "VARLEN": 0, "PAGED": 0, "num_warps": 4, "num_stages": 3 if cuda else 1, **layout}
     out = tmp_path / ("k.cubin" if cuda else "k.hsaco")
     doc = _compile(arch, lane, spec, out)
     assert doc["code_object"]["kernel"] == "attention_fwd_kernel"

@@ -286,3 +286,43 @@ def test_the_derived_fields_and_the_packed_reference():
     np.testing.assert_array_equal(packed_o[5:], o[2, :2])
     assert np.isneginf(compute_lse(p, vals).reshape(4, 7)[:, 5:]).all()  # sequence 2 sees no key
     assert math.isfinite(lse[0, 0, 0])
+
+
+def test_the_bench_runner_fills_the_index_arguments_from_the_family_and_checks_o_against_them():
+    """`bench --run-from-cache`'s buffers (runner/run.py): the i32 arguments get the family's values
+    (Reference.inputs: prefix sums, a table of distinct pool blocks), every other input uniform data;
+    and the runner's expected O for those buffers is the reference of the gathered cache."""
+    from rocke_aot.runner.run import _Buffers
+
+    class Host:  # a runtime whose device memory is host memory
+        def __init__(self):
+            self.mem = {}
+
+        def alloc(self, n):
+            self.mem[len(self.mem) + 1] = None
+            return len(self.mem)
+
+        def upload(self, ptr, host):
+            self.mem[ptr] = np.array(host, copy=True)
+
+    p = AttentionProblem(batch=3, seqlen_q=9, seqlen_k=70, heads_q=4, heads_kv=2, head_dim=64, causal=True,
+                         kv_layout="paged", block_size=16, seqlens_q=[9, 0, 2], seqlens_k=[70, 3, 40])
+    sem = runner_ref.semantics(FAM)
+    rt = Host()
+    bufs = _Buffers(rt, 0, p, sem)
+    plan = get_family(FAM).launch(_spec(p), p, "sm_90")
+    vals = {}
+    for a in plan.args:
+        if a.kind == "global_pointer" and a.name != "O":
+            ptr = bufs.input(a.name, a.dtype, a.value)
+            vals[a.name] = bufs.values[(a.name, a.dtype, a.value)]
+            if a.dtype == "i32":
+                assert rt.mem[ptr].dtype == np.int32
+    assert list(vals["cu_seqlens_q"]) == [0, 9, 9, 11] and list(vals["cu_seqlens_k"]) == [0, 70, 73, 113]
+    table = vals["block_table"].reshape(3, p.table_width).astype(int)
+    used = [table[0, :5], table[1, :1], table[2, :3]]
+    assert sorted(np.concatenate(used)) == list(range(p.num_blocks))  # every pool block once
+    assert np.abs(vals["Q"]).max() <= 1 and vals["Q"].size == p.total_q * 4 * 64
+    want, lim = sem.expected(p, vals, p.dtype)
+    np.testing.assert_array_equal(want, compute(p, vals))
+    assert want.size == p.total_q * p.heads_q * p.head_dim and (lim > 0).all()
