@@ -1,7 +1,8 @@
 """Run one family's problems with cached kernels: upload, launch (chunked), verify, time.
 
     for each problem:
-        host inputs (runner/reference.inputs; the same values for every candidate); a
+        host inputs (runner/reference.inputs, or the family's own Reference.inputs for an index
+        argument such as attention's block table; the same values for every candidate); a
         "workspace" argument (rocke_aot/launch.py) is a zero-filled buffer instead, never an input
         of the reference, and not advanced between chunks
         for each candidate (image bytes + its artifact's launch contract, in selection order):
