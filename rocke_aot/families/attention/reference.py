@@ -162,9 +162,9 @@ def padded(problem: Any, inputs: Any):
 
     p = problem
     lens_q, lens_k = p.lengths()
-    q = np.asarray(inputs["Q"], dtype=np.float64).reshape(p.total_q, p.heads_q, p.head_dim)
-    k = np.asarray(inputs["K"], dtype=np.float64).reshape(p.kv_rows, p.heads_kv, p.head_dim)
-    v = np.asarray(inputs["V"], dtype=np.float64).reshape(p.kv_rows, p.heads_kv, p.head_dim)
+    q: Any = np.asarray(inputs["Q"], dtype=np.float64).reshape(p.total_q, p.heads_q, p.head_dim)
+    k: Any = np.asarray(inputs["K"], dtype=np.float64).reshape(p.kv_rows, p.heads_kv, p.head_dim)
+    v: Any = np.asarray(inputs["V"], dtype=np.float64).reshape(p.kv_rows, p.heads_kv, p.head_dim)
     if not p.varlen:
         q = q.reshape(p.batch, p.seqlen_q, p.heads_q, p.head_dim)
     else:
