@@ -1,6 +1,9 @@
 """Element types every layer names, their sizes, and the addressing limit of the kernels.
 
     DTYPE_BYTES["f16"] -> 2          the storage size of one element
+    POINTEE_BYTES      -> DTYPE_BYTES and the index type i32 (a buffer of indices: an attention
+                                     kernel's block table, its cu_seqlens): what a kernel's pointer
+                                     argument may point to; a spec or problem names DTYPES only
     MAX_TENSOR_BYTES   -> 2**31 - 1  kernels index tensors with signed 32-bit byte offsets,
                                      so a larger tensor is refused up front (or chunked by
                                      a runner), never silently wrapped
@@ -17,6 +20,7 @@ from types import MappingProxyType
 
 DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"f16": 2, "bf16": 2, "f32": 4})
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)  # every element type a spec or problem may name
+POINTEE_BYTES: Mapping[str, int] = MappingProxyType({**DTYPE_BYTES, "i32": 4})
 MATRIX_IN_DTYPES: tuple[str, ...] = ("f16", "bf16")  # operand types of the matrix paths
 
 MAX_TENSOR_BYTES = 2**31 - 1

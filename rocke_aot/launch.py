@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
-from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
+from rocke_aot.dtypes import MAX_TENSOR_BYTES, POINTEE_BYTES
 from rocke_aot.errors import SpecError
 
 KINDS = ("global_pointer", "scalar")
@@ -248,7 +248,7 @@ class ArgDef:
             raise SpecError(f"argument {self.name}: kind {self.kind!r} not in {KINDS}")
         if self.access is not None and (self.kind != "global_pointer" or self.access not in ACCESSES):
             raise SpecError(f"argument {self.name}: access {self.access!r} is for pointers, one of {ACCESSES}")
-        known = DTYPE_BYTES if self.kind == "global_pointer" else SCALAR_TYPES
+        known = POINTEE_BYTES if self.kind == "global_pointer" else SCALAR_TYPES
         if self.dtype not in known:
             raise SpecError(f"argument {self.name}: {self.kind} dtype {self.dtype!r} not in {tuple(known)}")
         parse(self.expr)
@@ -492,7 +492,7 @@ class LaunchContract:
                     raise SpecError(f"{self.kernel}: argument {a.name} = {v} does not fit {a.dtype}")
                 bound.append(BoundArg(a.name, a.kind, a.dtype, a.offset, a.size, v, a.size))
             else:
-                bound.append(BoundArg(a.name, a.kind, a.dtype, a.offset, a.size, v, v * DTYPE_BYTES[a.dtype]))
+                bound.append(BoundArg(a.name, a.kind, a.dtype, a.offset, a.size, v, v * POINTEE_BYTES[a.dtype]))
         return LaunchPlan(grid, block, tuple(bound), self.kernarg_size, self.max_tensor_bytes)  # type: ignore[arg-type]
 
     def split_units(self, problem: object) -> tuple[str, int, dict[str, int]]:
@@ -501,7 +501,7 @@ class LaunchContract:
             raise SpecError(f"{self.kernel}: the launch has no split axis; it cannot be chunked")
         env = bind(self.problem, self.lets, problem)
         dtypes = {a.name: a.dtype for a in self.args}
-        units = {name: evaluate(text, env) * DTYPE_BYTES[dtypes[name]] for name, text in self.split.strides}
+        units = {name: evaluate(text, env) * POINTEE_BYTES[dtypes[name]] for name, text in self.split.strides}
         return self.split.field, env[self.split.field], units
 
     def as_dict(self) -> dict[str, Any]:

@@ -54,7 +54,8 @@ def test_variants_lists_the_refused_problems_with_their_reasons():
     doc = json.loads(proc.stdout)
     assert {x["problem"]: x["reason"] for x in doc["problem_refusals"]} == REFUSED
     served = {(r["lane"], r["count"]) for r in doc["rows"] if r["served"]}
-    assert served == {("llvm22", 24), ("llvm24", 24)}  # 3 head dims x 2 tiles x causal or not x f16/bf16
+    # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal or not x f16/bf16
+    assert served == {("llvm22", 60), ("llvm24", 60)}
 
 
 def test_problem_validation_and_the_derived_scale():
@@ -188,13 +189,14 @@ def test_the_family_half_imports_no_lowering_and_no_llvmlite():
 
 def test_accepts_says_why_a_spec_cannot_run_a_problem():
     fam = get_family("triton_attention")
-    spec = fam.spec_from({"dtype": "f16", "HEAD_DIM": 128, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": 1,
-                          "num_warps": 4, "num_stages": 3})
+    spec = fam.spec_from({"dtype": "f16", "HEAD_DIM": 128, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": 1, "VARLEN": 0,
+                          "PAGED": 0, "num_warps": 4, "num_stages": 3})
     base = dict(batch=1, seqlen_q=128, seqlen_k=128, heads_q=8, heads_kv=2, head_dim=128, causal=True)
     assert fam.model.accepts(spec, AttentionProblem(**base)) is None
+    assert fam.model.accepts(spec, AttentionProblem(**base, lse=True)) is None  # the LSE: a runtime argument
     for kw, why in (({"head_dim": 64}, "head_dim 128"), ({"causal": False}, "causal"),
-                    ({"kv_layout": "paged", "block_size": 16}, "paged KV"), ({"seqlens_k": [100]}, "variable"),
-                    ({"lse": True}, "log-sum-exp"), ({"dtype": "bf16"}, "dtype")):
+                    ({"kv_layout": "paged", "block_size": 16}, "paged"), ({"seqlens_k": [100]}, "variable"),
+                    ({"dtype": "bf16"}, "dtype")):
         assert why in (fam.model.accepts(spec, AttentionProblem(**{**base, **kw})) or ""), kw
     plan = fam.launch(spec, AttentionProblem(**base), "sm_90")
     assert plan.grid == (2, 8, 1) and plan.block == (128, 1, 1)
@@ -233,15 +235,17 @@ def _compile(arch: str, lane: str, spec: dict, out: Path) -> dict:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("arch, lane, pattern", [
-    ("gfx942", "llvm24", r"v_mfma_f32_\w+_f16"), ("gfx950", "llvm24", r"v_mfma_f32_\w+_f16"),
-    ("gfx1250", "llvm24", r"v_wmma_f32_\w+_f16"), ("sm_90", "llvm22", None)])
-def test_triton_attention_compiles_ahead_of_time(tmp_path, arch, lane, pattern):
+@pytest.mark.parametrize("arch, lane, pattern, layout", [
+    ("gfx942", "llvm24", r"v_mfma_f32_\w+_f16", {}), ("gfx950", "llvm24", r"v_mfma_f32_\w+_f16", {}),
+    ("gfx1250", "llvm24", r"v_wmma_f32_\w+_f16", {}), ("sm_90", "llvm22", None, {}),
+    ("gfx942", "llvm24", r"v_mfma_f32_\w+_bf16", {"VARLEN": 1, "PAGED": 1, "dtype": "bf16", "BLOCK_M": 64})])
+def test_triton_attention_compiles_ahead_of_time(tmp_path, arch, lane, pattern, layout):
     """`rocke-aot compile` of a Triton family (it once handed the request to an LLVM-IR toolchain:
-    "invalid LLVM IR: expected top-level entity"): Triton 3.9 for the AMD arches, 3.6 for sm_90."""
+    "invalid LLVM IR: expected top-level entity"): Triton 3.9 for the AMD arches, 3.6 for sm_90; and a
+    paged, packed-varlen bf16 spec (its i32 block table and cu_seqlens pointers)."""
     cuda = arch == "sm_90"
     spec = {"dtype": "f16", "HEAD_DIM": 128, "BLOCK_M": 64 if cuda else 128, "BLOCK_N": 64, "CAUSAL": 1,
-            "num_warps": 4, "num_stages": 3 if cuda else 1}
+            "VARLEN": 0, "PAGED": 0, "num_warps": 4, "num_stages": 3 if cuda else 1, **layout}
     out = tmp_path / ("k.cubin" if cuda else "k.hsaco")
     doc = _compile(arch, lane, spec, out)
     assert doc["code_object"]["kernel"] == "attention_fwd_kernel"
@@ -273,7 +277,7 @@ def test_the_counts_do_the_definitions_work(causal):
         t = Target.parse(arch)
         backend = "hip" if t.is_amdgpu else "cuda"
         spec = fam.spec_from({"dtype": "f16", "HEAD_DIM": 128, "BLOCK_M": 128, "BLOCK_N": 64,
-                              "CAUSAL": int(causal), "num_warps": 8 if backend == "cuda" else 4,
+                              "CAUSAL": int(causal), "VARLEN": 0, "PAGED": 0, "num_warps": 8 if backend == "cuda" else 4,
                               "num_stages": 3 if backend == "cuda" else 1})
         c = attention_counts(spec, p, t)
         tiles = spec.launch_formulas().tiles(p)

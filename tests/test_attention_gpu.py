@@ -1,6 +1,8 @@
-"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table, built ahead of time by the
-host's own Triton (the GPU machine's triton 3.6.0 is the llvm22 lane's Triton), launched from the stored
-code object and launch contract (no Triton JIT), outputs NaN-poisoned, against torch in float64. The
+"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table (60: dense, packed
+varlen, paged), built ahead of time by the host's own Triton (the GPU machine's triton 3.6.0 is the llvm22
+lane's Triton), launched from the stored code object and launch contract (no Triton JIT) on problems of
+its layout (empty sequences, shuffled block tables), outputs NaN-poisoned, against torch in float64 (and
+the LSE output against torch.logsumexp). The
 native attention family: every sm_90 spec (mma.sync), lowered and ptxas'd on the host, the same checks.
 
 The reference is torch's float64 softmax(Q K^T * scale + mask) V with the mask written out here (causal
@@ -28,6 +30,23 @@ SHAPES = [dict(batch=2, seqlen_q=77, seqlen_k=131, heads_q=4, heads_kv=2),
           dict(batch=3, seqlen_q=1, seqlen_k=300, heads_q=8, heads_kv=1),
           dict(batch=1, seqlen_q=200, seqlen_k=64, heads_q=2, heads_kv=2),
           dict(batch=1, seqlen_q=130, seqlen_k=130, heads_q=6, heads_kv=3, window=37)]
+# per triton_attention layout (spec VARLEN, PAGED): the same kinds of problems packed (empty sequences
+# too) and over a paged cache (shuffled block table, block sizes 16/32/64, spare pool blocks), LSE out
+LAYOUTS = {
+    (0, 0): [dict(s, lse=True) for s in SHAPES],
+    (1, 0): [dict(batch=4, seqlen_q=150, seqlen_k=200, heads_q=4, heads_kv=2, seqlens_q=[150, 0, 1, 77],
+                  seqlens_k=[200, 9, 130, 77], lse=True),
+             dict(batch=2, seqlen_q=90, seqlen_k=40, heads_q=6, heads_kv=3, window=37, seqlens_q=[90, 5],
+                  seqlens_k=[40, 0])],
+    (0, 1): [dict(batch=3, seqlen_q=1, seqlen_k=300, heads_q=8, heads_kv=1, kv_layout="paged", block_size=16,
+                  lse=True),
+             dict(batch=2, seqlen_q=77, seqlen_k=131, heads_q=4, heads_kv=2, kv_layout="paged", block_size=64,
+                  num_blocks=9)],
+    (1, 1): [dict(batch=4, seqlen_q=64, seqlen_k=500, heads_q=8, heads_kv=2, kv_layout="paged", block_size=32,
+                  seqlens_q=[1, 64, 0, 17], seqlens_k=[500, 64, 33, 17], lse=True),
+             dict(batch=2, seqlen_q=1, seqlen_k=257, heads_q=4, heads_kv=4, window=100, kv_layout="paged",
+                  block_size=16, seqlens_k=[257, 1])],
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,51 +73,91 @@ def built(tmp_path_factory):
 
 
 def _torch_ref(p: AttentionProblem, q, k, v):
+    """(O, LSE) in float64 on the GPU, padded [batch, seqlen, heads, dim] in, per sequence's lengths."""
     import torch
 
     d = "cuda"
-    qt = torch.from_numpy(q).to(d).permute(0, 2, 1, 3)  # B, H, S, D
-    kt = torch.from_numpy(k).to(d).permute(0, 2, 1, 3).repeat_interleave(p.group, dim=1)
-    vt = torch.from_numpy(v).to(d).permute(0, 2, 1, 3).repeat_interleave(p.group, dim=1)
-    s = (qt @ kt.transpose(-1, -2)) * p.softmax_scale
-    i = torch.arange(p.seqlen_q, device=d)[:, None] + (p.seqlen_k - p.seqlen_q)
-    j = torch.arange(p.seqlen_k, device=d)[None, :]
-    keep = torch.ones(p.seqlen_q, p.seqlen_k, dtype=torch.bool, device=d)
-    if p.causal:
-        keep &= j <= i
-    if p.window:
-        keep &= (i - j) < p.window
-    s = s.masked_fill(~keep, float("-inf"))
-    w = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that sees no key: 0
-    return (w @ vt).permute(0, 2, 1, 3).contiguous().cpu().numpy()
+    o = np.zeros(q.shape)
+    lse = np.full((p.batch, p.heads_q, p.seqlen_q), -np.inf)
+    lens_q, lens_k = p.lengths()
+    for b in range(p.batch):
+        lq, lk = lens_q[b], lens_k[b]
+        if lq == 0:
+            continue
+        qt = torch.from_numpy(q[b, :lq]).to(d).permute(1, 0, 2)  # H, S, D
+        kt = torch.from_numpy(k[b, :lk]).to(d).permute(1, 0, 2).repeat_interleave(p.group, dim=0)
+        vt = torch.from_numpy(v[b, :lk]).to(d).permute(1, 0, 2).repeat_interleave(p.group, dim=0)
+        s = (qt @ kt.transpose(-1, -2)) * p.softmax_scale
+        i = torch.arange(lq, device=d)[:, None] + (lk - lq)
+        j = torch.arange(lk, device=d)[None, :]
+        keep = torch.ones(lq, lk, dtype=torch.bool, device=d)
+        if p.causal:
+            keep &= j <= i
+        if p.window:
+            keep &= (i - j) < p.window
+        s = s.masked_fill(~keep, float("-inf"))
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that sees no key: 0
+        o[b, :lq] = (w @ vt).permute(1, 0, 2).cpu().numpy()
+        lse[b, :, :lq] = torch.logsumexp(s, dim=-1).cpu().numpy()
+    return o, lse
+
+
+def _buffers(p: AttentionProblem, plan, rng):
+    """The launch's buffers by name (index arrays from the family's Reference.inputs, data uniform, the
+    outputs NaN-poisoned) and the float64 values of the inputs."""
+    from rocke_aot.families.attention.reference import REFERENCE
+
+    tensors, vals = {}, {}
+    for a in plan.args:
+        if a.kind != "global_pointer":
+            continue
+        if a.name in ("global_scratch", "profile_scratch"):
+            tensors[a.name] = np.zeros(16, dtype=np.uint8)
+        elif a.name == "O":
+            tensors[a.name] = np.full(a.value, 0xFFFF, dtype=np.uint16)  # NaN in f16 and bf16
+        elif a.name == "LSE":
+            tensors[a.name] = np.full(max(a.value, 1), np.nan, dtype=np.float32)
+        elif a.dtype == "i32":
+            tensors[a.name], vals[a.name] = REFERENCE.inputs(p, a.name, a.dtype, a.value, rng)
+            tensors[a.name] = np.ascontiguousarray(tensors[a.name]) if a.value else np.zeros(1, np.int32)
+        else:
+            tensors[a.name], vals[a.name] = inputs(p.dtype, (a.value,), rng)
+    return tensors, vals
 
 
 def test_every_sm90_spec_matches_torch_float64(cuda_ctx, built):  # noqa: F811
+    from rocke_aot.families.attention.reference import packed, packed_lse, padded
+    from rocke_aot.launch import LaunchContract
+
     summary, arts, blobs = built
-    assert len(arts) == 24 and not summary["failed"], summary
+    assert len(arts) == 60 and not summary["failed"], summary
     checked = 0
     for art in arts:
         spec = art.spec
-        for shape in SHAPES:
+        for shape in LAYOUTS[(spec["VARLEN"], spec["PAGED"])]:
             p = AttentionProblem(**shape, head_dim=spec["HEAD_DIM"], dtype=spec["dtype"],
                                  causal=bool(spec["CAUSAL"]))
             rng = np.random.default_rng(checked)
-            qb, q = inputs(p.dtype, (p.batch, p.seqlen_q, p.heads_q, p.head_dim), rng)
-            kb, k = inputs(p.dtype, (p.batch, p.seqlen_k, p.heads_kv, p.head_dim), rng)
-            vb, v = inputs(p.dtype, (p.batch, p.seqlen_k, p.heads_kv, p.head_dim), rng)
-            out = np.full(q.size, 0xFFFF, dtype=np.uint16)  # NaN in f16 and bf16: unwritten outputs fail
-            scratch = np.zeros(16, dtype=np.uint8)
-            launch(blobs[art.key], art.metadata["launch"], p, {"Q": qb, "K": kb, "V": vb, "O": out,
-                                                              "global_scratch": scratch, "profile_scratch": scratch})
-            got = decode(out, p.dtype)
-            want = _torch_ref(p, q, k, v).ravel()
-            lim = error_bound(p, {"Q": q.ravel(), "K": k.ravel(), "V": v.ravel()}, want, p.dtype)
+            plan = LaunchContract.from_dict(art.metadata["launch"]).plan(p)
+            tensors, vals = _buffers(p, plan, rng)
+            launch(blobs[art.key], art.metadata["launch"], p, tensors)
+            got = decode(tensors["O"], p.dtype)
+            o, lse = _torch_ref(p, *padded(p, vals))
+            want = packed(p, o).ravel()
+            lim = error_bound(p, vals, want, p.dtype)
             assert np.isfinite(got).all(), f"{art.spec} {shape}: unwritten or non-finite outputs"
             bad = np.abs(got - want) > lim
             assert not bad.any(), (f"{art.spec} {shape}: {int(bad.sum())} of {got.size} outside the bound, max err "
                                    f"{np.abs(got - want).max():.3g}")
+            if p.lse:
+                lse_want = packed_lse(p, lse).ravel()
+                lse_got = tensors["LSE"][:lse_want.size].astype(np.float64)
+                assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), f"{art.spec} {shape}: LSE -inf"
+                fin = np.isfinite(lse_want)
+                err = np.abs(lse_got[fin] - lse_want[fin])
+                assert (err <= 1e-4 * (1 + np.abs(lse_want[fin]))).all(), f"{art.spec} {shape}: LSE {err.max():.3g}"
             checked += 1
-    assert checked == 24 * len(SHAPES)
+    assert checked == sum(len(LAYOUTS[(a.spec["VARLEN"], a.spec["PAGED"])]) for a in arts)
 
 
 def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
@@ -124,7 +183,7 @@ def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
             out = np.full(q.size, 0xFFFF, dtype=np.uint16)
             launch(image, k.launch, p, {"Q": qb, "K": kb, "V": vb, "O": out})
             got = decode(out, p.dtype)
-            want = _torch_ref(p, q, k_, v).ravel()
+            want = _torch_ref(p, q, k_, v)[0].ravel()
             lim = error_bound(p, {"Q": q.ravel(), "K": k_.ravel(), "V": v.ravel()}, want, p.dtype)
             assert np.isfinite(got).all(), f"{spec.kernel_name} {shape}: unwritten or non-finite outputs"
             bad = np.abs(got - want) > lim

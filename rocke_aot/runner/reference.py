@@ -53,7 +53,7 @@ def inputs(dtype: str, count: int, rng: np.random.Generator) -> tuple[np.ndarray
 
 
 def storage_dtype(dtype: str) -> np.dtype:
-    return np.dtype(np.float32 if dtype == "f32" else np.uint16)
+    return np.dtype(np.float32 if dtype == "f32" else np.int32 if dtype == "i32" else np.uint16)
 
 
 def decode(bits: np.ndarray, dtype: str) -> np.ndarray:
@@ -160,6 +160,8 @@ class Semantics:
     terms: Callable[[Any], int] | None  # products summed into one output element
     error_bound: Callable[[Any, Mapping[str, np.ndarray], np.ndarray, str], np.ndarray] | None = None
     family: str = ""
+    # the family's own values for an input that is not uniform data (Reference.inputs), or None
+    inputs: Callable[[Any, str, str, int, np.random.Generator], Any] | None = None
 
     def expected(self, problem: Any, values: Mapping[str, np.ndarray], out_dtype: str) -> tuple[np.ndarray, np.ndarray]:
         """(the exact output, flat float64; the largest error per element of a correct kernel)."""
@@ -203,7 +205,7 @@ def semantics(family: str) -> Semantics:
 
     ref = get_family(family).reference
     if ref is not None:
-        return Semantics(ref.output, ref.compute, ref.flops, ref.terms, ref.bound, family)
+        return Semantics(ref.output, ref.compute, ref.flops, ref.terms, ref.bound, family, ref.inputs)
     name = reference_of(family)
     try:
         return SEMANTICS[name]

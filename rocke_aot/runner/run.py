@@ -1,7 +1,8 @@
 """Run one family's problems with cached kernels: upload, launch (chunked), verify, time.
 
     for each problem:
-        host inputs (runner/reference.inputs; the same values for every candidate); a
+        host inputs (runner/reference.inputs, or the family's own Reference.inputs for an index
+        argument such as attention's block table; the same values for every candidate); a
         "workspace" argument (rocke_aot/launch.py) is a zero-filled buffer instead, never an input
         of the reference, and not advanced between chunks
         for each candidate (image bytes + its artifact's launch contract, in selection order):
@@ -163,8 +164,9 @@ class ProblemReport:
 class _Buffers:
     """Device buffers by (argument, dtype, elements), reused across candidates of a problem."""
 
-    def __init__(self, rt: Runtime, rng_seed: int):
+    def __init__(self, rt: Runtime, rng_seed: int, problem: Any = None, sem: Any = None):
         self.rt, self.seed = rt, rng_seed
+        self.problem, self.own = problem, getattr(sem, "inputs", None)  # the family's index inputs
         self.dev: dict[tuple[str, str, int], int] = {}
         self.values: dict[tuple[str, str, int], np.ndarray] = {}
 
@@ -172,7 +174,8 @@ class _Buffers:
         k = (name, dtype, count)
         if k not in self.dev:
             rng = np.random.default_rng([self.seed, zlib.crc32(f"{name}:{dtype}".encode()), count & 0xFFFFFFFF])
-            bits, vals = ref.inputs(dtype, count, rng)
+            got = self.own(self.problem, name, dtype, count, rng) if self.own is not None else None
+            bits, vals = got if got is not None else ref.inputs(dtype, count, rng)
             self.dev[k] = self.rt.alloc(bits.nbytes)
             self.rt.upload(self.dev[k], bits)
             self.values[k] = vals
@@ -207,7 +210,7 @@ def run_problem(rt: Runtime, family: str, problem: Any, candidates: Sequence[Loa
     together in interleaved rounds (Runtime.time_many: no candidate is timed first after an
     idle GPU), then the vendor library."""
     sem = ref.semantics(family)
-    bufs = _Buffers(rt, seed)
+    bufs = _Buffers(rt, seed, problem, sem)
     report = ProblemReport(family, dataclasses.asdict(problem), [])
     refs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     modules: list[Any] = []

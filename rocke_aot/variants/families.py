@@ -168,6 +168,8 @@ class Reference:
              runner's Higham bound of f32 accumulation plus one rounding of the output)
       bound(problem, inputs, reference, out_dtype) -> the largest error allowed per element
              (float64 array, the reference's shape), for any other computation
+    inputs(problem, name, dtype, count, rng) -> (storage, float64 values) of an input that is not
+             uniform data (an index array: attention's i32 block table and cu_seqlens), or None
     """
 
     output: str
@@ -175,6 +177,9 @@ class Reference:
     flops: Callable[[Any], int] | None = None
     terms: Callable[[Any], int] | None = None
     bound: Callable[[Any, Mapping[str, Any], Any, str], Any] | None = None
+    # inputs(problem, name, dtype, count, rng) -> (storage array, float64 values), or None for a
+    # uniform input: the values of an argument that is not data (an i32 block table, cu_seqlens)
+    inputs: Callable[[Any, str, str, int, Any], Any] | None = None
 
     def problems(self) -> list[str]:
         """What is wrong with this declaration (empty: nothing)."""
@@ -189,6 +194,8 @@ class Reference:
             out.append("reference: give exactly one of terms (a sum of products) and bound (any other error bound)")
         elif not callable(self.terms if self.terms is not None else self.bound):
             out.append("reference.terms / reference.bound must be callable")
+        if self.inputs is not None and not callable(self.inputs):
+            out.append("reference.inputs must be callable or None")
         return out
 
 

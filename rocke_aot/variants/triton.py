@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from rocke_aot.arch import ArchInfo
-from rocke_aot.dtypes import DTYPE_BYTES
+from rocke_aot.dtypes import DTYPE_BYTES, POINTEE_BYTES
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import ArgDef, LaunchFormulas, bind, evaluate
 from rocke_aot.targets import Target
@@ -62,7 +62,7 @@ from rocke_aot.variants.table import FamilyTable, Refuse, Serve
 
 CLASSES = ("div16", "plain", "one")
 _REPRESENTATIVE = {"div16": 4096, "plain": 4097, "one": 1}  # a value of each class (i32 range)
-TRITON_DTYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
+TRITON_DTYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "i32": "i32"}
 SCRATCH = ("global_scratch", "profile_scratch")  # the pointers Triton appends to every kernel
 I32 = (-2**31, 2**31 - 1)
 TRITON_COMPILE_INPUT = "triton"
@@ -369,7 +369,7 @@ def _model(kernel: TritonKernel) -> Model:
                         f"({', '.join(f'{f}={values[f]}' for f in kernel.classes)})")
         for p in kernel.params:
             if p.kind == "pointer":
-                n = evaluate(p.expr, bind(kernel.problem, (), values)) * DTYPE_BYTES[spec.dtype_of(p)]
+                n = evaluate(p.expr, bind(kernel.problem, (), values)) * POINTEE_BYTES[spec.dtype_of(p)]
                 if n > 2**31 - 1:
                     return f"{p.name} holds {n} bytes, over the 2 GiB the spec was specialized for"
         return kernel.accepts(spec, problem)

@@ -2,12 +2,17 @@
 
     AttentionProblem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype="f16",
                      causal=False, window=0, scale=None, kv_layout="contiguous", block_size=0,
-                     seqlens_q=None, seqlens_k=None, lse=False,
+                     seqlens_q=None, seqlens_k=None, lse=False, num_blocks=0,
                      dropout=0.0, alibi=False, mask=None)
 
     layout      Q, O: [batch, seqlen_q, heads_q, head_dim]; K, V: [batch, seqlen_k, heads_kv,
-                head_dim] (BSHD, contiguous); paged KV: K, V in blocks [num_blocks, block_size,
-                heads_kv, head_dim] addressed by a block table [batch, ceil(seqlen_k / block_size)]
+                head_dim] (BSHD, contiguous); with variable lengths the sequences are packed
+                (flash-attn's varlen layout): Q, O [total_q, heads_q, head_dim], K, V [total_k,
+                heads_kv, head_dim], sequence b's rows from cu_seqlens[b] (i32 [batch + 1], the
+                prefix sums of the lengths); paged KV: K, V in blocks [num_blocks, block_size,
+                heads_kv, head_dim] addressed by a block table (i32 [batch, table_width], table_width
+                = ceil(seqlen_k / block_size)); num_blocks: the pool's blocks (0: exactly the blocks
+                the sequences use, sum of ceil(len_k / block_size); more may be given)
     heads       MHA heads_kv == heads_q, GQA 1 < heads_kv < heads_q, MQA heads_kv == 1; query
                 head h reads KV head h // (heads_q // heads_kv)
     lengths     seqlen_q / seqlen_k: every sequence's (or, with seqlens_q / seqlens_k, the
@@ -19,7 +24,12 @@
     scale       None: 1 / sqrt(head_dim); else that float (positive, finite). ``scale_bits`` is
                 its float32 bit pattern, a derived field: kernels take the scale as an i32
                 argument (the launch contract's scalars are integers) and bitcast it
-    lse         also write the log-sum-exp of each (query, head) row, float32
+    lse         also write the log-sum-exp of each (query, head) row, float32: [batch, heads_q,
+                seqlen_q], packed [heads_q, total_q] with variable lengths (flash-attn's layouts)
+    derived     (the launch formulas' integers; 0 or the derived value may be given, as a problem
+                echoed as JSON reads back, any other value is refused): scale_bits, total_q (query
+                rows held: the sum of the lengths), kv_rows (K / V rows held: total_k, or
+                num_blocks * block_size paged), table_width, lse_rows (heads_q * total_q, 0 without LSE)
 
 What no attention kernel serves is refused here, by name, with the reason (REFUSED; `rocke-aot
 variants`, `select` and the service show it): head dims other than 64, 128 and 256 (80, 96 and
@@ -104,21 +114,27 @@ class AttentionProblem:
     seqlens_q: tuple[int, ...] | None = None
     seqlens_k: tuple[int, ...] | None = None
     lse: bool = False
+    num_blocks: int = 0
     dropout: float = 0.0
     alibi: bool = False
     mask: str | None = None
     # float32 bits of the scale (module doc): derived; 0 or the derived value may be given (a problem
     # echoed as JSON reads back), any other value is refused
     scale_bits: int = 0
+    total_q: int = 0
+    kv_rows: int = 0
+    table_width: int = 0
+    lse_rows: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "block_size"):
+        for name in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "block_size",
+                     "num_blocks", "total_q", "kv_rows", "table_width", "lse_rows"):
             v = getattr(self, name)
             if type(v) is not int:
                 raise SpecError(f"AttentionProblem.{name} must be an int, got {v!r}")
             if v > MAX_EXTENT or v > 2**31 - 1:
                 raise SpecError(f"AttentionProblem.{name} must be < 2**31, got {v}")
-            low = 0 if name in ("window", "block_size") else 1
+            low = 1 if name in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim") else 0
             if v < low:
                 raise SpecError(f"AttentionProblem.{name} must be >= {low}, got {v}")
         for name in ("causal", "lse", "alibi"):
@@ -155,6 +171,24 @@ class AttentionProblem:
             raise SpecError(f"AttentionProblem.scale_bits is derived from the scale ({bits} for {value!r}); "
                             f"got {self.scale_bits!r}: give the scale instead")
         object.__setattr__(self, "scale_bits", bits)
+        lens_q, lens_k = self.lengths()
+        paged = self.kv_layout == "paged"
+        width = -(-self.seqlen_k // self.block_size) if paged else 0
+        used = sum(-(-n // self.block_size) for n in lens_k) if paged else 0
+        if not paged and self.num_blocks:
+            raise SpecError("AttentionProblem: num_blocks is for paged KV (kv_layout 'paged')")
+        if paged and self.num_blocks and self.num_blocks < used:
+            raise SpecError(f"AttentionProblem: the sequences use {used} blocks of {self.block_size}; a pool of "
+                            f"num_blocks={self.num_blocks} cannot hold them")
+        object.__setattr__(self, "num_blocks", (self.num_blocks or used) if paged else 0)
+        derived = {"total_q": sum(lens_q), "table_width": width,
+                   "kv_rows": self.num_blocks * self.block_size if paged else sum(lens_k)}
+        derived["lse_rows"] = self.heads_q * derived["total_q"] if self.lse else 0
+        for name, value in derived.items():
+            if getattr(self, name) not in (0, value):
+                raise SpecError(f"AttentionProblem.{name} is derived ({value} for this problem); got "
+                                f"{getattr(self, name)!r}: leave it out")
+            object.__setattr__(self, name, value)
 
     @property
     def softmax_scale(self) -> float:
@@ -164,6 +198,15 @@ class AttentionProblem:
     @property
     def varlen(self) -> bool:
         return self.seqlens_q is not None or self.seqlens_k is not None
+
+    @property
+    def paged(self) -> bool:
+        return self.kv_layout == "paged"
+
+    @property
+    def total_k(self) -> int:
+        """Key rows over every sequence (the packed K / V of a contiguous varlen problem)."""
+        return sum(self.lengths()[1])
 
     @property
     def group(self) -> int:

@@ -11,10 +11,17 @@
             LSE[b, h, i] = log(sum_j exp(S[i, j]))
         a query that sees no key: O = 0, LSE = -inf
     gather_paged(blocks, block_table, lengths) -> the contiguous K (or V) a paged cache holds
+    padded(problem, inputs) -> (q, k, v) as sdpa takes them, from the kernel's flat buffers in the
+        problem's layout (problem.py: dense BSHD, packed varlen by cu_seqlens, paged by a block table);
+        packed(problem, o) / packed_lse(problem, lse): sdpa's outputs in the kernel's layout
+    index_input(problem, name, dtype, count, rng) -> the i32 index arrays a launch reads (cu_seqlens_q,
+        cu_seqlens_k: the prefix sums of the lengths; block_table: distinct pool blocks in shuffled
+        order), the Reference's ``inputs`` (the runner fills every other input with uniform values)
     visible_pairs(problem) -> the (query, key) pairs the mask leaves, summed over heads: 4 *
         head_dim flops each (Q K^T and P V), what TFLOP/s counts (causal: about half)
-    REFERENCE  the family's Reference (variants/families.py): the runner checks every output of a
-        dense problem against ``sdpa`` within ``error_bound``
+    REFERENCE  the family's Reference (variants/families.py): the runner checks every O of a problem,
+        dense, varlen or paged, against ``sdpa`` within ``error_bound`` (the LSE output is checked by
+        the tests: compute_lse)
 
 numpy is imported inside the functions: a service host loads this family half without it.
 
@@ -102,6 +109,119 @@ def gather_paged(blocks, block_table, lengths, block_size: int):
     return out
 
 
+def cu_seqlens(lengths) -> Any:
+    """The prefix sums [0, l0, l0 + l1, ...] (i32), what a varlen kernel reads."""
+    import numpy as np
+
+    return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int32)
+
+
+def block_table(problem: Any, rng: Any) -> Any:
+    """A block table [batch, table_width] (i32) giving every sequence's blocks distinct blocks of the pool
+    in shuffled order (entries past a sequence's blocks: 0, never read)."""
+    import numpy as np
+
+    p = problem
+    table = np.zeros((p.batch, p.table_width), dtype=np.int32)
+    if not p.paged:
+        return table
+    perm = rng.permutation(p.num_blocks)
+    n = 0
+    for b, lk in enumerate(p.lengths()[1]):
+        nb = -(-lk // p.block_size)
+        table[b, :nb] = perm[n:n + nb]
+        n += nb
+    return table
+
+
+def index_input(problem: Any, name: str, dtype: str, count: int, rng: Any):
+    """The Reference's ``inputs``: the i32 index arrays of the kernel's launch (cu_seqlens_q / _k, the
+    block table) as (storage, float64 values); None for every other argument (uniform values)."""
+    import numpy as np
+
+    p = problem
+    if name == "cu_seqlens_q":
+        arr = cu_seqlens(p.lengths()[0])
+    elif name == "cu_seqlens_k":
+        arr = cu_seqlens(p.lengths()[1])
+    elif name == "block_table":
+        arr = block_table(p, rng).ravel()
+    else:
+        return None
+    arr = arr[:count] if count else arr[:0]
+    if arr.size != count or dtype != "i32":
+        raise SpecError(f"attention argument {name}: the launch holds {count} {dtype}, the problem {arr.size} i32")
+    return arr.astype(np.int32), arr.astype(np.float64)
+
+
+def padded(problem: Any, inputs: Any):
+    """(q, k, v) as [batch, seqlen, heads, head_dim] float64 (rows past a sequence's length 0) from the
+    kernel's flat buffers by launch name: Q, K, V and, as the problem's layout needs them,
+    cu_seqlens_q / cu_seqlens_k (packed sequences) and block_table (paged KV)."""
+    import numpy as np
+
+    p = problem
+    lens_q, lens_k = p.lengths()
+    q: Any = np.asarray(inputs["Q"], dtype=np.float64).reshape(p.total_q, p.heads_q, p.head_dim)
+    k: Any = np.asarray(inputs["K"], dtype=np.float64).reshape(p.kv_rows, p.heads_kv, p.head_dim)
+    v: Any = np.asarray(inputs["V"], dtype=np.float64).reshape(p.kv_rows, p.heads_kv, p.head_dim)
+    if not p.varlen:
+        q = q.reshape(p.batch, p.seqlen_q, p.heads_q, p.head_dim)
+    else:
+        q = _unpack(q, np.asarray(inputs["cu_seqlens_q"]).astype(np.int64), lens_q, p.seqlen_q)
+    if p.paged:
+        table = np.asarray(inputs["block_table"]).astype(np.int64).reshape(p.batch, p.table_width)
+        blocks = (p.num_blocks, p.block_size, p.heads_kv, p.head_dim)
+        k = _pad(gather_paged(k.reshape(blocks), table, lens_k, p.block_size), p.seqlen_k)
+        v = _pad(gather_paged(v.reshape(blocks), table, lens_k, p.block_size), p.seqlen_k)
+    elif not p.varlen:
+        k = k.reshape(p.batch, p.seqlen_k, p.heads_kv, p.head_dim)
+        v = v.reshape(p.batch, p.seqlen_k, p.heads_kv, p.head_dim)
+    else:
+        cu = np.asarray(inputs["cu_seqlens_k"]).astype(np.int64)
+        k, v = _unpack(k, cu, lens_k, p.seqlen_k), _unpack(v, cu, lens_k, p.seqlen_k)
+    return q, k, v
+
+
+def _pad(x, longest: int):
+    import numpy as np
+
+    out = np.zeros((x.shape[0], longest) + x.shape[2:], dtype=x.dtype)
+    out[:, :x.shape[1]] = x
+    return out
+
+
+def _unpack(x, cu, lengths, longest: int):
+    import numpy as np
+
+    out = np.zeros((len(lengths), longest) + x.shape[1:], dtype=x.dtype)
+    for b, n in enumerate(lengths):
+        out[b, :n] = x[cu[b]:cu[b] + n]
+    return out
+
+
+def packed(problem: Any, o):
+    """O [batch, seqlen_q, heads_q, head_dim] in the kernel's layout: as is (dense) or packed
+    [total_q, heads_q, head_dim] (variable lengths)."""
+    import numpy as np
+
+    p = problem
+    if not p.varlen:
+        return o
+    return np.concatenate([o[b, :n] for b, n in enumerate(p.lengths()[0])] or [o[:0, 0]], axis=0)
+
+
+def packed_lse(problem: Any, lse):
+    """LSE [batch, heads_q, seqlen_q] in the kernel's layout: as is, or [heads_q, total_q] (varlen)."""
+    import numpy as np
+
+    p = problem
+    if not p.varlen:
+        return lse
+    cols = [lse[b, :, :n] for b, n in enumerate(p.lengths()[0])]
+    return np.concatenate(cols, axis=1) if cols else lse[0, :, :0]
+
+
 def visible_pairs(problem: Any) -> int:
     """(query, key) pairs the mask leaves, over every sequence and query head."""
     total = 0
@@ -119,18 +239,16 @@ def flops(problem: Any) -> int:
     return 4 * problem.head_dim * visible_pairs(problem)
 
 
-def _dense(problem: Any) -> None:
-    if problem.kv_layout != "contiguous" or problem.varlen or problem.lse:
-        raise SpecError("the runner's generic verify fills every pointer input with uniform values: it checks dense "
-                        "problems (contiguous KV, equal lengths, no LSE output); paged, ragged and LSE problems are "
-                        "checked by tests/test_attention.py and the gpu tests, which build block tables themselves")
-
-
 def compute(problem: Any, inputs: Any):
-    """The Reference's compute: the runner's flat float64 Q, K, V -> the flat O."""
-    _dense(problem)
-    o, _ = sdpa(problem, inputs["Q"], inputs["K"], inputs["V"])
-    return o.ravel()
+    """The Reference's compute: the kernel's flat float64 buffers -> O, flat, in the kernel's layout."""
+    o, _ = sdpa(problem, *padded(problem, inputs))
+    return packed(problem, o).ravel()
+
+
+def compute_lse(problem: Any, inputs: Any):
+    """The LSE the kernel writes (problem.lse), flat, in its layout."""
+    _, lse = sdpa(problem, *padded(problem, inputs))
+    return packed_lse(problem, lse).ravel()
 
 
 def error_bound(problem: Any, inputs: Any, reference: Any, out_dtype: str, in_dtype: str | None = None):
@@ -139,10 +257,9 @@ def error_bound(problem: Any, inputs: Any, reference: Any, out_dtype: str, in_dt
 
     p = problem
     u, up, uo = 2.0**-24, U[in_dtype or p.dtype], U[out_dtype]
-    q = np.asarray(inputs["Q"], dtype=np.float64).reshape(p.batch, p.seqlen_q, p.heads_q, p.head_dim)
-    k = np.asarray(inputs["K"], dtype=np.float64).reshape(p.batch, p.seqlen_k, p.heads_kv, p.head_dim)
-    v = np.asarray(inputs["V"], dtype=np.float64).reshape(p.batch, p.seqlen_k, p.heads_kv, p.head_dim)
-    o = np.asarray(reference, dtype=np.float64).reshape(q.shape)
+    q, k, v = padded(p, inputs)
+    o = np.asarray(reference, dtype=np.float64).reshape(p.total_q, p.heads_q, p.head_dim)
+    o = _unpack(o, cu_seqlens(p.lengths()[0]), p.lengths()[0], p.seqlen_q) if p.varlen else o.reshape(q.shape)
     scale = p.softmax_scale
     gd = p.head_dim * u / (1 - p.head_dim * u)
     out = np.zeros_like(o)
@@ -170,9 +287,10 @@ def error_bound(problem: Any, inputs: Any, reference: Any, out_dtype: str, in_dt
             pv = probs @ np.abs(v[b, :lk, hk, :])
             oo = np.abs(o[b, :lq, h, :])
             out[b, :lq, h, :] = 2 * rel[:, None] * (pv + oo) + uo * oo + 2.0**-24
-    return out.ravel()
+    return packed(p, out).ravel()
 
 
-REFERENCE = Reference(output="O", compute=compute, flops=flops, bound=error_bound)
+REFERENCE = Reference(output="O", compute=compute, flops=flops, bound=error_bound, inputs=index_input)
 
-__all__ = ["REFERENCE", "compute", "error_bound", "flops", "gather_paged", "sdpa", "visible_pairs"]
+__all__ = ["REFERENCE", "block_table", "compute", "compute_lse", "cu_seqlens", "error_bound", "flops",
+           "gather_paged", "index_input", "packed", "packed_lse", "padded", "sdpa", "visible_pairs"]

@@ -8,10 +8,14 @@ exactly as a user declares their own @triton.jit kernel from their package (docs
     FAMILY = triton_family(KERNEL)     what the ``rocke_aot.families`` entry point
                                        ``triton_attention`` names (rocke-aot's pyproject.toml)
 
-Serves dense BSHD problems (contiguous KV, equal lengths) with head dims 64/128/256, f16/bf16,
-causal or not, any sliding window and scale, MHA/GQA/MQA; refuses each other problem with its
-reason in ``accepts`` (paged KV, variable lengths, LSE output: not in this kernel yet).
+Serves head dims 64/128/256, f16/bf16, causal or not, any sliding window and scale, MHA/GQA/MQA, the
+LSE output (a runtime argument: every spec), and per spec (the constexprs VARLEN, PAGED) one KV layout:
+dense BSHD, packed variable lengths (cu_seqlens), paged KV (block table; equal or variable lengths).
+A spec refuses the problems of another layout, each with its reason, in ``accepts``.
 Operation "attention": a select ranks it beside every other attention family on AttentionProblem.
+
+Configs per head dim and backend: dense, both TILES x causal; varlen, the first tile x causal; paged,
+the second (64-row) tile x causal x (equal or variable lengths): 10 per head dim, 60 per arch and lane.
 """
 
 from __future__ import annotations
@@ -47,8 +51,14 @@ TILES = {
 
 def configs(target: Any) -> tuple[dict[str, int], ...]:
     backend = "hip" if target.is_amdgpu else "cuda"
-    return tuple(dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=c, num_warps=w, num_stages=s)
-                 for d in HEAD_DIMS for bm, bn, w, s in TILES[backend][d] for c in (0, 1))
+    out = []
+    for d in HEAD_DIMS:
+        tiles = TILES[backend][d]
+        layouts = [(t, 0, 0) for t in tiles] + [(tiles[0], 1, 0), (tiles[1], 0, 1), (tiles[1], 1, 1)]
+        for (bm, bn, w, s), varlen, paged in layouts:
+            out += [dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=c, VARLEN=varlen, PAGED=paged, num_warps=w,
+                         num_stages=s) for c in (0, 1)]
+    return tuple(out)
 
 
 def accepts(spec: Any, p: AttentionProblem) -> str | None:
@@ -57,13 +67,11 @@ def accepts(spec: Any, p: AttentionProblem) -> str | None:
     if bool(p.causal) != bool(spec.CAUSAL):
         return f"the kernel is built {'causal' if spec.CAUSAL else 'without a causal mask'}; the problem is " \
                f"{'causal' if p.causal else 'not causal'}"
-    if p.kv_layout != "contiguous":
-        return "triton_attention reads contiguous KV; paged KV (block tables) is not in this kernel yet"
-    if p.varlen:
-        return "triton_attention takes equal lengths per batch; variable lengths (seqlens_q / seqlens_k) are not " \
-               "in this kernel yet"
-    if p.lse:
-        return "triton_attention writes no log-sum-exp output"
+    if p.paged != bool(spec.PAGED):
+        return f"the kernel is built for {'paged' if spec.PAGED else 'contiguous'} KV; the problem's is {p.kv_layout}"
+    if p.varlen != bool(spec.VARLEN):
+        return (f"the kernel is built for {'variable lengths (packed, cu_seqlens)' if spec.VARLEN else 'equal lengths'}"
+                f"; the problem has {'variable' if p.varlen else 'equal'} lengths")
     return None
 
 
@@ -90,16 +98,23 @@ def _int(name: str) -> TritonParam:
 KERNEL = TritonKernel(
     family="triton_attention", module="rocke_aot.families.attention.triton_kernel", function="attention_fwd_kernel",
     params=(
-        TritonParam("q_ptr", "pointer", "$dtype", "batch * seqlen_q * heads_q * head_dim", "read_only", label="Q"),
-        TritonParam("k_ptr", "pointer", "$dtype", "batch * seqlen_k * heads_kv * head_dim", "read_only", label="K"),
-        TritonParam("v_ptr", "pointer", "$dtype", "batch * seqlen_k * heads_kv * head_dim", "read_only", label="V"),
-        TritonParam("o_ptr", "pointer", "$dtype", "batch * seqlen_q * heads_q * head_dim", "write_only", label="O"),
+        TritonParam("q_ptr", "pointer", "$dtype", "total_q * heads_q * head_dim", "read_only", label="Q"),
+        TritonParam("k_ptr", "pointer", "$dtype", "kv_rows * heads_kv * head_dim", "read_only", label="K"),
+        TritonParam("v_ptr", "pointer", "$dtype", "kv_rows * heads_kv * head_dim", "read_only", label="V"),
+        TritonParam("o_ptr", "pointer", "$dtype", "total_q * heads_q * head_dim", "write_only", label="O"),
+        # f32 [batch, heads_q, seqlen_q] or [heads_q, total_q]; 0 elements without the LSE output
+        TritonParam("lse_ptr", "pointer", "f32", "lse_rows", "write_only", label="LSE"),
+        TritonParam("cu_seqlens_q", "pointer", "i32", "batch + 1", "read_only"),
+        TritonParam("cu_seqlens_k", "pointer", "i32", "batch + 1", "read_only"),
+        TritonParam("block_table", "pointer", "i32", "batch * table_width", "read_only"),
         _int("seqlen_q"), _int("seqlen_k"), _int("heads_q"), _int("heads_kv"), _int("window"), _int("scale_bits"),
+        _int("lse_rows"), _int("block_size"), _int("table_width"),
         TritonParam("HEAD_DIM", "constexpr"), TritonParam("BLOCK_M", "constexpr"), TritonParam("BLOCK_N", "constexpr"),
-        TritonParam("CAUSAL", "constexpr"),
+        TritonParam("CAUSAL", "constexpr"), TritonParam("VARLEN", "constexpr"), TritonParam("PAGED", "constexpr"),
     ),
     problem_type=AttentionProblem,
-    problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits"),
+    problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits", "total_q",
+             "kv_rows", "table_width", "lse_rows", "block_size"),
     lets=(("tiles", "ceil_div(seqlen_q, BLOCK_M) * batch * heads_q"),),
     grid=("ceil_div(seqlen_q, BLOCK_M)", "batch * heads_q", "1"),
     configs=configs,
@@ -107,8 +122,8 @@ KERNEL = TritonKernel(
     classes={},
     lanes=LANES, reference=REFERENCE, operation="attention", tiled=(("seqlen_q", "BLOCK_M"),),
     accepts=accepts, work=work, counts=attention_counts, arch_rule=arch_rule,
-    description="SDPA forward, flash attention (Triton): BSHD, MHA/GQA/MQA, causal, sliding window; head dim "
-                "64/128/256, f16/bf16",
+    description="SDPA forward, flash attention (Triton): BSHD, packed variable lengths or paged KV, MHA/GQA/MQA, "
+                "causal, sliding window, LSE output; head dim 64/128/256, f16/bf16",
 )
 
 FAMILY = triton_family(KERNEL)

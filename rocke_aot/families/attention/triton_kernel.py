@@ -5,11 +5,21 @@ online softmax, in the spirit of Triton's fused-attention tutorial): imports tri
         registers, K and V tiles of BLOCK_N keys streamed (Triton stages them through shared memory /
         LDS and pipelines num_stages deep), S = Q K^T on the matrix units in f32, the running max
         m and sum l per row, P rounded to the input dtype for P V, O = acc / l at the end
-    layout  BSHD, contiguous: Q, O [batch, seqlen_q, heads_q, HEAD_DIM], K, V [batch, seqlen_k,
-        heads_kv, HEAD_DIM]; query head h reads KV head h // (heads_q // heads_kv) (MHA/GQA/MQA)
-    mask    CAUSAL (constexpr): key j visible to query i when j <= i + seqlen_k - seqlen_q; window
-        (a runtime int, 0 = none): also i + seqlen_k - seqlen_q - j < window; the loop visits only
-        the key blocks the mask can leave; a row that sees no key writes 0
+    layout  dense (VARLEN 0): Q, O [batch, seqlen_q, heads_q, HEAD_DIM], K, V [batch, seqlen_k,
+        heads_kv, HEAD_DIM] (BSHD). VARLEN 1: the sequences packed (flash-attn's varlen layout):
+        Q, O [total_q, heads_q, HEAD_DIM], sequence b's rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]
+        (i32 [batch + 1] prefix sums), K, V likewise by cu_seqlens_k; seqlen_q / seqlen_k are the
+        longest (the grid), every program past its sequence's end writes nothing.
+        PAGED 1: K, V in blocks [num_blocks, block_size, heads_kv, HEAD_DIM]; sequence b's key t in
+        block block_table[b, t // block_size] (i32 [batch, table_width]), row t % block_size; its key
+        count cu_seqlens_k[b+1] - cu_seqlens_k[b] (VARLEN) or seqlen_k.
+        Query head h reads KV head h // (heads_q // heads_kv) (MHA/GQA/MQA)
+    mask    CAUSAL (constexpr): key j visible to query i when j <= i + len_k - len_q (per sequence);
+        window (a runtime int, 0 = none): also i + len_k - len_q - j < window; the loop visits only
+        the key blocks the mask can leave; a row that sees no key writes 0 (and LSE -inf)
+    lse     lse_rows > 0 (a runtime int: heads_q * total_q, or 0 for none): also write the natural
+        log-sum-exp of every row, f32: dense [batch, heads_q, seqlen_q], VARLEN [heads_q, total_q]
+        (flash-attn's softmax_lse layouts)
     scale   scale_bits: the float32 bits of the softmax scale (an i32, bitcast here: the launch
         contract's scalars are integers); every int argument is do_not_specialize, so one
         compiled kernel serves every shape of its config
@@ -22,46 +32,61 @@ import triton
 import triton.language as tl
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "window", "scale_bits"])
-def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seqlen_q, seqlen_k, heads_q, heads_kv, window, scale_bits,
-                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         CAUSAL: tl.constexpr):
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "window", "scale_bits", "lse_rows",
+                               "block_size", "table_width"])
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_q, cu_seqlens_k, block_table,
+                         seqlen_q, seqlen_k, heads_q, heads_kv, window, scale_bits, lse_rows, block_size,
+                         table_width, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         CAUSAL: tl.constexpr, VARLEN: tl.constexpr, PAGED: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // heads_q
     h = bh % heads_q
     hk = h // (heads_q // heads_kv)
+    if VARLEN:
+        q_start = tl.load(cu_seqlens_q + b)
+        len_q = tl.load(cu_seqlens_q + b + 1) - q_start
+        k_start = tl.load(cu_seqlens_k + b)
+        len_k = tl.load(cu_seqlens_k + b + 1) - k_start
+    else:
+        q_start = b * seqlen_q
+        len_q = seqlen_q
+        k_start = b * seqlen_k
+        len_k = seqlen_k
     # log2(e) folded into the scale: the softmax runs on exp2
     qk_scale = scale_bits.to(tl.float32, bitcast=True) * 1.4426950408889634
     q_row = heads_q * HEAD_DIM  # elements between two positions of a sequence
     kv_row = heads_kv * HEAD_DIM
-    q_base = q_ptr + b.to(tl.int64) * seqlen_q * q_row + h * HEAD_DIM
-    o_base = o_ptr + b.to(tl.int64) * seqlen_q * q_row + h * HEAD_DIM
-    k_base = k_ptr + b.to(tl.int64) * seqlen_k * kv_row + hk * HEAD_DIM
-    v_base = v_ptr + b.to(tl.int64) * seqlen_k * kv_row + hk * HEAD_DIM
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < seqlen_q
-    q = tl.load(q_base + offs_m[:, None] * q_row + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    row_ok = offs_m < len_q
+    q_rows = (q_start + offs_m).to(tl.int64) * q_row + h * HEAD_DIM
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    shift = seqlen_k - seqlen_q
+    shift = len_k - len_q
     diag = offs_m + shift  # the last key each row sees under the causal mask
 
-    hi = seqlen_k
+    hi = len_k
     if CAUSAL:
-        hi = tl.minimum(seqlen_k, tl.maximum(0, (start_m + 1) * BLOCK_M + shift))
+        hi = tl.minimum(len_k, tl.maximum(0, (start_m + 1) * BLOCK_M + shift))
+    hi = tl.where(start_m * BLOCK_M < len_q, hi, 0)  # a block past its sequence's end: no keys
     # a sliding window starts at the block of the first row's first visible key
     lo_w = tl.maximum(0, start_m * BLOCK_M + shift - window + 1)
     lo = tl.where(window > 0, (lo_w // BLOCK_N) * BLOCK_N, 0)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        col_ok = cols < seqlen_k
-        k = tl.load(k_base + cols[None, :] * kv_row + offs_d[:, None], mask=col_ok[None, :], other=0.0)
+        col_ok = cols < len_k
+        if PAGED:
+            blk = tl.load(block_table + b * table_width + cols // block_size, mask=col_ok, other=0)
+            k_rows = (blk.to(tl.int64) * block_size + cols % block_size) * kv_row + hk * HEAD_DIM
+        else:
+            k_rows = (k_start + cols).to(tl.int64) * kv_row + hk * HEAD_DIM
+        k = tl.load(k_ptr + k_rows[None, :] + offs_d[:, None], mask=col_ok[None, :], other=0.0)
         s = tl.dot(q, k) * qk_scale
         keep = col_ok[None, :] & row_ok[:, None]
         if CAUSAL:
@@ -74,13 +99,21 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seqlen_q, seqlen_k, heads_q
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = tl.load(v_base + cols[:, None] * kv_row + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + k_rows[:, None] + offs_d[None, :], mask=col_ok[:, None], other=0.0)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
+    if lse_rows > 0:
+        # natural log: (m + log2 l) / log2(e); a row that saw no key: -inf
+        lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(tl.maximum(l_i, 1e-30))) * 0.6931471805599453,
+                       float("-inf"))
+        if VARLEN:
+            lse_off = h.to(tl.int64) * (lse_rows // heads_q) + q_start + offs_m
+        else:
+            lse_off = bh.to(tl.int64) * seqlen_q + offs_m
+        tl.store(lse_ptr + lse_off, lse, mask=row_ok)
     l_i = tl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: acc is 0, so O = 0
     out = acc / l_i[:, None]
-    tl.store(o_base + offs_m[:, None] * q_row + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=row_ok[:, None])
+    tl.store(o_ptr + q_rows[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
 def scale_bits(scale: float) -> int:
@@ -89,14 +122,17 @@ def scale_bits(scale: float) -> int:
 
 
 def attention(q, k, v, causal=False, window=0, scale=None, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2):
-    """O for torch tensors q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (contiguous), as the family launches it."""
+    """O for torch tensors q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (contiguous, dense), as the family
+    launches it."""
     import torch
 
     B, Sq, Hq, D = q.shape
     Sk, Hkv = k.shape[1], k.shape[2]
     o = torch.empty_like(q)
+    none = torch.empty(1, device=q.device, dtype=torch.int32)  # the unused LSE, cu_seqlens and table
     sc = D ** -0.5 if scale is None else scale
     grid = (triton.cdiv(Sq, BLOCK_M), B * Hq, 1)
-    attention_fwd_kernel[grid](q, k, v, o, Sq, Sk, Hq, Hkv, window, scale_bits(sc), HEAD_DIM=D, BLOCK_M=BLOCK_M,
-                               BLOCK_N=BLOCK_N, CAUSAL=int(causal), num_warps=num_warps, num_stages=num_stages)
+    attention_fwd_kernel[grid](q, k, v, o, none.float(), none, none, none, Sq, Sk, Hq, Hkv, window, scale_bits(sc),
+                               0, 0, 0, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=int(causal), VARLEN=0,
+                               PAGED=0, num_warps=num_warps, num_stages=num_stages)
     return o

@@ -1,0 +1,328 @@
+"""triton_attention's kernel (rocke_aot/families/attention/triton_kernel.py) run on this CPU by Triton's own
+interpreter (TRITON_INTERPRET=1, the llvm24 lane's Triton 3.9: the same @triton.jit source the builds
+compile), launched with the arguments the family's launch contract binds for the problem (its scalars,
+its buffer sizes) and the index arrays its Reference generates (cu_seqlens, a shuffled block table),
+against the float64 reference (rocke_aot/families/attention/reference.py: softmax(Q K^T * scale + mask) V
+from the definition, the paged cache gathered by numpy) within the family's error bound; the LSE output
+against the reference's log-sum-exp.
+
+Covered: dense (GQA, MQA, MHA), packed variable lengths with empty sequences, sequences shorter than a
+block and lengths no multiple of the block, causal rows that see no key (O 0, LSE -inf), sliding window,
+paged KV (block sizes 16/32/64, shuffled tables, a pool with spare blocks) with equal and variable
+lengths, decode (one query token), the LSE output in the dense and the packed layout; f16 only (the
+interpreter's tl.dot multiplies bf16 operands as their raw uint16 storage: bf16 is checked on the GPU,
+tests/test_attention_gpu.py).
+
+Every case runs in one subprocess (``python tests/test_attention_triton.py worker IN OUT``: this
+interpreter with the lane's site-packages appended, importing Triton once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+WORKER_ARGS = 4  # argv: script, "worker", in.npz, out.npz
+
+
+def _worker(inp: str, out: str) -> None:
+    """Run every case of ``inp`` under Triton's interpreter; the outputs into ``out``."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    from rocke_aot.families.attention.triton_kernel import attention_fwd_kernel
+
+    # pointers are host addresses of numpy arrays (no torch here): nothing to copy to or from a device
+    interpreter.GridExecutor._init_args_hst = lambda self, args, kwargs: (list(args), dict(kwargs))
+    interpreter.GridExecutor._restore_args_dev = lambda self, *a: None
+    types = {"f16": tl.float16, "bf16": tl.bfloat16, "f32": tl.float32, "i32": tl.int32}
+
+    class Ptr:
+        def __init__(self, arr, dtype):
+            self.arr, self.dtype = arr, types[dtype]
+
+        def data_ptr(self):
+            return self.arr.ctypes.data
+
+    data = dict(np.load(inp))
+    cases = json.loads(str(data.pop("cases")))
+    results = {}
+    for i, case in enumerate(cases):
+        args = []
+        for name, kind, dtype in case["args"]:
+            if kind == "pointer":
+                arr = data[f"{i}:{name}"]
+                if arr.size == 0:  # the interpreter needs a real address, as a device allocation has
+                    arr = np.zeros(1, dtype=arr.dtype)
+                data[f"{i}:{name}"] = arr
+                args.append(Ptr(arr, dtype))
+            else:
+                args.append(case["scalars"][name])
+        attention_fwd_kernel[tuple(case["grid"])](*args, **case["constexprs"])
+        for name in ("O", "LSE"):
+            results[f"{i}:{name}"] = data[f"{i}:{name}"]
+    np.savez(out, **results)
+
+
+if __name__ == "__main__" and len(sys.argv) == WORKER_ARGS and sys.argv[1] == "worker":
+    _worker(sys.argv[2], sys.argv[3])
+    sys.exit(0)
+
+import pytest  # noqa: E402
+
+from rocke_aot.families.attention.problem import AttentionProblem  # noqa: E402
+from rocke_aot.families.attention.reference import (  # noqa: E402
+    REFERENCE,
+    compute,
+    compute_lse,
+    error_bound,
+    padded,
+    sdpa,
+)
+from rocke_aot.runner import reference as runner_ref  # noqa: E402
+from rocke_aot.targets import Target  # noqa: E402
+from rocke_aot.variants.families import get_family  # noqa: E402
+
+FAM = "triton_attention"
+
+# (problem, the table's layout it needs). Lengths are no multiple of the blocks (64 / 128 rows here).
+CASES = [
+    dict(batch=2, seqlen_q=70, seqlen_k=130, heads_q=4, heads_kv=2, head_dim=64, causal=True, lse=True),
+    dict(batch=1, seqlen_q=100, seqlen_k=100, heads_q=3, heads_kv=1, head_dim=64, window=37),
+    dict(batch=1, seqlen_q=90, seqlen_k=33, heads_q=2, heads_kv=2, head_dim=128, causal=True, lse=True),
+    dict(batch=4, seqlen_q=70, seqlen_k=130, heads_q=4, heads_kv=2, head_dim=64, causal=True, lse=True,
+         seqlens_q=[70, 0, 1, 33], seqlens_k=[130, 5, 64, 33]),
+    dict(batch=2, seqlen_q=40, seqlen_k=17, heads_q=2, heads_kv=1, head_dim=64, causal=True, lse=True,
+         seqlens_q=[40, 3], seqlens_k=[17, 0]),
+    dict(batch=3, seqlen_q=1, seqlen_k=150, heads_q=8, heads_kv=2, head_dim=64, causal=True, lse=True,
+         kv_layout="paged", block_size=16),
+    dict(batch=3, seqlen_q=64, seqlen_k=77, heads_q=4, heads_kv=4, head_dim=64, causal=True, lse=True,
+         kv_layout="paged", block_size=32, seqlens_q=[5, 0, 64], seqlens_k=[77, 20, 64], num_blocks=12),
+    dict(batch=2, seqlen_q=3, seqlen_k=200, heads_q=2, heads_kv=1, head_dim=128, window=50,
+         kv_layout="paged", block_size=64, seqlens_q=[3, 1], seqlens_k=[200, 0]),
+]
+
+
+def _spec(p: AttentionProblem):
+    """The sm_90 table's spec for the problem (the first the family's model accepts)."""
+    from rocke_aot.variants import table
+
+    for spec in table.enumerate_specs(FAM, "sm_90", "llvm22"):
+        if get_family(FAM).model.accepts(spec, p) is None:
+            return spec
+    raise AssertionError(f"no triton_attention spec accepts {p}")
+
+
+def _lane_site_packages() -> Path:
+    from rocke_aot.aot.toolchains.triton24 import library_in_venv
+    from rocke_aot.paths import home
+
+    lib = library_in_venv(home() / "lanes" / "llvm24")
+    assert lib is not None, "the llvm24 lane (triton 3.9) is not installed: bash scripts/setup.sh --only lanes"
+    return lib.parents[4]  # site-packages/triton/backends/amd/lib/<library>
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Every case launched by the interpreter: (problems, their inputs by launch name, the outputs)."""
+    fam = get_family(FAM)
+    tmp = tmp_path_factory.mktemp("attn_interp")
+    arrays, cases, problems, values = {}, [], [], []
+    for i, kw in enumerate(CASES):
+        p = AttentionProblem(**kw)
+        spec = _spec(p)
+        plan = fam.launch(spec, p, "sm_90")
+        rng = np.random.default_rng(100 + i)
+        vals, args = {}, []
+        for a in plan.args:
+            if a.name in ("global_scratch", "profile_scratch"):
+                continue
+            if a.kind == "scalar":
+                args.append((a.name, "scalar", a.dtype))
+                continue
+            args.append((a.name, "pointer", a.dtype))
+            got = REFERENCE.inputs(p, a.name, a.dtype, a.value, rng)
+            if a.name in ("O", "LSE"):  # outputs: poisoned (NaN), an unwritten element fails
+                bits = np.full(a.value, 0xFFFF if a.name == "O" else np.nan,
+                               dtype=runner_ref.storage_dtype(a.dtype))
+            elif got is None:
+                bits, vals[a.name] = runner_ref.inputs(a.dtype, a.value, rng)
+            else:
+                bits, vals[a.name] = got
+            arrays[f"{i}:{a.name}"] = np.ascontiguousarray(bits)
+        cases.append({"args": args, "grid": list(plan.grid), "constexprs": spec.config,
+                      "scalars": {a.name: a.value for a in plan.args if a.kind == "scalar"}})
+        problems.append(p)
+        values.append(vals)
+    inp, out = tmp / "in.npz", tmp / "out.npz"
+    np.savez(inp, cases=np.array(json.dumps(cases)), **arrays)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    code = (f"import sys; sys.path.append({str(_lane_site_packages())!r}); sys.argv = {['x', 'worker', str(inp), str(out)]!r}; "
+            f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    res = dict(np.load(out))
+    return problems, values, [(res[f"{i}:O"], res[f"{i}:LSE"]) for i in range(len(CASES))]
+
+
+def _lse_bound(p: AttentionProblem, vals, want):
+    """|LSE - lse| of a correct f32 kernel, per row: the exponents' error (the f32 dot, Higham's gamma_D
+    * scale * sum_d |q_d k_d|, and the scale's roundings) plus the f32 sum of L terms (gamma_L), the
+    hardware exp2 / log2 (2^-21 relative each), and the final rounding (u |LSE|); x2 for second order."""
+    q, k, _ = padded(p, vals)
+    u = 2.0**-24
+    gd = p.head_dim * u / (1 - p.head_dim * u)
+    out = np.zeros((p.batch, p.heads_q, p.seqlen_q))
+    lens_q, lens_k = p.lengths()
+    for b in range(p.batch):
+        lq, lk = lens_q[b], lens_k[b]
+        for h in range(p.heads_q):
+            sa = p.softmax_scale * (np.abs(q[b, :lq, h]) @ np.abs(k[b, :lk, h // p.group]).T)
+            per = (gd * sa + 4 * u * sa).max(axis=1, initial=0.0)
+            out[b, h, :lq] = 2 * (per + 2 * lk * u + 4 * 2.0**-21)
+    from rocke_aot.families.attention.reference import packed_lse
+
+    return packed_lse(p, out).ravel() + u * np.abs(np.where(np.isfinite(want), want, 0.0))
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_the_triton_kernel_matches_the_reference_on_the_interpreter(ran, i):
+    problems, values, outs = ran
+    p, vals = problems[i], values[i]
+    o_bits, lse_got = outs[i]
+    got = runner_ref.decode(o_bits, p.dtype)
+    want = compute(p, vals)
+    lim = error_bound(p, vals, want, p.dtype)
+    assert got.size == want.size == p.total_q * p.heads_q * p.head_dim
+    assert np.isfinite(got).all(), f"case {i}: unwritten or non-finite outputs"
+    bad = np.abs(got - want) > lim
+    assert not bad.any(), f"case {i}: {int(bad.sum())} of {got.size} outside the bound, max err " \
+                          f"{np.abs(got - want).max():.3g}"
+    if not p.lse:
+        assert p.lse_rows == 0
+        return
+    lse_want = compute_lse(p, vals)
+    assert lse_got.size == lse_want.size == p.heads_q * p.total_q
+    # rows that see no key: -inf in both; every other row finite and within the bound
+    assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), f"case {i}: -inf rows differ"
+    fin = np.isfinite(lse_want)
+    assert np.isfinite(lse_got[fin]).all()
+    err = np.abs(lse_got[fin] - lse_want[fin])
+    assert (err <= _lse_bound(p, vals, lse_want)[fin]).all(), f"case {i}: LSE max err {err.max():.3g}"
+
+
+def test_the_cases_reach_the_edges_they_name(ran):
+    """What the cases are meant to cover happens: rows with no key, empty sequences, lengths that are no
+    multiple of the blocks, a pool larger than the blocks used, shuffled tables."""
+    problems, values, outs = ran
+    no_key = [i for i, p in enumerate(problems) if p.lse and np.isneginf(compute_lse(p, values[i])).any()]
+    assert {2, 4} <= set(no_key), no_key
+    assert any(0 in p.lengths()[0] for p in problems) and any(0 in p.lengths()[1] for p in problems)
+    p6 = problems[6]
+    assert p6.num_blocks == 12 > sum(-(-n // 32) for n in p6.lengths()[1])
+    table = values[6]["block_table"].reshape(p6.batch, p6.table_width)
+    assert not np.array_equal(table[0, :3], np.arange(3)), "the block table is not shuffled"
+    # a wrong table is caught: the same kernel output against a reference whose table rows are swapped
+    o = runner_ref.decode(outs[6][0], p6.dtype)
+    swapped = dict(values[6], block_table=table[[2, 1, 0]].ravel())
+    want, lim = compute(p6, values[6]), None
+    wrong = compute(p6, swapped)
+    lim = error_bound(p6, values[6], want, p6.dtype)
+    assert (np.abs(o - want) <= lim).all() and (np.abs(o - wrong) > lim).any()
+
+
+def test_the_table_serves_every_layout_and_each_spec_refuses_the_others_by_name():
+    fam = get_family(FAM)
+    for arch in ("sm_90", "gfx942"):
+        from rocke_aot.families.attention.triton import configs
+
+        cfgs = configs(Target.parse(arch))
+        assert len(cfgs) == 30  # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal
+        assert {(c["VARLEN"], c["PAGED"]) for c in cfgs} == {(0, 0), (1, 0), (0, 1), (1, 1)}
+    base = dict(batch=2, seqlen_q=64, seqlen_k=64, heads_q=4, heads_kv=2, head_dim=64)
+    dense = fam.spec_from({"dtype": "f16", "HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": 0, "VARLEN": 0,
+                           "PAGED": 0, "num_warps": 4, "num_stages": 3})
+    paged = fam.spec_from({**dense.to_dict(), "PAGED": 1})
+    varlen = fam.spec_from({**dense.to_dict(), "VARLEN": 1})
+    pp = AttentionProblem(**base, kv_layout="paged", block_size=16)
+    pv = AttentionProblem(**base, seqlens_q=[64, 3])
+    assert fam.model.accepts(dense, AttentionProblem(**base, lse=True)) is None  # LSE: every spec
+    assert "paged" in fam.model.accepts(dense, pp) and fam.model.accepts(paged, pp) is None
+    assert "variable" in fam.model.accepts(dense, pv) and fam.model.accepts(varlen, pv) is None
+    assert "contiguous" in fam.model.accepts(paged, pv)
+    # the specs differ in their keys (the constexprs are spec fields)
+    assert len({dense.to_dict().__repr__(), paged.to_dict().__repr__(), varlen.to_dict().__repr__()}) == 3
+
+
+def test_the_derived_fields_and_the_packed_reference():
+    p = AttentionProblem(batch=3, seqlen_q=5, seqlen_k=70, heads_q=4, heads_kv=2, head_dim=64, kv_layout="paged",
+                         block_size=16, seqlens_q=[5, 0, 2], seqlens_k=[70, 3, 0], lse=True)
+    assert (p.total_q, p.num_blocks, p.kv_rows, p.table_width, p.lse_rows) == (7, 5 + 1, 96, 5, 28)
+    assert AttentionProblem(**json.loads(json.dumps(p.__dict__))) == p
+    with pytest.raises(Exception, match="cannot hold them"):
+        AttentionProblem(**{**p.__dict__, "num_blocks": 5, "kv_rows": 0})
+    with pytest.raises(Exception, match="derived"):
+        AttentionProblem(**{**p.__dict__, "total_q": 8})
+    # the packed reference is the padded one, row for row
+    rng = np.random.default_rng(5)
+    vals = {}
+    for name, n in (("Q", p.total_q * 4 * 64), ("K", p.kv_rows * 2 * 64), ("V", p.kv_rows * 2 * 64)):
+        vals[name] = rng.uniform(-1, 1, n)
+    for name, n in (("cu_seqlens_q", 4), ("cu_seqlens_k", 4), ("block_table", 15)):
+        vals[name] = REFERENCE.inputs(p, name, "i32", n, rng)[1]
+    assert list(vals["cu_seqlens_q"]) == [0, 5, 5, 7]
+    q, k, v = padded(p, vals)
+    o, lse = sdpa(p, q, k, v)
+    packed_o = compute(p, vals).reshape(7, 4, 64)
+    np.testing.assert_array_equal(packed_o[:5], o[0, :5])
+    np.testing.assert_array_equal(packed_o[5:], o[2, :2])
+    assert np.isneginf(compute_lse(p, vals).reshape(4, 7)[:, 5:]).all()  # sequence 2 sees no key
+    assert math.isfinite(lse[0, 0, 0])
+
+
+def test_the_bench_runner_fills_the_index_arguments_from_the_family_and_checks_o_against_them():
+    """`bench --run-from-cache`'s buffers (runner/run.py): the i32 arguments get the family's values
+    (Reference.inputs: prefix sums, a table of distinct pool blocks), every other input uniform data;
+    and the runner's expected O for those buffers is the reference of the gathered cache."""
+    from rocke_aot.runner.run import _Buffers
+
+    class Host:  # a runtime whose device memory is host memory
+        def __init__(self):
+            self.mem = {}
+
+        def alloc(self, n):
+            self.mem[len(self.mem) + 1] = None
+            return len(self.mem)
+
+        def upload(self, ptr, host):
+            self.mem[ptr] = np.array(host, copy=True)
+
+    p = AttentionProblem(batch=3, seqlen_q=9, seqlen_k=70, heads_q=4, heads_kv=2, head_dim=64, causal=True,
+                         kv_layout="paged", block_size=16, seqlens_q=[9, 0, 2], seqlens_k=[70, 3, 40])
+    sem = runner_ref.semantics(FAM)
+    rt = Host()
+    bufs = _Buffers(rt, 0, p, sem)
+    plan = get_family(FAM).launch(_spec(p), p, "sm_90")
+    vals = {}
+    for a in plan.args:
+        if a.kind == "global_pointer" and a.name != "O":
+            ptr = bufs.input(a.name, a.dtype, a.value)
+            vals[a.name] = bufs.values[(a.name, a.dtype, a.value)]
+            if a.dtype == "i32":
+                assert rt.mem[ptr].dtype == np.int32
+    assert list(vals["cu_seqlens_q"]) == [0, 9, 9, 11] and list(vals["cu_seqlens_k"]) == [0, 70, 73, 113]
+    table = vals["block_table"].reshape(3, p.table_width).astype(int)
+    used = [table[0, :5], table[1, :1], table[2, :3]]
+    assert sorted(np.concatenate(used)) == list(range(p.num_blocks))  # every pool block once
+    assert np.abs(vals["Q"]).max() <= 1 and vals["Q"].size == p.total_q * 4 * 64
+    want, lim = sem.expected(p, vals, p.dtype)
+    np.testing.assert_array_equal(want, compute(p, vals))
+    assert want.size == p.total_q * p.heads_q * p.head_dim and (lim > 0).all()
