@@ -6,12 +6,16 @@ missing toolchain there is a broken setup, never a silent skip.
 
 ``pg_server`` (tests/_pg.py) lives here so the whole session shares ONE throwaway
 PostgreSQL cluster (a fixture imported into several modules would be one per module).
+``kernel_bundle`` (tests/_service.py) and ``wheel`` (tests/_roles.py) likewise, and made once per
+run for every pytest-xdist worker (tests/_once.py).
 """
 
 from __future__ import annotations
 
 import pytest
 from _pg import pg_server  # noqa: F401 - the session's PostgreSQL server (one per session)
+from _roles import wheel  # noqa: F401 - the wheel of this tree (one per run, every worker)
+from _service import kernel_bundle  # noqa: F401 - the real 8-kernel build (one per run, every worker)
 
 from rocke_aot.aot import toolchains as tcs
 

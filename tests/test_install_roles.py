@@ -18,13 +18,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from _roles import role_venv
-from _service import built_store, kernel_bundle, live_server  # noqa: F401
-from _tree import git_tree
+from _service import built_store, live_server  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 
@@ -99,17 +97,6 @@ for path in walk(cli, [], click.Context(cli, info_name="rocke-aot")):
     out["help"][" ".join(path)] = [r.exit_code, r.output[:2000]]
 print(json.dumps(out))
 """
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    src = git_tree(tmp_path_factory.mktemp("tree"))
-    dist = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (whl,) = dist.glob("rocke_aot-*.whl")
-    return whl
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ import httpx
 import pytest
 import zstandard
 from _nginx import nginx, served_dir
-from _service import EXE, built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource

@@ -19,25 +19,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _tree import git_tree
 
 from rocke_aot.variants.families import builtin_family_names
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "rocke_aot"  # every layer is a folder inside it (tests/_product.py)
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    src = git_tree(tmp_path_factory.mktemp("tree"))
-    dist = tmp_path_factory.mktemp("dist")
-    # --no-isolation: the build backend (setuptools, from the test extra) is already installed;
-    # an isolated build would download it on every run.
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (whl,) = dist.glob("rocke_aot-*.whl")
-    return whl
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _nginx import nginx, served_dir
-from _service import EXE, built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
