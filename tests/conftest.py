@@ -16,6 +16,7 @@ import pytest
 from _pg import pg_server  # noqa: F401 - the session's PostgreSQL server (one per session)
 from _roles import wheel  # noqa: F401 - the wheel of this tree (one per run, every worker)
 from _service import kernel_bundle  # noqa: F401 - the real 8-kernel build (one per run, every worker)
+from _signed import signed_world  # noqa: F401 - tests/test_tuf.py's and tests/test_mirror.py's releases
 
 from rocke_aot.aot import toolchains as tcs
 
