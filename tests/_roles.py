@@ -8,6 +8,10 @@ distributions its pyproject extras pull in.
                       in this environment's site-packages (their RECORD lists them), which a
                       role venv adds through a .pth line: a package no extra names is absent, as
                       on a machine that ran `pip install 'rocke-aot[serve]'`
+    wheel (session fixture, conftest.py)   the wheel `python -m build --wheel --no-isolation` makes
+                      of the tree as git sees it (tests/_tree.py), once per run for every xdist
+                      worker (tests/_once.py): tests/test_packaging.py and tests/test_install_roles.py
+                      install the same file
     role_venv(dir, wheel, extras)   a venv with no pip, the wheel installed (--no-deps), and the
                       role's site: {"py", "bin", "env", "cwd"}
 
@@ -26,6 +30,9 @@ import venv
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+from _once import once
+from _tree import git_tree
 from packaging.requirements import Requirement
 
 SELF = "rocke-aot"
@@ -92,6 +99,22 @@ def role_site(where: Path, extras: tuple[str, ...]) -> Path:
             if src.exists() and not dst.exists():
                 dst.symlink_to(src)
     return where
+
+
+def _build_wheel(dist: Path, tmp: Path) -> None:
+    src = git_tree(tmp)
+    # --no-isolation: the build backend (setuptools, from the test extra) is already installed;
+    # an isolated build would download it on every run.
+    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    tree = tmp_path_factory.mktemp("tree")
+    (whl,) = once(tmp_path_factory, "wheel", lambda d: _build_wheel(d, tree)).glob("rocke_aot-*.whl")
+    return whl
 
 
 def role_venv(where: Path, wheel: Path, extras: tuple[str, ...]) -> dict:

@@ -6,7 +6,8 @@
     live_server(url, ...)    `rocke-aot serve` in a subprocess on a free loopback port;
                              waits for /healthz, always terminated (then killed) on exit
 
-Import with ``from _service import kernel_bundle, filled_store, live_server  # noqa: F401``.
+Import with ``from _service import filled_store, live_server``; ``kernel_bundle`` is conftest.py's
+(one per run: a fixture imported into a module is that module's own, built again per module).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _once import once
 
 from rocke_aot.cache.store import Store
 
@@ -32,23 +34,34 @@ HTTP_TIMEOUT_S = 60.0
 WHERE = {"block_m": 64, "block_n": 64, "in_dtype": "f16", "out_dtype": "f32", "path": "fma"}
 
 
-@pytest.fixture(scope="session")
-def kernel_bundle(tmp_path_factory, llvm22):
-    """(sqlite path, bundle path) of a real build: 8 gemm kernels for gfx942, lane llvm22."""
+def _build_bundle(d: Path, llvm22) -> None:
     from rocke_aot.aot import builder
     from rocke_aot.lanes import get_lane
     from rocke_aot.targets import Target
 
-    d = tmp_path_factory.mktemp("kernels")
-    path = d / "built.sqlite"
-    with Store.open(path) as store:
+    with Store.open(d / "built.sqlite") as store:
         summary = builder.build(arches=[Target.parse("gfx942")], families=["gemm"], lanes=[get_lane("llvm22")],
                                 store=store, toolchains=[llvm22], where=WHERE)
         assert summary.ok, summary["failed"]
         arts = store.find()
         assert len(arts) == 8, [a.spec for a in arts]
         store.export(d / "kernels.bundle")
-    return path, d / "kernels.bundle"
+
+
+@pytest.fixture(scope="session")
+def kernel_bundle(tmp_path_factory, llvm22):
+    """(sqlite path, bundle path) of a real build: 8 gemm kernels for gfx942, lane llvm22.
+
+    Built once per run (tests/_once.py: one build for every xdist worker; conftest.py imports
+    this fixture so every module shares it), then copied into this worker's folder, so no two
+    processes open the same SQLite file."""
+    import shutil
+
+    made = once(tmp_path_factory, "kernel-bundle", lambda d: _build_bundle(d, llvm22))
+    d = tmp_path_factory.mktemp("kernels")
+    for name in ("built.sqlite", "kernels.bundle"):
+        shutil.copyfile(made / name, d / name)
+    return d / "built.sqlite", d / "kernels.bundle"
 
 
 def filled_store(url, bundle) -> Store:

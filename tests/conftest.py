@@ -6,12 +6,17 @@ missing toolchain there is a broken setup, never a silent skip.
 
 ``pg_server`` (tests/_pg.py) lives here so the whole session shares ONE throwaway
 PostgreSQL cluster (a fixture imported into several modules would be one per module).
+``kernel_bundle`` (tests/_service.py) and ``wheel`` (tests/_roles.py) likewise, and made once per
+run for every pytest-xdist worker (tests/_once.py).
 """
 
 from __future__ import annotations
 
 import pytest
 from _pg import pg_server  # noqa: F401 - the session's PostgreSQL server (one per session)
+from _roles import wheel  # noqa: F401 - the wheel of this tree (one per run, every worker)
+from _service import kernel_bundle  # noqa: F401 - the real 8-kernel build (one per run, every worker)
+from _signed import signed_world  # noqa: F401 - tests/test_tuf.py's and tests/test_mirror.py's releases
 
 from rocke_aot.aot import toolchains as tcs
 
@@ -46,8 +51,16 @@ def tmp_home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
+# Modules of minute-long tests that carry no ``reliability`` mark, started right after those: a
+# cold mypy over the product (test_types, near the end of the file order), the wheel's role venvs
+# and command walks (test_install_roles, test_packaging), the TUF service round trips (test_tuf).
+LONG_FIRST = ("test_types.py", "test_install_roles.py", "test_packaging.py", "test_tuf.py")
+
+
 def pytest_collection_modifyitems(config, items):
     """The long fault tests (marker ``reliability``: SIGKILL at 20 points, four builders under
-    load) first, the rest in file order: under pytest-xdist a long test started last runs
-    alone at the end while the other worker idles (it added minutes to the suite's wall time)."""
-    items.sort(key=lambda item: item.get_closest_marker("reliability") is None)
+    load) first, then the modules of LONG_FIRST, the rest in file order: under pytest-xdist a long
+    test started last runs alone at the end while the other worker idles (it added minutes to the
+    suite's wall time)."""
+    items.sort(key=lambda item: (item.get_closest_marker("reliability") is None,
+                                 item.path.name not in LONG_FIRST))

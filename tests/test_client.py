@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 import zstandard
-from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, live_server  # noqa: F401
 from sqlalchemy import update
 
 from rocke_aot.cache.keys import thaw

@@ -19,7 +19,7 @@ import sys
 
 import httpx
 import pytest
-from _service import HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, live_server  # noqa: F401
+from _service import HTTP_TIMEOUT_S, filled_store, free_port, live_server  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, OfflineMiss, ServiceSource

@@ -24,7 +24,7 @@ import os
 
 import httpx
 import pytest
-from _service import HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
+from _service import HTTP_TIMEOUT_S, filled_store, free_port, serve_process  # noqa: F401
 from click.testing import CliRunner
 
 from rocke_aot.cli.main import cli

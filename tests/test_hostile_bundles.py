@@ -15,7 +15,7 @@ import resource
 import struct
 
 import pytest
-from _service import filled_store, kernel_bundle  # noqa: F401
+from _service import filled_store  # noqa: F401
 from click.testing import CliRunner
 from test_hostile_records import readelf_resources
 from test_reliability_service import _bundle, _member, _read_bundle, sqlite_digest

@@ -42,7 +42,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-from _service import kernel_bundle  # noqa: F401
 from test_reliability_service import sqlite_digest
 
 from rocke_aot.cache.keys import KeyInputs, artifact_key

@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 
 import pytest
-from _service import filled_store, kernel_bundle  # noqa: F401
+from _service import filled_store  # noqa: F401
 from fastapi.testclient import TestClient
 from test_reliability_service import sqlite_digest
 from test_service import TOKEN, publish_body

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _once import once
 from _roles import role_venv
-from _service import built_store, kernel_bundle, live_server  # noqa: F401
-from _tree import git_tree
+from _service import built_store, live_server  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 
@@ -102,17 +101,6 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    src = git_tree(tmp_path_factory.mktemp("tree"))
-    dist = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (whl,) = dist.glob("rocke_aot-*.whl")
-    return whl
-
-
-@pytest.fixture(scope="module")
 def world(tmp_path_factory, kernel_bundle):
     d = tmp_path_factory.mktemp("world")
     url = f"sqlite:///{d / 'store.sqlite'}"
@@ -127,17 +115,29 @@ def world(tmp_path_factory, kernel_bundle):
                "spec": spec, "toolchain": toolchain}
 
 
-@pytest.fixture(scope="module", params=ORDER)
-def role(request, wheel, world, tmp_path_factory):
-    where = tmp_path_factory.mktemp(f"role-{request.param}")
-    inst = role_venv(where, wheel, ROLES[request.param])
+def _run_role(name: str, wheel: Path, world: dict, where: Path) -> dict:
+    inst = role_venv(where, wheel, ROLES[name])
     values = {**world, "local": str(where / "local"), "dir": str(where / "scratch")}
     Path(values["dir"]).mkdir()
-    cases = {name: [a.format(**values) for a in argv] for name, (_, _, argv) in CASES.items()}
+    cases = {case: [a.format(**values) for a in argv] for case, (_, _, argv) in CASES.items()}
     proc = subprocess.run([str(inst["py"]), "-c", _RUN], input=json.dumps(cases), cwd=inst["cwd"], env=inst["env"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return request.param, json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module", params=ORDER)
+def role(request, wheel, tmp_path_factory):
+    """(role, every case's and every --help's answer), run once per run: the two tests of a role may
+    go to two xdist workers, which share the one answer (tests/_once.py; the world, a store and a
+    live server, is started only by the worker that runs the role)."""
+
+    def make(d: Path) -> None:
+        got = _run_role(request.param, wheel, request.getfixturevalue("world"), d)
+        (d / "answers.json").write_text(json.dumps(got))
+
+    done = once(tmp_path_factory, f"role-{request.param}", make)
+    return request.param, json.loads((done / "answers.json").read_text())
 
 
 def _error_lines(output: str) -> list[str]:

@@ -37,7 +37,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import zstandard
-from _service import EXE, built_store, kernel_bundle  # noqa: F401
+from _service import EXE, built_store  # noqa: F401
 
 from rocke_aot import errors
 from rocke_aot.cache.keys import artifact_key

@@ -21,13 +21,13 @@ import shutil
 import subprocess
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import httpx
 import pytest
 import zstandard
 from _nginx import nginx, served_dir
-from _service import EXE, built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
@@ -50,15 +50,8 @@ from rocke_aot.errors import (
     UnlistedKeyError,
 )
 from rocke_aot.trust import keys, repo
-from rocke_aot.trust.release import release
 
 NOW = datetime.now(timezone.utc)
-
-
-def root_doc(key, release_pub) -> dict[int, bytes]:
-    md = repo.make_root(1, NOW + timedelta(days=365), [key.public], [release_pub])
-    md.sign(key.signer())
-    return {1: repo.dump_metadata(md)}
 
 
 def metadata_requests(tree, keys_asked) -> int:
@@ -69,24 +62,10 @@ def metadata_requests(tree, keys_asked) -> int:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, kernel_bundle):
-    d = tmp_path_factory.mktemp("mirror")
-    for name in ("root", "release", "evil"):
-        keys.generate(d / f"{name}.key")
-    k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
-    store = built_store(d / "built.sqlite", kernel_bundle)
-    root = root_doc(k["root"], k["release"].public)
-    release(store, d / "signed2", root, [k["release"]])
-    shutil.copytree(d / "signed2", d / "signed1")  # timestamp version 1
-    release(store, d / "signed2", root, [k["release"]])  # version 2
-    release(store, d / "expired", root, [k["release"]], now=NOW - timedelta(days=3))
-    release(store, d / "evil", root_doc(k["evil"], k["evil"].public), [k["evil"]])
-    p = subprocess.run([EXE, "mirror", "export", "--cache", str(d / "built.sqlite"), "--signed", str(d / "signed2"),
-                        "--root-key", str(d / "root.key.pub"), "-o", str(d / "tree"), "--json"],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    yield {"d": d, "k": k, "store": store, "pin": str(d / "root.key.pub"), "export": json.loads(p.stdout)}
-    store.close()
+def world(signed_world):
+    """The keys, releases and exported tree of tests/_signed.py (shared with tests/test_tuf.py): the
+    second release is d/signed, the first d/signed1."""
+    return signed_world
 
 
 @pytest.fixture()
@@ -115,7 +94,7 @@ def test_export_writes_every_listed_blob_as_a_zstd_frame_and_a_small_index(world
     for a in arts:
         frame = (tree / "blobs" / f"{a.sha256}.zst").read_bytes()
         assert zstandard.ZstdDecompressor().decompress(frame) == store.get(a.key).code_object
-    for p in (world["d"] / "signed2").iterdir():
+    for p in (world["d"] / "signed").iterdir():
         if (tree / "metadata" / p.name).exists():
             assert (tree / "metadata" / p.name).read_bytes() == p.read_bytes()
     assert (tree / "metadata" / "timestamp.json").stat().st_size < 2048  # what a warm host reads at start-up
@@ -185,7 +164,7 @@ def test_sync_writes_only_new_blobs(world, tmp_path):
     gone.unlink()
 
     def sync(*extra):
-        p = subprocess.run([EXE, "mirror", "sync", "--cache", str(d / "built.sqlite"), "--signed", str(d / "signed2"),
+        p = subprocess.run([EXE, "mirror", "sync", "--cache", str(d / "built.sqlite"), "--signed", str(d / "signed"),
                             str(tmp_path / "tree"), "--json", *extra], capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)
@@ -257,7 +236,7 @@ def test_mirrors_then_the_service_in_order(world, tree, tmp_path):
     forged = zstandard.ZstdCompressor().compress(bytes(a.size))
     (bad / "tree" / "blobs" / f"{a.sha256}.zst").write_bytes(forged)
     try:
-        extra = ["--trust-dir", str(d / "signed2")]
+        extra = ["--trust-dir", str(d / "signed")]
         with nginx(bad / "tree") as evil, nginx(tree) as good, \
                 serve_process(f"sqlite:///{d / 'built.sqlite'}", extra=extra) as (_, svc):
             with host(world, tmp_path, [evil, good, ServiceSource(svc, retries=0)]) as f:

@@ -19,25 +19,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _tree import git_tree
 
 from rocke_aot.variants.families import builtin_family_names
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "rocke_aot"  # every layer is a folder inside it (tests/_product.py)
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    src = git_tree(tmp_path_factory.mktemp("tree"))
-    dist = tmp_path_factory.mktemp("dist")
-    # --no-isolation: the build backend (setuptools, from the test extra) is already installed;
-    # an isolated build would download it on every run.
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (whl,) = dist.glob("rocke_aot-*.whl")
-    return whl
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +115,10 @@ def _helps(inst: dict) -> dict[str, list]:
     return json.loads(out.stdout)
 
 
-def test_every_help_and_every_read_only_command_works_from_the_wheel(installed, tmp_path):
+# Every read-only command from the wheel, in four tests (one was the suite's longest, ~4 minutes on
+# 2 loaded cores, and held a worker alone at the end of a run): the help and the toolchains; the
+# variants listing; the golden and characterization checks; a cache the wheel builds and reads.
+def test_every_help_and_the_toolchains_from_the_wheel(installed):
     inst = installed
     helps = _helps(inst)
     assert {"variants", "cache stats", "golden", "toolchain install"} <= set(helps) and len(helps) > 20
@@ -141,6 +130,9 @@ def test_every_help_and_every_read_only_command_works_from_the_wheel(installed, 
     tcs = json.loads(_run(inst, "toolchains", "--json").stdout)
     assert any(t.get("lane") == "llvm22" and t["drift"].get("gfx942") == "ok" for t in tcs)
 
+
+def test_the_variants_listing_from_the_wheel_is_the_source_trees(installed):
+    inst = installed
     # The variants listing reads the goldens and characterization records: the wheel's answer equals
     # the source tree's (the editable install this test runs in), for the families both have (this
     # environment may also hold a family plugin, examples/plugin-rowsoftmax; the wheel's venv does not).
@@ -160,6 +152,9 @@ def test_every_help_and_every_read_only_command_works_from_the_wheel(installed, 
                           "--json").stdout)
     assert [r["count"] for r in fam["rows"]] == [24], fam["rows"]
 
+
+def test_the_golden_and_characterization_checks_from_the_wheel(installed):
+    inst = installed
     assert "golden check: OK" in _run(inst, "golden", "--check", "--lane", "llvm22", "--family", "gemm").stdout
     assert "characterization check: OK" in _run(inst, "characterize", "--check", "--lane", "llvm22",
                                                 "--arch", "gfx942").stdout
@@ -169,6 +164,9 @@ def test_every_help_and_every_read_only_command_works_from_the_wheel(installed, 
     assert subprocess.run([str(inst["py"]), "-c", "import devtools"], cwd=inst["cwd"], env=inst["env"],
                           capture_output=True).returncode != 0
 
+
+def test_a_cache_the_wheel_builds_and_reads(installed, tmp_path):
+    inst = installed
     cache = tmp_path / "c.sqlite"
     missing = _run(inst, "select", "--arch", "gfx942", "--family", "gemm", "--problem", '{"m":64,"n":64,"k":64}',
                    "--cache", str(cache), ok=False)

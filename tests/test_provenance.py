@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _pg import pg_database, store_url  # noqa: F401
-from _service import EXE, WHERE, built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, WHERE, built_store, serve_process  # noqa: F401
 from sqlalchemy import text
 
 from rocke_aot.aot import builder

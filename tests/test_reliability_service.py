@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _pg import pg_database, store_url  # noqa: F401
-from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, serve_process  # noqa: F401
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from test_service import BAD, TOKEN, publish_body

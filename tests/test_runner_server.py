@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from _service import HTTP_TIMEOUT_S, built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import HTTP_TIMEOUT_S, built_store, serve_process  # noqa: F401
 from click.testing import CliRunner
 
 from rocke_aot.cache.keys import thaw

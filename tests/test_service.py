@@ -14,7 +14,7 @@ import logging
 
 import pytest
 import zstandard
-from _service import filled_store, kernel_bundle  # noqa: F401
+from _service import filled_store  # noqa: F401
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select, text, update

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _service import EXE, built_store, free_port, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, built_store, free_port, serve_process  # noqa: F401
 from sqlalchemy import text
 
 from rocke_aot.cache.store import Store

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from _pg import _connect, pg_database, role_url  # noqa: F401
-from _service import EXE, HTTP_TIMEOUT_S, filled_store, kernel_bundle, live_server  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, filled_store, live_server  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 
 from rocke_aot.cache.store import Store

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
-from _service import filled_store, kernel_bundle  # noqa: F401
+from _service import filled_store  # noqa: F401
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _service import EXE, HTTP_TIMEOUT_S, built_store, filled_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, built_store, filled_store, serve_process  # noqa: F401
 
 from rocke_aot.cache.store import Store
 from rocke_aot.client import Fetcher, InsecureFetchWarning, LocalStore, ServiceSource

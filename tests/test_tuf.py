@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _nginx import nginx, served_dir
-from _service import EXE, HTTP_TIMEOUT_S, built_store, kernel_bundle, serve_process  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, built_store, serve_process  # noqa: F401
 
 from rocke_aot.cache.keys import thaw
 from rocke_aot.client import Fetcher, LocalStore, MirrorSource, ServiceSource
@@ -52,32 +52,10 @@ from rocke_aot.trust.release import release
 NOW = datetime.now(timezone.utc)
 
 
-def root_bytes(k, release_pub, version=1, days=365) -> bytes:
-    md = repo.make_root(version, NOW + timedelta(days=days), [k.public], [release_pub])
-    md.sign(k.signer())
-    return repo.dump_metadata(md)
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, kernel_bundle):
-    d = tmp_path_factory.mktemp("tuf")
-    for name in ("root", "release", "evil"):
-        keys.generate(d / f"{name}.key")
-    k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
-    store = built_store(d / "built.sqlite", kernel_bundle)
-    roots = {1: root_bytes(k["root"], k["release"].public)}
-    (d / "root.json").write_bytes(roots[1])
-    release(store, d / "signed", roots, [k["release"]])
-    shutil.copytree(d / "signed", d / "signed1")  # timestamp version 1
-    info = release(store, d / "signed", roots, [k["release"]])  # version 2
-    release(store, d / "evil", {1: root_bytes(k["evil"], k["evil"].public)}, [k["evil"]])
-    p = subprocess.run([EXE, "mirror", "export", "--cache", str(d / "built.sqlite"), "--signed", str(d / "signed"),
-                        "--root-key", str(d / "root.key.pub"), "-o", str(d / "tree"), "--json"],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    yield {"d": d, "k": k, "store": store, "pin": str(d / "root.key.pub"), "info": info,
-           "export": json.loads(p.stdout)}
-    store.close()
+def world(signed_world):
+    """The keys, releases and exported tree of tests/_signed.py (shared with tests/test_mirror.py)."""
+    return signed_world
 
 
 @pytest.fixture()
