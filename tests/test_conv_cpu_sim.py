@@ -180,6 +180,16 @@ MMA_FWD = [
     ("gfx950", ConvDirectFwdSpec(c=32, k=32, r=3, s=3, stride_h=2, stride_w=2, tile_h=4, tile_w=8,
                                  tile_k=32, c_chunk=16, path="mfma"), (1, 9, 13)),
     ("gfx1250", ConvDirectFwdSpec(c=32, k=48, tile_h=2, tile_w=8, tile_k=16, c_chunk=32, path="wmma"), (2, 5, 7)),
+    # The AMD main loop (issue 37, _conv_ir.amd_chunks): images large enough that some blocks'
+    # input halo lies inside (the unchecked interior loop, two or more C chunks: the next chunk's
+    # loads issued ahead) and others touch the padding (the checked edge loop); K not a multiple
+    # of tile_k (the last K tile's weight rows past K clamped), stride and dilation
+    ("gfx942", ConvDirectFwdSpec(c=32, k=32, tile_h=2, tile_w=8, tile_k=32, c_chunk=16, path="mfma"), (1, 6, 18)),
+    ("gfx950", ConvDirectFwdSpec(c=32, k=32, r=3, s=3, stride_h=2, stride_w=2, pad_h=2, pad_w=2, dil_h=2, dil_w=2,
+                                 tile_h=4, tile_w=8, tile_k=32, c_chunk=16, path="mfma"), (1, 21, 37)),
+    ("gfx1250", ConvDirectFwdSpec(c=64, k=24, tile_h=2, tile_w=8, tile_k=16, c_chunk=32, path="wmma"), (1, 8, 20)),
+    ("gfx90a", ConvDirectFwdSpec(c=16, k=32, r=1, s=1, pad_h=0, pad_w=0, tile_h=4, tile_w=8, tile_k=32, c_chunk=8,
+                                 path="mfma"), (1, 7, 9)),
 ]
 
 

@@ -199,31 +199,4 @@ def test_lane_spill_refusals(name, tmp_path):
     assert on22["vgpr_spill_count"] == 0 and on22["private_segment_fixed_size"] == 0, on22
 
 
-# The conv families' interior loops (issue 37 step 2 is mostly still to do: they gather elements
-# with global_load_ushort), pinned at what this branch reaches so the shared lowering's work can
-# only tighten them (llvm22, bench/gemm_amd_isa.py --served CONV_SPECS; before = raw
-# bench/results/gemm-amd-isa-served.json): the interior loop's matrix instructions, at most these
-# instructions and waits, no spills; "wide": conv_dgrad_patch with B transposed in LDS
-# (lds_b_transposed) reads its fragments 8 or 16 bytes at a time, no ds_read_u16
-# (gfx942 p16c3 t4x8 r2 kc32: 293 instructions, 32 waits, 16 ds_read_u16 before; 253, 25, none after).
-CONV_CEILINGS = [  # arch, index into CONV_SPECS, matrix, instructions, waits, wide LDS reads
-    ("gfx942", 0, 9, 101, 21, False), ("gfx942", 1, 18, 183, 33, False), ("gfx942", 3, 4, 253, 25, True),
-    ("gfx942", 5, 14, 781, 89, False), ("gfx942", 6, 3, 169, 17, True),
-    ("gfx950", 0, 9, 101, 21, False), ("gfx950", 1, 9, 156, 16, False), ("gfx950", 3, 2, 249, 25, True),
-    ("gfx950", 5, 14, 779, 85, False), ("gfx950", 6, 3, 169, 17, True),
-]
-
-
-@pytest.mark.parametrize("arch,index,matrix,insts,waits,wide", CONV_CEILINGS,
-                         ids=[f"{c[0]}-spec{c[1]}" for c in CONV_CEILINGS])
-def test_amd_conv_loop_does_not_regress(arch, index, matrix, insts, waits, wide, tmp_path):
-    isa = load_bench("gemm_amd_isa")
-    family, knobs = isa.CONV_SPECS[index]
-    row = isa.compile_one("native", (0, 0, 0, 0), arch, "llvm22", tmp_path, (knobs["dtype"],) * 2, family, knobs)
-    lp = row["loop"]
-    assert row["scope"] == "loop" and lp["matrix"] == matrix, (row["tile"], lp["matrix"])
-    assert lp["insts"] <= insts and lp["wait"] <= waits, (row["tile"], lp["insts"], lp["wait"])
-    assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0)
-    if wide:
-        narrow = [m for m in lp["lds_read"] if isa.width_bits(m) < 64]
-        assert not narrow and lp["lds_read_n"], (row["tile"], lp["lds_read"])
+# The conv families' interior loops: tests/test_conv_amd_isa.py (one compile per case, per arch).

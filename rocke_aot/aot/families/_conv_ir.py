@@ -17,6 +17,21 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
                   the instruction called through aot/lower/matrix.py; results stored at d_coord
         epilogue(acc)                 every accumulator through the family's store()
     loop(b, count, carried, body)     a counted loop whose carried values are phis
+    the AMD matrix paths' main loop (issue 37; ConvLowering.amd_chunks, the shape of gemm's
+    build_amd): the family describes one reduction chunk's staging as Operands -- units of vw
+    contiguous elements (vw from the spec: the key covers it), each a tensor base advanced by
+    a chunk-uniform offset plus a per-unit i32 offset (loop-invariant, hoisted), its LDS index
+    and, on the checked path, one validity predicate for the whole vector --
+          kfull = the chunks that need no bounds test (the family says: conv_direct_fwd all
+                  of them where the block's input halo lies inside the image, else 0;
+                  conv_dgrad_patch the whole K chunks, K // k_chunk)
+          [kfull > 0: chunk 0 -> registers -> LDS; barrier]
+          interior loop ci < kfull (no bounds test):
+              global loads of chunk min(ci + 1, kfull - 1) into registers   (issued first)
+              compute (LDS reads, matrix instructions); barrier; registers -> LDS; barrier
+          edge loop ci in kfull .. nchunks: the checked chunk (zero where invalid) -> LDS;
+              barrier; compute; barrier
+    fma and NVPTX mma keep the element-wise copy below (copy_to_lds).
     lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
                   refusals before any IR (target, matrix path), the geometry, and the
                   LoweredKernel with its metadata (KernelModule.lowered, as gemm); the
@@ -32,6 +47,8 @@ until the arithmetic, so f16 and bf16 share every load and LDS path.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from math import gcd
 
 import llvmlite.ir as ir
 
@@ -59,6 +76,39 @@ def udiv(a: Sym, d: Sym) -> Sym:
 
 def urem(a: Sym, d: Sym) -> Sym:
     return Sym(a.b, a.b.urem(a.v, d.v))
+
+
+def wide(n: int) -> int:
+    """The widest vector (1, 2, 4 or 8 16-bit elements: up to 16 bytes) that divides ``n``."""
+    return gcd(n, 8)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One staged vector of an Operand: ptr[chunk_off + off + 0..vw-1] -> LDS[lds + e * lds_step].
+
+    chunk_off is uniform over the block (a scalar base per chunk), off the work-item's i32
+    offset (loop-invariant: hoisted out of the main loop); ``ok`` (the checked path) says the
+    whole vector is valid, else it reads ptr[chunk_off] and stages zeros."""
+
+    ptr: ir.Value
+    chunk_off: Sym
+    off: Sym
+    ok: ir.Value | None
+    lds: Sym
+    lds_step: int = 1
+
+
+@dataclass(frozen=True)
+class Operand:
+    """``count`` units of ``vw`` elements a chunk; ``at(unit, chunk, checked)`` -> its Units: one,
+    or two (``pair``: K rows 2r and 2r + 1 of a transposed LDS operand, their elements paired
+    into one 4-byte LDS store each)."""
+
+    count: int
+    vw: int
+    at: Callable[[Sym, Sym, bool], list[Unit]]
+    pair: bool = False
 
 
 def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
@@ -189,6 +239,92 @@ class ConvLowering:
             self.lds_store(self.lds, idx, value)
             if guard is not None:
                 guard.__exit__(None, None, None)
+
+    # -- the AMD main loop (issue 37) -----------------------------------------------------------
+    def amd_path(self) -> bool:
+        """The AMD matrix paths stage through amd_chunks; fma and NVPTX keep copy_to_lds."""
+        return self.instr is not None and self.target.is_amdgpu
+
+    def smin(self, x: Sym, y: Sym | int) -> Sym:
+        yv = y.v if isinstance(y, Sym) else c32(y)
+        return Sym(self.b, self.b.select(self.b.icmp_unsigned("<", x.v, yv), x.v, yv))
+
+    def load_units(self, ops: list[Operand], chunk: Sym, checked: bool) -> list[tuple]:
+        """Every unit work-item tid moves (units tid, tid + T, ...; a work-item past the last unit
+        of a round takes the last one again: the same values to the same LDS words, no branch)
+        loaded into registers: [(operand, units, values)]."""
+        b, T = self.b, self.geo.threads
+        out = []
+        for op in ops:
+            vty = I16 if op.vw == 1 else ir.VectorType(I16, op.vw)
+            zero = ir.Constant(vty, 0 if op.vw == 1 else None)
+            for it in range(-(-op.count // T)):
+                u = self.tid + it * T
+                if (it + 1) * T > op.count:
+                    u = self.smin(u, op.count - 1)
+                units = op.at(u, chunk, checked)
+                vals = []
+                for un in units:
+                    off = un.off if un.ok is None else Sym(b, b.select(un.ok, un.off.v, c32(0)))
+                    base = b.gep(un.ptr, [b.zext(un.chunk_off.v, ir.IntType(64))], source_etype=I16)
+                    v = b.load(b.gep(base, [b.zext(off.v, ir.IntType(64))], source_etype=I16), typ=vty, align=2)
+                    if un.ok is not None:
+                        v = b.select(un.ok, v, zero if op.vw > 1 else ir.Constant(I16, 0))
+                    vals.append(v)
+                out.append((op, units, vals))
+        return out
+
+    def store_units(self, loaded: list[tuple]) -> None:
+        """The registers of load_units into LDS: one vector store a unit (aligned to its width),
+        element stores where the vector is transposed in LDS, 4-byte stores for pairs."""
+        b = self.b
+        for op, units, vals in loaded:
+            un = units[0]
+            if op.pair:
+                two = ir.VectorType(I16, 2)
+                for e in range(op.vw):
+                    x0, x1 = (v if op.vw == 1 else b.extract_element(v, c32(e)) for v in vals)
+                    w = b.insert_element(b.insert_element(ir.Constant(two, None), x0, c32(0)), x1, c32(1))
+                    b.store(w, self.gep(self.lds, un.lds + e * un.lds_step, I16), align=4)
+            elif un.lds_step == 1 or op.vw == 1:
+                b.store(vals[0], self.gep(self.lds, un.lds, I16), align=2 * op.vw)
+            else:
+                for e in range(op.vw):
+                    b.store(b.extract_element(vals[0], c32(e)), self.gep(self.lds, un.lds + e * un.lds_step, I16),
+                            align=2)
+
+    def amd_chunks(self, ops: Callable[[bool], list[Operand]], nchunks: Sym | int, kfull: Sym,
+                   acc: list[ir.Value], compute: Callable[[list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+        """The reduction over ``nchunks`` chunks (module docstring): chunks 0 .. kfull-1 in an
+        interior loop without bounds tests, the next chunk's loads issued before the current
+        chunk's compute; then chunks kfull .. nchunks-1 in the checked edge loop."""
+        kb, b = self.kb, self.b
+        n = nchunks if isinstance(nchunks, Sym) else self.S(nchunks)
+        with kb.if_then(self.S(0).lt(kfull), name="pro"):
+            self.store_units(self.load_units(ops(False), self.S(0), False))
+        kb.barrier()
+        last = kfull - 1
+
+        def interior(ci: Sym, acc_i: list[ir.Value]) -> list[ir.Value]:
+            nxt = ci + 1
+            nxt = Sym(b, b.select(nxt.lt(kfull), nxt.v, last.v))
+            regs = self.load_units(ops(False), nxt, False)
+            acc_i = compute(acc_i)
+            kb.barrier()
+            self.store_units(regs)
+            kb.barrier()
+            return acc_i
+
+        acc = loop(kb, kfull, acc, interior, "chunk")
+
+        def edge(i: Sym, acc_e: list[ir.Value]) -> list[ir.Value]:
+            self.store_units(self.load_units(ops(True), kfull + i, True))
+            kb.barrier()
+            acc_e = compute(acc_e)
+            kb.barrier()
+            return acc_e
+
+        return loop(kb, n - kfull, acc, edge, "chunkedge")
 
     # -- the tile GEMM ------------------------------------------------------------------------
     def acc_type(self) -> ir.Type:

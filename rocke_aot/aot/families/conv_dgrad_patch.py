@@ -20,6 +20,15 @@
             ConvDgradPatchSpec.lds_row_pad on mma, its lds_a_index / lds_b_index); barrier;
             acc += A x B (TileGemm.step); barrier.  Epilogue: the pixel-shuffled store,
             guarded by i < Hp, j < Wp, col < r_blk*P*C.
+            On AMD's matrix paths (mfma / wmma) the K-chunk loop is _conv_ir's amd_chunks (issue
+            37): every K chunk wholly inside K (k0 + k_chunk <= K) runs without bounds tests, its
+            loads issued before the previous chunk's compute; the K tail (one chunk) is the
+            checked edge loop. dY is staged in vectors of gcd(k_chunk, 8) channels (one pixel's
+            K is contiguous), W in vectors of gcd(P*C, 8) columns (a patch row's P*C columns
+            are contiguous; transposed B stores K-row pairs as 4-byte words). Rows past the
+            image (i >= Hp or j >= Wp) read the last pixel and padded columns (col >= r_blk*P*C)
+            column 0: their products land in rows / columns of the tile that are never stored
+            (a row of A reaches only that row of the product, a column of B only that column).
         border block b: a grid-stride loop over the N * (H*W - Hp*P*Wp*P) * C border
             elements (rows >= Hp*P, then columns >= Wp*P of the covered rows), storing 0.
 """
@@ -29,7 +38,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from rocke_aot import lanes
-from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, c32, loop, lower_conv, udiv, urem
+from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, Operand, Unit, c32, loop, lower_conv, udiv, urem, wide
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
@@ -72,6 +81,16 @@ class _PatchLowering(ConvLowering):
         a_size = s.rows * s.k_chunk
         nchunks = (self.K + (s.k_chunk - 1)) // s.k_chunk
 
+        if self.amd_path():
+            kfull = self.K // s.k_chunk  # the whole K chunks; the tail (if any) is the edge loop
+
+            def compute(acc):
+                return self.step(acc, s.k_chunk, s.lds_a_index, s.lds_b_index)
+
+            acc = self.amd_chunks(self._operands, nchunks, kfull, self.zero(), compute)
+            self.epilogue(acc, self._store)
+            return
+
         def chunk(ci: Sym, acc):
             k0 = ci * s.k_chunk
             self.copy_to_lds(a_size, lambda e: self._dy_elem(e, k0))
@@ -83,6 +102,43 @@ class _PatchLowering(ConvLowering):
 
         acc = loop(kb, nchunks, self.zero(), chunk, "kchunk")
         self.epilogue(acc, self._store)
+
+    def _operands(self, checked: bool) -> list[Operand]:
+        """One K chunk's staging on the AMD path: dY[rows][k_chunk] and W[k_chunk][cols_padded]
+        (lds_a_index / lds_b_index). The K tail (checked) reads dY element by element (K is a
+        runtime value: a vector may cross it) and zeroes W's rows past K."""
+        s, b = self.spec, self.b
+        va = 1 if checked else wide(s.k_chunk)
+        kpv = s.k_chunk // va  # vectors a dY row
+
+        def a_unit(u: Sym, ci: Sym, chk: bool) -> list[Unit]:
+            row, kk = u // kpv, (u % kpv) * va
+            i, j = self._pixel(row)
+            i, j = self.smin(i, self.Hp - 1), self.smin(j, self.Wp - 1)  # rows past the image: never stored
+            ok = (ci * s.k_chunk + kk).lt(self.K) if chk else None
+            off = ((self.n * self.Hp + i) * self.Wp + j) * self.K + kk
+            return [Unit(self.dY, ci * s.k_chunk, off, ok, s.lds_a_index(row, kk))]
+
+        vb = wide(s.p * s.c)
+        cpv = s.cols_padded // vb  # vectors a K row
+        pair = s.lds_b_transposed
+
+        def b_unit(u: Sym, ci: Sym, chk: bool) -> list[Unit]:
+            # pairs walk K first: neighbouring lanes store neighbouring words of a column row
+            kp, cv = (u // cpv, u % cpv) if not pair else (u % (s.k_chunk // 2), u // (s.k_chunk // 2))
+            col = cv * vb
+            colc = Sym(b, b.select(col.lt(s.cols), col.v, c32(0)))  # padded columns: never stored
+            out = []
+            for p in range(2 if pair else 1):
+                kk = kp * 2 + p if pair else kp
+                ok = (ci * s.k_chunk + kk).lt(self.K) if chk else None
+                off = kk * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + colc
+                out.append(Unit(self.Wt, ci * (s.k_chunk * s.p * s.p * s.c), off, ok, s.lds_b_index(kk, col),
+                                s.lds_b_stride if pair else 1))
+            return out
+
+        units = s.k_chunk // 2 * cpv if pair else s.k_chunk * cpv
+        return [Operand(s.rows * kpv, va, a_unit), Operand(units, vb, b_unit, pair)]
 
     def _pixel(self, row: Sym) -> tuple[Sym, Sym]:
         return self.i0 + row // self.spec.tile_w, self.j0 + row % self.spec.tile_w

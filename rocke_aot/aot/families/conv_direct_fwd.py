@@ -19,12 +19,19 @@
                    B_tap[cc][col] = wts[col][r*S + s][cc]
                barrier
            epilogue: guarded by oh < OH, ow < OW, k < K; converted to dtype; stored NHWK
+         On AMD's matrix paths (mfma / wmma) the chunk loop is _conv_ir's amd_chunks (issue 37):
+           staged in vectors of vw = gcd(c_chunk, 8) channels (a halo pixel's or a weight tap's
+           chunk is contiguous in NHWC / KRSC: c_chunk divides C), the next chunk's loads issued
+           before this chunk's taps; a block whose input halo lies inside the image runs every
+           chunk without bounds tests, the others (padding) test each vector's pixel once.
+           Weight rows past K (the last K tile) read row K-1: their output columns are never
+           stored, and a column of B reaches only that column of the product.
 """
 
 from __future__ import annotations
 
 from rocke_aot import lanes
-from rocke_aot.aot.families._conv_ir import ConvLowering, loop, lower_conv, udiv, urem
+from rocke_aot.aot.families._conv_ir import ConvLowering, Operand, Unit, c32, loop, lower_conv, udiv, urem, wide
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvDirectFwdSpec
@@ -59,25 +66,67 @@ class _FwdLowering(ConvLowering):
         self.X, self.Wt = X, Wt
         rs = s.r * s.s
 
+        def taps(acc_t):
+            def tap(t: Sym, acc_i):
+                r, q = t // s.s, t % s.s
+                return self.step(acc_i, s.c_chunk, lambda row, kk: s.lds_a_index(row, kk, r, q),
+                                 lambda kk, col: s.lds_b_index(kk, col, t))
+
+            return loop(kb, rs, acc_t, tap, "tap")
+
+        if self.amd_path():
+            b = self.b
+            ih0, iw0 = self.oh0 * s.stride_h, self.ow0 * s.stride_w  # + halo row / column - padding
+            inside = kb.all_of(b.icmp_unsigned(">=", ih0.v, c32(s.pad_h)),
+                               b.icmp_unsigned("<=", (ih0 + (s.halo_h - s.pad_h)).v, self.H.v),
+                               b.icmp_unsigned(">=", iw0.v, c32(s.pad_w)),
+                               b.icmp_unsigned("<=", (iw0 + (s.halo_w - s.pad_w)).v, self.W.v))
+            kfull = self.S(b.select(inside, c32(s.c // s.c_chunk), c32(0)))
+            acc = self.amd_chunks(self._operands, s.c // s.c_chunk, kfull, self.zero(), taps)
+        else:
+            acc = loop(kb, s.c // s.c_chunk, self.zero(), self._chunk_by_element(halo, taps), "cchunk")
+        self.Y = Y
+        self.epilogue(acc, self._store)
+        self.b.ret_void()
+
+    def _operands(self, checked: bool) -> list[Operand]:
+        """One chunk's staging on the AMD path: the halo [halo_h][halo_w][c_chunk] and the
+        weights [tile_k][R*S][c_chunk], vectors of vw channels (LDS index = unit * vw)."""
+        s = self.spec
+        vw, rs = wide(s.c_chunk), s.r * s.s
+        cpv = s.c_chunk // vw  # vectors a pixel / tap
+        halo = s.halo_h * s.halo_w * s.c_chunk
+
+        def x_unit(u: Sym, ci: Sym, chk: bool) -> list[Unit]:
+            hy, hx, cv = u // (s.halo_w * cpv), (u // cpv) % s.halo_w, u % cpv
+            ih = self.oh0 * s.stride_h + hy - s.pad_h
+            iw = self.ow0 * s.stride_w + hx - s.pad_w
+            ok = self.kb.all_of(ih.lt(self.H), iw.lt(self.W)) if chk else None
+            off = ((self.n * self.H + ih) * self.W + iw) * s.c + cv * vw
+            return [Unit(self.X, ci * s.c_chunk, off, ok, u * vw)]
+
+        def w_unit(u: Sym, ci: Sym, chk: bool) -> list[Unit]:
+            kl, t, cv = u // (rs * cpv), (u // cpv) % rs, u % cpv
+            k = self.smin(self.k0 + kl, s.k - 1)  # rows past K: columns never stored
+            return [Unit(self.Wt, ci * s.c_chunk, (k * rs + t) * s.c + cv * vw, None, u * vw + halo)]
+
+        return [Operand(s.halo_h * s.halo_w * cpv, vw, x_unit),
+                Operand(s.tile_k * rs * cpv, vw, w_unit)]
+
+    def _chunk_by_element(self, halo: int, taps):
+        s, kb = self.spec, self.kb
+        rs = s.r * s.s
+
         def chunk(ci: Sym, acc):
             c0 = ci * s.c_chunk
             self.copy_to_lds(halo, lambda e: self._halo_elem(e, c0))
             self.copy_to_lds(s.tile_k * rs * s.c_chunk, lambda e: self._weight_elem(e, c0, halo))
             kb.barrier()
-
-            def tap(t: Sym, acc_t):
-                r, q = t // s.s, t % s.s
-                return self.step(acc_t, s.c_chunk, lambda row, kk: s.lds_a_index(row, kk, r, q),
-                                 lambda kk, col: s.lds_b_index(kk, col, t))
-
-            acc = loop(kb, rs, acc, tap, "tap")
+            acc = taps(acc)
             kb.barrier()
             return acc
 
-        acc = loop(kb, s.c // s.c_chunk, self.zero(), chunk, "cchunk")
-        self.Y = Y
-        self.epilogue(acc, self._store)
-        self.b.ret_void()
+        return chunk
 
     def _halo_elem(self, e: Sym, c0: Sym):
         s = self.spec

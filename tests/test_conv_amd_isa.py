@@ -1,0 +1,72 @@
+"""The conv families' AMD interior main loop (issue 37), read from the code objects llvm22 compiles.
+
+For the AMD picks' conv tiles (bench/gemm_amd_isa.py CONV_SPECS; gfx1250 its wmma tiles) on every
+AMD arch, llvm-objdump-22 of the real compile (bench/gemm_amd_isa.py read(): the interior loop =
+of the backward branches' regions holding the most matrix instructions, the tightest) must show:
+  - the matrix instructions of one reduction chunk, and at most the instructions and waits this
+    branch reached (bench/results/conv-amd-isa-after.json; before: conv-amd-isa-before.json,
+    e.g. gfx942 conv_fwd cc16 183 instructions / 33 waits -> 70 / 12);
+  - one branch (the loop's own: no bounds test inside) and at most one vmcnt(0) drain (the
+    chunk's loads issued together, ahead of the compute);
+  - exactly the global loads the spec's staging implies, each as wide as the spec allows:
+    per operand ceil(units / threads) loads (two a unit for dgrad's transposed B K-row pairs) of
+    2 * vw bytes, vw = gcd(c_chunk, 8) (fwd), gcd(k_chunk, 8) (dgrad dY), gcd(P*C, 8) (dgrad W)
+    -- computed here from the spec's formulas, not from the lowering;
+  - no spills.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+import pytest
+from _bench import load_bench
+
+from rocke_aot.targets import Target
+from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
+
+# arch, index into CONV_SPECS, matrix, instructions, waits (llvm22; the after figures)
+CEILINGS = [
+    ("gfx942", 1, 18, 70, 12), ("gfx942", 3, 4, 41, 4), ("gfx942", 5, 14, 147, 16), ("gfx942", 6, 3, 45, 7),
+    ("gfx950", 1, 9, 61, 12), ("gfx950", 3, 2, 40, 4), ("gfx950", 6, 3, 45, 7),
+    ("gfx1250", 1, 9, 110, 15), ("gfx1250", 3, 1, 70, 6), ("gfx1250", 6, 3, 168, 17),
+    ("gfx90a", 1, 18, 73, 14), ("gfx90a", 3, 4, 44, 4), ("gfx90a", 6, 3, 48, 7),
+]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def expected_loads(spec, threads: int) -> tuple[int, set[int]]:
+    """(global loads a work-item issues per chunk, their widths in bytes) from the spec."""
+    if isinstance(spec, ConvDirectFwdSpec):
+        vw = gcd(spec.c_chunk, 8)
+        halo = spec.halo_h * spec.halo_w * spec.c_chunk // vw
+        weights = spec.tile_k * spec.r * spec.s * spec.c_chunk // vw
+        return _ceil(halo, threads) + _ceil(weights, threads), {2 * vw}
+    va, vb = gcd(spec.k_chunk, 8), gcd(spec.p * spec.c, 8)
+    a = spec.rows * spec.k_chunk // va
+    if spec.lds_b_transposed:  # K-row pairs: two loads a unit
+        b = 2 * _ceil(spec.k_chunk // 2 * spec.cols_padded // vb, threads)
+    else:
+        b = _ceil(spec.k_chunk * spec.cols_padded // vb, threads)
+    return _ceil(a, threads) + b, {2 * va, 2 * vb}
+
+
+@pytest.mark.parametrize("arch,index,matrix,insts,waits", CEILINGS, ids=[f"{c[0]}-spec{c[1]}" for c in CEILINGS])
+def test_conv_interior_loop(arch, index, matrix, insts, waits, tmp_path):
+    isa = load_bench("gemm_amd_isa")
+    family, knobs = isa.CONV_SPECS[index]
+    cls = ConvDirectFwdSpec if family == "conv_direct_fwd" else ConvDgradPatchSpec
+    spec = cls(**isa.conv_spec(family, knobs, arch))
+    row = isa.compile_one("native", (0, 0, 0, 0), arch, "llvm22", tmp_path, (spec.dtype,) * 2, family, knobs)
+    lp = row["loop"]
+    assert row["kernel"] == spec.kernel_name
+    assert row["scope"] == "loop" and lp["matrix"] == matrix, (row["tile"], lp["matrix"])
+    assert lp["insts"] <= insts and lp["wait"] <= waits, (row["tile"], lp["insts"], lp["wait"])
+    assert lp["branches"] == 1 and lp["vmcnt0"] <= 1, (row["tile"], lp["branches"], lp["vmcnt0"])
+    loads, widths = expected_loads(spec, spec.geometry(Target.parse(arch)).threads)
+    got = {isa.width_bits(m) // 8 for m in lp["global_load"]}
+    assert lp["global_load_n"] == loads and got <= widths, (row["tile"], lp["global_load"], loads, widths)
+    assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0)
