@@ -1,6 +1,6 @@
 """The gemm's asynchronous pipeline (sm_90 mma.sync): cp.async into LDS stages, ldmatrix, split-K.
 
-build_async (spec.stages = S in 2..4; GemmSpec.stages), after lower.py's entry:
+    build_async(ktiles)  (spec.stages = S in 2..4; GemmSpec.stages), after lower.py's entry:
            entry:  trap unless K and N are multiples of 8 (16-byte aligned rows: the
                    selection refuses such problems, a direct launch must not misread)
            copy plan (copy_plan, once): per operand the work-item's source index at K-tile 0,
@@ -41,8 +41,7 @@ build_async (spec.stages = S in 2..4; GemmSpec.stages), after lower.py's entry:
       matrix transposed). A: matrix i = rows 8(i%2).., K 8(i//2).. of the 16x16 tile, which is
       mma.sync's a0..a7 order; B (K x N in LDS): matrix i = K rows 8(i%2).., columns 8(i//2)..,
       transposed, which is b0..b3 of N-tiles 2t and 2t+1.
-The warpgroup pipeline (spec.wgmma, sm_90a; build_wgmma; docs/lowering.md has the layouts):
-           stages in dynamic shared memory 1 KiB longer than they need, the base rounded up to 1024
+
 Split-K (spec.split_k = s > 1, the asynchronous pipeline only; reduce_split): kernel(A, B, C, W, M, N,
       K) over tiles * s work-groups; g % s is the K slice z, g // s the tile (then the tile order
       below). Slice z runs K-tiles [z * per, min(kt, (z + 1) * per)), per = ceil(kt / s), through

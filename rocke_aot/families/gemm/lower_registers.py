@@ -19,7 +19,6 @@
                       mma.MmaInstr.a_coord/b_coord give, the instruction is called through
                       aot/lower/matrix.py (its operand convention), results are stored at
                       d_coord. mma (sm_90 mma.sync m16n8k16) is the same code with its maps.
-      exit:   epilogue: every accumulator element, guarded by row < M and col < N, converted, stored
 
 Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
 a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the

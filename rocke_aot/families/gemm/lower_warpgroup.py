@@ -1,5 +1,6 @@
 """The gemm's warpgroup pipeline (spec.wgmma, sm_90a wgmma.mma_async): swizzled stages, descriptors.
 
+    build_wgmma(ktiles)  (after lower.py's entry; docs/lowering.md has the layouts):
            stages in dynamic shared memory 1 KiB longer than they need, the base rounded up to 1024
            bytes; tiles 128-byte swizzled (GemmSpec.lds_a_index / lds_b_index: A K-major, B N-major
            in 64-column chunks), copied by the same copy plan in panels of one swizzle row
