@@ -56,7 +56,7 @@ ARCHES = ("gfx942", "gfx950")
 LANES = ("llvm22", "llvm24")
 ALL_ARCHES = ("gfx942", "gfx950", "gfx1250", "gfx90a")
 ALL_LANES = ("llvm22", "llvm23", "llvm24")
-# --served: the register-staged AMD grid's tiles (tables/gemm.py stops AMD at 128-wide blocks and 4
+# --served: the register-staged AMD grid's tiles (families/gemm/table.py stops AMD at 128-wide blocks and 4
 # waves; 256 x 128 is the sm_90 asynchronous grid's only): the smallest and largest 4-wave tiles (--tile for others)
 SERVED_TILES = ((64, 64, 32, 4), (128, 128, 32, 4))
 GEMM_DTYPES = (("f16", "f32"), ("bf16", "bf16"))  # the table's pairs with distinct inputs
@@ -206,8 +206,8 @@ def native_spec(tile: tuple[int, int, int, int], arch: str, kind: str) -> dict:
 
 
 def served_spec(tile: tuple[int, int, int, int], arch: str, kind: str, dtypes=("f16", "f32")) -> dict:
-    """The spec the gemm table serves for ``tile`` (tables/gemm.py _make: the AMD_MATRIX folds)."""
-    from rocke_aot.variants.tables.gemm import AMD_MATRIX
+    """The spec the gemm table serves for ``tile`` (families/gemm/table.py _make: the AMD_MATRIX folds)."""
+    from rocke_aot.families.gemm.table import AMD_MATRIX
 
     bm, bn, bk, waves = tile
     return {"in_dtype": dtypes[0], "out_dtype": dtypes[1], "path": MATRIX_PATH[arch], "block_m": bm, "block_n": bn,

@@ -4,7 +4,7 @@
            block_k, warps, stages, tile order and split-K (SPLIT_TILES: split_k on the tiles where
            it can pay; a split-K kernel gets its own zeroed workspace per problem) (--grid focused: stages 3-4, group_m 8; --grid
            full: stages 2-4, group_m 1 and 8), lowered by each of --lowerings: "new" (today's
-           main loop, aot/families/gemm.py build_async; run 15 also timed "inline", the first
+           main loop, families/gemm/lower_async.py build_async; run 15 also timed "inline", the first
            loop, removed since: bench/results/bench-raw/h200-run15/gemm-sm90.txt); with --registers also the
            register-staged mma specs of the variant table -- f16 in, f16 out
         -> lower (llvm22) -> cubin (the project's compiler, every core)     [tests/_cuda.module_image]
@@ -38,12 +38,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from _cuda import check, module_image  # noqa: E402
 from bench_gemm_gpu import median_ms  # noqa: E402  (one timing rule: CUDA events per launch, median)
 
-from rocke_aot.aot.families.gemm import lower_gemm  # noqa: E402
 from rocke_aot.aot.lower import lower  # noqa: E402
 from rocke_aot.errors import RockeError  # noqa: E402
+from rocke_aot.families.gemm.lower import lower_gemm  # noqa: E402
+from rocke_aot.families.gemm.spec import GemmSpec  # noqa: E402
 from rocke_aot.targets import Target  # noqa: E402
 from rocke_aot.variants import table  # noqa: E402
-from rocke_aot.variants.gemm import GemmSpec  # noqa: E402
 
 # issue 27's large problems: every one above 10 GFLOP (f16 -> f16)
 PROBLEMS = ("3072x3072x3072,4096x4096x4096,2048x4096x4096,4096x4096x1024,256x11008x4096,2048x14336x4096,"
@@ -63,7 +63,7 @@ GRIDS = {"focused": dict(block_k=(32, 64), waves=(4, 8), stages=(3, 4), group_m=
          "full": dict(block_k=(32, 64), waves=(4, 8), stages=(2, 3, 4), group_m=(1, 8), warp_tile=256 * 256)}
 # split-K (GemmSpec.split_k) on the tiles where it can pay: few output tiles against 132 SMs
 # (128x4096x14336: 32 tiles of 128 x 128) or a bad wave count (3072^3: 2.2 waves); the table
-# serves 1, 2, 4 on 128 x 128 (variants/tables/gemm.py), the sweep also times 3 and 8 there
+# serves 1, 2, 4 on 128 x 128 (families/gemm/table.py), the sweep also times 3 and 8 there
 SPLIT_TILES = {(128, 128): (1, 2, 3, 4, 8), (128, 256): (1, 2, 4), (64, 128): (1, 2, 4)}
 REL_OK = 1e-2  # f16 output of K-long f32 sums: the sweep's errors were 2e-4
 

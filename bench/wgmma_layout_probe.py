@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _cuda import check, module_image  # noqa: E402  (gemm_async_h200 put tests/ on the path)
 from gemm_async_h200 import Kernel  # noqa: E402
 
-from rocke_aot.aot.families.gemm import lower_gemm  # noqa: E402
-from rocke_aot.variants.gemm import GemmSpec  # noqa: E402
+from rocke_aot.families.gemm.lower import lower_gemm  # noqa: E402
+from rocke_aot.families.gemm.spec import GemmSpec  # noqa: E402
 
 SPECS = [dict(block_m=64, block_n=64, waves=4, stages=2), dict(block_m=128, block_n=128, waves=8, stages=3),
          dict(block_m=128, block_n=256, waves=8, stages=4), dict(block_m=128, block_n=128, waves=4, stages=4)]

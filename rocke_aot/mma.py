@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 
 from rocke_aot.errors import CapabilityError
 
+# sm_90a's wgmma.mma_async (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
+# issued by a warpgroup of four warps; one f16 / bf16 wgmma is 16 deep in K (256 bits). The gemm
+# family's warpgroup pipeline and the counts of every family that issues it read these.
+WARPGROUP = 4  # warps of one warpgroup (128 threads): wgmma's unit of issue
+WGMMA_K = 16  # K of one f16 / bf16 wgmma (256 bits of K)
+
 
 @dataclass(frozen=True)
 class MmaInstr:

@@ -11,8 +11,8 @@ import pytest
 from _sim_runtime import SimRuntime
 
 from rocke_aot.aot.lower import lower
+from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.runner.bench import bench
-from rocke_aot.variants.gemm import GemmSpec
 
 SPEC = GemmSpec(path="fma", in_dtype="f16", out_dtype="f32", block_m=16, block_n=16, block_k=16, waves=1,
                 vector_width=1)

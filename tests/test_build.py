@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from rocke_aot.aot import builder
-from rocke_aot.aot.recipe import recipe_digest
+from rocke_aot.aot.recipe import family_digest, recipe_digest
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
 from rocke_aot.targets import Target
@@ -72,7 +72,9 @@ def test_build_real_binary_builds_verifies_and_refuses_with_reasons(first_build)
             got = store.get(a.key)  # decompress + sha256 verify
             assert got.code_object[:4] == b"\x7fELF"
             assert a.provenance["toolchain"]["llvm_version"].split(".")[0] == a.lane[4:]
-            assert a.provenance["recipe_digest"] == a.recipe_digest == recipe_digest() and a.provenance["host"]
+            # gemm is a family folder: its plan keys carry its folder's digest over the recipe's
+            assert a.provenance["recipe_digest"] == a.recipe_digest == family_digest("gemm") != recipe_digest()
+            assert a.provenance["host"]
         report = store.verify()
         assert report.ok
 

@@ -117,7 +117,7 @@ def test_dask_workers_refuse_a_job_planned_under_another_recipe(tmp_path, llvm22
     distributed = pytest.importorskip("distributed", reason="installed by the test extra")
     from rocke_aot.aot.builder import execute
     from rocke_aot.aot.builder.dask_backend import WorkerRefused, dask_submitter, remote_build
-    from rocke_aot.aot.recipe import recipe_digest
+    from rocke_aot.aot.recipe import family_digest, recipe_digest
 
     gfx942 = Target.parse("gfx942")
     ident, opts = llvm22.identity(gfx942), llvm22.compile_options(gfx942)
@@ -127,7 +127,7 @@ def test_dask_workers_refuse_a_job_planned_under_another_recipe(tmp_path, llvm22
     with pytest.raises(WorkerRefused, match="recipe digest"):
         remote_build("gemm", TINY | {"block_k": 32}, "gfx942", "llvm22", ident, other, opts, 60)
     with pytest.raises(WorkerRefused, match="options"):
-        remote_build("gemm", TINY | {"block_k": 32}, "gfx942", "llvm22", ident, recipe_digest(),
+        remote_build("gemm", TINY | {"block_k": 32}, "gfx942", "llvm22", ident, family_digest("gemm"),
                      {**opts, "speed_level": 2}, 60)
     with Store.open(tmp_path / "c.sqlite") as store:
         plan = _plan(store, [llvm22])

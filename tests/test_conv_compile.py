@@ -30,7 +30,7 @@ from rocke_aot.variants.families import get_family
 
 # The families the project lowers to LLVM IR itself (Triton families compile through Triton,
 # tests/test_triton*.py; plugins through their own tests, tests/test_plugins.py).
-NATIVE = tuple(n for n, _ in BUILTIN_LOWERERS)
+NATIVE = ("gemm", *(n for n, _ in BUILTIN_LOWERERS))  # gemm: a family folder (rocke_aot/families/gemm, entry points)
 
 LLVM22_BIN = Path("/usr/lib/llvm-22/bin")
 COMPILE_LANES = ("llvm22", "llvm20")  # lanes whose toolchains every host here has (conftest)

@@ -122,7 +122,7 @@ def test_gfx942_columns(kind, tmp_path):
 
 
 # The AMD main loop's figures (issue 37), read from code objects the lane compiles: per served
-# tile (b_lds nk, vector_width 8: tables/gemm.py AMD_MATRIX) the interior loop's instructions and
+# tile (b_lds nk, vector_width 8: families/gemm/table.py AMD_MATRIX) the interior loop's instructions and
 # waits at most what this branch reached (llvm22, objdump-22; bench/results/gemm-amd-isa-*.md), only
 # 8- or 16-byte global loads and LDS reads, one branch (the loop's own: no edge work inside), no
 # spills. Triton 3.6 for 128x128x32 w4: 75 instructions, 6 waits (gfx942); 54, 8 (gfx950).
@@ -145,7 +145,7 @@ def test_amd_main_loop_does_not_regress(arch, bm, bn, db, matrix, insts, waits, 
     isa = load_bench("gemm_amd_isa")
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.lower import lower
-    from rocke_aot.variants.tables.gemm import AMD_MATRIX
+    from rocke_aot.families.gemm.table import AMD_MATRIX
 
     spec = {"path": isa.MATRIX_PATH[arch], "block_m": bm, "block_n": bn, "double_buffer": db, **AMD_MATRIX}
     low = lower("gemm", spec, arch, "llvm22")

@@ -13,11 +13,11 @@ import pytest
 from rocke_aot import lanes
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
-from rocke_aot.aot.families.gemm import paths_for
 from rocke_aot.aot.lower import lower
 from rocke_aot.errors import CapabilityError
+from rocke_aot.families.gemm.lower import paths_for
+from rocke_aot.families.gemm.spec import GemmSpec, quad_stores
 from rocke_aot.targets import Target
-from rocke_aot.variants.gemm import GemmSpec, quad_stores
 
 LLVM22_BIN = Path("/usr/lib/llvm-22/bin")
 ARCHES = ("gfx90a", "gfx942", "gfx950", "gfx1250", "sm_90")
@@ -134,7 +134,7 @@ def test_async_pipeline_counts_are_the_ptx(llvm22, spec):
     PTX LLVM emits for it: per thread, ``stages`` x the copies of one step (stages - 1 in the
     prologue, one in the loop), and the loop's mma.sync and ldmatrix per warp per step; the
     dynamic shared memory of the launch contract is what the stages need."""
-    from rocke_aot.variants.counts import gemm_counts
+    from rocke_aot.families.gemm.counts import gemm_counts
     from rocke_aot.variants.problems import GemmProblem
 
     k = lower("gemm", spec, "sm_90", "llvm22")

@@ -30,7 +30,7 @@ from _host_sim import CpuGrid
 
 from rocke_aot import mma
 from rocke_aot.aot.lower import lower
-from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.families.gemm.spec import GemmSpec
 
 GUARD = 64  # elements of NaN on each side of A and B: an out-of-bounds read poisons C
 
@@ -170,7 +170,7 @@ def test_transposed_b_gemm_computes_a_x_b(arch, spec):
     check_gemm(arch, spec, [(37, 45, 70), (1, 1, 1)])
 
 
-# The AMD main loop (aot/families/gemm.py build_amd), as the tables serve it (b_lds nk, vector_width
+# The AMD main loop (families/gemm/lower_registers.py build_amd), as the tables serve it (b_lds nk, vector_width
 # 8, padded rows): interior blocks run the unchecked loop (register prefetch of the next K-tile,
 # one or two barriers a step), then the checked edge loop for the K tail; blocks on the M / N edge
 # run the edge loop only. Sizes: many interior K-tiles and a K tail, every block interior and no
@@ -201,14 +201,14 @@ def test_async_pipeline_gemm_computes_a_x_b(spec):
 
 
 def test_async_main_loop_of_four_ksteps_computes_a_x_b():
-    """The main loop as the table's tiles run it (aot/families/gemm.py build_async): four k-steps
+    """The main loop as the table's tiles run it (families/gemm/lower_async.py build_async): four k-steps
     a K-tile (the barrier after the third, the fourth's mma.sync across it), four copy rounds of
     each operand a thread, a K of six tiles through a ring of four stages, M and N edges."""
     check_gemm("sm_90", GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=64,
                                  waves=4, vector_width=8, stages=4, group_m=2), [(70, 72, 328)])
 
 
-# 192-row tiles (variants/gemm.py WAVE_FILL_BLOCKS, the asynchronous pipeline's only): warps of
+# 192-row tiles (families/gemm/spec.py WAVE_FILL_BLOCKS, the asynchronous pipeline's only): warps of
 # 48 x 64 (3 m16 tiles), six copy rounds of A a thread, a tile row count that is not a power of
 # two in the grouped order; M ragged over two tile rows, N off the tile, a K tail. f32 takes the
 # pairs epilogue, f16 the quad one. The table's tiles are 192 x 128 over 8 warps.
@@ -240,7 +240,7 @@ def test_192_column_tiles_compute_a_x_b(spec, sizes):
     check_gemm("sm_90", spec, sizes)
 
 
-# Split-K (GemmSpec.split_k, aot/families/gemm.py reduce_split): ragged M and N, K a multiple of 8
+# Split-K (GemmSpec.split_k, families/gemm/lower_async.py reduce_split): ragged M and N, K a multiple of 8
 # with a K tail; K = 24 over block_k 16 is 2 K-tiles, so split 3 / 4 leave slices empty, and
 # K = 8 is one K-tile (split 2: slice 1 empty). The workspace's partials start as NaN.
 SPLIT_SIZES = [(37, 40, 72), (130, 72, 24), (20, 16, 8)]
@@ -333,7 +333,7 @@ def test_a_broken_pipeline_fails_the_simulation(monkeypatch, mutation):
 
 
 def test_the_quad_epilogue_needs_its_exchange(monkeypatch):
-    """The 2-byte quad epilogue (variants/gemm.py quad_stores) swaps a pair between lanes 2j and
+    """The 2-byte quad epilogue (families/gemm/spec.py quad_stores) swaps a pair between lanes 2j and
     2j+1; with the partner one lane off (lane ^ 3), the stored columns must come out wrong."""
     from _host_sim import CpuGrid
     spec = ASYNC_CASES[1]

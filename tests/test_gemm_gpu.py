@@ -20,7 +20,7 @@ import pytest
 from _cuda import cuda_ctx, decode, inputs, launch, module_image  # noqa: F401  (shared CUDA helpers)
 
 from rocke_aot.aot.lower import lower
-from rocke_aot.variants.gemm import GemmSpec
+from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.variants.problems import GemmProblem
 
 pytestmark = pytest.mark.gpu

@@ -105,7 +105,7 @@ def test_the_table_serves_mma_for_both_dtypes():
     assert {(s.in_dtype, s.out_dtype) for s in SPECS} == {("f16", "f32"), ("f16", "f16"), ("bf16", "bf16")}
     # the asynchronous pipeline's 2-byte outputs are all stored by quads in the table (the pair
     # fallback, an odd number of n-tiles a warp, runs in tests/test_gemm_emulated.py)
+    from rocke_aot.families.gemm.spec import quad_stores
     from rocke_aot.targets import Target
-    from rocke_aot.variants.gemm import quad_stores
     sm90 = Target.parse("sm_90")
     assert {quad_stores(s, s.geometry(sm90)) for s in SPECS if s.stages and s.out_dtype != "f32"} == {True}

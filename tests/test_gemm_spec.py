@@ -7,8 +7,8 @@ import json
 import pytest
 
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.families.gemm.spec import GemmSpec, async_copy_chunk, copy_panel
 from rocke_aot.targets import Target
-from rocke_aot.variants.gemm import GemmSpec, async_copy_chunk, copy_panel
 
 
 def test_canonical_dict_round_trips_through_json():

@@ -11,9 +11,9 @@ import pytest
 
 from rocke_aot.aot.lower import lower
 from rocke_aot.errors import SpecError
+from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.launch import ArgDef
 from rocke_aot.runner.run import LoadedKernel, launches, run_problem
-from rocke_aot.variants.gemm import GemmSpec
 from rocke_aot.variants.problems import GemmProblem
 
 ASYNC = GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=2,
@@ -92,7 +92,7 @@ def test_split_k_chunks_reuse_the_workspace_from_its_start():
 
 
 def test_selection_refuses_a_workspace_past_32_bit_offsets():
-    from rocke_aot.variants.models import GEMM
+    from rocke_aot.families.gemm.model import GEMM
 
     sk = dataclasses.replace(ASYNC, split_k=4)
     big = GemmProblem(m=16384, n=16384, k=64, dtype="f16")  # 4 x 2^28 f32: 4 GiB of partials
@@ -102,13 +102,13 @@ def test_selection_refuses_a_workspace_past_32_bit_offsets():
 
 @pytest.mark.parametrize("split_k", [2, 4])
 def test_split_k_counts_are_the_ptx(split_k):
-    """variants/counts.py's split-K epilogue against the PTX of the lowered kernel (llvmlite's
+    """families/gemm/counts.py's split-K epilogue against the PTX of the lowered kernel (llvmlite's
     NVPTX back end, O3): per thread nt 16-byte partial stores, nt x split_k 16-byte loads,
     nt x (split_k - 1) x 4 f32 adds, one atomic and two fences (thread 0's), and steps = one slice."""
     from _cuda import _ptx_in_process
 
+    from rocke_aot.families.gemm import counts
     from rocke_aot.targets import Target
-    from rocke_aot.variants import counts
 
     spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=128, block_n=128, block_k=64, waves=4,
                     vector_width=8, stages=3, group_m=8, split_k=split_k)
@@ -140,8 +140,9 @@ def test_split_k_counts_are_the_ptx(split_k):
 def test_the_hardware_model_runs_split_k_blocks_per_tile():
     """32 output tiles of 128 x 128 on the H200's 132 SMs with K = 14336: split 4 fills 128 SMs
     with a quarter of K each, which the model must find faster than one block per tile."""
+    from rocke_aot.families.gemm import counts
     from rocke_aot.targets import Target
-    from rocke_aot.variants import counts, hw_model
+    from rocke_aot.variants import hw_model
 
     facts, sm90 = hw_model.facts_for("sm_90"), Target.parse("sm_90")
     spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=128, block_n=128, block_k=64, waves=4,
@@ -157,8 +158,9 @@ def test_split_k_partials_count_in_the_memory_floor():
     at split 4 that is 1.15 GB, which the H200's HBM moves in about 0.24 ms (run 18 measured
     0.278 ms against 0.076 ms at split 1). The floor must carry them, so the model no longer
     ranks split 4 first there; A, B and C are the same bytes at every split."""
+    from rocke_aot.families.gemm import counts
     from rocke_aot.targets import Target
-    from rocke_aot.variants import counts, hw_model
+    from rocke_aot.variants import hw_model
 
     facts, sm90 = hw_model.facts_for("sm_90"), Target.parse("sm_90")
     spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=128, block_n=128, block_k=64, waves=8,

@@ -16,11 +16,12 @@ import pytest
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
 from rocke_aot.aot.compiler.ptx import find_ptxas, ptx_processor, ptx_target
-from rocke_aot.aot.families.gemm import descriptor_bits, lower_gemm, wgmma_mnemonic
 from rocke_aot.errors import CapabilityError, CompileError, SpecError
+from rocke_aot.families.gemm.counts import gemm_counts
+from rocke_aot.families.gemm.lower import lower_gemm
+from rocke_aot.families.gemm.lower_warpgroup import descriptor_bits, wgmma_mnemonic
+from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.targets import Target
-from rocke_aot.variants.counts import gemm_counts
-from rocke_aot.variants.gemm import GemmSpec
 
 SM90 = Target.parse("sm_90")
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from rocke_aot import mma
-from rocke_aot.aot.families.gemm import a_fragment_run
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.errors import SpecError
+from rocke_aot.families.gemm import counts as gcounts
+from rocke_aot.families.gemm.lower_common import a_fragment_run
+from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.targets import Target
 from rocke_aot.variants import counts, hw_model, perf, table
-from rocke_aot.variants.gemm import GemmSpec
 from rocke_aot.variants.problems import GemmProblem
 from rocke_aot.variants.selection import rank
 
@@ -43,7 +44,7 @@ def test_gemm_counts_by_hand():
     buffer, K = 1024: A and B are 64x32 and 32x64 f16 = 512 vectors each over 128 threads."""
     s = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="mma",
                  double_buffer=False, vector_width=4)
-    c = counts.gemm_counts(s, GemmProblem(1024, 1024, 1024), Target.parse("sm_90"))
+    c = gcounts.gemm_counts(s, GemmProblem(1024, 1024, 1024), Target.parse("sm_90"))
     assert (c.threads, c.warps, c.steps) == (128, 4, 32)
     assert c.global_loads == c.lds_writes == c.serial_loads == 4 + 4
     assert c.mma == 2 * 4 * 2  # tiles_m x tiles_n x (block_k / 16)
@@ -64,13 +65,13 @@ def test_global_wavefronts_by_hand():
     sm90 = Target.parse("sm_90")
     s = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="mma",
                  double_buffer=False, vector_width=4)
-    assert counts.gemm_counts(s, GemmProblem(1024, 1024, 1024), sm90).global_wavefronts == 4 * 4 + 4 * 2
+    assert gcounts.gemm_counts(s, GemmProblem(1024, 1024, 1024), sm90).global_wavefronts == 4 * 4 + 4 * 2
     s64 = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=64, waves=4, path="mma",
                    double_buffer=False, vector_width=4)
-    assert counts.gemm_counts(s64, GemmProblem(1024, 1024, 1024), sm90).global_wavefronts == 8 * 2 + 8 * 2
+    assert gcounts.gemm_counts(s64, GemmProblem(1024, 1024, 1024), sm90).global_wavefronts == 8 * 2 + 8 * 2
     # element loads (conv staging): 32 lanes x 2 bytes in one line, or one line per 8-channel pixel
-    assert counts._global_lines(32, 32, 32, 1, 2, lambda e: e) == 1
-    assert counts._global_lines(32, 32, 32, 1, 2, lambda e: (e // 8) * 64 + e % 8) == 4
+    assert counts.global_lines(32, 32, 32, 1, 2, lambda e: e) == 1
+    assert counts.global_lines(32, 32, 32, 1, 2, lambda e: (e // 8) * 64 + e % 8) == 4
 
 
 def test_global_lines_cost_lds_cycles_where_l1_and_lds_share_a_datapath():
@@ -78,12 +79,12 @@ def test_global_lines_cost_lds_cycles_where_l1_and_lds_share_a_datapath():
     (LDS apart from the vector L1, AMD) does not."""
     s = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="mma",
                  double_buffer=False, vector_width=4)
-    c = counts.gemm_counts(s, GemmProblem(1024, 1024, 1024), Target.parse("sm_90"))
+    c = gcounts.gemm_counts(s, GemmProblem(1024, 1024, 1024), Target.parse("sm_90"))
     nv, amd = hw_model.facts_for("sm_90"), hw_model.facts_for("gfx942")
     assert nv.l1_shares_lds_datapath and not amd.l1_shares_lds_datapath
     t = hw_model.step_terms(c, 3, nv)
     assert t["lds"] == 3 * c.warps * (c.lds_read_wavefronts + c.lds_write_wavefronts + c.global_wavefronts)
-    a = counts.gemm_counts(GemmSpec(**{**s.to_dict(), "path": "mfma"}), GemmProblem(1024, 1024, 1024),
+    a = gcounts.gemm_counts(GemmSpec(**{**s.to_dict(), "path": "mfma"}), GemmProblem(1024, 1024, 1024),
                            Target.parse("gfx942"))
     assert a.global_wavefronts > 0
     assert hw_model.step_terms(a, 3, amd)["lds"] == 3 * a.warps * (a.lds_read_wavefronts + a.lds_write_wavefronts)
@@ -234,7 +235,7 @@ def test_sm_90_memory_facts_are_the_h200_probes_measurements():
 @pytest.mark.parametrize("k", [32, 64, 96, 128, 320, 4096])
 def test_async_pipeline_latencies_follow_its_schedule(stages, k):
     """The latencies a block of the cp.async pipeline waits in all, against an event walk of the
-    lowering's schedule (aot/families/gemm.py docstring): the prologue issues K-tiles 0..S-2 at
+    lowering's schedule (families/gemm/lower.py docstring): the prologue issues K-tiles 0..S-2 at
     once; iteration kt waits for tile kt, then issues tile kt+S-1. With compute taking no time,
     tile j lands one latency after it is issued, so the last tile lands at the chain's end."""
     spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32,
@@ -244,7 +245,7 @@ def test_async_pipeline_latencies_follow_its_schedule(stages, k):
     for j in range(steps):  # in units of one global latency
         issued = 0.0 if j < stages - 1 else ready[j - (stages - 1)]
         ready.append(issued + 1.0)
-    c = counts.gemm_counts(spec, GemmProblem(64, 64, k), Target.parse("sm_90"))
+    c = gcounts.gemm_counts(spec, GemmProblem(64, 64, k), Target.parse("sm_90"))
     assert c.steps == steps
     assert c.serial_loads * c.steps == pytest.approx(ready[-1])
 
@@ -280,7 +281,7 @@ def test_sm_90_wgmma_cycles_follow_from_the_whitepaper_peak():
                                   (128, 192, 64, 8)])
 def test_async_copy_int_ops_are_the_loop_ir(tile):
     """GEMM_ASYNC_OPS_PER_COPY against the IR the lowerer emits for one K-tile's copies in the
-    main loop (aot/families/gemm.py issue_copies): the instructions before the loop body's last
+    main loop (families/gemm/lower_async.py issue_copies): the instructions before the loop body's last
     cp.async, per copy, are the constant plus the per-operand ones (the tile's K offset and
     bases) spread over the copies -- under one more per copy."""
     from rocke_aot.aot.lower import lower
@@ -292,9 +293,9 @@ def test_async_copy_int_ops_are_the_loop_ir(tile):
     last = max(i for i, line in enumerate(body) if "cp.async.cg" in line)
     copies = sum("cp.async.cg" in line for line in body[:last + 1])
     ops = sum(1 for line in body[:last + 1] if line.strip() and "cp.async.cg" not in line)
-    c = counts.gemm_counts(spec, GemmProblem(4096, 4096, 4096), Target.parse("sm_90"))
+    c = gcounts.gemm_counts(spec, GemmProblem(4096, 4096, 4096), Target.parse("sm_90"))
     assert copies == c.global_loads
-    assert counts.GEMM_ASYNC_OPS_PER_COPY <= ops / copies < counts.GEMM_ASYNC_OPS_PER_COPY + 1.5
+    assert gcounts.GEMM_ASYNC_OPS_PER_COPY <= ops / copies < gcounts.GEMM_ASYNC_OPS_PER_COPY + 1.5
 
 
 # -- the conv engine's fragment reads and a block's own chain (docs/selection.md, "conv_direct_fwd:
@@ -397,13 +398,13 @@ def test_async_copies_write_both_operands_into_lds(bm, bn, bk, waves):
     """The cp.async pipeline lands A's and B's tiles in shared memory: per warp and step, the
     LDS write wavefronts are the staged bytes over the warps in 128-byte lines (16 bytes a lane,
     rows of 16-byte chunks without conflicts), both operands -- the count once held B's alone."""
+    from rocke_aot.families.gemm.spec import GemmSpec
     from rocke_aot.targets import Target
-    from rocke_aot.variants.gemm import GemmSpec
     from rocke_aot.variants.problems import GemmProblem
 
     spec = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=bm, block_n=bn, block_k=bk, waves=waves,
                     vector_width=8, stages=3, group_m=8)
-    c = counts.gemm_counts(spec, GemmProblem(m=4096, n=4096, k=4096, dtype="f16"), Target.parse("sm_90"))
+    c = gcounts.gemm_counts(spec, GemmProblem(m=4096, n=4096, k=4096, dtype="f16"), Target.parse("sm_90"))
     assert c.lds_write_wavefronts == (bm + bn) * bk * 2 / (waves * 128)
 
 
@@ -418,7 +419,7 @@ def test_a_192_row_tile_is_counted_and_fills_the_waves_of_3072_cubed():
     wide = GemmSpec(path="mma", in_dtype="f16", out_dtype="f16", block_m=192, block_n=128, block_k=64, waves=8,
                     vector_width=8, stages=3, group_m=8)
     assert wide.launch_formulas().tiles(p) == 384
-    c = counts.gemm_counts(wide, p, sm90)
+    c = gcounts.gemm_counts(wide, p, sm90)
     assert (c.mma, c.global_loads, c.steps, c.macs) == (3 * 8 * 4, 6 + 4, 48, 192 * 128 * 64)
     assert c.staged_bytes == (192 + 128) * 64 * 2 and c.store_bytes == 192 * 128 * 2
     r = rank([ch for ch in _cands("sm_90") if ch.spec["in_dtype"] == "f16" and ch.spec["out_dtype"] == "f16"],

@@ -16,8 +16,8 @@ from rocke_aot.aot.lower import LoweredKernel, lower
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
 from rocke_aot.errors import CapabilityError, LaneError, SpecError
+from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.targets import Target
-from rocke_aot.variants.gemm import GemmSpec
 
 _DECL = re.compile(r'^declare (\S.*?) @"?([\w.]+)"?\((.*)\)', re.M)
 
@@ -247,8 +247,8 @@ def test_nvptx_kernels_carry_launch_bounds(lane, all_toolchains):
     (seen on an H200: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES for a 296-thread dgrad kernel)."""
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.lower import lower
+    from rocke_aot.families.gemm.spec import GemmSpec
     from rocke_aot.targets import Target
-    from rocke_aot.variants.gemm import GemmSpec
 
     k = lower("gemm", GemmSpec(path="fma", in_dtype="f16", out_dtype="f32"), "sm_90", lane)
     tc = tcs.toolchains_for_lane(lane, all_toolchains)[0]

@@ -41,15 +41,15 @@ from _service import HTTP_TIMEOUT_S, serve_process
 
 from rocke_aot.aot.families import plugin_lowerer
 from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
-from rocke_aot.aot.families.gemm import lower_gemm
 from rocke_aot.aot.lower import lower
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import PluginError, SpecError
+from rocke_aot.families.gemm.lower import lower_gemm
+from rocke_aot.families.gemm.model import GEMM as GEMM_MODEL
 from rocke_aot.lanes import LANE_NAMES, get_lane
 from rocke_aot.launch import ArgDef, LaunchFormulas
 from rocke_aot.targets import Target
 from rocke_aot.variants import families as registry
-from rocke_aot.variants import models
 from rocke_aot.variants.families import Family, FamilySource, Reference, install
 from rocke_aot.variants.table import SERVE, FamilyTable, Refuse, audit_table
 
@@ -93,7 +93,7 @@ def _tiny(**table_changes) -> Family:
                     knobs=lambda baked, target, lane: {"threads": (64, 128)},
                     make_spec=lambda baked, knobs: TinySpec(**baked, **knobs), check=lambda spec, target: None,
                     spec_from_dict=TinySpec.from_dict)
-    return Family("tiny", TinySpec, TinyProblem, dataclasses.replace(t, **table_changes), models.GEMM)
+    return Family("tiny", TinySpec, TinyProblem, dataclasses.replace(t, **table_changes), GEMM_MODEL)
 
 
 def _refused(obj, source=SRC) -> PluginError:
@@ -136,13 +136,16 @@ def test_install_refuses_what_is_not_a_usable_family_naming_the_plugin():
     assert "spec_from_dict(to_dict()) gives" in msg
     msg = str(_refused(_tiny(paths=lambda target, lane: ("fma", "tensorcore"))))
     assert "a path is one of mfma, wmma, mma, fma" in msg
-    # a name another family has: refused, the first one kept
-    gemm = registry.get_family("gemm")
-    taken = FamilySource("plugin", "rocke-aot-test-plugin", "1.2.3", "gemm", "x:FAMILY")
-    with pytest.raises(PluginError, match=r"plugin gemm .*: family gemm is already registered \(built in"):
-        install(dataclasses.replace(_tiny(), name="gemm", table=dataclasses.replace(_tiny().table, family="gemm")),
-                taken)
-    assert registry.get_family("gemm") is gemm
+    # a name another family has: refused, the first one kept (a built-in's, and a family folder's, which
+    # rocke-aot declares through its own entry points)
+    for name, first in (("conv_direct_fwd", r"built in"),
+                        ("gemm", r"plugin gemm \(rocke-aot [^,]*, entry point rocke_aot\.families\.gemm\.family:FAMILY\)")):
+        fam = registry.get_family(name)
+        taken = FamilySource("plugin", "rocke-aot-test-plugin", "1.2.3", name, "x:FAMILY")
+        with pytest.raises(PluginError, match=rf"plugin {name} .*: family {name} is already registered \({first}"):
+            install(dataclasses.replace(_tiny(), name=name, table=dataclasses.replace(_tiny().table, family=name)),
+                    taken)
+        assert registry.get_family(name) is fam
 
 
 def test_a_reference_is_checked_at_install_and_guarded_after():
@@ -281,7 +284,7 @@ def counted(**kw):
 importlib.metadata.entry_points = counted
 import rocke_aot.variants.families as r
 out = {"after_import": "rocke_rowsoftmax" in sys.modules}
-r.get_family("gemm")
+r.get_family("conv_direct_fwd")
 out["after_builtin_lookup"] = "rocke_rowsoftmax" in sys.modules
 fams = r.family_names(); r.family_names(); r.get_family("rowsoftmax"); list(r.FAMILIES)
 out.update(families=list(fams), calls=calls, family_half="rocke_rowsoftmax.family" in sys.modules,
@@ -293,7 +296,10 @@ print(json.dumps(out))
 def test_the_example_loads_once_lazily_and_its_family_half_needs_no_compiler(example):
     out = _json(run_py(plugin_env(example), _LAZY))
     assert out["after_import"] is False and out["after_builtin_lookup"] is False  # nothing read before it is needed
-    assert out["families"][:3] == ["gemm", "conv_direct_fwd", "conv_dgrad_patch"] and "rowsoftmax" in out["families"]
+    # the built-ins first (installed on import), then the entry points by name: rocke-aot's own family
+    # folders (gemm, attention) among them, like the example
+    assert out["families"][:2] == ["conv_direct_fwd", "conv_dgrad_patch"]
+    assert {"gemm", "attention", "rowsoftmax"} <= set(out["families"])
     assert out["calls"] == ["rocke_aot.families"]  # one read of the entry points, whatever the lookups
     assert out["family_half"] and not out["lower_half"]  # llvmlite blocked: the family half imports none
     assert out["source"] == {"kind": "plugin", "distribution": "rocke-aot-rowsoftmax", "version": "0.1.0",
@@ -306,7 +312,11 @@ def test_the_example_is_listed_and_its_grid_served_and_refused_like_a_builtin(ex
     assert rows["rowsoftmax"]["status"] == "ok" and rows["rowsoftmax"]["lowerer"] == "ok"
     assert rows["rowsoftmax"]["from"] == "plugin rowsoftmax (rocke-aot-rowsoftmax 0.1.0, entry point " \
                                          "rocke_rowsoftmax.family:FAMILY)"
-    assert rows["gemm"]["from"] == "built in (rocke-aot 0.1.0)" and rows["gemm"]["lowerer"] == "built in"
+    assert rows["conv_direct_fwd"]["from"] == "built in (rocke-aot 0.1.0)"
+    assert rows["conv_direct_fwd"]["lowerer"] == "built in"
+    # a family folder of rocke-aot's own (rocke_aot/families/gemm) is declared like the example
+    assert rows["gemm"]["from"] == "plugin gemm (rocke-aot 0.1.0, entry point rocke_aot.families.gemm.family:FAMILY)"
+    assert rows["gemm"]["status"] == "ok" and rows["gemm"]["lowerer"] == "ok"
     doc = _json(run_cli(env, "variants", "--family", "rowsoftmax", "--json"))
     assert doc["holes"] == [] and doc["plugin_errors"] == []
     got = {(r["arch"], r["lane"]): r for r in doc["rows"]}

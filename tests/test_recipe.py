@@ -76,7 +76,7 @@ def test_the_copy_digests_like_the_live_packages(tree, tmp_path, monkeypatch):
 def test_the_rule_selects_the_lowering_and_compile_path_and_nothing_of_the_cli_or_cache():
     mods = set(LIVE_MODULES)
     # roots: whole packages, worker scripts included, and the code-object validator
-    for m in ("rocke_aot.aot.lower.module", "rocke_aot.aot.lower.amdgpu", "rocke_aot.aot.families.gemm",
+    for m in ("rocke_aot.aot.lower.module", "rocke_aot.aot.lower.amdgpu", "rocke_aot.aot.families.conv_dgrad_patch",
               "rocke_aot.aot.families.conv_direct_fwd", "rocke_aot.aot.compiler._llvm_worker",
               "rocke_aot.aot.compiler.link", "rocke_aot.aot.compiler.options",
               "rocke_aot.aot.toolchains._triton24_worker", "rocke_aot.aot.toolchains._llvmlite_probe",
@@ -84,8 +84,11 @@ def test_the_rule_selects_the_lowering_and_compile_path_and_nothing_of_the_cli_o
         assert m in mods, m
     # reached through the closure: the vocabulary and the spec modules
     for m in ("rocke_aot.lanes", "rocke_aot.targets", "rocke_aot.arch", "rocke_aot.mma", "rocke_aot.dtypes",
-              "rocke_aot.variants.gemm", "rocke_aot.variants.conv", "rocke_aot.aot.drift"):
+              "rocke_aot.variants.problems", "rocke_aot.variants.conv", "rocke_aot.aot.drift"):
         assert m in mods, m
+    # the family folders (rocke_aot/families/<name>/) are found through entry points: no recipe module
+    # imports them, each family's plan key covers its own folder (family_digest)
+    assert not [m for m in mods if m.startswith("rocke_aot.families")]
     assert not [m for m in mods if m.startswith(("rocke_aot.cli", "rocke_aot.cache", "rocke_aot.service",
                                                  "rocke_aot.aot.builder"))]
     assert list(LIVE_MODULES) == sorted(LIVE_MODULES)
@@ -205,20 +208,28 @@ def test_the_closure_memo_is_read_only_for_the_tree_it_was_read_from(tree, tmp_h
         assert json.loads(memos[0].read_text())["modules"] == list(mods)
 
 
-@pytest.mark.parametrize("module", ["triton", "triton_kernel", "problem", "reference", "__init__"])
-def test_a_one_byte_edit_in_a_family_folder_moves_that_familys_key_only(module):
+FOLDER_FAMILIES = ("triton_attention", "gemm", "triton_matmul", "conv_direct_fwd")
+
+
+@pytest.mark.parametrize("folder, module, family", [
+    ("attention", "triton", "triton_attention"), ("attention", "triton_kernel", "triton_attention"),
+    ("attention", "problem", "triton_attention"), ("attention", "reference", "triton_attention"),
+    ("attention", "__init__", "triton_attention"),
+    ("gemm", "spec", "gemm"), ("gemm", "counts", "gemm"), ("gemm", "lower_async", "gemm"),
+    ("gemm", "lower_warpgroup", "gemm"), ("gemm", "__init__", "gemm"),
+])
+def test_a_one_byte_edit_in_a_family_folder_moves_that_familys_key_only(folder, module, family):
     """rocke_aot/families/<name>/ (a family shipped as a plugin): its plan keys carry a digest over its
     folder (family_digest); recipe_digest() and every other family's digest stay (nothing imports it)."""
     from rocke_aot.aot import recipe
 
-    path = Path(recipe.__file__).resolve().parents[1] / "families" / "attention" / f"{module}.py"
+    path = Path(recipe.__file__).resolve().parents[1] / "families" / folder / f"{module}.py"
     assert "rocke_aot.families" in PACKAGES
-    assert recipe.family_packages("triton_attention") == ("rocke_aot.families.attention",)
+    assert recipe.family_packages(family) == (f"rocke_aot.families.{folder}",)
 
-    def digests() -> tuple[str, str, str, str]:
+    def digests() -> tuple[str, ...]:
         recipe._FAMILY_DIGESTS.clear()
-        return (recipe.family_digest("triton_attention"), recipe.family_digest("gemm"),
-                recipe.family_digest("triton_matmul"), recipe_digest())
+        return (*(recipe.family_digest(f) for f in FOLDER_FAMILIES), recipe_digest())
 
     before = digests()
     old = path.read_bytes()
@@ -227,6 +238,7 @@ def test_a_one_byte_edit_in_a_family_folder_moves_that_familys_key_only(module):
         after = digests()
     finally:
         path.write_bytes(old)
-    assert after[0] != before[0]
-    assert after[1:] == before[1:] and before[1] == before[3]  # a built-in family's digest is the recipe's
+    moved = [f for f, a, b in zip(FOLDER_FAMILIES, after, before) if a != b]
+    assert moved == [family]
+    assert after[-1] == before[-1] and before[3] == before[-1]  # a built-in family's digest is the recipe's
     assert digests() == before

@@ -143,8 +143,8 @@ def test_cuda_runtime_runs_a_project_gemm_chunked_and_whole(rt):
     from _cuda import module_image
 
     from rocke_aot.aot.lower import lower
+    from rocke_aot.families.gemm.spec import GemmSpec
     from rocke_aot.runner.run import LoadedKernel, run_problem
-    from rocke_aot.variants.gemm import GemmSpec
     from rocke_aot.variants.problems import GemmProblem
 
     spec = GemmSpec(path="fma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=1,

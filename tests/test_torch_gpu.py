@@ -45,8 +45,8 @@ def kernels():
     from _cuda import module_image
 
     from rocke_aot.aot.lower import lower
+    from rocke_aot.families.gemm.spec import GemmSpec
     from rocke_aot.variants import table
-    from rocke_aot.variants.gemm import GemmSpec
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

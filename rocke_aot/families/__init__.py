@@ -8,6 +8,11 @@ pyproject.toml declares them under the same entry point groups a plugin uses
 ships with the package. No layer imports this package (``.importlinter``); the registry finds its
 families by their entry points, and the recipe digest (aot/recipe.py) covers every module in it.
 
+    gemm/        C = A x B: GemmSpec, its table, counts and model (the family half); lower.py and
+                 one module per pipeline (register-staged, asynchronous, warpgroup) for the lowerer
     attention/   SDPA forward (softmax(Q K^T * scale + mask) V): the problem, the numpy
                  reference, the native kernel ``attention`` and the Triton kernel ``triton_attention``
+
+The conv families and the in-repo Triton families (triton_matmul, triton_softmax) still live in
+the layers (variants/, aot/families/, kernels/) and move here next.
 """

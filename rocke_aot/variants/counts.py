@@ -1,5 +1,9 @@
 """What one block of a kernel issues per reduction step, counted from how the lowering builds it.
 
+The rule and its shared pieces (KernelCounts, the bank, line and staging costs) live here; each
+family's count function lives with its family (the gemm family's in rocke_aot/families/gemm/counts.py,
+the conv families' below).
+
     spec, problem, Target ──> KernelCounts (per block; "warp" = a wave on AMD)
         threads, warps, steps                         the launch geometry and the K loop
         per step, per warp   mma, lds_reads, lds_read_wavefronts (bank conflicts counted)
@@ -10,16 +14,16 @@
         per block            store_bytes, stores (per thread)
         per problem          unique_bytes (every tensor read once and written once: the HBM floor)
 
-The counts follow the lowerers instruction by instruction (aot/families/gemm.py, _conv_ir.py,
+The counts follow the lowerers instruction by instruction (rocke_aot/families/gemm/, _conv_ir.py,
 conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
 
 - gemm staging: each thread moves ``rounds`` vectors of vector_width elements of A and of B
   (one global load and one LDS store each); conv staging moves single elements. The AMD matrix
-  paths' main loop (aot/families/gemm.py build_amd, amd_main_loop here) issues a step's loads
+  paths' main loop (families/gemm/lower_registers.py build_amd, amd_main_loop here) issues a step's loads
   together before the previous step's matrix work: one exposed latency a step
   (pipelined_latencies(steps, 2)); its transposed B (nk) goes to LDS as 4-byte pairs of K rows.
 - gemm's asynchronous pipeline (spec.stages >= 2, sm_90): a thread issues ``rounds`` 16-byte
-  cp.async copies per step (in the lowering's order, variants/gemm.py async_copy_chunk: a B row
+  cp.async copies per step (in the lowering's order, families/gemm/spec.py async_copy_chunk: a B row
   of 192 columns in three panels of 64) and no LDS store (the copy writes shared memory itself: its LDS
   write cycles stay counted); a warp reads each 16x16 A tile with one ldmatrix.x4 and each
   pair of 16x8 B tiles with one ldmatrix.x4.trans (.x2 for an odd one), each 8x8 matrix one
@@ -30,7 +34,7 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
   serial_loads = ceil(steps / (stages - 1)) / steps per step (1 for one K-tile, 1 / (stages - 1)
   in a long loop).
 - matrix paths: per k-step a wave reads tiles_m A fragments (a_run elements per LDS load,
-  aot/families/gemm.py a_fragment_run) and tiles_n B fragments (one element per load; with
+  families/gemm/lower_common.py a_fragment_run) and tiles_n B fragments (one element per load; with
   b_lds "nk", B transposed in LDS, runs like A's, for vector_width 16-bit stores per staged
   B vector) once
   and issues tiles_m x tiles_n instructions (gemm); the conv engine's lowerer loads both
@@ -60,7 +64,7 @@ conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
 
 - the asynchronous epilogue's store_bytes are L2 sectors (32 bytes, NVIDIA's granule): a
   quad's 2-element stores of one row fill a whole sector for f32 and half of one for a 2-byte
-  output, unless it writes quads (variants/gemm.py quad_stores: 4 columns a lane, whole
+  output, unless it writes quads (families/gemm/spec.py quad_stores: 4 columns a lane, whole
   sectors, half as many stores).
 
 Where the compiler may do better than the IR (LLVM's load/store vectorizer merging the fma
@@ -76,22 +80,11 @@ from typing import Any
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
-from rocke_aot.variants.gemm import WARPGROUP, WGMMA_K, async_copy_chunk, copy_panel, quad_stores
 
 BANK_BYTES = 4
 
 # Integer, compare, select and address instructions the lowerers emit per staged unit, counted
 # in their IR (before the compiler folds anything; a count, not a fit):
-# gemm, one vector (aot/families/gemm.py stage_tile + load_vec): the chunk index (1), its row and
-#   vector (2), the global row and column (3), the row test (1), the whole-vector test (3), the
-#   global address (2 + 3 for the 64-bit pointer), the LDS address (3), the loop step (2)
-GEMM_OPS_PER_VECTOR = 20
-# gemm's asynchronous pipeline, one 16-byte cp.async (issue_copies, the loop-invariant copy plan
-#   computed before the loop): the round's offset product (1), the source index (1), the residue
-#   test and its AND with the tile's K test (2), the 64-bit index and address (2), the LDS offset
-#   and address (3), the ignore-src predicate (1: the test's negation, cp.async's zero-fill operand,
-#   NvptxKernel.async_copy16_unless); the cp.async itself is the global load
-GEMM_ASYNC_OPS_PER_COPY = 10
 # conv_direct_fwd, one halo element (_halo_elem): e (1), hy / hx / cc by constant divisors (7),
 #   ih, iw (4), the bounds test (3), the NHWC index (6), two selects (2), the address (3)
 FWD_OPS_PER_HALO_ELEM = 26
@@ -134,7 +127,7 @@ class KernelCounts:
     # the ``mma`` units (sm_90 wgmma: one m64nNk16 is N / 8 units of a warp's 16x8x16 quarter,
     # variants/triton_counts.py). None: one instruction per unit, as every native lowering issues.
     matrix_issued: float | None = None
-    # Split-K (gemm split_k, aot/families/gemm.py reduce_split): work-groups per output tile
+    # Split-K (gemm split_k, families/gemm/lower_async.py reduce_split): work-groups per output tile
     # (``steps`` is then one slice's K-tiles), and what a block's epilogue adds to the chain:
     # global latencies in it (1: the stores' own; split-K: + the fence before the atomic, the
     # atomic's round trip and the partial reads after the acquire) and instructions a warp
@@ -185,8 +178,8 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: int, run: int,
-               banks: int) -> tuple[int, int]:
+def frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: int, run: int,
+              banks: int) -> tuple[int, int]:
     """(LDS loads, LDS cycles) of one operand fragment of ``ins``: element j of lane l at
     ``index(*coord(l, j))``, ``run`` consecutive elements per load."""
     loads = cycles = 0
@@ -199,10 +192,10 @@ def _frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: in
 LINE_BYTES = 128  # the L1 line and the unified L1/shared data path's width per cycle (module doc)
 
 
-def _global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset: Callable[[int], int]) -> int:
+def global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset: Callable[[int], int]) -> int:
     """128-byte lines the staging loads of one warp touch over a step: vector c (``vec``
     elements) of thread c % threads is at global element ``offset(c)``; the first warp of each
-    round stands for every warp, as in _stage_cost."""
+    round stands for every warp, as in stage_cost."""
     lines = 0
     for it in range(_ceil(total, threads)):
         touched = set()
@@ -224,8 +217,8 @@ def _straight_line_serial(threads: int, total: int) -> int:
     return (1 if full else 0) + (1 if part else 0)
 
 
-def _stage_cost(threads: int, wave: int, total: int, vec: int, eb: int, at: Callable[[int], int],
-                banks: int) -> tuple[int, float]:
+def stage_cost(threads: int, wave: int, total: int, vec: int, eb: int, at: Callable[[int], int],
+               banks: int) -> tuple[int, float]:
     """(stores per thread, LDS cycles per warp) of staging ``total`` vectors of ``vec``
     elements, vector c by thread c % threads into LDS element ``at(c)`` (the first warp of
     each round stands for every warp)."""
@@ -237,145 +230,9 @@ def _stage_cost(threads: int, wave: int, total: int, vec: int, eb: int, at: Call
     return rounds, cycles
 
 
-@functools.lru_cache(maxsize=8192)
-def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
-    g = spec.geometry(target)
-    eb = DTYPE_BYTES[spec.in_dtype]
-    vw = spec.vector_width
-    lda = spec.block_k + spec.lds_row_pad
-    ldb = spec.ldb
-    a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
-    if spec.wgmma:  # cp.async's order into the swizzled layout (variants/gemm.py lds_a_index)
-        ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
-                             lambda c: spec.lds_a_index(*async_copy_chunk(spec, g.threads, "A", c)), banks)
-    else:
-        ra, wa = _stage_cost(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
-                             lambda c: (c // a_vpr) * lda + (c % a_vpr) * vw, banks)
-    if spec.b_lds == "nk" and amd_main_loop(spec, target):
-        # aot/families/gemm.py amd_units / amd_store: a unit is two vectors of K rows 2r, 2r + 1
-        # (two global loads), stored as vw 4-byte pairs, column e of the unit at column row v*vw+e;
-        # unit c is K pair c % (block_k / 2) of vector c // (block_k / 2)
-        rb, wb, kp = 0, 0.0, spec.block_k // 2
-        for e in range(vw):
-            rb, w_e = _stage_cost(g.threads, g.wave_size, kp * b_vpr, 2, eb,
-                                  lambda c, e=e: spec.lds_b_index(2 * (c % kp), (c // kp) * vw + e), banks)
-            wb += w_e
-        b_stores, rb = rb * vw, rb * 2
-    elif spec.b_lds == "nk":  # each staged B vector is vw 16-bit stores, element e to column row v*vw+e
-        rb, wb = 0, 0.0
-        for e in range(vw):
-            rb, w_e = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, 1, eb,
-                                  lambda c, e=e: spec.lds_b_index(c // b_vpr, (c % b_vpr) * vw + e), banks)
-            wb += w_e
-        b_stores = rb * vw
-    elif spec.stages:  # cp.async's order: a 192-column B row in panels (variants/gemm.py copy_panel)
-        rb, wb = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
-                             lambda c: spec.lds_b_index(*async_copy_chunk(spec, g.threads, "B", c)), banks)
-        b_stores = rb
-    else:
-        rb, wb = _stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
-                             lambda c: spec.block_m * lda + (c // b_vpr) * ldb + (c % b_vpr) * vw, banks)
-        b_stores = rb
-    if g.instr is None:
-        # thread (tx, ty): A rows ty*tm + i, B columns tx*tn + j, one element per load
-        tn_threads = spec.block_n // g.thread_n
-        lanes = range(min(g.wave_size, g.threads))
-        a_cyc = sum(lds_cycles([(((t // tn_threads) * g.thread_m + i) * lda * eb, eb) for t in lanes], banks)
-                    for i in range(g.thread_m))
-        b_cyc = sum(lds_cycles([((spec.block_m * lda + (t % tn_threads) * g.thread_n + j) * eb, eb)
-                                for t in lanes], banks) for j in range(g.thread_n))
-        per_k = g.thread_m + g.thread_n
-        return (g, None, 0.0, per_k * spec.block_k, (a_cyc + b_cyc) * spec.block_k,
-                g.thread_m * g.thread_n * spec.block_k, per_k * spec.block_k, ra + rb, wa + wb,
-                g.thread_m * g.thread_n, ra + b_stores)
-    ins = mma.INSTRS[g.instr]
-    if spec.wgmma:
-        return _gemm_wgmma_static(spec, g, ins, eb, wa + wb)
-    if spec.stages:
-        return _gemm_async_static(spec, g, ins, eb, lda, ldb, wa + wb, banks)
-    run = a_run(ins, lda)
-    a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, spec.lds_a_index, eb, run, banks)
-    b_run = a_run(ins, ldb, _b_cn(ins), ins.b_per_lane) if spec.b_lds == "nk" else 1
-    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, spec.lds_b_index, eb, b_run, banks)
-    ksub = spec.block_k // ins.k
-    return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m * a_loads + g.tiles_n * b_loads),
-            ksub * (g.tiles_m * a_cyc + g.tiles_n * b_cyc), 0, 0, ra + rb, wa + wb,
-            g.tiles_m * g.tiles_n * ins.acc_per_lane, ra + b_stores)
-
-
-def amd_main_loop(spec: Any, target: Any) -> bool:
-    """Whether the gemm runs aot/families/gemm.py build_amd (the AMD matrix paths, stages 0): every
-    global load of a step issued together, before the step's matrix work (one exposed latency a
-    step, a two-stage pipeline's), B (nk) staged as 4-byte pairs of K rows."""
-    return bool(target.is_amdgpu and spec.path in ("mfma", "wmma") and not spec.stages)
-
-
-def _b_cn(ins: Any) -> Callable:
-    """B's element map as (column, K): the (row, contiguous index) of a transposed B tile."""
-    return lambda lane, j: tuple(reversed(ins.b_coord(lane, j)))
-
-
-def _ldmatrix_cycles(row_bytes: Iterable[int], banks: int) -> int:
-    """LDS cycles of one ldmatrix: each 8x8 matrix is 8 row reads of 16 bytes (one access)."""
-    rows = list(row_bytes)
-    return sum(lds_cycles(((r, 16) for r in rows[i:i + 8]), banks) for i in range(0, len(rows), 8))
-
-
-def _gemm_async_static(spec: Any, g: Any, ins: Any, eb: int, lda: int, ldb: int, write_cyc: float,
-                       banks: int) -> tuple:
-    """_gemm_static's tuple for the asynchronous pipeline (module doc), from the lane address
-    maps of aot/families/gemm.py compute_ldmatrix, for warp 0 (every warp's tile is a shift of
-    it by whole 16-byte rows)."""
-    lane = range(32)
-    row8 = [ln % 8 + (ln // 8) % 2 * 8 for ln in lane]
-    half = [(ln // 16) * 8 for ln in lane]
-    a_cyc = sum(_ldmatrix_cycles([spec.lds_a_index(row8[ln] + i * ins.m, half[ln]) * eb for ln in lane], banks)
-                for i in range(g.tiles_m))
-    b_cyc = 0
-    b_loads = 0
-    for t in range(0, g.tiles_n, 2):
-        two = t + 1 < g.tiles_n
-        rows = [spec.lds_b_index(row8[ln], t * ins.n + (half[ln] if two else 0)) * eb for ln in lane]
-        b_cyc += _ldmatrix_cycles(rows if two else rows[:16], banks)
-        b_loads += 1
-    ksub = spec.block_k // ins.k
-    # per panel of each operand (copy_plan: one panel a row unless the row's vectors do not step
-    # evenly over the threads, B of 192 columns: three of 8 vectors)
-    copies = sum((cols // ASYNC_ELEMS // pv) * _ceil(rows * pv, g.threads)
-                 for rows, cols in ((spec.block_m, spec.block_k), (spec.block_k, spec.block_n))
-                 for pv in (copy_panel(g.threads, cols),))
-    pairs = g.tiles_m * g.tiles_n * ins.acc_per_lane // 2  # 2-element stores a lane; quads: one per two
-    return (g, ins, g.tiles_m * g.tiles_n * ksub, ksub * (g.tiles_m + b_loads), ksub * (a_cyc + b_cyc), 0, 0,
-            copies, write_cyc, pairs // 2 if quad_stores(spec, g) else pairs, 0)
-
-
-ASYNC_ELEMS = 8  # elements per cp.async (16 bytes of f16 / bf16)
-
-
 def wgmma_key(in_dtype: str) -> str:
     """The facts' key of a warp's 16x8x16 quarter of a wgmma (variants/hw_facts/sm_90.json)."""
     return f"wgmma_f32_m64n8k16_{in_dtype}"
-
-
-def _gemm_wgmma_static(spec: Any, g: Any, ins: Any, eb: int, write_cyc: float) -> tuple:
-    """_gemm_static's tuple for the warpgroup pipeline (aot/families/gemm.py build_wgmma), per warp
-    and K-tile: its quarter of each of the tiles_m x (block_k / 16) wgmma m64nNk16 its warpgroup
-    issues, in units of 16x8x16 (N / 8 a wgmma, the facts' wgmma rate: gemm_counts puts the
-    issued count beside); no LDS read instruction (the tensor cores read the descriptors), the
-    bytes they read in the read term: per m64 tile the warp's 16 rows of A and a quarter of the
-    B tile, which every wgmma reads again, in 128-byte wavefronts (the swizzled layout has no
-    conflicts); cp.async copies in panels of one swizzle row (copy_panel)."""
-    ksub = spec.block_k // WGMMA_K
-    units = g.tiles_m * g.tiles_n * ksub  # tiles_n = block_n / 8: the n8 slices
-    # each wgmma reads its own operands: its m64 tile's A (the warp's 16 rows) and the whole B
-    # (16 x N a k-step, a quarter a warp), so B is read once per m64 tile a warpgroup holds
-    read_bytes = g.tiles_m * (ins.m + spec.block_n / WARPGROUP) * spec.block_k * eb
-    copies = sum((cols // ASYNC_ELEMS // pv) * _ceil(rows * pv, g.threads)
-                 for rows, cols in ((spec.block_m, spec.block_k), (spec.block_k, spec.block_n))
-                 for pv in (copy_panel(g.threads, cols, True),))
-    pairs = g.tiles_m * g.tiles_n * ins.acc_per_lane // 2
-    return (g, ins, units, 0, read_bytes / LINE_BYTES, 0, 0, copies, write_cyc,
-            pairs // 2 if quad_stores(spec, g) else pairs, 0)
 
 
 def pipelined_latencies(steps: int, stages: int) -> float:
@@ -386,7 +243,7 @@ def pipelined_latencies(steps: int, stages: int) -> float:
 
 def a_run(ins: Any, row_stride: int, coord: Callable | None = None, per_lane: int | None = None) -> int:
     """Consecutive A fragment elements one LDS load fetches: the rule of the gemm lowerer
-    (aot/families/gemm.py a_fragment_run, which tests/test_hw_model.py checks this against): the
+    (families/gemm/lower_common.py a_fragment_run, which tests/test_hw_model.py checks this against): the
     widest w whose elements j..j+w-1 are, for every lane, one row at K, K+1, .., K+w-1 with K a
     multiple of w, w dividing the row stride and the instruction's K. ``coord`` / ``per_lane``:
     another operand's (row, contiguous index) map (B of a transposed tile: _b_cn)."""
@@ -403,104 +260,6 @@ def a_run(ins: Any, row_stride: int, coord: Callable | None = None, per_lane: in
             return w
         w //= 2
     return 1
-
-
-@functools.lru_cache(maxsize=8192)
-def _gemm_lines(spec: Any, target: Any, k: int, n: int) -> int:
-    """Global lines of a step's A (rows of block_k at stride K) and B (rows of block_n at stride N)."""
-    g = spec.geometry(target)
-    eb, vw = DTYPE_BYTES[spec.in_dtype], spec.vector_width
-    a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
-    if spec.stages:  # cp.async's order (a 192-column B row in panels; one panel otherwise: the same)
-        at = {w: (lambda c, w=w, ld=(k if w == "A" else n): (lambda r, col: r * ld + col)(
-            *async_copy_chunk(spec, g.threads, w, c))) for w in ("A", "B")}
-        return (_global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb, at["A"])
-                + _global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb, at["B"]))
-    return (_global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
-                          lambda c: (c // a_vpr) * k + (c % a_vpr) * vw)
-            + _global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
-                            lambda c: (c // b_vpr) * n + (c % b_vpr) * vw))
-
-
-# NVIDIA's L2 works in 32-byte sectors (CUDA C++ Best Practices Guide, "Coalesced Access to
-# Global Memory"): a warp's store costs every sector it touches, however little of each it writes.
-SECTOR_BYTES = 32
-
-
-def _async_store_bytes(spec: Any, g: Any) -> int:
-    """The L2 traffic of the asynchronous epilogue, in whole 32-byte sectors: a quad's 2-element
-    stores of one row cover 4 x 2 x out bytes, a whole sector for f32 and half of one for 2-byte
-    outputs (each half a separate write), unless the epilogue writes quads (quad_stores: 4
-    columns a lane, whole sectors)."""
-    ob = DTYPE_BYTES[spec.out_dtype]
-    per_sector = 1 if ob * 8 >= SECTOR_BYTES or quad_stores(spec, g) else SECTOR_BYTES // (ob * 8)
-    return spec.block_m * spec.block_n * ob * per_sector
-
-
-# Global latencies split-K adds to a block's epilogue chain (reduce_split): the release fence
-# waits for the partial stores to be performed, the atomic is a round trip to L2, and the last
-# arriver's partial reads (after the acquire fence) one more.
-SPLIT_K_LATENCIES = 3
-
-
-def _split_k_tail(spec: Any, c_bytes: int) -> int:
-    """The last arriver's reads of the split_k partials and its C sectors, less the 1 / split_k
-    share _split_k_epilogue averages into every block's store_bytes (KernelCounts.tail_bytes)."""
-    sk = spec.split_k
-    whole = sk * spec.block_m * spec.block_n * 4 + c_bytes
-    return whole - whole // sk
-
-
-def _split_k_epilogue(spec: Any, g: Any, ins: Any, c_bytes: int) -> tuple[int, float]:
-    """(L2 bytes per block, extra instructions per warp) of split-K's epilogue, averaged over the
-    split_k blocks of a tile (one of them, the last to arrive, reduces and writes C): every block
-    stores its bm x bn f32 partial; the last reads split_k of them and writes C's sectors. Per
-    warp, as reduce_split emits them: nt 16-byte partial stores (nt = the warp's mma tiles),
-    2 barriers, thread 0's fence + atomic + fence (one warp's, spread over the block's warps)
-    and, averaged, nt x split_k 16-byte loads and nt x (split_k - 1) x 4 adds in the last."""
-    sk, part = spec.split_k, spec.block_m * spec.block_n * 4
-    nt = g.tiles_m * g.tiles_n
-    warps = _ceil(g.threads, g.wave_size)
-    per_warp = nt + 2 + 3 / warps + (nt * sk + nt * (sk - 1) * ins.acc_per_lane) / sk
-    return part + (sk * part + c_bytes) // sk, per_warp
-
-
-def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
-    g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs, lds_stores = _gemm_static(spec, target, banks)
-    eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
-    if spec.stages:
-        steps = _ceil(_ceil(p.k, spec.block_k), spec.split_k)  # the longest slice (all of K at split 1)
-        store_bytes, extra, tail = _async_store_bytes(spec, g), 0.0, 0
-        if spec.split_k > 1:
-            store_bytes, extra, tail = (*_split_k_epilogue(spec, g, ins, store_bytes),
-                                        _split_k_tail(spec, store_bytes))
-        wg = spec.wgmma  # the warpgroup pipeline: copies run copy_ahead tiles ahead, not stages - 1
-        return KernelCounts(
-            threads=g.threads, wave_size=g.wave_size, steps=steps, instr=wgmma_key(spec.in_dtype) if wg else ins.key,
-            mma=mmas, matrix_issued=mmas / g.tiles_n if wg else None,
-            lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
-            lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
-            serial_loads=pipelined_latencies(steps, spec.copy_ahead + 1 if wg else spec.stages),
-            int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
-            staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
-            store_bytes=store_bytes, stores=outs,
-            # split-K's f32 partials are bytes of their own: each written once and read once by
-            # the last arriver, through the HBM where they outgrow the L2 (6000^2 at split 4:
-            # 1.15 GB, the whole time of the kernel on the H200, run 18)
-            unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob
-            + (2 * spec.split_k * p.m * p.n * 4 if spec.split_k > 1 else 0),
-            macs=spec.block_m * spec.block_n * spec.block_k, splits=spec.split_k, epilogue_latencies=1.0 + SPLIT_K_LATENCIES * (spec.split_k > 1),
-            epilogue_instructions=extra, tail_bytes=tail)
-    return KernelCounts(
-        threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.block_k),
-        instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
-        fma=fma, cvt=cvt, global_loads=rounds, lds_writes=lds_stores, lds_write_wavefronts=write_cyc,
-        global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
-        serial_loads=pipelined_latencies(_ceil(p.k, spec.block_k), 2) if amd_main_loop(spec, target) else rounds,
-        int_ops=rounds * GEMM_OPS_PER_VECTOR, staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1 if spec.double_buffer else 2,
-        double_buffer=spec.double_buffer, store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
-        unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob,
-        macs=spec.block_m * spec.block_n * spec.block_k)
 
 
 MAX_MERGED_BYTES = 16  # the widest shared-memory load (ld.shared.v4.b32, ds_read_b128)
@@ -552,10 +311,10 @@ def _engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps
     waves = g.threads // g.wave_size
     ntiles = (rows // ins.m) * (cols // ins.n)
     per_wave = _ceil(ntiles, waves)
-    a_loads, a_cyc = _frag_cost(ins, ins.a_coord, ins.a_per_lane, a_index, eb,
-                                merged_run(ins.a_coord, ins.a_per_lane, ins.wave_size, a_index, eb), banks)
-    b_loads, b_cyc = _frag_cost(ins, ins.b_coord, ins.b_per_lane, b_index, eb,
-                                merged_run(ins.b_coord, ins.b_per_lane, ins.wave_size, b_index, eb), banks)
+    a_loads, a_cyc = frag_cost(ins, ins.a_coord, ins.a_per_lane, a_index, eb,
+                               merged_run(ins.a_coord, ins.a_per_lane, ins.wave_size, a_index, eb), banks)
+    b_loads, b_cyc = frag_cost(ins, ins.b_coord, ins.b_per_lane, b_index, eb,
+                               merged_run(ins.b_coord, ins.b_per_lane, ins.wave_size, b_index, eb), banks)
     a_frags, b_frags = distinct_fragments(ntiles, cols // ins.n, waves, per_wave)
     ksub = kdim // ins.k
     return (g, ins, per_wave * ksub * taps, ksub * taps * (a_frags * a_loads + b_frags * b_loads),
@@ -585,10 +344,10 @@ def _fwd_lines(spec: Any, target: Any, w: int, c: int) -> int:
     g = spec.geometry(target)
     eb, cc, rs = DTYPE_BYTES[spec.dtype], spec.c_chunk, spec.r * spec.s
     halo = spec.halo_h * spec.halo_w * cc
-    return (_global_lines(g.threads, g.wave_size, halo, 1, eb,
-                          lambda e: ((e // (spec.halo_w * cc)) * w + (e // cc) % spec.halo_w) * c + e % cc)
-            + _global_lines(g.threads, g.wave_size, spec.tile_k * rs * cc, 1, eb,
-                            lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc))
+    return (global_lines(g.threads, g.wave_size, halo, 1, eb,
+                         lambda e: ((e // (spec.halo_w * cc)) * w + (e // cc) % spec.halo_w) * c + e % cc)
+            + global_lines(g.threads, g.wave_size, spec.tile_k * rs * cc, 1, eb,
+                           lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc))
 
 
 def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
@@ -598,8 +357,8 @@ def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
         spec, target, rows, cols, spec.c_chunk, spec.r * spec.s, banks, spec.lds_a_index, spec.lds_b_index)
     halo = spec.halo_h * spec.halo_w * spec.c_chunk
     weights = spec.tile_k * spec.r * spec.s * spec.c_chunk
-    r1, w1 = _stage_cost(g.threads, g.wave_size, halo, 1, eb, lambda e: e, banks)
-    r2, w2 = _stage_cost(g.threads, g.wave_size, weights, 1, eb, lambda e: e + halo, banks)
+    r1, w1 = stage_cost(g.threads, g.wave_size, halo, 1, eb, lambda e: e, banks)
+    r2, w2 = stage_cost(g.threads, g.wave_size, weights, 1, eb, lambda e: e + halo, banks)
     serial = _straight_line_serial(g.threads, halo) + _straight_line_serial(g.threads, weights)
     ops = r1 * FWD_OPS_PER_HALO_ELEM + r2 * FWD_OPS_PER_WEIGHT_ELEM
     oh, ow = p.out_hw
@@ -623,9 +382,9 @@ def _patch_lines(spec: Any, target: Any, wp: int, k: int) -> int:
     g = spec.geometry(target)
     eb, kc, cols = DTYPE_BYTES[spec.dtype], spec.k_chunk, spec.cols_padded
     ppc = spec.p * spec.p * spec.c
-    return (_global_lines(g.threads, g.wave_size, spec.rows * kc, 1, eb,
-                          lambda e: (((e // kc) // spec.tile_w) * wp + (e // kc) % spec.tile_w) * k + e % kc)
-            + _global_lines(g.threads, g.wave_size, kc * cols, 1, eb, lambda e: (e // cols) * ppc + e % cols))
+    return (global_lines(g.threads, g.wave_size, spec.rows * kc, 1, eb,
+                         lambda e: (((e // kc) // spec.tile_w) * wp + (e // kc) % spec.tile_w) * k + e % kc)
+            + global_lines(g.threads, g.wave_size, kc * cols, 1, eb, lambda e: (e // cols) * ppc + e % cols))
 
 
 def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
@@ -634,10 +393,10 @@ def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCount
     g, ins, mmas, reads, read_cyc, fma, cvt, outs = _engine_static(
         spec, target, rows, cols, spec.k_chunk, 1, banks, spec.lds_a_index, spec.lds_b_index)
     a_size, b_size = rows * spec.k_chunk, spec.k_chunk * cols
-    r1, w1 = _stage_cost(g.threads, g.wave_size, a_size, 1, eb,
-                         lambda e: spec.lds_a_staged(e, e // spec.k_chunk), banks)
-    r2, w2 = _stage_cost(g.threads, g.wave_size, b_size, 1, eb,
-                         lambda e: spec.lds_b_staged(e, e // cols), banks)
+    r1, w1 = stage_cost(g.threads, g.wave_size, a_size, 1, eb,
+                        lambda e: spec.lds_a_staged(e, e // spec.k_chunk), banks)
+    r2, w2 = stage_cost(g.threads, g.wave_size, b_size, 1, eb,
+                        lambda e: spec.lds_b_staged(e, e // cols), banks)
     serial = _straight_line_serial(g.threads, a_size) + _straight_line_serial(g.threads, b_size)
     ops = r1 * PATCH_OPS_PER_DY_ELEM + r2 * PATCH_OPS_PER_W_ELEM
     lines = _patch_lines(spec, target, p.wp, p.k)

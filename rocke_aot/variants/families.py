@@ -1,11 +1,11 @@
 """The family registry: one ``Family`` object per kernel family, found by one name; every layer reads it.
 
-    Family(name="gemm",
-           spec_type=GemmSpec,          variants/gemm.py (to_dict/from_dict, geometry,
+    Family(name="gemm",                 rocke_aot/families/gemm/family.py FAMILY
+           spec_type=GemmSpec,          families/gemm/spec.py (to_dict/from_dict, geometry,
                                         launch_formulas: grid, tile count, arguments)
-           problem_type=GemmProblem,    variants/problems.py
-           table=tables.gemm.GEMM,      variants/tables/*.py (knob grid, lane decisions)
-           model=models.GEMM,           variants/models.py (accepts, efficiency, work, counts)
+           problem_type=GemmProblem,    variants/problems.py (the matmul operation's)
+           table=TABLE,                 families/gemm/table.py (knob grid, lane decisions)
+           model=MODEL,                 families/gemm/model.py (accepts, efficiency, work, counts)
            reference=None)              what it computes, for `bench --run-from-cache` to verify
                                         against: Reference(output, compute, flops, terms | bound);
                                         the built-ins' are runner/reference.py's own SEMANTICS, a
@@ -13,7 +13,10 @@
 
     where families come from (one install path, the same checks for all):
         built in   install(Family(...), BUILTIN)          variants/builtin.py, imported by
-                                                          rocke_aot.variants itself
+                                                          rocke_aot.variants itself (the conv
+                                                          families, until they get a folder)
+        rocke-aot's family folders (rocke_aot/families/<name>/: gemm, attention): entry points of
+                   rocke-aot's own pyproject.toml, loaded as a plugin's (FamilySource.shipped)
         plugins    entry points of the group ``rocke_aot.families`` (ENTRY_POINT_GROUP), read
                    through importlib.metadata once, lazily, on the first lookup below:
                        [project.entry-points."rocke_aot.families"]
@@ -26,14 +29,15 @@
     install checks: a Family; name == the entry point's name and a key name ([a-z][a-z0-9_]*);
         spec_type / problem_type frozen dataclasses; model a Model; reference None or a
         Reference (output named, compute callable, one of terms / bound); table.audit(spec_type) (the
-        lane decisions have reasons; for a plugin also every (arch, lane) of the grid: an
+        lane decisions have reasons; for a plugin (not rocke-aot's own, FamilySource.shipped) also every (arch, lane) of the grid: an
         empty served grid or a table function raising anything but SpecError/CapabilityError
         is refusing without a reason, variants/table.py audit_table); a plugin's table, model
         and reference functions are then guarded: what they raise later but a RockeError is a PluginError
         naming the plugin (the registered Family is that guarded copy of the entry point's)
-    register_lowerer("gemm", lower_gemm)   the aot half, against the same name: built-ins from
-        aot/families/__init__.py; a plugin's from its ``rocke_aot.lowerers`` entry point, loaded
-        by that module too (the aot floor: it wraps every lowerer with the launch contract)
+    register_lowerer("conv_direct_fwd", lower_conv_direct_fwd)   the aot half, against the same
+        name: built-ins from aot/families/__init__.py; a plugin's, and a family folder's (gemm,
+        attention), from its ``rocke_aot.lowerers`` entry point, loaded by that module too (the
+        aot floor: it wraps every lowerer with the launch contract)
 
     get_family(name) -> Family     the one lookup: .spec_type, .problem_type, .table, .model,
                                    .lowerer, .source, .launch(spec, problem, target), .spec_from(d)
@@ -109,6 +113,13 @@ class FamilySource:
     @property
     def builtin(self) -> bool:
         return self.kind == "builtin"
+
+    @property
+    def shipped(self) -> bool:
+        """rocke-aot's own family: built in, or a folder of rocke_aot/families/ declared through
+        rocke-aot's own entry points. Its grids are checked by rocke-aot's tests (check_complete)
+        and its code is rocke-aot's, so install neither enumerates its grid nor guards it."""
+        return self.builtin or (self.distribution == "rocke-aot" and self.value.startswith("rocke_aot.families."))
 
     def describe(self) -> str:
         if self.kind == "plugin":
@@ -312,8 +323,9 @@ def install(obj: object, source: FamilySource) -> Family:
 
     Raises PluginError (naming ``source``) with every finding; nothing is registered then.
     A plugin's grid is enumerated over every wired arch and decided lane (table.audit); the
-    built-ins' grids are checked by the tests (check_complete), as enumerating them costs
-    about 0.4 s per process.
+    grids of rocke-aot's own families (FamilySource.shipped: the built-ins and the folders of
+    rocke_aot/families/) are checked by the tests (check_complete), as enumerating them costs
+    seconds per process (gemm's alone 2.4 s of CPU), and their functions are not guarded.
     """
     what = source.describe()
     name = getattr(obj, "name", "?")
@@ -352,10 +364,10 @@ def install(obj: object, source: FamilySource) -> Family:
         if not callable(audit):
             problems.append(f"its table is a {type(family.table).__name__}, not a rocke_aot.variants.table.FamilyTable")
         else:
-            problems += audit(family.spec_type, grid=not source.builtin)
+            problems += audit(family.spec_type, grid=not source.shipped)
     if problems:
         raise refuse("; ".join(problems))
-    if not source.builtin:
+    if not source.shipped:
         family = _guarded(family, source)
     try:
         return register(family, source)
@@ -571,7 +583,7 @@ def builtin_family_names() -> tuple[str, ...]:
     built-ins, and the families of rocke_aot/families/ that rocke-aot declares through its own entry
     points (plugins of the distribution rocke-aot; the plugins are read in first)."""
     _discover()
-    return tuple(n for n in _REGISTRY if _SOURCES[n].builtin or _SOURCES[n].distribution == BUILTIN.distribution)
+    return tuple(n for n in _REGISTRY if _SOURCES[n].shipped)
 
 
 def installed_builtin_names() -> tuple[str, ...]:

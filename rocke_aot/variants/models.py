@@ -33,7 +33,7 @@ from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchFormulas
 from rocke_aot.variants import counts as _counts
 from rocke_aot.variants.perf import TileWork, fragment_wavefronts
-from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
+from rocke_aot.variants.problems import ConvProblem, PatchDgradProblem
 
 
 @functools.lru_cache(maxsize=8192)
@@ -104,7 +104,7 @@ def combine(dims: Iterable[DimGranularity], tiles: int, info: ArchInfo) -> Effic
     return Efficiency(dims, tiles, info.cu_count, cu, total)
 
 
-def _too_big(what: str, elems: int, dtype: str) -> str | None:
+def too_big(what: str, elems: int, dtype: str) -> str | None:
     size = elems * DTYPE_BYTES[dtype]
     if size > MAX_TENSOR_BYTES:
         return (f"{what} is {size} bytes, over the {MAX_TENSOR_BYTES}-byte limit of 32-bit "
@@ -112,40 +112,8 @@ def _too_big(what: str, elems: int, dtype: str) -> str | None:
     return None
 
 
-def _first(*reasons: str | None) -> str | None:
+def first_reason(*reasons: str | None) -> str | None:
     return next((r for r in reasons if r), None)
-
-
-# -- gemm ------------------------------------------------------------------------------------
-
-def _gemm_accepts(spec: Any, p: GemmProblem) -> str | None:
-    if p.dtype != spec.in_dtype:
-        return f"dtype: problem is {p.dtype}, spec is baked for {spec.in_dtype}"
-    if p.out_dtype is not None and p.out_dtype != spec.out_dtype:
-        return f"out_dtype: problem wants {p.out_dtype}, spec writes {spec.out_dtype}"
-    if spec.stages and (p.k % 8 or p.n % 8):
-        # cp.async copies 16 aligned bytes: every row of A (K elements) and B (N) must start
-        # on a 16-byte boundary (the kernel traps on such a problem rather than misread it)
-        return (f"alignment: the cp.async pipeline needs K and N multiples of 8, problem has "
-                f"K={p.k}, N={p.n}")
-    return _first(_too_big("A", p.m * p.k, p.dtype), _too_big("B", p.k * p.n, p.dtype),
-                  _too_big("C", p.m * p.n, spec.out_dtype), _split_k_workspace(spec, p))
-
-
-def _split_k_workspace(spec: Any, p: GemmProblem) -> str | None:
-    """The split-K workspace is indexed with 32-bit offsets too, and no chunk of M rows makes it
-    smaller than a chunk's C (split_k f32 words per output element): past the limit, refused."""
-    words = getattr(spec, "workspace_words_per_tile", 0) * formulas(spec).tiles(p)
-    size = words * 4
-    if size > MAX_TENSOR_BYTES:
-        return (f"workspace: split_k={spec.split_k} needs {size} bytes of partial tiles, over the "
-                f"{MAX_TENSOR_BYTES}-byte limit of 32-bit offsets")
-    return None
-
-
-def _gemm_eff(spec: Any, p: GemmProblem, info: ArchInfo) -> Efficiency:
-    tiles = formulas(spec).tiles(p)
-    return combine((dim("M", p.m, spec.block_m), dim("N", p.n, spec.block_n)), tiles, info)
 
 
 # -- conv_direct_fwd ---------------------------------------------------------------------------
@@ -162,8 +130,8 @@ def _fwd_accepts(spec: Any, p: ConvProblem) -> str | None:
     oh, ow = p.out_hw
     if oh < 1 or ow < 1:
         return f"output is empty ({oh}x{ow}) for a {p.h}x{p.w} input"
-    return _first(_too_big("input", p.n * p.h * p.w * p.c, p.dtype),
-                  _too_big("output", p.n * oh * ow * p.k, p.dtype))
+    return first_reason(too_big("input", p.n * p.h * p.w * p.c, p.dtype),
+                  too_big("output", p.n * oh * ow * p.k, p.dtype))
 
 
 def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
@@ -182,8 +150,8 @@ def _patch_accepts(spec: Any, p: PatchDgradProblem) -> str | None:
             return f"{name}: problem has {want}, spec is baked for {baked}"
     if p.h < p.p or p.w < p.p:
         return f"image {p.h}x{p.w} is smaller than one {p.p}x{p.p} patch: no GEMM to run"
-    return _first(_too_big("dX", p.n * p.h * p.w * p.c, p.dtype),
-                  _too_big("dY", p.n * p.hp * p.wp * p.k, p.dtype))
+    return first_reason(too_big("dX", p.n * p.h * p.w * p.c, p.dtype),
+                  too_big("dY", p.n * p.hp * p.wp * p.k, p.dtype))
 
 
 def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
@@ -198,44 +166,31 @@ def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
 # -- work (the time model's input, variants/perf.py) --------------------------------------------
 
 @functools.lru_cache(maxsize=8192)
-def _geometry(spec: Any, target: Any) -> Any:
+def geometry_of(spec: Any, target: Any) -> Any:
     return spec.geometry(target)
 
 
 @functools.lru_cache(maxsize=8192)
 def _wavefronts_per_instr(spec: Any, target: Any) -> tuple[int, int]:
     """(fragment wavefronts, MACs) of one matrix instruction reading the spec's LDS layout."""
-    ins = mma.INSTRS[_geometry(spec, target).instr]
+    ins = mma.INSTRS[geometry_of(spec, target).instr]
     dtype = getattr(spec, "in_dtype", None) or spec.dtype
     return (fragment_wavefronts(ins, spec.lds_a_index, spec.lds_b_index, DTYPE_BYTES[dtype]),
             ins.m * ins.n * ins.k)
 
 
-def _matrix_wavefronts(spec: Any, target: Any, macs: int) -> float:
+def matrix_wavefronts(spec: Any, target: Any, macs: int) -> float:
     if spec.path == "fma":
         return 0.0
     wf, per = _wavefronts_per_instr(spec, target)
     return wf * macs / per
 
 
-def _gemm_work(spec: Any, p: GemmProblem, target: Any) -> TileWork:
-    # The fitted model (variants/perf.py) counts output tiles, so a split-K spec is the work of its
-    # split_k = 1 twin here (all of K per tile); only the hardware-fact model knows split_k blocks
-    # per tile (variants/counts.py KernelCounts.splits).
-    e = DTYPE_BYTES[spec.in_dtype]
-    macs = spec.block_m * spec.block_n * spec.block_k
-    return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(p.k, spec.block_k), macs_per_step=macs,
-                    load_bytes_per_step=(spec.block_m + spec.block_n) * spec.block_k * e,
-                    lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
-                    store_bytes=spec.block_m * spec.block_n * DTYPE_BYTES[spec.out_dtype],
-                    matrix=spec.path != "fma", double_buffer=spec.double_buffer, lds_bytes=spec.lds_bytes())
-
-
 def _fwd_work(spec: Any, p: ConvProblem, target: Any) -> TileWork:
     # One step = one c_chunk of input channels staged (halo + weights), then every filter tap.
     macs = spec.tile_h * spec.tile_w * spec.tile_k * spec.c_chunk * spec.r * spec.s
-    return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(spec.c, spec.c_chunk), macs_per_step=macs,
-                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
+    return TileWork(threads=geometry_of(spec, target).threads, steps=_ceil(spec.c, spec.c_chunk), macs_per_step=macs,
+                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=matrix_wavefronts(spec, target, macs),
                     store_bytes=spec.tile_h * spec.tile_w * spec.tile_k * DTYPE_BYTES[spec.dtype],
                     matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
 
@@ -243,8 +198,8 @@ def _fwd_work(spec: Any, p: ConvProblem, target: Any) -> TileWork:
 def _patch_work(spec: Any, p: PatchDgradProblem, target: Any) -> TileWork:
     # One step = one k_chunk of dY channels staged (dY rows + weights); columns padded to 16.
     macs = spec.rows * spec.cols_padded * spec.k_chunk
-    return TileWork(threads=_geometry(spec, target).threads, steps=_ceil(p.k, spec.k_chunk), macs_per_step=macs,
-                    load_bytes_per_step=spec.staged_elems() * DTYPE_BYTES[spec.dtype], lds_wavefronts_per_step=_matrix_wavefronts(spec, target, macs),
+    return TileWork(threads=geometry_of(spec, target).threads, steps=_ceil(p.k, spec.k_chunk), macs_per_step=macs,
+                    load_bytes_per_step=spec.staged_elems() * DTYPE_BYTES[spec.dtype], lds_wavefronts_per_step=matrix_wavefronts(spec, target, macs),
                     store_bytes=spec.rows * spec.cols * DTYPE_BYTES[spec.dtype],
                     matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
 
@@ -262,7 +217,6 @@ class Model:
     reads_schedule: bool = False
 
 
-GEMM = Model(_gemm_accepts, _gemm_eff, _gemm_work, _counts.gemm_counts)
 CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work, _counts.fwd_counts, reads_schedule=True)
 CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work, _counts.patch_counts, reads_schedule=True)
 

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocke_aot import mma
+from rocke_aot.mma import WARPGROUP, WGMMA_K
 from rocke_aot.variants.counts import KernelCounts, pipelined_latencies, wgmma_key
-from rocke_aot.variants.gemm import WARPGROUP, WGMMA_K
 
 EB = 2  # f16 (the family's only baked dtype)
 TRITON_OPS_PER_LOAD = 2
@@ -52,7 +52,7 @@ TRITON_OPS_PER_LOAD = 2
 WGMMA_KEY = wgmma_key("f16")
 ASYNC_MIN_BYTES = 4  # the smallest cp.async copy
 # WARPGROUP: warps of one wgmma; WGMMA_K: 256 bits of K per f16 instruction (mmaVersionToInstrShape:
-# 256 / bit width) -- the native warpgroup pipeline's constants (variants/gemm.py)
+# 256 / bit width) -- the native warpgroup pipeline's constants (families/gemm/spec.py)
 WGMMA_N = tuple(range(256, 0, -8))  # the f16 instruction N Triton tries, largest first
 
 

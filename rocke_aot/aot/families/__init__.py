@@ -1,8 +1,10 @@
 """The aot half of every built-in family: its lowerer, registered against the family's name.
 
     variants/families.py   the registry: get_family("gemm") -> Family (spec, problem, table, model)
-    here                   register_lowerer("gemm", with_contract(lower_gemm)), for each built-in
-                           family, when this package is imported (aot.lower.lower imports it)
+    here                   register_lowerer("conv_direct_fwd", with_contract(lower_conv_direct_fwd)),
+                           for each built-in family, when this package is imported (aot.lower.lower
+                           imports it); the family folders of rocke_aot/families/ (gemm, attention)
+                           come through their entry points like a plugin's, below
         lowerer(spec, target, lane) -> LoweredKernel whose .launch is the LaunchContract
             (spec.launch_formulas(), block = the kernel's block size, the lowering's kernargs:
              the family's ArgDefs laid out by launch.natural_layout; the builder re-checks the
@@ -35,7 +37,6 @@ from typing import Any
 
 from rocke_aot.aot.families.conv_dgrad_patch import lower_conv_dgrad_patch
 from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
-from rocke_aot.aot.families.gemm import lower_gemm
 from rocke_aot.aot.families.triton import lower_triton
 from rocke_aot.aot.lower.module import LoweredKernel
 from rocke_aot.errors import PluginError, RockeError, SpecError
@@ -74,7 +75,6 @@ def with_contract(raw: Callable[..., Any]) -> Callable[..., Any]:
 
 
 BUILTIN_LOWERERS: tuple[tuple[str, Callable[..., Any]], ...] = (
-    ("gemm", lower_gemm),
     ("conv_direct_fwd", lower_conv_direct_fwd),
     ("conv_dgrad_patch", lower_conv_dgrad_patch),
 )

@@ -162,7 +162,7 @@ class LoweredKernel:
 
 class Sym:
     """An i32 index expression that emits IR: the same ``//``, ``%``, ``*``, ``+`` (and ``^``, the
-    swizzled layouts' chunk XOR) that the numpy layout models (mma.py, variants/gemm.py
+    swizzled layouts' chunk XOR) that the numpy layout models (mma.py, families/gemm/spec.py
     lds_a_index) evaluate on arrays, so one index-map function serves both.
 
     Values are non-negative by construction (thread ids, tile indices), so ``//``/``%`` by

@@ -131,7 +131,7 @@ class NvptxKernel(KernelModule):
         res = self.builder.call(self._async(key, "ldmatrix"), [ptr])
         return [self.builder.extract_value(res, i) for i in range(count)]
 
-    # -- inter-CTA communication (split-K, aot/families/gemm.py reduce_split) ------------------
+    # -- inter-CTA communication (split-K, families/gemm/lower_async.py reduce_split) ------------------
     # Inline PTX, as async_copy16_unless: each is one PTX instruction with no LLVM intrinsic of the
     # same meaning in every lane (LLVM 20's NVPTX lowers `fence syncscope("device")` differently
     # from LLVM 22's), and the "~{memory}" clobber keeps LLVM from moving memory accesses across.

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rocke_aot.mma import WARPGROUP
 from rocke_aot.variants.counts import KernelCounts, pipelined_latencies
-from rocke_aot.variants.gemm import WARPGROUP
 from rocke_aot.variants.triton_counts import WGMMA_KEY, matrix_instr
 
 EB = 2  # f16 / bf16

@@ -1,4 +1,4 @@
-"""The gemm family's variant table (GemmSpec itself lives in variants/gemm.py).
+"""The gemm family's variant table (GemmSpec itself lives in spec.py beside it).
 
     baked   (in_dtype, out_dtype)
     knobs   block_m, block_n, block_k, waves, double_buffer, vector_width, path
@@ -8,7 +8,7 @@
             (AMD_MATRIX: issue 37): B transposed in LDS makes every B fragment read one
             ds_read_b64 / b128 instead of element reads (ds_read_u16), staged as 4-byte pairs of K
             rows (ds_write2_b32), and 16-byte global loads; the main loop that serves them is
-            aot/families/gemm.py build_amd (docs/lowering.md "The AMD main loop"). fma keeps
+            lower_registers.py build_amd (docs/lowering.md "The AMD main loop"). fma keeps
             "kn" and 4.
             Also, stages in (0, 3): stages 3 is its own sub-grid (make_spec): mma path, blocks of
             64..256 (at most 128 x 256 elements), 4 or 8 warps, vector_width 8, tile order
@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rocke_aot.errors import SpecError
+from rocke_aot.families.gemm.spec import ASYNC_VECTOR, GemmSpec
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
-from rocke_aot.variants.gemm import ASYNC_VECTOR, GemmSpec
 from rocke_aot.variants.table import SERVE, FamilyTable, Serve
 from rocke_aot.variants.tables._common import matrix_paths
 

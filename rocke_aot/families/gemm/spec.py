@@ -31,6 +31,7 @@ from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES, DTYPES, MATRIX_IN_DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
 from rocke_aot.launch import ArgDef, LaunchFormulas, Split
+from rocke_aot.mma import WARPGROUP
 from rocke_aot.variants._fields import check_known, check_types
 
 IN_DTYPES = MATRIX_IN_DTYPES
@@ -57,9 +58,7 @@ NK_PAD = 8  # elements after each row of a transposed B tile: 16 bytes, four ban
 # 16-byte chunk c of row r sits at chunk c ^ (r % 8). A: block_m rows of K (K-major); B: per 64
 # columns of N, block_k rows of those columns (N-major, "transposed" B), each a column of atoms.
 SWIZZLE_ELEMS = 64  # 16-bit elements of one 128-byte swizzle row
-WARPGROUP = 4  # warps of one warpgroup (128 threads): wgmma's unit of issue
 WGMMA_M = 64  # rows of one wgmma.m64nNk16; a warpgroup's tile is whole multiples of it
-WGMMA_K = 16  # K of one f16 / bf16 wgmma (256 bits of K)
 WGMMA_ALIGN = 1024  # bytes: a swizzle atom's alignment; the dynamic array has this much more to round up in
 WGMMA_MAX_ACC = 128  # f32 accumulators a thread may hold (m64n256: 128; more spills, as fma's rule)
 
@@ -120,14 +119,14 @@ class GemmSpec:
     # summing K-tiles [z * per, min(ktiles, (z + 1) * per)), per = ceil(ktiles / split_k); each
     # writes its f32 partial tile to the workspace and the last to arrive (a per-tile counter)
     # adds the split_k partials in the fixed order z = 0, 1, .. and writes C: deterministic bits
-    # (aot/families/gemm.py reduce_split, docs/lowering.md "Split-K").
+    # (families/gemm/lower_async.py reduce_split, docs/lowering.md "Split-K").
     split_k: int = 1
     # The warpgroup pipeline (sm_90 mma path with stages, wgmma=True): the stages' tiles are laid
     # out 128-byte swizzled (SWIZZLE_ELEMS) and each warpgroup of 4 warps issues wgmma.mma_async
     # m64nNk16 (N = block_n) from shared memory descriptors, asynchronously, instead of ldmatrix +
     # mma.sync per warp; the accumulators stay in registers (a warp's rows of each n8 slice in
     # mma.sync m16n8's result layout). Code objects are sm_90a (arch-specific: wgmma exists on
-    # compute capability 9.0 only). aot/families/gemm.py build_wgmma, docs/lowering.md.
+    # compute capability 9.0 only). families/gemm/lower_warpgroup.py build_wgmma, docs/lowering.md.
     wgmma: bool = False
 
     def __post_init__(self) -> None:
@@ -330,7 +329,7 @@ class GemmSpec:
         return self.stages > 0
 
     def lds_a_index(self, row: Any, k: Any) -> Any:
-        """Element index of A[row][k] in LDS: rows of block_k + pad (aot/families/gemm.py lda);
+        """Element index of A[row][k] in LDS: rows of block_k + pad (families/gemm/lower_common.py lda);
         wgmma: 128-byte swizzled rows (SWIZZLE_ELEMS: chunk k // 8 at k // 8 ^ row % 8)."""
         if self.wgmma:
             return row * SWIZZLE_ELEMS + ((k // 8) ^ (row % 8)) * 8 + k % 8
@@ -430,7 +429,7 @@ def quad_stores(spec: GemmSpec, geo: GemmGeometry) -> bool:
 
 def copy_panel(threads: int, cols: int, swizzled: bool = False) -> int:
     """16-byte vectors a row of one cp.async copy panel of an operand tile ``cols`` elements wide
-    (aot/families/gemm.py copy_plan): the work-items walk a panel in rounds of whole rows, each
+    (families/gemm/lower_async.py copy_plan): the work-items walk a panel in rounds of whole rows, each
     in one column of vectors, so the panel is the widest run of vectors a row that ``threads``
     steps evenly -- the whole row for power-of-two tiles (one panel), 8 vectors (64 columns) of a
     192-column B row (24 vectors: 256 or 128 threads would change column from round to round).

@@ -1,0 +1,404 @@
+"""The gemm's register-staged pipeline: tiles move global -> registers -> LDS, every path, stages 0.
+
+    build_registers(ktiles)   (after lower.py's entry: kernel(A, B, C, M, N, K), the tile of this
+                              work-group, zeroed accumulators)
+           [double buffer: stage K-tile 0 into LDS stage 0; barrier]
+           loop kt < ceil(K/bk):
+               single: stage K-tile kt -> LDS; barrier; compute; barrier
+               double: stage K-tile kt+1 -> LDS stage (kt+1)&1 (if any); compute stage kt&1;
+                       barrier    (one barrier: the stage written was last read before it)
+           exit:   every accumulator element, guarded by row < M and col < N, converted, stored
+      AMD matrix paths (mfma / wmma, stages 0): build_amd instead of the loop above -- an
+           interior loop over K // bk (blocks inside M and N) with no bounds test, the next
+           K-tile's loads issued before the step's MFMAs, one barrier a step when double
+           buffered; then a checked edge loop (docs/lowering.md "The AMD main loop")
+      compute:
+           fma        each thread a thread_m x thread_n micro tile, llvm.fmuladd.f32
+           mfma/wmma/mma  each wave (a warp on sm_90) tiles_m x tiles_n instruction tiles;
+                      the fragment of lane l is read from LDS at the coordinates
+                      mma.MmaInstr.a_coord/b_coord give, the instruction is called through
+                      aot/lower/matrix.py (its operand convention), results are stored at
+                      d_coord. mma (sm_90 mma.sync m16n8k16) is the same code with its maps.
+
+Global loads: each thread moves vector_width contiguous elements (along K for A, N for B);
+a vector wholly inside the matrix is one <vw x i16> load, a vector at an edge (M, N or the
+K tail) falls back to per-element loads whose address is clamped to 0 when out of range,
+so no load ever leaves the tensor and missing elements read as zero. On AMD the matrix paths'
+interior loop (build_amd) loads without checks; its edge loop and the fma path's stage_tile
+check as above. Data stays as i16 bits until the arithmetic, so f16 and bf16 share every load
+and LDS path.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from rocke_aot.aot.lower.matrix import call_matrix
+from rocke_aot.aot.lower.module import F32, I16, Sym
+from rocke_aot.families.gemm.lower_common import OUT_TYPES, Chunk, GemmLoweringBase, c32
+
+
+class RegisterStaged(GemmLoweringBase):
+    """The register-staged pipeline (module doc): staging, the AMD main loop, compute, epilogue."""
+
+    # -- global -> LDS ------------------------------------------------------------------
+    def load_vec(self, ptr: ir.Value, base: Sym, row_ok: ir.Value, col: Sym, limit: Sym, vw: int) -> ir.Value:
+        """vw i16 at ptr[base + 0..vw-1]; zero where row_ok is false or col+e >= limit."""
+        b = self.b
+        if vw == 1:
+            ok = self.kb.all_of(row_ok, col.lt(limit))
+            idx = b.select(ok, base.v, c32(0))
+            v = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
+            return b.select(ok, v, ir.Constant(I16, 0))
+        vty = ir.VectorType(I16, vw)
+        full = self.kb.all_of(row_ok, b.icmp_unsigned("<=", (col + vw).v, limit.v))
+
+        def whole():
+            return b.load(self.gep(ptr, base), typ=vty, align=2)
+
+        def edge():
+            v = ir.Constant(vty, None)
+            for e in range(vw):
+                ok = self.kb.all_of(row_ok, (col + e).lt(limit))
+                idx = b.select(ok, (base + e).v, c32(0))
+                x = b.load(self.gep(ptr, self.S(idx)), typ=I16, align=2)
+                v = b.insert_element(v, b.select(ok, x, ir.Constant(I16, 0)), c32(e))
+            return v
+
+        return self.kb.select_value(full, whole, edge, name="ld")
+
+    def each_chunk(self, kt: Sym, stage: Sym | int, move, name: str) -> None:
+        """Cut K-tile kt of A (bm x bk) and B (bk x bn) into vector_width-element chunks;
+        work-item t moves chunks t, t + T, t + 2T, ... (a runtime loop when there is more than
+        one round) by ``move(chunk)`` -- the register copy (stage_tile) or cp.async
+        (stage_tile_async): one chunk walk, two ways to move it."""
+        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        for which in ("A", "B"):
+            rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
+            ld = self.lda if which == "A" else self.ldb
+            vpr = cols // vw  # vectors per row
+            chunks = rows * vpr
+            off = self.stage_base(stage) + (0 if which == "A" else s.block_m * self.lda)
+
+            def one_round(it: Sym | int, _vals, which=which, ld=ld, vpr=vpr, chunks=chunks, off=off):
+                c = self.tid + it * T
+                guard = None
+                if chunks % T:  # some round has fewer chunks than work-items
+                    guard = self.kb.if_then(c.lt(chunks), name=name)
+                    guard.__enter__()
+                r, v = c // vpr, c % vpr
+                if which == "A":
+                    grow, gcol = self.row0 + r, kt * s.block_k + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
+                else:
+                    grow, gcol = kt * s.block_k + r, self.col0 + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
+                move(Chunk(which, r, v, grow, gld, row_ok, gcol, limit, ptr, off, ld))
+                if guard is not None:
+                    guard.__exit__(None, None, None)
+                return []
+
+            rounds = -(-chunks // T)
+            if rounds == 1:
+                one_round(0, [])
+            else:
+                self.kb.loop(rounds, [], one_round, name=f"{name}{which}")
+
+    def tile_inside(self, kt: Sym) -> ir.Value:
+        """K-tile kt's A (block_m x block_k) and B (block_k x block_n) lie wholly inside A and B."""
+        s, b = self.spec, self.b
+        return self.kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
+                              b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v),
+                              b.icmp_unsigned("<=", ((kt + 1) * s.block_k).v, self.K.v))
+
+    def stage_tile(self, kt: Sym, stage: Sym | int) -> None:
+        """Copy K-tile kt into LDS stage ``stage`` through registers (each_chunk).
+
+        On AMD a tile wholly inside both matrices takes a path without per-vector edge checks:
+        each vector behind its own branch made LLVM wait for every load (s_waitcnt vmcnt(0))
+        before issuing the next (docs/lowering.md, "Native vs Triton on AMD"); branch-free, the
+        step's loads issue together. Boundary tiles keep the checked path. sm_90 keeps the
+        checked path only: its fast gemm is the cp.async pipeline, and the register-staged
+        one's effect there is unmeasured (no H200 run of this change)."""
+        if not self.kb.target.is_amdgpu:
+            self._stage_tile(kt, stage, checked=True)
+            return
+        full = self.tile_inside(kt)
+        with self.kb.if_then(full, name="tile"):
+            self._stage_tile(kt, stage, checked=False)
+        with self.kb.if_then(self.b.not_(full), name="ragged"):
+            self._stage_tile(kt, stage, checked=True)
+
+    def _stage_tile(self, kt: Sym, stage: Sym | int, checked: bool) -> None:
+        s, vw = self.spec, self.spec.vector_width
+
+        def move(ch: Chunk) -> None:
+            base = ch.grow * ch.gld + ch.gcol
+            if checked:
+                val = self.load_vec(ch.ptr, base, ch.row_ok, ch.gcol, ch.limit, vw)
+            else:  # the tile is inside the matrix: every vector is
+                val = self.b.load(self.gep(ch.ptr, base), typ=I16 if vw == 1 else ir.VectorType(I16, vw), align=2)
+            if ch.which == "B" and s.b_lds == "nk":  # transposed: element e to column row v*vw+e
+                for e in range(vw):
+                    x = val if vw == 1 else self.b.extract_element(val, c32(e))
+                    self.b.store(x, self.gep(self.lds, ch.off + (ch.v * vw + e) * ch.ld + ch.r), align=2)
+            else:
+                self.b.store(val, self.gep(self.lds, ch.off + ch.r * ch.ld + ch.v * vw), align=2)
+
+        self.each_chunk(kt, stage, move, "stage")
+
+    # -- the AMD main loop (register prefetch, interior / edge loops) ---------------------------
+    def amd_units(self) -> list[tuple]:
+        """The staged vectors of one K-tile as work-item ``tid`` moves them: per operand and
+        round, (which, rows of the unit, chunk count, vectors a row, LDS row stride). A unit is
+        one vector of vector_width elements, except B transposed in LDS (nk): two vectors of
+        consecutive K rows (pair units are numbered K first, amd_load), so that their elements pair up into 4-byte LDS stores (column n's
+        K and K+1, adjacent in a column row: one ds_write_b32, merged into ds_write2_b32)."""
+        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        out = []
+        for which in ("A", "B"):
+            rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
+            pair = 2 if which == "B" and s.b_lds == "nk" else 1
+            vpr = cols // vw
+            chunks = rows // pair * vpr
+            for it in range(-(-chunks // T)):
+                out.append((which, pair, chunks, vpr, self.lda if which == "A" else self.ldb, it))
+        return out
+
+    def amd_load(self, kt: Sym, checked: bool) -> list[tuple]:
+        """Global loads of K-tile kt, every unit of amd_units: [(unit, LDS row, vector, [values])].
+        A work-item past the last chunk of a round takes the last chunk again (the same values to
+        the same LDS words: no branch in the loop). ``checked``: each vector through load_vec
+        (zero outside the matrix); unchecked: the tile is wholly inside A and B (the interior)."""
+        s, b, T, vw = self.spec, self.b, self.geo.threads, self.spec.vector_width
+        vty = I16 if vw == 1 else ir.VectorType(I16, vw)
+        out = []
+        for unit in self.amd_units():
+            which, pair, chunks, vpr, _ld, it = unit
+            c = self.tid + it * T
+            if (it + 1) * T > chunks:
+                c = self.S(b.select(c.lt(chunks), c.v, c32(chunks - 1)))
+            # a pair unit walks K first: lanes next to each other store to K words next to each
+            # other (the column rows 8 apart are the same bank: 4-way at block_k 32, not 16-way)
+            r, v = (c // vpr, c % vpr) if pair == 1 else (c % (s.block_k // 2), c // (s.block_k // 2))
+            vals = []
+            for p in range(pair):
+                if which == "A":
+                    grow, gcol = self.row0 + r, kt * s.block_k + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
+                    corner, off = self.row0 * self.K + kt * s.block_k, r * self.K + v * vw
+                else:
+                    grow, gcol = kt * s.block_k + r * pair + p, self.col0 + v * vw
+                    row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
+                    corner, off = kt * s.block_k * self.N + self.col0, (r * pair + p) * self.N + v * vw
+                if checked:
+                    vals.append(self.load_vec(ptr, grow * gld + gcol, row_ok, gcol, limit, vw))
+                else:
+                    vals.append(b.load(self.split_address(ptr, corner, off), typ=vty, align=2))
+            out.append((unit, r, v, vals))
+        return out
+
+    def split_address(self, ptr: ir.Value, corner: Sym, off: Sym) -> ir.Value:
+        """&ptr[corner + off] with the index zero-extended to 64 bits (every index here is
+        non-negative and below 2^31 elements; a sign extension costs a shift per load a step)."""
+        return self.b.gep(ptr, [self.b.zext((corner + off).v, ir.IntType(64))], source_etype=I16)
+
+    def amd_store(self, loaded: list[tuple], stage: Sym | int) -> None:
+        """The values amd_load returned into LDS stage ``stage``: A and B (kn) one vector store
+        each (aligned to its width); B (nk) per column e of the unit, K rows 2r and 2r+1 as one
+        <2 x i16> store at column row v*vw+e."""
+        s, b, vw = self.spec, self.b, self.spec.vector_width
+        a_off = self.stage_base(stage)
+        for (which, pair, _chunks, _vpr, ld, _it), r, v, vals in loaded:
+            off = a_off if which == "A" else a_off + s.block_m * self.lda
+            if pair == 1:
+                b.store(vals[0], self.gep(self.lds, off + r * ld + v * vw), align=2 * vw)
+                continue
+            two = ir.VectorType(I16, 2)
+            for e in range(vw):
+                x0, x1 = ((val if vw == 1 else b.extract_element(val, c32(e))) for val in vals)
+                w = b.insert_element(b.insert_element(ir.Constant(two, None), x0, c32(0)), x1, c32(1))
+                b.store(w, self.gep(self.lds, off + (v * vw + e) * ld + r * 2), align=4)
+
+    def build_amd(self, ktiles: Sym, zero: list[ir.Value]) -> list[ir.Value]:
+        """The AMD matrix paths' main loop (mfma / wmma, stages 0); returns the accumulators.
+
+          kfull = K // block_k if the block's rows and columns lie inside M and N, else 0
+          [kfull > 0: K-tile 0 -> registers -> LDS stage 0; barrier]
+          interior loop kt < kfull (no edge test in it):
+              global loads of K-tile min(kt + 1, kfull - 1) into registers   (issued first)
+              compute stage kt & 1 (double buffer) / 0                        (LDS reads, MFMAs)
+              single: barrier; registers -> stage 0;         barrier   (two a step)
+              double: registers -> stage (kt + 1) & 1;       barrier   (one a step: that stage
+                      was last read in step kt - 1, before the barrier that ended it; the last
+                      step's reload goes to the stage nobody reads after it)
+          edge loop kt in kfull .. ceil(K / block_k): the checked tile (zero outside the matrices)
+              -> registers -> LDS stage 0; barrier; compute; barrier
+        The last interior step reloads its own tile (no branch around the loads); the edge loop
+        runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
+        s, kb, b = self.spec, self.kb, self.b
+        inside = kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
+                           b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v))
+        kfull = self.S(b.select(inside, (self.K // s.block_k).v, c32(0)))
+        with kb.if_then(self.S(c32(0)).lt(kfull), name="pro"):
+            self.amd_store(self.amd_load(self.S(c32(0)), checked=False), 0)
+        kb.barrier()
+        last = kfull - 1
+
+        def interior(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            nxt = kt + 1
+            nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
+            regs = self.amd_load(nxt, checked=False)
+            if s.double_buffer:
+                acc = self.compute(kt % 2, acc)
+                self.amd_store(regs, (kt + 1) % 2)
+            else:
+                acc = self.compute(0, acc)
+                kb.barrier()
+                self.amd_store(regs, 0)
+            kb.barrier()
+            return acc
+
+        acc = kb.loop(kfull, zero, interior, name="k")
+
+        def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            self.amd_store(self.amd_load(kfull + i, checked=True), 0)
+            kb.barrier()
+            acc = self.compute(0, acc)
+            kb.barrier()
+            return acc
+
+        return kb.loop(ktiles - kfull, acc, edge, name="kedge")
+
+    def runs(self, per_lane: int, run: int, index) -> ir.Value:
+        """A <per_lane x i16> fragment read as runs of ``run`` elements: element j at LDS
+        index(j) (a Sym), one <run x i16> load per run (run 1: one element each)."""
+        vec = ir.Constant(ir.VectorType(I16, per_lane), None)
+        for j in range(0, per_lane, run):
+            if run == 1:
+                vec = self.b.insert_element(vec, self.lds_load(index(j)), c32(j))
+                continue
+            got = self.b.load(self.gep(self.lds, index(j)), typ=ir.VectorType(I16, run), align=2 * run)
+            for e in range(run):
+                vec = self.b.insert_element(vec, self.b.extract_element(got, c32(e)), c32(j + e))
+        return vec
+
+    # -- compute ------------------------------------------------------------------------
+    def compute(self, stage: Sym | int, acc: list[ir.Value]) -> list[ir.Value]:
+        s, g = self.spec, self.geo
+        a_off = self.stage_base(stage)
+        b_off = a_off + s.block_m * self.lda
+        if self.instr is None:
+            tx, ty = self.tid % (s.block_n // g.thread_n), self.tid // (s.block_n // g.thread_n)
+            a_row = a_off + ty * (g.thread_m * self.lda)  # this thread's first A row in LDS
+            b_col = b_off + tx * g.thread_n
+
+            def step(kk: Sym, vals: list[ir.Value]) -> list[ir.Value]:
+                av = [self.to_f32(self.lds_load(a_row + kk + i * self.lda)) for i in range(g.thread_m)]
+                b_k = b_col + kk * self.ldb
+                bv = [self.to_f32(self.lds_load(b_k + j)) for j in range(g.thread_n)]
+                return [self.b.call(self.fmuladd, [av[i], bv[j], vals[i * g.thread_n + j]])
+                        for i in range(g.thread_m) for j in range(g.thread_n)]
+
+            # a runtime loop over the K-tile: the IR stays small, LLVM's O3 unrolls it
+            return self.kb.loop(s.block_k, list(acc), step, name="kk")
+        ins = self.instr
+        lane, wm0, wn0 = self.warp_origin()
+
+        def k_step(ks: Sym | int, out: list[ir.Value]) -> list[ir.Value]:
+            k0 = ks * ins.k
+            afr = []
+            for i in range(g.tiles_m):
+                vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+                for j in range(0, ins.a_per_lane, self.a_run):
+                    r, c = ins.a_coord(lane, j)
+                    idx = a_off + (wm0 + i * ins.m + r) * self.lda + (c + k0)
+                    if self.a_run == 1:
+                        vec = self.b.insert_element(vec, self.lds_load(idx), c32(j))
+                        continue
+                    run = self.b.load(self.gep(self.lds, idx), typ=ir.VectorType(I16, self.a_run),
+                                      align=2 * self.a_run)
+                    for e in range(self.a_run):
+                        vec = self.b.insert_element(vec, self.b.extract_element(run, c32(e)), c32(j + e))
+                afr.append(vec)
+            if s.b_lds == "nk":
+                bfr = [self.runs(ins.b_per_lane, self.b_run, lambda j, t=t: (
+                    lambda c, kr: b_off + (wn0 + t * ins.n + c) * self.ldb + (kr + k0))(*self.b_cn(lane, j)))
+                    for t in range(g.tiles_n)]
+                return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
+                        for i in range(g.tiles_m) for t in range(g.tiles_n)]
+            bfr = []
+            for t in range(g.tiles_n):
+                vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
+                for j in range(ins.b_per_lane):
+                    kr, c = ins.b_coord(lane, j)
+                    x = self.lds_load(b_off + (kr + k0) * self.ldb + (wn0 + t * ins.n + c))
+                    vec = self.b.insert_element(vec, x, c32(j))
+                bfr.append(vec)
+            return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
+                    for i in range(g.tiles_m) for t in range(g.tiles_n)]
+
+        steps = s.block_k // ins.k
+        return k_step(0, list(acc)) if steps == 1 else self.kb.loop(steps, list(acc), k_step, name="ks")
+
+    # -- epilogue -----------------------------------------------------------------------
+    def store_out(self, row: Sym, col: Sym, value: ir.Value) -> None:
+        b = self.b
+        with self.kb.if_then(self.kb.all_of(row.lt(self.M), col.lt(self.N)), name="st"):
+            out_ty = OUT_TYPES[self.spec.out_dtype]
+            v = value if out_ty is F32 else b.fptrunc(value, out_ty)
+            b.store(v, self.gep(self.C, row * self.N + col, out_ty))
+
+    def epilogue(self, acc: list[ir.Value]) -> None:
+        s, g = self.spec, self.geo
+        if self.instr is None:
+            tx, ty = self.tid % (s.block_n // g.thread_n), self.tid // (s.block_n // g.thread_n)
+            for i in range(g.thread_m):
+                for j in range(g.thread_n):
+                    self.store_out(self.row0 + ty * g.thread_m + i, self.col0 + tx * g.thread_n + j,
+                                   acc[i * g.thread_n + j])
+            return
+        ins = self.instr
+        lane, wm0, wn0 = self.warp_origin()
+        for i in range(g.tiles_m):
+            for t in range(g.tiles_n):
+                vec = acc[i * g.tiles_n + t]
+                for r in range(ins.acc_per_lane):
+                    dr, dc = ins.d_coord(lane, r)
+                    x = self.b.extract_element(vec, c32(r))
+                    self.store_out(self.row0 + wm0 + i * ins.m + dr, self.col0 + wn0 + t * ins.n + dc, x)
+
+    def build_registers(self, ktiles: Sym) -> None:
+        """The register-staged main loop and epilogue (the module doc's pipeline), after build's entry."""
+        s, g, kb = self.spec, self.geo, self.kb
+        b = self.b
+        if self.instr is None:
+            zero = [ir.Constant(F32, 0.0)] * (g.thread_m * g.thread_n)
+        else:
+            zero = [ir.Constant(ir.VectorType(F32, self.instr.acc_per_lane), None)] * (g.tiles_m * g.tiles_n)
+        if self.instr is not None and kb.target.is_amdgpu:
+            self.epilogue(self.build_amd(ktiles, zero))
+            b.ret_void()
+            return
+        if s.double_buffer:
+            with kb.if_then(self.S(c32(0)).lt(ktiles), name="pro"):
+                self.stage_tile(self.S(c32(0)), 0)
+            kb.barrier()
+
+        def k_tile(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            if s.double_buffer:
+                nxt = kt + 1
+                with kb.if_then(nxt.lt(ktiles), name="pre"):
+                    self.stage_tile(nxt, nxt % 2)
+                acc = self.compute(kt % 2, acc)
+                kb.barrier()
+            else:
+                self.stage_tile(kt, 0)
+                kb.barrier()
+                acc = self.compute(0, acc)
+                kb.barrier()
+            return acc
+
+        acc_phis = kb.loop(ktiles, zero, k_tile, name="k")
+        self.epilogue(acc_phis)
+        b.ret_void()
