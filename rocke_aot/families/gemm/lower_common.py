@@ -66,7 +66,7 @@ def a_fragment_run(ins: mma.MmaInstr, row_stride: int, coord=None, per_lane: int
 
 
 @dataclass(frozen=True)
-class Chunk:
+class StagedChunk:
     """One staged vector: operand, LDS row / vector, global row and leading dimension (the
     element index is grow * gld + gcol, emitted where each mover needs it), its row test,
     global column and column limit, the tensor, the operand's LDS offset and row stride."""

@@ -35,7 +35,7 @@ import llvmlite.ir as ir
 
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import F32, I16, Sym
-from rocke_aot.families.gemm.lower_common import OUT_TYPES, Chunk, GemmLoweringBase, c32
+from rocke_aot.families.gemm.lower_common import OUT_TYPES, GemmLoweringBase, StagedChunk, c32
 
 
 class RegisterStaged(GemmLoweringBase):
@@ -93,7 +93,7 @@ class RegisterStaged(GemmLoweringBase):
                 else:
                     grow, gcol = kt * s.block_k + r, self.col0 + v * vw
                     row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
-                move(Chunk(which, r, v, grow, gld, row_ok, gcol, limit, ptr, off, ld))
+                move(StagedChunk(which, r, v, grow, gld, row_ok, gcol, limit, ptr, off, ld))
                 if guard is not None:
                     guard.__exit__(None, None, None)
                 return []
@@ -132,7 +132,7 @@ class RegisterStaged(GemmLoweringBase):
     def _stage_tile(self, kt: Sym, stage: Sym | int, checked: bool) -> None:
         s, vw = self.spec, self.spec.vector_width
 
-        def move(ch: Chunk) -> None:
+        def move(ch: StagedChunk) -> None:
             base = ch.grow * ch.gld + ch.gcol
             if checked:
                 val = self.load_vec(ch.ptr, base, ch.row_ok, ch.gcol, ch.limit, vw)
