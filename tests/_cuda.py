@@ -124,7 +124,7 @@ def launch(image: bytes, contract, problem, tensors: dict[str, np.ndarray]):
 
     from rocke_aot.launch import LaunchContract
 
-    if isinstance(contract, dict):
+    if not isinstance(contract, LaunchContract):  # a dict, or a stored record's frozen mapping
         contract = LaunchContract.from_dict(contract)
     plan = contract.plan(problem)
     if plan.over_limit:
