@@ -36,7 +36,7 @@ def _cell(r: dict | None) -> str:
         return r["error"][:60]
     lp = r["loop"]
     return (f"{lp['insts']} / {lp['matrix']}, {lp['wait']} w ({lp['vmcnt0']}), {lp['branches']} br; "
-            f"{isa._mix(lp['global_load'])}; {r['vgpr']} V" +
+            f"{isa.width_mix(lp['global_load'])}; {r['vgpr']} V" +
             (f", {r['vgpr_spills']}+{r['sgpr_spills']} spills" if r["vgpr_spills"] or r["sgpr_spills"] else ""))
 
 

@@ -394,7 +394,7 @@ def run_served(tiles=SERVED_TILES, arches=ALL_ARCHES, lanes=ALL_LANES, families=
     return {"command": "python bench/gemm_amd_isa.py " + " ".join(sys.argv[1:]), "rows": rows}
 
 
-def _mix(d: dict) -> str:
+def width_mix(d: dict) -> str:
     """'buffer_load_dwordx4x8 read2_b64x4': global_ and ds_ dropped (the column names them), buffer_ kept."""
     return " ".join(f"{m.removeprefix('global_').removeprefix('ds_')}x{n}" for m, n in d.items()) or "-"
 
@@ -428,8 +428,8 @@ def served_markdown(doc: dict) -> str:
         per = f"{lp['insts'] / ks:g} / {lp['matrix'] / ks:g}" if ks != 1 else f"{lp['insts']} / {lp['matrix']}"
         if r["scope"] != "loop":
             per += " (no loop)"
-        cells = head + [per, f"{lp['wait']} ({lp['vmcnt0']})", lp["barrier"], lp["branches"], _mix(lp["global_load"]),
-                        _mix(lp["lds_read"]), _mix(lp["lds_write"]), lp["direct_to_lds"], r["vgpr"], r["agpr"],
+        cells = head + [per, f"{lp['wait']} ({lp['vmcnt0']})", lp["barrier"], lp["branches"], width_mix(lp["global_load"]),
+                        width_mix(lp["lds_read"]), width_mix(lp["lds_write"]), lp["direct_to_lds"], r["vgpr"], r["agpr"],
                         f"{r['vgpr_spills']}+{r['sgpr_spills']}", r["scratch_bytes"], r.get("lds_bytes", "")]
         if ks != 1:
             cells[6] += f" (x{ks:g} unrolled)"
@@ -475,8 +475,8 @@ def summary_markdown(doc: dict) -> str:
             lp = r["loop"]
             i, w, m = _per_step(r)
             out.append(f"| {r['arch']} | {r['lane']} | {r['kernel']} | {i:g} / {m} | {i / max(m, 1):.1f} | {w:g} | "
-                       f"{_mix(lp['global_load'])} | "
-                       f"{_mix(lp['lds_read'])} | {r['vgpr']} | {r['vgpr_spills']}+{r['sgpr_spills']} |")
+                       f"{width_mix(lp['global_load'])} | "
+                       f"{width_mix(lp['lds_read'])} | {r['vgpr']} | {r['vgpr_spills']}+{r['sgpr_spills']} |")
     return "\n".join(out) + "\n"
 
 
@@ -485,8 +485,8 @@ def markdown(doc: dict) -> str:
     for r in doc["rows"]:
         lp = r["loop"]
         name = "triton " + r["compiler"].split()[-1] if r["kind"] == "triton" else r["kind"]
-        cells = [f"{r['tile']} w{r['waves']}", r["arch"], r["lane"], name, f"{r['k_steps']:g}", lp["matrix"], _mix(lp["global_load"]),
-                 lp["global_load_bytes"], _mix(lp["lds_read"]), lp["lds_read_bytes"], _mix(lp["lds_write"]),
+        cells = [f"{r['tile']} w{r['waves']}", r["arch"], r["lane"], name, f"{r['k_steps']:g}", lp["matrix"], width_mix(lp["global_load"]),
+                 lp["global_load_bytes"], width_mix(lp["lds_read"]), lp["lds_read_bytes"], width_mix(lp["lds_write"]),
                  lp["direct_to_lds"], lp["vector_loads_in_flight"], f"{lp['wait']} ({lp['vmcnt0']})", lp["barrier"], lp["branches"], lp["insts"],
                  r["vgpr"], r["agpr"], r["sgpr"], f"{r['vgpr_spills']}+{r['sgpr_spills']}", r["lds_bytes"]]
         if r["scope"] != "loop":

@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from rocke_aot.variants.families import builtin_family_names
 
@@ -73,9 +74,13 @@ def test_the_wheel_carries_every_package_and_its_run_time_data(wheel):
     text = zipfile.ZipFile(wheel).read(eps).decode()
     families = text.split("[rocke_aot.families]\n")[1].split("\n\n")[0].splitlines()
     lowerers = text.split("[rocke_aot.lowerers]\n")[1].split("\n\n")[0].splitlines()
-    assert families == ["attention = rocke_aot.families.attention.native:FAMILY",
-                        "triton_attention = rocke_aot.families.attention.triton:FAMILY"]
-    assert lowerers == ["attention = rocke_aot.families.attention.lower:lower_attention"]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    for got, group in ((families, "rocke_aot.families"), (lowerers, "rocke_aot.lowerers")):
+        assert sorted(got) == sorted(f"{k} = {v}" for k, v in declared[group].items())
+    assert "gemm = rocke_aot.families.gemm.family:FAMILY" in families
+    assert "attention = rocke_aot.families.attention.native:FAMILY" in families
+    assert "triton_attention = rocke_aot.families.attention.triton:FAMILY" in families
+    assert "gemm = rocke_aot.families.gemm.lower:lower_gemm" in lowerers
     # the maintainer tooling (devtools/: golden and characterization writers) is not shipped
     assert not any(n.startswith(("tests/", "bench/", "aot/", "tools/", "devtools/", "scripts/")) for n in names)
 
@@ -148,9 +153,11 @@ def test_the_variants_listing_from_the_wheel_is_the_source_trees(installed):
     assert got == ref
 
     # a family that ships as a plugin of rocke-aot itself: found through the wheel's own entry point
-    fam = json.loads(_run(inst, "variants", "--family", "triton_attention", "--arch", "sm_90", "--lane", "llvm22",
-                          "--json").stdout)
-    assert [r["count"] for r in fam["rows"]] == [24], fam["rows"]
+    args = ("variants", "--family", "triton_attention", "--arch", "sm_90", "--lane", "llvm22", "--json")
+    fam = json.loads(_run(inst, *args).stdout)
+    src = json.loads(subprocess.run([str(Path(sys.executable).parent / "rocke-aot"), *args], capture_output=True,
+                                    text=True, check=True, cwd=ROOT).stdout)
+    assert [r["count"] for r in fam["rows"]] == [r["count"] for r in src["rows"]] == [60], fam["rows"]
 
 
 def test_the_golden_and_characterization_checks_from_the_wheel(installed):
