@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -99,14 +100,20 @@ def serve_process(cache_url: str, *, port: int | None = None, workers: int = 1, 
     args = [EXE, "serve", "--cache", str(cache_url), "--port", str(port), "--workers", str(workers), *extra]
     if token_file:
         args += ["--token-file", token_file]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    # The server's output goes to a file, never a pipe: nobody reads a pipe while the tests run, and
+    # once its 64 KiB filled, uvicorn's access log (written on the event loop) blocked the whole
+    # server: every request hung (CI 2026-12-05/06: /healthz past 120 s after ~1,000 logged requests).
+    log = tempfile.TemporaryFile(mode="w+", prefix="rocke-serve-")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **(env or {})})
+    proc.log = log  # type: ignore[attr-defined]  (server_output reads it)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise AssertionError(f"rocke-aot serve exited {proc.returncode}: {proc.stdout.read()}")
+                log.seek(0)
+                raise AssertionError(f"rocke-aot serve exited {proc.returncode}: {log.read()[-20000:]}")
             try:
                 if httpx.get(base + "/healthz", timeout=2).status_code == 200:
                     break
@@ -124,6 +131,13 @@ def serve_process(cache_url: str, *, port: int | None = None, workers: int = 1, 
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+def server_output(proc) -> str:
+    """What a serve_process server wrote (stdout and stderr) so far."""
+    proc.log.flush()
+    proc.log.seek(0)
+    return proc.log.read()
 
 
 @contextlib.contextmanager

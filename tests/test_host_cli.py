@@ -24,7 +24,7 @@ import os
 
 import httpx
 import pytest
-from _service import HTTP_TIMEOUT_S, filled_store, free_port, serve_process  # noqa: F401
+from _service import HTTP_TIMEOUT_S, filled_store, free_port, serve_process, server_output  # noqa: F401
 from click.testing import CliRunner
 
 from rocke_aot.cli.main import cli
@@ -211,7 +211,8 @@ def test_serve_says_where_and_logs_each_request(server, tmp_path):
             httpx.get(f"{base}/v1/kernels?limit=1", timeout=HTTP_TIMEOUT_S)
             httpx.get(f"{base}/v1/kernels/{'0' * 64}/meta", timeout=HTTP_TIMEOUT_S)
             proc.terminate()
-            out = proc.communicate(timeout=30)[0]
+            proc.wait(timeout=30)
+            out = server_output(proc)
         assert f"on {base} (1 worker" in out and str(server["path"]) in out, out
         access = [ln for ln in out.splitlines() if '"GET /v1/kernels' in ln]
         assert len(access) == lines, out

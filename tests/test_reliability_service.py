@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _pg import pg_database, store_url  # noqa: F401
-from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, serve_process  # noqa: F401
+from _service import EXE, HTTP_TIMEOUT_S, filled_store, free_port, serve_process, server_output  # noqa: F401
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from test_service import BAD, TOKEN, publish_body
@@ -167,7 +167,7 @@ def test_load_four_builders_and_a_live_server(store_url, tmp_path, llvm22):  # n
         traffic.stop.set()
         traffic.join(timeout=120)
         assert not traffic.is_alive()
-    server_out = proc.stdout.read()
+    server_out = server_output(proc)
     wall = time.monotonic() - t0
     assert all(b.returncode == 0 for b in builds), [e[-2000:] for _, e in outs]
     summaries = [json.loads(o) for o, _ in outs]
