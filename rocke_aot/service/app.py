@@ -203,7 +203,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     watch = access.StoreWatch(the_store)
     app.state.watch = watch if own_store else None
     app.state.service = ServiceState(
-        own_store=the_store, watch=watch, metrics=metrics, frames=frames, slots=asyncio.Semaphore(select_slots),
+        store=the_store, watch=watch, metrics=metrics, frames=frames, slots=asyncio.Semaphore(select_slots),
         health_pool=ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocke-healthz"))
     trust_routes.install(app, trust_dir, root_key)
     triton_routes.install(app)

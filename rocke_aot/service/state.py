@@ -22,8 +22,8 @@ Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 low
 
 @dataclass
 class ServiceState:
-    own_store: Store  # the store this app opened (or was given)
-    watch: access.StoreWatch  # of own_store: /healthz and every read compare its file with the one opened
+    store: Store  # the store this app opened (or was given); a test may inject another per request
+    watch: access.StoreWatch  # of store: /healthz and every read compare its file with the one opened
     metrics: Metrics
     frames: access.Frames
     slots: asyncio.Semaphore  # selects ranking in worker threads at once

@@ -20,7 +20,7 @@ async def healthz(request: Request) -> Health:
     # The store this app opened (not an injected one) must still be at its path and answer.
     svc = service(request)
     store = request.app.state.store
-    fn = svc.watch.check if store is svc.own_store else access.StoreWatch(store).check
+    fn = svc.watch.check if store is svc.store else access.StoreWatch(store).check
     await asyncio.get_running_loop().run_in_executor(svc.health_pool, fn)
     return Health(status="ok", backend=store.backend)
 
