@@ -120,9 +120,9 @@ class HotBlobs:
     Every other request, and every miss, goes to the documented route, which answers the
     same headers and bytes."""
 
-    def __init__(self, app, frames: access.Frames, metrics: Metrics, route_holder: dict):
-        self.app, self.frames, self.metrics, self.route_holder = app, frames, metrics, route_holder
-        self.watch_holder = route_holder
+    def __init__(self, app, state: ServiceState, route_holder: dict):
+        self.app, self.state, self.route_holder = app, state, route_holder
+        self.frames, self.metrics = state.frames, state.metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "GET":
@@ -136,10 +136,8 @@ class HotBlobs:
         await self.app(scope, receive, send)
 
     def _store_present(self) -> bool:
-        watch = self.watch_holder.get("watch")
         try:
-            if watch is not None:
-                watch.present()
+            self.state.present()
         except CacheError:
             return False  # the route answers (503, through get_store)
         return True
@@ -200,16 +198,14 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     app.state.frames = frames
     app.state.tokens = guard.tokens_of(token)  # one per tenant (the token file's lines)
     app.state.token = app.state.tokens[0] if app.state.tokens else None
-    watch = access.StoreWatch(the_store)
-    app.state.watch = watch if own_store else None
     app.state.service = ServiceState(
-        store=the_store, watch=watch, metrics=metrics, frames=frames, slots=asyncio.Semaphore(select_slots),
+        store=the_store, watch=access.StoreWatch(the_store), own_store=own_store, metrics=metrics, frames=frames, slots=asyncio.Semaphore(select_slots),
         health_pool=ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocke-healthz"))
     trust_routes.install(app, trust_dir, root_key)
     triton_routes.install(app)
     errors.install(app, on_integrity=lambda exc: metrics.verification_failures.inc())
-    route_holder: dict = {"watch": app.state.watch}
-    app.add_middleware(HotBlobs, frames=frames, metrics=metrics, route_holder=route_holder)
+    route_holder: dict = {}  # the blob route, once the routers are in (the metrics label)
+    app.add_middleware(HotBlobs, state=app.state.service, route_holder=route_holder)
     app.add_middleware(BodyLimit, max_body=max_body, max_publish=max_publish)
     refused = {"ReadOnly": "read_only", "Unauthorized": "unauthorized"}
     app.add_middleware(guard.Guard, token=token, budget_s=budget_s, max_in_flight=max_in_flight,

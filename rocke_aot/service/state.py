@@ -23,11 +23,18 @@ Key = Annotated[str, Path(pattern=SHA_PATTERN, description="Artifact key, 64 low
 @dataclass
 class ServiceState:
     store: Store  # the store this app opened (or was given); a test may inject another per request
-    watch: access.StoreWatch  # of store: /healthz and every read compare its file with the one opened
+    watch: access.StoreWatch  # of store: /healthz compares its file with the one opened
+    own_store: bool  # the app opened the store itself: every read checks it is still present, too
     metrics: Metrics
     frames: access.Frames
     slots: asyncio.Semaphore  # selects ranking in worker threads at once
     health_pool: ThreadPoolExecutor  # /healthz's own thread: never behind the request pool
+
+    def present(self) -> None:
+        """CacheAccessError when the store the app opened was deleted or replaced under it (a
+        store handed in by the caller is the caller's to watch)."""
+        if self.own_store:
+            self.watch.present()
 
 
 def service(request: Request) -> ServiceState:
@@ -39,9 +46,7 @@ async def get_store(request: Request) -> Store:
     purpose: FastAPI runs a sync dependency in the threadpool, a thread hop per request. A store
     file deleted or replaced under the server is refused here (CacheAccessError, 503), as
     /healthz says: no read is answered from the open descriptor of a store that is gone."""
-    watch = getattr(request.app.state, "watch", None)
-    if watch is not None:
-        watch.present()
+    service(request).present()
     return request.app.state.store
 
 

@@ -22,12 +22,17 @@ from rocke_aot.service.views import kernel_meta, prefix, summary
 router = APIRouter()
 
 
-async def _kernel_blob(request: Request, store: Store, key: str, head: bool) -> Response:
+def _row(request: Request, store: Store, key: str):
+    """The artifact of a key; a miss is counted (lookup_miss) and raised (404)."""
     try:
-        art = await run_in_threadpool(access.kernel_row, store, key)
+        return access.kernel_row(store, key)
     except NotFoundError:
         service(request).metrics.lookup_miss.inc()
         raise
+
+
+async def _kernel_blob(request: Request, store: Store, key: str, head: bool) -> Response:
+    art = await run_in_threadpool(_row, request, store, key)
     return await blob_response(request, store, art.sha256, head,
                                {"Content-Location": f"{prefix(request)}/v1/blobs/{art.sha256}"})
 
@@ -49,13 +54,8 @@ async def head_kernel(request: Request, store: StoreDep, key: Key) -> Response:
 @router.get("/v1/kernels/{key}/meta", tags=["fetch"], response_model=KernelMeta,
             responses=errors.responses(404, 422, 500), summary="The artifact record of a key")
 def get_meta(request: Request, store: StoreDep, key: Key) -> KernelMeta:
-    metrics = service(request).metrics
-    try:
-        art = access.kernel_row(store, key)
-    except NotFoundError:
-        metrics.lookup_miss.inc()
-        raise
-    metrics.lookup_hit.inc()
+    art = _row(request, store, key)
+    service(request).metrics.lookup_hit.inc()
     return kernel_meta(art, request)
 
 
