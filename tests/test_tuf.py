@@ -197,6 +197,15 @@ def test_a_launch_contract_is_checked_once_per_host_and_code(world, tree, tmp_pa
     with pytest.raises(LaunchContractError, match="grid"):
         contracts.ContractMemo(memo_dir).check(lying, "the lie")
     assert calls == [arts[0].key] * 3
+    # the memos are bounded by the local store's bound: a gc that evicts drops them all
+    from rocke_aot.client.local import LocalStore
+
+    contracts.ContractMemo(memo_dir).check(signed, "kept")
+    assert calls == [arts[0].key] * 3 and any(memo_dir.iterdir())
+    assert LocalStore(tmp_path / "h").gc(0)
+    assert not memo_dir.exists()
+    contracts.ContractMemo(memo_dir).check(signed, "after gc")
+    assert calls == [arts[0].key] * 4
 
 
 def test_tampered_blob_and_tampered_bin_are_refused_and_nothing_stored(world, tree, tmp_path):

@@ -48,6 +48,7 @@ from typing import Any
 
 from rocke_aot import paths, record, settings
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
+from rocke_aot.client.contracts import drop_memos
 from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError, TrustError
 from rocke_aot.paths import atomic_write
 from rocke_aot.targets import Target
@@ -380,6 +381,8 @@ class LocalStore:
             (self.root / "blobs" / e.sha256).unlink(missing_ok=True)
             total -= e.size
             removed.append(e)
+        if removed:  # the contract memos are bounded by the store's bound (client/contracts.py)
+            drop_memos(self.trust_dir)
         return removed
 
     def verify(self, origin: str | None = None) -> LocalReport:
