@@ -35,12 +35,17 @@ def root_bytes(k, release_pub, version=1, days=365) -> bytes:
     return repo.dump_metadata(md)
 
 
+def make_keys(d) -> dict:
+    """d/root.key, d/release.key, d/evil.key (and their .pub), loaded: {"root": ..., ...}."""
+    for name in ("root", "release", "evil"):
+        keys.generate(d / f"{name}.key")
+    return {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
+
+
 @pytest.fixture(scope="session")
 def signed_world(tmp_path_factory, kernel_bundle):
     d = tmp_path_factory.mktemp("signed")
-    for name in ("root", "release", "evil"):
-        keys.generate(d / f"{name}.key")
-    k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
+    k = make_keys(d)
     store = built_store(d / "built.sqlite", kernel_bundle)
     roots = {1: root_bytes(k["root"], k["release"].public)}
     (d / "root.json").write_bytes(roots[1])

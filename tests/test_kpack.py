@@ -38,6 +38,7 @@ import msgpack
 import pytest
 import zstandard
 from _service import EXE, built_store  # noqa: F401
+from _signed import make_keys
 
 from rocke_aot import errors
 from rocke_aot.cache.keys import artifact_key
@@ -59,9 +60,7 @@ def cli(*args, ok: bool = True, env: dict | None = None, timeout: float = 300) -
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, kernel_bundle):
     d = tmp_path_factory.mktemp("kpack")
-    for name in ("root", "release", "evil"):
-        keys.generate(d / f"{name}.key")
-    k = {n: keys.load_private(d / f"{n}.key") for n in ("root", "release", "evil")}
+    k = make_keys(d)
     (d / "root.json").write_bytes(repo.signed_root(1, NOW + timedelta(days=365), k["root"], [k["release"].public]))
     url = f"sqlite:///{d / 'built.sqlite'}"
     built_store(url, kernel_bundle).close()  # built here: a release signs these rows
