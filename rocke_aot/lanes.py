@@ -35,7 +35,7 @@ from rocke_aot.errors import CapabilityError, LaneError
 # Datalayouts as the real toolchains report them (llvmlite 0.46 / LLVM 20.1.8 and
 # llvmlite 0.50 / LLVM 22.1.0, every wired arch gave the same string per target
 # family). They are data the lowering emits, so they live here; the drift guard
-# (aot/drift.py) compares them with every available toolchain and refuses one
+# (aot/toolchains/drift.py) compares them with every available toolchain and refuses one
 # that disagrees, so a hand-copy error cannot survive a test run.
 _AMDGCN_DL_LLVM20 = (
     "e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32"

@@ -36,7 +36,7 @@ CODE_FORMAT = {"amdgcn": "hsaco", "nvptx64": "cubin"}
 # into the .comment section); ptxas assembles a cubin. Neither touches the other format's
 # bytes, so another CUDA moves no AMD key and another ld.lld moves no cubin key.
 FORMAT_TOOLS = {"hsaco": ("linker",), "cubin": ("ptxas",)}
-# The identity fields each tool writes (aot/toolchains/lld.py linker_identity,
+# The identity fields each tool writes (aot/compiler/lld.py linker_identity,
 # aot/compiler/ptx.py ptxas_identity; tests/test_target_identity.py holds them to it).
 TOOL_FIELDS = {"linker": ("linker", "linker_sha256"), "ptxas": ("ptxas", "ptxas_sha256")}
 

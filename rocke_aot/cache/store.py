@@ -364,7 +364,7 @@ class Store:
 
     def export(self, path: str | os.PathLike, **filters: Any) -> dict[str, Any]:
         """Write the (filtered: arch=, lane=, family=, failures=) store to one bundle file."""
-        return bundle.export_bundle(self, path, **filters)
+        return bundle.export_bundle(self.engine, self.blobs, path, **filters)
 
     def import_(self, path: str | os.PathLike, *, check=None, failures: bool = False,
                 check_entry=None) -> dict[str, Any]:
@@ -376,6 +376,6 @@ class Store:
         rows are recorded as imported (cache/provenance.py): a release signs none until a build
         here verifies it."""
         self.handle.writable("import")
-        out = bundle.import_bundle(self, path, check=check, failures=failures, check_entry=check_entry)
+        out = bundle.import_bundle(self.engine, self.blobs, path, check=check, failures=failures, check_entry=check_entry)
         self.plans.adopt_imported()  # imported rows join the generation of their inputs
         return out

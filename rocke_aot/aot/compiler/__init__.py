@@ -24,8 +24,8 @@ from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.aot.compiler.options import LLVMLITE
 from rocke_aot.aot.compiler.pool import WorkerPool, default_pool
 from rocke_aot.aot.compiler.ptx import assemble_cubin, ptx_processor
+from rocke_aot.aot.compiler.result import CompileResult
 from rocke_aot.aot.compiler.worker import WORKER_SCRIPT, Reply, Worker, WorkerSpec
-from rocke_aot.aot.toolchains.base import CompileResult
 from rocke_aot.errors import CompileTimeout
 from rocke_aot.targets import Target
 

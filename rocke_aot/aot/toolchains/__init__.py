@@ -31,7 +31,8 @@ import venv
 from collections.abc import Callable
 from pathlib import Path
 
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
+from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
 from rocke_aot.lanes import get_lane
