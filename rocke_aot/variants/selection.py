@@ -78,8 +78,6 @@ OTHER_LANE = "other lane preferred"
 OTHER_TARGET = "other target preferred"
 BAD_SPEC = "stored spec does not parse"
 OTHER_TRITON = "other Triton version"
-REASONS = (INCOMPATIBLE, STALE, LANE_NOT_REQUESTED, OTHER_TRITON, NOT_ACCEPTED, BELOW_FLOOR, OTHER_LANE, OTHER_TARGET,
-           BAD_SPEC)
 
 
 class Choice(NamedTuple):
@@ -125,10 +123,10 @@ class Choice(NamedTuple):
 
 
 class Rejection(NamedTuple):
-    """A rejected candidate, the rule that rejected it (one of REASONS) and the numbers why."""
+    """A rejected candidate, the rule that rejected it (one of the reason constants above) and the numbers why."""
 
     candidate: Candidate
-    reason: str  # one of REASONS
+    reason: str  # one of the reason constants above
     detail: str
 
     key = property(lambda self: self.candidate.key)
