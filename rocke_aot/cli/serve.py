@@ -25,6 +25,7 @@ import click
 
 from rocke_aot import settings
 from rocke_aot.cache.db import display_url, resolve_url
+from rocke_aot.cli.options import cache_option
 from rocke_aot.errors import SpecError
 from rocke_aot.trust.keys import public_key
 
@@ -32,8 +33,7 @@ HTTP_PROTOCOL = "rocke_aot.service.protocol:BoundedHttpTools"  # an import strin
 
 
 @click.command("serve")
-@click.option("--cache", "cache_url", metavar="URL", default=None,
-              help=f"Store to serve: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}).")
+@cache_option(f"Store to serve: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes.")
