@@ -359,7 +359,7 @@ def resolve_lane(explicit: object = None, env: Mapping[str, str] | None = None) 
     return lane_from_env(env)
 
 
-def profile_of(lane: object) -> Profile:
+def profile_of(lane: Lane | str) -> Profile:
     return get_lane(lane).profile
 
 
@@ -369,7 +369,7 @@ def lanes_for_profile(profile: str) -> tuple[Lane, ...]:
     return tuple(lane for lane in LANES if lane.profile_name == profile)
 
 
-def require(lane: object, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
+def require(lane: Lane | str, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
     """Refuse lowering ``op`` for ``lane`` when it lacks a capability or is below a minimum lane."""
     lane = get_lane(lane)
     if min_lane is not None:

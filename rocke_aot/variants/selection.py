@@ -652,7 +652,7 @@ def _build_hint(family: str, problem: Any, dev: Target, lanes: tuple[str, ...],
     return NoCandidate(BUILD, msg, command, doc, baked)
 
 
-def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: object, *,
+def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: Target | str, *,
                   min_efficiency: float) -> list[Any]:
     """The specs (a table's grid) that serve at least one problem at or above the floor, by the
     same acceptance and floor rules as :func:`rank` (``rocke-aot build --problems``)."""
