@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from rocke_aot import settings
+from rocke_aot.boundedjson import is_int
 from rocke_aot.errors import CapabilityError, LaneError
 
 # Datalayouts as the real toolchains report them (llvmlite 0.46 / LLVM 20.1.8 and
@@ -304,7 +305,7 @@ def _qualified() -> str:
 
 def lane_for_major(major: int, toolchain: str = "an unnamed toolchain") -> Lane:
     """The lane of a compiler whose LLVM major is ``major``; fail closed otherwise."""
-    if isinstance(major, bool) or not isinstance(major, int):
+    if not is_int(major):
         raise LaneError(f"LLVM major must be an int, got {type(major).__name__} {major!r} from {toolchain}")
     lane = _BY_MAJOR.get(major)
     if lane is None:

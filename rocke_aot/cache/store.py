@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rocke_aot import settings
+from rocke_aot.boundedjson import is_int
 from rocke_aot.cache import bundle, claims, codec, db
 from rocke_aot.cache.artifacts import Artifacts
 from rocke_aot.cache.blobs import Blobs
@@ -94,7 +95,7 @@ class Store:
         resolved = db.resolve_url(url)
         if max_bytes is None:
             max_bytes = settings.integer(settings.CACHE_MAX_BYTES)
-        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
+        if max_bytes is not None and (not is_int(max_bytes) or max_bytes < 0):
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         if readonly and resolved.startswith("sqlite"):
             path = resolved.split(":///", 1)[1]
