@@ -75,6 +75,7 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
     import uvicorn
 
     from rocke_aot.service import app as service_app
+    from rocke_aot.service.metrics import ENV_MULTIPROC
 
     if (tls_cert is None) != (tls_key is None):
         raise SpecError("--tls-cert and --tls-key go together")
@@ -103,9 +104,9 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
             os.environ.pop(name, None)
     service_app.app_from_env().state.store.close()  # open once here: a bad URL fails before binding
     multiproc = None
-    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if workers > 1 and not os.environ.get(ENV_MULTIPROC):
         multiproc = tempfile.mkdtemp(prefix="rocke-aot-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
+        os.environ[ENV_MULTIPROC] = multiproc
     if access_log is None:
         raw = settings.raw(settings.SERVE_ACCESS_LOG)
         access_log = True if raw in (None, "") else settings.flag(settings.SERVE_ACCESS_LOG)
