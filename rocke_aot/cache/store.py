@@ -53,6 +53,7 @@ from rocke_aot.cache.selection_view import SelectionView
 from rocke_aot.cache.triton_entries import EntryFile, TritonEntries
 from rocke_aot.candidates import Candidate
 from rocke_aot.errors import CacheError, NotFoundError
+from rocke_aot.targets import Target
 
 LOOKUP_CHUNK = db.LOOKUP_CHUNK
 
@@ -347,7 +348,7 @@ class Store:
 
     # ---- the selection read model (cache/selection_view.py) ------------------------------
 
-    def candidates(self, family: str, device: object, lanes: Iterable[str] | None = None, *,
+    def candidates(self, family: str, device: Target | str, lanes: Iterable[str] | None = None, *,
                    compatible_only: bool = True, current_only: bool = False) -> tuple[Candidate, ...]:
         """The stored artifacts of ``family`` that a ``device`` target ID may run, as Candidates.
 
