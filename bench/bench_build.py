@@ -32,7 +32,7 @@ import time
 def pure_compile_seconds(kernels, target) -> float:
     import llvmlite.binding as llvm
 
-    from rocke_aot.aot.toolchains.lld import find_lld
+    from rocke_aot.aot.compiler.lld import find_lld
 
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()

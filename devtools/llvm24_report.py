@@ -35,8 +35,8 @@ from typing import Any
 from elftools.elf.elffile import ELFFile
 
 from rocke_aot import lanes
-from rocke_aot.aot.characterize import PLAIN_TRIPLE, amdgpu_intrinsics, minimal_kernel_ir, probe_ir
 from rocke_aot.aot.characterize_emission import elf_facts
+from rocke_aot.aot.characterize_ir import PLAIN_TRIPLE, amdgpu_intrinsics, minimal_kernel_ir, probe_ir
 from rocke_aot.aot.toolchains.triton24 import Triton24Toolchain, discover, find_llvm24, link_hsaco
 from rocke_aot.errors import CompileError, RockeError, ToolchainError
 

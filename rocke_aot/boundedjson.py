@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from rocke_aot.errors import SpecError
 
@@ -49,8 +49,14 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_depth", "max_items", "max_string"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v) or v < 1:
                 raise SpecError(f"JSON limit {name} must be a positive int, got {v!r}")
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """A JSON integer: an int that is not a bool (Python's True is an int; JSON's true is no count,
+    no size, no index). Every layer's check of a count or bound that arrived as a value asks this."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def cut(text: str, limit: int = MAX_MESSAGE) -> str:

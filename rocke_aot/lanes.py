@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from rocke_aot import settings
+from rocke_aot.boundedjson import is_int
 from rocke_aot.errors import CapabilityError, LaneError
 
 # Datalayouts as the real toolchains report them (llvmlite 0.46 / LLVM 20.1.8 and
 # llvmlite 0.50 / LLVM 22.1.0, every wired arch gave the same string per target
 # family). They are data the lowering emits, so they live here; the drift guard
-# (aot/drift.py) compares them with every available toolchain and refuses one
+# (aot/toolchains/drift.py) compares them with every available toolchain and refuses one
 # that disagrees, so a hand-copy error cannot survive a test run.
 _AMDGCN_DL_LLVM20 = (
     "e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32"
@@ -304,7 +305,7 @@ def _qualified() -> str:
 
 def lane_for_major(major: int, toolchain: str = "an unnamed toolchain") -> Lane:
     """The lane of a compiler whose LLVM major is ``major``; fail closed otherwise."""
-    if isinstance(major, bool) or not isinstance(major, int):
+    if not is_int(major):
         raise LaneError(f"LLVM major must be an int, got {type(major).__name__} {major!r} from {toolchain}")
     lane = _BY_MAJOR.get(major)
     if lane is None:
@@ -359,7 +360,7 @@ def resolve_lane(explicit: object = None, env: Mapping[str, str] | None = None) 
     return lane_from_env(env)
 
 
-def profile_of(lane: object) -> Profile:
+def profile_of(lane: Lane | str) -> Profile:
     return get_lane(lane).profile
 
 
@@ -369,7 +370,7 @@ def lanes_for_profile(profile: str) -> tuple[Lane, ...]:
     return tuple(lane for lane in LANES if lane.profile_name == profile)
 
 
-def require(lane: object, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
+def require(lane: Lane | str, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
     """Refuse lowering ``op`` for ``lane`` when it lacks a capability or is below a minimum lane."""
     lane = get_lane(lane)
     if min_lane is not None:

@@ -58,6 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from rocke_aot.boundedjson import is_int
 from rocke_aot.dtypes import MAX_TENSOR_BYTES, POINTEE_BYTES
 from rocke_aot.errors import SpecError
 
@@ -452,7 +453,7 @@ class LaunchContract:
                 raise SpecError(f"a launch contract's {what} is three formulas (x, y, z), got {dims!r}")
         for what in ("kernarg_size", "max_tensor_bytes", "dynamic_shared_bytes"):
             v = getattr(self, what)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_int(v) or v < 0:
                 raise SpecError(f"a launch contract's {what} is a non-negative int, got {v!r}")
         check_names(self.problem, self.lets, self.grid, self.args, self.block, self.split)
         _check_split(self.split, self.problem, self.args)

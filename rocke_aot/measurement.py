@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rocke_aot.boundedjson import is_int
 from rocke_aot.errors import SpecError
 
 
@@ -50,7 +51,7 @@ class Measurement:
         if isinstance(self.median_ms, bool) or not isinstance(self.median_ms, (int, float)) \
                 or not math.isfinite(self.median_ms) or self.median_ms <= 0:
             raise SpecError(f"measurement median_ms must be a positive finite number, got {self.median_ms!r}")
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+        if not is_int(self.repeats) or self.repeats < 1:
             raise SpecError(f"measurement repeats must be a positive int, got {self.repeats!r}")
         if not isinstance(self.problem, Mapping):
             raise SpecError("measurement problem must be a mapping of problem fields")

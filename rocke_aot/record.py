@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from rocke_aot.boundedjson import is_int
 from rocke_aot.errors import SpecError
 
 MAX_RECORD_BYTES = 1 << 20  # canonical JSON of one metadata or provenance object
@@ -113,7 +114,7 @@ def check_resources(co: Any, what: str = "metadata.code_object") -> Mapping[str,
         v = co.get(name)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+        if not is_int(v) or not 0 <= v <= hi:
             raise RecordError(f"{what}.{name}", f"must be an int within 0..{hi}, got {v!r}")
     for name in ("kernel", "format", "target"):
         if co.get(name) is not None and not isinstance(co[name], str):

@@ -36,12 +36,12 @@ CODE_FORMAT = {"amdgcn": "hsaco", "nvptx64": "cubin"}
 # into the .comment section); ptxas assembles a cubin. Neither touches the other format's
 # bytes, so another CUDA moves no AMD key and another ld.lld moves no cubin key.
 FORMAT_TOOLS = {"hsaco": ("linker",), "cubin": ("ptxas",)}
-# The identity fields each tool writes (aot/toolchains/lld.py linker_identity,
+# The identity fields each tool writes (aot/compiler/lld.py linker_identity,
 # aot/compiler/ptx.py ptxas_identity; tests/test_target_identity.py holds them to it).
 TOOL_FIELDS = {"linker": ("linker", "linker_sha256"), "ptxas": ("ptxas", "ptxas_sha256")}
 
 
-def target_identity(identity: Mapping[str, str], target: object) -> dict[str, str]:
+def target_identity(identity: Mapping[str, str], target: Target | str) -> dict[str, str]:
     """A toolchain identity as a key of ``target`` holds it: the fields of every tool that
     ``target``'s format does not use (FORMAT_TOOLS) dropped, every other field as it is.
 
@@ -133,7 +133,7 @@ class Target:
     def __str__(self) -> str:
         return self.id
 
-    def compatible_with(self, device: object) -> bool:
+    def compatible_with(self, device: Target | str) -> bool:
         """Whether code built for this target ID may run on ``device`` (see :func:`compatible`)."""
         return compatible(self, device)
 
@@ -157,7 +157,7 @@ def _parse_cached(cls: type, target_id: str) -> Target:
 # unset too (fail closed: never hand out code that may fault on the real mode).
 
 
-def compatible(code: object, device: object) -> bool:
+def compatible(code: Target | str, device: Target | str) -> bool:
     """Whether a code object built for target ID ``code`` may run on a ``device`` target ID."""
     code_t, device_t = Target.parse(code), Target.parse(device)
     if code_t.processor != device_t.processor:
@@ -169,7 +169,7 @@ def compatible(code: object, device: object) -> bool:
     return True
 
 
-def compatible_ids(device: object) -> tuple[str, ...]:
+def compatible_ids(device: Target | str) -> tuple[str, ...]:
     """Every canonical target ID whose code objects run on ``device`` (most specific first).
 
     For each feature the device sets, the code may set it the same way or leave it unset;

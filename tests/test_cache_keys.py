@@ -272,7 +272,7 @@ def test_changing_the_library_hash_in_the_identity_moves_the_key(llvm22, tmp_pat
 
 
 def test_real_identities_hash_their_libraries_and_tools(llvm22):
-    from rocke_aot.aot.toolchains.lld import find_lld
+    from rocke_aot.aot.compiler.lld import find_lld
 
     ident = llvm22.identity("gfx942")
     lib = llvm22.detect().extra["library"]

@@ -17,7 +17,7 @@ from elftools.elf.elffile import ELFFile
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite, llvm_payload
 from rocke_aot.aot.compiler.link import link_hsaco
-from rocke_aot.aot.toolchains.lld import find_lld, linker_identity, lld_version
+from rocke_aot.aot.compiler.lld import find_lld, linker_identity, lld_version
 from rocke_aot.errors import CompileError
 from rocke_aot.targets import Target
 

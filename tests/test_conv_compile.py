@@ -148,8 +148,10 @@ def test_some_combinations_are_refused():
 def test_refused_combination_is_refused_with_reason_before_llvm(monkeypatch, fam, arch, lane):
     # Any attempt to reach a compiler here would be a bug: make it fail loudly.
     import rocke_aot.aot.compiler as compiler
+    from rocke_aot.aot.toolchains import llvmlite_toolchain
 
-    monkeypatch.setattr(compiler, "compile_llvmlite", lambda *a, **k: pytest.fail("LLVM reached"))
+    for mod in (compiler, llvmlite_toolchain):
+        monkeypatch.setattr(mod, "compile_llvmlite", lambda *a, **k: pytest.fail("LLVM reached"))
     reason = table.admission(fam, arch, lane).reason
     assert reason and reason != "served"
     with pytest.raises(AdmissionError) as e:

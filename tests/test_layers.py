@@ -38,7 +38,7 @@ def test_layer_contracts_hold(tmp_path):
     ("rocke_aot/variants/problems.py", "from rocke_aot.aot.lower import module as _x\n"),  # variants -> aot
     ("rocke_aot/cache/keys.py", "from rocke_aot.variants import table as _x\n"),  # cache -> variants
     ("rocke_aot/lanes.py", "from rocke_aot.cache import keys as _x\n"),  # vocabulary -> cache
-    ("rocke_aot/aot/drift.py", "from rocke_aot.cli import options as _x\n"),  # aot -> cli
+    ("rocke_aot/aot/toolchains/drift.py", "from rocke_aot.cli import options as _x\n"),  # aot -> cli
     ("rocke_aot/service/access.py", "from rocke_aot.cache import models as _x\n"),  # the service -> the store's tables
     ("rocke_aot/cli/cache.py", "from rocke_aot.cache import blobs as _x\n"),  # the CLI -> a part behind Store
 ])

@@ -18,9 +18,9 @@ from rocke_aot import lanes
 from rocke_aot.aot import characterize as ch
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
-from rocke_aot.aot.drift import apply_drift_guard
 from rocke_aot.aot.lower import lower
 from rocke_aot.aot.toolchains import triton24 as t24
+from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 

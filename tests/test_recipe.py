@@ -84,7 +84,7 @@ def test_the_rule_selects_the_lowering_and_compile_path_and_nothing_of_the_cli_o
         assert m in mods, m
     # reached through the closure: the vocabulary and the spec modules
     for m in ("rocke_aot.lanes", "rocke_aot.targets", "rocke_aot.arch", "rocke_aot.mma", "rocke_aot.dtypes",
-              "rocke_aot.variants.problems", "rocke_aot.variants.conv", "rocke_aot.aot.drift"):
+              "rocke_aot.variants.problems", "rocke_aot.variants.conv", "rocke_aot.aot.toolchains.drift"):
         assert m in mods, m
     # the family folders (rocke_aot/families/<name>/) are found through entry points: no recipe module
     # imports them, each family's plan key covers its own folder (family_digest)

@@ -21,10 +21,10 @@ from sqlalchemy import text
 
 import rocke_aot.cache as cache_pkg
 from rocke_aot.aot import builder
+from rocke_aot.aot.compiler.lld import find_lld, linker_identity
 from rocke_aot.aot.compiler.ptx import find_ptxas, ptxas_identity
 from rocke_aot.aot.toolchains import LlvmliteToolchain, comgr, triton24, triton_jit, vendor23
 from rocke_aot.aot.toolchains.base import Toolchain, tool_identity
-from rocke_aot.aot.toolchains.lld import find_lld, linker_identity
 from rocke_aot.cache import db, models
 from rocke_aot.cache.keys import canonical_json, code_object_key
 from rocke_aot.cache.store import Store

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rocke_aot import lanes
 from rocke_aot.aot import toolchains as tcs
-from rocke_aot.aot.drift import apply_drift_guard
+from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import ToolchainError

@@ -179,8 +179,8 @@ def test_a_launch_contract_is_checked_once_per_host_and_code(world, tree, tmp_pa
     assert p.stdout.split() == [*(a.sha256 for a in arts), "True"]  # other code: checked in full
     # in this process: a spy on the full check; a folder on sys.path that changes moves the code id
     calls: list[str] = []
-    full = fetch.check_contract
-    monkeypatch.setattr(fetch, "check_contract", lambda k, what: (calls.append(k.key), full(k, what)))
+    full = contracts.check_contract
+    monkeypatch.setattr(contracts, "check_contract", lambda k, what: (calls.append(k.key), full(k, what)))
     monkeypatch.syspath_prepend(str(extra))
     signed = fetch.Kernel.from_record({**entry, "key": arts[0].key, "origin": {}})
     contracts.ContractMemo(memo_dir).check(signed, "first")

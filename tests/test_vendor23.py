@@ -179,7 +179,7 @@ def test_a_compile_per_wired_processor_reads_as_that_processor(llvm23, arch, pat
 
 def test_an_llvm_abort_is_a_compile_error_and_the_next_compile_works(llvm23):
     from rocke_aot import lanes
-    from rocke_aot.aot.characterize import probe_ir
+    from rocke_aot.aot.characterize_ir import probe_ir
 
     gfx950_only = probe_ir(lanes.PROFILES["llvm23"].intrinsic("mfma_f32_32x32x16_f16"))
     with pytest.raises(CompileError, match="Cannot select"):

@@ -38,17 +38,25 @@ from pathlib import Path
 from typing import Any
 
 from rocke_aot import lanes, mma, settings
+from rocke_aot.aot.characterize_emission import emission
+from rocke_aot.aot.characterize_ir import (
+    NVPTX_TRIPLE,
+    PLAIN_TRIPLE,
+    PROBE_TIMEOUT,
+    classify_error,
+    evidence,
+    minimal_kernel_ir,
+    minimal_nvptx_ir,
+    probe_ir,
+)
 from rocke_aot.arch import ARCHES as ARCH_TABLE
 from rocke_aot.variants.families import get_family
 from rocke_aot.variants.triton import is_triton
 
 SCHEMA = 1
-PLAIN_TRIPLE = "amdgcn-amd-amdhsa"
-NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 STATUSES = ("ok", "arch_absent", "name_absent", "toolchain_crash", "timeout")
 RECORD_DIR = Path(__file__).resolve().parent.parent / "variants" / "characterization"  # package data, read only
 WRITE_COMMAND = "python -m devtools.characterize --out variants/characterization"  # a source checkout's
-PROBE_TIMEOUT = 60.0
 PROBE_OPTIONS = {
     "compile": "codegen only (llvmlite: opt 3 target machine, no module pipeline; LLVM 24: the "
                "library's codegen; AMD LLVM 23: LLVM-C codegen at opt 3, no LLVMRunPasses), "
@@ -58,86 +66,6 @@ PROBE_OPTIONS = {
     "feature_probe": "minimal kernel with <feature> off; ok when the object's e_flags say off",
     "timeout_s": PROBE_TIMEOUT,
 }
-
-# Operands a probe passes: vectors and floats are loaded from the kernel's pointer (nothing folds
-# away), integer modifiers (MFMA cbsz/abid/blgp, WMMA neg/reuse/c_mod, a barrier id) are zero.
-_ZERO = {"i1": "false", "i16": "0", "i32": "0"}
-
-
-# ------------------------------------------------------------------ probe IR
-
-
-def amdgpu_intrinsics(profile: lanes.Profile) -> dict[str, lanes.IntrinsicDecl]:
-    """The AMDGPU intrinsics a profile declares: exactly what the families can call."""
-    return {k: d for k, d in profile.intrinsics.items() if d.name.startswith("llvm.amdgcn.")}
-
-
-def probe_ir(decl: lanes.IntrinsicDecl, datalayout: str | None = None, triple: str = PLAIN_TRIPLE) -> str:
-    """A kernel that calls one intrinsic with the profile's declaration shape."""
-    loads, args = [], []
-    for i, ty in enumerate(decl.params):
-        if ty in _ZERO:
-            args.append(f"{ty} {_ZERO[ty]}")
-        else:
-            loads.append(f"  %a{i} = load {ty}, ptr addrspace(1) %p")
-            args.append(f"{ty} %a{i}")
-    call = f"call {decl.ret} @{decl.name}({', '.join(args)})"
-    body = "\n".join(loads + ([f"  {call}"] if decl.ret == "void" else
-                               [f"  %r = {call}", f"  store {decl.ret} %r, ptr addrspace(1) %p"]))
-    cc = "ptx_kernel" if triple.startswith("nvptx") else "amdgpu_kernel"
-    return (_header(datalayout, triple) + f"define {cc} void @probe(ptr addrspace(1) %p) {{\n"
-            + body + f"\n  ret void\n}}\n\ndeclare {decl.ret} @{decl.name}({', '.join(decl.params)})\n")
-
-
-# The minimal kernel uses its kernarg pointer and workitem id x only; it disclaims every other
-# implicit input the profile lists (cluster ids included: without "amdgpu-no-cluster-id-*" LLVM
-# 22 and 24 both keep workgroup ids y and z, measured).
-_USED_INPUTS = ("workitem-id-x", "workgroup-id-x")
-
-
-def disclaimed_inputs(profile: lanes.Profile) -> tuple[str, ...]:
-    return tuple(x for x in profile.amdgpu_no_inputs if x not in _USED_INPUTS)
-
-
-def _header(datalayout: str | None, triple: str) -> str:
-    dl = f'target datalayout = "{datalayout}"\n' if datalayout else ""
-    return f'{dl}target triple = "{triple}"\n\n'
-
-
-def minimal_kernel_ir(datalayout: str | None, triple: str, *, no_inputs: bool, lds_barrier: bool = True,
-                      module_flags: dict[str, int] | None = None) -> str:
-    """p[tid] = lds round trip of p[tid] + 1: workitem id x, kernarg pointer, LDS, barrier."""
-    disclaimed = disclaimed_inputs(lanes.PROFILES["llvm24"]) if no_inputs else ()
-    attrs = " ".join(["nounwind"] + [f'"amdgpu-no-{x}"' for x in disclaimed])
-    body = ["  %t = call i32 @llvm.amdgcn.workitem.id.x()",
-            "  %a = getelementptr float, ptr addrspace(1) %p, i32 %t",
-            "  %v = load float, ptr addrspace(1) %a",
-            "  %w = fadd float %v, 1.0"]
-    if lds_barrier:
-        body += ["  %l = getelementptr [256 x float], ptr addrspace(3) @lds, i32 0, i32 %t",
-                 "  store float %w, ptr addrspace(3) %l",
-                 "  call void @llvm.amdgcn.s.barrier()",
-                 "  %u = load float, ptr addrspace(3) %l",
-                 "  store float %u, ptr addrspace(1) %a"]
-    else:
-        body += ["  store float %w, ptr addrspace(1) %a"]
-    flags = ""
-    if module_flags:
-        items = list(module_flags.items())
-        flags = ("!llvm.module.flags = !{" + ", ".join(f"!{i}" for i in range(len(items))) + "}\n"
-                 + "".join(f'!{i} = !{{i32 1, !"{k}", i32 {v}}}\n' for i, (k, v) in enumerate(items)))
-    return (_header(datalayout, triple)
-            + "@lds = internal addrspace(3) global [256 x float] poison, align 16\n\n"
-            + "define amdgpu_kernel void @k(ptr addrspace(1) noalias %p) #0 {\n" + "\n".join(body)
-            + "\n  ret void\n}\n\ndeclare i32 @llvm.amdgcn.workitem.id.x()\ndeclare void @llvm.amdgcn.s.barrier()\n\n"
-            + f"attributes #0 = {{ {attrs} }}\n" + flags)
-
-
-def minimal_nvptx_ir() -> str:
-    return (_header(None, NVPTX_TRIPLE) + "define ptx_kernel void @k(ptr addrspace(1) %p) {\n"
-            "  %v = load float, ptr addrspace(1) %p\n  %w = fadd float %v, 1.0\n"
-            "  store float %w, ptr addrspace(1) %p\n  ret void\n}\n")
-
 
 # ------------------------------------------------------------------ what is probed
 
@@ -174,36 +102,6 @@ def feature_probes(processor: str) -> tuple[str, ...]:
     if info.family == "nvptx64":
         return ("ptx80+",)
     return (f"wavefrontsize{info.wave_size}+",) + tuple(f"{f}-" for f in info.target_features)
-
-
-# ------------------------------------------------------------------ classification
-
-
-def _evidence(text: str) -> str:
-    from rocke_aot.aot.compiler.worker import llvm_error_summary
-
-    line = llvm_error_summary(text)
-    line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
-    line = re.sub(r"^(?:llvm\.compile|triton24\.compile|llvm23\.compile): ", "", line.strip())
-    return line.split("LLVM ERROR: ", 1)[-1].strip()[:400]
-
-
-def classify_error(exc: Exception) -> dict[str, str]:
-    """A failed probe -> status and evidence (LLVM's own line)."""
-    from rocke_aot.errors import CompileTimeout
-
-    if isinstance(exc, CompileTimeout):
-        return {"status": "timeout", "evidence": f"no answer within {PROBE_TIMEOUT:g}s; worker killed"}
-    text = (getattr(exc, "log", "") or "") + "\n" + str(exc)
-    ev = _evidence(text)
-    if re.search(r"Cannot select|requires target feature|not supported on this (?:GPU|target)|"
-                 r"is not a recognized processor|No available targets|has no target for triple|"
-                 r"instruction not supported", text):
-        return {"status": "arch_absent", "evidence": ev}
-    if re.search(r"Intrinsic has incorrect|Invalid intrinsic|Unknown intrinsic|invalid LLVM IR|"
-                 r"is not a recognized feature", text):
-        return {"status": "name_absent", "evidence": ev}
-    return {"status": "toolchain_crash", "evidence": ev}
 
 
 def _undefined_symbols(obj: bytes) -> set[str]:
@@ -370,7 +268,7 @@ def _probe_task(call: Callable, prober: LaneProber, processor: str, probe: str) 
     except CompileError as e:
         return classify_error(e)
     except RockeError as e:
-        return {"status": "toolchain_crash", "evidence": _evidence(str(e))}
+        return {"status": "toolchain_crash", "evidence": evidence(str(e))}
     out = reply.blob or b""
     if kind_ == "intrinsic":
         return classify_output(what, out, fmt)
@@ -421,8 +319,6 @@ def probe_lanes(probers: Mapping[str, LaneProber], arches: Sequence[str] | None 
                     else:
                         futures[key] = pool.submit_task(_probe_task, prober, processor, probe)
         results = {**fixed, **{k: f.result() for k, f in futures.items()}}
-    from rocke_aot.aot.characterize_emission import emission
-
     emitted = emission(probers, arches, jobs=jobs)
     docs = {lane: document(prober, {k[1:]: v for k, v in results.items() if k[0] == lane}, arches)
             for lane, prober in probers.items()}

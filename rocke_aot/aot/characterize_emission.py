@@ -36,6 +36,7 @@ from typing import Any
 from elftools.elf.elffile import ELFFile
 
 from rocke_aot import lanes, mma
+from rocke_aot.aot.characterize_ir import PROBE_TIMEOUT, classify_error, minimal_kernel_ir, probe_ir
 from rocke_aot.arch import ARCHES as ARCH_TABLE
 from rocke_aot.errors import CompileError, RockeError
 
@@ -107,8 +108,6 @@ def _matrix_mnemonics(obj: bytes) -> list[str]:
 
 def _codegen(call, prober, ir: str, processor: str, features: str = "", triple: str | None = None):
     """(object | None, outcome dict) of one codegen-only compile on the lane's worker."""
-    from rocke_aot.aot.characterize import PROBE_TIMEOUT, classify_error
-
     kind, payload, _ = prober.request(ir, processor, features)
     if triple is not None:
         payload = {**payload, "triple": triple}
@@ -124,8 +123,6 @@ def _codegen(call, prober, ir: str, processor: str, features: str = "", triple: 
 
 def _lane_compile(prober, ir: str, processor: str):
     """The lane's own compile (its pipeline, its linker): (HSACO | None, outcome)."""
-    from rocke_aot.aot.characterize import classify_error
-
     try:
         return prober.toolchain.compile(ir, processor).code_object, {"status": "ok"}
     except CompileError as e:
@@ -133,8 +130,6 @@ def _lane_compile(prober, ir: str, processor: str):
 
 
 def emission_arch(call, prober, processor: str) -> dict[str, Any]:
-    from rocke_aot.aot.characterize import minimal_kernel_ir, probe_ir
-
     profile = prober.lane.profile
     info = prober.info
     out: dict[str, Any] = {}

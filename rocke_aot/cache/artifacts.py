@@ -39,6 +39,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, select, update
 
 from rocke_aot import record as record_schema
+from rocke_aot.boundedjson import is_int
 from rocke_aot.cache import code_objects, codec, db, generations, triton_entries
 from rocke_aot.cache.blobs import SHA_RE, Blobs
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json, check_key, code_key_of
@@ -352,7 +353,7 @@ class Artifacts:
              limit: int | None = None) -> list[Artifact | Failure]:
         if status not in STATUSES:
             raise SpecError(f"status must be 'ok', 'failed' or 'all', got {status!r}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        if limit is not None and (not is_int(limit) or limit < 1):
             raise SpecError(f"limit must be a positive int, got {limit!r}")
         if after is not None and (not isinstance(after, str) or not SHA_RE.match(after)):
             raise SpecError(f"after must be a key (64 lowercase hex digits) from a previous page, got {after!r}")

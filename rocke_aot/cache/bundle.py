@@ -26,7 +26,7 @@
             per blob member: size, stored sha256, the zstd frame's declared content size
             (before any byte is decompressed), decompress, raw sha256, then ``check`` (the
             CLI passes aot's code-object validation, as a publish runs it: the resources
-            stored are the ones read from the code object) ─> store.blobs.publish;
+            stored are the ones read from the code object) ─> blobs.publish;
             then every entry (artifacts.publish_row, the one way an 'ok' row enters the
             table, as a put does); failure entries only with ``failures=True`` (a crafted
             "failed" record would make builds skip a real kernel); then every Triton entry,
@@ -40,8 +40,8 @@
 
 Blobs travel compressed (no second compression pass), and the tar is never extracted
 to disk: members are read by name, so a crafted path cannot escape anywhere. The bundle
-part reaches the store through public names only (store.engine, store.blobs,
-artifacts.publish_row); Store.import_ then lets the imported rows join their generations
+part reaches the store through the parts Store hands it (its engine and its Blobs) and
+artifacts.publish_row; it never imports Store (the store is above it); Store.import_ then lets the imported rows join their generations
 (Plans.adopt_imported) in a second transaction.
 """
 
@@ -56,12 +56,13 @@ import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 
 from rocke_aot import boundedjson, record
 from rocke_aot.cache import artifacts, codec, db, triton_entries
+from rocke_aot.cache.blobs import Blobs
 from rocke_aot.cache.keys import KeyInputs, artifact_key, canonical_json
 from rocke_aot.cache.models import artifacts as A
 from rocke_aot.cache.models import blob_data
@@ -69,9 +70,6 @@ from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.models import zstd_dicts as D
 from rocke_aot.cache.provenance import Entry
 from rocke_aot.errors import BundleError, CacheError, IntegrityError, RockeError
-
-if TYPE_CHECKING:
-    from rocke_aot.cache.store import Store
 
 FORMAT = "rocke-aot-bundle"
 VERSION = 3  # v2: entries carry recipe_digest and options (cache key v2); v3: Triton cache entries
@@ -128,7 +126,7 @@ def _entry(row: Any) -> dict[str, Any]:
     return e
 
 
-def export_bundle(store: Store, path: str | os.PathLike, *, arch: str | None = None, lane: str | None = None,
+def export_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, arch: str | None = None, lane: str | None = None,
                   family: str | None = None, failures: bool = True) -> dict[str, Any]:
     """Write the (filtered) store to one bundle file; returns a summary."""
     path = Path(path)
@@ -143,7 +141,7 @@ def export_bundle(store: Store, path: str | os.PathLike, *, arch: str | None = N
         conds.append(A.c.family == family)
     if not failures:
         conds.append(A.c.status == "ok")
-    with db.read_tx(store.engine) as conn:
+    with db.read_tx(engine) as conn:
         rows = conn.execute(select(A).where(*conds).order_by(A.c.key)).mappings().all()
         entries = [_entry(r) for r in rows]
         tritons = _triton_of(conn, entries)
@@ -157,7 +155,7 @@ def export_bundle(store: Store, path: str | os.PathLike, *, arch: str | None = N
                 # the file); pass 2 streams the same bytes (same read snapshot) into the tar.
                 dict_ids: dict[int, str] = {}
                 for sha, size, stored_size, cod, data, dict_id in _blob_pages(conn, shas):
-                    zdict = store.blobs.load_dict(conn, dict_id) if dict_id is not None else None
+                    zdict = blobs.load_dict(conn, dict_id) if dict_id is not None else None
                     codec.decode(data, sha, size, cod, stored_size, zdict)  # never export a corrupt blob
                     blob_meta[sha] = {"size": size, "stored_size": stored_size, "codec": cod,
                                       "stored_sha256": codec.sha256_hex(data)}
@@ -176,7 +174,7 @@ def export_bundle(store: Store, path: str | os.PathLike, *, arch: str | None = N
                 }
                 _add(tar, MANIFEST, json.dumps(manifest, sort_keys=True).encode())
                 for dict_id, dsha in sorted(dict_ids.items()):
-                    _add(tar, f"dicts/{dsha}.zdict", store.blobs.load_dict(conn, dict_id).data)
+                    _add(tar, f"dicts/{dsha}.zdict", blobs.load_dict(conn, dict_id).data)
                 for sha, _, _, _, data, _ in _blob_pages(conn, shas):
                     if codec.sha256_hex(data) != blob_meta[sha]["stored_sha256"]:
                         raise IntegrityError(f"blob {sha} changed during export")
@@ -299,7 +297,7 @@ def _check_manifest(manifest: Any) -> tuple[list[dict[str, Any]], dict[str, dict
     return entries, blob_meta
 
 
-def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | None = None,
+def import_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, check: CodeCheck | None = None,
                   failures: bool = False, check_entry: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Verify and publish a bundle, all or nothing; returns a summary.
 
@@ -338,7 +336,7 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
         if not isinstance(dicts_meta, dict):
             raise BundleError("bundle manifest: malformed dicts")
         try:
-            with db.write_tx(store.engine, exclusive=True) as conn:
+            with db.write_tx(engine, exclusive=True) as conn:
                 now = time.time()
                 seen: set[str] = set()
                 zdicts: dict[str, tuple[int, codec.Dictionary]] = {}  # dict sha256 -> (local id, dict)
@@ -347,7 +345,7 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
                         raise BundleError(f"bundle {path}: unexpected member {member.name!r}")
                     d = _DICT_RE.match(member.name)
                     if d:
-                        zdicts[d.group(1)] = _import_dict(conn, store, tar, member, d.group(1), dicts_meta, zdicts, now)
+                        zdicts[d.group(1)] = _import_dict(conn, tar, member, d.group(1), dicts_meta, zdicts, now)
                         continue
                     m = _MEMBER_RE.match(member.name)
                     if not m:
@@ -380,7 +378,7 @@ def import_bundle(store: Store, path: str | os.PathLike, *, check: CodeCheck | N
                     seen.add(sha)
                     if sha in wanted_raw:
                         triton_raw[sha] = raw
-                    added["blobs"] += store.blobs.publish(conn, sha, raw, stored, meta.get("codec", codec.CODEC),
+                    added["blobs"] += blobs.publish(conn, sha, raw, stored, meta.get("codec", codec.CODEC),
                                                           dict_id, now)
                 if seen != set(blob_meta):
                     raise BundleError(f"bundle {path}: {len(set(blob_meta) - seen)} blobs of the manifest are missing")
@@ -464,7 +462,7 @@ def _with_resources(e: dict[str, Any], co: dict[str, Any]) -> dict[str, Any]:
         raise BundleError(f"bundle entry {e['key']}: its record disagrees with its code object ({err})") from None
 
 
-def _import_dict(conn, store, tar, member, dsha: str, dicts_meta: dict, seen: dict, now: float):
+def _import_dict(conn, tar, member, dsha: str, dicts_meta: dict, seen: dict, now: float):
     """Verify a dictionary member and publish it (or find it already stored); -> (local id, dict)."""
     if dsha not in dicts_meta or dsha in seen:
         raise BundleError(f"bundle dictionary {dsha} is not in the manifest, or appears twice")

@@ -40,6 +40,7 @@ from typing import Any
 
 import zstandard
 
+from rocke_aot.boundedjson import is_int
 from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, artifact_key, thaw
 from rocke_aot.errors import KpackError, SpecError
 from rocke_aot.launch import LaunchContract
@@ -156,7 +157,7 @@ class Archive:
 
 
 def _int(value: Any, what: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+    if not is_int(value) or not lo <= value <= hi:
         raise KpackError(f"{what} must be an int within {lo}..{hi}, got {value!r}")
     return value
 

@@ -29,6 +29,7 @@ import json
 from sqlalchemy import delete, func, select
 
 from rocke_aot import record
+from rocke_aot.boundedjson import is_int
 from rocke_aot.cache import blobs, db, generations, models
 from rocke_aot.cache.artifacts import ROW, ROW_FROM, Artifacts, origin_of
 from rocke_aot.cache.blobs import Blobs
@@ -153,7 +154,7 @@ class Maintenance:
 
     def gc_generations(self, keep: int = 0) -> GcReport:
         self.handle.writable("gc")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        if not is_int(keep) or keep < 0:
             raise SpecError(f"keep must be a non-negative int, got {keep!r}")
         with db.write_tx(self.handle.engine, exclusive=True) as conn:
             keys, gone = generations.shadowed(conn, keep)
@@ -164,7 +165,7 @@ class Maintenance:
 
     def evict(self, max_bytes: int) -> GcReport:
         self.handle.writable("evict")
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        if not is_int(max_bytes) or max_bytes < 0:
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         self.artifacts.flush_reads()  # eviction orders by read time: the pending ones count
         with db.write_tx(self.handle.engine, exclusive=True) as conn:

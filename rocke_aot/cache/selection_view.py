@@ -65,7 +65,7 @@ def _sql(dialect: str, n_arch: int, n_lanes: int | None, current_only: bool) -> 
     return sql  # no ORDER BY: rank() orders by key itself (a sort in SQL would cost a temp B-tree)
 
 
-def candidates_query(dialect: str, family: str, device: object, lanes: Iterable[str] | None = None, *,
+def candidates_query(dialect: str, family: str, device: Target | str, lanes: Iterable[str] | None = None, *,
                      compatible_only: bool = True, current_only: bool = False) -> tuple[str, list[Any]]:
     """The SQL and parameters SelectionView.candidates runs for these arguments (the bench's
     bare-SQL baseline runs exactly this: bench/bench_select.py)."""
@@ -116,7 +116,7 @@ class SelectionView:
             self._memo.clear()
             self._lists.clear()
 
-    def candidates(self, family: str, device: object, lanes: Iterable[str] | None = None, *,
+    def candidates(self, family: str, device: Target | str, lanes: Iterable[str] | None = None, *,
                    compatible_only: bool = True, current_only: bool = False) -> tuple[Candidate, ...]:
         if not isinstance(family, str):
             raise SpecError(f"family must be a string, got {family!r}")

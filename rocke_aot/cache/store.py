@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rocke_aot import settings
+from rocke_aot.boundedjson import is_int
 from rocke_aot.cache import bundle, claims, codec, db
 from rocke_aot.cache.artifacts import Artifacts
 from rocke_aot.cache.blobs import Blobs
@@ -52,6 +53,7 @@ from rocke_aot.cache.selection_view import SelectionView
 from rocke_aot.cache.triton_entries import EntryFile, TritonEntries
 from rocke_aot.candidates import Candidate
 from rocke_aot.errors import CacheError, NotFoundError
+from rocke_aot.targets import Target
 
 LOOKUP_CHUNK = db.LOOKUP_CHUNK
 
@@ -94,7 +96,7 @@ class Store:
         resolved = db.resolve_url(url)
         if max_bytes is None:
             max_bytes = settings.integer(settings.CACHE_MAX_BYTES)
-        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
+        if max_bytes is not None and (not is_int(max_bytes) or max_bytes < 0):
             raise CacheError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         if readonly and resolved.startswith("sqlite"):
             path = resolved.split(":///", 1)[1]
@@ -346,7 +348,7 @@ class Store:
 
     # ---- the selection read model (cache/selection_view.py) ------------------------------
 
-    def candidates(self, family: str, device: object, lanes: Iterable[str] | None = None, *,
+    def candidates(self, family: str, device: Target | str, lanes: Iterable[str] | None = None, *,
                    compatible_only: bool = True, current_only: bool = False) -> tuple[Candidate, ...]:
         """The stored artifacts of ``family`` that a ``device`` target ID may run, as Candidates.
 
@@ -364,7 +366,7 @@ class Store:
 
     def export(self, path: str | os.PathLike, **filters: Any) -> dict[str, Any]:
         """Write the (filtered: arch=, lane=, family=, failures=) store to one bundle file."""
-        return bundle.export_bundle(self, path, **filters)
+        return bundle.export_bundle(self.engine, self.blobs, path, **filters)
 
     def import_(self, path: str | os.PathLike, *, check=None, failures: bool = False,
                 check_entry=None) -> dict[str, Any]:
@@ -376,6 +378,6 @@ class Store:
         rows are recorded as imported (cache/provenance.py): a release signs none until a build
         here verifies it."""
         self.handle.writable("import")
-        out = bundle.import_bundle(self, path, check=check, failures=failures, check_entry=check_entry)
+        out = bundle.import_bundle(self.engine, self.blobs, path, check=check, failures=failures, check_entry=check_entry)
         self.plans.adopt_imported()  # imported rows join the generation of their inputs
         return out

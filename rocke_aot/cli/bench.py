@@ -14,7 +14,7 @@ from rich.table import Table
 
 from rocke_aot import settings
 from rocke_aot.cache.store import Store
-from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
+from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.cli.progress import PeriodicLines
 from rocke_aot.errors import SpecError
 from rocke_aot.runner.bench import ServerSource, StoreSource, bench, host_triton_version, parse_candidates
@@ -42,13 +42,12 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
 @click.command("bench")
 @click.option("--run-from-cache", "from_cache", is_flag=True, required=True,
               help="Run kernels from the cache (or server) only; nothing is compiled. Required.")
-@click.option("--arch", type=ARCH, required=True, help="Target ID of the device (sm_90, gfx942:sramecc+:xnack-, ...).")
+@arch_option("Target ID of the device (sm_90, gfx942:sramecc+:xnack-, ...).", required=True)
 @click.option("--family", required=True, help="Kernel family (gemm, conv_direct_fwd, conv_dgrad_patch).")
 @click.option("--problems", "problems_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="JSON file: a list of problems, or {FAMILY: [...]} (bench/problems/*.json).")
 @click.option("--problem", default=None, help="One problem as JSON, e.g. '{\"m\": 1024, \"n\": 1024, \"k\": 1024}'.")
-@click.option("--cache", "cache_url", default=None, metavar="URL",
-              help="This host's own cache (default: $ROCKE_AOT_CACHE); not with --server.")
+@cache_option("This host's own cache (default: $ROCKE_AOT_CACHE); not with --server.")
 @click.option("--server", default=None, metavar="URL",
               help="Rank on a rocke-aot server and fetch its kernels through the verifying client instead.")
 @click.option("--mirror", "mirrors", multiple=True, metavar="URL", envvar=settings.MIRRORS,

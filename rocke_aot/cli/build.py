@@ -22,15 +22,14 @@ from rocke_aot.aot.builder import build as run_build
 from rocke_aot.aot.builder.plan import parse_where
 from rocke_aot.aot.builder.summary import render
 from rocke_aot.cache.store import Store
-from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
+from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.cli.progress import PeriodicLines
 from rocke_aot.errors import SpecError
 
 
 @click.command("build")
-@click.option("--arch", "arches", type=ARCH, multiple=True,
-              help="Target ID to build for (repeatable): gfx942, gfx950, gfx1250, gfx942:sramecc+:xnack-, sm_90. "
-                   "Required unless --instances gives each instance's arch.")
+@arch_option("Target ID to build for (repeatable): gfx942, gfx950, gfx1250, gfx942:sramecc+:xnack-, sm_90. "
+             "Required unless --instances gives each instance's arch.", multiple=True)
 @click.option("--family", "families", multiple=True, help="Only this kernel family (repeatable); default: all.")
 @lanes_option()
 @click.option("--where", "where", multiple=True, metavar="FIELD=VALUE",
@@ -45,8 +44,7 @@ from rocke_aot.errors import SpecError
               help="Build a rocKE instance list (aot_list.json: rocke.aot.instance/v1 objects, each a family, an arch "
                    "and a compile_spec matched against the family's table like --where); every instance whose "
                    "family this project lacks is reported by name (aot/builder/instances.py).")
-@click.option("--cache", "cache_url", default=None, metavar="URL",
-              help="Cache URL (sqlite:///path or postgresql+psycopg://...); default: $ROCKE_AOT_CACHE, else the user cache dir.")
+@cache_option()
 @click.option("--jobs", "-j", type=click.IntRange(1, 512), default=None, help="Parallel compiles (default: one per core).")
 @click.option("--force", is_flag=True, help="Retry cached failures.")
 @click.option("--dry-run", is_flag=True, help="Plan and look up only; compile nothing.")

@@ -16,18 +16,11 @@ from pathlib import Path
 
 import click
 
-from rocke_aot import settings
 from rocke_aot.cache.db import resolve_url
 from rocke_aot.cache.records import Artifact, GcReport
 from rocke_aot.cache.store import Store
-from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_option, lanes_option
 from rocke_aot.errors import NotFoundError, SpecError
-
-cache_option = click.option(
-    "--cache", "cache_url", metavar="URL", default=None,
-    help=f"Cache location: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}, "
-    "else cache.sqlite in the user cache dir).",
-)
 
 
 @contextlib.contextmanager
@@ -72,7 +65,7 @@ def cache() -> None:
 
 
 @cache.command("stats")
-@cache_option
+@cache_option()
 @json_option
 def stats(cache_url: str | None, as_json: bool) -> None:
     """Counts and sizes: artifacts, cached failures, blobs, compression, per arch and lane.
@@ -107,13 +100,13 @@ def stats(cache_url: str | None, as_json: bool) -> None:
 
 
 @cache.command("ls")
-@click.option("--arch", type=ARCH, default=None, help="Only this arch target ID.")
-@click.option("--lane", type=LANE, default=None, help="Only this compiler lane.")
+@arch_option("Only this arch target ID.")
+@lanes_option(multiple=False, help="Only this compiler lane.")
 @click.option("--family", default=None, help="Only this kernel family.")
 @click.option("--status", type=click.Choice(["ok", "failed", "all"]), default="ok", show_default=True,
               help="Artifacts, cached failures, or both.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many rows.")
-@cache_option
+@cache_option()
 @json_option
 @click.option("--generations", "show_generations", is_flag=True,
               help="List build generations per (arch, lane, family) instead: newest complete (*) or "
@@ -160,7 +153,7 @@ def ls(arch, lane, family, status, limit, cache_url, as_json, show_generations) 
 @click.argument("key")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the verified code object to this file.")
-@cache_option
+@cache_option()
 @json_option
 def show(key: str, out: Path | None, cache_url, as_json) -> None:
     """Show one entry by key (or a unique prefix of at least 4 hex digits).
@@ -190,7 +183,7 @@ def show(key: str, out: Path | None, cache_url, as_json) -> None:
 
 
 @cache.command("verify")
-@cache_option
+@cache_option()
 @json_option
 def verify(cache_url, as_json) -> int:
     """Decompress and sha256-check every blob; recompute every key; check every record against
@@ -225,7 +218,7 @@ def verify(cache_url, as_json) -> int:
 @cache.command("purge")
 @click.option("--origin", required=True, metavar="URL",
               help="The server whose artifacts go: every artifact a client fetched from it (cache verify lists them).")
-@cache_option
+@cache_option()
 @json_option
 def purge(origin, cache_url, as_json) -> None:
     """Drop the artifacts a client fetched from the server at URL, then their blobs.
@@ -250,7 +243,7 @@ def purge(origin, cache_url, as_json) -> None:
 @click.option("--keep", type=click.IntRange(min=0), default=None, metavar="N",
               help="Per (arch, lane, family), keep the best-ranked generation and N more whole; drop the "
                    "rows of older ones that nothing serves (a served kernel is never dropped).")
-@cache_option
+@cache_option()
 @json_option
 def gc(max_bytes, keep, cache_url, as_json) -> None:
     """Delete blobs no artifact references; with --keep N, the shadowed rows of generations
@@ -281,11 +274,11 @@ def gc(max_bytes, keep, cache_url, as_json) -> None:
 
 @cache.command("export")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--arch", type=ARCH, default=None, help="Only this arch target ID.")
-@click.option("--lane", type=LANE, default=None, help="Only this compiler lane.")
+@arch_option("Only this arch target ID.")
+@lanes_option(multiple=False, help="Only this compiler lane.")
 @click.option("--family", default=None, help="Only this kernel family.")
 @click.option("--no-failures", is_flag=True, help="Leave cached failures out.")
-@cache_option
+@cache_option()
 @json_option
 def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
     """Write the cache (or a filtered part) to one bundle file with a sha256 manifest.
@@ -316,7 +309,7 @@ def export(path, arch, lane, family, no_failures, cache_url, as_json) -> None:
               help="With --manifest: the pinned root public key (a .pub file or ed25519:<hex>); the manifest's "
                    "signature (<manifest>.sig.json, beside it) must verify, by the root key or a release key of "
                    "<stem>.root.json. Without it the kernels are checked but the signature is not.")
-@cache_option
+@cache_option()
 @json_option
 def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None:
     """Verify every blob of a bundle (hashes, sizes, each code object validated for its arch
@@ -357,7 +350,7 @@ def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None
               help="Only (arch, family) pairs with at least this many distinct code objects.")
 @click.option("--dict-size", type=click.IntRange(min=256), default=16384, show_default=True,
               help="Dictionary size in bytes.")
-@cache_option
+@cache_option()
 @json_option
 def train_dicts(min_samples, dict_size, cache_url, as_json) -> None:
     """Train a zstd dictionary per (arch, family) where it pays, and recompress with it.
@@ -387,7 +380,7 @@ def train_dicts(min_samples, dict_size, cache_url, as_json) -> None:
 @click.option("--sample", type=click.IntRange(min=1), default=None,
               help="Re-lower only this many artifacts (a seeded random sample); default: all.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
-@cache_option
+@cache_option()
 @json_option
 def audit(sample, seed, cache_url, as_json) -> int:
     """Re-lower stored artifacts with the current code; report IR that differs under the same key.

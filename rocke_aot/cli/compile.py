@@ -25,7 +25,14 @@ from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.families import get_family
 from rocke_aot.aot.lower import lower
-from rocke_aot.cli.options import ARCH, emit_json, json_object_arg, json_option, lanes_option, lanes_or_env
+from rocke_aot.cli.options import (
+    arch_option,
+    emit_json,
+    json_object_arg,
+    json_option,
+    lanes_option,
+    lanes_or_env,
+)
 
 
 def _spec(value: str | None) -> dict:
@@ -47,7 +54,7 @@ _common = [
     click.option("--family", default="gemm", show_default=True, help="Kernel family."),
     click.option("--spec", default=None, metavar="JSON|@FILE",
                  help="The family's spec as a JSON object (fields not given take their defaults)."),
-    click.option("--arch", type=ARCH, required=True, help="Target ID: gfx942, gfx942:sramecc+:xnack-, gfx1250, sm_90 ..."),
+    arch_option("Target ID: gfx942, gfx942:sramecc+:xnack-, gfx1250, sm_90 ...", required=True),
     lanes_option(multiple=False, help="Compiler lane (default: $ROCKE_AOT_LANE)."),
 ]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.cli.options import ARCH, emit_json, json_option
+from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_option
 from rocke_aot.errors import SpecError
 
 _SAFE = str.maketrans({":": "_", "+": "p", "-": "m"})
@@ -58,7 +58,7 @@ def signature_doc(key, data: bytes) -> bytes:
 @click.command("export")
 @click.option("--kpack", "want_kpack", is_flag=True, help="Write a kpack archive + bundle manifest (+ signature).")
 @click.option("--wheel", "want_wheel", is_flag=True, help="Write a pip-installable device wheel of the arch's kernels.")
-@click.option("--arch", type=ARCH, required=True, help="The target ID whose served kernels are exported, e.g. gfx942.")
+@arch_option("The target ID whose served kernels are exported, e.g. gfx942.", required=True)
 @click.option("--family", "families", multiple=True, help="Only this family (repeatable; --kpack only).")
 @click.option("--key", "key_path", required=True, type=click.Path(exists=True, dir_okay=False), metavar="KEY",
               help="The private key that signs: a release key (with --root) or the root key itself.")
@@ -68,7 +68,7 @@ def signature_doc(key, data: bytes) -> bytes:
               help="--wheel: the wheel's version and the least version of every signed file (only grows on a host).")
 @click.option("--expires-days", type=click.FloatRange(min=0.01), default=365.0, show_default=True,
               help="--wheel: days until the signed metadata expires.")
-@click.option("--cache", "cache_url", default=None, metavar="URL", help="Cache URL (default: $ROCKE_AOT_CACHE).")
+@cache_option()
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write into (created).")
 @json_option

@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 
 from rocke_aot import settings
-from rocke_aot.cli.options import ARCH, LANE, emit_json, json_option
+from rocke_aot.cli.options import arch_option, emit_json, json_option, lanes_option
 from rocke_aot.cli.progress import PeriodicLines
 from rocke_aot.client import Fetcher, LocalStore, sources_from
 from rocke_aot.client.local import max_bytes_setting
@@ -84,11 +84,10 @@ def _suffix(arch: str) -> str:
               help="Also fetch the keys in FILE, one per line (# comments; - reads stdin).")
 @click.option("--problem", default=None, metavar="JSON|@FILE",
               help="Select on --server first (with --arch and --family), then fetch every accepted kernel.")
-@click.option("--arch", type=ARCH, default=None,
-              help="The device's target ID: every kernel must be one it can run (and --problem's device).")
+@arch_option("The device's target ID: every kernel must be one it can run (and --problem's device).")
 @click.option("--family", default=None, help="Every kernel must be of this family (and --problem's family).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With --problem: the N best only.")
-@click.option("--lane", "lanes", type=LANE, multiple=True, help="With --problem: only this lane (repeatable).")
+@lanes_option(help="With --problem: only this lane (repeatable).")
 @click.option("--triton-version", default=None, metavar="VERSION",
               help="With --problem, a Triton family: only what this Triton version built.")
 @click.option("--server", default=None, metavar="URL", envvar=settings.SERVER,

@@ -19,7 +19,7 @@ import click
 
 from rocke_aot.cache import measurements as stored
 from rocke_aot.cache.store import Store
-from rocke_aot.cli.options import ARCH, emit_json, json_option
+from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_option
 from rocke_aot.errors import SpecError
 
 
@@ -44,7 +44,7 @@ def _read(path: str) -> dict:
 
 @measurements.command("record")
 @click.argument("reports", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--cache", "cache_url", default=None, metavar="URL", help="The cache the kernels came from.")
+@cache_option("The cache the kernels came from.")
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Repeats per median, for reports that do not record them (bench --reps).")
 @json_option
@@ -73,8 +73,8 @@ def record_cmd(reports, cache_url, repeats, as_json) -> None:
 
 @measurements.command("ls")
 @click.option("--family", required=True, help="Kernel family.")
-@click.option("--arch", type=ARCH, required=True, help="The device's processor or target ID.")
-@click.option("--cache", "cache_url", default=None, metavar="URL")
+@arch_option("The device's processor or target ID.", required=True)
+@cache_option()
 @json_option
 def ls_cmd(family, arch, cache_url, as_json) -> None:
     """List the measurements of FAMILY on ARCH that still apply (artifact and generation alive).
@@ -93,7 +93,7 @@ def ls_cmd(family, arch, cache_url, as_json) -> None:
 
 
 @measurements.command("prune")
-@click.option("--cache", "cache_url", default=None, metavar="URL")
+@cache_option()
 @json_option
 def prune_cmd(cache_url, as_json) -> None:
     """Delete the measurements whose artifact or generation no longer exists.

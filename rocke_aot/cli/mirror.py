@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import click
 
-from rocke_aot.cli.options import emit_json, json_option
+from rocke_aot.cli.options import cache_option, emit_json, json_option
 
-_cache = click.option("--cache", "cache_url", metavar="URL", default=None,
-                      help="The store holding the blobs (default: $ROCKE_AOT_CACHE).")
+_cache = cache_option("The store holding the blobs (default: $ROCKE_AOT_CACHE).")
 _signed = click.option("--signed", "signed_dir", required=True, type=click.Path(exists=True, file_okay=False),
                        help="The signed metadata (`rocke-aot trust sign -o DIR`).")
 _root_key = click.option("--root-key", default=None, metavar="PUB",

@@ -1,4 +1,13 @@
-"""Shared click options, so every command validates lanes, arches and caches the same way."""
+"""Shared click options: one per concept, so every command parses lanes, arches and caches the
+same way, once, at the edge.
+
+    arch_option()   --arch TARGET-ID  -> Target (targets.py Target.parse; a bad ID is a usage error)
+    lanes_option()  --lane NAME       -> Lane (lanes.py get_lane; unknown -> usage error, exit 2)
+    cache_option()  --cache URL       -> cache_url (None: $ROCKE_AOT_CACHE, else the user cache dir)
+    json_option     --json            -> as_json (one JSON document: emit_json)
+
+A command receives typed values (Target, Lane) and passes them down; nothing below the CLI
+parses a string the user typed again."""
 
 from __future__ import annotations
 
@@ -47,12 +56,29 @@ LANE = LaneType()
 ARCH = ArchType()
 
 
-def lanes_option(multiple: bool = True, help: str | None = None):
-    """``--lane`` (repeatable); when absent, ROCKE_AOT_LANE is read and validated the same way."""
+def lanes_option(multiple: bool = True, help: str | None = None, *, required: bool = False):
+    """``--lane`` -> Lane (repeatable: ``lanes``, a tuple; else ``lane``); lanes_or_env reads
+    ROCKE_AOT_LANE, validated the same way, where a command defaults to it."""
     return click.option(
-        "--lane", "lanes" if multiple else "lane", type=LANE, multiple=multiple,
+        "--lane", "lanes" if multiple else "lane", type=LANE, multiple=multiple, required=required,
         help=help or f"Compiler lane ({', '.join(LANE_NAMES)}); default: ${settings.LANE}, else every lane with a toolchain.",
     )
+
+
+def arch_option(help: str, *, multiple: bool = False, required: bool = False):
+    """``--arch`` -> Target, parsed here once (repeatable: ``arches``, a tuple; else ``arch``)."""
+    return click.option("--arch", "arches" if multiple else "arch", type=ARCH, multiple=multiple,
+                        required=required, help=help)
+
+
+CACHE_HELP = (f"Cache location: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}, "
+              "else cache.sqlite in the user cache dir).")
+
+
+def cache_option(help: str = CACHE_HELP):
+    """``--cache URL`` -> ``cache_url`` (None when absent: Store.open resolves $ROCKE_AOT_CACHE,
+    else the user cache dir, cache/db.py resolve_url)."""
+    return click.option("--cache", "cache_url", metavar="URL", default=None, help=help)
 
 
 def lanes_or_env(lanes) -> tuple[Lane, ...]:

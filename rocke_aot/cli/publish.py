@@ -14,15 +14,15 @@ import click
 from rocke_aot import settings
 from rocke_aot.cache.codec import sha256_hex
 from rocke_aot.cache.keys import KeyInputs
-from rocke_aot.cli.options import ARCH, LANE, emit_json, json_object_arg, json_option
+from rocke_aot.cli.options import arch_option, emit_json, json_object_arg, json_option, lanes_option
 from rocke_aot.client.service import ServiceClient
 
 
 @click.command("publish")
 @click.option("--server", required=True, metavar="URL", envvar=settings.SERVER, help="Service base URL.")
 @click.option("--token", default=None, envvar=settings.TOKEN, help=f"Publish token (or ${settings.TOKEN}).")
-@click.option("--arch", required=True, type=ARCH, help="Target ID the code object was built for.")
-@click.option("--lane", required=True, type=LANE, help="Compiler lane that built it.")
+@arch_option("Target ID the code object was built for.", required=True)
+@lanes_option(multiple=False, help="Compiler lane that built it.", required=True)
 @click.option("--profile", default=None, help="Emission profile (default: the lane's).")
 @click.option("--family", required=True, help="Kernel family, e.g. gemm.")
 @click.option("--spec", "spec", required=True, metavar="JSON|@FILE", help="The spec (a JSON object).")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from rocke_aot.cli.options import ARCH, LANE, emit_json, json_object_arg, json_option
+from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_object_arg, json_option, lanes_option
 from rocke_aot.errors import SpecError
 
 # The choices, spelled here: importing service.selection (the store's SQL) for them would make
@@ -39,18 +39,17 @@ def problem_text(value: str) -> str:
 
 
 @click.command("select")
-@click.option("--arch", type=ARCH, required=True, help="The device's full target ID, e.g. gfx942:sramecc+:xnack-.")
+@arch_option("The device's full target ID, e.g. gfx942:sramecc+:xnack-.", required=True)
 @click.option("--family", required=True,
               help="Kernel family (gemm, conv_direct_fwd, conv_dgrad_patch, triton_matmul, ...), or families of one "
                    "operation and problem type, comma-separated, ranked together (gemm,triton_matmul).")
 @click.option("--problem", "problem", required=True, metavar="JSON|@FILE",
               help='The problem as JSON, e.g. \'{"m": 4096, "n": 4096, "k": 4096}\', or @file.json.')
-@click.option("--lane", "lanes", type=LANE, multiple=True, help="Only artifacts of this lane (repeatable).")
+@lanes_option(help="Only artifacts of this lane (repeatable).")
 @click.option("--min-efficiency", type=click.FloatRange(0.0, 1.0), default=None,
               help="Reject candidates whose tile efficiency is below this (default: no floor).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many accepted rows.")
-@click.option("--cache", "cache_url", default=None, metavar="URL",
-              help="Cache URL (path, sqlite:///..., postgresql+psycopg://...); opened read-only.")
+@cache_option("Cache URL (path, sqlite:///..., postgresql+psycopg://...); opened read-only.")
 @click.option("--explain", is_flag=True, help="Also list every rejected candidate with its reason.")
 @click.option("--server", default=None, metavar="URL",
               help="Ask a rocke-aot service (POST /v1/select) instead of opening a cache.")

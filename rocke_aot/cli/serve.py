@@ -25,6 +25,7 @@ import click
 
 from rocke_aot import settings
 from rocke_aot.cache.db import display_url, resolve_url
+from rocke_aot.cli.options import cache_option
 from rocke_aot.errors import SpecError
 from rocke_aot.trust.keys import public_key
 
@@ -32,8 +33,7 @@ HTTP_PROTOCOL = "rocke_aot.service.protocol:BoundedHttpTools"  # an import strin
 
 
 @click.command("serve")
-@click.option("--cache", "cache_url", metavar="URL", default=None,
-              help=f"Store to serve: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}).")
+@cache_option(f"Store to serve: a path, sqlite:///FILE or postgresql+psycopg://... (default: ${settings.CACHE}).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes.")
@@ -75,6 +75,7 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
     import uvicorn
 
     from rocke_aot.service import app as service_app
+    from rocke_aot.service.metrics import ENV_MULTIPROC
 
     if (tls_cert is None) != (tls_key is None):
         raise SpecError("--tls-cert and --tls-key go together")
@@ -103,9 +104,9 @@ def serve(cache_url, host, port, workers, token_file, max_publish_bytes, create,
             os.environ.pop(name, None)
     service_app.app_from_env().state.store.close()  # open once here: a bad URL fails before binding
     multiproc = None
-    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if workers > 1 and not os.environ.get(ENV_MULTIPROC):
         multiproc = tempfile.mkdtemp(prefix="rocke-aot-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
+        os.environ[ENV_MULTIPROC] = multiproc
     if access_log is None:
         raw = settings.raw(settings.SERVE_ACCESS_LOG)
         access_log = True if raw in (None, "") else settings.flag(settings.SERVE_ACCESS_LOG)

@@ -24,7 +24,7 @@ from pathlib import Path
 import click
 
 from rocke_aot import settings
-from rocke_aot.cli.options import emit_json, json_option
+from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_option, lanes_option
 from rocke_aot.errors import TrustError
 
 
@@ -120,13 +120,13 @@ def root_cmd(root_keys, also_sign, release, threshold, version, expires_days, ou
 
 
 @trust.command("sign")
-@click.option("--cache", "cache_url", metavar="URL", default=None, help="The store (default: $ROCKE_AOT_CACHE).")
+@cache_option("The store (default: $ROCKE_AOT_CACHE).")
 @click.option("--root", "root_files", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="root.json (from `rocke-aot trust root`); repeatable: every version DIR does not hold yet.")
 @click.option("--key", "key_files", required=True, multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="A release private key root.json lists (repeatable, up to its threshold).")
-@click.option("--arch", "arches", multiple=True, help="Only these arches (repeatable; default: every one).")
-@click.option("--lane", "lanes", multiple=True, help="Only these lanes (repeatable; default: every one).")
+@arch_option("Only these arches (repeatable; default: every one).", multiple=True)
+@lanes_option(help="Only these lanes (repeatable; default: every one).")
 @click.option("--bins", "bit_length", type=click.IntRange(1, 16), default=None,
               help="2**N hashed bins (default: kept from DIR, else about 64 kernels a bin).")
 @click.option("--expires-days", default=30.0, show_default=True, type=click.FloatRange(0, min_open=True),
@@ -150,7 +150,8 @@ def sign_cmd(cache_url, root_files, key_files, arches, lanes, bit_length, expire
     roots = read_roots(root_files, Path(out))
     with Store.open(cache_url, readonly=True) as store:
         info = release(store, out, roots, [keys.load_private(k) for k in key_files], expires_days=expires_days,
-                       timestamp_days=timestamp_days, arches=arches, lanes=lanes, bit_length=bit_length)
+                       timestamp_days=timestamp_days, arches=[t.id for t in arches],
+                       lanes=[lane.name for lane in lanes], bit_length=bit_length)
     if as_json:
         emit_json(info)
     else:

@@ -25,14 +25,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from rocke_aot.aot import characterize, golden
-from rocke_aot.cli.options import ARCH, emit_json, json_option, lanes_option, lanes_or_env
+from rocke_aot.cli.options import arch_option, emit_json, json_option, lanes_option, lanes_or_env
 from rocke_aot.variants import table
 from rocke_aot.variants.families import get_family, plugin_errors
 
 
 @click.command("variants")
 @click.option("--family", "families", multiple=True, help="Only this family (repeatable).")
-@click.option("--arch", "arches", type=ARCH, multiple=True, help="Only this arch target ID (repeatable).")
+@arch_option("Only this arch target ID (repeatable).", multiple=True)
 @lanes_option(help="Only this lane (repeatable); validated like every --lane. Default: every lane.")
 @json_option
 def variants(families, arches, lanes, as_json: bool) -> int:

@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocke_aot import settings
+from rocke_aot.cache.keys import thaw
+from rocke_aot.errors import LaunchContractError
 
 if TYPE_CHECKING:
     from rocke_aot.client.local import Kernel
@@ -115,6 +117,18 @@ def _code_id(entries: list) -> str:
     return hashlib.sha256(doc).hexdigest()
 
 
+def check_contract(k: Kernel, what: str) -> None:
+    """The launch contract(s) ``k``'s record carries are its family's for its spec and arch
+    (rocke_aot/variants/contract.py check_record_launch: the grid, block, every argument's size
+    and layout); else LaunchContractError naming ``what``, before the kernel is kept or launched."""
+    from rocke_aot.variants.contract import check_record_launch  # here: it loads every family; a memo hit loads none
+
+    try:
+        check_record_launch(k.inputs.family, thaw(k.inputs.spec), k.inputs.arch, thaw(k.metadata))
+    except LaunchContractError as e:
+        raise LaunchContractError(f"{what}: {e}") from None
+
+
 class ContractMemo:
     def __init__(self, directory: str | os.PathLike):
         self.dir = Path(directory)
@@ -150,8 +164,6 @@ class ContractMemo:
         cid = self._current_id() if digest is not None else None
         if cid is not None and digest is not None and self._marker(cid, digest).is_file():
             return
-        from rocke_aot.client.fetch import check_contract
-
         check_contract(k, what)
         if digest is None:
             return

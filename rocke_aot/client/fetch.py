@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 
 from rocke_aot import settings
 from rocke_aot.cache.keys import check_key
-from rocke_aot.client.contracts import ContractMemo
+from rocke_aot.client.contracts import ContractMemo, check_contract
 from rocke_aot.client.keys import check_prefix, match, unique
 from rocke_aot.client.local import Kernel, LocalStore, check_elf_header
 from rocke_aot.client.trusted import (
@@ -353,20 +353,6 @@ def check_asked(code_arch: str, code_family: str, device: Target | None, family:
         raise AnswerMismatchError(f"{what} is a {code_family} kernel; {family} was asked for")
     if device is not None and not compatible(code_arch, device):
         raise AnswerMismatchError(f"{what} is built for {code_arch}, which {device.id} cannot run")
-
-
-def check_contract(k: Kernel, what: str) -> None:
-    """The launch contract(s) ``k``'s record carries are its family's for its spec and arch
-    (rocke_aot/variants/contract.py check_record_launch: the grid, block, every argument's size
-    and layout); else LaunchContractError naming ``what``, before the kernel is kept or launched."""
-    from rocke_aot.cache.keys import thaw
-    from rocke_aot.errors import LaunchContractError
-    from rocke_aot.variants.contract import check_record_launch
-
-    try:
-        check_record_launch(k.inputs.family, thaw(k.inputs.spec), k.inputs.arch, thaw(k.metadata))
-    except LaunchContractError as e:
-        raise LaunchContractError(f"{what}: {e}") from None
 
 
 def _no_check(k: Kernel) -> None:

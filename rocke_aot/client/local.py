@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from rocke_aot import paths, record, settings
+from rocke_aot.boundedjson import is_int
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.client.contracts import drop_memos
 from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError, TrustError
@@ -365,7 +366,7 @@ class LocalStore:
         """Remove the least recently used blobs (and the unsigned records naming them) until the
         blobs kept total at most ``max_bytes``; a blob of ``keep`` (sha256s) is never removed
         (what a command just fetched). Returns what was removed, least recent first."""
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        if not is_int(max_bytes) or max_bytes < 0:
             raise SpecError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         keep = set(keep)
         ents = self.entries()

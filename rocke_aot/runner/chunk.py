@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rocke_aot.boundedjson import is_int
 from rocke_aot.dtypes import MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
 
@@ -33,7 +34,7 @@ class Chunk:
 
 def plan_chunks(extent: int, unit_bytes: Mapping[str, int], limit: int = MAX_TENSOR_BYTES) -> tuple[Chunk, ...]:
     """Consecutive chunks of ``extent`` such that count * unit_bytes[t] <= limit for every tensor t."""
-    if isinstance(extent, bool) or not isinstance(extent, int) or extent < 0:
+    if not is_int(extent) or extent < 0:
         raise SpecError(f"chunking: the split extent must be an int >= 0, got {extent!r}")
     if not isinstance(limit, int) or limit <= 0:
         raise SpecError(f"chunking: the byte limit must be a positive int, got {limit!r}")
@@ -41,7 +42,7 @@ def plan_chunks(extent: int, unit_bytes: Mapping[str, int], limit: int = MAX_TEN
         return ()
     per = extent
     for name, ub in unit_bytes.items():
-        if isinstance(ub, bool) or not isinstance(ub, int) or ub < 0:
+        if not is_int(ub) or ub < 0:
             raise SpecError(f"chunking: bytes per unit of {name!r} must be an int >= 0, got {ub!r}")
         if ub > limit:
             raise SpecError(f"chunking: one unit of tensor {name!r} is {ub} bytes, over the {limit}-byte limit "

@@ -414,7 +414,7 @@ class HipRuntime(Runtime):
         return create, record, elapsed
 
 
-def open_runtime(arch: object, ordinal: int = 0) -> Runtime:
+def open_runtime(arch: Target | str, ordinal: int = 0) -> Runtime:
     """The runtime that runs code objects for ``arch``: CUDA for NVPTX targets, HIP for AMDGPU."""
     target = Target.parse(arch)
     return HipRuntime(ordinal) if target.is_amdgpu else CudaRuntime(ordinal)

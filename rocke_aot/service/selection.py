@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rocke_aot.boundedjson import is_int
 from rocke_aot.cache import measurements
 from rocke_aot.candidates import TRITON_VERSION_RE
 from rocke_aot.errors import SpecError
@@ -279,7 +280,7 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
     lane_names = _lanes(lanes)
     prob = parse_problem(fams[0], problem)  # one problem type across them (families_for_select)
     floor = DEFAULT_MIN_EFFICIENCY if min_efficiency is None else min_efficiency
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if limit is not None and (not is_int(limit) or limit < 1):
         raise SpecError(f"limit must be a positive int, got {limit!r}")
     parts = [store.candidates(f, tgt, lane_names, compatible_only=not explain, current_only=not explain)
              for f in fams]

@@ -13,7 +13,6 @@ from rocke_aot.service.schemas import KernelMeta, Resources
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 RESOURCE_FIELDS = tuple(Resources.model_fields)
-_LAUNCH_FIELDS = ("kernel_name", "kernargs", "kernarg_size", "block_size", "lds_bytes", "max_tensor_bytes")
 
 
 def etag_matches(header: str | None, sha: str) -> bool:
@@ -62,15 +61,10 @@ def resources(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _launch(md: dict[str, Any]) -> dict[str, Any] | None:
-    if isinstance(md.get("launch"), dict):
-        return md["launch"]
-    kernel = md.get("kernel")
-    if not isinstance(kernel, dict):
-        return None
-    out = {k: kernel[k] for k in _LAUNCH_FIELDS if k in kernel}
-    if isinstance(kernel.get("metadata"), dict):
-        out["family_facts"] = kernel["metadata"]
-    return out or None
+    """The record's launch contract (metadata["launch"]: every build, publish and import writes
+    one and variants/contract.py refuses a record without it)."""
+    launch = md.get("launch")
+    return launch if isinstance(launch, dict) else None
 
 
 def kernel_meta(a: Artifact, request: Request) -> KernelMeta:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rocke_aot.errors import AdmissionError, CapabilityError, LaunchContractError, SpecError
+from rocke_aot.lanes import Lane
 from rocke_aot.launch import LaunchContract
 from rocke_aot.targets import Target
 from rocke_aot.variants import families as registry
@@ -42,7 +43,7 @@ def _cut(v: Any) -> str:
     return text if len(text) <= _CUT else text[:_CUT] + "..."
 
 
-def admit_spec(family: str, spec: Mapping[str, Any], arch: object, lane: object) -> Any:
+def admit_spec(family: str, spec: Mapping[str, Any], arch: Target | str, lane: Lane | str) -> Any:
     """The family's spec for ``spec`` if a build of (family, arch, lane) could have made it, else
     AdmissionError (the table refuses the combination) or SpecError (the spec is not one the
     family admits there, naming the family's own reason)."""
@@ -74,7 +75,7 @@ def admit_spec(family: str, spec: Mapping[str, Any], arch: object, lane: object)
     return got
 
 
-def expected_contract(family: str, spec: Any, arch: object) -> LaunchContract:
+def expected_contract(family: str, spec: Any, arch: Target | str) -> LaunchContract:
     """The contract the family's formulas give for ``spec`` on ``arch`` (natural layout; kernarg
     size as laid out): what a stored contract is compared with."""
     fam = registry.get_family(family)
@@ -84,7 +85,7 @@ def expected_contract(family: str, spec: Any, arch: object) -> LaunchContract:
     return LaunchContract.build(s.kernel_name, s.launch_formulas(), (threads, 1, 1))
 
 
-def check_launch(family: str, spec: Any, arch: object, launch: Any) -> LaunchContract:
+def check_launch(family: str, spec: Any, arch: Target | str, launch: Any) -> LaunchContract:
     """``launch`` (a contract's dict) parsed and compared with the family's (module doc);
     LaunchContractError naming the first field that disagrees."""
     if not isinstance(launch, Mapping):
@@ -115,7 +116,7 @@ def check_launch(family: str, spec: Any, arch: object, launch: Any) -> LaunchCon
     return got
 
 
-def check_record_launch(family: str, spec: Any, arch: object, metadata: Any) -> LaunchContract:
+def check_record_launch(family: str, spec: Any, arch: Target | str, metadata: Any) -> LaunchContract:
     """Every launch contract an artifact record carries, checked (module doc); the record must
     carry one in metadata["launch"] (a runner launches by it)."""
     if not isinstance(metadata, Mapping):
@@ -147,8 +148,10 @@ def check_entry(entry: Mapping[str, Any]) -> None:
     if not isinstance(family, str) or not isinstance(spec, Mapping):
         raise SpecError(f"an entry names its family (a string) and its spec (an object), got "
                         f"{type(family).__name__} and {type(spec).__name__}")
-    admit_spec(family, spec, arch, lane)
-    check_record_launch(family, spec, arch, entry.get("metadata"))
+    registry.get_family(family)  # an unknown family is named before its arch or lane
+    target, lane_obj = Target.parse(arch), tables.lane_of(lane)  # the entry's strings, parsed here once
+    admit_spec(family, spec, target, lane_obj)
+    check_record_launch(family, spec, target, entry.get("metadata"))
 
 
 __all__ = ["admit_spec", "check_entry", "check_launch", "check_record_launch", "expected_contract"]

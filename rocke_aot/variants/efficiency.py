@@ -31,6 +31,7 @@ from typing import Any
 
 from rocke_aot.arch import ArchInfo, arch_info
 from rocke_aot.errors import SpecError
+from rocke_aot.targets import Target
 from rocke_aot.variants.families import family_for_spec, problem_from_dict
 from rocke_aot.variants.models import DimGranularity, Efficiency, Model, cu_granularity, dim
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
@@ -43,7 +44,7 @@ def _model(spec: Any, problem: Any) -> Model:
     return entry.model
 
 
-def _info(arch: object) -> ArchInfo:
+def _info(arch: ArchInfo | Target | str) -> ArchInfo:
     if isinstance(arch, ArchInfo):
         return arch
     if isinstance(arch, str):
@@ -59,7 +60,7 @@ def accepts(spec: Any, problem: Any) -> str | None:
     return _model(spec, problem).accepts(spec, problem)
 
 
-def efficiency(spec: Any, problem: Any, arch: object) -> Efficiency:
+def efficiency(spec: Any, problem: Any, arch: ArchInfo | Target | str) -> Efficiency:
     return _model(spec, problem).efficiency(spec, problem, _info(arch))
 
 

@@ -57,7 +57,7 @@ def _better(a: Measurement, b: Measurement) -> bool:
     return (-a.repeats, -a.recorded_at, a.median_ms) < (-b.repeats, -b.recorded_at, b.median_ms)
 
 
-def applicable(measurements: Iterable[Measurement], family: str, problem: Any, device: object,
+def applicable(measurements: Iterable[Measurement], family: str, problem: Any, device: Target | str,
                candidates: Iterable[Any], *, shape_class: bool = False) -> dict[str, Measurement]:
     """{candidate key: the measurement selection ranks it by} (module doc, rules 1-5).
     ``candidates``: objects with ``key`` and ``generation`` (rocke_aot.candidates.Candidate)."""

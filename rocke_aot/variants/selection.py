@@ -78,8 +78,6 @@ OTHER_LANE = "other lane preferred"
 OTHER_TARGET = "other target preferred"
 BAD_SPEC = "stored spec does not parse"
 OTHER_TRITON = "other Triton version"
-REASONS = (INCOMPATIBLE, STALE, LANE_NOT_REQUESTED, OTHER_TRITON, NOT_ACCEPTED, BELOW_FLOOR, OTHER_LANE, OTHER_TARGET,
-           BAD_SPEC)
 
 
 class Choice(NamedTuple):
@@ -125,10 +123,10 @@ class Choice(NamedTuple):
 
 
 class Rejection(NamedTuple):
-    """A rejected candidate, the rule that rejected it (one of REASONS) and the numbers why."""
+    """A rejected candidate, the rule that rejected it (one of the reason constants above) and the numbers why."""
 
     candidate: Candidate
-    reason: str  # one of REASONS
+    reason: str  # one of the reason constants above
     detail: str
 
     key = property(lambda self: self.candidate.key)
@@ -370,7 +368,7 @@ def choose_model(processor: str, model: str = "auto", family: str | None = None
     return "efficiency", None, None, None
 
 
-def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
+def rank(candidates: Iterable[Candidate], problem: Any, device: Target | str, *,
          min_efficiency: float = 0.0, lanes: Iterable[str] | None = None, model: str = "auto",
          measurements: Iterable[Any] | None = None, shape_class: bool = False,
          triton_version: str | None = None) -> Ranking:
@@ -382,7 +380,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) \
             or not 0.0 <= min_efficiency <= 1.0:
         raise SpecError(f"min_efficiency must be a number within 0..1, got {min_efficiency!r}")
-    dev = Target.parse(device)
+    device = Target.parse(device)  # parsed once here; the helpers below take the Target
     wanted = None if lanes is None else {get_lane(x).name for x in lanes}
     if triton_version is not None and not isinstance(triton_version, str):
         raise SpecError(f"triton_version must be a version string such as '3.6.0', got {triton_version!r}")
@@ -390,14 +388,14 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     qualified: list[tuple[str, Choice]] = []
     versions: set[str] = set()
     # Equal specs (other lanes, target IDs, generations) share one verdict: reason or Efficiency.
-    effs = _verdicts(problem, dev.processor)
+    effs = _verdicts(problem, device.processor)
     compat: dict[str, bool] = {}
     for c in sorted(candidates, key=attrgetter("key")):
         ok = compat.get(c.arch)
         if ok is None:
-            ok = compat[c.arch] = compatible(c.arch, dev)
+            ok = compat[c.arch] = compatible(c.arch, device)
         if not ok:
-            rejected.append(Rejection(c, INCOMPATIBLE, f"built for {c.arch}; the device is {dev.id}"))
+            rejected.append(Rejection(c, INCOMPATIBLE, f"built for {c.arch}; the device is {device.id}"))
             continue
         if not c.current:
             rejected.append(Rejection(c, STALE, f"generation {c.generation} of {c.arch}/{c.lane} is shadowed "
@@ -424,7 +422,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
         e = effs.get(sid)
         if e is None:
             why = eff_models.accepts(spec, problem)
-            e = effs[sid] = why if why else eff_models.efficiency(spec, problem, dev)
+            e = effs[sid] = why if why else eff_models.efficiency(spec, problem, device)
         if isinstance(e, str):
             rejected.append(Rejection(c, NOT_ACCEPTED, e))
             continue
@@ -455,27 +453,27 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     # Across families (a select of gemm,triton_matmul): the model is chosen for the device alone,
     # and a family it cannot estimate falls back per candidate, saying why (Choice.fallback).
     fams = sorted({ch.candidate.family for ch in accepted})
-    used, consts, note, fallback = choose_model(dev.processor, model, fams[0] if len(fams) == 1 else None)
+    used, consts, note, fallback = choose_model(device.processor, model, fams[0] if len(fams) == 1 else None)
     # Estimates are pure in (problem, processor, spec, resources): cached with the verdicts.
     if used == "fitted":
-        accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, dev, consts), model="fitted")
+        accepted = [ch._replace(estimate_ms=_estimate_cached(effs, ch, problem, device, consts), model="fitted")
                     for ch in accepted]
     elif used == "hardware":
         timed = []
         for ch in accepted:
             try:
-                timed.append(_with_hw(effs, ch, problem, dev, consts))
+                timed.append(_with_hw(effs, ch, problem, device, consts))
             except hw_model.NoEstimate as e:  # a fact or a count missing for this one: efficiency, saying so
-                timed.append(_with_reuse(effs, ch, problem, dev)._replace(fallback=f"{dev.processor}: {e}"))
+                timed.append(_with_reuse(effs, ch, problem, device)._replace(fallback=f"{device.processor}: {e}"))
             except SpecError as e:  # a stored spec the device's geometry refuses: never served
-                rejected.append(Rejection(ch.candidate, BAD_SPEC, f"does not lay out on {dev.id}: {e}"))
+                rejected.append(Rejection(ch.candidate, BAD_SPEC, f"does not lay out on {device.id}: {e}"))
         accepted = timed
     else:
-        accepted = [_with_reuse(effs, ch, problem, dev)._replace(fallback=fallback) for ch in accepted]
+        accepted = [_with_reuse(effs, ch, problem, device)._replace(fallback=fallback) for ch in accepted]
     if measurements:
         got = {}
         for fam in fams:  # each family's records apply to its own candidates (measured.applicable's rule 1)
-            got.update(measured.applicable(measurements, fam, problem, dev,
+            got.update(measured.applicable(measurements, fam, problem, device,
                                            [ch.candidate for ch in accepted if ch.candidate.family == fam],
                                            shape_class=shape_class))
         accepted = [ch._replace(measured=got.get(ch.candidate.key)) for ch in accepted]
@@ -483,7 +481,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: object, *,
     else:
         accepted.sort(key=order_key)
     rejected.sort(key=_rejection_key)
-    _account(problem, dev.processor, effs)
+    _account(problem, device.processor, effs)
     return Ranking(tuple(accepted), tuple(rejected), used, note, tuple(sorted(versions)))
 
 
@@ -503,9 +501,9 @@ def _cached(effs: dict[Any, Any], k: Any, compute: Any) -> Any:
     return got
 
 
-def _with_hw(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target, facts: hw_model.HardwareFacts) -> Choice:
+def _with_hw(effs: dict[Any, Any], ch: Choice, problem: Any, device: Target, facts: hw_model.HardwareFacts) -> Choice:
     e = _cached(effs, ("hw", ch.candidate.key), lambda: _hw_or_reason(
-        ch.spec, problem, dev, ch.efficiency, ch.candidate.resources, facts))
+        ch.spec, problem, device, ch.efficiency, ch.candidate.resources, facts))
     if isinstance(e, str):  # remembered like an estimate: the same inputs give the same reason
         raise hw_model.NoEstimate(e)
     return ch._replace(estimate_ms=e.ms, bound=e.bound, model="hardware", schedule=e.schedule,
@@ -519,17 +517,17 @@ def _hw_or_reason(*args: Any) -> hw_model.Estimate | str:
         return str(e)
 
 
-def _with_reuse(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target) -> Choice:
-    return ch._replace(reuse=_cached(effs, ("reuse", ch.candidate.key), lambda: _reuse(ch.spec, problem, dev)),
+def _with_reuse(effs: dict[Any, Any], ch: Choice, problem: Any, device: Target) -> Choice:
+    return ch._replace(reuse=_cached(effs, ("reuse", ch.candidate.key), lambda: _reuse(ch.spec, problem, device)),
                        model="efficiency")
 
 
-def _estimate_cached(effs: dict[Any, Any], ch: Choice, problem: Any, dev: Target,
+def _estimate_cached(effs: dict[Any, Any], ch: Choice, problem: Any, device: Target,
                      constants: perf.PerfConstants) -> float:
     k = ("estimate", ch.candidate.key)  # a key names one spec and one code object forever
     got = effs.get(k)
     if got is None:
-        got = effs[k] = estimate(ch.spec, problem, dev, ch.efficiency, ch.candidate.resources, constants)
+        got = effs[k] = estimate(ch.spec, problem, device, ch.efficiency, ch.candidate.resources, constants)
     return got
 
 
@@ -574,7 +572,7 @@ _RAN_IT = frozenset({BELOW_FLOOR, OTHER_LANE, OTHER_TARGET})
 _FILTERED = frozenset({LANE_NOT_REQUESTED, OTHER_TRITON})
 
 
-def no_candidate(ranking: Ranking, family: str, problem: Any, device: object,
+def no_candidate(ranking: Ranking, family: str, problem: Any, device: Target | str,
                  lanes: Iterable[str] | None = None) -> NoCandidate | None:
     """None unless nothing was accepted for want of a kernel baked for ``problem`` (module doc).
 
@@ -593,36 +591,36 @@ def no_candidate(ranking: Ranking, family: str, problem: Any, device: object,
                 continue
             if eff_models.accepts(spec, problem) is None:
                 return None
-    dev = Target.parse(device)
+    device = Target.parse(device)  # parsed once here; the helpers below take the Target
     wanted = tuple(dict.fromkeys(get_lane(x).name for x in lanes)) if lanes else ()
     lane_list = [get_lane(x) for x in wanted] if wanted else list(table.registered_lanes())
     baked = table.problem_baked(family, problem)
     reasons = []
     for lane in lane_list:
-        why = _why_no_spec(family, problem, dev, lane, baked)
+        why = _why_no_spec(family, problem, device, lane, baked)
         if why is None:
-            return _build_hint(family, problem, dev, wanted, baked)
+            return _build_hint(family, problem, device, wanted, baked)
         reasons.append(f"{lane.name}: {why}")
     grouped: dict[str, list[str]] = {}  # the same reason on several lanes is said once
     for lane, why in zip(lane_list, reasons):
         grouped.setdefault(why.split(": ", 1)[1], []).append(lane.name)
-    msg = (f"no candidate: no {family} spec can run this problem on {dev.id} "
+    msg = (f"no candidate: no {family} spec can run this problem on {device.id} "
            f"(`rocke-aot build --problems` would build none): "
            + "; ".join(f"{', '.join(names)}: {why}" for why, names in grouped.items()))
     return NoCandidate(UNSERVABLE, msg, None, None, baked, tuple(reasons))
 
 
-def _why_no_spec(family: str, problem: Any, dev: Target, lane: Any, baked: Mapping[str, Any] | None) -> str | None:
-    """None when the family's grid on (dev, lane) has a spec that runs ``problem``, else why not.
+def _why_no_spec(family: str, problem: Any, device: Target, lane: Any, baked: Mapping[str, Any] | None) -> str | None:
+    """None when the family's grid on (device, lane) has a spec that runs ``problem``, else why not.
     Walks the grid point by point and stops at the first spec that runs it; caches nothing (on a
     server every distinct problem would add an entry)."""
-    adm = table.admission(family, dev, lane)
+    adm = table.admission(family, device, lane)
     if not adm.served:
         return adm.reason
     if baked is not None:
-        points = table.layer_points(family, dev, lane, baked)
+        points = table.layer_points(family, device, lane, baked)
     else:
-        points = ((spec, "admitted") for spec in table.enumerate_specs(family, dev, lane))
+        points = ((spec, "admitted") for spec in table.enumerate_specs(family, device, lane))
     first, admitted, refused = None, [], {}
     for spec, reason in points:
         if spec is None:
@@ -642,10 +640,10 @@ def _why_no_spec(family: str, problem: Any, dev: Target, lane: Any, baked: Mappi
         f"{r} ({n})" for r, n in ranked[:2])
 
 
-def _build_hint(family: str, problem: Any, dev: Target, lanes: tuple[str, ...],
+def _build_hint(family: str, problem: Any, device: Target, lanes: tuple[str, ...],
                 baked: Mapping[str, Any] | None) -> NoCandidate:
     doc = {family: [dataclasses.asdict(problem)]}
-    command = (f"rocke-aot build --arch {dev.id} --family {family}" + "".join(f" --lane {x}" for x in lanes)
+    command = (f"rocke-aot build --arch {device.id} --family {family}" + "".join(f" --lane {x}" for x in lanes)
                + f" --problems {PROBLEMS_FILE}")
     what = (f"baked for this problem ({' '.join(f'{k}={v}' for k, v in baked.items())})" if baked is not None
             else "that runs this problem")
@@ -654,7 +652,7 @@ def _build_hint(family: str, problem: Any, dev: Target, lanes: tuple[str, ...],
     return NoCandidate(BUILD, msg, command, doc, baked)
 
 
-def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: object, *,
+def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: Target | str, *,
                   min_efficiency: float) -> list[Any]:
     """The specs (a table's grid) that serve at least one problem at or above the floor, by the
     same acceptance and floor rules as :func:`rank` (``rocke-aot build --problems``)."""

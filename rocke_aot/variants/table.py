@@ -147,7 +147,7 @@ def lane_of(value: object) -> Lane:
     return lane_registry.get_lane(value)  # raises LaneError naming the qualified lanes
 
 
-def _target(arch: object) -> Target:
+def _target(arch: Target | str) -> Target:
     return Target.parse(arch)
 
 
@@ -165,7 +165,7 @@ def target_admission(target: Target, lane: Lane) -> Admission:
     return SERVED
 
 
-def admission(family: str, arch: object, lane: object) -> Admission:
+def admission(family: str, arch: Target | str, lane: Lane | str) -> Admission:
     """Served, or refused with the reason; decided without lowering or LLVM."""
     return _admission(_table(family), _target(arch), lane_of(lane))
 
@@ -187,7 +187,7 @@ def _admission(table: FamilyTable, target: Target, lane: Lane) -> Admission:
     return SERVED
 
 
-def require_admitted(family: str, arch: object, lane: object) -> None:
+def require_admitted(family: str, arch: Target | str, lane: Lane | str) -> None:
     """Raise AdmissionError (with the reason) unless (family, arch, lane) is served."""
     adm = admission(family, arch, lane)
     if not adm.served:
@@ -229,7 +229,7 @@ def served_paths(table: FamilyTable, target: Target, lane: Lane) -> tuple[str, .
     return tuple(p for p in table.paths(target, lane) if path_admission(target, lane, p).served)
 
 
-def path_admissions(family: str, arch: object, lane: object) -> dict[str, Admission]:
+def path_admissions(family: str, arch: Target | str, lane: Lane | str) -> dict[str, Admission]:
     """Per path of the family: served or refused with the reason (for the CLI and reports)."""
     table = _table(family)
     target, lane = _target(arch), lane_of(lane)
@@ -245,7 +245,7 @@ def path_admissions(family: str, arch: object, lane: object) -> dict[str, Admiss
 
 # -- enumeration ---------------------------------------------------------------------------
 
-def enumerate_specs(family: str, arch: object, lane: object) -> Iterator[Any]:
+def enumerate_specs(family: str, arch: Target | str, lane: Lane | str) -> Iterator[Any]:
     """Every spec of the family's grid for (arch, lane), in a deterministic order.
 
     Raises AdmissionError when the combination is refused (with its reason): a caller
@@ -339,7 +339,7 @@ def problem_baked(family: str, problem: Any) -> dict[str, Any] | None:
     return None if got is None else dict(got)
 
 
-def layer_grid(family: str, arch: object, lane: object, baked: Mapping[str, Any]) -> LayerGrid:
+def layer_grid(family: str, arch: Target | str, lane: Lane | str, baked: Mapping[str, Any]) -> LayerGrid:
     """``baked`` crossed with the family's knob grid on (arch, lane), every point admitted or
     refused by the rules the default enumeration applies (never an AdmissionError: a refused
     (arch, lane) is the grid's ``reason``)."""
@@ -347,7 +347,7 @@ def layer_grid(family: str, arch: object, lane: object, baked: Mapping[str, Any]
     return _layer_grid(family, target.processor, lane.name, lane.major, tuple(sorted(dict(baked).items())))
 
 
-def layer_points(family: str, arch: object, lane: object, baked: Mapping[str, Any]) -> Iterator[tuple[Any, str]]:
+def layer_points(family: str, arch: Target | str, lane: Lane | str, baked: Mapping[str, Any]) -> Iterator[tuple[Any, str]]:
     """(spec, "admitted") or (None, why) for every point of ``baked`` x the family's knob grid on
     (arch, lane), in the grid's order, uncached (a select's no-candidate answer walks it until a
     spec runs its problem: a server keeps nothing per problem). The (arch, lane) must be served
@@ -384,7 +384,7 @@ def layer_reason(specs: Sequence[Any], refused: Sequence[tuple[str, int]]) -> st
     return refused[0][0] if not specs and len(refused) == 1 else ""
 
 
-def workload_specs(family: str, arch: object, lane: object,
+def workload_specs(family: str, arch: Target | str, lane: Lane | str,
                    problems: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[LayerGrid, ...]]:
     """The specs ``build --problems`` may plan for (family, arch, lane): the default grid, then
     the admitted specs of every problem's baked set (in problem order, each set once) that
@@ -415,7 +415,7 @@ def workload_specs(family: str, arch: object, lane: object,
     return tuple(specs), tuple(layers)
 
 
-def count_specs(family: str, arch: object, lane: object) -> int:
+def count_specs(family: str, arch: Target | str, lane: Lane | str) -> int:
     adm = admission(family, arch, lane)
     if not adm.served:
         return 0

@@ -24,8 +24,8 @@ from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.aot.compiler.options import LLVMLITE
 from rocke_aot.aot.compiler.pool import WorkerPool, default_pool
 from rocke_aot.aot.compiler.ptx import assemble_cubin, ptx_processor
+from rocke_aot.aot.compiler.result import CompileResult
 from rocke_aot.aot.compiler.worker import WORKER_SCRIPT, Reply, Worker, WorkerSpec
-from rocke_aot.aot.toolchains.base import CompileResult
 from rocke_aot.errors import CompileTimeout
 from rocke_aot.targets import Target
 
@@ -71,13 +71,13 @@ def _compile(call, python: str, ir: str, target: Target, timeout: float) -> Comp
     return finish_llvmlite(reply, target, timeout=left)
 
 
-def submit_llvmlite(pool: WorkerPool, python: str, ir: str, target: object, *, timeout: float = 120.0) -> Future:
+def submit_llvmlite(pool: WorkerPool, python: str, ir: str, target: Target | str, *, timeout: float = 120.0) -> Future:
     """Future[CompileResult]: codegen in ``python``'s llvmlite worker, link on the same pool thread."""
     target = Target.parse(target)
     return pool.submit_task(_compile, str(python), ir, target, timeout)
 
 
-def compile_llvmlite(python: str, ir: str, target: object, *, timeout: float = 120.0,
+def compile_llvmlite(python: str, ir: str, target: Target | str, *, timeout: float = 120.0,
                      pool: WorkerPool | None = None) -> CompileResult:
     """IR text -> HSACO (AMDGPU) or cubin (NVPTX) with the llvmlite of interpreter ``python``.
 

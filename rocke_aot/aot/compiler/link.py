@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from rocke_aot.aot.compiler._tool import run_tool
+from rocke_aot.aot.compiler.lld import find_lld
 from rocke_aot.aot.compiler.options import LLD_FLAGS
-from rocke_aot.aot.toolchains.lld import find_lld
 
 
 def link_hsaco(obj: bytes, *, timeout: float = 60.0, lld: str | None = None) -> bytes:

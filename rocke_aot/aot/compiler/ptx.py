@@ -29,8 +29,8 @@ from pathlib import Path
 
 from rocke_aot import settings
 from rocke_aot.aot.compiler._tool import run_tool
+from rocke_aot.aot.compiler.files import file_sha256, find_executable
 from rocke_aot.aot.compiler.options import PTXAS_FLAGS
-from rocke_aot.aot.toolchains.base import file_sha256, find_executable
 from rocke_aot.errors import CompileError, ToolchainError
 
 

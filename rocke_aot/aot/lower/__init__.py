@@ -17,13 +17,13 @@ arch lacks is a CapabilityError naming the op.
 from __future__ import annotations
 
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, KernelModule, LoweredKernel, Sym
-from rocke_aot.lanes import get_lane
+from rocke_aot.lanes import Lane, get_lane
 from rocke_aot.targets import Target
 
 __all__ = ["lower", "kernel_for", "LoweredKernel", "KernelModule",
            "Sym", "MAX_TENSOR_BYTES"]
 
-def lower(family: str, spec: object, target: object, lane: object) -> LoweredKernel:
+def lower(family: str, spec: object, target: Target | str, lane: Lane | str) -> LoweredKernel:
     """Lower one spec of ``family`` for ``target`` (Target or target ID) on ``lane``."""
     from rocke_aot.aot.families import get_family
 
@@ -33,7 +33,7 @@ def lower(family: str, spec: object, target: object, lane: object) -> LoweredKer
     return fam.lowerer(fam.spec_from(spec), target, lane)
 
 
-def kernel_for(name: str, target: object, lane: object, block_size: int) -> KernelModule:
+def kernel_for(name: str, target: Target | str, lane: Lane | str, block_size: int) -> KernelModule:
     """The kernel builder for ``target``: AmdgpuKernel (amdgcn) or NvptxKernel (sm_90).
 
     Refuses (CapabilityError) a target the lane's profile lacks, before any IR exists.

@@ -26,13 +26,14 @@ import llvmlite.ir as ir
 
 from rocke_aot.aot.lower.module import I32, KernelModule
 from rocke_aot.errors import CapabilityError
+from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 
 
 class AmdgpuKernel(KernelModule):
     calling_convention = "amdgpu_kernel"
 
-    def __init__(self, name: str, target: Target, lane: object, block_size: int):
+    def __init__(self, name: str, target: Target, lane: Lane | str, block_size: int):
         super().__init__(name, target, lane)
         if not self.target.is_amdgpu:
             raise CapabilityError(f"{self.target.id} is not an AMDGPU target")

@@ -227,7 +227,7 @@ class KernelModule:
 
     calling_convention = ""
 
-    def __init__(self, name: str, target: Target, lane: object):
+    def __init__(self, name: str, target: Target, lane: lanes.Lane | str):
         self.target = Target.parse(target)
         self.lane = lanes.get_lane(lane)
         self.profile = self.lane.profile

@@ -47,6 +47,7 @@ import llvmlite.ir as ir
 from rocke_aot.aot.compiler.ptx import ARCH_SPECIFIC_MD
 from rocke_aot.aot.lower.module import F32, I32, KernelModule
 from rocke_aot.errors import CapabilityError
+from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 
 
@@ -59,7 +60,7 @@ def wgmma_mnemonic(n: int, in_dtype: str) -> str:
 class NvptxKernel(KernelModule):
     calling_convention = "ptx_kernel"
 
-    def __init__(self, name: str, target: Target, lane: object, block_size: int):
+    def __init__(self, name: str, target: Target, lane: Lane | str, block_size: int):
         super().__init__(name, target, lane)
         if self.target.family != "nvptx64":
             raise CapabilityError(f"{self.target.id} is not an NVPTX target")

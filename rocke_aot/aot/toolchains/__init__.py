@@ -31,10 +31,11 @@ import venv
 from collections.abc import Callable
 from pathlib import Path
 
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo
+from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
-from rocke_aot.lanes import get_lane
+from rocke_aot.lanes import Lane, get_lane
 from rocke_aot.paths import atomic_write, exclusive, home
 from rocke_aot.targets import Target
 
@@ -164,7 +165,7 @@ def detect_all() -> list[Toolchain]:
     return found
 
 
-def toolchains_for_lane(lane: object, toolchains: list[Toolchain] | None = None,
+def toolchains_for_lane(lane: Lane | str, toolchains: list[Toolchain] | None = None,
                         consumes: str | None = "llvm-ir") -> list[Toolchain]:
     """Usable toolchains qualified for ``lane`` (validated), in discovery order, that compile
     ``consumes`` input ("llvm-ir", or "triton" for Triton families; None: any)."""
@@ -174,7 +175,7 @@ def toolchains_for_lane(lane: object, toolchains: list[Toolchain] | None = None,
             and (consumes is None or getattr(tc, "consumes", "llvm-ir") == consumes)]
 
 
-def toolchain_for(lane: object, target: object | None = None,
+def toolchain_for(lane: Lane | str, target: Target | str | None = None,
                   toolchains: list[Toolchain] | None = None, consumes: str = "llvm-ir") -> Toolchain:
     """The toolchain that compiles ``lane`` for ``target``: the first usable toolchain
     qualified for the lane (discovery order) whose detected arches include the target's
@@ -256,7 +257,7 @@ def lane_lock(env_dir: Path):
     return exclusive(env_dir.parent / f".{env_dir.name}.lock")
 
 
-def install_lane(lane: object, *, quiet: bool = True) -> Toolchain:
+def install_lane(lane: Lane | str, *, quiet: bool = True) -> Toolchain:
     """Make (or reuse) the lane's virtual environment, install its compiler, register it.
 
     Idempotent: an existing environment that already detects as this lane is kept.

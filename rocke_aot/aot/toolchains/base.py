@@ -24,16 +24,14 @@ library's revision string), then resolves through the one lane registry
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rocke_aot import settings
+from rocke_aot.aot.compiler.lld import linker_identity
+from rocke_aot.aot.compiler.ptx import ptxas_identity
+from rocke_aot.aot.compiler.result import CompileResult
 from rocke_aot.errors import LaneError, ToolchainError, ToolchainRefused
 from rocke_aot.lanes import Lane, get_lane, lane_for_major
 from rocke_aot.targets import FORMAT_TOOLS, TOOL_FIELDS, Target
@@ -83,79 +81,15 @@ def info_for_major(kind: str, location: str, llvm_version: str, llvm_major: int,
     return ToolchainInfo(kind, location, llvm_version, llvm_major, lane, refusal, **fields)
 
 
-def find_executable(name: str, env_var: str, candidates: Iterable[str], missing: str) -> str:
-    """A tool's executable: ``env_var`` when set (it must name an executable file: a typo
-    fails, it never falls through), else ``name`` on PATH, else the first executable of
-    ``candidates``; ToolchainError(``missing``) when there is none."""
-    env = settings.raw(env_var)
-    if env is not None:
-        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
-            raise ToolchainError(f"{env_var}={env!r} is not an executable file")
-        return env
-    for path in (shutil.which(name), *candidates):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    raise ToolchainError(missing)
-
-
-_FILE_HASHES: dict[tuple[str, int, int], str] = {}
-_FILE_HASH_LOCK = threading.Lock()
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a toolchain file (a shared library, a linker binary), after symlinks.
-
-    Hashed once per process per (real path, mtime, size): identities are asked for per lane
-    and per plan, and a library is 100-200 MB. A file replaced in place (new mtime or size)
-    is hashed again. ToolchainError when it cannot be read: an identity never guesses.
-    """
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError as e:
-        raise ToolchainError(f"cannot hash toolchain file {path}: {e}") from e
-    memo = (real, st.st_mtime_ns, st.st_size)
-    got = _FILE_HASHES.get(memo)
-    if got is None:
-        with _FILE_HASH_LOCK:
-            got = _FILE_HASHES.get(memo)
-            if got is None:
-                h = hashlib.sha256()
-                try:
-                    with open(real, "rb") as f:
-                        for chunk in iter(lambda: f.read(1 << 20), b""):
-                            h.update(chunk)
-                except OSError as e:
-                    raise ToolchainError(f"cannot hash toolchain file {path}: {e}") from e
-                got = _FILE_HASHES[memo] = h.hexdigest()
-    return got
-
-
 def tool_identity(tool: str) -> dict[str, str]:
     """The identity of one tool a toolchain runs after its compiler (targets.TOOL_FIELDS names
-    them): "linker" the located ld.lld (aot/toolchains/lld.py), "ptxas" the located ptxas
+    them): "linker" the located ld.lld (aot/compiler/lld.py), "ptxas" the located ptxas
     (aot/compiler/ptx.py). Only its identity is asked for here; each module locates its tool."""
     if tool == "linker":
-        from rocke_aot.aot.toolchains.lld import linker_identity
-
         return {k: str(v) for k, v in linker_identity().items()}
     if tool == "ptxas":
-        from rocke_aot.aot.compiler.ptx import ptxas_identity
-
         return {k: str(v) for k, v in ptxas_identity().items()}
     raise ToolchainError(f"no identity for tool {tool!r} (known: {', '.join(TOOL_FIELDS)})")
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    code_object: bytes  # HSACO (AMDGPU) or cubin (NVPTX)
-    format: str  # "hsaco" | "cubin"
-    log: str = ""  # warnings the tools printed
-    ptx: str | None = None  # NVPTX: the PTX the cubin came from
-    asm: str | None = None  # textual ISA where the toolchain produced it on the way
-    # Kind-specific record fields (the Triton toolchain: its cache entry, under "triton"; and the
-    # entry's files, under "triton_files", which the builder stores beside the code object).
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Toolchain(ABC):

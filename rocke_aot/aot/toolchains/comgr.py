@@ -29,8 +29,11 @@ import sys
 from pathlib import Path
 
 from rocke_aot import settings
+from rocke_aot.aot.compiler import WorkerSpec, default_pool
+from rocke_aot.aot.compiler.files import file_sha256
 from rocke_aot.aot.compiler.options import COMGR
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
+from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CompileError, ToolchainError
 from rocke_aot.targets import Target
@@ -88,13 +91,9 @@ class ComgrToolchain(Toolchain):
         return f"ComgrToolchain({self.library!r})"
 
     def worker_spec(self):
-        from rocke_aot.aot.compiler import WorkerSpec
-
         return WorkerSpec.of(self.python, plugins=[str(PLUGIN)], env={settings.COMGR_LIB: self.library})
 
     def _call(self, kind: str, payload: dict, timeout: float):
-        from rocke_aot.aot.compiler import default_pool
-
         return default_pool().call(self.worker_spec(), kind, payload, timeout=timeout)
 
     @functools.cached_property

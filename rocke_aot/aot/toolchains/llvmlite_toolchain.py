@@ -18,9 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rocke_aot.aot.compiler import compile_llvmlite
+from rocke_aot.aot.compiler.files import file_sha256
 from rocke_aot.aot.compiler.options import LLVMLITE
-from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
+from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import ToolchainError, ToolchainRefused
 from rocke_aot.targets import Target
@@ -104,6 +107,4 @@ class LlvmliteToolchain(Toolchain):
         return LLVMLITE.for_target(Target.parse(target))
 
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
-        from rocke_aot.aot.compiler import compile_llvmlite
-
         return compile_llvmlite(self.python, ir, target, timeout=timeout)

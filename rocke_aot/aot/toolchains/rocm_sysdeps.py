@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocke_aot import settings
+from rocke_aot.aot.compiler import WorkerSpec, default_pool
+from rocke_aot.aot.compiler.lld import find_lld
 from rocke_aot.errors import ToolchainError
 
 VERSION_NODE = "AMDROCM_SYSDEPS_1.0"
@@ -183,8 +185,6 @@ def _libc() -> str:
 
 
 def _object(ir: str) -> bytes:
-    from rocke_aot.aot.compiler import WorkerSpec, default_pool
-
     reply = default_pool().call(WorkerSpec.of(sys.executable), "llvm.compile", {
         "ir": ir, "triple": TRIPLE, "cpu": "x86-64", "features": "", "opt": 2, "pipeline": False,
         "reloc": "pic", "codemodel": "default", "emit": "obj"}, timeout=120.0)
@@ -194,8 +194,6 @@ def _object(ir: str) -> bytes:
 def build(directory: Path | None = None) -> dict[str, Path]:
     """Build both shims into ``directory`` (default shim_dir()); returns soname -> path.
     Written to a temporary name and renamed, so a worker never loads half a file."""
-    from rocke_aot.aot.toolchains.lld import find_lld
-
     d = directory or shim_dir()
     d.mkdir(parents=True, exist_ok=True)
     lld, libc = find_lld(), _libc()

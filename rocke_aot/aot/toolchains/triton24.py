@@ -38,9 +38,14 @@ import time
 from pathlib import Path
 
 from rocke_aot import settings
+from rocke_aot.aot.compiler import WorkerSpec, default_pool
+from rocke_aot.aot.compiler.files import file_sha256
+from rocke_aot.aot.compiler.link import link_hsaco as _link
+from rocke_aot.aot.compiler.lld import find_lld, linker_identity
 from rocke_aot.aot.compiler.options import TRITON24
-from rocke_aot.aot.drift import apply_drift_guard
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
+from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.targets import Target
@@ -145,8 +150,6 @@ def run_worker(kind: str, payload: dict, blob: bytes | None = None, *, timeout: 
     ``role`` keeps the two LLVMs apart: "codegen" workers load the LLVM 24 library,
     "middle-end" workers run llvmlite; never both in one process.
     """
-    from rocke_aot.aot.compiler import WorkerSpec, default_pool
-
     spec = WorkerSpec.of(sys.executable, plugins=[WORKER], env={settings.TRITON24_ROLE: role})
     reply = default_pool().call(spec, kind, payload, blob, timeout=timeout)
     result = dict(reply.result)
@@ -158,17 +161,13 @@ def run_worker(kind: str, payload: dict, blob: bytes | None = None, *, timeout: 
 
 
 def _linker() -> tuple[str, dict[str, str]]:
-    """The located ld.lld and its identity (aot/toolchains/lld.py). The wheel carries no
+    """The located ld.lld and its identity (aot/compiler/lld.py). The wheel carries no
     standalone LLD 24 (its LLD is linked into libtriton.so behind a pybind module), so the
     located ld.lld (Debian's LLD 22) links, and its version line is recorded."""
-    from rocke_aot.aot.toolchains.lld import find_lld, linker_identity
-
     return find_lld(), linker_identity()
 
 
 def link_hsaco(obj: bytes, *, timeout: float = 60.0) -> bytes:
-    from rocke_aot.aot.compiler.link import link_hsaco as _link
-
     return _link(obj, timeout=timeout)
 
 

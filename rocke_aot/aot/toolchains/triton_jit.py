@@ -42,7 +42,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
+from rocke_aot.aot.compiler import WorkerSpec, default_pool
+from rocke_aot.aot.compiler.files import file_sha256
+from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.paths import atomic_write, home
@@ -156,8 +159,6 @@ def install_triton(requirement: str, python: str = "python3", *, quiet: bool = T
 
 
 def run_worker(python: str, kind: str, payload: dict, *, timeout: float = 300.0) -> tuple[dict, bytes | None]:
-    from rocke_aot.aot.compiler import WorkerSpec, default_pool
-
     spec = WorkerSpec.of(python, plugins=[WORKER])
     reply = default_pool().call(spec, kind, payload, None, timeout=timeout)
     result = dict(reply.result)

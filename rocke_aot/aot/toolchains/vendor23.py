@@ -32,10 +32,15 @@ import sys
 from pathlib import Path
 
 from rocke_aot import settings
+from rocke_aot.aot.compiler import WorkerSpec, default_pool
+from rocke_aot.aot.compiler.files import file_sha256
+from rocke_aot.aot.compiler.link import link_hsaco
+from rocke_aot.aot.compiler.lld import find_lld, linker_identity
 from rocke_aot.aot.compiler.options import VENDOR23
-from rocke_aot.aot.drift import apply_drift_guard
+from rocke_aot.aot.compiler.result import CompileResult
 from rocke_aot.aot.toolchains import rocm_sysdeps
-from rocke_aot.aot.toolchains.base import CompileResult, Toolchain, ToolchainInfo, file_sha256, info_for_major
+from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
+from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
 from rocke_aot.targets import Target
@@ -103,8 +108,6 @@ def find_llvm23(toolchains: list[Toolchain] | None = None) -> Vendor23Toolchain:
 
 
 def worker_spec():
-    from rocke_aot.aot.compiler import WorkerSpec
-
     # A role of its own: the shims and libLLVM.so never share a process with llvmlite's LLVM.
     return WorkerSpec.of(sys.executable, plugins=[WORKER], env={settings.WORKER_ROLE: "rocm-llvm"})
 
@@ -112,8 +115,6 @@ def worker_spec():
 def run_worker(kind: str, payload: dict, blob: bytes | None = None, *, timeout: float = 120.0
                ) -> tuple[dict, bytes | None]:
     """One request on this thread's AMD LLVM worker; an abort becomes a CompileError."""
-    from rocke_aot.aot.compiler import default_pool
-
     reply = default_pool().call(worker_spec(), kind, payload, blob, timeout=timeout)
     result = dict(reply.result)
     result.setdefault("log", reply.log)
@@ -183,8 +184,6 @@ class Vendor23Toolchain(Toolchain):
 
     @staticmethod
     def _linker_note() -> str:
-        from rocke_aot.aot.toolchains.lld import find_lld, linker_identity
-
         try:
             return f"{linker_identity().get('linker', '?')} at {find_lld()}"
         except ToolchainError as e:
@@ -222,8 +221,6 @@ class Vendor23Toolchain(Toolchain):
         return triple
 
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0, emit_asm: bool = False) -> CompileResult:
-        from rocke_aot.aot.compiler.link import link_hsaco
-
         target = Target.parse(target)
         info = self.detect()
         if not info.usable:

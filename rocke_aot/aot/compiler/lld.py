@@ -17,7 +17,7 @@ import re
 import subprocess
 
 from rocke_aot import settings
-from rocke_aot.aot.toolchains.base import file_sha256, find_executable
+from rocke_aot.aot.compiler.files import file_sha256, find_executable
 from rocke_aot.errors import ToolchainError
 
 _VERSION_RE = re.compile(r"LLD (\d+)\.(\d+)\.(\d+)")
