@@ -138,8 +138,10 @@ def fetch(keys, from_file, problem, arch, family, limit, lanes, triton_version, 
         raise click.UsageError(f"-o writes one kernel; {len(wanted)} were asked for: use --out-dir DIR")
     store = LocalStore(local)
     offline = settings.flag(settings.OFFLINE)  # offline: no source is made (no HTTP stack loaded)
+    # one kernel: its warm note written, so the next `rocke-aot fetch KEY` answers without the
+    # library (rocke_aot/warm.py, cli/entry.py)
     with Fetcher([] if offline else sources_from(server, mirrors), store, root_key=root_key, insecure=insecure,
-                 offline=offline) as f:
+                 offline=offline, remember=len(wanted) == 1) as f:
         resolved: dict[str, str | None] = {}
         for k, fam in wanted:  # every prefix resolved (or refused) before anything is fetched
             resolved.setdefault(f.resolve(k), fam)
