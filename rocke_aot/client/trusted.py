@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -162,10 +163,29 @@ class Accepted:
     def kernel(self, key: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
+    def bins(self) -> Iterator[dict]:
+        """The targets of every bin, one bin at a time (each verified first where online)."""
+        raise NotImplementedError
+
     def keys(self) -> list[str]:
         """Every kernel key the verified metadata lists (every bin is read: a prefix lookup;
         a fetch by full key reads only its bin)."""
-        raise NotImplementedError
+        return [k for targets in self.bins() for k in _keys_of(targets)]
+
+    def entries(self, family: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(key, record) of every kernel the verified metadata lists (every bin is read: what a
+        select over the signed index ranks, client/index.py); with ``family``, a target whose
+        plain custom "family" names another is passed over before its record is parsed."""
+        head = target_path("")
+        for targets in self.bins():
+            for path, tf in targets.items():
+                if not path.startswith(head) or not isinstance(tf, dict):
+                    continue
+                custom = tf.get("custom")
+                if family is not None and isinstance(custom, dict) and custom.get("family", family) != family:
+                    continue
+                yield path[len(head):], record_of(path, custom, (tf.get("hashes") or {}).get("sha256"),
+                                                  tf.get("length"))
 
 
 def _probe_paths(bits: int, prefix: str) -> dict[str, str]:
@@ -234,22 +254,22 @@ class _Online(Accepted):
                 raise _missing(e, self.source) from None
         return None if tf is None else entry_of(key, tf)
 
-    def keys(self) -> list[str]:
+    def bins(self) -> Iterator[dict]:
         from tuf.api import exceptions as x
 
         state = self.trusted.state()
+        probes = _probe_paths(state["bit_length"], state["prefix"])
         with self._lock, exclusive(self.trusted.dir / "lock"):
             meta = loads((self.trusted.dir / "snapshot.json").read_bytes(), METADATA_LIMITS, "snapshot")["signed"]["meta"]
-            out: list[str] = []
-            for name, path in _probe_paths(state["bit_length"], state["prefix"]).items():
+            for name, path in probes.items():
                 try:
                     self.updater.get_targetinfo(path)  # loads and verifies the bin (python-tuf)
                 except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
                     raise _translate(e, f"bin {name} from {self.source}") from None
                 except x.DownloadError as e:
                     raise _missing(e, self.source) from None
-                out += _keys_of(_bin_targets(self.trusted, meta, self.version, name))
-        return out
+        for name in probes:  # read back one at a time (the version and length the snapshot names)
+            yield _bin_targets(self.trusted, meta, self.version, name)
 
 
 class _Offline(Accepted):
@@ -266,11 +286,9 @@ class _Offline(Accepted):
             return None
         return record_of(path, tf.get("custom"), tf.get("hashes", {}).get("sha256"), tf.get("length"))
 
-    def keys(self) -> list[str]:
-        out: list[str] = []
+    def bins(self) -> Iterator[dict]:
         for name in _probe_paths(self.state["bit_length"], self.state["prefix"]):
-            out += _keys_of(_bin_targets(self.trusted, self.meta, self.version, name))
-        return out
+            yield _bin_targets(self.trusted, self.meta, self.version, name)
 
 
 # STATE: "verified.state" (JSON; not *.json: the directory holds metadata files only under that
