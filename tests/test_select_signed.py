@@ -7,7 +7,8 @@
         `rocke-aot serve` of the same store, POST /v1/select): per problem, the same accepted
         kernels in the same order with the same efficiency, basis, estimate and resources, and
         the same rejections with the same reasons
-    ROCKE_AOT_OFFLINE=1 (nginx gone): the host's verified bins answer the same
+    ROCKE_AOT_OFFLINE=1 (nginx gone): the host's verified bins answer the same; so does a process
+        that cannot import SQLAlchemy, FastAPI, llvmlite or numpy (the base install's modules)
     a tree signed under another root key, a tampered bin: refused by name, nothing ranked
 """
 
@@ -17,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from _nginx import nginx, served_dir
@@ -66,6 +68,18 @@ def test_select_over_a_mirror_answers_as_the_service_does(signed_world, tree, tm
     for args, sig in answers[:3]:
         rc, again = _select(["--mirror", "http://127.0.0.1:9", *args], {**env, "ROCKE_AOT_OFFLINE": "1"})
         assert again == sig
+    # a host of the base install (no database layer, no server, no compiler) ranks it alike
+    args, sig = answers[0]
+    p = subprocess.run([sys.executable, "-c", BASE, "select", "--arch", "gfx942", "--family", "gemm", "--json",
+                        "--explain", "--mirror", "http://127.0.0.1:9", *args],
+                       env={**env, "ROCKE_AOT_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and json.loads(p.stdout) == sig, p.stderr
+
+
+# the modules only the [serve] and [build] installs bring, made unimportable (None in sys.modules)
+BASE = ("import sys\nfor m in ('sqlalchemy', 'alembic', 'fastapi', 'starlette', 'uvicorn', 'psycopg', 'llvmlite', "
+        "'numpy'):\n    sys.modules[m] = None\nsys.argv[0] = 'rocke-aot'\n"
+        "from rocke_aot.cli.main import main\nmain()\n")
 
 
 def _evil_root(tree, world) -> None:
