@@ -7,6 +7,8 @@
         `rocke-aot serve` of the same store, POST /v1/select): per problem, the same accepted
         kernels in the same order with the same efficiency, basis, estimate and resources, and
         the same rejections with the same reasons
+    `rocke-aot fetch --mirror URL --problem P --limit 2` (no service): the kernels that select
+        accepts, in its order, fetched and verified
     ROCKE_AOT_OFFLINE=1 (nginx gone): the host's verified bins answer the same; so does a process
         that cannot import SQLAlchemy, FastAPI, llvmlite or numpy (the base install's modules)
     a tree signed under another root key, a tampered bin: refused by name, nothing ranked
@@ -61,6 +63,16 @@ def test_select_over_a_mirror_answers_as_the_service_does(signed_world, tree, tm
                 assert svc["rejected"] == sig["rejected"] and svc["no_candidate"] == sig["no_candidate"]
                 assert (svc["model"], svc["note"]) == (sig["model"], sig["note"])
                 answers.append((args, sig))
+        # select-then-fetch with no service: the kernels that select accepts, in its order, verified
+        prob = json.dumps(PROBLEMS[0])
+        p = subprocess.run([EXE, "fetch", "--mirror", mirror, "--arch", "gfx942", "--family", "gemm", "--problem",
+                            prob, "--limit", "2", "--json"], env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        want = [r["key"] for r in _select(["--mirror", mirror, "--problem", prob, "--limit", "2"], env)[1]["accepted"]]
+        got = json.loads(p.stdout)["kernels"]
+        assert [k["key"] for k in got] == want and len(want) == 2
+        assert all(k["origin"]["signed"] is True for k in got)
+        assert [k["sha256"] for k in got] == [signed_world["store"].get(k).sha256 for k in want]
     assert sum(len(sig["accepted"]) for _, sig in answers) > 0 and any(sig["rejected"] for _, sig in answers)
     n = len(signed_world["store"].find())
     assert all(len(sig["accepted"]) + len(sig["rejected"]) == n for args, sig in answers if len(args) == 2)

@@ -118,7 +118,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
     problem_value = parse_problem(select_families(family)[0], text)  # bad input before any store is opened
     opened: contextlib.AbstractContextManager
     if mirrors:  # no service: the signed index (with --server, the service answers)
-        opened = _signed_index(mirrors, root_key, local)
+        opened = signed_index(mirrors, root_key, local)
     elif device_wheels:
         opened = _device_wheel_store(root_key)
     else:
@@ -245,7 +245,7 @@ def _n(v) -> str:
 
 
 @contextlib.contextmanager
-def _signed_index(mirrors, root_key, local):
+def signed_index(mirrors, root_key, local):
     """The signed index of the mirrors (client/index.py): the metadata python-tuf verifies against
     the pinned root key, from the first mirror whose metadata passes (ROCKE_AOT_OFFLINE=1: what
     this host verified last), every bin read; the very select the service runs ranks it."""
