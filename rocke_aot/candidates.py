@@ -62,11 +62,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import SpecError
-from rocke_aot.record import SCHEDULE_VERSION, check_schedule
+from rocke_aot.record import SCHEDULE_VERSION, check_resources, check_schedule
 
 
 def _ceil(a: int, b: int) -> int:
@@ -305,3 +306,21 @@ class Candidate:
                 "arch": self.arch, "lane": self.lane, "profile": self.profile, "generation": self.generation,
                 "current": self.current, "resources": self.resources.as_dict(),
                 "created_at": self.created_at.isoformat(), "triton_version": self.triton_version}
+
+
+def candidate_of(key: str, sha256: str, family: str, spec: Any, arch: str, lane: str, profile: str,
+                 generation: str | None, current: bool, metadata: Any, created_at: datetime,
+                 toolchain: Any, info: ArchInfo) -> Candidate:
+    """A Candidate from one artifact's stored fields (the spec, metadata and toolchain as parsed
+    JSON): the store's selection view (a row) and the client's signed index (a signed record)
+    read artifacts through this one function. The metadata's "code_object" section is checked
+    (record.check_resources); a spec or metadata that is not an object is a SpecError."""
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        raise SpecError("its metadata or spec is not a JSON object")
+    co = metadata.get("code_object")
+    if co is not None:
+        check_resources(co)
+    return Candidate(key, sha256, family, MappingProxyType(spec if isinstance(spec, dict) else dict(spec)), arch, lane, profile, generation or "", current,
+                     Resources.from_code_object(co, info, block_size=launch_block_size(metadata.get("launch")),
+                                                dynamic_lds=launch_dynamic_lds(metadata.get("launch"))),
+                     created_at, triton_version_of(toolchain if isinstance(toolchain, Mapping) else None))

@@ -169,6 +169,14 @@ def compatible(code: Target | str, device: Target | str) -> bool:
     return True
 
 
+def processor_ids(target: Target) -> tuple[str, ...]:
+    """Every target ID of the device's processor (any/on/off per feature): at most nine."""
+    opts: list[tuple[str, ...]] = [()]
+    for name in target.info.target_features:
+        opts = [o + extra for o in opts for extra in ((), (f"{name}+",), (f"{name}-",))]
+    return tuple(Target.parse(":".join((target.processor, *o))).id for o in opts)
+
+
 def compatible_ids(device: Target | str) -> tuple[str, ...]:
     """Every canonical target ID whose code objects run on ``device`` (most specific first).
 

@@ -26,28 +26,18 @@ import functools
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection
 
-from rocke_aot import record
 from rocke_aot.cache import db
-from rocke_aot.candidates import Candidate, Resources, launch_block_size, launch_dynamic_lds, triton_version_of
+from rocke_aot.candidates import Candidate, candidate_of
 from rocke_aot.errors import RockeError, SpecError
-from rocke_aot.targets import Target, compatible_ids
+from rocke_aot.targets import Target, compatible_ids, processor_ids
 
 log = logging.getLogger("rocke_aot.cache")
-
-
-def processor_ids(target: Target) -> tuple[str, ...]:
-    """Every target ID of the device's processor (any/on/off per feature): at most nine."""
-    opts: list[tuple[str, ...]] = [()]
-    for name in target.info.target_features:
-        opts = [o + extra for o in opts for extra in ((), (f"{name}+",), (f"{name}-",))]
-    return tuple(Target.parse(":".join((target.processor, *o))).id for o in opts)
 
 
 @functools.lru_cache(maxsize=256)
@@ -78,17 +68,9 @@ def candidates_query(dialect: str, family: str, device: Target | str, lanes: Ite
 
 def _candidate(key, sha, family, arch, lane, profile, gen, is_current, spec_json, meta_json, built_at,
                toolchain_json, info) -> Candidate:
-    meta = json.loads(meta_json)
-    spec = json.loads(spec_json)
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
-        raise SpecError("its metadata or spec is not a JSON object")
-    co = meta.get("code_object")
-    if co is not None:
-        record.check_resources(co)
-    return Candidate(key, sha, family, MappingProxyType(spec), arch, lane, profile, gen or "", is_current,
-                     Resources.from_code_object(co, info, block_size=launch_block_size(meta.get("launch")),
-                                                dynamic_lds=launch_dynamic_lds(meta.get("launch"))),
-                     datetime.fromtimestamp(built_at, tz=timezone.utc), triton_version_of(json.loads(toolchain_json)))
+    return candidate_of(key, sha, family, json.loads(spec_json), arch, lane, profile, gen, is_current,
+                        json.loads(meta_json), datetime.fromtimestamp(built_at, tz=timezone.utc),
+                        json.loads(toolchain_json), info)
 
 
 class SelectionView:

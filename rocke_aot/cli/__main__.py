@@ -1,6 +1,8 @@
 """``python -m rocke_aot.cli``: the same command as the ``rocke-aot`` script."""
 
-from rocke_aot.cli.main import main
+import sys
+
+from rocke_aot.cli.entry import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

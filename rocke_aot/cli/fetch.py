@@ -2,8 +2,10 @@
 
     KEY...  (full 64-hex keys or unique prefixes, e.g. the 16 digits `select` prints)
     --from-file FILE (one key per line, # comments; - is stdin)
-    --problem JSON --arch --family [--limit N]  select on --server first (client/service.py), then
-                                                fetch every accepted kernel: select-then-fetch
+    --problem JSON --arch --family [--limit N]  select on --server first (client/service.py), or with
+                                                no service over the --mirror's signed index (the
+                                                same select: client/index.py), then fetch every
+                                                accepted kernel: select-then-fetch
         ──Fetcher.resolve──> full keys (no match: NotFoundError, exit 1; several: the matches
                              named, exit 2), before any byte is fetched
         ──Fetcher.get_each (mirrors, then the server; a failed source falls through to the next,
@@ -47,15 +49,18 @@ def _keys_from_file(path: str) -> list[str]:
     return out
 
 
-def _selected(server, arch, family, problem, limit, lanes, triton_version) -> list[tuple[str, str]]:
-    """(key, family) of every kernel the service accepts for the problem, best first."""
+def _selected(server, mirrors, root_key, local, arch, family, problem, limit, lanes, triton_version
+              ) -> list[tuple[str, str]]:
+    """(key, family) of every kernel the service accepts for the problem, best first; with no
+    service, what the same select accepts over the mirrors' signed index (cli/select.py
+    signed_index, client/index.py)."""
     import json
 
     from rocke_aot.cli.select import problem_text
-    from rocke_aot.client.service import ServiceClient
 
-    if server is None:
-        raise click.UsageError("--problem selects on a service: give --server URL (or $ROCKE_AOT_SERVER)")
+    if server is None and not mirrors:
+        raise click.UsageError("--problem selects on a service (--server URL, or $ROCKE_AOT_SERVER) or over a "
+                               "mirror's signed index (--mirror URL)")
     if arch is None or family is None:
         raise click.UsageError("--problem needs --arch (the device's target ID) and --family")
     try:
@@ -64,9 +69,22 @@ def _selected(server, arch, family, problem, limit, lanes, triton_version) -> li
         raise SpecError(f"problem: not JSON ({e.msg} at position {e.pos})") from None
     if not isinstance(prob, dict):
         raise SpecError(f"problem must be a JSON object of {family} problem fields, got {type(prob).__name__}")
+    lane_names = [ln.name for ln in lanes] or None
+    if server is None:
+        from rocke_aot.cli.select import signed_index
+        from rocke_aot.service.selection import select
+
+        with signed_index(mirrors, root_key, local) as index:
+            sel = select(index, arch.id, family, prob, lanes=lane_names, limit=limit, triton_version=triton_version)
+        if not sel.accepted:
+            nc = sel.no_candidate
+            raise click.ClickException(f"no kernel accepted for the problem over the signed index of {mirrors[0]}"
+                                       + (f": {nc.message}" if nc else ""))
+        return [(ch.candidate.key, ch.candidate.family) for ch in sel.accepted]
+    from rocke_aot.client.service import ServiceClient
+
     with ServiceClient(server, offline=False) as client:
-        doc = client.select(arch.id, family, prob, lanes=[ln.name for ln in lanes] or None, limit=limit,
-                            triton_version=triton_version)
+        doc = client.select(arch.id, family, prob, lanes=lane_names, limit=limit, triton_version=triton_version)
     if not doc["accepted"]:
         nc = doc.get("no_candidate")
         raise click.ClickException(f"no kernel accepted for the problem on {server}"
@@ -83,7 +101,8 @@ def _suffix(arch: str) -> str:
 @click.option("--from-file", "from_file", default=None, metavar="FILE",
               help="Also fetch the keys in FILE, one per line (# comments; - reads stdin).")
 @click.option("--problem", default=None, metavar="JSON|@FILE",
-              help="Select on --server first (with --arch and --family), then fetch every accepted kernel.")
+              help="Select on --server first (with --arch and --family; no --server: over the --mirror's signed "
+                   "index), then fetch every accepted kernel.")
 @arch_option("The device's target ID: every kernel must be one it can run (and --problem's device).")
 @click.option("--family", default=None, help="Every kernel must be of this family (and --problem's family).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With --problem: the N best only.")
@@ -128,7 +147,7 @@ def fetch(keys, from_file, problem, arch, family, limit, lanes, triton_version, 
     if from_file is not None:
         wanted += [(k, family) for k in _keys_from_file(from_file)]
     if problem is not None:
-        wanted += _selected(server, arch, family, problem, limit, lanes, triton_version)
+        wanted += _selected(server, mirrors, root_key, local, arch, family, problem, limit, lanes, triton_version)
     elif limit is not None or lanes or triton_version is not None:
         raise click.UsageError("--limit, --lane and --triton-version go with --problem")
     if not wanted:
@@ -137,8 +156,10 @@ def fetch(keys, from_file, problem, arch, family, limit, lanes, triton_version, 
         raise click.UsageError(f"-o writes one kernel; {len(wanted)} were asked for: use --out-dir DIR")
     store = LocalStore(local)
     offline = settings.flag(settings.OFFLINE)  # offline: no source is made (no HTTP stack loaded)
+    # one kernel: its warm note written, so the next `rocke-aot fetch KEY` answers without the
+    # library (rocke_aot/warm.py, cli/entry.py)
     with Fetcher([] if offline else sources_from(server, mirrors), store, root_key=root_key, insecure=insecure,
-                 offline=offline) as f:
+                 offline=offline, remember=len(wanted) == 1) as f:
         resolved: dict[str, str | None] = {}
         for k, fam in wanted:  # every prefix resolved (or refused) before anything is fetched
             resolved.setdefault(f.resolve(k), fam)

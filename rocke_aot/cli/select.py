@@ -66,11 +66,18 @@ def problem_text(value: str) -> str:
               help="Rank the kernels of the installed device wheels (`rocke-aot export --wheel`, pip-installed) "
                    "instead of a cache: each wheel's manifest signature checked against the pinned root key, every "
                    "kernel verified (docs/kpack.md); no network, no cache.")
+@click.option("--mirror", "mirrors", multiple=True, metavar="URL",
+              help="Rank the signed index of this static mirror (repeatable: tried in order) where there is no "
+                   "service: its TUF metadata verified against the pinned root key, every bin read; "
+                   "ROCKE_AOT_OFFLINE=1: what this host verified last.")
+@click.option("--local", "local", metavar="DIR", default=None,
+              help="With --mirror: the client's local store, where the verified metadata is kept "
+                   "(default: $ROCKE_AOT_CLIENT_HOME).")
 @click.option("--root-key", default=None, metavar="PUB",
-              help="With --device-wheels: the pinned root public key (default: $ROCKE_AOT_ROOT_KEY).")
+              help="With --device-wheels or --mirror: the pinned root public key (default: $ROCKE_AOT_ROOT_KEY).")
 @json_option
 def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, explain, server, model,
-               measured, triton_version, device_wheels, root_key, as_json) -> int:
+               measured, triton_version, device_wheels, mirrors, local, root_key, as_json) -> int:
     """Rank the cached kernels of FAMILY that ARCH can run on PROBLEM.
 
     By estimated time (the "est ms" column, with what bounds it) where the arch has a time
@@ -94,27 +101,37 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         rocke-aot select --arch sm_90 --family gemm,triton_matmul --problem '{"m": 4096, "n": 4096, "k": 4096}'
         rocke-aot select --arch gfx942 --family gemm --problem '{"m": 512, "n": 512, "k": 512}' --device-wheels \\
             --root-key root.key.pub
+        rocke-aot select --arch gfx942 --family gemm --problem '{"m": 512, "n": 512, "k": 512}' \\
+            --mirror https://cdn.example/rocke --root-key root.key.pub
     """
     text = problem_text(problem)
     if server is not None:
         return _remote(server, arch.id, family, text, [lane.name for lane in lanes] or None, min_efficiency, limit,
                        explain, as_json, model, measured, triton_version)
-    from rocke_aot.cache.store import Store
-    from rocke_aot.service import access
-    from rocke_aot.service.selection import parse_problem, select, select_families
+    from rocke_aot.service.selection import parse_problem, rejection_row, select, select_families
 
     if device_wheels and (server is not None or cache_url is not None):
         raise SpecError("--device-wheels ranks the installed device wheels: give it without --cache or --server")
+    if mirrors and (device_wheels or cache_url is not None):
+        raise SpecError("--mirror ranks a mirror's signed index: give it without --cache or --device-wheels")
     problem_value = parse_problem(select_families(family)[0], text)  # bad input before any store is opened
-    opened = _device_wheel_store(root_key) if device_wheels else Store.open(cache_url, readonly=True)
+    opened: contextlib.AbstractContextManager
+    if mirrors:  # no service: the signed index (with --server, the service answers)
+        opened = signed_index(mirrors, root_key, local)
+    elif device_wheels:
+        opened = _device_wheel_store(root_key)
+    else:
+        from rocke_aot.cache.store import Store  # (the [serve] install: a --mirror host needs no database)
+
+        opened = Store.open(cache_url, readonly=True)
     with opened as store:
         sel = select(store, arch, family, problem_value, lanes=[lane.name for lane in lanes] or None,
                      min_efficiency=min_efficiency, limit=limit, model=model, measured=measured,
                      triton_version=triton_version)
     if as_json:
         doc = sel.as_dict(explain=explain)
-        if explain:  # the rows the service answers (service/access.py rejection_row), one shape everywhere
-            doc["rejected"] = [access.rejection_row(r) for r in sel.rejected]
+        if explain:  # the rows the service answers (service/selection.py rejection_row), one shape everywhere
+            doc["rejected"] = [rejection_row(r) for r in sel.rejected]
         emit_json(doc)
         return 0 if sel.accepted else 1
     click.echo(f"{sel.family} on {sel.target}: {len(sel.accepted)} accepted"
@@ -224,6 +241,26 @@ def _echo_no_candidate(family: str, nc: dict) -> None:
 
 def _n(v) -> str:
     return "-" if v is None else str(v)
+
+
+@contextlib.contextmanager
+def signed_index(mirrors, root_key, local):
+    """The signed index of the mirrors (client/index.py): the metadata python-tuf verifies against
+    the pinned root key, from the first mirror whose metadata passes (ROCKE_AOT_OFFLINE=1: what
+    this host verified last), every bin read; the very select the service runs ranks it."""
+    from rocke_aot.client import Fetcher, LocalStore, sources_from
+    from rocke_aot.client.fetch import env_offline
+    from rocke_aot.client.index import SignedIndex
+    from rocke_aot.client.trusted import pinned_key
+    from rocke_aot.errors import TrustConfigError
+
+    if pinned_key(root_key) is None:
+        raise TrustConfigError("--mirror ranks the signed index: it needs the pinned root key (--root-key or "
+                               "$ROCKE_AOT_ROOT_KEY)")
+    offline = env_offline()
+    with Fetcher([] if offline else sources_from(None, mirrors), LocalStore(local), root_key=root_key,
+                 offline=offline) as f:
+        yield SignedIndex(f)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ changed:
     ContractMemo(dir)                   <trust dir>/contracts/ (beside verified.state: the same
                                         trust as the verified metadata an offline host reads)
         code-<h>.json {"id": sha256, "entries": [[path, mtime_ns, size, inode], ...]}, one per
-                     interpreter and module search path (h: their hash, _interpreter)
+                     interpreter and module search path (h: their hash, rocke_aot/warm.py interpreter)
                      every .py file and folder of the code the check runs: rocke_aot's vocabulary
                      modules (rocke_aot/*.py), rocke_aot/variants/ and rocke_aot/families/, the
                      package of every plugin family, each sys.path folder (a distribution
@@ -44,41 +44,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocke_aot import settings
 from rocke_aot.cache.keys import thaw
 from rocke_aot.errors import LaunchContractError
+from rocke_aot.warm import code_file, code_id, current_code_id, stat_entry
 
 if TYPE_CHECKING:
     from rocke_aot.client.local import Kernel
 
 def inputs_digest(k: Kernel) -> str:
     """sha256 of what check_record_launch reads of ``k``: family, spec, arch, metadata."""
-    from rocke_aot.cache.keys import thaw
-
     doc = [k.inputs.family, thaw(k.inputs.spec), k.inputs.arch, thaw(k.metadata)]
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _interpreter() -> list[str]:
-    """What besides the files decides which code runs: the interpreter, where rocke_aot is, the
-    module search path (less sys.path[0], the running script's folder, which differs between the
-    CLI and a library process and holds no distribution) and the plugin import bound (whether a
-    slow plugin's family exists at all)."""
-    import rocke_aot
-
-    return [sys.version, sys.executable, os.path.dirname(rocke_aot.__file__),
-            os.environ.get(settings.PLUGIN_IMPORT_TIMEOUT_S, ""), *sys.path[1:]]
-
-
-def _code_file() -> str:
-    """code-<hash of _interpreter()>.json: each interpreter and path keeps its own."""
-    doc = json.dumps(_interpreter(), separators=(",", ":")).encode()
-    return f"code-{hashlib.sha256(doc).hexdigest()[:16]}.json"
-
-
-def _stat(path: str) -> list:
-    st = os.stat(path)
-    return [path, st.st_mtime_ns, st.st_size, st.st_ino]
 
 
 def _code_paths() -> list[str]:
@@ -112,11 +88,6 @@ def _code_paths() -> list[str]:
     return sorted(out)
 
 
-def _code_id(entries: list) -> str:
-    doc = json.dumps([_interpreter(), entries], separators=(",", ":")).encode()
-    return hashlib.sha256(doc).hexdigest()
-
-
 def check_contract(k: Kernel, what: str) -> None:
     """The launch contract(s) ``k``'s record carries are its family's for its spec and arch
     (rocke_aot/variants/contract.py check_record_launch: the grid, block, every argument's size
@@ -136,23 +107,24 @@ class ContractMemo:
 
     def _current_id(self) -> str | None:
         """The id this interpreter's code file records if every entry still stats the same here, else None."""
-        if self._id is not None:
-            return self._id
-        try:
-            doc = json.loads((self.dir / _code_file()).read_bytes())
-            entries, cid = doc["entries"], doc["id"]
-            if not isinstance(entries, list) or not isinstance(cid, str) or _code_id(entries) != cid:
-                return None
-            for e in entries:
-                if _stat(e[0]) != e:
-                    return None
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            return None
-        self._id = cid
-        return cid
+        if self._id is None:
+            self._id = current_code_id(self.dir)  # (rocke_aot/warm.py: a warm `rocke-aot fetch` reads it too)
+        return self._id
 
     def _marker(self, cid: str, digest: str) -> Path:
         return self.dir / cid[:32] / digest
+
+    def proof(self, k: Kernel) -> tuple[str, str, str] | None:
+        """(code file, code id, inputs digest) of the marker that answers ``k`` now, else None:
+        what a warm note names (rocke_aot/warm.py reads them again, by stat and path)."""
+        try:
+            digest = inputs_digest(k)
+        except (TypeError, ValueError):
+            return None
+        cid = self._current_id()
+        if cid is None or not self._marker(cid, digest).is_file():
+            return None
+        return code_file(), cid, digest
 
     def check(self, k: Kernel, what: str) -> None:
         """``k``'s launch contract(s) its family's, from a marker of this code when there is one,
@@ -177,10 +149,10 @@ class ContractMemo:
 
         cid = self._current_id()
         if cid is None:
-            entries = [_stat(p) for p in _code_paths()]
-            cid = _code_id(entries)
+            entries = [stat_entry(p) for p in _code_paths()]
+            cid = code_id(entries)
             self.dir.mkdir(parents=True, exist_ok=True)
-            path = self.dir / _code_file()
+            path = self.dir / code_file()
             try:
                 old = json.loads(path.read_bytes()).get("id")
             except (OSError, ValueError, AttributeError):

@@ -127,7 +127,7 @@ class Fetcher:
 
     def __init__(self, sources: Sequence[Source], store: LocalStore | None = None, *,
                  root_key: str | os.PathLike | PublicKey | None = None, insecure: bool | None = None,
-                 offline: bool | None = None, now: datetime | None = None):
+                 offline: bool | None = None, now: datetime | None = None, remember: bool = False):
         self.offline = env_offline() if offline is None else bool(offline)
         self.sources = list(sources)
         if not self.sources and not self.offline:
@@ -149,6 +149,7 @@ class Fetcher:
         self._contracts: set[str] = set()  # keys whose record's launch contract was checked
         # a signed record's contract checked once per host and code (client/contracts.py)
         self._memo = ContractMemo(self.trusted.dir / "contracts") if self.trusted is not None else None
+        self.remember = remember  # a warm note per signed kernel got (rocke_aot/warm.py)
 
     def close(self) -> None:
         for s in self.sources:
@@ -202,13 +203,39 @@ class Fetcher:
         if raw is not None:  # the bytes the signed target names, however they got here
             k = replace(signed, code_object=raw, origin={"source": str(self.store.root), **origin})
             check(k)
+            self._remember(key, entry, signed)
             return k
         if self.offline:
             raise OfflineMiss(f"{settings.OFFLINE}=1 and kernel {key} is not in the local store {self.store.root}")
         k, skipped = self._try_sources(f"kernel {key}",
                                        lambda src: _checked(_signed_from(src, signed, origin, acc), check))
         self.store.put_blob(k.sha256, k.size, k.code_object)
+        self._remember(key, entry, signed)
         return _with_skipped(k, skipped)
+
+    def _remember(self, key: str, entry: dict, signed: Kernel) -> None:
+        """With ``remember``: the warm note of ``key`` (rocke_aot/warm.py), from the host's files
+        as they are now (Trusted.on_disk) and only if they name the very entry checked, under the
+        contract marker that answers it; a host that cannot write it just has no note."""
+        if not self.remember or self.trusted is None or self._memo is None:
+            return
+        basis = self.trusted.on_disk(key)
+        proof = self._memo.proof(signed)
+        if basis is None or proof is None or basis.entry != entry:
+            return
+        from rocke_aot.paths import atomic_write
+        from rocke_aot.warm import ANSWERS, note
+
+        code_file, code_id, contract = proof
+        data = note(key=key, state_sha256=basis.state_sha256, bin_name=basis.bin, bin_sha256=basis.bin_sha256,
+                    bin_expires=basis.bin_expires, code_file=code_file, code_id=code_id, contract=contract,
+                    sha256=signed.sha256, size=signed.size, arch=signed.inputs.arch, lane=signed.inputs.lane,
+                    family=signed.inputs.family, generation=entry.get("generation"),
+                    snapshot_version=basis.snapshot_version)
+        try:
+            atomic_write(self.trusted.dir / ANSWERS / key, data, durable=False)
+        except OSError:
+            pass
 
     def get_many(self, keys: Iterable[str], *, workers: int | None = None, arch: str | None = None,
                  family: str | None = None, check: Callable[[Kernel], None] | None = None) -> dict[str, Kernel]:

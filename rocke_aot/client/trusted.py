@@ -37,9 +37,10 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from rocke_aot import settings
@@ -57,6 +58,7 @@ from rocke_aot.errors import (
 from rocke_aot.paths import atomic_write, exclusive
 from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.trust.repo import bin_of, record_of, target_path
+from rocke_aot.warm import STATE
 
 BASE_URL = "rocke-aot-source:/"  # the Updater's base URL; _SourceFetcher maps it to the source's paths
 MAX_SNAPSHOT = 32 << 20
@@ -161,10 +163,29 @@ class Accepted:
     def kernel(self, key: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
+    def bins(self) -> Iterator[dict]:
+        """The targets of every bin, one bin at a time (each verified first where online)."""
+        raise NotImplementedError
+
     def keys(self) -> list[str]:
         """Every kernel key the verified metadata lists (every bin is read: a prefix lookup;
         a fetch by full key reads only its bin)."""
-        raise NotImplementedError
+        return [k for targets in self.bins() for k in _keys_of(targets)]
+
+    def entries(self, family: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(key, record) of every kernel the verified metadata lists (every bin is read: what a
+        select over the signed index ranks, client/index.py); with ``family``, a target whose
+        plain custom "family" names another is passed over before its record is parsed."""
+        head = target_path("")
+        for targets in self.bins():
+            for path, tf in targets.items():
+                if not path.startswith(head) or not isinstance(tf, dict):
+                    continue
+                custom = tf.get("custom")
+                if family is not None and isinstance(custom, dict) and custom.get("family", family) != family:
+                    continue
+                yield path[len(head):], record_of(path, custom, (tf.get("hashes") or {}).get("sha256"),
+                                                  tf.get("length"))
 
 
 def _probe_paths(bits: int, prefix: str) -> dict[str, str]:
@@ -178,9 +199,9 @@ def _probe_paths(bits: int, prefix: str) -> dict[str, str]:
     return out
 
 
-def _bin_targets(trusted: Trusted, meta: dict, version: int, name: str, key: str | None = None) -> dict:
-    """The targets of bin ``name`` as this host's verified copy holds them (the version and length
-    the snapshot names; not expired)."""
+def _bin_doc(trusted: Trusted, meta: dict, version: int, name: str, key: str | None = None) -> tuple[bytes, dict]:
+    """(the bytes, the document) of bin ``name`` as this host's verified copy holds it (the
+    version and length the snapshot names)."""
     mf = meta.get(f"{name}.json")
     if not isinstance(mf, dict):
         raise TrustError(f"snapshot version {version} does not list bin {name}")
@@ -193,9 +214,17 @@ def _bin_targets(trusted: Trusted, meta: dict, version: int, name: str, key: str
     if doc["signed"].get("version") != mf.get("version") or ("length" in mf and len(data) != mf["length"]):
         raise TrustError(f"the host's copy of bin {name} is not the version snapshot {version} names: "
                          "fetch once online")
+    return data, doc
+
+
+def _bin_targets(trusted: Trusted, meta: dict, version: int, name: str, key: str | None = None) -> dict:
+    """The targets of bin ``name`` as this host's verified copy holds them (the version and length
+    the snapshot names; not expired)."""
+    _, doc = _bin_doc(trusted, meta, version, name, key)
     now = trusted.now
     if _expires(doc, name) <= now:
-        raise ExpiredError(f"bin {name} version {mf.get('version')} expired (now {now:%Y-%m-%dT%H:%M:%SZ})")
+        raise ExpiredError(f"bin {name} version {meta[f'{name}.json'].get('version')} expired "
+                           f"(now {now:%Y-%m-%dT%H:%M:%SZ})")
     targets = doc["signed"].get("targets", {})
     return targets if isinstance(targets, dict) else {}
 
@@ -225,22 +254,22 @@ class _Online(Accepted):
                 raise _missing(e, self.source) from None
         return None if tf is None else entry_of(key, tf)
 
-    def keys(self) -> list[str]:
+    def bins(self) -> Iterator[dict]:
         from tuf.api import exceptions as x
 
         state = self.trusted.state()
+        probes = _probe_paths(state["bit_length"], state["prefix"])
         with self._lock, exclusive(self.trusted.dir / "lock"):
             meta = loads((self.trusted.dir / "snapshot.json").read_bytes(), METADATA_LIMITS, "snapshot")["signed"]["meta"]
-            out: list[str] = []
-            for name, path in _probe_paths(state["bit_length"], state["prefix"]).items():
+            for name, path in probes.items():
                 try:
                     self.updater.get_targetinfo(path)  # loads and verifies the bin (python-tuf)
                 except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
                     raise _translate(e, f"bin {name} from {self.source}") from None
                 except x.DownloadError as e:
                     raise _missing(e, self.source) from None
-                out += _keys_of(_bin_targets(self.trusted, meta, self.version, name))
-        return out
+        for name in probes:  # read back one at a time (the version and length the snapshot names)
+            yield _bin_targets(self.trusted, meta, self.version, name)
 
 
 class _Offline(Accepted):
@@ -257,14 +286,24 @@ class _Offline(Accepted):
             return None
         return record_of(path, tf.get("custom"), tf.get("hashes", {}).get("sha256"), tf.get("length"))
 
-    def keys(self) -> list[str]:
-        out: list[str] = []
+    def bins(self) -> Iterator[dict]:
         for name in _probe_paths(self.state["bit_length"], self.state["prefix"]):
-            out += _keys_of(_bin_targets(self.trusted, self.meta, self.version, name))
-        return out
+            yield _bin_targets(self.trusted, self.meta, self.version, name)
 
 
-STATE = "verified.state"  # JSON; not *.json: the directory holds metadata files only under that suffix
+# STATE: "verified.state" (JSON; not *.json: the directory holds metadata files only under that
+# suffix), named in rocke_aot/warm.py, which reads it too
+
+
+class OnDisk(NamedTuple):
+    """Trusted.on_disk's answer."""
+
+    state_sha256: str
+    snapshot_version: int
+    bin: str
+    bin_sha256: str
+    bin_expires: str
+    entry: dict[str, Any]
 
 
 class Trusted:
@@ -347,6 +386,35 @@ class Trusted:
             if old.get(k, 0) > new[k]:
                 raise RollbackError(f"{k} {new[k]} is older than {old[k]}, which this host verified")
         atomic_write(self.dir / STATE, json.dumps(new, sort_keys=True).encode())
+
+    def on_disk(self, key: str) -> OnDisk | None:
+        """What the host's verified files say of ``key`` now, each file read once: verified.state,
+        the snapshot it names (by sha256), the bin holding the key (the version and length that
+        snapshot names), the key's entry in those bytes; None when they do not hold together (a
+        refresh moved them meanwhile), are expired or name no such kernel. A warm note
+        (rocke_aot/warm.py) is written from this, and only if the entry is the one checked."""
+        try:
+            state_bytes = (self.dir / STATE).read_bytes()
+            state = loads(state_bytes, METADATA_LIMITS, STATE)
+            snap_bytes = (self.dir / "snapshot.json").read_bytes()
+            if hashlib.sha256(snap_bytes).hexdigest() != state["snapshot_sha256"]:
+                return None
+            meta = loads(snap_bytes, METADATA_LIMITS, "snapshot.json")["signed"]["meta"]
+            path = target_path(key)
+            name = bin_of(path, state["bit_length"], state["prefix"])
+            data, doc = _bin_doc(self, meta, state["snapshot_version"], name, key)
+            expires = doc["signed"]["expires"]
+            if _expires(doc, name) <= self.now or datetime.strptime(
+                    state["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) <= self.now:
+                return None
+            tf = doc["signed"]["targets"].get(path)
+            if not isinstance(tf, dict):
+                return None
+            entry = record_of(path, tf.get("custom"), tf.get("hashes", {}).get("sha256"), tf.get("length"))
+        except (OSError, RockeError, KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return OnDisk(hashlib.sha256(state_bytes).hexdigest(), state["snapshot_version"], name,
+                      hashlib.sha256(data).hexdigest(), expires, entry)
 
     def cached(self) -> Accepted:
         """The metadata verified last, without the network and without verifying it again."""

@@ -40,6 +40,7 @@ from sqlalchemy.engine import make_url
 from rocke_aot.cache.records import Artifact
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import CacheAccessError, NotFoundError
+from rocke_aot.service.selection import rejection_row
 
 
 def open_store(url: str, *, readonly: bool = True) -> Store:
@@ -218,10 +219,3 @@ def _choice(c) -> dict[str, Any]:
             "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), **c.basis_dict(),
             "resources": cand.resources.as_dict(), "generation": cand.generation,
             "triton_version": cand.triton_version}
-
-
-def rejection_row(r) -> dict[str, Any]:
-    """A rejection as the service answers it (schemas.Rejection); `select --json` prints the same rows."""
-    cand = r.candidate  # issue 11: Rejection(candidate, reason, detail)
-    return {"key": cand.key, "lane": cand.lane, "arch": cand.arch, "spec": dict(cand.spec),
-            "reason": f"{r.reason}: {r.detail}" if r.detail else r.reason}

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocke_aot.boundedjson import is_int
-from rocke_aot.cache import measurements
 from rocke_aot.candidates import TRITON_VERSION_RE
 from rocke_aot.errors import SpecError
 from rocke_aot.lanes import get_lane
@@ -78,6 +77,15 @@ class Selection:
         if explain:
             d["rejected"] = [r.as_dict() for r in self.rejected]
         return d
+
+
+def rejection_row(r) -> dict[str, Any]:
+    """A rejection as the service answers it (schemas.Rejection); `select --json` prints the same rows
+    (service/access.py answers with it; here, where a host without the [serve] install reaches it)."""
+    cand = r.candidate  # issue 11: Rejection(candidate, reason, detail)
+    return {"key": cand.key, "lane": cand.lane, "arch": cand.arch, "spec": dict(cand.spec),
+            "reason": f"{r.reason}: {r.detail}" if r.detail else r.reason}
+
 
 
 def _problem_dict(problem: Any) -> dict[str, Any]:
@@ -249,8 +257,12 @@ def ranking_memo(store) -> RankingMemo | None:
 
 
 def _measurements(store, family: str, processor: str) -> list | None:
-    if getattr(store, "engine", None) is None:  # not a database store (a test double): none recorded
+    if getattr(store, "engine", None) is None:  # not a database store (the client's signed index, a test double)
         return None
+    # a database store's recorded times (SQLAlchemy: the [serve] install); a host that ranks
+    # the signed index (client/index.py) has no database, and needs neither
+    from rocke_aot.cache import measurements
+
     return measurements.for_family(store, family, processor) or None
 
 
