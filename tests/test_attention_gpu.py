@@ -169,7 +169,7 @@ def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
     from rocke_aot.variants import table
 
     specs = list(table.enumerate_specs("attention", "sm_90", "llvm22"))
-    assert len(specs) == 36
+    assert len(specs) == 84  # 108 points; head_dim 256 with block_n 32 / 64 refused (they spill)
     checked = 0
     for spec in specs:
         k = lower("attention", spec, "sm_90", "llvm22")
@@ -189,4 +189,4 @@ def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
             bad = np.abs(got - want) > lim
             assert not bad.any(), f"{spec.kernel_name} {shape}: {int(bad.sum())} of {got.size} outside the bound"
             checked += 1
-    assert checked == 36 * len(SHAPES)
+    assert checked == 84 * len(SHAPES)

@@ -4,16 +4,26 @@
       kernel(Q, K, V, O, seqlen_q, seqlen_k, heads_q, heads_kv, window, scale_bits)
       work-group g: query block g % nqb, (batch, head) g // nqb; warp w: rows r0 = block * BLOCK_M + 16 w
       Q fragments (A of S = Q K^T) for every instr.k slice of the head dim: loaded once, in registers
-      for each K/V block of BLOCK_N keys (up to the block's last diagonal when causal):
-        S = Q K^T           instr.n keys at a time, K fragments (B) read from global (0 past seqlen_k)
-        S -> LDS            by the instruction's d_coord (f32)
-        online softmax      lane l < 16 of the warp takes row l: scale (x log2 e), mask (keys past
-                            seqlen_k, causal at the bottom right, the window), the running max m and
-                            sum l, alpha = exp2(m_old - m_new); P = exp2(s - m_new) written back to LDS
-                            in the input dtype, alpha beside it
-        O = O * alpha + P V P fragments (A) from LDS by a_coord, V fragments (B) from global
+      for each K/V block of BLOCK_N = spec.block_n keys (up to the block's last diagonal when causal):
+        stage               the work-group copies the block's K rows and V rows into LDS: 16-byte
+                            vectors (8 elements of one key row), work-item t takes vectors t, t + T, ..;
+                            one global load each, K stored row-major [key][d] (one 16-byte LDS store),
+                            V transposed [d][key] (8 two-byte stores); rows past seqlen_k are zeros;
+                            each LDS row padded by KV_PAD elements; barrier
+        S = Q K^T           instr.n keys at a time, K fragments (B) from LDS, the runs of consecutive
+                            elements one vector read (gemm's a_fragment_run over the (n, k) map)
+        S -> LDS            by the instruction's d_coord (f32); barrier
+        online softmax      lane l < 16 takes row l: scale (x log2 e), mask (keys past seqlen_k,
+                            causal at the bottom right, the window), the running max m and sum l,
+                            alpha = exp2(m_old - m_new); P = exp2(s - m_new) written back to LDS in
+                            the input dtype, alpha beside it; barrier
+        O = O * alpha + P V P fragments (A) and V^T fragments (B) from LDS, vector reads as for K;
+                            barrier (every warp is done with K, V, S, P before the next block)
       O = O / l (0 where a row saw no key), stored in the input dtype for rows < seqlen_q
-    Every index is 32-bit (accepts refuses tensors over 2 GiB).
+    LDS: spec.lds_layout() (K, V^T, S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
+    (past the 48 KiB of static shared data; the launch contract's dynamic_shared_bytes).
+    Every index is 32-bit (accepts refuses tensors over 2 GiB). The 16-byte K/V loads assume 16-byte
+    aligned K and V base pointers (every torch allocation is; a row is head_dim >= 64 elements).
 """
 
 from __future__ import annotations
@@ -22,18 +32,22 @@ import llvmlite.ir as ir
 
 from rocke_aot.aot.lower import LoweredKernel, kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
-from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32
-from rocke_aot.families.attention.native import ROWS, AttentionSpec
+from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, Sym
+from rocke_aot.families.attention.native import KV_PAD, ROWS, AttentionSpec
+from rocke_aot.families.gemm.lower_common import a_fragment_run
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 
 LOG2E = 1.4426950408889634
+VEC = 8  # i16 elements a staging copy moves (16 bytes)
 
 
 def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredKernel:
     g = spec.geometry(target)
-    ins, wave, BN, D, W = g.instr, g.wave, g.block_n, spec.head_dim, spec.warps
-    kb = kernel_for(spec.kernel_name, target, lane, g.threads)
+    ins, wave, BN, D = g.instr, g.wave, g.block_n, spec.head_dim
+    T = g.threads
+    LDK, LDV = D + KV_PAD, BN + KV_PAD  # LDS row strides (i16) of the K tile and the V^T tile
+    kb = kernel_for(spec.kernel_name, target, lane, T)
     Qp, Kp, Vp, Op, SQ, SK, HQ, HKV, WIN, SB = kb.define_kernel(spec.launch_formulas().args)
     b = kb.ir_builder()
     mfn = kb.matrix_op(ins.key, ins.capability, "attention")
@@ -42,15 +56,29 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     f32 = lambda v: ir.Constant(F32, v)  # noqa: E731
     neg_inf = f32(float("-inf"))
 
-    s_lds = kb.shared_array("attn_s", F32, W * ROWS * BN, 4)
-    p_lds = kb.shared_array("attn_p", I16, W * ROWS * BN, 2)
-    a_lds = kb.shared_array("attn_alpha", F32, W * ROWS, 4)
+    arrays = {}
+    if target.is_amdgpu:  # static LDS arrays
+        for name, n, eb in spec.lds_layout():
+            arrays[name] = kb.shared_array(name, F32 if eb == 4 else I16, n, eb)
+        got = kb.lds_bytes
+    else:  # sm_90: one dynamic shared array (past the 48 KiB of static shared data), the arrays at
+        # their 16-byte aligned offsets in it; the launch contract asks for its bytes
+        dyn = kb.dynamic_shared_array("attn_lds", I16, spec.lds_bytes() // 2, 2)
+        off = 0
+        for name, n, eb in spec.lds_layout():
+            off = (off + 15) // 16 * 16
+            arrays[name] = b.gep(dyn, [c32(off)], source_etype=ir.IntType(8))
+            off += n * eb
+        got = kb.dynamic_lds_bytes
+    k_lds, vt_lds, s_lds, p_lds, a_lds = (arrays[n] for n in ("attn_k", "attn_vt", "attn_s", "attn_p", "attn_alpha"))
+    if got != spec.lds_bytes():
+        raise AssertionError(f"LDS {got} bytes, the spec's layout says {spec.lds_bytes()}")
 
     tid = kb.sym(kb.workitem_id())
     ln = tid % wave
     warp = tid // wave
     pid = kb.sym(kb.workgroup_id())
-    sq, sk, hq, hkv, win = (kb.sym(x) for x in (SQ, SK, HQ, HKV, WIN))
+    sq, sk, hq, hkv = (kb.sym(x) for x in (SQ, SK, HQ, HKV))
     nqb = (sq + (g.block_m - 1)) // g.block_m
     qblk = pid % nqb
     bh = pid // nqb
@@ -76,9 +104,30 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     def to_bits(x: ir.Value) -> ir.Value:
         return b.bitcast(b.fptrunc(x, F16 if spec.dtype == "f16" else BF16), I16)
 
+    def lds_fragment(arr: ir.Value, per: int, coord, run: int, index) -> ir.Value:
+        """A fragment of ``per`` i16 from LDS: element j at index(*coord(ln, j)); ``run`` consecutive
+        elements (a_fragment_run: same row, consecutive and aligned columns) one vector load."""
+        els: list[ir.Value] = []
+        for j in range(0, per, run):
+            idx = index(*coord(ln, j))
+            if run == 1:
+                els.append(b.load(b.gep(arr, [idx.v], source_etype=I16), typ=I16, align=2))
+                continue
+            v = b.load(b.gep(arr, [idx.v], source_etype=I16), typ=ir.VectorType(I16, run), align=2 * run)
+            els.extend(b.extract_element(v, c32(e)) for e in range(run))
+        return vec(per, els, I16)
+
+    def b_nk(lane_, j):  # a B operand stored (n, k) in LDS, k contiguous: K for S, V^T for P V
+        kk, nn = ins.b_coord(lane_, j)
+        return nn, kk
+
+    k_run = a_fragment_run(ins, LDK, b_nk, ins.b_per_lane)
+    v_run = a_fragment_run(ins, LDV, b_nk, ins.b_per_lane)
+    p_run = a_fragment_run(ins, BN)
+
     zero_acc = ir.Constant(ir.VectorType(F32, ins.acc_per_lane), [0.0] * ins.acc_per_lane)
 
-    # Q fragments: A of S = Q K^T, one per instr.k slice of the head dim
+    # Q fragments: A of S = Q K^T, one per instr.k slice of the head dim (read once, from global)
     qfrag = []
     for kc in range(D // ins.k):
         els = []
@@ -104,19 +153,45 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     diag = b.add(qi.v, shift)  # signed: the last key row qi sees when causal
     writer = ln.lt(ROWS)
 
+    vpr = D // VEC  # 16-byte vectors per key row
+    chunks = BN * vpr
+    vty = ir.VectorType(I16, VEC)
+    zero_vec = ir.Constant(vty, [0] * VEC)
+
+    def stage(k0: Sym) -> None:
+        """Key rows k0 .. k0+BN-1 of K and V into LDS: work-item t moves 16-byte vectors t, t + T, ..
+        (one global load each; K row-major [key][d], V transposed [d][key] for P V's B fragments);
+        rows past seqlen_k are zeros."""
+        for rnd in range(-(-chunks // T)):
+            c = tid + rnd * T
+            guard = kb.if_then(c.lt(chunks), "stg") if chunks % T and (rnd + 1) * T > chunks else None
+            if guard is not None:
+                guard.__enter__()
+            r, v = c // vpr, c % vpr
+            key = k0 + r
+            ok = key.lt(sk)
+            src = b.select(ok, (kv_base + key * kv_stride + v * VEC).v, c32(0))
+            kv = b.select(ok, b.load(b.gep(Kp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
+            vv = b.select(ok, b.load(b.gep(Vp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
+            b.store(kv, b.gep(k_lds, [(r * LDK + v * VEC).v], source_etype=I16), align=16)
+            for e in range(VEC):
+                b.store(b.extract_element(vv, c32(e)),
+                        b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2)
+            if guard is not None:
+                guard.__exit__(None, None, None)
+
     def step(it, carried):
         m_old, l_old, accs = carried[0], carried[1], carried[2:]
         k0 = it * BN
-        # S = Q K^T, instr.n keys at a time, into LDS
+        stage(k0)
+        kb.barrier()
+        # S = Q K^T, instr.n keys at a time, K fragments from LDS, S into LDS
         for nt in range(BN // ins.n):
             acc = zero_acc
             for kc in range(D // ins.k):
-                els = []
-                for j in range(ins.b_per_lane):
-                    kk, nn = ins.b_coord(ln, j)
-                    key = k0 + nt * ins.n + nn
-                    els.append(load16(Kp, kv_base + key * kv_stride + (kc * ins.k + kk), key.lt(sk)))
-                acc = call_matrix(kb, mfn, ins, qfrag[kc], vec(ins.b_per_lane, els, I16), acc)
+                kf = lds_fragment(k_lds, ins.b_per_lane, b_nk, k_run,
+                                  lambda n_, k_, nt=nt, kc=kc: (n_ + nt * ins.n) * LDK + (k_ + kc * ins.k))
+                acc = call_matrix(kb, mfn, ins, qfrag[kc], kf, acc)
             for r in range(ins.acc_per_lane):
                 rr, cc = ins.d_coord(ln, r)
                 slot = (warp * ROWS + rr) * BN + (nt * ins.n + cc)
@@ -153,16 +228,11 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 b.store(pb, b.gep(p_lds, [slot.v], source_etype=I16), align=2)
             b.store(alpha, b.gep(a_lds, [(warp * ROWS + my_row).v], source_etype=F32), align=4)
         kb.barrier()
-        # O = O * alpha + P V
+        # O = O * alpha + P V: P fragments (A) and V^T fragments (B) from LDS
         out = []
-        pfrag = []
-        for kc in range(BN // ins.k):
-            els = []
-            for j in range(ins.a_per_lane):
-                r, c = ins.a_coord(ln, j)
-                slot = (warp * ROWS + r) * BN + (kc * ins.k + c)
-                els.append(b.load(b.gep(p_lds, [slot.v], source_etype=I16), typ=I16, align=2))
-            pfrag.append(vec(ins.a_per_lane, els, I16))
+        pfrag = [lds_fragment(p_lds, ins.a_per_lane, ins.a_coord, p_run,
+                              lambda r_, c_, kc=kc: (warp * ROWS + r_) * BN + (c_ + kc * ins.k))
+                 for kc in range(BN // ins.k)]
         for dt in range(D // ins.n):
             acc = accs[dt]
             for r in range(ins.acc_per_lane):
@@ -170,14 +240,11 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 a = b.load(b.gep(a_lds, [(warp * ROWS + rr).v], source_etype=F32), typ=F32, align=4)
                 acc = b.insert_element(acc, b.fmul(b.extract_element(acc, c32(r)), a), c32(r))
             for kc in range(BN // ins.k):
-                els = []
-                for j in range(ins.b_per_lane):
-                    kk, nn = ins.b_coord(ln, j)
-                    key = k0 + kc * ins.k + kk
-                    els.append(load16(Vp, kv_base + key * kv_stride + (dt * ins.n + nn), key.lt(sk)))
-                acc = call_matrix(kb, mfn, ins, pfrag[kc], vec(ins.b_per_lane, els, I16), acc)
+                vf = lds_fragment(vt_lds, ins.b_per_lane, b_nk, v_run,
+                                  lambda n_, k_, dt=dt, kc=kc: (n_ + dt * ins.n) * LDV + (k_ + kc * ins.k))
+                acc = call_matrix(kb, mfn, ins, pfrag[kc], vf, acc)
             out.append(acc)
-        kb.barrier()  # every warp has read S, P and alpha before the next step writes them
+        kb.barrier()  # every warp has read K, V, S, P and alpha before the next step writes them
         return [m_new, l_new, *out]
 
     final = kb.loop(trips, [neg_inf, f32(0.0)] + [zero_acc] * (D // ins.n), step, "kv")
@@ -198,7 +265,8 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 idx = q_base + row * q_stride + (dt * ins.n + cc)
                 b.store(v, b.gep(Op, [idx.v], source_etype=I16), align=2)
     b.ret_void()
-    return kb.lowered("attention", {"threads": g.threads, "block_m": g.block_m, "block_n": BN, "instr": ins.key})
+    return kb.lowered("attention", {"threads": g.threads, "block_m": g.block_m, "block_n": BN, "instr": ins.key,
+                                         "k_run": k_run, "v_run": v_run, "p_run": p_run})
 
 
 __all__ = ["lower_attention"]
