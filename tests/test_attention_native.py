@@ -172,3 +172,90 @@ def test_it_compiles_with_the_targets_matrix_instructions(tmp_path, arch, lane, 
         assert re.search(r"global_load_(dwordx4|b128)", asm) and re.search(r"ds_(read|load)2?_b(64|128)", asm)
         assert not re.search(r"ds_(read|load)_u16", asm)
         assert doc["code_object"]["vgpr_spill_count"] == 0
+
+
+# -- packed variable lengths (cu_seqlens), paged KV (shuffled block tables), the LSE output --------------
+LAYOUT_CASES = [  # (arch, problem): the layout specs (varlen / paged), run with the arguments their launch binds
+    ("gfx942", dict(batch=3, seqlen_q=37, seqlen_k=53, heads_q=4, heads_kv=2, head_dim=64, causal=True, lse=True,
+                    seqlens_q=[37, 0, 5], seqlens_k=[53, 3, 2])),  # empty sequence; causal rows with no key
+    ("gfx950", dict(batch=2, seqlen_q=1, seqlen_k=150, heads_q=4, heads_kv=1, head_dim=128, dtype="bf16",
+                    kv_layout="paged", block_size=16, num_blocks=23, lse=True)),  # decode, MQA, spare blocks
+    ("gfx942", dict(batch=3, seqlen_q=20, seqlen_k=70, heads_q=2, heads_kv=2, head_dim=64, causal=True, window=7,
+                    kv_layout="paged", block_size=32, seqlens_q=[9, 0, 20], seqlens_k=[70, 3, 20], lse=True)),
+    ("gfx1250", dict(batch=2, seqlen_q=17, seqlen_k=130, heads_q=2, heads_kv=1, head_dim=64, kv_layout="paged",
+                     block_size=64, seqlens_q=[3, 17], seqlens_k=[130, 17])),
+    ("sm_90", dict(batch=2, seqlen_q=2, seqlen_k=70, heads_q=4, heads_kv=2, head_dim=128, causal=True, lse=True,
+                   kv_layout="paged", block_size=16, seqlens_q=[1, 2], seqlens_k=[45, 70])),
+    ("sm_90", dict(batch=2, seqlen_q=20, seqlen_k=40, heads_q=2, heads_kv=1, head_dim=256, dtype="bf16",
+                   seqlens_q=[20, 3], seqlens_k=[20, 40])),
+]
+
+
+def _layout_spec(arch: str, p: AttentionProblem):
+    from rocke_aot.variants import table
+
+    fam = aot_family("attention")
+    lane = "llvm24" if arch == "gfx1250" else "llvm22"
+    for spec in table.enumerate_specs("attention", arch, lane):
+        if spec.layout and fam.model.accepts(spec, p) is None:
+            return spec
+    raise AssertionError(f"no native attention spec accepts {p} on {arch}")
+
+
+@pytest.mark.parametrize("i", range(len(LAYOUT_CASES)))
+def test_the_emulated_layout_kernels_are_sdpa(i):
+    from rocke_aot.families.attention.reference import REFERENCE, compute, compute_lse
+    from rocke_aot.runner import reference as runner_ref
+    from rocke_aot.variants.families import get_family
+
+    arch, shape = LAYOUT_CASES[i]
+    p = AttentionProblem(**shape)
+    spec = _layout_spec(arch, p)
+    assert (spec.varlen, spec.paged) == (int(p.varlen), int(p.paged))
+    k = lower("attention", spec, arch, "llvm22")
+    plan = get_family("attention").launch(spec, p, arch)
+    rng = np.random.default_rng(50 + i)
+    vals, args, bufs = {}, [], {}
+    for a in plan.args:
+        if a.kind == "scalar":
+            args.append(a.value)
+            continue
+        got = REFERENCE.inputs(p, a.name, a.dtype, a.value, rng)
+        if a.name in ("O", "LSE"):  # outputs poisoned (NaN): an unwritten element fails
+            bits = np.full(max(1, a.value), 0xFFFF if a.name == "O" else np.nan, dtype=runner_ref.storage_dtype(a.dtype))
+        elif got is None:
+            bits, vals[a.name] = runner_ref.inputs(a.dtype, a.value, rng)
+        else:
+            bits, vals[a.name] = got
+        bits = np.ascontiguousarray(bits) if bits.size else np.zeros(1, dtype=bits.dtype)
+        bufs[a.name] = bits
+        args.append(bits)
+    CpuGrid(k, wave_size=PATHS[arch][1]).launch(plan.grid[0], *args)
+    got = runner_ref.decode(bufs["O"][:p.total_q * p.heads_q * p.head_dim], p.dtype)
+    want = compute(p, vals)
+    lim = error_bound(p, vals, want, p.dtype)
+    assert np.isfinite(got).all(), "unwritten or non-finite outputs"
+    bad = np.abs(got - want) > lim
+    assert not bad.any(), f"{int(bad.sum())} of {got.size} outside the bound, max err {np.abs(got - want).max():.3g}"
+    if not p.lse:
+        return
+    lse_got, lse_want = bufs["LSE"][:p.lse_rows].astype(np.float64), compute_lse(p, vals)
+    assert lse_want.size == p.lse_rows
+    assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), "rows with no key differ (-inf)"
+    fin = np.isfinite(lse_want)
+    assert fin.any() and np.isfinite(lse_got[fin]).all()
+    err = np.abs(lse_got[fin] - lse_want[fin])
+    assert (err <= 1e-4 * (1 + np.abs(lse_want[fin]))).all(), f"LSE max err {err.max():.3g}"
+
+
+def test_the_layout_cases_reach_their_edges():
+    """The cases above hold what they name: an empty sequence, causal rows that see no key (LSE -inf), shuffled
+    block tables over a pool with spare blocks, lengths no multiple of a block or a tile."""
+    from rocke_aot.families.attention.reference import block_table
+
+    ps = [AttentionProblem(**s) for _, s in LAYOUT_CASES]
+    assert 0 in ps[0].lengths()[0] and ps[0].lengths()[0][0] > ps[0].lengths()[1][1]  # 5 queries, 2 keys
+    assert ps[1].num_blocks > sum(-(-n // 16) for n in ps[1].lengths()[1])
+    t = block_table(ps[2], np.random.default_rng(0))
+    assert not (np.diff(t[0, :3]) == 1).all()  # not the identity order
+    assert {"gfx942", "gfx950", "gfx1250", "sm_90"} == {a for a, _ in LAYOUT_CASES}

@@ -48,7 +48,11 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     T = g.threads
     LDK, LDV = D + KV_PAD, BN + KV_PAD  # LDS row strides (i16) of the K tile and the V^T tile
     kb = kernel_for(spec.kernel_name, target, lane, T)
-    Qp, Kp, Vp, Op, SQ, SK, HQ, HKV, WIN, SB = kb.define_kernel(spec.launch_formulas().args)
+    args = kb.define_kernel(spec.launch_formulas().args)
+    if spec.layout:
+        Qp, Kp, Vp, Op, LSEp, CUQ, CUK, BT, SQ, SK, HQ, HKV, WIN, SB, LROWS, BS, TW = args
+    else:
+        Qp, Kp, Vp, Op, SQ, SK, HQ, HKV, WIN, SB = args
     b = kb.ir_builder()
     mfn = kb.matrix_op(ins.key, ins.capability, "attention")
     exp2 = ir.Function(kb.module, ir.FunctionType(F32, [F32]), "llvm.exp2.f32")
@@ -85,8 +89,20 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     bidx, h = bh // hq, bh % hq
     hk = h // (hq // hkv)
     q_stride, kv_stride = hq * D, hkv * D
-    q_base = bidx * sq * q_stride + h * D
-    kv_base = bidx * sk * kv_stride + hk * D
+
+    def ld32(ptr: ir.Value, idx: Sym) -> Sym:
+        return kb.sym(b.load(b.gep(ptr, [idx.v], source_etype=I32), typ=I32, align=4))
+
+    if spec.varlen:  # sequence bidx: rows cu[bidx] .. cu[bidx + 1] of the packed tensors
+        q_start = ld32(CUQ, bidx)
+        len_q = ld32(CUQ, bidx + 1) - q_start
+        k_start = ld32(CUK, bidx)
+        len_k = ld32(CUK, bidx + 1) - k_start
+    else:
+        q_start, len_q, k_start, len_k = bidx * sq, sq, bidx * sk, sk
+    LQ, LK = len_q.v, len_k.v  # this sequence's lengths (seqlen_q / seqlen_k: the grid's longest)
+    q_base = q_start * q_stride + h * D
+    kv_base = k_start * kv_stride + hk * D
     row0 = qblk * g.block_m + warp * ROWS
     qk_scale = b.fmul(b.bitcast(SB, F32), f32(LOG2E))
 
@@ -134,17 +150,19 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         for j in range(ins.a_per_lane):
             r, c = ins.a_coord(ln, j)
             row = row0 + r
-            els.append(load16(Qp, q_base + row * q_stride + (kc * ins.k + c), row.lt(sq)))
+            els.append(load16(Qp, q_base + row * q_stride + (kc * ins.k + c), row.lt(len_q)))
         qfrag.append(vec(ins.a_per_lane, els, I16))
 
     # the key range of this block: up to its last row's diagonal when causal
-    shift = b.sub(SK, SQ)
+    shift = b.sub(LK, LQ)
     if spec.causal:
         last = b.add(c32(g.block_m), b.add(b.mul(qblk.v, c32(g.block_m)), shift))
         last = b.select(b.icmp_signed(">", last, c32(0)), last, c32(0))
-        hi = b.select(b.icmp_signed("<", last, SK), last, SK)
+        hi = b.select(b.icmp_signed("<", last, LK), last, LK)
     else:
-        hi = SK
+        hi = LK
+    if spec.varlen:  # a block past its sequence's end: no keys (and nothing stored)
+        hi = b.select(b.icmp_signed("<", b.mul(qblk.v, c32(g.block_m)), LQ), hi, c32(0))
     trips = kb.sym(hi) + (BN - 1)
     trips = trips // BN
 
@@ -169,8 +187,15 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 guard.__enter__()
             r, v = c // vpr, c % vpr
             key = k0 + r
-            ok = key.lt(sk)
-            src = b.select(ok, (kv_base + key * kv_stride + v * VEC).v, c32(0))
+            ok = key.lt(len_k)
+            if spec.paged:  # key t of sequence bidx: block block_table[bidx, t // block_size], row t % block_size
+                bs = kb.sym(BS)
+                slot = kb.sym(b.select(ok, (bidx * kb.sym(TW) + key // bs).v, c32(0)))
+                blk = ld32(BT, slot)
+                at = (blk * bs + key % bs) * kv_stride + hk * D + v * VEC
+            else:
+                at = kv_base + key * kv_stride + v * VEC
+            src = b.select(ok, at.v, c32(0))
             kv = b.select(ok, b.load(b.gep(Kp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
             vv = b.select(ok, b.load(b.gep(Vp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
             b.store(kv, b.gep(k_lds, [(r * LDK + v * VEC).v], source_etype=I16), align=16)
@@ -204,7 +229,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             slot = (warp * ROWS + my_row) * BN + c
             s = b.fmul(b.load(b.gep(s_lds, [slot.v], source_etype=F32), typ=F32, align=4), qk_scale)
             key = (k0 + c).v
-            keep = b.and_(b.icmp_signed("<", key, SK), qi.lt(sq))
+            keep = b.and_(b.icmp_signed("<", key, LK), qi.lt(len_q))
             if spec.causal:
                 keep = b.and_(keep, b.icmp_signed("<=", key, diag))
             in_win = b.icmp_signed("<", b.sub(diag, key), WIN)
@@ -248,7 +273,16 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         return [m_new, l_new, *out]
 
     final = kb.loop(trips, [neg_inf, f32(0.0)] + [zero_acc] * (D // ins.n), step, "kv")
-    l_fin = final[1]
+    m_fin, l_fin = final[0], final[1]
+    if spec.layout:  # the natural log-sum-exp of each row when lse_rows > 0: (m + log2 l) ln 2, -inf if no key
+        log2 = ir.Function(kb.module, ir.FunctionType(F32, [F32]), "llvm.log2.f32")
+        seen = b.fcmp_ordered(">", l_fin, f32(0.0))
+        lse = b.select(seen, b.fmul(b.fadd(m_fin, b.call(log2, [l_fin])), f32(0.6931471805599453)), neg_inf)
+        want = kb.all_of(writer, qi.lt(len_q), b.icmp_signed(">", LROWS, c32(0)))
+        with kb.if_then(want, "lse"):
+            # dense [batch, heads_q, seqlen_q]; varlen [heads_q, total_q] (flash-attn's softmax_lse layouts)
+            lse_at: Sym = (h * (kb.sym(LROWS) // hq) + q_start + qi) if spec.varlen else bh * sq + qi
+            b.store(lse, b.gep(LSEp, [lse_at.v], source_etype=F32), align=4)
     # 1 / l per row through LDS (the alpha slots), 0 where a row saw no key
     inv = b.select(b.fcmp_ordered(">", l_fin, f32(0.0)), b.fdiv(f32(1.0), l_fin), f32(0.0))
     with kb.if_then(writer, "lw"):
@@ -261,7 +295,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             row = row0 + rr
             scale = b.load(b.gep(a_lds, [(warp * ROWS + rr).v], source_etype=F32), typ=F32, align=4)
             v = to_bits(b.fmul(b.extract_element(acc, c32(r)), scale))
-            with kb.if_then(row.lt(sq), "st"):
+            with kb.if_then(row.lt(len_q), "st"):
                 idx = q_base + row * q_stride + (dt * ins.n + cc)
                 b.store(v, b.gep(Op, [idx.v], source_etype=I16), align=2)
     b.ret_void()

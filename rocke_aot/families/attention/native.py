@@ -64,6 +64,8 @@ class AttentionSpec:
     warps: int = 4
     path: str = "mfma"
     block_n: int = 32
+    varlen: int = 0  # packed sequences (cu_seqlens_q / _k), flash-attn's varlen layout
+    paged: int = 0  # K, V in blocks of a pool through a block table
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -76,6 +78,9 @@ class AttentionSpec:
             raise SpecError(f"attention spec warps {self.warps!r} not in {WARPS}")
         if self.path not in SHAPES:
             raise SpecError(f"attention spec path {self.path!r} not in {tuple(SHAPES)}")
+        for name in ("varlen", "paged"):
+            if getattr(self, name) not in (0, 1) or type(getattr(self, name)) is not int:
+                raise SpecError(f"attention spec {name} must be 0 or 1, got {getattr(self, name)!r}")
         if self.block_n not in BLOCK_NS or type(self.block_n) is not int:
             raise SpecError(f"attention spec block_n {self.block_n!r} not in {BLOCK_NS}")
 
@@ -89,7 +94,8 @@ class AttentionSpec:
 
     @property
     def kernel_name(self) -> str:
-        return f"attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}_{self.path}_w{self.warps}_n{self.block_n}"
+        return f"attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}_{self.path}_w{self.warps}_n{self.block_n}" + \
+            ("_varlen" if self.varlen else "") + ("_paged" if self.paged else "")
 
     @property
     def block_m(self) -> int:
@@ -134,8 +140,32 @@ class AttentionSpec:
             total = (total + 15) // 16 * 16 + n * eb
         return total
 
+    @property
+    def layout(self) -> bool:
+        """The varlen / paged kernel: triton_attention's arguments (the LSE output, cu_seqlens, block table)."""
+        return bool(self.varlen or self.paged)
+
     def launch_formulas(self) -> LaunchFormulas:
         bm = self.block_m
+        if self.layout:
+            q = "total_q * heads_q * head_dim"
+            kv = "kv_rows * heads_kv * head_dim"
+            return LaunchFormulas(
+                problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits",
+                         "total_q", "kv_rows", "table_width", "lse_rows", "block_size"),
+                lets=(("tiles", f"ceil_div(seqlen_q, {bm}) * batch * heads_q"),),
+                grid=("tiles", "1", "1"),
+                args=(ArgDef("Q", "global_pointer", self.dtype, q, "read_only"),
+                      ArgDef("K", "global_pointer", self.dtype, kv, "read_only"),
+                      ArgDef("V", "global_pointer", self.dtype, kv, "read_only"),
+                      ArgDef("O", "global_pointer", self.dtype, q, "write_only"),
+                      ArgDef("LSE", "global_pointer", "f32", "lse_rows", "write_only"),
+                      ArgDef("cu_seqlens_q", "global_pointer", "i32", "batch + 1", "read_only"),
+                      ArgDef("cu_seqlens_k", "global_pointer", "i32", "batch + 1", "read_only"),
+                      ArgDef("block_table", "global_pointer", "i32", "batch * table_width", "read_only"),
+                      *(ArgDef(n, "scalar", "i32", n) for n in ("seqlen_q", "seqlen_k", "heads_q", "heads_kv",
+                                                               "window", "scale_bits", "lse_rows", "block_size",
+                                                               "table_width"))))
         q = "batch * seqlen_q * heads_q * head_dim"
         kv = "batch * seqlen_k * heads_kv * head_dim"
         return LaunchFormulas(
@@ -158,10 +188,18 @@ def _gcd(a: int, b: int) -> int:
 
 
 def _baked(target: Target, lane: Any) -> list[dict[str, Any]]:
-    return [{"dtype": dt, "head_dim": d, "causal": c} for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
+    return [{"dtype": dt, "head_dim": d, "causal": c, "varlen": vl, "paged": pg}
+            for vl, pg in LAYOUTS for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
+
+
+# (varlen, paged): dense BSHD with the whole knob grid; packed varlen, paged, paged varlen with one tile
+# each (4 warps; block_n 16 at head_dim 256, where sm_90 refuses larger, else 32)
+LAYOUTS = ((0, 0), (1, 0), (0, 1), (1, 1))
 
 
 def _knobs(baked: Any, target: Target, lane: Any) -> dict[str, tuple]:
+    if baked["varlen"] or baked["paged"]:
+        return {"warps": (4,), "block_n": (16 if baked["head_dim"] == 256 else 32,)}
     return {"warps": WARPS, "block_n": BLOCK_NS}
 
 
@@ -201,9 +239,14 @@ def accepts(spec: AttentionSpec, p: AttentionProblem) -> str | None:
         return f"the kernel is built for head_dim {spec.head_dim}, the problem has {p.head_dim}"
     if bool(p.causal) != bool(spec.causal):
         return f"the kernel is built {'causal' if spec.causal else 'without a causal mask'}"
-    if p.kv_layout != "contiguous" or p.varlen or p.lse:
-        return "the native kernel takes dense BSHD problems (paged KV, variable lengths, LSE: not yet)"
-    n = max(p.batch * p.seqlen_q * p.heads_q, p.batch * p.seqlen_k * p.heads_kv) * p.head_dim * 2
+    if p.paged != bool(spec.paged):
+        return f"the kernel is built for {'paged' if spec.paged else 'contiguous'} KV; the problem's is {p.kv_layout}"
+    if p.varlen != bool(spec.varlen):
+        return (f"the kernel is built for {'variable lengths (packed, cu_seqlens)' if spec.varlen else 'equal lengths'}"
+                f"; the problem has {'variable' if p.varlen else 'equal'} lengths")
+    if p.lse and not spec.layout:
+        return "the dense native kernel has no LSE output (its varlen / paged kernels write it)"
+    n = max(p.total_q * p.heads_q, p.kv_rows * p.heads_kv) * p.head_dim * 2
     if n > 2**31 - 1:
         return f"a tensor of {n} bytes is over the 2 GiB the kernel's 32-bit offsets address"
     return None
