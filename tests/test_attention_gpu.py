@@ -162,31 +162,44 @@ def test_every_sm90_spec_matches_torch_float64(cuda_ctx, built):  # noqa: F811
 
 def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
     """The native kernel (rocke_aot/families/attention/lower.py, mma.sync) lowered here for sm_90, ptxas'd,
-    launched from its contract on the same problems, against the same torch float64 reference."""
+    launched from its contract against the same torch float64 reference: the dense specs on SHAPES, the
+    varlen / paged ones on their layout's problems (triton_attention's LAYOUTS: empty sequences, shuffled
+    block tables, the LSE output against torch.logsumexp)."""
     from _cuda import module_image
 
     from rocke_aot.aot.lower import lower
+    from rocke_aot.families.attention.reference import packed, packed_lse, padded
     from rocke_aot.variants import table
 
     specs = list(table.enumerate_specs("attention", "sm_90", "llvm22"))
-    assert len(specs) == 36
-    checked = 0
+    # dense: 108 points less head_dim 256 with block_n 32 / 64 (they spill); 3 layouts x 12 (one tile each)
+    assert len(specs) == 84 + 36
+    checked = expected = 0
     for spec in specs:
         k = lower("attention", spec, "sm_90", "llvm22")
         image, _ = module_image(k.ir)
-        for shape in SHAPES:
+        shapes = LAYOUTS[(spec.varlen, spec.paged)] if spec.layout else SHAPES
+        expected += len(shapes)
+        for shape in shapes:
             p = AttentionProblem(**shape, head_dim=spec.head_dim, dtype=spec.dtype, causal=bool(spec.causal))
             rng = np.random.default_rng(checked)
-            qb, q = inputs(p.dtype, (p.batch, p.seqlen_q, p.heads_q, p.head_dim), rng)
-            kb, k_ = inputs(p.dtype, (p.batch, p.seqlen_k, p.heads_kv, p.head_dim), rng)
-            vb, v = inputs(p.dtype, (p.batch, p.seqlen_k, p.heads_kv, p.head_dim), rng)
-            out = np.full(q.size, 0xFFFF, dtype=np.uint16)
-            launch(image, k.launch, p, {"Q": qb, "K": kb, "V": vb, "O": out})
-            got = decode(out, p.dtype)
-            want = _torch_ref(p, q, k_, v)[0].ravel()
-            lim = error_bound(p, {"Q": q.ravel(), "K": k_.ravel(), "V": v.ravel()}, want, p.dtype)
+            plan = k.launch.plan(p)
+            tensors, vals = _buffers(p, plan, rng)
+            launch(image, k.launch, p, tensors)
+            got = decode(tensors["O"], p.dtype)
+            o, lse = _torch_ref(p, *padded(p, vals))
+            want = packed(p, o).ravel()
+            lim = error_bound(p, vals, want, p.dtype)
+            assert got.size == want.size
             assert np.isfinite(got).all(), f"{spec.kernel_name} {shape}: unwritten or non-finite outputs"
             bad = np.abs(got - want) > lim
             assert not bad.any(), f"{spec.kernel_name} {shape}: {int(bad.sum())} of {got.size} outside the bound"
+            if p.lse:
+                lse_want = packed_lse(p, lse).ravel()
+                lse_got = tensors["LSE"][:lse_want.size].astype(np.float64)
+                assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), f"{spec.kernel_name}: LSE -inf"
+                fin = np.isfinite(lse_want)
+                err = np.abs(lse_got[fin] - lse_want[fin])
+                assert (err <= 1e-4 * (1 + np.abs(lse_want[fin]))).all(), f"{spec.kernel_name}: LSE {err.max():.3g}"
             checked += 1
-    assert checked == 36 * len(SHAPES)
+    assert checked == expected == 84 * len(SHAPES) + 12 * sum(len(LAYOUTS[lay]) for lay in ((1, 0), (0, 1), (1, 1)))

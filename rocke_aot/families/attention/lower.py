@@ -4,16 +4,26 @@
       kernel(Q, K, V, O, seqlen_q, seqlen_k, heads_q, heads_kv, window, scale_bits)
       work-group g: query block g % nqb, (batch, head) g // nqb; warp w: rows r0 = block * BLOCK_M + 16 w
       Q fragments (A of S = Q K^T) for every instr.k slice of the head dim: loaded once, in registers
-      for each K/V block of BLOCK_N keys (up to the block's last diagonal when causal):
-        S = Q K^T           instr.n keys at a time, K fragments (B) read from global (0 past seqlen_k)
-        S -> LDS            by the instruction's d_coord (f32)
-        online softmax      lane l < 16 of the warp takes row l: scale (x log2 e), mask (keys past
-                            seqlen_k, causal at the bottom right, the window), the running max m and
-                            sum l, alpha = exp2(m_old - m_new); P = exp2(s - m_new) written back to LDS
-                            in the input dtype, alpha beside it
-        O = O * alpha + P V P fragments (A) from LDS by a_coord, V fragments (B) from global
+      for each K/V block of BLOCK_N = spec.block_n keys (up to the block's last diagonal when causal):
+        stage               the work-group copies the block's K rows and V rows into LDS: 16-byte
+                            vectors (8 elements of one key row), work-item t takes vectors t, t + T, ..;
+                            one global load each, K stored row-major [key][d] (one 16-byte LDS store),
+                            V transposed [d][key] (8 two-byte stores); rows past seqlen_k are zeros;
+                            each LDS row padded by KV_PAD elements; barrier
+        S = Q K^T           instr.n keys at a time, K fragments (B) from LDS, the runs of consecutive
+                            elements one vector read (gemm's a_fragment_run over the (n, k) map)
+        S -> LDS            by the instruction's d_coord (f32); barrier
+        online softmax      lane l < 16 takes row l: scale (x log2 e), mask (keys past seqlen_k,
+                            causal at the bottom right, the window), the running max m and sum l,
+                            alpha = exp2(m_old - m_new); P = exp2(s - m_new) written back to LDS in
+                            the input dtype, alpha beside it; barrier
+        O = O * alpha + P V P fragments (A) and V^T fragments (B) from LDS, vector reads as for K;
+                            barrier (every warp is done with K, V, S, P before the next block)
       O = O / l (0 where a row saw no key), stored in the input dtype for rows < seqlen_q
-    Every index is 32-bit (accepts refuses tensors over 2 GiB).
+    LDS: spec.lds_layout() (K, V^T, S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
+    (past the 48 KiB of static shared data; the launch contract's dynamic_shared_bytes).
+    Every index is 32-bit (accepts refuses tensors over 2 GiB). The 16-byte K/V loads assume 16-byte
+    aligned K and V base pointers (every torch allocation is; a row is head_dim >= 64 elements).
 """
 
 from __future__ import annotations
@@ -22,19 +32,27 @@ import llvmlite.ir as ir
 
 from rocke_aot.aot.lower import LoweredKernel, kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
-from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32
-from rocke_aot.families.attention.native import ROWS, AttentionSpec
+from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, Sym
+from rocke_aot.families.attention.native import KV_PAD, ROWS, AttentionSpec
+from rocke_aot.families.gemm.lower_common import a_fragment_run
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 
 LOG2E = 1.4426950408889634
+VEC = 8  # i16 elements a staging copy moves (16 bytes)
 
 
 def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredKernel:
     g = spec.geometry(target)
-    ins, wave, BN, D, W = g.instr, g.wave, g.block_n, spec.head_dim, spec.warps
-    kb = kernel_for(spec.kernel_name, target, lane, g.threads)
-    Qp, Kp, Vp, Op, SQ, SK, HQ, HKV, WIN, SB = kb.define_kernel(spec.launch_formulas().args)
+    ins, wave, BN, D = g.instr, g.wave, g.block_n, spec.head_dim
+    T = g.threads
+    LDK, LDV = D + KV_PAD, BN + KV_PAD  # LDS row strides (i16) of the K tile and the V^T tile
+    kb = kernel_for(spec.kernel_name, target, lane, T)
+    args = kb.define_kernel(spec.launch_formulas().args)
+    if spec.layout:
+        Qp, Kp, Vp, Op, LSEp, CUQ, CUK, BT, SQ, SK, HQ, HKV, WIN, SB, LROWS, BS, TW = args
+    else:
+        Qp, Kp, Vp, Op, SQ, SK, HQ, HKV, WIN, SB = args
     b = kb.ir_builder()
     mfn = kb.matrix_op(ins.key, ins.capability, "attention")
     exp2 = ir.Function(kb.module, ir.FunctionType(F32, [F32]), "llvm.exp2.f32")
@@ -42,23 +60,49 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     f32 = lambda v: ir.Constant(F32, v)  # noqa: E731
     neg_inf = f32(float("-inf"))
 
-    s_lds = kb.shared_array("attn_s", F32, W * ROWS * BN, 4)
-    p_lds = kb.shared_array("attn_p", I16, W * ROWS * BN, 2)
-    a_lds = kb.shared_array("attn_alpha", F32, W * ROWS, 4)
+    arrays = {}
+    if target.is_amdgpu:  # static LDS arrays
+        for name, n, eb in spec.lds_layout():
+            arrays[name] = kb.shared_array(name, F32 if eb == 4 else I16, n, eb)
+        got = kb.lds_bytes
+    else:  # sm_90: one dynamic shared array (past the 48 KiB of static shared data), the arrays at
+        # their 16-byte aligned offsets in it; the launch contract asks for its bytes
+        dyn = kb.dynamic_shared_array("attn_lds", I16, spec.lds_bytes() // 2, 2)
+        off = 0
+        for name, n, eb in spec.lds_layout():
+            off = (off + 15) // 16 * 16
+            arrays[name] = b.gep(dyn, [c32(off)], source_etype=ir.IntType(8))
+            off += n * eb
+        got = kb.dynamic_lds_bytes
+    k_lds, vt_lds, s_lds, p_lds, a_lds = (arrays[n] for n in ("attn_k", "attn_vt", "attn_s", "attn_p", "attn_alpha"))
+    if got != spec.lds_bytes():
+        raise AssertionError(f"LDS {got} bytes, the spec's layout says {spec.lds_bytes()}")
 
     tid = kb.sym(kb.workitem_id())
     ln = tid % wave
     warp = tid // wave
     pid = kb.sym(kb.workgroup_id())
-    sq, sk, hq, hkv, win = (kb.sym(x) for x in (SQ, SK, HQ, HKV, WIN))
+    sq, sk, hq, hkv = (kb.sym(x) for x in (SQ, SK, HQ, HKV))
     nqb = (sq + (g.block_m - 1)) // g.block_m
     qblk = pid % nqb
     bh = pid // nqb
     bidx, h = bh // hq, bh % hq
     hk = h // (hq // hkv)
     q_stride, kv_stride = hq * D, hkv * D
-    q_base = bidx * sq * q_stride + h * D
-    kv_base = bidx * sk * kv_stride + hk * D
+
+    def ld32(ptr: ir.Value, idx: Sym) -> Sym:
+        return kb.sym(b.load(b.gep(ptr, [idx.v], source_etype=I32), typ=I32, align=4))
+
+    if spec.varlen:  # sequence bidx: rows cu[bidx] .. cu[bidx + 1] of the packed tensors
+        q_start = ld32(CUQ, bidx)
+        len_q = ld32(CUQ, bidx + 1) - q_start
+        k_start = ld32(CUK, bidx)
+        len_k = ld32(CUK, bidx + 1) - k_start
+    else:
+        q_start, len_q, k_start, len_k = bidx * sq, sq, bidx * sk, sk
+    LQ, LK = len_q.v, len_k.v  # this sequence's lengths (seqlen_q / seqlen_k: the grid's longest)
+    q_base = q_start * q_stride + h * D
+    kv_base = k_start * kv_stride + hk * D
     row0 = qblk * g.block_m + warp * ROWS
     qk_scale = b.fmul(b.bitcast(SB, F32), f32(LOG2E))
 
@@ -76,26 +120,49 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     def to_bits(x: ir.Value) -> ir.Value:
         return b.bitcast(b.fptrunc(x, F16 if spec.dtype == "f16" else BF16), I16)
 
+    def lds_fragment(arr: ir.Value, per: int, coord, run: int, index) -> ir.Value:
+        """A fragment of ``per`` i16 from LDS: element j at index(*coord(ln, j)); ``run`` consecutive
+        elements (a_fragment_run: same row, consecutive and aligned columns) one vector load."""
+        els: list[ir.Value] = []
+        for j in range(0, per, run):
+            idx = index(*coord(ln, j))
+            if run == 1:
+                els.append(b.load(b.gep(arr, [idx.v], source_etype=I16), typ=I16, align=2))
+                continue
+            v = b.load(b.gep(arr, [idx.v], source_etype=I16), typ=ir.VectorType(I16, run), align=2 * run)
+            els.extend(b.extract_element(v, c32(e)) for e in range(run))
+        return vec(per, els, I16)
+
+    def b_nk(lane_, j):  # a B operand stored (n, k) in LDS, k contiguous: K for S, V^T for P V
+        kk, nn = ins.b_coord(lane_, j)
+        return nn, kk
+
+    k_run = a_fragment_run(ins, LDK, b_nk, ins.b_per_lane)
+    v_run = a_fragment_run(ins, LDV, b_nk, ins.b_per_lane)
+    p_run = a_fragment_run(ins, BN)
+
     zero_acc = ir.Constant(ir.VectorType(F32, ins.acc_per_lane), [0.0] * ins.acc_per_lane)
 
-    # Q fragments: A of S = Q K^T, one per instr.k slice of the head dim
+    # Q fragments: A of S = Q K^T, one per instr.k slice of the head dim (read once, from global)
     qfrag = []
     for kc in range(D // ins.k):
         els = []
         for j in range(ins.a_per_lane):
             r, c = ins.a_coord(ln, j)
             row = row0 + r
-            els.append(load16(Qp, q_base + row * q_stride + (kc * ins.k + c), row.lt(sq)))
+            els.append(load16(Qp, q_base + row * q_stride + (kc * ins.k + c), row.lt(len_q)))
         qfrag.append(vec(ins.a_per_lane, els, I16))
 
     # the key range of this block: up to its last row's diagonal when causal
-    shift = b.sub(SK, SQ)
+    shift = b.sub(LK, LQ)
     if spec.causal:
         last = b.add(c32(g.block_m), b.add(b.mul(qblk.v, c32(g.block_m)), shift))
         last = b.select(b.icmp_signed(">", last, c32(0)), last, c32(0))
-        hi = b.select(b.icmp_signed("<", last, SK), last, SK)
+        hi = b.select(b.icmp_signed("<", last, LK), last, LK)
     else:
-        hi = SK
+        hi = LK
+    if spec.varlen:  # a block past its sequence's end: no keys (and nothing stored)
+        hi = b.select(b.icmp_signed("<", b.mul(qblk.v, c32(g.block_m)), LQ), hi, c32(0))
     trips = kb.sym(hi) + (BN - 1)
     trips = trips // BN
 
@@ -104,19 +171,52 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     diag = b.add(qi.v, shift)  # signed: the last key row qi sees when causal
     writer = ln.lt(ROWS)
 
+    vpr = D // VEC  # 16-byte vectors per key row
+    chunks = BN * vpr
+    vty = ir.VectorType(I16, VEC)
+    zero_vec = ir.Constant(vty, [0] * VEC)
+
+    def stage(k0: Sym) -> None:
+        """Key rows k0 .. k0+BN-1 of K and V into LDS: work-item t moves 16-byte vectors t, t + T, ..
+        (one global load each; K row-major [key][d], V transposed [d][key] for P V's B fragments);
+        rows past seqlen_k are zeros."""
+        for rnd in range(-(-chunks // T)):
+            c = tid + rnd * T
+            guard = kb.if_then(c.lt(chunks), "stg") if chunks % T and (rnd + 1) * T > chunks else None
+            if guard is not None:
+                guard.__enter__()
+            r, v = c // vpr, c % vpr
+            key = k0 + r
+            ok = key.lt(len_k)
+            if spec.paged:  # key t of sequence bidx: block block_table[bidx, t // block_size], row t % block_size
+                bs = kb.sym(BS)
+                slot = kb.sym(b.select(ok, (bidx * kb.sym(TW) + key // bs).v, c32(0)))
+                blk = ld32(BT, slot)
+                at = (blk * bs + key % bs) * kv_stride + hk * D + v * VEC
+            else:
+                at = kv_base + key * kv_stride + v * VEC
+            src = b.select(ok, at.v, c32(0))
+            kv = b.select(ok, b.load(b.gep(Kp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
+            vv = b.select(ok, b.load(b.gep(Vp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
+            b.store(kv, b.gep(k_lds, [(r * LDK + v * VEC).v], source_etype=I16), align=16)
+            for e in range(VEC):
+                b.store(b.extract_element(vv, c32(e)),
+                        b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2)
+            if guard is not None:
+                guard.__exit__(None, None, None)
+
     def step(it, carried):
         m_old, l_old, accs = carried[0], carried[1], carried[2:]
         k0 = it * BN
-        # S = Q K^T, instr.n keys at a time, into LDS
+        stage(k0)
+        kb.barrier()
+        # S = Q K^T, instr.n keys at a time, K fragments from LDS, S into LDS
         for nt in range(BN // ins.n):
             acc = zero_acc
             for kc in range(D // ins.k):
-                els = []
-                for j in range(ins.b_per_lane):
-                    kk, nn = ins.b_coord(ln, j)
-                    key = k0 + nt * ins.n + nn
-                    els.append(load16(Kp, kv_base + key * kv_stride + (kc * ins.k + kk), key.lt(sk)))
-                acc = call_matrix(kb, mfn, ins, qfrag[kc], vec(ins.b_per_lane, els, I16), acc)
+                kf = lds_fragment(k_lds, ins.b_per_lane, b_nk, k_run,
+                                  lambda n_, k_, nt=nt, kc=kc: (n_ + nt * ins.n) * LDK + (k_ + kc * ins.k))
+                acc = call_matrix(kb, mfn, ins, qfrag[kc], kf, acc)
             for r in range(ins.acc_per_lane):
                 rr, cc = ins.d_coord(ln, r)
                 slot = (warp * ROWS + rr) * BN + (nt * ins.n + cc)
@@ -129,7 +229,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             slot = (warp * ROWS + my_row) * BN + c
             s = b.fmul(b.load(b.gep(s_lds, [slot.v], source_etype=F32), typ=F32, align=4), qk_scale)
             key = (k0 + c).v
-            keep = b.and_(b.icmp_signed("<", key, SK), qi.lt(sq))
+            keep = b.and_(b.icmp_signed("<", key, LK), qi.lt(len_q))
             if spec.causal:
                 keep = b.and_(keep, b.icmp_signed("<=", key, diag))
             in_win = b.icmp_signed("<", b.sub(diag, key), WIN)
@@ -153,16 +253,11 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 b.store(pb, b.gep(p_lds, [slot.v], source_etype=I16), align=2)
             b.store(alpha, b.gep(a_lds, [(warp * ROWS + my_row).v], source_etype=F32), align=4)
         kb.barrier()
-        # O = O * alpha + P V
+        # O = O * alpha + P V: P fragments (A) and V^T fragments (B) from LDS
         out = []
-        pfrag = []
-        for kc in range(BN // ins.k):
-            els = []
-            for j in range(ins.a_per_lane):
-                r, c = ins.a_coord(ln, j)
-                slot = (warp * ROWS + r) * BN + (kc * ins.k + c)
-                els.append(b.load(b.gep(p_lds, [slot.v], source_etype=I16), typ=I16, align=2))
-            pfrag.append(vec(ins.a_per_lane, els, I16))
+        pfrag = [lds_fragment(p_lds, ins.a_per_lane, ins.a_coord, p_run,
+                              lambda r_, c_, kc=kc: (warp * ROWS + r_) * BN + (c_ + kc * ins.k))
+                 for kc in range(BN // ins.k)]
         for dt in range(D // ins.n):
             acc = accs[dt]
             for r in range(ins.acc_per_lane):
@@ -170,18 +265,35 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 a = b.load(b.gep(a_lds, [(warp * ROWS + rr).v], source_etype=F32), typ=F32, align=4)
                 acc = b.insert_element(acc, b.fmul(b.extract_element(acc, c32(r)), a), c32(r))
             for kc in range(BN // ins.k):
-                els = []
-                for j in range(ins.b_per_lane):
-                    kk, nn = ins.b_coord(ln, j)
-                    key = k0 + kc * ins.k + kk
-                    els.append(load16(Vp, kv_base + key * kv_stride + (dt * ins.n + nn), key.lt(sk)))
-                acc = call_matrix(kb, mfn, ins, pfrag[kc], vec(ins.b_per_lane, els, I16), acc)
+                vf = lds_fragment(vt_lds, ins.b_per_lane, b_nk, v_run,
+                                  lambda n_, k_, dt=dt, kc=kc: (n_ + dt * ins.n) * LDV + (k_ + kc * ins.k))
+                acc = call_matrix(kb, mfn, ins, pfrag[kc], vf, acc)
             out.append(acc)
-        kb.barrier()  # every warp has read S, P and alpha before the next step writes them
+        kb.barrier()  # every warp has read K, V, S, P and alpha before the next step writes them
         return [m_new, l_new, *out]
 
     final = kb.loop(trips, [neg_inf, f32(0.0)] + [zero_acc] * (D // ins.n), step, "kv")
-    l_fin = final[1]
+    m_fin, l_fin = final[0], final[1]
+    if spec.layout:  # the natural log-sum-exp of each row when lse_rows > 0: (m + log2 l) ln 2, -inf if no key
+        # ln l from its bits (NVPTX has no f32 log2 libcall): l = 2^e m, m in [1, 2), l >= 1 where seen;
+        # ln m = 2 atanh(t), t = (m - 1) / (m + 1) in [0, 1/3]: the series to t^11 (error < 2e-7)
+        seen = b.fcmp_ordered(">", l_fin, f32(0.0))
+        lbits = b.bitcast(l_fin, I32)
+        e = b.sitofp(b.sub(b.lshr(lbits, c32(23)), c32(127)), F32)
+        mant = b.bitcast(b.or_(b.and_(lbits, c32(0x7FFFFF)), c32(0x3F800000)), F32)
+        t = b.fdiv(b.fsub(mant, f32(1.0)), b.fadd(mant, f32(1.0)))
+        t2 = b.fmul(t, t)
+        poly = f32(1.0 / 11)
+        for c in (1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0):
+            poly = b.fadd(b.fmul(poly, t2), f32(c))
+        ln_m = b.fmul(b.fmul(f32(2.0), t), poly)
+        ln2 = f32(0.6931471805599453)
+        lse = b.select(seen, b.fadd(b.fmul(b.fadd(m_fin, e), ln2), ln_m), neg_inf)
+        want = kb.all_of(writer, qi.lt(len_q), b.icmp_signed(">", LROWS, c32(0)))
+        with kb.if_then(want, "lse"):
+            # dense [batch, heads_q, seqlen_q]; varlen [heads_q, total_q] (flash-attn's softmax_lse layouts)
+            lse_at: Sym = (h * (kb.sym(LROWS) // hq) + q_start + qi) if spec.varlen else bh * sq + qi
+            b.store(lse, b.gep(LSEp, [lse_at.v], source_etype=F32), align=4)
     # 1 / l per row through LDS (the alpha slots), 0 where a row saw no key
     inv = b.select(b.fcmp_ordered(">", l_fin, f32(0.0)), b.fdiv(f32(1.0), l_fin), f32(0.0))
     with kb.if_then(writer, "lw"):
@@ -194,11 +306,12 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             row = row0 + rr
             scale = b.load(b.gep(a_lds, [(warp * ROWS + rr).v], source_etype=F32), typ=F32, align=4)
             v = to_bits(b.fmul(b.extract_element(acc, c32(r)), scale))
-            with kb.if_then(row.lt(sq), "st"):
+            with kb.if_then(row.lt(len_q), "st"):
                 idx = q_base + row * q_stride + (dt * ins.n + cc)
                 b.store(v, b.gep(Op, [idx.v], source_etype=I16), align=2)
     b.ret_void()
-    return kb.lowered("attention", {"threads": g.threads, "block_m": g.block_m, "block_n": BN, "instr": ins.key})
+    return kb.lowered("attention", {"threads": g.threads, "block_m": g.block_m, "block_n": BN, "instr": ins.key,
+                                         "k_run": k_run, "v_run": v_run, "p_run": p_run})
 
 
 __all__ = ["lower_attention"]

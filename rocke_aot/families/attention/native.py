@@ -1,20 +1,25 @@
 """attention: the native FlashAttention-2 style forward kernel (family half: spec, table, model).
 
-    AttentionSpec(dtype, head_dim, causal, warps, path)
+    AttentionSpec(dtype, head_dim, causal, warps, path, block_n)
         one work-group = ``warps`` warps of 16 query rows each (BLOCK_M = 16 x warps) of one (batch,
         query head); the matrix instruction of the target (mfma 16x16x16 on gfx90a/gfx942/gfx950, wmma
         16x16x32 on gfx1250, mma.sync m16n8k16 on sm_90: rows per instruction 16 everywhere, so the
-        launch is target-independent) computes S = Q K^T and O += P V; lower.py is the lowerer half
+        launch is target-independent) computes S = Q K^T and O += P V over K/V tiles of block_n keys
+        (16/32/64) staged in LDS; lower.py is the lowerer half
+    table   knobs warps (1, 2, 4) and block_n (16, 32, 64); refused by name: a block_n the instruction
+        cannot step (wmma: 32 keys), LDS over the target's (lds_layout), head_dim 256 with block_n > 16
+        on sm_90 (ptxas spills)
     launch  grid x = ceil_div(seqlen_q, BLOCK_M) * batch * heads_q (query block fastest), the same
         arguments as triton_attention's (Q, K, V, O, lengths, heads, window, scale_bits) minus Triton's
         scratch pointers
     model   accepts: head dim, causal, dtype, dense layout (paged / varlen / LSE: not in this kernel yet);
         efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits
 
-What this first kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; K and
-V fragments are read straight from global memory (no LDS staging, no async copies: the AMD main-loop
-paths of issue 37 are not used yet); S goes through LDS so each lane of a warp's first 16 takes one
-row's online softmax (max, exp2, sum) and writes P back for the P V fragments. Correct first, fast later.
+What this kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; each K/V
+block is copied into LDS by the whole work-group (16-byte global loads through registers; no async copies
+or double buffering yet) and every warp's K and V fragments are vector reads from there; S goes through
+LDS so each lane of a warp's first 16 takes one row's online softmax (max, exp2, sum) and writes P back
+for the P V fragments.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from rocke_aot.variants.table import FamilyTable, Refuse, Serve
 
 ROWS = 16  # query rows per warp (every target's instruction has m = 16 in the shape used)
 WARPS = (1, 2, 4)
+BLOCK_NS = (16, 32, 64)  # keys per step (K/V tile rows staged in LDS)
+KV_PAD = 8  # i16 elements of padding after each LDS row of the K and V^T tiles (16 bytes: rows stay
+# 16-byte aligned for the staging stores, and consecutive rows start on different banks)
 SHAPES = {"mfma": "16x16x16", "wmma": "16x16x32", "mma": "m16n8k16"}
 
 
@@ -55,6 +63,9 @@ class AttentionSpec:
     causal: int = 0
     warps: int = 4
     path: str = "mfma"
+    block_n: int = 32
+    varlen: int = 0  # packed sequences (cu_seqlens_q / _k), flash-attn's varlen layout
+    paged: int = 0  # K, V in blocks of a pool through a block table
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -67,6 +78,11 @@ class AttentionSpec:
             raise SpecError(f"attention spec warps {self.warps!r} not in {WARPS}")
         if self.path not in SHAPES:
             raise SpecError(f"attention spec path {self.path!r} not in {tuple(SHAPES)}")
+        for name in ("varlen", "paged"):
+            if getattr(self, name) not in (0, 1) or type(getattr(self, name)) is not int:
+                raise SpecError(f"attention spec {name} must be 0 or 1, got {getattr(self, name)!r}")
+        if self.block_n not in BLOCK_NS or type(self.block_n) is not int:
+            raise SpecError(f"attention spec block_n {self.block_n!r} not in {BLOCK_NS}")
 
     def to_dict(self) -> dict[str, Any]:
         return dict(sorted(asdict(self).items()))
@@ -78,7 +94,8 @@ class AttentionSpec:
 
     @property
     def kernel_name(self) -> str:
-        return f"attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}_{self.path}_w{self.warps}"
+        return f"attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}_{self.path}_w{self.warps}_n{self.block_n}" + \
+            ("_varlen" if self.varlen else "") + ("_paged" if self.paged else "")
 
     @property
     def block_m(self) -> int:
@@ -98,12 +115,57 @@ class AttentionSpec:
         wave = t.info.wave_size if t.is_amdgpu else 32
         if ins.wave_size != wave:
             raise CapabilityError(f"{ins.key} is a wave{ins.wave_size} instruction; {t.processor} runs wave{wave}")
-        n = ins.n
-        bn = n * ins.k // _gcd(n, ins.k)
-        return Geometry(self.warps * wave, wave, ins, self.block_m, bn)
+        step = ins.n * ins.k // _gcd(ins.n, ins.k)
+        if self.block_n % step:
+            raise CapabilityError(f"block_n {self.block_n} is not a multiple of the {step} keys a step of "
+                                  f"{ins.key} takes (S's n = {ins.n}, P V's k = {ins.k})")
+        need, limit = self.lds_bytes(), t.info.lds_bytes  # sm_90: dynamic shared memory (lower.py)
+        if need > limit:
+            raise CapabilityError(f"{need} bytes of LDS (K and V^T tiles of {self.block_n} keys, S and P of "
+                                  f"{self.block_m} rows) exceed the {limit} a work-group may use on {t.processor}")
+        if need % 2:
+            raise AssertionError(f"LDS of {need} bytes is not whole i16 elements")
+        return Geometry(self.warps * wave, wave, ins, self.block_m, self.block_n)
+
+    def lds_layout(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, elements, element bytes) of each LDS array, in allocation order (lower.py)."""
+        bn, d, rows = self.block_n, self.head_dim, self.warps * ROWS
+        return (("attn_k", bn * (d + KV_PAD), 2), ("attn_vt", d * (bn + KV_PAD), 2),
+                ("attn_s", rows * bn, 4), ("attn_p", rows * bn, 2), ("attn_alpha", rows, 4))
+
+    def lds_bytes(self) -> int:
+        """The LDS the kernel declares: KernelModule.shared_array's sum (each array 16-byte aligned)."""
+        total = 0
+        for _, n, eb in self.lds_layout():
+            total = (total + 15) // 16 * 16 + n * eb
+        return total
+
+    @property
+    def layout(self) -> bool:
+        """The varlen / paged kernel: triton_attention's arguments (the LSE output, cu_seqlens, block table)."""
+        return bool(self.varlen or self.paged)
 
     def launch_formulas(self) -> LaunchFormulas:
         bm = self.block_m
+        if self.layout:
+            q = "total_q * heads_q * head_dim"
+            kv = "kv_rows * heads_kv * head_dim"
+            return LaunchFormulas(
+                problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits",
+                         "total_q", "kv_rows", "table_width", "lse_rows", "block_size"),
+                lets=(("tiles", f"ceil_div(seqlen_q, {bm}) * batch * heads_q"),),
+                grid=("tiles", "1", "1"),
+                args=(ArgDef("Q", "global_pointer", self.dtype, q, "read_only"),
+                      ArgDef("K", "global_pointer", self.dtype, kv, "read_only"),
+                      ArgDef("V", "global_pointer", self.dtype, kv, "read_only"),
+                      ArgDef("O", "global_pointer", self.dtype, q, "write_only"),
+                      ArgDef("LSE", "global_pointer", "f32", "lse_rows", "write_only"),
+                      ArgDef("cu_seqlens_q", "global_pointer", "i32", "batch + 1", "read_only"),
+                      ArgDef("cu_seqlens_k", "global_pointer", "i32", "batch + 1", "read_only"),
+                      ArgDef("block_table", "global_pointer", "i32", "batch * table_width", "read_only"),
+                      *(ArgDef(n, "scalar", "i32", n) for n in ("seqlen_q", "seqlen_k", "heads_q", "heads_kv",
+                                                               "window", "scale_bits", "lse_rows", "block_size",
+                                                               "table_width"))))
         q = "batch * seqlen_q * heads_q * head_dim"
         kv = "batch * seqlen_k * heads_kv * head_dim"
         return LaunchFormulas(
@@ -126,11 +188,19 @@ def _gcd(a: int, b: int) -> int:
 
 
 def _baked(target: Target, lane: Any) -> list[dict[str, Any]]:
-    return [{"dtype": dt, "head_dim": d, "causal": c} for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
+    return [{"dtype": dt, "head_dim": d, "causal": c, "varlen": vl, "paged": pg}
+            for vl, pg in LAYOUTS for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
+
+
+# (varlen, paged): dense BSHD with the whole knob grid; packed varlen, paged, paged varlen with one tile
+# each (4 warps; block_n 16 at head_dim 256, where sm_90 refuses larger, else 32)
+LAYOUTS = ((0, 0), (1, 0), (0, 1), (1, 1))
 
 
 def _knobs(baked: Any, target: Target, lane: Any) -> dict[str, tuple]:
-    return {"warps": WARPS}
+    if baked["varlen"] or baked["paged"]:
+        return {"warps": (4,), "block_n": (16 if baked["head_dim"] == 256 else 32,)}
+    return {"warps": WARPS, "block_n": BLOCK_NS}
 
 
 def _paths(target: Target, lane: Any) -> tuple[str, ...]:
@@ -143,13 +213,22 @@ def _make(baked: Any, knobs: Any) -> AttentionSpec:
     return AttentionSpec(**baked, **knobs)
 
 
+def _check(spec: AttentionSpec, target: Target) -> None:
+    spec.geometry(target)
+    if not target.is_amdgpu and spec.head_dim == 256 and spec.block_n > 16:
+        raise CapabilityError(
+            f"head_dim 256 with block_n {spec.block_n} spills on sm_90 (ptxas 13 -v: 255 registers and "
+            "4 bytes (block_n 32) / 612 bytes (block_n 64) of spill stores): 64 registers of Q fragments, 128 of "
+            "O accumulators and a row's block_n scores do not fit; block_n 16 does")
+
+
 TABLE = FamilyTable(
     family="attention",
     lane_decisions={"llvm20": Refuse("the native attention lowering is checked on LLVM 22 and later only"),
                     "llvm22": Serve("llvmlite's LLVM 22: AMDGPU and NVPTX"),
                     "llvm23": Serve("AMD's LLVM 23: AMDGPU"),
                     "llvm24": Serve("LLVM 24's AMDGPU code generator")},
-    baked=_baked, knobs=_knobs, make_spec=_make, check=lambda spec, target: spec.geometry(target),
+    baked=_baked, knobs=_knobs, make_spec=_make, check=_check,
     spec_from_dict=AttentionSpec.from_dict, paths=_paths)
 
 
@@ -160,9 +239,14 @@ def accepts(spec: AttentionSpec, p: AttentionProblem) -> str | None:
         return f"the kernel is built for head_dim {spec.head_dim}, the problem has {p.head_dim}"
     if bool(p.causal) != bool(spec.causal):
         return f"the kernel is built {'causal' if spec.causal else 'without a causal mask'}"
-    if p.kv_layout != "contiguous" or p.varlen or p.lse:
-        return "the native kernel takes dense BSHD problems (paged KV, variable lengths, LSE: not yet)"
-    n = max(p.batch * p.seqlen_q * p.heads_q, p.batch * p.seqlen_k * p.heads_kv) * p.head_dim * 2
+    if p.paged != bool(spec.paged):
+        return f"the kernel is built for {'paged' if spec.paged else 'contiguous'} KV; the problem's is {p.kv_layout}"
+    if p.varlen != bool(spec.varlen):
+        return (f"the kernel is built for {'variable lengths (packed, cu_seqlens)' if spec.varlen else 'equal lengths'}"
+                f"; the problem has {'variable' if p.varlen else 'equal'} lengths")
+    if p.lse and not spec.layout:
+        return "the dense native kernel has no LSE output (its varlen / paged kernels write it)"
+    n = max(p.total_q * p.heads_q, p.kv_rows * p.heads_kv) * p.head_dim * 2
     if n > 2**31 - 1:
         return f"a tensor of {n} bytes is over the 2 GiB the kernel's 32-bit offsets address"
     return None
@@ -177,9 +261,9 @@ def work(spec: AttentionSpec, p: AttentionProblem, target: Any) -> TileWork:
     steps = max(1, -(-p.seqlen_k // g.block_n))
     d = spec.head_dim
     return TileWork(threads=g.threads, steps=steps, macs_per_step=2 * g.block_m * g.block_n * d,
-                    load_bytes_per_step=2 * g.block_n * d * 2 * spec.warps, lds_wavefronts_per_step=0.0,
+                    load_bytes_per_step=2 * g.block_n * d * 2, lds_wavefronts_per_step=0.0,
                     store_bytes=g.block_m * d * 2, matrix=True, double_buffer=False,
-                    lds_bytes=spec.warps * ROWS * g.block_n * 6 + spec.warps * ROWS * 8)
+                    lds_bytes=spec.lds_bytes())
 
 
 MODEL = Model(accepts, efficiency, work)
