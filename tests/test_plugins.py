@@ -40,10 +40,10 @@ from _plugins import EXAMPLE, example_installed, install_example, plugin_env, ru
 from _service import HTTP_TIMEOUT_S, serve_process
 
 from rocke_aot.aot.families import plugin_lowerer
-from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
 from rocke_aot.aot.lower import lower
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import PluginError, SpecError
+from rocke_aot.families.conv_direct_fwd.lower import lower_conv_direct_fwd
 from rocke_aot.families.gemm.lower import lower_gemm
 from rocke_aot.families.gemm.model import GEMM as GEMM_MODEL
 from rocke_aot.lanes import LANE_NAMES, get_lane
@@ -138,7 +138,7 @@ def test_install_refuses_what_is_not_a_usable_family_naming_the_plugin():
     assert "a path is one of mfma, wmma, mma, fma" in msg
     # a name another family has: refused, the first one kept (a built-in's, and a family folder's, which
     # rocke-aot declares through its own entry points)
-    for name, first in (("conv_direct_fwd", r"built in"),
+    for name, first in (("triton_matmul", r"built in"),
                         ("gemm", r"plugin gemm \(rocke-aot [^,]*, entry point rocke_aot\.families\.gemm\.family:FAMILY\)")):
         fam = registry.get_family(name)
         taken = FamilySource("plugin", "rocke-aot-test-plugin", "1.2.3", name, "x:FAMILY")
@@ -284,7 +284,7 @@ def counted(**kw):
 importlib.metadata.entry_points = counted
 import rocke_aot.variants.families as r
 out = {"after_import": "rocke_rowsoftmax" in sys.modules}
-r.get_family("conv_direct_fwd")
+r.get_family("triton_matmul")
 out["after_builtin_lookup"] = "rocke_rowsoftmax" in sys.modules
 fams = r.family_names(); r.family_names(); r.get_family("rowsoftmax"); list(r.FAMILIES)
 out.update(families=list(fams), calls=calls, family_half="rocke_rowsoftmax.family" in sys.modules,
@@ -298,7 +298,7 @@ def test_the_example_loads_once_lazily_and_its_family_half_needs_no_compiler(exa
     assert out["after_import"] is False and out["after_builtin_lookup"] is False  # nothing read before it is needed
     # the built-ins first (installed on import), then the entry points by name: rocke-aot's own family
     # folders (gemm, attention) among them, like the example
-    assert out["families"][:2] == ["conv_direct_fwd", "conv_dgrad_patch"]
+    assert out["families"][:2] == ["triton_matmul", "triton_softmax"]
     assert {"gemm", "attention", "rowsoftmax"} <= set(out["families"])
     assert out["calls"] == ["rocke_aot.families"]  # one read of the entry points, whatever the lookups
     assert out["family_half"] and not out["lower_half"]  # llvmlite blocked: the family half imports none
@@ -312,8 +312,10 @@ def test_the_example_is_listed_and_its_grid_served_and_refused_like_a_builtin(ex
     assert rows["rowsoftmax"]["status"] == "ok" and rows["rowsoftmax"]["lowerer"] == "ok"
     assert rows["rowsoftmax"]["from"] == "plugin rowsoftmax (rocke-aot-rowsoftmax 0.1.0, entry point " \
                                          "rocke_rowsoftmax.family:FAMILY)"
-    assert rows["conv_direct_fwd"]["from"] == "built in (rocke-aot 0.1.0)"
-    assert rows["conv_direct_fwd"]["lowerer"] == "built in"
+    assert rows["triton_matmul"]["from"] == "built in (rocke-aot 0.1.0)"
+    assert rows["triton_matmul"]["lowerer"] == "built in"
+    assert rows["conv_direct_fwd"]["from"] == ("plugin conv_direct_fwd (rocke-aot 0.1.0, entry point "
+                                               "rocke_aot.families.conv_direct_fwd.family:FAMILY)")
     # a family folder of rocke-aot's own (rocke_aot/families/gemm) is declared like the example
     assert rows["gemm"]["from"] == "plugin gemm (rocke-aot 0.1.0, entry point rocke_aot.families.gemm.family:FAMILY)"
     assert rows["gemm"]["status"] == "ok" and rows["gemm"]["lowerer"] == "ok"

@@ -12,11 +12,12 @@
                                         plugin declares its numpy / torch one here
 
     where families come from (one install path, the same checks for all):
-        built in   install(Family(...), BUILTIN)          variants/builtin.py, imported by
-                                                          rocke_aot.variants itself (the conv
-                                                          families, until they get a folder)
-        rocke-aot's family folders (rocke_aot/families/<name>/: gemm, attention): entry points of
-                   rocke-aot's own pyproject.toml, loaded as a plugin's (FamilySource.shipped)
+        built in   install(Family(...), BUILTIN)          variants/triton_families.py (the in-repo
+                                                          Triton families), imported by
+                                                          rocke_aot.variants itself
+        rocke-aot's family folders (rocke_aot/families/<name>/: gemm, conv_direct_fwd,
+                   conv_dgrad_patch, attention): entry points of rocke-aot's own pyproject.toml,
+                   loaded as a plugin's (FamilySource.shipped)
         plugins    entry points of the group ``rocke_aot.families`` (ENTRY_POINT_GROUP), read
                    through importlib.metadata once, lazily, on the first lookup below:
                        [project.entry-points."rocke_aot.families"]
@@ -34,10 +35,11 @@
         is refusing without a reason, variants/table.py audit_table); a plugin's table, model
         and reference functions are then guarded: what they raise later but a RockeError is a PluginError
         naming the plugin (the registered Family is that guarded copy of the entry point's)
-    register_lowerer("conv_direct_fwd", lower_conv_direct_fwd)   the aot half, against the same
-        name: built-ins from aot/families/__init__.py; a plugin's, and a family folder's (gemm,
-        attention), from its ``rocke_aot.lowerers`` entry point, loaded by that module too (the
-        aot floor: it wraps every lowerer with the launch contract)
+    register_lowerer(name, lowerer)   the aot half, against the same name: a plugin's, and a
+        family folder's (gemm, conv_direct_fwd, conv_dgrad_patch, attention), from its
+        ``rocke_aot.lowerers`` entry point, loaded by aot/families/__init__.py on the family's first
+        lookup (the aot floor: it wraps every lowerer with the launch contract); a Triton family's
+        is the Triton kind's (aot/families/triton.py)
 
     get_family(name) -> Family     the one lookup: .spec_type, .problem_type, .table, .model,
                                    .lowerer, .source, .launch(spec, problem, target), .spec_from(d)
@@ -52,9 +54,8 @@ and model: data and arithmetic, what a service host with no compiler needs) and 
 (its lowerer, which builds LLVM IR). Layers import one way, variants below aot, so the Family
 is registered here with the variants half, and the lowerer is attached from aot/ by name; the
 Family's ``lowerer`` reads it (a named SpecError where no aot half was loaded, never a silent
-None). No "module:function" strings for the built-ins: their aot half is imported statically, so
-the cache key's recipe rule sees it; a plugin's code is outside rocke_aot, and its key covers
-its own packages (aot/recipe.py family_digest).
+None). A family's lowering code (a plugin's, or a folder of rocke_aot/families/) is outside the
+recipe's modules, and its key covers its own packages (aot/recipe.py family_digest).
 
 ``entry.launch(spec, problem, target)`` -> LaunchPlan(grid, block, args in kernarg order)
     = LaunchContract.build(spec.launch_formulas(), spec.geometry(target).threads).plan(problem)
@@ -587,7 +588,7 @@ def builtin_family_names() -> tuple[str, ...]:
 
 
 def installed_builtin_names() -> tuple[str, ...]:
-    """The families installed as built in (variants/builtin.py and in-process registrations from inside
+    """The families installed as built in (variants/triton_families.py and in-process registrations from inside
     rocke_aot), without reading the plugins in: what an import-time loop may walk."""
     return tuple(n for n in _REGISTRY if _SOURCES[n].builtin)
 
