@@ -6,10 +6,10 @@
            problem_type=GemmProblem,    variants/problems.py (the matmul operation's)
            table=TABLE,                 families/gemm/table.py (knob grid, lane decisions)
            model=MODEL,                 families/gemm/model.py (accepts, efficiency, work, counts)
-           reference=None)              what it computes, for `bench --run-from-cache` to verify
+           reference=REFERENCE)         what it computes, for `bench --run-from-cache` to verify
                                         against: Reference(output, compute, flops, terms | bound);
-                                        the built-ins' are runner/reference.py's own SEMANTICS, a
-                                        plugin declares its numpy / torch one here
+                                        families/gemm/reference.py, as a plugin declares its
+                                        numpy / torch one (runner/reference.py runs it)
 
     where families come from (one install path, the same checks for all):
         built in   install(Family(...), BUILTIN)          variants/triton_families.py (the in-repo

@@ -10,6 +10,7 @@
                  decided, the specs a lane's compiler spills refused by name
     counts.py    what one block issues per dY-channel chunk (KernelCounts)
     model.py     accepts / efficiency / work / counts (variants/models.py's Model)
+    reference.py what it computes (float64), for `bench --run-from-cache` to verify against
     family.py    FAMILY: the ``rocke_aot.families`` entry point ``conv_dgrad_patch``
 
     lowerer half (the shared lowering toolkit, rocke_aot/aot/lower; llvmlite)

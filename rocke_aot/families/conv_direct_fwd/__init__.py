@@ -9,6 +9,7 @@
     table.py     the variant table: the main job's layers x the knob grid, every lane decided
     counts.py    what one block issues per input-channel chunk (KernelCounts)
     model.py     accepts / efficiency / work / counts (variants/models.py's Model)
+    reference.py what it computes (float64), for `bench --run-from-cache` to verify against
     family.py    FAMILY: the ``rocke_aot.families`` entry point ``conv_direct_fwd``
 
     lowerer half (the shared lowering toolkit, rocke_aot/aot/lower; llvmlite)
