@@ -149,6 +149,35 @@ def test_install_refuses_what_is_not_a_usable_family_naming_the_plugin():
         assert registry.get_family(name) is fam
 
 
+def test_ownership_comes_from_the_declaring_distribution_not_the_module_path(monkeypatch):
+    """FamilySource.own: a family is rocke-aot's own when the distribution that declares its entry point
+    is rocke-aot (every family rocke-aot ships, each an entry point of its pyproject.toml); then install
+    neither enumerates its grid nor guards it. Another distribution's entry point naming a module under
+    rocke_aot/families/ is that plugin's: grid enumerated (a table function raising is refused), guarded."""
+    for name in registry.builtin_family_names():  # every family rocke-aot ships: declared by rocke-aot itself
+        src = registry.family_source(name)
+        assert src.own and src.kind == "plugin" and src.distribution == "rocke-aot", (name, src)
+        assert src.value.startswith("rocke_aot.families."), (name, src)
+    assert {"gemm", "conv_direct_fwd", "conv_dgrad_patch", "attention", "triton_attention", "triton_matmul",
+            "triton_softmax"} <= set(registry.builtin_family_names())
+    kept = []
+    monkeypatch.setattr(registry, "register", lambda family, source=None: kept.append(family) or family)
+
+    def raising_knobs(baked, target, lane):
+        raise RuntimeError("knob grid blew up")
+
+    fam = _tiny(knobs=raising_knobs)
+    own = FamilySource("plugin", registry.OWN_DISTRIBUTION, "0.1.0", "tiny", "somewhere.else:FAMILY")
+    assert own.own and install(fam, own) is fam  # no grid enumeration, not guarded: the object itself
+    posing = FamilySource("plugin", "rocke-aot-lookalike", "1.0", "tiny", "rocke_aot.families.tiny.family:FAMILY")
+    assert not posing.own
+    with pytest.raises(PluginError, match=r"plugin tiny \(rocke-aot-lookalike 1\.0.*RuntimeError"):
+        install(fam, posing)
+    plain = _tiny()
+    guarded = install(plain, posing)
+    assert guarded is not plain and guarded is kept[-1]  # the guarded copy (_guarded) is what registers
+
+
 def test_a_reference_is_checked_at_install_and_guarded_after():
     """Family.reference (what bench --run-from-cache verifies against): malformed, refused naming
     the plugin; a plugin's reference raising later is a PluginError naming it."""
