@@ -22,8 +22,9 @@ from math import gcd
 import pytest
 from _bench import load_bench
 
+from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.targets import Target
-from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 
 # arch, index into CONV_SPECS, matrix, instructions, waits (llvm22; the after figures)
 CEILINGS = [

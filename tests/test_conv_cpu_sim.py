@@ -27,8 +27,9 @@ from _cuda import decode
 from _host_sim import CpuGrid
 
 from rocke_aot.aot.lower import lower
+from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.targets import Target
-from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 
 # -- numpy references (NHWC activations, KRSC weights) -----------------------------------------
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from rocke_aot.errors import SpecError
+from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.variants import efficiency as E
 from rocke_aot.variants import table
-from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from rocke_aot.variants.families import problem_from_dict
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 

@@ -180,8 +180,8 @@ def _notes(tmp_path, family, spec, arch, lane):
 @pytest.mark.parametrize("name", ["conv_dgrad_patch_f16_p14c4_fma_t2x4_r14_kc32",
                                   "conv_dgrad_patch_f16_p14c3_fma_t2x4_r14_kc32"])
 def test_lane_spill_refusals(name, tmp_path):
+    from rocke_aot.families.conv_dgrad_patch.table import LANE_SPILL_REFUSALS
     from rocke_aot.variants.table import enumerate_specs, layer_grid
-    from rocke_aot.variants.tables.conv import LANE_SPILL_REFUSALS
 
     assert name in LANE_SPILL_REFUSALS["llvm23"]
     served22 = {s.kernel_name: s for s in enumerate_specs("conv_dgrad_patch", "gfx942", "llvm22")}

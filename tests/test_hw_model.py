@@ -312,7 +312,8 @@ def test_conv_fragment_loads_merge_where_pairs_are_consecutive_and_aligned():
     weights [col][tap][c_chunk], conv_dgrad_patch's A [row][k_chunk + 8]) a pair is one 4-byte
     aligned word: one load of 2 elements; where K strides rows (conv_dgrad_patch's B
     [k_chunk][cols + 8]) nothing merges; an odd row stride misaligns every other row."""
-    from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
+    from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec
+    from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 
     fwd = ConvDirectFwdSpec(path="mma", c=64, k=64, tile_h=8, tile_w=8, tile_k=64, c_chunk=16)
     dg = ConvDgradPatchSpec(path="mma", c=3, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=16)
@@ -341,7 +342,7 @@ def test_conv_dgrad_patch_fragment_reads_are_the_sass_count():
     columns = 74 column tiles over 8 warps, 10 a warp: per step a warp reads A once (4 pairs)
     and 10 B fragments of 4 single elements: 44 LDS, as cuobjdump -sass of its cubin lists in the
     K loop (4 LDS and 40 LDS.U16 beside 10 HMMA.16816.F32, CUDA 13 ptxas; docs/selection.md)."""
-    from rocke_aot.variants.conv import ConvDgradPatchSpec
+    from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec
     from rocke_aot.variants.families import get_family
 
     spec = ConvDgradPatchSpec(dtype="f16", c=3, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=16, path="mma")
@@ -359,7 +360,7 @@ def test_conv_direct_fwd_fragment_reads_are_the_ptx(llvm22):
 
     from rocke_aot.aot.compiler import compile_llvmlite
     from rocke_aot.aot.lower import lower
-    from rocke_aot.variants.conv import ConvDirectFwdSpec
+    from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
     from rocke_aot.variants.families import get_family
 
     fam = get_family("conv_direct_fwd")

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from rocke_aot import lanes
-from rocke_aot.aot.families import BUILTIN_LOWERERS, families, get_family
+from rocke_aot.aot.families import families, get_family
 from rocke_aot.aot.lower import LoweredKernel, lower
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
@@ -214,12 +214,17 @@ def test_recipe_digest_tracks_the_lowering_source_and_every_family_spec_module(t
     d1 = recipe_digest()
     assert d1 == recipe_digest() and re.fullmatch(r"[0-9a-f]{64}", d1)
     mods = recipe_modules()
-    # each built-in family's spec class shapes the IR: its module is in the recipe (a plugin's
-    # packages are covered by its family digest: tests/test_plugins.py)
-    for name in (n for n, _ in BUILTIN_LOWERERS):
+    # each native family's spec class and lowerer shape the IR: they live in its folder
+    # (rocke_aot/families/<name>/), which its family digest covers (no recipe module imports a
+    # family folder); what the lowerers share (the conv engine) is a recipe module
+    from rocke_aot.aot.recipe import family_packages
+
+    for name in ("gemm", "conv_direct_fwd", "conv_dgrad_patch"):
         spec_mod = inspect.getmodule(get_family(name).spec_type).__name__
-        lowerer_mod = get_family(name).lowerer.__module__
-        assert spec_mod in mods and lowerer_mod in mods, name
+        lowerer_mod = get_family(name).lowerer.raw.__module__
+        assert spec_mod == f"rocke_aot.families.{name}.spec" and lowerer_mod == f"rocke_aot.families.{name}.lower"
+        assert family_packages(name) == (f"rocke_aot.families.{name}",) and spec_mod not in mods, name
+    assert "rocke_aot.aot.families._conv_ir" in mods and "rocke_aot.variants.conv" in mods
     # a copy of the package tree with one byte changed in a lowering file changes the digest
     dirs = {}
     for pkg, src in default_package_dirs().items():

@@ -81,6 +81,11 @@ def test_the_wheel_carries_every_package_and_its_run_time_data(wheel):
     assert "attention = rocke_aot.families.attention.native:FAMILY" in families
     assert "triton_attention = rocke_aot.families.attention.triton:FAMILY" in families
     assert "gemm = rocke_aot.families.gemm.lower:lower_gemm" in lowerers
+    # every family rocke-aot ships is one folder found the same way (nothing is installed on import)
+    for name in ("conv_direct_fwd", "conv_dgrad_patch", "triton_matmul", "triton_softmax"):
+        assert f"{name} = rocke_aot.families.{name}.family:FAMILY" in families
+    for name in ("conv_direct_fwd", "conv_dgrad_patch"):
+        assert f"{name} = rocke_aot.families.{name}.lower:lower_{name}" in lowerers
     # the maintainer tooling (devtools/: golden and characterization writers) is not shipped
     assert not any(n.startswith(("tests/", "bench/", "aot/", "tools/", "devtools/", "scripts/")) for n in names)
 

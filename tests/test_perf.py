@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from rocke_aot import mma
-from rocke_aot.aot.families import BUILTIN_LOWERERS
 from rocke_aot.errors import SpecError
+from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.targets import Target
 from rocke_aot.variants import perf, table
-from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 from rocke_aot.variants.families import FAMILIES
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
@@ -94,7 +94,7 @@ PROBLEMS = {
 
 
 # hand formulas of the built-ins (gemm: a family folder, rocke_aot/families/gemm, entry points)
-@pytest.mark.parametrize("family", sorted(("gemm", *(n for n, _ in BUILTIN_LOWERERS))))
+@pytest.mark.parametrize("family", sorted(("gemm", "conv_direct_fwd", "conv_dgrad_patch")))
 def test_work_covers_the_problem(family):
     """Every sm_90 spec serving the problem: tiles x steps x MACs per step is the padded
     problem's MAC count, never less (independent: the problem's own M x N x K)."""
@@ -198,7 +198,7 @@ def test_patch_dgrad_b_is_transposed_on_the_amd_matrix_paths():
     """mfma: B is [cols_padded][k_chunk + B_T_PAD] after A (a lane's B fragment, consecutive K of
     one column, is contiguous) up to B_T_MAX_ELEMS; mma, fma, wmma and larger B keep
     [k_chunk][cols_padded + pad]."""
-    from rocke_aot.variants.conv import B_T_PAD
+    from rocke_aot.families.conv_dgrad_patch.spec import B_T_PAD
 
     s = ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16, path="mfma")
     assert s.lds_b_transposed

@@ -40,10 +40,10 @@ from _plugins import EXAMPLE, example_installed, install_example, plugin_env, ru
 from _service import HTTP_TIMEOUT_S, serve_process
 
 from rocke_aot.aot.families import plugin_lowerer
-from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
 from rocke_aot.aot.lower import lower
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import PluginError, SpecError
+from rocke_aot.families.conv_direct_fwd.lower import lower_conv_direct_fwd
 from rocke_aot.families.gemm.lower import lower_gemm
 from rocke_aot.families.gemm.model import GEMM as GEMM_MODEL
 from rocke_aot.lanes import LANE_NAMES, get_lane
@@ -136,9 +136,10 @@ def test_install_refuses_what_is_not_a_usable_family_naming_the_plugin():
     assert "spec_from_dict(to_dict()) gives" in msg
     msg = str(_refused(_tiny(paths=lambda target, lane: ("fma", "tensorcore"))))
     assert "a path is one of mfma, wmma, mma, fma" in msg
-    # a name another family has: refused, the first one kept (a built-in's, and a family folder's, which
-    # rocke-aot declares through its own entry points)
-    for name, first in (("conv_direct_fwd", r"built in"),
+    # a name another family has: refused, the first one kept (a family folder's, which rocke-aot declares
+    # through its own entry points: a Triton one and a native one)
+    for name, first in (("triton_matmul", r"plugin triton_matmul \(rocke-aot [^,]*, entry point "
+                                          r"rocke_aot\.families\.triton_matmul\.family:FAMILY\)"),
                         ("gemm", r"plugin gemm \(rocke-aot [^,]*, entry point rocke_aot\.families\.gemm\.family:FAMILY\)")):
         fam = registry.get_family(name)
         taken = FamilySource("plugin", "rocke-aot-test-plugin", "1.2.3", name, "x:FAMILY")
@@ -146,6 +147,35 @@ def test_install_refuses_what_is_not_a_usable_family_naming_the_plugin():
             install(dataclasses.replace(_tiny(), name=name, table=dataclasses.replace(_tiny().table, family=name)),
                     taken)
         assert registry.get_family(name) is fam
+
+
+def test_ownership_comes_from_the_declaring_distribution_not_the_module_path(monkeypatch):
+    """FamilySource.own: a family is rocke-aot's own when the distribution that declares its entry point
+    is rocke-aot (every family rocke-aot ships, each an entry point of its pyproject.toml); then install
+    neither enumerates its grid nor guards it. Another distribution's entry point naming a module under
+    rocke_aot/families/ is that plugin's: grid enumerated (a table function raising is refused), guarded."""
+    for name in registry.builtin_family_names():  # every family rocke-aot ships: declared by rocke-aot itself
+        src = registry.family_source(name)
+        assert src.own and src.kind == "plugin" and src.distribution == "rocke-aot", (name, src)
+        assert src.value.startswith("rocke_aot.families."), (name, src)
+    assert {"gemm", "conv_direct_fwd", "conv_dgrad_patch", "attention", "triton_attention", "triton_matmul",
+            "triton_softmax"} <= set(registry.builtin_family_names())
+    kept = []
+    monkeypatch.setattr(registry, "register", lambda family, source=None: kept.append(family) or family)
+
+    def raising_knobs(baked, target, lane):
+        raise RuntimeError("knob grid blew up")
+
+    fam = _tiny(knobs=raising_knobs)
+    own = FamilySource("plugin", registry.OWN_DISTRIBUTION, "0.1.0", "tiny", "somewhere.else:FAMILY")
+    assert own.own and install(fam, own) is fam  # no grid enumeration, not guarded: the object itself
+    posing = FamilySource("plugin", "rocke-aot-lookalike", "1.0", "tiny", "rocke_aot.families.tiny.family:FAMILY")
+    assert not posing.own
+    with pytest.raises(PluginError, match=r"plugin tiny \(rocke-aot-lookalike 1\.0.*RuntimeError"):
+        install(fam, posing)
+    plain = _tiny()
+    guarded = install(plain, posing)
+    assert guarded is not plain and guarded is kept[-1]  # the guarded copy (_guarded) is what registers
 
 
 def test_a_reference_is_checked_at_install_and_guarded_after():
@@ -284,8 +314,8 @@ def counted(**kw):
 importlib.metadata.entry_points = counted
 import rocke_aot.variants.families as r
 out = {"after_import": "rocke_rowsoftmax" in sys.modules}
-r.get_family("conv_direct_fwd")
-out["after_builtin_lookup"] = "rocke_rowsoftmax" in sys.modules
+r.get_family("triton_matmul")
+out["after_first_lookup"] = "rocke_rowsoftmax" in sys.modules
 fams = r.family_names(); r.family_names(); r.get_family("rowsoftmax"); list(r.FAMILIES)
 out.update(families=list(fams), calls=calls, family_half="rocke_rowsoftmax.family" in sys.modules,
            lower_half="rocke_rowsoftmax.lower" in sys.modules, source=r.get_family("rowsoftmax").source.as_dict())
@@ -295,11 +325,11 @@ print(json.dumps(out))
 
 def test_the_example_loads_once_lazily_and_its_family_half_needs_no_compiler(example):
     out = _json(run_py(plugin_env(example), _LAZY))
-    assert out["after_import"] is False and out["after_builtin_lookup"] is False  # nothing read before it is needed
-    # the built-ins first (installed on import), then the entry points by name: rocke-aot's own family
-    # folders (gemm, attention) among them, like the example
-    assert out["families"][:2] == ["conv_direct_fwd", "conv_dgrad_patch"]
-    assert {"gemm", "attention", "rowsoftmax"} <= set(out["families"])
+    assert out["after_import"] is False  # nothing read before it is needed ...
+    assert out["after_first_lookup"] is True  # ... and every family is a plugin: the first lookup reads them
+    # the entry points by name: rocke-aot's own family folders (every family it ships) like the example
+    assert out["families"] == sorted(out["families"])
+    assert {"gemm", "conv_direct_fwd", "triton_matmul", "attention", "rowsoftmax"} <= set(out["families"])
     assert out["calls"] == ["rocke_aot.families"]  # one read of the entry points, whatever the lookups
     assert out["family_half"] and not out["lower_half"]  # llvmlite blocked: the family half imports none
     assert out["source"] == {"kind": "plugin", "distribution": "rocke-aot-rowsoftmax", "version": "0.1.0",
@@ -312,8 +342,11 @@ def test_the_example_is_listed_and_its_grid_served_and_refused_like_a_builtin(ex
     assert rows["rowsoftmax"]["status"] == "ok" and rows["rowsoftmax"]["lowerer"] == "ok"
     assert rows["rowsoftmax"]["from"] == "plugin rowsoftmax (rocke-aot-rowsoftmax 0.1.0, entry point " \
                                          "rocke_rowsoftmax.family:FAMILY)"
-    assert rows["conv_direct_fwd"]["from"] == "built in (rocke-aot 0.1.0)"
-    assert rows["conv_direct_fwd"]["lowerer"] == "built in"
+    assert rows["triton_matmul"]["from"] == ("plugin triton_matmul (rocke-aot 0.1.0, entry point "
+                                             "rocke_aot.families.triton_matmul.family:FAMILY)")
+    assert rows["triton_matmul"]["lowerer"] == "ok"  # the Triton kind's, attached by kind
+    assert rows["conv_direct_fwd"]["from"] == ("plugin conv_direct_fwd (rocke-aot 0.1.0, entry point "
+                                               "rocke_aot.families.conv_direct_fwd.family:FAMILY)")
     # a family folder of rocke-aot's own (rocke_aot/families/gemm) is declared like the example
     assert rows["gemm"]["from"] == "plugin gemm (rocke-aot 0.1.0, entry point rocke_aot.families.gemm.family:FAMILY)"
     assert rows["gemm"]["status"] == "ok" and rows["gemm"]["lowerer"] == "ok"

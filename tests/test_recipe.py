@@ -76,8 +76,8 @@ def test_the_copy_digests_like_the_live_packages(tree, tmp_path, monkeypatch):
 def test_the_rule_selects_the_lowering_and_compile_path_and_nothing_of_the_cli_or_cache():
     mods = set(LIVE_MODULES)
     # roots: whole packages, worker scripts included, and the code-object validator
-    for m in ("rocke_aot.aot.lower.module", "rocke_aot.aot.lower.amdgpu", "rocke_aot.aot.families.conv_dgrad_patch",
-              "rocke_aot.aot.families.conv_direct_fwd", "rocke_aot.aot.compiler._llvm_worker",
+    for m in ("rocke_aot.aot.lower.module", "rocke_aot.aot.lower.amdgpu", "rocke_aot.aot.families._conv_ir",
+              "rocke_aot.aot.families.triton", "rocke_aot.aot.compiler._llvm_worker",
               "rocke_aot.aot.compiler.link", "rocke_aot.aot.compiler.options",
               "rocke_aot.aot.toolchains._triton24_worker", "rocke_aot.aot.toolchains._llvmlite_probe",
               "rocke_aot.aot.codeobject"):
@@ -208,7 +208,7 @@ def test_the_closure_memo_is_read_only_for_the_tree_it_was_read_from(tree, tmp_h
         assert json.loads(memos[0].read_text())["modules"] == list(mods)
 
 
-FOLDER_FAMILIES = ("triton_attention", "gemm", "triton_matmul", "conv_direct_fwd")
+FOLDER_FAMILIES = ("triton_attention", "gemm", "conv_direct_fwd", "conv_dgrad_patch", "triton_matmul", "triton_softmax")
 
 
 @pytest.mark.parametrize("folder, module, family", [
@@ -217,6 +217,9 @@ FOLDER_FAMILIES = ("triton_attention", "gemm", "triton_matmul", "conv_direct_fwd
     ("attention", "__init__", "triton_attention"),
     ("gemm", "spec", "gemm"), ("gemm", "counts", "gemm"), ("gemm", "lower_async", "gemm"),
     ("gemm", "lower_warpgroup", "gemm"), ("gemm", "__init__", "gemm"),
+    ("conv_direct_fwd", "spec", "conv_direct_fwd"), ("conv_direct_fwd", "lower", "conv_direct_fwd"),
+    ("conv_dgrad_patch", "table", "conv_dgrad_patch"), ("conv_dgrad_patch", "counts", "conv_dgrad_patch"),
+    ("triton_matmul", "family", "triton_matmul"), ("triton_softmax", "__init__", "triton_softmax"),
 ])
 def test_a_one_byte_edit_in_a_family_folder_moves_that_familys_key_only(folder, module, family):
     """rocke_aot/families/<name>/ (a family shipped as a plugin): its plan keys carry a digest over its
@@ -240,5 +243,5 @@ def test_a_one_byte_edit_in_a_family_folder_moves_that_familys_key_only(folder, 
         path.write_bytes(old)
     moved = [f for f, a, b in zip(FOLDER_FAMILIES, after, before) if a != b]
     assert moved == [family]
-    assert after[-1] == before[-1] and before[3] == before[-1]  # a built-in family's digest is the recipe's
+    assert after[-1] == before[-1] and recipe_digest() not in before[:-1]  # every folder family: its own digest
     assert digests() == before

@@ -1,5 +1,5 @@
-"""The numpy references that decide "verified" where torch is absent (runner/reference.py: gemm,
-conv_direct_fwd, conv_dgrad_patch) against a direct float64 loop written here from the definitions:
+"""The numpy references that decide "verified" where torch is absent (each family folder's
+reference.py: gemm, conv_direct_fwd, conv_dgrad_patch; runner/reference.py runs them) against a direct float64 loop written here from the definitions:
 
     conv fwd   Y[n, oy, ox, k] = sum_{r, s, c} X[n, oy*sh - ph + r*dh, ox*sw - pw + s*dw, c] * W[k, r, s, c]
                (an input index outside the image contributes 0), oh = (h + 2 ph - dh (r - 1) - 1) // sh + 1
@@ -19,7 +19,10 @@ import itertools
 import numpy as np
 import pytest
 
-from rocke_aot.runner import reference as R
+from rocke_aot.families.conv_dgrad_patch import reference as DGRAD
+from rocke_aot.families.conv_direct_fwd import reference as FWD
+from rocke_aot.families.gemm import reference as GEMM
+from rocke_aot.runner.reference import semantics
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 CONVS = [ConvProblem(n=2, h=7, w=6, c=3, k=4, r=3, s=3),
@@ -63,8 +66,9 @@ def _dgrad_loop(p: PatchDgradProblem, v) -> np.ndarray:
 @pytest.fixture(params=["numpy", "torch"])
 def path(request, monkeypatch):
     if request.param == "numpy":
-        monkeypatch.setattr(R, "_torch", lambda: None)
-    elif R._torch() is None:
+        for module in (FWD, DGRAD, GEMM):
+            monkeypatch.setattr(module, "_torch", lambda: None)
+    elif FWD._torch() is None:
         return "numpy (torch not installed)"  # the numpy case above already covers this host
     return request.param
 
@@ -75,7 +79,7 @@ def test_conv_fwd_reference_is_the_direct_loop(path):
         oh, ow = p.out_hw
         assert oh >= 2 and ow >= 2, p  # a real window sweep, not one output
         v = _values({"X": p.n * p.h * p.w * p.c, "Wt": p.k * p.r * p.s * p.c}, i)
-        got, want = R._conv_fwd(p, v), _conv_loop(p, v)
+        got, want = FWD.compute(p, v), _conv_loop(p, v)
         assert got.shape == want.shape == (p.n * oh * ow * p.k,)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{path}: {p}")
 
@@ -83,11 +87,11 @@ def test_conv_fwd_reference_is_the_direct_loop(path):
 def test_dgrad_patch_reference_is_the_direct_loop(path):
     for i, p in enumerate(DGRADS):
         v = _values({"dY": p.n * (p.h // p.p) * (p.w // p.p) * p.k, "Wt": p.k * p.p * p.p * p.c}, 10 + i)
-        got, want = R._dgrad_patch(p, v), _dgrad_loop(p, v)
+        got, want = DGRAD.compute(p, v), _dgrad_loop(p, v)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{path}: {p}")
     p = DGRADS[1]  # 10 x 9 with p = 4: rows 8-9 and column 8 lie past the last whole patch
     v = _values({"dY": p.n * 2 * 2 * p.k, "Wt": p.k * 16 * p.c}, 11)
-    dx = R._dgrad_patch(p, v).reshape(p.n, p.h, p.w, p.c)
+    dx = DGRAD.compute(p, v).reshape(p.n, p.h, p.w, p.c)
     assert not dx[:, 8:].any() and not dx[:, :, 8:].any() and dx[:, :8, :8].all()
 
 
@@ -96,4 +100,17 @@ def test_gemm_reference_is_the_direct_loop(path):
     v = _values({"A": 45, "B": 63}, 3)
     a, b = v["A"].reshape(5, 9), v["B"].reshape(9, 7)
     want = [sum(float(a[i, t]) * float(b[t, j]) for t in range(9)) for i in range(5) for j in range(7)]
-    np.testing.assert_allclose(R._gemm(p, v), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(GEMM.compute(p, v), want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_runner_runs_each_family_folders_reference():
+    """runner/reference.py semantics(): a family folder's own Reference (output, flops, terms), and
+    triton_matmul's, which names gemm's."""
+    for fam, ref, out in (("gemm", GEMM, "C"), ("conv_direct_fwd", FWD, "Y"), ("conv_dgrad_patch", DGRAD, "dX")):
+        sem = semantics(fam)
+        assert (sem.output, sem.reference, sem.flops, sem.terms) == (out, ref.compute, ref.flops, ref.terms), fam
+    sem = semantics("triton_matmul")
+    assert (sem.family, sem.output, sem.reference) == ("gemm", "C", GEMM.compute)
+    p = ConvProblem(n=2, h=7, w=6, c=3, k=4, r=3, s=3)
+    assert semantics("conv_direct_fwd").flops(p) == 2 * 2 * 5 * 4 * 4 * 3 * 3 * 3  # no padding: 7 x 6 -> 5 x 4
+    assert semantics("gemm").terms(GemmProblem(m=5, n=7, k=9)) == 9

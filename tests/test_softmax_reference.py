@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rocke_aot.families.triton_softmax.family import SoftmaxProblem
 from rocke_aot.runner.reference import inputs, reference_of, semantics
-from rocke_aot.variants.triton_families import SoftmaxProblem
 
 SHAPES = [(4, 200), (8, 1024), (3, 17), (2, 4096)]
 

@@ -23,9 +23,10 @@ from _sim_runtime import SimRuntime  # noqa: E402
 
 import rocke_aot.torch as rtorch  # noqa: E402
 from rocke_aot.aot.lower import lower  # noqa: E402
+from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec  # noqa: E402
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec  # noqa: E402
 from rocke_aot.families.gemm.spec import GemmSpec  # noqa: E402
 from rocke_aot.targets import Target  # noqa: E402
-from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec  # noqa: E402
 
 ARCH = "sm_90"
 SPECS = {"gemm": GemmSpec(path="fma", in_dtype="f16", out_dtype="f16", block_m=32, block_n=32, waves=1,

@@ -12,10 +12,11 @@ from rocke_aot import lanes
 from rocke_aot.arch import ARCHES, arch_info
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import AdmissionError, LaneError, SpecError
+from rocke_aot.families.conv_dgrad_patch.spec import ConvDgradPatchSpec
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
-from rocke_aot.variants.conv import ConvDgradPatchSpec, ConvDirectFwdSpec
 
 # the registry itself (FAMILIES is its read-only view): tests swap an entry with monkeypatch
 from rocke_aot.variants.families import _REGISTRY as REGISTRY

@@ -26,13 +26,13 @@ from rocke_aot.aot.builder import Workload, build, make_plan
 from rocke_aot.aot.builder.problems import load_problems
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import IntegrityError
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.service import schemas
 from rocke_aot.service.app import create_app
 from rocke_aot.service.client import parse_select
 from rocke_aot.service.selection import select
 from rocke_aot.targets import Target
 from rocke_aot.variants import selection, table
-from rocke_aot.variants.conv import ConvDirectFwdSpec
 from rocke_aot.variants.problems import ConvProblem, out_extent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,7 +312,7 @@ def test_service_answer_is_typed_and_the_client_refuses_a_malformed_one(tmp_path
 def test_a_plugin_table_with_a_baked_for_that_is_not_callable_is_a_finding():
     import dataclasses
 
-    from rocke_aot.variants.tables.conv import CONV_DIRECT_FWD
+    from rocke_aot.families.conv_direct_fwd.table import TABLE as CONV_DIRECT_FWD
 
     assert table.audit_table(CONV_DIRECT_FWD, ConvDirectFwdSpec, grid=False) == []
     bad = dataclasses.replace(CONV_DIRECT_FWD, baked_for=5)

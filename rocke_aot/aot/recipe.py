@@ -3,6 +3,8 @@
     ROOTS: every module of rocke_aot.aot.lower, .families, .compiler, .toolchains
            (worker scripts such as _llvm_worker.py run as separate processes: being a module
            of a root package is what covers them) + rocke_aot.aot.codeobject
+           + what rocke-aot's family folders (rocke_aot/families/<name>/) import from the layers
+           (the folders themselves are keyed per family: family_digest below)
         │
         ▼ closure over the import graph, read statically (AST, never by importing):
         │   import a.b.c / from a.b import c / from .x import y   at any depth (inside
@@ -278,8 +280,27 @@ class _Scanner:
         return found
 
 
+def _folder_imports(tree_map: _Tree) -> list[str]:
+    """What rocke-aot's family folders import from the layers (rocke_aot/families/<name>/ ->
+    rocke_aot.variants.problems, the conv engine, ...): roots too. Each folder is keyed by its own
+    family_digest; what it imports from outside it is shared code, so the recipe covers it."""
+    init = tree_map.file(FAMILY_FOLDERS)
+    if init is None or init.name != "__init__.py":
+        return []
+    out: set[str] = set()
+    for path in sorted(init.parent.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(init.parent).with_suffix("").parts
+        mod = ".".join((FAMILY_FOLDERS, *(rel[:-1] if rel[-1] == "__init__" else rel)))
+        out.update(m for m in _Scanner(tree_map, mod, path).imports()
+                   if m != FAMILY_FOLDERS and not m.startswith(FAMILY_FOLDERS + "."))
+    return sorted(out)
+
+
 def _closure(tree_map: _Tree) -> dict[str, Path]:
-    roots = [m for pkg in ROOT_PACKAGES for m in tree_map.package_modules(pkg)] + list(ROOT_MODULES)
+    roots = ([m for pkg in ROOT_PACKAGES for m in tree_map.package_modules(pkg)] + list(ROOT_MODULES)
+             + _folder_imports(tree_map))
     todo = [m for r in roots for m in _with_parents(r)]
     seen: dict[str, Path] = {}
     while todo:

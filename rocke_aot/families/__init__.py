@@ -8,11 +8,24 @@ pyproject.toml declares them under the same entry point groups a plugin uses
 ships with the package. No layer imports this package (``.importlinter``); the registry finds its
 families by their entry points, and the recipe digest (aot/recipe.py) covers every module in it.
 
-    gemm/        C = A x B: GemmSpec, its table, counts and model (the family half); lower.py and
-                 one module per pipeline (register-staged, asynchronous, warpgroup) for the lowerer
-    attention/   SDPA forward (softmax(Q K^T * scale + mask) V): the problem, the numpy
-                 reference, the native kernel ``attention`` and the Triton kernel ``triton_attention``
+    gemm/              C = A x B: GemmSpec, its table, counts and model (the family half); lower.py
+                       and one module per pipeline (register-staged, asynchronous, warpgroup)
+    conv_direct_fwd/   NHWC forward convolution: spec, table, counts, model, reference, family; lower.py
+    conv_dgrad_patch/  dX of a patch embedding: spec, table, counts, model, reference, family; lower.py
+    attention/         SDPA forward (softmax(Q K^T * scale + mask) V): the problem, the numpy
+                       reference, the native kernel ``attention`` and the Triton kernel
+                       ``triton_attention``
+    triton_matmul/     the in-repo Triton matmul declared as a family (family.py: KERNEL, FAMILY)
+    triton_softmax/    the in-repo Triton row-wise softmax declared as a family
 
-The conv families and the in-repo Triton families (triton_matmul, triton_softmax) still live in
-the layers (variants/, aot/families/, kernels/) and move here next.
+What several families share stays in the layers, where every family (a plugin's too) can use it:
+the lowering toolkit (aot/lower), the conv engine both conv lowerers build on
+(aot/families/_conv_ir.py) and the variants layer's spec, table, count and model helpers. A
+shared module inside this package would be covered by no family's key (family_digest hashes one
+family's own folder) and could not be imported by the lowering toolkit (no layer imports this
+package).
+
+The in-repo @triton.jit sources stay in rocke_aot/kernels/: a Triton compile request names the
+kernel's module and files, and its sha256 is the code-object key, so moving them would move every
+stored Triton kernel's key.
 """

@@ -1,4 +1,5 @@
-"""Triton kernels shipped with rocke-aot (the in-repo Triton families, variants/triton_families.py).
+"""Triton kernels shipped with rocke-aot (the in-repo Triton families, declared in
+rocke_aot/families/triton_matmul/ and rocke_aot/families/triton_softmax/).
 
 Each kernel module imports triton and nothing of rocke_aot but ``rocke_aot.kernels.configs``
 (plain data), so it imports the same under a lane environment's interpreter (the build

@@ -4,9 +4,11 @@
     decode(bits, dtype)            -> float64 values of f32 / f16 / bf16 storage
     semantics(family) -> Semantics, from the first that has one:
         the family's own Reference (variants/families.py Family.reference: a plugin declares
-            its numpy / torch reference there; rocke-aot's families keep theirs below)
-        SEMANTICS[the name the family computes] (runner/run.py reference_of: a Triton family
-            names one, triton_matmul -> gemm, triton_softmax -> softmax; every other family its own name)
+            its numpy / torch reference there, and so do rocke-aot's family folders:
+            rocke_aot/families/<name>/reference.py)
+        the Reference of the family it names (reference_of: a Triton family names what it
+            computes, triton_matmul -> gemm)
+        SEMANTICS[that name] (triton_softmax -> softmax, kept here)
         else SpecError naming the family and how to declare one
     Semantics.expected(problem, {arg: float64 values}, out_dtype) -> (float64 output, flat;
         the largest error a correct kernel makes per element): .terms(problem) (products summed
@@ -15,8 +17,9 @@
     bound(ref_abs, terms, out_dtype) -> elementwise error bound of a sum of products
 
 The launch is data (the artifact's launch contract); what the numbers MEAN is per family,
-and lives here, beside nothing that launches. References run in float64: torch (on the GPU
-when there is one) where torch is installed, numpy otherwise.
+and lives with the family (its Reference), run here, beside nothing that launches. References run
+in float64: rocke-aot's own (gemm, the conv families) in torch (on the GPU when there is one)
+where torch is installed, numpy otherwise.
 
 Error bound of a correct kernel (f32 accumulation of exact 16-bit products, Higham's
 gamma_K = K u / (1 - K u), u = 2^-24, eq. 3.5), plus one rounding of the output
@@ -72,63 +75,6 @@ def bound(ref_abs: np.ndarray, ref: np.ndarray, terms: int, out_dtype: str) -> n
     return gamma * ref_abs + U_OUT[out_dtype] * (np.abs(ref) + gamma * ref_abs) + 2.0**-25
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def _dev(torch):
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _gemm(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
-    a, b = v["A"].reshape(p.m, p.k), v["B"].reshape(p.k, p.n)
-    torch = _torch()
-    if torch is not None:
-        d = _dev(torch)
-        return (torch.from_numpy(a).to(d) @ torch.from_numpy(b).to(d)).cpu().numpy().ravel()
-    return (a @ b).ravel()
-
-
-def _conv_fwd(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
-    x = v["X"].reshape(p.n, p.h, p.w, p.c)
-    wt = v["Wt"].reshape(p.k, p.r, p.s, p.c)
-    oh, ow = p.out_hw
-    torch = _torch()
-    if torch is not None:
-        d = _dev(torch)
-        y = torch.nn.functional.conv2d(
-            torch.from_numpy(x).to(d).permute(0, 3, 1, 2), torch.from_numpy(wt).to(d).permute(0, 3, 1, 2),
-            stride=(p.stride_h, p.stride_w), padding=(p.pad_h, p.pad_w), dilation=(p.dil_h, p.dil_w))
-        return y.permute(0, 2, 3, 1).contiguous().cpu().numpy().ravel()
-    xp = np.pad(x, ((0, 0), (p.pad_h, p.pad_h), (p.pad_w, p.pad_w), (0, 0)))
-    y = np.zeros((p.n, oh, ow, p.k))
-    for r in range(p.r):
-        for s in range(p.s):
-            r0, s0 = r * p.dil_h, s * p.dil_w
-            win = xp[:, r0:r0 + p.stride_h * (oh - 1) + 1:p.stride_h, s0:s0 + p.stride_w * (ow - 1) + 1:p.stride_w, :]
-            y += np.einsum("nhwc,kc->nhwk", win, wt[:, r, s, :])
-    return y.ravel()
-
-
-def _dgrad_patch(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
-    hp, wp, pp = p.h // p.p, p.w // p.p, p.p
-    dy = v["dY"].reshape(p.n, hp, wp, p.k)
-    wt = v["Wt"].reshape(p.k, pp, pp, p.c)
-    torch = _torch()
-    if torch is not None:
-        d = _dev(torch)
-        t = torch.einsum("nyxk,kijc->nyixjc", torch.from_numpy(dy).to(d), torch.from_numpy(wt).to(d)).cpu().numpy()
-    else:
-        t = np.einsum("nyxk,kijc->nyixjc", dy, wt)
-    dx = np.zeros((p.n, p.h, p.w, p.c))
-    dx[:, :hp * pp, :wp * pp, :] = t.reshape(p.n, hp * pp, wp * pp, p.c)  # the uncovered border is zero
-    return dx.ravel()
-
-
 def _softmax(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
     """Row-wise softmax in float64: exp(x - max(x)) / sum(exp(x - max(x))) per row."""
     x = v["X"].reshape(p.rows, p.cols)
@@ -177,13 +123,6 @@ class Semantics:
 
 
 SEMANTICS: Mapping[str, Semantics] = {
-    "gemm": Semantics("C", _gemm, lambda p: 2 * p.m * p.n * p.k, lambda p: p.k, family="gemm"),
-    "conv_direct_fwd": Semantics(
-        "Y", _conv_fwd, lambda p: 2 * p.n * p.out_hw[0] * p.out_hw[1] * p.k * p.r * p.s * p.c,
-        lambda p: p.r * p.s * p.c, family="conv_direct_fwd"),
-    "conv_dgrad_patch": Semantics(
-        "dX", _dgrad_patch, lambda p: 2 * p.n * (p.h // p.p) * (p.w // p.p) * p.k * p.p * p.p * p.c,
-        lambda p: p.k, family="conv_dgrad_patch"),
     # what triton_softmax computes (its TritonKernel names "softmax"): no flops (not a sum of products)
     "softmax": Semantics("Y", _softmax, None, None, _softmax_bound, family="softmax"),
 }
@@ -201,12 +140,15 @@ def reference_of(family: str) -> str:
 
 def semantics(family: str) -> Semantics:
     """What ``family`` computes (module doc): its own Reference, else the one it names."""
-    from rocke_aot.variants.families import get_family
+    from rocke_aot.variants.families import family_names, get_family
 
     ref = get_family(family).reference
     if ref is not None:
         return Semantics(ref.output, ref.compute, ref.flops, ref.terms, ref.bound, family, ref.inputs)
     name = reference_of(family)
+    named = get_family(name).reference if name != family and name in family_names() else None
+    if named is not None:  # the family it names declares it (triton_matmul -> gemm's folder)
+        return Semantics(named.output, named.compute, named.flops, named.terms, named.bound, name, named.inputs)
     try:
         return SEMANTICS[name]
     except KeyError:

@@ -18,7 +18,7 @@
         vendor (CUDA with torch): torch.matmul / conv2d / conv2d_input on the same problem
 
 Nothing here is per family but the reference (runner/reference.py semantics: a family's own
-Reference, or the runner's for what it computes): the launch is data.
+Reference, or the one of the family it names): the launch is data.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What one block of a kernel issues per reduction step, counted from how the lowering builds it.
 
 The rule and its shared pieces (KernelCounts, the bank, line and staging costs) live here; each
-family's count function lives with its family (the gemm family's in rocke_aot/families/gemm/counts.py,
-the conv families' below).
+family's count function lives with its family (rocke_aot/families/<name>/counts.py: gemm's, and
+conv_direct_fwd's and conv_dgrad_patch's over the conv engine's shared counts here, engine_static).
 
     spec, problem, Target ──> KernelCounts (per block; "warp" = a wave on AMD)
         threads, warps, steps                         the launch geometry and the K loop
@@ -14,8 +14,8 @@ the conv families' below).
         per block            store_bytes, stores (per thread)
         per problem          unique_bytes (every tensor read once and written once: the HBM floor)
 
-The counts follow the lowerers instruction by instruction (rocke_aot/families/gemm/, _conv_ir.py,
-conv_direct_fwd.py, conv_dgrad_patch.py), not a fit:
+The counts follow the lowerers instruction by instruction (rocke_aot/families/gemm/, aot/families/_conv_ir.py,
+families/conv_direct_fwd/lower.py, families/conv_dgrad_patch/lower.py), not a fit:
 
 - gemm staging: each thread moves ``rounds`` vectors of vector_width elements of A and of B
   (one global load and one LDS store each); conv staging moves single elements. The AMD matrix
@@ -83,20 +83,6 @@ from rocke_aot.dtypes import DTYPE_BYTES
 
 BANK_BYTES = 4
 
-# Integer, compare, select and address instructions the lowerers emit per staged unit, counted
-# in their IR (before the compiler folds anything; a count, not a fit):
-# conv_direct_fwd, one halo element (_halo_elem): e (1), hy / hx / cc by constant divisors (7),
-#   ih, iw (4), the bounds test (3), the NHWC index (6), two selects (2), the address (3)
-FWD_OPS_PER_HALO_ELEM = 26
-# one weight element (_weight_elem): kl / t / cc (7), k (1), the KRSC index (4), the test (1),
-#   two selects (2), the address (3)
-FWD_OPS_PER_WEIGHT_ELEM = 18
-# conv_dgrad_patch, one dY element (_dy_elem): row / kk (2), the pixel (4), k (1), the bounds test
-#   (5), the NHWK index (6), two selects (2), the address (3), the padded LDS index (2)
-PATCH_OPS_PER_DY_ELEM = 25
-# one weight element (_w_elem): kk / col by cols_padded (5), k (1), the test (3), the index (3),
-#   two selects (2), the address (3), the padded LDS index (2)
-PATCH_OPS_PER_W_ELEM = 19
 
 
 @dataclass(frozen=True)
@@ -208,7 +194,7 @@ def global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset:
     return lines
 
 
-def _straight_line_serial(threads: int, total: int) -> int:
+def straight_line_serial(threads: int, total: int) -> int:
     """Global-load latencies a thread waits for in a conv staging copy (_conv_ir.copy_to_lds):
     the whole rounds are straight-line code, so their loads can all be in flight before the
     first store needs one (one latency); the last, partial round sits behind a branch (one
@@ -292,7 +278,7 @@ def merged_run(coord: Callable, per_lane: int, wave: int, index: Callable, eb: i
 
 
 @functools.lru_cache(maxsize=8192)
-def _engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps: int, banks: int,
+def engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps: int, banks: int,
                    a_index: Callable, b_index: Callable) -> tuple:
     """The conv engine (aot/families/_conv_ir.py TileGemm.step) over ``taps`` filter taps of a
     ``kdim``-deep chunk: (geometry, instr, mma, lds reads, their cycles, fma, cvt) per warp or
@@ -334,78 +320,3 @@ def distinct_fragments(ntiles: int, ntn: int, waves: int, per_wave: int) -> tupl
         a += len({t // ntn for t in tiles})
         b += len({t % ntn for t in tiles})
     return a / waves, b / waves
-
-
-@functools.lru_cache(maxsize=8192)
-def _fwd_lines(spec: Any, target: Any, w: int, c: int) -> int:
-    """Global lines of a step's halo (element e: pixel (hy, hx), channel cc of the chunk, NHWC at
-    ((hy * W) + hx) * C + cc) and weights ((kl * R*S + t) * C + cc, KRSC), as _halo_elem and
-    _weight_elem address them."""
-    g = spec.geometry(target)
-    eb, cc, rs = DTYPE_BYTES[spec.dtype], spec.c_chunk, spec.r * spec.s
-    halo = spec.halo_h * spec.halo_w * cc
-    return (global_lines(g.threads, g.wave_size, halo, 1, eb,
-                         lambda e: ((e // (spec.halo_w * cc)) * w + (e // cc) % spec.halo_w) * c + e % cc)
-            + global_lines(g.threads, g.wave_size, spec.tile_k * rs * cc, 1, eb,
-                           lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc))
-
-
-def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
-    eb = DTYPE_BYTES[spec.dtype]
-    rows, cols = spec.tile_h * spec.tile_w, spec.tile_k
-    g, ins, mmas, reads, read_cyc, fma, cvt, outs = _engine_static(
-        spec, target, rows, cols, spec.c_chunk, spec.r * spec.s, banks, spec.lds_a_index, spec.lds_b_index)
-    halo = spec.halo_h * spec.halo_w * spec.c_chunk
-    weights = spec.tile_k * spec.r * spec.s * spec.c_chunk
-    r1, w1 = stage_cost(g.threads, g.wave_size, halo, 1, eb, lambda e: e, banks)
-    r2, w2 = stage_cost(g.threads, g.wave_size, weights, 1, eb, lambda e: e + halo, banks)
-    serial = _straight_line_serial(g.threads, halo) + _straight_line_serial(g.threads, weights)
-    ops = r1 * FWD_OPS_PER_HALO_ELEM + r2 * FWD_OPS_PER_WEIGHT_ELEM
-    oh, ow = p.out_hw
-    lines = _fwd_lines(spec, target, p.w, p.c)
-    return KernelCounts(
-        threads=g.threads, wave_size=g.wave_size, steps=_ceil(spec.c, spec.c_chunk),
-        instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
-        fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
-        global_wavefronts=lines, serial_loads=serial, int_ops=ops,
-        staged_bytes=(halo + weights) * eb, barriers=2, double_buffer=False,
-        store_bytes=rows * cols * eb, stores=outs,
-        unique_bytes=(p.n * p.h * p.w * p.c + p.k * p.r * p.s * p.c + p.n * oh * ow * p.k) * eb,
-        macs=rows * cols * spec.c_chunk * spec.r * spec.s)
-
-
-@functools.lru_cache(maxsize=8192)
-def _patch_lines(spec: Any, target: Any, wp: int, k: int) -> int:
-    """Global lines of a step's dY (element e: pixel row e // k_chunk of the tile, channel
-    e % k_chunk, NHWK at ((i * Wp) + j) * K + kk) and weights (kk * P*P*C + col), as _dy_elem
-    and _w_elem address them."""
-    g = spec.geometry(target)
-    eb, kc, cols = DTYPE_BYTES[spec.dtype], spec.k_chunk, spec.cols_padded
-    ppc = spec.p * spec.p * spec.c
-    return (global_lines(g.threads, g.wave_size, spec.rows * kc, 1, eb,
-                         lambda e: (((e // kc) // spec.tile_w) * wp + (e // kc) % spec.tile_w) * k + e % kc)
-            + global_lines(g.threads, g.wave_size, kc * cols, 1, eb, lambda e: (e // cols) * ppc + e % cols))
-
-
-def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
-    eb = DTYPE_BYTES[spec.dtype]
-    rows, cols = spec.rows, spec.cols_padded
-    g, ins, mmas, reads, read_cyc, fma, cvt, outs = _engine_static(
-        spec, target, rows, cols, spec.k_chunk, 1, banks, spec.lds_a_index, spec.lds_b_index)
-    a_size, b_size = rows * spec.k_chunk, spec.k_chunk * cols
-    r1, w1 = stage_cost(g.threads, g.wave_size, a_size, 1, eb,
-                        lambda e: spec.lds_a_staged(e, e // spec.k_chunk), banks)
-    r2, w2 = stage_cost(g.threads, g.wave_size, b_size, 1, eb,
-                        lambda e: spec.lds_b_staged(e, e // cols), banks)
-    serial = _straight_line_serial(g.threads, a_size) + _straight_line_serial(g.threads, b_size)
-    ops = r1 * PATCH_OPS_PER_DY_ELEM + r2 * PATCH_OPS_PER_W_ELEM
-    lines = _patch_lines(spec, target, p.wp, p.k)
-    return KernelCounts(
-        threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.k_chunk),
-        instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
-        fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
-        global_wavefronts=lines, serial_loads=serial, int_ops=ops,
-        staged_bytes=spec.staged_elems() * eb, barriers=2, double_buffer=False,
-        store_bytes=rows * spec.cols * eb, stores=outs,
-        unique_bytes=(p.n * p.hp * p.wp * p.k + p.k * p.p * p.p * p.c + p.n * p.h * p.w * p.c) * eb,
-        macs=rows * cols * spec.k_chunk)

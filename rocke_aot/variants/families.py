@@ -6,17 +6,18 @@
            problem_type=GemmProblem,    variants/problems.py (the matmul operation's)
            table=TABLE,                 families/gemm/table.py (knob grid, lane decisions)
            model=MODEL,                 families/gemm/model.py (accepts, efficiency, work, counts)
-           reference=None)              what it computes, for `bench --run-from-cache` to verify
+           reference=REFERENCE)         what it computes, for `bench --run-from-cache` to verify
                                         against: Reference(output, compute, flops, terms | bound);
-                                        the built-ins' are runner/reference.py's own SEMANTICS, a
-                                        plugin declares its numpy / torch one here
+                                        families/gemm/reference.py, as a plugin declares its
+                                        numpy / torch one (runner/reference.py runs it)
 
     where families come from (one install path, the same checks for all):
-        built in   install(Family(...), BUILTIN)          variants/builtin.py, imported by
-                                                          rocke_aot.variants itself (the conv
-                                                          families, until they get a folder)
-        rocke-aot's family folders (rocke_aot/families/<name>/: gemm, attention): entry points of
-                   rocke-aot's own pyproject.toml, loaded as a plugin's (FamilySource.shipped)
+        rocke-aot's own  the family folders (rocke_aot/families/<name>/: gemm, conv_direct_fwd,
+                   conv_dgrad_patch, attention, triton_attention, triton_matmul, triton_softmax):
+                   entry points of rocke-aot's own pyproject.toml, loaded exactly as a plugin's;
+                   own by their source alone (FamilySource.own: the declaring distribution is
+                   rocke-aot), so their grids are not enumerated at install nor their functions
+                   guarded (rocke-aot's tests check them)
         plugins    entry points of the group ``rocke_aot.families`` (ENTRY_POINT_GROUP), read
                    through importlib.metadata once, lazily, on the first lookup below:
                        [project.entry-points."rocke_aot.families"]
@@ -29,15 +30,16 @@
     install checks: a Family; name == the entry point's name and a key name ([a-z][a-z0-9_]*);
         spec_type / problem_type frozen dataclasses; model a Model; reference None or a
         Reference (output named, compute callable, one of terms / bound); table.audit(spec_type) (the
-        lane decisions have reasons; for a plugin (not rocke-aot's own, FamilySource.shipped) also every (arch, lane) of the grid: an
+        lane decisions have reasons; for a plugin (not rocke-aot's own, FamilySource.own) also every (arch, lane) of the grid: an
         empty served grid or a table function raising anything but SpecError/CapabilityError
         is refusing without a reason, variants/table.py audit_table); a plugin's table, model
         and reference functions are then guarded: what they raise later but a RockeError is a PluginError
         naming the plugin (the registered Family is that guarded copy of the entry point's)
-    register_lowerer("conv_direct_fwd", lower_conv_direct_fwd)   the aot half, against the same
-        name: built-ins from aot/families/__init__.py; a plugin's, and a family folder's (gemm,
-        attention), from its ``rocke_aot.lowerers`` entry point, loaded by that module too (the
-        aot floor: it wraps every lowerer with the launch contract)
+    register_lowerer(name, lowerer)   the aot half, against the same name: a plugin's, and a
+        family folder's (gemm, conv_direct_fwd, conv_dgrad_patch, attention), from its
+        ``rocke_aot.lowerers`` entry point, loaded by aot/families/__init__.py on the family's first
+        lookup (the aot floor: it wraps every lowerer with the launch contract); a Triton family's
+        is the Triton kind's (aot/families/triton.py)
 
     get_family(name) -> Family     the one lookup: .spec_type, .problem_type, .table, .model,
                                    .lowerer, .source, .launch(spec, problem, target), .spec_from(d)
@@ -52,9 +54,8 @@ and model: data and arithmetic, what a service host with no compiler needs) and 
 (its lowerer, which builds LLVM IR). Layers import one way, variants below aot, so the Family
 is registered here with the variants half, and the lowerer is attached from aot/ by name; the
 Family's ``lowerer`` reads it (a named SpecError where no aot half was loaded, never a silent
-None). No "module:function" strings for the built-ins: their aot half is imported statically, so
-the cache key's recipe rule sees it; a plugin's code is outside rocke_aot, and its key covers
-its own packages (aot/recipe.py family_digest).
+None). A family's lowering code (a plugin's, or a folder of rocke_aot/families/) is outside the
+recipe's modules, and its key covers its own packages (aot/recipe.py family_digest).
 
 ``entry.launch(spec, problem, target)`` -> LaunchPlan(grid, block, args in kernarg order)
     = LaunchContract.build(spec.launch_formulas(), spec.geometry(target).threads).plan(problem)
@@ -115,11 +116,15 @@ class FamilySource:
         return self.kind == "builtin"
 
     @property
-    def shipped(self) -> bool:
-        """rocke-aot's own family: built in, or a folder of rocke_aot/families/ declared through
-        rocke-aot's own entry points. Its grids are checked by rocke-aot's tests (check_complete)
-        and its code is rocke-aot's, so install neither enumerates its grid nor guards it."""
-        return self.builtin or (self.distribution == "rocke-aot" and self.value.startswith("rocke_aot.families."))
+    def own(self) -> bool:
+        """rocke-aot's own family, decided by where it came from and nothing else: the distribution
+        that declares its entry point (importlib.metadata's, read by plugin_source) is rocke-aot
+        itself (OWN_DISTRIBUTION), or it was registered in-process from inside rocke_aot (BUILTIN,
+        the same distribution). Not by the module an entry point names: a plugin's entry point
+        pointing into rocke_aot/families/ is still that plugin's. rocke-aot's grids are checked by
+        its own tests (check_complete), so install neither enumerates an own family's grid nor
+        guards its functions; every other distribution's family gets both."""
+        return self.distribution == OWN_DISTRIBUTION
 
     def describe(self) -> str:
         if self.kind == "plugin":
@@ -133,7 +138,9 @@ class FamilySource:
                 "plugin": self.plugin, "value": self.value}
 
 
-BUILTIN = FamilySource("builtin", "rocke-aot", rocke_aot.__version__, "", "rocke_aot.variants.builtin")
+OWN_DISTRIBUTION = "rocke-aot"  # the distribution rocke_aot is installed as (pyproject.toml [project] name)
+# an in-process registration from inside rocke_aot (register() without a source)
+BUILTIN = FamilySource("builtin", OWN_DISTRIBUTION, rocke_aot.__version__, "", "rocke_aot")
 
 
 class _Families(Mapping):
@@ -323,9 +330,9 @@ def install(obj: object, source: FamilySource) -> Family:
 
     Raises PluginError (naming ``source``) with every finding; nothing is registered then.
     A plugin's grid is enumerated over every wired arch and decided lane (table.audit); the
-    grids of rocke-aot's own families (FamilySource.shipped: the built-ins and the folders of
-    rocke_aot/families/) are checked by the tests (check_complete), as enumerating them costs
-    seconds per process (gemm's alone 2.4 s of CPU), and their functions are not guarded.
+    grids of rocke-aot's own families (FamilySource.own: declared by the distribution rocke-aot,
+    the folders of rocke_aot/families/) are checked by the tests (check_complete), as enumerating
+    them costs seconds per process (gemm's alone 2.4 s of CPU), and their functions are not guarded.
     """
     what = source.describe()
     name = getattr(obj, "name", "?")
@@ -364,10 +371,10 @@ def install(obj: object, source: FamilySource) -> Family:
         if not callable(audit):
             problems.append(f"its table is a {type(family.table).__name__}, not a rocke_aot.variants.table.FamilyTable")
         else:
-            problems += audit(family.spec_type, grid=not source.shipped)
+            problems += audit(family.spec_type, grid=not source.own)
     if problems:
         raise refuse("; ".join(problems))
-    if not source.shipped:
+    if not source.own:
         family = _guarded(family, source)
     try:
         return register(family, source)
@@ -580,15 +587,17 @@ def family_names() -> tuple[str, ...]:
 
 def builtin_family_names() -> tuple[str, ...]:
     """The families rocke-aot itself ships (its goldens, characterization and tests cover these): the
-    built-ins, and the families of rocke_aot/families/ that rocke-aot declares through its own entry
-    points (plugins of the distribution rocke-aot; the plugins are read in first)."""
+    families of rocke_aot/families/ that rocke-aot declares through its own entry points (their
+    source's distribution is rocke-aot, FamilySource.own; the plugins are read in first), and any
+    registered in-process from inside rocke_aot."""
     _discover()
-    return tuple(n for n in _REGISTRY if _SOURCES[n].shipped)
+    return tuple(n for n in _REGISTRY if _SOURCES[n].own)
 
 
 def installed_builtin_names() -> tuple[str, ...]:
-    """The families installed as built in (variants/builtin.py and in-process registrations from inside
-    rocke_aot), without reading the plugins in: what an import-time loop may walk."""
+    """The families registered in-process from inside rocke_aot (register() without a source), without
+    reading the plugins in: what an import-time loop may walk (none by default: every family rocke-aot
+    ships comes through its entry points)."""
     return tuple(n for n in _REGISTRY if _SOURCES[n].builtin)
 
 
@@ -653,7 +662,7 @@ def problem_from_dict(family: object, d: object) -> Any:
     return entry.problem_from(d)
 
 
-__all__ = ["BUILTIN", "families_for_select", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
+__all__ = ["BUILTIN", "OWN_DISTRIBUTION", "families_for_select", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
            "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
            "get_family", "has_lowerer", "import_entry_point", "install", "installed_builtin_names", "plugin_errors",
            "plugin_source", "problem_from_dict",

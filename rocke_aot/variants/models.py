@@ -31,9 +31,7 @@ from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchFormulas
-from rocke_aot.variants import counts as _counts
 from rocke_aot.variants.perf import TileWork, fragment_wavefronts
-from rocke_aot.variants.problems import ConvProblem, PatchDgradProblem
 
 
 @functools.lru_cache(maxsize=8192)
@@ -116,53 +114,6 @@ def first_reason(*reasons: str | None) -> str | None:
     return next((r for r in reasons if r), None)
 
 
-# -- conv_direct_fwd ---------------------------------------------------------------------------
-
-def _fwd_accepts(spec: Any, p: ConvProblem) -> str | None:
-    checks = (("dtype", p.dtype, spec.dtype), ("input channels C", p.c, spec.c),
-              ("output channels K", p.k, spec.k), ("filter R", p.r, spec.r), ("filter S", p.s, spec.s),
-              ("stride_h", p.stride_h, spec.stride_h), ("stride_w", p.stride_w, spec.stride_w),
-              ("pad_h", p.pad_h, spec.pad_h), ("pad_w", p.pad_w, spec.pad_w),
-              ("dil_h", p.dil_h, spec.dil_h), ("dil_w", p.dil_w, spec.dil_w))
-    for name, want, baked in checks:
-        if want != baked:
-            return f"{name}: problem has {want}, spec is baked for {baked}"
-    oh, ow = p.out_hw
-    if oh < 1 or ow < 1:
-        return f"output is empty ({oh}x{ow}) for a {p.h}x{p.w} input"
-    return first_reason(too_big("input", p.n * p.h * p.w * p.c, p.dtype),
-                  too_big("output", p.n * oh * ow * p.k, p.dtype))
-
-
-def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
-    oh, ow = p.out_hw
-    dims = (dim("OH", oh, spec.tile_h), dim("OW", ow, spec.tile_w), dim("K", p.k, spec.tile_k))
-    tiles = formulas(spec).tiles(p)
-    return combine(dims, tiles, info)
-
-
-# -- conv_dgrad_patch ----------------------------------------------------------------------------
-
-def _patch_accepts(spec: Any, p: PatchDgradProblem) -> str | None:
-    for name, want, baked in (("dtype", p.dtype, spec.dtype), ("patch size P", p.p, spec.p),
-                              ("channels C", p.c, spec.c)):
-        if want != baked:
-            return f"{name}: problem has {want}, spec is baked for {baked}"
-    if p.h < p.p or p.w < p.p:
-        return f"image {p.h}x{p.w} is smaller than one {p.p}x{p.p} patch: no GEMM to run"
-    return first_reason(too_big("dX", p.n * p.h * p.w * p.c, p.dtype),
-                  too_big("dY", p.n * p.hp * p.wp * p.k, p.dtype))
-
-
-def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
-    # GEMM rows: dY pixels, tiled tile_h x tile_w over the patch grid; GEMM columns: a
-    # block's r_blk*P*C columns padded to whole 16-column tiles (the padding is waste).
-    dims = (dim("Hp", p.hp, spec.tile_h), dim("Wp", p.wp, spec.tile_w),
-            DimGranularity("cols", spec.cols, spec.cols_padded, spec.cols / spec.cols_padded))
-    tiles = formulas(spec).tiles(p)  # main blocks only: border blocks do no tile work
-    return combine(dims, tiles, info)
-
-
 # -- work (the time model's input, variants/perf.py) --------------------------------------------
 
 @functools.lru_cache(maxsize=8192)
@@ -186,24 +137,6 @@ def matrix_wavefronts(spec: Any, target: Any, macs: int) -> float:
     return wf * macs / per
 
 
-def _fwd_work(spec: Any, p: ConvProblem, target: Any) -> TileWork:
-    # One step = one c_chunk of input channels staged (halo + weights), then every filter tap.
-    macs = spec.tile_h * spec.tile_w * spec.tile_k * spec.c_chunk * spec.r * spec.s
-    return TileWork(threads=geometry_of(spec, target).threads, steps=_ceil(spec.c, spec.c_chunk), macs_per_step=macs,
-                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=matrix_wavefronts(spec, target, macs),
-                    store_bytes=spec.tile_h * spec.tile_w * spec.tile_k * DTYPE_BYTES[spec.dtype],
-                    matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
-
-
-def _patch_work(spec: Any, p: PatchDgradProblem, target: Any) -> TileWork:
-    # One step = one k_chunk of dY channels staged (dY rows + weights); columns padded to 16.
-    macs = spec.rows * spec.cols_padded * spec.k_chunk
-    return TileWork(threads=geometry_of(spec, target).threads, steps=_ceil(p.k, spec.k_chunk), macs_per_step=macs,
-                    load_bytes_per_step=spec.staged_elems() * DTYPE_BYTES[spec.dtype], lds_wavefronts_per_step=matrix_wavefronts(spec, target, macs),
-                    store_bytes=spec.rows * spec.cols * DTYPE_BYTES[spec.dtype],
-                    matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
-
-
 @dataclass(frozen=True)
 class Model:
     accepts: Callable[[Any, Any], str | None]
@@ -215,9 +148,3 @@ class Model:
     # one is recorded (variants/hw_model.py with_schedule; docs/selection.md, "Run 16 with the
     # schedule shipped")
     reads_schedule: bool = False
-
-
-CONV_DIRECT_FWD = Model(_fwd_accepts, _fwd_eff, _fwd_work, _counts.fwd_counts, reads_schedule=True)
-CONV_DGRAD_PATCH = Model(_patch_accepts, _patch_eff, _patch_work, _counts.patch_counts, reads_schedule=True)
-
-

@@ -102,8 +102,9 @@ class TritonKernel:
     classes: Mapping[str, tuple[str, ...]]
     lanes: Mapping[str, Serve | Refuse]
     description: str = ""
-    # what it computes, for the runner to verify against: the name of one of the runner's semantics
-    # (runner/reference.py SEMANTICS: "gemm", "softmax"), or the family's own Reference (a plugin's)
+    # what it computes, for the runner to verify against: the name of a family whose Reference it
+    # shares ("gemm": families/gemm/reference.py) or of the runner's own semantics (runner/reference.py
+    # SEMANTICS: "softmax"), or the family's own Reference (a plugin's)
     reference: str | families.Reference = ""
     operation: str = ""  # Family.operation: what it computes, shared with the families it is ranked beside
     tiled: tuple[tuple[str, str], ...] = ()  # (problem field, constexpr of its tile): the efficiency dims

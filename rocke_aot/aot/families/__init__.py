@@ -1,10 +1,10 @@
-"""The aot half of every built-in family: its lowerer, registered against the family's name.
+"""The aot half of every family: its lowerer, registered against the family's name.
 
     variants/families.py   the registry: get_family("gemm") -> Family (spec, problem, table, model)
-    here                   register_lowerer("conv_direct_fwd", with_contract(lower_conv_direct_fwd)),
-                           for each built-in family, when this package is imported (aot.lower.lower
-                           imports it); the family folders of rocke_aot/families/ (gemm, attention)
-                           come through their entry points like a plugin's, below
+    here                   every native family's lowerer comes through its ``rocke_aot.lowerers``
+                           entry point (rocke-aot's own family folders, rocke_aot/families/<name>/,
+                           exactly as a plugin's), loaded on the family's first lookup below; every
+                           Triton family gets the Triton kind's lowerer (triton.py: a compile request)
         lowerer(spec, target, lane) -> LoweredKernel whose .launch is the LaunchContract
             (spec.launch_formulas(), block = the kernel's block size, the lowering's kernargs:
              the family's ArgDefs laid out by launch.natural_layout; the builder re-checks the
@@ -21,10 +21,11 @@
                            LoweredKernel of its family, or defines other kernel arguments)
     lowerer_error(name)    why a plugin family's lowerer did not load (None: it did, or built in)
 
-The built-in lowerer modules are imported here statically, by name (no "module:function"
-strings): the cache key's recipe rule follows these imports like any other. A plugin's
-lowering code lives outside rocke_aot; its key covers its own packages (aot/recipe.py
-family_digest), so loading it through an entry point hides nothing from the key.
+A family's lowering code lives outside the recipe's modules (a plugin's package, or a folder of
+rocke_aot/families/, which no layer imports); its plan key covers its own packages (aot/recipe.py
+family_digest), so loading it through an entry point hides nothing from the key. What the
+lowerers share stays here and in aot/lower (the recipe digest covers both): the conv engine
+(_conv_ir.py, the two conv families' tile GEMM on LDS operands) and the Triton kind's lowerer.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from rocke_aot.aot.families.conv_dgrad_patch import lower_conv_dgrad_patch
-from rocke_aot.aot.families.conv_direct_fwd import lower_conv_direct_fwd
 from rocke_aot.aot.families.triton import lower_triton
 from rocke_aot.aot.lower.module import LoweredKernel
 from rocke_aot.errors import PluginError, RockeError, SpecError
@@ -61,25 +60,6 @@ def lowering_contract(spec: Any, kernel: Any) -> LaunchContract:
                                 kernel.kernarg_size, kernel.max_tensor_bytes, kernel.dynamic_lds_bytes)
 
 
-def with_contract(raw: Callable[..., Any]) -> Callable[..., Any]:
-    """A lowerer that attaches the launch contract to what ``raw`` lowers (IR untouched: the
-    contract is metadata). ``.raw`` is the family module's own function."""
-
-    @functools.wraps(raw)
-    def lowerer(spec: Any, target: Any, lane: Any) -> Any:
-        kernel = raw(spec, target, lane)
-        return dataclasses.replace(kernel, launch=lowering_contract(spec, kernel))
-
-    lowerer.raw = raw  # type: ignore[attr-defined]
-    return lowerer
-
-
-BUILTIN_LOWERERS: tuple[tuple[str, Callable[..., Any]], ...] = (
-    ("conv_direct_fwd", lower_conv_direct_fwd),
-    ("conv_dgrad_patch", lower_conv_dgrad_patch),
-)
-for _name, _raw in BUILTIN_LOWERERS:
-    register_lowerer(_name, with_contract(_raw))
 # Every Triton family (variants/triton.py) lowers to a compile request with its own contract
 # (the parameters Triton specializes away, its scratch pointers): one lowerer for the kind.
 # (A plugin's Triton family gets the same lowerer when get_family below first sees it.)
@@ -187,5 +167,4 @@ def families() -> tuple[str, ...]:
     return family_names()
 
 
-__all__ = ["BUILTIN_LOWERERS", "families", "get_family", "lowerer_error", "lowering_contract", "plugin_lowerer",
-           "with_contract"]
+__all__ = ["families", "get_family", "lowerer_error", "lowering_contract", "plugin_lowerer"]

@@ -3,7 +3,7 @@
 Both conv families are, per block, a GEMM tile: ROWS x COLS outputs accumulated over a
 reduction staged through LDS chunk by chunk. The family says where its operands live:
 
-    family (conv_direct_fwd.py / conv_dgrad_patch.py)
+    family (rocke_aot/families/conv_direct_fwd/lower.py, rocke_aot/families/conv_dgrad_patch/lower.py)
         a_addr(row: Sym, kk: Sym|int) -> Sym      LDS index of A[row][kk] for the current step
         b_addr(kk, col: Sym|int)      -> Sym      LDS index of B[kk][col]
         store(row: Sym, col: Sym, f32 value)      guarded epilogue store

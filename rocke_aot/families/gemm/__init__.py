@@ -7,6 +7,7 @@
     table.py            the variant table: the knob grid per (arch, lane), every lane decided
     counts.py           what one block of each pipeline issues per K-tile (KernelCounts)
     model.py            accepts / efficiency / work / counts (variants/models.py's Model)
+    reference.py        what a gemm computes (float64), for `bench --run-from-cache` to verify
     family.py           FAMILY: the ``rocke_aot.families`` entry point ``gemm``
 
     lowerer half (the shared lowering toolkit, rocke_aot/aot/lower; llvmlite)
@@ -19,6 +20,6 @@
     lower_common.py     the state and IR helpers the three share
 
 The problem type (GemmProblem, variants/problems.py) is the matmul operation's, shared with
-triton_matmul; what a gemm computes is runner/reference.py's. Only the lower*.py modules import
+triton_matmul, whose kernel names this folder's reference as its own. Only the lower*.py modules import
 rocke_aot.aot (.importlinter's family-half contract).
 """

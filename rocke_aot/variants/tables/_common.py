@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
+from rocke_aot.variants.table import Serve
+
+# The conv families' llvm24 decision: LLVM 24's profile carries no NVPTX back end.
+LLVM24_NO_NVPTX = Serve("the LLVM 24 AMDGPU code generator; its profile has no NVPTX, so sm_90 is refused there")
 
 
 def matrix_paths(target: Target, lane: Lane) -> tuple[str, ...]:

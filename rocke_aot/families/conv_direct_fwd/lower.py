@@ -33,8 +33,8 @@ from __future__ import annotations
 from rocke_aot import lanes
 from rocke_aot.aot.families._conv_ir import ConvLowering, Operand, Unit, c32, loop, lower_conv, udiv, urem, wide
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
+from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.targets import Target
-from rocke_aot.variants.conv import ConvDirectFwdSpec
 
 
 class _FwdLowering(ConvLowering):

@@ -40,8 +40,8 @@ import llvmlite.ir as ir
 from rocke_aot import lanes
 from rocke_aot.aot.families._conv_ir import OUT, ConvLowering, Operand, Unit, c32, loop, lower_conv, udiv, urem, wide
 from rocke_aot.aot.lower.module import LoweredKernel, Sym
+from rocke_aot.families.conv_dgrad_patch.spec import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
 from rocke_aot.targets import Target
-from rocke_aot.variants.conv import BORDER_ELEMS_PER_BLOCK, MAX_BORDER_BLOCKS, ConvDgradPatchSpec
 
 
 class _PatchLowering(ConvLowering):
