@@ -36,6 +36,7 @@ import llvmlite.ir as ir
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import F32, I16, Sym
 from rocke_aot.families.gemm.lower_common import OUT_TYPES, GemmLoweringBase, StagedChunk, c32
+from rocke_aot.families.gemm.spec import amd_b_pair_width
 
 
 class RegisterStaged(GemmLoweringBase):
@@ -153,16 +154,19 @@ class RegisterStaged(GemmLoweringBase):
         round, (which, rows of the unit, chunk count, vectors a row, LDS row stride). A unit is
         one vector of vector_width elements, except B transposed in LDS (nk): two vectors of
         consecutive K rows (pair units are numbered K first, amd_load), so that their elements pair up into 4-byte LDS stores (column n's
-        K and K+1, adjacent in a column row: one ds_write_b32, merged into ds_write2_b32)."""
-        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        K and K+1, adjacent in a column row: one ds_write_b32, merged into ds_write2_b32), of
+        amd_b_pair_width elements each (vector_width, or half of it where the tile has fewer
+        pairs than work-items). The last field is the unit's vector width."""
+        s, T = self.spec, self.geo.threads
         out = []
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
             pair = 2 if which == "B" and s.b_lds == "nk" else 1
+            vw = amd_b_pair_width(s, T) if pair == 2 else s.vector_width
             vpr = cols // vw
             chunks = rows // pair * vpr
             for it in range(-(-chunks // T)):
-                out.append((which, pair, chunks, vpr, self.lda if which == "A" else self.ldb, it))
+                out.append((which, pair, chunks, vpr, self.lda if which == "A" else self.ldb, it, vw))
         return out
 
     def amd_load(self, kt: Sym, checked: bool) -> list[tuple]:
@@ -170,11 +174,11 @@ class RegisterStaged(GemmLoweringBase):
         A work-item past the last chunk of a round takes the last chunk again (the same values to
         the same LDS words: no branch in the loop). ``checked``: each vector through load_vec
         (zero outside the matrix); unchecked: the tile is wholly inside A and B (the interior)."""
-        s, b, T, vw = self.spec, self.b, self.geo.threads, self.spec.vector_width
-        vty = I16 if vw == 1 else ir.VectorType(I16, vw)
+        s, b, T = self.spec, self.b, self.geo.threads
         out = []
         for unit in self.amd_units():
-            which, pair, chunks, vpr, _ld, it = unit
+            which, pair, chunks, vpr, _ld, it, vw = unit
+            vty = I16 if vw == 1 else ir.VectorType(I16, vw)
             c = self.tid + it * T
             if (it + 1) * T > chunks:
                 c = self.S(b.select(c.lt(chunks), c.v, c32(chunks - 1)))
@@ -201,24 +205,26 @@ class RegisterStaged(GemmLoweringBase):
     def split_address(self, ptr: ir.Value, corner: Sym, off: Sym) -> ir.Value:
         """&ptr[corner + off] with the index zero-extended to 64 bits (every index here is
         non-negative and below 2^31 elements; a sign extension costs a shift per load a step)."""
-        return self.b.gep(ptr, [self.b.zext((corner + off).v, ir.IntType(64))], source_etype=I16)
+        i64 = ir.IntType(64)
+        return self.b.gep(ptr, [self.b.zext((corner + off).v, i64)], source_etype=I16)
 
     def amd_store(self, loaded: list[tuple], stage: Sym | int) -> None:
         """The values amd_load returned into LDS stage ``stage``: A and B (kn) one vector store
         each (aligned to its width); B (nk) per column e of the unit, K rows 2r and 2r+1 as one
         <2 x i16> store at column row v*vw+e."""
-        s, b, vw = self.spec, self.b, self.spec.vector_width
+        s, b = self.spec, self.b
         a_off = self.stage_base(stage)
-        for (which, pair, _chunks, _vpr, ld, _it), r, v, vals in loaded:
+        for (which, pair, _chunks, _vpr, ld, _it, vw), r, v, vals in loaded:
             off = a_off if which == "A" else a_off + s.block_m * self.lda
             if pair == 1:
                 b.store(vals[0], self.gep(self.lds, off + r * ld + v * vw), align=2 * vw)
                 continue
             two = ir.VectorType(I16, 2)
-            for e in range(vw):
+            first = off + (v * vw) * ld + r * 2  # column row v*vw; column e is e*ld further: one
+            for e in range(vw):                   # base for every store (ds_write2_b32 pairs them)
                 x0, x1 = ((val if vw == 1 else b.extract_element(val, c32(e))) for val in vals)
                 w = b.insert_element(b.insert_element(ir.Constant(two, None), x0, c32(0)), x1, c32(1))
-                b.store(w, self.gep(self.lds, off + (v * vw + e) * ld + r * 2), align=4)
+                b.store(w, self.gep(self.lds, first + e * ld), align=4)
 
     def build_amd(self, ktiles: Sym, zero: list[ir.Value]) -> list[ir.Value]:
         """The AMD matrix paths' main loop (mfma / wmma, stages 0); returns the accumulators.
