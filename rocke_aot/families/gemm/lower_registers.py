@@ -190,23 +190,27 @@ class RegisterStaged(GemmLoweringBase):
                 if which == "A":
                     grow, gcol = self.row0 + r, kt * s.block_k + v * vw
                     row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
-                    corner, off = self.row0 * self.K + kt * s.block_k, r * self.K + v * vw
+                    off, step = (self.row0 + r) * self.K + v * vw, kt * s.block_k
                 else:
                     grow, gcol = kt * s.block_k + r * pair + p, self.col0 + v * vw
                     row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
-                    corner, off = kt * s.block_k * self.N + self.col0, (r * pair + p) * self.N + v * vw
+                    off, step = (r * pair + p) * self.N + self.col0 + v * vw, kt * s.block_k * self.N
                 if checked:
                     vals.append(self.load_vec(ptr, grow * gld + gcol, row_ok, gcol, limit, vw))
                 else:
-                    vals.append(b.load(self.split_address(ptr, corner, off), typ=vty, align=2))
+                    vals.append(b.load(self.split_address(ptr, off, step), typ=vty, align=2))
             out.append((unit, r, v, vals))
         return out
 
-    def split_address(self, ptr: ir.Value, corner: Sym, off: Sym) -> ir.Value:
-        """&ptr[corner + off] with the index zero-extended to 64 bits (every index here is
-        non-negative and below 2^31 elements; a sign extension costs a shift per load a step)."""
+    def split_address(self, ptr: ir.Value, off: Sym, step: Sym) -> ir.Value:
+        """&ptr[off + step] as two 64-bit steps, each index zero-extended (every index here is
+        non-negative and below 2^31 elements; a sign extension costs a shift per load a step):
+        the work-item's own element of the K-tile 0 (``off``, loop-invariant: its pointer is
+        made once, before the loop) then the K-tile's offset (``step``, uniform: a scalar), one
+        64-bit add a load a step."""
         i64 = ir.IntType(64)
-        return self.b.gep(ptr, [self.b.zext((corner + off).v, i64)], source_etype=I16)
+        lane = self.b.gep(ptr, [self.b.zext(off.v, i64)], source_etype=I16)
+        return self.b.gep(lane, [self.b.zext(step.v, i64)], source_etype=I16)
 
     def amd_store(self, loaded: list[tuple], stage: Sym | int) -> None:
         """The values amd_load returned into LDS stage ``stage``: A and B (kn) one vector store
