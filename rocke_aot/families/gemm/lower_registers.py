@@ -235,13 +235,17 @@ class RegisterStaged(GemmLoweringBase):
 
           kfull = K // block_k if the block's rows and columns lie inside M and N, else 0
           [kfull > 0: K-tile 0 -> registers -> LDS stage 0; barrier]
-          interior loop kt < kfull (no edge test in it):
+          single buffer: interior loop kt < kfull (no edge test in it):
               global loads of K-tile min(kt + 1, kfull - 1) into registers   (issued first)
-              compute stage kt & 1 (double buffer) / 0                        (LDS reads, MFMAs)
-              single: barrier; registers -> stage 0;         barrier   (two a step)
-              double: registers -> stage (kt + 1) & 1;       barrier   (one a step: that stage
-                      was last read in step kt - 1, before the barrier that ended it; the last
-                      step's reload goes to the stage nobody reads after it)
+              compute stage 0                                                 (LDS reads, MFMAs)
+              barrier; registers -> stage 0; barrier                          (two a step)
+          double buffer: interior loop over step pairs (kt, kt + 1), kt = 0, 2, .. < kfull - 1,
+              unrolled so that each step's stage is a constant (no stage select a step):
+              step kt:     loads of K-tile kt + 1; compute stage 0; registers -> stage 1; barrier
+              step kt + 1: loads of min(kt + 2, kfull - 1); compute stage 1; -> stage 0; barrier
+              (one barrier a step: the stage written was last read in the step before, ahead
+              of the barrier that ended it; the last pair's reload goes to the stage nobody
+              reads after it); kfull odd: a last step, compute stage 0; barrier (no loads)
           edge loop kt in kfull .. ceil(K / block_k): the checked tile (zero outside the matrices)
               -> registers -> LDS stage 0; barrier; compute; barrier
         The last interior step reloads its own tile (no branch around the loads); the edge loop
@@ -259,17 +263,37 @@ class RegisterStaged(GemmLoweringBase):
             nxt = kt + 1
             nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
             regs = self.amd_load(nxt, checked=False)
-            if s.double_buffer:
-                acc = self.compute(kt % 2, acc)
-                self.amd_store(regs, (kt + 1) % 2)
-            else:
-                acc = self.compute(0, acc)
-                kb.barrier()
-                self.amd_store(regs, 0)
+            acc = self.compute(0, acc)
+            kb.barrier()
+            self.amd_store(regs, 0)
             kb.barrier()
             return acc
 
-        acc = kb.loop(kfull, zero, interior, name="k")
+        def db_step(kt: Sym, stage: int, acc: list[ir.Value], clamp: bool) -> list[ir.Value]:
+            nxt = kt + 1
+            if clamp:
+                nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
+            regs = self.amd_load(nxt, checked=False)
+            acc = self.compute(stage, acc)
+            self.amd_store(regs, 1 - stage)
+            kb.barrier()
+            return acc
+
+        def pair(j: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            kt = j * 2  # steps kt (stage 0) and kt + 1 (stage 1): constant stage offsets
+            acc = db_step(kt, 0, acc, clamp=False)  # kt + 1 <= kfull - 1
+            return db_step(kt + 1, 1, acc, clamp=True)
+
+        def odd(_i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            acc = self.compute(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
+            kb.barrier()
+            return acc
+
+        if s.double_buffer:
+            acc = kb.loop(kfull // 2, zero, pair, name="k")
+            acc = kb.loop(kfull % 2, acc, odd, name="kodd")
+        else:
+            acc = kb.loop(kfull, zero, interior, name="k")
 
         def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             self.amd_store(self.amd_load(kfull + i, checked=True), 0)
