@@ -241,8 +241,9 @@ class RegisterStaged(GemmLoweringBase):
               barrier; registers -> stage 0; barrier                          (two a step)
           double buffer: interior loop over step pairs (kt, kt + 1), kt = 0, 2, .. < kfull - 1,
               unrolled so that each step's stage is a constant (no stage select a step):
-              step kt:     loads of K-tile kt + 1; compute stage 0; registers -> stage 1; barrier
-              step kt + 1: loads of min(kt + 2, kfull - 1); compute stage 1; -> stage 0; barrier
+              step kt:     loads of K-tile kt + 1 | compute stage 0 | registers -> stage 1; barrier
+              step kt + 1: loads of min(kt + 2, kfull - 1) | compute stage 1 | -> stage 0; barrier
+              ("|": a scheduling fence, the loads issue before the MFMAs and the stores follow them)
               (one barrier a step: the stage written was last read in the step before, ahead
               of the barrier that ended it; the last pair's reload goes to the stage nobody
               reads after it); kfull odd: a last step, compute stage 0; barrier (no loads)
@@ -274,7 +275,12 @@ class RegisterStaged(GemmLoweringBase):
             if clamp:
                 nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
             regs = self.amd_load(nxt, checked=False)
+            # scheduling fences (llvm.amdgcn.sched.barrier 0: nothing moves across; no code):
+            # without them LLVM sinks loads below the MFMAs and spreads the other stage's stores
+            # among them, each behind its own wait (gfx942 128x128: 8 waits a step, 6 with)
+            b.call(kb.declare("sched_barrier"), [c32(0)])
             acc = self.compute(stage, acc)
+            b.call(kb.declare("sched_barrier"), [c32(0)])
             self.amd_store(regs, 1 - stage)
             kb.barrier()
             return acc
