@@ -141,7 +141,8 @@ def memory_counts(insns: list[tuple[str, str]]) -> dict:
                                       ("_lds" in m or re.search(r"\blds\b", ops))),
                  "branches": sum(1 for m, _ in insns if m.startswith("s_cbranch")),
                  "insts": len(insns)}
-    shapes = sorted({m.group(1) for mn, _ in insns if (m := re.search(r"_(\d+x\d+x\d+)_", mn))})
+    # v_mfma_f32_32x32x8_f16 (gfx940 names), v_mfma_f32_32x32x8f16 / ..8bf16_1k (gfx90a's)
+    shapes = sorted({m.group(1) for mn, _ in insns if (m := re.search(r"_(\d+x\d+x\d+)(?:_|[a-z])", mn))})
     out["matrix_shape"] = shapes[0] if len(shapes) == 1 else None
     out["vector_loads_in_flight"] = in_flight(insns)
     for cls, prefixes in MEMORY.items():

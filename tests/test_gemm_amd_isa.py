@@ -99,6 +99,13 @@ def test_counter_on_handwritten_assembly(tmp_path):
     assert (c["matrix"], c["wait"], c["vmcnt0"], c["branches"], c["insts"]) == (1, 1, 1, 1, 7)
 
 
+def test_matrix_shape_of_both_mnemonic_styles():
+    isa = load_bench("gemm_amd_isa")
+    for mn in ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_32x32x8f16", "v_mfma_f32_32x32x8bf16_1k"):
+        assert isa.memory_counts([(mn, "")])["matrix_shape"] == "32x32x8", mn
+    assert isa.memory_counts([("v_wmma_f32_16x16x32_f16", "")])["matrix_shape"] == "16x16x32"
+
+
 def test_widths():
     isa = load_bench("gemm_amd_isa")
     assert [isa.width_bits(m) for m in ("global_load_dwordx2", "ds_read_u16", "ds_read2_b64", "ds_read_b64_tr_b16",
