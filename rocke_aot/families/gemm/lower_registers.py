@@ -249,8 +249,9 @@ class RegisterStaged(GemmLoweringBase):
               reads after it); kfull odd: a last step, compute stage 0; barrier (no loads)
           edge loop kt in kfull .. ceil(K / block_k): the checked tile (zero outside the matrices)
               -> registers -> LDS stage 0; barrier; compute; barrier
-        The last interior step reloads its own tile (no branch around the loads); the edge loop
-        runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
+        The single buffer's last interior step reloads its own tile, the double buffer's last
+        pair loads it into the stage nobody reads after (no branch around the loads); the edge
+        loop runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
         s, kb, b = self.spec, self.kb, self.b
         inside = kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
                            b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v))
