@@ -141,7 +141,8 @@ def memory_counts(insns: list[tuple[str, str]]) -> dict:
                                       ("_lds" in m or re.search(r"\blds\b", ops))),
                  "branches": sum(1 for m, _ in insns if m.startswith("s_cbranch")),
                  "insts": len(insns)}
-    shapes = sorted({m.group(1) for mn, _ in insns if (m := re.search(r"_(\d+x\d+x\d+)_", mn))})
+    # v_mfma_f32_32x32x8_f16 (gfx940 names), v_mfma_f32_32x32x8f16 / ..8bf16_1k (gfx90a's)
+    shapes = sorted({m.group(1) for mn, _ in insns if (m := re.search(r"_(\d+x\d+x\d+)(?:_|[a-z])", mn))})
     out["matrix_shape"] = shapes[0] if len(shapes) == 1 else None
     out["vector_loads_in_flight"] = in_flight(insns)
     for cls, prefixes in MEMORY.items():
@@ -450,7 +451,8 @@ def summary_markdown(doc: dict) -> str:
     8- or 16-byte global loads and LDS reads, no spills); then the conv rows; then amd-aiter's."""
     rows = [r for r in doc["rows"] if "error" not in r]
     by = {(r["family"], r["arch"], r["lane"], r["tile"], r["waves"], r["dtype"], r["kind"]): r for r in rows}
-    out = ["| arch | lane | tile | dtype | served | served-db | Triton | goal |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| arch | lane | tile | dtype | served | served-db | Triton | goal | goal (db) |",
+           "|---|---|---|---|---|---|---|---|---|"]
 
     def cell(r):
         if r is None:
@@ -458,16 +460,22 @@ def summary_markdown(doc: dict) -> str:
         i, w, m = _per_step(r)
         return f"{i:g} / {m}, {w:g} w" + (f", {r['vgpr_spills']} spills" if r["vgpr_spills"] else "")
 
+    def goal(r, tr):
+        """The issue's goal for one native row against Triton's: per K-step instructions and
+        waits at most 1.1x, only 8- or 16-byte global loads and LDS reads, no spills."""
+        if r is None:
+            return "-"
+        narrow = [m for m in (*r["loop"]["global_load"], *r["loop"]["lds_read"]) if width_bits(m) < 64]
+        return "no Triton here" if tr is None else "Triton: no matrix instr." if not tr["loop"]["matrix"] else (
+            "yes" if _per_step(r)[0] <= 1.1 * _per_step(tr)[0] and _per_step(r)[1] <= 1.1 * _per_step(tr)[1]
+            and not narrow and not r["vgpr_spills"] else "no")
+
     for (fam, arch, lane, tile, waves, dtype, kind), r in by.items():
         if fam != "gemm" or kind != "served":
             continue
         db, tr = by.get((fam, arch, lane, tile, waves, dtype, "served-db")), by.get((fam, arch, lane, tile, waves, dtype, "triton"))
-        narrow = [m for m in (*r["loop"]["global_load"], *r["loop"]["lds_read"]) if width_bits(m) < 64]
-        goal = "no Triton here" if tr is None else "Triton: no matrix instr." if not tr["loop"]["matrix"] else (
-            "yes" if _per_step(r)[0] <= 1.1 * _per_step(tr)[0] and _per_step(r)[1] <= 1.1 * _per_step(tr)[1]
-            and not narrow and not r["vgpr_spills"] else "no")
         out.append(f"| {arch} | {lane} | {tile} w{waves} | {dtype} | {cell(r)} | {cell(db)} | "
-                   f"{cell(tr) + (' (' + tr['compiler'] + ')' if tr else '')} | {goal} |")
+                   f"{cell(tr) + (' (' + tr['compiler'] + ')' if tr else '')} | {goal(r, tr)} | {goal(db, tr)} |")
     out += ["", "| arch | lane | kernel | insts / matrix | per matrix | waits | global loads | LDS reads | VGPR | spills |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -109,6 +109,7 @@ _INTRINSICS_COMMON = dict(
     workitem_id_x=("llvm.amdgcn.workitem.id.x", "i32", ()),
     workgroup_id_x=("llvm.amdgcn.workgroup.id.x", "i32", ()),
     s_barrier=("llvm.amdgcn.s.barrier", "void", ()),
+    sched_barrier=("llvm.amdgcn.sched.barrier", "void", ("i32",)),
     mfma_f32_32x32x8f16=("llvm.amdgcn.mfma.f32.32x32x8f16", "<16 x float>",
                          ("<4 x half>", "<4 x half>", "<16 x float>") + _MFMA_ARGS),
     mfma_f32_16x16x16f16=("llvm.amdgcn.mfma.f32.16x16x16f16", "<4 x float>",

@@ -121,6 +121,9 @@ def _retarget(text: str) -> tuple[str, list]:
     text = re.sub(r" addrspace\(\d+\)", "", text)
     text = text.replace("ptx_kernel ", "").replace("amdgpu_kernel ", "")
     text = re.sub(r'^\s*fence syncscope\("workgroup"\) \w+\n', "", text, flags=re.M)
+    # AMDGPU scheduling fences order nothing at run time (the compiler's scheduler only): dropped
+    text = re.sub(r'^\s*call void @"llvm\.amdgcn\.sched\.barrier"\(i32 \d+\)\n', "", text, flags=re.M)
+    text = re.sub(r'^declare void @"llvm\.amdgcn\.sched\.barrier"\(i32[^)]*\)\n', "", text, flags=re.M)
     # The target's string attributes (target-cpu, amdgpu-*) mean nothing on the host.
     text = re.sub(r' "(?:amdgpu-[\w-]+|target-cpu|target-features)"(?:="[^"]*")?', "", text)
     for old, new in _ID_CALLS.items():

@@ -99,6 +99,13 @@ def test_counter_on_handwritten_assembly(tmp_path):
     assert (c["matrix"], c["wait"], c["vmcnt0"], c["branches"], c["insts"]) == (1, 1, 1, 1, 7)
 
 
+def test_matrix_shape_of_both_mnemonic_styles():
+    isa = load_bench("gemm_amd_isa")
+    for mn in ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_32x32x8f16", "v_mfma_f32_32x32x8bf16_1k"):
+        assert isa.memory_counts([(mn, "")])["matrix_shape"] == "32x32x8", mn
+    assert isa.memory_counts([("v_wmma_f32_16x16x32_f16", "")])["matrix_shape"] == "16x16x32"
+
+
 def test_widths():
     isa = load_bench("gemm_amd_isa")
     assert [isa.width_bits(m) for m in ("global_load_dwordx2", "ds_read_u16", "ds_read2_b64", "ds_read_b64_tr_b16",
@@ -125,17 +132,25 @@ def test_gfx942_columns(kind, tmp_path):
 # tile (b_lds nk, vector_width 8: families/gemm/table.py AMD_MATRIX) the interior loop's instructions and
 # waits at most what this branch reached (llvm22, objdump-22; bench/results/gemm-amd-isa-*.md), only
 # 8- or 16-byte global loads and LDS reads, one branch (the loop's own: no edge work inside), no
-# spills. Triton 3.6 for 128x128x32 w4: 75 instructions, 6 waits (gfx942); 54, 8 (gfx950).
-LOOP_CEILINGS = [  # arch, block_m, block_n, double_buffer, matrix, instructions, waits
-    ("gfx942", 128, 128, False, 16, 67, 6),
-    ("gfx942", 128, 128, True, 16, 84, 9),
-    ("gfx942", 64, 64, False, 4, 44, 4),
-    ("gfx950", 128, 128, False, 8, 59, 5),
-    ("gfx950", 128, 128, True, 8, 70, 6),
-    ("gfx950", 64, 64, False, 2, 42, 4),
-    ("gfx1250", 128, 128, False, 16, 116, 9),
-    ("gfx1250", 64, 64, False, 4, 59, 4),
-    ("gfx90a", 128, 128, False, 16, 75, 6),
+# spills. Triton 3.6 for 128x128x32 w4: 75 instructions, 6 waits (gfx942); 54, 8 (gfx950); for 64x64x32
+# w4: 62, 8 (gfx942); 30, 5 (gfx950); 57, 8 (gfx90a). The 64 x 64 rows take B pairs of 8-byte rows
+# (families/gemm/spec.py amd_b_pair_width). A double-buffered loop's pass is two K-steps (build_amd unrolls
+# it by 2: constant stage offsets), hence twice the matrix instructions.
+LOOP_CEILINGS = [  # arch, block_m, block_n, double_buffer, matrix, instructions, waits (a pass of the loop)
+    ("gfx942", 128, 128, False, 16, 63, 6),
+    ("gfx942", 128, 128, True, 32, 118, 12),
+    ("gfx942", 64, 64, False, 4, 35, 4),
+    ("gfx942", 64, 64, True, 8, 64, 9),
+    ("gfx950", 128, 128, False, 8, 55, 5),
+    ("gfx950", 128, 128, True, 16, 103, 12),
+    ("gfx950", 64, 64, False, 2, 33, 4),
+    ("gfx950", 64, 64, True, 4, 62, 9),
+    ("gfx1250", 128, 128, False, 16, 115, 6),
+    ("gfx1250", 64, 64, False, 4, 58, 4),
+    ("gfx90a", 128, 128, False, 16, 74, 6),
+    ("gfx90a", 64, 64, False, 4, 41, 4),
+    ("gfx90a", 128, 128, True, 32, 129, 12),
+    ("gfx1250", 128, 128, True, 32, 204, 26),
 ]
 
 
@@ -159,6 +174,32 @@ def test_amd_main_loop_does_not_regress(arch, bm, bn, db, matrix, insts, waits, 
     wide = [m for m in (*lp["global_load"], *lp["lds_read"]) if isa.width_bits(m) < 64]
     assert not wide and lp["global_load_n"] and lp["lds_read_n"], wide
     assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0)
+
+
+# The time model's LDS stores a step (families/gemm/counts.py: A's vector stores, B's 4-byte pair stores,
+# amd_b_pair_width of them a unit) against the interior loop's ds_write instructions in the code object
+# (a ds_write2 stores two), per K-step of the loop.
+@pytest.mark.parametrize("arch,bm,db", [("gfx950", 64, False), ("gfx950", 128, True), ("gfx942", 64, True),
+                                        ("gfx942", 128, False)])
+def test_amd_main_loop_lds_stores_are_the_counts(arch, bm, db, tmp_path):
+    isa = load_bench("gemm_amd_isa")
+    from rocke_aot.aot import toolchains as tcs
+    from rocke_aot.aot.lower import lower
+    from rocke_aot.families.gemm.counts import gemm_counts
+    from rocke_aot.families.gemm.spec import GemmSpec
+    from rocke_aot.families.gemm.table import AMD_MATRIX
+    from rocke_aot.targets import Target
+    from rocke_aot.variants.problems import GemmProblem
+
+    spec = GemmSpec.from_dict({"path": "mfma", "block_m": bm, "block_n": bm, "double_buffer": db, **AMD_MATRIX})
+    low = lower("gemm", spec, arch, "llvm22")
+    path = tmp_path / "k.hsaco"
+    path.write_bytes(tcs.toolchain_for("llvm22", arch).compile(low.ir, arch, timeout=300).code_object)
+    lp = isa.read(path, low.kernel_name)["loop"]
+    steps = 2 if db else 1  # the double-buffered loop's pass is two K-steps
+    stores = sum(n * (2 if m.startswith("ds_write2") else 1) for m, n in lp["lds_write"].items())
+    c = gemm_counts(spec, GemmProblem(4096, 4096, 4096), Target.parse(arch))
+    assert stores == c.lds_writes * steps, (lp["lds_write"], c.lds_writes)
 
 
 # No spills on any lane (issue 37): the specs a lane builds only with VGPR spills to scratch are

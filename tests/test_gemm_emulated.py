@@ -187,6 +187,14 @@ AMD_LOOP_CASES = [
                          b_lds="nk", vector_width=8, double_buffer=True)),
     ("gfx90a", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=1,
                         vector_width=8)),  # kn: B as in memory, vector stores
+    # fewer B pair units of 8 than work-items: pairs of 4-element (8-byte) rows (spec.amd_b_pair_width);
+    # the first is the served 64 x 64 tile (families/gemm/table.py AMD_MATRIX)
+    ("gfx950", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4,
+                        b_lds="nk", vector_width=8)),
+    ("gfx942", GemmSpec(path="mfma", in_dtype="bf16", out_dtype="bf16", block_m=32, block_n=64, block_k=16, waves=2,
+                        b_lds="nk", vector_width=8, double_buffer=True)),
+    ("gfx1250", GemmSpec(path="wmma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=4,
+                         b_lds="nk", vector_width=8)),
 ]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
-from rocke_aot.families.gemm.spec import async_copy_chunk, copy_panel, quad_stores
+from rocke_aot.families.gemm.spec import amd_b_pair_width, async_copy_chunk, copy_panel, quad_stores
 from rocke_aot.mma import WARPGROUP, WGMMA_K
 from rocke_aot.variants.counts import (
     LINE_BYTES,
@@ -65,14 +65,15 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
                             lambda c: (c // a_vpr) * lda + (c % a_vpr) * vw, banks)
     if spec.b_lds == "nk" and amd_main_loop(spec, target):
         # families/gemm/lower_registers.py amd_units / amd_store: a unit is two vectors of K rows 2r, 2r + 1
-        # (two global loads), stored as vw 4-byte pairs, column e of the unit at column row v*vw+e;
-        # unit c is K pair c % (block_k / 2) of vector c // (block_k / 2)
-        rb, wb, kp = 0, 0.0, spec.block_k // 2
-        for e in range(vw):
-            rb, w_e = stage_cost(g.threads, g.wave_size, kp * b_vpr, 2, eb,
-                                 lambda c, e=e: spec.lds_b_index(2 * (c % kp), (c // kp) * vw + e), banks)
+        # (two global loads) of bw = amd_b_pair_width elements, stored as bw 4-byte pairs, column e of
+        # the unit at column row v*bw+e; unit c is K pair c % (block_k / 2) of vector c // (block_k / 2)
+        bw = amd_b_pair_width(spec, g.threads)
+        rb, wb, kp, bvpr = 0, 0.0, spec.block_k // 2, spec.block_n // bw
+        for e in range(bw):
+            rb, w_e = stage_cost(g.threads, g.wave_size, kp * bvpr, 2, eb,
+                                 lambda c, e=e: spec.lds_b_index(2 * (c % kp), (c // kp) * bw + e), banks)
             wb += w_e
-        b_stores, rb = rb * vw, rb * 2
+        b_stores, rb = rb * bw, rb * 2
     elif spec.b_lds == "nk":  # each staged B vector is vw 16-bit stores, element e to column row v*vw+e
         rb, wb = 0, 0.0
         for e in range(vw):

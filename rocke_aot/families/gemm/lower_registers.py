@@ -36,6 +36,7 @@ import llvmlite.ir as ir
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import F32, I16, Sym
 from rocke_aot.families.gemm.lower_common import OUT_TYPES, GemmLoweringBase, StagedChunk, c32
+from rocke_aot.families.gemm.spec import amd_b_pair_width
 
 
 class RegisterStaged(GemmLoweringBase):
@@ -153,16 +154,19 @@ class RegisterStaged(GemmLoweringBase):
         round, (which, rows of the unit, chunk count, vectors a row, LDS row stride). A unit is
         one vector of vector_width elements, except B transposed in LDS (nk): two vectors of
         consecutive K rows (pair units are numbered K first, amd_load), so that their elements pair up into 4-byte LDS stores (column n's
-        K and K+1, adjacent in a column row: one ds_write_b32, merged into ds_write2_b32)."""
-        s, T, vw = self.spec, self.geo.threads, self.spec.vector_width
+        K and K+1, adjacent in a column row: one ds_write_b32, merged into ds_write2_b32), of
+        amd_b_pair_width elements each (vector_width, or half of it where the tile has fewer
+        pairs than work-items). The last field is the unit's vector width."""
+        s, T = self.spec, self.geo.threads
         out = []
         for which in ("A", "B"):
             rows, cols = (s.block_m, s.block_k) if which == "A" else (s.block_k, s.block_n)
             pair = 2 if which == "B" and s.b_lds == "nk" else 1
+            vw = amd_b_pair_width(s, T) if pair == 2 else s.vector_width
             vpr = cols // vw
             chunks = rows // pair * vpr
             for it in range(-(-chunks // T)):
-                out.append((which, pair, chunks, vpr, self.lda if which == "A" else self.ldb, it))
+                out.append((which, pair, chunks, vpr, self.lda if which == "A" else self.ldb, it, vw))
         return out
 
     def amd_load(self, kt: Sym, checked: bool) -> list[tuple]:
@@ -170,11 +174,11 @@ class RegisterStaged(GemmLoweringBase):
         A work-item past the last chunk of a round takes the last chunk again (the same values to
         the same LDS words: no branch in the loop). ``checked``: each vector through load_vec
         (zero outside the matrix); unchecked: the tile is wholly inside A and B (the interior)."""
-        s, b, T, vw = self.spec, self.b, self.geo.threads, self.spec.vector_width
-        vty = I16 if vw == 1 else ir.VectorType(I16, vw)
+        s, b, T = self.spec, self.b, self.geo.threads
         out = []
         for unit in self.amd_units():
-            which, pair, chunks, vpr, _ld, it = unit
+            which, pair, chunks, vpr, _ld, it, vw = unit
+            vty = I16 if vw == 1 else ir.VectorType(I16, vw)
             c = self.tid + it * T
             if (it + 1) * T > chunks:
                 c = self.S(b.select(c.lt(chunks), c.v, c32(chunks - 1)))
@@ -186,56 +190,68 @@ class RegisterStaged(GemmLoweringBase):
                 if which == "A":
                     grow, gcol = self.row0 + r, kt * s.block_k + v * vw
                     row_ok, limit, gld, ptr = grow.lt(self.M), self.K, self.K, self.A
-                    corner, off = self.row0 * self.K + kt * s.block_k, r * self.K + v * vw
+                    off, step = (self.row0 + r) * self.K + v * vw, kt * s.block_k
                 else:
                     grow, gcol = kt * s.block_k + r * pair + p, self.col0 + v * vw
                     row_ok, limit, gld, ptr = grow.lt(self.K), self.N, self.N, self.B
-                    corner, off = kt * s.block_k * self.N + self.col0, (r * pair + p) * self.N + v * vw
+                    off, step = (r * pair + p) * self.N + self.col0 + v * vw, kt * s.block_k * self.N
                 if checked:
                     vals.append(self.load_vec(ptr, grow * gld + gcol, row_ok, gcol, limit, vw))
                 else:
-                    vals.append(b.load(self.split_address(ptr, corner, off), typ=vty, align=2))
+                    vals.append(b.load(self.split_address(ptr, off, step), typ=vty, align=2))
             out.append((unit, r, v, vals))
         return out
 
-    def split_address(self, ptr: ir.Value, corner: Sym, off: Sym) -> ir.Value:
-        """&ptr[corner + off] with the index zero-extended to 64 bits (every index here is
-        non-negative and below 2^31 elements; a sign extension costs a shift per load a step)."""
-        return self.b.gep(ptr, [self.b.zext((corner + off).v, ir.IntType(64))], source_etype=I16)
+    def split_address(self, ptr: ir.Value, off: Sym, step: Sym) -> ir.Value:
+        """&ptr[off + step] as two 64-bit steps, each index zero-extended (every index here is
+        non-negative and below 2^31 elements; a sign extension costs a shift per load a step):
+        the work-item's own element of the K-tile 0 (``off``, loop-invariant: its pointer is
+        made once, before the loop) then the K-tile's offset (``step``, uniform: a scalar), one
+        64-bit add a load a step."""
+        i64 = ir.IntType(64)
+        lane = self.b.gep(ptr, [self.b.zext(off.v, i64)], source_etype=I16)
+        return self.b.gep(lane, [self.b.zext(step.v, i64)], source_etype=I16)
 
     def amd_store(self, loaded: list[tuple], stage: Sym | int) -> None:
         """The values amd_load returned into LDS stage ``stage``: A and B (kn) one vector store
         each (aligned to its width); B (nk) per column e of the unit, K rows 2r and 2r+1 as one
         <2 x i16> store at column row v*vw+e."""
-        s, b, vw = self.spec, self.b, self.spec.vector_width
+        s, b = self.spec, self.b
         a_off = self.stage_base(stage)
-        for (which, pair, _chunks, _vpr, ld, _it), r, v, vals in loaded:
+        for (which, pair, _chunks, _vpr, ld, _it, vw), r, v, vals in loaded:
             off = a_off if which == "A" else a_off + s.block_m * self.lda
             if pair == 1:
                 b.store(vals[0], self.gep(self.lds, off + r * ld + v * vw), align=2 * vw)
                 continue
             two = ir.VectorType(I16, 2)
-            for e in range(vw):
+            first = off + (v * vw) * ld + r * 2  # column row v*vw; column e is e*ld further: one
+            for e in range(vw):                   # base for every store (ds_write2_b32 pairs them)
                 x0, x1 = ((val if vw == 1 else b.extract_element(val, c32(e))) for val in vals)
                 w = b.insert_element(b.insert_element(ir.Constant(two, None), x0, c32(0)), x1, c32(1))
-                b.store(w, self.gep(self.lds, off + (v * vw + e) * ld + r * 2), align=4)
+                b.store(w, self.gep(self.lds, first + e * ld), align=4)
 
     def build_amd(self, ktiles: Sym, zero: list[ir.Value]) -> list[ir.Value]:
         """The AMD matrix paths' main loop (mfma / wmma, stages 0); returns the accumulators.
 
           kfull = K // block_k if the block's rows and columns lie inside M and N, else 0
           [kfull > 0: K-tile 0 -> registers -> LDS stage 0; barrier]
-          interior loop kt < kfull (no edge test in it):
+          single buffer: interior loop kt < kfull (no edge test in it):
               global loads of K-tile min(kt + 1, kfull - 1) into registers   (issued first)
-              compute stage kt & 1 (double buffer) / 0                        (LDS reads, MFMAs)
-              single: barrier; registers -> stage 0;         barrier   (two a step)
-              double: registers -> stage (kt + 1) & 1;       barrier   (one a step: that stage
-                      was last read in step kt - 1, before the barrier that ended it; the last
-                      step's reload goes to the stage nobody reads after it)
+              compute stage 0                                                 (LDS reads, MFMAs)
+              barrier; registers -> stage 0; barrier                          (two a step)
+          double buffer: interior loop over step pairs (kt, kt + 1), kt = 0, 2, .. < kfull - 1,
+              unrolled so that each step's stage is a constant (no stage select a step):
+              step kt:     loads of K-tile kt + 1 | compute stage 0 | registers -> stage 1; barrier
+              step kt + 1: loads of min(kt + 2, kfull - 1) | compute stage 1 | -> stage 0; barrier
+              ("|": a scheduling fence, the loads issue before the MFMAs and the stores follow them)
+              (one barrier a step: the stage written was last read in the step before, ahead
+              of the barrier that ended it; the last pair's reload goes to the stage nobody
+              reads after it); kfull odd: a last step, compute stage 0; barrier (no loads)
           edge loop kt in kfull .. ceil(K / block_k): the checked tile (zero outside the matrices)
               -> registers -> LDS stage 0; barrier; compute; barrier
-        The last interior step reloads its own tile (no branch around the loads); the edge loop
-        runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
+        The single buffer's last interior step reloads its own tile, the double buffer's last
+        pair loads it into the stage nobody reads after (no branch around the loads); the edge
+        loop runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
         s, kb, b = self.spec, self.kb, self.b
         inside = kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
                            b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v))
@@ -249,17 +265,42 @@ class RegisterStaged(GemmLoweringBase):
             nxt = kt + 1
             nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
             regs = self.amd_load(nxt, checked=False)
-            if s.double_buffer:
-                acc = self.compute(kt % 2, acc)
-                self.amd_store(regs, (kt + 1) % 2)
-            else:
-                acc = self.compute(0, acc)
-                kb.barrier()
-                self.amd_store(regs, 0)
+            acc = self.compute(0, acc)
+            kb.barrier()
+            self.amd_store(regs, 0)
             kb.barrier()
             return acc
 
-        acc = kb.loop(kfull, zero, interior, name="k")
+        def db_step(kt: Sym, stage: int, acc: list[ir.Value], clamp: bool) -> list[ir.Value]:
+            nxt = kt + 1
+            if clamp:
+                nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
+            regs = self.amd_load(nxt, checked=False)
+            # scheduling fences (llvm.amdgcn.sched.barrier 0: nothing moves across; no code):
+            # without them LLVM sinks loads below the MFMAs and spreads the other stage's stores
+            # among them, each behind its own wait (gfx942 128x128: 8 waits a step, 6 with)
+            b.call(kb.declare("sched_barrier"), [c32(0)])
+            acc = self.compute(stage, acc)
+            b.call(kb.declare("sched_barrier"), [c32(0)])
+            self.amd_store(regs, 1 - stage)
+            kb.barrier()
+            return acc
+
+        def pair(j: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            kt = j * 2  # steps kt (stage 0) and kt + 1 (stage 1): constant stage offsets
+            acc = db_step(kt, 0, acc, clamp=False)  # kt + 1 <= kfull - 1
+            return db_step(kt + 1, 1, acc, clamp=True)
+
+        def odd(_i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
+            acc = self.compute(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
+            kb.barrier()
+            return acc
+
+        if s.double_buffer:
+            acc = kb.loop(kfull // 2, zero, pair, name="k")
+            acc = kb.loop(kfull % 2, acc, odd, name="kodd")
+        else:
+            acc = kb.loop(kfull, zero, interior, name="k")
 
         def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             self.amd_store(self.amd_load(kfull + i, checked=True), 0)

@@ -427,6 +427,19 @@ def quad_stores(spec: GemmSpec, geo: GemmGeometry) -> bool:
     return ins.kind == "mma" and ins.n == 8 and DTYPE_BYTES[spec.out_dtype] == 2 and geo.tiles_n % 2 == 0
 
 
+def amd_b_pair_width(spec: GemmSpec, threads: int) -> int:
+    """Elements a lane loads of each of its two K rows in the AMD main loop's B pair unit (b_lds
+    "nk", families/gemm/lower_registers.py amd_units): vector_width, halved while the tile's pair
+    units are fewer than the work-items and the vector stays 8 bytes or wider. A 64 x 64 tile's
+    B (32 x 64) is 128 pairs of 8-element vectors for 256 work-items: half of them would load and
+    store a duplicate; as 256 pairs of 4-element (8-byte) vectors every work-item moves its own,
+    with half the v_perm and LDS stores a step. The lowering and the counts (counts.py) both ask."""
+    vw = spec.vector_width
+    while vw > 4 and spec.block_k // 2 * (spec.block_n // vw) < threads:
+        vw //= 2
+    return vw
+
+
 def copy_panel(threads: int, cols: int, swizzled: bool = False) -> int:
     """16-byte vectors a row of one cp.async copy panel of an operand tile ``cols`` elements wide
     (families/gemm/lower_async.py copy_plan): the work-items walk a panel in rounds of whole rows, each
