@@ -53,8 +53,13 @@ def tmp_home(tmp_path, monkeypatch):
 
 # Modules of minute-long tests that carry no ``reliability`` mark, started right after those: a
 # cold mypy over the product (test_types, near the end of the file order), the wheel's role venvs
-# and command walks (test_install_roles, test_packaging), the TUF service round trips (test_tuf).
-LONG_FIRST = ("test_types.py", "test_install_roles.py", "test_packaging.py", "test_tuf.py")
+# and command walks (test_install_roles, test_packaging), the TUF service round trips (test_tuf);
+# then the modules whose single tests ranked longest in bench/results/suite-timing-2026-12-06 (the
+# every-lane golden gate, hostile and live-service load, the Triton hosts: the t's were the file
+# order's last tests, where one runs alone at the end).
+LONG_FIRST = ("test_types.py", "test_install_roles.py", "test_packaging.py", "test_tuf.py", "test_goldens.py",
+              "test_triton_travel.py", "test_triton_remote_cache.py", "test_triton_plugin.py",
+              "test_hostile_service.py", "test_service_live.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -39,8 +39,16 @@ def tree(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+_FILES: dict[tuple[tuple[str, str], ...], dict[str, Path]] = {}
+
+
 def _file(tree: dict[str, Path], module: str) -> Path:
-    return module_files(tree)[module]
+    """The copy's file of ``module``. The closure (an AST read of every module on the path) is read
+    once per copy: an edit only appends bytes to a file, so no module moves to another file."""
+    k = tuple(sorted((pkg, str(d)) for pkg, d in tree.items()))
+    if k not in _FILES:
+        _FILES[k] = module_files(tree)
+    return _FILES[k][module]
 
 
 def _key(digest: str) -> str:

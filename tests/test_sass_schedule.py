@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _once import once
 
 from rocke_aot import settings
 from rocke_aot.aot import sass
@@ -343,8 +344,18 @@ def test_a_schedule_the_model_cannot_use_leaves_the_counts_and_says_why(stem):
 PATCH = {"c": 4, "dtype": "f16", "h": 224, "k": 768, "n": 4, "p": 14, "w": 224}
 
 
+def _patch_schedule(tmp_path_factory, kernel: str, build) -> dict:
+    """The schedule the builder records for conv_dgrad_patch ``kernel`` on sm_90, built once per
+    test run (tests/_once.py): runs 16 and 20 time the same five kernels, whose bytes (and so
+    schedules) are deterministic."""
+    def make(d: Path) -> None:
+        (d / "schedule.json").write_text(json.dumps(build()))
+
+    return json.loads((once(tmp_path_factory, f"patch-schedule-{kernel}", make) / "schedule.json").read_text())
+
+
 @pytest.mark.parametrize("run", ["h200-run16", "h200-run20"])
-def test_conv_dgrad_patch_takes_the_schedule_too(run):
+def test_conv_dgrad_patch_takes_the_schedule_too(run, tmp_path_factory):
     from datetime import datetime, timezone
 
     from rocke_aot.aot import toolchains as tcs
@@ -370,9 +381,10 @@ def test_conv_dgrad_patch_takes_the_schedule_too(run):
         cands = [Candidate(r["key"], r["key"], "conv_dgrad_patch", specs[r["kernel"]].to_dict(), "sm_90", "llvm22",
                            "default", "g", True,
                            Resources(**{k: v for k, v in r["resources"].items() if k in fields},
-                                     schedule=Schedule.from_dict(build_one(
-                                         "conv_dgrad_patch", specs[r["kernel"]].to_dict(), target, lane, tc
-                                     ).metadata["code_object"]["schedule"]) if with_schedule else None),
+                                     schedule=Schedule.from_dict(_patch_schedule(
+                                         tmp_path_factory, r["kernel"], lambda r=r: build_one(
+                                             "conv_dgrad_patch", specs[r["kernel"]].to_dict(), target, lane, tc
+                                         ).metadata["code_object"]["schedule"])) if with_schedule else None),
                            datetime(2026, 12, 5, tzinfo=timezone.utc)) for r in rows]
         clear_verdicts()
         got = rank(cands, get_family("conv_dgrad_patch").problem_from(PATCH), target, model="hardware")
