@@ -28,24 +28,26 @@ import torch
 from torch import Tensor
 
 from rocke_aot.torch import dispatch as D
-from rocke_aot.torch.runtime import current, dtype_name, stream_of
+from rocke_aot.torch.runtime import current, dtype_name, stream_getter, stream_of
 
-_WEIGHTS: OrderedDict[tuple[int, str], tuple[weakref.ref, int, Tensor]] = OrderedDict()
-MAX_WEIGHTS = 1024
+_WEIGHTS: dict[str, OrderedDict[int, tuple[weakref.ref, int, Tensor]]] = {"t": OrderedDict(), "cl": OrderedDict()}
+MAX_WEIGHTS = 1024  # per layout
 
 
 def _prepared(w: Tensor, how: str) -> Tensor:
     """``w`` in the kernel's layout (how: "t" = transposed contiguous, "cl" = channels_last), made
-    once per weight and version (an in-place update of the weight makes it again)."""
-    key = (w.data_ptr(), how)
-    got = _WEIGHTS.get(key)
+    once per weight and version: found by its data pointer, used only when it is the same tensor
+    object (a weak reference) at the same version (an in-place update makes it again)."""
+    cache = _WEIGHTS[how]
+    ptr = w.data_ptr()
+    got = cache.get(ptr)
     if got is not None and got[0]() is w and got[1] == w._version:
-        _WEIGHTS.move_to_end(key)
+        cache.move_to_end(ptr)
         return got[2]
     out = w.t().contiguous() if how == "t" else w.contiguous(memory_format=torch.channels_last)
-    _WEIGHTS[key] = (weakref.ref(w), w._version, out)
-    while len(_WEIGHTS) > MAX_WEIGHTS:
-        _WEIGHTS.popitem(last=False)
+    cache[ptr] = (weakref.ref(w), w._version, out)
+    while len(cache) > MAX_WEIGHTS:
+        cache.popitem(last=False)
     return out
 
 
@@ -62,14 +64,23 @@ def _lookup(family: str, key: tuple, make_problem, device) -> tuple[D.Dispatcher
     return d, hit[0], hit[1]
 
 
-def _launch(d: D.Dispatcher, op: str, path: D.LaunchPath, device, pointers: dict[str, int]) -> None:
-    for name, nbytes in path.workspace.items():  # zero-filled once per path (the contract's rule)
+def _bind(path: D.LaunchPath, family: str, device) -> None:
+    """Once per path: its workspace allocated zero-filled (the contract's rule) and written into
+    its buffers for good, the operands bound in the family's order (LaunchPath.bind)."""
+    fixed = {}
+    for name, nbytes in path.workspace.items():
         ws = path.buffers.get(name)
         if ws is None:
             ws = path.buffers[name] = torch.zeros(nbytes, dtype=torch.uint8, device=device)
-        pointers[name] = ws.data_ptr()
-    path(pointers, stream_of(device))
-    d.hit(op)
+        fixed[name] = ws.data_ptr()
+    path.bind(D.OPERANDS[family], fixed)
+
+
+def _launch(family: str, path: D.LaunchPath, device, ptrs: tuple[int, ...]) -> None:
+    """``ptrs``: the family's OPERANDS in order; counted on the path (Dispatcher.served)."""
+    if path.order is None:
+        _bind(path, family, device)
+    path.launch(ptrs, stream_of(device))
 
 
 def _miss(d: D.Dispatcher, op: str, family: str, problem, path, device) -> None:
@@ -77,21 +88,46 @@ def _miss(d: D.Dispatcher, op: str, family: str, problem, path, device) -> None:
     d.miss(op, family, None if isinstance(problem, D.Unserved) else problem, path, device)
 
 
+class _Linear:
+    """A linear call's shape-table entry (Dispatcher.fast, keyed by x.shape, weight.shape, the
+    dtypes and the device): the bound launch, the output's size and the stream getter; or, for
+    a shape nothing serves, the problem (or None) and why (Unserved)."""
+
+    __slots__ = ("launch", "size", "stream", "problem", "unserved")
+
+    def __init__(self, launch, size, stream, problem, unserved):
+        self.launch, self.size, self.stream, self.problem, self.unserved = launch, size, stream, problem, unserved
+
+
+def _linear_entry(d: D.Dispatcher, key: tuple, x: Tensor, weight: Tensor, dev) -> _Linear:
+    if weight.dtype != x.dtype:
+        problem: Any = D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
+    else:
+        problem = D.linear_problem(tuple(x.shape), tuple(weight.shape), dtype_name(x.dtype))
+    path = problem if isinstance(problem, D.Unserved) else d.path("gemm", problem, dev)
+    if isinstance(path, D.LaunchPath):
+        _bind(path, "gemm", dev)
+        entry = _Linear(path.launch, (*x.shape[:-1], weight.shape[0]), stream_getter(dev), problem, None)
+    else:
+        entry = _Linear(None, None, None, None if isinstance(problem, D.Unserved) else problem, path)
+    d.fast[key] = entry
+    return entry
+
+
 def linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa: UP045 (torch.library reads the annotation)
+    d = current()
     dev = x.device
-
-    def problem():
-        if weight.dtype != x.dtype:
-            return D.Unserved(f"weight dtype {weight.dtype} != input dtype {x.dtype}")
-        return D.linear_problem(tuple(x.shape), tuple(weight.shape), dtype_name(x.dtype))
-
-    d, prob, path = _lookup("gemm", ("linear", x.shape, weight.shape, x.dtype, weight.dtype, dev), problem, dev)
-    if not isinstance(path, D.LaunchPath):
-        _miss(d, "linear", "gemm", prob, path, dev)
+    key = (x.shape, weight.shape, x.dtype, weight.dtype, dev)  # its first item a Size: no other op's key
+    hit = d.fast.get(key)
+    if hit is None:
+        hit = _linear_entry(d, key, x, weight, dev)
+    launch = hit.launch
+    if launch is None:
+        d.miss("linear", "gemm", hit.problem, hit.unserved, dev)
         return torch.nn.functional.linear(x, weight, bias)
-    out = torch.empty((*x.shape[:-1], weight.shape[0]), dtype=x.dtype, device=dev)
-    a = x.reshape(-1, x.shape[-1]).contiguous()
-    _launch(d, "linear", path, dev, {"A": a.data_ptr(), "B": _prepared(weight, "t").data_ptr(), "C": out.data_ptr()})
+    out = x.new_empty(hit.size)  # x's dtype and device
+    a = x if x.is_contiguous() else x.contiguous()  # A: (prod(lead), in) row-major
+    launch((a.data_ptr(), _prepared(weight, "t").data_ptr(), out.data_ptr()), hit.stream())
     return out.add_(bias) if bias is not None else out
 
 
@@ -128,7 +164,7 @@ def conv2d_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[
         _miss(d, "conv2d", "conv_direct_fwd", prob, path, dev)
         return out.copy_(torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation))
     xc = x.contiguous(memory_format=torch.channels_last)  # NHWC (no copy when it already is)
-    _launch(d, "conv2d", path, dev, {"X": xc.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "Y": out.data_ptr()})
+    _launch("conv_direct_fwd", path, dev, (xc.data_ptr(), _prepared(weight, "cl").data_ptr(), out.data_ptr()))
     return out.add_(bias.view(1, -1, 1, 1)) if bias is not None else out
 
 
@@ -158,8 +194,7 @@ def conv_dgrad_patch_impl(grad_output: Tensor, weight: Tensor, input_size: list[
 
         return out.copy_(conv2d_input(tuple(input_size), weight, grad_output, stride=weight.shape[-1]))
     dy = grad_output.contiguous(memory_format=torch.channels_last)
-    _launch(d, "conv_dgrad_patch", path, dev,
-            {"dY": dy.data_ptr(), "Wt": _prepared(weight, "cl").data_ptr(), "dX": out.data_ptr()})
+    _launch("conv_dgrad_patch", path, dev, (dy.data_ptr(), _prepared(weight, "cl").data_ptr(), out.data_ptr()))
     return out
 
 
@@ -180,7 +215,7 @@ def eager(*tensors: Tensor) -> bool:
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False  # the op: no autograd formula, so a backward through it is an error, not a wrong gradient
-    return all(type(t) is Tensor and t.device.type != "meta" for t in tensors)
+    return all(type(t) is Tensor and not t.is_meta for t in tensors)
 
 
 def _bshd(q: Tensor) -> Tensor:
@@ -204,7 +239,7 @@ def sdpa_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[
                                                              enable_gqa=k.shape[1] != q.shape[1])
         return out.copy_(y)
     qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # BSHD
-    _launch(d, "sdpa", path, dev, {"Q": qs.data_ptr(), "K": ks.data_ptr(), "V": vs.data_ptr(), "O": out.data_ptr()})
+    _launch("attention", path, dev, (qs.data_ptr(), ks.data_ptr(), vs.data_ptr(), out.data_ptr()))
     return out
 
 
