@@ -293,7 +293,7 @@ class Dispatcher:
         self.fallbacks: Counter[tuple[str, str]] = Counter()
         self.selects = 0  # source.ranked calls: one per new shape
         self.modules: dict[tuple[Any, str], tuple[Any, Any, Any]] = {}  # (device, key) -> (runtime, module, fn)
-        self.fast: dict[tuple, tuple[Any, Any]] = {}  # ops.py: a call's (shapes, dtypes, args) -> (problem, path)
+        self.fast: dict[tuple, Any] = {}  # ops.py: a call's (shapes, dtypes, args) -> (problem, path), or a linear entry
         self._lock = threading.Lock()
 
     def path(self, family: str, problem: Any, device: Any) -> LaunchPath | Unserved:
