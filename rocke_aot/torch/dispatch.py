@@ -25,7 +25,8 @@
                               change (the workspace's) written into the buffers for good, the rest
                               by position in ``order`` (the family's OPERANDS)
         .launch(ptrs, stream) the hot path: ``ptrs`` a tuple in that order, two tuple reads and one
-                              pack per pointer and step, the call counted with a plain int (calls)
+                              pack per pointer and step, the call counted with a plain int (calls);
+        .run(ptrs, stream)    the same (bind() makes it one closure for a one-launch path)
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class LaunchPath:
     """One (family, problem)'s kernel ready to launch (module doc)."""
 
     __slots__ = ("kernel", "problem", "rt", "module", "fn", "shared", "steps", "pointers", "workspace", "buffers",
-                 "order", "bound", "calls", "_lock")
+                 "order", "bound", "calls", "run", "_lock")
 
     def __init__(self, rt: Any, kernel: LoadedKernel, problem: Any, loaded: tuple[Any, Any] | None = None):
         """``loaded``: (module, function) of this kernel already loaded (the Dispatcher loads each
@@ -217,6 +218,7 @@ class LaunchPath:
         self.order: tuple[str, ...] | None = None  # bind(): the operands' order of launch()'s tuple
         self.bound: tuple = ()  # bind(): per step (grid, block, buf, params, ((index, offset, delta), ...))
         self.calls = 0  # launch() calls (Dispatcher.served counts them per op)
+        self.run: Callable[[Sequence[int], int], None] = self.launch  # bind() sets it
         self._lock = threading.Lock()
 
     def bind(self, order: Sequence[str], fixed: Mapping[str, int]) -> None:
@@ -241,9 +243,26 @@ class LaunchPath:
                 if not empty:
                     bound.append((grid, block, buf, params, tuple(live)))
             self.bound, self.order = tuple(bound), order
+            if len(bound) == 1:  # one launch (no split axis): its own closure, every name bound once
+                self.run = self._one(*bound[0])
+            else:
+                self.run = self.launch
+
+    def _one(self, grid, block, buf, params, live) -> Callable[[Sequence[int], int], None]:
+        lock, pack, launch, fn, shared = self._lock, _PACK, self.rt.launch_params, self.fn, self.shared
+
+        def run(ptrs: Sequence[int], stream: int) -> None:
+            with lock:
+                for i, off, delta in live:
+                    pack(buf, off, ptrs[i] + delta)
+                launch(fn, grid, block, params, shared, stream)
+                self.calls += 1
+
+        return run
 
     def launch(self, ptrs: Sequence[int], stream: int) -> None:
-        """One call on bound pointers (bind()): ``ptrs`` in the bound order."""
+        """One call on bound pointers (bind()): ``ptrs`` in the bound order (``run``: the same,
+        as one closure when the path is one launch)."""
         pack, launch, fn, shared = _PACK, self.rt.launch_params, self.fn, self.shared
         with self._lock:  # the buffers are shared: the driver copies them when the launch returns
             for grid, block, buf, params, live in self.bound:

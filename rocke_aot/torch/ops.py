@@ -80,12 +80,55 @@ def _launch(family: str, path: D.LaunchPath, device, ptrs: tuple[int, ...]) -> N
     """``ptrs``: the family's OPERANDS in order; counted on the path (Dispatcher.served)."""
     if path.order is None:
         _bind(path, family, device)
-    path.launch(ptrs, stream_of(device))
+    path.run(ptrs, stream_of(device))
 
 
 def _miss(d: D.Dispatcher, op: str, family: str, problem, path, device) -> None:
     """The policy (Dispatcher.miss): strict raises, report counts."""
     d.miss(op, family, None if isinstance(problem, D.Unserved) else problem, path, device)
+
+
+_LIB = torch.library.Library("rocke_aot", "DEF")
+
+
+class _NoFormula(torch.autograd.Function):
+    """An op's result when autograd would record it: the op's value, a backward that raises."""
+
+    @staticmethod
+    def forward(ctx, name, run, *args):
+        ctx.name = name
+        return run(*args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(f"rocke_aot::{ctx.name} has no autograd formula (the prebuilt kernels serve inference): "
+                           f"run the backward through torch's own op")
+
+
+def _define(schema: str, impl) -> Any:
+    """The op in torch's dispatcher: ``impl`` as its CPU and CUDA kernel (CUDA also on ROCm
+    builds), and an Autograd kernel that goes straight below autograd (no per-call Python
+    bookkeeping: torch.library.custom_op's wrappers cost ~20 us a call,
+    bench/torch_host_overhead.py) or, when an input wants a gradient, gives the result a
+    backward that raises (_NoFormula: an error, never a wrong gradient). The fake (Meta) kernel
+    is registered beside each op."""
+    name = schema[: schema.index("(")]
+    _LIB.define(schema)
+    for key in ("CPU", "CUDA"):
+        _LIB.impl(name, impl, key)
+    op = getattr(torch.ops.rocke_aot, name).default
+    after = torch._C._after_autograd_keyset
+    below = torch._C._AutoDispatchBelowAutograd
+
+    def autograd(keyset, *args, **kwargs):
+        ks = keyset & after
+        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return _NoFormula.apply(name, lambda *a: op.redispatch(ks, *a, **kwargs), *args)
+        with below():
+            return op.redispatch(ks, *args, **kwargs)
+
+    _LIB.impl(name, autograd, "Autograd", with_keyset=True)
+    return op
 
 
 class _Linear:
@@ -107,7 +150,7 @@ def _linear_entry(d: D.Dispatcher, key: tuple, x: Tensor, weight: Tensor, dev) -
     path = problem if isinstance(problem, D.Unserved) else d.path("gemm", problem, dev)
     if isinstance(path, D.LaunchPath):
         _bind(path, "gemm", dev)
-        entry = _Linear(path.launch, (*x.shape[:-1], weight.shape[0]), stream_getter(dev), problem, None)
+        entry = _Linear(path.run, (*x.shape[:-1], weight.shape[0]), stream_getter(dev), problem, None)
     else:
         entry = _Linear(None, None, None, None if isinstance(problem, D.Unserved) else problem, path)
     d.fast[key] = entry
@@ -131,10 +174,10 @@ def linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  #
     return out.add_(bias) if bias is not None else out
 
 
-linear = torch.library.custom_op("rocke_aot::linear", linear_impl, mutates_args=())
+linear = _define("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor", linear_impl)
 
 
-@linear.register_fake
+@torch.library.register_fake("rocke_aot::linear")
 def _(x, weight, bias):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
@@ -168,10 +211,11 @@ def conv2d_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[
     return out.add_(bias.view(1, -1, 1, 1)) if bias is not None else out
 
 
-conv2d = torch.library.custom_op("rocke_aot::conv2d", conv2d_impl, mutates_args=())
+conv2d = _define("conv2d(Tensor x, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, "
+                 "SymInt[] dilation) -> Tensor", conv2d_impl)
 
 
-@conv2d.register_fake
+@torch.library.register_fake("rocke_aot::conv2d")
 def _(x, weight, bias, stride, padding, dilation):
     return torch.empty(_conv_out(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
                        memory_format=torch.channels_last)
@@ -198,10 +242,11 @@ def conv_dgrad_patch_impl(grad_output: Tensor, weight: Tensor, input_size: list[
     return out
 
 
-conv_dgrad_patch = torch.library.custom_op("rocke_aot::conv_dgrad_patch", conv_dgrad_patch_impl, mutates_args=())
+conv_dgrad_patch = _define("conv_dgrad_patch(Tensor grad_output, Tensor weight, SymInt[] input_size) -> Tensor",
+                           conv_dgrad_patch_impl)
 
 
-@conv_dgrad_patch.register_fake
+@torch.library.register_fake("rocke_aot::conv_dgrad_patch")
 def _(grad_output, weight, input_size):
     return torch.empty(tuple(input_size), dtype=grad_output.dtype, device=grad_output.device,
                        memory_format=torch.channels_last)
@@ -243,9 +288,9 @@ def sdpa_impl(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[
     return out
 
 
-sdpa = torch.library.custom_op("rocke_aot::sdpa", sdpa_impl, mutates_args=())
+sdpa = _define("sdpa(Tensor q, Tensor k, Tensor v, bool is_causal, float? scale) -> Tensor", sdpa_impl)
 
 
-@sdpa.register_fake
+@torch.library.register_fake("rocke_aot::sdpa")
 def _(q, k, v, is_causal, scale):
     return _bshd(q)
