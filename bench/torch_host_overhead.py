@@ -115,9 +115,11 @@ def main() -> None:
             arc = subprocess.run(["git", "archive", rev, "rocke_aot"], cwd=ROOT, check=True, capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
             trees = {"old": tmp, "new": ROOT}
-            print("old = rocke_aot at", rev, "| new = this tree's rocke_aot (",
-                  subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-                  "+ its working changes )")
+            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "rocke_aot"], cwd=ROOT, capture_output=True,
+                                   text=True).stdout.strip()
+            print("old = rocke_aot at", rev, "| new = this tree's rocke_aot at", head,
+                  "plus uncommitted changes" if dirty else "(clean)")
         rows: dict[str, list[dict]] = {k: [] for k in trees}
         for r in range(a.rounds):
             for name, src in (trees.items() if r % 2 == 0 else reversed(trees.items())):
@@ -129,7 +131,8 @@ def main() -> None:
         for f in FIGURES:
             line = f"  {LABELS[f]:34s}" + "".join(f" {name} {med[name][f]:6.2f}" for name in trees)
             if "old" in med:
-                line += f"   new - old {med['new'][f] - med['old'][f]:+6.2f}"
+                diff = statistics.median(n[f] - o[f] for n, o in zip(rows["new"], rows["old"]))
+                line += f"   new - old {med['new'][f] - med['old'][f]:+6.2f} (median of each round's: {diff:+6.2f})"
             print(line)
     print("host", platform.processor() or platform.machine(), "torch", rows["new"][0]["torch"],
           "| load average after", " ".join(f"{v:.2f}" for v in os.getloadavg()))

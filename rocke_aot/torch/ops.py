@@ -21,17 +21,16 @@ follows the policy: strict raises NotServedError, report runs torch's own op and
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from rocke_aot.torch import dispatch as D
-from rocke_aot.torch.runtime import current, dtype_name, stream_getter, stream_of
+from rocke_aot.torch.runtime import _STATE, current, dtype_name, stream_getter, stream_of
 
-_WEIGHTS: dict[str, OrderedDict[int, tuple[weakref.ref, int, Tensor]]] = {"t": OrderedDict(), "cl": OrderedDict()}
-MAX_WEIGHTS = 1024  # per layout
+_WEIGHTS: dict[str, dict[int, tuple[weakref.ref, int, Tensor]]] = {"t": {}, "cl": {}}
+MAX_WEIGHTS = 1024  # per layout; past it the copy made first goes (made again if used again)
 
 
 def _prepared(w: Tensor, how: str) -> Tensor:
@@ -39,15 +38,15 @@ def _prepared(w: Tensor, how: str) -> Tensor:
     once per weight and version: found by its data pointer, used only when it is the same tensor
     object (a weak reference) at the same version (an in-place update makes it again)."""
     cache = _WEIGHTS[how]
-    ptr = w.data_ptr()
-    got = cache.get(ptr)
+    got = cache.get(w.data_ptr())
     if got is not None and got[0]() is w and got[1] == w._version:
-        cache.move_to_end(ptr)
         return got[2]
     out = w.t().contiguous() if how == "t" else w.contiguous(memory_format=torch.channels_last)
+    ptr = w.data_ptr()
+    cache.pop(ptr, None)  # re-inserted last
     cache[ptr] = (weakref.ref(w), w._version, out)
     while len(cache) > MAX_WEIGHTS:
-        cache.popitem(last=False)
+        del cache[next(iter(cache))]
     return out
 
 
@@ -158,7 +157,7 @@ def _linear_entry(d: D.Dispatcher, key: tuple, x: Tensor, weight: Tensor, dev) -
 
 
 def linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa: UP045 (torch.library reads the annotation)
-    d = current()
+    d = _STATE["dispatcher"] or current()
     dev = x.device
     key = (x.shape, weight.shape, x.dtype, weight.dtype, dev)  # its first item a Size: no other op's key
     hit = d.fast.get(key)
