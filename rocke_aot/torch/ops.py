@@ -1,4 +1,4 @@
-"""torch.library custom ops (namespace ``rocke_aot``) that run prebuilt kernels, with fakes.
+"""torch.library ops (namespace ``rocke_aot``, defined with Library: _define) that run prebuilt kernels, with fakes.
 
     torch.ops.rocke_aot.linear(x, weight, bias)                  -> (*x.shape[:-1], out)
     torch.ops.rocke_aot.conv2d(x, weight, bias, stride, padding, dilation)
