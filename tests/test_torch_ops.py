@@ -283,3 +283,39 @@ def test_the_eager_path_only_for_plain_inference_tensors(served):
     with pytest.raises(RuntimeError) as e:
         y.float().sum().backward()
     assert "autograd" in str(e.value).lower()
+
+
+def test_the_shape_table_keys_dtype_and_shape_apart(served):
+    """A call of another dtype or shape never reuses a served entry: f32 of a served f16 shape
+    selects again and falls back (the store serves f16 only) with torch's own result; a mixed
+    dtype pair is refused by name; the f16 shape stays served."""
+    d, rec = served
+    x, w = _x(3, 64), _x(48, 64)
+    ops.linear_impl(x, w, None)
+    y32 = ops.linear_impl(x.float(), w.float(), None)
+    assert torch.equal(y32, torch.nn.functional.linear(x.float(), w.float()))
+    with pytest.raises(RuntimeError):  # counted as a fallback, then torch's own linear refuses the pair
+        ops.linear_impl(x, w.float(), None)
+    ops.linear_impl(x, w, None)
+    ops.linear_impl(_x(4, 64), w, None)
+    assert d.served["linear"] == 3 and len(rec.launches) == 3 and d.selects == 3
+    reasons = sorted(why for (op, why) in d.fallbacks)
+    assert len(reasons) == 2 and reasons[1].startswith("weight dtype torch.float32 != input dtype torch.float16")
+
+
+def test_the_op_in_torchs_dispatcher_serves_and_refuses_a_backward(served):
+    """torch.ops.rocke_aot.linear (defined with torch.library.Library, not custom_op): served
+    with positional or keyword arguments and under no_grad; with a weight that wants a gradient
+    the result carries a backward that raises (never a silent None or zero gradient)."""
+    d, rec = served
+    x, w = _x(3, 64), torch.nn.Parameter(_x(48, 64))
+    with torch.no_grad():
+        y0 = torch.ops.rocke_aot.linear(x, w, None)
+    y1 = torch.ops.rocke_aot.linear(x, w.detach(), bias=None)
+    assert y0.grad_fn is None and y1.grad_fn is None and not y1.requires_grad
+    y2 = torch.ops.rocke_aot.linear(x, w, None)
+    assert y2.requires_grad and y2.grad_fn is not None
+    assert d.served["linear"] == 3 and len(rec.launches) == 3 and not d.fallbacks
+    with pytest.raises(RuntimeError, match="rocke_aot::linear has no autograd formula"):
+        y2.float().sum().backward()
+    assert w.grad is None

@@ -102,3 +102,26 @@ def test_conv_dgrad_patch_computes_torchs_input_gradient(sim):
     ref = torch.nn.grad.conv2d_input((n, s.c, h, w), wt.double(), dy.double(), stride=s.p)
     absref = torch.nn.grad.conv2d_input((n, s.c, h, w), wt.double().abs(), dy.double().abs(), stride=s.p)
     _check(dx, ref, absref, k)
+
+
+def test_linear_cached_path_follows_strides_and_in_place_weight_updates(sim):
+    """The shape table's entry is keyed by shapes, dtypes and device, not strides: a strided input
+    of a served shape is copied to row-major before its pointer is written (the cached entry is
+    reused, the operand is not), and a weight updated in place gets a fresh transposed copy."""
+    d, rt = sim
+    g = torch.Generator().manual_seed(3)
+    big, w = _f16(g, 6, 48), _f16(g, 29, 24)
+    x = big[:, ::2]  # (6, 24), row stride 48, column stride 2
+    assert not x.is_contiguous()
+    before = rt.launches
+    with rtorch.prebuilt():
+        y_contig = F.linear(x.contiguous(), w)
+        y_strided = F.linear(x, w)
+        xt = big.view(6, 2, 24).transpose(0, 1)  # (2, 6, 24): the same values in another order
+        y_transposed = F.linear(xt, w)
+        w.mul_(-0.5)  # in place: same tensor, same data pointer, a new version
+        y_updated = F.linear(x, w)
+    for y, xi, wi in ((y_contig, x, w * -2), (y_strided, x, w * -2), (y_transposed, xt, w * -2), (y_updated, x, w)):
+        ref = F.linear(xi.double(), wi.double())
+        _check(y, ref, F.linear(xi.double().abs(), wi.double().abs()), 24)
+    assert rt.launches - before == 4

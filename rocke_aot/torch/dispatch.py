@@ -21,6 +21,12 @@
         the pointers (base + the chunk's offset) and launches on the given stream
         (Runtime.launch_params). Workspace arguments: bytes the caller allocates zero-filled once
         per path (the launch contract's rule) and passes like any pointer.
+        .bind(order, fixed)   once per path (ops.py, on its first call): the pointers that never
+                              change (the workspace's) written into the buffers for good, the rest
+                              by position in ``order`` (the family's OPERANDS)
+        .launch(ptrs, stream) the hot path: ``ptrs`` a tuple in that order, two tuple reads and one
+                              pack per pointer and step, the call counted with a plain int (calls);
+        .run(ptrs, stream)    the same (bind() makes it one closure for a one-launch path)
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ OPS = {"linear": "gemm", "conv2d": "conv_direct_fwd", "conv_dgrad_patch": "conv_
 OPERANDS = {"gemm": ("A", "B", "C"), "conv_direct_fwd": ("X", "Wt", "Y"),
             "conv_dgrad_patch": ("dY", "Wt", "dX"), "attention": ("Q", "K", "V", "O")}
 NO_CANDIDATE = "no candidate in the cache"
+OP_OF = {family: op for op, family in OPS.items()}
+_PACK = struct.Struct("<Q").pack_into
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,8 @@ def build_command(arch: str, family: str, problem: Any) -> str:
 class LaunchPath:
     """One (family, problem)'s kernel ready to launch (module doc)."""
 
-    __slots__ = ("kernel", "problem", "rt", "module", "fn", "shared", "steps", "pointers", "workspace", "buffers", "_lock")
+    __slots__ = ("kernel", "problem", "rt", "module", "fn", "shared", "steps", "pointers", "workspace", "buffers",
+                 "order", "bound", "calls", "run", "_lock")
 
     def __init__(self, rt: Any, kernel: LoadedKernel, problem: Any, loaded: tuple[Any, Any] | None = None):
         """``loaded``: (module, function) of this kernel already loaded (the Dispatcher loads each
@@ -206,7 +215,61 @@ class LaunchPath:
         self.shared = contract.dynamic_shared_bytes
         if self.shared:
             rt.allow_dynamic_shared(self.fn, self.shared)
+        self.order: tuple[str, ...] | None = None  # bind(): the operands' order of launch()'s tuple
+        self.bound: tuple = ()  # bind(): per step (grid, block, buf, params, ((index, offset, delta), ...))
+        self.calls = 0  # launch() calls (Dispatcher.served counts them per op)
+        self.run: Callable[[Sequence[int], int], None] = self.launch  # bind() sets it
         self._lock = threading.Lock()
+
+    def bind(self, order: Sequence[str], fixed: Mapping[str, int]) -> None:
+        """Ready launch(): ``fixed`` (the workspace pointers, allocated once per path) written into
+        every step's buffer now; each other pointer found at its index in ``order``. Every pointer
+        the contract takes is one or the other (SpecError otherwise); a second bind is a no-op."""
+        with self._lock:
+            if self.order is not None:
+                return
+            order = tuple(order)
+            missing = [n for n in self.pointers if n not in fixed and n not in order]
+            if missing:
+                raise SpecError(f"{self.kernel.contract.kernel}: pointers {missing} neither operands nor workspace")
+            bound = []
+            for grid, block, buf, _, params, slots, empty in self.steps:
+                live = []
+                for name, off, delta in slots:
+                    if name in fixed:
+                        struct.pack_into("<Q", buf, off, fixed[name] + delta)
+                    else:
+                        live.append((order.index(name), off, delta))
+                if not empty:
+                    bound.append((grid, block, buf, params, tuple(live)))
+            self.bound, self.order = tuple(bound), order
+            if len(bound) == 1:  # one launch (no split axis): its own closure, every name bound once
+                self.run = self._one(*bound[0])
+            else:
+                self.run = self.launch
+
+    def _one(self, grid, block, buf, params, live) -> Callable[[Sequence[int], int], None]:
+        lock, pack, launch, fn, shared = self._lock, _PACK, self.rt.launch_params, self.fn, self.shared
+
+        def run(ptrs: Sequence[int], stream: int) -> None:
+            with lock:
+                for i, off, delta in live:
+                    pack(buf, off, ptrs[i] + delta)
+                launch(fn, grid, block, params, shared, stream)
+                self.calls += 1
+
+        return run
+
+    def launch(self, ptrs: Sequence[int], stream: int) -> None:
+        """One call on bound pointers (bind()): ``ptrs`` in the bound order (``run``: the same,
+        as one closure when the path is one launch)."""
+        pack, launch, fn, shared = _PACK, self.rt.launch_params, self.fn, self.shared
+        with self._lock:  # the buffers are shared: the driver copies them when the launch returns
+            for grid, block, buf, params, live in self.bound:
+                for i, off, delta in live:
+                    pack(buf, off, ptrs[i] + delta)
+                launch(fn, grid, block, params, shared, stream)
+            self.calls += 1
 
     def write(self, pointers: Mapping[str, int]) -> list[bytes]:
         """The argument buffers of every step with ``pointers`` written (what a call launches)."""
@@ -245,11 +308,11 @@ class Dispatcher:
         self.lanes = list(lanes) if lanes else None
         self.policy = policy
         self.table: dict[tuple[Any, str, Any], LaunchPath | Unserved] = {}
-        self.served: Counter[str] = Counter()
+        self._served: Counter[str] = Counter()  # hit() counts, and closed paths' launch() counts
         self.fallbacks: Counter[tuple[str, str]] = Counter()
         self.selects = 0  # source.ranked calls: one per new shape
         self.modules: dict[tuple[Any, str], tuple[Any, Any, Any]] = {}  # (device, key) -> (runtime, module, fn)
-        self.fast: dict[tuple, tuple[Any, Any]] = {}  # ops.py: a call's (shapes, dtypes, args) -> (problem, path)
+        self.fast: dict[tuple, Any] = {}  # ops.py: a call's (shapes, dtypes, args) -> (problem, path), or a linear entry
         self._lock = threading.Lock()
 
     def path(self, family: str, problem: Any, device: Any) -> LaunchPath | Unserved:
@@ -281,8 +344,17 @@ class Dispatcher:
             got = self.modules[(device, kernel.key)] = (rt, module, rt.function(module, kernel.contract.kernel))
         return LaunchPath(rt, kernel, problem, got[1:])
 
+    @property
+    def served(self) -> Counter[str]:
+        """Calls served per op: hit()'s counts plus every path's launch() count (its family's op)."""
+        out = Counter(self._served)
+        for (_, family, _), v in list(self.table.items()):
+            if isinstance(v, LaunchPath) and v.calls:
+                out[OP_OF.get(family, family)] += v.calls
+        return out
+
     def hit(self, op: str) -> None:
-        self.served[op] += 1
+        self._served[op] += 1
 
     def miss(self, op: str, family: str, problem: Any, unserved: Unserved, device: Any = None) -> None:
         """Strict: NotServedError; report: the fallback counted with its reason."""
@@ -316,6 +388,7 @@ class Dispatcher:
                 rt.unload(module)
             except RockeError:
                 pass
+        self._served = self.served  # the paths' counts outlive them
         self.modules.clear()
         self.table.clear()
         self.fast.clear()

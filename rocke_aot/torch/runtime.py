@@ -8,12 +8,16 @@
         the arch from the device (sm_90 from its capability, gfx942 from gcnArchName)
     current() -> the configured Dispatcher (configure() with the defaults on first use)
     stream_of(device) -> torch.cuda.current_stream(device).cuda_stream (0 off CUDA)
+    stream_getter(device) -> a no-argument callable giving that (once per shape: the raw-stream
+                             getter torch's own compiled code calls, no Stream object per call)
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,6 +37,20 @@ def stream_of(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.current_stream(device).cuda_stream
     return 0
+
+
+def _zero() -> int:
+    return 0
+
+
+def stream_getter(device: torch.device) -> Callable[[], int]:
+    if device.type != "cuda":
+        return _zero
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if raw is None:
+        return functools.partial(stream_of, torch.device("cuda", index))
+    return functools.partial(raw, index)
 
 
 def device_arch(device: torch.device) -> str:
