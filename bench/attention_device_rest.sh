@@ -1,3 +1,12 @@
+#!/usr/bin/env bash
+# Issue 38 on one NVIDIA GPU host (sm_90), one device call under 6 minutes (docs/attention.md "Third call"):
+#   the native attention family's sm_90 specs built there (llvmlite 0.50 + ptxas, 16 workers) into the
+#   triton_attention cache carried as .state/att.sqlite.zst (zstd of bash bench/attention_h200_prepare.sh's
+#   .state/attention-h200/cache.sqlite), then bench --run-from-cache --verify over the native family's
+#   problems 1, 4, 5, 6 and triton_attention's 5-10 (bench/problems/models/attention.json), then the
+#   native specs' GPU test. Each step has its own timeout; raw output under $OUT.
+# Usage (repository root, the device call carrying .whl and .state/att.sqlite.zst):
+#   OUT=$OUT bash bench/attention_device_rest.sh
 source scripts/gpu-site.sh >/dev/null 2>&1; export PATH=$PATH:/usr/local/cuda/bin; T0=$(date +%s); st(){ echo "[$(( $(date +%s)-T0 )) s] $*" | tee -a $OUT/timeline.txt; }
 mkdir -p /tmp/att; $PY -c "import zstandard; open('/tmp/att/cache.sqlite','wb').write(zstandard.ZstdDecompressor().decompress(open('.state/att.sqlite.zst','rb').read(), max_output_size=1<<30))"
 C=/tmp/att/cache.sqlite; RA="$PY -m rocke_aot.cli"
