@@ -2,7 +2,7 @@
 # CPU side of the attention run on the NVIDIA GPU machine (issue 38). Run here, from the repository root:
 #   .state/attention-h200/cache.sqlite  triton_attention for sm_90, every spec of its table (60), built by
 #       Triton 3.6.0 under Python 3.12 (the GPU machine's versions: a host's Triton must equal the
-#       builder's), with no GPU; and the native attention family's 36 sm_90 specs (llvmlite + ptxas)
+#       builder's), with no GPU; and the native attention family's sm_90 specs (120 since K/V staging; llvmlite + ptxas)
 #   .whl/  the dependencies the GPU image lacks (bench/triton_h200_prepare.sh's list; run it once first
 #       when .whl/ is empty)
 # GPU side, one device call carrying .state/attention-h200 and .whl (the command is printed at the end).
