@@ -28,7 +28,7 @@ changed:
         code-<h>.json rewritten from the code loaded now (if its id moved), the marker written
 
 Bounded by the local store's own bound: LocalStore.gc, when it evicts anything, drops every
-memo (drop_memos), and the next fetch of each kernel checks it in full once more.
+memo (client/local.py drop_memos), and the next fetch of each kernel checks it in full once more.
 
 Fail-closed: only a marker under the id of the code as it stats now answers; anything
 unreadable or unexpected is a miss and the full check runs. The markers name check inputs,
@@ -166,11 +166,3 @@ class ContractMemo:
         marker = self._marker(cid, digest)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
-
-
-def drop_memos(trust_dir: str | os.PathLike) -> None:
-    """Remove every pin's contract memo under a local store's trust folder (what its gc calls)."""
-    import shutil
-
-    for d in Path(trust_dir).glob("tuf-*/contracts"):
-        shutil.rmtree(d, ignore_errors=True)

@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +50,6 @@ from typing import Any
 from rocke_aot import paths, record, settings
 from rocke_aot.boundedjson import is_int
 from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
-from rocke_aot.client.contracts import drop_memos
 from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError, TrustError
 from rocke_aot.paths import atomic_write
 from rocke_aot.targets import Target
@@ -569,3 +569,11 @@ def _purge(store: LocalStore, origin: str | None, bad: bool) -> LocalReport:
         removed.append(f"blobs/{sha}")
     report, _ = _verify(store, None)
     return replace(report, removed=tuple(removed))
+
+
+def drop_memos(trust_dir: str | os.PathLike) -> None:
+    """Remove every pin's launch-contract memo (client/contracts.py: ``<trust dir>/tuf-<pin>/contracts``)
+    under a local store's trust folder: what gc calls when it evicts, so the memos are bounded by the
+    store's own bound; the next fetch of each kernel checks its contract in full once more."""
+    for d in Path(trust_dir).glob("tuf-*/contracts"):
+        shutil.rmtree(d, ignore_errors=True)

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.toolchains import triton_jit
 from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import ToolchainError
@@ -225,10 +226,35 @@ def _registry_lock():
 
 
 def install_triton(requirement: str, python: str = "python3", *, quiet: bool = True) -> Toolchain:
-    """A lane environment with one Triton version (toolchains/triton_jit.py), registered."""
-    from rocke_aot.aot.toolchains.triton_jit import install_triton as _install
+    """`rocke-aot toolchain install triton==X.Y.Z --python PY`: a lane environment of that interpreter
+    with that Triton, registered; it must detect as a qualified lane (its LLVM major)."""
+    m = triton_jit.REQUIREMENT_RE.match(requirement.strip())
+    if not m:
+        raise ToolchainError(f"give an exact Triton version such as triton==3.6.0, got {requirement!r}")
+    interpreter = triton_jit.resolve_python(python)
+    ver = subprocess.run([interpreter, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    env_dir = home() / "lanes" / f"triton-{m.group(1)}-py{ver}"
 
-    return _install(requirement, python, quiet=quiet)
+    def make(where: Path) -> None:
+        proc = subprocess.run([interpreter, "-m", "venv", "--clear", str(where)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError(f"{interpreter} -m venv {where} failed: {proc.stderr.strip()[-1000:]}")
+
+    with lane_lock(env_dir):
+        env_python = lane_environment(env_dir, make)
+        cmd = [str(env_python), "-m", "pip", "install", "--disable-pip-version-check", *(["-q"] if quiet else []),
+               f"triton=={m.group(1)}"]
+        proc = subprocess.run(cmd, capture_output=quiet, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"pip install into {env_dir} failed:\n{(proc.stderr or '')[-2000:]}")
+    entry = {"kind": triton_jit.KIND, "python": str(env_python), "label": env_dir.name}
+    tc = register(entry)
+    info = tc.detect()
+    if info.extra.get("triton_version") != m.group(1):
+        unregister(str(env_python))
+        raise ToolchainError(f"{env_dir} runs Triton {info.extra.get('triton_version')}, not {m.group(1)}")
+    return tc
 
 
 def unregister(location: str) -> int:

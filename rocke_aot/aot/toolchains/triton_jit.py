@@ -2,7 +2,7 @@
 
     where it comes from (discover / from_registry)
       registered entries {"kind": "triton", "python": ...}   made by
-          `rocke-aot toolchain install triton==3.6.0 --python python3.12` (install_triton below:
+          `rocke-aot toolchain install triton==3.6.0 --python python3.12` (toolchains/__init__.py install_triton:
           a venv of that interpreter in $ROCKE_AOT_HOME/lanes/triton-3.6.0-py3.12, pip install)
       $ROCKE_AOT_HOME/lanes/*/bin/python whose site-packages hold triton/_C/libtriton*.so
           (the llvm24 lane's environment has triton 3.9.0: a Triton toolchain too)
@@ -54,7 +54,7 @@ from rocke_aot.targets import Target
 KIND = "triton"
 WORKER = Path(__file__).with_name("_triton_worker.py")
 _LLD_RE = re.compile(r"\bLLD (\d+)\.(\d+)\.(\d+)")
-_REQ_RE = re.compile(r"^triton==(\d+\.\d+\.\d+)$")
+REQUIREMENT_RE = re.compile(r"^triton==(\d+\.\d+\.\d+)$")
 _PY_RE = re.compile(r"^python(\d+)\.(\d+)$")
 
 
@@ -119,40 +119,6 @@ def resolve_python(name: str) -> str:
         else:
             return cand
     raise ToolchainError(f"no working interpreter {name!r} ({'; '.join(tried) or 'not on PATH nor in ~/.pyenv'})")
-
-
-def install_triton(requirement: str, python: str = "python3", *, quiet: bool = True) -> TritonToolchain:
-    """`rocke-aot toolchain install triton==X.Y.Z --python PY`: a lane environment of that interpreter
-    with that Triton, registered; it must detect as a qualified lane (its LLVM major)."""
-    from rocke_aot.aot.toolchains import lane_environment, lane_lock, register, unregister
-
-    m = _REQ_RE.match(requirement.strip())
-    if not m:
-        raise ToolchainError(f"give an exact Triton version such as triton==3.6.0, got {requirement!r}")
-    interpreter = resolve_python(python)
-    ver = subprocess.run([interpreter, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    env_dir = home() / "lanes" / f"triton-{m.group(1)}-py{ver}"
-
-    def make(where: Path) -> None:
-        proc = subprocess.run([interpreter, "-m", "venv", "--clear", str(where)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ToolchainError(f"{interpreter} -m venv {where} failed: {proc.stderr.strip()[-1000:]}")
-
-    with lane_lock(env_dir):
-        env_python = lane_environment(env_dir, make)
-        cmd = [str(env_python), "-m", "pip", "install", "--disable-pip-version-check", *(["-q"] if quiet else []),
-               f"triton=={m.group(1)}"]
-        proc = subprocess.run(cmd, capture_output=quiet, text=True)
-    if proc.returncode != 0:
-        raise ToolchainError(f"pip install into {env_dir} failed:\n{(proc.stderr or '')[-2000:]}")
-    entry = {"kind": KIND, "python": str(env_python), "label": env_dir.name}
-    tc = register(entry)
-    info = tc.detect()
-    if info.extra.get("triton_version") != m.group(1):
-        unregister(str(env_python))
-        raise ToolchainError(f"{env_dir} runs Triton {info.extra.get('triton_version')}, not {m.group(1)}")
-    return tc
 
 
 # ------------------------------------------------------------------ the worker
