@@ -22,19 +22,32 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from rocke_aot.errors import SettingError
 
 
-@dataclass(frozen=True)
 class Setting:
-    name: str
-    meaning: str
-    default: str  # what happens when it is unset, in words
-    area: str  # the layer or component that reads it
-    secret: bool = False  # never printed (tokens)
-    internal: bool = False  # set by rocke-aot itself for a child process; not for users
+    """One variable. A plain class, not a dataclass or NamedTuple: `rocke-aot fetch`'s warm path
+    (cli/entry.py) reads its names from this module, and dataclasses or typing would cost it 8-10 ms."""
+
+    __slots__ = ("name", "meaning", "default", "area", "secret", "internal")
+
+    def __init__(self, name: str, meaning: str, default: str, area: str, secret: bool = False,
+                 internal: bool = False):
+        self.name = name
+        self.meaning = meaning
+        self.default = default  # what happens when it is unset, in words
+        self.area = area  # the layer or component that reads it
+        self.secret = secret  # never printed (tokens)
+        self.internal = internal  # set by rocke-aot itself for a child process; not for users
+
+    def __setattr__(self, attr: str, value: object) -> None:
+        if hasattr(self, attr):
+            raise AttributeError(f"Setting.{attr} is read-only")
+        object.__setattr__(self, attr, value)
+
+    def __repr__(self) -> str:
+        return f"Setting({self.name!r})"
 
 
 HOME = "ROCKE_AOT_HOME"

@@ -47,10 +47,11 @@ import os
 import sys
 import time
 
+from rocke_aot import settings
+
 VERSION = 1
 ANSWERS = "answers"
 STATE = "verified.state"
-PLUGIN_IMPORT_TIMEOUT_S = "ROCKE_AOT_PLUGIN_IMPORT_TIMEOUT_S"  # settings.PLUGIN_IMPORT_TIMEOUT_S (a test checks)
 MAX_NOTE = 64 << 10
 MAX_STATE = 64 << 10
 _HEX = frozenset("0123456789abcdef")
@@ -67,7 +68,7 @@ def interpreter() -> list[str]:
     import rocke_aot
 
     return [sys.version, sys.executable, os.path.dirname(rocke_aot.__file__),
-            os.environ.get(PLUGIN_IMPORT_TIMEOUT_S, ""), *sys.path[1:]]
+            os.environ.get(settings.PLUGIN_IMPORT_TIMEOUT_S, ""), *sys.path[1:]]
 
 
 def code_file() -> str:

@@ -23,7 +23,7 @@ import pytest
 from _nginx import nginx, served_dir
 from _service import EXE
 
-from rocke_aot import settings, warm
+from rocke_aot import warm
 from rocke_aot.client.trusted import pin_id, pinned_key
 
 FULL = "import sys; sys.argv[0] = 'rocke-aot'; from rocke_aot.cli.main import main; main()"
@@ -109,7 +109,6 @@ def test_pin_ids_agree_with_the_library(signed_world):
     for text in (pub, inline, str(signed_world["d"] / "root.json")):
         assert warm.pin_id(text) == pin_id(pinned_key(text)), text
     assert warm.pin_id("ed25519:" + "0" * 63) is None and warm.pin_id("/nonexistent/key.pub") is None
-    assert warm.PLUGIN_IMPORT_TIMEOUT_S == settings.PLUGIN_IMPORT_TIMEOUT_S
 
 
 def _tamper_blob(host: Path, a, env: dict) -> None:

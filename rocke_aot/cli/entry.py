@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import sys
 
+from rocke_aot import settings  # names only: the module is os and a plain class (no dataclasses)
+
 # option -> field: the options of `rocke-aot fetch` (cli/fetch.py) this path reads; --mirror and
 # --server name sources, which an offline fetch does not use
 _OPTIONS = {"--mirror": "mirrors", "--server": "server", "--root-key": "root_key", "--local": "local",
@@ -91,17 +93,17 @@ def _path_ok(path: str, *, file: bool) -> bool:
 def warm_fetch(args: list[str]) -> int | None:
     """The exit code of `rocke-aot fetch ARGS` answered from a warm note, or None (module doc)."""
     env = os.environ
-    if env.get("ROCKE_AOT_OFFLINE") != "1" or env.get("ROCKE_AOT_CLIENT_MAX_BYTES"):
+    if env.get(settings.OFFLINE) != "1" or env.get(settings.CLIENT_MAX_BYTES):
         return None
-    workers = env.get("ROCKE_AOT_FETCH_WORKERS")
+    workers = env.get(settings.FETCH_WORKERS)
     if workers and not (workers.isascii() and workers.isdigit() and int(workers) >= 1):
         return None
     got = _parse(args)
     if got is None:
         return None
-    pin = got.get("root_key") or env.get("ROCKE_AOT_ROOT_KEY")
-    home = env.get("ROCKE_AOT_HOME")
-    root = got.get("local") or env.get("ROCKE_AOT_CLIENT_HOME") or (os.path.join(home, "client") if home else None)
+    pin = got.get("root_key") or env.get(settings.ROOT_KEY)
+    home = env.get(settings.HOME)
+    root = got.get("local") or env.get(settings.CLIENT_HOME) or (os.path.join(home, "client") if home else None)
     if not pin or not root or not _normal(root):
         return None
     output, out_dir = got.get("output"), got.get("out_dir")

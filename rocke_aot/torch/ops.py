@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from rocke_aot.torch import dispatch as D
-from rocke_aot.torch.runtime import _STATE, current, dtype_name, stream_getter, stream_of
+from rocke_aot.torch.runtime import STATE, current, dtype_name, stream_getter, stream_of
 
 _WEIGHTS: dict[str, dict[int, tuple[weakref.ref, int, Tensor]]] = {"t": {}, "cl": {}}
 MAX_WEIGHTS = 1024  # per layout; past it the copy made first goes (made again if used again)
@@ -157,7 +157,7 @@ def _linear_entry(d: D.Dispatcher, key: tuple, x: Tensor, weight: Tensor, dev) -
 
 
 def linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:  # noqa: UP045 (torch.library reads the annotation)
-    d = _STATE["dispatcher"] or current()
+    d = STATE["dispatcher"] or current()
     dev = x.device
     key = (x.shape, weight.shape, x.dtype, weight.dtype, dev)  # its first item a Size: no other op's key
     hit = d.fast.get(key)

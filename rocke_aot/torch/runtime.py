@@ -26,7 +26,7 @@ from rocke_aot.errors import RuntimeUnavailable
 from rocke_aot.torch.dispatch import Dispatcher
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
-_STATE: dict[str, Any] = {"dispatcher": None}
+STATE: dict[str, Any] = {"dispatcher": None}
 
 
 def dtype_name(dt: torch.dtype) -> str:
@@ -89,23 +89,23 @@ def configure(source: Any = None, *, policy: str = "report", lanes=None, runtime
     def arch_for(device):
         return arch if arch is not None else device_arch(device)
 
-    old = _STATE["dispatcher"]
+    old = STATE["dispatcher"]
     if old is not None:
         old.close()
     d = Dispatcher(source, runtime_for=runtime_for, arch_for=arch_for, lanes=lanes, policy=policy)
-    _STATE["dispatcher"] = d
-    if summary_at_exit and not _STATE.get("atexit"):
-        _STATE["atexit"] = True
+    STATE["dispatcher"] = d
+    if summary_at_exit and not STATE.get("atexit"):
+        STATE["atexit"] = True
         atexit.register(_summary_at_exit)
     return d
 
 
 def _summary_at_exit() -> None:
-    d = _STATE["dispatcher"]
+    d = STATE["dispatcher"]
     if d is not None and d.policy == "report" and (d.served or d.fallbacks):
         print(d.render(), file=sys.stderr)
 
 
 def current() -> Dispatcher:
-    d = _STATE["dispatcher"]
+    d = STATE["dispatcher"]
     return d if d is not None else configure()
