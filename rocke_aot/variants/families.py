@@ -170,6 +170,16 @@ class _Families(Mapping):
 FAMILIES: Mapping[str, Family] = _Families()
 
 
+def optional_torch() -> Any:
+    """torch where it is installed (a family's reference then runs on the GPU when there is one),
+    else None: the references of gemm and the conv families compute through it or through numpy."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
 @dataclass(frozen=True)
 class Reference:
     """What a family's kernel computes, for `bench --run-from-cache` to check every output against

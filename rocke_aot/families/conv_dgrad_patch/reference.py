@@ -19,16 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rocke_aot.variants.families import Reference
-
-
-def _torch() -> Any:
-    """torch where it is installed (the reference then runs on the GPU when there is one), else None."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
+from rocke_aot.variants.families import Reference, optional_torch
 
 
 def compute(p: Any, v: Mapping[str, Any]) -> Any:
@@ -37,7 +28,7 @@ def compute(p: Any, v: Mapping[str, Any]) -> Any:
     hp, wp, pp = p.h // p.p, p.w // p.p, p.p
     dy = np.asarray(v["dY"]).reshape(p.n, hp, wp, p.k)
     wt = np.asarray(v["Wt"]).reshape(p.k, pp, pp, p.c)
-    torch = _torch()
+    torch = optional_torch()
     if torch is not None:
         d = "cuda" if torch.cuda.is_available() else "cpu"
         t = torch.einsum("nyxk,kijc->nyixjc", torch.from_numpy(dy).to(d), torch.from_numpy(wt).to(d)).cpu().numpy()

@@ -20,16 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rocke_aot.variants.families import Reference
-
-
-def _torch() -> Any:
-    """torch where it is installed (the reference then runs on the GPU when there is one), else None."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
+from rocke_aot.variants.families import Reference, optional_torch
 
 
 def compute(p: Any, v: Mapping[str, Any]) -> Any:
@@ -38,7 +29,7 @@ def compute(p: Any, v: Mapping[str, Any]) -> Any:
     x = np.asarray(v["X"]).reshape(p.n, p.h, p.w, p.c)
     wt = np.asarray(v["Wt"]).reshape(p.k, p.r, p.s, p.c)
     oh, ow = p.out_hw
-    torch = _torch()
+    torch = optional_torch()
     if torch is not None:
         d = "cuda" if torch.cuda.is_available() else "cpu"
         y = torch.nn.functional.conv2d(

@@ -18,16 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rocke_aot.variants.families import Reference
-
-
-def _torch() -> Any:
-    """torch where it is installed (the reference then runs on the GPU when there is one), else None."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
+from rocke_aot.variants.families import Reference, optional_torch
 
 
 def compute(p: Any, v: Mapping[str, Any]) -> Any:
@@ -35,7 +26,7 @@ def compute(p: Any, v: Mapping[str, Any]) -> Any:
     import numpy as np
 
     a, b = np.asarray(v["A"]).reshape(p.m, p.k), np.asarray(v["B"]).reshape(p.k, p.n)
-    torch = _torch()
+    torch = optional_torch()
     if torch is None:
         return (a @ b).ravel()
     d = "cuda" if torch.cuda.is_available() else "cpu"
