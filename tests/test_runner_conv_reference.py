@@ -67,8 +67,8 @@ def _dgrad_loop(p: PatchDgradProblem, v) -> np.ndarray:
 def path(request, monkeypatch):
     if request.param == "numpy":
         for module in (FWD, DGRAD, GEMM):
-            monkeypatch.setattr(module, "_torch", lambda: None)
-    elif FWD._torch() is None:
+            monkeypatch.setattr(module, "optional_torch", lambda: None)
+    elif FWD.optional_torch() is None:
         return "numpy (torch not installed)"  # the numpy case above already covers this host
     return request.param
 
