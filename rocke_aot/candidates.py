@@ -67,11 +67,8 @@ from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import SpecError
+from rocke_aot.launch import ceil_div
 from rocke_aot.record import SCHEDULE_VERSION, check_resources, check_schedule
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _sgpr_waves(sgprs: int) -> int:
@@ -88,7 +85,7 @@ def _sgpr_waves(sgprs: int) -> int:
 def _amd_waves(info: ArchInfo, vgprs: int, sgprs: int | None) -> int:
     """Waves per SIMD by the wave limit, VGPRs and (GFX8/9) SGPRs."""
     waves = info.max_waves_per_simd
-    waves = min(waves, info.max_vgprs // (_ceil(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule))
+    waves = min(waves, info.max_vgprs // (ceil_div(max(vgprs, 1), info.vgpr_alloc_granule) * info.vgpr_alloc_granule))
     if info.sgpr_limits_occupancy and sgprs is not None:
         waves = min(waves, _sgpr_waves(sgprs))
     return waves
@@ -96,16 +93,16 @@ def _amd_waves(info: ArchInfo, vgprs: int, sgprs: int | None) -> int:
 
 def _nv_groups(info: ArchInfo, regs: int | None, lds_bytes: int, threads: int, barriers: int | None) -> int:
     """Resident blocks per SM (cuda_occupancy.h's rules, module doc)."""
-    warps = _ceil(threads, info.wave_size)
+    warps = ceil_div(threads, info.wave_size)
     subs = info.simds_per_cu
     limits = [info.max_groups_per_cu, info.max_waves_per_simd * subs // warps]
-    per_warp = _ceil((regs or 0) * info.wave_size, info.reg_alloc_granule) * info.reg_alloc_granule
+    per_warp = ceil_div((regs or 0) * info.wave_size, info.reg_alloc_granule) * info.reg_alloc_granule
     if per_warp:
         # the hardware checks a block as if its warps were spread over every sub-partition
-        if max(per_warp * warps, per_warp * _ceil(warps, subs) * subs) > info.regs_per_group:
+        if max(per_warp * warps, per_warp * ceil_div(warps, subs) * subs) > info.regs_per_group:
             return 0
         limits.append(info.regs_per_cu // subs // per_warp * subs // warps)
-    smem = _ceil(lds_bytes + info.lds_reserved_per_group, info.lds_alloc_granule) * info.lds_alloc_granule
+    smem = ceil_div(lds_bytes + info.lds_reserved_per_group, info.lds_alloc_granule) * info.lds_alloc_granule
     if smem > info.lds_bytes + info.lds_reserved_per_group:
         return 0
     if smem:
@@ -129,7 +126,7 @@ def groups_per_cu(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_b
     if info.regs_per_cu:
         return _nv_groups(info, vgprs, lds_bytes or 0, workgroup_size, barriers)
     waves = info.max_waves_per_simd if vgprs is None else _amd_waves(info, vgprs, sgprs)
-    groups = waves * info.simds_per_cu // _ceil(workgroup_size, info.wave_size)
+    groups = waves * info.simds_per_cu // ceil_div(workgroup_size, info.wave_size)
     if lds_bytes:
         groups = min(groups, info.cu_lds_bytes // lds_bytes)
     return max(groups, 0)
@@ -145,11 +142,11 @@ def occupancy(info: ArchInfo, *, vgprs: int | None, sgprs: int | None, lds_bytes
         if not workgroup_size:
             return None
         groups = _nv_groups(info, vgprs, lds_bytes or 0, workgroup_size, barriers)
-        return groups * _ceil(workgroup_size, info.wave_size) // info.simds_per_cu
+        return groups * ceil_div(workgroup_size, info.wave_size) // info.simds_per_cu
     waves = _amd_waves(info, vgprs, sgprs)
     if lds_bytes and workgroup_size:
         groups = info.lds_bytes // lds_bytes
-        waves = min(waves, groups * _ceil(workgroup_size, info.wave_size) // info.simds_per_cu)
+        waves = min(waves, groups * ceil_div(workgroup_size, info.wave_size) // info.simds_per_cu)
     return max(waves, 0)
 
 

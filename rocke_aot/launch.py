@@ -189,6 +189,12 @@ def names(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+def ceil_div(a: int, b: int) -> int:
+    """The smallest integer >= a / b (b > 0): the formulas' ``ceil_div``, and every count's and
+    model's tile arithmetic (one definition)."""
+    return -(-a // b)
+
+
 def _div(text: str, a: int, b: int) -> int:
     if b == 0:
         raise FormulaError(f"formula {text!r}: division by zero")

@@ -34,9 +34,6 @@ MAX_ACC_PER_THREAD = 64  # mma tiles x result registers per lane
 MAX_FMA_PER_THREAD = 16  # fma accumulators per thread: more needs ~300 VGPRs (measured on gfx942)
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
 
 def _from_dict(cls: Any, d: object) -> Any:
     if not isinstance(d, dict):

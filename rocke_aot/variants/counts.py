@@ -80,6 +80,7 @@ from typing import Any
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
+from rocke_aot.launch import ceil_div
 
 BANK_BYTES = 4
 
@@ -160,9 +161,6 @@ def lds_cycles(lane_bytes: Iterable[tuple[int, int]], banks: int = 32) -> int:
     return max((len(v) for v in per_bank.values()), default=0)
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
 
 def frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: int, run: int,
               banks: int) -> tuple[int, int]:
@@ -183,7 +181,7 @@ def global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset:
     elements) of thread c % threads is at global element ``offset(c)``; the first warp of each
     round stands for every warp, as in stage_cost."""
     lines = 0
-    for it in range(_ceil(total, threads)):
+    for it in range(ceil_div(total, threads)):
         touched = set()
         for t in range(min(wave, threads)):
             c = it * threads + t
@@ -208,7 +206,7 @@ def stage_cost(threads: int, wave: int, total: int, vec: int, eb: int, at: Calla
     """(stores per thread, LDS cycles per warp) of staging ``total`` vectors of ``vec``
     elements, vector c by thread c % threads into LDS element ``at(c)`` (the first warp of
     each round stands for every warp)."""
-    rounds = _ceil(total, threads)
+    rounds = ceil_div(total, threads)
     cycles = 0.0
     for it in range(rounds):
         lanes = [it * threads + t for t in range(min(wave, threads)) if it * threads + t < total]
@@ -224,7 +222,7 @@ def wgmma_key(in_dtype: str) -> str:
 def pipelined_latencies(steps: int, stages: int) -> float:
     """Global latencies per step in the chain of an S-stage pipeline over ``steps`` K-tiles
     (module doc): the fill's first latency is exposed whatever the depth."""
-    return _ceil(max(steps, 1), stages - 1) / max(steps, 1)
+    return ceil_div(max(steps, 1), stages - 1) / max(steps, 1)
 
 
 def a_run(ins: Any, row_stride: int, coord: Callable | None = None, per_lane: int | None = None) -> int:
@@ -296,7 +294,7 @@ def engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps:
     ins = mma.INSTRS[g.instr]
     waves = g.threads // g.wave_size
     ntiles = (rows // ins.m) * (cols // ins.n)
-    per_wave = _ceil(ntiles, waves)
+    per_wave = ceil_div(ntiles, waves)
     a_loads, a_cyc = frag_cost(ins, ins.a_coord, ins.a_per_lane, a_index, eb,
                                merged_run(ins.a_coord, ins.a_per_lane, ins.wave_size, a_index, eb), banks)
     b_loads, b_cyc = frag_cost(ins, ins.b_coord, ins.b_per_lane, b_index, eb,

@@ -30,7 +30,7 @@ from rocke_aot import mma
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
-from rocke_aot.launch import LaunchFormulas
+from rocke_aot.launch import LaunchFormulas, ceil_div
 from rocke_aot.variants.perf import TileWork, fragment_wavefronts
 
 
@@ -39,9 +39,6 @@ def formulas(spec: Any) -> LaunchFormulas:
     """spec.launch_formulas(), memoized: ranking evaluates the same (frozen) specs again and again."""
     return spec.launch_formulas()
 
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -82,14 +79,14 @@ def dim(name: str, size: int, tile: int) -> DimGranularity:
         raise SpecError(f"tile along {name} must be >= 1, got {tile}")
     if size <= 0:
         return DimGranularity(name, size, tile, 0.0)
-    return DimGranularity(name, size, tile, size / (_ceil(size, tile) * tile))
+    return DimGranularity(name, size, tile, size / (ceil_div(size, tile) * tile))
 
 
 def cu_granularity(tiles: int, cus: int) -> float:
     """The useful fraction of the last wave of blocks: tiles / (ceil(tiles/CUs) * CUs)."""
     if tiles <= 0:
         return 0.0
-    return tiles / (_ceil(tiles, cus) * cus)
+    return tiles / (ceil_div(tiles, cus) * cus)
 
 
 def combine(dims: Iterable[DimGranularity], tiles: int, info: ArchInfo) -> Efficiency:

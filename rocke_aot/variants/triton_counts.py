@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocke_aot import mma
+from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP, WGMMA_K
 from rocke_aot.variants.counts import KernelCounts, pipelined_latencies, wgmma_key
 
@@ -55,9 +56,6 @@ ASYNC_MIN_BYTES = 4  # the smallest cp.async copy
 # 256 / bit width) -- the native warpgroup pipeline's constants (families/gemm/spec.py)
 WGMMA_N = tuple(range(256, 0, -8))  # the f16 instruction N Triton tries, largest first
 
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def matrix_instr(target: Any) -> mma.MmaInstr:
@@ -99,7 +97,7 @@ def wgmma_layout(spec: Any, target: Any) -> WgmmaLayout | None:
             wm *= 2
         else:
             wn *= 2
-    reps = max(1, bm // (16 * wm)) * max(1, bn // (n * wn)) * _ceil(bk, WGMMA_K)
+    reps = max(1, bm // (16 * wm)) * max(1, bn // (n * wn)) * ceil_div(bk, WGMMA_K)
     return WgmmaLayout(n, wm, wn, reps)
 
 
@@ -109,7 +107,7 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
     wg = wgmma_layout(spec, target)
     wave = target.info.wave_size
     threads = warps * wave
-    steps = _ceil(p.k, bk)
+    steps = ceil_div(p.k, bk)
     macs = bm * bn * bk
     vec = 16 if all(getattr(spec, f"{d}_class") == "div16" for d in "mnk") else EB
     staged = (bm + bn) * bk * EB
@@ -142,5 +140,5 @@ def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCoun
         lds_write_wavefronts=staged / 128 / warps, global_wavefronts=staged / 128 / warps,
         serial_loads=pipelined_latencies(steps, stages) if asynchronous else loads,
         int_ops=loads * TRITON_OPS_PER_LOAD, staged_bytes=staged, barriers=1, double_buffer=asynchronous,
-        store_bytes=bm * bn * EB, stores=_ceil(bm * bn * EB, 16 * threads),
+        store_bytes=bm * bn * EB, stores=ceil_div(bm * bn * EB, 16 * threads),
         unique_bytes=(p.m * p.k + p.k * p.n + p.m * p.n) * EB, macs=macs)

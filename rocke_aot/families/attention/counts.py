@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP
 from rocke_aot.variants.counts import KernelCounts, pipelined_latencies
 from rocke_aot.variants.triton_counts import WGMMA_KEY, matrix_instr
@@ -30,9 +31,6 @@ EB = 2  # f16 / bf16
 SOFTMAX_OPS = 6  # scale, max, subtract, sum, mask select, convert: per S element (module doc)
 EXP2_COST = {"cuda": 8, "hip": 4}  # vector slots of one exp2 (MUFU at 1/8 of the FMA rate; AMD a quarter)
 
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def uses_wgmma(spec: Any, target: Any) -> bool:
@@ -46,14 +44,14 @@ def steps(spec: Any, p: Any) -> int:
     block (triton_kernel.py). Diagonal blocks are computed whole and masked, so a causal program does
     a little more than the visible pairs (BLOCK_M / 2 of a block's keys per row more, at most)."""
     bm, bn = spec.BLOCK_M, spec.BLOCK_N
-    blocks_m = _ceil(p.seqlen_q, bm)
+    blocks_m = ceil_div(p.seqlen_q, bm)
     shift = p.seqlen_k - p.seqlen_q
     total = 0
     for m in range(blocks_m):
         hi = min(p.seqlen_k, max(0, (m + 1) * bm + shift)) if p.causal else p.seqlen_k
         lo = max(0, m * bm + shift - p.window + 1) // bn * bn if p.window else 0
-        total += _ceil(hi - lo, bn) if hi > lo else 0
-    return max(1, _ceil(total, blocks_m))
+        total += ceil_div(hi - lo, bn) if hi > lo else 0
+    return max(1, ceil_div(total, blocks_m))
 
 
 def attention_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
@@ -88,7 +86,7 @@ def attention_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelC
         lds_write_wavefronts=staged / 128 / warps, global_wavefronts=staged / 128 / warps,
         serial_loads=pipelined_latencies(n_steps, spec.num_stages) if asynchronous else loads,
         int_ops=loads * 2 + bm * bn / threads, staged_bytes=staged, barriers=2, double_buffer=asynchronous,
-        store_bytes=bm * d * EB, stores=_ceil(bm * d * EB, 16 * threads), unique_bytes=2 * q_bytes + kv_bytes,
+        store_bytes=bm * d * EB, stores=ceil_div(bm * d * EB, 16 * threads), unique_bytes=2 * q_bytes + kv_bytes,
         macs=macs)
 
 

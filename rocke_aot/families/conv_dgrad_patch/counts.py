@@ -15,6 +15,7 @@ import functools
 from typing import Any
 
 from rocke_aot.dtypes import DTYPE_BYTES
+from rocke_aot.launch import ceil_div
 from rocke_aot.variants.counts import KernelCounts, engine_static, global_lines, stage_cost, straight_line_serial
 
 # Integer, compare, select and address instructions the lowerer emits per staged unit, counted
@@ -26,9 +27,6 @@ PATCH_OPS_PER_DY_ELEM = 25
 #   two selects (2), the address (3), the padded LDS index (2)
 PATCH_OPS_PER_W_ELEM = 19
 
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -58,7 +56,7 @@ def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCount
     ops = r1 * PATCH_OPS_PER_DY_ELEM + r2 * PATCH_OPS_PER_W_ELEM
     lines = _patch_lines(spec, target, p.wp, p.k)
     return KernelCounts(
-        threads=g.threads, wave_size=g.wave_size, steps=_ceil(p.k, spec.k_chunk),
+        threads=g.threads, wave_size=g.wave_size, steps=ceil_div(p.k, spec.k_chunk),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
         fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
         global_wavefronts=lines, serial_loads=serial, int_ops=ops,

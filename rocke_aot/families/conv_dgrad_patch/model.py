@@ -18,6 +18,7 @@ from typing import Any
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.families.conv_dgrad_patch.counts import patch_counts
+from rocke_aot.launch import ceil_div
 from rocke_aot.variants.models import (
     DimGranularity,
     Efficiency,
@@ -32,10 +33,6 @@ from rocke_aot.variants.models import (
 )
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.problems import PatchDgradProblem
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _patch_accepts(spec: Any, p: PatchDgradProblem) -> str | None:
@@ -61,7 +58,7 @@ def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
 def _patch_work(spec: Any, p: PatchDgradProblem, target: Any) -> TileWork:
     # One step = one k_chunk of dY channels staged (dY rows + weights); columns padded to 16.
     macs = spec.rows * spec.cols_padded * spec.k_chunk
-    return TileWork(threads=geometry_of(spec, target).threads, steps=_ceil(p.k, spec.k_chunk), macs_per_step=macs,
+    return TileWork(threads=geometry_of(spec, target).threads, steps=ceil_div(p.k, spec.k_chunk), macs_per_step=macs,
                     load_bytes_per_step=spec.staged_elems() * DTYPE_BYTES[spec.dtype], lds_wavefronts_per_step=matrix_wavefronts(spec, target, macs),
                     store_bytes=spec.rows * spec.cols * DTYPE_BYTES[spec.dtype],
                     matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())

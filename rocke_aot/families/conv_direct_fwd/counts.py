@@ -14,6 +14,7 @@ import functools
 from typing import Any
 
 from rocke_aot.dtypes import DTYPE_BYTES
+from rocke_aot.launch import ceil_div
 from rocke_aot.variants.counts import KernelCounts, engine_static, global_lines, stage_cost, straight_line_serial
 
 # Integer, compare, select and address instructions the lowerer emits per staged unit, counted
@@ -25,9 +26,6 @@ FWD_OPS_PER_HALO_ELEM = 26
 #   two selects (2), the address (3)
 FWD_OPS_PER_WEIGHT_ELEM = 18
 
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -58,7 +56,7 @@ def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
     oh, ow = p.out_hw
     lines = _fwd_lines(spec, target, p.w, p.c)
     return KernelCounts(
-        threads=g.threads, wave_size=g.wave_size, steps=_ceil(spec.c, spec.c_chunk),
+        threads=g.threads, wave_size=g.wave_size, steps=ceil_div(spec.c, spec.c_chunk),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
         fma=fma, cvt=cvt, global_loads=r1 + r2, lds_writes=r1 + r2, lds_write_wavefronts=w1 + w2,
         global_wavefronts=lines, serial_loads=serial, int_ops=ops,

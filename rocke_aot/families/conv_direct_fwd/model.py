@@ -17,6 +17,7 @@ from typing import Any
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.families.conv_direct_fwd.counts import fwd_counts
+from rocke_aot.launch import ceil_div
 from rocke_aot.variants.models import (
     Efficiency,
     Model,
@@ -30,10 +31,6 @@ from rocke_aot.variants.models import (
 )
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.problems import ConvProblem
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _fwd_accepts(spec: Any, p: ConvProblem) -> str | None:
@@ -62,7 +59,7 @@ def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
 def _fwd_work(spec: Any, p: ConvProblem, target: Any) -> TileWork:
     # One step = one c_chunk of input channels staged (halo + weights), then every filter tap.
     macs = spec.tile_h * spec.tile_w * spec.tile_k * spec.c_chunk * spec.r * spec.s
-    return TileWork(threads=geometry_of(spec, target).threads, steps=_ceil(spec.c, spec.c_chunk), macs_per_step=macs,
+    return TileWork(threads=geometry_of(spec, target).threads, steps=ceil_div(spec.c, spec.c_chunk), macs_per_step=macs,
                     load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=matrix_wavefronts(spec, target, macs),
                     store_bytes=spec.tile_h * spec.tile_w * spec.tile_k * DTYPE_BYTES[spec.dtype],
                     matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())

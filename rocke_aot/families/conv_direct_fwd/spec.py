@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import SpecError
-from rocke_aot.launch import ArgDef, LaunchFormulas, Split
-from rocke_aot.variants.conv import ConvGeometry, ConvSpecBase, ceil_div, fma_split, mma_instr, path_allowed
+from rocke_aot.launch import ArgDef, LaunchFormulas, Split, ceil_div
+from rocke_aot.variants.conv import ConvGeometry, ConvSpecBase, fma_split, mma_instr, path_allowed
 from rocke_aot.variants.problems import out_extent
 
 

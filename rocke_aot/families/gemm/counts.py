@@ -22,6 +22,7 @@ from typing import Any
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.families.gemm.spec import amd_b_pair_width, async_copy_chunk, copy_panel, quad_stores
+from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP, WGMMA_K
 from rocke_aot.variants.counts import (
     LINE_BYTES,
@@ -283,6 +284,3 @@ def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts
         unique_bytes=(p.m * p.k + p.k * p.n) * eb + p.m * p.n * ob,
         macs=spec.block_m * spec.block_n * spec.block_k)
 
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
