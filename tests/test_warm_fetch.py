@@ -164,3 +164,19 @@ def test_any_change_makes_the_warm_path_step_aside(signed_world, warm_host, tmp_
     else:
         rc, _, err, _ = _run(["-c", FULL, "fetch", a.key], env)
         assert rc == 1 and refused in err, err
+
+
+def test_a_gc_that_evicts_drops_the_notes_and_the_script_steps_aside(signed_world, warm_host, tmp_path):
+    """The notes (and the contract memos) are bounded by the local store's own bound: a gc that
+    evicts removes them (client/local.py drop_memos); the next fetch runs the whole command line."""
+    from rocke_aot.client.local import LocalStore
+
+    src, a = warm_host
+    home = tmp_path / "host"
+    shutil.copytree(src, home)
+    tdir = next((home / "trust").glob("tuf-*"))
+    assert (tdir / "answers" / a.key).is_file() and (tdir / "contracts").is_dir()
+    assert [e.sha256 for e in LocalStore(home).gc(0)] == [a.sha256]
+    assert not (tdir / "answers").exists() and not (tdir / "contracts").exists()
+    rc, out, click = both([a.key, "--json"], _env(signed_world, home))
+    assert click is True and rc != 0  # evicted and offline: the command line refuses, by name

@@ -53,6 +53,7 @@ from rocke_aot.cache.keys import KeyInputs, artifact_key, check_key, thaw
 from rocke_aot.errors import CodeObjectError, IntegrityError, NotFoundError, SpecError, TrustError
 from rocke_aot.paths import atomic_write
 from rocke_aot.targets import Target
+from rocke_aot.warm import ANSWERS
 
 MAX_CODE_OBJECT = 256 << 20  # the largest code object a record may name (client/sources.py MAX_BLOB)
 MAX_RECORD_TEXT = 3 << 20  # a whole record: metadata and provenance of at most 1 MiB each, + key inputs
@@ -573,7 +574,9 @@ def _purge(store: LocalStore, origin: str | None, bad: bool) -> LocalReport:
 
 def drop_memos(trust_dir: str | os.PathLike) -> None:
     """Remove every pin's launch-contract memo (client/contracts.py: ``<trust dir>/tuf-<pin>/contracts``)
-    under a local store's trust folder: what gc calls when it evicts, so the memos are bounded by the
-    store's own bound; the next fetch of each kernel checks its contract in full once more."""
-    for d in Path(trust_dir).glob("tuf-*/contracts"):
-        shutil.rmtree(d, ignore_errors=True)
+    and warm-fetch notes (rocke_aot/warm.py: ``.../answers``) under a local store's trust folder: what
+    gc calls when it evicts, so both are bounded by the store's own bound; the next fetch of each
+    kernel checks its contract in full once more (and writes its note again)."""
+    for pattern in ("tuf-*/contracts", f"tuf-*/{ANSWERS}"):
+        for d in Path(trust_dir).glob(pattern):
+            shutil.rmtree(d, ignore_errors=True)
