@@ -378,3 +378,22 @@ def test_build_api_builds_a_new_layer(tmp_path, llvm22):
     [layer] = s["layers"]
     assert layer["baked"] == {"c": 1, "dtype": "f16", "p": 16} and not layer["default"] and layer["admitted"]
     assert s["to_build"] == 1 and s["compiles"] == 0
+
+
+def test_floor_never_leaves_a_problem_without_kernels():
+    """A problem no spec serves at the floor keeps the specs at its best efficiency (the torch run's
+    ResNet-50 layers at 14x14 and 7x7 got no kernel under --min-efficiency 0.8 before). Reference,
+    by hand (tests/test_select_cli.py): on gfx942 (304 CUs) m=n=1000 k=512 reaches (1000/1024)^2*16/19
+    = 0.803 at best, with the 32x64/64x32/64x64/32x128/128x32 tiles of the two-wave f16 mfma grid."""
+    want = {"block_k": 32, "in_dtype": "f16", "out_dtype": "f32", "double_buffer": False, "waves": 2, "path": "mfma"}
+    grid = [s for s in table.enumerate_specs("gemm", GFX942, "llvm22")
+            if all(s.to_dict().get(k) == v for k, v in want.items())]
+    problem = {"m": 1000, "n": 1000, "k": 512, "dtype": "f16"}
+    tiles = {(32, 64), (64, 32), (64, 64), (32, 128), (128, 32)}
+    for floor in (0.5, 0.9):  # at the floor: the five; above every spec's reach: still the five
+        kept = selection.specs_serving("gemm", grid, [problem], GFX942, min_efficiency=floor)
+        assert {(s.block_m, s.block_n) for s in kept} == tiles
+        assert selection.below_floor("gemm", grid, [problem], GFX942, min_efficiency=floor) == (floor > 0.803)
+    big = {"m": 4096, "n": 4096, "k": 512, "dtype": "f16"}  # a problem at the floor adds nothing for the small one
+    kept = selection.specs_serving("gemm", grid, [problem, big], GFX942, min_efficiency=0.9)
+    assert tiles <= {(s.block_m, s.block_n) for s in kept}

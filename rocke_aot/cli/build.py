@@ -39,7 +39,8 @@ from rocke_aot.errors import SpecError
                    'layer\'s baked parameters x the knob grid): JSON {"conv_direct_fwd": [{...}], "gemm": [...]} '
                    '(bench/problems/models/, bench/model_problems.py).')
 @click.option("--min-efficiency", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
-              help="With --problems: a spec must reach this tile efficiency on at least one problem.")
+              help="With --problems: a spec must reach this tile efficiency on at least one problem "
+                   "(a problem no spec serves at the floor keeps its best specs).")
 @click.option("--instances", "instances", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
               help="Build a rocKE instance list (aot_list.json: rocke.aot.instance/v1 objects, each a family, an arch "
                    "and a compile_spec matched against the family's table like --where); every instance whose "

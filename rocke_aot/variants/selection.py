@@ -655,12 +655,33 @@ def _build_hint(family: str, problem: Any, device: Target, lanes: tuple[str, ...
 def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: Target | str, *,
                   min_efficiency: float) -> list[Any]:
     """The specs (a table's grid) that serve at least one problem at or above the floor, by the
-    same acceptance and floor rules as :func:`rank` (``rocke-aot build --problems``)."""
-    problems = [p if not isinstance(p, Mapping) else eff_models.problem_from_dict(family, p) for p in problems]
-    out = []
-    for spec in specs:
-        for p in problems:
-            if eff_models.accepts(spec, p) is None and eff_models.efficiency(spec, p, arch).total >= min_efficiency:
-                out.append(spec)
-                break
-    return out
+    same acceptance and floor rules as :func:`rank` (``rocke-aot build --problems``); a problem
+    that some spec runs but none at the floor keeps the specs at its own best efficiency (the
+    floor trims a workload's build; it never leaves a problem the grid can run without kernels:
+    :func:`below_floor` names those problems)."""
+    specs = list(specs)
+    keep: set[int] = set()
+    for p in _problems(family, problems):
+        effs = [(i, eff_models.efficiency(s, p, arch).total) for i, s in enumerate(specs)
+                if eff_models.accepts(s, p) is None]
+        at_floor = {i for i, e in effs if e >= min_efficiency}
+        if not at_floor and effs:
+            best = max(e for _, e in effs)
+            at_floor = {i for i, e in effs if e >= best - 1e-12}
+        keep |= at_floor
+    return [s for i, s in enumerate(specs) if i in keep]
+
+
+def below_floor(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: Target | str, *,
+                min_efficiency: float) -> int:
+    """How many problems some spec runs but none at the floor (served by their best specs)."""
+    specs = list(specs)
+    n = 0
+    for p in _problems(family, problems):
+        effs = [eff_models.efficiency(s, p, arch).total for s in specs if eff_models.accepts(s, p) is None]
+        n += bool(effs) and max(effs) < min_efficiency
+    return n
+
+
+def _problems(family: str, problems: Iterable[Any]) -> list[Any]:
+    return [p if not isinstance(p, Mapping) else eff_models.problem_from_dict(family, p) for p in problems]

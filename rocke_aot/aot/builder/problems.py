@@ -14,7 +14,8 @@ lists lack included.
             admitted or refused by the table's own rules  ──> one LayerGrid per baked set
         keeps the specs that accept at least one of the family's problems with efficiency
             >= min_efficiency on the target: the same acceptance and floor rules as selection
-            (variants/selection.py specs_serving); a family without problems builds nothing
+            (variants/selection.py specs_serving); a problem that no spec serves at the floor
+            keeps its best specs (below_floor counts those); a family without problems builds nothing
         ──> (specs, [LayerPlan(grid, serving)])   the plan's layers: the summary's "layers"
 
 A layer already in the default list plans the default grid's own specs, so the same keys:
@@ -32,7 +33,7 @@ from typing import Any
 from rocke_aot.errors import SpecError
 from rocke_aot.variants import table
 from rocke_aot.variants.efficiency import problem_from_dict
-from rocke_aot.variants.selection import specs_serving
+from rocke_aot.variants.selection import below_floor, specs_serving
 
 
 def load_problems(source: str | Path | Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -66,10 +67,12 @@ class LayerPlan:
 
     grid: table.LayerGrid
     problems: int  # the workload's problems that need this baked set
-    serving: int  # admitted specs that serve one of them at or above the floor
+    serving: int  # admitted specs that serve one of them (at or above the floor, else its best)
+    below_floor: int = 0  # of those problems, how many no spec serves at the floor (their best specs built)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.grid.as_dict(), "problems": self.problems, "serving": self.serving}
+        return {**self.grid.as_dict(), "problems": self.problems, "serving": self.serving,
+                "below_floor": self.below_floor}
 
 
 class Workload:
@@ -92,6 +95,8 @@ class Workload:
         layers = []
         for grid in grids:
             mine = [p for p in probs if table.problem_baked(family, p) == dict(grid.baked)]
+            floor = self.min_efficiency
             layers.append(LayerPlan(grid, len(mine), len(specs_serving(family, grid.specs, mine, target,
-                                                                       min_efficiency=self.min_efficiency))))
+                                                                       min_efficiency=floor)),
+                                    below_floor(family, grid.specs, mine, target, min_efficiency=floor)))
         return serving, layers

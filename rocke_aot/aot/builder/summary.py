@@ -121,4 +121,5 @@ def layer_line(layer: dict[str, Any]) -> str:
     more = len(layer["refused"]) - 2
     return (f"{where} {baked}: {origin}; {layer['admitted']} of {layer['points']} grid points admitted, "
             f"{layer['serving']} serve its {layer['problems']} problem(s)"
+            + (f" ({layer['below_floor']} below --min-efficiency: their best specs)" if layer.get("below_floor") else "")
             + (f"; refused: {refused}" if refused else "") + (f"; {more} more reasons (--json)" if more > 0 else ""))
