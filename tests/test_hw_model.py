@@ -428,3 +428,19 @@ def test_a_192_row_tile_is_counted_and_fills_the_waves_of_3072_cubed():
     est = {ch.candidate.key: ch.estimate_ms for ch in r.accepted}
     for bk in (32, 64):
         assert est[f"gemm_f16_f16_mma_192x128x{bk}_w8_v8_s3_g8"] < est[f"gemm_f16_f16_mma_256x128x{bk}_w8_v8_s3_g8"]
+
+
+def test_conv_direct_fwd_counts_shared_across_channel_counts():
+    """fwd_counts caches a spec's per-step counts under its layout (counts.layout_of: c, k and the
+    padding fixed): every admitted spec of the ResNet-50 layers (bench/problems/models/resnet50.json)
+    on gfx942 and sm_90 counts the same through the shared entry as through its own."""
+    from rocke_aot.aot.builder import Workload
+    from rocke_aot.families.conv_direct_fwd import counts as C
+
+    work = Workload(Path(__file__).resolve().parents[1] / "bench" / "problems" / "models" / "resnet50.json")
+    for arch in ("gfx942", "sm_90"):
+        target = Target.parse(arch)
+        specs, _ = work.specs("conv_direct_fwd", target, "llvm22")
+        assert len(specs) > 100
+        for spec in specs[::7]:
+            assert C._fwd_static(C.layout_of(spec), target, 32) == C._fwd_static.__wrapped__(spec, target, 32), spec

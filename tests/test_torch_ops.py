@@ -216,6 +216,8 @@ def test_route_sends_a_models_linears_to_the_op(served):
     model(_x(5, 64))
     assert d.served["linear"] == 2 and not d.fallbacks and len(rec.launches) == 2 and d.selects == 2
     assert rec.loaded == 1  # two shapes, one kernel: its module loaded once
+    spent = d.summary()["resolve_ms"]  # where a new shape's time went: selects ran, a kernel was read
+    assert set(spent) == {"select", "fetch", "load"} and spent["select"] > 0 and spent["fetch"] > 0
     model.bfloat16()(_x(5, 64).bfloat16())  # no bf16 kernel in the store: two counted fallbacks
     assert d.summary()["fallbacks"] == [{"op": "linear", "reason": D.NO_CANDIDATE, "calls": 2}]
     assert len(rec.launches) == 2

@@ -36,6 +36,7 @@ import json
 import math
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -311,6 +312,7 @@ class Dispatcher:
         self._served: Counter[str] = Counter()  # hit() counts, and closed paths' launch() counts
         self.fallbacks: Counter[tuple[str, str]] = Counter()
         self.selects = 0  # source.ranked calls: one per new shape
+        self.resolve_s = {"select": 0.0, "fetch": 0.0, "load": 0.0}  # a new shape's seconds, by step
         self.modules: dict[tuple[Any, str], tuple[Any, Any, Any]] = {}  # (device, key) -> (runtime, module, fn)
         self.fast: dict[tuple, Any] = {}  # ops.py: a call's (shapes, dtypes, args) -> (problem, path), or a linear entry
         self._lock = threading.Lock()
@@ -329,19 +331,26 @@ class Dispatcher:
     def _resolve(self, family: str, problem: Any, device: Any) -> LaunchPath | Unserved:
         arch = self.arch_for(device)
         self.selects += 1
+        t0 = time.perf_counter()
         try:
             ranked = self.source.ranked(arch, family, problem, self.lanes)
         except SpecError as e:  # a problem the family refuses by name (its reason)
             return Unserved(f"{family} refuses {problem}: {e}")
+        finally:
+            t1 = time.perf_counter()
+            self.resolve_s["select"] += t1 - t0
         if not ranked:
             return Unserved(NO_CANDIDATE, build=True)
         entry = ranked[0]
         image, metadata = self.source.load(entry["key"])
         kernel, rt = _candidate(entry, image, metadata), self.runtime_for(device)
+        t2 = time.perf_counter()
+        self.resolve_s["fetch"] += t2 - t1
         got = self.modules.get((device, kernel.key))
         if got is None:
             module = rt.load(kernel.image)
             got = self.modules[(device, kernel.key)] = (rt, module, rt.function(module, kernel.contract.kernel))
+        self.resolve_s["load"] += time.perf_counter() - t2
         return LaunchPath(rt, kernel, problem, got[1:])
 
     @property
@@ -371,7 +380,8 @@ class Dispatcher:
                 "fallbacks": [{"op": op, "reason": why, "calls": n} for (op, why), n in self.fallbacks.most_common()],
                 "shapes": sum(1 for v in self.table.values() if isinstance(v, LaunchPath)),
                 "unserved_shapes": sum(1 for v in self.table.values() if isinstance(v, Unserved)),
-                "selects": self.selects}
+                "selects": self.selects,
+                "resolve_ms": {k: round(v * 1e3, 1) for k, v in self.resolve_s.items()}}
 
     def render(self) -> str:
         s = self.summary()

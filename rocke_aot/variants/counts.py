@@ -154,12 +154,17 @@ def lds_cycles(lane_bytes: Iterable[tuple[int, int]], banks: int = 32) -> int:
     distinct 4-byte words any one bank must serve (the CUDA guide's rule; a word read by many
     lanes is a broadcast). 32 banks of 4 bytes serve 128 bytes a cycle, so a conflict-free
     access of more than 128 bytes still takes bytes / 128 cycles."""
-    per_bank: dict[int, set[int]] = {}
+    words: set[int] = set()
     for start, size in lane_bytes:
-        for w in range(start // BANK_BYTES, -(-(start + size) // BANK_BYTES)):
-            per_bank.setdefault(w % banks, set()).add(w)
-    return max((len(v) for v in per_bank.values()), default=0)
-
+        first, end = start // BANK_BYTES, -(-(start + size) // BANK_BYTES)
+        if end - first == 1:
+            words.add(first)
+        else:
+            words.update(range(first, end))
+    per_bank = [0] * banks  # the distinct words fall to banks word % banks: count per bank
+    for w in words:
+        per_bank[w % banks] += 1
+    return max(per_bank) if words else 0
 
 
 def frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: int, run: int,
@@ -180,14 +185,17 @@ def global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset:
     """128-byte lines the staging loads of one warp touch over a step: vector c (``vec``
     elements) of thread c % threads is at global element ``offset(c)``; the first warp of each
     round stands for every warp, as in stage_cost."""
-    lines = 0
+    lines, span = 0, vec * eb - 1
     for it in range(ceil_div(total, threads)):
-        touched = set()
-        for t in range(min(wave, threads)):
-            c = it * threads + t
-            if c < total:
-                b = offset(c) * eb
-                touched.update(range(b // LINE_BYTES, (b + vec * eb - 1) // LINE_BYTES + 1))
+        touched: set[int] = set()
+        base = it * threads
+        for c in range(base, min(base + min(wave, threads), total)):
+            b = offset(c) * eb
+            first, last = b // LINE_BYTES, (b + span) // LINE_BYTES
+            if first == last:
+                touched.add(first)
+            else:
+                touched.update(range(first, last + 1))
         lines += len(touched)
     return lines
 

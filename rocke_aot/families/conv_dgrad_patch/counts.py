@@ -42,17 +42,28 @@ def _patch_lines(spec: Any, target: Any, wp: int, k: int) -> int:
             + global_lines(g.threads, g.wave_size, kc * cols, 1, eb, lambda e: (e // cols) * ppc + e % cols))
 
 
-def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+@functools.lru_cache(maxsize=8192)
+def _patch_static(spec: Any, target: Any, banks: int) -> tuple:
+    """What a block issues per chunk, the spec's and the target's alone (no problem in it)."""
     eb = DTYPE_BYTES[spec.dtype]
     rows, cols = spec.rows, spec.cols_padded
-    g, ins, mmas, reads, read_cyc, fma, cvt, outs = engine_static(
-        spec, target, rows, cols, spec.k_chunk, 1, banks, spec.lds_a_index, spec.lds_b_index)
+    engine = engine_static(spec, target, rows, cols, spec.k_chunk, 1, banks, spec.lds_a_index, spec.lds_b_index)
+    g = engine[0]
     a_size, b_size = rows * spec.k_chunk, spec.k_chunk * cols
     r1, w1 = stage_cost(g.threads, g.wave_size, a_size, 1, eb,
                         lambda e: spec.lds_a_staged(e, e // spec.k_chunk), banks)
     r2, w2 = stage_cost(g.threads, g.wave_size, b_size, 1, eb,
                         lambda e: spec.lds_b_staged(e, e // cols), banks)
     serial = straight_line_serial(g.threads, a_size) + straight_line_serial(g.threads, b_size)
+    return engine, r1, w1, r2, w2, serial
+
+
+def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+    eb = DTYPE_BYTES[spec.dtype]
+    rows = spec.rows
+    engine, r1, w1, r2, w2, serial = _patch_static(spec, target, banks)
+    g, ins, mmas, reads, read_cyc, fma, cvt, outs = engine
+    cols = spec.cols_padded
     ops = r1 * PATCH_OPS_PER_DY_ELEM + r2 * PATCH_OPS_PER_W_ELEM
     lines = _patch_lines(spec, target, p.wp, p.k)
     return KernelCounts(

@@ -10,6 +10,7 @@ lower.py's _halo_elem and _weight_elem address them) and the instructions counte
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -42,16 +43,37 @@ def _fwd_lines(spec: Any, target: Any, w: int, c: int) -> int:
                            lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc))
 
 
-def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+def layout_of(spec: Any) -> Any:
+    """The spec with the baked fields no per-step count reads set to fixed values (the channel
+    counts c and k, the padding): layers that differ only there (a ResNet's stages) share one
+    _fwd_static entry. The counts read the tile, the chunk, the filter, stride and dilation (the
+    halo and the LDS layout), the dtype and the path; tests/test_hw_model.py checks every
+    spec's counts through this against the spec's own."""
+    return dataclasses.replace(spec, c=spec.c_chunk, k=spec.tile_k, pad_h=0, pad_w=0)
+
+
+@functools.lru_cache(maxsize=8192)
+def _fwd_static(spec: Any, target: Any, banks: int) -> tuple:
+    """What a block issues per chunk, the spec's and the target's alone (no problem in it): a
+    select over a new problem recounts only the problem's lines, not the bank simulation."""
     eb = DTYPE_BYTES[spec.dtype]
     rows, cols = spec.tile_h * spec.tile_w, spec.tile_k
-    g, ins, mmas, reads, read_cyc, fma, cvt, outs = engine_static(
-        spec, target, rows, cols, spec.c_chunk, spec.r * spec.s, banks, spec.lds_a_index, spec.lds_b_index)
+    engine = engine_static(spec, target, rows, cols, spec.c_chunk, spec.r * spec.s, banks, spec.lds_a_index,
+                           spec.lds_b_index)
+    g = engine[0]
     halo = spec.halo_h * spec.halo_w * spec.c_chunk
     weights = spec.tile_k * spec.r * spec.s * spec.c_chunk
     r1, w1 = stage_cost(g.threads, g.wave_size, halo, 1, eb, lambda e: e, banks)
     r2, w2 = stage_cost(g.threads, g.wave_size, weights, 1, eb, lambda e: e + halo, banks)
     serial = straight_line_serial(g.threads, halo) + straight_line_serial(g.threads, weights)
+    return engine, halo, weights, r1, w1, r2, w2, serial
+
+
+def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+    eb = DTYPE_BYTES[spec.dtype]
+    rows, cols = spec.tile_h * spec.tile_w, spec.tile_k
+    engine, halo, weights, r1, w1, r2, w2, serial = _fwd_static(layout_of(spec), target, banks)
+    g, ins, mmas, reads, read_cyc, fma, cvt, outs = engine
     ops = r1 * FWD_OPS_PER_HALO_ELEM + r2 * FWD_OPS_PER_WEIGHT_ELEM
     oh, ow = p.out_hw
     lines = _fwd_lines(spec, target, p.w, p.c)
