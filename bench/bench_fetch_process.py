@@ -118,14 +118,11 @@ def run(cmd: list[str], **kw) -> str:
     return r.stdout
 
 
-def make_tree(args, work: Path, say) -> tuple[Path, list[tuple[str, str]]]:
-    """The store, signed and exported by the operator's commands: (the served tree, [(key, sha256)])."""
+def sign_and_export(work: Path, cache: Path, say) -> Path:
+    """The store signed and exported as docs/trust.md shows, by the operator's commands (trust
+    keygen root + release, trust root, trust sign, mirror export) into a fresh directory nginx can
+    read: that directory (root.key.pub, the host's pin, in ``work``)."""
     exe = str(Path(sys.executable).with_name("rocke-aot"))
-    cache = work / "cache.sqlite"
-    t = time.perf_counter()
-    with Store.open(f"sqlite:///{cache}") as store:
-        kernels = fill(store, args.kernels, args.size)
-    say(f"store: {args.kernels} kernels of {args.size} bytes, {time.perf_counter() - t:.1f} s")
     t = time.perf_counter()
     run([exe, "trust", "keygen", str(work / "root.key")])
     run([exe, "trust", "keygen", str(work / "release.key")])
@@ -139,7 +136,18 @@ def make_tree(args, work: Path, say) -> tuple[Path, list[tuple[str, str]]]:
     meta = sum(p.stat().st_size for p in (tree / "metadata").iterdir())
     bins = sum(1 for p in (tree / "metadata").iterdir() if ".bins-" in p.name)
     say(f"signed and exported (trust keygen, root, sign; mirror export): {time.perf_counter() - t:.1f} s; "
-        f"metadata {meta} bytes in {bins} bin files ({meta / args.kernels:.0f} per kernel)")
+        f"metadata {meta} bytes in {bins} bin files")
+    return tree
+
+
+def make_tree(args, work: Path, say) -> tuple[Path, list[tuple[str, str]]]:
+    """The store, signed and exported: (the served tree, [(key, sha256)])."""
+    cache = work / "cache.sqlite"
+    t = time.perf_counter()
+    with Store.open(f"sqlite:///{cache}") as store:
+        kernels = fill(store, args.kernels, args.size)
+    say(f"store: {args.kernels} kernels of {args.size} bytes, {time.perf_counter() - t:.1f} s")
+    tree = sign_and_export(work, cache, say)
     (work / "made.json").write_text(json.dumps({"tree": str(tree), "kernels": kernels, "n": args.kernels,
                                                 "size": args.size}))
     return tree, kernels
