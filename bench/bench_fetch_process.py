@@ -118,18 +118,22 @@ def run(cmd: list[str], **kw) -> str:
     return r.stdout
 
 
-def sign_and_export(work: Path, cache: Path, say) -> Path:
+def sign_and_export(work: Path, cache: Path, say, bins: int | None = None) -> Path:
     """The store signed and exported as docs/trust.md shows, by the operator's commands (trust
     keygen root + release, trust root, trust sign, mirror export) into a fresh directory nginx can
-    read: that directory (root.key.pub, the host's pin, in ``work``)."""
+    read: that directory (root.key.pub, the host's pin, in ``work``); ``bins``: `trust sign --bins`
+    (2**bins hashed bins; None: the command's default, about 64 kernels a bin)."""
     exe = str(Path(sys.executable).with_name("rocke-aot"))
     t = time.perf_counter()
+    shutil.rmtree(work / "signed", ignore_errors=True)  # a fresh repository (its bin count is kept from DIR)
+    for name in ("root.key", "root.key.pub", "release.key", "release.key.pub", "root.json"):
+        (work / name).unlink(missing_ok=True)
     run([exe, "trust", "keygen", str(work / "root.key")])
     run([exe, "trust", "keygen", str(work / "release.key")])
     run([exe, "trust", "root", "--key", str(work / "root.key"), "--release", str(work / "release.key.pub"),
          "-o", str(work / "root.json")])
     run([exe, "trust", "sign", "--cache", str(cache), "--root", str(work / "root.json"), "--key",
-         str(work / "release.key"), "-o", str(work / "signed")])
+         str(work / "release.key"), "-o", str(work / "signed"), *(["--bins", str(bins)] if bins else [])])
     tree = served_dir()
     run([exe, "mirror", "export", "--cache", str(cache), "--signed", str(work / "signed"), "--root-key",
          str(work / "root.key.pub"), "-o", str(tree)])
@@ -147,9 +151,9 @@ def make_tree(args, work: Path, say) -> tuple[Path, list[tuple[str, str]]]:
     with Store.open(f"sqlite:///{cache}") as store:
         kernels = fill(store, args.kernels, args.size)
     say(f"store: {args.kernels} kernels of {args.size} bytes, {time.perf_counter() - t:.1f} s")
-    tree = sign_and_export(work, cache, say)
+    tree = sign_and_export(work, cache, say, args.bins)
     (work / "made.json").write_text(json.dumps({"tree": str(tree), "kernels": kernels, "n": args.kernels,
-                                                "size": args.size}))
+                                                "size": args.size, "bins": args.bins}))
     return tree, kernels
 
 
@@ -159,9 +163,14 @@ def main() -> None:
     ap.add_argument("--fetch", type=int, default=100, help="kernels each process fetches")
     ap.add_argument("--size", type=int, default=32768, help="bytes of each code object")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--bins", type=int, default=None, help="`trust sign --bins N` (2**N hashed bins; default: the "
+                    "command's, about 64 kernels a bin)")
     ap.add_argument("--work", default=None, help="keep the store and tree here (reused by a later run with the "
                     "same --kernels and --size; default: a temp dir, removed)")
     ap.add_argument("--out", default=None, help="append the report to this file")
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="also time the verifying fetch (default workers) with the rocke_aot of this folder (another "
+                         "commit's: `git archive REV rocke_aot | tar -x -C DIR`) first on PYTHONPATH, in the same rounds")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-fetch-process-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -174,11 +183,12 @@ def main() -> None:
 
     head = run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent).strip()
     say(f"# bench_fetch_process {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} tree={head} kernels={args.kernels} "
-        f"fetch={args.fetch} size={args.size} rounds={args.rounds} python={sys.version.split()[0]} "
+        f"fetch={args.fetch} size={args.size} bins={args.bins or 'default'} rounds={args.rounds} python={sys.version.split()[0]} "
         f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
     made = work / "made.json"
     old = json.loads(made.read_text()) if made.exists() else None
-    if old and old["n"] == args.kernels and old["size"] == args.size and Path(old["tree"]).is_dir():
+    if old and (old["n"], old["size"], old.get("bins")) == (args.kernels, args.size, args.bins) \
+            and Path(old["tree"]).is_dir():
         tree, kernels = Path(old["tree"]), [tuple(k) for k in old["kernels"]]
         say(f"reused the signed tree {tree}")
     else:
@@ -204,6 +214,9 @@ def main() -> None:
                     str(work / "keys.txt"), "--local", str(home), "--json",
                     *(["--workers", str(workers)] if workers else [])]
 
+        full_py = work / "full.py"  # a script: its folder is sys.path[0], not the cwd's rocke_aot
+        full_py.write_text("import sys; sys.argv[0] = 'rocke-aot'; from rocke_aot.cli.main import main; main()\n")
+
         def plain() -> list[str]:
             out = work / "plain-out"
             shutil.rmtree(out, ignore_errors=True)
@@ -211,12 +224,16 @@ def main() -> None:
             return [sys.executable, str(plain_py), url, str(out), str(work / "blobs.txt")]
 
         cases = {
-            "plain httpx (GET each blob in turn, write it)": plain,
-            "rocke-aot fetch, cold, verifying (default workers)": lambda: verifying(None),
-            "rocke-aot fetch, cold, verifying (--workers 1)": lambda: verifying(1),
+            "plain httpx (GET each blob in turn, write it)": (plain, env),
+            "rocke-aot fetch, cold, verifying (default workers)": (lambda: verifying(None), env),
+            "rocke-aot fetch, cold, verifying (--workers 1)": (lambda: verifying(1), env),
         }
+        if args.compare:
+            cases[f"rocke-aot fetch, cold, verifying (default workers), the rocke_aot of {args.compare}"] = (
+                lambda: [sys.executable, str(full_py), *verifying(None)[1:]], {**env, "PYTHONPATH": args.compare})
         measure([sys.executable, str(plain_py), url, str(work), str(work / "blobs.txt")], env)  # bytecode written
-        measure(verifying(None), env)
+        for cmd, cenv in list(cases.values())[1:]:  # bytecode written
+            measure(cmd(), cenv)
         for r in range(args.rounds):
             rows.setdefault("baseline: python -c pass", []).append(measure([sys.executable, "-c", "pass"], env)[:3])
             rows.setdefault("baseline: python -c 'import httpx'", []).append(
@@ -224,11 +241,11 @@ def main() -> None:
             order = list(cases.items())
             if r % 2:
                 order.reverse()
-            for name, cmd in order:
+            for name, (cmd, cenv) in order:
                 c = cmd()
                 log.write_text("")
-                cpu, wall, rss, out = measure(c, env)
-                if c[0] == exe:
+                cpu, wall, rss, out = measure(c, cenv)
+                if c[1] == "fetch" or c[2] == "fetch":
                     doc = json.loads(out)
                     if doc["failed"] or len(doc["kernels"]) != args.fetch:
                         raise SystemExit(f"{name}: {doc['failed'][:3]}")
