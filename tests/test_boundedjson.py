@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import subprocess
 import sys
 import tarfile
@@ -15,11 +16,45 @@ import httpx
 import pytest
 from _service import serve_process
 
-from rocke_aot.boundedjson import MAX_MESSAGE, JSONLimitError, Limits, cut, loads
+from rocke_aot import boundedjson
+from rocke_aot.boundedjson import MAX_MESSAGE, JSONLimitError, Limits, check, cut, loads
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import BundleError, SpecError
 
 L = Limits(max_bytes=16 << 20, max_depth=8, max_items=1000, max_string=100)
+
+
+def _outcome(data, limits):
+    try:
+        check(data, limits)
+    except JSONLimitError as e:
+        return e.limit, str(e)
+    return None
+
+
+def test_the_fast_proof_passes_only_what_the_token_scan_passes(monkeypatch):
+    # check() first tries to prove a text within the bounds by whole-text operations (_within);
+    # the reference is the token scan it short-cuts (the same check with the proof switched off):
+    # every outcome must be the scan's, on hostile texts (lone and escaped quotes, brackets inside
+    # strings, closes before opens, exactly at each bound), as bytes and as text
+    rnd = random.Random(39)
+    alphabet = ['"', '"', "\\", "[", "]", "{", "}", ",", "a", " ", "1", ":", "\u00e9"]
+    texts = ["", '"', '"[[[', '"\\"[" [', '"abc\\', "[" * 9, "[" * 8 + "]" * 8, "]]][[[", "]]]" + "[" * 9,
+             '"' + "x" * 100 + '"', '"' + "x" * 101 + '"', "[" + "1," * 999 + "1]", "[" + "1," * 1000 + "1]",
+             '["]]]]","[[[["]', '"\\\\"[[[[[[[[[', '{"a":"\\"}"}', json.dumps({"k": ["[[[{{{", "]]]}}}", 'q"[q']})]
+    texts += ["".join(rnd.choice(alphabet) for _ in range(rnd.randrange(0, 60))) for _ in range(4000)]
+    limits = [L, Limits(1 << 20, max_depth=1, max_items=3, max_string=2), Limits(1 << 20, max_depth=3, max_items=12,
+              max_string=5), Limits(1 << 20, max_depth=2, max_items=1_000_000, max_string=1 << 20)]
+    proven = 0
+    for text in texts:
+        for data in (text, text.encode()):
+            for lim in limits:
+                got = _outcome(data, lim)
+                proven += boundedjson._within(data, lim)
+                with monkeypatch.context() as m:
+                    m.setattr(boundedjson, "_within", lambda d, lm: False)
+                    assert got == _outcome(data, lim), (data, lim)
+    assert proven > 5000  # the proof answered most of them (the test is not vacuous)
 
 
 @pytest.mark.parametrize("doc", [{"a": [1, 2.5, None, True, "x\\y"]}, [], {}, "s", 0, [[[[[]]]]],

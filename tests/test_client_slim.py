@@ -38,7 +38,7 @@ def _modules_after(code: str) -> set[str]:
 
 def test_importing_the_client_imports_no_server_compiler_or_database():
     mods = _modules_after("import rocke_aot.client; rocke_aot.client.ServiceSource")
-    assert "rocke_aot.client.fetch" in mods and "httpx" in mods  # the probe saw the import
+    assert "rocke_aot.client.fetch" in mods and "httpcore" in mods  # the probe saw the import
     loaded = sorted(m for m in mods if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert loaded == []
     # a warm offline fetch needs no HTTP stack, no signature library and no TUF client: they load
@@ -50,6 +50,19 @@ def test_importing_the_client_imports_no_server_compiler_or_database():
     # the launch contract type, zstandard (the local store keeps raw bytes) or platformdirs
     assert sorted(m for m in mods if m.split(".")[0] in ("zstandard", "platformdirs")
                   or m.startswith(("rocke_aot.variants", "rocke_aot.launch"))) == []
+
+
+def test_a_plain_http_source_runs_on_httpcore_without_httpx():
+    # httpx (about 50 ms of a fetch process's imports) loads only for an injected client, a proxy
+    # or TLS; a refused connection is still a transport failure (SourceError after the retries)
+    port = free_port()  # nothing listens there
+    mods = _modules_after(
+        "import os\nfor k in [k for k in os.environ if k.lower().endswith('_proxy')]: del os.environ[k]\n"
+        "from rocke_aot.client import MirrorSource\nfrom rocke_aot.errors import SourceError\n"
+        f"s = MirrorSource('http://127.0.0.1:{port}', retries=1, backoff=0.01)\n"
+        "try:\n    s.metadata('timestamp.json', limit=1000)\nexcept SourceError as e:\n    print('refused', e)\n"
+        "else:\n    raise SystemExit('answered')\n")
+    assert "httpcore" in mods and "httpx" not in mods
 
 
 def test_the_service_imports_no_compiler_and_no_numpy(tmp_path, kernel_bundle):

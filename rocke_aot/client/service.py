@@ -25,9 +25,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Mapping
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from rocke_aot import settings
 from rocke_aot.cache import codec
@@ -44,6 +42,9 @@ from rocke_aot.errors import (
 )
 from rocke_aot.lanes import LANE_NAMES
 from rocke_aot.targets import Target, compatible
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_REJECTED_ROWS = 1000  # the service lists at most this many rejections (answers.py MAX_REJECTED; pydantic loads on a select only)
 

@@ -38,9 +38,8 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import zstandard
 
 from rocke_aot import errors
@@ -60,6 +59,9 @@ from rocke_aot.errors import (
     SourceError,
     SpecError,
 )
+
+if TYPE_CHECKING:  # an injected httpx.Client (tests); httpx itself loads only where one is used (client/wire.py)
+    import httpx
 
 MAX_BLOB = MAX_CODE_OBJECT  # 256 MiB; a code object is kilobytes to megabytes
 MAX_METADATA = 64 << 20  # a manifest of every kernel of a big build is a few megabytes

@@ -20,19 +20,24 @@ spent) or a transport failure (retried, then SourceError).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpcore
-import httpx
 
 from rocke_aot.errors import AnswerTooLargeError, CacheError, DeadlineError, RedirectError, SourceError
+
+# httpx loads only where an httpx.Client is used (injected, or for a proxy) or TLS is set up: a
+# plain-HTTP mirror's fetch runs on httpcore alone (bench/bench_fetch_process.py)
+if TYPE_CHECKING:
+    import httpx
 
 MAX_ERROR_BODY = 64 << 10  # an error answer's body is read this far, the rest dropped
 DEADLINE_S = 120.0  # one call: every attempt, read and backoff sleep
@@ -103,6 +108,8 @@ def http_client(timeout: float = 30.0) -> httpx.Client:
     transport and any proxy transport httpx mounted from the environment). httpcore's pool
     takes a network backend; httpx builds the pool itself, so the backend is wrapped in place
     (tests/test_hostile_client.py's trickle case fails if a new httpx stops allowing it)."""
+    import httpx
+
     client = httpx.Client(timeout=timeout, follow_redirects=False)
     for transport in (client._transport, *client._mounts.values()):  # noqa: SLF001 - see above
         pool = getattr(transport, "_pool", None)
@@ -152,7 +159,11 @@ class _CorePool:
     milliseconds, which a plain-HTTP mirror on a LAN need not pay at start-up."""
 
     def __init__(self, url: str):
-        tls = httpx.create_ssl_context() if url.startswith("https://") else None
+        tls = None
+        if url.startswith("https://"):
+            import httpx
+
+            tls = httpx.create_ssl_context()
         self._pool = httpcore.ConnectionPool(
             ssl_context=tls, max_connections=100, max_keepalive_connections=20,
             keepalive_expiry=5.0, network_backend=_DeadlineBackend(httpcore.SyncBackend()))
@@ -198,6 +209,8 @@ class _HttpxClient:
     @contextmanager
     def exchange(self, method: str, url: str, headers: dict[str, str] | None, json_body: Any, timeout: float,
                  path: str):
+        import httpx
+
         body = {"content": json_body} if isinstance(json_body, bytes) else {"json": json_body}
         with self._client.stream(method, url, headers=headers, **body, follow_redirects=False,
                                  timeout=httpx.Timeout(timeout)) as r:
@@ -205,17 +218,18 @@ class _HttpxClient:
             yield r.status_code, r.headers, iter([r.content]) if r.is_stream_consumed else r.iter_raw()
 
 
-_TIMEOUTS = (httpcore.TimeoutException, httpx.TimeoutException)
-_TRANSPORT = (httpcore.NetworkError, httpcore.ProtocolError, httpcore.ProxyError, httpcore.UnsupportedProtocol,
-              httpx.TransportError)
+_TIMEOUTS = (httpcore.TimeoutException,)
+_TRANSPORT = (httpcore.NetworkError, httpcore.ProtocolError, httpcore.ProxyError, httpcore.UnsupportedProtocol)
 
 
 def _failure(e: BaseException) -> str | None:
     """What a transport exception means to Wire.request: "timeout", "transport", or None (not a
-    transport failure: it propagates). The one place that knows httpcore's and httpx's classes."""
-    if isinstance(e, _TIMEOUTS):
+    transport failure: it propagates). The one place that knows httpcore's and httpx's classes
+    (httpx's only where httpx is loaded: no httpx exception is raised before it is)."""
+    httpx = sys.modules.get("httpx")
+    if isinstance(e, _TIMEOUTS) or (httpx is not None and isinstance(e, httpx.TimeoutException)):
         return "timeout"
-    if isinstance(e, _TRANSPORT):
+    if isinstance(e, _TRANSPORT) or (httpx is not None and isinstance(e, httpx.TransportError)):
         return "transport"
     return None
 
