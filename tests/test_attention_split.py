@@ -1,0 +1,114 @@
+"""The native attention's split-KV decode kernel (AttentionSpec.split_kv, rocke_aot/families/attention/lower.py
+"split-KV"), without a GPU: its lowered IR run on the CPU emulation (tests/_host_sim.py; for sm_90 the weak
+memory model of the last arriver's fences, atomic and .cg accesses) for gfx942 / gfx950 (MFMA), gfx1250 (WMMA)
+and sm_90 (mma.sync) with the arguments its launch contract binds (the workspace zero-filled, as the runner
+does), against the float64 reference of the family within its error bound, the LSE against the reference's
+log-sum-exp; and the table's admission and the model's preference for it on decode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _host_sim import CpuGrid
+
+from rocke_aot.aot.lower import lower
+from rocke_aot.families.attention.native import AttentionSpec
+from rocke_aot.families.attention.problem import AttentionProblem
+
+PATHS = {"gfx942": ("mfma", 64), "gfx950": ("mfma", 64), "gfx1250": ("wmma", 32), "sm_90": ("mma", 32)}
+
+
+def _split_spec(arch: str, p: AttentionProblem) -> AttentionSpec:
+    from rocke_aot.aot.families import get_family as aot_family
+    from rocke_aot.variants import table
+
+    fam = aot_family("attention")
+    lane = "llvm24" if arch == "gfx1250" else "llvm22"
+    for spec in table.enumerate_specs("attention", arch, lane):
+        if spec.split_kv and fam.model.accepts(spec, p) is None:
+            return spec
+    raise AssertionError(f"no split-KV attention spec accepts {p} on {arch}")
+
+
+def _run(arch: str, p: AttentionProblem, seed: int, order=None, spec=None):
+    from rocke_aot.families.attention.reference import REFERENCE
+    from rocke_aot.runner import reference as runner_ref
+    from rocke_aot.variants.families import get_family
+
+    spec = spec or _split_spec(arch, p)
+    k = lower("attention", spec, arch, "llvm22")
+    plan = get_family("attention").launch(spec, p, arch)
+    access = {a.name: a.access for a in spec.launch_formulas().args}
+    rng = np.random.default_rng(seed)
+    vals, args, bufs = {}, [], {}
+    for a in plan.args:
+        if a.kind == "scalar":
+            args.append(a.value)
+            continue
+        got = REFERENCE.inputs(p, a.name, a.dtype, a.value, rng)
+        if access[a.name] == "workspace":  # launch.py: zero-filled by the runner
+            bits = np.zeros(a.value, dtype=np.float32)
+        elif a.name in ("O", "LSE"):  # outputs poisoned (NaN): an unwritten element fails
+            bits = np.full(max(1, a.value), 0xFFFF if a.name == "O" else np.nan, dtype=runner_ref.storage_dtype(a.dtype))
+        elif got is None:
+            bits, vals[a.name] = runner_ref.inputs(a.dtype, a.value, rng)
+        else:
+            bits, vals[a.name] = got
+        bits = np.ascontiguousarray(bits) if bits.size else np.zeros(1, dtype=bits.dtype)
+        bufs[a.name] = bits
+        args.append(bits)
+    CpuGrid(k, wave_size=PATHS[arch][1]).launch(plan.grid[0], *args, order=order)
+    return spec, plan, vals, bufs
+
+
+def _check(p: AttentionProblem, vals, bufs) -> None:
+    from rocke_aot.families.attention.reference import compute, compute_lse, error_bound
+    from rocke_aot.runner import reference as runner_ref
+
+    got = runner_ref.decode(bufs["O"][:p.total_q * p.heads_q * p.head_dim], p.dtype)
+    want = compute(p, vals)
+    lim = error_bound(p, vals, want, p.dtype)
+    assert np.isfinite(got).all(), "unwritten or non-finite outputs"
+    bad = np.abs(got - want) > lim
+    assert not bad.any(), f"{int(bad.sum())} of {got.size} outside the bound, max err {np.abs(got - want).max():.3g}"
+    if p.lse:
+        lse_got, lse_want = bufs["LSE"][:p.lse_rows].astype(np.float64), compute_lse(p, vals)
+        assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), "rows with no key differ (-inf)"
+        fin = np.isfinite(lse_want)
+        assert fin.any() and np.isfinite(lse_got[fin]).all()
+        err = np.abs(lse_got[fin] - lse_want[fin])
+        assert (err <= 1e-4 * (1 + np.abs(lse_want[fin]))).all(), f"LSE max err {err.max():.3g}"
+
+
+def _counters_back_at_zero(spec: AttentionSpec, bufs) -> None:
+    """Each tile's arrival counter (the first of the 4 words closing split 0's region) is 0 again: the next
+    launch finds the workspace as the runner's zero fill left it."""
+    w = spec.workspace_words_per_group
+    assert not bufs["W"].view(np.int32)[w - 4::w].any()
+
+
+CASES = [  # (arch, problem): decode (1..a few queries a sequence), keys split into kv_splits chunks at launch
+    # paged, ragged key lengths (one shorter than a chunk: its later chunks see no key), GQA, LSE
+    ("sm_90", dict(batch=3, seqlen_q=1, seqlen_k=700, heads_q=4, heads_kv=2, head_dim=64, kv_layout="paged",
+                   block_size=16, seqlens_q=[1, 1, 1], seqlens_k=[700, 37, 513], lse=True)),
+    # contiguous, equal lengths no multiple of a chunk or a block, MQA, causal with 2 queries, bf16
+    ("gfx942", dict(batch=1, seqlen_q=2, seqlen_k=601, heads_q=2, heads_kv=1, head_dim=64, causal=True,
+                    dtype="bf16")),
+    # packed varlen contiguous, an empty key sequence (LSE -inf, O 0), GQA, LSE
+    ("gfx950", dict(batch=2, seqlen_q=3, seqlen_k=520, heads_q=4, heads_kv=1, head_dim=128, lse=True,
+                    seqlens_q=[3, 1], seqlens_k=[520, 0])),
+    # paged with equal lengths, WMMA, block size 64, a sliding window
+    ("gfx1250", dict(batch=1, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=2, head_dim=64, kv_layout="paged",
+                     block_size=64, window=300)),
+]
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[a for a, _ in CASES])
+def test_the_emulated_split_kernel_is_sdpa(i):
+    arch, shape = CASES[i]
+    p = AttentionProblem(**shape)
+    spec, plan, vals, bufs = _run(arch, p, 80 + i)
+    env = spec.launch_formulas().env(p)
+    assert env["kv_splits"] >= 2, env  # the keys are split, every case
+    _check(p, vals, bufs)
+    _counters_back_at_zero(spec, bufs)
