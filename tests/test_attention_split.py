@@ -57,8 +57,9 @@ def _run(arch: str, p: AttentionProblem, seed: int, order=None, spec=None):
         bits = np.ascontiguousarray(bits) if bits.size else np.zeros(1, dtype=bits.dtype)
         bufs[a.name] = bits
         args.append(bits)
-    CpuGrid(k, wave_size=PATHS[arch][1]).launch(plan.grid[0], *args, order=order)
-    return spec, plan, vals, bufs
+    sim = CpuGrid(k, wave_size=PATHS[arch][1])
+    sim.launch(plan.grid[0], *args, order=order)
+    return spec, (sim, plan, args), vals, bufs
 
 
 def _check(p: AttentionProblem, vals, bufs) -> None:
@@ -89,14 +90,14 @@ def _counters_back_at_zero(spec: AttentionSpec, bufs) -> None:
 
 CASES = [  # (arch, problem): decode (1..a few queries a sequence), keys split into kv_splits chunks at launch
     # paged, ragged key lengths (one shorter than a chunk: its later chunks see no key), GQA, LSE
-    ("sm_90", dict(batch=3, seqlen_q=1, seqlen_k=700, heads_q=4, heads_kv=2, head_dim=64, kv_layout="paged",
-                   block_size=16, seqlens_q=[1, 1, 1], seqlens_k=[700, 37, 513], lse=True)),
+    ("sm_90", dict(batch=2, seqlen_q=1, seqlen_k=700, heads_q=4, heads_kv=2, head_dim=64, kv_layout="paged",
+                   block_size=16, seqlens_q=[1, 1], seqlens_k=[37, 700], lse=True)),
     # contiguous, equal lengths no multiple of a chunk or a block, MQA, causal with 2 queries, bf16
     ("gfx942", dict(batch=1, seqlen_q=2, seqlen_k=601, heads_q=2, heads_kv=1, head_dim=64, causal=True,
                     dtype="bf16")),
     # packed varlen contiguous, an empty key sequence (LSE -inf, O 0), GQA, LSE
-    ("gfx950", dict(batch=2, seqlen_q=3, seqlen_k=520, heads_q=4, heads_kv=1, head_dim=128, lse=True,
-                    seqlens_q=[3, 1], seqlens_k=[520, 0])),
+    ("gfx950", dict(batch=2, seqlen_q=3, seqlen_k=300, heads_q=2, heads_kv=1, head_dim=128, lse=True,
+                    seqlens_q=[3, 1], seqlens_k=[300, 0])),
     # paged with equal lengths, WMMA, block size 64, a sliding window
     ("gfx1250", dict(batch=1, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=2, head_dim=64, kv_layout="paged",
                      block_size=64, window=300)),
@@ -112,3 +113,45 @@ def test_the_emulated_split_kernel_is_sdpa(i):
     assert env["kv_splits"] >= 2, env  # the keys are split, every case
     _check(p, vals, bufs)
     _counters_back_at_zero(spec, bufs)
+
+
+def test_every_arrival_order_gives_the_same_bits_on_one_workspace():
+    """The last arriver adds the splits in the order z = 0, 1, ..: the same bits whichever work-group of a
+    tile arrives last (forward, reversed and shuffled orders), each launch on the workspace the one before
+    left (the runner's one zero fill serves every launch in stream order: the counters are back at 0)."""
+    p = AttentionProblem(batch=2, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=1, head_dim=64, lse=True,
+                         seqlens_q=[1, 1], seqlens_k=[600, 300])
+    spec, (sim, plan, args), vals, bufs = _run("sm_90", p, 5)
+    _check(p, vals, bufs)
+    first = bufs["O"].copy(), bufs["LSE"].copy()
+    grid = plan.grid[0]
+    assert grid == 2 * 2 * 3  # three splits a tile
+    for order in (list(range(grid))[::-1], list(np.random.default_rng(3).permutation(grid))):
+        _counters_back_at_zero(spec, bufs)
+        bufs["O"][:] = 0xFFFF
+        bufs["LSE"][:] = np.nan
+        sim.launch(grid, *args, order=order)
+        assert np.array_equal(bufs["O"], first[0]) and np.array_equal(bufs["LSE"], first[1], equal_nan=True)
+
+
+@pytest.mark.parametrize("dropped", ["release", "acquire"])
+def test_the_last_arriver_without_its_fences_fails_the_simulation(monkeypatch, dropped):
+    """The sm_90 simulator's memory model (tests/_host_sim.py) checks the protocol: without the release
+    fence the last arriver reads partials not yet published (the workspace's zeros: wrong numbers), without
+    the acquire fence its .cg reads are reported as unordered."""
+    from rocke_aot.aot.lower.nvptx import NvptxKernel
+
+    p = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=1, head_dim=64)
+    fence = NvptxKernel.fence_acq_rel_gpu
+    calls = []
+
+    def mutated(self):  # reduce_splits emits the release fence first, then the acquire fence
+        calls.append(1)
+        if dropped != ("release" if len(calls) % 2 else "acquire"):
+            fence(self)
+
+    monkeypatch.setattr(NvptxKernel, "fence_acq_rel_gpu", mutated)
+    why = "outside the bound" if dropped == "release" else r"memory-model violations"
+    with pytest.raises(AssertionError, match=why):
+        _, _, vals, bufs = _run("sm_90", p, 9)
+        _check(p, vals, bufs)
