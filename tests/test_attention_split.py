@@ -90,10 +90,10 @@ def _counters_back_at_zero(spec: AttentionSpec, bufs) -> None:
 
 CASES = [  # (arch, problem): decode (1..a few queries a sequence), keys split into kv_splits chunks at launch
     # paged, ragged key lengths (one shorter than a chunk: its later chunks see no key), GQA, LSE
-    ("sm_90", dict(batch=2, seqlen_q=1, seqlen_k=700, heads_q=4, heads_kv=2, head_dim=64, kv_layout="paged",
-                   block_size=16, seqlens_q=[1, 1], seqlens_k=[37, 700], lse=True)),
+    ("sm_90", dict(batch=2, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=1, head_dim=64, kv_layout="paged",
+                   block_size=16, seqlens_q=[1, 1], seqlens_k=[37, 600], lse=True)),
     # contiguous, equal lengths no multiple of a chunk or a block, MQA, causal with 2 queries, bf16
-    ("gfx942", dict(batch=1, seqlen_q=2, seqlen_k=601, heads_q=2, heads_kv=1, head_dim=64, causal=True,
+    ("gfx942", dict(batch=1, seqlen_q=2, seqlen_k=601, heads_q=4, heads_kv=2, head_dim=64, causal=True,
                     dtype="bf16")),
     # packed varlen contiguous, an empty key sequence (LSE -inf, O 0), GQA, LSE
     ("gfx950", dict(batch=2, seqlen_q=3, seqlen_k=300, heads_q=2, heads_kv=1, head_dim=128, lse=True,
@@ -102,6 +102,11 @@ CASES = [  # (arch, problem): decode (1..a few queries a sequence), keys split i
     ("gfx1250", dict(batch=1, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=2, head_dim=64, kv_layout="paged",
                      block_size=64, window=300)),
 ]
+
+
+# the protocol tests below take one warp a work-group (the table's sm_90 tile is 4 warps; the lowering is the
+# same, and 32 work-items a group keep the simulation short)
+ONE_WARP = AttentionSpec(path="mma", head_dim=64, warps=1, block_n=32, varlen=1, split_kv=1)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[a for a, _ in CASES])
@@ -121,7 +126,7 @@ def test_every_arrival_order_gives_the_same_bits_on_one_workspace():
     left (the runner's one zero fill serves every launch in stream order: the counters are back at 0)."""
     p = AttentionProblem(batch=2, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=1, head_dim=64, lse=True,
                          seqlens_q=[1, 1], seqlens_k=[600, 300])
-    spec, (sim, plan, args), vals, bufs = _run("sm_90", p, 5)
+    spec, (sim, plan, args), vals, bufs = _run("sm_90", p, 5, spec=ONE_WARP)
     _check(p, vals, bufs)
     first = bufs["O"].copy(), bufs["LSE"].copy()
     grid = plan.grid[0]
@@ -141,7 +146,7 @@ def test_the_last_arriver_without_its_fences_fails_the_simulation(monkeypatch, d
     the acquire fence its .cg reads are reported as unordered."""
     from rocke_aot.aot.lower.nvptx import NvptxKernel
 
-    p = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=1, head_dim=64)
+    p = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=600, heads_q=2, heads_kv=1, head_dim=64, seqlens_k=[600])
     fence = NvptxKernel.fence_acq_rel_gpu
     calls = []
 
@@ -153,5 +158,5 @@ def test_the_last_arriver_without_its_fences_fails_the_simulation(monkeypatch, d
     monkeypatch.setattr(NvptxKernel, "fence_acq_rel_gpu", mutated)
     why = "outside the bound" if dropped == "release" else r"memory-model violations"
     with pytest.raises(AssertionError, match=why):
-        _, _, vals, bufs = _run("sm_90", p, 9)
+        _, _, vals, bufs = _run("sm_90", p, 9, spec=ONE_WARP)
         _check(p, vals, bufs)

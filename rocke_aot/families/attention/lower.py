@@ -353,21 +353,23 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         rows = [warp * ROWS + ins.d_coord(ln, r)[0] for r in range(apl)]
         m_row = [b.load(b.gep(s_lds, [rw.v], source_etype=F32), typ=F32, align=4) for rw in rows]
 
-        def combine(it, c):
-            grp = first + it
-            w = [b.call(exp2, [b.fsub(stats(it, rw)[0], m_row[r])]) for r, rw in enumerate(rows)]
-            out = []
-            for f, acc in enumerate(c):
-                for q in range(q4):
-                    part = kb.load_cg_v4f32(at(part_at(grp, f, q)))
-                    for e in range(4):
-                        r = 4 * q + e
-                        x = b.fadd(b.extract_element(acc, c32(r)), b.fmul(w[r], b.extract_element(part, c32(e))))
-                        acc = b.insert_element(acc, x, c32(r))
-                out.append(acc)
-            return out
+        class _OnUse:  # fragment dt's sum over the splits, emitted where the epilogue reads it (one
+            # fragment's loop at a time: 4-8 f32 carried, not the whole O row block)
+            def __getitem__(self, f: int) -> ir.Value:
+                def combine(it, c):
+                    grp, acc = first + it, c[0]
+                    w = [b.call(exp2, [b.fsub(stats(it, rw)[0], m_row[r])]) for r, rw in enumerate(rows)]
+                    for q in range(q4):
+                        part = kb.load_cg_v4f32(at(part_at(grp, f, q)))
+                        for e in range(4):
+                            r = 4 * q + e
+                            x = b.fadd(b.extract_element(acc, c32(r)), b.fmul(w[r], b.extract_element(part, c32(e))))
+                            acc = b.insert_element(acc, x, c32(r))
+                    return [acc]
 
-        return m_all, l_all, kb.loop(ks, [zero_acc] * len(accs), combine, "splitcombine")
+                return kb.loop(ks, [zero_acc], combine, "splitcombine")[0]
+
+        return m_all, l_all, _OnUse()
 
     final = kb.loop(trips, [neg_inf, f32(0.0)] + [zero_acc] * (D // ins.n), step, "kv")
     m_fin, l_fin, accs = final[0], final[1], final[2:]
