@@ -104,9 +104,8 @@ CASES = [  # (arch, problem): decode (1..a few queries a sequence), keys split i
 ]
 
 
-# the protocol tests below take one warp a work-group (the table's sm_90 tile is 4 warps; the lowering is the
-# same, and 32 work-items a group keep the simulation short)
-ONE_WARP = AttentionSpec(path="mma", head_dim=64, warps=1, block_n=32, varlen=1, split_kv=1)
+# the protocol tests below: the table's sm_90 split-KV tile at head dim 64, packed varlen
+ONE_WARP = AttentionSpec(path="mma", head_dim=64, warps=1, block_n=16, varlen=1, split_kv=1)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[a for a, _ in CASES])
@@ -160,3 +159,38 @@ def test_the_last_arriver_without_its_fences_fails_the_simulation(monkeypatch, d
     with pytest.raises(AssertionError, match=why):
         _, _, vals, bufs = _run("sm_90", p, 9, spec=ONE_WARP)
         _check(p, vals, bufs)
+
+
+def test_admission_and_the_model_prefer_the_split_kernel_where_the_gpu_would_idle():
+    """The table admits a split-KV spec for every layout; it refuses a prefill by name; kv_splits is the
+    launch's (one build, every length); selection ranks it first for a decode whose query tiles leave CUs
+    idle (1 sequence x 32 heads on 132 SMs / 304 CUs), and the unsplit kernel first where the batch fills
+    the GPU (128 sequences x 32 heads: the split's workspace round trip costs, nothing is gained)."""
+    from rocke_aot.arch import arch_info
+    from rocke_aot.variants import table
+    from rocke_aot.variants.families import get_family
+
+    fam = get_family("attention")
+    split = next(s for s in table.enumerate_specs("attention", "sm_90", "llvm22")
+                 if s.split_kv and (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False))
+    prefill = AttentionProblem(batch=1, seqlen_q=4096, seqlen_k=4096, heads_q=32, heads_kv=8, head_dim=128,
+                               causal=True)
+    assert "prefill, served by the unsplit kernel" in fam.model.accepts(split, prefill)
+    env = lambda p: split.launch_formulas().env(p)  # noqa: E731
+    short = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=300, heads_q=32, heads_kv=8, head_dim=128, causal=True)
+    long = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=32768, heads_q=32, heads_kv=8, head_dim=128, causal=True)
+    big = AttentionProblem(batch=128, seqlen_q=1, seqlen_k=4096, heads_q=32, heads_kv=8, head_dim=128, causal=True)
+    assert (env(short)["kv_splits"], env(long)["kv_splits"], env(big)["kv_splits"]) == (2, 19, 1)
+    for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm22")):
+        info = arch_info(arch)
+        dense = [s for s in table.enumerate_specs("attention", arch, lane)
+                 if (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False)]
+
+        def best(p, dense=dense, info=info):
+            ok = [s for s in dense if fam.model.accepts(s, p) is None]
+            return max(ok, key=lambda s: fam.model.efficiency(s, p, info).total)
+
+        one = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=8192, heads_q=32, heads_kv=8, head_dim=128, causal=True)
+        assert best(one).split_kv == 1, arch
+        assert best(big).split_kv == 0, arch
+        assert sum(s.split_kv for s in table.enumerate_specs("attention", arch, lane)) == 48

@@ -235,12 +235,13 @@ LAYOUTS = ((0, 0), (1, 0), (0, 1), (1, 1))
 
 
 def _knobs(baked: Any, target: Target, lane: Any) -> dict[str, tuple]:
-    if baked.get("split_kv"):  # decode: one warp (16 query rows) per work-group on AMD; on sm_90 the layout
-        # kernels' tile (4 warps; block_n 16 at head dim 256): with one warp ptxas 13.5 -v spills (20 bytes at
-        # head dim 128, 60-76 at 256: each of the 32 threads keeps 4x the staging loads in flight)
-        if not target.is_amdgpu:
-            return {"warps": (4,), "block_n": (16 if baked["head_dim"] == 256 else 32,)}
-        return {"warps": (1,), "block_n": (32,)}
+    if baked.get("split_kv"):  # decode: one warp (16 query rows) per work-group, block_n 32 on AMD; on sm_90
+        # block_n 16 (one warp staging 32-key tiles spills under ptxas 13.5 -v: 20 bytes at head dim 128, each
+        # of the 32 threads holding 16 rounds of 16-byte loads) and at head dim 256 the layout kernels' 4 warps
+        # (one warp spills 60-76 bytes there even at block_n 16)
+        if target.is_amdgpu:
+            return {"warps": (1,), "block_n": (32,)}
+        return {"warps": (4 if baked["head_dim"] == 256 else 1,), "block_n": (16,)}
     if baked["varlen"] or baked["paged"]:
         return {"warps": (4,), "block_n": (16 if baked["head_dim"] == 256 else 32,)}
     return {"warps": WARPS, "block_n": BLOCK_NS}
