@@ -20,6 +20,10 @@
         O = O * alpha + P V P fragments (A) and V^T fragments (B) from LDS, vector reads as for K;
                             barrier (every warp is done with K, V, S, P before the next block)
       O = O / l (0 where a row saw no key), stored in the input dtype for rows < seqlen_q
+    split-KV (spec.split_kv; reduce_splits, docs/attention.md "Split-KV decode"): kernel(..., kv_splits, W);
+      work-group g: split z = g % kv_splits of tile g // kv_splits, keys [z per, min(hi, (z + 1) per));
+      partial O / m / l to W, arrival on the tile's counter (fence, atomic, fence: the split-K gemm's
+      protocol), the last arriver combines z = 0, 1, .. in order and runs the epilogue below
     LDS: spec.lds_layout() (K, V^T, S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
     (past the 48 KiB of static shared data; the launch contract's dynamic_shared_bytes).
     Every index is 32-bit (accepts refuses tensors over 2 GiB). The 16-byte K/V loads assume 16-byte
@@ -27,6 +31,8 @@
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import llvmlite.ir as ir
 
@@ -289,7 +295,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         kb.barrier()  # every warp has read K, V, S, P and alpha before the next step writes them
         return [m_new, l_new, *out]
 
-    def reduce_splits(m_fin: ir.Value, l_fin: ir.Value, accs: list) -> tuple[ir.Value, ir.Value, list]:
+    def reduce_splits(m_fin: ir.Value, l_fin: ir.Value, accs: list) -> tuple[ir.Value, ir.Value, Any]:
         """split-KV: this work-group's partial (O unnormalized, each row's m and l) to the workspace, the
         arrival on the tile's counter, and in the last of the tile's kv_splits work-groups to arrive the
         combination in the fixed order z = 0, 1, ..: M = max m_z, L = sum 2^(m_z - M) l_z, O = sum

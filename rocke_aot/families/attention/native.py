@@ -12,8 +12,12 @@
     launch  grid x = ceil_div(seqlen_q, BLOCK_M) * batch * heads_q (query block fastest), the same
         arguments as triton_attention's (Q, K, V, O, lengths, heads, window, scale_bits) minus Triton's
         scratch pointers
-    model   accepts: head dim, causal, dtype, dense layout (paged / varlen / LSE: not in this kernel yet);
+    model   accepts: head dim, causal, dtype, layout (dense / varlen / paged), the LSE (layout kernels);
         efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits
+    split-KV (split_kv 1; docs/attention.md "Split-KV decode"): kv_splits work-groups per query tile, the
+        count a launch integer (SPLIT_MIN_KEYS, SPLIT_TARGET_GROUPS); arguments + kv_splits and the f32
+        workspace W; accepts decode only (seqlen_q <= BLOCK_M); efficiency counts its work-groups and
+        charges the partials' round trip
 
 What this kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; each K/V
 block is copied into LDS by the whole work-group (16-byte global loads through registers; no async copies
