@@ -113,6 +113,8 @@ def _buffers(p: AttentionProblem, plan, rng):
             continue
         if a.name in ("global_scratch", "profile_scratch"):
             tensors[a.name] = np.zeros(16, dtype=np.uint8)
+        elif a.name == "W":  # the split-KV workspace (access "workspace"): zeros, read back (tests/_cuda.py)
+            tensors[a.name] = np.zeros(a.value, dtype=np.float32)
         elif a.name == "O":
             tensors[a.name] = np.full(a.value, 0xFFFF, dtype=np.uint16)  # NaN in f16 and bf16
         elif a.name == "LSE":
@@ -171,7 +173,7 @@ def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
     from rocke_aot.families.attention.reference import packed, packed_lse, padded
     from rocke_aot.variants import table
 
-    specs = list(table.enumerate_specs("attention", "sm_90", "llvm22"))
+    specs = [s for s in table.enumerate_specs("attention", "sm_90", "llvm22") if not s.split_kv]  # split: below
     # dense: 108 points less head_dim 256 with block_n 32 / 64 (they spill); 3 layouts x 12 (one tile each)
     assert len(specs) == 84 + 36
     checked = expected = 0
@@ -203,3 +205,65 @@ def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
                 assert (err <= 1e-4 * (1 + np.abs(lse_want[fin]))).all(), f"{spec.kernel_name}: LSE {err.max():.3g}"
             checked += 1
     assert checked == expected == 84 * len(SHAPES) + 12 * sum(len(LAYOUTS[lay]) for lay in ((1, 0), (0, 1), (1, 1)))
+
+
+# split-KV decode (AttentionSpec.split_kv) per layout (varlen, paged): a few queries a sequence over keys
+# long enough to split (kv_splits >= 2), ragged, a sequence with no key, GQA / MQA, the LSE out
+SPLIT_LAYOUTS = {
+    (0, 0): [dict(batch=2, seqlen_q=1, seqlen_k=1500, heads_q=8, heads_kv=2),
+             dict(batch=1, seqlen_q=4, seqlen_k=777, heads_q=4, heads_kv=1, window=300)],
+    (1, 0): [dict(batch=3, seqlen_q=2, seqlen_k=900, heads_q=4, heads_kv=2, seqlens_q=[1, 2, 1],
+                  seqlens_k=[900, 0, 300], lse=True)],
+    (0, 1): [dict(batch=3, seqlen_q=1, seqlen_k=1030, heads_q=8, heads_kv=1, kv_layout="paged", block_size=16,
+                  lse=True)],
+    (1, 1): [dict(batch=4, seqlen_q=1, seqlen_k=2000, heads_q=8, heads_kv=2, kv_layout="paged", block_size=32,
+                  seqlens_k=[2000, 17, 600, 1], lse=True)],
+}
+
+
+def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
+    """The split-KV decode kernels (every sm_90 spec with split_kv 1: 4 layouts x f16/bf16 x head dim x causal),
+    lowered and ptxas'd here, launched from their contract (kv_splits chosen at launch, the workspace
+    zero-filled) on decode problems of their layout against torch float64 (the LSE against torch.logsumexp);
+    each launched twice on the same workspace: the same bits, the arrival counters back at 0."""
+    from _cuda import module_image
+
+    from rocke_aot.aot.lower import lower
+    from rocke_aot.families.attention.reference import packed, packed_lse, padded
+    from rocke_aot.variants import table
+
+    specs = [s for s in table.enumerate_specs("attention", "sm_90", "llvm22") if s.split_kv]
+    assert len(specs) == 48
+    checked = 0
+    for spec in specs:
+        k = lower("attention", spec, "sm_90", "llvm22")
+        image, _ = module_image(k.ir)
+        for shape in SPLIT_LAYOUTS[(spec.varlen, spec.paged)]:
+            p = AttentionProblem(**shape, head_dim=spec.head_dim, dtype=spec.dtype, causal=bool(spec.causal))
+            assert spec.launch_formulas().env(p)["kv_splits"] >= 2
+            plan = k.launch.plan(p)
+            tensors, vals = _buffers(p, plan, np.random.default_rng(checked))
+            launch(image, k.launch, p, tensors)
+            got = decode(tensors["O"], p.dtype)
+            o, lse = _torch_ref(p, *padded(p, vals))
+            want = packed(p, o).ravel()
+            lim = error_bound(p, vals, want, p.dtype)
+            name = f"{spec.kernel_name} {shape}"
+            assert np.isfinite(got).all(), f"{name}: unwritten or non-finite outputs"
+            bad = np.abs(got - want) > lim
+            assert not bad.any(), f"{name}: {int(bad.sum())} of {got.size} outside the bound"
+            w = spec.workspace_words_per_group
+            assert not tensors["W"].view(np.int32)[w - 4::w].any(), f"{name}: arrival counters not back at 0"
+            if p.lse:
+                lse_want = packed_lse(p, lse).ravel()
+                lse_got = tensors["LSE"][:lse_want.size].astype(np.float64)
+                assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), f"{name}: LSE -inf"
+                fin = np.isfinite(lse_want)
+                err = np.abs(lse_got[fin] - lse_want[fin])
+                assert (err <= 1e-4 * (1 + np.abs(lse_want[fin]))).all(), f"{name}: LSE {err.max():.3g}"
+            first = tensors["O"].copy()
+            tensors["O"][:] = 0xFFFF
+            launch(image, k.launch, p, tensors)  # the workspace as the first launch left it
+            assert np.array_equal(tensors["O"], first), f"{name}: a second launch gave other bits"
+            checked += 1
+    assert checked == 12 * sum(len(v) for v in SPLIT_LAYOUTS.values())

@@ -58,6 +58,25 @@ class AmdgpuKernel(KernelModule):
         self.builder.call(self.declare("s_barrier"), [])
         self.builder.fence("acquire", targetscope="workgroup")
 
+    # The inter-work-group protocol of a last arriver (the split-KV attention's; NvptxKernel's four
+    # operations of the same names) in LLVM IR's memory model: AMDGPUUsage's "Memory Model" lowers an
+    # agent-scope fence to the waits, L2 write-back and invalidation each processor needs.
+    def fence_acq_rel_gpu(self) -> None:
+        """fence syncscope("agent") acq_rel: release before the arrival's atomic, acquire after it."""
+        self.builder.fence("acq_rel", targetscope="agent")
+
+    def atomic_add_gpu(self, ptr: ir.Value, value: ir.Value) -> ir.Value:
+        """atomicrmw add syncscope("agent") monotonic (the old value): the fences' synchronizing access."""
+        return self.builder.atomic_rmw("add", ptr, value, 'syncscope("agent") monotonic')
+
+    def store_cg_v4f32(self, ptr: ir.Value, vec: ir.Value) -> None:
+        """16 bytes to global memory (a plain store: the release fence orders it for other work-groups)."""
+        self.builder.store(vec, ptr, align=16)
+
+    def load_cg_v4f32(self, ptr: ir.Value) -> ir.Value:
+        """16 bytes from global memory as <4 x float> (after the acquire fence: another work-group's)."""
+        return self.builder.load(ptr, typ=ir.VectorType(ir.FloatType(), 4), align=16)
+
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
         """Declare a matrix intrinsic after checking the lane allows it (refuse before LLVM)."""
         self.require(capability=capability, op=op)

@@ -255,6 +255,23 @@ class KernelModule:
         """A work-group barrier."""
         raise NotImplementedError(f"{type(self).__name__} has no barrier")
 
+    # A last arriver's inter-work-group protocol (NvptxKernel: inline PTX; AmdgpuKernel: LLVM IR's memory model)
+    def fence_acq_rel_gpu(self) -> None:
+        """A device-scope acquire-release fence."""
+        raise NotImplementedError(f"{type(self).__name__} has no device-scope fence")
+
+    def atomic_add_gpu(self, ptr: ir.Value, value: ir.Value) -> ir.Value:
+        """A device-scope relaxed atomic add on an i32 in global memory; the old value."""
+        raise NotImplementedError(f"{type(self).__name__} has no device-scope atomic")
+
+    def store_cg_v4f32(self, ptr: ir.Value, vec: ir.Value) -> None:
+        """16 bytes to global memory that another work-group reads after the protocol."""
+        raise NotImplementedError(f"{type(self).__name__} has no v4f32 global store")
+
+    def load_cg_v4f32(self, ptr: ir.Value) -> ir.Value:
+        """16 bytes another work-group stored, after the protocol's acquire."""
+        raise NotImplementedError(f"{type(self).__name__} has no v4f32 global load")
+
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
         """The target's matrix instruction ``key`` (capability checked for ``op``)."""
         raise NotImplementedError(f"{type(self).__name__} has no matrix instruction")

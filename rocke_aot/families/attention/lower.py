@@ -20,6 +20,10 @@
         O = O * alpha + P V P fragments (A) and V^T fragments (B) from LDS, vector reads as for K;
                             barrier (every warp is done with K, V, S, P before the next block)
       O = O / l (0 where a row saw no key), stored in the input dtype for rows < seqlen_q
+    split-KV (spec.split_kv; reduce_splits, docs/attention.md "Split-KV decode"): kernel(..., kv_splits, W);
+      work-group g: split z = g % kv_splits of tile g // kv_splits, keys [z per, min(hi, (z + 1) per));
+      partial O / m / l to W, arrival on the tile's counter (fence, atomic, fence: the split-K gemm's
+      protocol), the last arriver combines z = 0, 1, .. in order and runs the epilogue below
     LDS: spec.lds_layout() (K, V^T, S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
     (past the 48 KiB of static shared data; the launch contract's dynamic_shared_bytes).
     Every index is 32-bit (accepts refuses tensors over 2 GiB). The 16-byte K/V loads assume 16-byte
@@ -27,6 +31,8 @@
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import llvmlite.ir as ir
 
@@ -49,6 +55,8 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     LDK, LDV = D + KV_PAD, BN + KV_PAD  # LDS row strides (i16) of the K tile and the V^T tile
     kb = kernel_for(spec.kernel_name, target, lane, T)
     args = kb.define_kernel(spec.launch_formulas().args)
+    if spec.split_kv:  # split-KV: the unsplit kernel's arguments, then kv_splits and the workspace
+        *args, KS, W = args
     if spec.layout:
         Qp, Kp, Vp, Op, LSEp, CUQ, CUK, BT, SQ, SK, HQ, HKV, WIN, SB, LROWS, BS, TW = args
     else:
@@ -84,8 +92,13 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     pid = kb.sym(kb.workgroup_id())
     sq, sk, hq, hkv = (kb.sym(x) for x in (SQ, SK, HQ, HKV))
     nqb = (sq + (g.block_m - 1)) // g.block_m
-    qblk = pid % nqb
-    bh = pid // nqb
+    if spec.split_kv:  # work-group pid: split z = pid % kv_splits of query tile pid // kv_splits
+        ks = kb.sym(KS)
+        z, tile = pid % ks, pid // ks
+    else:
+        tile = pid
+    qblk = tile % nqb
+    bh = tile // nqb
     bidx, h = bh // hq, bh % hq
     hk = h // (hq // hkv)
     q_stride, kv_stride = hq * D, hkv * D
@@ -163,8 +176,18 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         hi = LK
     if spec.varlen:  # a block past its sequence's end: no keys (and nothing stored)
         hi = b.select(b.icmp_signed("<", b.mul(qblk.v, c32(g.block_m)), LQ), hi, c32(0))
-    trips = kb.sym(hi) + (BN - 1)
-    trips = trips // BN
+    kstart = None
+    if spec.split_kv:  # keys [z * per, min(hi, (z + 1) * per)), per: ceil(seqlen_k / kv_splits) in whole blocks
+        per = (((sk + (ks - 1)) // ks) + (BN - 1)) // BN * BN
+        kstart = z * per
+        end = b.add(kstart.v, per.v)
+        end = b.select(b.icmp_signed("<", end, hi), end, hi)
+        span = b.sub(end, kstart.v)
+        span = b.select(b.icmp_signed(">", span, c32(0)), span, c32(0))  # a chunk past the keys: none
+        trips = (kb.sym(span) + (BN - 1)) // BN
+    else:
+        trips = kb.sym(hi) + (BN - 1)
+        trips = trips // BN
 
     my_row = ln % ROWS  # the softmax row this lane takes (lanes >= 16 repeat rows and write nothing)
     qi = row0 + my_row
@@ -207,7 +230,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
 
     def step(it, carried):
         m_old, l_old, accs = carried[0], carried[1], carried[2:]
-        k0 = it * BN
+        k0 = it * BN if kstart is None else kstart + it * BN
         stage(k0)
         kb.barrier()
         # S = Q K^T, instr.n keys at a time, K fragments from LDS, S into LDS
@@ -272,8 +295,92 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         kb.barrier()  # every warp has read K, V, S, P and alpha before the next step writes them
         return [m_new, l_new, *out]
 
+    def reduce_splits(m_fin: ir.Value, l_fin: ir.Value, accs: list) -> tuple[ir.Value, ir.Value, Any]:
+        """split-KV: this work-group's partial (O unnormalized, each row's m and l) to the workspace, the
+        arrival on the tile's counter, and in the last of the tile's kv_splits work-groups to arrive the
+        combination in the fixed order z = 0, 1, ..: M = max m_z, L = sum 2^(m_z - M) l_z, O = sum
+        2^(m_z - M) O_z (the epilogue divides by L); every other work-group returns (module doc)."""
+        apl, bm = ins.acc_per_lane, g.block_m
+        q4, R = apl // 4, spec.workspace_words_per_group
+        if apl % 4:
+            raise AssertionError(f"split-KV stores 4 accumulators a lane at a time; {ins.key} keeps {apl}")
+        at = lambda i: b.gep(W, [i.v], source_etype=F32)  # noqa: E731
+        tid0 = b.icmp_unsigned("==", tid.v, c32(0))
+
+        def part_at(grp: Sym, f: int, q: int) -> Sym:  # fragment f, quad q of this thread: register order
+            return grp * R + ((f * q4 + q) * T + tid) * 4
+
+        def ml_at(grp: Sym, row: Sym) -> Sym:  # (m, l, 0, 0) of one row
+            return grp * R + bm * D + row * 4
+
+        for f, acc in enumerate(accs):
+            for q in range(q4):
+                kb.store_cg_v4f32(at(part_at(pid, f, q)),
+                                  vec(4, [b.extract_element(acc, c32(4 * q + e)) for e in range(4)], F32))
+        with kb.if_then(writer, "ml"):
+            kb.store_cg_v4f32(at(ml_at(pid, warp * ROWS + my_row)), vec(4, [m_fin, l_fin, f32(0.0), f32(0.0)], F32))
+        kb.barrier()
+        first = tile * ks
+        counter = at(first * R + bm * (D + 4))  # in split 0's region, a word no partial uses
+        flag = b.gep(s_lds, [c32(bm)], source_etype=F32)  # S's LDS is idle after the loop's last barrier
+        with kb.if_then(tid0, "arrive"):
+            kb.fence_acq_rel_gpu()
+            old = kb.atomic_add_gpu(counter, c32(1))
+            kb.fence_acq_rel_gpu()
+            b.store(old, flag, align=4)
+        kb.barrier()
+        arrived = b.load(flag, typ=I32, align=4)
+        with kb.if_then(b.icmp_unsigned("!=", arrived, (ks - 1).v), "notlast"):
+            b.ret_void()
+        with kb.if_then(tid0, "reset"):  # the workspace as the launch found it (launch.py "workspace")
+            b.store(c32(0), counter, align=4)
+
+        def stats(zz: Sym, row: Sym) -> tuple[ir.Value, ir.Value]:
+            v = kb.load_cg_v4f32(at(ml_at(first + zz, row)))
+            return b.extract_element(v, c32(0)), b.extract_element(v, c32(1))
+
+        mine = warp * ROWS + my_row
+
+        def row_max(it, c):
+            m_z, _ = stats(it, mine)
+            return [b.select(b.fcmp_ordered(">", m_z, c[0]), m_z, c[0])]
+
+        m_all = kb.loop(ks, [neg_inf], row_max, "splitmax")[0]
+        m_use = b.select(b.fcmp_ordered("==", m_all, neg_inf), f32(0.0), m_all)
+
+        def row_sum(it, c):
+            m_z, l_z = stats(it, mine)
+            return [b.fadd(c[0], b.fmul(b.call(exp2, [b.fsub(m_z, m_use)]), l_z))]
+
+        l_all = kb.loop(ks, [f32(0.0)], row_sum, "splitsum")[0]
+        with kb.if_then(writer, "mw"):
+            b.store(m_use, b.gep(s_lds, [mine.v], source_etype=F32), align=4)
+        kb.barrier()
+        rows = [warp * ROWS + ins.d_coord(ln, r)[0] for r in range(apl)]
+        m_row = [b.load(b.gep(s_lds, [rw.v], source_etype=F32), typ=F32, align=4) for rw in rows]
+
+        class _OnUse:  # fragment dt's sum over the splits, emitted where the epilogue reads it (one
+            # fragment's loop at a time: 4-8 f32 carried, not the whole O row block)
+            def __getitem__(self, f: int) -> ir.Value:
+                def combine(it, c):
+                    grp, acc = first + it, c[0]
+                    w = [b.call(exp2, [b.fsub(stats(it, rw)[0], m_row[r])]) for r, rw in enumerate(rows)]
+                    for q in range(q4):
+                        part = kb.load_cg_v4f32(at(part_at(grp, f, q)))
+                        for e in range(4):
+                            r = 4 * q + e
+                            x = b.fadd(b.extract_element(acc, c32(r)), b.fmul(w[r], b.extract_element(part, c32(e))))
+                            acc = b.insert_element(acc, x, c32(r))
+                    return [acc]
+
+                return kb.loop(ks, [zero_acc], combine, "splitcombine")[0]
+
+        return m_all, l_all, _OnUse()
+
     final = kb.loop(trips, [neg_inf, f32(0.0)] + [zero_acc] * (D // ins.n), step, "kv")
-    m_fin, l_fin = final[0], final[1]
+    m_fin, l_fin, accs = final[0], final[1], final[2:]
+    if spec.split_kv:
+        m_fin, l_fin, accs = reduce_splits(m_fin, l_fin, accs)
     if spec.layout:  # the natural log-sum-exp of each row when lse_rows > 0: (m + log2 l) ln 2, -inf if no key
         # ln l from its bits (NVPTX has no f32 log2 libcall): l = 2^e m, m in [1, 2), l >= 1 where seen;
         # ln m = 2 atanh(t), t = (m - 1) / (m + 1) in [0, 1/3]: the series to t^11 (error < 2e-7)
@@ -300,7 +407,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         b.store(inv, b.gep(a_lds, [(warp * ROWS + my_row).v], source_etype=F32), align=4)
     kb.barrier()
     for dt in range(D // ins.n):
-        acc = final[2 + dt]
+        acc = accs[dt]
         for r in range(ins.acc_per_lane):
             rr, cc = ins.d_coord(ln, r)
             row = row0 + rr

@@ -12,8 +12,12 @@
     launch  grid x = ceil_div(seqlen_q, BLOCK_M) * batch * heads_q (query block fastest), the same
         arguments as triton_attention's (Q, K, V, O, lengths, heads, window, scale_bits) minus Triton's
         scratch pointers
-    model   accepts: head dim, causal, dtype, dense layout (paged / varlen / LSE: not in this kernel yet);
+    model   accepts: head dim, causal, dtype, layout (dense / varlen / paged), the LSE (layout kernels);
         efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits
+    split-KV (split_kv 1; docs/attention.md "Split-KV decode"): kv_splits work-groups per query tile, the
+        count a launch integer (SPLIT_MIN_KEYS, SPLIT_TARGET_GROUPS); arguments + kv_splits and the f32
+        workspace W; accepts decode only (seqlen_q <= BLOCK_M); efficiency counts its work-groups and
+        charges the partials' round trip
 
 What this kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; each K/V
 block is copied into LDS by the whole work-group (16-byte global loads through registers; no async copies
@@ -35,7 +39,7 @@ from rocke_aot.launch import ArgDef, LaunchFormulas
 from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_known
 from rocke_aot.variants.families import Family
-from rocke_aot.variants.models import Efficiency, Model, combine, dim
+from rocke_aot.variants.models import DimGranularity, Efficiency, Model, combine, dim
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.table import FamilyTable, Refuse, Serve
 
@@ -45,6 +49,12 @@ BLOCK_NS = (16, 32, 64)  # keys per step (K/V tile rows staged in LDS)
 KV_PAD = 8  # i16 elements of padding after each LDS row of the K and V^T tiles (16 bytes: rows stay
 # 16-byte aligned for the staging stores, and consecutive rows start on different banks)
 SHAPES = {"mfma": "16x16x16", "wmma": "16x16x32", "mma": "m16n8k16"}
+# split-KV (spec.split_kv): kv_splits = max(1, min(ceil(seqlen_k / SPLIT_MIN_KEYS), ceil(SPLIT_TARGET_GROUPS /
+# query tiles))) at launch: at least 2x the CUs of the largest served GPU (MI300X/MI355X's 304, H100's 132)
+# in work-groups where the keys allow, each chunk at least SPLIT_MIN_KEYS keys (so a partial's 16 x
+# (head_dim + 4) f32 round trip stays small beside the chunk's K/V reads)
+SPLIT_MIN_KEYS = 256
+SPLIT_TARGET_GROUPS = 608
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class AttentionSpec:
     block_n: int = 32
     varlen: int = 0  # packed sequences (cu_seqlens_q / _k), flash-attn's varlen layout
     paged: int = 0  # K, V in blocks of a pool through a block table
+    split_kv: int = 0  # 1: the split-KV decode kernel (module doc "split-KV"); absent from to_dict at 0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -78,14 +89,17 @@ class AttentionSpec:
             raise SpecError(f"attention spec warps {self.warps!r} not in {WARPS}")
         if self.path not in SHAPES:
             raise SpecError(f"attention spec path {self.path!r} not in {tuple(SHAPES)}")
-        for name in ("varlen", "paged"):
+        for name in ("varlen", "paged", "split_kv"):
             if getattr(self, name) not in (0, 1) or type(getattr(self, name)) is not int:
                 raise SpecError(f"attention spec {name} must be 0 or 1, got {getattr(self, name)!r}")
         if self.block_n not in BLOCK_NS or type(self.block_n) is not int:
             raise SpecError(f"attention spec block_n {self.block_n!r} not in {BLOCK_NS}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(sorted(asdict(self).items()))
+        d = asdict(self)
+        if not self.split_kv:  # the specs from before the split-KV kernel keep their dict (and key)
+            del d["split_kv"]
+        return dict(sorted(d.items()))
 
     @classmethod
     def from_dict(cls, d: object) -> AttentionSpec:
@@ -95,7 +109,7 @@ class AttentionSpec:
     @property
     def kernel_name(self) -> str:
         return f"attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}_{self.path}_w{self.warps}_n{self.block_n}" + \
-            ("_varlen" if self.varlen else "") + ("_paged" if self.paged else "")
+            ("_varlen" if self.varlen else "") + ("_paged" if self.paged else "") + ("_splitkv" if self.split_kv else "")
 
     @property
     def block_m(self) -> int:
@@ -146,6 +160,32 @@ class AttentionSpec:
         return bool(self.varlen or self.paged)
 
     def launch_formulas(self) -> LaunchFormulas:
+        base = self._unsplit_formulas()
+        if not self.split_kv:
+            return base
+        # split-KV: kv_splits work-groups per query tile (the split of the tile are neighbours in launch
+        # order), each over ceil(seqlen_k / kv_splits) keys rounded up to block_n; kv_splits chosen from the
+        # problem at launch (one build serves every length): enough work-groups to fill the GPU
+        # (SPLIT_TARGET_GROUPS), never chunks under SPLIT_MIN_KEYS keys
+        qtiles = base.lets[0][1]
+        return LaunchFormulas(
+            problem=base.problem,
+            lets=(("qtiles", qtiles),
+                  ("kv_splits", f"max(1, min(ceil_div(seqlen_k, {SPLIT_MIN_KEYS}), "
+                                f"ceil_div({SPLIT_TARGET_GROUPS}, max(1, qtiles))))"),
+                  ("tiles", "qtiles * kv_splits")),
+            grid=("tiles", "1", "1"),
+            args=(*base.args, ArgDef("kv_splits", "scalar", "i32", "kv_splits"),
+                  ArgDef("W", "global_pointer", "f32", f"tiles * {self.workspace_words_per_group}", "workspace")))
+
+    @property
+    def workspace_words_per_group(self) -> int:
+        """f32 words of the split-KV workspace per work-group: its partial O (block_m x head_dim, in
+        register order), its rows' (m, l, 0, 0) and 4 words of which the first is the tile's arrival
+        counter in the region of split 0 (lower.py "split-KV")."""
+        return self.block_m * (self.head_dim + 4) + 4 if self.split_kv else 0
+
+    def _unsplit_formulas(self) -> LaunchFormulas:
         bm = self.block_m
         if self.layout:
             q = "total_q * heads_q * head_dim"
@@ -188,8 +228,9 @@ def _gcd(a: int, b: int) -> int:
 
 
 def _baked(target: Target, lane: Any) -> list[dict[str, Any]]:
-    return [{"dtype": dt, "head_dim": d, "causal": c, "varlen": vl, "paged": pg}
-            for vl, pg in LAYOUTS for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
+    unsplit = [{"dtype": dt, "head_dim": d, "causal": c, "varlen": vl, "paged": pg}
+               for vl, pg in LAYOUTS for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
+    return unsplit + [{**b, "split_kv": 1} for b in unsplit]  # the split-KV decode kernels of every layout
 
 
 # (varlen, paged): dense BSHD with the whole knob grid; packed varlen, paged, paged varlen with one tile
@@ -198,6 +239,13 @@ LAYOUTS = ((0, 0), (1, 0), (0, 1), (1, 1))
 
 
 def _knobs(baked: Any, target: Target, lane: Any) -> dict[str, tuple]:
+    if baked.get("split_kv"):  # decode: one warp (16 query rows) per work-group, block_n 32 on AMD; on sm_90
+        # block_n 16 (one warp staging 32-key tiles spills under ptxas 13.5 -v: 20 bytes at head dim 128, each
+        # of the 32 threads holding 16 rounds of 16-byte loads) and at head dim 256 the layout kernels' 4 warps
+        # (one warp spills 60-76 bytes there even at block_n 16)
+        if target.is_amdgpu:
+            return {"warps": (1,), "block_n": (32,)}
+        return {"warps": (4 if baked["head_dim"] == 256 else 1,), "block_n": (16,)}
     if baked["varlen"] or baked["paged"]:
         return {"warps": (4,), "block_n": (16 if baked["head_dim"] == 256 else 32,)}
     return {"warps": WARPS, "block_n": BLOCK_NS}
@@ -249,20 +297,52 @@ def accepts(spec: AttentionSpec, p: AttentionProblem) -> str | None:
     n = max(p.total_q * p.heads_q, p.kv_rows * p.heads_kv) * p.head_dim * 2
     if n > 2**31 - 1:
         return f"a tensor of {n} bytes is over the 2 GiB the kernel's 32-bit offsets address"
+    if spec.split_kv:
+        return _split_accepts(spec, p)
+    return None
+
+
+def _split_accepts(spec: AttentionSpec, p: AttentionProblem) -> str | None:
+    """The split-KV decode kernel's admission: one query tile per sequence (decode, a few speculative
+    tokens); its workspace under the 32-bit offsets."""
+    if p.seqlen_q > spec.block_m:
+        return (f"the split-KV decode kernel takes up to {spec.block_m} query rows per sequence (one tile); "
+                f"seqlen_q {p.seqlen_q} is a prefill, served by the unsplit kernel")
+    n = spec.launch_formulas().env(p)["tiles"] * spec.workspace_words_per_group * 4
+    if n > 2**31 - 1:
+        return f"the split-KV workspace of {n} bytes is over the 2 GiB the kernel's 32-bit offsets address"
     return None
 
 
 def efficiency(spec: AttentionSpec, p: AttentionProblem, info: ArchInfo) -> Efficiency:
-    return combine([dim("seqlen_q", p.seqlen_q, spec.block_m)], spec.launch_formulas().tiles(p), info)
+    if not spec.split_kv:
+        return combine([dim("seqlen_q", p.seqlen_q, spec.block_m)], spec.launch_formulas().tiles(p), info)
+    # split-KV: its work-groups (query tiles x kv_splits) fill the CUs (the CU granularity, by the arch's
+    # CU count), less the reduction's share: each split's partial (block_m x (head_dim + 4) f32) written
+    # and read back beside the chunk's K and V reads, and each chunk rounded up to whole key blocks
+    env = spec.launch_formulas().env(p)
+    splits = env["kv_splits"]
+    chunk = -(-(-(-max(1, p.seqlen_k) // splits)) // spec.block_n) * spec.block_n
+    kv = splits * chunk * spec.head_dim * 2 * 2  # K and V bytes of one tile's chunks
+    reduce = splits * spec.workspace_words_per_group * 4 * 2  # the round trip runs at one split too
+    keys = dim("seqlen_k", max(1, p.seqlen_k), chunk)
+    share = DimGranularity("kv_split_reduction", splits, chunk, kv / (kv + reduce))
+    return combine([dim("seqlen_q", p.seqlen_q, spec.block_m), keys, share], env["tiles"], info)
 
 
 def work(spec: AttentionSpec, p: AttentionProblem, target: Any) -> TileWork:
     g = spec.geometry(target)
-    steps = max(1, -(-p.seqlen_k // g.block_n))
+    keys = p.seqlen_k
+    store = g.block_m * spec.head_dim * 2
+    if spec.split_kv:  # one chunk of the keys; the partial (f32 O, m, l) out and, in the last, all back in
+        splits = spec.launch_formulas().env(p)["kv_splits"]
+        keys = -(-max(1, keys) // splits)
+        store = spec.workspace_words_per_group * 4 * 2
+    steps = max(1, -(-keys // g.block_n))
     d = spec.head_dim
     return TileWork(threads=g.threads, steps=steps, macs_per_step=2 * g.block_m * g.block_n * d,
                     load_bytes_per_step=2 * g.block_n * d * 2, lds_wavefronts_per_step=0.0,
-                    store_bytes=g.block_m * d * 2, matrix=True, double_buffer=False,
+                    store_bytes=store, matrix=True, double_buffer=False,
                     lds_bytes=spec.lds_bytes())
 
 
