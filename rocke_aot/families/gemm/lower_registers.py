@@ -217,6 +217,7 @@ class RegisterStaged(GemmLoweringBase):
         each (aligned to its width); B (nk) per column e of the unit, K rows 2r and 2r+1 as one
         <2 x i16> store at column row v*vw+e."""
         s, b = self.spec, self.b
+        self.kb.wait_zero("load")
         a_off = self.stage_base(stage)
         for (which, pair, _chunks, _vpr, ld, _it, vw), r, v, vals in loaded:
             off = a_off if which == "A" else a_off + s.block_m * self.lda
@@ -258,17 +259,17 @@ class RegisterStaged(GemmLoweringBase):
         kfull = self.S(b.select(inside, (self.K // s.block_k).v, c32(0)))
         with kb.if_then(self.S(c32(0)).lt(kfull), name="pro"):
             self.amd_store(self.amd_load(self.S(c32(0)), checked=False), 0)
-        kb.barrier()
+        kb.barrier_lds()
         last = kfull - 1
 
         def interior(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             nxt = kt + 1
             nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
             regs = self.amd_load(nxt, checked=False)
-            acc = self.compute(0, acc)
-            kb.barrier()
+            acc = self.compute_amd(0, acc)
+            kb.barrier_lds()
             self.amd_store(regs, 0)
-            kb.barrier()
+            kb.barrier_lds()
             return acc
 
         def db_step(kt: Sym, stage: int, acc: list[ir.Value], clamp: bool) -> list[ir.Value]:
@@ -280,10 +281,10 @@ class RegisterStaged(GemmLoweringBase):
             # without them LLVM sinks loads below the MFMAs and spreads the other stage's stores
             # among them, each behind its own wait (gfx942 128x128: 8 waits a step, 6 with)
             b.call(kb.declare("sched_barrier"), [c32(0)])
-            acc = self.compute(stage, acc)
+            acc = self.compute_amd(stage, acc)
             b.call(kb.declare("sched_barrier"), [c32(0)])
             self.amd_store(regs, 1 - stage)
-            kb.barrier()
+            kb.barrier_lds()
             return acc
 
         def pair(j: Sym, acc: list[ir.Value]) -> list[ir.Value]:
@@ -292,8 +293,8 @@ class RegisterStaged(GemmLoweringBase):
             return db_step(kt + 1, 1, acc, clamp=True)
 
         def odd(_i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-            acc = self.compute(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
-            kb.barrier()
+            acc = self.compute_amd(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
+            kb.barrier_lds()
             return acc
 
         if s.double_buffer:
@@ -304,9 +305,9 @@ class RegisterStaged(GemmLoweringBase):
 
         def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             self.amd_store(self.amd_load(kfull + i, checked=True), 0)
-            kb.barrier()
-            acc = self.compute(0, acc)
-            kb.barrier()
+            kb.barrier_lds()
+            acc = self.compute_amd(0, acc)
+            kb.barrier_lds()
             return acc
 
         return kb.loop(ktiles - kfull, acc, edge, name="kedge")
@@ -347,40 +348,74 @@ class RegisterStaged(GemmLoweringBase):
         lane, wm0, wn0 = self.warp_origin()
 
         def k_step(ks: Sym | int, out: list[ir.Value]) -> list[ir.Value]:
-            k0 = ks * ins.k
-            afr = []
-            for i in range(g.tiles_m):
-                vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
-                for j in range(0, ins.a_per_lane, self.a_run):
-                    r, c = ins.a_coord(lane, j)
-                    idx = a_off + (wm0 + i * ins.m + r) * self.lda + (c + k0)
-                    if self.a_run == 1:
-                        vec = self.b.insert_element(vec, self.lds_load(idx), c32(j))
-                        continue
-                    run = self.b.load(self.gep(self.lds, idx), typ=ir.VectorType(I16, self.a_run),
-                                      align=2 * self.a_run)
-                    for e in range(self.a_run):
-                        vec = self.b.insert_element(vec, self.b.extract_element(run, c32(e)), c32(j + e))
-                afr.append(vec)
-            if s.b_lds == "nk":
-                bfr = [self.runs(ins.b_per_lane, self.b_run, lambda j, t=t: (
-                    lambda c, kr: b_off + (wn0 + t * ins.n + c) * self.ldb + (kr + k0))(*self.b_cn(lane, j)))
-                    for t in range(g.tiles_n)]
-                return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
-                        for i in range(g.tiles_m) for t in range(g.tiles_n)]
-            bfr = []
-            for t in range(g.tiles_n):
-                vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
-                for j in range(ins.b_per_lane):
-                    kr, c = ins.b_coord(lane, j)
-                    x = self.lds_load(b_off + (kr + k0) * self.ldb + (wn0 + t * ins.n + c))
-                    vec = self.b.insert_element(vec, x, c32(j))
-                bfr.append(vec)
+            afr, bfr = self.fragments(ks * ins.k, a_off, b_off, lane, wm0, wn0)
             return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
                     for i in range(g.tiles_m) for t in range(g.tiles_n)]
 
         steps = s.block_k // ins.k
         return k_step(0, list(acc)) if steps == 1 else self.kb.loop(steps, list(acc), k_step, name="ks")
+
+    def compute_amd(self, stage: int, acc: list[ir.Value]) -> list[ir.Value]:
+        """compute() for the AMD main loop: every k-step's fragments read first, the last k-step's
+        first, then the matrix instructions in k order. The first instruction needs the last read
+        (LDS returns in order): one LDS wait a step before the matrix instructions, where reads
+        interleaved with them made the backend wait before each k-step's (gfx950 128x128: 4 a
+        step, 1 so)."""
+        s, g, ins = self.spec, self.geo, self.instr
+        a_off = self.stage_base(stage)
+        b_off = a_off + s.block_m * self.lda
+        lane, wm0, wn0 = self.warp_origin()
+        frags = {ks: self.fragments(ks * ins.k, a_off, b_off, lane, wm0, wn0, reverse=True)
+                 for ks in reversed(range(s.block_k // ins.k))}
+        self.kb.wait_zero("lds")
+        out = list(acc)
+        for ks in sorted(frags):
+            afr, bfr = frags[ks]
+            out = [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
+                   for i in range(g.tiles_m) for t in range(g.tiles_n)]
+        return out
+
+    def fragments(self, k0: Sym | int, a_off: Sym, b_off: Sym, lane: Sym, wm0: Sym, wn0: Sym,
+                  reverse: bool = False) -> tuple[list[ir.Value], list[ir.Value]]:
+        """The A (tiles_m) and B (tiles_n) fragments at K offset k0, read from LDS in that order
+        (``reverse``: B's last tile first, A's first tile last)."""
+        g = self.geo
+        if reverse:
+            bfr = [self.b_fragment(k0, b_off, lane, wn0, t) for t in reversed(range(g.tiles_n))][::-1]
+            afr = [self.a_fragment(k0, a_off, lane, wm0, i) for i in reversed(range(g.tiles_m))][::-1]
+            return afr, bfr
+        afr = [self.a_fragment(k0, a_off, lane, wm0, i) for i in range(g.tiles_m)]
+        return afr, [self.b_fragment(k0, b_off, lane, wn0, t) for t in range(g.tiles_n)]
+
+    def a_fragment(self, k0: Sym | int, a_off: Sym, lane: Sym, wm0: Sym, i: int) -> ir.Value:
+        """A fragment of instruction tile i (rows wm0 + i * m ..) at K offset k0, as a_run-element LDS loads."""
+        ins = self.instr
+        vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+        for j in range(0, ins.a_per_lane, self.a_run):
+            r, c = ins.a_coord(lane, j)
+            idx = a_off + (wm0 + i * ins.m + r) * self.lda + (c + k0)
+            if self.a_run == 1:
+                vec = self.b.insert_element(vec, self.lds_load(idx), c32(j))
+                continue
+            run = self.b.load(self.gep(self.lds, idx), typ=ir.VectorType(I16, self.a_run),
+                              align=2 * self.a_run)
+            for e in range(self.a_run):
+                vec = self.b.insert_element(vec, self.b.extract_element(run, c32(e)), c32(j + e))
+        return vec
+
+    def b_fragment(self, k0: Sym | int, b_off: Sym, lane: Sym, wn0: Sym, t: int) -> ir.Value:
+        """B fragment of instruction tile t (columns wn0 + t * n ..) at K offset k0: runs of b_run
+        (b_lds nk) or element loads (kn)."""
+        ins = self.instr
+        if self.spec.b_lds == "nk":
+            return self.runs(ins.b_per_lane, self.b_run, lambda j: (
+                lambda c, kr: b_off + (wn0 + t * ins.n + c) * self.ldb + (kr + k0))(*self.b_cn(lane, j)))
+        vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
+        for j in range(ins.b_per_lane):
+            kr, c = ins.b_coord(lane, j)
+            x = self.lds_load(b_off + (kr + k0) * self.ldb + (wn0 + t * ins.n + c))
+            vec = self.b.insert_element(vec, x, c32(j))
+        return vec
 
     # -- epilogue -----------------------------------------------------------------------
     def store_out(self, row: Sym, col: Sym, value: ir.Value) -> None:
