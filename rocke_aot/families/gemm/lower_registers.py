@@ -265,8 +265,7 @@ class RegisterStaged(GemmLoweringBase):
         def interior(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             nxt = kt + 1
             nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
-            regs = self.amd_load(nxt, checked=False)
-            acc = self.compute_amd(0, acc)
+            acc, regs = self.compute_amd(0, acc, issue=lambda: self.amd_load(nxt, checked=False))
             kb.barrier_lds()
             self.amd_store(regs, 0)
             kb.barrier_lds()
@@ -276,12 +275,8 @@ class RegisterStaged(GemmLoweringBase):
             nxt = kt + 1
             if clamp:
                 nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
-            regs = self.amd_load(nxt, checked=False)
-            # scheduling fences (llvm.amdgcn.sched.barrier 0: nothing moves across; no code):
-            # without them LLVM sinks loads below the MFMAs and spreads the other stage's stores
-            # among them, each behind its own wait (gfx942 128x128: 8 waits a step, 6 with)
             b.call(kb.declare("sched_barrier"), [c32(0)])
-            acc = self.compute_amd(stage, acc)
+            acc, regs = self.compute_amd(stage, acc, issue=lambda: self.amd_load(nxt, checked=False))
             b.call(kb.declare("sched_barrier"), [c32(0)])
             self.amd_store(regs, 1 - stage)
             kb.barrier_lds()
@@ -355,7 +350,7 @@ class RegisterStaged(GemmLoweringBase):
         steps = s.block_k // ins.k
         return k_step(0, list(acc)) if steps == 1 else self.kb.loop(steps, list(acc), k_step, name="ks")
 
-    def compute_amd(self, stage: int, acc: list[ir.Value]) -> list[ir.Value]:
+    def compute_amd(self, stage: int, acc: list[ir.Value], issue=None):
         """compute() for the AMD main loop: every k-step's fragments read first, the last k-step's
         first, then the matrix instructions in k order. The first instruction needs the last read
         (LDS returns in order): one LDS wait a step before the matrix instructions, where reads
@@ -367,13 +362,16 @@ class RegisterStaged(GemmLoweringBase):
         lane, wm0, wn0 = self.warp_origin()
         frags = {ks: self.fragments(ks * ins.k, a_off, b_off, lane, wm0, wn0, reverse=True)
                  for ks in reversed(range(s.block_k // ins.k))}
+        if issue is not None:
+            self.b.call(self.kb.declare("sched_barrier"), [c32(0)])
+        issued = issue() if issue is not None else None
         self.kb.wait_zero("lds")
         out = list(acc)
         for ks in sorted(frags):
             afr, bfr = frags[ks]
             out = [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
                    for i in range(g.tiles_m) for t in range(g.tiles_n)]
-        return out
+        return out if issue is None else (out, issued)
 
     def fragments(self, k0: Sym | int, a_off: Sym, b_off: Sym, lane: Sym, wm0: Sym, wn0: Sym,
                   reverse: bool = False) -> tuple[list[ir.Value], list[ir.Value]]:
