@@ -5,7 +5,7 @@
         .workitem_id() / .workgroup_id()      llvm.amdgcn.workitem.id.x / workgroup.id.x
         .barrier()                    llvm.amdgcn.s.barrier (+ workgroup fences around it)
         .barrier_lds()                the same, its fences ordering LDS only (MMRA "amdgpu-synchronize-as")
-        .wait_zero("lds" | "load")    one counter drained (s_waitcnt / s_wait_dscnt, s_wait_loadcnt)
+        .wait_zero("lds", "load")     counters drained (s_waitcnt / s_wait_dscnt, s_wait_loadcnt)
         .shared_array(...)            LDS, addrspace(3)
         .finish()  -> IR text, with the kernel's attributes:
              "amdgpu-flat-work-group-size"="B,B"      the block size it was lowered for
@@ -88,24 +88,30 @@ class AmdgpuKernel(KernelModule):
             fence.set_metadata("mmra", tag)
             self.builder._insert(fence)
 
-    def wait_zero(self, counter: str) -> None:
-        """Wait until every outstanding operation of ``counter`` is done: "lds" (LDS reads and
-        writes: gfx9 lgkmcnt, gfx12 dscnt) or "load" (global loads: gfx9 vmcnt, gfx12 loadcnt).
+    def wait_zero(self, *counters: str) -> None:
+        """Wait until every outstanding operation of each counter is done: "lds" (LDS reads and
+        writes: gfx9 lgkmcnt, gfx12 dscnt), "load" (global loads: gfx9 vmcnt, gfx12 loadcnt); both
+        at once are one s_waitcnt on gfx9 (0x0070: vmcnt(0) lgkmcnt(0)).
         The backend's own waits (SIInsertWaitcnts) count from it, so the uses after it need none;
         scheduling fences (llvm.amdgcn.sched.barrier 0) on both sides keep every instruction on
         its side (without them LLVM hoisted a use above the wait, behind a wait of its own).
         gfx9 encodings (llvm-mc-22 -show-encoding): lgkmcnt(0) 0xC07F, vmcnt(0) 0x0F70 (the other
         counters at their maximum)."""
-        if counter not in WAIT_GFX9:
-            raise CapabilityError(f"no counter {counter!r}: one of {', '.join(WAIT_GFX9)}")
+        bad = [c for c in counters if c not in WAIT_GFX9]
+        if bad or not counters:
+            raise CapabilityError(f"no counter {bad or counters!r}: one or more of {', '.join(WAIT_GFX9)}")
         proc = self.target.processor
         fence = self.declare("sched_barrier")  # the wait is a scheduling fence: nothing crosses it
         self.builder.call(fence, [ir.Constant(I32, 0)])
-        if proc.startswith("gfx9"):
-            self.builder.call(self.declare("s_waitcnt"), [ir.Constant(I32, WAIT_GFX9[counter])])
+        if proc.startswith("gfx9"):  # one s_waitcnt: the counters' fields at 0 (the AND of the encodings)
+            imm = 0xFFFF
+            for c in counters:
+                imm &= WAIT_GFX9[c]
+            self.builder.call(self.declare("s_waitcnt"), [ir.Constant(I32, imm)])
         elif proc.startswith("gfx12"):
-            key = "s_wait_dscnt" if counter == "lds" else "s_wait_loadcnt"
-            self.builder.call(self.declare(key), [ir.Constant(ir.IntType(16), 0)])
+            for c in counters:
+                key = "s_wait_dscnt" if c == "lds" else "s_wait_loadcnt"
+                self.builder.call(self.declare(key), [ir.Constant(ir.IntType(16), 0)])
         else:
             raise CapabilityError(f"{proc}: no counter wait encoding known here (gfx9, gfx12 only)")
         self.builder.call(fence, [ir.Constant(I32, 0)])

@@ -212,12 +212,13 @@ class RegisterStaged(GemmLoweringBase):
         lane = self.b.gep(ptr, [self.b.zext(off.v, i64)], source_etype=I16)
         return self.b.gep(lane, [self.b.zext(step.v, i64)], source_etype=I16)
 
-    def amd_store(self, loaded: list[tuple], stage: Sym | int) -> None:
+    def amd_store(self, loaded: list[tuple], stage: Sym | int, wait: bool = True) -> None:
         """The values amd_load returned into LDS stage ``stage``: A and B (kn) one vector store
         each (aligned to its width); B (nk) per column e of the unit, K rows 2r and 2r+1 as one
         <2 x i16> store at column row v*vw+e."""
         s, b = self.spec, self.b
-        self.kb.wait_zero("load")
+        if wait:  # the loads are done (wait False: the caller waited, and later loads are in flight)
+            self.kb.wait_zero("load")
         a_off = self.stage_base(stage)
         for (which, pair, _chunks, _vpr, ld, _it, vw), r, v, vals in loaded:
             off = a_off if which == "A" else a_off + s.block_m * self.lda
@@ -257,10 +258,33 @@ class RegisterStaged(GemmLoweringBase):
         inside = kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
                            b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v))
         kfull = self.S(b.select(inside, (self.K // s.block_k).v, c32(0)))
+        last = kfull - 1
+        entry = b.block
         with kb.if_then(self.S(c32(0)).lt(kfull), name="pro"):
             self.amd_store(self.amd_load(self.S(c32(0)), checked=False), 0)
+            if s.double_buffer:  # K-tile 1 (0 if it is the only one) into registers, ahead
+                one = self.S(b.select(self.S(c32(1)).lt(kfull), c32(1), c32(0)))
+                prefetched, loaded = self.amd_load(one, checked=False), b.block
+        if s.double_buffer:  # undefined where there is no interior K-tile (the loop does not run)
+            phis = []
+            for v in (x for _u, _r, _v, vals in prefetched for x in vals):
+                phi = b.phi(v.type)
+                phi.add_incoming(v, loaded)
+                phi.add_incoming(ir.Constant(v.type, None), entry)
+                phis.append(phi)
+            template = prefetched
+
+            def flat(regs: list[tuple]) -> list[ir.Value]:
+                return [x for _u, _r, _v, vals in regs for x in vals]
+
+            def rebuild(values: list[ir.Value]) -> list[tuple]:
+                out, it = [], iter(values)
+                for unit, r, v, vals in template:
+                    out.append((unit, r, v, [next(it) for _ in vals]))
+                return out
+
+            prefetched = rebuild(phis)
         kb.barrier_lds()
-        last = kfull - 1
 
         def interior(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             nxt = kt + 1
@@ -271,21 +295,25 @@ class RegisterStaged(GemmLoweringBase):
             kb.barrier_lds()
             return acc
 
-        def db_step(kt: Sym, stage: int, acc: list[ir.Value], clamp: bool) -> list[ir.Value]:
-            nxt = kt + 1
-            if clamp:
-                nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
+        def db_step(kt: Sym, stage: int, acc: list[ir.Value], held: list[tuple]) -> tuple[list, list]:
+            # held: K-tile kt + 1, loaded a step ago; this step loads min(kt + 2, kfull - 1)
+            nxt = kt + 2
+            nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
             b.call(kb.declare("sched_barrier"), [c32(0)])
-            acc, regs = self.compute_amd(stage, acc, issue=lambda: self.amd_load(nxt, checked=False))
-            b.call(kb.declare("sched_barrier"), [c32(0)])
-            self.amd_store(regs, 1 - stage)
+            acc, regs = self.compute_amd(stage, acc, issue=lambda: self.amd_load(nxt, checked=False),
+                                         wait_loads=True)
+            # held's values at this step's units (the same unit, row, vector: made in the loop)
+            self.amd_store([(u, r, v, vals) for (u, r, v, _x), (_u, _r, _v, vals) in zip(regs, held)],
+                           1 - stage, wait=False)
             kb.barrier_lds()
-            return acc
+            return acc, regs
 
-        def pair(j: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-            kt = j * 2  # steps kt (stage 0) and kt + 1 (stage 1): constant stage offsets
-            acc = db_step(kt, 0, acc, clamp=False)  # kt + 1 <= kfull - 1
-            return db_step(kt + 1, 1, acc, clamp=True)
+        def pair(j: Sym, carried: list[ir.Value]) -> list[ir.Value]:
+            kt = j * 2  # steps kt (stage 0) and kt + 1 (stage 1): constant stage offsets and
+            acc, held = carried[:len(zero)], rebuild(carried[len(zero):])  # register sets
+            acc, regs = db_step(kt, 0, acc, held)
+            acc, held = db_step(kt + 1, 1, acc, regs)
+            return acc + flat(held)
 
         def odd(_i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             acc = self.compute_amd(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
@@ -293,7 +321,7 @@ class RegisterStaged(GemmLoweringBase):
             return acc
 
         if s.double_buffer:
-            acc = kb.loop(kfull // 2, zero, pair, name="k")
+            acc = kb.loop(kfull // 2, zero + flat(prefetched), pair, name="k")[:len(zero)]
             acc = kb.loop(kfull % 2, acc, odd, name="kodd")
         else:
             acc = kb.loop(kfull, zero, interior, name="k")
@@ -350,7 +378,7 @@ class RegisterStaged(GemmLoweringBase):
         steps = s.block_k // ins.k
         return k_step(0, list(acc)) if steps == 1 else self.kb.loop(steps, list(acc), k_step, name="ks")
 
-    def compute_amd(self, stage: int, acc: list[ir.Value], issue=None):
+    def compute_amd(self, stage: int, acc: list[ir.Value], issue=None, wait_loads: bool = False):
         """compute() for the AMD main loop: every k-step's fragments read first, the last k-step's
         first, then the matrix instructions in k order. The first instruction needs the last read
         (LDS returns in order): one LDS wait a step before the matrix instructions, where reads
@@ -362,10 +390,16 @@ class RegisterStaged(GemmLoweringBase):
         lane, wm0, wn0 = self.warp_origin()
         frags = {ks: self.fragments(ks * ins.k, a_off, b_off, lane, wm0, wn0, reverse=True)
                  for ks in reversed(range(s.block_k // ins.k))}
-        if issue is not None:
-            self.b.call(self.kb.declare("sched_barrier"), [c32(0)])
-        issued = issue() if issue is not None else None
-        self.kb.wait_zero("lds")
+        fence = self.kb.declare("sched_barrier")
+        if wait_loads:  # one wait for the reads and the loads issued a step ago, then this step's loads
+            self.kb.wait_zero("lds", "load")
+            issued = issue() if issue is not None else None
+            self.b.call(fence, [c32(0)])
+        else:
+            if issue is not None:
+                self.b.call(fence, [c32(0)])
+            issued = issue() if issue is not None else None
+            self.kb.wait_zero("lds")
         out = list(acc)
         for ks in sorted(frags):
             afr, bfr = frags[ks]
