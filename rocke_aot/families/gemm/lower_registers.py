@@ -236,24 +236,27 @@ class RegisterStaged(GemmLoweringBase):
         """The AMD matrix paths' main loop (mfma / wmma, stages 0); returns the accumulators.
 
           kfull = K // block_k if the block's rows and columns lie inside M and N, else 0
-          [kfull > 0: K-tile 0 -> registers -> LDS stage 0; barrier]
-          single buffer: interior loop kt < kfull (no edge test in it):
-              global loads of K-tile min(kt + 1, kfull - 1) into registers   (issued first)
-              compute stage 0                                                 (LDS reads, MFMAs)
-              barrier; registers -> stage 0; barrier                          (two a step)
-          double buffer: interior loop over step pairs (kt, kt + 1), kt = 0, 2, .. < kfull - 1,
-              unrolled so that each step's stage is a constant (no stage select a step):
-              step kt:     loads of K-tile kt + 1 | compute stage 0 | registers -> stage 1; barrier
-              step kt + 1: loads of min(kt + 2, kfull - 1) | compute stage 1 | -> stage 0; barrier
-              ("|": a scheduling fence, the loads issue before the MFMAs and the stores follow them)
-              (one barrier a step: the stage written was last read in the step before, ahead
-              of the barrier that ended it; the last pair's reload goes to the stage nobody
-              reads after it); kfull odd: a last step, compute stage 0; barrier (no loads)
+          [kfull > 0: K-tile 0 -> registers -> LDS stage 0; K-tile min(1, kfull - 1) -> registers]
+          barrier
+          interior loop over step pairs (kt, kt + 1), kt = 0, 2, .. < kfull - 1 (no edge test in
+          it), unrolled by 2 so that every LDS offset and register set is a constant:
+              step kt, reading stage r = 0 (single buffer: always 0), writing w = 1 (single: 0):
+                  LDS fragment reads of stage r (every k-step's)
+                  | wait: LDS reads done and the loads of K-tile kt + 1 (issued a step ago)
+                  | global loads of K-tile min(kt + 2, kfull - 1) into the other register set
+                  | MFMAs | [single buffer: barrier] | K-tile kt + 1's registers -> stage w; barrier
+              step kt + 1: the same with the stages and register sets swapped
+              ("|": llvm.amdgcn.sched.barrier 0, a scheduling fence; the wait: AmdgpuKernel.wait_zero)
+          kfull odd: a last step, compute stage 0 (K-tile kfull - 1); barrier (nothing to load)
           edge loop kt in kfull .. ceil(K / block_k): the checked tile (zero outside the matrices)
               -> registers -> LDS stage 0; barrier; compute; barrier
-        The single buffer's last interior step reloads its own tile, the double buffer's last
-        pair loads it into the stage nobody reads after (no branch around the loads); the edge
-        loop runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
+        Two waits a step: the one above and the LDS stores' before the barrier (the barrier's
+        fences order LDS only: barrier_lds). Double buffer: one barrier a step (the stage
+        written was last read in the step before, ahead of the barrier that ended it); single:
+        two (the reads of stage 0 done before it is overwritten). The last pair's loads ahead
+        reload K-tile kfull - 1 (no branch around the loads) into registers nobody stores, or
+        (kfull odd) the tile the last step reads. The edge loop runs for the blocks on the M / N
+        edge (every K-tile) and for a K tail (one)."""
         s, kb, b = self.spec, self.kb, self.b
         inside = kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
                            b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v))
@@ -262,69 +265,50 @@ class RegisterStaged(GemmLoweringBase):
         entry = b.block
         with kb.if_then(self.S(c32(0)).lt(kfull), name="pro"):
             self.amd_store(self.amd_load(self.S(c32(0)), checked=False), 0)
-            if s.double_buffer:  # K-tile 1 (0 if it is the only one) into registers, ahead
-                one = self.S(b.select(self.S(c32(1)).lt(kfull), c32(1), c32(0)))
-                prefetched, loaded = self.amd_load(one, checked=False), b.block
-        if s.double_buffer:  # undefined where there is no interior K-tile (the loop does not run)
-            phis = []
-            for v in (x for _u, _r, _v, vals in prefetched for x in vals):
-                phi = b.phi(v.type)
-                phi.add_incoming(v, loaded)
-                phi.add_incoming(ir.Constant(v.type, None), entry)
-                phis.append(phi)
-            template = prefetched
-
-            def flat(regs: list[tuple]) -> list[ir.Value]:
-                return [x for _u, _r, _v, vals in regs for x in vals]
-
-            def rebuild(values: list[ir.Value]) -> list[tuple]:
-                out, it = [], iter(values)
-                for unit, r, v, vals in template:
-                    out.append((unit, r, v, [next(it) for _ in vals]))
-                return out
-
-            prefetched = rebuild(phis)
+            # K-tile 1 (0 if it is the only one) into registers, ahead
+            one = self.S(b.select(self.S(c32(1)).lt(kfull), c32(1), c32(0)))
+            template, loaded = self.amd_load(one, checked=False), b.block
+        phis = []  # undefined where there is no interior K-tile (the loop does not run)
+        for v in (x for _u, _r, _v, vals in template for x in vals):
+            phi = b.phi(v.type)
+            phi.add_incoming(v, loaded)
+            phi.add_incoming(ir.Constant(v.type, None), entry)
+            phis.append(phi)
         kb.barrier_lds()
 
-        def interior(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-            nxt = kt + 1
-            nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
-            acc, regs = self.compute_amd(0, acc, issue=lambda: self.amd_load(nxt, checked=False))
-            kb.barrier_lds()
-            self.amd_store(regs, 0)
-            kb.barrier_lds()
-            return acc
+        def values(carried: list[ir.Value]) -> list[list[ir.Value]]:
+            it = iter(carried)
+            return [[next(it) for _ in vals] for _u, _r, _v, vals in template]
 
-        def db_step(kt: Sym, stage: int, acc: list[ir.Value], held: list[tuple]) -> tuple[list, list]:
-            # held: K-tile kt + 1, loaded a step ago; this step loads min(kt + 2, kfull - 1)
+        def step(kt: Sym, stage: int, acc: list[ir.Value], held: list[list[ir.Value]]) -> tuple[list, list]:
+            # held: K-tile kt + 1's values, loaded a step ago; this step loads min(kt + 2, kfull - 1)
             nxt = kt + 2
             nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
             b.call(kb.declare("sched_barrier"), [c32(0)])
-            acc, regs = self.compute_amd(stage, acc, issue=lambda: self.amd_load(nxt, checked=False),
-                                         wait_loads=True)
+            acc, regs = self.compute_amd(stage if s.double_buffer else 0, acc,
+                                         issue=lambda: self.amd_load(nxt, checked=False), wait_loads=True)
+            if not s.double_buffer:
+                kb.barrier_lds()  # every wave's reads of stage 0 are done before it is overwritten
             # held's values at this step's units (the same unit, row, vector: made in the loop)
-            self.amd_store([(u, r, v, vals) for (u, r, v, _x), (_u, _r, _v, vals) in zip(regs, held)],
-                           1 - stage, wait=False)
+            self.amd_store([(u, r, v, vals) for (u, r, v, _x), vals in zip(regs, held)],
+                           1 - stage if s.double_buffer else 0, wait=False)
             kb.barrier_lds()
-            return acc, regs
+            return acc, [vals for _u, _r, _v, vals in regs]
 
         def pair(j: Sym, carried: list[ir.Value]) -> list[ir.Value]:
             kt = j * 2  # steps kt (stage 0) and kt + 1 (stage 1): constant stage offsets and
-            acc, held = carried[:len(zero)], rebuild(carried[len(zero):])  # register sets
-            acc, regs = db_step(kt, 0, acc, held)
-            acc, held = db_step(kt + 1, 1, acc, regs)
-            return acc + flat(held)
+            acc, held = carried[:len(zero)], values(carried[len(zero):])  # register sets
+            acc, ahead = step(kt, 0, acc, held)
+            acc, held = step(kt + 1, 1, acc, ahead)
+            return acc + [x for vals in held for x in vals]
 
         def odd(_i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             acc = self.compute_amd(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
             kb.barrier_lds()
             return acc
 
-        if s.double_buffer:
-            acc = kb.loop(kfull // 2, zero + flat(prefetched), pair, name="k")[:len(zero)]
-            acc = kb.loop(kfull % 2, acc, odd, name="kodd")
-        else:
-            acc = kb.loop(kfull, zero, interior, name="k")
+        acc = kb.loop(kfull // 2, zero + phis, pair, name="k")[:len(zero)]
+        acc = kb.loop(kfull % 2, acc, odd, name="kodd")
 
         def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             self.amd_store(self.amd_load(kfull + i, checked=True), 0)
