@@ -31,7 +31,6 @@ from rocke_aot.errors import CapabilityError
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 
-
 # s_waitcnt's immediate on gfx9 (gfx90a, gfx942, gfx950) for one counter at 0, the others at
 # their maximum: lgkmcnt(0) / vmcnt(0), as llvm-mc-22 encodes them (tests/test_gemm_amd_isa.py
 # reads the waits back from the code objects)

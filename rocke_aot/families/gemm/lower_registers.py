@@ -9,9 +9,10 @@
                        barrier    (one barrier: the stage written was last read before it)
            exit:   every accumulator element, guarded by row < M and col < N, converted, stored
       AMD matrix paths (mfma / wmma, stages 0): build_amd instead of the loop above -- an
-           interior loop over K // bk (blocks inside M and N) with no bounds test, the next
-           K-tile's loads issued before the step's MFMAs, one barrier a step when double
-           buffered; then a checked edge loop (docs/lowering.md "The AMD main loop")
+           interior loop over K // bk (blocks inside M and N) with no bounds test, unrolled by
+           2, each K-tile's loads issued a step ahead into alternating register sets, two
+           waits a step, one barrier a step when double buffered; then a checked edge loop
+           (docs/lowering.md "The AMD main loop")
       compute:
            fma        each thread a thread_m x thread_n micro tile, llvm.fmuladd.f32
            mfma/wmma/mma  each wave (a warp on sm_90) tiles_m x tiles_n instruction tiles;
@@ -33,14 +34,31 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import F32, I16, Sym
+from rocke_aot.errors import CapabilityError
 from rocke_aot.families.gemm.lower_common import OUT_TYPES, GemmLoweringBase, StagedChunk, c32
 from rocke_aot.families.gemm.spec import amd_b_pair_width
+from rocke_aot.mma import MmaInstr
 
 
 class RegisterStaged(GemmLoweringBase):
     """The register-staged pipeline (module doc): staging, the AMD main loop, compute, epilogue."""
+
+    @property
+    def akb(self) -> AmdgpuKernel:
+        """The kernel module as the AMD main loop needs it (counter waits, LDS-only barriers)."""
+        if not isinstance(self.kb, AmdgpuKernel):
+            raise CapabilityError(f"{self.spec.kernel_name}: the AMD main loop on a non-AMDGPU target")
+        return self.kb
+
+    @property
+    def ins(self) -> MmaInstr:
+        """The matrix instruction (the matrix paths' fragment helpers only)."""
+        if self.instr is None:
+            raise CapabilityError(f"{self.spec.kernel_name}: no matrix instruction on the fma path")
+        return self.instr
 
     # -- global -> LDS ------------------------------------------------------------------
     def load_vec(self, ptr: ir.Value, base: Sym, row_ok: ir.Value, col: Sym, limit: Sym, vw: int) -> ir.Value:
@@ -218,7 +236,7 @@ class RegisterStaged(GemmLoweringBase):
         <2 x i16> store at column row v*vw+e."""
         s, b = self.spec, self.b
         if wait:  # the loads are done (wait False: the caller waited, and later loads are in flight)
-            self.kb.wait_zero("load")
+            self.akb.wait_zero("load")
         a_off = self.stage_base(stage)
         for (which, pair, _chunks, _vpr, ld, _it, vw), r, v, vals in loaded:
             off = a_off if which == "A" else a_off + s.block_m * self.lda
@@ -274,7 +292,7 @@ class RegisterStaged(GemmLoweringBase):
             phi.add_incoming(v, loaded)
             phi.add_incoming(ir.Constant(v.type, None), entry)
             phis.append(phi)
-        kb.barrier_lds()
+        self.akb.barrier_lds()
 
         def values(carried: list[ir.Value]) -> list[list[ir.Value]]:
             it = iter(carried)
@@ -288,11 +306,11 @@ class RegisterStaged(GemmLoweringBase):
             acc, regs = self.compute_amd(stage if s.double_buffer else 0, acc,
                                          issue=lambda: self.amd_load(nxt, checked=False), wait_loads=True)
             if not s.double_buffer:
-                kb.barrier_lds()  # every wave's reads of stage 0 are done before it is overwritten
+                self.akb.barrier_lds()  # every wave's reads of stage 0 are done before it is overwritten
             # held's values at this step's units (the same unit, row, vector: made in the loop)
             self.amd_store([(u, r, v, vals) for (u, r, v, _x), vals in zip(regs, held)],
                            1 - stage if s.double_buffer else 0, wait=False)
-            kb.barrier_lds()
+            self.akb.barrier_lds()
             return acc, [vals for _u, _r, _v, vals in regs]
 
         def pair(j: Sym, carried: list[ir.Value]) -> list[ir.Value]:
@@ -304,7 +322,7 @@ class RegisterStaged(GemmLoweringBase):
 
         def odd(_i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             acc = self.compute_amd(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
-            kb.barrier_lds()
+            self.akb.barrier_lds()
             return acc
 
         acc = kb.loop(kfull // 2, zero + phis, pair, name="k")[:len(zero)]
@@ -312,9 +330,9 @@ class RegisterStaged(GemmLoweringBase):
 
         def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             self.amd_store(self.amd_load(kfull + i, checked=True), 0)
-            kb.barrier_lds()
+            self.akb.barrier_lds()
             acc = self.compute_amd(0, acc)
-            kb.barrier_lds()
+            self.akb.barrier_lds()
             return acc
 
         return kb.loop(ktiles - kfull, acc, edge, name="kedge")
@@ -368,7 +386,7 @@ class RegisterStaged(GemmLoweringBase):
         (LDS returns in order): one LDS wait a step before the matrix instructions, where reads
         interleaved with them made the backend wait before each k-step's (gfx950 128x128: 4 a
         step, 1 so)."""
-        s, g, ins = self.spec, self.geo, self.instr
+        s, g, ins = self.spec, self.geo, self.ins
         a_off = self.stage_base(stage)
         b_off = a_off + s.block_m * self.lda
         lane, wm0, wn0 = self.warp_origin()
@@ -376,14 +394,14 @@ class RegisterStaged(GemmLoweringBase):
                  for ks in reversed(range(s.block_k // ins.k))}
         fence = self.kb.declare("sched_barrier")
         if wait_loads:  # one wait for the reads and the loads issued a step ago, then this step's loads
-            self.kb.wait_zero("lds", "load")
+            self.akb.wait_zero("lds", "load")
             issued = issue() if issue is not None else None
             self.b.call(fence, [c32(0)])
         else:
             if issue is not None:
                 self.b.call(fence, [c32(0)])
             issued = issue() if issue is not None else None
-            self.kb.wait_zero("lds")
+            self.akb.wait_zero("lds")
         out = list(acc)
         for ks in sorted(frags):
             afr, bfr = frags[ks]
@@ -405,7 +423,7 @@ class RegisterStaged(GemmLoweringBase):
 
     def a_fragment(self, k0: Sym | int, a_off: Sym, lane: Sym, wm0: Sym, i: int) -> ir.Value:
         """A fragment of instruction tile i (rows wm0 + i * m ..) at K offset k0, as a_run-element LDS loads."""
-        ins = self.instr
+        ins = self.ins
         vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
         for j in range(0, ins.a_per_lane, self.a_run):
             r, c = ins.a_coord(lane, j)
@@ -422,7 +440,7 @@ class RegisterStaged(GemmLoweringBase):
     def b_fragment(self, k0: Sym | int, b_off: Sym, lane: Sym, wn0: Sym, t: int) -> ir.Value:
         """B fragment of instruction tile t (columns wn0 + t * n ..) at K offset k0: runs of b_run
         (b_lds nk) or element loads (kn)."""
-        ins = self.instr
+        ins = self.ins
         if self.spec.b_lds == "nk":
             return self.runs(ins.b_per_lane, self.b_run, lambda j: (
                 lambda c, kr: b_off + (wn0 + t * ins.n + c) * self.ldb + (kr + k0))(*self.b_cn(lane, j)))
