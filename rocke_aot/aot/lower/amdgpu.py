@@ -83,9 +83,9 @@ class AmdgpuKernel(KernelModule):
             if order is None:
                 self.builder.call(self.declare("s_barrier"), [])
                 continue
-            fence = _TaggedFence(self.builder.block, order, targetscope="workgroup")
+            fence = self.builder.fence(order, targetscope="workgroup")
+            fence.__class__ = _TaggedFence  # the same instruction, printed with its metadata
             fence.set_metadata("mmra", tag)
-            self.builder._insert(fence)
 
     def wait_zero(self, *counters: str) -> None:
         """Wait until every outstanding operation of each counter is done: "lds" (LDS reads and
