@@ -110,6 +110,11 @@ _INTRINSICS_COMMON = dict(
     workgroup_id_x=("llvm.amdgcn.workgroup.id.x", "i32", ()),
     s_barrier=("llvm.amdgcn.s.barrier", "void", ()),
     sched_barrier=("llvm.amdgcn.sched.barrier", "void", ("i32",)),
+    # explicit counter waits (the backend's own waits then see the counter at 0): gfx9's one
+    # s_waitcnt (immarg: its encoded counters), gfx12's one instruction per counter (immarg i16)
+    s_waitcnt=("llvm.amdgcn.s.waitcnt", "void", ("i32",)),
+    s_wait_dscnt=("llvm.amdgcn.s.wait.dscnt", "void", ("i16",)),
+    s_wait_loadcnt=("llvm.amdgcn.s.wait.loadcnt", "void", ("i16",)),
     mfma_f32_32x32x8f16=("llvm.amdgcn.mfma.f32.32x32x8f16", "<16 x float>",
                          ("<4 x half>", "<4 x half>", "<16 x float>") + _MFMA_ARGS),
     mfma_f32_16x16x16f16=("llvm.amdgcn.mfma.f32.16x16x16f16", "<4 x float>",

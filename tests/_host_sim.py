@@ -5,7 +5,8 @@
             triple / datalayout      -> the host's (address spaces dropped: one flat memory)
             thread / block ids       -> sim_tid / sim_ctaid     (ctypes callbacks)
             barriers (CTA, s.barrier)-> sim_barrier*            (a threading.Barrier)
-            workgroup fences, target attributes -> dropped (the Python barrier orders memory)
+            workgroup fences (MMRA-tagged too), counter waits, scheduling fences, target
+            attributes -> dropped (the Python barrier orders memory)
             fptrunc to bfloat        -> sim_f2bf: round to nearest even in integers, NaN kept
                                         (no x86 libcall needed)
             mfma / wmma / nvvm.mma   -> sim_mma_<i>: spill the operands, call sim_mma
@@ -120,10 +121,13 @@ def _retarget(text: str) -> tuple[str, list]:
     text = re.sub(r'target datalayout = "[^"]*"\n', "", text)
     text = re.sub(r" addrspace\(\d+\)", "", text)
     text = text.replace("ptx_kernel ", "").replace("amdgpu_kernel ", "")
-    text = re.sub(r'^\s*fence syncscope\("workgroup"\) \w+\n', "", text, flags=re.M)
-    # AMDGPU scheduling fences order nothing at run time (the compiler's scheduler only): dropped
-    text = re.sub(r'^\s*call void @"llvm\.amdgcn\.sched\.barrier"\(i32 \d+\)\n', "", text, flags=re.M)
-    text = re.sub(r'^declare void @"llvm\.amdgcn\.sched\.barrier"\(i32[^)]*\)\n', "", text, flags=re.M)
+    text = re.sub(r'^\s*fence syncscope\("workgroup"\) \w+(?:, !mmra !\d+)?\n', "", text, flags=re.M)
+    # AMDGPU scheduling fences order nothing at run time (the compiler's scheduler only), and the
+    # counter waits nothing here (every simulated load and store completes before the next
+    # instruction): dropped
+    waits = r'llvm\.amdgcn\.(?:sched\.barrier|s\.waitcnt|s\.wait\.dscnt|s\.wait\.loadcnt)'
+    text = re.sub(r'^\s*call void @"' + waits + r'"\(i(?:32|16) \d+\)\n', "", text, flags=re.M)
+    text = re.sub(r'^declare void @"' + waits + r'"\(i(?:32|16)[^)]*\)\n', "", text, flags=re.M)
     # The target's string attributes (target-cpu, amdgpu-*) mean nothing on the host.
     text = re.sub(r' "(?:amdgpu-[\w-]+|target-cpu|target-features)"(?:="[^"]*")?', "", text)
     for old, new in _ID_CALLS.items():

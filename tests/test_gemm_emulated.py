@@ -174,8 +174,9 @@ def test_transposed_b_gemm_computes_a_x_b(arch, spec):
 # 8, padded rows): interior blocks run the unchecked loop (register prefetch of the next K-tile,
 # one or two barriers a step), then the checked edge loop for the K tail; blocks on the M / N edge
 # run the edge loop only. Sizes: many interior K-tiles and a K tail, every block interior and no
-# tail (the last step's reload of its own tile), both edges with K shorter than a tile.
-AMD_LOOP_SIZES = [(70, 72, 200), (64, 64, 96), (33, 40, 20)]
+# tail (the last step's reload of its own tile), both edges with K shorter than a tile, two
+# interior K-tiles (block_k 32: the double buffer's one pair, both of its loads ahead clamped).
+AMD_LOOP_SIZES = [(70, 72, 200), (64, 64, 96), (33, 40, 20), (40, 64, 64)]
 AMD_LOOP_CASES = [
     ("gfx942", GemmSpec(path="mfma", in_dtype="f16", out_dtype="f32", block_m=32, block_n=32, block_k=32, waves=1,
                         b_lds="nk", vector_width=8)),

@@ -20,8 +20,9 @@ families/conv_direct_fwd/lower.py, families/conv_dgrad_patch/lower.py), not a fi
 - gemm staging: each thread moves ``rounds`` vectors of vector_width elements of A and of B
   (one global load and one LDS store each); conv staging moves single elements. The AMD matrix
   paths' main loop (families/gemm/lower_registers.py build_amd, amd_main_loop here) issues a step's loads
-  together before the previous step's matrix work: one exposed latency a step
-  (pipelined_latencies(steps, 2)); its transposed B (nk) goes to LDS as 4-byte pairs of K rows.
+  together, a step before they are stored (waited for after the next step's LDS reads): one
+  step's matrix work covers them, one exposed latency a step (pipelined_latencies(steps, 2)); its
+  transposed B (nk) goes to LDS as 4-byte pairs of K rows.
 - gemm's asynchronous pipeline (spec.stages >= 2, sm_90): a thread issues ``rounds`` 16-byte
   cp.async copies per step (in the lowering's order, families/gemm/spec.py async_copy_chunk: a B row
   of 192 columns in three panels of 64) and no LDS store (the copy writes shared memory itself: its LDS

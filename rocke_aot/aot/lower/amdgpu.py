@@ -4,6 +4,8 @@
         .define_kernel(params)        amdgpu_kernel, noalias pointers in addrspace(1)
         .workitem_id() / .workgroup_id()      llvm.amdgcn.workitem.id.x / workgroup.id.x
         .barrier()                    llvm.amdgcn.s.barrier (+ workgroup fences around it)
+        .barrier_lds()                the same, its fences ordering LDS only (MMRA "amdgpu-synchronize-as")
+        .wait_zero("lds", "load")     counters drained (s_waitcnt / s_wait_dscnt, s_wait_loadcnt)
         .shared_array(...)            LDS, addrspace(3)
         .finish()  -> IR text, with the kernel's attributes:
              "amdgpu-flat-work-group-size"="B,B"      the block size it was lowered for
@@ -28,6 +30,19 @@ from rocke_aot.aot.lower.module import I32, KernelModule
 from rocke_aot.errors import CapabilityError
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
+
+# s_waitcnt's immediate on gfx9 (gfx90a, gfx942, gfx950) for one counter at 0, the others at
+# their maximum: lgkmcnt(0) / vmcnt(0), as llvm-mc-22 encodes them (tests/test_gemm_amd_isa.py
+# reads the waits back from the code objects)
+WAIT_GFX9 = {"lds": 0xC07F, "load": 0x0F70}
+
+
+class _TaggedFence(ir.Fence):
+    """llvmlite's fence, printed with its metadata (llvmlite's own drops it)."""
+
+    def descr(self, buf):
+        super().descr(buf)
+        buf[-1] = buf[-1].rstrip("\n") + self._stringify_metadata(leading_comma=True) + "\n"
 
 
 class AmdgpuKernel(KernelModule):
@@ -76,6 +91,48 @@ class AmdgpuKernel(KernelModule):
     def load_cg_v4f32(self, ptr: ir.Value) -> ir.Value:
         """16 bytes from global memory as <4 x float> (after the acquire fence: another work-group's)."""
         return self.builder.load(ptr, typ=ir.VectorType(ir.FloatType(), 4), align=16)
+
+    def barrier_lds(self) -> None:
+        """barrier() whose fences order LDS only (MMRA !{"amdgpu-synchronize-as", "local"}, LLVM's
+        AMDGPUUsage "Memory Model Relaxation Annotations"): for loops that share nothing but LDS
+        between work-items. A plain workgroup fence also waits for the global loads in flight
+        (gfx1250: s_wait_loadcnt 0 at each barrier), which undid a loop's loads issued ahead."""
+        tag = self.module.add_metadata(["amdgpu-synchronize-as", "local"])
+        for order in ("release", None, "acquire"):
+            if order is None:
+                self.builder.call(self.declare("s_barrier"), [])
+                continue
+            fence = self.builder.fence(order, targetscope="workgroup")
+            fence.__class__ = _TaggedFence  # the same instruction, printed with its metadata
+            fence.set_metadata("mmra", tag)
+
+    def wait_zero(self, *counters: str) -> None:
+        """Wait until every outstanding operation of each counter is done: "lds" (LDS reads and
+        writes: gfx9 lgkmcnt, gfx12 dscnt), "load" (global loads: gfx9 vmcnt, gfx12 loadcnt); both
+        at once are one s_waitcnt on gfx9 (0x0070: vmcnt(0) lgkmcnt(0)).
+        The backend's own waits (SIInsertWaitcnts) count from it, so the uses after it need none;
+        scheduling fences (llvm.amdgcn.sched.barrier 0) on both sides keep every instruction on
+        its side (without them LLVM hoisted a use above the wait, behind a wait of its own).
+        gfx9 encodings (llvm-mc-22 -show-encoding): lgkmcnt(0) 0xC07F, vmcnt(0) 0x0F70 (the other
+        counters at their maximum)."""
+        bad = [c for c in counters if c not in WAIT_GFX9]
+        if bad or not counters:
+            raise CapabilityError(f"no counter {bad or counters!r}: one or more of {', '.join(WAIT_GFX9)}")
+        proc = self.target.processor
+        fence = self.declare("sched_barrier")  # the wait is a scheduling fence: nothing crosses it
+        self.builder.call(fence, [ir.Constant(I32, 0)])
+        if proc.startswith("gfx9"):  # one s_waitcnt: the counters' fields at 0 (the AND of the encodings)
+            imm = 0xFFFF
+            for c in counters:
+                imm &= WAIT_GFX9[c]
+            self.builder.call(self.declare("s_waitcnt"), [ir.Constant(I32, imm)])
+        elif proc.startswith("gfx12"):
+            for c in counters:
+                key = "s_wait_dscnt" if c == "lds" else "s_wait_loadcnt"
+                self.builder.call(self.declare(key), [ir.Constant(ir.IntType(16), 0)])
+        else:
+            raise CapabilityError(f"{proc}: no counter wait encoding known here (gfx9, gfx12 only)")
+        self.builder.call(fence, [ir.Constant(I32, 0)])
 
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
         """Declare a matrix intrinsic after checking the lane allows it (refuse before LLVM)."""

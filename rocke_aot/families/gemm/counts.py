@@ -119,8 +119,8 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
 
 def amd_main_loop(spec: Any, target: Any) -> bool:
     """Whether the gemm runs families/gemm/lower_registers.py build_amd (the AMD matrix paths, stages 0): every
-    global load of a step issued together, before the step's matrix work (one exposed latency a
-    step, a two-stage pipeline's), B (nk) staged as 4-byte pairs of K rows."""
+    global load of a step issued together, one step's matrix work before they are waited for (one
+    exposed latency a step, a two-stage pipeline's), B (nk) staged as 4-byte pairs of K rows."""
     return bool(target.is_amdgpu and spec.path in ("mfma", "wmma") and not spec.stages)
 
 

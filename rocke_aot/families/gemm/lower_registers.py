@@ -9,9 +9,10 @@
                        barrier    (one barrier: the stage written was last read before it)
            exit:   every accumulator element, guarded by row < M and col < N, converted, stored
       AMD matrix paths (mfma / wmma, stages 0): build_amd instead of the loop above -- an
-           interior loop over K // bk (blocks inside M and N) with no bounds test, the next
-           K-tile's loads issued before the step's MFMAs, one barrier a step when double
-           buffered; then a checked edge loop (docs/lowering.md "The AMD main loop")
+           interior loop over K // bk (blocks inside M and N) with no bounds test, unrolled by
+           2, each K-tile's loads issued a step ahead into alternating register sets, two
+           waits a step, one barrier a step when double buffered; then a checked edge loop
+           (docs/lowering.md "The AMD main loop")
       compute:
            fma        each thread a thread_m x thread_n micro tile, llvm.fmuladd.f32
            mfma/wmma/mma  each wave (a warp on sm_90) tiles_m x tiles_n instruction tiles;
@@ -33,14 +34,31 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import F32, I16, Sym
+from rocke_aot.errors import CapabilityError
 from rocke_aot.families.gemm.lower_common import OUT_TYPES, GemmLoweringBase, StagedChunk, c32
 from rocke_aot.families.gemm.spec import amd_b_pair_width
+from rocke_aot.mma import MmaInstr
 
 
 class RegisterStaged(GemmLoweringBase):
     """The register-staged pipeline (module doc): staging, the AMD main loop, compute, epilogue."""
+
+    @property
+    def akb(self) -> AmdgpuKernel:
+        """The kernel module as the AMD main loop needs it (counter waits, LDS-only barriers)."""
+        if not isinstance(self.kb, AmdgpuKernel):
+            raise CapabilityError(f"{self.spec.kernel_name}: the AMD main loop on a non-AMDGPU target")
+        return self.kb
+
+    @property
+    def ins(self) -> MmaInstr:
+        """The matrix instruction (the matrix paths' fragment helpers only)."""
+        if self.instr is None:
+            raise CapabilityError(f"{self.spec.kernel_name}: no matrix instruction on the fma path")
+        return self.instr
 
     # -- global -> LDS ------------------------------------------------------------------
     def load_vec(self, ptr: ir.Value, base: Sym, row_ok: ir.Value, col: Sym, limit: Sym, vw: int) -> ir.Value:
@@ -212,11 +230,13 @@ class RegisterStaged(GemmLoweringBase):
         lane = self.b.gep(ptr, [self.b.zext(off.v, i64)], source_etype=I16)
         return self.b.gep(lane, [self.b.zext(step.v, i64)], source_etype=I16)
 
-    def amd_store(self, loaded: list[tuple], stage: Sym | int) -> None:
+    def amd_store(self, loaded: list[tuple], stage: Sym | int, wait: bool = True) -> None:
         """The values amd_load returned into LDS stage ``stage``: A and B (kn) one vector store
         each (aligned to its width); B (nk) per column e of the unit, K rows 2r and 2r+1 as one
         <2 x i16> store at column row v*vw+e."""
         s, b = self.spec, self.b
+        if wait:  # the loads are done (wait False: the caller waited, and later loads are in flight)
+            self.akb.wait_zero("load")
         a_off = self.stage_base(stage)
         for (which, pair, _chunks, _vpr, ld, _it, vw), r, v, vals in loaded:
             off = a_off if which == "A" else a_off + s.block_m * self.lda
@@ -234,79 +254,85 @@ class RegisterStaged(GemmLoweringBase):
         """The AMD matrix paths' main loop (mfma / wmma, stages 0); returns the accumulators.
 
           kfull = K // block_k if the block's rows and columns lie inside M and N, else 0
-          [kfull > 0: K-tile 0 -> registers -> LDS stage 0; barrier]
-          single buffer: interior loop kt < kfull (no edge test in it):
-              global loads of K-tile min(kt + 1, kfull - 1) into registers   (issued first)
-              compute stage 0                                                 (LDS reads, MFMAs)
-              barrier; registers -> stage 0; barrier                          (two a step)
-          double buffer: interior loop over step pairs (kt, kt + 1), kt = 0, 2, .. < kfull - 1,
-              unrolled so that each step's stage is a constant (no stage select a step):
-              step kt:     loads of K-tile kt + 1 | compute stage 0 | registers -> stage 1; barrier
-              step kt + 1: loads of min(kt + 2, kfull - 1) | compute stage 1 | -> stage 0; barrier
-              ("|": a scheduling fence, the loads issue before the MFMAs and the stores follow them)
-              (one barrier a step: the stage written was last read in the step before, ahead
-              of the barrier that ended it; the last pair's reload goes to the stage nobody
-              reads after it); kfull odd: a last step, compute stage 0; barrier (no loads)
+          [kfull > 0: K-tile 0 -> registers -> LDS stage 0; K-tile min(1, kfull - 1) -> registers]
+          barrier
+          interior loop over step pairs (kt, kt + 1), kt = 0, 2, .. < kfull - 1 (no edge test in
+          it), unrolled by 2 so that every LDS offset and register set is a constant:
+              step kt, reading stage r = 0 (single buffer: always 0), writing w = 1 (single: 0):
+                  LDS fragment reads of stage r (every k-step's)
+                  | wait: LDS reads done and the loads of K-tile kt + 1 (issued a step ago)
+                  | global loads of K-tile min(kt + 2, kfull - 1) into the other register set
+                  | MFMAs | [single buffer: barrier] | K-tile kt + 1's registers -> stage w; barrier
+              step kt + 1: the same with the stages and register sets swapped
+              ("|": llvm.amdgcn.sched.barrier 0, a scheduling fence; the wait: AmdgpuKernel.wait_zero)
+          kfull odd: a last step, compute stage 0 (K-tile kfull - 1); barrier (nothing to load)
           edge loop kt in kfull .. ceil(K / block_k): the checked tile (zero outside the matrices)
               -> registers -> LDS stage 0; barrier; compute; barrier
-        The single buffer's last interior step reloads its own tile, the double buffer's last
-        pair loads it into the stage nobody reads after (no branch around the loads); the edge
-        loop runs for the blocks on the M / N edge (every K-tile) and for a K tail (one)."""
+        Two waits a step: the one above and the LDS stores' before the barrier (the barrier's
+        fences order LDS only: barrier_lds). Double buffer: one barrier a step (the stage
+        written was last read in the step before, ahead of the barrier that ended it); single:
+        two (the reads of stage 0 done before it is overwritten). The last pair's loads ahead
+        reload K-tile kfull - 1 (no branch around the loads) into registers nobody stores, or
+        (kfull odd) the tile the last step reads. The edge loop runs for the blocks on the M / N
+        edge (every K-tile) and for a K tail (one)."""
         s, kb, b = self.spec, self.kb, self.b
         inside = kb.all_of(b.icmp_unsigned("<=", (self.row0 + s.block_m).v, self.M.v),
                            b.icmp_unsigned("<=", (self.col0 + s.block_n).v, self.N.v))
         kfull = self.S(b.select(inside, (self.K // s.block_k).v, c32(0)))
+        last = kfull - 1
+        entry = b.block
         with kb.if_then(self.S(c32(0)).lt(kfull), name="pro"):
             self.amd_store(self.amd_load(self.S(c32(0)), checked=False), 0)
-        kb.barrier()
-        last = kfull - 1
+            # K-tile 1 (0 if it is the only one) into registers, ahead
+            one = self.S(b.select(self.S(c32(1)).lt(kfull), c32(1), c32(0)))
+            template, loaded = self.amd_load(one, checked=False), b.block
+        phis = []  # undefined where there is no interior K-tile (the loop does not run)
+        for v in (x for _u, _r, _v, vals in template for x in vals):
+            phi = b.phi(v.type)
+            phi.add_incoming(v, loaded)
+            phi.add_incoming(ir.Constant(v.type, None), entry)
+            phis.append(phi)
+        self.akb.barrier_lds()
 
-        def interior(kt: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-            nxt = kt + 1
+        def values(carried: list[ir.Value]) -> list[list[ir.Value]]:
+            it = iter(carried)
+            return [[next(it) for _ in vals] for _u, _r, _v, vals in template]
+
+        def step(kt: Sym, stage: int, acc: list[ir.Value], held: list[list[ir.Value]]) -> tuple[list, list]:
+            # held: K-tile kt + 1's values, loaded a step ago; this step loads min(kt + 2, kfull - 1)
+            nxt = kt + 2
             nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
-            regs = self.amd_load(nxt, checked=False)
-            acc = self.compute(0, acc)
-            kb.barrier()
-            self.amd_store(regs, 0)
-            kb.barrier()
-            return acc
-
-        def db_step(kt: Sym, stage: int, acc: list[ir.Value], clamp: bool) -> list[ir.Value]:
-            nxt = kt + 1
-            if clamp:
-                nxt = self.S(b.select(nxt.lt(kfull), nxt.v, last.v))
-            regs = self.amd_load(nxt, checked=False)
-            # scheduling fences (llvm.amdgcn.sched.barrier 0: nothing moves across; no code):
-            # without them LLVM sinks loads below the MFMAs and spreads the other stage's stores
-            # among them, each behind its own wait (gfx942 128x128: 8 waits a step, 6 with)
             b.call(kb.declare("sched_barrier"), [c32(0)])
-            acc = self.compute(stage, acc)
-            b.call(kb.declare("sched_barrier"), [c32(0)])
-            self.amd_store(regs, 1 - stage)
-            kb.barrier()
-            return acc
+            acc, regs = self.compute_amd(stage if s.double_buffer else 0, acc,
+                                         issue=lambda: self.amd_load(nxt, checked=False), wait_loads=True)
+            if not s.double_buffer:
+                self.akb.barrier_lds()  # every wave's reads of stage 0 are done before it is overwritten
+            # held's values at this step's units (the same unit, row, vector: made in the loop)
+            self.amd_store([(u, r, v, vals) for (u, r, v, _x), vals in zip(regs, held)],
+                           1 - stage if s.double_buffer else 0, wait=False)
+            self.akb.barrier_lds()
+            return acc, [vals for _u, _r, _v, vals in regs]
 
-        def pair(j: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-            kt = j * 2  # steps kt (stage 0) and kt + 1 (stage 1): constant stage offsets
-            acc = db_step(kt, 0, acc, clamp=False)  # kt + 1 <= kfull - 1
-            return db_step(kt + 1, 1, acc, clamp=True)
+        def pair(j: Sym, carried: list[ir.Value]) -> list[ir.Value]:
+            kt = j * 2  # steps kt (stage 0) and kt + 1 (stage 1): constant stage offsets and
+            acc, held = carried[:len(zero)], values(carried[len(zero):])  # register sets
+            acc, ahead = step(kt, 0, acc, held)
+            acc, held = step(kt + 1, 1, acc, ahead)
+            return acc + [x for vals in held for x in vals]
 
         def odd(_i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
-            acc = self.compute(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
-            kb.barrier()
+            acc = self.compute_amd(0, acc)  # K-tile kfull - 1 (even: stage 0); nothing left to load
+            self.akb.barrier_lds()
             return acc
 
-        if s.double_buffer:
-            acc = kb.loop(kfull // 2, zero, pair, name="k")
-            acc = kb.loop(kfull % 2, acc, odd, name="kodd")
-        else:
-            acc = kb.loop(kfull, zero, interior, name="k")
+        acc = kb.loop(kfull // 2, zero + phis, pair, name="k")[:len(zero)]
+        acc = kb.loop(kfull % 2, acc, odd, name="kodd")
 
         def edge(i: Sym, acc: list[ir.Value]) -> list[ir.Value]:
             self.amd_store(self.amd_load(kfull + i, checked=True), 0)
-            kb.barrier()
-            acc = self.compute(0, acc)
-            kb.barrier()
+            self.akb.barrier_lds()
+            acc = self.compute_amd(0, acc)
+            self.akb.barrier_lds()
             return acc
 
         return kb.loop(ktiles - kfull, acc, edge, name="kedge")
@@ -347,40 +373,83 @@ class RegisterStaged(GemmLoweringBase):
         lane, wm0, wn0 = self.warp_origin()
 
         def k_step(ks: Sym | int, out: list[ir.Value]) -> list[ir.Value]:
-            k0 = ks * ins.k
-            afr = []
-            for i in range(g.tiles_m):
-                vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
-                for j in range(0, ins.a_per_lane, self.a_run):
-                    r, c = ins.a_coord(lane, j)
-                    idx = a_off + (wm0 + i * ins.m + r) * self.lda + (c + k0)
-                    if self.a_run == 1:
-                        vec = self.b.insert_element(vec, self.lds_load(idx), c32(j))
-                        continue
-                    run = self.b.load(self.gep(self.lds, idx), typ=ir.VectorType(I16, self.a_run),
-                                      align=2 * self.a_run)
-                    for e in range(self.a_run):
-                        vec = self.b.insert_element(vec, self.b.extract_element(run, c32(e)), c32(j + e))
-                afr.append(vec)
-            if s.b_lds == "nk":
-                bfr = [self.runs(ins.b_per_lane, self.b_run, lambda j, t=t: (
-                    lambda c, kr: b_off + (wn0 + t * ins.n + c) * self.ldb + (kr + k0))(*self.b_cn(lane, j)))
-                    for t in range(g.tiles_n)]
-                return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
-                        for i in range(g.tiles_m) for t in range(g.tiles_n)]
-            bfr = []
-            for t in range(g.tiles_n):
-                vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
-                for j in range(ins.b_per_lane):
-                    kr, c = ins.b_coord(lane, j)
-                    x = self.lds_load(b_off + (kr + k0) * self.ldb + (wn0 + t * ins.n + c))
-                    vec = self.b.insert_element(vec, x, c32(j))
-                bfr.append(vec)
+            afr, bfr = self.fragments(ks * ins.k, a_off, b_off, lane, wm0, wn0)
             return [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
                     for i in range(g.tiles_m) for t in range(g.tiles_n)]
 
         steps = s.block_k // ins.k
         return k_step(0, list(acc)) if steps == 1 else self.kb.loop(steps, list(acc), k_step, name="ks")
+
+    def compute_amd(self, stage: int, acc: list[ir.Value], issue=None, wait_loads: bool = False):
+        """compute() for the AMD main loop: every k-step's fragments read first, the last k-step's
+        first, then the matrix instructions in k order. The first instruction needs the last read
+        (LDS returns in order): one LDS wait a step before the matrix instructions, where reads
+        interleaved with them made the backend wait before each k-step's (gfx950 128x128: 4 a
+        step, 1 so)."""
+        s, g, ins = self.spec, self.geo, self.ins
+        a_off = self.stage_base(stage)
+        b_off = a_off + s.block_m * self.lda
+        lane, wm0, wn0 = self.warp_origin()
+        frags = {ks: self.fragments(ks * ins.k, a_off, b_off, lane, wm0, wn0, reverse=True)
+                 for ks in reversed(range(s.block_k // ins.k))}
+        fence = self.kb.declare("sched_barrier")
+        if wait_loads:  # one wait for the reads and the loads issued a step ago, then this step's loads
+            self.akb.wait_zero("lds", "load")
+            issued = issue() if issue is not None else None
+            self.b.call(fence, [c32(0)])
+        else:
+            if issue is not None:
+                self.b.call(fence, [c32(0)])
+            issued = issue() if issue is not None else None
+            self.akb.wait_zero("lds")
+        out = list(acc)
+        for ks in sorted(frags):
+            afr, bfr = frags[ks]
+            out = [call_matrix(self.kb, self.mma_fn, ins, afr[i], bfr[t], out[i * g.tiles_n + t])
+                   for i in range(g.tiles_m) for t in range(g.tiles_n)]
+        return out if issue is None else (out, issued)
+
+    def fragments(self, k0: Sym | int, a_off: Sym, b_off: Sym, lane: Sym, wm0: Sym, wn0: Sym,
+                  reverse: bool = False) -> tuple[list[ir.Value], list[ir.Value]]:
+        """The A (tiles_m) and B (tiles_n) fragments at K offset k0, read from LDS in that order
+        (``reverse``: B's last tile first, A's first tile last)."""
+        g = self.geo
+        if reverse:
+            bfr = [self.b_fragment(k0, b_off, lane, wn0, t) for t in reversed(range(g.tiles_n))][::-1]
+            afr = [self.a_fragment(k0, a_off, lane, wm0, i) for i in reversed(range(g.tiles_m))][::-1]
+            return afr, bfr
+        afr = [self.a_fragment(k0, a_off, lane, wm0, i) for i in range(g.tiles_m)]
+        return afr, [self.b_fragment(k0, b_off, lane, wn0, t) for t in range(g.tiles_n)]
+
+    def a_fragment(self, k0: Sym | int, a_off: Sym, lane: Sym, wm0: Sym, i: int) -> ir.Value:
+        """A fragment of instruction tile i (rows wm0 + i * m ..) at K offset k0, as a_run-element LDS loads."""
+        ins = self.ins
+        vec = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+        for j in range(0, ins.a_per_lane, self.a_run):
+            r, c = ins.a_coord(lane, j)
+            idx = a_off + (wm0 + i * ins.m + r) * self.lda + (c + k0)
+            if self.a_run == 1:
+                vec = self.b.insert_element(vec, self.lds_load(idx), c32(j))
+                continue
+            run = self.b.load(self.gep(self.lds, idx), typ=ir.VectorType(I16, self.a_run),
+                              align=2 * self.a_run)
+            for e in range(self.a_run):
+                vec = self.b.insert_element(vec, self.b.extract_element(run, c32(e)), c32(j + e))
+        return vec
+
+    def b_fragment(self, k0: Sym | int, b_off: Sym, lane: Sym, wn0: Sym, t: int) -> ir.Value:
+        """B fragment of instruction tile t (columns wn0 + t * n ..) at K offset k0: runs of b_run
+        (b_lds nk) or element loads (kn)."""
+        ins = self.ins
+        if self.spec.b_lds == "nk":
+            return self.runs(ins.b_per_lane, self.b_run, lambda j: (
+                lambda c, kr: b_off + (wn0 + t * ins.n + c) * self.ldb + (kr + k0))(*self.b_cn(lane, j)))
+        vec = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
+        for j in range(ins.b_per_lane):
+            kr, c = ins.b_coord(lane, j)
+            x = self.lds_load(b_off + (kr + k0) * self.ldb + (wn0 + t * ins.n + c))
+            vec = self.b.insert_element(vec, x, c32(j))
+        return vec
 
     # -- epilogue -----------------------------------------------------------------------
     def store_out(self, row: Sym, col: Sym, value: ir.Value) -> None:
