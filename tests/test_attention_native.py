@@ -21,6 +21,7 @@ from rocke_aot.aot.families import get_family as aot_family
 from rocke_aot.aot.lower import lower
 from rocke_aot.families.attention.problem import AttentionProblem
 from rocke_aot.families.attention.reference import error_bound, sdpa
+from rocke_aot.targets import Target
 from rocke_aot.variants.families import family_source
 
 OBJDUMP = shutil.which("llvm-objdump-22") or "/usr/lib/llvm-22/bin/llvm-objdump"
@@ -117,7 +118,7 @@ def test_the_table_refuses_tiles_by_name():
     # dynamic shared memory, past the 48 KiB static limit
     with pytest.raises(CapabilityError, match="spills on sm_90"):
         TABLE.check(big, Target.parse("sm_90"))
-    assert big.geometry("sm_90").block_n == 64  # its LDS fits; the registers do not
+    assert big.geometry(Target.parse("sm_90")).block_n == 64  # its LDS fits; the registers do not
     spec = {"path": "mfma", "head_dim": 128, "warps": 2, "block_n": 64}
     k = lower("attention", spec, "gfx942", "llvm22")
     assert (k.lds_bytes, k.dynamic_lds_bytes) == (aot_family("attention").spec_from(spec).lds_bytes(), 0)

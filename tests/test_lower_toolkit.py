@@ -91,7 +91,7 @@ def test_matrix_ops_refused_by_capability_and_arch():
 
 
 def test_require_by_op_with_min_lane():
-    k = AmdgpuKernel("probe", "gfx942", "llvm20", 64)
+    k = AmdgpuKernel("probe", Target.parse("gfx942"), lanes.get_lane("llvm20"), 64)
     with pytest.raises(CapabilityError, match="probe-op needs compiler lane llvm22 or newer; lane is llvm20"):
         k.require(min_lane="llvm22", op="probe-op")
     with pytest.raises(CapabilityError, match="declares no intrinsic 'wmma_f32_16x16x32_f16'"):
@@ -240,7 +240,7 @@ def test_nvptx_static_shared_memory_is_capped_before_ptxas():
     from rocke_aot.aot.lower import kernel_for
     from rocke_aot.aot.lower.module import I16
 
-    kb = kernel_for("probe", "sm_90", "llvm22", 128)
+    kb = kernel_for("probe", Target.parse("sm_90"), lanes.get_lane("llvm22"), 128)
     kb.shared_array("ok", I16, 24 * 1024, 2)
     with pytest.raises(CapabilityError, match="49152 bytes a kernel may declare on sm_90"):
         kb.shared_array("too_much", I16, 16, 2)
