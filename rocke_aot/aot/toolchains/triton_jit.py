@@ -67,7 +67,7 @@ def triton_target(target: Target) -> list:
 
 
 def wired_targets() -> dict[str, list]:
-    return {name: triton_target(Target.parse(name)) for name in ARCHES}
+    return {name: triton_target(Target(name)) for name in ARCHES}  # the registry's bare processors
 
 
 # ------------------------------------------------------------------ discovery

@@ -1,0 +1,126 @@
+"""Parse once at the edge (issue 36): a target ID becomes a ``Target`` (targets.py Target.parse) and
+a lane name a ``Lane`` (lanes.py get_lane) at the doors of the product only; the layers below take
+the typed values and never parse.
+
+    the doors (EDGES)   the CLI's option types, the service's request fields and routes, the
+                        clients' public entry points, the documented Python API (lower(),
+                        compile_llvmlite), and the deserialization of a stored or sent record
+                        (a store row, a JSON report, an instance list, a key's inputs, a
+                        toolchain's detection record): each named with its reason
+    the debt (DEBT)     below-edge modules that still parse, each with its count and why it is
+                        left: the ratchet. A count may only go down (the test fails when a module
+                        parses more than listed, and when it parses less: take it down here, so
+                        the list only shrinks), and a module listed nowhere may not parse at all.
+
+A use is any mention of ``Target.parse`` or of ``get_lane`` (called, or passed as a function),
+read from the source by AST, never by importing.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+
+from _product import product_files
+from _product import rel as product_rel
+
+# module (relative to rocke_aot/) -> why parsing there is parsing at an edge
+EDGES: dict[str, str] = {
+    "targets.py": "defines Target.parse (and compatible()/compatible_ids()/target_identity(), "
+                  "which read the target IDs of stored rows and old bundles)",
+    "lanes.py": "defines get_lane; lane_from_env/resolve_lane read ROCKE_AOT_LANE and the API's explicit lane",
+    "cli/options.py": "the CLI's --arch / --lane option types (a bad value is a usage error, exit 2)",
+    "service/fields.py": "the service's request fields (a bad value is HTTP 422)",
+    "service/routes/publish.py": "a route: the publish request's lane",
+    "service/triton.py": "a Triton cache entry's JSON (deserialization)",
+    "service/client.py": "Client.get(arch=...): the builder-side client's public entry point",
+    "client/service.py": "ServiceClient.select(arch, ...): a public entry point; the server's rows (deserialization)",
+    "client/fetch.py": "Fetcher.get(key, arch=...): the client's public entry point (docs/client.md)",
+    "aot/lower/__init__.py": "lower(family, spec, arch, lane): the documented Python API (docs/plugins.md)",
+    "aot/compiler/__init__.py": "compile_llvmlite / submit_llvmlite: the documented Python API (docs/compile.md)",
+    "aot/builder/instances.py": "an instance list's JSON (deserialization)",
+    "aot/builder/dask_backend.py": "remote_build: a dask worker's arguments, sent as strings (deserialization)",
+    "cache/keys.py": "KeyInputs: a key's inputs are the stored strings; canonicalized where the record is made",
+    "cache/measurements.py": "a measurement report's JSON and the store's rows (deserialization)",
+    "variants/contract.py": "check_entry: a stored entry's arch and lane strings; admit_spec/expected_contract "
+                            "take a row's target ID",
+    "variants/measured.py": "measurement records' arch strings (deserialization)",
+    "aot/toolchains/base.py": "Toolchain.lane: the lane a detection record names (ToolchainInfo.lane)",
+    "aot/toolchains/drift.py": "the lane a detection record names (ToolchainInfo.lane)",
+}
+
+TOOLCHAIN_TESTS = ("compile()/compile_options() are annotated Target (base.Toolchain) but the lane-toolchain tests call "
+                   "them with target ID strings (~40 sites, real compiles): drop the parse together with those")
+
+# below-edge module -> (uses left, why they are left); only shrinks
+DEBT: dict[str, tuple[int, str]] = {
+    "aot/builder/plan.py": (2, "plan() takes the lanes asked for as names (the CLI's and the API's); the builder's door"),
+    "aot/characterize.py": (5, "lane names from the characterization JSON and from the CLI, parsed in the helpers"),
+    "aot/codeobject.py": (2, "validate(code, target) is called with target ID strings by ~60 test and bench sites; "
+                             "record_metadata reads a stored metadata's target (a record)"),
+    "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
+    "aot/sass.py": (1, "read_schedule(target) is called with a target ID by the bench scripts"),
+    "aot/toolchains/__init__.py": (5, "toolchains_for_lane / toolchain_for / install_lane take lane names from the CLI "
+                                      "and ~40 test sites; INSTALL_RECIPES' lanes checked at import (a declaration)"),
+    "aot/toolchains/comgr.py": (2, TOOLCHAIN_TESTS),
+    "aot/toolchains/llvmlite_toolchain.py": (1, TOOLCHAIN_TESTS),
+    "aot/toolchains/triton24.py": (2, TOOLCHAIN_TESTS),
+    "aot/toolchains/triton_jit.py": (2, TOOLCHAIN_TESTS),
+    "aot/toolchains/vendor23.py": (2, TOOLCHAIN_TESTS),
+    "cache/artifacts.py": (1, "Store.find(arch=...): the store's public methods take a target ID (docs/cache.md); "
+                              "the parse belongs in the facade (cache/store.py)"),
+    "cache/bundle.py": (1, "export_bundle(arch=...): as cache/artifacts.py"),
+    "cache/kpack.py": (1, "export(arch): as cache/artifacts.py"),
+    "cache/plans.py": (2, "Store.current_generation / generations(arch=...): as cache/artifacts.py"),
+    "cache/selection_view.py": (2, "Store.candidates(device): as cache/artifacts.py"),
+    "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
+    "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
+    "runner/bench.py": (1, "the runner's sources take the --arch of the bench script's argparse (a second CLI)"),
+    "runner/runtime.py": (1, "open_runtime(arch): called by bench scripts with a target ID"),
+    "service/selection.py": (2, "select(): the one helper the CLI, the service and the runner compose; its callers "
+                                "pass a target ID and lane names"),
+    "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
+                                "(dicts and IDs accepted like spec_from/problem_from)"),
+    "variants/selection.py": (7, "rank()/no_candidate() take the device as a target ID; the candidates' arch and "
+                                 "lane are the store's strings (records not yet typed)"),
+    "variants/table.py": (2, "specs()/admission()/report(): the variant-table API takes target IDs and lane names "
+                             "(plugins' tables and tests call it so)"),
+    "variants/triton.py": (2, "a Triton model's work()/counts() take the target the perf model passes, still an ID"),
+}
+
+
+def _uses() -> Counter[str]:
+    found: Counter[str] = Counter()
+    for p in product_files():
+        rel = product_rel(p)
+        for node in ast.walk(ast.parse(p.read_text(), rel)):
+            if isinstance(node, ast.Attribute) and node.attr == "parse" and \
+                    isinstance(node.value, ast.Name) and node.value.id == "Target":
+                found[rel] += 1
+            elif isinstance(node, ast.Attribute) and node.attr == "get_lane":
+                found[rel] += 1
+            elif isinstance(node, ast.Name) and node.id == "get_lane" and isinstance(node.ctx, ast.Load):
+                found[rel] += 1
+    return found
+
+
+def test_only_the_edges_parse_targets_and_lanes():
+    uses = _uses()
+    below = {m: n for m, n in uses.items() if m not in EDGES}
+    unlisted = {m: n for m, n in below.items() if m not in DEBT}
+    assert unlisted == {}, ("these modules below the edge parse a target ID or a lane: take a Target / "
+                            f"Lane and parse where the string enters (an edge, tests/test_parse_edge.py): {unlisted}")
+    grown = {m: (n, DEBT[m][0]) for m, n in below.items() if n > DEBT[m][0]}
+    assert grown == {}, f"more parsing below the edge than the debt allows (found, allowed): {grown}"
+    paid = {m: (below.get(m, 0), n) for m, (n, _) in DEBT.items() if below.get(m, 0) < n}
+    assert paid == {}, f"parsing removed: take these counts down in DEBT (found, listed): {paid}"
+
+
+def test_the_lists_are_real():
+    uses = _uses()
+    files = {product_rel(p) for p in product_files()}
+    assert set(EDGES) <= files and set(DEBT) <= files
+    assert not set(EDGES) & set(DEBT)
+    assert all(r.strip() for r in EDGES.values()) and all(r.strip() for _, r in DEBT.values())
+    idle = sorted(m for m in EDGES if uses[m] == 0)
+    assert idle == [], f"edges that no longer parse: take them off EDGES: {idle}"
