@@ -379,14 +379,14 @@ def _model(kernel: TritonKernel) -> Model:
         tiles = spec.launch_formulas().tiles(problem)
         return combine(dims, tiles, info)
 
-    def work(spec: Any, problem: Any, target: Any) -> TileWork:
+    def work(spec: Any, problem: Any, target: Target) -> TileWork:
         if kernel.work is None:
             raise SpecError(f"{kernel.family} has no work model")
         return kernel.work(spec, problem, Target.parse(target))
 
     counts = None
     if kernel.counts is not None:
-        def counts(spec: Any, problem: Any, target: Any, banks: int = 32) -> Any:
+        def counts(spec: Any, problem: Any, target: Target, banks: int = 32) -> Any:
             return kernel.counts(spec, problem, Target.parse(target), banks)
 
     return Model(accepts, efficiency, work, counts)

@@ -15,6 +15,7 @@ from typing import Any
 
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.launch import ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.counts import KernelCounts, engine_static, global_lines, stage_cost, straight_line_serial
 
 # Integer, compare, select and address instructions the lowerer emits per staged unit, counted
@@ -29,7 +30,7 @@ FWD_OPS_PER_WEIGHT_ELEM = 18
 
 
 @functools.lru_cache(maxsize=8192)
-def _fwd_lines(spec: Any, target: Any, w: int, c: int) -> int:
+def _fwd_lines(spec: Any, target: Target, w: int, c: int) -> int:
     """Global lines of a step's halo (element e: pixel (hy, hx), channel cc of the chunk, NHWC at
     ((hy * W) + hx) * C + cc) and weights ((kl * R*S + t) * C + cc, KRSC), as _halo_elem and
     _weight_elem address them."""
@@ -42,7 +43,7 @@ def _fwd_lines(spec: Any, target: Any, w: int, c: int) -> int:
                            lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc))
 
 
-def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+def fwd_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCounts:
     eb = DTYPE_BYTES[spec.dtype]
     rows, cols = spec.tile_h * spec.tile_w, spec.tile_k
     g, ins, mmas, reads, read_cyc, fma, cvt, outs = engine_static(
