@@ -21,7 +21,6 @@ from rocke_aot.aot.families import get_family as aot_family
 from rocke_aot.aot.lower import lower
 from rocke_aot.families.attention.problem import AttentionProblem
 from rocke_aot.families.attention.reference import error_bound, sdpa
-from rocke_aot.targets import Target
 from rocke_aot.variants.families import family_source
 
 OBJDUMP = shutil.which("llvm-objdump-22") or "/usr/lib/llvm-22/bin/llvm-objdump"

@@ -42,6 +42,9 @@ EDGES: dict[str, str] = {
     "aot/builder/dask_backend.py": "remote_build: a dask worker's arguments, sent as strings (deserialization)",
     "cache/keys.py": "KeyInputs: a key's inputs are the stored strings; canonicalized where the record is made",
     "cache/measurements.py": "a measurement report's JSON and the store's rows (deserialization)",
+    "service/selection.py": "select(store, arch, family, problem, lanes=...): the documented Python API "
+                            "(docs/selection.md) that the CLI, the routes and the runner share; rank() below takes "
+                            "the Target and the Lanes",
     "variants/contract.py": "check_entry: a stored entry's arch and lane strings; admit_spec/expected_contract "
                             "take a row's target ID",
     "variants/measured.py": "measurement records' arch strings (deserialization)",
@@ -77,12 +80,11 @@ DEBT: dict[str, tuple[int, str]] = {
     "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
     "runner/bench.py": (1, "the runner's sources take the --arch of the bench script's argparse (a second CLI)"),
     "runner/runtime.py": (1, "open_runtime(arch): called by bench scripts with a target ID"),
-    "service/selection.py": (2, "select(): the one helper the CLI, the service and the runner compose; its callers "
-                                "pass a target ID and lane names"),
     "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
                                 "(dicts and IDs accepted like spec_from/problem_from)"),
-    "variants/selection.py": (7, "rank()/no_candidate() take the device as a target ID; the candidates' arch and "
-                                 "lane are the store's strings (records not yet typed)"),
+    "variants/selection.py": (2, "the candidates' arch and lane are the store's strings: Candidate "
+                                 "(rocke_aot/candidates.py) should carry a Target and a Lane, parsed where the "
+                                 "store reads its rows"),
     "variants/table.py": (2, "specs()/admission()/report(): the variant-table API takes target IDs and lane names "
                              "(plugins' tables and tests call it so)"),
     "variants/triton.py": (2, "a Triton model's work()/counts() take the target the perf model passes, still an ID"),
