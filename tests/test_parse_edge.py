@@ -42,6 +42,8 @@ EDGES: dict[str, str] = {
     "aot/builder/dask_backend.py": "remote_build: a dask worker's arguments, sent as strings (deserialization)",
     "cache/keys.py": "KeyInputs: a key's inputs are the stored strings; canonicalized where the record is made",
     "cache/measurements.py": "a measurement report's JSON and the store's rows (deserialization)",
+    "cache/store.py": "the Store's public methods (docs/cache.md): a filter's or a device's target ID is parsed "
+                      "at this door; its parts (artifacts, plans, bundle, kpack, selection_view) take the Target",
     "service/selection.py": "select(store, arch, family, problem, lanes=...): the documented Python API "
                             "(docs/selection.md) that the CLI, the routes and the runner share; rank() below takes "
                             "the Target and the Lanes",
@@ -70,12 +72,6 @@ DEBT: dict[str, tuple[int, str]] = {
     "aot/toolchains/triton24.py": (2, TOOLCHAIN_TESTS),
     "aot/toolchains/triton_jit.py": (2, TOOLCHAIN_TESTS),
     "aot/toolchains/vendor23.py": (2, TOOLCHAIN_TESTS),
-    "cache/artifacts.py": (1, "Store.find(arch=...): the store's public methods take a target ID (docs/cache.md); "
-                              "the parse belongs in the facade (cache/store.py)"),
-    "cache/bundle.py": (1, "export_bundle(arch=...): as cache/artifacts.py"),
-    "cache/kpack.py": (1, "export(arch): as cache/artifacts.py"),
-    "cache/plans.py": (2, "Store.current_generation / generations(arch=...): as cache/artifacts.py"),
-    "cache/selection_view.py": (2, "Store.candidates(device): as cache/artifacts.py"),
     "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
     "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
     "runner/bench.py": (1, "the runner's sources take the --arch of the bench script's argparse (a second CLI)"),
