@@ -261,6 +261,7 @@ def _llvm23_codegen_only(ir22: str, arch: str) -> bytes:
 def _compile_case(family: str, arch: str, spec: dict, workdir: Path) -> dict:
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.lower import lower
+    from rocke_aot.targets import Target
 
     k22, k23, k24 = (lower(family, spec, arch, lane) for lane in LANES)
     if k23.ir_sha256 != k22.ir_sha256:  # the premise of the llvm23 column: the same IR as llvm22
@@ -270,7 +271,7 @@ def _compile_case(family: str, arch: str, spec: dict, workdir: Path) -> dict:
                  "lanes": {}}
     for lane, kernel in (("llvm22", k22), ("llvm23", k22), ("llvm24", k24)):
         tc = tcs.toolchain_for(lane, arch)
-        result = tc.compile(kernel.ir, arch, timeout=300)
+        result = tc.compile(kernel.ir, Target.parse(arch), timeout=300)
         path = workdir / f"{family}-{arch}-{spec['path']}-{lane}.hsaco"
         path.write_bytes(result.code_object)
         st = asdict(analyze(path, kernel.kernel_name))

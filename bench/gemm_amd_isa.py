@@ -226,6 +226,7 @@ def compile_one(kind: str, tile, arch: str, lane: str, workdir: Path, dtypes=("f
     "native" with ``conv`` the knobs of a conv family -> read() of its code object."""
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.lower import lower
+    from rocke_aot.targets import Target
 
     if kind == "triton":
         kernel = lower("triton_matmul", triton_spec(tile, dtypes[0]), arch, lane)
@@ -239,7 +240,7 @@ def compile_one(kind: str, tile, arch: str, lane: str, workdir: Path, dtypes=("f
     else:
         kernel = lower("gemm", native_spec(tile, arch, kind), arch, lane)
         tc = tcs.toolchain_for(lane, arch)
-    result = tc.compile(kernel.ir, arch, timeout=300)
+    result = tc.compile(kernel.ir, Target.parse(arch), timeout=300)
     path = workdir / f"{family}-{kind}-{'x'.join(map(str, tile))}-{dtypes[0]}-{arch}-{lane}.hsaco"
     path.write_bytes(result.code_object)
     info = tc.detect()

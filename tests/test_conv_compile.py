@@ -128,7 +128,7 @@ def llvm24_tc():
 @pytest.mark.parametrize("fam,arch,lane,spec", LLVM24_SAMPLE)
 def test_served_sample_compiles_on_the_real_llvm24(llvm24_tc, fam, arch, lane, spec):
     k = lower(fam, spec, arch, lane)
-    info = validate(llvm24_tc.compile(k.ir, arch, timeout=300).code_object, arch, kernel=k.kernel_name)
+    info = validate(llvm24_tc.compile(k.ir, Target.parse(arch), timeout=300).code_object, arch, kernel=k.kernel_name)
     assert info.lds_bytes == k.lds_bytes and info.private_segment_bytes == 0
 
 

@@ -210,7 +210,7 @@ def test_llvm24_code_generator_gives_minimal_descriptors(llvm24_toolchain, llvm2
     are what keep its descriptor to the kernarg pointer, the same as the llvm22 build."""
     spec = GemmSpec(path=path)
     k24 = lower("gemm", spec, arch, "llvm24")
-    info24 = validate(llvm24_toolchain.compile(k24.ir, arch).code_object, arch, kernel=k24.kernel_name)
+    info24 = validate(llvm24_toolchain.compile(k24.ir, Target.parse(arch)).code_object, arch, kernel=k24.kernel_name)
     k22 = lower("gemm", spec, arch, "llvm22")
     info22 = _check(compile_llvmlite(llvm22.python, k22.ir, arch), k22, arch, tmp_path)
     assert info24.descriptor.user_sgpr_inputs == info22.descriptor.user_sgpr_inputs == KERNARG_ONLY

@@ -54,9 +54,6 @@ EDGES: dict[str, str] = {
     "aot/toolchains/drift.py": "the lane a detection record names (ToolchainInfo.lane)",
 }
 
-TOOLCHAIN_TESTS = ("compile()/compile_options() are annotated Target (base.Toolchain) but the lane-toolchain tests call "
-                   "them with target ID strings (~40 sites, real compiles): drop the parse together with those")
-
 # below-edge module -> (uses left, why they are left); only shrinks
 DEBT: dict[str, tuple[int, str]] = {
     "aot/builder/plan.py": (2, "plan() takes the lanes asked for as names (the CLI's and the API's); the builder's door"),
@@ -67,11 +64,6 @@ DEBT: dict[str, tuple[int, str]] = {
     "aot/sass.py": (1, "read_schedule(target) is called with a target ID by the bench scripts"),
     "aot/toolchains/__init__.py": (5, "toolchains_for_lane / toolchain_for / install_lane take lane names from the CLI "
                                       "and ~40 test sites; INSTALL_RECIPES' lanes checked at import (a declaration)"),
-    "aot/toolchains/comgr.py": (2, TOOLCHAIN_TESTS),
-    "aot/toolchains/llvmlite_toolchain.py": (1, TOOLCHAIN_TESTS),
-    "aot/toolchains/triton24.py": (2, TOOLCHAIN_TESTS),
-    "aot/toolchains/triton_jit.py": (2, TOOLCHAIN_TESTS),
-    "aot/toolchains/vendor23.py": (2, TOOLCHAIN_TESTS),
     "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
     "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
     "runner/bench.py": (1, "the runner's sources take the --arch of the bench script's argparse (a second CLI)"),
@@ -122,3 +114,32 @@ def test_the_lists_are_real():
     assert all(r.strip() for r in EDGES.values()) and all(r.strip() for _, r in DEBT.values())
     idle = sorted(m for m in EDGES if uses[m] == 0)
     assert idle == [], f"edges that no longer parse: take them off EDGES: {idle}"
+
+
+# One name per concept (DESIGN.md's vocabulary: an arch is a target ID): a parsed ``Target`` is
+# called ``target`` (``device`` where it is the device a code object runs on: compatibility and
+# selection); the string a user or a record gives is ``arch`` (the CLI's --arch, the JSON field);
+# ``processor`` is the bare processor name (Target.processor), never a Target.
+TARGET_NAMES = {"target", "device"}
+NEVER = {"dev", "tgt", "target_id"}  # other names once used for the same thing
+
+
+def _params():
+    for p in product_files():
+        rel = product_rel(p)
+        for node in ast.walk(ast.parse(p.read_text(), rel)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                for arg in a.posonlyargs + a.args + a.kwonlyargs:
+                    ann = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                    yield f"{rel}:{node.lineno} {node.name}({arg.arg}: {ann})", arg.arg, ann
+
+
+def test_one_name_for_the_target():
+    typed = {"Target", "Target | None"}
+    wrong = [w for w, name, ann in _params() if ann in typed and name not in TARGET_NAMES]
+    assert wrong == [], f"a Target parameter is called target (or device, the role): {wrong}"
+    old = [w for w, name, ann in _params() if name in NEVER and "Target" in ann]
+    assert old == [], f"dev / tgt / target_id holding a Target: call it target: {old}"
+    processor = [w for w, name, ann in _params() if name == "processor" and "Target" in ann]
+    assert processor == [], f"processor is the bare name (Target.processor), not a Target: {processor}"

@@ -115,7 +115,7 @@ def test_an_entry_of_unknown_kind_is_listed_refused_and_the_other_lanes_work(tmp
     assert "does not know" in odd[0].detect().refusal and "toolchain remove /x/bin/python" in odd[0].detect().refusal
     assert tcs.toolchain_for("llvm22", Target.parse("gfx942")).detect().lane == "llvm22"
     with pytest.raises(ToolchainError, match="does not know"):
-        odd[0].identity("gfx942")
+        odd[0].identity(Target.parse("gfx942"))
     r = CliRunner().invoke(cli, ["toolchains", "--json"])
     assert r.exit_code == 0, r.output
     assert any(row["kind"] == "from-the-future" and row["refusal"] for row in json.loads(r.output))

@@ -67,7 +67,7 @@ def test_triton_toolchains_take_their_lane_from_the_llvm_their_hsaco_records(all
         info = tc.detect()
         assert info.extra["triton_version"] == version and info.llvm_major == major
         assert set(info.arches) >= {"gfx90a", "gfx942", "gfx950", "gfx1250", "sm_90"}
-        ident = tc.identity("gfx942")
+        ident = tc.identity(Target.parse("gfx942"))
         assert ident["triton_version"] == version and len(ident["triton_key_sha256"]) == 64
     # an LLVM-IR family never gets a Triton toolchain, and a Triton family never an LLVM one
     assert all(t.kind != "triton" for t in tcs.toolchains_for_lane("llvm22", all_toolchains))
