@@ -16,6 +16,7 @@ from _bench import load_bench
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.lower import lower
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def compiled(tmp_path_factory):
     """A gemm with a K loop (mfma on gfx942), compiled by the llvm22 lane's real toolchain."""
     kernel = lower("gemm", {"path": "mfma"}, "gfx942", "llvm22")
-    result = tcs.toolchain_for("llvm22", "gfx942").compile(kernel.ir, Target.parse("gfx942"))
+    result = tcs.toolchain_for(get_lane("llvm22"), Target.parse("gfx942")).compile(kernel.ir, Target.parse("gfx942"))
     path = tmp_path_factory.mktemp("cgd") / "k.hsaco"
     path.write_bytes(result.code_object)
     return path, kernel.kernel_name, result.code_object

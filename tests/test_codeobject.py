@@ -17,6 +17,7 @@ from rocke_aot.aot.codeobject import EF_AMDGPU_MACH, CodeObjectInfo, comment_str
 from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite
 from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.errors import CodeObjectError
+from rocke_aot.lanes import get_lane
 
 PY = sys.executable
 E_FLAGS_OFFSET = 0x30  # ELF64 header
@@ -197,7 +198,7 @@ def test_llvm24_objects_validate():
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.targets import Target
 
-    found = tcs.toolchains_for_lane("llvm24")
+    found = tcs.toolchains_for_lane(get_lane("llvm24"))
     if not found:
         pytest.fail("no llvm24 toolchain on this host: run `bash scripts/setup.sh` "
                     "(it runs `rocke-aot toolchain install llvm24`)")

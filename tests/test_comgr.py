@@ -14,7 +14,7 @@ from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.toolchains.comgr import ComgrToolchain, candidate_libraries, discover
 from rocke_aot.errors import CompileError, LaneError, ToolchainError, ToolchainRefused
-from rocke_aot.lanes import lane_for_major
+from rocke_aot.lanes import get_lane, lane_for_major
 from rocke_aot.targets import Target
 
 DEBIAN_COMGR = "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"
@@ -70,7 +70,7 @@ def test_debian_comgr_is_refused_by_the_lane_registry(comgr):
         lane_for_major(info.llvm_major, toolchain="COMGR")
     with pytest.raises(ToolchainRefused, match="LLVM major 15"):
         comgr.lane
-    assert comgr not in tcs.toolchains_for_lane("llvm22", [comgr])
+    assert comgr not in tcs.toolchains_for_lane(get_lane("llvm22"), [comgr])
 
 
 def test_detect_all_lists_the_comgr_refused():

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.cli.main import cli
+from rocke_aot.lanes import get_lane
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def test_refusals_and_bad_input(run, tmp_path, monkeypatch, llvm20):
     # a lane with no toolchain on this host is a named error: hide llvm23's (AMD's LLVM 23)
     others = [tc for tc in tcs.detect_all() if tc.detect().lane != "llvm23"]
     monkeypatch.setattr(tcs, "detect_all", lambda: others)
-    assert not tcs.toolchains_for_lane("llvm23")
+    assert not tcs.toolchains_for_lane(get_lane("llvm23"))
     r = run("compile", "--arch", "gfx942", "--lane", "llvm23", "-o", str(tmp_path / "y"), ok=False)
     assert r.exit_code == 1 and "ToolchainError: llvm23: no LLVM 23 toolchain" in r.stderr
 

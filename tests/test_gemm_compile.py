@@ -17,6 +17,7 @@ from rocke_aot.aot.lower import lower
 from rocke_aot.errors import CapabilityError
 from rocke_aot.families.gemm.lower import paths_for
 from rocke_aot.families.gemm.spec import GemmSpec, quad_stores
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 LLVM22_BIN = Path("/usr/lib/llvm-22/bin")
@@ -196,7 +197,7 @@ def test_descriptor_minimal_without_the_attributor(tmp_path, arch, path):
 def llvm24_toolchain(all_toolchains):
     from rocke_aot.aot import toolchains as tcs
 
-    found = tcs.toolchains_for_lane("llvm24", all_toolchains)
+    found = tcs.toolchains_for_lane(get_lane("llvm24"), all_toolchains)
     if not found:
         pytest.fail("no llvm24 toolchain on this host: run `bash scripts/setup.sh` "
                     "(it runs `rocke-aot toolchain install llvm24`)")

@@ -23,6 +23,7 @@ from rocke_aot.aot.toolchains import triton24 as t24
 from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 SERVED_ARCHES = ("gfx942", "gfx950", "gfx1250")
@@ -71,7 +72,7 @@ def test_version_probe_is_a_real_bitcode_error_in_llvm22_too():
 
 
 def test_listed_by_detect_all_and_toolchains_for_lane(llvm24):
-    found = tcs.toolchains_for_lane("llvm24", tcs.detect_all())
+    found = tcs.toolchains_for_lane(get_lane("llvm24"), tcs.detect_all())
     assert found and all(isinstance(tc, t24.Triton24Toolchain) for tc in found)
 
 

@@ -17,6 +17,7 @@ from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
 from rocke_aot.errors import CapabilityError, LaneError, SpecError
 from rocke_aot.families.gemm.spec import GemmSpec
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 _DECL = re.compile(r'^declare (\S.*?) @"?([\w.]+)"?\((.*)\)', re.M)
@@ -256,7 +257,7 @@ def test_nvptx_kernels_carry_launch_bounds(lane, all_toolchains):
     from rocke_aot.targets import Target
 
     k = lower("gemm", GemmSpec(path="fma", in_dtype="f16", out_dtype="f32"), "sm_90", lane)
-    tc = tcs.toolchains_for_lane(lane, all_toolchains)[0]
+    tc = tcs.toolchains_for_lane(get_lane(lane), all_toolchains)[0]
     ptx = tc.compile(k.ir, Target.parse("sm_90")).ptx
     bounds = [line.split() for line in ptx.splitlines() if ".maxntid" in line]
     assert bounds and bounds[0][1].rstrip(",") == str(k.block_size)

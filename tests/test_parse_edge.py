@@ -62,8 +62,8 @@ DEBT: dict[str, tuple[int, str]] = {
                              "record_metadata reads a stored metadata's target (a record)"),
     "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
     "aot/sass.py": (1, "read_schedule(target) is called with a target ID by the bench scripts"),
-    "aot/toolchains/__init__.py": (5, "toolchains_for_lane / toolchain_for / install_lane take lane names from the CLI "
-                                      "and ~40 test sites; INSTALL_RECIPES' lanes checked at import (a declaration)"),
+    "aot/toolchains/__init__.py": (2, "install_lane takes the lane name the CLI gives; INSTALL_RECIPES' lanes are "
+                                      "checked at import (a declaration)"),
     "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
     "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
     "runner/bench.py": (1, "the runner's sources take the --arch of the bench script's argparse (a second CLI)"),
@@ -75,7 +75,6 @@ DEBT: dict[str, tuple[int, str]] = {
                                  "store reads its rows"),
     "variants/table.py": (2, "specs()/admission()/report(): the variant-table API takes target IDs and lane names "
                              "(plugins' tables and tests call it so)"),
-    "variants/triton.py": (2, "a Triton model's work()/counts() take the target the perf model passes, still an ID"),
 }
 
 

@@ -175,7 +175,7 @@ def conv_built():
     from rocke_aot.targets import Target
 
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     specs = {s.kernel_name: s for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22")}
     names = ["conv_fwd_f16_c64k64_r3s3_u1v1_p1q1_d1e1_fma_t4x8x16_cc8",
              "conv_fwd_f16_c64k64_r3s3_u1v1_p1q1_d1e1_mma_t8x8x64_cc16",
@@ -285,7 +285,7 @@ def stem():
     rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]
     assert len(rows) >= 8
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     sched = {r["kernel"]: Schedule.from_dict(build_one("conv_direct_fwd", specs[r["kernel"]].to_dict(), target, lane,
                                                        tc).metadata["code_object"]["schedule"]) for r in rows}
     return pr["problem"], rows, sched
@@ -374,7 +374,7 @@ def test_conv_dgrad_patch_takes_the_schedule_too(run, tmp_path_factory):
     counts_pick = "conv_dgrad_patch_f16_p14c4_mma_t4x8_r2_kc16"
     rows = rows[:5] + [r for r in rows[5:] if r["kernel"] == counts_pick]  # the measured fastest five and it
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     fields = set(Resources.__dataclass_fields__) - {"schedule"}
 
     def ranked(with_schedule: bool):
@@ -411,7 +411,7 @@ def test_a_rebuild_that_reuses_a_cubin_reuses_its_schedule(tmp_path, monkeypatch
     from rocke_aot.targets import Target
 
     lane, sm90 = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     where = {"path": "mma", "block_m": "64", "block_n": "64", "block_k": "32", "in_dtype": "f16", "out_dtype": "f16"}
     reads = []
     real = sass.read_schedule

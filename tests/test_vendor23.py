@@ -26,6 +26,7 @@ from rocke_aot.aot.toolchains import rocm_sysdeps, vendor23
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.cache.keys import KeyInputs, artifact_key
 from rocke_aot.errors import CompileError, ToolchainError
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 READELF = "/usr/lib/llvm-22/bin/llvm-readelf"
@@ -64,9 +65,9 @@ def test_detects_as_llvm23_from_the_library_itself(llvm23):
 
 
 def test_listed_by_detect_all_and_chosen_for_the_lane(llvm23):
-    found = tcs.toolchains_for_lane("llvm23", tcs.detect_all())
+    found = tcs.toolchains_for_lane(get_lane("llvm23"), tcs.detect_all())
     assert found and all(isinstance(tc, vendor23.Vendor23Toolchain) for tc in found)
-    assert isinstance(tcs.toolchain_for("llvm23", "gfx1250"), vendor23.Vendor23Toolchain)
+    assert isinstance(tcs.toolchain_for(get_lane("llvm23"), Target.parse("gfx1250")), vendor23.Vendor23Toolchain)
 
 
 def test_neither_the_library_nor_the_shims_load_in_this_process(llvm23):

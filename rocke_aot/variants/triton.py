@@ -382,12 +382,12 @@ def _model(kernel: TritonKernel) -> Model:
     def work(spec: Any, problem: Any, target: Target) -> TileWork:
         if kernel.work is None:
             raise SpecError(f"{kernel.family} has no work model")
-        return kernel.work(spec, problem, Target.parse(target))
+        return kernel.work(spec, problem, target)
 
     counts = None
     if kernel.counts is not None:
         def counts(spec: Any, problem: Any, target: Target, banks: int = 32) -> Any:
-            return kernel.counts(spec, problem, Target.parse(target), banks)
+            return kernel.counts(spec, problem, target, banks)
 
     return Model(accepts, efficiency, work, counts)
 
