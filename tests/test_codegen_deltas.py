@@ -46,7 +46,7 @@ def test_register_counts_and_sizes_equal_llvm_readelf(compiled):
         line = _sh(f"llvm-readelf-22 --notes {path} | grep -E '^[ -]*\\.{key}:'")
         assert getattr(st, ours) == int(line.split(":")[1]), key
     # the project's msgpack reader of the same note, a third reading
-    info = validate(blob, "gfx942", kernel=name)
+    info = validate(blob, Target.parse("gfx942"), kernel=name)
     assert (st.vgpr, st.sgpr, st.agpr, st.lds_bytes) == (info.vgpr_count, info.sgpr_count,
                                                          info.agpr_count, info.lds_bytes)
     assert st.lds_bytes > 0 and st.vgpr > 0

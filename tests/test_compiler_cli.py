@@ -13,6 +13,7 @@ from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.cli.main import cli
 from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_compile_writes_a_valid_hsaco_and_prints_metadata(run, tmp_path):
     result = run("compile", "--arch", "gfx942:sramecc+:xnack-", "--lane", "llvm22",
                  "--spec", '{"path": "mfma"}', "-o", str(out))
     assert "kernarg_segment_ptr" in result.output and "vgpr" in result.output
-    info = validate(out.read_bytes(), "gfx942:sramecc+:xnack-")
+    info = validate(out.read_bytes(), Target.parse("gfx942:sramecc+:xnack-"))
     assert info.kernel in result.output
     doc = json.loads(run("compile", "--arch", "gfx1250", "--lane", "llvm22", "--spec", '{"path": "wmma"}',
                          "-o", str(tmp_path / "w.hsaco"), "--json").output)

@@ -127,7 +127,7 @@ def test_wgmma_compiles_to_sm_90a_without_spills_or_serialization(llvm22, tmp_pa
     k = lower_gemm(spec, SM90, LLVM22)
     res = compile_llvmlite(llvm22.python, k.ir, "sm_90", timeout=300)
     assert re.search(r"^\s*\.target\s+sm_90a\b", res.ptx, re.M)
-    info = validate(res.code_object, "sm_90", kernel=k.kernel_name)
+    info = validate(res.code_object, Target.parse("sm_90"), kernel=k.kernel_name)
     assert info.format == "cubin"
     # one wgmma per m64 tile and k-step of a K-tile, exactly the instruction the metadata names
     ins = re.findall(r"\bwgmma\.mma_async\.[\w.]+", res.ptx)

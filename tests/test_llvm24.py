@@ -127,7 +127,7 @@ def test_an_llvm_abort_is_a_compile_error_and_the_next_compile_works(llvm24):
     with pytest.raises(CompileError, match="Cannot select"):
         llvm24.compile(ch.probe_ir(decl), Target.parse("gfx942"))
     k = lower("gemm", {"path": "mfma"}, "gfx942", "llvm24")
-    validate(llvm24.compile(k.ir, Target.parse("gfx942")).code_object, "gfx942")
+    validate(llvm24.compile(k.ir, Target.parse("gfx942")).code_object, Target.parse("gfx942"))
 
 
 def test_target_id_settings_must_be_module_flags(llvm24):
@@ -136,7 +136,7 @@ def test_target_id_settings_must_be_module_flags(llvm24):
     with pytest.raises(CompileError, match="amdgpu.xnack"):
         llvm24.compile(bare, Target.parse("gfx942:xnack-"))
     flagged = ch.minimal_kernel_ir(None, sub, no_inputs=True, module_flags={"amdgpu.xnack": 0})
-    info = validate(llvm24.compile(flagged, Target.parse("gfx942:xnack-")).code_object, "gfx942:xnack-")
+    info = validate(llvm24.compile(flagged, Target.parse("gfx942:xnack-")).code_object, Target.parse("gfx942:xnack-"))
     assert info.xnack == "off"
     # Passing it the LLVM 22 way (a subtarget feature) is an error LLVM 24 would otherwise ignore.
     with pytest.raises(CompileError, match="module flags"):
@@ -146,7 +146,7 @@ def test_target_id_settings_must_be_module_flags(llvm24):
 def test_lowered_target_ids_build_and_gfx1250_xnack_modes_are_refused(llvm24):
     assert llvm24.detect().extra["settable_features"]["gfx1250"] == []  # measured, not assumed
     for tid in ("gfx950:sramecc+:xnack-", "gfx942:xnack+"):
-        info = validate(llvm24.compile(lower("gemm", {"path": "mfma"}, tid, "llvm24").ir, Target.parse(tid)).code_object, tid)
+        info = validate(llvm24.compile(lower("gemm", {"path": "mfma"}, tid, "llvm24").ir, Target.parse(tid)).code_object, Target.parse(tid))
         assert (info.xnack, info.sramecc) == {"gfx950:sramecc+:xnack-": ("off", "on"),
                                               "gfx942:xnack+": ("on", "any")}[tid]
     with pytest.raises(CompileError, match="gfx1250 has no xnack modes"):
@@ -187,7 +187,7 @@ def _compile_all(tc, family: str, arch: str, specs: list) -> list[str]:
     def one(spec):
         k = lower(family, spec, arch, "llvm24")
         try:
-            info = validate(tc.compile(k.ir, Target.parse(arch)).code_object, arch)
+            info = validate(tc.compile(k.ir, Target.parse(arch)).code_object, Target.parse(arch))
         except Exception as e:  # collected, reported together below
             return f"{family} {spec}: {type(e).__name__}: {e}"
         if info.descriptor.user_sgpr_inputs[-1:] != ("kernarg_segment_ptr",):
@@ -229,7 +229,7 @@ def test_llvm22_and_llvm24_code_objects_both_validate_with_only_the_kernarg_poin
     got = {}
     for lane, tc in (("llvm22", llvm22_tc), ("llvm24", llvm24)):
         k = lower("gemm", spec, arch, lane)
-        got[lane] = validate(tc.compile(k.ir, Target.parse(arch)).code_object, arch)
+        got[lane] = validate(tc.compile(k.ir, Target.parse(arch)).code_object, Target.parse(arch))
     for lane, info in got.items():
         assert info.descriptor.user_sgpr_inputs == ("kernarg_segment_ptr",), (lane, info.descriptor)
         assert info.descriptor.workgroup_ids == ("x",), (lane, info.descriptor)
@@ -263,7 +263,7 @@ def test_the_middle_end_makes_llvm24_code_as_lean_as_llvm22(llvm24, llvm22_tc):
     bare = t24.Triton24Toolchain(llvm24.library, middle_end=False).compile(k.ir, Target.parse("gfx950"))
     full = llvm24.compile(k.ir, Target.parse("gfx950"))
     assert _registers(bare.asm) > 1.3 * _registers(full.asm)
-    ref = validate(llvm22_tc.compile(lower("gemm", spec, "gfx950", "llvm22").ir, Target.parse("gfx950")).code_object, "gfx950")
-    got = validate(full.code_object, "gfx950")
+    ref = validate(llvm22_tc.compile(lower("gemm", spec, "gfx950", "llvm22").ir, Target.parse("gfx950")).code_object, Target.parse("gfx950"))
+    got = validate(full.code_object, Target.parse("gfx950"))
     # as lean as LLVM 22 or leaner (the whole-tile staging path: LLVM 24 212 VGPRs, LLVM 22 244)
     assert got.vgpr_count + got.agpr_count <= ref.vgpr_count + ref.agpr_count

@@ -29,6 +29,8 @@ EDGES: dict[str, str] = {
     "targets.py": "defines Target.parse (and compatible()/compatible_ids()/target_identity(), "
                   "which read the target IDs of stored rows and old bundles)",
     "lanes.py": "defines get_lane; lane_from_env/resolve_lane read ROCKE_AOT_LANE and the API's explicit lane",
+    "cli/cache.py": "cache import: the bundle's records name their arch; the check parses it for validate()",
+    "cli/select.py": "device wheels' kpack import: the manifest's records name their arch (as cli/cache.py)",
     "cli/options.py": "the CLI's --arch / --lane option types (a bad value is a usage error, exit 2)",
     "service/fields.py": "the service's request fields (a bad value is HTTP 422)",
     "service/routes/publish.py": "a route: the publish request's lane",
@@ -38,6 +40,7 @@ EDGES: dict[str, str] = {
     "client/fetch.py": "Fetcher.get(key, arch=...): the client's public entry point (docs/client.md)",
     "aot/lower/__init__.py": "lower(family, spec, arch, lane): the documented Python API (docs/plugins.md)",
     "aot/compiler/__init__.py": "compile_llvmlite / submit_llvmlite: the documented Python API (docs/compile.md)",
+    "aot/agreement.py": "checked_metadata: the arch of a fetched answer's record, parsed where the answer is read",
     "aot/builder/instances.py": "an instance list's JSON (deserialization)",
     "aot/builder/dask_backend.py": "remote_build: a dask worker's arguments, sent as strings (deserialization)",
     "cache/keys.py": "KeyInputs: a key's inputs are the stored strings; canonicalized where the record is made",
@@ -58,8 +61,8 @@ EDGES: dict[str, str] = {
 DEBT: dict[str, tuple[int, str]] = {
     "aot/builder/plan.py": (2, "plan() takes the lanes asked for as names (the CLI's and the API's); the builder's door"),
     "aot/characterize.py": (5, "lane names from the characterization JSON and from the CLI, parsed in the helpers"),
-    "aot/codeobject.py": (2, "validate(code, target) is called with target ID strings by ~60 test and bench sites; "
-                             "record_metadata reads a stored metadata's target (a record)"),
+    "aot/codeobject.py": (1, "record_metadata reads the target of a validated object's info (CodeObjectInfo.target, "
+                             "a string it records): type that field"),
     "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
     "aot/sass.py": (1, "read_schedule(target) is called with a target ID by the bench scripts"),
     "aot/toolchains/__init__.py": (2, "install_lane takes the lane name the CLI gives; INSTALL_RECIPES' lanes are "

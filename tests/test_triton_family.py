@@ -91,7 +91,7 @@ def test_build_stores_validated_code_objects_with_matrix_instructions(built):
     for arch, pattern in (("gfx942", r"v_mfma_f32_\w+_f16"), ("gfx950", r"v_mfma_f32_\w+_f16"),
                           ("gfx1250", r"v_wmma_f32_\w+_f16")):
         raw = built["blobs"][("triton_matmul", arch)]
-        info = validate(raw, arch)  # arch, flags, kernel descriptor, resources
+        info = validate(raw, Target.parse(arch))  # arch, flags, kernel descriptor, resources
         assert info.kernel == "matmul_kernel"
         with_tmp = Path(built["url"]).with_name(f"mm-{arch}.hsaco")
         with_tmp.write_bytes(raw)
@@ -111,7 +111,7 @@ def test_build_stores_validated_code_objects_with_matrix_instructions(built):
         assert launch["dynamic_shared_bytes"] == art.metadata["triton"]["shared"] > 0
         assert list(launch["block"]) == [str(4 * (32 if arch == "gfx1250" else 64)), "1", "1"]
     cubin = built["blobs"][("triton_matmul", "sm_90")]
-    assert validate(cubin, "sm_90").kernel == "matmul_kernel"
+    assert validate(cubin, Target.parse("sm_90")).kernel == "matmul_kernel"
 
 
 def test_key_is_tritons_own_cache_key(built, all_toolchains):

@@ -169,12 +169,12 @@ def test_a_compile_per_wired_processor_reads_as_that_processor(llvm23, arch, pat
         tmp.unlink(missing_ok=True)
     assert re.search(rf"Flags:\s+0x[0-9a-f]+, {arch}\b", header), header
     assert ("v_wmma" if path == "wmma" else "v_mfma") in dis
-    info = validate(res.code_object, arch)
+    info = validate(res.code_object, Target.parse(arch))
     # The O3 pipeline's attributor ran (in LLVM 23): the kernel asks for what LLVM 22's O3 asks for
     # on the same kernel (the kernarg pointer; gfx90a, without architected flat scratch, also
     # the private segment buffer).
     ref = LlvmliteToolchain(sys.executable).compile(lower("gemm", {"path": path}, arch, "llvm22").ir, Target.parse(arch))
-    assert info.descriptor.user_sgpr_inputs == validate(ref.code_object, arch).descriptor.user_sgpr_inputs
+    assert info.descriptor.user_sgpr_inputs == validate(ref.code_object, Target.parse(arch)).descriptor.user_sgpr_inputs
     assert info.descriptor.user_sgpr_inputs[-1] == "kernarg_segment_ptr"
     assert "dispatch_ptr" not in info.descriptor.user_sgpr_inputs
 
@@ -187,7 +187,7 @@ def test_an_llvm_abort_is_a_compile_error_and_the_next_compile_works(llvm23):
     with pytest.raises(CompileError, match="Cannot select"):
         llvm23.compile(gfx950_only, Target.parse("gfx942"))
     k2 = lower("gemm", {"path": "fma"}, "gfx942", "llvm23")
-    assert validate(llvm23.compile(k2.ir, Target.parse("gfx942")).code_object, "gfx942")
+    assert validate(llvm23.compile(k2.ir, Target.parse("gfx942")).code_object, Target.parse("gfx942"))
 
 
 def test_ir_of_another_profile_is_refused(llvm23):

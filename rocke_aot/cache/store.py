@@ -59,7 +59,7 @@ LOOKUP_CHUNK = db.LOOKUP_CHUNK
 
 
 
-def _target(arch: object) -> Target | None:
+def _target(arch: Target | str | None) -> Target | None:
     """A filter's target ID, parsed at the Store's door (its parts take the Target), or None."""
     return None if arch is None else Target.parse(arch)
 
