@@ -64,13 +64,11 @@ DEBT: dict[str, tuple[int, str]] = {
     "aot/codeobject.py": (1, "record_metadata reads the target of a validated object's info (CodeObjectInfo.target, "
                              "a string it records): type that field"),
     "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
-    "aot/sass.py": (1, "read_schedule(target) is called with a target ID by the bench scripts"),
     "aot/toolchains/__init__.py": (2, "install_lane takes the lane name the CLI gives; INSTALL_RECIPES' lanes are "
                                       "checked at import (a declaration)"),
     "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
     "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
     "runner/bench.py": (1, "the runner's sources take the --arch of the bench script's argparse (a second CLI)"),
-    "runner/runtime.py": (1, "open_runtime(arch): called by bench scripts with a target ID"),
     "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
                                 "(dicts and IDs accepted like spec_from/problem_from)"),
     "variants/selection.py": (2, "the candidates' arch and lane are the store's strings: Candidate "
