@@ -68,7 +68,8 @@ DEBT: dict[str, tuple[int, str]] = {
                                       "checked at import (a declaration)"),
     "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
     "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
-    "runner/bench.py": (1, "the runner's sources take the --arch of the bench script's argparse (a second CLI)"),
+    "runner/bench.py": (1, "ServerSource keeps the arch it asked a select for as a string (_asked) and parses it "
+                           "to check each fetched kernel: keep the Target there (the client's fetch takes arch=)"),
     "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
                                 "(dicts and IDs accepted like spec_from/problem_from)"),
     "variants/selection.py": (2, "the candidates' arch and lane are the store's strings: Candidate "
