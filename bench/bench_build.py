@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from rocke_aot.lanes import get_lane
+
 
 def pure_compile_seconds(kernels, target) -> float:
     import llvmlite.binding as llvm
@@ -76,7 +78,7 @@ def main() -> None:
 
     target = Target.parse(args.arch)
     tcs = detect_all()
-    tc = toolchains_for_lane(args.lane, tcs)[0]
+    tc = toolchains_for_lane(get_lane(args.lane), tcs)[0]
     where = where_for(args.family, parse_where(args.where))  # typed as the builder types it
     specs = [s for s in table.enumerate_specs(args.family, target.processor, args.lane)
              if all(s.to_dict().get(k) == v for k, v in where.items())]

@@ -43,6 +43,7 @@ import zstandard
 from rocke_aot.cache import kpack
 from rocke_aot.cache.store import Store
 from rocke_aot.client.device_kernels import DEVICE_SCHEMA, DeviceWheelSource, frame_index
+from rocke_aot.targets import Target
 
 ROOT = Path(__file__).resolve().parent
 
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
             dicts = store.train_dictionaries(min_samples=args.min_samples)
             arts = kpack.served(store, args.arch)
             raws = {a.sha256: store.get_blob(a.sha256) for a in arts}
-            kp, mp, doc, body = kpack.export(store, tmp / "out", args.arch)
+            kp, mp, doc, body = kpack.export(store, tmp / "out", Target.parse(args.arch))
             arts = store.find(arch=args.arch, served_only=True)  # stored_size after the dictionaries
             sizes = _sizes(store, arts, raws, kp)
         # a directory laid out as an installed device wheel (client/device_kernels.py)

@@ -43,6 +43,7 @@ from rocke_aot.cache.generations import generation_of  # noqa: E402
 from rocke_aot.cache.selection_view import candidates_query  # noqa: E402
 from rocke_aot.cache.store import Store  # noqa: E402
 from rocke_aot.service.selection import select  # noqa: E402
+from rocke_aot.targets import Target  # noqa: E402
 from rocke_aot.variants import table  # noqa: E402
 
 DEVICE = "gfx942:sramecc+:xnack-"
@@ -112,8 +113,8 @@ def main() -> None:
             first = select(store, DEVICE, fam, problem)
             cold = (time.perf_counter() - t) * 1e3
             # exactly the SQL select(explain=True) and select(explain=False) run (cache/selection_view.py)
-            sql_all, p_all = candidates_query(store.backend, fam, DEVICE, compatible_only=False)
-            sql_cur, p_cur = candidates_query(store.backend, fam, DEVICE, compatible_only=True, current_only=True)
+            sql_all, p_all = candidates_query(store.backend, fam, Target.parse(DEVICE), compatible_only=False)
+            sql_cur, p_cur = candidates_query(store.backend, fam, Target.parse(DEVICE), compatible_only=True, current_only=True)
             rows_all, rows_cur = bare(store, sql_all, p_all), bare(store, sql_cur, p_cur)
             t_sel, t_bare, t_fast, t_bare_cur, t_new, t_unc = [], [], [], [], [], []
             c_sel, c_bare, c_fast, c_bare_cur, c_new, c_unc = [], [], [], [], [], []

@@ -227,6 +227,7 @@ def cases(families=FAMILIES, arches=ARCHES) -> list[tuple[str, str, dict]]:
 
 _O3 = """
 import sys, llvmlite.binding as llvm
+from rocke_aot.lanes import get_lane
 cpu, speed, opt, reloc, cm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 llvm.initialize_all_targets(); llvm.initialize_all_asmprinters()
 tm = llvm.Target.from_triple("amdgcn-amd-amdhsa").create_target_machine(cpu=cpu, opt=opt, reloc=reloc, codemodel=cm)
@@ -249,10 +250,11 @@ def llvm22_o3(ir: str, processor: str) -> str:
 def _llvm23_codegen_only(ir22: str, arch: str) -> bytes:
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.compiler.link import link_hsaco
+    from rocke_aot.lanes import get_lane
     from rocke_aot.targets import Target
 
     target = Target.parse(arch)
-    tc = tcs.toolchain_for("llvm23", arch)
+    tc = tcs.toolchain_for(get_lane("llvm23"), target)
     out = tc.compile_object(llvm22_o3(ir22, target.processor), target.processor,
                             features=target.llvm_features, pipeline=False, timeout=300)
     return link_hsaco(out["obj"])
@@ -261,6 +263,8 @@ def _llvm23_codegen_only(ir22: str, arch: str) -> bytes:
 def _compile_case(family: str, arch: str, spec: dict, workdir: Path) -> dict:
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.lower import lower
+    from rocke_aot.lanes import get_lane
+    from rocke_aot.targets import Target
 
     k22, k23, k24 = (lower(family, spec, arch, lane) for lane in LANES)
     if k23.ir_sha256 != k22.ir_sha256:  # the premise of the llvm23 column: the same IR as llvm22
@@ -269,8 +273,8 @@ def _compile_case(family: str, arch: str, spec: dict, workdir: Path) -> dict:
                  "ir_sha256": {"llvm22": k22.ir_sha256, "llvm23": k22.ir_sha256, "llvm24": k24.ir_sha256},
                  "lanes": {}}
     for lane, kernel in (("llvm22", k22), ("llvm23", k22), ("llvm24", k24)):
-        tc = tcs.toolchain_for(lane, arch)
-        result = tc.compile(kernel.ir, arch, timeout=300)
+        tc = tcs.toolchain_for(get_lane(lane), Target.parse(arch))
+        result = tc.compile(kernel.ir, Target.parse(arch), timeout=300)
         path = workdir / f"{family}-{arch}-{spec['path']}-{lane}.hsaco"
         path.write_bytes(result.code_object)
         st = asdict(analyze(path, kernel.kernel_name))

@@ -50,6 +50,8 @@ from pathlib import Path
 
 import codegen_deltas as cd  # bench/codegen_deltas.py: its code object reader (bench/ is on the path when run)
 
+from rocke_aot.lanes import get_lane
+
 ROOT = Path(__file__).resolve().parents[1]
 TILES = ((128, 128, 32, 4), (64, 64, 32, 4))  # block_m, block_n, block_k, waves
 ARCHES = ("gfx942", "gfx950")
@@ -226,20 +228,21 @@ def compile_one(kind: str, tile, arch: str, lane: str, workdir: Path, dtypes=("f
     "native" with ``conv`` the knobs of a conv family -> read() of its code object."""
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.aot.lower import lower
+    from rocke_aot.targets import Target
 
     if kind == "triton":
         kernel = lower("triton_matmul", triton_spec(tile, dtypes[0]), arch, lane)
-        tc = tcs.toolchain_for(lane, arch, consumes="triton")
+        tc = tcs.toolchain_for(get_lane(lane), Target.parse(arch), consumes="triton")
     elif family != "gemm":
         kernel = lower(family, conv_spec(family, conv, arch), arch, lane)
-        tc = tcs.toolchain_for(lane, arch)
+        tc = tcs.toolchain_for(get_lane(lane), Target.parse(arch))
     elif kind.startswith("served"):
         kernel = lower("gemm", served_spec(tile, arch, kind, dtypes), arch, lane)
-        tc = tcs.toolchain_for(lane, arch)
+        tc = tcs.toolchain_for(get_lane(lane), Target.parse(arch))
     else:
         kernel = lower("gemm", native_spec(tile, arch, kind), arch, lane)
-        tc = tcs.toolchain_for(lane, arch)
-    result = tc.compile(kernel.ir, arch, timeout=300)
+        tc = tcs.toolchain_for(get_lane(lane), Target.parse(arch))
+    result = tc.compile(kernel.ir, Target.parse(arch), timeout=300)
     path = workdir / f"{family}-{kind}-{'x'.join(map(str, tile))}-{dtypes[0]}-{arch}-{lane}.hsaco"
     path.write_bytes(result.code_object)
     info = tc.detect()
@@ -358,11 +361,12 @@ def lanes_here(lanes, arch: str) -> list[str]:
     """The lanes of ``lanes`` with a toolchain for ``arch`` on this host; the others named on stderr."""
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.errors import ToolchainError
+    from rocke_aot.targets import Target
 
     out = []
     for lane in lanes:
         try:
-            tcs.toolchain_for(lane, arch)
+            tcs.toolchain_for(get_lane(lane), Target.parse(arch))
             out.append(lane)
         except ToolchainError as e:
             print(f"skipped {arch} {lane}: {e}", file=sys.stderr)

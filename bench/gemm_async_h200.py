@@ -42,6 +42,7 @@ from rocke_aot.aot.lower import lower  # noqa: E402
 from rocke_aot.errors import RockeError  # noqa: E402
 from rocke_aot.families.gemm.lower import lower_gemm  # noqa: E402
 from rocke_aot.families.gemm.spec import GemmSpec  # noqa: E402
+from rocke_aot.lanes import get_lane  # noqa: E402
 from rocke_aot.targets import Target  # noqa: E402
 from rocke_aot.variants import table  # noqa: E402
 
@@ -203,7 +204,7 @@ def main() -> None:
     def build(job):
         pipe, spec = job
         try:
-            k = lower_gemm(spec, "sm_90", "llvm22") if pipe != "registers" else lower("gemm", spec, "sm_90", "llvm22")
+            k = lower_gemm(spec, Target.parse("sm_90"), get_lane("llvm22")) if pipe != "registers" else lower("gemm", spec, "sm_90", "llvm22")
             image, how = module_image(k.ir)
             return pipe, spec, image, k.block_size, k.dynamic_lds_bytes, None
         except Exception as e:  # noqa: BLE001 - reported per spec

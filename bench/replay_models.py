@@ -196,7 +196,7 @@ def schedules(runs: list[Path], sass_dir: Path, families: tuple[str, ...], jobs:
         return spec.kernel_name, sched
 
     if any(not (sass_dir / f"{s.kernel_name}.cubin").exists() for _, s in todo):
-        tc = tcs.toolchain_for(lane, "sm_90")
+        tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         return dict(pool.map(lambda x: one(*x), todo))
 

@@ -32,7 +32,7 @@ from rocke_aot.variants.selection import rank
 
 def resources(spec, target: Target) -> Resources:
     k = lower("gemm", spec, target.id, "llvm22")
-    info = validate(compile_llvmlite(sys.executable, k.ir, target.id).code_object, target.id, kernel=k.kernel_name)
+    info = validate(compile_llvmlite(sys.executable, k.ir, target).code_object, target, kernel=k.kernel_name)
     return Resources.from_code_object(info.as_dict(), target.info, block_size=k.block_size,
                                       dynamic_lds=k.dynamic_lds_bytes)
 

@@ -37,7 +37,7 @@ def main() -> int:
             if not t.is_amdgpu:
                 continue
             raw = store.get(art.key).code_object
-            info = validate(raw, t)
+            info = validate(raw, Target.parse(t))
             f = Path(d) / "k.hsaco"
             f.write_bytes(raw)
             asm = subprocess.run([objdump, "-d", f"--mcpu={t.processor}", str(f)], capture_output=True, text=True,

@@ -23,6 +23,8 @@ from gemm_async_h200 import Kernel  # noqa: E402
 
 from rocke_aot.families.gemm.lower import lower_gemm  # noqa: E402
 from rocke_aot.families.gemm.spec import GemmSpec  # noqa: E402
+from rocke_aot.lanes import get_lane  # noqa: E402
+from rocke_aot.targets import Target  # noqa: E402
 
 SPECS = [dict(block_m=64, block_n=64, waves=4, stages=2), dict(block_m=128, block_n=128, waves=8, stages=3),
          dict(block_m=128, block_n=256, waves=8, stages=4), dict(block_m=128, block_n=128, waves=4, stages=4)]
@@ -73,7 +75,7 @@ def main() -> None:
     for d in SPECS:
         spec = GemmSpec(in_dtype="f16", out_dtype="f16", path="mma", block_k=64, vector_width=8, group_m=8,
                         wgmma=True, **d)
-        low = lower_gemm(spec, "sm_90", "llvm22")
+        low = lower_gemm(spec, Target.parse("sm_90"), get_lane("llvm22"))
         image, _ = module_image(low.ir)
         kern = Kernel(spec, image, low.block_size, low.dynamic_lds_bytes, "wgmma")
         m, n, k = 2 * spec.block_m, 2 * spec.block_n, 128

@@ -171,10 +171,10 @@ def compatible(code: Target | str, device: Target | str) -> bool:
 
 def processor_ids(target: Target) -> tuple[str, ...]:
     """Every target ID of the device's processor (any/on/off per feature): at most nine."""
-    opts: list[tuple[str, ...]] = [()]
+    opts: list[tuple[tuple[str, bool], ...]] = [()]
     for name in target.info.target_features:
-        opts = [o + extra for o in opts for extra in ((), (f"{name}+",), (f"{name}-",))]
-    return tuple(Target.parse(":".join((target.processor, *o))).id for o in opts)
+        opts = [o + extra for o in opts for extra in ((), ((name, True),), ((name, False),))]
+    return tuple(Target(target.processor, tuple(sorted(o))).id for o in opts)
 
 
 def compatible_ids(device: Target | str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from _service import kernel_bundle  # noqa: F401 - the real 8-kernel build (one 
 from _signed import signed_world  # noqa: F401 - tests/test_tuf.py's and tests/test_mirror.py's releases
 
 from rocke_aot.aot import toolchains as tcs
+from rocke_aot.lanes import get_lane
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +28,7 @@ def all_toolchains():
 
 
 def _need_lane(all_toolchains, lane: str):
-    found = tcs.toolchains_for_lane(lane, all_toolchains)
+    found = tcs.toolchains_for_lane(get_lane(lane), all_toolchains)
     if not found:
         pytest.fail(f"no {lane} toolchain on this host: run `bash scripts/setup.sh` "
                     f"(it runs `rocke-aot toolchain install {lane}`)")

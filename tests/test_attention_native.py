@@ -117,7 +117,7 @@ def test_the_table_refuses_tiles_by_name():
     # dynamic shared memory, past the 48 KiB static limit
     with pytest.raises(CapabilityError, match="spills on sm_90"):
         TABLE.check(big, Target.parse("sm_90"))
-    assert big.geometry("sm_90").block_n == 64  # its LDS fits; the registers do not
+    assert big.geometry(Target.parse("sm_90")).block_n == 64  # its LDS fits; the registers do not
     spec = {"path": "mfma", "head_dim": 128, "warps": 2, "block_n": 64}
     k = lower("attention", spec, "gfx942", "llvm22")
     assert (k.lds_bytes, k.dynamic_lds_bytes) == (aot_family("attention").spec_from(spec).lds_bytes(), 0)

@@ -18,6 +18,7 @@ from rocke_aot.aot.recipe import recipe_digest
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import SpecError
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 TINY = {"block_m": 32, "block_n": 32, "block_k": 32, "in_dtype": "f16", "out_dtype": "f32",
@@ -33,7 +34,7 @@ def built(tmp_path_factory, all_toolchains):
     from rocke_aot.aot.toolchains import toolchains_for_lane
 
     url = f"sqlite:///{tmp_path_factory.mktemp('audit') / 'c.sqlite'}"
-    llvm22 = toolchains_for_lane("llvm22", all_toolchains)[0]
+    llvm22 = toolchains_for_lane(get_lane("llvm22"), all_toolchains)[0]
     with Store.open(url) as store:
         s = build(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"], store=store,
                   toolchains=[llvm22], where=TINY)

@@ -12,6 +12,7 @@ import pytest
 from rocke_aot.cache.keys import KEY_VERSION, KeyInputs, artifact_key, canonical_json, check_key, encode
 from rocke_aot.errors import LaneError, SpecError
 from rocke_aot.lanes import LANES
+from rocke_aot.targets import Target
 
 BASE = dict(
     arch="gfx942:sramecc+:xnack-", lane="llvm22", profile="llvm22", family="gemm",
@@ -261,20 +262,20 @@ def test_changing_the_library_hash_in_the_identity_moves_the_key(llvm22, tmp_pat
     tc = LlvmliteToolchain(llvm22.python)
     info = tc.detect()
     tc.__dict__["_info"] = dataclasses.replace(info, extra={**info.extra, "library": str(lib)})
-    ident = tc.identity("gfx942")
+    ident = tc.identity(Target.parse("gfx942"))
     assert ident["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
     k1 = _plan_key(tc)
     assert k1 != _plan_key(llvm22)  # the real library hashes otherwise
     # One byte changed in the library (new size: re-hashed, not served from the memo).
     lib.write_bytes(b"\x7fELF" + b"\0" * 4095 + b"\1" + b"\0")
-    assert tc.identity("gfx942")["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
+    assert tc.identity(Target.parse("gfx942"))["library_sha256"] == hashlib.sha256(lib.read_bytes()).hexdigest()
     assert _plan_key(tc) != k1
 
 
 def test_real_identities_hash_their_libraries_and_tools(llvm22):
     from rocke_aot.aot.compiler.lld import find_lld
 
-    ident = llvm22.identity("gfx942")
+    ident = llvm22.identity(Target.parse("gfx942"))
     lib = llvm22.detect().extra["library"]
     assert lib.endswith(".so") and "llvmlite" in lib
     with open(lib, "rb") as f:

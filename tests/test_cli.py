@@ -25,6 +25,7 @@ from rocke_aot.aot.families import families
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import RockeGroup, cli
 from rocke_aot.errors import CompileError, IntegrityError, LaneError, SpecError, ToolchainError
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 
@@ -248,7 +249,7 @@ def test_compile_and_build_refuse_the_same_real_cases(tmp_path, cache_url, lane,
     # the chooser's own answer, asked directly, is compile's message; build shows it where the
     # variant table has not already refused the combination on purpose (its reason names the arch)
     with pytest.raises(ToolchainError) as e:
-        tcs.toolchain_for(lane, arch, all_toolchains)
+        tcs.toolchain_for(get_lane(lane), Target.parse(arch), all_toolchains)
     assert str(e.value) == compile_msg
     assert all(reason == compile_msg or arch in reason for reason in reasons)
 

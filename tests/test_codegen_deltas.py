@@ -16,6 +16,8 @@ from _bench import load_bench
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.lower import lower
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def compiled(tmp_path_factory):
     """A gemm with a K loop (mfma on gfx942), compiled by the llvm22 lane's real toolchain."""
     kernel = lower("gemm", {"path": "mfma"}, "gfx942", "llvm22")
-    result = tcs.toolchain_for("llvm22", "gfx942").compile(kernel.ir, "gfx942")
+    result = tcs.toolchain_for(get_lane("llvm22"), Target.parse("gfx942")).compile(kernel.ir, Target.parse("gfx942"))
     path = tmp_path_factory.mktemp("cgd") / "k.hsaco"
     path.write_bytes(result.code_object)
     return path, kernel.kernel_name, result.code_object
@@ -44,7 +46,7 @@ def test_register_counts_and_sizes_equal_llvm_readelf(compiled):
         line = _sh(f"llvm-readelf-22 --notes {path} | grep -E '^[ -]*\\.{key}:'")
         assert getattr(st, ours) == int(line.split(":")[1]), key
     # the project's msgpack reader of the same note, a third reading
-    info = validate(blob, "gfx942", kernel=name)
+    info = validate(blob, Target.parse("gfx942"), kernel=name)
     assert (st.vgpr, st.sgpr, st.agpr, st.lds_bytes) == (info.vgpr_count, info.sgpr_count,
                                                          info.agpr_count, info.lds_bytes)
     assert st.lds_bytes > 0 and st.vgpr > 0

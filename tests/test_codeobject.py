@@ -17,6 +17,8 @@ from rocke_aot.aot.codeobject import EF_AMDGPU_MACH, CodeObjectInfo, comment_str
 from rocke_aot.aot.compiler import WorkerPool, WorkerSpec, compile_llvmlite
 from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.errors import CodeObjectError
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 
 PY = sys.executable
 E_FLAGS_OFFSET = 0x30  # ELF64 header
@@ -63,7 +65,7 @@ def _flags(data: bytes) -> int:
 
 
 def test_good_object_reports_its_metadata(objs):
-    info = validate(objs["gfx942:sramecc+:xnack-"], "gfx942:sramecc+:xnack-")
+    info = validate(objs["gfx942:sramecc+:xnack-"], Target.parse("gfx942:sramecc+:xnack-"))
     assert isinstance(info, CodeObjectInfo)
     assert (info.kernel, info.format, info.xnack, info.sramecc) == ("add1", "hsaco", "off", "on")
     assert info.metadata_target == "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-"
@@ -81,44 +83,44 @@ def test_good_object_reports_its_metadata(objs):
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx90a", "gfx950", "gfx1250"])
 def test_every_wired_arch_validates(objs, target):
-    info = validate(objs[target], target)
+    info = validate(objs[target], Target.parse(target))
     assert info.wavefront_size == (32 if target == "gfx1250" else 64)
     assert info.xnack == "any"
     assert _flags(objs[target]) & 0xFF == EF_AMDGPU_MACH[target]
 
 
 def test_lds_is_reported_from_metadata_and_descriptor(objs):
-    info = validate(objs["lds96k@gfx950"], "gfx950")
+    info = validate(objs["lds96k@gfx950"], Target.parse("gfx950"))
     assert info.lds_bytes == 96 * 1024 == info.descriptor.group_segment_fixed_size
 
 
 def test_wrong_arch_is_rejected(objs):
     with pytest.raises(CodeObjectError, match="is for gfx90a, not gfx942"):
-        validate(objs["gfx90a"], "gfx942")
+        validate(objs["gfx90a"], Target.parse("gfx942"))
     with pytest.raises(CodeObjectError, match="EM_CUDA"):
-        validate(objs["gfx942"], "sm_90")
+        validate(objs["gfx942"], Target.parse("sm_90"))
     with pytest.raises(CodeObjectError, match="EM_AMDGPU"):
-        validate(objs["sm_90"], "gfx942")
+        validate(objs["sm_90"], Target.parse("gfx942"))
 
 
 def test_feature_settings_must_match_the_target_id(objs):
     # built for sramecc+/xnack-, asked as xnack+: refused
     with pytest.raises(CodeObjectError, match="xnack off"):
-        validate(objs["gfx942:sramecc+:xnack-"], "gfx942:xnack+")
+        validate(objs["gfx942:sramecc+:xnack-"], Target.parse("gfx942:xnack+"))
     # built for "any", asked as xnack-: the object does not promise xnack-
     with pytest.raises(CodeObjectError, match="xnack any"):
-        validate(objs["gfx942"], "gfx942:xnack-")
+        validate(objs["gfx942"], Target.parse("gfx942:xnack-"))
     # built for xnack+ but the target ID leaves xnack open: refused (it would not load everywhere)
     with pytest.raises(CodeObjectError, match="requires xnack on"):
-        validate(objs["gfx1250:xnack+"], "gfx1250")
+        validate(objs["gfx1250:xnack+"], Target.parse("gfx1250"))
 
 
 def test_object_without_xnack_flag_passes_when_target_leaves_xnack_open(objs):
     # LLVM 24 no longer records xnack for gfx1250 (setting "unsupported", bits 0)
     data = _with_flags(objs["gfx1250"], _flags(objs["gfx1250"]) & ~0x300)
-    assert validate(data, "gfx1250").xnack == "unsupported"
+    assert validate(data, Target.parse("gfx1250")).xnack == "unsupported"
     with pytest.raises(CodeObjectError, match="xnack unsupported"):
-        validate(data, "gfx1250:xnack-")
+        validate(data, Target.parse("gfx1250:xnack-"))
 
 
 def test_wave_size_and_lds_must_fit_the_arch(objs):
@@ -127,22 +129,22 @@ def test_wave_size_and_lds_must_fit_the_arch(objs):
     data = objs["gfx942"]
     assert data.count(key) == 1
     with pytest.raises(CodeObjectError, match="wave32; gfx942 runs wave64"):
-        validate(data.replace(key, b"\xaf.wavefront_size\x20"), "gfx942")
+        validate(data.replace(key, b"\xaf.wavefront_size\x20"), Target.parse("gfx942"))
     # a 96 KiB LDS kernel presented as gfx942 (64 KiB): mach and target string rewritten
     big = objs["lds96k@gfx950"].replace(b"gfx950", b"gfx942")
     big = _with_flags(big, (_flags(big) & ~0xFF) | EF_AMDGPU_MACH["gfx942"])
     with pytest.raises(CodeObjectError, match="98304 bytes of LDS; gfx942 has 65536"):
-        validate(big, "gfx942")
+        validate(big, Target.parse("gfx942"))
 
 
 def test_object_without_its_kernel_is_rejected(objs):
     with pytest.raises(CodeObjectError, match="no kernels"):
-        validate(objs["wave64@gfx1250"], "gfx1250")
+        validate(objs["wave64@gfx1250"], Target.parse("gfx1250"))
     with pytest.raises(CodeObjectError, match="kernel 'nope' not in"):
-        validate(objs["gfx942"], "gfx942", kernel="nope")
+        validate(objs["gfx942"], Target.parse("gfx942"), kernel="nope")
     # the .kd symbol renamed away (same length): the descriptor is missing
     with pytest.raises(CodeObjectError, match="descriptor symbol add1.kd missing"):
-        validate(objs["gfx942"].replace(b"add1.kd\0", b"add1.kx\0"), "gfx942")
+        validate(objs["gfx942"].replace(b"add1.kd\0", b"add1.kx\0"), Target.parse("gfx942"))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "zero-header", "note"])
@@ -158,14 +160,14 @@ def test_corrupted_object_is_rejected(objs, damage):
         start = data.index(b"amdhsa.")
         bad = data[:start] + b"\xc1" * 64 + data[start + 64:]
     with pytest.raises(CodeObjectError):
-        validate(bad, "gfx950")
+        validate(bad, Target.parse("gfx950"))
 
 
 def test_cubin_is_checked_lightly(objs):
-    info = validate(objs["sm_90"], "sm_90")
+    info = validate(objs["sm_90"], Target.parse("sm_90"))
     assert (info.format, info.kernel) == ("cubin", "add1")
     with pytest.raises(CodeObjectError, match="'nope' not in the cubin"):
-        validate(objs["sm_90"], "sm_90", kernel="nope")
+        validate(objs["sm_90"], Target.parse("sm_90"), kernel="nope")
 
 
 def test_descriptor_decoding_and_comment(objs):
@@ -189,7 +191,7 @@ define amdgpu_kernel void @regs() {
 
 def test_agprs_are_counted_once_on_unified_register_archs():
     # 256 VGPRs + 256 AGPRs: the whole 512-entry unified file, which is allowed
-    info = validate(compile_llvmlite(PY, AGPR_KERNEL, "gfx942").code_object, "gfx942")
+    info = validate(compile_llvmlite(PY, AGPR_KERNEL, "gfx942").code_object, Target.parse("gfx942"))
     assert info.agpr_count == 256 and info.vgpr_count == 512
 
 
@@ -197,14 +199,14 @@ def test_llvm24_objects_validate():
     from rocke_aot.aot import toolchains as tcs
     from rocke_aot.targets import Target
 
-    found = tcs.toolchains_for_lane("llvm24")
+    found = tcs.toolchains_for_lane(get_lane("llvm24"))
     if not found:
         pytest.fail("no llvm24 toolchain on this host: run `bash scripts/setup.sh` "
                     "(it runs `rocke-aot toolchain install llvm24`)")
     llvm24 = found[0]
-    info = validate(llvm24.compile(ADD1, Target.parse("gfx1250")).code_object, "gfx1250")
+    info = validate(llvm24.compile(ADD1, Target.parse("gfx1250")).code_object, Target.parse("gfx1250"))
     # LLVM 24 records no xnack setting for gfx1250, and names the subarch in amdhsa.target
     assert info.xnack == "unsupported" and info.metadata_target.endswith("gfx1250")
     assert info.descriptor.user_sgpr_inputs == ("kernarg_segment_ptr",)
-    info = validate(llvm24.compile(ADD1, Target.parse("gfx950")).code_object, "gfx950")
+    info = validate(llvm24.compile(ADD1, Target.parse("gfx950")).code_object, Target.parse("gfx950"))
     assert info.wavefront_size == 64 and info.code_object_version >= 5

@@ -14,7 +14,7 @@ from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.toolchains.comgr import ComgrToolchain, candidate_libraries, discover
 from rocke_aot.errors import CompileError, LaneError, ToolchainError, ToolchainRefused
-from rocke_aot.lanes import lane_for_major
+from rocke_aot.lanes import get_lane, lane_for_major
 from rocke_aot.targets import Target
 
 DEBIAN_COMGR = "/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"
@@ -70,7 +70,7 @@ def test_debian_comgr_is_refused_by_the_lane_registry(comgr):
         lane_for_major(info.llvm_major, toolchain="COMGR")
     with pytest.raises(ToolchainRefused, match="LLVM major 15"):
         comgr.lane
-    assert comgr not in tcs.toolchains_for_lane("llvm22", [comgr])
+    assert comgr not in tcs.toolchains_for_lane(get_lane("llvm22"), [comgr])
 
 
 def test_detect_all_lists_the_comgr_refused():
@@ -81,7 +81,7 @@ def test_detect_all_lists_the_comgr_refused():
 def test_comgr_compiles_gfx90a_and_the_result_validates(comgr):
     result = comgr.compile(KERNEL_LLVM15, Target.parse("gfx90a"))
     assert result.format == "hsaco"
-    info = validate(result.code_object, "gfx90a")
+    info = validate(result.code_object, Target.parse("gfx90a"))
     assert info.kernel == "saxpy" and info.kernarg_size == 24
     assert [a.name for a in info.args] == ["y", "x", "a", "n"]
     assert info.code_object_version == 4  # LLVM 15's default
@@ -90,7 +90,7 @@ def test_comgr_compiles_gfx90a_and_the_result_validates(comgr):
     assert not {"dispatch_ptr", "queue_ptr"} & set(info.descriptor.user_sgpr_inputs)
     # explicit feature settings reach COMGR through the ISA name
     strict = comgr.compile(KERNEL_LLVM15, Target.parse("gfx90a:xnack-"))
-    assert validate(strict.code_object, "gfx90a:xnack-").xnack == "off"
+    assert validate(strict.code_object, Target.parse("gfx90a:xnack-")).xnack == "off"
 
 
 def test_comgr_errors_are_compile_errors_with_the_log(comgr):

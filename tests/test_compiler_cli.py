@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.cli.main import cli
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def test_compile_writes_a_valid_hsaco_and_prints_metadata(run, tmp_path):
     result = run("compile", "--arch", "gfx942:sramecc+:xnack-", "--lane", "llvm22",
                  "--spec", '{"path": "mfma"}', "-o", str(out))
     assert "kernarg_segment_ptr" in result.output and "vgpr" in result.output
-    info = validate(out.read_bytes(), "gfx942:sramecc+:xnack-")
+    info = validate(out.read_bytes(), Target.parse("gfx942:sramecc+:xnack-"))
     assert info.kernel in result.output
     doc = json.loads(run("compile", "--arch", "gfx1250", "--lane", "llvm22", "--spec", '{"path": "wmma"}',
                          "-o", str(tmp_path / "w.hsaco"), "--json").output)
@@ -93,7 +95,7 @@ def test_refusals_and_bad_input(run, tmp_path, monkeypatch, llvm20):
     # a lane with no toolchain on this host is a named error: hide llvm23's (AMD's LLVM 23)
     others = [tc for tc in tcs.detect_all() if tc.detect().lane != "llvm23"]
     monkeypatch.setattr(tcs, "detect_all", lambda: others)
-    assert not tcs.toolchains_for_lane("llvm23")
+    assert not tcs.toolchains_for_lane(get_lane("llvm23"))
     r = run("compile", "--arch", "gfx942", "--lane", "llvm23", "-o", str(tmp_path / "y"), ok=False)
     assert r.exit_code == 1 and "ToolchainError: llvm23: no LLVM 23 toolchain" in r.stderr
 

@@ -83,13 +83,13 @@ def test_nvptx_compiles_to_ptx_and_cubin():
     result = compile_llvmlite(PY, NVPTX_ADD1, "sm_90")
     assert result.format == "cubin"
     assert ".target sm_90" in result.ptx and ".entry add1" in result.ptx
-    info = validate(result.code_object, "sm_90")
+    info = validate(result.code_object, Target.parse("sm_90"))
     assert info.format == "cubin" and info.kernel == "add1"
 
 
 def test_toolchain_compile_delegates_to_the_worker(llvm22):
     result = llvm22.compile(ADD1, Target.parse("gfx1250"))
-    info = validate(result.code_object, "gfx1250")
+    info = validate(result.code_object, Target.parse("gfx1250"))
     assert info.wavefront_size == 32 and info.descriptor.wavefront_size32
 
 
@@ -99,7 +99,7 @@ def test_llvm20_lane_compiles_through_its_own_interpreter(llvm20):
     with WorkerPool(1) as pool:
         assert pool.call(WorkerSpec.of(python), "llvm.info").result["llvm_version"].startswith("20.")
         hsaco = compile_llvmlite(python, ADD1, "gfx942", pool=pool).code_object
-        assert validate(hsaco, "gfx942").descriptor.user_sgpr_inputs == ("kernarg_segment_ptr",)
+        assert validate(hsaco, Target.parse("gfx942")).descriptor.user_sgpr_inputs == ("kernarg_segment_ptr",)
         # LLVM 20 does not know gfx1250: its "not a recognized processor" warning is an error
         with pytest.raises(CompileError, match="not a recognized processor"):
             compile_llvmlite(python, ADD1, "gfx1250", pool=pool)

@@ -77,7 +77,7 @@ def _objdump(hsaco: bytes, arch: str, tmp_path: Path) -> str:
 def _compile_and_check(python: str, fam: str, spec, arch: str, lane: str, tmp_path: Path | None):
     k = lower(fam, spec, arch, lane)
     res = compile_llvmlite(python, k.ir, arch)
-    info = validate(res.code_object, arch, kernel=k.kernel_name)
+    info = validate(res.code_object, Target.parse(arch), kernel=k.kernel_name)
     if res.format == "cubin":
         assert res.ptx and ".target sm_90" in res.ptx
         return
@@ -128,7 +128,7 @@ def llvm24_tc():
 @pytest.mark.parametrize("fam,arch,lane,spec", LLVM24_SAMPLE)
 def test_served_sample_compiles_on_the_real_llvm24(llvm24_tc, fam, arch, lane, spec):
     k = lower(fam, spec, arch, lane)
-    info = validate(llvm24_tc.compile(k.ir, arch, timeout=300).code_object, arch, kernel=k.kernel_name)
+    info = validate(llvm24_tc.compile(k.ir, Target.parse(arch), timeout=300).code_object, Target.parse(arch), kernel=k.kernel_name)
     assert info.lds_bytes == k.lds_bytes and info.private_segment_bytes == 0
 
 

@@ -45,6 +45,7 @@ from rocke_aot.aot.lower import lower
 from rocke_aot.arch import ARCHES
 from rocke_aot.candidates import Resources, groups_per_cu, launch_block_size, occupancy
 from rocke_aot.errors import CodeObjectError
+from rocke_aot.targets import Target
 from rocke_aot.variants import table
 
 SM90 = ARCHES["sm_90"]
@@ -113,7 +114,7 @@ def _sections(cubin: bytes) -> dict[str, dict]:
 def test_cubin_resources_match_ptxas_v(built, tmp_path):
     assert len(built) >= 12
     for k, res in built:
-        info = validate(res.code_object, "sm_90", kernel=k.kernel_name)
+        info = validate(res.code_object, Target.parse("sm_90"), kernel=k.kernel_name)
         want = _ptxas_v(res.ptx, tmp_path)
         got = {"regs": info.vgpr_count, "barriers": info.barrier_count or 0, "smem": info.lds_bytes,
                "stack": info.private_segment_bytes}
@@ -143,7 +144,7 @@ def test_cubins_of_every_ptxas_here_validate_to_its_own_v(built, tmp_path, monke
         assert find_ptxas() == path
         for k, res in built[:4] + built[-2:]:
             cubin = assemble_cubin(res.ptx, "sm_90")
-            info = validate(cubin, "sm_90", kernel=k.kernel_name)
+            info = validate(cubin, Target.parse("sm_90"), kernel=k.kernel_name)
             want = _ptxas_v(res.ptx, tmp_path)
             got = {"regs": info.vgpr_count, "barriers": info.barrier_count or 0, "smem": info.lds_bytes,
                    "stack": info.private_segment_bytes}
@@ -156,12 +157,12 @@ def test_shared_section_holds_the_reserved_window(built, tmp_path):
     for k, res in built:
         smem = _ptxas_v(res.ptx, tmp_path)["smem"]
         sec = _sections(res.code_object)[f".nv.shared.{k.kernel_name}"]
-        assert sec["type"] == 8 and sec["size"] == smem + 1024 == validate(res.code_object, "sm_90").lds_bytes + 1024
+        assert sec["type"] == 8 and sec["size"] == smem + 1024 == validate(res.code_object, Target.parse("sm_90")).lds_bytes + 1024
 
 
 def test_resources_take_the_block_from_the_launch_contract(built):
     for k, res in built:
-        co = validate(res.code_object, "sm_90").as_dict()
+        co = validate(res.code_object, Target.parse("sm_90")).as_dict()
         block = launch_block_size(k.launch.as_dict())
         assert block == k.block_size
         r = Resources.from_code_object(co, SM90, block_size=block)
@@ -352,12 +353,12 @@ def test_truncated_nv_info_names_the_section(gemm_cubin):
     name, cubin = gemm_cubin
     # global .nv.info: three 12-byte records; 2 bytes short, the last record's 8-byte payload is cut
     with pytest.raises(CodeObjectError, match=r"^\.nv\.info: record 0x12 at offset 24 claims 8 bytes, 6 remain"):
-        validate(_shrunk(cubin, ".nv.info", 2), "sm_90")
+        validate(_shrunk(cubin, ".nv.info", 2), Target.parse("sm_90"))
     # 10 bytes short: only half a record header is left
     with pytest.raises(CodeObjectError, match=r"^\.nv\.info: truncated record at offset 24 \(2 bytes left\)"):
-        validate(_shrunk(cubin, ".nv.info", 10), "sm_90")
+        validate(_shrunk(cubin, ".nv.info", 10), Target.parse("sm_90"))
     with pytest.raises(CodeObjectError, match=rf"^\.nv\.info\.{name}: .*truncated"):
-        validate(_shrunk(cubin, f".nv.info.{name}", 2), "sm_90")
+        validate(_shrunk(cubin, f".nv.info.{name}", 2), Target.parse("sm_90"))
 
 
 def test_records_that_change_resources_or_launch_are_refused_by_name(gemm_cubin):
@@ -377,23 +378,23 @@ def test_records_that_change_resources_or_launch_are_refused_by_name(gemm_cubin)
                                 r"programmatic dependent launch")]
     for head, why in cases:
         with pytest.raises(CodeObjectError, match=rf"^\.nv\.info\.{name}: {why}"):
-            validate(_patched(cubin, own["offset"], head), "sm_90")
+            validate(_patched(cubin, own["offset"], head), Target.parse("sm_90"))
     # a record with no name here (a newer ptxas's) passes once framed: the resources are read from the
     # named records only, so they come out the same
-    base = validate(cubin, "sm_90").as_dict()
+    base = validate(cubin, Target.parse("sm_90")).as_dict()
     for head in (bytes([4, 0x7E]), bytes([4, 0x6D, 4, 0, 0, 0, 0, 0])):  # unknown; PREEXIT_USED = 0
-        assert validate(_patched(cubin, own["offset"], head), "sm_90").as_dict() == base
+        assert validate(_patched(cubin, own["offset"], head), Target.parse("sm_90")).as_dict() == base
     # a record of the wrong size: the 4-byte LANGUAGE relabelled EIATTR_MAX_THREADS (12 bytes)
     with pytest.raises(CodeObjectError, match=rf"^\.nv\.info\.{name}: EIATTR_MAX_THREADS at offset 0 has 4 "
                                               "bytes, expected 12"):
-        validate(_patched(cubin, own["offset"], bytes([4, 0x05])), "sm_90")
+        validate(_patched(cubin, own["offset"], bytes([4, 0x05])), Target.parse("sm_90"))
     glob = _sections(cubin)[".nv.info"]
     # REGCOUNT, FRAME_SIZE, MIN_STACK_SIZE of the kernel, 12 bytes each; FRAME_SIZE relabelled
     # REGCOUNT gives the kernel two register counts
     assert [cubin[glob["offset"] + i:glob["offset"] + i + 4] for i in (0, 12, 24)] == \
         [bytes([4, a, 8, 0]) for a in (0x2F, 0x11, 0x12)]
     with pytest.raises(CodeObjectError, match=r"^\.nv\.info: second EIATTR_REGCOUNT for symbol \d+ at offset 12"):
-        validate(_patched(cubin, glob["offset"] + 12, bytes([4, 0x2F])), "sm_90")
+        validate(_patched(cubin, glob["offset"] + 12, bytes([4, 0x2F])), Target.parse("sm_90"))
 
 
 def test_missing_regcount_is_an_error(gemm_cubin):
@@ -402,7 +403,7 @@ def test_missing_regcount_is_an_error(gemm_cubin):
     # retarget the REGCOUNT record to another symbol: the kernel then has no register count
     sym, = struct.unpack_from("<I", cubin, glob["offset"] + 4)
     with pytest.raises(CodeObjectError, match=rf"no EIATTR_REGCOUNT for kernel {name}"):
-        validate(_patched(cubin, glob["offset"] + 4, struct.pack("<I", sym + 100)), "sm_90")
+        validate(_patched(cubin, glob["offset"] + 4, struct.pack("<I", sym + 100)), Target.parse("sm_90"))
 
 
 def test_barriers_in_text_flags_as_cuda_12_writes_them(gemm_cubin):
@@ -412,14 +413,14 @@ def test_barriers_in_text_flags_as_cuda_12_writes_them(gemm_cubin):
     secs = _sections(cubin)
     text, own = secs[f".text.{name}"], secs[f".nv.info.{name}"]
     flags, = struct.unpack_from("<Q", cubin, text["header"] + 8)
-    assert flags >> 20 & 0x7F == 0 and validate(cubin, "sm_90").barrier_count == 1
+    assert flags >> 20 & 0x7F == 0 and validate(cubin, Target.parse("sm_90")).barrier_count == 1
     data = cubin[own["offset"]:own["offset"] + own["size"]]
     at = own["offset"] + next(i for i in range(0, len(data), 4) if data[i:i + 4] == bytes([2, 0x4C, 1, 0]))
     as_12 = _patched(_patched(cubin, at, bytes([2, 0x04])),  # the record becomes EIATTR_CTAIDZ_USED
                      text["header"] + 8, struct.pack("<Q", flags | 1 << 20))
-    assert validate(as_12, "sm_90").barrier_count == 1
+    assert validate(as_12, Target.parse("sm_90")).barrier_count == 1
     with pytest.raises(CodeObjectError, match="EIATTR_NUM_BARRIERS 1 disagrees with the 3 barriers"):
-        validate(_patched(cubin, text["header"] + 8, struct.pack("<Q", flags | 3 << 20)), "sm_90")
+        validate(_patched(cubin, text["header"] + 8, struct.pack("<Q", flags | 3 << 20)), Target.parse("sm_90"))
 
 
 # -- on a real GPU ------------------------------------------------------------------------------------
@@ -454,7 +455,7 @@ def test_sm90_resources_and_occupancy_match_the_driver(cuda_ctx):  # noqa: F811
         k = lower(fam, spec, "sm_90", "llvm22")
         image, how = module_image(k.ir)
         assert how.startswith("cubin"), f"{k.kernel_name}: no ptxas here ({how}); the test reads the cubin"
-        info = validate(image, "sm_90", kernel=k.kernel_name)
+        info = validate(image, Target.parse("sm_90"), kernel=k.kernel_name)
         module, fn = _nv_function(image, k.kernel_name)
         try:
             attrs = [check(cu.cuFuncGetAttribute(x, fn)) for x in (

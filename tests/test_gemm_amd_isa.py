@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from _bench import load_bench
 
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
+
 ROOT = Path(__file__).resolve().parents[1]
 MC, OBJDUMP, READELF = "llvm-mc-22", "llvm-objdump-22", "llvm-readelf-22"
 
@@ -169,7 +172,7 @@ def test_amd_main_loop_does_not_regress(arch, bm, bn, db, matrix, insts, waits, 
     spec = {"path": isa.MATRIX_PATH[arch], "block_m": bm, "block_n": bn, "double_buffer": db, **AMD_MATRIX}
     low = lower("gemm", spec, arch, "llvm22")
     path = tmp_path / "k.hsaco"
-    path.write_bytes(tcs.toolchain_for("llvm22", arch).compile(low.ir, arch, timeout=300).code_object)
+    path.write_bytes(tcs.toolchain_for(get_lane("llvm22"), Target.parse(arch)).compile(low.ir, Target.parse(arch), timeout=300).code_object)
     row = isa.read(path, low.kernel_name)
     lp = row["loop"]
     assert row["scope"] == "loop" and lp["matrix"] == matrix
@@ -225,7 +228,7 @@ def test_amd_main_loop_lds_stores_are_the_counts(arch, bm, db, tmp_path):
     spec = GemmSpec.from_dict({"path": "mfma", "block_m": bm, "block_n": bm, "double_buffer": db, **AMD_MATRIX})
     low = lower("gemm", spec, arch, "llvm22")
     path = tmp_path / "k.hsaco"
-    path.write_bytes(tcs.toolchain_for("llvm22", arch).compile(low.ir, arch, timeout=300).code_object)
+    path.write_bytes(tcs.toolchain_for(get_lane("llvm22"), Target.parse(arch)).compile(low.ir, Target.parse(arch), timeout=300).code_object)
     lp = isa.read(path, low.kernel_name)["loop"]
     steps = 2  # the loop's pass is two K-steps (build_amd unrolls it by 2)
     stores = sum(n * (2 if m.startswith("ds_write2") else 1) for m, n in lp["lds_write"].items())
@@ -243,7 +246,7 @@ def _notes(tmp_path, family, spec, arch, lane):
 
     low = lower(family, spec, arch, lane)
     path = tmp_path / f"{lane}-{arch}.hsaco"
-    path.write_bytes(tcs.toolchain_for(lane, arch).compile(low.ir, arch, timeout=300).code_object)
+    path.write_bytes(tcs.toolchain_for(get_lane(lane), Target.parse(arch)).compile(low.ir, Target.parse(arch), timeout=300).code_object)
     notes = subprocess.run([_tool(READELF), "--notes", str(path)], check=True, capture_output=True, text=True).stdout
     return {k: int(re.search(rf"\.{k}:\s+(\d+)", notes).group(1))
             for k in ("vgpr_count", "vgpr_spill_count", "private_segment_fixed_size")}

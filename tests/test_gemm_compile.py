@@ -17,6 +17,7 @@ from rocke_aot.aot.lower import lower
 from rocke_aot.errors import CapabilityError
 from rocke_aot.families.gemm.lower import paths_for
 from rocke_aot.families.gemm.spec import GemmSpec, quad_stores
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 LLVM22_BIN = Path("/usr/lib/llvm-22/bin")
@@ -41,7 +42,7 @@ def _objdump(hsaco: bytes, arch: str, tmp_path: Path) -> str:
 
 
 def _check(result, k, arch, tmp_path):
-    info = validate(result.code_object, arch, kernel=k.kernel_name)
+    info = validate(result.code_object, Target.parse(arch), kernel=k.kernel_name)
     if result.format == "cubin":
         assert result.ptx and ".target sm_90" in result.ptx
         matrix = set(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)\.[\w.]+", result.ptx))
@@ -182,7 +183,7 @@ def test_descriptor_minimal_without_the_attributor(tmp_path, arch, path):
         subprocess.run([str(LLVM22_BIN / "llc"), "-O3", "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch}",
                         "-filetype=obj", str(ll), "-o", str(obj)], check=True, capture_output=True)
         subprocess.run([str(LLVM22_BIN / "ld.lld"), "-shared", str(obj), "-o", str(hsaco)], check=True)
-        got[name] = validate(hsaco.read_bytes(), arch, kernel=k.kernel_name).descriptor
+        got[name] = validate(hsaco.read_bytes(), Target.parse(arch), kernel=k.kernel_name).descriptor
     assert got["ours"].user_sgpr_inputs == ("kernarg_segment_ptr",)
     assert got["ours"].workgroup_ids == ("x",) and got["ours"].workitem_id_dims == 1
     # the control: the same kernel without the attributes asks for pointers it never reads
@@ -196,7 +197,7 @@ def test_descriptor_minimal_without_the_attributor(tmp_path, arch, path):
 def llvm24_toolchain(all_toolchains):
     from rocke_aot.aot import toolchains as tcs
 
-    found = tcs.toolchains_for_lane("llvm24", all_toolchains)
+    found = tcs.toolchains_for_lane(get_lane("llvm24"), all_toolchains)
     if not found:
         pytest.fail("no llvm24 toolchain on this host: run `bash scripts/setup.sh` "
                     "(it runs `rocke-aot toolchain install llvm24`)")
@@ -210,7 +211,7 @@ def test_llvm24_code_generator_gives_minimal_descriptors(llvm24_toolchain, llvm2
     are what keep its descriptor to the kernarg pointer, the same as the llvm22 build."""
     spec = GemmSpec(path=path)
     k24 = lower("gemm", spec, arch, "llvm24")
-    info24 = validate(llvm24_toolchain.compile(k24.ir, arch).code_object, arch, kernel=k24.kernel_name)
+    info24 = validate(llvm24_toolchain.compile(k24.ir, Target.parse(arch)).code_object, Target.parse(arch), kernel=k24.kernel_name)
     k22 = lower("gemm", spec, arch, "llvm22")
     info22 = _check(compile_llvmlite(llvm22.python, k22.ir, arch), k22, arch, tmp_path)
     assert info24.descriptor.user_sgpr_inputs == info22.descriptor.user_sgpr_inputs == KERNARG_ONLY

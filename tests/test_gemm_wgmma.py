@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from rocke_aot import lanes
 from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.compiler import compile_llvmlite
 from rocke_aot.aot.compiler.ptx import find_ptxas, ptx_processor, ptx_target
@@ -24,6 +25,7 @@ from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.targets import Target
 
 SM90 = Target.parse("sm_90")
+LLVM22 = lanes.get_lane("llvm22")  # lower_gemm takes what lower() parses
 
 
 def wg(**kw) -> GemmSpec:
@@ -101,9 +103,9 @@ def test_descriptor_bits_follow_the_ptx_isa_fields():
 
 # -- the compiler reads sm_90a from the IR ----------------------------------------------------
 def test_processor_comes_from_the_ir_and_anything_else_is_refused():
-    plain = lower_gemm(wg(wgmma=False, block_k=64), "sm_90", "llvm22").ir
+    plain = lower_gemm(wg(wgmma=False, block_k=64), SM90, LLVM22).ir
     assert ptx_processor(plain, "sm_90") == "sm_90"
-    ir = lower_gemm(wg(), "sm_90", "llvm22").ir
+    ir = lower_gemm(wg(), SM90, LLVM22).ir
     assert ptx_processor(ir, "sm_90") == "sm_90a"
     forged = ir.replace('!"sm_90a"', '!"sm_100a"')
     with pytest.raises(CompileError, match="sm_100a"):
@@ -122,10 +124,10 @@ SPECS = [wg(), wg(block_n=256, stages=4), wg(block_m=256, stages=4), wg(block_m=
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kernel_name)
 def test_wgmma_compiles_to_sm_90a_without_spills_or_serialization(llvm22, tmp_path, spec):
-    k = lower_gemm(spec, "sm_90", "llvm22")
+    k = lower_gemm(spec, SM90, LLVM22)
     res = compile_llvmlite(llvm22.python, k.ir, "sm_90", timeout=300)
     assert re.search(r"^\s*\.target\s+sm_90a\b", res.ptx, re.M)
-    info = validate(res.code_object, "sm_90", kernel=k.kernel_name)
+    info = validate(res.code_object, Target.parse("sm_90"), kernel=k.kernel_name)
     assert info.format == "cubin"
     # one wgmma per m64 tile and k-step of a K-tile, exactly the instruction the metadata names
     ins = re.findall(r"\bwgmma\.mma_async\.[\w.]+", res.ptx)
@@ -145,7 +147,7 @@ def test_wgmma_compiles_to_sm_90a_without_spills_or_serialization(llvm22, tmp_pa
 
 
 def test_wgmma_compiles_on_llvm20_too(llvm20):
-    k = lower_gemm(wg(in_dtype="bf16", out_dtype="f32"), "sm_90", "llvm20")
+    k = lower_gemm(wg(in_dtype="bf16", out_dtype="f32"), SM90, lanes.get_lane("llvm20"))
     res = compile_llvmlite(llvm20.python, k.ir, "sm_90", timeout=300)
     assert ".target sm_90a" in res.ptx and len(re.findall(r"\bwgmma\.mma_async", res.ptx)) == 4
 

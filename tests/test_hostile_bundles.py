@@ -24,10 +24,11 @@ from rocke_aot.aot.codeobject import validate
 from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import BundleError
+from rocke_aot.targets import Target
 
 
 def CHECK(code: bytes, arch: str) -> dict:  # what `rocke-aot cache import` passes
-    return validate(code, arch).as_dict()
+    return validate(code, Target.parse(arch)).as_dict()
 
 
 def rle_frame(size: int, byte: bytes = b"A") -> bytes:

@@ -28,6 +28,7 @@ from rocke_aot.errors import CodeObjectError, SpecError
 from rocke_aot.record import RecordError, check_metadata
 from rocke_aot.service.app import create_app
 from rocke_aot.service.selection import select
+from rocke_aot.targets import Target
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -62,7 +63,7 @@ def test_validate_raises_only_named_errors_on_mutated_elf(built):
     _, arts, codes = built
     a = arts[0]
     code = codes[a.key]
-    assert isinstance(validate(code, a.arch), CodeObjectInfo)
+    assert isinstance(validate(code, Target.parse(a.arch)), CodeObjectInfo)
     rng = random.Random(20261203)
     e_shoff = int.from_bytes(code[0x28:0x30], "little")
     e_phoff = int.from_bytes(code[0x20:0x28], "little")
@@ -78,7 +79,7 @@ def test_validate_raises_only_named_errors_on_mutated_elf(built):
     outcomes = {"valid": 0, "CodeObjectError": 0}
     for data in cases:
         try:
-            validate(data, a.arch)
+            validate(data, Target.parse(a.arch))
             outcomes["valid"] += 1
         except CodeObjectError:
             outcomes["CodeObjectError"] += 1

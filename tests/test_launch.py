@@ -380,7 +380,7 @@ def test_a_layout_disagreeing_with_the_code_object_is_refused(llvm22):
 
     spec = get_family("gemm").spec_type()
     k = lower("gemm", spec, "gfx942", "llvm22")
-    info = validate(compile_llvmlite(llvm22.python, k.ir, "gfx942").code_object, "gfx942")
+    info = validate(compile_llvmlite(llvm22.python, k.ir, "gfx942").code_object, Target.parse("gfx942"))
     assert launch_layout(k.launch, info) == k.launch
     moved = dataclasses.replace(k.launch, args=k.launch.args[:3] + (
         dataclasses.replace(k.launch.args[3], offset=28), dataclasses.replace(k.launch.args[4], offset=32),
@@ -394,7 +394,7 @@ def test_a_layout_disagreeing_with_the_code_object_is_refused(llvm22):
 
     ks = lower("gemm", spec, "sm_90", "llvm22")
     res = compile_llvmlite(llvm22.python, ks.ir, "sm_90")
-    cinfo = validate(res.code_object, "sm_90")
+    cinfo = validate(res.code_object, Target.parse("sm_90"))
     assert [t for t, _ in ptx_params(res.ptx, ks.kernel_name)] == ["u64"] * 3 + ["u32"] * 3
     assert launch_layout(ks.launch, cinfo, res.ptx) == ks.launch
     bad = res.ptx.replace(f".param .u32 {ks.kernel_name}_param_5", f".param .u64 {ks.kernel_name}_param_5")

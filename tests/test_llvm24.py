@@ -23,6 +23,8 @@ from rocke_aot.aot.toolchains import triton24 as t24
 from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 
 SERVED_ARCHES = ("gfx942", "gfx950", "gfx1250")
 
@@ -70,7 +72,7 @@ def test_version_probe_is_a_real_bitcode_error_in_llvm22_too():
 
 
 def test_listed_by_detect_all_and_toolchains_for_lane(llvm24):
-    found = tcs.toolchains_for_lane("llvm24", tcs.detect_all())
+    found = tcs.toolchains_for_lane(get_lane("llvm24"), tcs.detect_all())
     assert found and all(isinstance(tc, t24.Triton24Toolchain) for tc in found)
 
 
@@ -80,7 +82,7 @@ def test_unknown_interface_version_is_refused(llvm24):
     info = other.detect()
     assert not info.usable and info.lane is None and "interface version 2 refused" in info.refusal
     with pytest.raises(ToolchainRefused, match="interface version 2"):
-        other.compile("", "gfx942")
+        other.compile("", Target.parse("gfx942"))
     # ...the worker refuses a request in another version...
     with pytest.raises(CompileError, match="interface version 2 refused"):
         t24.run_worker("triton24.compile", {"library": llvm24.library, "interface_version": 2, "ir": "",
@@ -123,18 +125,18 @@ def test_subarch_triple_rule_matches_what_llvm24_asks_for(llvm24):
 def test_an_llvm_abort_is_a_compile_error_and_the_next_compile_works(llvm24):
     decl = lanes.PROFILES["llvm24"].intrinsic("mfma_f32_32x32x16_f16")  # gfx950 only
     with pytest.raises(CompileError, match="Cannot select"):
-        llvm24.compile(ch.probe_ir(decl), "gfx942")
+        llvm24.compile(ch.probe_ir(decl), Target.parse("gfx942"))
     k = lower("gemm", {"path": "mfma"}, "gfx942", "llvm24")
-    validate(llvm24.compile(k.ir, "gfx942").code_object, "gfx942")
+    validate(llvm24.compile(k.ir, Target.parse("gfx942")).code_object, Target.parse("gfx942"))
 
 
 def test_target_id_settings_must_be_module_flags(llvm24):
     sub = lanes.amdgpu_subarch_triple("gfx942")
     bare = ch.minimal_kernel_ir(None, sub, no_inputs=True)
     with pytest.raises(CompileError, match="amdgpu.xnack"):
-        llvm24.compile(bare, "gfx942:xnack-")
+        llvm24.compile(bare, Target.parse("gfx942:xnack-"))
     flagged = ch.minimal_kernel_ir(None, sub, no_inputs=True, module_flags={"amdgpu.xnack": 0})
-    info = validate(llvm24.compile(flagged, "gfx942:xnack-").code_object, "gfx942:xnack-")
+    info = validate(llvm24.compile(flagged, Target.parse("gfx942:xnack-")).code_object, Target.parse("gfx942:xnack-"))
     assert info.xnack == "off"
     # Passing it the LLVM 22 way (a subtarget feature) is an error LLVM 24 would otherwise ignore.
     with pytest.raises(CompileError, match="module flags"):
@@ -144,17 +146,17 @@ def test_target_id_settings_must_be_module_flags(llvm24):
 def test_lowered_target_ids_build_and_gfx1250_xnack_modes_are_refused(llvm24):
     assert llvm24.detect().extra["settable_features"]["gfx1250"] == []  # measured, not assumed
     for tid in ("gfx950:sramecc+:xnack-", "gfx942:xnack+"):
-        info = validate(llvm24.compile(lower("gemm", {"path": "mfma"}, tid, "llvm24").ir, tid).code_object, tid)
+        info = validate(llvm24.compile(lower("gemm", {"path": "mfma"}, tid, "llvm24").ir, Target.parse(tid)).code_object, Target.parse(tid))
         assert (info.xnack, info.sramecc) == {"gfx950:sramecc+:xnack-": ("off", "on"),
                                               "gfx942:xnack+": ("on", "any")}[tid]
     with pytest.raises(CompileError, match="gfx1250 has no xnack modes"):
-        llvm24.compile(lower("gemm", {"path": "wmma"}, "gfx1250:xnack-", "llvm24").ir, "gfx1250:xnack-")
+        llvm24.compile(lower("gemm", {"path": "wmma"}, "gfx1250:xnack-", "llvm24").ir, Target.parse("gfx1250:xnack-"))
 
 
 def test_ir_for_another_profile_is_refused_not_silently_relaid(llvm24):
     k = lower("gemm", {"path": "mfma"}, "gfx942", "llvm23")  # LLVM 22 datalayout
     with pytest.raises(CompileError, match="another emission profile"):
-        llvm24.compile(k.ir, "gfx942")
+        llvm24.compile(k.ir, Target.parse("gfx942"))
 
 
 def _served(family: str, arch: str, lane: str = "llvm24") -> list:
@@ -185,7 +187,7 @@ def _compile_all(tc, family: str, arch: str, specs: list) -> list[str]:
     def one(spec):
         k = lower(family, spec, arch, "llvm24")
         try:
-            info = validate(tc.compile(k.ir, arch).code_object, arch)
+            info = validate(tc.compile(k.ir, Target.parse(arch)).code_object, Target.parse(arch))
         except Exception as e:  # collected, reported together below
             return f"{family} {spec}: {type(e).__name__}: {e}"
         if info.descriptor.user_sgpr_inputs[-1:] != ("kernarg_segment_ptr",):
@@ -227,7 +229,7 @@ def test_llvm22_and_llvm24_code_objects_both_validate_with_only_the_kernarg_poin
     got = {}
     for lane, tc in (("llvm22", llvm22_tc), ("llvm24", llvm24)):
         k = lower("gemm", spec, arch, lane)
-        got[lane] = validate(tc.compile(k.ir, arch).code_object, arch)
+        got[lane] = validate(tc.compile(k.ir, Target.parse(arch)).code_object, Target.parse(arch))
     for lane, info in got.items():
         assert info.descriptor.user_sgpr_inputs == ("kernarg_segment_ptr",), (lane, info.descriptor)
         assert info.descriptor.workgroup_ids == ("x",), (lane, info.descriptor)
@@ -238,12 +240,12 @@ def test_llvm22_and_llvm24_code_objects_both_validate_with_only_the_kernarg_poin
 
 
 def test_identity_records_llvm24_the_middle_end_and_the_linker(llvm24):
-    ident = llvm24.identity("gfx942")
+    ident = llvm24.identity(Target.parse("gfx942"))
     assert ident["llvm_version"].startswith("24.") and ident["kind"] == t24.KIND
     assert "LLD" in ident["linker"] and len(ident["library_sha256"]) == 64
     assert ident["middle_end"].startswith("llvmlite ") and "LLVM 22." in ident["middle_end"]
     bare = t24.Triton24Toolchain(llvm24.library, middle_end=False)
-    assert bare.identity("gfx942")["middle_end"] == "none" and bare.identity("gfx942") != ident
+    assert bare.identity(Target.parse("gfx942"))["middle_end"] == "none" and bare.identity(Target.parse("gfx942")) != ident
 
 
 def _registers(asm: str) -> int:
@@ -258,10 +260,10 @@ def test_the_middle_end_makes_llvm24_code_as_lean_as_llvm22(llvm24, llvm22_tc):
     # 374, no more than LLVM 22 needs. (Before that loop: 256 + 208 against about 300.)
     spec = {"path": "mfma", "block_m": 128, "block_n": 128, "block_k": 32, "waves": 2}
     k = lower("gemm", spec, "gfx950", "llvm24")
-    bare = t24.Triton24Toolchain(llvm24.library, middle_end=False).compile(k.ir, "gfx950")
-    full = llvm24.compile(k.ir, "gfx950")
+    bare = t24.Triton24Toolchain(llvm24.library, middle_end=False).compile(k.ir, Target.parse("gfx950"))
+    full = llvm24.compile(k.ir, Target.parse("gfx950"))
     assert _registers(bare.asm) > 1.3 * _registers(full.asm)
-    ref = validate(llvm22_tc.compile(lower("gemm", spec, "gfx950", "llvm22").ir, "gfx950").code_object, "gfx950")
-    got = validate(full.code_object, "gfx950")
+    ref = validate(llvm22_tc.compile(lower("gemm", spec, "gfx950", "llvm22").ir, Target.parse("gfx950")).code_object, Target.parse("gfx950"))
+    got = validate(full.code_object, Target.parse("gfx950"))
     # as lean as LLVM 22 or leaner (the whole-tile staging path: LLVM 24 212 VGPRs, LLVM 22 244)
     assert got.vgpr_count + got.agpr_count <= ref.vgpr_count + ref.agpr_count

@@ -17,6 +17,7 @@ from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.module import MAX_TENSOR_BYTES, parse_type
 from rocke_aot.errors import CapabilityError, LaneError, SpecError
 from rocke_aot.families.gemm.spec import GemmSpec
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 _DECL = re.compile(r'^declare (\S.*?) @"?([\w.]+)"?\((.*)\)', re.M)
@@ -91,7 +92,7 @@ def test_matrix_ops_refused_by_capability_and_arch():
 
 
 def test_require_by_op_with_min_lane():
-    k = AmdgpuKernel("probe", "gfx942", "llvm20", 64)
+    k = AmdgpuKernel("probe", Target.parse("gfx942"), lanes.get_lane("llvm20"), 64)
     with pytest.raises(CapabilityError, match="probe-op needs compiler lane llvm22 or newer; lane is llvm20"):
         k.require(min_lane="llvm22", op="probe-op")
     with pytest.raises(CapabilityError, match="declares no intrinsic 'wmma_f32_16x16x32_f16'"):
@@ -240,7 +241,7 @@ def test_nvptx_static_shared_memory_is_capped_before_ptxas():
     from rocke_aot.aot.lower import kernel_for
     from rocke_aot.aot.lower.module import I16
 
-    kb = kernel_for("probe", "sm_90", "llvm22", 128)
+    kb = kernel_for("probe", Target.parse("sm_90"), lanes.get_lane("llvm22"), 128)
     kb.shared_array("ok", I16, 24 * 1024, 2)
     with pytest.raises(CapabilityError, match="49152 bytes a kernel may declare on sm_90"):
         kb.shared_array("too_much", I16, 16, 2)
@@ -256,7 +257,7 @@ def test_nvptx_kernels_carry_launch_bounds(lane, all_toolchains):
     from rocke_aot.targets import Target
 
     k = lower("gemm", GemmSpec(path="fma", in_dtype="f16", out_dtype="f32"), "sm_90", lane)
-    tc = tcs.toolchains_for_lane(lane, all_toolchains)[0]
+    tc = tcs.toolchains_for_lane(get_lane(lane), all_toolchains)[0]
     ptx = tc.compile(k.ir, Target.parse("sm_90")).ptx
     bounds = [line.split() for line in ptx.splitlines() if ".maxntid" in line]
     assert bounds and bounds[0][1].rstrip(",") == str(k.block_size)

@@ -3,7 +3,7 @@
     the hook      Family(..., reference=Reference(output, compute, flops, terms | bound)): the
                   example plugin (examples/plugin-rowsoftmax) declares numpy's softmax and its
                   error bound; runner/reference.py semantics() takes a family's own Reference
-                  first, then the runner's built-ins (gemm, the convs; triton_matmul names gemm)
+                  first, then the one of the family it names (triton_matmul names gemm)
     the run       runner/run.py run_problem, unchanged, on tests/_sim_runtime.py's CPU runtime: the
                   plugin's lowered IR runs on the host (tests/_host_sim.py), its arguments packed at
                   the launch contract's offsets, its output poisoned, read back and checked against
@@ -11,9 +11,8 @@
                   32), a row shorter than the block and a ragged last pass
     a wrong kernel  the same IR with its exp2 scale off by 0.1% (log2(e) * 1.001): refused, every
                   output counted outside the bound, by the same path
-    no reference  a family that declares none and names none the runner has (triton_softmax, its
-                  softmax taken out of SEMANTICS): a SpecError saying how
-                  to declare one, before anything is launched
+    no reference  a family that declares none and names none (rowsoftmax, its Reference taken
+                  away): a SpecError saying how to declare one, before anything is launched
 """
 
 from __future__ import annotations
@@ -63,10 +62,12 @@ import dataclasses
 wrong = dataclasses.replace(k, ir=k.ir.replace(bits(LOG2E), bits(LOG2E * 1.001)))
 out["wrong"] = run(wrong, 64, {"rows": 4, "cols": 200, "dtype": "f32"})
 
-import rocke_aot.runner.reference as R  # a family naming a semantics the runner lacks: softmax's, taken away
-R.SEMANTICS = {n: v for n, v in R.SEMANTICS.items() if n != "softmax"}
+import dataclasses as dc  # a family that declares no reference and names none (rowsoftmax's, taken away)
+import rocke_aot.variants.families as F
+_get = F.get_family
+F.get_family = lambda name: dc.replace(_get(name), reference=None) if name == "rowsoftmax" else _get(name)
 try:
-    semantics("triton_softmax")
+    semantics("rowsoftmax")
 except SpecError as e:
     out["none"] = str(e)
 print(json.dumps(out))

@@ -31,6 +31,7 @@ import pytest
 
 from rocke_aot.errors import RuntimeUnavailable
 from rocke_aot.runner.runtime import CudaRuntime, GpuError, HipRuntime, PackedArgs, open_runtime
+from rocke_aot.targets import Target
 
 _AXPB = b".visible .entry axpb(.param .u64 x, .param .u64 y, .param .u32 n) { ret; }\0"
 _PARAMS = {"axpb": (8, 8, 4), "rocke_hold": (8,)}
@@ -202,7 +203,7 @@ def test_load_launch_read_back_through_the_driver_calls(monkeypatch, kind):
     cls, fake, arch = RUNTIMES[kind]
     dev = _Device()
     _install(monkeypatch, kind, fake(dev))
-    rt = open_runtime(arch)
+    rt = open_runtime(Target.parse(arch))
     assert type(rt) is cls and rt.device_name() == {"cuda": "Fake H200", "hip": "Fake MI300X (gfx942)"}[kind]
     module = rt.load(_AXPB)
     fn = rt.function(module, "axpb")
@@ -240,7 +241,7 @@ def test_driver_errors_are_gpu_errors_naming_call_and_error(monkeypatch, kind):
     _, fake, arch = RUNTIMES[kind]
     names = NAMES[kind]
     _install(monkeypatch, kind, fake(_Device()))
-    rt = open_runtime(arch)
+    rt = open_runtime(Target.parse(arch))
     with pytest.raises(GpuError, match=rf"^{names['load']} failed: {names['image']}$"):
         rt.load(b"not a code object\0")
     fn_call = names["fn"]
@@ -289,4 +290,4 @@ def test_a_missing_piece_is_a_named_unavailable(monkeypatch, kind):
         with pytest.raises(RuntimeUnavailable, match=rf"^{label} runtime unavailable: .*{why}"):
             cls()
         with pytest.raises(RuntimeUnavailable, match=rf"^{label} runtime unavailable: "):
-            open_runtime(arch)
+            open_runtime(Target.parse(arch))

@@ -216,9 +216,10 @@ def test_cuda_runtime_errors_name_the_call_and_keep_the_context(rt):
 def test_hip_runtime_on_an_nvidia_machine_is_a_named_unavailable():
     from rocke_aot.errors import RuntimeUnavailable
     from rocke_aot.runner.runtime import HipRuntime, open_runtime
+    from rocke_aot.targets import Target
 
     with pytest.raises(RuntimeUnavailable, match=r"^HIP runtime unavailable: "):
         HipRuntime()
     with pytest.raises(RuntimeUnavailable, match=r"^HIP runtime unavailable: "):
-        open_runtime("gfx942")
-    assert open_runtime("sm_90").name == "cuda"
+        open_runtime(Target.parse("gfx942"))
+    assert open_runtime(Target.parse("sm_90")).name == "cuda"

@@ -37,6 +37,7 @@ from rocke_aot.aot.compiler.ptx import assemble_cubin
 from rocke_aot.candidates import Resources, Schedule
 from rocke_aot.errors import ToolchainError
 from rocke_aot.record import RecordError, check_metadata
+from rocke_aot.targets import Target
 from rocke_aot.variants import hw_model, table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,8 +119,8 @@ def test_independent_loads_expose_one_latency_a_chain_four(hand):
     # cycles anyway: exposed = (issue of LDG 1 + 331 + 4 - instructions) / 331 ~ 0.95-1.05.
     # chain4: each load waits for the last (331) and its address's 3 dependent integer
     # instructions (4 cycles each): ~ (4 x 331 + 3 x 12) / 331 ~ 4.1, less the instructions.
-    s4 = sass.read_schedule(hand["stage4"][0], "sm_90", "stage4")
-    c4 = sass.read_schedule(hand["chain4"][0], "sm_90", "chain4")
+    s4 = sass.read_schedule(hand["stage4"][0], Target.parse("sm_90"), "stage4")
+    c4 = sass.read_schedule(hand["chain4"][0], Target.parse("sm_90"), "chain4")
     assert s4.available and c4.available, (s4, c4)
     assert 0.9 <= s4.exposed_latencies <= 1.1, s4
     assert 3.8 <= c4.exposed_latencies <= 4.3, c4
@@ -131,8 +132,8 @@ def test_independent_loads_expose_one_latency_a_chain_four(hand):
 
 
 def test_a_dependent_fma_chain_has_the_longer_ratio(hand):
-    one = sass.read_schedule(hand["fma8"][0], "sm_90", "fma8")
-    many = sass.read_schedule(hand["fma8x"][0], "sm_90", "fma8x")
+    one = sass.read_schedule(hand["fma8"][0], Target.parse("sm_90"), "fma8")
+    many = sass.read_schedule(hand["fma8x"][0], Target.parse("sm_90"), "fma8x")
     # by hand: one accumulator, each FFMA waits 4 cycles for the last: the loop's FFMAs take
     # ~4 cycles each, its few other instructions 1: ratio ~3-4; eight accumulators: ~1
     assert 2.5 <= one.chain_ratio <= 4.0, one
@@ -175,7 +176,7 @@ def conv_built():
     from rocke_aot.targets import Target
 
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     specs = {s.kernel_name: s for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22")}
     names = ["conv_fwd_f16_c64k64_r3s3_u1v1_p1q1_d1e1_fma_t4x8x16_cc8",
              "conv_fwd_f16_c64k64_r3s3_u1v1_p1q1_d1e1_mma_t8x8x64_cc16",
@@ -242,17 +243,17 @@ def test_a_malformed_schedule_is_refused_on_write_and_read(field, value):
 
 def test_no_cuobjdump_records_unavailable_with_the_reason(hand, monkeypatch, tmp_path):
     monkeypatch.setenv(settings.CUOBJDUMP, str(tmp_path / "nope"))
-    got = sass.read_schedule(hand["stage4"][0], "sm_90", "stage4")
+    got = sass.read_schedule(hand["stage4"][0], Target.parse("sm_90"), "stage4")
     assert got.source == "unavailable" and settings.CUOBJDUMP in got.reason and got.exposed_latencies is None
     with pytest.raises(ToolchainError):
         sass.find_cuobjdump()
     monkeypatch.delenv(settings.CUOBJDUMP)
     monkeypatch.setattr(sass.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    got = sass.read_schedule(hand["stage4"][0], "sm_90", "stage4")
+    got = sass.read_schedule(hand["stage4"][0], Target.parse("sm_90"), "stage4")
     assert got.source == "unavailable" and "cuobjdump not found" in got.reason
     Schedule.from_dict(got.as_dict())  # a valid record: the build stores it
-    assert sass.read_schedule(b"", "gfx942", "k") is None  # not an sm_90 cubin: nothing to record
+    assert sass.read_schedule(b"", Target.parse("gfx942"), "k") is None  # not an sm_90 cubin: nothing to record
 
 
 def test_the_tool_failing_is_unavailable_not_a_number(tmp_path, monkeypatch):
@@ -260,7 +261,7 @@ def test_the_tool_failing_is_unavailable_not_a_number(tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\necho 'cuobjdump fatal : no' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv(settings.CUOBJDUMP, str(fake))
-    got = sass.read_schedule(b"\x7fELF" + b"\0" * 60, "sm_90", "k")
+    got = sass.read_schedule(b"\x7fELF" + b"\0" * 60, Target.parse("sm_90"), "k")
     assert got.source == "unavailable" and "exited 1" in got.reason
 
 
@@ -285,7 +286,7 @@ def stem():
     rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]
     assert len(rows) >= 8
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     sched = {r["kernel"]: Schedule.from_dict(build_one("conv_direct_fwd", specs[r["kernel"]].to_dict(), target, lane,
                                                        tc).metadata["code_object"]["schedule"]) for r in rows}
     return pr["problem"], rows, sched
@@ -374,7 +375,7 @@ def test_conv_dgrad_patch_takes_the_schedule_too(run, tmp_path_factory):
     counts_pick = "conv_dgrad_patch_f16_p14c4_mma_t4x8_r2_kc16"
     rows = rows[:5] + [r for r in rows[5:] if r["kernel"] == counts_pick]  # the measured fastest five and it
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     fields = set(Resources.__dataclass_fields__) - {"schedule"}
 
     def ranked(with_schedule: bool):
@@ -411,7 +412,7 @@ def test_a_rebuild_that_reuses_a_cubin_reuses_its_schedule(tmp_path, monkeypatch
     from rocke_aot.targets import Target
 
     lane, sm90 = get_lane("llvm22"), Target.parse("sm_90")
-    tc = tcs.toolchain_for(lane, "sm_90")
+    tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
     where = {"path": "mma", "block_m": "64", "block_n": "64", "block_k": "32", "in_dtype": "f16", "out_dtype": "f16"}
     reads = []
     real = sass.read_schedule

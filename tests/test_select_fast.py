@@ -19,7 +19,9 @@ from _selstore import fake_inputs, put_fake
 
 from rocke_aot.cache.generations import generation_of
 from rocke_aot.cache.store import Store
+from rocke_aot.lanes import get_lane
 from rocke_aot.service.selection import parse_problem, select
+from rocke_aot.targets import Target
 from rocke_aot.variants import selection as S
 from rocke_aot.variants import table
 
@@ -64,8 +66,9 @@ def _reference(path, family, problem, **kw):
     limit = kw.pop("limit")
     with Store.open(path, readonly=True) as fresh:
         cands = fresh.candidates(family, DEVICE, kw["lanes"], compatible_only=not explain, current_only=not explain)
-        r = S.rank(list(cands), parse_problem(family, problem), DEVICE, min_efficiency=kw["min_efficiency"],
-                   lanes=kw["lanes"])
+        lanes = None if kw["lanes"] is None else [get_lane(x) for x in kw["lanes"]]
+        r = S.rank(list(cands), parse_problem(family, problem), Target.parse(DEVICE),
+                   min_efficiency=kw["min_efficiency"], lanes=lanes)
     acc = r.accepted if limit is None else r.accepted[:limit]
     return [c.as_dict() for c in acc], [x.as_dict() for x in r.rejected]
 

@@ -20,6 +20,7 @@ from rocke_aot.cache.store import Store
 from rocke_aot.candidates import groups_per_cu, occupancy
 from rocke_aot.errors import LaneError, SpecError
 from rocke_aot.service.selection import select
+from rocke_aot.targets import Target
 from rocke_aot.variants import selection as S
 from rocke_aot.variants import table
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
@@ -105,10 +106,10 @@ def test_ranking_is_deterministic_under_permutation(store_url):
     with store:
         cands = store.candidates("gemm", DEVICE, compatible_only=False)
     problem = GemmProblem(1000, 1000, 512)
-    first = S.rank(cands, problem, DEVICE, min_efficiency=0.5)
+    first = S.rank(cands, problem, Target.parse(DEVICE), min_efficiency=0.5)
     assert len(cands) > 3 and len(first.accepted) >= 2  # an order to keep: empty lists compare equal
     for perm in (list(reversed(cands)), cands[3:] + cands[:3]):
-        again = S.rank(perm, problem, DEVICE, min_efficiency=0.5)
+        again = S.rank(perm, problem, Target.parse(DEVICE), min_efficiency=0.5)
         assert [c.candidate.key for c in again.accepted] == [c.candidate.key for c in first.accepted]
         assert [(r.candidate.key, r.reason) for r in again.rejected] == \
                [(r.candidate.key, r.reason) for r in first.rejected]
@@ -206,9 +207,9 @@ def test_each_spec_selected_by_a_problem_it_serves(table_store, family):
     by_spec = {canonical_json(dict(c.spec)): c for c in cands}
     for spec in specs:
         c = by_spec[canonical_json(spec.to_dict())]
-        ok = S.rank(cands, serve(spec), DEVICE)
+        ok = S.rank(cands, serve(spec), Target.parse(DEVICE))
         assert c.key in {ch.candidate.key for ch in ok.accepted}, spec
-        bad = S.rank([c], refuse(spec), DEVICE)
+        bad = S.rank([c], refuse(spec), Target.parse(DEVICE))
         assert not bad.accepted
         (rej,) = bad.rejected
         assert rej.reason == S.NOT_ACCEPTED and rej.detail.startswith(field), rej.detail

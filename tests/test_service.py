@@ -25,6 +25,7 @@ from rocke_aot.cache.keys import KeyInputs, artifact_key, thaw
 from rocke_aot.cache.models import blobs as B
 from rocke_aot.lanes import LANE_NAMES
 from rocke_aot.service.app import IMMUTABLE, create_app
+from rocke_aot.targets import Target
 
 TOKEN = "publish-token-for-tests"
 
@@ -131,7 +132,7 @@ def test_kernel_by_key_and_meta(client, store):
         assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == a.sha256
         assert r.headers["content-location"] == f"/v1/blobs/{a.sha256}"
         m = client.get(f"/v1/kernels/{a.key}/meta").json()
-        info = validate(r.content, "gfx942")  # the code object's own metadata note, parsed independently
+        info = validate(r.content, Target.parse("gfx942"))  # the code object's own metadata note, parsed independently
         assert m["resources"]["vgpr_count"] == info.vgpr_count and m["resources"]["sgpr_count"] == info.sgpr_count
         assert m["resources"]["lds_bytes"] == info.lds_bytes and m["resources"]["wavefront_size"] == 64
         # the launch contract the builder stored, its argument layout as the code object's note says

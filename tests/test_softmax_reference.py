@@ -1,4 +1,4 @@
-"""The runner's reference for triton_softmax (runner/reference.py SEMANTICS["softmax"]), checked
+"""triton_softmax's reference (rocke_aot/families/triton_softmax/reference.py, run by runner/reference.py), checked
 against numpy computed another way, and its error bound against kernels simulated in numpy:
 
     reference    exp(x - max) / sum, float64; compared with exp(x - logsumexp(x)), logsumexp by
@@ -7,7 +7,7 @@ against numpy computed another way, and its error bound against kernels simulate
                  f16 inputs widened, x - max, exp, the row sum, the division, one rounding to f16)
                  is inside it everywhere; the same with exp's argument scaled by 1.01 or (rows short
                  enough for f16 to see it) the row sum missing its last element is outside it
-    wiring       semantics("triton_softmax") is this one (reference_of -> "softmax"), output "Y"
+    wiring       semantics("triton_softmax") is the family's own Reference, output "Y", no flops
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from rocke_aot.families.triton_softmax.family import SoftmaxProblem
+from rocke_aot.families.triton_softmax.reference import REFERENCE
 from rocke_aot.runner.reference import inputs, reference_of, semantics
+from rocke_aot.variants.families import get_family
 
 SHAPES = [(4, 200), (8, 1024), (3, 17), (2, 4096)]
 
@@ -58,6 +60,7 @@ def test_bound_admits_a_correct_kernel_and_refuses_wrong_ones(rows, cols):
         assert dropped.sum() > 0.5 * want.size
 
 
-def test_triton_softmax_names_the_softmax_semantics():
+def test_triton_softmax_declares_its_own_reference():
     sem = semantics("triton_softmax")
-    assert reference_of("triton_softmax") == "softmax" and sem.output == "Y" and sem.flops is None
+    assert get_family("triton_softmax").reference is REFERENCE and sem.reference is REFERENCE.compute
+    assert reference_of("triton_softmax") == "triton_softmax" and sem.output == "Y" and sem.flops is None

@@ -75,7 +75,7 @@ def test_every_toolchain_kind_names_only_known_tools_and_the_tools_write_their_d
 
 def test_llvmlite_identity_is_a_function_of_the_target_format(llvm22):
     core = llvm22.core_identity()
-    amd, nv = llvm22.identity("gfx942"), llvm22.identity("sm_90")
+    amd, nv = llvm22.identity(Target.parse("gfx942")), llvm22.identity(Target.parse("sm_90"))
     assert amd == {**core, **linker_identity()} and "ptxas" not in amd and "ptxas_sha256" not in amd
     assert nv == {**core, **ptxas_identity()} and "linker" not in nv and "linker_sha256" not in nv
     with open(find_ptxas(), "rb") as f:
@@ -83,15 +83,15 @@ def test_llvmlite_identity_is_a_function_of_the_target_format(llvm22):
     with open(find_lld(), "rb") as f:
         assert amd["linker_sha256"] == hashlib.file_digest(f, "sha256").hexdigest()
     # every gfx target shares the HSACO identity; the key's projection is the identity itself
-    assert llvm22.identity("gfx1250") == llvm22.identity("gfx942:sramecc+:xnack-") == amd
+    assert llvm22.identity(Target.parse("gfx1250")) == llvm22.identity(Target.parse("gfx942:sramecc+:xnack-")) == amd
     for t in ("gfx942", "sm_90"):
-        assert target_identity(llvm22.identity(t), t) == llvm22.identity(t)
+        assert target_identity(llvm22.identity(Target.parse(t)), t) == llvm22.identity(Target.parse(t))
     # an identity written before the rule (both tools) keys its code object where today's does
     old = {**core, **linker_identity(), **ptxas_identity()}
     for t in ("gfx942", "sm_90"):
         tid = Target.parse(t).id
         assert (code_object_key(tid, "llvm22", "0" * 64, canonical_json(old), "{}")
-                == code_object_key(tid, "llvm22", "0" * 64, canonical_json(llvm22.identity(t)), "{}"))
+                == code_object_key(tid, "llvm22", "0" * 64, canonical_json(llvm22.identity(Target.parse(t))), "{}"))
 
 
 # ------------------------------------------------------------------ keys vs bytes, real builds

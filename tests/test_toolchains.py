@@ -15,6 +15,7 @@ from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import ToolchainError
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 
@@ -33,7 +34,7 @@ def test_lane_env_is_llvm20_and_does_not_know_gfx1250(llvm20):
 
 @pytest.mark.parametrize("lane", ["llvm20", "llvm22"])
 def test_drift_guard_passes_for_real_toolchains(all_toolchains, lane):
-    (tc,) = tcs.toolchains_for_lane(lane, all_toolchains)[:1]
+    (tc,) = tcs.toolchains_for_lane(get_lane(lane), all_toolchains)[:1]
     info = tc.detect()
     assert info.drift and all(v == "ok" for v in info.drift.values()), info.drift
     # the profile strings are literally what the target machines report
@@ -113,9 +114,9 @@ def test_an_entry_of_unknown_kind_is_listed_refused_and_the_other_lanes_work(tmp
     odd = [tc for tc in found if tc.detect().kind == "from-the-future"]
     assert len(odd) == 1 and not odd[0].detect().usable
     assert "does not know" in odd[0].detect().refusal and "toolchain remove /x/bin/python" in odd[0].detect().refusal
-    assert tcs.toolchain_for("llvm22", Target.parse("gfx942")).detect().lane == "llvm22"
+    assert tcs.toolchain_for(get_lane("llvm22"), Target.parse("gfx942")).detect().lane == "llvm22"
     with pytest.raises(ToolchainError, match="does not know"):
-        odd[0].identity("gfx942")
+        odd[0].identity(Target.parse("gfx942"))
     r = CliRunner().invoke(cli, ["toolchains", "--json"])
     assert r.exit_code == 0, r.output
     assert any(row["kind"] == "from-the-future" and row["refusal"] for row in json.loads(r.output))

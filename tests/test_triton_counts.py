@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from rocke_aot.aot import toolchains as tcs
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.problems import GemmProblem
@@ -27,7 +28,7 @@ PROBLEM = GemmProblem(m=4096, n=4096, k=4096)
 
 @pytest.fixture(scope="module")
 def triton36(all_toolchains):
-    found = tcs.toolchains_for_lane("llvm22", all_toolchains, consumes="triton")
+    found = tcs.toolchains_for_lane(get_lane("llvm22"), all_toolchains, consumes="triton")
     if not found:
         pytest.fail("no Triton on the llvm22 lane here: `rocke-aot toolchain install triton==3.6.0 --python python3.12`")
     return found[0].python

@@ -22,6 +22,7 @@ from rocke_aot.aot.codeobject import validate
 from rocke_aot.aot.toolchains.triton_jit import TritonToolchain
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import ToolchainError
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import get_family
@@ -34,7 +35,7 @@ HIP_CFG = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=4, num_
 
 
 def _triton(all_toolchains, lane: str) -> TritonToolchain:
-    found = tcs.toolchains_for_lane(lane, all_toolchains, consumes="triton")
+    found = tcs.toolchains_for_lane(get_lane(lane), all_toolchains, consumes="triton")
     if not found:
         pytest.fail(f"no Triton on the {lane} lane here: run `bash scripts/setup.sh` (llvm24: the llvm24 lane's "
                     "triton 3.9; llvm22: `rocke-aot toolchain install triton==3.6.0 --python python3.12`)")
@@ -67,12 +68,12 @@ def test_triton_toolchains_take_their_lane_from_the_llvm_their_hsaco_records(all
         info = tc.detect()
         assert info.extra["triton_version"] == version and info.llvm_major == major
         assert set(info.arches) >= {"gfx90a", "gfx942", "gfx950", "gfx1250", "sm_90"}
-        ident = tc.identity("gfx942")
+        ident = tc.identity(Target.parse("gfx942"))
         assert ident["triton_version"] == version and len(ident["triton_key_sha256"]) == 64
     # an LLVM-IR family never gets a Triton toolchain, and a Triton family never an LLVM one
-    assert all(t.kind != "triton" for t in tcs.toolchains_for_lane("llvm22", all_toolchains))
+    assert all(t.kind != "triton" for t in tcs.toolchains_for_lane(get_lane("llvm22"), all_toolchains))
     with pytest.raises(ToolchainError, match="no Triton built on LLVM 20"):
-        tcs.toolchain_for("llvm20", "gfx942", all_toolchains, consumes="triton")
+        tcs.toolchain_for(get_lane("llvm20"), Target.parse("gfx942"), all_toolchains, consumes="triton")
 
 
 def test_admission_per_lane_with_reasons():
@@ -90,7 +91,7 @@ def test_build_stores_validated_code_objects_with_matrix_instructions(built):
     for arch, pattern in (("gfx942", r"v_mfma_f32_\w+_f16"), ("gfx950", r"v_mfma_f32_\w+_f16"),
                           ("gfx1250", r"v_wmma_f32_\w+_f16")):
         raw = built["blobs"][("triton_matmul", arch)]
-        info = validate(raw, arch)  # arch, flags, kernel descriptor, resources
+        info = validate(raw, Target.parse(arch))  # arch, flags, kernel descriptor, resources
         assert info.kernel == "matmul_kernel"
         with_tmp = Path(built["url"]).with_name(f"mm-{arch}.hsaco")
         with_tmp.write_bytes(raw)
@@ -110,7 +111,7 @@ def test_build_stores_validated_code_objects_with_matrix_instructions(built):
         assert launch["dynamic_shared_bytes"] == art.metadata["triton"]["shared"] > 0
         assert list(launch["block"]) == [str(4 * (32 if arch == "gfx1250" else 64)), "1", "1"]
     cubin = built["blobs"][("triton_matmul", "sm_90")]
-    assert validate(cubin, "sm_90").kernel == "matmul_kernel"
+    assert validate(cubin, Target.parse("sm_90")).kernel == "matmul_kernel"
 
 
 def test_key_is_tritons_own_cache_key(built, all_toolchains):

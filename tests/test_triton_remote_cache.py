@@ -21,6 +21,7 @@ from _service import live_server
 from rocke_aot.aot import toolchains as tcs
 from rocke_aot.aot.builder import build
 from rocke_aot.cache.store import Store
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ HOST = REPO / "tests" / "_triton_host.py"
 
 @pytest.fixture(scope="module")
 def triton39(all_toolchains):
-    found = [t for t in tcs.toolchains_for_lane("llvm24", all_toolchains, consumes="triton")
+    found = [t for t in tcs.toolchains_for_lane(get_lane("llvm24"), all_toolchains, consumes="triton")
              if t.detect().extra.get("python_version", "").startswith(
                  f"{sys.version_info[0]}.{sys.version_info[1]}.")]
     if not found:

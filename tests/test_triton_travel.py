@@ -40,7 +40,7 @@ HOST_ARGS = ("hip", "gfx942", 64, 1024, 4096)  # the softmax launch the build pr
 
 
 def CHECK(code: bytes, arch: str) -> dict:  # what `rocke-aot cache import` passes
-    return validate(code, arch).as_dict()
+    return validate(code, Target.parse(arch)).as_dict()
 
 
 def _entry(store: Store, key: str) -> dict:
@@ -86,7 +86,7 @@ def test_a_bundle_carries_the_triton_entry_of_each_build(moved):
 def validate_bytes(moved) -> bytes:
     with Store.open(moved["d"] / "imported.sqlite", readonly=True) as store:
         raw = store.get(moved["art"].key).code_object
-    assert validate(raw, "gfx942").kernel == "softmax_kernel"
+    assert validate(raw, Target.parse("gfx942")).kernel == "softmax_kernel"
     return raw
 
 

@@ -40,6 +40,7 @@ from rocke_aot.cache.store import Store
 from rocke_aot.cli.main import cli
 from rocke_aot.client import Fetcher, LocalStore, ServiceSource
 from rocke_aot.errors import AnswerMismatchError, MalformedAnswerError, SpecError
+from rocke_aot.lanes import get_lane
 from rocke_aot.runner.bench import ServerSource, host_triton_version
 from rocke_aot.service.app import create_app
 from rocke_aot.service.client import Client, check_select, parse_select
@@ -55,7 +56,7 @@ PROBLEM = {"rows": 8, "cols": 1024}
 @pytest.fixture(scope="module")
 def two(tmp_path_factory, all_toolchains):
     for lane in ("llvm22", "llvm24"):
-        if not tcs.toolchains_for_lane(lane, all_toolchains, consumes="triton"):
+        if not tcs.toolchains_for_lane(get_lane(lane), all_toolchains, consumes="triton"):
             pytest.fail(f"no Triton on the {lane} lane here: run `bash scripts/setup.sh`")
     url = str(tmp_path_factory.mktemp("triton-versions") / "cache.sqlite")
     with Store.open(url) as store:
@@ -195,7 +196,7 @@ def test_a_hosts_triton_version_is_the_installed_one(all_toolchains):
     with pytest.raises(SpecError, match="no triton installed: give the Triton version"):
         host_triton_version("triton_matmul", None)  # this interpreter has no triton
     # a real install: the llvm24 lane's interpreter runs Triton 3.9.0
-    tc = tcs.toolchains_for_lane("llvm24", all_toolchains, consumes="triton")[0]
+    tc = tcs.toolchains_for_lane(get_lane("llvm24"), all_toolchains, consumes="triton")[0]
     code = "from rocke_aot.runner.bench import host_triton_version as h; print(h('triton_softmax', None))"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": f"{REPO}:{sysconfig.get_paths()['purelib']}",
            "ROCKE_AOT_HOME": os.environ.get("ROCKE_AOT_HOME", str(Path.home() / ".cache" / "rocke-aot"))}

@@ -26,6 +26,8 @@ from rocke_aot.aot.toolchains import rocm_sysdeps, vendor23
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
 from rocke_aot.cache.keys import KeyInputs, artifact_key
 from rocke_aot.errors import CompileError, ToolchainError
+from rocke_aot.lanes import get_lane
+from rocke_aot.targets import Target
 
 READELF = "/usr/lib/llvm-22/bin/llvm-readelf"
 WIRED = ("gfx90a", "gfx942", "gfx950", "gfx1250")
@@ -63,14 +65,14 @@ def test_detects_as_llvm23_from_the_library_itself(llvm23):
 
 
 def test_listed_by_detect_all_and_chosen_for_the_lane(llvm23):
-    found = tcs.toolchains_for_lane("llvm23", tcs.detect_all())
+    found = tcs.toolchains_for_lane(get_lane("llvm23"), tcs.detect_all())
     assert found and all(isinstance(tc, vendor23.Vendor23Toolchain) for tc in found)
-    assert isinstance(tcs.toolchain_for("llvm23", "gfx1250"), vendor23.Vendor23Toolchain)
+    assert isinstance(tcs.toolchain_for(get_lane("llvm23"), Target.parse("gfx1250")), vendor23.Vendor23Toolchain)
 
 
 def test_neither_the_library_nor_the_shims_load_in_this_process(llvm23):
     k = lower("gemm", {"path": "fma"}, "gfx942", "llvm23")
-    llvm23.compile(k.ir, "gfx942")
+    llvm23.compile(k.ir, Target.parse("gfx942"))
     maps = Path("/proc/self/maps").read_text()
     assert "librocm_sysdeps" not in maps and "bindings/llvm/libLLVM.so" not in maps
 
@@ -156,7 +158,7 @@ print(json.dumps({{"crc": z.crc32(0, data, len(data)), "want": zlib.crc32(data),
                                        ("gfx1250", "wmma")])
 def test_a_compile_per_wired_processor_reads_as_that_processor(llvm23, arch, path):
     k = lower("gemm", {"path": path}, arch, "llvm23")
-    res = llvm23.compile(k.ir, arch, emit_asm=True)
+    res = llvm23.compile(k.ir, Target.parse(arch), emit_asm=True)
     tmp = Path(__file__).parent / f".k23-{arch}.hsaco"
     try:
         tmp.write_bytes(res.code_object)
@@ -167,12 +169,12 @@ def test_a_compile_per_wired_processor_reads_as_that_processor(llvm23, arch, pat
         tmp.unlink(missing_ok=True)
     assert re.search(rf"Flags:\s+0x[0-9a-f]+, {arch}\b", header), header
     assert ("v_wmma" if path == "wmma" else "v_mfma") in dis
-    info = validate(res.code_object, arch)
+    info = validate(res.code_object, Target.parse(arch))
     # The O3 pipeline's attributor ran (in LLVM 23): the kernel asks for what LLVM 22's O3 asks for
     # on the same kernel (the kernarg pointer; gfx90a, without architected flat scratch, also
     # the private segment buffer).
-    ref = LlvmliteToolchain(sys.executable).compile(lower("gemm", {"path": path}, arch, "llvm22").ir, arch)
-    assert info.descriptor.user_sgpr_inputs == validate(ref.code_object, arch).descriptor.user_sgpr_inputs
+    ref = LlvmliteToolchain(sys.executable).compile(lower("gemm", {"path": path}, arch, "llvm22").ir, Target.parse(arch))
+    assert info.descriptor.user_sgpr_inputs == validate(ref.code_object, Target.parse(arch)).descriptor.user_sgpr_inputs
     assert info.descriptor.user_sgpr_inputs[-1] == "kernarg_segment_ptr"
     assert "dispatch_ptr" not in info.descriptor.user_sgpr_inputs
 
@@ -183,15 +185,15 @@ def test_an_llvm_abort_is_a_compile_error_and_the_next_compile_works(llvm23):
 
     gfx950_only = probe_ir(lanes.PROFILES["llvm23"].intrinsic("mfma_f32_32x32x16_f16"))
     with pytest.raises(CompileError, match="Cannot select"):
-        llvm23.compile(gfx950_only, "gfx942")
+        llvm23.compile(gfx950_only, Target.parse("gfx942"))
     k2 = lower("gemm", {"path": "fma"}, "gfx942", "llvm23")
-    assert validate(llvm23.compile(k2.ir, "gfx942").code_object, "gfx942")
+    assert validate(llvm23.compile(k2.ir, Target.parse("gfx942")).code_object, Target.parse("gfx942"))
 
 
 def test_ir_of_another_profile_is_refused(llvm23):
     k = lower("gemm", {"path": "fma"}, "gfx942", "llvm24")
     with pytest.raises(CompileError, match="datalayout|triple"):
-        llvm23.compile(k.ir, "gfx942")
+        llvm23.compile(k.ir, Target.parse("gfx942"))
 
 
 # ------------------------------------------------------------------ identity and keys
@@ -199,15 +201,15 @@ def test_ir_of_another_profile_is_refused(llvm23):
 
 def _key(tc, arch="gfx942") -> str:
     return artifact_key(KeyInputs(arch, "llvm23", "llvm23", "gemm", {"path": "fma"}, "0" * 64,
-                                  tc.identity(arch), tc.compile_options(arch)))
+                                  tc.identity(Target.parse(arch)), tc.compile_options(Target.parse(arch))))
 
 
 def test_identity_and_options(llvm23):
-    ident = llvm23.identity("gfx942")
+    ident = llvm23.identity(Target.parse("gfx942"))
     assert ident["kind"] == "rocm-llvm" and ident["llvm_version"].startswith("23.")
     assert len(ident["library_sha256"]) == 64 and "LLD" in ident["linker"]
     assert {k for k in ident if k.startswith("shim_sha256:")} == {f"shim_sha256:{n}" for n in rocm_sysdeps.SONAMES}
-    opts = llvm23.compile_options("gfx942")
+    opts = llvm23.compile_options(Target.parse("gfx942"))
     assert opts["pipeline"] == "default<O3>" and opts["opt_level"] == 3 and opts["ld.lld"]
 
 

@@ -22,14 +22,16 @@ from rocke_aot.aot.codeobject import record_metadata, validate
 from rocke_aot.cache.keys import thaw
 from rocke_aot.errors import AnswerMismatchError, CodeObjectError
 from rocke_aot.record import RecordError
+from rocke_aot.targets import Target
 
 
 def checked_metadata(code_object: bytes, arch: str, metadata: Any, what: str) -> dict[str, Any]:
     """The metadata to keep for ``code_object`` (record_metadata over ``metadata``, a record's,
     frozen or not), or AnswerMismatchError("{what}: {Type}: {why}") when the object is not one
     for ``arch`` or the record does not describe it."""
+    target = Target.parse(arch)  # the record's arch, parsed where the answer is read (a bad one: SpecError)
     try:
-        return record_metadata(thaw(metadata), validate(code_object, arch))
+        return record_metadata(thaw(metadata), validate(code_object, target))
     except (CodeObjectError, RecordError) as e:
         raise AnswerMismatchError(f"{what}: {type(e).__name__}: {e}") from None
 

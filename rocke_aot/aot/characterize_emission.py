@@ -39,6 +39,7 @@ from rocke_aot import lanes, mma
 from rocke_aot.aot.characterize_ir import PROBE_TIMEOUT, classify_error, minimal_kernel_ir, probe_ir
 from rocke_aot.arch import ARCHES as ARCH_TABLE
 from rocke_aot.errors import CompileError, RockeError
+from rocke_aot.targets import Target
 
 PLAIN = "amdgcn-amd-amdhsa"
 OBJDUMP = "/usr/lib/llvm-22/bin/llvm-objdump"
@@ -124,7 +125,7 @@ def _codegen(call, prober, ir: str, processor: str, features: str = "", triple: 
 def _lane_compile(prober, ir: str, processor: str):
     """The lane's own compile (its pipeline, its linker): (HSACO | None, outcome)."""
     try:
-        return prober.toolchain.compile(ir, processor).code_object, {"status": "ok"}
+        return prober.toolchain.compile(ir, Target(processor)).code_object, {"status": "ok"}  # a registry processor
     except CompileError as e:
         return None, classify_error(e)
 

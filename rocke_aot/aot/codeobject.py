@@ -335,9 +335,8 @@ def _pick_kernel(kernels: list[dict], kernel: str | None) -> dict:
 # ---------------------------------------------------------------- validation
 
 
-def validate(data: bytes, target: Target | str, *, kernel: str | None = None) -> CodeObjectInfo:
+def validate(data: bytes, target: Target, *, kernel: str | None = None) -> CodeObjectInfo:
     """Check a code object against ``target``; CodeObjectError says what is wrong."""
-    target = Target.parse(target)
     elf = _elf(data)
     try:
         if not target.is_amdgpu:

@@ -167,9 +167,8 @@ def schedule_figures(ins: list[tuple[int, str]], global_latency: float, lds_late
     return max(0.0, (t - n) / global_latency), ratio
 
 
-def read_schedule(cubin: bytes, target: Target | str, kernel: str) -> Schedule | None:
+def read_schedule(cubin: bytes, target: Target, kernel: str) -> Schedule | None:
     """The schedule to record for a built code object (module doc)."""
-    target = Target.parse(target)
     if target.is_amdgpu or target.processor not in SCHEDULE_PROCESSORS:
         return None
     from rocke_aot.variants import hw_model

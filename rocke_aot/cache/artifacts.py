@@ -347,7 +347,7 @@ class Artifacts:
                     out[key] = Hit(key, "failure", None, error)
         return out
 
-    def find(self, arch: str | None = None, lane: str | None = None, family: str | None = None,
+    def find(self, target: Target | None = None, lane: str | None = None, family: str | None = None,
              profile: str | None = None, *, status: str = "ok", served_only: bool = False,
              key_prefix: str | None = None, after: str | None = None,
              limit: int | None = None) -> list[Artifact | Failure]:
@@ -358,8 +358,8 @@ class Artifacts:
         if after is not None and (not isinstance(after, str) or not SHA_RE.match(after)):
             raise SpecError(f"after must be a key (64 lowercase hex digits) from a previous page, got {after!r}")
         conds = []
-        if arch is not None:
-            conds.append(A.c.arch == Target.parse(arch).id)
+        if target is not None:
+            conds.append(A.c.arch == target.id)
         for col, val in ((A.c.lane, lane), (A.c.family, family), (A.c.profile, profile)):
             if val is not None:
                 if not isinstance(val, str):

@@ -70,6 +70,7 @@ from rocke_aot.cache.models import blobs as B
 from rocke_aot.cache.models import zstd_dicts as D
 from rocke_aot.cache.provenance import Entry
 from rocke_aot.errors import BundleError, CacheError, IntegrityError, RockeError
+from rocke_aot.targets import Target
 
 FORMAT = "rocke-aot-bundle"
 VERSION = 3  # v2: entries carry recipe_digest and options (cache key v2); v3: Triton cache entries
@@ -126,15 +127,13 @@ def _entry(row: Any) -> dict[str, Any]:
     return e
 
 
-def export_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, arch: str | None = None, lane: str | None = None,
+def export_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, target: Target | None = None, lane: str | None = None,
                   family: str | None = None, failures: bool = True) -> dict[str, Any]:
     """Write the (filtered) store to one bundle file; returns a summary."""
     path = Path(path)
     conds = []
-    if arch is not None:
-        from rocke_aot.targets import Target
-
-        conds.append(A.c.arch == Target.parse(arch).id)
+    if target is not None:
+        conds.append(A.c.arch == target.id)
     if lane is not None:
         conds.append(A.c.lane == lane)
     if family is not None:

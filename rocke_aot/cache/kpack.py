@@ -45,6 +45,7 @@ from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, artifact_key, thaw
 from rocke_aot.errors import KpackError, SpecError
 from rocke_aot.launch import LaunchContract
 from rocke_aot.paths import atomic_write
+from rocke_aot.targets import Target
 
 MAGIC = b"KPAK"
 FORMAT_VERSION = 1
@@ -399,25 +400,23 @@ def file_stem(arch: str) -> str:
     return f"{GROUP}_{arch.replace(':', '_')}"
 
 
-def export(store: Any, out_dir: str | os.PathLike, arch: str, families: Sequence[str] = (), *,
+def export(store: Any, out_dir: str | os.PathLike, target: Target, families: Sequence[str] = (), *,
            level: int = LEVEL) -> tuple[Path, Path, dict[str, Any], bytes]:
     """Write ``<out>/rocke_aot_<arch>.kpack`` and its manifest ``rocke_aot_<arch>.json`` of every kernel
-    the store serves for ``arch``; returns (kpack path, manifest path, manifest, manifest bytes)."""
-    from rocke_aot.targets import Target
-
-    target = Target.parse(arch).id
-    arts = sorted(served(store, target, families), key=lambda a: toc_name(a.family, a.lane, a.key))
+    the store serves for ``target``; returns (kpack path, manifest path, manifest, manifest bytes)."""
+    arch = target.id
+    arts = sorted(served(store, arch, families), key=lambda a: toc_name(a.family, a.lane, a.key))
     if not arts:
-        raise SpecError(f"the store serves no kernel for {target}"
+        raise SpecError(f"the store serves no kernel for {arch}"
                         + (f" of {', '.join(families)}" if families else "") + ": nothing to export")
     for a in arts:  # every kernel must say how to launch it before a byte is written
         sidecar_of(a.key, {n: thaw(getattr(a, n)) for n in INPUT_FIELDS}, a.metadata)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = file_stem(target)
-    kernels = [(toc_name(a.family, a.lane, a.key), target, store.get_blob(a.sha256)) for a in arts]
-    data, spans = write(out / f"{stem}.kpack", kernels, arch_family=target, arches=[target], level=level)
-    doc = manifest(target, f"{stem}.kpack", data, [entry_of(a, sp, target) for a, sp in zip(arts, spans)])
+    stem = file_stem(arch)
+    kernels = [(toc_name(a.family, a.lane, a.key), arch, store.get_blob(a.sha256)) for a in arts]
+    data, spans = write(out / f"{stem}.kpack", kernels, arch_family=arch, arches=[arch], level=level)
+    doc = manifest(arch, f"{stem}.kpack", data, [entry_of(a, sp, arch) for a, sp in zip(arts, spans)])
     body = dumps(doc)
     atomic_write(out / f"{stem}.json", body)
     return out / f"{stem}.kpack", out / f"{stem}.json", doc, body

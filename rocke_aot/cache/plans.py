@@ -34,14 +34,14 @@ class Plans:
 
     # ---- generations --------------------------------------------------------------------
 
-    def current_generation(self, arch: str, lane: str, family: str) -> str | None:
+    def current_generation(self, target: Target, lane: str, family: str) -> str | None:
         with db.read_tx(self.handle.engine) as conn:
-            return generations.newest_complete(conn).get((Target.parse(arch).id, lane, family))
+            return generations.newest_complete(conn).get((target.id, lane, family))
 
-    def generations(self, arch: str | None = None, lane: str | None = None,
+    def generations(self, target: Target | None = None, lane: str | None = None,
                     family: str | None = None) -> list[Generation]:
         with db.read_tx(self.handle.engine) as conn:
-            return generations.listing(conn, None if arch is None else Target.parse(arch).id, lane, family)
+            return generations.listing(conn, None if target is None else target.id, lane, family)
 
     def complete_generation(self, generation: str) -> None:
         self.handle.writable("complete_generation")

@@ -1,7 +1,7 @@
 """The selection read model: the stored artifacts of a family as Candidates, read once.
 
-    Store.candidates(family, device, lanes) ──> SelectionView.candidates
-        │  candidates_query(dialect, family, device, lanes, compatible_only, current_only)
+    Store.candidates(family, device, lanes) ──> SelectionView.candidates(family, Target, lanes)
+        │  candidates_query(dialect, family, target, lanes, compatible_only, current_only)
         │      -> ONE raw SQL over artifacts (no blob, no join; built once per shape):
         │         the family, status 'ok', the device's compatible target IDs (or all of its
         │         processor's: selection then rejects them, naming why), the lanes, served
@@ -55,11 +55,10 @@ def _sql(dialect: str, n_arch: int, n_lanes: int | None, current_only: bool) -> 
     return sql  # no ORDER BY: rank() orders by key itself (a sort in SQL would cost a temp B-tree)
 
 
-def candidates_query(dialect: str, family: str, device: Target | str, lanes: Iterable[str] | None = None, *,
+def candidates_query(dialect: str, family: str, target: Target, lanes: Iterable[str] | None = None, *,
                      compatible_only: bool = True, current_only: bool = False) -> tuple[str, list[Any]]:
     """The SQL and parameters SelectionView.candidates runs for these arguments (the bench's
     bare-SQL baseline runs exactly this: bench/bench_select.py)."""
-    target = Target.parse(device)
     ids = compatible_ids(target) if compatible_only else processor_ids(target)
     lane_list = None if lanes is None else sorted(set(lanes))
     return (_sql(dialect, len(ids), None if lane_list is None else len(lane_list), current_only),
@@ -98,11 +97,10 @@ class SelectionView:
             self._memo.clear()
             self._lists.clear()
 
-    def candidates(self, family: str, device: Target | str, lanes: Iterable[str] | None = None, *,
+    def candidates(self, family: str, target: Target, lanes: Iterable[str] | None = None, *,
                    compatible_only: bool = True, current_only: bool = False) -> tuple[Candidate, ...]:
         if not isinstance(family, str):
             raise SpecError(f"family must be a string, got {family!r}")
-        target = Target.parse(device)
         lane_list = None if lanes is None else sorted(set(lanes))
         if lane_list is not None and not all(isinstance(x, str) for x in lane_list):
             raise SpecError(f"lanes must be lane names, got {lane_list!r}")

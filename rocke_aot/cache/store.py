@@ -58,6 +58,11 @@ from rocke_aot.targets import Target
 LOOKUP_CHUNK = db.LOOKUP_CHUNK
 
 
+
+def _target(arch: Target | str | None) -> Target | None:
+    """A filter's target ID, parsed at the Store's door (its parts take the Target), or None."""
+    return None if arch is None else Target.parse(arch)
+
 class Store:
     """A cache store. Open with :meth:`Store.open`; use as a context manager or call close()."""
 
@@ -220,7 +225,7 @@ class Store:
         key order, no blobs. ``served_only``: only the rows select serves. Keyset paging:
         ``after`` the last key of the previous page, ``limit`` rows at most; a page costs the
         same at any depth, and a concurrent put never shifts one."""
-        return self.artifacts.find(arch, lane, family, profile, status=status, served_only=served_only,
+        return self.artifacts.find(_target(arch), lane, family, profile, status=status, served_only=served_only,
                                    key_prefix=key_prefix, after=after, limit=limit)
 
     def unverified(self, keys: Iterable[str] | None = None) -> dict[str, str]:
@@ -272,13 +277,13 @@ class Store:
 
     def current_generation(self, arch: str, lane: str, family: str) -> str | None:
         """The newest complete generation of (arch, lane, family), or None."""
-        return self.plans.current_generation(arch, lane, family)
+        return self.plans.current_generation(Target.parse(arch), lane, family)
 
     def generations(self, arch: str | None = None, lane: str | None = None,
                     family: str | None = None) -> list[Generation]:
         """Every generation with its artifact, failure and served counts, and whether it is the
         newest complete one of its (arch, lane, family)."""
-        return self.plans.generations(arch, lane, family)
+        return self.plans.generations(_target(arch), lane, family)
 
     def complete_generation(self, generation: str) -> None:
         """Mark ``generation`` complete (a build that planned into it ran to the end): it then
@@ -359,14 +364,14 @@ class Store:
         come from the stored metadata's "code_object" section (the work-group size from its
         "launch" block); rows are immutable per (key, blob), so each is parsed once per Store.
         """
-        return self.selection.candidates(family, device, lanes, compatible_only=compatible_only,
+        return self.selection.candidates(family, Target.parse(device), lanes, compatible_only=compatible_only,
                                          current_only=current_only)
 
     # ---- bundles (cache/bundle.py) -------------------------------------------------------
 
     def export(self, path: str | os.PathLike, **filters: Any) -> dict[str, Any]:
         """Write the (filtered: arch=, lane=, family=, failures=) store to one bundle file."""
-        return bundle.export_bundle(self.engine, self.blobs, path, **filters)
+        return bundle.export_bundle(self.engine, self.blobs, path, target=_target(filters.pop("arch", None)), **filters)
 
     def import_(self, path: str | os.PathLike, *, check=None, failures: bool = False,
                 check_entry=None) -> dict[str, Any]:

@@ -324,9 +324,10 @@ def import_(path, with_failures, manifest, root_key, cache_url, as_json) -> None
         rocke-aot cache import rocke_aot_gfx942.kpack --manifest rocke_aot_gfx942.json --root-key root.key.pub
     """
     from rocke_aot.aot.codeobject import validate
+    from rocke_aot.targets import Target
     from rocke_aot.variants.contract import check_entry
 
-    check = lambda code, arch: validate(code, arch).as_dict()  # noqa: E731
+    check = lambda code, arch: validate(code, Target.parse(arch)).as_dict()  # noqa: E731  (a record's arch)
     if manifest is not None:
         _import_kpack(path, manifest, root_key, check, cache_url, as_json)
         return

@@ -33,6 +33,7 @@ import click
 
 from rocke_aot.cli.options import arch_option, cache_option, emit_json, json_option
 from rocke_aot.errors import SpecError
+from rocke_aot.targets import Target
 
 _SAFE = str.maketrans({":": "_", "+": "p", "-": "m"})
 
@@ -99,7 +100,7 @@ def export(want_kpack, want_wheel, arch, families, key_path, root_path, version,
     report: dict = {"arch": arch.id}
     with Store.open(cache_url, readonly=True) as store:
         if want_kpack:
-            kp, mp, doc, body = kpack.export(store, out, arch.id, families)
+            kp, mp, doc, body = kpack.export(store, out, arch, families)
             stem = kpack.file_stem(arch.id)
             (out / f"{stem}.sig.json").write_bytes(signature_doc(key, body))
             if root_bytes is not None:
@@ -107,7 +108,7 @@ def export(want_kpack, want_wheel, arch, families, key_path, root_path, version,
             report["kpack"] = {"kpack": str(kp), "manifest": str(mp), "kernels": len(doc["entries"]),
                                "kpack_bytes": doc["kpack_size"], "signed_by": key.public.keyid}
         if want_wheel:
-            report["wheel"] = _wheel(store, arch.id, key, root_bytes, version, expires_days, out)
+            report["wheel"] = _wheel(store, arch, key, root_bytes, version, expires_days, out)
     if as_json:
         emit_json(report)
         return
@@ -120,10 +121,12 @@ def export(want_kpack, want_wheel, arch, families, key_path, root_path, version,
                    f"version {version})")
 
 
-def _wheel(store, arch: str, key, root_bytes: bytes | None, version: int, expires_days: float, out: Path) -> dict:
+def _wheel(store, target: Target, key, root_bytes: bytes | None, version: int, expires_days: float, out: Path) -> dict:
     from rocke_aot.cache import kpack, wheel
     from rocke_aot.client.device_kernels import DEVICE_SCHEMA, ENTRY_POINTS, frame_index
     from rocke_aot.trust.release import read_roots, release
+
+    arch = target.id
 
     pkg = package_name(arch)
     stem = kpack.file_stem(arch)
@@ -134,7 +137,7 @@ def _wheel(store, arch: str, key, root_bytes: bytes | None, version: int, expire
         # a wheel is frozen: its timestamp cannot be renewed, so it expires with the rest
         summary = release(store, tmp / "signed", read_roots([tmp / "root.json"]), [key], expires_days=expires_days,
                           timestamp_days=expires_days, arches=[arch], min_version=version)
-        kp, mp, doc, body = kpack.export(store, tmp, arch)
+        kp, mp, doc, body = kpack.export(store, tmp, target)
         if len(doc["entries"]) != summary["kernels"]:
             left = summary["left_out"]
             raise SpecError(f"{arch}: {summary['kernels']} kernels signed, {len(doc['entries'])} in the kpack"

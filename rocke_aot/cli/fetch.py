@@ -75,7 +75,7 @@ def _selected(server, mirrors, root_key, local, arch, family, problem, limit, la
         from rocke_aot.service.selection import select
 
         with signed_index(mirrors, root_key, local) as index:
-            sel = select(index, arch.id, family, prob, lanes=lane_names, limit=limit, triton_version=triton_version)
+            sel = select(index, arch, family, prob, lanes=lane_names, limit=limit, triton_version=triton_version)
         if not sel.accepted:
             nc = sel.no_candidate
             raise click.ClickException(f"no kernel accepted for the problem over the signed index of {mirrors[0]}"

@@ -275,6 +275,7 @@ def _device_wheel_store(root_key):
     from rocke_aot.client.device_kernels import DeviceWheelSource, installed_roots, verify_signature
     from rocke_aot.client.trusted import pinned_key
     from rocke_aot.errors import NotFoundError, SignatureError, TrustConfigError
+    from rocke_aot.targets import Target
 
     key = pinned_key(root_key)
     if key is None:
@@ -294,5 +295,5 @@ def _device_wheel_store(root_key):
             if not sig.exists():
                 raise SignatureError(f"device wheel {root.name}: no {sig.name}; its kernels cannot be verified")
             verify_signature(data, sig.read_bytes(), key, rootdoc.read_bytes() if rootdoc.exists() else None)
-            kpack.import_kpack(store, manifest, check=lambda code, a: validate(code, a).as_dict(), data=data)
+            kpack.import_kpack(store, manifest, check=lambda code, a: validate(code, Target.parse(a)).as_dict(), data=data)
         yield store

@@ -8,7 +8,6 @@
             rocke_aot/families/<name>/reference.py)
         the Reference of the family it names (reference_of: a Triton family names what it
             computes, triton_matmul -> gemm)
-        SEMANTICS[that name] (triton_softmax -> softmax, kept here)
         else SpecError naming the family and how to declare one
     Semantics.expected(problem, {arg: float64 values}, out_dtype) -> (float64 output, flat;
         the largest error a correct kernel makes per element): .terms(problem) (products summed
@@ -36,9 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from rocke_aot.dtypes import UNIT_ROUNDOFF as U_OUT
 from rocke_aot.errors import SpecError
-
-U_OUT = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
 
 
 def inputs(dtype: str, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -75,29 +73,6 @@ def bound(ref_abs: np.ndarray, ref: np.ndarray, terms: int, out_dtype: str) -> n
     return gamma * ref_abs + U_OUT[out_dtype] * (np.abs(ref) + gamma * ref_abs) + 2.0**-25
 
 
-def _softmax(p: Any, v: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Row-wise softmax in float64: exp(x - max(x)) / sum(exp(x - max(x))) per row."""
-    x = v["X"].reshape(p.rows, p.cols)
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return (e / e.sum(axis=1, keepdims=True)).ravel()
-
-
-# A correct softmax kernel (f32 math, Triton's fused-softmax tutorial: rocke_aot/kernels/triton_softmax.py):
-# x - max is exact (two 16-bit values in f32); exp is the hardware's approximation (NVIDIA
-# ex2.approx: 2 ulp of f32 after the log2(e) scaling's rounding; AMD v_exp_f32: 1 ulp), so 2^-21
-# relative per element; the row sum of ``cols`` such terms adds Higham's gamma_cols and their own
-# 2^-21; the division one f32 rounding. Relative to each output: 2^-20 + cols * 2^-24 + 2^-24,
-# then one rounding to the output dtype.
-SOFTMAX_EXP_REL = 2.0**-21
-
-
-def _softmax_bound(p: Any, v: Mapping[str, np.ndarray], ref: np.ndarray, out_dtype: str) -> np.ndarray:
-    u = 2.0**-24
-    rel = 2 * SOFTMAX_EXP_REL + p.cols * u / (1 - p.cols * u) + u
-    a = np.abs(ref)
-    return rel * a + U_OUT[out_dtype] * (a + rel * a) + 2.0**-25
-
-
 @dataclass(frozen=True)
 class Semantics:
     output: str  # the argument the kernel writes
@@ -122,14 +97,8 @@ class Semantics:
         return want, bound(want_abs, want, self.terms(problem), out_dtype)
 
 
-SEMANTICS: Mapping[str, Semantics] = {
-    # what triton_softmax computes (its TritonKernel names "softmax"): no flops (not a sum of products)
-    "softmax": Semantics("Y", _softmax, None, None, _softmax_bound, family="softmax"),
-}
-
-
 def reference_of(family: str) -> str:
-    """What the family computes, as SEMANTICS names it: a Triton family says which
+    """What the family computes, by the family whose Reference it uses: a Triton family says which
     (triton_matmul computes gemm's C = A x B); every other family is its own."""
     from rocke_aot.variants.families import get_family
 
@@ -149,9 +118,6 @@ def semantics(family: str) -> Semantics:
     named = get_family(name).reference if name != family and name in family_names() else None
     if named is not None:  # the family it names declares it (triton_matmul -> gemm's folder)
         return Semantics(named.output, named.compute, named.flops, named.terms, named.bound, name, named.inputs)
-    try:
-        return SEMANTICS[name]
-    except KeyError:
-        raise SpecError(f"the runner has no reference for family {family!r} (built in: {', '.join(SEMANTICS)}): "
-                        f"declare what it computes, Family(..., reference=Reference(output, compute, flops, "
-                        f"terms= or bound=)), rocke_aot.variants.families (docs/plugins.md)") from None
+    raise SpecError(f"the runner has no reference for family {family!r}: declare what it computes, "
+                    f"Family(..., reference=Reference(output, compute, flops, terms= or bound=)), "
+                    f"rocke_aot.variants.families (docs/plugins.md)")

@@ -1,7 +1,7 @@
 """One small GPU runtime interface, two implementations: CUDA (sm_90) and HIP (AMD targets).
 
-    open_runtime("sm_90")   -> CudaRuntime  (cuda.bindings.driver: cuModuleLoadData, cuLaunchKernel, cuEvent*)
-    open_runtime("gfx942")  -> HipRuntime   (hip-python: hipModuleLoadData, hipModuleLaunchKernel, hipEvent*)
+    open_runtime(Target sm_90)  -> CudaRuntime  (cuda.bindings.driver: cuModuleLoadData, cuLaunchKernel, cuEvent*)
+    open_runtime(Target gfx942) -> HipRuntime  (hip-python: hipModuleLoadData, hipModuleLaunchKernel, hipEvent*)
         │ no binding, no driver library, no device ──> RuntimeUnavailable (a named skip, never a traceback)
         ▼
     rt.load(image) -> Module;  module.function(name) -> Function
@@ -414,7 +414,6 @@ class HipRuntime(Runtime):
         return create, record, elapsed
 
 
-def open_runtime(arch: Target | str, ordinal: int = 0) -> Runtime:
-    """The runtime that runs code objects for ``arch``: CUDA for NVPTX targets, HIP for AMDGPU."""
-    target = Target.parse(arch)
+def open_runtime(target: Target, ordinal: int = 0) -> Runtime:
+    """The runtime that runs code objects for ``target``: CUDA for NVPTX targets, HIP for AMDGPU."""
     return HipRuntime(ordinal) if target.is_amdgpu else CudaRuntime(ordinal)

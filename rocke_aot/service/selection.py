@@ -31,12 +31,13 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from rocke_aot.boundedjson import is_int
 from rocke_aot.candidates import TRITON_VERSION_RE
 from rocke_aot.errors import SpecError
-from rocke_aot.lanes import get_lane
+from rocke_aot.lanes import Lane, get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import FAMILIES, failed_plugins, families_for_select, get_family, problem_from_dict
@@ -139,12 +140,13 @@ def check_triton_version(family: str | tuple[str, ...], version: object) -> str 
     return version
 
 
-def _lanes(lanes: Iterable[object] | None) -> tuple[str, ...] | None:
+def _lanes(lanes: Iterable[object] | None) -> tuple[Lane, ...] | None:
+    """The lanes asked for (names or Lanes), each validated once, sorted by name, no repeats."""
     if lanes is None:
         return None
     if isinstance(lanes, str):
         lanes = (lanes,)
-    return tuple(sorted({get_lane(x, source="lane").name for x in lanes}))
+    return tuple(sorted({get_lane(x, source="lane") for x in lanes}, key=attrgetter("name")))
 
 
 # store -> a byte-bounded LRU of {(family, target, lanes, problem, floor, explain): (candidates,
@@ -288,8 +290,9 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
     fams = select_families(family)
     fam = ",".join(fams)  # the answer's family: the names asked, in order ("gemm,triton_matmul")
     version = check_triton_version(fams, triton_version)
-    tgt = Target.parse(target)
-    lane_names = _lanes(lanes)
+    tgt = Target.parse(target)  # select() is the Python API's door (docs/selection.md): parsed once here
+    lane_list = _lanes(lanes)
+    lane_names = None if lane_list is None else tuple(x.name for x in lane_list)
     prob = parse_problem(fams[0], problem)  # one problem type across them (families_for_select)
     floor = DEFAULT_MIN_EFFICIENCY if min_efficiency is None else min_efficiency
     if limit is not None and (not is_int(limit) or limit < 1):
@@ -307,13 +310,13 @@ def select(store, target: object, family: str, problem: Any, *, lanes: Iterable[
         # measurements it holds are unchanged too (a record is a write like any other).
         ms = [m for f in fams for m in (_measurements(store, f, tgt.processor) or ())] \
             if measured != "off" else None
-        return rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_names, model=model, measurements=ms,
+        return rank(cands, prob, tgt, min_efficiency=floor, lanes=lane_list, model=model, measurements=ms,
                     shape_class=measured == "class", triton_version=version)
 
     ranking = _ranked(store, cands, (fam, tgt.id, lane_names, prob, floor, explain, model, measured, version),
                       compute) if len(fams) == 1 else compute()
     accepted = ranking.accepted if limit is None else ranking.accepted[:limit]
-    hint = None if ranking.accepted else no_candidate(ranking, fams[0], prob, tgt, lane_names)
+    hint = None if ranking.accepted else no_candidate(ranking, fams[0], prob, tgt, lane_list)
     return Selection(tgt.id, fam, prob, lane_names, float(floor), accepted, ranking.rejected,
                      len(ranking.accepted) - len(accepted), ranking.model, ranking.note, hint, version,
                      ranking.triton_versions)

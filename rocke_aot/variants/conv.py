@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_types
 
 PATHS = ("mfma", "wmma", "mma", "fma")  # mma: NVPTX mma.sync (sm_90)
@@ -104,7 +105,7 @@ def fma_split(rows: int, cols: int, what: str, max_threads: int) -> tuple[int, i
     return threads, per
 
 
-def mma_instr(target: Any, path: str, dtype: str, rows: int, cols: int, kdim: int, what: str) -> Any:
+def mma_instr(target: Target, path: str, dtype: str, rows: int, cols: int, kdim: int, what: str) -> Any:
     """The arch's first instruction shape (its default first) that tiles rows x cols and kdim."""
     shapes = mma.shapes_for(target.processor, path, dtype)
     if not shapes:
@@ -117,7 +118,7 @@ def mma_instr(target: Any, path: str, dtype: str, rows: int, cols: int, kdim: in
                     f"{rows}x{cols} block tile with a reduction step of {kdim}")
 
 
-def path_allowed(target: Any, path: str, dtype: str, what: str) -> None:
+def path_allowed(target: Target, path: str, dtype: str, what: str) -> None:
     unit = target.info.matrix_unit
     if path == "fma":
         return

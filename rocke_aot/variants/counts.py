@@ -82,6 +82,7 @@ from typing import Any
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.launch import ceil_div
+from rocke_aot.targets import Target
 
 BANK_BYTES = 4
 
@@ -285,7 +286,7 @@ def merged_run(coord: Callable, per_lane: int, wave: int, index: Callable, eb: i
 
 
 @functools.lru_cache(maxsize=8192)
-def engine_static(spec: Any, target: Any, rows: int, cols: int, kdim: int, taps: int, banks: int,
+def engine_static(spec: Any, target: Target, rows: int, cols: int, kdim: int, taps: int, banks: int,
                    a_index: Callable, b_index: Callable) -> tuple:
     """The conv engine (aot/families/_conv_ir.py TileGemm.step) over ``taps`` filter taps of a
     ``kdim``-deep chunk: (geometry, instr, mma, lds reads, their cycles, fma, cvt) per warp or

@@ -57,17 +57,17 @@ def _better(a: Measurement, b: Measurement) -> bool:
     return (-a.repeats, -a.recorded_at, a.median_ms) < (-b.repeats, -b.recorded_at, b.median_ms)
 
 
-def applicable(measurements: Iterable[Measurement], family: str, problem: Any, device: Target | str,
+def applicable(measurements: Iterable[Measurement], family: str, problem: Any, device: Target,
                candidates: Iterable[Any], *, shape_class: bool = False) -> dict[str, Measurement]:
     """{candidate key: the measurement selection ranks it by} (module doc, rules 1-5).
     ``candidates``: objects with ``key`` and ``generation`` (rocke_aot.candidates.Candidate)."""
-    dev = Target.parse(device).processor
+    processor = device.processor
     gen = {c.key: c.generation for c in candidates}
     want = _normal(family, problem_fields(problem))
     exact_text, cls = canonical(want), shape_class_of(want)
     by_problem: dict[str, dict[str, Measurement]] = {}
     for m in measurements:
-        if m.family != family or gen.get(m.key) != m.generation or Target.parse(m.arch).processor != dev:
+        if m.family != family or gen.get(m.key) != m.generation or Target.parse(m.arch).processor != processor:  # a record's arch
             continue  # rules 1-2 (and a key of another family is never a candidate here)
         try:
             fields = _normal(family, m.problem)

@@ -31,6 +31,7 @@ from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import LaunchFormulas, ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.perf import TileWork, fragment_wavefronts
 
 
@@ -114,12 +115,12 @@ def first_reason(*reasons: str | None) -> str | None:
 # -- work (the time model's input, variants/perf.py) --------------------------------------------
 
 @functools.lru_cache(maxsize=8192)
-def geometry_of(spec: Any, target: Any) -> Any:
+def geometry_of(spec: Any, target: Target) -> Any:
     return spec.geometry(target)
 
 
 @functools.lru_cache(maxsize=8192)
-def _wavefronts_per_instr(spec: Any, target: Any) -> tuple[int, int]:
+def _wavefronts_per_instr(spec: Any, target: Target) -> tuple[int, int]:
     """(fragment wavefronts, MACs) of one matrix instruction reading the spec's LDS layout."""
     ins = mma.INSTRS[geometry_of(spec, target).instr]
     dtype = getattr(spec, "in_dtype", None) or spec.dtype
@@ -127,7 +128,7 @@ def _wavefronts_per_instr(spec: Any, target: Any) -> tuple[int, int]:
             ins.m * ins.n * ins.k)
 
 
-def matrix_wavefronts(spec: Any, target: Any, macs: int) -> float:
+def matrix_wavefronts(spec: Any, target: Target, macs: int) -> float:
     if spec.path == "fma":
         return 0.0
     wf, per = _wavefronts_per_instr(spec, target)

@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 from rocke_aot.candidates import Candidate
 from rocke_aot.errors import SpecError
-from rocke_aot.lanes import get_lane
+from rocke_aot.lanes import Lane, get_lane
 from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import efficiency as eff_models
 from rocke_aot.variants import hw_model, measured, perf, table
@@ -368,8 +368,8 @@ def choose_model(processor: str, model: str = "auto", family: str | None = None
     return "efficiency", None, None, None
 
 
-def rank(candidates: Iterable[Candidate], problem: Any, device: Target | str, *,
-         min_efficiency: float = 0.0, lanes: Iterable[str] | None = None, model: str = "auto",
+def rank(candidates: Iterable[Candidate], problem: Any, device: Target, *,
+         min_efficiency: float = 0.0, lanes: Iterable[Lane] | None = None, model: str = "auto",
          measurements: Iterable[Any] | None = None, shape_class: bool = False,
          triton_version: str | None = None) -> Ranking:
     """Accepted candidates best first and every rejected one with its reason (module doc).
@@ -380,8 +380,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: Target | str, *,
     if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) \
             or not 0.0 <= min_efficiency <= 1.0:
         raise SpecError(f"min_efficiency must be a number within 0..1, got {min_efficiency!r}")
-    device = Target.parse(device)  # parsed once here; the helpers below take the Target
-    wanted = None if lanes is None else {get_lane(x).name for x in lanes}
+    wanted = None if lanes is None else {x.name for x in lanes}  # the candidates' lanes are names
     if triton_version is not None and not isinstance(triton_version, str):
         raise SpecError(f"triton_version must be a version string such as '3.6.0', got {triton_version!r}")
     rejected: list[Rejection] = []
@@ -572,8 +571,8 @@ _RAN_IT = frozenset({BELOW_FLOOR, OTHER_LANE, OTHER_TARGET})
 _FILTERED = frozenset({LANE_NOT_REQUESTED, OTHER_TRITON})
 
 
-def no_candidate(ranking: Ranking, family: str, problem: Any, device: Target | str,
-                 lanes: Iterable[str] | None = None) -> NoCandidate | None:
+def no_candidate(ranking: Ranking, family: str, problem: Any, device: Target,
+                 lanes: Iterable[Lane] | None = None) -> NoCandidate | None:
     """None unless nothing was accepted for want of a kernel baked for ``problem`` (module doc).
 
     A rejected candidate that runs the problem (below the floor, another lane or target of the
@@ -591,9 +590,8 @@ def no_candidate(ranking: Ranking, family: str, problem: Any, device: Target | s
                 continue
             if eff_models.accepts(spec, problem) is None:
                 return None
-    device = Target.parse(device)  # parsed once here; the helpers below take the Target
-    wanted = tuple(dict.fromkeys(get_lane(x).name for x in lanes)) if lanes else ()
-    lane_list = [get_lane(x) for x in wanted] if wanted else list(table.registered_lanes())
+    lane_list = list(dict.fromkeys(lanes)) if lanes else list(table.registered_lanes())
+    wanted = tuple(x.name for x in lane_list) if lanes else ()
     baked = table.problem_baked(family, problem)
     reasons = []
     for lane in lane_list:

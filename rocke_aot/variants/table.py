@@ -261,7 +261,7 @@ def _specs(family: str, processor: str, lane_name: str, major: int) -> tuple[Any
     # Cached per (family, processor, lane): planning a no-op rebuild enumerates the same
     # grid many times, and specs are frozen values. The major is part of the cache key so
     # a monkeypatched registry lane with the same name cannot alias a real one.
-    return _enumerate(_table(family), Target.parse(processor), lane_of(lane_name))
+    return _enumerate(_table(family), Target(processor), lane_of(lane_name))  # a bare processor, validated by the caller
 
 
 def _points(table: FamilyTable, target: Target, lane: Lane,
@@ -361,7 +361,7 @@ def layer_points(family: str, arch: Target | str, lane: Lane | str, baked: Mappi
 def _layer_grid(family: str, processor: str, lane_name: str, major: int,
                 baked_items: tuple[tuple[str, Any], ...]) -> LayerGrid:
     table = _table(family)
-    target, lane = Target.parse(processor), lane_of(lane_name)
+    target, lane = Target(processor), lane_of(lane_name)  # a bare processor, validated by the caller
     baked = dict(baked_items)
     default = any(dict(b) == baked for b in table.baked(target, lane))
     adm = admission(family, target, lane)
@@ -517,7 +517,7 @@ def audit_table(table: FamilyTable, spec_type: type, *, grid: bool = True, limit
         return problems[:limit]
     lanes = [lane for lane in registered_lanes() if lane.name in table.lane_decisions]
     for processor in ARCHES:
-        target = Target.parse(processor)
+        target = Target(processor)  # the registry's bare processors
         for lane in lanes:
             where = f"{processor}/{lane.name}"
             if len(problems) >= limit:
@@ -619,7 +619,7 @@ def report(families: Sequence[str] | None = None, arches: Sequence[object] | Non
            lanes: Sequence[object] | None = None) -> list[Row]:
     """One row per (family, arch, lane): count of specs, or the refusal reason."""
     fams = [_table(f).family for f in families] if families else list(family_names())
-    targets = [_target(a) for a in arches] if arches else [Target.parse(p) for p in ARCHES]
+    targets = [_target(a) for a in arches] if arches else [Target(p) for p in ARCHES]
     lane_list = [lane_of(lane) for lane in lanes] if lanes else list(registered_lanes())
     rows = []
     for fam in fams:

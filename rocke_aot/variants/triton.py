@@ -103,8 +103,8 @@ class TritonKernel:
     lanes: Mapping[str, Serve | Refuse]
     description: str = ""
     # what it computes, for the runner to verify against: the name of a family whose Reference it
-    # shares ("gemm": families/gemm/reference.py) or of the runner's own semantics (runner/reference.py
-    # SEMANTICS: "softmax"), or the family's own Reference (a plugin's)
+    # shares ("gemm": families/gemm/reference.py), or the family's own Reference (a plugin's, or
+    # triton_softmax's: families/triton_softmax/reference.py)
     reference: str | families.Reference = ""
     operation: str = ""  # Family.operation: what it computes, shared with the families it is ranked beside
     tiled: tuple[tuple[str, str], ...] = ()  # (problem field, constexpr of its tile): the efficiency dims
@@ -200,8 +200,7 @@ class TritonSpecBase:
     def warp_size(self, target: Target) -> int:
         return target.info.wave_size if target.is_amdgpu else 32
 
-    def geometry(self, target: object) -> Any:
-        target = Target.parse(target)
+    def geometry(self, target: Target) -> Any:
         threads = self.num_warps * self.warp_size(target)
         if threads > target.info.max_block:
             raise SpecError(f"{self.KERNEL.family}: {self.num_warps} warps of {self.warp_size(target)} exceed "
@@ -380,15 +379,15 @@ def _model(kernel: TritonKernel) -> Model:
         tiles = spec.launch_formulas().tiles(problem)
         return combine(dims, tiles, info)
 
-    def work(spec: Any, problem: Any, target: Any) -> TileWork:
+    def work(spec: Any, problem: Any, target: Target) -> TileWork:
         if kernel.work is None:
             raise SpecError(f"{kernel.family} has no work model")
-        return kernel.work(spec, problem, Target.parse(target))
+        return kernel.work(spec, problem, target)
 
     counts = None
     if kernel.counts is not None:
-        def counts(spec: Any, problem: Any, target: Any, banks: int = 32) -> Any:
-            return kernel.counts(spec, problem, Target.parse(target), banks)
+        def counts(spec: Any, problem: Any, target: Target, banks: int = 32) -> Any:
+            return kernel.counts(spec, problem, target, banks)
 
     return Model(accepts, efficiency, work, counts)
 
@@ -401,7 +400,7 @@ def triton_family(kernel: TritonKernel) -> families.Family:
         raise SpecError(f"triton_family() takes a TritonKernel, got {type(kernel).__name__}")
     ref = kernel.reference
     if not isinstance(ref, (str, families.Reference)):
-        raise SpecError(f"TritonKernel {kernel.family}: reference must be a semantics name or a "
+        raise SpecError(f"TritonKernel {kernel.family}: reference must be a family's name or a "
                         f"rocke_aot.variants.families.Reference, got {type(ref).__name__}")
     spec_type = _spec_type(kernel)
     return families.Family(kernel.family, spec_type, kernel.problem_type, _table(kernel, spec_type), _model(kernel),

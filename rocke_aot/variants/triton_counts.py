@@ -45,6 +45,7 @@ from typing import Any
 from rocke_aot import mma
 from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP, WGMMA_K
+from rocke_aot.targets import Target
 from rocke_aot.variants.counts import KernelCounts, pipelined_latencies, wgmma_key
 
 EB = 2  # f16 (the family's only baked dtype)
@@ -58,7 +59,7 @@ WGMMA_N = tuple(range(256, 0, -8))  # the f16 instruction N Triton tries, larges
 
 
 
-def matrix_instr(target: Any) -> mma.MmaInstr:
+def matrix_instr(target: Target) -> mma.MmaInstr:
     """The instruction the counts are in where no wgmma is emitted (module doc): mma.sync on
     NVIDIA, the default on AMD."""
     if not target.is_amdgpu:
@@ -82,7 +83,7 @@ class WgmmaLayout:
         return self.per_step * self.n // 8
 
 
-def wgmma_layout(spec: Any, target: Any) -> WgmmaLayout | None:
+def wgmma_layout(spec: Any, target: Target) -> WgmmaLayout | None:
     """Triton 3.6's wgmma layout of the config on sm_90, or None where it emits mma.sync / MFMA."""
     bm, bn, bk, warps = spec.BLOCK_M, spec.BLOCK_N, spec.BLOCK_K, spec.num_warps
     if target.is_amdgpu or target.processor != "sm_90":
@@ -101,7 +102,7 @@ def wgmma_layout(spec: Any, target: Any) -> WgmmaLayout | None:
     return WgmmaLayout(n, wm, wn, reps)
 
 
-def matmul_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+def matmul_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCounts:
     bm, bn, bk, warps, stages = spec.BLOCK_M, spec.BLOCK_N, spec.BLOCK_K, spec.num_warps, spec.num_stages
     ins = matrix_instr(target)
     wg = wgmma_layout(spec, target)

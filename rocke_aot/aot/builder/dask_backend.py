@@ -24,6 +24,8 @@ from typing import Any
 from rocke_aot.aot.recipe import family_digest
 from rocke_aot.cache.keys import canonical_json, thaw
 from rocke_aot.errors import ToolchainError, ToolchainRefused
+from rocke_aot.lanes import Lane, get_lane
+from rocke_aot.targets import Target
 
 
 class WorkerRefused(ToolchainRefused):
@@ -47,7 +49,7 @@ def _worker_toolchains():
     return detect_all()
 
 
-def _toolchain_for(lane: str, identity: Mapping[str, str], target):
+def _toolchain_for(lane: Lane, identity: Mapping[str, str], target: Target):
     from rocke_aot.aot.toolchains import toolchains_for_lane
 
     for tc in toolchains_for_lane(lane, _worker_toolchains(), consumes=None):
@@ -71,18 +73,16 @@ def check_recipe(planned: str, family: str) -> None:
 
 def remote_build(family: str, spec: Mapping[str, Any], target_id: str, lane: str,
                  identity: Mapping[str, str], recipe: str, options: Mapping[str, Any], timeout: float):
-    """Runs on a Dask worker."""
+    """Runs on a Dask worker: its arguments arrive as strings, parsed here once."""
     from rocke_aot.aot.builder.run import build_one
-    from rocke_aot.lanes import get_lane
-    from rocke_aot.targets import Target
 
     check_recipe(recipe, family)
-    target = Target.parse(target_id)
-    tc = _toolchain_for(lane, identity, target)
+    target, lane_obj = Target.parse(target_id), get_lane(lane)
+    tc = _toolchain_for(lane_obj, identity, target)
     if canonical_json(tc.compile_options(target)) != canonical_json(thaw(options)):
         raise WorkerRefused(f"Dask worker {platform.node()}: the {lane} toolchain compiles {target.id} with "
                              f"options {tc.compile_options(target)}, the job was planned with {dict(options)}")
-    return build_one(family, spec, target, get_lane(lane), tc, timeout=timeout)
+    return build_one(family, spec, target, lane_obj, tc, timeout=timeout)
 
 
 def dask_submitter(client, *, timeout: float):

@@ -404,10 +404,9 @@ class ConvLowering:
                 guard.__exit__(None, None, None)
 
 
-def lower_conv(cls: type[ConvLowering], spec, target: object, lane: object) -> LoweredKernel:
+def lower_conv(cls: type[ConvLowering], spec, target: Target, lane: lanes.Lane) -> LoweredKernel:
     """Lower ``spec`` with the family's ConvLowering subclass ``cls``."""
     family = cls.FAMILY
-    target, lane = Target.parse(target), lanes.get_lane(lane)
     if not isinstance(spec, cls.SPEC):
         raise TypeError(f"lower_{family} needs a {cls.SPEC.__name__}, got {type(spec).__name__}")
     # Refuse on capability first: gfx1250 on llvm20 names the op, before any geometry.

@@ -28,6 +28,7 @@ from typing import Any
 from rocke_aot.aot.lower.module import LoweredKernel
 from rocke_aot.aot.toolchains.triton_jit import triton_target
 from rocke_aot.errors import SpecError
+from rocke_aot.lanes import Lane
 from rocke_aot.launch import LaunchContract, natural_layout
 from rocke_aot.targets import Target
 from rocke_aot.variants.triton import TritonSpecBase, source_digests, sys_path_for
@@ -48,10 +49,9 @@ def request_sha256(req: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def lower_triton(spec: Any, target: Any, lane: Any) -> LoweredKernel:
+def lower_triton(spec: Any, target: Target, lane: Lane) -> LoweredKernel:
     if not isinstance(spec, TritonSpecBase):
         raise SpecError(f"lower_triton takes a Triton family's spec, got {type(spec).__name__}")
-    target = Target.parse(target)
     threads = spec.geometry(target).threads
     req = request(spec, target)
     formulas = spec.launch_formulas()

@@ -24,7 +24,10 @@ __all__ = ["lower", "kernel_for", "LoweredKernel", "KernelModule",
            "Sym", "MAX_TENSOR_BYTES"]
 
 def lower(family: str, spec: object, target: Target | str, lane: Lane | str) -> LoweredKernel:
-    """Lower one spec of ``family`` for ``target`` (Target or target ID) on ``lane``."""
+    """Lower one spec of ``family`` for ``target`` (Target or target ID) on ``lane``.
+
+    The Python API's door: a target ID or lane name is parsed here, once; the lowerer below
+    takes the Target and the Lane."""
     from rocke_aot.aot.families import get_family
 
     fam = get_family(family)
@@ -33,14 +36,14 @@ def lower(family: str, spec: object, target: Target | str, lane: Lane | str) -> 
     return fam.lowerer(fam.spec_from(spec), target, lane)
 
 
-def kernel_for(name: str, target: Target | str, lane: Lane | str, block_size: int) -> KernelModule:
+def kernel_for(name: str, target: Target, lane: Lane, block_size: int) -> KernelModule:
     """The kernel builder for ``target``: AmdgpuKernel (amdgcn) or NvptxKernel (sm_90).
 
+    Takes the typed values a lowerer is given (parsed once, by lower() or the builder).
     Refuses (CapabilityError) a target the lane's profile lacks, before any IR exists.
     """
     from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
     from rocke_aot.aot.lower.nvptx import NvptxKernel
 
-    target = Target.parse(target)
     cls = AmdgpuKernel if target.is_amdgpu else NvptxKernel
-    return cls(name, target, get_lane(lane), block_size)
+    return cls(name, target, lane, block_size)

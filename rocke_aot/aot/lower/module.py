@@ -227,9 +227,9 @@ class KernelModule:
 
     calling_convention = ""
 
-    def __init__(self, name: str, target: Target, lane: lanes.Lane | str):
-        self.target = Target.parse(target)
-        self.lane = lanes.get_lane(lane)
+    def __init__(self, name: str, target: Target, lane: lanes.Lane):
+        self.target = target
+        self.lane = lane
         self.profile = self.lane.profile
         self.require(capability=f"target:{self.target.processor}", op=f"kernel for {self.target.id}")
         self.name = name

@@ -166,17 +166,16 @@ def detect_all() -> list[Toolchain]:
     return found
 
 
-def toolchains_for_lane(lane: Lane | str, toolchains: list[Toolchain] | None = None,
+def toolchains_for_lane(lane: Lane, toolchains: list[Toolchain] | None = None,
                         consumes: str | None = "llvm-ir") -> list[Toolchain]:
     """Usable toolchains qualified for ``lane`` (validated), in discovery order, that compile
     ``consumes`` input ("llvm-ir", or "triton" for Triton families; None: any)."""
-    lane = get_lane(lane)
     pool = detect_all() if toolchains is None else toolchains
     return [tc for tc in pool if tc.detect().usable and tc.detect().lane == lane.name
             and (consumes is None or getattr(tc, "consumes", "llvm-ir") == consumes)]
 
 
-def toolchain_for(lane: Lane | str, target: Target | str | None = None,
+def toolchain_for(lane: Lane, target: Target | None = None,
                   toolchains: list[Toolchain] | None = None, consumes: str = "llvm-ir") -> Toolchain:
     """The toolchain that compiles ``lane`` for ``target``: the first usable toolchain
     qualified for the lane (discovery order) whose detected arches include the target's
@@ -184,10 +183,9 @@ def toolchain_for(lane: Lane | str, target: Target | str | None = None,
 
     Both `rocke-aot compile` and the build plan choose through this function, so a
     combination one of them refuses the other refuses too, with the same message.
-    Raises ToolchainError naming the lane and what was found (LaneError for an unknown
-    lane, SpecError for a malformed target).
+    Raises ToolchainError naming the lane and what was found. The lane and the target come
+    parsed (the CLI's options, the build plan).
     """
-    lane = get_lane(lane)
     pool = detect_all() if toolchains is None else toolchains
     found = toolchains_for_lane(lane, pool, consumes)
     if not found:
@@ -198,7 +196,7 @@ def toolchain_for(lane: Lane | str, target: Target | str | None = None,
         raise ToolchainError(f"{lane.name}: no LLVM {lane.major} toolchain on this host (see {hint})")
     if target is None:
         return found[0]
-    processor = Target.parse(target).processor
+    processor = target.processor
     for tc in found:
         if processor in tc.detect().arches:
             return tc

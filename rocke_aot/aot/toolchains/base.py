@@ -113,12 +113,12 @@ class Toolchain(ABC):
     def core_identity(self) -> dict[str, str]:
         """The compiler itself, whatever the target: kind, versions, the sha256 of its libraries."""
 
-    def identity(self, target: Target | str) -> dict[str, str]:
+    def identity(self, target: Target) -> dict[str, str]:
         """Everything about this toolchain that changes ``target``'s bytes (cache-key input):
         the core identity plus the identity of each of its ``tools`` that the target's code
         format uses (targets.FORMAT_TOOLS), and of no other tool."""
         ident = dict(self.core_identity())
-        for tool in FORMAT_TOOLS[Target.parse(target).code_format]:
+        for tool in FORMAT_TOOLS[target.code_format]:
             if tool in self.tools:
                 ident.update(tool_identity(tool))
         return ident

@@ -145,13 +145,12 @@ class ComgrToolchain(Toolchain):
         }
 
     def compile_options(self, target: Target) -> dict:
-        return COMGR.for_target(Target.parse(target))
+        return COMGR.for_target(target)
 
     def isa_name(self, target: Target) -> str:
         return f"amdgcn-amd-amdhsa--{target.id}"
 
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
-        target = Target.parse(target)
         if not target.is_amdgpu:
             raise CompileError(f"COMGR compiles AMDGPU code only, not {target}")
         info = self.detect()

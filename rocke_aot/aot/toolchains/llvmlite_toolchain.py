@@ -104,7 +104,7 @@ class LlvmliteToolchain(Toolchain):
         }
 
     def compile_options(self, target: Target) -> dict:
-        return LLVMLITE.for_target(Target.parse(target))
+        return LLVMLITE.for_target(target)
 
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
         return compile_llvmlite(self.python, ir, target, timeout=timeout)

@@ -252,7 +252,7 @@ class Triton24Toolchain(Toolchain):
         return file_sha256(self.library)
 
     def compile_options(self, target: Target) -> dict:
-        return TRITON24.for_target(Target.parse(target), middle_end=self.middle_end)
+        return TRITON24.for_target(target, middle_end=self.middle_end)
 
     def core_identity(self) -> dict[str, str]:
         info = self.detect()
@@ -286,7 +286,6 @@ class Triton24Toolchain(Toolchain):
         return suggested or target.triple
 
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0) -> CompileResult:
-        target = Target.parse(target)
         info = self.detect()
         if not info.usable:
             raise ToolchainRefused(f"{self.kind} at {self.library}: {info.refusal}")

@@ -67,7 +67,7 @@ def triton_target(target: Target) -> list:
 
 
 def wired_targets() -> dict[str, list]:
-    return {name: triton_target(Target.parse(name)) for name in ARCHES}
+    return {name: triton_target(Target(name)) for name in ARCHES}  # the registry's bare processors
 
 
 # ------------------------------------------------------------------ discovery
@@ -226,13 +226,11 @@ class TritonToolchain(Toolchain):
                 "triton_key_sha256": str(info.extra["triton_key_sha256"]), "llvm_version": str(info.llvm_version)}
 
     def compile_options(self, target: Target) -> dict:
-        target = Target.parse(target)
         d = self.describe()
         return {"triton_target": triton_target(target),
                 "backend_hash": d["targets"].get(target.processor, {}).get("backend_hash", "")}
 
     def compile(self, ir: str, target: Target, *, timeout: float = 300.0) -> CompileResult:
-        target = Target.parse(target)
         info = self.detect()
         if not info.usable:
             raise ToolchainRefused(f"{self.kind} under {self.python}: {info.refusal}")

@@ -190,7 +190,7 @@ class Vendor23Toolchain(Toolchain):
             return f"none: {e}"
 
     def compile_options(self, target: Target) -> dict:
-        return VENDOR23.for_target(Target.parse(target))
+        return VENDOR23.for_target(target)
 
     def core_identity(self) -> dict[str, str]:
         info = self.detect()
@@ -221,7 +221,6 @@ class Vendor23Toolchain(Toolchain):
         return triple
 
     def compile(self, ir: str, target: Target, *, timeout: float = 120.0, emit_asm: bool = False) -> CompileResult:
-        target = Target.parse(target)
         info = self.detect()
         if not info.usable:
             raise ToolchainRefused(f"{self.kind} at {self.library}: {info.refusal}")

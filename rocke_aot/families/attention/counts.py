@@ -24,6 +24,7 @@ from typing import Any
 
 from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP
+from rocke_aot.targets import Target
 from rocke_aot.variants.counts import KernelCounts, pipelined_latencies
 from rocke_aot.variants.triton_counts import WGMMA_KEY, matrix_instr
 
@@ -33,7 +34,7 @@ EXP2_COST = {"cuda": 8, "hip": 4}  # vector slots of one exp2 (MUFU at 1/8 of th
 
 
 
-def uses_wgmma(spec: Any, target: Any) -> bool:
+def uses_wgmma(spec: Any, target: Target) -> bool:
     return (not target.is_amdgpu and target.processor == "sm_90" and spec.num_warps % 4 == 0
             and spec.BLOCK_M % 64 == 0)
 
@@ -54,7 +55,7 @@ def steps(spec: Any, p: Any) -> int:
     return max(1, ceil_div(total, blocks_m))
 
 
-def attention_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+def attention_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCounts:
     bm, bn, d, warps = spec.BLOCK_M, spec.BLOCK_N, spec.HEAD_DIM, spec.num_warps
     wave = target.info.wave_size
     threads = warps * wave

@@ -115,10 +115,10 @@ class AttentionSpec:
     def block_m(self) -> int:
         return ROWS * self.warps
 
-    def geometry(self, target: object) -> Geometry:
+    def geometry(self, target: Target) -> Geometry:
         from rocke_aot import mma
 
-        t = Target.parse(target)
+        t = target
         shape = SHAPES[self.path]
         if self.path == "mma":
             ins = mma.select(t.processor, "mma", self.dtype)

@@ -46,7 +46,7 @@ from typing import Any
 from rocke_aot.errors import SpecError
 from rocke_aot.variants.families import Reference
 
-EXP2_REL = 2.0**-21  # the hardware exp2's relative error (runner/reference.py SOFTMAX_EXP_REL)
+EXP2_REL = 2.0**-21  # the hardware exp2's relative error (families/triton_softmax/reference.py SOFTMAX_EXP_REL)
 U = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from rocke_aot.families.attention.counts import attention_counts, steps
 from rocke_aot.families.attention.problem import HEAD_DIMS, AttentionProblem
 from rocke_aot.families.attention.reference import REFERENCE
+from rocke_aot.targets import Target
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.table import Refuse, Serve
 from rocke_aot.variants.triton import TritonKernel, TritonParam, triton_family
@@ -49,7 +50,7 @@ TILES = {
 }
 
 
-def configs(target: Any) -> tuple[dict[str, int], ...]:
+def configs(target: Target) -> tuple[dict[str, int], ...]:
     backend = "hip" if target.is_amdgpu else "cuda"
     out = []
     for d in HEAD_DIMS:
@@ -75,7 +76,7 @@ def accepts(spec: Any, p: AttentionProblem) -> str | None:
     return None
 
 
-def work(spec: Any, p: AttentionProblem, target: Any) -> TileWork:
+def work(spec: Any, p: AttentionProblem, target: Target) -> TileWork:
     d, bm, bn = spec.HEAD_DIM, spec.BLOCK_M, spec.BLOCK_N
     elem = 2
     return TileWork(threads=spec.geometry(target).threads, steps=steps(spec, p), macs_per_step=2 * bm * bn * d,
@@ -83,7 +84,7 @@ def work(spec: Any, p: AttentionProblem, target: Any) -> TileWork:
                     matrix=True, double_buffer=spec.num_stages > 1, lds_bytes=2 * bn * d * elem * spec.num_stages)
 
 
-def arch_rule(target: Any, lane: Any) -> str | None:
+def arch_rule(target: Target, lane: Any) -> str | None:
     if target.processor == "gfx1250" and lane.name == "llvm22":
         return ("Triton 3.6 (LLVM 22) lowers tl.dot to FMA on gfx1250 (no v_wmma; docs/triton.md, as for "
                 "triton_matmul); Triton 3.9 (llvm24) uses WMMA")

@@ -16,6 +16,7 @@ from typing import Any
 
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.launch import ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.counts import KernelCounts, engine_static, global_lines, stage_cost, straight_line_serial
 
 # Integer, compare, select and address instructions the lowerer emits per staged unit, counted
@@ -30,7 +31,7 @@ PATCH_OPS_PER_W_ELEM = 19
 
 
 @functools.lru_cache(maxsize=8192)
-def _patch_lines(spec: Any, target: Any, wp: int, k: int) -> int:
+def _patch_lines(spec: Any, target: Target, wp: int, k: int) -> int:
     """Global lines of a step's dY (element e: pixel row e // k_chunk of the tile, channel
     e % k_chunk, NHWK at ((i * Wp) + j) * K + kk) and weights (kk * P*P*C + col), as _dy_elem
     and _w_elem address them."""
@@ -43,7 +44,7 @@ def _patch_lines(spec: Any, target: Any, wp: int, k: int) -> int:
 
 
 @functools.lru_cache(maxsize=8192)
-def _patch_static(spec: Any, target: Any, banks: int) -> tuple:
+def _patch_static(spec: Any, target: Target, banks: int) -> tuple:
     """What a block issues per chunk, the spec's and the target's alone (no problem in it)."""
     eb = DTYPE_BYTES[spec.dtype]
     rows, cols = spec.rows, spec.cols_padded
@@ -58,7 +59,7 @@ def _patch_static(spec: Any, target: Any, banks: int) -> tuple:
     return engine, r1, w1, r2, w2, serial
 
 
-def patch_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+def patch_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCounts:
     eb = DTYPE_BYTES[spec.dtype]
     rows = spec.rows
     engine, r1, w1, r2, w2, serial = _patch_static(spec, target, banks)

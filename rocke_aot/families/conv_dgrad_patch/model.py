@@ -19,6 +19,7 @@ from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.families.conv_dgrad_patch.counts import patch_counts
 from rocke_aot.launch import ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.models import (
     DimGranularity,
     Efficiency,
@@ -55,7 +56,7 @@ def _patch_eff(spec: Any, p: PatchDgradProblem, info: ArchInfo) -> Efficiency:
     return combine(dims, tiles, info)
 
 
-def _patch_work(spec: Any, p: PatchDgradProblem, target: Any) -> TileWork:
+def _patch_work(spec: Any, p: PatchDgradProblem, target: Target) -> TileWork:
     # One step = one k_chunk of dY channels staged (dY rows + weights); columns padded to 16.
     macs = spec.rows * spec.cols_padded * spec.k_chunk
     return TileWork(threads=geometry_of(spec, target).threads, steps=ceil_div(p.k, spec.k_chunk), macs_per_step=macs,

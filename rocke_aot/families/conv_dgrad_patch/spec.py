@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import ArgDef, LaunchFormulas, Split, ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.conv import (
     MAX_ACC_PER_THREAD,
     ConvGeometry,
@@ -196,7 +197,7 @@ class ConvDgradPatchSpec(ConvSpecBase):
     def lds_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype] * self.lds_elems()
 
-    def geometry(self, target: Any) -> ConvGeometry:
+    def geometry(self, target: Target) -> ConvGeometry:
         info = target.info
         what = self.family
         path_allowed(target, self.path, self.dtype, what)

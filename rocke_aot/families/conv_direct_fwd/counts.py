@@ -16,6 +16,7 @@ from typing import Any
 
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.launch import ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.counts import KernelCounts, engine_static, global_lines, stage_cost, straight_line_serial
 
 # Integer, compare, select and address instructions the lowerer emits per staged unit, counted
@@ -30,7 +31,7 @@ FWD_OPS_PER_WEIGHT_ELEM = 18
 
 
 @functools.lru_cache(maxsize=8192)
-def _fwd_lines(spec: Any, target: Any, w: int, c: int) -> int:
+def _fwd_lines(spec: Any, target: Target, w: int, c: int) -> int:
     """Global lines of a step's halo (element e: pixel (hy, hx), channel cc of the chunk, NHWC at
     ((hy * W) + hx) * C + cc) and weights ((kl * R*S + t) * C + cc, KRSC), as _halo_elem and
     _weight_elem address them."""
@@ -53,7 +54,7 @@ def layout_of(spec: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=8192)
-def _fwd_static(spec: Any, target: Any, banks: int) -> tuple:
+def _fwd_static(spec: Any, target: Target, banks: int) -> tuple:
     """What a block issues per chunk, the spec's and the target's alone (no problem in it): a
     select over a new problem recounts only the problem's lines, not the bank simulation."""
     eb = DTYPE_BYTES[spec.dtype]
@@ -69,7 +70,7 @@ def _fwd_static(spec: Any, target: Any, banks: int) -> tuple:
     return engine, halo, weights, r1, w1, r2, w2, serial
 
 
-def fwd_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+def fwd_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCounts:
     eb = DTYPE_BYTES[spec.dtype]
     rows, cols = spec.tile_h * spec.tile_w, spec.tile_k
     engine, halo, weights, r1, w1, r2, w2, serial = _fwd_static(layout_of(spec), target, banks)

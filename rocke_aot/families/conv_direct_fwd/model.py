@@ -18,6 +18,7 @@ from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.families.conv_direct_fwd.counts import fwd_counts
 from rocke_aot.launch import ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.models import (
     Efficiency,
     Model,
@@ -56,7 +57,7 @@ def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
     return combine(dims, tiles, info)
 
 
-def _fwd_work(spec: Any, p: ConvProblem, target: Any) -> TileWork:
+def _fwd_work(spec: Any, p: ConvProblem, target: Target) -> TileWork:
     # One step = one c_chunk of input channels staged (halo + weights), then every filter tap.
     macs = spec.tile_h * spec.tile_w * spec.tile_k * spec.c_chunk * spec.r * spec.s
     return TileWork(threads=geometry_of(spec, target).threads, steps=ceil_div(spec.c, spec.c_chunk), macs_per_step=macs,

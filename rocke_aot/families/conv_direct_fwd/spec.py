@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import SpecError
 from rocke_aot.launch import ArgDef, LaunchFormulas, Split, ceil_div
+from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvGeometry, ConvSpecBase, fma_split, mma_instr, path_allowed
 from rocke_aot.variants.problems import out_extent
 
@@ -127,7 +128,7 @@ class ConvDirectFwdSpec(ConvSpecBase):
         e = DTYPE_BYTES[self.dtype]
         return e * (self.halo_h * self.halo_w * self.c_chunk + self.tile_k * self.r * self.s * self.c_chunk)
 
-    def geometry(self, target: Any) -> ConvGeometry:
+    def geometry(self, target: Target) -> ConvGeometry:
         info = target.info
         what = self.family
         path_allowed(target, self.path, self.dtype, what)

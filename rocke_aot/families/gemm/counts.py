@@ -24,6 +24,7 @@ from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.families.gemm.spec import amd_b_pair_width, async_copy_chunk, copy_panel, quad_stores
 from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP, WGMMA_K
+from rocke_aot.targets import Target
 from rocke_aot.variants.counts import (
     LINE_BYTES,
     KernelCounts,
@@ -51,7 +52,7 @@ GEMM_ASYNC_OPS_PER_COPY = 10
 
 
 @functools.lru_cache(maxsize=8192)
-def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
+def _gemm_static(spec: Any, target: Target, banks: int) -> tuple:
     g = spec.geometry(target)
     eb = DTYPE_BYTES[spec.in_dtype]
     vw = spec.vector_width
@@ -117,7 +118,7 @@ def _gemm_static(spec: Any, target: Any, banks: int) -> tuple:
             g.tiles_m * g.tiles_n * ins.acc_per_lane, ra + b_stores)
 
 
-def amd_main_loop(spec: Any, target: Any) -> bool:
+def amd_main_loop(spec: Any, target: Target) -> bool:
     """Whether the gemm runs families/gemm/lower_registers.py build_amd (the AMD matrix paths, stages 0): every
     global load of a step issued together, one step's matrix work before they are waited for (one
     exposed latency a step, a two-stage pipeline's), B (nk) staged as 4-byte pairs of K rows."""
@@ -188,7 +189,7 @@ def _gemm_wgmma_static(spec: Any, g: Any, ins: Any, eb: int, write_cyc: float) -
 
 
 @functools.lru_cache(maxsize=8192)
-def _gemm_lines(spec: Any, target: Any, k: int, n: int) -> int:
+def _gemm_lines(spec: Any, target: Target, k: int, n: int) -> int:
     """Global lines of a step's A (rows of block_k at stride K) and B (rows of block_n at stride N)."""
     g = spec.geometry(target)
     eb, vw = DTYPE_BYTES[spec.in_dtype], spec.vector_width
@@ -247,7 +248,7 @@ def _split_k_epilogue(spec: Any, g: Any, ins: Any, c_bytes: int) -> tuple[int, f
     return part + (sk * part + c_bytes) // sk, per_warp
 
 
-def gemm_counts(spec: Any, p: Any, target: Any, banks: int = 32) -> KernelCounts:
+def gemm_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCounts:
     g, ins, mmas, reads, read_cyc, fma, cvt, rounds, write_cyc, outs, lds_stores = _gemm_static(spec, target, banks)
     eb, ob = DTYPE_BYTES[spec.in_dtype], DTYPE_BYTES[spec.out_dtype]
     if spec.stages:

@@ -80,7 +80,6 @@ class GemmLowering(WarpgroupPipeline, RegisterStaged):
 
 
 def lower_gemm(spec: GemmSpec, target: Target, lane: lanes.Lane) -> LoweredKernel:
-    target, lane = Target.parse(target), lanes.get_lane(lane)
     if not isinstance(spec, GemmSpec):
         raise TypeError(f"lower_gemm needs a GemmSpec, got {type(spec).__name__}")
     # Refuse on capability before the arch-dependent layout: gfx1250 on llvm20 names the op.

@@ -17,6 +17,7 @@ from typing import Any
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.families.gemm.counts import gemm_counts
+from rocke_aot.targets import Target
 from rocke_aot.variants.models import (
     Efficiency,
     Model,
@@ -63,7 +64,7 @@ def _gemm_eff(spec: Any, p: GemmProblem, info: ArchInfo) -> Efficiency:
 
 
 
-def _gemm_work(spec: Any, p: GemmProblem, target: Any) -> TileWork:
+def _gemm_work(spec: Any, p: GemmProblem, target: Target) -> TileWork:
     # The fitted model (variants/perf.py) counts output tiles, so a split-K spec is the work of its
     # split_k = 1 twin here (all of K per tile); only the hardware-fact model knows split_k blocks
     # per tile (counts.py here, KernelCounts.splits).

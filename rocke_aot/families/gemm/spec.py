@@ -32,6 +32,7 @@ from rocke_aot.dtypes import DTYPE_BYTES, DTYPES, MATRIX_IN_DTYPES
 from rocke_aot.errors import CapabilityError, SpecError
 from rocke_aot.launch import ArgDef, LaunchFormulas, Split
 from rocke_aot.mma import WARPGROUP
+from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_known, check_types
 
 IN_DTYPES = MATRIX_IN_DTYPES
@@ -347,7 +348,7 @@ class GemmSpec:
             return a + col * self.ldb + k
         return a + k * self.ldb + col
 
-    def geometry(self, target: Any) -> GemmGeometry:
+    def geometry(self, target: Target) -> GemmGeometry:
         """Lay the spec onto ``target`` (a Target); refuse what cannot work there."""
         info = target.info
         threads = self.waves * info.wave_size

@@ -5,12 +5,12 @@ Triton's fused-softmax tutorial) declared as a family, exactly as a user declare
     SoftmaxProblem(rows, cols, dtype)  what a caller asks to run
     KERNEL = TritonKernel(module, function, params, the grid (one program per row), configs
              (BLOCK = each power of two of kernels/configs.py SOFTMAX_BLOCKS, the tutorial's warps),
-             cols divisible by 16 or not, lanes, accepts / work, reference "softmax")
+             cols divisible by 16 or not, lanes, accepts / work, its REFERENCE)
     FAMILY = triton_family(KERNEL)     what the ``rocke_aot.families`` entry point
                                        ``triton_softmax`` names (rocke-aot's pyproject.toml)
 
-What it computes is the runner's "softmax" semantics (runner/reference.py: exp(x - max) / sum in
-float64 and the error bound of the kernel's f32 arithmetic).
+What it computes is its own Reference (reference.py beside this file: exp(x - max) / sum in
+float64 and the error bound of the kernel's f32 arithmetic), as a plugin declares its own.
 
 The @triton.jit source and its configs stay in rocke_aot/kernels/: the compile request names its
 module and files (aot/families/triton.py request), so moving them would move the code-object key of
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rocke_aot.errors import SpecError
+from rocke_aot.families.triton_softmax.reference import REFERENCE
 from rocke_aot.kernels.configs import SOFTMAX_BLOCKS, softmax_warps
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.table import Refuse, Serve
@@ -79,7 +80,7 @@ KERNEL = TritonKernel(
     configs=lambda target: tuple(dict(BLOCK=b, num_warps=softmax_warps(b), num_stages=1) for b in SOFTMAX_BLOCKS),
     baked=({"dtype": "f16"},),
     classes={"cols": ("div16", "plain")},
-    lanes=LANES, reference="softmax", operation="softmax", accepts=_softmax_accepts, work=_softmax_work,
+    lanes=LANES, reference=REFERENCE, operation="softmax", accepts=_softmax_accepts, work=_softmax_work,
     description="row-wise softmax (Triton, after its fused-softmax tutorial): one program per row",
 )
 
