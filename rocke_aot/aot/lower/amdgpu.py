@@ -4,6 +4,7 @@
         .define_kernel(params)        amdgpu_kernel, noalias pointers in addrspace(1)
         .workitem_id() / .workgroup_id()      llvm.amdgcn.workitem.id.x / workgroup.id.x
         .barrier()                    llvm.amdgcn.s.barrier (+ workgroup fences around it)
+        .shuffle_xor(v, lane, mask)   lane ^ mask's value (llvm.amdgcn.ds.bpermute)
         .shared_array(...)            LDS, addrspace(3)
         .finish()  -> IR text, with the kernel's attributes:
              "amdgpu-flat-work-group-size"="B,B"      the block size it was lowered for
@@ -57,6 +58,15 @@ class AmdgpuKernel(KernelModule):
         self.builder.fence("release", targetscope="workgroup")
         self.builder.call(self.declare("s_barrier"), [])
         self.builder.fence("acquire", targetscope="workgroup")
+
+    def shuffle_xor(self, value: ir.Value, lane: ir.Value, mask: int) -> ir.Value:
+        """``value`` (f32 or i32) as lane ``lane ^ mask`` of this wave holds it (ds_bpermute_b32,
+        every lane of the wave taking part)."""
+        b = self.builder
+        addr = b.shl(b.xor(lane, ir.Constant(I32, mask)), ir.Constant(I32, 2))
+        bits = value if value.type == I32 else b.bitcast(value, I32)
+        got = b.call(self.declare("ds_bpermute"), [addr, bits])
+        return got if value.type == I32 else b.bitcast(got, value.type)
 
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
         """Declare a matrix intrinsic after checking the lane allows it (refuse before LLVM)."""

@@ -128,10 +128,14 @@ class AttentionSpec:
         return Geometry(self.warps * wave, wave, ins, self.block_m, self.block_n)
 
     def lds_layout(self) -> tuple[tuple[str, int, int], ...]:
-        """(name, elements, element bytes) of each LDS array, in allocation order (lower.py)."""
+        """(name, elements, element bytes) of each LDS array, in allocation order (lower.py): the K and
+        V^T tiles; on sm_90 (mma) also S, P and the rescale factors of the softmax through shared
+        memory (AMDGPU's runs in registers)."""
         bn, d, rows = self.block_n, self.head_dim, self.warps * ROWS
-        return (("attn_k", bn * (d + KV_PAD), 2), ("attn_vt", d * (bn + KV_PAD), 2),
-                ("attn_s", rows * bn, 4), ("attn_p", rows * bn, 2), ("attn_alpha", rows, 4))
+        kv = (("attn_k", bn * (d + KV_PAD), 2), ("attn_vt", d * (bn + KV_PAD), 2))
+        if self.path != "mma":
+            return kv
+        return kv + (("attn_s", rows * bn, 4), ("attn_p", rows * bn, 2), ("attn_alpha", rows, 4))
 
     def lds_bytes(self) -> int:
         """The LDS the kernel declares: KernelModule.shared_array's sum (each array 16-byte aligned)."""
