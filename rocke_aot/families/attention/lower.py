@@ -234,37 +234,51 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     vty = ir.VectorType(I16, VEC)
     zero_vec = ir.Constant(vty, [0] * VEC)
 
+    VR = 4  # key rows of V one work-item transposes: 4 elements of a V^T row, one 8-byte LDS store
+
     def stage(k0: Sym, guarded: bool = True) -> None:
-        """Key rows k0 .. k0+BN-1 of K and V into LDS: work-item t moves 16-byte vectors t, t + T, ..
-        (one global load each; K row-major [key][d], V transposed [d][key] for P V's B fragments);
-        rows past seqlen_k are zeros (``guarded``; a block wholly below seqlen_k needs no check)."""
-        for rnd in range(-(-chunks // T)):
-            c = tid + rnd * T
-            guard = kb.if_then(c.lt(chunks), "stg") if chunks % T and (rnd + 1) * T > chunks else None
-            if guard is not None:
-                guard.__enter__()
-            r, v = c // vpr, c % vpr
-            key = k0 + r
-            ok = key.lt(len_k) if guarded else ir.Constant(ir.IntType(1), 1)
+        """Key rows k0 .. k0+BN-1 of K and V into LDS, 16-byte global loads (8 elements of one key row);
+        K row-major [key][d]: work-item t moves vectors t, t + T, .. (one 16-byte LDS store each);
+        V transposed [d][key] (the B / A fragments of P V / V^T P^T): work-item t takes the same
+        vector of VR consecutive key rows and stores each of its 8 head-dim elements' VR keys as one
+        8-byte LDS store; rows past seqlen_k are zeros (``guarded``; a block wholly below seqlen_k
+        needs no check)."""
+
+        def load(ptr: ir.Value, key: Sym, v: Sym) -> ir.Value:
+            ok = key.lt(len_k) if guarded else None
             if spec.paged:  # key t of sequence bidx: block block_table[bidx, t // block_size], row t % block_size
                 bs = kb.sym(BS)
-                slot = kb.sym(b.select(ok, (bidx * kb.sym(TW) + key // bs).v, c32(0)) if guarded else
-                              (bidx * kb.sym(TW) + key // bs).v)
-                blk = ld32(BT, slot)
+                slot = bidx * kb.sym(TW) + key // bs
+                blk = ld32(BT, kb.sym(b.select(ok, slot.v, c32(0))) if ok is not None else slot)
                 at = (blk * bs + key % bs) * kv_stride + hk * D + v * VEC
             else:
                 at = kv_base + key * kv_stride + v * VEC
-            src = b.select(ok, at.v, c32(0)) if guarded else at.v
-            kv = b.load(b.gep(Kp, [src], source_etype=I16), typ=vty, align=16)
-            vv = b.load(b.gep(Vp, [src], source_etype=I16), typ=vty, align=16)
-            if guarded:
-                kv, vv = b.select(ok, kv, zero_vec), b.select(ok, vv, zero_vec)
-            b.store(kv, b.gep(k_lds, [(r * LDK + v * VEC).v], source_etype=I16), align=16)
+            src = b.select(ok, at.v, c32(0)) if ok is not None else at.v
+            x = b.load(b.gep(ptr, [src], source_etype=I16), typ=vty, align=16)
+            return b.select(ok, x, zero_vec) if ok is not None else x
+
+        def rounds(n: int, name: str, body) -> None:
+            for rnd in range(-(-n // T)):
+                c = tid + rnd * T
+                if n % T and (rnd + 1) * T > n:
+                    with kb.if_then(c.lt(n), name):
+                        body(c)
+                else:
+                    body(c)
+
+        def k_vec(c: Sym) -> None:
+            r, v = c // vpr, c % vpr
+            b.store(load(Kp, k0 + r, v), b.gep(k_lds, [(r * LDK + v * VEC).v], source_etype=I16), align=16)
+
+        def v_vecs(c: Sym) -> None:
+            r, v = (c // vpr) * VR, c % vpr
+            rows = [load(Vp, k0 + r + q, v) for q in range(VR)]
             for e in range(VEC):
-                b.store(b.extract_element(vv, c32(e)),
-                        b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2)
-            if guard is not None:
-                guard.__exit__(None, None, None)
+                four = vec(VR, [b.extract_element(x, c32(e)) for x in rows], I16)
+                b.store(four, b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2 * VR)
+
+        rounds(chunks, "stgk", k_vec)
+        rounds(chunks // VR, "stgv", v_vecs)
 
     def registers(plan: RegisterPlan) -> LoweredKernel:
         """AMDGPU: S^T = K Q^T and O^T = V^T P^T, so a lane's S^T accumulators are all of one query
