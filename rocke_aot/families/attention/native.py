@@ -17,9 +17,11 @@
 
 What this kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; each K/V
 block is copied into LDS by the whole work-group (16-byte global loads through registers; no async copies
-or double buffering yet) and every warp's K and V fragments are vector reads from there; S goes through
-LDS so each lane of a warp's first 16 takes one row's online softmax (max, exp2, sum) and writes P back
-for the P V fragments.
+or double buffering yet) and every warp's K and V fragments are vector reads from there. On AMDGPU the
+online softmax runs in registers (S^T = K Q^T: a lane's accumulators are one query row's, and P^T's
+fragments for O^T = V^T P^T; lower.py register_plan); on sm_90 S goes through shared memory so each lane
+of a warp's first 16 takes one row's online softmax (max, exp2, sum) and writes P back for the P V
+fragments.
 """
 
 from __future__ import annotations
