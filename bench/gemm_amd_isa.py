@@ -158,14 +158,20 @@ def interior_loop(text: str, kernel: str, base: int, size: int, innermost: bool 
     holding the most matrix instructions, the one with the fewest instructions. A kernel whose
     edge tiles run a loop of their own (the native AMD gemm: an interior loop without bounds
     checks, then an edge loop with them) has two loops of the same matrix work; the interior
-    one is the tighter. With one loop this is codegen_deltas' main loop. ``innermost``: only
-    regions holding matrix instructions that hold no other such region are candidates (an
-    attention kernel's K/V loop inside a persistent loop over query tiles, amd-aiter's causal
-    fmha_v3_fwd)."""
+    one is the tighter. With one loop this is codegen_deltas' main loop. ``innermost``: the
+    backward branches to one header are one loop (its region reaches the last of them: a
+    guarded block the compiler placed after the first back-edge is inside), and only loops
+    holding matrix instructions that hold no other such loop are candidates (an attention
+    kernel's K/V loop inside a persistent loop over query tiles, amd-aiter's causal fmha_v3_fwd)."""
     insns = [i for i in cd.parse_disassembly(text, kernel) if base <= i.addr < base + size]
     back = [(base + i.target, i.addr) for i in insns if i.target is not None and base + i.target <= i.addr]
     if not back:
         return None
+    if innermost:
+        ends: dict[int, int] = {}
+        for head, end in back:
+            ends[head] = max(end, ends.get(head, end))
+        back = sorted(ends.items())
 
     def rank(region: tuple[int, int]) -> tuple[int, int]:
         inside = [i for i in insns if region[0] <= i.addr <= region[1]]
