@@ -65,9 +65,13 @@ AITER_PICK = {("gfx942", 0): "MI300/fwd_hd128_bf16_rtne.co", ("gfx942", 1): "MI3
               ("gfx950", 0): "fwd_hd128_bf16.co", ("gfx950", 1): "fwd_hd128_bf16_causal.co"}
 
 
+def readelf(*args: str) -> str:
+    return subprocess.run([cd.READELF, *args], check=True, capture_output=True, text=True).stdout
+
+
 def kernel_symbol_name(hsaco: Path) -> str:
     """The one kernel (FUNC symbol) of a code object."""
-    names = sorted({f[7] for line in cd._run(cd.READELF, "-s", "-W", str(hsaco)).splitlines()
+    names = sorted({f[7] for line in readelf("-s", "-W", str(hsaco)).splitlines()
                     if len(f := line.split()) >= 8 and f[3] == "FUNC"})
     if len(names) != 1:
         raise LookupError(f"{hsaco.name}: {len(names)} kernel symbols {names}")
@@ -75,7 +79,7 @@ def kernel_symbol_name(hsaco: Path) -> str:
 
 
 def notes_value(hsaco: Path, key: str) -> int:
-    m = re.search(rf"\.{key}:\s+(\d+)", cd._run(cd.READELF, "--notes", str(hsaco)))
+    m = re.search(rf"\.{key}:\s+(\d+)", readelf("--notes", str(hsaco)))
     if not m:
         raise LookupError(f"{hsaco.name}: no .{key} in its notes")
     return int(m.group(1))
