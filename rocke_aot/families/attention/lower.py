@@ -234,7 +234,10 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     vty = ir.VectorType(I16, VEC)
     zero_vec = ir.Constant(vty, [0] * VEC)
 
-    VR = 4  # key rows of V one work-item transposes: 4 elements of a V^T row, one 8-byte LDS store
+    # key rows of V one work-item transposes: 4 elements of a V^T row, one 8-byte LDS store (AMDGPU); sm_90
+    # one, K's and V's vectors of a row in one round as before (ptxas -v, head dim 256 at w1 n16: separate
+    # rounds or four V vectors in flight spill 64 bytes where this spills main's 32)
+    VR = 4 if target.is_amdgpu else 1
 
     def stage(k0: Sym, guarded: bool = True) -> None:
         """Key rows k0 .. k0+BN-1 of K and V into LDS, 16-byte global loads (8 elements of one key row);
@@ -274,11 +277,15 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             r, v = (c // vpr) * VR, c % vpr
             rows = [load(Vp, k0 + r + q, v) for q in range(VR)]
             for e in range(VEC):
-                four = vec(VR, [b.extract_element(x, c32(e)) for x in rows], I16)
-                b.store(four, b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2 * VR)
+                els = [b.extract_element(x, c32(e)) for x in rows]
+                b.store(vec(VR, els, I16) if VR > 1 else els[0],
+                        b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2 * VR)
 
-        rounds(chunks, "stgk", k_vec)
-        rounds(chunks // VR, "stgv", v_vecs)
+        if VR == 1:  # K's and V's vector of the same key row in one round, as many in flight as before
+            rounds(chunks, "stg", lambda c: (k_vec(c), v_vecs(c)))
+        else:
+            rounds(chunks, "stgk", k_vec)
+            rounds(chunks // VR, "stgv", v_vecs)
 
     def registers(plan: RegisterPlan) -> LoweredKernel:
         """AMDGPU: S^T = K Q^T and O^T = V^T P^T, so a lane's S^T accumulators are all of one query
