@@ -281,8 +281,12 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 b.store(vec(VR, els, I16) if VR > 1 else els[0],
                         b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2 * VR)
 
+        def kv_vecs(c: Sym) -> None:
+            k_vec(c)
+            v_vecs(c)
+
         if VR == 1:  # K's and V's vector of the same key row in one round, as many in flight as before
-            rounds(chunks, "stg", lambda c: (k_vec(c), v_vecs(c)))
+            rounds(chunks, "stg", kv_vecs)
         else:
             rounds(chunks, "stgk", k_vec)
             rounds(chunks // VR, "stgv", v_vecs)
