@@ -155,32 +155,45 @@ def memory_counts(insns: list[tuple[str, str]]) -> dict:
     return out
 
 
-def interior_loop(text: str, kernel: str, base: int, size: int) -> tuple[int, int] | None:
+def interior_loop(text: str, kernel: str, base: int, size: int, innermost: bool = False) -> tuple[int, int] | None:
     """(start, end) of the interior main loop: of the regions the backward branches close, those
     holding the most matrix instructions, the one with the fewest instructions. A kernel whose
     edge tiles run a loop of their own (the native AMD gemm: an interior loop without bounds
     checks, then an edge loop with them) has two loops of the same matrix work; the interior
-    one is the tighter. With one loop this is codegen_deltas' main loop."""
+    one is the tighter. With one loop this is codegen_deltas' main loop. ``innermost``: the
+    backward branches to one header are one loop (its region reaches the last of them: a
+    guarded block the compiler placed after the first back-edge is inside), and only loops
+    holding matrix instructions that hold no other such loop are candidates (an attention
+    kernel's K/V loop inside a persistent loop over query tiles, amd-aiter's causal fmha_v3_fwd)."""
     insns = [i for i in cd.parse_disassembly(text, kernel) if base <= i.addr < base + size]
     back = [(base + i.target, i.addr) for i in insns if i.target is not None and base + i.target <= i.addr]
     if not back:
         return None
+    if innermost:
+        ends: dict[int, int] = {}
+        for head, end in back:
+            ends[head] = max(end, ends.get(head, end))
+        back = sorted(ends.items())
 
     def rank(region: tuple[int, int]) -> tuple[int, int]:
         inside = [i for i in insns if region[0] <= i.addr <= region[1]]
         return cd.count(inside)["matrix"], -len(inside)
 
+    if innermost:
+        hot = [r for r in back if rank(r)[0]]
+        inner = [r for r in hot if not any(o != r and r[0] <= o[0] and o[1] <= r[1] for o in hot)]
+        back = inner or back
     return max(back, key=rank)
 
 
-def read(hsaco: Path, kernel: str) -> dict:
+def read(hsaco: Path, kernel: str, innermost: bool = False) -> dict:
     """Registers, spills, LDS from the notes; the interior main loop's counts (interior_loop;
     the whole kernel if it has no loop)."""
     st = cd.analyze(hsaco, kernel)
     text = subprocess.run([cd.OBJDUMP, "-d", str(hsaco)], check=True, capture_output=True, text=True).stdout
     if st.scope == "loop":
         base, size = cd.kernel_symbol(cd._run(cd.READELF, "-s", "-W", str(hsaco)), kernel)
-        start, end = interior_loop(text, kernel, base, size)
+        start, end = interior_loop(text, kernel, base, size, innermost)
         insns = loop_instructions(text, kernel, start, end)
     else:
         base, size = cd.kernel_symbol(cd._run(cd.READELF, "-s", "-W", str(hsaco)), kernel)
@@ -242,20 +255,28 @@ def compile_one(kind: str, tile, arch: str, lane: str, workdir: Path, dtypes=("f
     else:
         kernel = lower("gemm", native_spec(tile, arch, kind), arch, lane)
         tc = tcs.toolchain_for(get_lane(lane), Target.parse(arch))
-    result = tc.compile(kernel.ir, Target.parse(arch), timeout=300)
     path = workdir / f"{family}-{kind}-{'x'.join(map(str, tile))}-{dtypes[0]}-{arch}-{lane}.hsaco"
-    path.write_bytes(result.code_object)
-    info = tc.detect()
-    who = f"Triton {info.extra['triton_version']}" if kind == "triton" else f"{tc.kind} {info.llvm_version}"
     row = {"family": family, "kind": kind, "tile": "x".join(map(str, tile[:3])), "waves": tile[3], "arch": arch,
-           "lane": lane, "dtype": dtypes[0], "kernel": kernel.kernel_name, "compiler": who,
-           **read(path, kernel.kernel_name)}
-    if kind == "triton":  # Triton's LDS is dynamic: its metadata's "shared", not the code object's notes
-        row["lds_bytes"] += int(result.extra["triton"]["shared"])
+           "lane": lane, "dtype": dtypes[0], **compile_read(kernel, tc, arch, path, kind == "triton")}
     if family == "gemm":
         row["k_steps"] = k_steps(row["loop"]["matrix_shape"], row["loop"]["matrix"], tile)
     else:  # a conv's tile is its kernel name's; one pass of its loop is one step of its reduction
         row["tile"], row["k_steps"] = kernel.kernel_name.removeprefix(family + "_"), 1.0
+    return row
+
+
+def compile_read(kernel, tc, arch: str, path: Path, triton: bool, innermost: bool = False) -> dict:
+    """Compile a lowered kernel with toolchain ``tc`` into ``path`` and read() it: the row's
+    kernel, compiler and counts (bench/attention_amd_isa.py shares this)."""
+    from rocke_aot.targets import Target
+
+    result = tc.compile(kernel.ir, Target.parse(arch), timeout=300)
+    path.write_bytes(result.code_object)
+    info = tc.detect()
+    who = f"Triton {info.extra['triton_version']}" if triton else f"{tc.kind} {info.llvm_version}"
+    row = {"kernel": kernel.kernel_name, "compiler": who, **read(path, kernel.kernel_name, innermost)}
+    if triton:  # Triton's LDS is dynamic: its metadata's "shared", not the code object's notes
+        row["lds_bytes"] += int(result.extra["triton"]["shared"])
     return row
 
 
@@ -284,7 +305,7 @@ def _fold_labels(text: str, kernel: str, base: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def read_handwritten(hsaco: Path, kernel: str) -> dict:
+def read_handwritten(hsaco: Path, kernel: str, innermost: bool = False) -> dict:
     """read() for a code object whose kernel symbol has size 0 (assembly): the symbol to the end
     of .text; the interior loop as read() finds it."""
     meta = cd.read_metadata(cd._run(cd.READELF, "--notes", str(hsaco)))
@@ -292,7 +313,7 @@ def read_handwritten(hsaco: Path, kernel: str) -> dict:
     size = _text_end(hsaco) - base
     text = _fold_labels(subprocess.run([cd.OBJDUMP, "-d", str(hsaco)], check=True, capture_output=True,
                                        text=True).stdout, kernel, base)
-    loop = interior_loop(text, kernel, base, size)
+    loop = interior_loop(text, kernel, base, size, innermost)
     start, end = loop if loop else (base, base + size - 1)
     regs = {ours: int(meta.get(key, 0)) for key, ours in cd.METADATA.items()}
     return {**regs, "code_bytes": size, "scope": "loop" if loop else "kernel",

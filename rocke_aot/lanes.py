@@ -129,6 +129,13 @@ _INTRINSICS_COMMON = dict(
                             ("<8 x bfloat>", "<8 x bfloat>", "<16 x float>") + _MFMA_ARGS),
     fmuladd_f32=("llvm.fmuladd.f32", "float", ("float", "float", "float")),
     exp2_f32=("llvm.exp2.f32", "float", ("float",)),  # the attention family's online softmax
+    # a wave's cross-lane read (ds_bpermute_b32: lane i takes the value of lane addr / 4; the LDS
+    # crossbar, no LDS memory): the attention family's row reductions on AMDGPU
+    ds_bpermute=("llvm.amdgcn.ds.bpermute", "i32", ("i32", "i32")),
+    # v_exp_f32 as it is (llvm.exp2.f32 scales inputs whose result would be an f32 denormal: three more
+    # instructions an element; the softmax's exp2 of x <= 0 may flush those to 0) and v_max_f32
+    amdgcn_exp2_f32=("llvm.amdgcn.exp2.f32", "float", ("float",)),
+    maxnum_f32=("llvm.maxnum.f32", "float", ("float", "float")),
     tid_x=("llvm.nvvm.read.ptx.sreg.tid.x", "i32", ()),
     # NVPTX mma.sync m16n8k16, f32 accumulate. The f16 form is named by its D and C types
     # (".f32.f32"; ".f32.f16" is no intrinsic: LLVM emits it as an external call); the bf16 form

@@ -21,6 +21,11 @@
             shfl.sync.bfly (sm_90)  -> sim_shfl_bfly: every lane of the warp deposits its value, each
                                         takes lane ^ b's (PTX ISA "shfl.sync": c's clamp and
                                         segment mask; a lane past the clamp keeps its own)
+            ds.bpermute (AMDGPU)    -> sim_bpermute: every lane of the wave deposits its value, each
+                                        takes lane (addr / 4) mod wave's (the ISA manuals'
+                                        DS_BPERMUTE_B32, all lanes active)
+            amdgcn.exp2 (AMDGPU)    -> llvm.exp2.f32 (V_EXP_F32: 2^x; the host keeps denormal results
+                                        the GPU flushes, below 2^-126)
             external (dynamic) shared arrays -> a zeroed buffer of the kernel's dynamic_lds_bytes
             split-K's inter-CTA protocol (sm_90 inline PTX, NvptxKernel.fence_acq_rel_gpu,
             atomic_add_gpu, store_cg_v4f32, load_cg_v4f32): a weak-memory model of what the PTX
@@ -73,6 +78,7 @@ _ID_CALLS = {
     "llvm.nvvm.cp.async.commit.group": "sim_cp_commit",
     "llvm.nvvm.cp.async.wait.group": "sim_cp_wait",
     "llvm.nvvm.shfl.sync.bfly.i32": "sim_shfl_bfly",
+    "llvm.amdgcn.ds.bpermute": "sim_bpermute",
 }
 _F2BF = """
 define bfloat @"sim_f2bf"(float %x) {
@@ -87,6 +93,14 @@ define bfloat @"sim_f2bf"(float %x) {
   %q = select i1 %nan, i16 32704, i16 %t
   %o = bitcast i16 %q to bfloat
   ret bfloat %o
+}
+"""
+
+
+_AMD_EXP2 = """
+define float @"sim_amd_exp2"(float %x) {
+  %r = call float @"llvm.exp2.f32"(float %x)
+  ret float %r
 }
 """
 
@@ -132,6 +146,12 @@ def _retarget(text: str) -> tuple[str, list]:
     text = re.sub(r' "(?:amdgpu-[\w-]+|target-cpu|target-features)"(?:="[^"]*")?', "", text)
     for old, new in _ID_CALLS.items():
         text = text.replace(f'@"{old}"', f'@"{new}"')
+    if '@"llvm.amdgcn.exp2.f32"' in text:
+        text = re.sub(r'^declare float @"llvm\.amdgcn\.exp2\.f32"\(float[^)]*\)\n', "", text, flags=re.M)
+        text = text.replace('@"llvm.amdgcn.exp2.f32"', '@"sim_amd_exp2"') + _AMD_EXP2
+        if not re.search(r'^declare float @"?llvm\.exp2\.f32"?\(', text, flags=re.M):
+            text += '\ndeclare float @"llvm.exp2.f32"(float)\n'
+
     # fptrunc to bfloat may need a libcall the JIT lacks: round to nearest even in integers.
     text, n_bf = re.subn(r"(%\S+) = fptrunc float (%\S+) to bfloat", r'\1 = call bfloat @"sim_f2bf"(float \2)', text)
     if n_bf:
@@ -245,11 +265,12 @@ class CpuGrid:
             ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32)(self._atom_add),
             ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_float] * 4)(self._st_cg4),
             ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(self._ld_cg4),
+            ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)(self._bpermute),
         ]
         self._mem_lock = threading.Lock()
         for name, cb in zip(("sim_tid", "sim_ctaid", "sim_barrier", "sim_barrier0", "sim_mma", "sim_ldmatrix",
                              "sim_cp_async", "sim_cp_commit", "sim_cp_wait", "sim_shfl_bfly",
-                             "sim_fence", "sim_atom_add", "sim_st_cg4", "sim_ld_cg4"), self._cbs):
+                             "sim_fence", "sim_atom_add", "sim_st_cg4", "sim_ld_cg4", "sim_bpermute"), self._cbs):
             llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
         tm = llvm.Target.from_default_triple().create_target_machine(
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=1)
@@ -319,6 +340,16 @@ class CpuGrid:
         seg = (c >> 8) & 0x1F
         j = lane ^ (b & 0x1F)
         got = slot[("shfl", j)] if j <= ((lane & seg) | (c & 0x1F & ~seg)) else value
+        self.wave_barriers[wave].wait()  # every lane has read before the next deposit
+        return got
+
+    def _bpermute(self, addr, value) -> int:
+        """DS_BPERMUTE_B32: lane i returns the value lane (addr[i] / 4) mod wave deposited."""
+        wave, lane = divmod(self.local.tid, self.wave_size)
+        slot = self.slots[wave]
+        slot[("bperm", lane)] = value
+        self.wave_barriers[wave].wait()
+        got = slot[("bperm", (addr // 4) % self.wave_size)]
         self.wave_barriers[wave].wait()  # every lane has read before the next deposit
         return got
 

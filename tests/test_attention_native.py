@@ -85,6 +85,10 @@ CASES = [  # (arch, spec knobs, problem)
                                                  head_dim=64, causal=True)),
     ("sm_90", {"warps": 1, "block_n": 16}, dict(batch=2, seqlen_q=5, seqlen_k=41, heads_q=2, heads_kv=1,
                                                  head_dim=128, dtype="bf16")),
+    # AMDGPU's unmasked loop takes the blocks below the first row's diagonal: Sk - Sq = 14 puts the
+    # diagonal of query block 0 one key short of a 16-key block (a block too many unmasked shows here)
+    ("gfx942", {"warps": 1, "block_n": 16}, dict(batch=1, seqlen_q=18, seqlen_k=32, heads_q=1, heads_kv=1,
+                                                  head_dim=64, causal=True)),
 ]
 
 
@@ -124,6 +128,22 @@ def test_the_table_refuses_tiles_by_name():
     k = lower("attention", {**spec, "path": "mma"}, "sm_90", "llvm22")
     assert (k.lds_bytes, k.dynamic_lds_bytes) == (0, k.launch.dynamic_shared_bytes)
     assert k.launch.dynamic_shared_bytes == aot_family("attention").spec_from({**spec, "path": "mma"}).lds_bytes()
+
+
+def test_register_plan_from_the_instructions_layouts():
+    """AMDGPU's register softmax composes for MFMA 16x16x16 (64 lanes: a row's lanes l, l^16, l^32, l^48;
+    P^T's fragment kc, element j = S^T tile kc's accumulator j) and gfx1250's WMMA 16x16x32 (32 lanes, keys
+    8h + j of tile 2kc and 16 + 8h + j of tile 2kc + 1); mma.sync's D holds two columns a lane: no plan."""
+    from rocke_aot import mma
+    from rocke_aot.families.attention.lower import register_plan
+
+    p = register_plan(mma.select("gfx942", "mfma", "f16", "16x16x16"), 64)
+    assert p.masks == (16, 32) and p.store_run == 4 and p.col_is_lane_mod
+    assert p.gather == tuple(tuple((kc, j) for j in range(4)) for kc in range(4))
+    w = register_plan(mma.select("gfx1250", "wmma", "bf16", "16x16x32"), 32)
+    assert w.masks == (16,) and w.store_run == 8
+    assert w.gather == (tuple((0, j) for j in range(8)) + tuple((1, j) for j in range(8)),)
+    assert register_plan(mma.select("sm_90", "mma", "f16"), 32) is None
 
 
 def test_a_wrong_scale_is_caught():

@@ -102,6 +102,69 @@ def test_counter_on_handwritten_assembly(tmp_path):
     assert (c["matrix"], c["wait"], c["vmcnt0"], c["branches"], c["insts"]) == (1, 1, 1, 1, 7)
 
 
+# An outer loop around an inner one, each with matrix instructions (amd-aiter's causal fmha_v3_fwd runs its
+# K/V loops inside one): the most matrix instructions are the outer loop's; innermost picks the inner.
+NESTED = """\
+.text
+.globl k
+.type k,@function
+k:
+  s_mov_b32 s0, 0
+label_0004:
+  v_mfma_f32_32x32x8_f16 a[0:15], v[10:11], v[12:13], a[0:15]
+  s_mov_b32 s1, 0
+label_0010:
+  ds_read_b128 v[6:9], v8
+  v_mfma_f32_32x32x8_f16 a[0:15], v[10:11], v[12:13], a[0:15]
+  s_add_u32 s1, s1, 1
+  s_cmp_lg_u32 s1, 4
+  s_cbranch_scc1 label_0010
+  s_add_u32 s0, s0, 1
+  s_cmp_lg_u32 s0, 4
+  s_cbranch_scc1 label_0004
+  s_endpgm
+"""
+
+
+def test_innermost_loop_of_nested_loops(tmp_path):
+    isa = load_bench("gemm_amd_isa")
+    (tmp_path / "k.s").write_text(NESTED)
+    subprocess.run([_tool(MC), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-filetype=obj", str(tmp_path / "k.s"),
+                    "-o", str(tmp_path / "k.o")], check=True)
+    outer, inner = isa.read_handwritten(tmp_path / "k.o", "k"), isa.read_handwritten(tmp_path / "k.o", "k", True)
+    assert (outer["loop"]["matrix"], outer["loop"]["insts"], outer["loop"]["branches"]) == (2, 10, 2)
+    assert (inner["loop"]["matrix"], inner["loop"]["insts"], inner["loop"]["lds_read"]) == (1, 5, {"ds_read_b128": 1})
+
+
+# One loop with two back-edges to its header: a guarded block placed after the first (as LLVM lays out
+# a staging round under `if`) belongs to the loop; innermost reads the header to the last back-edge.
+TWO_EDGES = """\
+.text
+.globl k
+.type k,@function
+k:
+  s_mov_b32 s0, 0
+label_0004:
+  v_mfma_f32_32x32x8_f16 a[0:15], v[10:11], v[12:13], a[0:15]
+  s_add_u32 s0, s0, 1
+  s_cmp_lg_u32 s0, 4
+  s_cbranch_execz label_0004
+  ds_write_b64 v8, v[0:1]
+  s_branch label_0004
+  s_endpgm
+"""
+
+
+def test_a_loop_with_two_back_edges(tmp_path):
+    isa = load_bench("gemm_amd_isa")
+    (tmp_path / "k.s").write_text(TWO_EDGES)
+    subprocess.run([_tool(MC), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-filetype=obj", str(tmp_path / "k.s"),
+                    "-o", str(tmp_path / "k.o")], check=True)
+    tight, whole = isa.read_handwritten(tmp_path / "k.o", "k"), isa.read_handwritten(tmp_path / "k.o", "k", True)
+    assert (tight["loop"]["insts"], tight["loop"]["lds_write"]) == (4, {})
+    assert (whole["loop"]["insts"], whole["loop"]["lds_write"]) == (6, {"ds_write_b64": 1})
+
+
 def test_matrix_shape_of_both_mnemonic_styles():
     isa = load_bench("gemm_amd_isa")
     for mn in ("v_mfma_f32_32x32x8_f16", "v_mfma_f32_32x32x8f16", "v_mfma_f32_32x32x8bf16_1k"):

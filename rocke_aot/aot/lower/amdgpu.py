@@ -6,6 +6,7 @@
         .barrier()                    llvm.amdgcn.s.barrier (+ workgroup fences around it)
         .barrier_lds()                the same, its fences ordering LDS only (MMRA "amdgpu-synchronize-as")
         .wait_zero("lds", "load")     counters drained (s_waitcnt / s_wait_dscnt, s_wait_loadcnt)
+        .shuffle_xor(v, lane, mask)   lane ^ mask's value (llvm.amdgcn.ds.bpermute)
         .shared_array(...)            LDS, addrspace(3)
         .finish()  -> IR text, with the kernel's attributes:
              "amdgpu-flat-work-group-size"="B,B"      the block size it was lowered for
@@ -133,6 +134,15 @@ class AmdgpuKernel(KernelModule):
         else:
             raise CapabilityError(f"{proc}: no counter wait encoding known here (gfx9, gfx12 only)")
         self.builder.call(fence, [ir.Constant(I32, 0)])
+
+    def shuffle_xor(self, value: ir.Value, lane: ir.Value, mask: int) -> ir.Value:
+        """``value`` (f32 or i32) as lane ``lane ^ mask`` of this wave holds it (ds_bpermute_b32,
+        every lane of the wave taking part)."""
+        b = self.builder
+        addr = b.shl(b.xor(lane, ir.Constant(I32, mask)), ir.Constant(I32, 2))
+        bits = value if value.type == I32 else b.bitcast(value, I32)
+        got = b.call(self.declare("ds_bpermute"), [addr, bits])
+        return got if value.type == I32 else b.bitcast(got, value.type)
 
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
         """Declare a matrix intrinsic after checking the lane allows it (refuse before LLVM)."""

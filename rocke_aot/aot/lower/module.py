@@ -276,6 +276,10 @@ class KernelModule:
         """The target's matrix instruction ``key`` (capability checked for ``op``)."""
         raise NotImplementedError(f"{type(self).__name__} has no matrix instruction")
 
+    def shuffle_xor(self, value: ir.Value, lane: ir.Value, mask: int) -> ir.Value:
+        """``value`` as lane ``lane ^ mask`` of this wave holds it."""
+        raise NotImplementedError(f"{type(self).__name__} has no lane shuffle")
+
     def ir_builder(self) -> ir.IRBuilder:
         """The builder of the kernel's body (define_kernel starts it)."""
         if self.builder is None:

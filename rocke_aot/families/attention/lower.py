@@ -10,6 +10,13 @@
                             one global load each, K stored row-major [key][d] (one 16-byte LDS store),
                             V transposed [d][key] (8 two-byte stores); rows past seqlen_k are zeros;
                             each LDS row padded by KV_PAD elements; barrier
+      AMDGPU (mfma / wmma; register_plan): S^T = K Q^T (K fragments A from LDS, Q^T fragments B in
+      registers), so each lane's accumulators are one query row's; the online softmax in registers
+      (v_max_f32, the row max over the lanes of a row by ds_bpermute, v_exp_f32, the row sum per lane
+      until the end), P^T's B fragments are those accumulators converted, O^T += V^T P^T (V^T
+      fragments A from LDS); two barriers a block; blocks every row of the work-group sees whole run
+      a loop without masks or staging guards, the rest (diagonal, tail, any window) a masked loop;
+      O^T stored as each lane's run of head-dim elements. LDS holds K and V^T only. sm_90 (mma):
         S = Q K^T           instr.n keys at a time, K fragments (B) from LDS, the runs of consecutive
                             elements one vector read (gemm's a_fragment_run over the (n, k) map)
         S -> LDS            by the instruction's d_coord (f32); barrier
@@ -24,7 +31,7 @@
       work-group g: split z = g % kv_splits of tile g // kv_splits, keys [z per, min(hi, (z + 1) per));
       partial O / m / l to W, arrival on the tile's counter (fence, atomic, fence: the split-K gemm's
       protocol), the last arriver combines z = 0, 1, .. in order and runs the epilogue below
-    LDS: spec.lds_layout() (K, V^T, S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
+    LDS: spec.lds_layout() (K, V^T; sm_90 and split-KV also S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
     (past the 48 KiB of static shared data; the launch contract's dynamic_shared_bytes).
     Every index is 32-bit (accepts refuses tensors over 2 GiB). The 16-byte K/V loads assume 16-byte
     aligned K and V base pointers (every torch allocation is; a row is head_dim >= 64 elements).
@@ -32,9 +39,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import llvmlite.ir as ir
+import numpy as np
 
 from rocke_aot.aot.lower import LoweredKernel, kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
@@ -46,6 +55,54 @@ from rocke_aot.targets import Target
 
 LOG2E = 1.4426950408889634
 VEC = 8  # i16 elements a staging copy moves (16 bytes)
+
+
+@dataclass(frozen=True)
+class RegisterPlan:
+    """How S^T's accumulators become P^T's B fragments in the same lane (register_plan)."""
+    gather: tuple[tuple[tuple[int, int], ...], ...]  # [kc][j] -> (S^T tile, accumulator element)
+    masks: tuple[int, ...]  # lane xor masks spanning the lanes of one D column (one query row)
+    col_is_lane_mod: bool  # a lane's D column is lane % 16
+    store_run: int  # consecutive head-dim elements of a lane's O^T accumulators (one vector store)
+
+
+def register_plan(ins, bn: int) -> RegisterPlan | None:
+    """The register softmax's plan for ``ins`` and a block of ``bn`` keys, None where the layouts do
+    not compose; decided from the instruction's own coordinate maps over all lanes (numpy): every D
+    element of a lane is in one column (one query row of S^T = K Q^T); every B element of P^T (keys
+    kc * k + b_k, column b_n) is, in every lane, the same (tile, element) of S^T's accumulators, in
+    the lane's own column; the lanes of one column are a lane ^ span(masks) group."""
+    if ins.n != ROWS or bn % ins.m or bn % ins.k:
+        return None
+    lanes = np.arange(ins.wave_size)
+
+    def d(r: int) -> tuple[np.ndarray, np.ndarray]:
+        return tuple(np.broadcast_to(x, lanes.shape) for x in ins.d_coord(lanes, r))  # type: ignore[return-value]
+
+    col = d(0)[1]
+    if any((d(r)[1] != col).any() for r in range(ins.acc_per_lane)):
+        return None
+    gather = []
+    for kc in range(bn // ins.k):
+        row = []
+        for j in range(ins.b_per_lane):
+            kk, nn = (np.broadcast_to(x, lanes.shape) for x in ins.b_coord(lanes, j))
+            if (nn != col).any():
+                return None
+            hit = [(t, r) for t in range(bn // ins.m) for r in range(ins.acc_per_lane)
+                   if (t * ins.m + d(r)[0] == kc * ins.k + kk).all()]
+            if not hit:
+                return None
+            row.append(hit[0])
+        gather.append(tuple(row))
+    masks = tuple(1 << i for i in range(ins.wave_size.bit_length() - 1) if (col[lanes ^ (1 << i)] == col).all())
+    if 2 ** len(masks) != int((col == col[0]).sum()):
+        return None
+    run = ins.acc_per_lane
+    while run > 1 and not all((d(r)[0] == d(r0)[0] + (r - r0)).all() and (d(r0)[0] % run == 0).all()
+                              for r0 in range(0, ins.acc_per_lane, run) for r in range(r0, r0 + run)):
+        run //= 2
+    return RegisterPlan(tuple(gather), masks, bool((col == lanes % ROWS).all()), run)
 
 
 def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredKernel:
@@ -82,7 +139,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             arrays[name] = b.gep(dyn, [c32(off)], source_etype=ir.IntType(8))
             off += n * eb
         got = kb.dynamic_lds_bytes
-    k_lds, vt_lds, s_lds, p_lds, a_lds = (arrays[n] for n in ("attn_k", "attn_vt", "attn_s", "attn_p", "attn_alpha"))
+    k_lds, vt_lds, s_lds, p_lds, a_lds = (arrays.get(n) for n in ("attn_k", "attn_vt", "attn_s", "attn_p", "attn_alpha"))
     if got != spec.lds_bytes():
         raise AssertionError(f"LDS {got} bytes, the spec's layout says {spec.lds_bytes()}")
 
@@ -199,34 +256,209 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     vty = ir.VectorType(I16, VEC)
     zero_vec = ir.Constant(vty, [0] * VEC)
 
-    def stage(k0: Sym) -> None:
-        """Key rows k0 .. k0+BN-1 of K and V into LDS: work-item t moves 16-byte vectors t, t + T, ..
-        (one global load each; K row-major [key][d], V transposed [d][key] for P V's B fragments);
-        rows past seqlen_k are zeros."""
-        for rnd in range(-(-chunks // T)):
-            c = tid + rnd * T
-            guard = kb.if_then(c.lt(chunks), "stg") if chunks % T and (rnd + 1) * T > chunks else None
-            if guard is not None:
-                guard.__enter__()
-            r, v = c // vpr, c % vpr
-            key = k0 + r
-            ok = key.lt(len_k)
+    # key rows of V one work-item transposes: 4 elements of a V^T row, one 8-byte LDS store (AMDGPU); sm_90
+    # one, K's and V's vectors of a row in one round as before (ptxas -v, head dim 256 at w1 n16: separate
+    # rounds or four V vectors in flight spill 64 bytes where this spills main's 32)
+    VR = 4 if target.is_amdgpu else 1
+
+    def stage(k0: Sym, guarded: bool = True) -> None:
+        """Key rows k0 .. k0+BN-1 of K and V into LDS, 16-byte global loads (8 elements of one key row);
+        K row-major [key][d]: work-item t moves vectors t, t + T, .. (one 16-byte LDS store each);
+        V transposed [d][key] (the B / A fragments of P V / V^T P^T): work-item t takes the same
+        vector of VR consecutive key rows and stores each of its 8 head-dim elements' VR keys as one
+        8-byte LDS store; rows past seqlen_k are zeros (``guarded``; a block wholly below seqlen_k
+        needs no check)."""
+
+        def load(ptr: ir.Value, key: Sym, v: Sym) -> ir.Value:
+            ok = key.lt(len_k) if guarded else None
             if spec.paged:  # key t of sequence bidx: block block_table[bidx, t // block_size], row t % block_size
                 bs = kb.sym(BS)
-                slot = kb.sym(b.select(ok, (bidx * kb.sym(TW) + key // bs).v, c32(0)))
-                blk = ld32(BT, slot)
+                slot = bidx * kb.sym(TW) + key // bs
+                blk = ld32(BT, kb.sym(b.select(ok, slot.v, c32(0))) if ok is not None else slot)
                 at = (blk * bs + key % bs) * kv_stride + hk * D + v * VEC
             else:
                 at = kv_base + key * kv_stride + v * VEC
-            src = b.select(ok, at.v, c32(0))
-            kv = b.select(ok, b.load(b.gep(Kp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
-            vv = b.select(ok, b.load(b.gep(Vp, [src], source_etype=I16), typ=vty, align=16), zero_vec)
-            b.store(kv, b.gep(k_lds, [(r * LDK + v * VEC).v], source_etype=I16), align=16)
+            src = b.select(ok, at.v, c32(0)) if ok is not None else at.v
+            x = b.load(b.gep(ptr, [src], source_etype=I16), typ=vty, align=16)
+            return b.select(ok, x, zero_vec) if ok is not None else x
+
+        def rounds(n: int, name: str, body) -> None:
+            for rnd in range(-(-n // T)):
+                c = tid + rnd * T
+                if n % T and (rnd + 1) * T > n:
+                    with kb.if_then(c.lt(n), name):
+                        body(c)
+                else:
+                    body(c)
+
+        def k_vec(c: Sym) -> None:
+            r, v = c // vpr, c % vpr
+            b.store(load(Kp, k0 + r, v), b.gep(k_lds, [(r * LDK + v * VEC).v], source_etype=I16), align=16)
+
+        def v_vecs(c: Sym) -> None:
+            r, v = (c // vpr) * VR, c % vpr
+            rows = [load(Vp, k0 + r + q, v) for q in range(VR)]
             for e in range(VEC):
-                b.store(b.extract_element(vv, c32(e)),
-                        b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2)
-            if guard is not None:
-                guard.__exit__(None, None, None)
+                els = [b.extract_element(x, c32(e)) for x in rows]
+                b.store(vec(VR, els, I16) if VR > 1 else els[0],
+                        b.gep(vt_lds, [((v * VEC + e) * LDV + r).v], source_etype=I16), align=2 * VR)
+
+        def kv_vecs(c: Sym) -> None:
+            k_vec(c)
+            v_vecs(c)
+
+        if VR == 1:  # K's and V's vector of the same key row in one round, as many in flight as before
+            rounds(chunks, "stg", kv_vecs)
+        else:
+            rounds(chunks, "stgk", k_vec)
+            rounds(chunks // VR, "stgv", v_vecs)
+
+    def registers(plan: RegisterPlan) -> LoweredKernel:
+        """AMDGPU: S^T = K Q^T and O^T = V^T P^T, so a lane's S^T accumulators are all of one query
+        row (its column) and are, as they stand, its B fragments of P^T (register_plan): the online
+        softmax runs in registers, the row max over the lanes of a column by plan.masks shuffles, the
+        row sum per lane (reduced once, after the loops). Blocks wholly visible to every row of the
+        work-group (below seqlen_k, below the first row's diagonal when causal, no window) run a loop
+        with no masks; the rest a loop with them."""
+        col = ln % ROWS if plan.col_is_lane_mod else None
+        if col is None:
+            raise AssertionError("register_plan admits only D layouts whose column is lane % 16")
+        qrow = row0 + col  # this lane's query row
+        qdiag = b.add(qrow.v, shift)  # signed: the last key it sees when causal
+        tiles_s, tiles_o = BN // ins.m, D // ins.m
+        exp2_hw, vmax = kb.declare("amdgcn_exp2_f32"), kb.declare("maxnum_f32")  # v_exp_f32, v_max_f32
+
+        def bfrag_q(kc: int) -> ir.Value:  # Q^T as B: element j = Q[qrow][kc * k + b_k(j)]
+            els = []
+            for j in range(ins.b_per_lane):
+                kk, nn = ins.b_coord(ln, j)
+                row = row0 + nn
+                els.append(load16(Qp, q_base + row * q_stride + (kc * ins.k + kk), row.lt(len_q)))
+            return vec(ins.b_per_lane, els, I16)
+
+        qb = [bfrag_q(kc) for kc in range(D // ins.k)]
+        a_k_run = a_fragment_run(ins, LDK)
+        a_v_run = a_fragment_run(ins, LDV)
+
+        def reduce(v: ir.Value, op) -> ir.Value:
+            for mk in plan.masks:
+                v = op(v, kb.shuffle_xor(v, ln.v, mk))
+            return v
+
+        def fmax(x: ir.Value, y: ir.Value) -> ir.Value:
+            return b.call(vmax, [x, y])
+
+        def step(k0: Sym, carried: list, masked: bool) -> list:
+            m_old, l_old, accs = carried[0], carried[1], carried[2:]
+            stage(k0, guarded=masked)
+            kb.barrier()
+            s_t = []  # S^T tiles: keys t*m .. t*m+m-1 of this block x the warp's 16 query rows
+            for t in range(tiles_s):
+                acc = zero_acc
+                for kc in range(D // ins.k):
+                    kf = lds_fragment(k_lds, ins.a_per_lane, ins.a_coord, a_k_run,
+                                      lambda m_, k_, t=t, kc=kc: (m_ + t * ins.m) * LDK + (k_ + kc * ins.k))
+                    acc = call_matrix(kb, mfn, ins, kf, qb[kc], acc)
+                s_t.append(acc)
+            vals = {}
+            mx = None
+            for t in range(tiles_s):
+                for r in range(ins.acc_per_lane):
+                    x = b.fmul(b.extract_element(s_t[t], c32(r)), qk_scale)
+                    if masked:
+                        key = (k0 + t * ins.m + ins.d_coord(ln, r)[0]).v
+                        keep = b.icmp_signed("<", key, LK)
+                        if spec.causal:
+                            keep = b.and_(keep, b.icmp_signed("<=", key, qdiag))
+                        in_win = b.icmp_signed("<", b.sub(qdiag, key), WIN)
+                        keep = b.and_(keep, b.or_(b.icmp_signed("<=", WIN, c32(0)), in_win))
+                        x = b.select(keep, x, neg_inf)
+                    vals[t, r] = x
+                    mx = x if mx is None else fmax(mx, x)
+            m_new = fmax(reduce(mx, fmax), m_old)
+            m_use = b.select(b.fcmp_ordered("==", m_new, neg_inf), f32(0.0), m_new) if masked else m_new
+            alpha = b.call(exp2_hw, [b.fsub(m_old, m_use)])
+            total = None
+            bits = {}
+            for (t, r), x in vals.items():
+                p = b.call(exp2_hw, [b.fsub(x, m_use)])
+                total = p if total is None else b.fadd(total, p)
+                bits[t, r] = to_bits(p)
+            l_new = b.fadd(b.fmul(l_old, alpha), total)
+            pb = [vec(ins.b_per_lane, [bits[tr] for tr in plan.gather[kc]], I16) for kc in range(BN // ins.k)]
+            splat = b.insert_element(ir.Constant(zero_acc.type, None), alpha, c32(0))
+            splat = b.shuffle_vector(splat, ir.Constant(zero_acc.type, None),
+                                     ir.Constant(ir.VectorType(I32, ins.acc_per_lane), [0] * ins.acc_per_lane))
+            out = []
+            for dt in range(tiles_o):
+                acc = b.fmul(accs[dt], splat)
+                for kc in range(BN // ins.k):
+                    vf = lds_fragment(vt_lds, ins.a_per_lane, ins.a_coord, a_v_run,
+                                      lambda m_, k_, dt=dt, kc=kc: (m_ + dt * ins.m) * LDV + (k_ + kc * ins.k))
+                    acc = call_matrix(kb, mfn, ins, vf, pb[kc], acc)
+                out.append(acc)
+            kb.barrier()  # every warp has read K and V before the next block is staged
+            return [m_new, l_new, *out]
+
+        # blocks every row of the work-group sees whole: below seqlen_k // BN and, when causal, below
+        # (first row + shift + 1) // BN; none with a window (it masks keys from below)
+        full = b.udiv(LK, c32(BN))
+        if spec.causal:
+            lim = b.add(b.add(b.mul(qblk.v, c32(g.block_m)), shift), c32(1))
+            lim = b.select(b.icmp_signed(">", lim, c32(0)), lim, c32(0))
+            lim = b.udiv(lim, c32(BN))
+            full = b.select(b.icmp_unsigned("<", lim, full), lim, full)
+        full = b.select(b.icmp_signed("<=", WIN, c32(0)), full, c32(0))
+        full = kb.sym(b.select(b.icmp_unsigned("<", full, trips.v), full, trips.v))
+        init = [neg_inf, f32(0.0)] + [zero_acc] * tiles_o
+        mid = kb.loop(full, init, lambda it, c: step(it * BN, c, False), "kv")
+        final = kb.loop(trips - full, mid, lambda it, c: step((full + it) * BN, c, True), "kvm")
+        m_fin, l_fin = final[0], reduce(final[1], b.fadd)
+        first = b.icmp_unsigned("==", b.and_(ln.v, c32(sum(plan.masks))), c32(0))  # one lane per row
+        if spec.layout:
+            lse = natural_lse(m_fin, l_fin)
+            want = kb.all_of(first, qrow.lt(len_q), b.icmp_signed(">", LROWS, c32(0)))
+            with kb.if_then(want, "lse"):
+                lse_at: Sym = (h * (kb.sym(LROWS) // hq) + q_start + qrow) if spec.varlen else bh * sq + qrow
+                b.store(lse, b.gep(LSEp, [lse_at.v], source_etype=F32), align=4)
+        inv = b.select(b.fcmp_ordered(">", l_fin, f32(0.0)), b.fdiv(f32(1.0), l_fin), f32(0.0))
+        with kb.if_then(qrow.lt(len_q), "st"):
+            for dt in range(tiles_o):
+                acc = final[2 + dt]
+                for r0 in range(0, ins.acc_per_lane, plan.store_run):
+                    els = [to_bits(b.fmul(b.extract_element(acc, c32(r)), inv)) for r in range(r0, r0 + plan.store_run)]
+                    at = q_base + qrow * q_stride + (dt * ins.m + ins.d_coord(ln, r0)[0])
+                    if plan.store_run == 1:
+                        b.store(els[0], b.gep(Op, [at.v], source_etype=I16), align=2)
+                    else:
+                        b.store(vec(plan.store_run, els, I16), b.gep(Op, [at.v], source_etype=I16),
+                                align=2 * plan.store_run)
+        b.ret_void()
+        return kb.lowered("attention", {"threads": g.threads, "block_m": g.block_m, "block_n": BN, "instr": ins.key,
+                                        "k_run": a_k_run, "v_run": a_v_run, "softmax": "registers"})
+
+    def natural_lse(m_fin: ir.Value, l_fin: ir.Value) -> ir.Value:
+        """The natural log-sum-exp of a row, (m + log2 l) ln 2, -inf if it saw no key.
+        ln l from its bits (NVPTX has no f32 log2 libcall): l = 2^e m, m in [1, 2), l >= 1 where seen;
+        ln m = 2 atanh(t), t = (m - 1) / (m + 1) in [0, 1/3]: the series to t^11 (error < 2e-7)"""
+        seen = b.fcmp_ordered(">", l_fin, f32(0.0))
+        lbits = b.bitcast(l_fin, I32)
+        e = b.sitofp(b.sub(b.lshr(lbits, c32(23)), c32(127)), F32)
+        mant = b.bitcast(b.or_(b.and_(lbits, c32(0x7FFFFF)), c32(0x3F800000)), F32)
+        t = b.fdiv(b.fsub(mant, f32(1.0)), b.fadd(mant, f32(1.0)))
+        t2 = b.fmul(t, t)
+        poly = f32(1.0 / 11)
+        for c in (1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0):
+            poly = b.fadd(b.fmul(poly, t2), f32(c))
+        ln_m = b.fmul(b.fmul(f32(2.0), t), poly)
+        ln2 = f32(0.6931471805599453)
+        return b.select(seen, b.fadd(b.fmul(b.fadd(m_fin, e), ln2), ln_m), neg_inf)
+
+    if spec.path != "mma" and not spec.split_kv:  # AMDGPU: the softmax in registers (below: sm_90's, split-KV's)
+        plan = register_plan(ins, BN)
+        if plan is None:
+            raise AssertionError(f"{ins.key}: its D layout does not give P^T's B fragments in registers")
+        return registers(plan)
 
     def step(it, carried):
         m_old, l_old, accs = carried[0], carried[1], carried[2:]
@@ -381,21 +613,8 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     m_fin, l_fin, accs = final[0], final[1], final[2:]
     if spec.split_kv:
         m_fin, l_fin, accs = reduce_splits(m_fin, l_fin, accs)
-    if spec.layout:  # the natural log-sum-exp of each row when lse_rows > 0: (m + log2 l) ln 2, -inf if no key
-        # ln l from its bits (NVPTX has no f32 log2 libcall): l = 2^e m, m in [1, 2), l >= 1 where seen;
-        # ln m = 2 atanh(t), t = (m - 1) / (m + 1) in [0, 1/3]: the series to t^11 (error < 2e-7)
-        seen = b.fcmp_ordered(">", l_fin, f32(0.0))
-        lbits = b.bitcast(l_fin, I32)
-        e = b.sitofp(b.sub(b.lshr(lbits, c32(23)), c32(127)), F32)
-        mant = b.bitcast(b.or_(b.and_(lbits, c32(0x7FFFFF)), c32(0x3F800000)), F32)
-        t = b.fdiv(b.fsub(mant, f32(1.0)), b.fadd(mant, f32(1.0)))
-        t2 = b.fmul(t, t)
-        poly = f32(1.0 / 11)
-        for c in (1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0):
-            poly = b.fadd(b.fmul(poly, t2), f32(c))
-        ln_m = b.fmul(b.fmul(f32(2.0), t), poly)
-        ln2 = f32(0.6931471805599453)
-        lse = b.select(seen, b.fadd(b.fmul(b.fadd(m_fin, e), ln2), ln_m), neg_inf)
+    if spec.layout:  # the natural log-sum-exp of each row when lse_rows > 0
+        lse = natural_lse(m_fin, l_fin)
         want = kb.all_of(writer, qi.lt(len_q), b.icmp_signed(">", LROWS, c32(0)))
         with kb.if_then(want, "lse"):
             # dense [batch, heads_q, seqlen_q]; varlen [heads_q, total_q] (flash-attn's softmax_lse layouts)

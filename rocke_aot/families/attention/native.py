@@ -21,9 +21,11 @@
 
 What this kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; each K/V
 block is copied into LDS by the whole work-group (16-byte global loads through registers; no async copies
-or double buffering yet) and every warp's K and V fragments are vector reads from there; S goes through
-LDS so each lane of a warp's first 16 takes one row's online softmax (max, exp2, sum) and writes P back
-for the P V fragments.
+or double buffering yet) and every warp's K and V fragments are vector reads from there. On AMDGPU the
+online softmax runs in registers (S^T = K Q^T: a lane's accumulators are one query row's, and P^T's
+fragments for O^T = V^T P^T; lower.py register_plan); on sm_90 S goes through shared memory so each lane
+of a warp's first 16 takes one row's online softmax (max, exp2, sum) and writes P back for the P V
+fragments.
 """
 
 from __future__ import annotations
@@ -142,10 +144,14 @@ class AttentionSpec:
         return Geometry(self.warps * wave, wave, ins, self.block_m, self.block_n)
 
     def lds_layout(self) -> tuple[tuple[str, int, int], ...]:
-        """(name, elements, element bytes) of each LDS array, in allocation order (lower.py)."""
+        """(name, elements, element bytes) of each LDS array, in allocation order (lower.py): the K and
+        V^T tiles; on sm_90 (mma) also S, P and the rescale factors of the softmax through shared
+        memory (AMDGPU's runs in registers, but for split-KV's)."""
         bn, d, rows = self.block_n, self.head_dim, self.warps * ROWS
-        return (("attn_k", bn * (d + KV_PAD), 2), ("attn_vt", d * (bn + KV_PAD), 2),
-                ("attn_s", rows * bn, 4), ("attn_p", rows * bn, 2), ("attn_alpha", rows, 4))
+        kv = (("attn_k", bn * (d + KV_PAD), 2), ("attn_vt", d * (bn + KV_PAD), 2))
+        if self.path != "mma" and not self.split_kv:  # split-KV keeps the shared-memory softmax (lower.py)
+            return kv
+        return kv + (("attn_s", rows * bn, 4), ("attn_p", rows * bn, 2), ("attn_alpha", rows, 4))
 
     def lds_bytes(self) -> int:
         """The LDS the kernel declares: KernelModule.shared_array's sum (each array 16-byte aligned)."""
