@@ -235,7 +235,8 @@ def test_amd_main_loop_does_not_regress(arch, bm, bn, db, matrix, insts, waits, 
     spec = {"path": isa.MATRIX_PATH[arch], "block_m": bm, "block_n": bn, "double_buffer": db, **AMD_MATRIX}
     low = lower("gemm", spec, arch, "llvm22")
     path = tmp_path / "k.hsaco"
-    path.write_bytes(tcs.toolchain_for(get_lane("llvm22"), Target.parse(arch)).compile(low.ir, Target.parse(arch), timeout=300).code_object)
+    target = Target.parse(arch)
+    path.write_bytes(tcs.toolchain_for(get_lane("llvm22"), target).compile(low.ir, target, timeout=300).code_object)
     row = isa.read(path, low.kernel_name)
     lp = row["loop"]
     assert row["scope"] == "loop" and lp["matrix"] == matrix
@@ -260,7 +261,8 @@ def test_amd_main_loop_waits_are_the_stated_ones(arch, tmp_path):
     spec = {"path": isa.MATRIX_PATH[arch], "block_m": 64, "block_n": 64, "double_buffer": True, **AMD_MATRIX}
     low = lower("gemm", spec, arch, "llvm22")
     path = tmp_path / "k.hsaco"
-    path.write_bytes(tcs.toolchain_for("llvm22", arch).compile(low.ir, arch, timeout=300).code_object)
+    target = Target.parse(arch)
+    path.write_bytes(tcs.toolchain_for(get_lane("llvm22"), target).compile(low.ir, target, timeout=300).code_object)
     text = subprocess.run([_tool(OBJDUMP), "-d", str(path)], check=True, capture_output=True, text=True).stdout
     cd = isa.cd
     base, size = cd.kernel_symbol(cd._run(_tool(READELF), "-s", "-W", str(path)), low.kernel_name)
@@ -291,7 +293,8 @@ def test_amd_main_loop_lds_stores_are_the_counts(arch, bm, db, tmp_path):
     spec = GemmSpec.from_dict({"path": "mfma", "block_m": bm, "block_n": bm, "double_buffer": db, **AMD_MATRIX})
     low = lower("gemm", spec, arch, "llvm22")
     path = tmp_path / "k.hsaco"
-    path.write_bytes(tcs.toolchain_for(get_lane("llvm22"), Target.parse(arch)).compile(low.ir, Target.parse(arch), timeout=300).code_object)
+    target = Target.parse(arch)
+    path.write_bytes(tcs.toolchain_for(get_lane("llvm22"), target).compile(low.ir, target, timeout=300).code_object)
     lp = isa.read(path, low.kernel_name)["loop"]
     steps = 2  # the loop's pass is two K-steps (build_amd unrolls it by 2)
     stores = sum(n * (2 if m.startswith("ds_write2") else 1) for m, n in lp["lds_write"].items())
