@@ -436,6 +436,7 @@ def test_conv_direct_fwd_counts_shared_across_channel_counts():
     on gfx942 and sm_90 counts the same through the shared entry as through its own."""
     from rocke_aot.aot.builder import Workload
     from rocke_aot.families.conv_direct_fwd import counts as C
+    from rocke_aot.variants import models as M
 
     work = Workload(Path(__file__).resolve().parents[1] / "bench" / "problems" / "models" / "resnet50.json")
     for arch in ("gfx942", "sm_90"):
@@ -444,3 +445,23 @@ def test_conv_direct_fwd_counts_shared_across_channel_counts():
         assert len(specs) > 100
         for spec in specs[::7]:
             assert C._fwd_static(C.layout_of(spec), target, 32) == C._fwd_static.__wrapped__(spec, target, 32), spec
+            if spec.path != "fma":  # the model's fragment wavefronts and threads through the layout too
+                assert M._wavefronts_per_instr(C.layout_of(spec), target) == \
+                    M._wavefronts_per_instr.__wrapped__(spec, target), spec
+            assert M.geometry_of(C.layout_of(spec), target) == spec.geometry(target), spec
+
+
+def test_gemm_lines_at_line_equivalent_strides():
+    """gemm's global-line count is memoized at line-equivalent strides (variants/counts.py
+    line_stride): for specs of every pipeline on sm_90 and gfx942 and strides around and far past
+    the rows' width, the count through it equals the count at the stride itself."""
+    from rocke_aot.families.gemm import counts as G
+    from rocke_aot.variants.table import enumerate_specs
+
+    strides = (64, 96, 200, 256, 264, 1000, 1024, 1032, 4096, 4104, 11008, 14336)
+    for arch in ("sm_90", "gfx942"):
+        target = Target.parse(arch)
+        specs = list(enumerate_specs("gemm", arch, "llvm22"))
+        for spec in specs[:: max(1, len(specs) // 40)]:
+            for k, n in zip(strides, reversed(strides)):
+                assert G.gemm_lines(spec, target, k, n) == G._gemm_lines.__wrapped__(spec, target, k, n), (spec, k, n)

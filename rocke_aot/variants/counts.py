@@ -202,6 +202,21 @@ def global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset:
     return lines
 
 
+def line_stride(stride: int, span: int, eb: int) -> int:
+    """A row stride (elements) that global_lines counts the same as ``stride`` for rows of at most
+    ``span`` elements at ``stride`` apart: once rows are a whole line apart (stride >= span + a
+    line), no two share a line and each row's lines depend only on where it starts in its line,
+    stride mod a line; so every such stride maps to the least one with the same residue (the counts
+    memoized per stride then serve every problem whose stride has that residue).
+    tests/test_hw_model.py checks the counts through it against the stride's own."""
+    line = max(1, LINE_BYTES // eb)
+    floor = span + line
+    if stride < floor:
+        return stride
+    r = stride % line
+    return r + (floor - r + line - 1) // line * line
+
+
 def straight_line_serial(threads: int, total: int) -> int:
     """Global-load latencies a thread waits for in a conv staging copy (_conv_ir.copy_to_lds):
     the whole rounds are straight-line code, so their loads can all be in flight before the

@@ -16,7 +16,7 @@ from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES
-from rocke_aot.families.conv_direct_fwd.counts import fwd_counts
+from rocke_aot.families.conv_direct_fwd.counts import fwd_counts, layout_of
 from rocke_aot.launch import ceil_div
 from rocke_aot.targets import Target
 from rocke_aot.variants.models import (
@@ -60,8 +60,9 @@ def _fwd_eff(spec: Any, p: ConvProblem, info: ArchInfo) -> Efficiency:
 def _fwd_work(spec: Any, p: ConvProblem, target: Target) -> TileWork:
     # One step = one c_chunk of input channels staged (halo + weights), then every filter tap.
     macs = spec.tile_h * spec.tile_w * spec.tile_k * spec.c_chunk * spec.r * spec.s
-    return TileWork(threads=geometry_of(spec, target).threads, steps=ceil_div(spec.c, spec.c_chunk), macs_per_step=macs,
-                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=matrix_wavefronts(spec, target, macs),
+    layout = layout_of(spec)  # the LDS layout's own counts, shared by layers that differ in channels
+    return TileWork(threads=geometry_of(layout, target).threads, steps=ceil_div(spec.c, spec.c_chunk), macs_per_step=macs,
+                    load_bytes_per_step=spec.lds_bytes(), lds_wavefronts_per_step=matrix_wavefronts(layout, target, macs),
                     store_bytes=spec.tile_h * spec.tile_w * spec.tile_k * DTYPE_BYTES[spec.dtype],
                     matrix=spec.path != "fma", double_buffer=False, lds_bytes=spec.lds_bytes())
 

@@ -32,6 +32,7 @@ from rocke_aot.variants.counts import (
     frag_cost,
     global_lines,
     lds_cycles,
+    line_stride,
     pipelined_latencies,
     stage_cost,
     wgmma_key,
@@ -188,6 +189,13 @@ def _gemm_wgmma_static(spec: Any, g: Any, ins: Any, eb: int, write_cyc: float) -
             pairs // 2 if quad_stores(spec, g) else pairs, 0)
 
 
+def gemm_lines(spec: Any, target: Target, k: int, n: int) -> int:
+    """_gemm_lines at the strides' line-equivalent values (variants/counts.py line_stride): the
+    rows a step's copies touch are at most block_m / block_n / block_k elements wide."""
+    span, eb = max(spec.block_m, spec.block_n, spec.block_k), DTYPE_BYTES[spec.in_dtype]
+    return _gemm_lines(spec, target, line_stride(k, span, eb), line_stride(n, span, eb))
+
+
 @functools.lru_cache(maxsize=8192)
 def _gemm_lines(spec: Any, target: Target, k: int, n: int) -> int:
     """Global lines of a step's A (rows of block_k at stride K) and B (rows of block_n at stride N)."""
@@ -262,7 +270,7 @@ def gemm_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCou
             threads=g.threads, wave_size=g.wave_size, steps=steps, instr=wgmma_key(spec.in_dtype) if wg else ins.key,
             mma=mmas, matrix_issued=mmas / g.tiles_n if wg else None,
             lds_reads=reads, lds_read_wavefronts=read_cyc, fma=0, cvt=0, global_loads=rounds, lds_writes=0,
-            lds_write_wavefronts=write_cyc, global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
+            lds_write_wavefronts=write_cyc, global_wavefronts=gemm_lines(spec, target, p.k, p.n),
             serial_loads=pipelined_latencies(steps, spec.copy_ahead + 1 if wg else spec.stages),
             int_ops=rounds * GEMM_ASYNC_OPS_PER_COPY,
             staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1, double_buffer=True,
@@ -278,7 +286,7 @@ def gemm_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelCou
         threads=g.threads, wave_size=g.wave_size, steps=ceil_div(p.k, spec.block_k),
         instr=None if ins is None else ins.key, mma=mmas, lds_reads=reads, lds_read_wavefronts=read_cyc,
         fma=fma, cvt=cvt, global_loads=rounds, lds_writes=lds_stores, lds_write_wavefronts=write_cyc,
-        global_wavefronts=_gemm_lines(spec, target, p.k, p.n),
+        global_wavefronts=gemm_lines(spec, target, p.k, p.n),
         serial_loads=pipelined_latencies(ceil_div(p.k, spec.block_k), 2) if amd_main_loop(spec, target) else rounds,
         int_ops=rounds * GEMM_OPS_PER_VECTOR, staged_bytes=(spec.block_m + spec.block_n) * spec.block_k * eb, barriers=1 if spec.double_buffer else 2,
         double_buffer=spec.double_buffer, store_bytes=spec.block_m * spec.block_n * ob, stores=outs,
