@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 from _nginx import nginx  # noqa: E402
 from bench_fetch_process import run  # noqa: E402
-from bench_tuf import _make_tree, measure  # noqa: E402
+from bench_tuf import _make_tree, append_report, measure  # noqa: E402
 
 FULL = "import sys; sys.argv[0] = 'rocke-aot'; from rocke_aot.cli.main import main; main()\n"
 PROBLEM = '{"m":4096,"n":4096,"k":4096}'
@@ -98,9 +98,7 @@ def main() -> None:
         say(f"| {name} | {statistics.median(v[0] for v in vals):.2f} | {statistics.median(v[1] for v in vals):.2f} | "
             f"{statistics.median(v[2] for v in vals) / 1024:.0f} |")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            f.write("\n".join(lines) + "\n\n")
+        append_report(args.out, lines)
 
 
 if __name__ == "__main__":

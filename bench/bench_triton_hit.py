@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(HERE))
 from _nginx import nginx  # noqa: E402
 from bench_fetch_process import fill, run, sign_and_export  # noqa: E402
-from bench_tuf import measure  # noqa: E402
+from bench_tuf import append_report, measure  # noqa: E402
 
 from rocke_aot.cache.keys import thaw  # noqa: E402
 from rocke_aot.cache.store import Store  # noqa: E402
@@ -231,9 +231,7 @@ def main() -> None:
         b = statistics.median(v[0] for v in procs["baseline: import triton (no kernel)"])
         say(f"{pre}whole-process CPU hit / compile {h / cc:.3f}; over `import triton`: {(h - b) / (cc - b):.3f}")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            f.write("\n".join(lines) + "\n\n")
+        append_report(args.out, lines)
 
 
 if __name__ == "__main__":

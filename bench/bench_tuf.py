@@ -263,9 +263,14 @@ def main() -> None:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            f.write("\n".join(lines) + "\n\n")
+        append_report(args.out, lines)
+
+
+def append_report(path: str, lines: list[str]) -> None:
+    """The run's lines appended to the raw file ``path`` (one block per run; the benches share it)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write("\n".join(lines) + "\n\n")
 
 
 if __name__ == "__main__":

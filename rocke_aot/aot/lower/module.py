@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -263,6 +263,24 @@ class KernelModule:
     def atomic_add_gpu(self, ptr: ir.Value, value: ir.Value) -> ir.Value:
         """A device-scope relaxed atomic add on an i32 in global memory; the old value."""
         raise NotImplementedError(f"{type(self).__name__} has no device-scope atomic")
+
+    def last_arriver(self, first_thread: ir.Value, counter: ir.Value, flag: ir.Value,
+                     last: Callable[[], ir.Value]) -> None:
+        """The protocol itself (gemm's split-K, attention's split-KV): the work-group's first thread
+        arrives on ``counter`` (fence, atomic add, fence) and leaves the old value in LDS at ``flag``;
+        after a barrier every work-group but the one that saw ``last()`` (the count of the others,
+        emitted after the load) returns. The partials stored before it are visible to the one that
+        goes on."""
+        b = self.builder
+        with self.if_then(first_thread, "arrive"):
+            self.fence_acq_rel_gpu()
+            old = self.atomic_add_gpu(counter, ir.Constant(I32, 1))
+            self.fence_acq_rel_gpu()
+            b.store(old, flag, align=4)
+        self.barrier()
+        arrived = b.load(flag, typ=I32, align=4)
+        with self.if_then(b.icmp_unsigned("!=", arrived, last()), "notlast"):
+            b.ret_void()
 
     def store_cg_v4f32(self, ptr: ir.Value, vec: ir.Value) -> None:
         """16 bytes to global memory that another work-group reads after the protocol."""

@@ -555,15 +555,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         first = tile * ks
         counter = at(first * R + bm * (D + 4))  # in split 0's region, a word no partial uses
         flag = b.gep(s_lds, [c32(bm)], source_etype=F32)  # S's LDS is idle after the loop's last barrier
-        with kb.if_then(tid0, "arrive"):
-            kb.fence_acq_rel_gpu()
-            old = kb.atomic_add_gpu(counter, c32(1))
-            kb.fence_acq_rel_gpu()
-            b.store(old, flag, align=4)
-        kb.barrier()
-        arrived = b.load(flag, typ=I32, align=4)
-        with kb.if_then(b.icmp_unsigned("!=", arrived, (ks - 1).v), "notlast"):
-            b.ret_void()
+        kb.last_arriver(tid0, counter, flag, lambda: (ks - 1).v)
         with kb.if_then(tid0, "reset"):  # the workspace as the launch found it (launch.py "workspace")
             b.store(c32(0), counter, align=4)
 

@@ -403,15 +403,7 @@ class AsyncPipeline(GemmLoweringBase):
         kb.barrier()
         flag = self.gep(self.lds, self.S(c32(0)), I32)  # the stages are idle: async_wait(0), barrier
         counter = f32(tiles * (s.split_k * s.block_m * s.block_n) + self.tile)
-        with kb.if_then(b.icmp_unsigned("==", self.tid.v, c32(0)), name="arrive"):
-            kb.fence_acq_rel_gpu()
-            old = kb.atomic_add_gpu(counter, c32(1))
-            kb.fence_acq_rel_gpu()
-            b.store(old, flag, align=4)
-        kb.barrier()
-        arrived = b.load(flag, typ=I32, align=4)
-        with kb.if_then(b.icmp_unsigned("!=", arrived, c32(s.split_k - 1)), name="notlast"):
-            b.ret_void()
+        kb.last_arriver(b.icmp_unsigned("==", self.tid.v, c32(0)), counter, flag, lambda: c32(s.split_k - 1))
         with kb.if_then(b.icmp_unsigned("==", self.tid.v, c32(0)), name="reset"):
             b.store(c32(0), counter, align=4)
 
