@@ -88,6 +88,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--compare", help="a folder holding another commit's rocke_aot package")
     a = ap.parse_args()
+    a.problems = os.path.abspath(a.problems)  # the children run elsewhere (no repository folder shadows a tree)
     trees = {"this tree": str(ROOT)}
     if a.compare:
         trees["compare"] = a.compare

@@ -28,7 +28,7 @@ class OneKernel:
         self.image = self.kernel.ir.encode()
         self.asked: list = []
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None):
+    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
         self.asked.append(problem)
         return [{"key": "k0", "lane": "llvm22", "spec": SPEC.to_dict()}]
 

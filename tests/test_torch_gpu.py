@@ -26,7 +26,7 @@ class _Source:
         self.kernels = kernels  # family -> (key, spec, image, contract)
         self.ranked_calls = 0
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None):
+    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
         self.ranked_calls += 1
         if family not in self.kernels:
             return []

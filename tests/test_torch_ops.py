@@ -103,6 +103,38 @@ def served(tmp_path):
     store.close()
 
 
+def test_a_new_shape_asks_only_for_the_top_candidate(tmp_path):
+    """The dispatcher launches the top-ranked candidate and asks its source for that one only (a
+    service answers one row, not the whole ranking): the kernel it launches is the first of the
+    store's full ranking of the same problem."""
+    store = Store.open(str(tmp_path / "c.sqlite"))
+    rec = Recorder()
+    gemms = [s for s in table.enumerate_specs("gemm", ARCH, LANE) if s.in_dtype == "f16" and s.out_dtype == "f16"][:6]
+    for spec in gemms:
+        c = _contract(spec)
+        _put(store, "gemm", spec, c)
+        rec.contracts[c.kernel] = c
+
+    class Spy(StoreSource):
+        asked: list = []
+
+        def ranked(self, *a, **kw):
+            got = super().ranked(*a, **kw)
+            self.asked.append((kw.get("limit"), len(got)))
+            return got
+
+    d = rtorch.configure(Spy(store), runtime=rec, arch=ARCH, lanes=[LANE], summary_at_exit=False)
+    try:
+        torch.ops.rocke_aot.linear(_x(2, 3, 64), _x(48, 64), None)
+        problem = D.linear_problem((2, 3, 64), (48, 64), "f16")
+        full = StoreSource(store).ranked(ARCH, "gemm", problem, [LANE])
+        assert Spy.asked == [(1, 1)] and len(full) > 1
+        assert rec.launches[0]["fn"] == next(s.kernel_name for s in gemms if s.to_dict() == full[0]["spec"])
+    finally:
+        d.close()
+        store.close()
+
+
 def _x(*shape):
     return torch.randn(*shape).to(torch.float16)
 

@@ -39,7 +39,7 @@ class _Source:
     def __init__(self):
         self.low = {f: lower(f, s, ARCH, "llvm22") for f, s in SPECS.items()}
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None):
+    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
         return [{"key": family, "lane": "llvm22", "spec": SPECS[family].to_dict(), "efficiency": 1.0}]
 
     def load(self, key):

@@ -52,7 +52,7 @@ from rocke_aot.variants import table
 
 class Source(Protocol):
     def ranked(self, arch: str, family: str, problem: Any, lanes: Sequence[str] | None,
-               triton_version: str | None = None) -> list[dict[str, Any]]: ...
+               triton_version: str | None = None, limit: int | None = None) -> list[dict[str, Any]]: ...
 
     def load(self, key: str) -> tuple[bytes, dict[str, Any]]: ...
 
@@ -74,8 +74,9 @@ class StoreSource:
     def __init__(self, store):
         self.store = store
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None):
-        sel = select(self.store, arch, family, problem, lanes=lanes, explain=False, triton_version=triton_version)
+    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
+        sel = select(self.store, arch, family, problem, lanes=lanes, explain=False, triton_version=triton_version,
+                     limit=limit)
         return [{"key": c.key, "lane": c.lane, "spec": dict(c.candidate.spec), "efficiency": c.efficiency.total,
                  "estimate_ms": c.estimate_ms, "resources": c.candidate.resources.as_dict()} for c in sel.accepted]
 
@@ -103,8 +104,9 @@ class ServerSource:
         # key -> (device arch, family, Triton version) of the select that ranked it
         self._asked: dict[str, tuple[str, str, str | None]] = {}
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None):
-        doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes, triton_version=triton_version)
+    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
+        doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes, triton_version=triton_version,
+                                 limit=limit)
         out = []
         for c in doc["accepted"]:
             if not compatible(c["arch"], arch):  # Client.select checked it; the runner does not rely on that

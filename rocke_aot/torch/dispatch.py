@@ -333,7 +333,7 @@ class Dispatcher:
         self.selects += 1
         t0 = time.perf_counter()
         try:
-            ranked = self.source.ranked(arch, family, problem, self.lanes)
+            ranked = self.source.ranked(arch, family, problem, self.lanes, limit=1)  # the top one launches
         except SpecError as e:  # a problem the family refuses by name (its reason)
             return Unserved(f"{family} refuses {problem}: {e}")
         finally:
