@@ -284,8 +284,11 @@ class ConvLowering:
 
     def store_units(self, loaded: list[tuple]) -> None:
         """The registers of load_units into LDS: one vector store a unit (aligned to its width),
-        element stores where the vector is transposed in LDS, 4-byte stores for pairs."""
+        element stores where the vector is transposed in LDS, 4-byte stores for pairs; after ONE
+        wait for every load (AmdgpuKernel.wait_zero "load": the LDS-only barriers no longer wait
+        for them, and the backend's own waits were one a store, gfx1250's 22 b32 stores 22)."""
         b = self.b
+        self.akb.wait_zero("load")
         for op, units, vals in loaded:
             un = units[0]
             if op.pair:
@@ -398,8 +401,14 @@ class ConvLowering:
         # AMD (issue 37, gemm's compute_amd): every fragment read first, the first matrix
         # instruction's last (LDS returns in order), then ONE wait for the reads and the matrix
         # instructions in order -- reads interleaved with them made the backend wait before each
+        # gfx9 with one fragment pair a step (conv_direct_fwd cc8: one a filter tap) is left to the
+        # backend: its wait is the same one, and the fences would keep the unrolled taps' reads
+        # apart (ds_read2 pairs across taps: gfx942 llvm22 cc8 52 instructions a chunk, 58 with
+        # them); gfx1250 waits fewer with the fences at one pair too (its fwd 16 -> 14, dgrad
+        # p16c3 13 -> 5 a chunk, llvm22; bench/conv_amd_isa.py)
         frags = {slot: fragments(*slot) for slot in reversed(slots)}
-        self.akb.wait_zero("lds")
+        if len(slots) > 1 or not self.target.processor.startswith("gfx9"):
+            self.akb.wait_zero("lds")
         for ks, i in slots:
             out[i] = call_matrix(self.kb, self.mma_fn, ins, *frags[(ks, i)], out[i])
         return out
