@@ -31,6 +31,10 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
               compute (LDS reads, matrix instructions); barrier; registers -> LDS; barrier
           edge loop ci in kfull .. nchunks: the checked chunk (zero where invalid) -> LDS;
               barrier; compute; barrier
+      waits by need (issue 37, as gemm's compute_amd): a step reads every fragment first, then
+      ONE LDS wait (AmdgpuKernel.wait_zero "lds", gfx9: where the step has more than one
+      fragment pair) before its matrix instructions; the registers go to LDS after ONE wait for
+      the chunk's loads (wait_zero "load"); the barriers are LDS-only (barrier_lds)
     fma and NVPTX mma keep the element-wise copy below (copy_to_lds).
     lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
                   refusals before any IR (target, matrix path), the geometry, and the
