@@ -9,8 +9,8 @@ The counts are bench/gemm_amd_isa.py's (llvm-objdump-22 of the lane's code objec
 loop = of the backward branches' regions holding the most matrix instructions, the tightest),
 for its CONV_SPECS (the AMD picks' conv tiles; gfx1250 its wmma tiles). This script only reads
 two such runs and prints, per (arch, lane, kernel): instructions / matrix instructions of one
-pass of the loop (one reduction chunk), waits (vmcnt(0) drains), branches, global loads and LDS
-writes by mnemonic, VGPRs and spills, before -> after. The project has no Triton conv kernel, so
+pass of the loop (one reduction chunk; conv_direct_fwd: one filter tap), waits (s_waitcnt /
+s_wait_*; vmcnt(0) drains in brackets), barriers, branches, global loads, LDS reads and writes by mnemonic, VGPRs and spills, before -> after. The project has no Triton conv kernel, so
 the reference column is the served gemm's interior loop on the same arch and lane (128x128x32 w4
 f16, single buffer) and Triton's matmul for that tile from --gemm, per matrix instruction.
 """
@@ -35,8 +35,9 @@ def _cell(r: dict | None) -> str:
     if "error" in r:
         return r["error"][:60]
     lp = r["loop"]
-    return (f"{lp['insts']} / {lp['matrix']}, {lp['wait']} w ({lp['vmcnt0']}), {lp['branches']} br; "
-            f"{isa.width_mix(lp['global_load'])}; {r['vgpr']} V" +
+    return (f"{lp['insts']} / {lp['matrix']}, {lp['wait']} w ({lp['vmcnt0']}), {lp.get('barrier', '?')} bar, "
+            f"{lp['branches']} br; {isa.width_mix(lp['global_load'])}; LDS r {isa.width_mix(lp.get('lds_read', {}))} "
+            f"w {isa.width_mix(lp.get('lds_write', {}))}; {r['vgpr']} V" +
             (f", {r['vgpr_spills']}+{r['sgpr_spills']} spills" if r["vgpr_spills"] or r["sgpr_spills"] else ""))
 
 
@@ -63,7 +64,8 @@ def gemm_reference(doc: dict | None) -> dict:
 def table(before: dict, after: dict, gemm: dict | None = None) -> str:
     old = {_key(r): r for r in before["rows"] if "kernel" in r}
     ref = gemm_reference(gemm)
-    lines = ["| arch | lane | kernel | before: insts / matrix, waits (vmcnt0), branches; global loads; VGPR | "
+    lines = ["| arch | lane | kernel | before: insts / matrix, waits (vmcnt0), barriers, branches; global loads; "
+             "LDS reads, writes; VGPR | "
              "after | per matrix before -> after | gemm 128x128 served / Triton, per matrix |",
              "|---|---|---|---|---|---|---|"]
     for r in after["rows"]:

@@ -31,6 +31,10 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
               compute (LDS reads, matrix instructions); barrier; registers -> LDS; barrier
           edge loop ci in kfull .. nchunks: the checked chunk (zero where invalid) -> LDS;
               barrier; compute; barrier
+      waits by need (issue 37, as gemm's compute_amd): a step reads every fragment first, then
+      ONE LDS wait (AmdgpuKernel.wait_zero "lds", gfx9: where the step has more than one
+      fragment pair) before its matrix instructions; the registers go to LDS after ONE wait for
+      the chunk's loads (wait_zero "load"); the barriers are LDS-only (barrier_lds)
     fma and NVPTX mma keep the element-wise copy below (copy_to_lds).
     lower_conv(cls, spec, target, lane)  what both lowerers do around their build(): the
                   refusals before any IR (target, matrix path), the geometry, and the
@@ -54,6 +58,7 @@ import llvmlite.ir as ir
 
 from rocke_aot import lanes, mma
 from rocke_aot.aot.lower import kernel_for
+from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
 from rocke_aot.dtypes import DTYPE_BYTES
@@ -241,6 +246,13 @@ class ConvLowering:
                 guard.__exit__(None, None, None)
 
     # -- the AMD main loop (issue 37) -----------------------------------------------------------
+    @property
+    def akb(self) -> AmdgpuKernel:
+        """The kernel as AmdgpuKernel (the AMD paths' waits and LDS-only barriers)."""
+        if not isinstance(self.kb, AmdgpuKernel):
+            raise AssertionError(f"{self.target.id}: not an AMDGPU kernel")
+        return self.kb
+
     def amd_path(self) -> bool:
         """The AMD matrix paths stage through amd_chunks; fma and NVPTX keep copy_to_lds."""
         return self.instr is not None and self.target.is_amdgpu
@@ -276,8 +288,11 @@ class ConvLowering:
 
     def store_units(self, loaded: list[tuple]) -> None:
         """The registers of load_units into LDS: one vector store a unit (aligned to its width),
-        element stores where the vector is transposed in LDS, 4-byte stores for pairs."""
+        element stores where the vector is transposed in LDS, 4-byte stores for pairs; after ONE
+        wait for every load (AmdgpuKernel.wait_zero "load": the LDS-only barriers no longer wait
+        for them, and the backend's own waits were one a store, gfx1250's 22 b32 stores 22)."""
         b = self.b
+        self.akb.wait_zero("load")
         for op, units, vals in loaded:
             un = units[0]
             if op.pair:
@@ -302,7 +317,7 @@ class ConvLowering:
         n = nchunks if isinstance(nchunks, Sym) else self.S(nchunks)
         with kb.if_then(self.S(0).lt(kfull), name="pro"):
             self.store_units(self.load_units(ops(False), self.S(0), False))
-        kb.barrier()
+        self.akb.barrier_lds()
         last = kfull - 1
 
         def interior(ci: Sym, acc_i: list[ir.Value]) -> list[ir.Value]:
@@ -310,18 +325,18 @@ class ConvLowering:
             nxt = Sym(b, b.select(nxt.lt(kfull), nxt.v, last.v))
             regs = self.load_units(ops(False), nxt, False)
             acc_i = compute(acc_i)
-            kb.barrier()
+            self.akb.barrier_lds()
             self.store_units(regs)
-            kb.barrier()
+            self.akb.barrier_lds()
             return acc_i
 
         acc = loop(kb, kfull, acc, interior, "chunk")
 
         def edge(i: Sym, acc_e: list[ir.Value]) -> list[ir.Value]:
             self.store_units(self.load_units(ops(True), kfull + i, True))
-            kb.barrier()
+            self.akb.barrier_lds()
             acc_e = compute(acc_e)
-            kb.barrier()
+            self.akb.barrier_lds()
             return acc_e
 
         return loop(kb, n - kfull, acc, edge, "chunkedge")
@@ -369,18 +384,37 @@ class ConvLowering:
         if ksteps % ins.k:
             raise AssertionError(f"{ksteps} reduction steps are not whole {ins.mnemonic} K={ins.k}")
         lane = self.tid % self.geo.wave_size
-        for ks in range(ksteps // ins.k):
-            for i in range(self.tiles_per_wave):
-                r0, c0 = self.mma_tile(i)
-                va = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
-                vb = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
-                for j in range(ins.a_per_lane):
-                    r, kk = ins.a_coord(lane, j)
-                    va = b.insert_element(va, self.lds_load(self.lds, a_addr(r0 + r, kk + ks * ins.k)), c32(j))
-                for j in range(ins.b_per_lane):
-                    kr, c = ins.b_coord(lane, j)
-                    vb = b.insert_element(vb, self.lds_load(self.lds, b_addr(kr + ks * ins.k, c0 + c)), c32(j))
-                out[i] = call_matrix(self.kb, self.mma_fn, ins, va, vb, out[i])
+
+        def fragments(ks: int, i: int) -> tuple[ir.Value, ir.Value]:
+            r0, c0 = self.mma_tile(i)
+            va = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
+            vb = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
+            for j in range(ins.a_per_lane):
+                r, kk = ins.a_coord(lane, j)
+                va = b.insert_element(va, self.lds_load(self.lds, a_addr(r0 + r, kk + ks * ins.k)), c32(j))
+            for j in range(ins.b_per_lane):
+                kr, c = ins.b_coord(lane, j)
+                vb = b.insert_element(vb, self.lds_load(self.lds, b_addr(kr + ks * ins.k, c0 + c)), c32(j))
+            return va, vb
+
+        slots = [(ks, i) for ks in range(ksteps // ins.k) for i in range(self.tiles_per_wave)]
+        if not self.target.is_amdgpu:
+            for ks, i in slots:
+                out[i] = call_matrix(self.kb, self.mma_fn, ins, *fragments(ks, i), out[i])
+            return out
+        # AMD (issue 37, gemm's compute_amd): every fragment read first, the first matrix
+        # instruction's last (LDS returns in order), then ONE wait for the reads and the matrix
+        # instructions in order -- reads interleaved with them made the backend wait before each
+        # gfx9 with one fragment pair a step (conv_direct_fwd cc8: one a filter tap) is left to the
+        # backend: its wait is the same one, and the fences would keep the unrolled taps' reads
+        # apart (ds_read2 pairs across taps: gfx942 llvm22 cc8 52 instructions a chunk, 58 with
+        # them); gfx1250 waits fewer with the fences at one pair too (its fwd 16 -> 14, dgrad
+        # p16c3 13 -> 5 a chunk, llvm22; bench/conv_amd_isa.py)
+        frags = {slot: fragments(*slot) for slot in reversed(slots)}
+        if len(slots) > 1 or not self.target.processor.startswith("gfx9"):
+            self.akb.wait_zero("lds")
+        for ks, i in slots:
+            out[i] = call_matrix(self.kb, self.mma_fn, ins, *frags[(ks, i)], out[i])
         return out
 
     def epilogue(self, acc: list[ir.Value], store: Callable[[Sym, Sym, ir.Value], None]) -> None:
