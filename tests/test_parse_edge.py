@@ -43,6 +43,8 @@ EDGES: dict[str, str] = {
     "aot/agreement.py": "checked_metadata: the arch of a fetched answer's record, parsed where the answer is read",
     "aot/builder/instances.py": "an instance list's JSON (deserialization)",
     "aot/builder/dask_backend.py": "remote_build: a dask worker's arguments, sent as strings (deserialization)",
+    "candidates.py": "candidate_of: an artifact's stored fields (a store row, a signed record) become a "
+                     "Candidate that carries the parsed Target and Lane, so rank() parses nothing",
     "cache/keys.py": "KeyInputs: a key's inputs are the stored strings; canonicalized where the record is made",
     "cache/measurements.py": "a measurement report's JSON and the store's rows (deserialization)",
     "cache/store.py": "the Store's public methods (docs/cache.md): a filter's or a device's target ID is parsed "
@@ -72,9 +74,6 @@ DEBT: dict[str, tuple[int, str]] = {
                            "to check each fetched kernel: keep the Target there (the client's fetch takes arch=)"),
     "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
                                 "(dicts and IDs accepted like spec_from/problem_from)"),
-    "variants/selection.py": (2, "the candidates' arch and lane are the store's strings: Candidate "
-                                 "(rocke_aot/candidates.py) should carry a Target and a Lane, parsed where the "
-                                 "store reads its rows"),
     "variants/table.py": (2, "specs()/admission()/report(): the variant-table API takes target IDs and lane names "
                              "(plugins' tables and tests call it so)"),
 }
