@@ -68,8 +68,6 @@ DEBT: dict[str, tuple[int, str]] = {
     "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
     "aot/toolchains/__init__.py": (2, "install_lane takes the lane name the CLI gives; INSTALL_RECIPES' lanes are "
                                       "checked at import (a declaration)"),
-    "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
-    "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
     "runner/bench.py": (1, "ServerSource keeps the arch it asked a select for as a string (_asked) and parses it "
                            "to check each fetched kernel: keep the Target there (the client's fetch takes arch=)"),
     "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
