@@ -63,8 +63,6 @@ EDGES: dict[str, str] = {
 DEBT: dict[str, tuple[int, str]] = {
     "aot/builder/plan.py": (2, "plan() takes the lanes asked for as names (the CLI's and the API's); the builder's door"),
     "aot/characterize.py": (5, "lane names from the characterization JSON and from the CLI, parsed in the helpers"),
-    "aot/codeobject.py": (1, "record_metadata reads the target of a validated object's info (CodeObjectInfo.target, "
-                             "a string it records): type that field"),
     "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
     "aot/toolchains/__init__.py": (2, "install_lane takes the lane name the CLI gives; INSTALL_RECIPES' lanes are "
                                       "checked at import (a declaration)"),
