@@ -55,6 +55,11 @@ EDGES: dict[str, str] = {
     "variants/contract.py": "check_entry: a stored entry's arch and lane strings; admit_spec/expected_contract "
                             "take a row's target ID",
     "variants/measured.py": "measurement records' arch strings (deserialization)",
+    "variants/table.py": "the documented variant-table API (docs/variants.md: admission, enumerate_specs, "
+                         "report(family, arch, lane)) takes a target ID or a Target, a lane name or a Lane: "
+                         "lane_of() and _target() parse at that door; the table's own functions take the typed values",
+    "variants/families.py": "Family.launch(spec, problem, target): the family entry point's public call (the module "
+                            "doc), which takes a spec dict, a problem dict and a target ID as spec_from/problem_from do",
     "aot/toolchains/base.py": "Toolchain.lane: the lane a detection record names (ToolchainInfo.lane)",
     "aot/toolchains/drift.py": "the lane a detection record names (ToolchainInfo.lane)",
 }
@@ -68,10 +73,6 @@ DEBT: dict[str, tuple[int, str]] = {
                                       "checked at import (a declaration)"),
     "runner/bench.py": (1, "ServerSource keeps the arch it asked a select for as a string (_asked) and parses it "
                            "to check each fetched kernel: keep the Target there (the client's fetch takes arch=)"),
-    "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
-                                "(dicts and IDs accepted like spec_from/problem_from)"),
-    "variants/table.py": (2, "specs()/admission()/report(): the variant-table API takes target IDs and lane names "
-                             "(plugins' tables and tests call it so)"),
 }
 
 
