@@ -70,8 +70,8 @@ EDGES: dict[str, str] = {
 DEBT: dict[str, tuple[int, str]] = {
     "aot/characterize.py": (5, "lane names from the characterization JSON and from the CLI, parsed in the helpers"),
     "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
-    "aot/toolchains/__init__.py": (2, "install_lane takes the lane name the CLI gives; INSTALL_RECIPES' lanes are "
-                                      "checked at import (a declaration)"),
+    "aot/toolchains/__init__.py": (1, "INSTALL_RECIPES' lanes are checked at import (a declaration's names: "
+                                      "a typo fails the import)"),
     "runner/bench.py": (1, "ServerSource keeps the arch it asked a select for as a string (_asked) and parses it "
                            "to check each fetched kernel: keep the Target there (the client's fetch takes arch=)"),
 }
