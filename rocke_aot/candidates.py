@@ -67,8 +67,10 @@ from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import SpecError
+from rocke_aot.lanes import Lane, get_lane
 from rocke_aot.launch import ceil_div
 from rocke_aot.record import SCHEDULE_VERSION, check_resources, check_schedule
+from rocke_aot.targets import Target
 
 
 def _sgpr_waves(sgprs: int) -> int:
@@ -283,8 +285,8 @@ class Candidate:
     blob_sha256: str
     family: str
     spec: Mapping[str, Any]
-    arch: str  # the canonical target ID it was built for
-    lane: str
+    target: Target  # what it was built for (the stored canonical target ID, parsed by candidate_of)
+    lane: Lane
     profile: str
     generation: str
     current: bool  # its generation is the current one of (arch, lane)
@@ -295,12 +297,17 @@ class Candidate:
     __hash__ = None  # type: ignore[assignment]  # a mapping inside: compare, don't hash
 
     @property
+    def arch(self) -> str:
+        """The canonical target ID it was built for (the stored string)."""
+        return self.target.id
+
+    @property
     def occupancy(self) -> int | None:
         return self.resources.occupancy
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.key, "blob_sha256": self.blob_sha256, "family": self.family, "spec": dict(self.spec),
-                "arch": self.arch, "lane": self.lane, "profile": self.profile, "generation": self.generation,
+                "arch": self.arch, "lane": self.lane.name, "profile": self.profile, "generation": self.generation,
                 "current": self.current, "resources": self.resources.as_dict(),
                 "created_at": self.created_at.isoformat(), "triton_version": self.triton_version}
 
@@ -310,14 +317,17 @@ def candidate_of(key: str, sha256: str, family: str, spec: Any, arch: str, lane:
                  toolchain: Any, info: ArchInfo) -> Candidate:
     """A Candidate from one artifact's stored fields (the spec, metadata and toolchain as parsed
     JSON): the store's selection view (a row) and the client's signed index (a signed record)
-    read artifacts through this one function. The metadata's "code_object" section is checked
-    (record.check_resources); a spec or metadata that is not an object is a SpecError."""
+    read artifacts through this one function: the edge where the stored target ID and lane name
+    become a Target and a Lane (tests/test_parse_edge.py). The metadata's "code_object" section is
+    checked (record.check_resources); a spec or metadata that is not an object is a SpecError, an
+    unknown target ID a SpecError, an unknown lane a LaneError."""
     if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
         raise SpecError("its metadata or spec is not a JSON object")
     co = metadata.get("code_object")
     if co is not None:
         check_resources(co)
-    return Candidate(key, sha256, family, MappingProxyType(spec if isinstance(spec, dict) else dict(spec)), arch, lane, profile, generation or "", current,
+    return Candidate(key, sha256, family, MappingProxyType(spec if isinstance(spec, dict) else dict(spec)),
+                     Target.parse(arch), get_lane(lane, "the stored lane"), profile, generation or "", current,
                      Resources.from_code_object(co, info, block_size=launch_block_size(metadata.get("launch")),
                                                 dynamic_lds=launch_dynamic_lds(metadata.get("launch"))),
                      created_at, triton_version_of(toolchain if isinstance(toolchain, Mapping) else None))

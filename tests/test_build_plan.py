@@ -36,7 +36,7 @@ def test_template_keys_equal_canonical_keys_over_whole_grid(family, arch, lane):
 
 
 def _plan(store, tcs, **kw):
-    return make_plan(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"], toolchains=tcs,
+    return make_plan(arches=[Target.parse("gfx942")], families=["gemm"], lanes=[get_lane("llvm22")], toolchains=tcs,
                      store=store, where=TINY, **kw)
 
 
@@ -65,7 +65,7 @@ class _OtherLinker:
 
 def test_changed_toolchain_identity_misses_every_key(tmp_path, llvm22):
     with Store.open(tmp_path / "c.sqlite") as store:
-        s = build(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"], store=store,
+        s = build(arches=[Target.parse("gfx942")], families=["gemm"], lanes=[get_lane("llvm22")], store=store,
                   toolchains=[llvm22], where=TINY)
         assert s["built"] == 2 and s.exit_code == 0
         assert not _plan(store, [llvm22]).to_build
@@ -77,7 +77,7 @@ def test_where_filters_and_rejects_unknown_fields(tmp_path, llvm22):
     with Store.open(tmp_path / "c.sqlite") as store:
         assert _plan(store, [llvm22]).planned == 2
         with pytest.raises(SpecError, match="no field 'colour'"):
-            make_plan(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"],
+            make_plan(arches=[Target.parse("gfx942")], families=["gemm"], lanes=[get_lane("llvm22")],
                       toolchains=[llvm22], store=store, where={"colour": "red"})
     # syntax only here; the values are typed per family by where_for (tests/test_cli.py)
     assert parse_where(["path=fma", "block_m=64", "double_buffer=false"]) == {
@@ -101,7 +101,7 @@ def test_dask_local_cluster_builds_same_keys_and_bytes(tmp_path, llvm22):
     distributed = pytest.importorskip("distributed", reason="installed by the test extra")
     from rocke_aot.aot.builder.dask_backend import dask_submitter
 
-    args = dict(arches=[Target.parse("gfx942")], families=["gemm"], lanes=["llvm22"], toolchains=[llvm22], where=TINY)
+    args = dict(arches=[Target.parse("gfx942")], families=["gemm"], lanes=[get_lane("llvm22")], toolchains=[llvm22], where=TINY)
     with Store.open(tmp_path / "local.sqlite") as local:
         build(store=local, **args)
         want = {a.key: local.get(a.key).sha256 for a in local.find()}

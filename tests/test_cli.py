@@ -198,7 +198,7 @@ class _NoGfx1250:
 
 
 def _plan(pool, arch, lane, store):
-    return make_plan(arches=[Target.parse(arch)], families=["gemm"], lanes=[lane], toolchains=pool, store=store)
+    return make_plan(arches=[Target.parse(arch)], families=["gemm"], lanes=[get_lane(lane)], toolchains=pool, store=store)
 
 
 def test_compile_and_build_choose_the_same_toolchain(tmp_path, monkeypatch, llvm22):

@@ -15,6 +15,7 @@ from rocke_aot.errors import SpecError
 from rocke_aot.families.gemm import counts as gcounts
 from rocke_aot.families.gemm.lower_common import a_fragment_run
 from rocke_aot.families.gemm.spec import GemmSpec
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import counts, hw_model, perf, table
 from rocke_aot.variants.problems import GemmProblem
@@ -140,7 +141,7 @@ def test_matrix_cycles_match_the_data_sheet_peak():
 
 
 def _cands(arch: str) -> list[Candidate]:
-    return [Candidate(s.kernel_name, "-", "gemm", s.to_dict(), arch, "llvm22", "default", "g", True,
+    return [Candidate(s.kernel_name, "-", "gemm", s.to_dict(), Target.parse(arch), get_lane("llvm22"), "default", "g", True,
                       Resources(*([None] * 9)), None) for s in table.enumerate_specs("gemm", arch, "llvm22")]
 
 

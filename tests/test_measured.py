@@ -14,6 +14,7 @@ import pytest
 
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.errors import SpecError
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import get_family
@@ -37,7 +38,7 @@ def _problems(family: str, name: str):
     specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs(family, "sm_90", "llvm22")}
     for pr in doc["problems"]:
         rows = [r for r in pr["results"] if r["median_ms"] and not r["error"] and r["kernel"] in specs]
-        cands = [Candidate(r["key"], r["key"], family, specs[r["kernel"]], "sm_90", r["lane"], "default", "gen-1",
+        cands = [Candidate(r["key"], r["key"], family, specs[r["kernel"]], Target.parse("sm_90"), get_lane(r["lane"]), "default", "gen-1",
                            True, Resources(**{k: v for k, v in r["resources"].items() if k in FIELDS}),
                            datetime(2026, 12, 3, tzinfo=timezone.utc)) for r in rows]
         ms = [Measurement(r["key"], "gen-1", "sm_90", doc["device"], family, pr["problem"], r["median_ms"], 15,

@@ -41,8 +41,12 @@ EDGES: dict[str, str] = {
     "aot/lower/__init__.py": "lower(family, spec, arch, lane): the documented Python API (docs/plugins.md)",
     "aot/compiler/__init__.py": "compile_llvmlite / submit_llvmlite: the documented Python API (docs/compile.md)",
     "aot/agreement.py": "checked_metadata: the arch of a fetched answer's record, parsed where the answer is read",
+    "aot/builder/__init__.py": "build(arches, families, lanes, store): the builder's Python API (docs/build.md) "
+                               "takes lane names or Lanes, parsed once at its entry; make_plan below takes Lanes",
     "aot/builder/instances.py": "an instance list's JSON (deserialization)",
     "aot/builder/dask_backend.py": "remote_build: a dask worker's arguments, sent as strings (deserialization)",
+    "candidates.py": "candidate_of: an artifact's stored fields (a store row, a signed record) become a "
+                     "Candidate that carries the parsed Target and Lane, so rank() parses nothing",
     "cache/keys.py": "KeyInputs: a key's inputs are the stored strings; canonicalized where the record is made",
     "cache/measurements.py": "a measurement report's JSON and the store's rows (deserialization)",
     "cache/store.py": "the Store's public methods (docs/cache.md): a filter's or a device's target ID is parsed "
@@ -53,30 +57,23 @@ EDGES: dict[str, str] = {
     "variants/contract.py": "check_entry: a stored entry's arch and lane strings; admit_spec/expected_contract "
                             "take a row's target ID",
     "variants/measured.py": "measurement records' arch strings (deserialization)",
+    "variants/table.py": "the documented variant-table API (docs/variants.md: admission, enumerate_specs, "
+                         "report(family, arch, lane)) takes a target ID or a Target, a lane name or a Lane: "
+                         "lane_of() and _target() parse at that door; the table's own functions take the typed values",
+    "variants/families.py": "Family.launch(spec, problem, target): the family entry point's public call (the module "
+                            "doc), which takes a spec dict, a problem dict and a target ID as spec_from/problem_from do",
     "aot/toolchains/base.py": "Toolchain.lane: the lane a detection record names (ToolchainInfo.lane)",
     "aot/toolchains/drift.py": "the lane a detection record names (ToolchainInfo.lane)",
 }
 
 # below-edge module -> (uses left, why they are left); only shrinks
 DEBT: dict[str, tuple[int, str]] = {
-    "aot/builder/plan.py": (2, "plan() takes the lanes asked for as names (the CLI's and the API's); the builder's door"),
     "aot/characterize.py": (5, "lane names from the characterization JSON and from the CLI, parsed in the helpers"),
-    "aot/codeobject.py": (1, "record_metadata reads the target of a validated object's info (CodeObjectInfo.target, "
-                             "a string it records): type that field"),
     "aot/golden.py": (7, "the goldens JSON's lane names and the aliases it records (records), and check(lanes) from the CLI"),
-    "aot/toolchains/__init__.py": (2, "install_lane takes the lane name the CLI gives; INSTALL_RECIPES' lanes are "
-                                      "checked at import (a declaration)"),
-    "client/index.py": (1, "SignedIndex.candidates(device): called by Fetcher with the device its caller named"),
-    "client/local.py": (1, "check_elf_header(data, arch): called with a record's arch string"),
+    "aot/toolchains/__init__.py": (1, "INSTALL_RECIPES' lanes are checked at import (a declaration's names: "
+                                      "a typo fails the import)"),
     "runner/bench.py": (1, "ServerSource keeps the arch it asked a select for as a string (_asked) and parses it "
                            "to check each fetched kernel: keep the Target there (the client's fetch takes arch=)"),
-    "variants/families.py": (1, "Family.launch(spec, problem, target): the family entry point's public call "
-                                "(dicts and IDs accepted like spec_from/problem_from)"),
-    "variants/selection.py": (2, "the candidates' arch and lane are the store's strings: Candidate "
-                                 "(rocke_aot/candidates.py) should carry a Target and a Lane, parsed where the "
-                                 "store reads its rows"),
-    "variants/table.py": (2, "specs()/admission()/report(): the variant-table API takes target IDs and lane names "
-                             "(plugins' tables and tests call it so)"),
 }
 
 

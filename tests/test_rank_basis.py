@@ -30,6 +30,7 @@ from rocke_aot.cache.store import Store
 from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.cli.main import cli
 from rocke_aot.errors import IntegrityError
+from rocke_aot.lanes import get_lane
 from rocke_aot.service.app import create_app
 from rocke_aot.service.client import Client, parse_select
 from rocke_aot.targets import Target
@@ -173,7 +174,7 @@ def test_one_candidate_without_published_cycles_falls_back_alone(monkeypatch):
     arch = "gfx942"
     specs = [s for s in table.enumerate_specs("gemm", arch, "llvm22") if s.block_k == 32 and s.waves == 4
              and s.in_dtype == "f16" and s.out_dtype == "f32" and not s.double_buffer]
-    cands = [Candidate(s.kernel_name, "-", "gemm", s.to_dict(), arch, "llvm22", "default", "g", True,
+    cands = [Candidate(s.kernel_name, "-", "gemm", s.to_dict(), Target.parse(arch), get_lane("llvm22"), "default", "g", True,
                        Resources(*([None] * 9)), None) for s in specs]
     dev = Target.parse(arch)
     instrs = {table.spec_from_dict("gemm", c.spec).geometry(dev).instr for c in cands} - {None}

@@ -36,6 +36,7 @@ from rocke_aot.aot import sass
 from rocke_aot.aot.compiler.ptx import assemble_cubin
 from rocke_aot.candidates import Resources, Schedule
 from rocke_aot.errors import ToolchainError
+from rocke_aot.lanes import get_lane
 from rocke_aot.record import RecordError, check_metadata
 from rocke_aot.targets import Target
 from rocke_aot.variants import hw_model, table
@@ -177,7 +178,7 @@ def conv_built():
 
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
     tc = tcs.toolchain_for(get_lane(lane), Target.parse("sm_90"))
-    specs = {s.kernel_name: s for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22")}
+    specs = {s.kernel_name: s for s in table.enumerate_specs("conv_direct_fwd", Target.parse("sm_90"), get_lane("llvm22"))}
     names = ["conv_fwd_f16_c64k64_r3s3_u1v1_p1q1_d1e1_fma_t4x8x16_cc8",
              "conv_fwd_f16_c64k64_r3s3_u1v1_p1q1_d1e1_mma_t8x8x64_cc16",
              "conv_fwd_f16_c64k128_r3s3_u2v2_p1q1_d1e1_mma_t4x16x64_cc16"]
@@ -211,9 +212,9 @@ def test_schedule_round_trips_through_a_store(conv_built, tmp_path):
 
     from rocke_aot.cache.store import Store
 
-    spec = next(s for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22") if s.kernel_name == name)
+    spec = next(s for s in table.enumerate_specs("conv_direct_fwd", Target.parse("sm_90"), get_lane("llvm22")) if s.kernel_name == name)
     with Store.open(f"sqlite:///{tmp_path / 'c.sqlite'}") as store:
-        store.put(fake_inputs("sm_90", "llvm22", "conv_direct_fwd", spec.to_dict()), out.code_object,
+        store.put(fake_inputs(Target.parse("sm_90"), get_lane("llvm22"), "conv_direct_fwd", spec.to_dict()), out.code_object,
                   ir_sha256=out.ir_sha256, metadata=md, provenance={"test": True})
         cands = store.candidates("conv_direct_fwd", "sm_90")
         assert [c.resources.schedule for c in cands] == [r.schedule]
@@ -282,7 +283,7 @@ def stem():
 
     doc = json.loads(gzip.decompress((ROOT / "bench/results/bench-raw/h200-run16/quality-conv_direct_fwd.json.gz").read_bytes()))
     pr = next(p for p in doc["problems"] if p["problem"] == STEM)
-    specs = {s.kernel_name: s for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22")}
+    specs = {s.kernel_name: s for s in table.enumerate_specs("conv_direct_fwd", Target.parse("sm_90"), get_lane("llvm22"))}
     rows = [r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs]
     assert len(rows) >= 8
     lane, target = get_lane("llvm22"), Target.parse("sm_90")
@@ -300,9 +301,9 @@ def _rank(problem, rows, sched):
     from rocke_aot.variants.families import get_family
     from rocke_aot.variants.selection import clear_verdicts, rank
 
-    specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs("conv_direct_fwd", "sm_90", "llvm22")}
+    specs = {s.kernel_name: s.to_dict() for s in table.enumerate_specs("conv_direct_fwd", Target.parse("sm_90"), get_lane("llvm22"))}
     fields = set(Resources.__dataclass_fields__) - {"schedule"}
-    cands = [Candidate(r["key"], r["key"], "conv_direct_fwd", specs[r["kernel"]], "sm_90", "llvm22", "default", "g",
+    cands = [Candidate(r["key"], r["key"], "conv_direct_fwd", specs[r["kernel"]], Target.parse("sm_90"), get_lane("llvm22"), "default", "g",
                        True, Resources(**{k: v for k, v in r["resources"].items() if k in fields},
                                        schedule=sched(r["kernel"])), datetime(2026, 12, 4, tzinfo=timezone.utc))
              for r in rows]
@@ -369,7 +370,7 @@ def test_conv_dgrad_patch_takes_the_schedule_too(run, tmp_path_factory):
 
     doc = json.loads(gzip.decompress((ROOT / f"bench/results/bench-raw/{run}/quality-conv_dgrad_patch.json.gz").read_bytes()))
     pr = next(p for p in doc["problems"] if p["problem"] == PATCH)
-    specs = {s.kernel_name: s for s in table.enumerate_specs("conv_dgrad_patch", "sm_90", "llvm22")}
+    specs = {s.kernel_name: s for s in table.enumerate_specs("conv_dgrad_patch", Target.parse("sm_90"), get_lane("llvm22"))}
     rows = sorted((r for r in pr["results"] if r.get("median_ms") and not r.get("error") and r["kernel"] in specs),
                   key=lambda r: r["median_ms"])
     counts_pick = "conv_dgrad_patch_f16_p14c4_mma_t4x8_r2_kc16"
@@ -379,7 +380,7 @@ def test_conv_dgrad_patch_takes_the_schedule_too(run, tmp_path_factory):
     fields = set(Resources.__dataclass_fields__) - {"schedule"}
 
     def ranked(with_schedule: bool):
-        cands = [Candidate(r["key"], r["key"], "conv_dgrad_patch", specs[r["kernel"]].to_dict(), "sm_90", "llvm22",
+        cands = [Candidate(r["key"], r["key"], "conv_dgrad_patch", specs[r["kernel"]].to_dict(), Target.parse("sm_90"), get_lane("llvm22"),
                            "default", "g", True,
                            Resources(**{k: v for k, v in r["resources"].items() if k in fields},
                                      schedule=Schedule.from_dict(_patch_schedule(

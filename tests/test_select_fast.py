@@ -104,7 +104,7 @@ def _keys(sel):
 
 
 def _generations(sel):
-    return {(c.candidate.arch, c.candidate.lane): c.candidate.generation for c in sel.accepted}
+    return {(c.arch, c.lane): c.candidate.generation for c in sel.accepted}
 
 
 @pytest.fixture()

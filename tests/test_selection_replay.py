@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from rocke_aot.candidates import Candidate, Resources
+from rocke_aot.lanes import get_lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import table
 from rocke_aot.variants.families import get_family
@@ -58,7 +59,7 @@ def _replay(family: str, doc: dict, model: str = "fitted") -> list[float]:
     out = []
     for pr in doc["problems"]:
         rows = [r for r in pr["results"] if r["median_ms"] and not r["error"]]
-        cands = [Candidate(r["key"], r["key"], family, specs[r["kernel"]], "sm_90", r["lane"], "default", "g", True,
+        cands = [Candidate(r["key"], r["key"], family, specs[r["kernel"]], Target.parse("sm_90"), get_lane(r["lane"]), "default", "g", True,
                            Resources(**{k: v for k, v in r["resources"].items() if k in fields}),
                            datetime(2026, 12, 2, tzinfo=timezone.utc)) for r in rows]
         best = rank(cands, entry.problem_from(pr["problem"]), SM90, model=model).best
@@ -181,7 +182,7 @@ def test_split_k_loses_where_its_reduction_is_the_tail(run):
     assert rows[names[0]]["median_ms"] < rows[names[1]]["median_ms"]  # the device's order
     specs, entry = _specs("gemm"), get_family("gemm")
     fields = set(Resources.__dataclass_fields__)
-    cands = [Candidate(r["key"], r["key"], "gemm", specs[n], "sm_90", r["lane"], "default", "g", True,
+    cands = [Candidate(r["key"], r["key"], "gemm", specs[n], Target.parse("sm_90"), get_lane(r["lane"]), "default", "g", True,
                        Resources(**{k: v for k, v in r["resources"].items() if k in fields}),
                        datetime(2026, 12, 4, tzinfo=timezone.utc)) for n, r in rows.items()]
     ranking = rank(cands, entry.problem_from(pr["problem"]), SM90, model="hardware")

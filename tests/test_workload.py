@@ -27,6 +27,7 @@ from rocke_aot.aot.builder.problems import load_problems
 from rocke_aot.cache.store import Store
 from rocke_aot.errors import IntegrityError
 from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
+from rocke_aot.lanes import get_lane
 from rocke_aot.service import schemas
 from rocke_aot.service.app import create_app
 from rocke_aot.service.client import parse_select
@@ -199,7 +200,7 @@ NATIVE = ["gemm", "conv_direct_fwd", "conv_dgrad_patch"]
 
 
 def test_main_job_plan_is_unchanged(tmp_path, llvm22):
-    kw = dict(arches=[Target.parse("gfx1250")], families=NATIVE, lanes=["llvm22"], toolchains=[llvm22])
+    kw = dict(arches=[Target.parse("gfx1250")], families=NATIVE, lanes=[get_lane("llvm22")], toolchains=[llvm22])
     with Store.open(tmp_path / "c.sqlite") as store:
         before = make_plan(store=store, **kw)
         make_plan(store=store, workload=Workload(MODELS / "resnet50.json"), **kw)
@@ -210,7 +211,7 @@ def test_main_job_plan_is_unchanged(tmp_path, llvm22):
 
 def test_problems_plan_new_layers_and_reuse_the_default_keys(tmp_path, llvm22):
     with Store.open(tmp_path / "c.sqlite") as store:
-        kw = dict(arches=[GFX942], families=["conv_direct_fwd"], lanes=["llvm22"], toolchains=[llvm22], store=store)
+        kw = dict(arches=[GFX942], families=["conv_direct_fwd"], lanes=[get_lane("llvm22")], toolchains=[llvm22], store=store)
         default = {j.key for j in make_plan(**kw).to_build}
         plan = make_plan(**kw, workload=Workload(MODELS / "resnet50.json"))
     keys = {j.key for j in plan.to_build}

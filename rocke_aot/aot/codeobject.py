@@ -162,7 +162,7 @@ class KernelDescriptor:
 @dataclass(frozen=True)
 class CodeObjectInfo:
     format: str  # "hsaco" | "cubin"
-    target: str  # the target ID validated against
+    target: Target  # what it was validated against (stored as its canonical target ID)
     kernel: str
     e_flags: int
     code_object_version: int | None = None
@@ -193,6 +193,7 @@ class CodeObjectInfo:
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON types (tuples become lists), as stored in artifact metadata."""
         d = json.loads(json.dumps(asdict(dataclasses.replace(self, schedule=None))))
+        d["target"] = self.target.id
         del d["schedule"]
         if self.schedule is not None:
             d["schedule"] = dict(self.schedule)
@@ -389,7 +390,7 @@ def _validate_hsaco(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
 
     info = CodeObjectInfo(
         format="hsaco",
-        target=target.id,
+        target=target,
         kernel=name,
         e_flags=flags,
         code_object_version=cov,
@@ -461,7 +462,7 @@ def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
     elif kernel not in funcs:
         raise CodeObjectError(f"kernel {kernel!r} not in the cubin (functions: {funcs})")
     res = _cubin_resources(elf, target, kernel)
-    info = CodeObjectInfo(format="cubin", target=target.id, kernel=kernel, e_flags=flags,
+    info = CodeObjectInfo(format="cubin", target=target, kernel=kernel, e_flags=flags,
                           wavefront_size=32, comment=_comment(elf), **res)
     arch = target.info
     if info.vgpr_count > arch.max_vgprs:
@@ -754,7 +755,7 @@ def record_metadata(sent: Any, info: CodeObjectInfo) -> dict[str, Any]:
     if block is not None and most is not None and block[0] * block[1] * block[2] > most:
         raise CodeObjectError(f"{contract.kernel}: the launch contract's block {tuple(block)} is over the code "
                               f"object's maximum work-group size {most}")
-    lds = Target.parse(info.target).info.lds_bytes  # the builder's rule for a Triton build's dynamic shared memory
+    lds = info.target.info.lds_bytes  # the builder's rule for a Triton build's dynamic shared memory
     if contract.dynamic_shared_bytes > lds:
         raise CodeObjectError(f"{contract.kernel}: {contract.dynamic_shared_bytes} bytes of dynamic shared memory; "
                               f"{info.target} has {lds}")

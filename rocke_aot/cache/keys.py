@@ -169,6 +169,11 @@ class KeyInputs:
         return hash(encode(self))
 
     @property
+    def target(self) -> Target:
+        """The arch as a Target (the record's string, parsed where the inputs are read)."""
+        return Target.parse(self.arch)
+
+    @property
     def spec_json(self) -> str:
         return self._spec_json
 

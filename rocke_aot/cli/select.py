@@ -152,7 +152,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
             spec = f"[{c.family}] {spec}"
         est = "-" if ch.estimate_ms is None else f"{ch.estimate_ms:.4f}"  # none where no constants
         basis = ch.basis if ch.measured is None else f"{ch.measured.median_ms:.4f}"  # measured ms, or the model
-        click.echo(f"{i:>3}  {c.key[:16]} {c.lane:<7} {c.arch:<24} {est:>8} {ch.bound or '-':<8} {basis:<8} "
+        click.echo(f"{i:>3}  {c.key[:16]} {c.lane.name:<7} {c.arch:<24} {est:>8} {ch.bound or '-':<8} {basis:<8} "
                    f"{ch.efficiency.total:>7.4f} "
                    f"{_n(r.occupancy):>4} {_n(r.vgprs):>5} {_n(r.sgprs):>5} {_n(r.lds_bytes):>7} "
                    f"{_n(r.spills):>5}  {spec}")
@@ -173,7 +173,7 @@ def select_cmd(arch, family, problem, lanes, min_efficiency, limit, cache_url, e
         _echo_no_candidate(sel.family, sel.no_candidate.as_dict())
     if explain:
         for rej in sel.rejected:
-            click.echo(f"  rejected {rej.candidate.key[:16]} {rej.candidate.lane:<7} {rej.candidate.arch:<24} "
+            click.echo(f"  rejected {rej.candidate.key[:16]} {rej.candidate.lane.name:<7} {rej.candidate.arch:<24} "
                        f"{rej.reason}: {rej.detail}")
     return 0 if sel.accepted else 1
 

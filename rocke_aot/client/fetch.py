@@ -405,7 +405,7 @@ def _unsigned_from(src: Source, key: str, device: Target | None = None, family: 
     check_contract(k, f"{src.url}'s record of {key}")  # before a byte of it is fetched or kept
     raw = src.blob(k.sha256, k.size)
     try:
-        check_elf_header(raw, k.inputs.arch, f"kernel {key} from {src.url}")
+        check_elf_header(raw, k.inputs.target, f"kernel {key} from {src.url}")
     except CodeObjectError as e:
         raise AnswerMismatchError(str(e)) from None
     return Kernel(**{**k.__dict__, "origin": {"source": src.url, "signed": False}, "code_object": raw})

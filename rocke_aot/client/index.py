@@ -71,16 +71,15 @@ class SignedIndex:
         """The snapshot version ranked."""
         return self.fetcher.accepted().version
 
-    def candidates(self, family: str, device: object, lanes: Iterable[str] | None = None, *,
+    def candidates(self, family: str, device: Target, lanes: Iterable[str] | None = None, *,
                    compatible_only: bool = True, current_only: bool = False) -> tuple[Candidate, ...]:
         if not isinstance(family, str):
             raise SpecError(f"family must be a string, got {family!r}")
-        target = Target.parse(device)
         lane_set = None if lanes is None else frozenset(lanes)
-        shape = (family, target.id, lane_set, compatible_only)
+        shape = (family, device.id, lane_set, compatible_only)
         got = self._lists.get(shape)
         if got is None:
-            got = self._lists[shape] = tuple(self._read(family, target, lane_set, compatible_only))
+            got = self._lists[shape] = tuple(self._read(family, device, lane_set, compatible_only))
         return got
 
     def _read(self, family: str, target: Target, lanes: frozenset[str] | None, compatible_only: bool):

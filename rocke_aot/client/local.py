@@ -164,12 +164,11 @@ def check_sha(sha: object) -> str:
     return sha
 
 
-def check_elf_header(data: bytes, arch: str, what: str) -> bytes:
-    """``data`` if it starts as a code object for ``arch`` does (ELF64, little-endian, the
-    e_machine of the arch's family), else CodeObjectError. A cheap gate for the slim client,
+def check_elf_header(data: bytes, target: Target, what: str) -> bytes:
+    """``data`` if it starts as a code object for ``target`` does (ELF64, little-endian, the
+    e_machine of its family), else CodeObjectError. A cheap gate for the slim client,
     which has no ELF parser: aot/codeobject.py validates the whole object where one is
     installed (service/client.py, the runner)."""
-    target = Target.parse(arch)
     if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise CodeObjectError(f"{what}: not a code object (an ELF64 little-endian file); it starts {data[:16]!r}")
     machine = int.from_bytes(data[18:20], "little")
@@ -515,7 +514,7 @@ def _verify(store: LocalStore, origin: str | None) -> tuple[LocalReport, set[str
             if data is None:
                 raise NotFoundError(f"its blob {k.sha256} is missing")
             check_bytes(data, k.sha256, k.size, f"its blob {k.sha256}")
-            check_elf_header(data, k.inputs.arch, f"its blob {k.sha256}")
+            check_elf_header(data, k.inputs.target, f"its blob {k.sha256}")
         except (SpecError, IntegrityError, NotFoundError, CodeObjectError) as e:
             bad.append((rel, f"{type(e).__name__}: {e}"))
             continue

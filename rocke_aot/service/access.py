@@ -215,7 +215,7 @@ def select(store: Store, target, family: str, problem, *, lanes=None, min_effici
 
 def _choice(c) -> dict[str, Any]:
     cand = c.candidate  # issue 11: Choice(candidate, spec, efficiency)
-    return {"key": cand.key, "sha256": cand.blob_sha256, "family": cand.family, "arch": cand.arch, "lane": cand.lane,
+    return {"key": cand.key, "sha256": cand.blob_sha256, "family": cand.family, "arch": cand.arch, "lane": cand.lane.name,
             "spec": dict(cand.spec), "efficiency": c.efficiency.as_dict(), **c.basis_dict(),
             "resources": cand.resources.as_dict(), "generation": cand.generation,
             "triton_version": cand.triton_version}

@@ -84,7 +84,7 @@ def rejection_row(r) -> dict[str, Any]:
     """A rejection as the service answers it (schemas.Rejection); `select --json` prints the same rows
     (service/access.py answers with it; here, where a host without the [serve] install reaches it)."""
     cand = r.candidate  # issue 11: Rejection(candidate, reason, detail)
-    return {"key": cand.key, "lane": cand.lane, "arch": cand.arch, "spec": dict(cand.spec),
+    return {"key": cand.key, "lane": cand.lane.name, "arch": cand.arch, "spec": dict(cand.spec),
             "reason": f"{r.reason}: {r.detail}" if r.detail else r.reason}
 
 

@@ -68,7 +68,7 @@ def admit_spec(family: str, spec: Mapping[str, Any], arch: Target | str, lane: L
         raise SpecError(f"{family} spec refused on {target.id}: {e}") from None
     path = canonical.get("path")
     if isinstance(path, str):
-        served = tables.served_paths(fam.table, target, lane_obj)
+        served = tables.served_paths(tables.family_table(family), target, lane_obj)
         if path not in served:
             raise AdmissionError(f"{family} path {path!r} is not served on {target.id} {lane_obj.name} "
                                  f"(served: {', '.join(served) or 'none'})", reason=f"path {path} not served")

@@ -73,7 +73,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import rocke_aot
 from rocke_aot.errors import FamilyMixError, PluginError, RockeError, SpecError
@@ -81,9 +81,6 @@ from rocke_aot.launch import LaunchContract, LaunchFormulas, LaunchPlan
 from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_known
 from rocke_aot.variants.models import Model
-
-if TYPE_CHECKING:  # annotations only: variants/table.py imports this module
-    from rocke_aot.variants.table import FamilyTable
 
 ENTRY_POINT_GROUP = "rocke_aot.families"  # name = family name, value = "module:attr" of a Family
 LOWERER_GROUP = "rocke_aot.lowerers"  # name = family name, value = "module:function" (aot/families)
@@ -227,6 +224,20 @@ class Reference:
         return out
 
 
+class VariantTable(Protocol):
+    """What the registry asks of a family's variant table (variants/table.py FamilyTable, the one
+    kind install() admits: its audit refuses any other). A protocol here, so the registry names no
+    module above it: variants/table.py reads the registry, never the reverse."""
+
+    @property
+    def family(self) -> str: ...
+
+    @property
+    def check(self) -> Callable[[Any, Target], Any]: ...  # raises SpecError/CapabilityError: the spec cannot run
+
+    def audit(self, spec_type: type, *, grid: bool = True, limit: int = 5) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class Family:
     """One kernel family: everything about it, found by its name (``get_family(name)``)."""
@@ -234,7 +245,7 @@ class Family:
     name: str
     spec_type: type  # frozen dataclass: to_dict/from_dict, kernel_name, geometry, launch_formulas
     problem_type: type  # frozen dataclass of the runtime shape
-    table: FamilyTable  # the knob grid per (arch, lane) and every lane decision (variants/table.py)
+    table: VariantTable  # the knob grid per (arch, lane) and every lane decision (variants/table.py)
     model: Model  # accepts(spec, problem), efficiency (variants/models.py)
     description: str = ""
     reference: Reference | None = None  # what it computes (bench --run-from-cache verifies against it)
@@ -673,6 +684,7 @@ def problem_from_dict(family: object, d: object) -> Any:
 
 
 __all__ = ["BUILTIN", "OWN_DISTRIBUTION", "families_for_select", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
+           "VariantTable",
            "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
            "get_family", "has_lowerer", "import_entry_point", "install", "installed_builtin_names", "plugin_errors",
            "plugin_source", "problem_from_dict",

@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 from rocke_aot.candidates import Candidate
 from rocke_aot.errors import SpecError
-from rocke_aot.lanes import Lane, get_lane
+from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target, compatible
 from rocke_aot.variants import efficiency as eff_models
 from rocke_aot.variants import hw_model, measured, perf, table
@@ -107,7 +107,7 @@ class Choice(NamedTuple):
     key = property(lambda self: self.candidate.key)
     sha256 = property(lambda self: self.candidate.blob_sha256)
     arch = property(lambda self: self.candidate.arch)
-    lane = property(lambda self: self.candidate.lane)
+    lane = property(lambda self: self.candidate.lane.name)  # the lane's name, as rows render it
     resources = property(lambda self: self.candidate.resources)
 
     def as_dict(self) -> dict[str, Any]:
@@ -131,11 +131,11 @@ class Rejection(NamedTuple):
 
     key = property(lambda self: self.candidate.key)
     arch = property(lambda self: self.candidate.arch)
-    lane = property(lambda self: self.candidate.lane)
+    lane = property(lambda self: self.candidate.lane.name)  # the lane's name, as rows render it
     spec = property(lambda self: self.candidate.spec)  # the stored mapping
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.candidate.key, "arch": self.candidate.arch, "lane": self.candidate.lane,
+        return {"key": self.candidate.key, "arch": self.candidate.arch, "lane": self.candidate.lane.name,
                 "generation": self.candidate.generation, "spec": dict(self.candidate.spec),
                 "reason": self.reason, "detail": self.detail}
 
@@ -246,10 +246,6 @@ def clear_verdicts() -> None:
     with _VERDICTS_LOCK:
         _VERDICTS.clear()
         _VERDICT_TOTAL[0] = 0
-
-
-def _specificity(arch: str) -> int:
-    return len(Target.parse(arch).features)
 
 
 def _floor_detail(e: Efficiency, floor: float) -> str:
@@ -380,7 +376,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: Target, *,
     if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) \
             or not 0.0 <= min_efficiency <= 1.0:
         raise SpecError(f"min_efficiency must be a number within 0..1, got {min_efficiency!r}")
-    wanted = None if lanes is None else {x.name for x in lanes}  # the candidates' lanes are names
+    wanted = None if lanes is None else frozenset(lanes)
     if triton_version is not None and not isinstance(triton_version, str):
         raise SpecError(f"triton_version must be a version string such as '3.6.0', got {triton_version!r}")
     rejected: list[Rejection] = []
@@ -388,11 +384,11 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: Target, *,
     versions: set[str] = set()
     # Equal specs (other lanes, target IDs, generations) share one verdict: reason or Efficiency.
     effs = _verdicts(problem, device.processor)
-    compat: dict[str, bool] = {}
+    compat: dict[Target, bool] = {}
     for c in sorted(candidates, key=attrgetter("key")):
-        ok = compat.get(c.arch)
+        ok = compat.get(c.target)
         if ok is None:
-            ok = compat[c.arch] = compatible(c.arch, device)
+            ok = compat[c.target] = compatible(c.target, device)
         if not ok:
             rejected.append(Rejection(c, INCOMPATIBLE, f"built for {c.arch}; the device is {device.id}"))
             continue
@@ -401,7 +397,7 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: Target, *,
                                                 f"for this spec by a newer complete build"))
             continue
         if wanted is not None and c.lane not in wanted:
-            rejected.append(Rejection(c, LANE_NOT_REQUESTED, f"lane {c.lane} not in {sorted(wanted)}"))
+            rejected.append(Rejection(c, LANE_NOT_REQUESTED, f"lane {c.lane} not in {sorted(x.name for x in wanted)}"))
             continue
         if c.triton_version is not None:
             versions.add(c.triton_version)
@@ -533,7 +529,7 @@ def _estimate_cached(effs: dict[Any, Any], ch: Choice, problem: Any, device: Tar
 def _preference(ch: Choice) -> tuple:
     """Lower wins among equal specs: newer lane, then the more specific target, then the key."""
     c = ch.candidate
-    return (-get_lane(c.lane).major, -_specificity(c.arch), c.key)
+    return (-c.lane.major, -len(c.target.features), c.key)
 
 
 def _rejection_key(r: Rejection) -> str:

@@ -54,7 +54,7 @@ from typing import Any
 
 from rocke_aot import lanes as lane_registry
 from rocke_aot.arch import ARCHES
-from rocke_aot.errors import AdmissionError, CapabilityError, SpecError
+from rocke_aot.errors import AdmissionError, CapabilityError, PluginError, SpecError
 from rocke_aot.lanes import CAPABILITIES, Lane
 from rocke_aot.launch import LaunchFormulas
 from rocke_aot.targets import Target
@@ -129,8 +129,12 @@ class FamilyTable:
 family_names = family_registry.family_names
 
 
-def _table(family: object) -> FamilyTable:
-    return family_registry.get_family(family).table
+def family_table(family: object) -> FamilyTable:
+    """The registered family's variant table (its Family's .table)."""
+    table = family_registry.get_family(family).table
+    if not isinstance(table, FamilyTable):  # install() admits none (audit_table refuses it): fail closed
+        raise PluginError(f"family {family}: its table is a {type(table).__name__}, not a FamilyTable")
+    return table
 
 
 def registered_lanes() -> tuple[Lane, ...]:
@@ -167,7 +171,7 @@ def target_admission(target: Target, lane: Lane) -> Admission:
 
 def admission(family: str, arch: Target | str, lane: Lane | str) -> Admission:
     """Served, or refused with the reason; decided without lowering or LLVM."""
-    return _admission(_table(family), _target(arch), lane_of(lane))
+    return _admission(family_table(family), _target(arch), lane_of(lane))
 
 
 def _admission(table: FamilyTable, target: Target, lane: Lane) -> Admission:
@@ -231,7 +235,7 @@ def served_paths(table: FamilyTable, target: Target, lane: Lane) -> tuple[str, .
 
 def path_admissions(family: str, arch: Target | str, lane: Lane | str) -> dict[str, Admission]:
     """Per path of the family: served or refused with the reason (for the CLI and reports)."""
-    table = _table(family)
+    table = family_table(family)
     target, lane = _target(arch), lane_of(lane)
     offered = set(table.paths(target, lane))
     out = {}
@@ -261,7 +265,7 @@ def _specs(family: str, processor: str, lane_name: str, major: int) -> tuple[Any
     # Cached per (family, processor, lane): planning a no-op rebuild enumerates the same
     # grid many times, and specs are frozen values. The major is part of the cache key so
     # a monkeypatched registry lane with the same name cannot alias a real one.
-    return _enumerate(_table(family), Target(processor), lane_of(lane_name))  # a bare processor, validated by the caller
+    return _enumerate(family_table(family), Target(processor), lane_of(lane_name))  # a bare processor, validated by the caller
 
 
 def _points(table: FamilyTable, target: Target, lane: Lane,
@@ -332,7 +336,7 @@ class LayerGrid:
 def problem_baked(family: str, problem: Any) -> dict[str, Any] | None:
     """The baked parameters ``problem`` needs from a spec of ``family`` (its table's baked_for),
     or None where the family has no problem-driven grid (its default list decides)."""
-    fn = _table(family).baked_for
+    fn = family_table(family).baked_for
     if fn is None:
         return None
     got = fn(problem)
@@ -352,7 +356,7 @@ def layer_points(family: str, arch: Target | str, lane: Lane | str, baked: Mappi
     (arch, lane), in the grid's order, uncached (a select's no-candidate answer walks it until a
     spec runs its problem: a server keeps nothing per problem). The (arch, lane) must be served
     (``admission``)."""
-    table, target, lane = _table(family), _target(arch), lane_of(lane)
+    table, target, lane = family_table(family), _target(arch), lane_of(lane)
     for b, knobs in _points(table, target, lane, (dict(baked),)):
         yield _admit(table, target, b, knobs, lane)
 
@@ -360,7 +364,7 @@ def layer_points(family: str, arch: Target | str, lane: Lane | str, baked: Mappi
 @functools.lru_cache(maxsize=256)  # a build asks once per (family, arch, lane, layer); ~12 KB each
 def _layer_grid(family: str, processor: str, lane_name: str, major: int,
                 baked_items: tuple[tuple[str, Any], ...]) -> LayerGrid:
-    table = _table(family)
+    table = family_table(family)
     target, lane = Target(processor), lane_of(lane_name)  # a bare processor, validated by the caller
     baked = dict(baked_items)
     default = any(dict(b) == baked for b in table.baked(target, lane))
@@ -424,7 +428,7 @@ def count_specs(family: str, arch: Target | str, lane: Lane | str) -> int:
 
 
 def spec_from_dict(family: str, d: Mapping[str, Any]) -> Any:
-    return _table(family).spec_from_dict(dict(d))
+    return family_table(family).spec_from_dict(dict(d))
 
 
 # -- completeness ----------------------------------------------------------------------------
@@ -447,7 +451,7 @@ def check_complete() -> list[Hole]:
     lanes = registered_lanes()
     names = {lane.name for lane in lanes}
     for family in family_names():
-        table = _table(family)
+        table = family_table(family)
         for lane in lanes:
             if lane.name not in table.lane_decisions:
                 holes.append(Hole(family, lane.name, "neither served nor refused on purpose"))
@@ -618,7 +622,7 @@ class Row:
 def report(families: Sequence[str] | None = None, arches: Sequence[object] | None = None,
            lanes: Sequence[object] | None = None) -> list[Row]:
     """One row per (family, arch, lane): count of specs, or the refusal reason."""
-    fams = [_table(f).family for f in families] if families else list(family_names())
+    fams = [family_table(f).family for f in families] if families else list(family_names())
     targets = [_target(a) for a in arches] if arches else [Target(p) for p in ARCHES]
     lane_list = [lane_of(lane) for lane in lanes] if lanes else list(registered_lanes())
     rows = []

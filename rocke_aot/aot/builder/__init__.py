@@ -17,6 +17,7 @@ from rocke_aot.aot.builder.problems import LayerPlan, Workload
 from rocke_aot.aot.builder.refs import Completion, complete_generations
 from rocke_aot.aot.builder.run import BuildOutput, Outcome, build_one, compile_count, execute
 from rocke_aot.aot.builder.summary import BuildSummary, summarize
+from rocke_aot.lanes import get_lane
 
 __all__ = [
     "Job", "Plan", "Refusal", "Skip", "choose_lanes", "make_plan",
@@ -34,6 +35,7 @@ def build(*, arches, families=None, lanes=(), store, toolchains=None, jobs=None,
 
     start = time.perf_counter()
     tcs = detect_all() if toolchains is None else toolchains
+    lanes = [get_lane(lane) for lane in lanes]  # the builder's Python API takes names or Lanes: parsed once, here
     workload = None if problems is None else Workload(problems, min_efficiency)
     plan = make_plan(arches=arches, families=families, lanes=lanes, toolchains=tcs, store=store, force=force,
                      where=where, workload=workload)

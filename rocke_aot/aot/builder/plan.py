@@ -45,7 +45,7 @@ from rocke_aot.aot.toolchains import toolchain_for
 from rocke_aot.aot.toolchains.base import Toolchain
 from rocke_aot.cache.keys import KeyInputs, KeyTemplate, canonical_json
 from rocke_aot.errors import PluginError, SpecError, ToolchainError
-from rocke_aot.lanes import LANES, Lane, get_lane
+from rocke_aot.lanes import LANES, Lane
 from rocke_aot.targets import Target
 from rocke_aot.variants import families as family_registry
 
@@ -126,7 +126,7 @@ def choose_lanes(requested: Sequence[Lane], toolchains: Sequence[Toolchain]) -> 
     each target is chosen per (lane, target) by ``toolchain_for``, as `rocke-aot compile` does.
     """
     pool = list(toolchains)
-    wanted = [get_lane(lane) for lane in requested] or list(LANES)
+    wanted = list(requested) or list(LANES)
     chosen, skips = {}, []
     for lane in dict.fromkeys(wanted):
         try:
@@ -191,8 +191,9 @@ def _make_plan(
             broken[fam] = f"PluginError: {e}"
     jobs: list[Job] = []
     wants = {fam: where_for(fam, where) for fam in fams} if where else {}  # checked before any lane
+    by_name = {lane.name: lane for lane in (lanes or LANES)}
     for lane_name, lane_tc in chosen.items():
-        lane = get_lane(lane_name)
+        lane = by_name[lane_name]
         plan.toolchains[lane.name] = lane_tc.core_identity()  # each target's key adds its format's tools
         for target in arches:
             # The one chooser `rocke-aot compile` uses too: a toolchain of this lane that

@@ -13,7 +13,7 @@
                                     include the target's processor; else ToolchainError naming the
                                     lane and what was found
 
-    install_lane("llvm20")  -> venv $ROCKE_AOT_HOME/lanes/llvm20 + pip install llvmlite==0.46.0
+    install_lane(llvm20)    -> venv $ROCKE_AOT_HOME/lanes/llvm20 + pip install llvmlite==0.46.0
                                -> detect -> must resolve to the lane asked for -> register
 
 Kind modules (one small file each) may define ``discover() -> list[Toolchain]`` and
@@ -281,12 +281,12 @@ def lane_lock(env_dir: Path):
     return exclusive(env_dir.parent / f".{env_dir.name}.lock")
 
 
-def install_lane(lane: Lane | str, *, quiet: bool = True) -> Toolchain:
+def install_lane(lane: Lane, *, quiet: bool = True) -> Toolchain:
     """Make (or reuse) the lane's virtual environment, install its compiler, register it.
 
-    Idempotent: an existing environment that already detects as this lane is kept.
+    Idempotent: an existing environment that already detects as this lane is kept. The lane
+    is the CLI's (its --lane type parses the name: cli/toolchains.py).
     """
-    lane = get_lane(lane, source="toolchain install")
     recipe = INSTALL_RECIPES.get(lane.name)
     if recipe is None:
         raise ToolchainError(
