@@ -214,7 +214,7 @@ def test_schedule_round_trips_through_a_store(conv_built, tmp_path):
 
     spec = next(s for s in table.enumerate_specs("conv_direct_fwd", Target.parse("sm_90"), get_lane("llvm22")) if s.kernel_name == name)
     with Store.open(f"sqlite:///{tmp_path / 'c.sqlite'}") as store:
-        store.put(fake_inputs(Target.parse("sm_90"), get_lane("llvm22"), "conv_direct_fwd", spec.to_dict()), out.code_object,
+        store.put(fake_inputs("sm_90", "llvm22", "conv_direct_fwd", spec.to_dict()), out.code_object,
                   ir_sha256=out.ir_sha256, metadata=md, provenance={"test": True})
         cands = store.candidates("conv_direct_fwd", "sm_90")
         assert [c.resources.schedule for c in cands] == [r.schedule]
