@@ -52,11 +52,16 @@ def _tool(name: str) -> str:
         f"/usr/lib/llvm-22/bin/{name.rsplit('-', 1)[0]}"
 
 
-def test_counter_on_an_assembled_loop(tmp_path):
-    isa, cd = load_bench("gemm_amd_isa"), load_bench("codegen_deltas")
-    (tmp_path / "k.s").write_text(SNIPPET)
+def _assemble(tmp_path, text: str) -> None:
+    """``text`` (gfx942 assembly) to tmp_path/k.o with llvm-mc."""
+    (tmp_path / "k.s").write_text(text)
     subprocess.run([_tool(MC), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-filetype=obj", str(tmp_path / "k.s"),
                     "-o", str(tmp_path / "k.o")], check=True)
+
+
+def test_counter_on_an_assembled_loop(tmp_path):
+    isa, cd = load_bench("gemm_amd_isa"), load_bench("codegen_deltas")
+    _assemble(tmp_path, SNIPPET)
     text = subprocess.run([_tool(OBJDUMP), "-d", "--mcpu=gfx942", str(tmp_path / "k.o")], check=True,
                           capture_output=True, text=True).stdout
     start, end, n = cd.main_loop(cd.parse_disassembly(text, "k"), 0)
@@ -92,9 +97,7 @@ label_0004:
 
 def test_counter_on_handwritten_assembly(tmp_path):
     isa = load_bench("gemm_amd_isa")
-    (tmp_path / "k.s").write_text(HANDWRITTEN)
-    subprocess.run([_tool(MC), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-filetype=obj", str(tmp_path / "k.s"),
-                    "-o", str(tmp_path / "k.o")], check=True)
+    _assemble(tmp_path, HANDWRITTEN)
     row = isa.read_handwritten(tmp_path / "k.o", "k")
     c = row["loop"]
     assert row["scope"] == "loop" and row["code_bytes"] == 48  # .text: 9 instructions, 3 of them 8 bytes
@@ -128,9 +131,7 @@ label_0010:
 
 def test_innermost_loop_of_nested_loops(tmp_path):
     isa = load_bench("gemm_amd_isa")
-    (tmp_path / "k.s").write_text(NESTED)
-    subprocess.run([_tool(MC), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-filetype=obj", str(tmp_path / "k.s"),
-                    "-o", str(tmp_path / "k.o")], check=True)
+    _assemble(tmp_path, NESTED)
     outer, inner = isa.read_handwritten(tmp_path / "k.o", "k"), isa.read_handwritten(tmp_path / "k.o", "k", True)
     assert (outer["loop"]["matrix"], outer["loop"]["insts"], outer["loop"]["branches"]) == (2, 10, 2)
     assert (inner["loop"]["matrix"], inner["loop"]["insts"], inner["loop"]["lds_read"]) == (1, 5, {"ds_read_b128": 1})
@@ -157,9 +158,7 @@ label_0004:
 
 def test_a_loop_with_two_back_edges(tmp_path):
     isa = load_bench("gemm_amd_isa")
-    (tmp_path / "k.s").write_text(TWO_EDGES)
-    subprocess.run([_tool(MC), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-filetype=obj", str(tmp_path / "k.s"),
-                    "-o", str(tmp_path / "k.o")], check=True)
+    _assemble(tmp_path, TWO_EDGES)
     tight, whole = isa.read_handwritten(tmp_path / "k.o", "k"), isa.read_handwritten(tmp_path / "k.o", "k", True)
     assert (tight["loop"]["insts"], tight["loop"]["lds_write"]) == (4, {})
     assert (whole["loop"]["insts"], whole["loop"]["lds_write"]) == (6, {"ds_write_b64": 1})

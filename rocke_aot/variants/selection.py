@@ -653,8 +653,21 @@ def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], ar
     that some spec runs but none at the floor keeps the specs at its own best efficiency (the
     floor trims a workload's build; it never leaves a problem the grid can run without kernels:
     :func:`below_floor` names those problems)."""
+    return serving(family, specs, problems, arch, min_efficiency=min_efficiency)[0]
+
+
+def below_floor(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: Target | str, *,
+                min_efficiency: float) -> int:
+    """How many problems some spec runs but none at the floor (served by their best specs)."""
+    return serving(family, specs, problems, arch, min_efficiency=min_efficiency)[1]
+
+
+def serving(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: Target | str, *,
+            min_efficiency: float) -> tuple[list[Any], int]:
+    """:func:`specs_serving` and :func:`below_floor` in one pass over the (spec, problem) pairs."""
     specs = list(specs)
     keep: set[int] = set()
+    below = 0
     for p in _problems(family, problems):
         effs = [(i, eff_models.efficiency(s, p, arch).total) for i, s in enumerate(specs)
                 if eff_models.accepts(s, p) is None]
@@ -662,19 +675,9 @@ def specs_serving(family: str, specs: Iterable[Any], problems: Iterable[Any], ar
         if not at_floor and effs:
             best = max(e for _, e in effs)
             at_floor = {i for i, e in effs if e >= best - 1e-12}
+            below += 1
         keep |= at_floor
-    return [s for i, s in enumerate(specs) if i in keep]
-
-
-def below_floor(family: str, specs: Iterable[Any], problems: Iterable[Any], arch: Target | str, *,
-                min_efficiency: float) -> int:
-    """How many problems some spec runs but none at the floor (served by their best specs)."""
-    specs = list(specs)
-    n = 0
-    for p in _problems(family, problems):
-        effs = [eff_models.efficiency(s, p, arch).total for s in specs if eff_models.accepts(s, p) is None]
-        n += bool(effs) and max(effs) < min_efficiency
-    return n
+    return [s for i, s in enumerate(specs) if i in keep], below
 
 
 def _problems(family: str, problems: Iterable[Any]) -> list[Any]:

@@ -15,7 +15,7 @@ lists lack included.
         keeps the specs that accept at least one of the family's problems with efficiency
             >= min_efficiency on the target: the same acceptance and floor rules as selection
             (variants/selection.py specs_serving); a problem that no spec serves at the floor
-            keeps its best specs (below_floor counts those); a family without problems builds nothing
+            keeps its best specs (serving's second value counts those); a family without problems builds nothing
         ──> (specs, [LayerPlan(grid, serving)])   the plan's layers: the summary's "layers"
 
 A layer already in the default list plans the default grid's own specs, so the same keys:
@@ -33,7 +33,7 @@ from typing import Any
 from rocke_aot.errors import SpecError
 from rocke_aot.variants import table
 from rocke_aot.variants.efficiency import problem_from_dict
-from rocke_aot.variants.selection import below_floor, specs_serving
+from rocke_aot.variants.selection import serving, specs_serving
 
 
 def load_problems(source: str | Path | Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -91,12 +91,10 @@ class Workload:
         if not probs:
             return [], []
         candidates, grids = table.workload_specs(family, target, lane, probs)
-        serving = specs_serving(family, candidates, probs, target, min_efficiency=self.min_efficiency)
+        wanted = specs_serving(family, candidates, probs, target, min_efficiency=self.min_efficiency)
         layers = []
         for grid in grids:
             mine = [p for p in probs if table.problem_baked(family, p) == dict(grid.baked)]
-            floor = self.min_efficiency
-            layers.append(LayerPlan(grid, len(mine), len(specs_serving(family, grid.specs, mine, target,
-                                                                       min_efficiency=floor)),
-                                    below_floor(family, grid.specs, mine, target, min_efficiency=floor)))
-        return serving, layers
+            kept, below = serving(family, grid.specs, mine, target, min_efficiency=self.min_efficiency)
+            layers.append(LayerPlan(grid, len(mine), len(kept), below))
+        return wanted, layers
