@@ -466,3 +466,62 @@ def test_gemm_lines_at_line_equivalent_strides():
         for spec in specs[:: max(1, len(specs) // 40)]:
             for k, n in zip(strides, reversed(strides)):
                 assert G.gemm_lines(spec, target, k, n) == G._gemm_lines.__wrapped__(spec, target, k, n), (spec, k, n)
+
+
+def _lines_by_element(threads, wave, total, vec, eb, offset, run=1):
+    """The reference for global_lines: every vector of the first warp of each round, one by one."""
+    out = 0
+    for it in range(-(-total // threads)):
+        lanes = range(it * threads, min(it * threads + min(wave, threads), total))
+        out += len({line for c in lanes
+                    for line in range(offset(c) * eb // 128, (offset(c) * eb + vec * eb - 1) // 128 + 1)})
+    return out
+
+
+def test_line_runs_count_the_lines_vector_by_vector(monkeypatch):
+    """global_lines counts a caller's contiguous runs (a channel chunk of NHWC, a row of a gemm
+    tile) as one span each: for the specs the ResNet-50 layers admit (conv_direct_fwd), the
+    patch layers' (conv_dgrad_patch) and every gemm pipeline's, on sm_90 and gfx942, the lines
+    equal those of the element-by-element reference above."""
+    from rocke_aot.aot.builder import Workload
+    from rocke_aot.families.conv_dgrad_patch import counts as P
+    from rocke_aot.families.conv_direct_fwd import counts as C
+    from rocke_aot.families.gemm import counts as G
+    from rocke_aot.variants.table import enumerate_specs
+
+    models = Path(__file__).resolve().parents[1] / "bench" / "problems" / "models"
+    cases = []
+    for arch in ("sm_90", "gfx942"):
+        target = Target.parse(arch)
+        work = Workload(models / "resnet50.json")
+        specs, _ = work.specs("conv_direct_fwd", target, "llvm22")
+        cases += [(C._fwd_lines.__wrapped__, C, (s, target, w, c)) for s in specs[::17] for w, c in ((56, 64), (14, 256))]
+        patch = list(enumerate_specs("conv_dgrad_patch", arch, "llvm22"))
+        cases += [(P._patch_lines.__wrapped__, P, (s, target, 230, 64)) for s in patch[:: max(1, len(patch) // 12)]]
+        gemm = list(enumerate_specs("gemm", arch, "llvm22"))
+        cases += [(G._gemm_lines.__wrapped__, G, (s, target, 1032, 4104)) for s in gemm[:: max(1, len(gemm) // 12)]]
+    assert len(cases) > 40
+    for fn, mod, args in cases:
+        got = fn(*args)
+        with monkeypatch.context() as m:
+            m.setattr(mod, "global_lines", _lines_by_element)
+            assert got == fn(*args), args
+
+
+def test_lds_cycles_of_back_to_back_lanes():
+    """lds_cycles' count for lanes back to back (a staging copy's) equals the rule counted word by
+    word: the most distinct 4-byte words one of the banks serves."""
+    import random
+
+    def by_word(spans, banks):
+        words = {w for s, n in spans for w in range(s // 4, -(-(s + n) // 4))}
+        return max([sum(1 for w in words if w % banks == b) for b in range(banks)])
+
+    rnd = random.Random(7)
+    for _ in range(300):
+        size, lanes, banks = rnd.choice((1, 2, 4, 8, 16)), rnd.choice((1, 7, 32, 64)), rnd.choice((32, 64))
+        start = rnd.randrange(0, 4096)
+        spans = [(start + i * size, size) for i in range(lanes)]
+        assert counts.lds_cycles(iter(spans), banks) == by_word(spans, banks), (size, lanes, banks, start)
+    assert counts.lds_cycles(iter([(0, 2), (256, 2)]), 32) == 2  # not back to back: the word-by-word path
+    assert counts.lds_cycles(iter([]), 32) == 0

@@ -155,9 +155,17 @@ def lds_cycles(lane_bytes: Iterable[tuple[int, int]], banks: int = 32) -> int:
     """LDS cycles one access of a warp costs: lanes give (first byte, byte count); the most
     distinct 4-byte words any one bank must serve (the CUDA guide's rule; a word read by many
     lanes is a broadcast). 32 banks of 4 bytes serve 128 bytes a cycle, so a conflict-free
-    access of more than 128 bytes still takes bytes / 128 cycles."""
+    access of more than 128 bytes still takes bytes / 128 cycles. Lanes back to back (each
+    starting where the one before ended, a staging copy's) cover one range of words, which
+    falls on the banks in turn: its length over the banks, rounded up (the same count)."""
+    spans = list(lane_bytes)
+    if not spans:
+        return 0
+    if all(spans[i][0] == spans[i - 1][0] + spans[i - 1][1] for i in range(1, len(spans))):
+        first, end = spans[0][0] // BANK_BYTES, -(-(spans[-1][0] + spans[-1][1]) // BANK_BYTES)
+        return -(-(end - first) // banks)
     words: set[int] = set()
-    for start, size in lane_bytes:
+    for start, size in spans:
         first, end = start // BANK_BYTES, -(-(start + size) // BANK_BYTES)
         if end - first == 1:
             words.add(first)
@@ -166,7 +174,7 @@ def lds_cycles(lane_bytes: Iterable[tuple[int, int]], banks: int = 32) -> int:
     per_bank = [0] * banks  # the distinct words fall to banks word % banks: count per bank
     for w in words:
         per_bank[w % banks] += 1
-    return max(per_bank) if words else 0
+    return max(per_bank)
 
 
 def frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: int, run: int,
@@ -183,21 +191,28 @@ def frag_cost(ins: Any, coord: Callable, per_lane: int, index: Callable, eb: int
 LINE_BYTES = 128  # the L1 line and the unified L1/shared data path's width per cycle (module doc)
 
 
-def global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset: Callable[[int], int]) -> int:
+def global_lines(threads: int, wave: int, total: int, vec: int, eb: int, offset: Callable[[int], int],
+                 run: int = 1) -> int:
     """128-byte lines the staging loads of one warp touch over a step: vector c (``vec``
     elements) of thread c % threads is at global element ``offset(c)``; the first warp of each
-    round stands for every warp, as in stage_cost."""
-    lines, span = 0, vec * eb - 1
+    round stands for every warp, as in stage_cost. ``run``: the caller's promise that the vectors
+    of each aligned run of ``run`` (c // run equal) lie back to back in memory (offset(c + 1) =
+    offset(c) + vec inside a run, as a channel chunk of NHWC does): a run is then counted as one
+    span, not vector by vector (the same lines; tests/test_hw_model.py checks it against run 1)."""
+    lines = 0
     for it in range(ceil_div(total, threads)):
         touched: set[int] = set()
-        base = it * threads
-        for c in range(base, min(base + min(wave, threads), total)):
+        c = it * threads
+        end = min(c + min(wave, threads), total)
+        while c < end:
+            n = min(run - c % run, end - c)  # the vectors of this run inside the warp
             b = offset(c) * eb
-            first, last = b // LINE_BYTES, (b + span) // LINE_BYTES
+            first, last = b // LINE_BYTES, (b + n * vec * eb - 1) // LINE_BYTES
             if first == last:
                 touched.add(first)
             else:
                 touched.update(range(first, last + 1))
+            c += n
         lines += len(touched)
     return lines
 

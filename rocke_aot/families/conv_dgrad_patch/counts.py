@@ -39,8 +39,8 @@ def _patch_lines(spec: Any, target: Target, wp: int, k: int) -> int:
     eb, kc, cols = DTYPE_BYTES[spec.dtype], spec.k_chunk, spec.cols_padded
     ppc = spec.p * spec.p * spec.c
     return (global_lines(g.threads, g.wave_size, spec.rows * kc, 1, eb,
-                         lambda e: (((e // kc) // spec.tile_w) * wp + (e // kc) % spec.tile_w) * k + e % kc)
-            + global_lines(g.threads, g.wave_size, kc * cols, 1, eb, lambda e: (e // cols) * ppc + e % cols))
+                         lambda e: (((e // kc) // spec.tile_w) * wp + (e // kc) % spec.tile_w) * k + e % kc, kc)
+            + global_lines(g.threads, g.wave_size, kc * cols, 1, eb, lambda e: (e // cols) * ppc + e % cols, cols))
 
 
 @functools.lru_cache(maxsize=8192)

@@ -39,9 +39,9 @@ def _fwd_lines(spec: Any, target: Target, w: int, c: int) -> int:
     eb, cc, rs = DTYPE_BYTES[spec.dtype], spec.c_chunk, spec.r * spec.s
     halo = spec.halo_h * spec.halo_w * cc
     return (global_lines(g.threads, g.wave_size, halo, 1, eb,
-                         lambda e: ((e // (spec.halo_w * cc)) * w + (e // cc) % spec.halo_w) * c + e % cc)
+                         lambda e: ((e // (spec.halo_w * cc)) * w + (e // cc) % spec.halo_w) * c + e % cc, cc)
             + global_lines(g.threads, g.wave_size, spec.tile_k * rs * cc, 1, eb,
-                           lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc))
+                           lambda e: ((e // (rs * cc)) * rs + (e // cc) % rs) * c + e % cc, cc))
 
 
 def layout_of(spec: Any) -> Any:

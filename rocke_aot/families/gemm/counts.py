@@ -208,9 +208,9 @@ def _gemm_lines(spec: Any, target: Target, k: int, n: int) -> int:
         return (global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb, at["A"])
                 + global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb, at["B"]))
     return (global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,
-                         lambda c: (c // a_vpr) * k + (c % a_vpr) * vw)
+                         lambda c: (c // a_vpr) * k + (c % a_vpr) * vw, a_vpr)
             + global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb,
-                           lambda c: (c // b_vpr) * n + (c % b_vpr) * vw))
+                           lambda c: (c // b_vpr) * n + (c % b_vpr) * vw, b_vpr))
 
 
 # NVIDIA's L2 works in 32-byte sectors (CUDA C++ Best Practices Guide, "Coalesced Access to
