@@ -10,7 +10,7 @@
 #   5. bench/torch_models.py run: outputs vs eager vs float32, layers served vs fallen back,
 #      compiles on the host (0), steady-state forward time and per layer kind, per-call overhead
 # Needs python3 with torch, transformers, torchvision, llvmlite 0.50, numpy, cuda-bindings and ptxas;
-# other packages as wheels in .whl/ (scripts/gpu-site.sh). Raw output under ${OUT:-/tmp/rocke-out}.
+# other packages as wheels in .whl/ (`bash scripts/gpu-wheels.sh` fills it; scripts/gpu-site.sh installs it). Raw output under ${OUT:-/tmp/rocke-out}.
 # Usage (from the repository root):  OUT=/tmp/out bash bench/torch_device.sh
 set -eo pipefail
 cd "$(dirname "$0")/.."
