@@ -35,6 +35,7 @@ from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.families.attention.counts import native_counts
 from rocke_aot.families.attention.problem import DTYPES, HEAD_DIMS, AttentionProblem
 from rocke_aot.families.attention.reference import REFERENCE
 from rocke_aot.launch import ArgDef, LaunchFormulas
@@ -352,7 +353,7 @@ def work(spec: AttentionSpec, p: AttentionProblem, target: Any) -> TileWork:
                     lds_bytes=spec.lds_bytes())
 
 
-MODEL = Model(accepts, efficiency, work)
+MODEL = Model(accepts, efficiency, work, native_counts, reads_schedule=True)
 
 FAMILY = Family("attention", AttentionSpec, AttentionProblem, TABLE, MODEL,
                 "SDPA forward, FlashAttention-2 style from the shared lowering: MFMA / WMMA / mma.sync; "
