@@ -1,5 +1,6 @@
-"""Kernel counts of triton_attention for the hardware time model (variants/hw_model.py), from its config,
-so that a select ranks its candidates by estimated time (and beside any other attention family).
+"""Kernel counts of both attention families for the hardware time model (variants/hw_model.py), so that
+a select ranks their candidates by estimated time, together: ``attention_counts`` (triton_attention,
+from its config, below) and ``native_counts`` (the native kernel, from lower.py: the comment above it).
 
 One step of a program is one K/V block of BLOCK_N keys against its BLOCK_M queries:
 - matrix work: S = Q K^T (BLOCK_M x BLOCK_N x HEAD_DIM) and O += P V (BLOCK_M x HEAD_DIM x BLOCK_N),

@@ -13,7 +13,9 @@
         arguments as triton_attention's (Q, K, V, O, lengths, heads, window, scale_bits) minus Triton's
         scratch pointers
     model   accepts: head dim, causal, dtype, layout (dense / varlen / paged), the LSE (layout kernels);
-        efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits
+        efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits;
+        counts: counts.py native_counts (the hardware time model's, select's ranking; docs/attention.md
+        "Selection")
     split-KV (split_kv 1; docs/attention.md "Split-KV decode"): kv_splits work-groups per query tile, the
         count a launch integer (SPLIT_MIN_KEYS, SPLIT_TARGET_GROUPS); arguments + kv_splits and the f32
         workspace W; accepts decode only (seqlen_q <= BLOCK_M); efficiency counts its work-groups and
