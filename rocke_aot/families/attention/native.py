@@ -13,7 +13,9 @@
         arguments as triton_attention's (Q, K, V, O, lengths, heads, window, scale_bits) minus Triton's
         scratch pointers
     model   accepts: head dim, causal, dtype, layout (dense / varlen / paged), the LSE (layout kernels);
-        efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits
+        efficiency: seqlen_q over BLOCK_M and the CU granularity; work: the K/V blocks it visits;
+        counts: counts.py native_counts (the hardware time model's, select's ranking; docs/attention.md
+        "Selection")
     split-KV (split_kv 1; docs/attention.md "Split-KV decode"): kv_splits work-groups per query tile, the
         count a launch integer (SPLIT_MIN_KEYS, SPLIT_TARGET_GROUPS); arguments + kv_splits and the f32
         workspace W; accepts decode only (seqlen_q <= BLOCK_M); efficiency counts its work-groups and
@@ -35,6 +37,7 @@ from typing import Any
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import CapabilityError, SpecError
+from rocke_aot.families.attention.counts import native_counts
 from rocke_aot.families.attention.problem import DTYPES, HEAD_DIMS, AttentionProblem
 from rocke_aot.families.attention.reference import REFERENCE
 from rocke_aot.launch import ArgDef, LaunchFormulas
@@ -352,7 +355,7 @@ def work(spec: AttentionSpec, p: AttentionProblem, target: Any) -> TileWork:
                     lds_bytes=spec.lds_bytes())
 
 
-MODEL = Model(accepts, efficiency, work)
+MODEL = Model(accepts, efficiency, work, native_counts, reads_schedule=True)
 
 FAMILY = Family("attention", AttentionSpec, AttentionProblem, TABLE, MODEL,
                 "SDPA forward, FlashAttention-2 style from the shared lowering: MFMA / WMMA / mma.sync; "
