@@ -28,7 +28,7 @@ def write_recorded(docs: Mapping[str, Mapping], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for lane, doc in docs.items():
-        path = ch.record_path(lane, out)
+        path = ch.record_path(lanes.get_lane(lane, source="a document's lane"), out)
         path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         paths.append(path)
     return paths
@@ -44,8 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=4, help="probes in flight")
     a = ap.parse_args(argv)
     try:
-        names = [lanes.get_lane(x, source="--lane").name for x in a.lane] or None
-        fresh, skips = ch.domain(names, a.arch or None, jobs=max(1, a.jobs))
+        only = [lanes.get_lane(x, source="--lane") for x in a.lane] or None
+        fresh, skips = ch.domain(only, a.arch or None, jobs=max(1, a.jobs))
         for path in write_recorded(fresh, a.out):
             print(f"wrote {path}")
     except (LaneError, SpecError) as e:

@@ -69,7 +69,8 @@ def _resolved(doc: Mapping[str, Any], lane: str) -> dict[str, Any]:
     entry = doc["lanes"][lane]
     if "alias_of" not in entry:
         return _full(entry)
-    return golden.for_lane(_full(doc["lanes"][entry["alias_of"]]), entry["alias_of"], lane)
+    return golden.for_lane(_full(doc["lanes"][entry["alias_of"]]), lane_registry.get_lane(entry["alias_of"]),
+                           lane_registry.get_lane(lane))
 
 
 def build(cases: Sequence[Case], results: Mapping[str, Mapping[str, Outcome]],
@@ -90,12 +91,12 @@ def build(cases: Sequence[Case], results: Mapping[str, Mapping[str, Outcome]],
         if name in results:
             merged = {}
             if name in prev_lanes:
-                merged = golden.lane_entries({"lanes": prev_lanes}, name)[0]
+                merged = golden.lane_entries({"lanes": prev_lanes}, lane)[0]
                 merged = {cid: o for cid, o in merged.items() if cid.split("/", 1)[0]
                           not in {c.family for c in cases}}
             merged.update({cid: o.as_dict() for cid, o in results[name].items()})
             target = canonical.get(lane.profile_name)
-            if target is not None and golden.for_lane(_full(out_lanes[target]), target, name) == merged:
+            if target is not None and golden.for_lane(_full(out_lanes[target]), registered[target], lane) == merged:
                 out_lanes[name] = {"profile": lane.profile_name, "alias_of": target}
                 continue
             out_lanes[name] = {

@@ -13,6 +13,7 @@ from _sim_runtime import SimRuntime
 from rocke_aot.aot.lower import lower
 from rocke_aot.families.gemm.spec import GemmSpec
 from rocke_aot.runner.bench import bench
+from rocke_aot.targets import Target
 
 SPEC = GemmSpec(path="fma", in_dtype="f16", out_dtype="f32", block_m=16, block_n=16, block_k=16, waves=1,
                 vector_width=1)
@@ -54,7 +55,7 @@ def test_the_report_so_far_after_every_problem_survives_a_kill():
             raise Killed  # the time limit, after the second problem
 
     with pytest.raises(Killed):
-        bench(src, rt, "gfx942", "gemm", PROBLEMS, warmup=0, reps=1, vendor=False, on_report=on_report)
+        bench(src, rt, Target.parse("gfx942"), "gemm", PROBLEMS, warmup=0, reps=1, vendor=False, on_report=on_report)
     assert len(src.asked) == 2  # the third problem never started
     assert [d["summary"]["problems"] for d in kept] == [1, 2]
     last = kept[-1]

@@ -26,6 +26,7 @@ from rocke_aot.cli.main import cli
 from rocke_aot.errors import CompileError, CompileTimeout
 from rocke_aot.variants import table
 
+LLVM22 = lanes.get_lane("llvm22")
 
 @pytest.fixture(scope="module")
 def recorded():
@@ -79,7 +80,7 @@ def test_no_table_serves_an_arch_lane_whose_intrinsics_are_absent(recorded, gold
             for lane in lanes.LANE_NAMES:
                 if not table.admission(family, arch, lane).served:
                     continue
-                state, detail = ch.backing(family, arch, lane, recorded, golden_doc)
+                state, detail = ch.backing(family, arch, lanes.get_lane(lane), recorded, golden_doc)
                 assert state != "contradicted", f"{family} {arch} {lane}: {detail}"
                 characterized += state == "characterized"
                 if lane not in recorded:
@@ -92,12 +93,12 @@ def test_the_gate_fails_when_a_used_intrinsic_is_marked_absent(recorded, golden_
     lost = copy.deepcopy(recorded)
     name = "llvm.amdgcn.mfma.f32.32x32x16.f16"
     lost["llvm22"]["arches"]["gfx950"]["intrinsics"][name] = {"status": "arch_absent", "evidence": "Cannot select"}
-    assert name in ch.used_intrinsics(golden_doc, "gemm", "gfx950", "llvm22")
-    state, detail = ch.backing("gemm", "gfx950", "llvm22", lost, golden_doc)
+    assert name in ch.used_intrinsics(golden_doc, "gemm", "gfx950", LLVM22)
+    state, detail = ch.backing("gemm", "gfx950", LLVM22, lost, golden_doc)
     assert state == "contradicted" and name in detail
     # and an absent target contradicts every family on it
     lost["llvm22"]["arches"]["gfx942"]["target"] = {"status": "arch_absent", "evidence": "not a recognized processor"}
-    assert ch.backing("conv_dgrad_patch", "gfx942", "llvm22", lost, golden_doc)[0] == "contradicted"
+    assert ch.backing("conv_dgrad_patch", "gfx942", LLVM22, lost, golden_doc)[0] == "contradicted"
 
 
 def test_measured_facts_agree_with_the_design_notes(recorded):
@@ -156,7 +157,7 @@ def test_classification_of_worker_failures():
 def test_a_probe_past_its_timeout_is_a_timeout_and_the_worker_is_replaced():
     from rocke_aot.aot.compiler import WorkerPool
 
-    probers, _ = ch.lane_toolchains(["llvm22"])
+    probers, _ = ch.lane_toolchains([LLVM22])
     prober = probers["llvm22"]
     with WorkerPool(size=1) as pool:
         run = pool.call_fn()

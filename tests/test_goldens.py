@@ -57,7 +57,7 @@ def test_golden_file_is_complete_and_consistent(doc):
     assert set(doc["lanes"]) == set(lanes.LANE_NAMES)
     for name, entry in doc["lanes"].items():
         assert entry["profile"] == lanes.get_lane(name).profile_name
-        full, _ = golden.lane_entries(doc, name)
+        full, _ = golden.lane_entries(doc, lanes.get_lane(name))
         assert set(full) == set(doc["cases"])
         for cid, o in full.items():
             if "sha256" in o:
@@ -182,7 +182,7 @@ def test_a_one_character_change_in_the_ir_is_drift_with_the_first_differing_line
     for entry in only["lanes"].values():
         for part in ("results", "expected_failures"):
             entry[part] = {cid: o for cid, o in entry.get(part, {}).items() if "/gfx942/" in cid}
-    report = golden.check(only, lanes=["llvm22"], families=["gemm"])
+    report = golden.check(only, lanes=[lanes.get_lane("llvm22")], families=["gemm"])
     assert not report.ok
     (f,) = report.findings
     assert (f.kind, f.lane, f.case) == ("drift", "llvm22", victim)
@@ -216,10 +216,10 @@ def test_an_alias_across_profiles_is_refused(doc):
     bad = copy.deepcopy(doc)
     bad["lanes"]["llvm24"] = {"profile": "llvm24", "alias_of": "llvm23"}
     with pytest.raises(LaneError, match="must not cross emission profiles"):
-        golden.check(bad, lanes=["llvm24"], families=["gemm"])
+        golden.check(bad, lanes=[lanes.get_lane("llvm24")], families=["gemm"])
     # llvm22 and llvm23 emit the same bytes today, and still may not alias: profiles differ
     with pytest.raises(LaneError, match="'llvm23'.*'llvm22'"):
-        golden.validate_alias("llvm23", "llvm22")
+        golden.validate_alias(lanes.get_lane("llvm23"), lanes.get_lane("llvm22"))
 
 
 @pytest.fixture
@@ -241,7 +241,7 @@ def test_a_same_profile_lane_is_written_as_an_alias_and_still_lowered(sibling_la
     assert doc["lanes"]["llvm25"] == {"profile": "llvm24", "alias_of": "llvm24",
                                       "summary": doc["lanes"]["llvm24"]["summary"]}
     store = {o.sha256: o.ir for r in results.values() for o in r.values() if o.ok}
-    rep = golden.check(doc, lanes=["llvm24", "llvm25"], families=["gemm"], ir_store=store)
+    rep = golden.check(doc, lanes=[lanes.get_lane("llvm24"), sibling_lane], families=["gemm"], ir_store=store)
     assert rep.ok, rep.render()
     assert rep.aliases == {"llvm25": "llvm24"} and rep.checked["llvm25"]["ok_cases"] > 0
 
@@ -256,7 +256,7 @@ def test_a_same_profile_lane_is_written_as_an_alias_and_still_lowered(sibling_la
 
     golden_lower = golden.lower
     monkeypatch.setattr(golden, "lower", patched)
-    rep = golden.check(doc, lanes=["llvm25"], families=["gemm"], ir_store=store)
+    rep = golden.check(doc, lanes=[sibling_lane], families=["gemm"], ir_store=store)
     assert [(f.kind, f.lane, f.case) for f in rep.findings] == [("drift", "llvm25", victim.id)]
     assert "via alias llvm24" in rep.findings[0].old
 
@@ -272,7 +272,7 @@ def test_a_stale_lane_is_reported(doc):
 def test_a_registry_lane_missing_from_the_golden_fails(doc):
     short = copy.deepcopy(doc)
     del short["lanes"]["llvm23"]
-    rep = golden.check(short, lanes=["llvm23"], families=["gemm"])
+    rep = golden.check(short, lanes=[lanes.get_lane("llvm23")], families=["gemm"])
     assert [(f.kind, f.lane) for f in rep.findings] == [("missing-lane", "llvm23")]
 
 

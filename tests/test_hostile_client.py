@@ -57,6 +57,7 @@ from rocke_aot.errors import (
 )
 from rocke_aot.runner.bench import ServerSource
 from rocke_aot.service.client import Client
+from rocke_aot.targets import Target
 
 pytestmark = pytest.mark.filterwarnings("ignore::rocke_aot.client.InsecureFetchWarning")
 PROBLEM = {"m": 1000, "n": 1000, "k": 512}
@@ -221,7 +222,7 @@ def test_honest_answers_are_fetched_verified_and_kept_with_their_origin(hostile,
         n = c.requests_made
         assert c.get(key).code_object == art.code_object and c.requests_made == n  # kept: no request
         src = ServerSource(c, rf)
-        ranked = src.ranked("gfx942:sramecc+:xnack-", "gemm", _problem(), ["llvm22"])
+        ranked = src.ranked(Target.parse("gfx942:sramecc+:xnack-"), "gemm", _problem(), ["llvm22"])
         image, md = src.load(ranked[1]["key"])
         assert hashlib.sha256(image).hexdigest() == metas[ranked[1]["key"]]["sha256"]
         assert md["launch"] == metas[ranked[1]["key"]]["launch"]
@@ -275,7 +276,7 @@ def test_select_rows_for_another_question_are_refused(hostile, tmp_path, lie, ex
         e = _refused(lambda: c.select("gfx942:sramecc+:xnack-", "gemm", PROBLEM, lanes=["llvm22"], limit=2), exc)
         assert "/v1/select" in str(e)
         if lie != "over the limit":  # the runner asks without a limit
-            _refused(lambda: ServerSource(c, None).ranked("gfx942:sramecc+:xnack-", "gemm", _problem(), ["llvm22"]), exc)
+            _refused(lambda: ServerSource(c, None).ranked(Target.parse("gfx942:sramecc+:xnack-"), "gemm", _problem(), ["llvm22"]), exc)
         assert kept.unchanged()
     assert [m for m, _ in hostile.hits] == ["POST"] * len(hostile.hits)  # no fetch followed a refused answer
 
@@ -302,7 +303,7 @@ def test_a_record_of_another_family_or_arch_is_refused_before_its_bytes(hostile,
         assert (family in str(e)) or (arch in str(e))
         _refused(lambda: f.get(foreign["key"], arch="gfx942:sramecc+:xnack-", family="gemm"), AnswerMismatchError)
         src = ServerSource(c, f)
-        ranked = src.ranked("gfx942:sramecc+:xnack-", "gemm", _problem(), None)
+        ranked = src.ranked(Target.parse("gfx942:sramecc+:xnack-"), "gemm", _problem(), None)
         assert ranked[0]["key"] == foreign["key"]
         _refused(lambda: src.load(foreign["key"]), AnswerMismatchError)
         _refused(lambda: src.load("0" * 64), AnswerMismatchError, "not ranked")  # never asked for
@@ -350,7 +351,7 @@ def test_launch_metadata_the_code_object_denies_is_refused(hostile, genuine, tmp
         kept = Kept(tmp_path, c)
         _refused(lambda: c.get(key, arch="gfx942", family="gemm"), AnswerMismatchError)
         src = ServerSource(c, f)  # the runner: ranks with the Client, fetches with the Fetcher
-        assert key in [r["key"] for r in src.ranked("gfx942:sramecc+:xnack-", "gemm", _problem(), None)]
+        assert key in [r["key"] for r in src.ranked(Target.parse("gfx942:sramecc+:xnack-"), "gemm", _problem(), None)]
         refusal = (LaunchContractError, CONTRACT_LIES[lie]) if lie in CONTRACT_LIES else \
             (AnswerMismatchError, "not launched")
         _refused(lambda: src.load(key), *refusal)

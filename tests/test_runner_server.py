@@ -29,6 +29,7 @@ from rocke_aot.errors import BlobMismatchError
 from rocke_aot.runner.bench import ServerSource
 from rocke_aot.service.client import Client
 from rocke_aot.service.selection import parse_problem
+from rocke_aot.targets import Target
 from rocke_aot.trust import keys, repo
 from rocke_aot.trust.release import release
 
@@ -55,7 +56,7 @@ def test_a_gpu_host_ranks_on_the_server_and_fetches_signed_kernels(world, tmp_pa
     fetcher = Fetcher([ServiceSource(base, retries=0)], LocalStore(tmp_path / "host"), root_key=world["pin"])
     with Client(base) as client, fetcher:
         src = ServerSource(client, fetcher)
-        ranked = src.ranked("gfx942", "gemm", parse_problem("gemm", PROBLEM), None)
+        ranked = src.ranked(Target.parse("gfx942"), "gemm", parse_problem("gemm", PROBLEM), None)
         keys_ = [r["key"] for r in ranked]
         assert keys_ and set(keys_) <= {a.key for a in store.find()}
         loaded = src.load_many(keys_)
@@ -86,7 +87,7 @@ def test_a_server_sending_other_bytes_is_refused_and_nothing_is_kept(world, tmp_
     evil = ServiceSource(base, retries=0, http=httpx.Client(transport=httpx.MockTransport(tamper)))
     with Client(base) as client, Fetcher([evil], LocalStore(tmp_path / "host"), root_key=world["pin"]) as f:
         src = ServerSource(client, f)
-        key = src.ranked("gfx942", "gemm", parse_problem("gemm", PROBLEM), None)[0]["key"]
+        key = src.ranked(Target.parse("gfx942"), "gemm", parse_problem("gemm", PROBLEM), None)[0]["key"]
         with pytest.raises(BlobMismatchError, match=key):
             src.load_many([key])
     assert not (tmp_path / "host" / "blobs").exists()

@@ -127,7 +127,7 @@ def test_a_new_shape_asks_only_for_the_top_candidate(tmp_path):
     try:
         torch.ops.rocke_aot.linear(_x(2, 3, 64), _x(48, 64), None)
         problem = D.linear_problem((2, 3, 64), (48, 64), "f16")
-        full = StoreSource(store).ranked(ARCH, "gemm", problem, [LANE])
+        full = StoreSource(store).ranked(Target.parse(ARCH), "gemm", problem, [LANE])
         assert Spy.asked == [(1, 1)] and len(full) > 1
         assert rec.launches[0]["fn"] == next(s.kernel_name for s in gemms if s.to_dict() == full[0]["spec"])
     finally:

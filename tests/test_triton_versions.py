@@ -173,7 +173,7 @@ def test_the_runner_never_launches_another_tritons_kernel(two, tmp_path):
                               insecure=True)
         with Client("http://testserver", cache=tmp_path / "a.sqlite", http=http) as client, fetcher:
             src = ServerSource(client, fetcher)
-            ranked = src.ranked("gfx942", "triton_softmax", problem, None, "3.6.0")
+            ranked = src.ranked(Target.parse("gfx942"), "triton_softmax", problem, None, "3.6.0")
             assert [r["key"] for r in ranked] == [arts["3.6.0"].key]
             image, meta = src.load_many([arts["3.6.0"].key])[arts["3.6.0"].key]
             assert image == store.get(arts["3.6.0"].key).code_object and meta["triton"]["triton_version"] == "3.6.0"
@@ -183,7 +183,7 @@ def test_the_runner_never_launches_another_tritons_kernel(two, tmp_path):
                               insecure=True)
         with Client("http://testserver", cache=tmp_path / "b.sqlite", http=evil) as client, fetcher:
             src = ServerSource(client, fetcher)
-            ranked = src.ranked("gfx942", "triton_softmax", problem, None, "3.6.0")
+            ranked = src.ranked(Target.parse("gfx942"), "triton_softmax", problem, None, "3.6.0")
             assert [r["key"] for r in ranked] == [arts["3.9.0"].key]  # the row claims 3.6.0
             with pytest.raises(AnswerMismatchError, match="built by Triton 3.9.0, not the 3.6.0 asked for"):
                 src.load_many([arts["3.9.0"].key])

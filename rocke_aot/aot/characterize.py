@@ -210,27 +210,28 @@ class LaneProber:
                                 "emit": "asm" if nvptx else "obj"}, "asm" if nvptx else "obj"
 
 
-def lane_toolchains(only: Sequence[str] | None = None) -> tuple[dict[str, LaneProber], dict[str, str]]:
+def lane_toolchains(only: Sequence[lanes.Lane] | None = None) -> tuple[dict[str, LaneProber], dict[str, str]]:
     """(lane -> prober for the lanes with a usable toolchain here, lane or toolchain -> why skipped).
 
+    ``only``: the lanes to probe (Lanes, parsed by the caller); default every registered lane.
     A lane with no toolchain is a named skip ("unvalidated"); a refused toolchain (an LLVM
     major with no lane, a drift refusal) is listed with its refusal and gets no column.
     """
     from rocke_aot.aot.toolchains import detect_all
 
-    wanted = [lanes.get_lane(x).name for x in only] if only else list(lanes.LANE_NAMES)
+    wanted = list(only) if only else list(lanes.LANES)
+    names = [lane.name for lane in wanted]
     present: dict[str, LaneProber] = {}
     skips: dict[str, str] = {}
     for tc in detect_all():
         info = tc.detect()
         if not info.usable:
             skips[f"{info.kind} at {info.location}"] = f"refused: {info.refusal}"
-        elif info.lane in wanted and info.lane not in present:
-            present[info.lane] = LaneProber(lanes.get_lane(info.lane), tc)
-    for name in wanted:
-        if name not in present:
-            major = lanes.get_lane(name).major
-            skips[name] = f"unvalidated: no LLVM {major} toolchain on this host"
+        elif info.lane in names and info.lane not in present:
+            present[info.lane] = LaneProber(tc.lane, tc)  # the detection record's lane (Toolchain.lane)
+    for lane in wanted:
+        if lane.name not in present:
+            skips[lane.name] = f"unvalidated: no LLVM {lane.major} toolchain on this host"
     return present, skips
 
 
@@ -359,31 +360,32 @@ def document(prober: LaneProber, results: Mapping[tuple[str, str], dict], arches
     }
 
 
-def domain(lane_names: Sequence[str] | None = None, arches: Sequence[str] | None = None, *,
+def domain(only: Sequence[lanes.Lane] | None = None, arches: Sequence[str] | None = None, *,
            jobs: int = 4) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """(lane -> fresh document, skipped lane or toolchain -> reason) for this host."""
-    probers, skips = lane_toolchains(lane_names)
+    """(lane name -> fresh document, skipped lane or toolchain -> reason) for this host;
+    ``only``: the lanes to probe (default every registered lane)."""
+    probers, skips = lane_toolchains(only)
     return probe_lanes(probers, arches, jobs=jobs), skips
 
 
 # ------------------------------------------------------------------ recorded documents
 
 
-def record_path(lane: str, root: Path = RECORD_DIR) -> Path:
-    return Path(root) / f"{lanes.get_lane(lane).name}.json"
+def record_path(lane: lanes.Lane, root: Path = RECORD_DIR) -> Path:
+    return Path(root) / f"{lane.name}.json"
 
 
 def load_recorded(root: Path = RECORD_DIR) -> dict[str, dict[str, Any]]:
-    """lane -> the recorded document (only lanes some host has measured)."""
+    """lane name -> the recorded document (only lanes some host has measured)."""
     out = {}
-    for lane in lanes.LANE_NAMES:
+    for lane in lanes.LANES:
         path = record_path(lane, root)
         if path.exists():
             doc = json.loads(path.read_text())
-            if doc.get("schema") != SCHEMA or doc.get("lane") != lane:
+            if doc.get("schema") != SCHEMA or doc.get("lane") != lane.name:
                 raise ValueError(f"{path}: schema {doc.get('schema')} lane {doc.get('lane')} is not "
-                                 f"schema {SCHEMA} lane {lane}")
-            out[lane] = doc
+                                 f"schema {SCHEMA} lane {lane.name}")
+            out[lane.name] = doc
     return out
 
 
@@ -412,7 +414,7 @@ def differences(recorded: Mapping[str, Any], fresh: Mapping[str, Any]) -> list[s
     return out
 
 
-def used_intrinsics(golden_doc: Mapping[str, Any], family: str, arch: str, lane: str) -> set[str] | None:
+def used_intrinsics(golden_doc: Mapping[str, Any], family: str, arch: str, lane: lanes.Lane) -> set[str] | None:
     """The intrinsics the golden cases of (family, arch) declare on ``lane`` (resolving aliases);
     None when the goldens hold no case of the family on that lane at all (a plugin's family)."""
     from rocke_aot.aot.golden import lane_entries
@@ -423,16 +425,16 @@ def used_intrinsics(golden_doc: Mapping[str, Any], family: str, arch: str, lane:
     return {i for cid, o in entries.items() if cid.startswith(f"{family}/{arch}/") for i in o.get("intrinsics", ())}
 
 
-def backing(family: str, arch: str, lane: str, recorded: Mapping[str, Any],
+def backing(family: str, arch: str, lane: lanes.Lane, recorded: Mapping[str, Any],
             golden_doc: Mapping[str, Any]) -> tuple[str, str]:
     """(state, detail) of a served (family, arch, lane): "characterized" (every intrinsic its golden
     cases use is ok on the recorded toolchain), "contradicted" (one is not), or "unvalidated"."""
     if is_triton(get_family(family)):  # compiled by Triton's own LLVM and back ends (its sm_90: its ptxas)
         return "unvalidated", (f"{family} is a Triton family: Triton's compiler, which this characterization "
                                f"of the lane toolchains does not probe (docs/triton.md)")
-    doc = recorded.get(lane)
+    doc = recorded.get(lane.name)
     if doc is None:
-        return "unvalidated", f"no characterization of {lane} recorded (no LLVM {lanes.get_lane(lane).major} toolchain measured)"
+        return "unvalidated", f"no characterization of {lane} recorded (no LLVM {lane.major} toolchain measured)"
     entry = doc["arches"].get(arch)
     if entry is None:
         return "unvalidated", f"the {lane} characterization does not cover {arch}"

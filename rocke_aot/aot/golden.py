@@ -135,10 +135,9 @@ def representative(specs: Sequence[Any], knob_names: Iterable[str]) -> list[Any]
     return [specs[i] for i in sorted(chosen)]
 
 
-def _lane_selection(family: str, arch: str, lane: lane_registry.Lane) -> list[Any]:
+def _lane_selection(family: str, target: Target, lane: lane_registry.Lane) -> list[Any]:
     tab = get_family(family).table
-    target = Target.parse(arch)
-    specs = list(table.enumerate_specs(family, arch, lane))
+    specs = list(table.enumerate_specs(family, target, lane))
     out: list[Any] = []
     for baked in tab.baked(target, lane):
         knobs = [k for k in tab.knobs(baked, target, lane) if k != "path"]
@@ -156,12 +155,13 @@ def select_cases(families: Sequence[str] | None = None) -> list[Case]:
     """Every case of the rule, in (family, arch, table order); ids are unique."""
     cases: dict[str, Case] = {}
     for family in families or _golden_families():
-        for arch in ARCHES:
+        for processor in ARCHES:
+            target = Target(processor)  # the registry's bare processors
             for lane in table.registered_lanes():
-                if not table.admission(family, arch, lane).served:
+                if not table.admission(family, target, lane).served:
                     continue
-                for spec in _lane_selection(family, arch, lane):
-                    case = Case(family, arch, spec.to_dict(), spec.kernel_name)
+                for spec in _lane_selection(family, target, lane):
+                    case = Case(family, target.id, spec.to_dict(), spec.kernel_name)
                     old = cases.setdefault(case.id, case)
                     if old.spec != case.spec:
                         raise GoldenError(f"two specs share the case id {case.id}: {old.spec} / {case.spec}")
@@ -224,8 +224,7 @@ def evaluate_case(case: Case, lane: lane_registry.Lane) -> Outcome:
                    declared_intrinsics(ir), ir=ir)
 
 
-def _evaluate_chunk(cases: Sequence[Case], lane_name: str) -> list[Outcome]:
-    lane = lane_registry.get_lane(lane_name)
+def _evaluate_chunk(cases: Sequence[Case], lane: lane_registry.Lane) -> list[Outcome]:
     return [evaluate_case(c, lane) for c in cases]
 
 
@@ -237,7 +236,7 @@ def evaluate(cases: Sequence[Case], lanes: Sequence[lane_registry.Lane], *,
     would not help); 1 lowers here, which is what a test that monkeypatches the lowering needs.
     """
     if jobs <= 1:
-        return {lane.name: dict(zip((c.id for c in cases), _evaluate_chunk(cases, lane.name)))
+        return {lane.name: dict(zip((c.id for c in cases), _evaluate_chunk(cases, lane)))
                 for lane in lanes}
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -245,7 +244,7 @@ def evaluate(cases: Sequence[Case], lanes: Sequence[lane_registry.Lane], *,
     size = max(1, -(-len(cases) // (4 * jobs)))
     chunks = [list(cases[i:i + size]) for i in range(0, len(cases), size)]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-        futures = {lane.name: [ex.submit(_evaluate_chunk, ch, lane.name) for ch in chunks] for lane in lanes}
+        futures = {lane.name: [ex.submit(_evaluate_chunk, ch, lane) for ch in chunks] for lane in lanes}
         out = {}
         for name, futs in futures.items():
             outcomes = [o for f in futs for o in f.result()]
@@ -294,13 +293,13 @@ def load_ir_store(path: Path = IR_STORE_PATH) -> dict[str, str]:
     return store
 
 
-def for_lane(entries: Mapping[str, Any], source: str, lane: str) -> dict[str, Any]:
+def for_lane(entries: Mapping[str, Any], source: lane_registry.Lane, lane: lane_registry.Lane) -> dict[str, Any]:
     """``source``'s entries as ``lane`` would record them: a refusal reason names its lane
     ("LLVM 24 (llvm24) has no sm_90 target"), so an alias target's reasons are re-spelled
     for the aliased lane before they are compared; hashes are compared as they are."""
-    if source == lane:
+    if source.name == lane.name:
         return dict(entries)
-    a, b = lane_registry.get_lane(source), lane_registry.get_lane(lane)
+    a, b = source, lane
 
     def respell(o: Mapping[str, Any]) -> dict[str, Any]:
         if "reason" not in o:
@@ -311,29 +310,33 @@ def for_lane(entries: Mapping[str, Any], source: str, lane: str) -> dict[str, An
     return {cid: respell(o) for cid, o in entries.items()}
 
 
-def lane_entries(doc: Mapping[str, Any], lane: str) -> tuple[dict[str, Any], str]:
-    """(case id -> outcome dict, the lane whose entries these are) after resolving an alias."""
-    entry = doc["lanes"][lane]
-    target = entry.get("alias_of")
-    if target is None:
+def lane_entries(doc: Mapping[str, Any], lane: lane_registry.Lane) -> tuple[dict[str, Any], lane_registry.Lane]:
+    """(case id -> outcome dict, the lane whose entries these are) after resolving an alias.
+
+    The golden document's one lane string is read here: the lane an entry aliases
+    (``"alias_of"``), parsed where it is deserialized (its keys are compared with the
+    registry's names by registry_findings, never parsed)."""
+    entry = doc["lanes"][lane.name]
+    alias = entry.get("alias_of")
+    if alias is None:
         return dict(entry.get("results", {})) | dict(entry.get("expected_failures", {})), lane
+    target = lane_registry.get_lane(alias, source=f"alias target of golden lane {lane.name}")
     validate_alias(lane, target, doc)
     return for_lane(lane_entries(doc, target)[0], target, lane), target
 
 
-def validate_alias(lane: str, target: str, doc: Mapping[str, Any] | None = None) -> None:
+def validate_alias(lane: lane_registry.Lane, target: lane_registry.Lane, doc: Mapping[str, Any] | None = None) -> None:
     """An alias is legal only between two registered lanes that map to the same profile."""
-    a = lane_registry.get_lane(lane, source=f"golden lane {lane}")
-    b = lane_registry.get_lane(target, source=f"alias target of golden lane {lane}")
+    a, b = lane, target
     if a.profile_name != b.profile_name:
-        raise LaneError(f"golden lane {lane} aliases {target}, but {lane} maps to profile "
-                        f"{a.profile_name!r} and {target} to {b.profile_name!r}: an alias must not "
+        raise LaneError(f"golden lane {a.name} aliases {b.name}, but {a.name} maps to profile "
+                        f"{a.profile_name!r} and {b.name} to {b.profile_name!r}: an alias must not "
                         f"cross emission profiles")
     if doc is not None:
-        if target not in doc["lanes"]:
-            raise LaneError(f"golden lane {lane} aliases {target}, which the golden does not hold")
-        if doc["lanes"][target].get("alias_of"):
-            raise LaneError(f"golden lane {lane} aliases {target}, itself an alias: alias the target directly")
+        if b.name not in doc["lanes"]:
+            raise LaneError(f"golden lane {a.name} aliases {b.name}, which the golden does not hold")
+        if doc["lanes"][b.name].get("alias_of"):
+            raise LaneError(f"golden lane {a.name} aliases {b.name}, itself an alias: alias the target directly")
 
 
 # ------------------------------------------------------------------ check
@@ -429,12 +432,13 @@ def registry_findings(doc: Mapping[str, Any], lanes: Sequence[str] | None = None
     return out
 
 
-def check(doc: Mapping[str, Any] | None = None, *, lanes: Sequence[str] | None = None,
+def check(doc: Mapping[str, Any] | None = None, *, lanes: Sequence[lane_registry.Lane] | None = None,
           families: Sequence[str] | None = None, ir_store: Mapping[str, str] | None = None,
           jobs: int = 1) -> Report:
-    """Lower every case on every lane (or those named) and compare with the golden."""
+    """Lower every case on every lane (or those given: Lanes, parsed by the caller) and compare
+    with the golden."""
     doc = load() if doc is None else doc
-    lane_names = [lane_registry.get_lane(x).name for x in lanes] if lanes else None
+    lane_names = [lane.name for lane in lanes] if lanes else None
     findings = registry_findings(doc, lane_names)
     store = load_ir_store() if ir_store is None else ir_store
     cases = select_cases(families)
@@ -445,10 +449,11 @@ def check(doc: Mapping[str, Any] | None = None, *, lanes: Sequence[str] | None =
             if (not lane_names or lane.name in lane_names) and lane.name in doc.get("lanes", {})]
     # (a registry lane the golden lacks is a missing-lane finding above)
     for lane in todo:
-        lane_entries(doc, lane.name)  # validate every alias before the slow part
+        lane_entries(doc, lane)  # validate every alias before the slow part
     results = evaluate(cases, todo, jobs=jobs)
     for lane in todo:
-        recorded, source = lane_entries(doc, lane.name)
+        recorded, source_lane = lane_entries(doc, lane)
+        source = source_lane.name
         if source != lane.name:
             aliases[lane.name] = source
         recorded = {cid: o for cid, o in recorded.items() if cid.split("/", 1)[0] in fams}

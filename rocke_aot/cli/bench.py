@@ -139,13 +139,13 @@ def bench_cmd(from_cache, arch, family, problems_file, problem, cache_url, serve
 
             # one local store: the Fetcher's (client/local.py); the service client ranks only
             with ServiceClient(server) as client, fetcher:
-                report = bench(ServerSource(client, fetcher), rt, arch.id, family, probs, candidates=limit,
+                report = bench(ServerSource(client, fetcher), rt, arch, family, probs, candidates=limit,
                                lanes=lane_names, verify=verify, warmup=warmup, reps=reps, vendor=vendor,
                                on_problem=on_problem, progress=progress, triton_version=version,
                                on_report=write_out)
         else:
             with Store.open(cache_url, readonly=True) as store:
-                report = bench(StoreSource(store), rt, arch.id, family, probs, candidates=limit, lanes=lane_names,
+                report = bench(StoreSource(store), rt, arch, family, probs, candidates=limit, lanes=lane_names,
                                verify=verify, warmup=warmup, reps=reps, vendor=vendor, on_problem=on_problem,
                                progress=progress, triton_version=version, on_report=write_out)
     doc = report.as_dict()

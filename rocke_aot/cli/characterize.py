@@ -47,8 +47,7 @@ def characterize_cmd(lanes, arches, mode, jobs, as_json) -> int:
     if mode in MOVED:
         raise click.UsageError(f"the characterization records are package data this command only reads; "
                                f"{MOVED[mode]} in a source checkout (docs/variants.md)")
-    names = [lane.name for lane in lanes] or None
-    fresh, skips = ch.domain(names, list(arches) or None, jobs=jobs)
+    fresh, skips = ch.domain(list(lanes) or None, list(arches) or None, jobs=jobs)
     problems: dict[str, list[str]] = {}
     if mode == "check":
         recorded = ch.load_recorded()

@@ -46,12 +46,11 @@ def golden_cmd(mode, lanes, families, jobs, as_json) -> int:
                                f"checkout with `{golden.WRITE_COMMAND}` (docs/goldens.md)")
     if mode is None:
         raise click.UsageError("give --check")
-    names = [lane.name for lane in lanes] or None
     fams = list(families) or None
     if fams:
         for f in fams:
             get_family(f)  # an unknown family is a SpecError (exit 2)
-    report = golden.check(lanes=names, families=fams, jobs=jobs)
+    report = golden.check(lanes=list(lanes) or None, families=fams, jobs=jobs)
     if as_json:
         emit_json({"ok": report.ok, "lanes": report.checked, "aliases": report.aliases,
                    "findings": [{"kind": f.kind, "lane": f.lane, "case": f.case, "old": f.old, "new": f.new,

@@ -19,6 +19,8 @@ whose family failed to load is listed as broken (``plugin_errors``); the rest is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 from rich.console import Console
 from rich.markup import escape
@@ -26,6 +28,7 @@ from rich.table import Table
 
 from rocke_aot.aot import characterize, golden
 from rocke_aot.cli.options import arch_option, emit_json, json_option, lanes_option, lanes_or_env
+from rocke_aot.lanes import Lane
 from rocke_aot.variants import table
 from rocke_aot.variants.families import get_family, plugin_errors
 
@@ -47,7 +50,9 @@ def variants(families, arches, lanes, as_json: bool) -> int:
         rocke-aot variants
         rocke-aot variants --family conv_dgrad_patch --arch gfx1250 --json
     """
-    rows = _with_backing(table.report(families or None, arches or None, lanes_or_env(lanes) or None))
+    asked = lanes_or_env(lanes)
+    rows = _with_backing(table.report(families or None, arches or None, asked or None),
+                         asked or table.registered_lanes())
     holes = table.check_complete()
     refusals = [{"family": r.family, "arch": r.arch, "lane": r.lane, "scope": "all", "reason": r.reason}
                 for r in rows if not r.served]
@@ -93,16 +98,18 @@ def variants(families, arches, lanes, as_json: bool) -> int:
     return 1 if holes else 0
 
 
-def _with_backing(rows: list[table.Row]) -> list[table.Row]:
-    """Served rows gain their backing: characterized / contradicted / unvalidated."""
+def _with_backing(rows: list[table.Row], lanes: Sequence[Lane]) -> list[table.Row]:
+    """Served rows gain their backing: characterized / contradicted / unvalidated. ``lanes``: the
+    Lanes the report was asked for (its rows name them)."""
     import dataclasses
 
+    by_name = {lane.name: lane for lane in lanes}
     recorded = characterize.load_recorded()
     doc = golden.load()
     out = []
     for r in rows:
         if r.served:
-            state, detail = characterize.backing(r.family, r.arch, r.lane, recorded, doc)
+            state, detail = characterize.backing(r.family, r.arch, by_name[r.lane], recorded, doc)
             r = dataclasses.replace(r, backing=state, backing_detail=detail)
         out.append(r)
     return out

@@ -18,7 +18,8 @@
     host_triton_version(family, given)  a Triton family's select names the Triton the host runs:
                               --triton-version, else the installed triton's version, else a
                               SpecError (a host's Triton must equal the builder's: docs/triton.md)
-    bench(source, runtime, arch, family, problems, candidates="all"|"top:N", triton_version=)
+    bench(source, runtime, target, family, problems, candidates="all"|"top:N", triton_version=)
+        (``target``: the device's Target, parsed by the caller: the CLI's --arch)
         for each problem: the accepted candidates in ranked order (rank 0 = the selection's
         first choice), loaded together (source.load_many: the Fetcher's pool) ->
         run.run_problem -> ProblemReport (times, verification, vendor)
@@ -51,7 +52,7 @@ from rocke_aot.variants import table
 
 
 class Source(Protocol):
-    def ranked(self, arch: str, family: str, problem: Any, lanes: Sequence[str] | None,
+    def ranked(self, target: Target, family: str, problem: Any, lanes: Sequence[str] | None,
                triton_version: str | None = None, limit: int | None = None) -> list[dict[str, Any]]: ...
 
     def load(self, key: str) -> tuple[bytes, dict[str, Any]]: ...
@@ -74,8 +75,8 @@ class StoreSource:
     def __init__(self, store):
         self.store = store
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
-        sel = select(self.store, arch, family, problem, lanes=lanes, explain=False, triton_version=triton_version,
+    def ranked(self, target: Target, family, problem, lanes, triton_version=None, limit=None):
+        sel = select(self.store, target, family, problem, lanes=lanes, explain=False, triton_version=triton_version,
                      limit=limit)
         return [{"key": c.key, "lane": c.lane, "spec": dict(c.candidate.spec), "efficiency": c.efficiency.total,
                  "estimate_ms": c.estimate_ms, "resources": c.candidate.resources.as_dict()} for c in sel.accepted]
@@ -101,20 +102,20 @@ class ServerSource:
     def __init__(self, client, fetcher):
         self.client = client
         self.fetcher = fetcher
-        # key -> (device arch, family, Triton version) of the select that ranked it
-        self._asked: dict[str, tuple[str, str, str | None]] = {}
+        # key -> (device target, family, Triton version) of the select that ranked it
+        self._asked: dict[str, tuple[Target, str, str | None]] = {}
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
-        doc = self.client.select(arch, family, dataclasses.asdict(problem), lanes=lanes, triton_version=triton_version,
+    def ranked(self, target: Target, family, problem, lanes, triton_version=None, limit=None):
+        doc = self.client.select(target.id, family, dataclasses.asdict(problem), lanes=lanes, triton_version=triton_version,
                                  limit=limit)
         out = []
         for c in doc["accepted"]:
-            if not compatible(c["arch"], arch):  # Client.select checked it; the runner does not rely on that
-                raise AnswerMismatchError(f"select answered {c['key']} built for {c['arch']}; {arch} cannot run it")
+            if not compatible(c["arch"], target):  # Client.select checked it; the runner does not rely on that
+                raise AnswerMismatchError(f"select answered {c['key']} built for {c['arch']}; {target} cannot run it")
             if c.get("triton_version") != triton_version:  # likewise
                 raise AnswerMismatchError(f"select answered {c['key']} built by Triton {c.get('triton_version')}; "
                                           f"Triton {triton_version} was asked for")
-            self._asked[c["key"]] = (arch, family, triton_version)
+            self._asked[c["key"]] = (target, family, triton_version)
             out.append({"key": c["key"], "lane": c["lane"], "spec": c["spec"], "efficiency": c["efficiency"]["total"],
                         "estimate_ms": c.get("estimate_ms"), "resources": c["resources"]})
         return out
@@ -126,7 +127,7 @@ class ServerSource:
         """The kernels of ``keys``, verified by the Fetcher (signed: the manifest's sha256, size
         and record), fetched together on its pool, kept in its local store, then checked
         against the question (class doc)."""
-        by_question: dict[tuple[str, str], list[str]] = {}
+        by_question: dict[tuple[Target, str], list[str]] = {}
         for k in keys:
             if k not in self._asked:
                 raise AnswerMismatchError(f"kernel {k} was not ranked by a select of this source; it is not loaded")
@@ -137,13 +138,13 @@ class ServerSource:
         def check(kern) -> None:  # on the Fetcher's threads, before it keeps or returns a kernel
             launchable[kern.key] = self._checked(kern.key, kern)
 
-        for (arch, family), ks in by_question.items():  # the Fetcher keeps nothing that fails these checks
-            got.update(self.fetcher.get_many(ks, arch=arch, family=family, check=check))
+        for (target, family), ks in by_question.items():  # the Fetcher keeps nothing that fails these checks
+            got.update(self.fetcher.get_many(ks, arch=target.id, family=family, check=check))
         return {k: launchable[k] for k in keys}
 
     def _checked(self, key, kern) -> tuple[bytes, dict[str, Any]]:
-        arch, family, version = self._asked[key]
-        check_asked(kern.inputs.arch, kern.inputs.family, Target.parse(arch), family, f"kernel {key}")
+        target, family, version = self._asked[key]
+        check_asked(kern.inputs.arch, kern.inputs.family, target, family, f"kernel {key}")
         built_by = triton_version_of(kern.inputs.toolchain)  # the key's toolchain identity: the bytes' own
         if built_by != version:
             raise AnswerMismatchError(f"kernel {key} was built by Triton {built_by}, not the {version} asked for; "
@@ -192,7 +193,7 @@ def host_triton_version(family: str, given: str | None) -> str | None:
                         f"apart") from None
 
 
-def _ranked_for_chunks(source: Source, arch: str, family: str, problem: Any, lanes,
+def _ranked_for_chunks(source: Source, target: Target, family: str, problem: Any, lanes,
                        triton_version: str | None = None) -> list[dict[str, Any]]:
     """Candidates for a problem no kernel can address whole (a tensor over 2 GiB): rank them on
     the largest sub-problem along the split axis that selection accepts; the runner then
@@ -203,7 +204,7 @@ def _ranked_for_chunks(source: Source, arch: str, family: str, problem: Any, lan
     extent = getattr(problem, name)
     while extent > 1:
         extent //= 2
-        ranked = source.ranked(arch, family, dataclasses.replace(problem, **{name: extent}), lanes, triton_version)
+        ranked = source.ranked(target, family, dataclasses.replace(problem, **{name: extent}), lanes, triton_version)
         if ranked:
             return ranked
     return []
@@ -235,7 +236,7 @@ class BenchReport:
                 "problems": [p.as_dict() for p in self.problems]}
 
 
-def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterable[Any], *,
+def bench(source: Source, rt: Runtime, target: Target, family: str, problems: Iterable[Any], *,
           candidates: int | None = None, lanes: Sequence[str] | None = None, verify: bool = True,
           warmup: int = 2, reps: int = 10, vendor: bool = True,
           on_problem: Callable[[int], None] | None = None, progress: Callable[[], None] | None = None,
@@ -246,8 +247,8 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
     reports: list[ProblemReport] = []
     for i, raw in enumerate(problems):
         problem = parse_problem(family, raw)
-        ranked = (source.ranked(arch, family, problem, lanes, triton_version)
-                  or _ranked_for_chunks(source, arch, family, problem, lanes, triton_version))
+        ranked = (source.ranked(target, family, problem, lanes, triton_version)
+                  or _ranked_for_chunks(source, target, family, problem, lanes, triton_version))
         if candidates is not None:
             ranked = ranked[:candidates]
         if on_problem:
@@ -257,5 +258,5 @@ def bench(source: Source, rt: Runtime, arch: str, family: str, problems: Iterabl
         reports.append(run_problem(rt, family, problem, cands, verify=verify, warmup=warmup, reps=reps,
                                    seed=i, vendor=vendor, progress=progress))
         if on_report:
-            on_report(BenchReport(arch, family, rt.device_name(), rt.name, list(reports), reps, triton_version))
-    return BenchReport(arch, family, rt.device_name(), rt.name, reports, reps, triton_version)
+            on_report(BenchReport(target.id, family, rt.device_name(), rt.name, list(reports), reps, triton_version))
+    return BenchReport(target.id, family, rt.device_name(), rt.name, reports, reps, triton_version)

@@ -44,6 +44,7 @@ from typing import Any
 
 from rocke_aot.errors import NotServedError, RockeError, SpecError
 from rocke_aot.runner.run import LoadedKernel, launches
+from rocke_aot.targets import Target
 from rocke_aot.variants.problems import ConvProblem, GemmProblem, PatchDgradProblem
 
 POLICIES = ("strict", "report")
@@ -301,7 +302,7 @@ def _candidate(entry: Mapping[str, Any], image: bytes, metadata: Mapping[str, An
 class Dispatcher:
     """The in-process shape table of one process's ops (module doc)."""
 
-    def __init__(self, source: Any, *, runtime_for: Callable[[Any], Any], arch_for: Callable[[Any], str],
+    def __init__(self, source: Any, *, runtime_for: Callable[[Any], Any], arch_for: Callable[[Any], Target],
                  lanes: Sequence[str] | None = None, policy: str = "report"):
         if policy not in POLICIES:
             raise SpecError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
@@ -329,11 +330,11 @@ class Dispatcher:
         return hit
 
     def _resolve(self, family: str, problem: Any, device: Any) -> LaunchPath | Unserved:
-        arch = self.arch_for(device)
+        target = self.arch_for(device)
         self.selects += 1
         t0 = time.perf_counter()
         try:
-            ranked = self.source.ranked(arch, family, problem, self.lanes, limit=1)  # the top one launches
+            ranked = self.source.ranked(target, family, problem, self.lanes, limit=1)  # the top one launches
         except SpecError as e:  # a problem the family refuses by name (its reason)
             return Unserved(f"{family} refuses {problem}: {e}")
         finally:
@@ -371,7 +372,7 @@ class Dispatcher:
             what = f"{op} ({family} {problem})" if problem is not None else op
             msg = f"rocke_aot.torch strict: no prebuilt kernel serves {what}: {unserved.reason}"
             if unserved.build and problem is not None:
-                msg += f"; build it: {build_command(self.arch_for(device), family, problem)}"
+                msg += f"; build it: {build_command(self.arch_for(device).id, family, problem)}"
             raise NotServedError(msg)
         self.fallbacks[(op, unserved.reason)] += 1
 

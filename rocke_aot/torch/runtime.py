@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from rocke_aot.errors import RuntimeUnavailable
+from rocke_aot.targets import Target
 from rocke_aot.torch.dispatch import Dispatcher
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
@@ -86,8 +87,10 @@ def configure(source: Any = None, *, policy: str = "report", lanes=None, runtime
             runtimes[device] = device_runtime(device)
         return runtimes[device]
 
-    def arch_for(device):
-        return arch if arch is not None else device_arch(device)
+    given = Target.parse(arch) if arch is not None else None  # the API's arch, parsed once here
+
+    def arch_for(device) -> Target:  # the device's own report of its arch, parsed where it is read
+        return given if given is not None else Target.parse(device_arch(device))
 
     old = STATE["dispatcher"]
     if old is not None:

@@ -10,7 +10,7 @@
         else a cache of this host's own (argument, else $ROCKE_AOT_CACHE, else the default store):
             StoreSource(Store.open(cache, readonly=True)): a builder host, select over its store
 
-Everything rocke_aot.torch needs of a Source is ``ranked(arch, family, problem, lanes, limit=1)`` and
+Everything rocke_aot.torch needs of a Source is ``ranked(target, family, problem, lanes, limit=1)`` and
 ``load(key) -> (image, metadata)`` (runner/bench.py); ``close()`` here ends what was opened. When
 the service client moves (rocke_aot/client/service.py), only this module changes.
 """
@@ -29,8 +29,8 @@ class OpenedSource:
     def __init__(self, source: Any, closers: Sequence[Any], where: str):
         self.source, self._closers, self.where = source, list(closers), where
 
-    def ranked(self, arch, family, problem, lanes, triton_version=None, limit=None):
-        return self.source.ranked(arch, family, problem, lanes, triton_version, limit)
+    def ranked(self, target, family, problem, lanes, triton_version=None, limit=None):
+        return self.source.ranked(target, family, problem, lanes, triton_version, limit)
 
     def load(self, key):
         return self.source.load(key)

@@ -35,8 +35,8 @@ from rocke_aot.aot.compiler.result import CompileResult
 from rocke_aot.aot.toolchains import triton_jit
 from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo
 from rocke_aot.aot.toolchains.llvmlite_toolchain import LlvmliteToolchain
-from rocke_aot.errors import ToolchainError
-from rocke_aot.lanes import Lane, get_lane
+from rocke_aot.errors import LaneError, ToolchainError
+from rocke_aot.lanes import LANE_NAMES, Lane
 from rocke_aot.paths import atomic_write, exclusive, home
 from rocke_aot.targets import Target
 
@@ -63,8 +63,9 @@ INSTALL_RECIPES: dict[str, dict] = {
     # installing the lane builds the two ROCm sysdeps shims it needs (toolchains/rocm_sysdeps.py).
     "llvm23": {"kind": "rocm-llvm", "self_install": True},
 }
-for _lane in INSTALL_RECIPES:
-    get_lane(_lane, source="INSTALL_RECIPES")
+_unknown = sorted(set(INSTALL_RECIPES) - set(LANE_NAMES))  # a declaration's names, compared with the registry's
+if _unknown:
+    raise LaneError(f"INSTALL_RECIPES: unknown compiler lane {_unknown[0]!r}; qualified lanes: {', '.join(LANE_NAMES)}")
 
 
 def registry_path() -> Path:
