@@ -56,7 +56,7 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any
+from typing import Any, cast
 
 from rocke_aot.boundedjson import is_int
 from rocke_aot.dtypes import MAX_TENSOR_BYTES, POINTEE_BYTES
@@ -114,8 +114,8 @@ class _Parser:
 
     def parse(self) -> tuple:
         node = self.expr()
-        if self.peek() is not None:
-            raise FormulaError(f"formula {self.text!r}: unexpected {self.peek()[1]!r}")
+        if (tok := self.peek()) is not None:
+            raise FormulaError(f"formula {self.text!r}: unexpected {tok[1]!r}")
         return node
 
     def expr(self) -> tuple:
@@ -481,7 +481,9 @@ class LaunchContract:
             raise SpecError(f"{kernel}: layout {[a.name for a in laid]} does not match the family's "
                             f"arguments {[a.name for a in formulas.args]}")
         size = kernarg_size if kernarg_size is not None else (laid[-1].offset + laid[-1].size if laid else 0)
-        return cls(kernel, formulas.problem, formulas.lets, formulas.grid, tuple(str(b) for b in block),
+        # __post_init__ checks the block is three formulas; the cast only names the type it checks
+        blk = cast("tuple[str, str, str]", tuple(str(b) for b in block))
+        return cls(kernel, formulas.problem, formulas.lets, formulas.grid, blk,
                    laid, size, max_tensor_bytes, dynamic_shared_bytes, split=formulas.split)
 
     def plan(self, problem: object) -> LaunchPlan:

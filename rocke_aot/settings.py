@@ -203,7 +203,7 @@ def integer(name: str, env: Mapping[str, str] | None = None) -> int | None:
 
 def describe(env: Mapping[str, str] | None = None) -> list[dict[str, object]]:
     env = os.environ if env is None else env
-    out = []
+    out: list[dict[str, object]] = []
     for s in SETTINGS:
         value = env.get(s.name)
         shown = None if value is None else ("(set)" if s.secret else value)

@@ -62,31 +62,13 @@ class Target:
     def parse(cls, target_id: object) -> Target:
         if isinstance(target_id, Target):
             return target_id
-        if isinstance(target_id, str):
-            return _parse_cached(cls, target_id)  # targets are immutable: parse each ID once
+        if isinstance(target_id, str) and cls is Target:
+            return _parse_cached(target_id)  # targets are immutable: parse each ID once
         return cls._parse(target_id)
 
     @classmethod
     def _parse(cls, target_id: object) -> Target:
-        if not isinstance(target_id, str) or not target_id:
-            raise SpecError(f"an arch must be a target ID string such as 'gfx942', got {target_id!r}")
-        processor, *feats = target_id.split(":")
-        info = arch_info(processor)
-        seen: dict[str, bool] = {}
-        for feat in feats:
-            m = _FEATURE_RE.match(feat)
-            if not m:
-                raise SpecError(f"malformed target feature {feat!r} in {target_id!r} (expected e.g. 'xnack-')")
-            name, sign = m.groups()
-            if name not in info.target_features:
-                raise SpecError(
-                    f"{processor} has no target feature {name!r} (it accepts: "
-                    f"{', '.join(info.target_features) or 'none'})"
-                )
-            if name in seen:
-                raise SpecError(f"target feature {name!r} given twice in {target_id!r}")
-            seen[name] = sign == "+"
-        return cls(processor, tuple(sorted(seen.items())))
+        return cls(*_split_id(target_id))
 
     @property
     def info(self) -> ArchInfo:
@@ -139,8 +121,31 @@ class Target:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_cached(cls: type, target_id: str) -> Target:
-    return cls._parse(target_id)
+def _parse_cached(target_id: str) -> Target:
+    return Target(*_split_id(target_id))
+
+
+def _split_id(target_id: object) -> tuple[str, tuple[tuple[str, bool], ...]]:
+    """A target ID's processor and its features (sorted by name), or SpecError."""
+    if not isinstance(target_id, str) or not target_id:
+        raise SpecError(f"an arch must be a target ID string such as 'gfx942', got {target_id!r}")
+    processor, *feats = target_id.split(":")
+    info = arch_info(processor)
+    seen: dict[str, bool] = {}
+    for feat in feats:
+        m = _FEATURE_RE.match(feat)
+        if not m:
+            raise SpecError(f"malformed target feature {feat!r} in {target_id!r} (expected e.g. 'xnack-')")
+        name, sign = m.groups()
+        if name not in info.target_features:
+            raise SpecError(
+                f"{processor} has no target feature {name!r} (it accepts: "
+                f"{', '.join(info.target_features) or 'none'})"
+            )
+        if name in seen:
+            raise SpecError(f"target feature {name!r} given twice in {target_id!r}")
+        seen[name] = sign == "+"
+    return processor, tuple(sorted(seen.items()))
 
 
 # -- compatibility (LLVM AMDGPUUsage "Target ID") ---------------------------------------------

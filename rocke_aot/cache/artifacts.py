@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, select, update
@@ -193,7 +193,7 @@ class Artifacts:
                 **({"triton": metadata["triton"]} if metadata.get("triton") is not None else {}),
                 **({"schedule": schedule} if schedule is not None else {})}
         entry = triton_entries.entry_of(metadata, raw, triton_files)
-        row = {
+        row: dict[str, Any] = {
             "key": key,
             "status": "ok",
             "arch": inputs.arch,
@@ -246,7 +246,7 @@ class Artifacts:
         with db.write_tx(self.handle.engine) as conn:
             now = time.time()
             gen = generations.register(conn, inputs, now)
-            if code_key is not None:
+            if code_key is not None and ir_sha256 is not None:  # one is None when the other is
                 code_objects.put_failed(conn, code_key, inputs, ir_sha256, error, now)
             cur = conn.execute(_Q_STATUS, {"k": key}).first()
             if cur is not None and cur.status == "ok":
@@ -329,7 +329,7 @@ class Artifacts:
         with db.read_tx(self.handle.engine) as conn:
             # Straight to the DBAPI cursor: at 10,000 keys, SQLAlchemy's rendering of an
             # expanding IN list and its Row objects cost more than the index lookups.
-            cur = conn.connection.dbapi_connection.cursor()
+            cur = db.dbapi(conn).cursor()
             failed: list[str] = []
             try:
                 for chunk in db.chunks(wanted):
@@ -343,7 +343,8 @@ class Artifacts:
                 cur.close()
             # Failures are few; their messages come from the table in a second pass.
             for chunk in db.chunks(failed):
-                for key, error in conn.execute(select(A.c.key, A.c.error).where(A.c.key.in_(chunk))):
+                failures: db.RowIter = conn.execute(select(A.c.key, A.c.error).where(A.c.key.in_(chunk)))
+                for key, error in failures:
                     out[key] = Hit(key, "failure", None, error)
         return out
 
@@ -389,14 +390,14 @@ class Artifacts:
         stmt = select(A.c.key, A.c.entered).where(
             A.c.status == "ok", A.c.entered.in_([e for e in ENTRIES if e != SIGNABLE_ENTRY]), A.c.verified_at.is_(None))
         with db.read_tx(self.handle.engine) as conn:
-            rows = conn.execute(stmt).all()
+            rows: db.Rows = conn.execute(stmt).all()
         return {k: e for k, e in rows if wanted is None or k in wanted}
 
     def resolve_key(self, prefix: str) -> str:
         if not isinstance(prefix, str) or not _CLI_PREFIX_RE.match(prefix):
             raise SpecError(f"give at least 4 lowercase hex digits of a key, got {prefix!r}")
         with db.read_tx(self.handle.engine) as conn:
-            keys = conn.execute(select(A.c.key).where(A.c.key.like(prefix + "%")).limit(2)).scalars().all()
+            keys: Sequence[str] = conn.execute(select(A.c.key).where(A.c.key.like(prefix + "%")).limit(2)).scalars().all()
         if not keys:
             raise NotFoundError(f"no artifact or failure whose key starts with {prefix} in {self.handle}")
         if len(keys) > 1:

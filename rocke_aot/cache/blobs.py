@@ -126,7 +126,7 @@ def delete_orphans(conn: Connection, chunk: int = db.LOOKUP_CHUNK) -> tuple[int,
 
 def stored_bytes(conn: Connection) -> int:
     """The stored (compressed) bytes of every blob."""
-    return int(conn.execute(_Q_STORED).scalar())
+    return int(conn.execute(_Q_STORED).scalar_one())  # coalesce: one row, never NULL
 
 
 def _pair_blobs(conn: Connection, arch: str, family: str) -> list[str]:
@@ -212,7 +212,7 @@ class Blobs:
         self.handle.writable("train-dicts")
         engine = self.handle.engine
         with db.read_tx(engine) as conn:
-            pairs = conn.execute(
+            pairs: db.Rows = conn.execute(
                 select(A.c.arch, A.c.family, func.count(func.distinct(A.c.blob_sha256)))
                 .where(A.c.status == "ok").group_by(A.c.arch, A.c.family).order_by(A.c.arch, A.c.family)
             ).all()
@@ -228,7 +228,8 @@ class Blobs:
                 step = max(1, len(shas) // max_samples)
                 samples = []
                 for sha in shas[::step][:max_samples]:
-                    size, cod, data, stored_size, dict_id = conn.execute(_Q_BLOB, {"s": sha}).one()
+                    blob: tuple[Any, ...] = conn.execute(_Q_BLOB, {"s": sha}).one()
+                    size, cod, data, stored_size, dict_id = blob
                     samples.append(self.decode(conn, sha, size, cod, stored_size, data, dict_id))
             fit, hold = samples[0::2], samples[1::2]
             try:
@@ -255,13 +256,16 @@ class Blobs:
         with db.write_tx(self.handle.engine, exclusive=True) as conn:
             existing = conn.execute(select(D.c.id).where(D.c.sha256 == zdict.sha256)).scalar()
             if existing is None:
-                existing = conn.execute(D.insert().values(
+                pk = conn.execute(D.insert().values(
                     arch=arch, family=family, sha256=zdict.sha256, size=len(zdict.data), samples=samples,
                     data=zdict.data, created_at=time.time(),
-                )).inserted_primary_key[0]
+                )).inserted_primary_key
+                assert pk is not None, "a single-row INSERT's result carries its primary key"
+                existing = pk[0]
             self.dicts.remember(existing, zdict)
             for sha in _pair_blobs(conn, arch, family):
-                size, cod, data, stored_size, dict_id = conn.execute(_Q_BLOB, {"s": sha}).one()
+                blob: tuple[Any, ...] = conn.execute(_Q_BLOB, {"s": sha}).one()
+                size, cod, data, stored_size, dict_id = blob
                 if dict_id == existing:
                     continue
                 raw = self.decode(conn, sha, size, cod, stored_size, data, dict_id)

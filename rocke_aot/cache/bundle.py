@@ -163,7 +163,7 @@ def export_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, targ
                 missing = set(shas) - set(blob_meta)
                 if missing:
                     raise IntegrityError(f"artifacts reference missing blobs {sorted(missing)[:3]}; run verify")
-                dict_rows = conn.execute(
+                dict_rows: db.Rows = conn.execute(
                     select(D.c.id, D.c.arch, D.c.family, D.c.samples).where(D.c.id.in_(list(dict_ids)))
                 ).all()
                 dicts_meta = {dict_ids[i]: {"arch": a, "family": f, "samples": n} for i, a, f, n in dict_rows}
@@ -316,7 +316,7 @@ def import_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, chec
                 raise BundleError(f"bundle {path} does not start with {MANIFEST}")
             if first.size > MAX_MANIFEST:
                 raise BundleError(f"bundle {path}: its manifest is {first.size} bytes, over {MAX_MANIFEST}")
-            text = tar.extractfile(first).read()
+            text = _member_bytes(tar, first)
             manifest = boundedjson.loads(text, MANIFEST_LIMITS, "bundle manifest")
             entered = Entry.imported(codec.sha256_hex(text), path.name)
         except (tarfile.TarError, OSError, ValueError, RecursionError) as e:
@@ -324,9 +324,9 @@ def import_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, chec
                               f"{boundedjson.cut(str(e))})") from None
         entries, blob_meta = _check_manifest(manifest)
         arches: dict[str, set[str]] = {}  # blob sha256 -> the arches of the entries using it
-        for e in entries:
-            if e["status"] == "ok":
-                arches.setdefault(e["blob_sha256"], set()).add(e["arch"])
+        for ent in entries:
+            if ent["status"] == "ok":
+                arches.setdefault(ent["blob_sha256"], set()).add(ent["arch"])
         # the raw bytes of the Triton entries' own files (metadata, group: small), checked after the entries
         wanted_raw = {sha for t in (manifest.get("triton") or {}).values() for sha in t["files"].values()} - set(arches)
         triton_raw: dict[str, bytes] = {}
@@ -355,11 +355,12 @@ def import_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, chec
                     meta = blob_meta[sha]
                     if member.size != meta["stored_size"]:
                         raise BundleError(f"bundle blob {sha}: {member.size} bytes, manifest says {meta['stored_size']}")
-                    stored = tar.extractfile(member).read()
+                    stored = _member_bytes(tar, member)
                     if meta.get("stored_sha256") not in (None, codec.sha256_hex(stored)):
                         raise BundleError(f"bundle {path} is tampered or corrupt: blob {sha} stored bytes "
                                           f"do not match the manifest's stored_sha256")
-                    dict_id, zdict = zdicts.get(meta.get("dict_sha256"), (None, None))
+                    dsha = meta.get("dict_sha256")
+                    dict_id, zdict = zdicts[dsha] if dsha in zdicts else (None, None)
                     if meta.get("dict_sha256") and zdict is None:
                         raise BundleError(f"bundle blob {sha}: its dictionary {meta['dict_sha256']} is not in the bundle")
                     try:  # codec.decode reads the frame's declared size before decompressing
@@ -381,23 +382,24 @@ def import_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, chec
                                                           dict_id, now)
                 if seen != set(blob_meta):
                     raise BundleError(f"bundle {path}: {len(set(blob_meta) - seen)} blobs of the manifest are missing")
-                for e in entries:
-                    if e["status"] != "ok" and not failures:
+                for ent in entries:
+                    if ent["status"] != "ok" and not failures:
                         added["failures_skipped"] += 1
                         continue
-                    if e["status"] == "ok" and check is not None:
-                        e = {**e, "metadata": _with_resources(e, resources[(e["blob_sha256"], e["arch"])])}
-                    if e["status"] == "ok" and check_entry is not None:
+                    if ent["status"] == "ok" and check is not None:
+                        ent = {**ent, "metadata": _with_resources(ent, resources[(ent["blob_sha256"], ent["arch"])])}
+                    if ent["status"] == "ok" and check_entry is not None:
                         try:
-                            check_entry(e)
+                            check_entry(ent)
                         except RockeError as err:
-                            raise BundleError(f"bundle entry {e['key']}: {type(err).__name__}: "
+                            raise BundleError(f"bundle entry {ent['key']}: {type(err).__name__}: "
                                               f"{str(err)[:300]}") from None
-                    _import_entry(conn, e, added, entered)
-                ok = {e["key"]: e for e in entries if e["status"] == "ok"}
+                    _import_entry(conn, ent, added, entered)
+                ok = {ent["key"]: ent for ent in entries if ent["status"] == "ok"}
                 for tkey, t in sorted((manifest.get("triton") or {}).items()):
                     art = ok.get(t.get("artifact_key"))
                     check_triton(tkey, t, art, triton_raw)
+                    assert art is not None, "check_triton refuses an entry that names no artifact"
                     rec = art["metadata"]["triton"]
                     triton_entries.publish_stored(conn, tkey, t["files"], triton_version=rec["triton_version"],
                                                   target=triton_entries.target_name(rec["target"]),
@@ -421,7 +423,7 @@ def check_triton(tkey: str, t: dict[str, Any], art: dict[str, Any] | None, raw: 
     except RockeError as e:
         raise BundleError(f"{what}: {e}") from None
     rec = (art or {}).get("metadata", {}).get("triton")
-    if not isinstance(rec, dict) or rec.get("key") != tkey:
+    if art is None or not isinstance(rec, dict) or rec.get("key") != tkey:
         raise BundleError(f"{what} names artifact {str(t.get('artifact_key'))[:64]!r}, which is no Triton build of "
                           f"this key in the bundle")
     files = t["files"]
@@ -461,6 +463,14 @@ def _with_resources(e: dict[str, Any], co: dict[str, Any]) -> dict[str, Any]:
         raise BundleError(f"bundle entry {e['key']}: its record disagrees with its code object ({err})") from None
 
 
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """The bytes of a regular file of the bundle (tarfile gives no reader for any other member)."""
+    f = tar.extractfile(member)
+    if f is None:
+        raise BundleError(f"bundle member {member.name!r} is not a regular file")
+    return f.read()
+
+
 def _import_dict(conn, tar, member, dsha: str, dicts_meta: dict, seen: dict, now: float):
     """Verify a dictionary member and publish it (or find it already stored); -> (local id, dict)."""
     if dsha not in dicts_meta or dsha in seen:
@@ -468,7 +478,7 @@ def _import_dict(conn, tar, member, dsha: str, dicts_meta: dict, seen: dict, now
     if member.size > MAX_DICT:
         raise BundleError(f"bundle dictionary {dsha}: {member.size} bytes, over {MAX_DICT}")
     try:
-        zdict = codec.Dictionary(tar.extractfile(member).read(), dsha)
+        zdict = codec.Dictionary(_member_bytes(tar, member), dsha)
     except IntegrityError as e:
         raise BundleError(f"bundle is tampered or corrupt: {e}") from None
     local = conn.execute(select(D.c.id).where(D.c.sha256 == dsha)).scalar()

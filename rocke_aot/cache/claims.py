@@ -30,6 +30,7 @@ import secrets
 
 from sqlalchemy import Connection, and_, delete, or_, select, update
 
+from rocke_aot.cache import db
 from rocke_aot.cache.models import claims as K
 
 
@@ -74,7 +75,8 @@ def claim(conn: Connection, keys: list[str], holder: str, now: float, lease_s: f
         stmt = select(K.c.key, K.c.holder, K.c.expires_at).where(K.c.key.in_(part))
         if conn.dialect.name == "postgresql":
             stmt = stmt.with_for_update()
-        for key, who, until in conn.execute(stmt):
+        rows: db.RowIter = conn.execute(stmt)
+        for key, who, until in rows:
             held[key] = (who, until)
     mine, fresh, stale = [], [], []
     for key in keys:
@@ -116,8 +118,9 @@ def held_by_others(conn: Connection, keys: list[str], holder: str, now: float, c
     """Which of ``keys`` another holder leases right now (with ``host``: and is not gone from it)."""
     out: set[str] = set()
     for i in range(0, len(keys), chunk):
-        for key, who in conn.execute(select(K.c.key, K.c.holder).where(and_(
-                K.c.key.in_(keys[i : i + chunk]), K.c.holder != holder, K.c.expires_at > now))):
+        leased: db.RowIter = conn.execute(select(K.c.key, K.c.holder).where(and_(
+            K.c.key.in_(keys[i : i + chunk]), K.c.holder != holder, K.c.expires_at > now)))
+        for key, who in leased:
             if host is None or not gone(who, host):
                 out.add(key)
     return out

@@ -76,9 +76,10 @@ def lookup(conn: Connection, keys: list[str], chunk: int) -> dict[str, CodeHit]:
     store's, an import's: rev 0010_provenance) is absent here, so the builder compiles it again."""
     out: dict[str, CodeHit] = {}
     for i in range(0, len(keys), chunk):
-        for key, status, sha, info, error in conn.execute(
-                select(C.c.key, C.c.status, C.c.blob_sha256, C.c.info_json, C.c.error)
-                .where(C.c.key.in_(keys[i : i + chunk]), C.c.entered == "build")):
+        found: db.RowIter = conn.execute(
+            select(C.c.key, C.c.status, C.c.blob_sha256, C.c.info_json, C.c.error)
+            .where(C.c.key.in_(keys[i : i + chunk]), C.c.entered == "build"))
+        for key, status, sha, info, error in found:
             out[key] = CodeHit(key, status, sha, json.loads(info), error)
     return out
 
@@ -97,7 +98,8 @@ def backfill(conn: Connection, now: float, keys: Iterable[str] | None = None) ->
                    A.c.blob_sha256, A.c.metadata_json, A.c.entered, A.c.verified_at)
             .where(A.c.status == "ok", A.c.code_key.is_(None), A.c.ir_sha256.is_not(None)))
     n = 0
-    for key, arch, profile, ir, tc_json, opt_json, blob, meta_json, entered, verified in conn.execute(stmt).all():
+    rows: db.Rows = conn.execute(stmt).all()
+    for key, arch, profile, ir, tc_json, opt_json, blob, meta_json, entered, verified in rows:
         ck = code_object_key(arch, profile, ir, tc_json, opt_json)
         fmt = (json.loads(meta_json) or {}).get("format")
         tc_json = canonical_json(target_identity(json.loads(tc_json), arch))  # what the key hashes

@@ -43,8 +43,8 @@ def _cctx(level: int, zdict: Dictionary | None = None) -> zstandard.ZstdCompress
     cache = _ctx_cache("cctx")
     k = (level, zdict.sha256 if zdict else None)
     if k not in cache:
-        kw = {"dict_data": zdict.zstd} if zdict else {}
-        cache[k] = zstandard.ZstdCompressor(level=level, write_content_size=True, **kw)
+        cache[k] = zstandard.ZstdCompressor(level=level, write_content_size=True,
+                                            dict_data=zdict.zstd if zdict else None)
     return cache[k]
 
 

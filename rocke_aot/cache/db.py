@@ -36,7 +36,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from sqlalchemy import Connection, Engine, Table, create_engine, event, inspect,
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from rocke_aot import settings
@@ -360,6 +361,22 @@ def insert_ignore(conn: Connection, table: Table):
     return _INSERT_IGNORE[k]
 
 
+# How rows are read where they are unpacked: SQLAlchemy 2.1's Row[*tuple[Any, ...]] unpacks as
+# ``object`` under mypy (its TypeVarTuple base), and Result.tuples(), 2.0's typed view, is deprecated
+# in 2.1. A Row is a tuple, so these annotations hold without a cast.
+Rows = Sequence[tuple[Any, ...]]  # Result.all()
+RowIter = Iterable[tuple[Any, ...]]  # a Result, iterated
+
+
+def dbapi(conn: Connection) -> DBAPIConnection:
+    """The driver's own connection under ``conn`` (sqlite3 / psycopg), for the hot paths that
+    skip SQLAlchemy's rendering; a connection that was invalidated or closed has none."""
+    raw = conn.connection.dbapi_connection
+    if raw is None:
+        raise CacheAccessError("the store's connection was closed or invalidated; open the store again")
+    return raw
+
+
 def chunks(seq: Sequence[str], n: int = LOOKUP_CHUNK) -> Iterator[Sequence[str]]:
     """``seq`` in slices of at most ``n`` (one bounded IN list each)."""
     for i in range(0, len(seq), n):
@@ -373,7 +390,7 @@ def _current_revision(conn: Connection) -> tuple[str | None, bool]:
     has_tables = any(insp.has_table(t) for t in ("artifacts", "blobs", "rocke_meta"))
     if not has_version:
         return None, has_tables
-    rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    rows: Sequence[str] = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
     if len(rows) > 1:
         raise SchemaVersionError(f"cache has several Alembic heads {rows}; this rocke-aot knows {models.REVISIONS}")
     return (rows[0] if rows else None), has_tables

@@ -172,19 +172,21 @@ def reserve_groups(conn: Connection, groups: Iterable[tuple[str, str, str]] | No
 def complete(conn: Connection, gen: str, now: float) -> bool:
     """Mark ``gen`` complete (a build that planned into it ran to the end) and re-serve its
     specs. False when no such generation exists."""
-    row = conn.execute(select(G.c.arch, G.c.lane, G.c.family).where(G.c.id == gen)).first()
+    row: tuple[Any, ...] | None = conn.execute(select(G.c.arch, G.c.lane, G.c.family).where(G.c.id == gen)).first()
     if row is None:
         return False
     conn.execute(update(G).where(G.c.id == gen).values(completed_at=now))
-    reserve_groups(conn, [tuple(row)])
+    arch, lane, family = row
+    reserve_groups(conn, [(arch, lane, family)])
     return True
 
 
 def newest_complete(conn: Connection) -> dict[tuple[str, str, str], str]:
     """(arch, lane, family) -> its newest complete generation."""
     best: dict[tuple[str, str, str], tuple] = {}
-    for gid, arch, lane, fam, created, completed in conn.execute(
-            select(G.c.id, G.c.arch, G.c.lane, G.c.family, G.c.created_at, G.c.completed_at)):
+    gens: db.RowIter = conn.execute(
+        select(G.c.id, G.c.arch, G.c.lane, G.c.family, G.c.created_at, G.c.completed_at))
+    for gid, arch, lane, fam, created, completed in gens:
         if completed is None:
             continue
         r = rank(completed, created, gid)
@@ -196,8 +198,9 @@ def newest_complete(conn: Connection) -> dict[tuple[str, str, str], str]:
 def listing(conn: Connection, arch: str | None = None, lane: str | None = None,
             family: str | None = None) -> list[Generation]:
     counts: dict[str, dict[str, int]] = {}
-    for gen, status, served, n in conn.execute(select(A.c.generation, A.c.status, A.c.served, func.count())
-                                               .group_by(A.c.generation, A.c.status, A.c.served)):
+    grouped: db.RowIter = conn.execute(select(A.c.generation, A.c.status, A.c.served, func.count())
+                                       .group_by(A.c.generation, A.c.status, A.c.served))
+    for gen, status, served, n in grouped:
         c = counts.setdefault(gen, {})
         c[status] = c.get(status, 0) + n
         if served:
@@ -223,8 +226,9 @@ def shadowed(conn: Connection, keep: int) -> tuple[list[str], list[str]]:
     served goes (failures included), and a generation left with no rows goes too. A served row
     is never dropped here, whatever its generation."""
     by_group: dict[tuple[str, str, str], list[tuple]] = {}
-    for gid, arch, lane, fam, created, completed in conn.execute(
-            select(G.c.id, G.c.arch, G.c.lane, G.c.family, G.c.created_at, G.c.completed_at)):
+    gens: db.RowIter = conn.execute(
+        select(G.c.id, G.c.arch, G.c.lane, G.c.family, G.c.created_at, G.c.completed_at))
+    for gid, arch, lane, fam, created, completed in gens:
         by_group.setdefault((arch, lane, fam), []).append(rank(completed, created, gid))
     old: set[str] = set()
     for ranks in by_group.values():
@@ -232,8 +236,10 @@ def shadowed(conn: Connection, keep: int) -> tuple[list[str], list[str]]:
         old.update(r[3] for r in ranks[1 + keep:])
     if not old:
         return [], []
-    keys, survivors = [], set()
-    for key, gen, served in conn.execute(select(A.c.key, A.c.generation, A.c.served)):
+    keys: list[str] = []
+    survivors: set[str] = set()
+    rows: db.RowIter = conn.execute(select(A.c.key, A.c.generation, A.c.served))
+    for key, gen, served in rows:
         if gen not in old:
             continue
         if served:
@@ -256,11 +262,11 @@ def drop(conn: Connection, keys: list[str], gens: list[str], chunk: int) -> int:
 def backfill(conn: Connection, now: float) -> set[tuple[str, str, str]]:
     """Give rows without a generation (an imported bundle's) the one their inputs name; the
     (arch, lane, family) groups touched (the caller re-serves them)."""
-    groups = conn.execute(
+    groups: db.Rows = conn.execute(
         select(A.c.arch, A.c.lane, A.c.family, A.c.recipe_digest, A.c.toolchain_json)
         .where(A.c.generation.is_(None))
         .group_by(A.c.arch, A.c.lane, A.c.family, A.c.recipe_digest, A.c.toolchain_json)).all()
-    touched = set()
+    touched: set[tuple[str, str, str]] = set()
     for arch, lane, fam, digest, tc_json in groups:
         gen = generation_id(arch, lane, fam, digest, tc_json)
         conn.execute(db.insert_ignore(conn, G), {

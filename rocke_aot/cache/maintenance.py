@@ -25,6 +25,7 @@ deletes a blob a concurrent put has just decided to reuse.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sqlalchemy import delete, func, select
 
@@ -52,15 +53,17 @@ class Maintenance:
     def stats(self, *, max_bytes: int | None) -> StoreStats:
         engine = self.handle.engine
         with db.read_tx(engine) as conn:
-            counts = dict(conn.execute(select(A.c.status, func.count()).group_by(A.c.status)).all())
-            nblobs, raw, stored = conn.execute(
+            by_status: db.Rows = conn.execute(select(A.c.status, func.count()).group_by(A.c.status)).all()
+            counts: dict[str, int] = dict(by_status)
+            sizes: tuple[Any, ...] = conn.execute(
                 select(func.count(), func.coalesce(func.sum(B.c.size), 0), func.coalesce(func.sum(B.c.stored_size), 0))
             ).one()
-            referenced = conn.execute(
+            nblobs, raw, stored = sizes
+            referenced: int = conn.execute(
                 select(func.coalesce(func.sum(B.c.size), 0)).select_from(A.join(B, A.c.blob_sha256 == B.c.sha256))
-            ).scalar()
-            orphans = conn.execute(select(func.count()).select_from(B).where(~blobs.referenced(B.c.sha256))).scalar()
-            by = conn.execute(
+            ).scalar_one()
+            orphans = conn.execute(select(func.count()).select_from(B).where(~blobs.referenced(B.c.sha256))).scalar_one()
+            by: db.Rows = conn.execute(
                 select(A.c.arch, A.c.lane, func.count()).where(A.c.status == "ok")
                 .group_by(A.c.arch, A.c.lane).order_by(A.c.arch, A.c.lane)
             ).all()
@@ -78,7 +81,7 @@ class Maintenance:
         last = ""
         while True:  # keyset pages, so a huge store never sits in memory at once
             with db.read_tx(engine) as conn:
-                page = conn.execute(
+                page: db.Rows = conn.execute(
                     select(B.c.sha256, B.c.size, B.c.codec, blob_data, B.c.stored_size, B.c.dict_id)
                     .where(B.c.sha256 > last).order_by(B.c.sha256).limit(batch)
                 ).all()
@@ -96,7 +99,7 @@ class Maintenance:
         bad_keys: list[tuple[str, str]] = []
         with db.read_tx(engine) as conn:
             rows = conn.execute(select(*ROW, B.c.sha256.label("present")).select_from(ROW_FROM)).mappings().all()
-            orphans = conn.execute(select(func.count()).select_from(B).where(~blobs.referenced(B.c.sha256))).scalar()
+            orphans = conn.execute(select(func.count()).select_from(B).where(~blobs.referenced(B.c.sha256))).scalar_one()
         bad_records: list[tuple[str, str]] = []
         origins: dict[str, int] = {}
         for r in rows:
@@ -130,8 +133,8 @@ class Maintenance:
             raise SpecError(f"an origin is the URL of a server (http:// or https://), got {origin!r}")
         want = origin.rstrip("/")
         with db.write_tx(self.handle.engine, exclusive=True) as conn:
-            rows = conn.execute(select(A.c.key, A.c.provenance_json).where(A.c.status == "ok")).all()
-            victims = []
+            rows: db.Rows = conn.execute(select(A.c.key, A.c.provenance_json).where(A.c.status == "ok")).all()
+            victims: list[str] = []
             for key, text in rows:
                 try:
                     if origin_of(json.loads(text)) == want:
@@ -173,15 +176,15 @@ class Maintenance:
             total = blobs.stored_bytes(conn)
             victims: list[str] = []
             if total > max_bytes:
-                rows = conn.execute(
+                by_read: db.Rows = conn.execute(
                     select(A.c.key, A.c.blob_sha256, B.c.stored_size)
                     .select_from(A.join(B, A.c.blob_sha256 == B.c.sha256))
                     .order_by(A.c.last_read_at, A.c.built_at, A.c.key)
                 ).all()
                 refs: dict[str, int] = {}
-                for _, sha, _ in rows:
+                for _, sha, _ in by_read:
                     refs[sha] = refs.get(sha, 0) + 1
-                for key, sha, stored_size in rows:
+                for key, sha, stored_size in by_read:
                     if total <= max_bytes:
                         break
                     victims.append(key)

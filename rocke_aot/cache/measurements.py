@@ -69,6 +69,8 @@ def from_report(doc: Mapping[str, Any], *, repeats: int | None = None) -> list[R
         raise SpecError("the report does not say how many repeats each median is of: pass repeats")
     arch, device, family = doc.get("arch"), doc.get("device"), doc.get("family")
     Target.parse(arch)  # a malformed target ID fails here
+    if not isinstance(family, str) or not isinstance(arch, str):  # Measurement checks each row's too
+        raise SpecError(f"measurement family must be a non-empty string, got {family!r}")
     out = []
     for pr in doc["problems"]:
         if not isinstance(pr, Mapping) or not isinstance(pr.get("problem"), Mapping):
@@ -148,8 +150,8 @@ def count(store: Any) -> tuple[int, int]:
     from sqlalchemy import func
 
     with db.read_tx(store.engine) as conn:
-        total = conn.execute(select(func.count()).select_from(measurements)).scalar()
-        live = conn.execute(select(func.count()).select_from(measurements).where(_live())).scalar()
+        total = conn.execute(select(func.count()).select_from(measurements)).scalar_one()
+        live = conn.execute(select(func.count()).select_from(measurements).where(_live())).scalar_one()
     return int(total), int(live)
 
 

@@ -18,9 +18,17 @@ from typing import Any
 from rocke_aot.cache import provenance
 from rocke_aot.cache.keys import INPUT_FIELDS, KeyInputs, freeze, inputs_dict, thaw
 
+# a table row by column name: a dict, or SQLAlchemy's RowMapping (keyed by a name or a Column)
+RowLike = Mapping[Any, Any]
+
 
 def _ts(t: float | None) -> datetime | None:
     return None if t is None else datetime.fromtimestamp(t, tz=timezone.utc)
+
+
+def _at(t: float) -> datetime:
+    """A NOT NULL timestamp column (models.py) as a datetime."""
+    return datetime.fromtimestamp(t, tz=timezone.utc)
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -200,7 +208,7 @@ def _loads(s: str | None) -> Any:
     return None if s is None else json.loads(s)
 
 
-def _keyed(row: Mapping[str, Any]) -> dict[str, Any]:
+def _keyed(row: RowLike) -> dict[str, Any]:
     """The _Keyed fields of a row, its inputs validated and canonicalized through KeyInputs."""
     inputs = KeyInputs(
         row["arch"], row["lane"], row["profile"], row["family"],
@@ -209,7 +217,7 @@ def _keyed(row: Mapping[str, Any]) -> dict[str, Any]:
     return {"key": row["key"], **{n: getattr(inputs, n) for n in INPUT_FIELDS}}
 
 
-def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Artifact:
+def to_artifact(row: RowLike, code_object: bytes | None = None) -> Artifact:
     return Artifact(
         **_keyed(row),
         ir_sha256=row["ir_sha256"],
@@ -218,7 +226,7 @@ def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Art
         stored_size=row["stored_size"],
         metadata=freeze(_loads(row["metadata_json"])),
         provenance=freeze(_loads(row["provenance_json"])),
-        built_at=_ts(row["built_at"]),
+        built_at=_at(row["built_at"]),
         last_read_at=_ts(row["last_read_at"]),
         code_object=code_object,
         entered=row.get("entered") or "legacy",
@@ -227,10 +235,10 @@ def to_artifact(row: Mapping[str, Any], code_object: bytes | None = None) -> Art
     )
 
 
-def to_failure(row: Mapping[str, Any]) -> Failure:
+def to_failure(row: RowLike) -> Failure:
     return Failure(
         **_keyed(row),
         error=row["error"],
         log=row["log"] or "",
-        failed_at=_ts(row["built_at"]),
+        failed_at=_at(row["built_at"]),
     )

@@ -135,11 +135,13 @@ class SelectionView:
         put, a publish, gc, eviction, an import all refill them. Connections are held (not their
         ids: a new connection could reuse a dead one's id); the pool keeps few, the dict is bounded.
         """
-        raw = conn.connection.dbapi_connection
+        raw = db.dbapi(conn)
         cur = raw.cursor()
         try:
             cur.execute("SELECT data_version, total_changes() FROM pragma_data_version")
-            stamp = tuple(cur.fetchone())
+            row = cur.fetchone()
+            assert row is not None, "pragma_data_version is a table-valued function of one row"
+            stamp = tuple(row)
         finally:
             cur.close()
         seen = self._seen_conns
@@ -156,7 +158,7 @@ class SelectionView:
             memo.clear()
         info = target.info
         out = []
-        cur = conn.connection.dbapi_connection.cursor()
+        cur = db.dbapi(conn).cursor()
         try:
             cur.execute(sql, params)
             rows = cur.fetchall()

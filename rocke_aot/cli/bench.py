@@ -27,7 +27,11 @@ def load_problems(family: str, problems_file: str | None, problem: str | None) -
     if (problems_file is None) == (problem is None):
         raise click.UsageError("give exactly one of --problems FILE and --problem JSON")
     try:
-        doc = json.loads(problem) if problem is not None else json.loads(Path(problems_file).read_text())
+        if problem is not None:
+            doc = json.loads(problem)
+        else:
+            assert problems_file is not None  # exactly one of the two is given (checked above)
+            doc = json.loads(Path(problems_file).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise SpecError(f"cannot read the problems: {e}") from None
     if isinstance(doc, dict) and family in doc and isinstance(doc[family], list):

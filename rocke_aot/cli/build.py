@@ -13,10 +13,11 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from rocke_aot.aot.builder import build as run_build
 from rocke_aot.aot.builder.plan import parse_where
@@ -105,7 +106,7 @@ def build(arches, families, lanes, where, problems, min_efficiency, instances, c
                             TextColumn("planned {task.fields[planned]} cached {task.fields[cached]} "
                                        "built {task.fields[built]} failed {task.fields[failed]}"),
                             TimeElapsedColumn(), console=console, disable=not show_progress)
-        state = {"task": None}
+        state: dict[str, TaskID] = {}  # "task": the progress bar's, once planned
 
         def on_plan(plan) -> None:
             if show_progress:
@@ -118,7 +119,7 @@ def build(arches, families, lanes, where, problems, min_efficiency, instances, c
 
         # reused: a stored code object, no compile; cached: planned cached, or stored by another
         # builder while this one ran (the builder's statuses, aot/builder/run.py).
-        counts = {"built": 0, "failed": 0, "reused": 0, "cached": 0}
+        counts: dict[str, Any] = {"built": 0, "failed": 0, "reused": 0, "cached": 0}  # rich's task fields
 
         def on_result(job, status) -> None:
             counts[status] += 1

@@ -44,7 +44,7 @@ def _store(url: str | None, *, readonly: bool = False, create: bool = False) -> 
         store.close()
 
 
-def _human_bytes(n: int) -> str:
+def _human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -173,6 +173,7 @@ def show(key: str, out: Path | None, cache_url, as_json) -> None:
     if out is not None:
         if not isinstance(entry, Artifact):
             raise click.UsageError(f"{full} is a cached failure; it has no code object to write")
+        assert entry.code_object is not None, "Store.get returns the artifact with its code object"
         out.write_bytes(entry.code_object)
     d = entry.as_dict()
     if as_json:

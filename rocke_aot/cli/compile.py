@@ -156,6 +156,7 @@ def compile_cmd(family, spec, arch, lane, ir_file, output, timeout, as_json) -> 
     click.echo(f"toolchain  {tc.kind} {tc.detect().llvm_version} at {tc.detect().location}")
     if info.format == "hsaco":
         kd = info.descriptor
+        assert kd is not None, "codeobject.inspect fills the descriptor of every hsaco (or raises)"
         click.echo(f"kernarg    {info.kernarg_size} bytes: " + ", ".join(f"{a.name}@{a.offset}" for a in info.args))
         click.echo(f"registers  vgpr {info.vgpr_count}  agpr {info.agpr_count}  sgpr {info.sgpr_count}  "
                    f"spills v{info.vgpr_spill_count}/s{info.sgpr_spill_count}")

@@ -209,11 +209,12 @@ def fetch(keys, from_file, problem, arch, family, limit, lanes, triton_version, 
     else:
         for u, e in meta_skipped:
             click.echo(f"metadata: {u} failed ({e}); used the next source", err=True)
-        for k in kernels:
-            src = k["origin"].get("source")
-            click.echo(f"{k['key']}  {k['arch']} {k['lane']} {k['family']}  {k['size']} bytes  sha256 {k['sha256']}"
-                       + (f"  from {src}" if src else "") + (f"  -> {k['output']}" if k["output"] else ""))
-            for s in k["origin"].get("skipped", ()):
+        for kern in kernels:
+            src = kern["origin"].get("source")
+            click.echo(f"{kern['key']}  {kern['arch']} {kern['lane']} {kern['family']}  {kern['size']} bytes  "
+                       f"sha256 {kern['sha256']}" + (f"  from {src}" if src else "")
+                       + (f"  -> {kern['output']}" if kern["output"] else ""))
+            for s in kern["origin"].get("skipped", ()):
                 click.echo(f"  {s['source']} failed first: {s['error']}")
         for x in failed:
             click.echo(f"REFUSED {x['key']}: {x['error']}: {x['message']}", err=True)

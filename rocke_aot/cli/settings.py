@@ -38,5 +38,6 @@ def settings_cmd(show_all: bool, as_json: bool) -> None:
     for col in ("variable", "value", "default", "meaning"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["name"], "-" if r["value"] is None else str(r["value"]), r["default"], r["meaning"])
+        table.add_row(str(r["name"]), "-" if r["value"] is None else str(r["value"]), str(r["default"]),
+                      str(r["meaning"]))
     Console(width=200).print(table)

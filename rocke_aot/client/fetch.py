@@ -126,7 +126,7 @@ class Fetcher:
     """
 
     def __init__(self, sources: Sequence[Source], store: LocalStore | None = None, *,
-                 root_key: str | os.PathLike | PublicKey | None = None, insecure: bool | None = None,
+                 root_key: str | os.PathLike | PublicKey | bytes | None = None, insecure: bool | None = None,
                  offline: bool | None = None, now: datetime | None = None, remember: bool = False):
         self.offline = env_offline() if offline is None else bool(offline)
         self.sources = list(sources)

@@ -243,7 +243,8 @@ class ServiceSource(Source):
         except JSONLimitError:
             err = None
         if isinstance(err, dict):
-            name = err.get("error") if isinstance(err.get("error"), str) else ""
+            got = err.get("error")
+            name = got if isinstance(got, str) else ""
             if isinstance(err.get("message"), str):
                 message = err["message"][:500]
         cls = _BY_NAME.get(name) or _BY_STATUS.get(ans.status)

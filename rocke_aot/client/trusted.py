@@ -40,7 +40,7 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 from rocke_aot import settings
@@ -60,7 +60,10 @@ from rocke_aot.trust.keys import PublicKey, public_key
 from rocke_aot.trust.repo import bin_of, record_of, target_path
 from rocke_aot.warm import STATE
 
-BASE_URL = "rocke-aot-source:/"  # the Updater's base URL; _SourceFetcher maps it to the source's paths
+if TYPE_CHECKING:
+    from tuf.ngclient import FetcherInterface
+
+BASE_URL = "rocke-aot-source:/"  # the Updater's base URL; _source_fetcher maps it to the source's paths
 MAX_SNAPSHOT = 32 << 20
 MAX_TARGETS = 16 << 20
 
@@ -115,29 +118,27 @@ def _expires(doc: dict, what: str) -> datetime:
         raise TrustError(f"{what} has no readable expiry") from None
 
 
-class _SourceFetcher:
+def _source_fetcher(source) -> FetcherInterface:
     """python-tuf's FetcherInterface over one Source: the Updater asks for BASE_URL + name."""
+    from tuf.api import exceptions as x
+    from tuf.ngclient import FetcherInterface
 
-    def __new__(cls, source):
-        from tuf.api import exceptions as x
-        from tuf.ngclient import FetcherInterface
+    class SourceFetcher(FetcherInterface):
+        def _fetch(self, url: str):
+            return iter([self.download_bytes(url, MAX_SNAPSHOT)])
 
-        class SourceFetcher(FetcherInterface):
-            def _fetch(self, url: str):
-                return iter([self.download_bytes(url, MAX_SNAPSHOT)])
+        def download_bytes(self, url: str, max_length: int) -> bytes:
+            name = url[len(BASE_URL):] if url.startswith(BASE_URL) else None  # as ngclient quoted it
+            if not name or "/" in name:
+                raise x.DownloadError(f"{url} is not a metadata file of {source.url}")
+            try:
+                return source.metadata(name, limit=max_length)
+            except NotFoundError as e:
+                raise x.DownloadHTTPError(str(e), 404) from None
+            except AnswerTooLargeError as e:  # longer than the signed length (or the bound)
+                raise x.DownloadLengthMismatchError(str(e)) from None
 
-            def download_bytes(self, url: str, max_length: int) -> bytes:
-                name = url[len(BASE_URL):] if url.startswith(BASE_URL) else None  # as ngclient quoted it
-                if not name or "/" in name:
-                    raise x.DownloadError(f"{url} is not a metadata file of {source.url}")
-                try:
-                    return source.metadata(name, limit=max_length)
-                except NotFoundError as e:
-                    raise x.DownloadHTTPError(str(e), 404) from None
-                except AnswerTooLargeError as e:  # longer than the signed length (or the bound)
-                    raise x.DownloadLengthMismatchError(str(e)) from None
-
-        return SourceFetcher()
+    return SourceFetcher()
 
 
 def _translate(e: Exception, where: str) -> RockeError:
@@ -314,7 +315,12 @@ class Trusted:
                  metadata_dir: str | os.PathLike | None = None):
         self.pin = pin
         self.root_key = pin
-        self.dir = Path(metadata_dir) if metadata_dir is not None else Path(trust_dir) / f"tuf-{pin_id(pin)}"
+        if metadata_dir is not None:
+            self.dir = Path(metadata_dir)
+        elif trust_dir is not None:
+            self.dir = Path(trust_dir) / f"tuf-{pin_id(pin)}"
+        else:
+            raise TrustConfigError("trusted metadata needs a trust directory or a metadata directory")
         self._now = now
 
     @property
@@ -350,7 +356,7 @@ class Trusted:
         self.dir.mkdir(parents=True, exist_ok=True)
         with exclusive(self.dir / "lock"):
             try:
-                updater = Updater(str(self.dir), BASE_URL, fetcher=_SourceFetcher(source),
+                updater = Updater(str(self.dir), BASE_URL, fetcher=_source_fetcher(source),
                                   config=UpdaterConfig(snapshot_max_length=MAX_SNAPSHOT,
                                                        targets_max_length=MAX_TARGETS),
                                   bootstrap=self._bootstrap(source))

@@ -114,7 +114,7 @@ def http_client(timeout: float = 30.0) -> httpx.Client:
     for transport in (client._transport, *client._mounts.values()):  # noqa: SLF001 - see above
         pool = getattr(transport, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
-        if backend is not None and not isinstance(backend, _DeadlineBackend):
+        if pool is not None and backend is not None and not isinstance(backend, _DeadlineBackend):
             pool._network_backend = _DeadlineBackend(backend)  # noqa: SLF001
     return client
 
@@ -239,7 +239,9 @@ def _proxied(url: str) -> bool:
     proxies = urllib.request.getproxies_environment()
     if not (proxies.get(urlsplit(url).scheme) or proxies.get("all")):
         return False
-    return not urllib.request.proxy_bypass_environment(urlsplit(url).hostname or "", proxies)
+    # typeshed leaves out proxy_bypass_environment (CPython has it since 3.3; httpx's rule is the same)
+    return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
+        urlsplit(url).hostname or "", proxies)
 
 
 # ---- one bounded exchange ----------------------------------------------------------------------

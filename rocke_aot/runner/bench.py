@@ -44,7 +44,7 @@ from rocke_aot.client.fetch import check_asked
 from rocke_aot.errors import AnswerMismatchError, SpecError
 from rocke_aot.lanes import LANES
 from rocke_aot.launch import LaunchContract
-from rocke_aot.runner.run import LoadedKernel, ProblemReport, run_problem
+from rocke_aot.runner.run import LoadedKernel, ProblemReport, run_problem, timed_ms
 from rocke_aot.runner.runtime import Runtime
 from rocke_aot.service.selection import parse_problem, select
 from rocke_aot.targets import Target, compatible
@@ -222,7 +222,7 @@ class BenchReport:
 
     def summary(self) -> dict[str, Any]:
         q = [p.selection_quality for p in self.problems if p.selection_quality is not None]
-        v = [p.vendor_ms / p.best.median_ms for p in self.problems if p.vendor_ms and p.best]
+        v = [p.vendor_ms / timed_ms(p.best) for p in self.problems if p.vendor_ms and p.best]
         failed = sum(1 for p in self.problems for r in p.results if r.verified is False or r.error)
         return {"problems": len(self.problems), "runs": sum(len(p.results) for p in self.problems),
                 "failed_runs": failed,

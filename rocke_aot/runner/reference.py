@@ -92,6 +92,8 @@ class Semantics:
             if lim.shape not in ((), want.shape):
                 raise SpecError(f"the reference bound of {self.family} has shape {lim.shape}, its output {want.shape}")
             return want, np.broadcast_to(lim, want.shape)
+        if self.terms is None:
+            raise SpecError(f"the reference of {self.family} has neither an error bound nor terms to bound it by")
         want_abs = np.asarray(self.reference(problem, {n: np.abs(v) for n, v in values.items()}),
                               dtype=np.float64).ravel()
         return want, bound(want_abs, want, self.terms(problem), out_dtype)

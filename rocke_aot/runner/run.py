@@ -122,6 +122,18 @@ class RunResult:
         return dataclasses.asdict(self)
 
 
+def timed_ms(r: RunResult) -> float:
+    """The median of a result that ran and verified: ProblemReport's timed, best and top_ranked
+    keep only those (median_ms set)."""
+    assert r.median_ms is not None, "timed, best and top_ranked keep results with a median only"
+    return r.median_ms
+
+
+def _rank(r: RunResult) -> int:
+    assert r.rank is not None, "top_ranked looks at ranked results only"
+    return r.rank
+
+
 @dataclass
 class ProblemReport:
     family: str
@@ -133,7 +145,7 @@ class ProblemReport:
     @property
     def timed(self) -> list[RunResult]:
         return sorted((r for r in self.results if r.median_ms is not None and r.verified is not False),
-                      key=lambda r: r.median_ms)
+                      key=timed_ms)
 
     @property
     def best(self) -> RunResult | None:
@@ -142,14 +154,14 @@ class ProblemReport:
     @property
     def top_ranked(self) -> RunResult | None:
         ranked = [r for r in self.results if r.rank is not None and r.median_ms is not None and r.verified is not False]
-        return min(ranked, key=lambda r: r.rank) if ranked else None
+        return min(ranked, key=_rank) if ranked else None
 
     @property
     def selection_quality(self) -> float | None:
         """Best measured time over the top-ranked candidate's time (1.0: the ranking's first
         choice was the fastest)."""
         best, top = self.best, self.top_ranked
-        return None if best is None or top is None else best.median_ms / top.median_ms
+        return None if best is None or top is None else timed_ms(best) / timed_ms(top)
 
     def as_dict(self) -> dict[str, Any]:
         best, top = self.best, self.top_ranked
@@ -158,7 +170,7 @@ class ProblemReport:
                 "best": best.key if best else None, "top_ranked": top.key if top else None,
                 "selection_quality": self.selection_quality,
                 "vendor": self.vendor, "vendor_ms": self.vendor_ms,
-                "best_over_vendor": (self.vendor_ms / best.median_ms) if best and self.vendor_ms else None}
+                "best_over_vendor": (self.vendor_ms / timed_ms(best)) if best and self.vendor_ms else None}
 
 
 class _Buffers:
@@ -296,10 +308,11 @@ def _prepare(rt, sem, family, problem, cand: LoadedKernel, bufs: _Buffers, refs,
         out = np.empty(out_arg.value, dtype=ref.storage_dtype(out_arg.dtype))
         rt.download(pointers[out_arg.name], out)
         got = ref.decode(out, out_arg.dtype)
-        key = (out_arg.dtype, *((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
-                                and a.name != sem.output and access[a.name] != "workspace"))
+        ins = tuple((a.name, a.dtype, a.value) for a in plan.args if a.kind == "global_pointer"
+                    and a.name != sem.output and access[a.name] != "workspace")
+        key = (out_arg.dtype, *ins)
         if key not in refs:
-            vals = {n: bufs.values[(n, d, c)] for n, d, c in key[1:]}
+            vals = {n: bufs.values[(n, d, c)] for n, d, c in ins}
             refs[key] = sem.expected(problem, vals, out_arg.dtype)
         want, lim = refs[key]
         if want.size != got.size:
@@ -338,6 +351,8 @@ def _vendor(family: str, p: Any, rt: Runtime, warmup: int, reps: int) -> tuple[s
         name, fn = "torch.nn.functional.conv2d", lambda: torch.nn.functional.conv2d(
             x, w, stride=(p.stride_h, p.stride_w), padding=(p.pad_h, p.pad_w), dilation=(p.dil_h, p.dil_w))
     elif family == "conv_dgrad_patch":
+        import torch.nn.grad  # torch imports it itself; named so the type checker sees it
+
         hp, wp = p.h // p.p, p.w // p.p
         dy = torch.randn(p.n, p.k, hp, wp, device=d, dtype=dt).to(memory_format=torch.channels_last)
         w = torch.randn(p.k, p.c, p.p, p.p, device=d, dtype=dt)

@@ -153,7 +153,7 @@ class Runtime(abc.ABC):
 Events = tuple[Callable[[], Any], Callable[[Any], None], Callable[[Any, Any], float]]
 
 
-def interleaved_times(calls: Sequence[Callable[[], None]], events: Events, synchronize: Callable[[], None], *,
+def interleaved_times(calls: Sequence[Callable[[], object]], events: Events, synchronize: Callable[[], None], *,
                       warmup: int, reps: int, warmup_ms: float = WARMUP_MS,
                       hold: Callable[[float], None] | None = None,
                       clock: Callable[[], float] = time.perf_counter) -> list[list[float]]:
@@ -392,7 +392,8 @@ class HipRuntime(Runtime):
         self.c(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
 
     def _launch(self, fn, grid, block, params, shared, stream=0) -> None:
-        self.c(self.hip.hipModuleLaunchKernel(fn, *grid, *block, shared, stream or None, params, None),
+        (gx, gy, gz), (bx, by, bz) = grid, block
+        self.c(self.hip.hipModuleLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream or None, params, None),
                "hipModuleLaunchKernel")
 
     def _events(self):

@@ -65,15 +65,16 @@ class StoreWatch:
     def __init__(self, store: Store):
         self.store = store
         self.path = _sqlite_file(store.url)
-        self.identity = self._stat() if self.path else None
+        self.identity = self._stat(self.path) if self.path else None
         self._checked_at = 0.0
         self._gone: CacheAccessError | None = None
 
-    def _stat(self) -> tuple[int, int]:
+    @staticmethod
+    def _stat(path: str) -> tuple[int, int]:
         try:
-            st = os.stat(self.path)
+            st = os.stat(path)
         except OSError as e:
-            raise CacheAccessError(f"the store file {self.path} is gone ({e.strerror})") from None
+            raise CacheAccessError(f"the store file {path} is gone ({e.strerror})") from None
         return st.st_dev, st.st_ino
 
     def present(self, every_s: float = 0.25) -> None:
@@ -89,7 +90,7 @@ class StoreWatch:
             return
         self._checked_at = now
         try:
-            if self._stat() != self.identity:
+            if self._stat(self.path) != self.identity:
                 raise CacheAccessError(f"the store file {self.path} was replaced after this server opened it; "
                                        "restart the server to serve the new one")
         except CacheAccessError as e:
@@ -98,7 +99,7 @@ class StoreWatch:
         self._gone = None
 
     def check(self) -> None:
-        if self.path is not None and self._stat() != self.identity:
+        if self.path is not None and self._stat(self.path) != self.identity:
             raise CacheAccessError(f"the store file {self.path} was replaced after this server opened it; "
                                    "restart the server to serve the new one")
         self.store.find(limit=1)
@@ -190,7 +191,7 @@ def list_page(store: Store, *, arch: str | None, lane: str | None, family: str |
     """One page of served artifacts ordered by key, and the cursor of the next page (None at
     the end); the filters are already validated."""
     rows = store.find(arch=arch, lane=lane, family=family, served_only=True, after=cursor, limit=limit + 1)
-    items = rows[:limit]
+    items = [r for r in rows[:limit] if isinstance(r, Artifact)]  # find's status "ok": Artifacts only
     return items, (items[-1].key if len(rows) > limit else None)
 
 

@@ -160,7 +160,7 @@ class HotBlobs:
         await send({"type": "http.response.body", "body": content})
 
 
-def create_app(store: Store | str, *, token: str | None = None, max_publish: int = DEFAULT_MAX_PUBLISH,
+def create_app(store: Store | str, *, token: str | tuple[str, ...] | None = None, max_publish: int = DEFAULT_MAX_PUBLISH,
                max_body: int = DEFAULT_MAX_BODY, frame_cache_bytes: int = 64 << 20,
                budget_s: float = guard.DEFAULT_BUDGET_S, max_in_flight: int = guard.DEFAULT_MAX_IN_FLIGHT,
                select_slots: int = DEFAULT_SELECT_SLOTS, trust_dir: str | None = None,
@@ -182,7 +182,7 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
     --allow-plain-tokens (an app built in-process, a test's, keeps True).
     """
     own_store = not isinstance(store, Store)
-    the_store = access.open_store(store, readonly=token is None) if own_store else store
+    the_store = store if isinstance(store, Store) else access.open_store(store, readonly=token is None)
     metrics = Metrics()
     frames = access.Frames(max_bytes=frame_cache_bytes)
     app = FastAPI(
@@ -236,7 +236,8 @@ def create_app(store: Store | str, *, token: str | None = None, max_publish: int
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi
+    # FastAPI's documented way to extend the schema ("Extending OpenAPI") replaces the method
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

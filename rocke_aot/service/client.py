@@ -49,7 +49,7 @@ from rocke_aot.client.fetch import OfflineMiss, check_asked
 from rocke_aot.client.local import check_sha
 from rocke_aot.client.service import ServiceClient, check_select, parse_select
 from rocke_aot.client.trusted import InsecureFetchWarning, pinned_key
-from rocke_aot.errors import AnswerMismatchError, NotFoundError, RemoteError
+from rocke_aot.errors import AnswerMismatchError, NotFoundError, RemoteError, SpecError
 from rocke_aot.service import access
 from rocke_aot.targets import Target
 
@@ -87,8 +87,8 @@ class Client(ServiceClient):
         self._warned = False
         self._fetcher: Any = None
         self._own_store = not isinstance(cache, Store)
-        self._cache = cache
-        self._store: Store | None = None if self._own_store else cache
+        self._cache: str | os.PathLike | None = None if isinstance(cache, Store) else cache
+        self._store: Store | None = cache if isinstance(cache, Store) else None
         self._frames = access.Frames(max_bytes=32 << 20)
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._blob_bytes = 0
@@ -140,7 +140,11 @@ class Client(ServiceClient):
                 f"the local store {self.store} holds other bytes ({local.sha256}) for {key}, fetched from "
                 f"{came_from}; {self.base_url} names {k.sha256}. Remove what that server left with "
                 f"`rocke-aot client purge --cache <local store> --origin {came_from}`")
-        raw = local.code_object if local is not None else self._source.blob(k.sha256, k.size)
+        if local is not None:
+            assert local.code_object is not None, "Store.get returns the artifact with its code object"
+            raw = local.code_object
+        else:
+            raw = self._source.blob(k.sha256, k.size)
         metadata = checked_metadata(raw, k.inputs.arch, k.metadata,
                                     f"{self.base_url} answered {key} with a code object its record does not describe")
         if local is not None:  # the same bytes, kept from another server: its record must be this one's
@@ -151,6 +155,9 @@ class Client(ServiceClient):
                     f"--origin {came_from}`")
             return local
         provenance = {**thaw(k.provenance), "origin": {"source": self.base_url, "signed": False}}
+        assert self.base_url is not None, "a client that is not offline has a base URL (ServiceClient)"
+        if k.ir_sha256 is None:
+            raise SpecError(f"{self.base_url}'s record of {key} has no ir_sha256: the store keeps artifacts by it")
         return self.store.put(k.inputs, raw, ir_sha256=k.ir_sha256, metadata=metadata, provenance=provenance,
                               entered=Entry.fetched(self.base_url))
 

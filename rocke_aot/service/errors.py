@@ -62,7 +62,7 @@ class FieldError(SpecError):
         self.accepted = list(accepted) if accepted is not None else None
 
 
-STATUS: dict[type[BaseException], int] = {
+STATUS: dict[type[Exception], int] = {
     FieldError: 422,
     LaneError: 422,
     SpecError: 422,
@@ -109,7 +109,9 @@ def install(app: FastAPI, on_integrity=None) -> None:
     for cls in (Unauthorized, ReadOnly, Conflict, TooLarge):
         app.add_exception_handler(cls, make(cls.status))
 
-    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    # Starlette types a handler as taking any Exception; it calls each with its own class only
+    async def validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError), "registered for RequestValidationError only"
         errs = exc.errors()
         first = errs[0] if errs else {}
         loc = ".".join(str(p) for p in first.get("loc", ()))
@@ -120,7 +122,8 @@ def install(app: FastAPI, on_integrity=None) -> None:
         msg = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in errs[:5])
         return JSONResponse(body("RequestValidationError", msg or "invalid request", loc or None), status_code=422)
 
-    async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException), "registered for HTTPException only"
         names = {404: "NotFound", 405: "MethodNotAllowed"}
         return JSONResponse(body(names.get(exc.status_code, "HTTPException"), str(exc.detail)),
                             status_code=exc.status_code, headers=getattr(exc, "headers", None))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from collections.abc import Sequence
 
 from rocke_aot.service import errors
 
@@ -72,7 +73,7 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
 
 
 async def answer(send, status: int, error: str, message: str, *, close: bool = False,
-                 extra: list[tuple[bytes, bytes]] = ()) -> None:
+                 extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
     payload = json.dumps(errors.body(error, message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
     if close:

@@ -26,7 +26,7 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request, Security
 from fastapi import Path as PathParam
@@ -113,7 +113,7 @@ class FilePublished(BaseModel):
 
 MetaName = Annotated[str, PathParam(description="A metadata file: N.root.json, timestamp.json, V.snapshot.json, "
                                                 "V.targets.json, V.bins-<hex>.json", max_length=80)]
-_JSON_DOC = {200: {"description": "The file as it was signed",
+_JSON_DOC: dict[int | str, dict[str, Any]] = {200: {"description": "The file as it was signed",
                    "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 

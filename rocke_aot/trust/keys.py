@@ -73,9 +73,9 @@ class PublicKey:
 
     @classmethod
     def from_dict(cls, d: object) -> PublicKey:
-        if not isinstance(d, dict) or d.get("keytype") != KEYTYPE:
+        if not isinstance(d, dict) or d.get("keytype") != KEYTYPE or not isinstance(d.get("public"), str):
             raise TrustConfigError(f"a public key is {{'keytype': 'ed25519', 'public': hex}}, got {d!r}")
-        return cls(d.get("public"))
+        return cls(d["public"])
 
 
 @dataclass(frozen=True)

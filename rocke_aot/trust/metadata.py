@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -106,7 +106,8 @@ def verify(doc: Mapping[str, Any], keys: Mapping[str, PublicKey], role: Role, wh
         if kid not in role.keyids or kid not in keys:
             unlisted.append(str(kid)[:16])
             continue
-        if keys[kid].verify(s.get("sig"), data):
+        sig = s.get("sig")
+        if isinstance(sig, str) and keys[kid].verify(sig, data):
             good.add(kid)
         else:
             bad.append(str(kid)[:16])
@@ -190,6 +191,8 @@ class Index:
 
 def _generations(value: object, what: str) -> tuple[tuple[str, str, str, str], ...]:
     try:
+        if not isinstance(value, Iterable):
+            raise TypeError(f"'{type(value).__name__}' object is not iterable")
         gens = tuple(sorted((g["arch"], g["lane"], g["family"], g["generation"]) for g in value))
     except (KeyError, TypeError) as e:
         raise TrustError(f"{what}: generations must be [{{arch, lane, family, generation}}] ({e})") from None
@@ -245,7 +248,8 @@ def check_manifest(data: bytes, index: Index, root: Root, now: datetime) -> Mani
     gens = _generations(signed.get("generations"), "manifest.json")
     if gens != index.generations:
         raise MixedGenerationError("index.json and manifest.json list different generations")
-    listed = {g: (a, lane, fam) for a, lane, fam, g in gens}
+    # keyed by object: a kernel's "generation" is read from JSON unchecked, and only a match counts
+    listed: dict[object, tuple[str, str, str]] = {g: (a, lane, fam) for a, lane, fam, g in gens}
     kernels = signed.get("kernels")
     if not isinstance(kernels, dict):
         raise TrustError(f"manifest.json version {version}: kernels must be an object")

@@ -19,7 +19,8 @@ _TYPES = {"str": str, "int": int, "bool": bool}
 def check_types(spec: Any, what: str) -> None:
     for f in fields(spec):
         v = getattr(spec, f.name)
-        if type(v) is not _TYPES[f.type]:  # bool is not an int here, and 64.0 is not 64
+        # the spec modules use `from __future__ import annotations`: every field's type is its name
+        if type(v) is not _TYPES[str(f.type)]:  # bool is not an int here, and 64.0 is not 64
             raise SpecError(f"{what} spec field {f.name} must be {f.type}, got {v!r}")
 
 

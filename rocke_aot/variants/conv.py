@@ -20,8 +20,8 @@ which both lowerers build on) reads ConvGeometry, and no layer imports a family 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import Field, asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rocke_aot import mma
 from rocke_aot.dtypes import DTYPES
@@ -54,6 +54,10 @@ class ConvSpecBase:
     family: ClassVar[str]
     BAKED: ClassVar[tuple[str, ...]]
     KNOBS: ClassVar[tuple[str, ...]]
+    if TYPE_CHECKING:  # what every subclass's dataclass declares (the fields read here)
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+        dtype: str
+        path: str
 
     def _check_basics(self) -> None:
         check_types(self, self.family)

@@ -142,6 +142,8 @@ def parse_facts(doc: Mapping[str, Any], where: str) -> HardwareFacts | Refusal:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("facts"), Mapping):
         raise SpecError(f"{where}: a facts file needs a 'facts' mapping")
     proc = doc.get("processor")
+    if not isinstance(proc, str) or not proc:
+        raise SpecError(f"{where}: a facts file names its processor, got {proc!r}")
     facts = doc["facts"]
     unknown = sorted(set(facts) - set(REQUIRED))
     if unknown:
@@ -268,6 +270,8 @@ def estimate(c: KernelCounts, tiles: int, groups: int, f: HardwareFacts, spill_b
                                           + c.warps * c.epilogue_instructions / f.issue_per_clk)
                         + c.epilogue_latencies * f.global_latency)
     cycles += c.tail_bytes / f.l2_bytes_per_clk  # the last round's lone reduction (split-K)
+    # tiles > 0 makes per_cu >= 1, so full or rem is positive and one step above set first
+    assert first is not None, "a round with work computes its step terms"
     ms = launch_ms + cycles / hz * 1e3
     floor_ms = launch_ms + c.unique_bytes / (f.hbm_gbps * 1e9) * 1e3
     if floor_ms > ms:

@@ -126,7 +126,7 @@ class PerfConstants:
         unknown = sorted(set(d) - set(names))
         if missing or unknown:
             raise SpecError(f"{where}: perf constants missing {missing}, unknown {unknown}")
-        out = {}
+        out: dict[str, Any] = {}  # each field's value: a float, load_factor a dict
         for n in names:
             v = d[n]
             if n == "load_factor":

@@ -371,7 +371,9 @@ def _layer_grid(family: str, processor: str, lane_name: str, major: int,
     adm = admission(family, target, lane)
     if not adm.served:
         return LayerGrid(family, processor, lane.name, baked, default, (), (), adm.reason)
-    specs, seen, why = [], set(), {}
+    specs: list[Any] = []
+    seen: set[Any] = set()
+    why: dict[str, int] = {}
     for spec, reason in layer_points(family, target, lane, baked):
         if spec is None:
             why[reason] = why.get(reason, 0) + 1
@@ -526,8 +528,7 @@ def audit_table(table: FamilyTable, spec_type: type, *, grid: bool = True, limit
             where = f"{processor}/{lane.name}"
             if len(problems) >= limit:
                 return problems[:limit]
-            decision = _lane_decision(table, lane)
-            if isinstance(decision, Refuse) or not target_admission(target, lane).served:
+            if isinstance(_lane_decision(table, lane), Refuse) or not target_admission(target, lane).served:
                 continue
             reason = _call(problems, f"{where}: arch_rule", table.arch_rule, target, lane)
             if reason is not None and (not isinstance(reason, str)):
@@ -548,7 +549,7 @@ def audit_table(table: FamilyTable, spec_type: type, *, grid: bool = True, limit
 
 def _audit_grid(table: FamilyTable, spec_type: type, target: Target, lane: Lane, where: str) -> list[str]:
     problems: list[str] = []
-    specs = []
+    specs: list[Any] = []  # a plugin's specs: the duck type _SPEC_PROTOCOL names, checked above
     try:
         points = list(_points(table, target, lane))
     except Exception as e:  # noqa: BLE001 - baked/knobs of a plugin
@@ -619,7 +620,7 @@ class Row:
                 "backing": self.backing, "backing_detail": self.backing_detail}
 
 
-def report(families: Sequence[str] | None = None, arches: Sequence[object] | None = None,
+def report(families: Sequence[str] | None = None, arches: Sequence[Target | str] | None = None,
            lanes: Sequence[object] | None = None) -> list[Row]:
     """One row per (family, arch, lane): count of specs, or the refusal reason."""
     fams = [family_table(f).family for f in families] if families else list(family_names())

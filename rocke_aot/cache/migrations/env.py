@@ -16,6 +16,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from rocke_aot.cache.models import metadata
+from rocke_aot.errors import CacheAccessError
 
 config = context.config
 
@@ -34,6 +35,9 @@ connection = config.attributes.get("connection")
 if connection is not None:
     _run(connection)
 else:  # pragma: no cover - manual use of the alembic command line
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise CacheAccessError("alembic run by hand needs sqlalchemy.url in its ini (the cache's database)")
+    engine = create_engine(url)
     with engine.begin() as conn:
         _run(conn)

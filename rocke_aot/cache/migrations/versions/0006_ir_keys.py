@@ -24,6 +24,8 @@ non-current generation holds are served too (generations now serve side by side)
 
 import hashlib
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -155,7 +157,7 @@ def downgrade() -> None:
         sa.Column("generation", sa.String(32), nullable=False),
         sa.Column("moved_at", sa.Float, nullable=False),
     )
-    rows = conn.execute(sa.text(
+    rows: Sequence[tuple[Any, ...]] = conn.execute(sa.text(
         "SELECT id, arch, lane, recipe_digest, toolchain_json, created_at, completed_at FROM generations")).all()
     made: dict[str, tuple] = {}
     newest: dict[tuple[str, str], tuple[float, str]] = {}
