@@ -106,9 +106,10 @@ def feature_probes(processor: str) -> tuple[str, ...]:
 
 def _undefined_symbols(obj: bytes) -> set[str]:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     symtab = ELFFile(io.BytesIO(obj)).get_section_by_name(".symtab")
-    return {s.name for s in (symtab.iter_symbols() if symtab else ()) if s["st_shndx"] == "SHN_UNDEF" and s.name}
+    return {s.name for s in (symtab.iter_symbols() if isinstance(symtab, SymbolTableSection) else ()) if s["st_shndx"] == "SHN_UNDEF" and s.name}
 
 
 def classify_output(name: str, out: bytes, fmt: str) -> dict[str, str]:
@@ -129,11 +130,12 @@ def wave32_kernels(obj: bytes) -> dict[str, bool]:
     """Kernel name -> the descriptor's ENABLE_WAVEFRONT_SIZE32 bit (kernel_code_properties bit 10,
     AMDGPUUsage "Kernel Descriptor"), read from a relocatable's or a linked object's .kd symbols."""
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     elf = ELFFile(io.BytesIO(obj))
     symtab = elf.get_section_by_name(".symtab")
     out = {}
-    for sym in symtab.iter_symbols() if symtab else ():
+    for sym in symtab.iter_symbols() if isinstance(symtab, SymbolTableSection) else ():
         if not sym.name.endswith(".kd") or sym["st_size"] != 64 or not isinstance(sym["st_shndx"], int):
             continue
         sec = elf.get_section(sym["st_shndx"])

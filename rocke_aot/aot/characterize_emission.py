@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from rocke_aot import lanes, mma
 from rocke_aot.aot.characterize_ir import PROBE_TIMEOUT, classify_error, minimal_kernel_ir, probe_ir
@@ -63,7 +64,7 @@ def elf_facts(data: bytes) -> dict[str, Any]:
         "descriptors": {},
     }
     symtab = elf.get_section_by_name(".symtab")
-    for sym in symtab.iter_symbols() if symtab else []:
+    for sym in symtab.iter_symbols() if isinstance(symtab, SymbolTableSection) else []:
         if not sym.name.endswith(".kd") or sym["st_size"] != 64:
             continue
         sec = elf.get_section(sym["st_shndx"])

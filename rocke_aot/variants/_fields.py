@@ -24,10 +24,12 @@ def check_types(spec: Any, what: str) -> None:
             raise SpecError(f"{what} spec field {f.name} must be {f.type}, got {v!r}")
 
 
-def check_known(cls: Any, d: object, what: str) -> None:
+def check_known(cls: Any, d: object, what: str) -> dict[str, Any]:
+    """``d`` itself, once it is a mapping of ``cls``'s fields only."""
     if not isinstance(d, dict):
         raise SpecError(f"a {what} must be a mapping, got {type(d).__name__}")
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(d) - known)
     if unknown:
         raise SpecError(f"unknown {what} fields {unknown}; known: {sorted(known)}")
+    return d

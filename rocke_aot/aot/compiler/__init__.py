@@ -25,7 +25,7 @@ from rocke_aot.aot.compiler.options import LLVMLITE
 from rocke_aot.aot.compiler.pool import WorkerPool, default_pool
 from rocke_aot.aot.compiler.ptx import assemble_cubin, ptx_processor
 from rocke_aot.aot.compiler.result import CompileResult
-from rocke_aot.aot.compiler.worker import WORKER_SCRIPT, Reply, Worker, WorkerSpec
+from rocke_aot.aot.compiler.worker import WORKER_SCRIPT, Reply, Worker, WorkerSpec, answer_blob
 from rocke_aot.errors import CompileTimeout
 from rocke_aot.targets import Target
 
@@ -56,9 +56,10 @@ def llvm_payload(ir: str, target: Target) -> dict:
 
 def finish_llvmlite(reply: Reply, target: Target, *, timeout: float) -> CompileResult:
     """Worker output -> code object: link the AMDGPU object, or assemble the PTX."""
+    blob = answer_blob(reply.blob, "llvm.compile")
     if target.is_amdgpu:
-        return CompileResult(link_hsaco(reply.blob, timeout=timeout), "hsaco", log=reply.log)
-    ptx = reply.blob.decode()
+        return CompileResult(link_hsaco(blob, timeout=timeout), "hsaco", log=reply.log)
+    ptx = blob.decode()
     return CompileResult(assemble_cubin(ptx, target.processor, timeout=timeout), "cubin", log=reply.log, ptx=ptx)
 
 

@@ -81,7 +81,7 @@ def _stderr_since(mark):
 # ---------------------------------------------------------------- llvmlite handlers
 
 _llvm = None
-_target_machines = {}
+_target_machines: "dict[tuple, object]" = {}  # quoted: a worker may run under an older Python
 
 
 def _binding():

@@ -53,6 +53,7 @@ def lld_version_line(path: str) -> str:
 
 def lld_version(path: str | None = None) -> tuple[int, int, int]:
     m = _VERSION_RE.search(lld_version_line(path or find_lld()))
+    assert m is not None, "lld_version_line refuses a line without a version"
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 

@@ -58,6 +58,14 @@ class Reply:
     log: str  # what the worker wrote to stderr during the request (warnings)
 
 
+def answer_blob(blob: bytes | None, kind: str) -> bytes:
+    """The bytes a compile request's answer carries (a describe request's carries none):
+    CompileError when the worker sent none."""
+    if blob is None:
+        raise CompileError(f"the worker's answer to {kind} carries no code")
+    return blob
+
+
 def llvm_error_summary(text: str) -> str:
     """The line of a tool's stderr that says what went wrong (LLVM ERROR first)."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

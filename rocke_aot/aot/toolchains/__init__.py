@@ -307,11 +307,11 @@ def install_lane(lane: Lane, *, quiet: bool = True) -> Toolchain:
         proc = subprocess.run(cmd, capture_output=quiet, text=True)
     if proc.returncode != 0:
         raise ToolchainError(f"pip install into {env_dir} failed:\n{(proc.stderr or '')[-2000:]}")
-    entry = {"kind": recipe["kind"], "label": lane.name}
-    entry["python" if recipe["kind"] == "llvmlite" else "venv"] = str(env_dir if recipe["kind"] != "llvmlite" else python)
+    location = str(env_dir if recipe["kind"] != "llvmlite" else python)
+    entry = {"kind": recipe["kind"], "label": lane.name, "python" if recipe["kind"] == "llvmlite" else "venv": location}
     tc = register(entry)
     got = tc.detect().lane
     if got != lane.name:
-        unregister(entry.get("python") or entry.get("venv"))
+        unregister(location)
         raise ToolchainError(f"installed environment {env_dir} detects as {got}, not {lane.name}")
     return tc

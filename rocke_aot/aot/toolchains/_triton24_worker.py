@@ -75,7 +75,7 @@ class HandlerError(Exception):
 
 
 _P = ctypes.POINTER
-_libs = {}
+_libs: "dict[str, ctypes.CDLL]" = {}  # quoted: a worker may run under an older Python
 
 # LLVM only warns on these and then goes on with a generic processor / without the feature.
 _FATAL_WARNINGS = ("is not a recognized processor", "is not a recognized feature")

@@ -41,12 +41,13 @@ import os
 import sys
 import tempfile
 import types
+from typing import Any
 
 # The recipe rule (aot/recipe.py): the in-repo kernels this worker may import are covered by the
 # recipe digest; any kernel module it imports (these or a plugin's) must first match the sha256
 # the plan key hashed (payload "sources", checked in _module before the import).
 __recipe_imports__ = ("rocke_aot.kernels",)
-_STATE = {}
+_STATE: "dict[str, Any]" = {}  # "env": the cache home, "triton": the module (quoted: older Pythons)
 
 
 class HandlerError(Exception):
@@ -124,7 +125,7 @@ class _Tensor:
 class _Recorder:
     """A RemoteCacheBackend that keeps every put in memory (one instance per cache key)."""
 
-    puts = {}
+    puts: "dict[str, dict[str, bytes]]" = {}  # cache key -> file name -> bytes
 
     def __init__(self, key):
         self.key = key

@@ -26,7 +26,7 @@ import sys
 
 _P = ctypes.POINTER
 _c = ctypes.c_void_p
-_libs = {}
+_libs: "dict[str, ctypes.CDLL]" = {}  # quoted: a worker may run under an older Python
 _FATAL_WARNINGS = ("is not a recognized processor", "is not a recognized feature")
 _READER = re.compile(r"Reader: 'LLVM ([0-9]+)\.([0-9]+)\.([0-9]+)([^']*)'")
 _TRIVIAL_IR = "define amdgpu_kernel void @rocke_probe() {\n  ret void\n}\n"

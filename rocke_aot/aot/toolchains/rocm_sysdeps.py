@@ -41,6 +41,7 @@ from pathlib import Path
 from rocke_aot import settings
 from rocke_aot.aot.compiler import WorkerSpec, default_pool
 from rocke_aot.aot.compiler.lld import find_lld
+from rocke_aot.aot.compiler.worker import answer_blob
 from rocke_aot.errors import ToolchainError
 
 VERSION_NODE = "AMDROCM_SYSDEPS_1.0"
@@ -188,7 +189,7 @@ def _object(ir: str) -> bytes:
     reply = default_pool().call(WorkerSpec.of(sys.executable), "llvm.compile", {
         "ir": ir, "triple": TRIPLE, "cpu": "x86-64", "features": "", "opt": 2, "pipeline": False,
         "reloc": "pic", "codemodel": "default", "emit": "obj"}, timeout=120.0)
-    return reply.blob
+    return answer_blob(reply.blob, "llvm.compile")
 
 
 def build(directory: Path | None = None) -> dict[str, Path]:

@@ -44,6 +44,7 @@ from rocke_aot.aot.compiler.link import link_hsaco as _link
 from rocke_aot.aot.compiler.lld import find_lld, linker_identity
 from rocke_aot.aot.compiler.options import TRITON24
 from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.compiler.worker import answer_blob
 from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.aot.toolchains.drift import apply_drift_guard
 from rocke_aot.arch import ARCHES
@@ -332,7 +333,7 @@ class Triton24Toolchain(Toolchain):
             result, obj = run_worker("triton24.compile", payload, bitcode, timeout=timeout)
         else:
             result, obj = run_worker("triton24.compile", {**payload, "ir": ir}, timeout=timeout)
-        hsaco = link_hsaco(obj)
+        hsaco = link_hsaco(answer_blob(obj, "triton24.compile"))
         return CompileResult(code_object=hsaco, format="hsaco", log=log + result.get("log", ""), asm=result["asm"])
 
     def compile_object(self, ir: str, processor: str, triple: str, features: str = "", *,
@@ -343,6 +344,6 @@ class Triton24Toolchain(Toolchain):
             "triple": triple, "processor": processor, "features": features,
             "options": TRITON24.library_options(),
         }, timeout=timeout)
-        return obj, result["asm"], result.get("log", "")
+        return answer_blob(obj, "triton24.compile"), result["asm"], result.get("log", "")
 
 

@@ -45,6 +45,7 @@ from typing import Any
 from rocke_aot.aot.compiler import WorkerSpec, default_pool
 from rocke_aot.aot.compiler.files import file_sha256
 from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.compiler.worker import answer_blob
 from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.arch import ARCHES
 from rocke_aot.errors import CompileError, ToolchainError, ToolchainRefused
@@ -256,8 +257,9 @@ class TritonToolchain(Toolchain):
                                f"{info.extra['triton_version']}")
         fmt = "hsaco" if target.is_amdgpu else "cubin"
         files = {name: base64.b64decode(data) for name, data in result["files"].items()}
-        entry = triton_entry(result, files, binary)
-        return CompileResult(code_object=binary, format=fmt, log=result.get("log", ""),
+        code = answer_blob(binary, "triton.compile")
+        entry = triton_entry(result, files, code)
+        return CompileResult(code_object=code, format=fmt, log=result.get("log", ""),
                              ptx=result["asm"] if fmt == "cubin" else None, asm=result["asm"],
                              extra={"triton": entry, "triton_files": files})
 

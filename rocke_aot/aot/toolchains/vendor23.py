@@ -38,6 +38,7 @@ from rocke_aot.aot.compiler.link import link_hsaco
 from rocke_aot.aot.compiler.lld import find_lld, linker_identity
 from rocke_aot.aot.compiler.options import VENDOR23
 from rocke_aot.aot.compiler.result import CompileResult
+from rocke_aot.aot.compiler.worker import answer_blob
 from rocke_aot.aot.toolchains import rocm_sysdeps
 from rocke_aot.aot.toolchains.base import Toolchain, ToolchainInfo, info_for_major
 from rocke_aot.aot.toolchains.drift import apply_drift_guard
@@ -230,7 +231,7 @@ class Vendor23Toolchain(Toolchain):
         result, obj = run_worker("llvm23.compile", self.payload(
             ir=ir, triple=triple, processor=target.processor, features=target.llvm_features,
             options=VENDOR23.worker_options(), emit_asm=emit_asm), timeout=timeout)
-        return CompileResult(code_object=link_hsaco(obj), format="hsaco", log=result.get("log", ""),
+        return CompileResult(code_object=link_hsaco(answer_blob(obj, "llvm23.compile")), format="hsaco", log=result.get("log", ""),
                              asm=result.get("asm"))
 
     def compile_object(self, ir: str, processor: str, triple: str = "amdgcn-amd-amdhsa", features: str = "", *,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from rocke_aot import lanes, mma
 from rocke_aot.aot.lower.module import I16, LoweredKernel
+from rocke_aot.aot.lower.nvptx import NvptxKernel
 from rocke_aot.errors import CapabilityError
 from rocke_aot.families.gemm.lower_common import c32
 from rocke_aot.families.gemm.lower_registers import RegisterStaged
@@ -49,6 +50,8 @@ class GemmLowering(WarpgroupPipeline, RegisterStaged):
         stages = s.stages or (2 if s.double_buffer else 1)
         per = s.block_m * self.lda + s.b_tile_elems
         if s.wgmma:  # the swizzle atoms need 1024-byte alignment: the base rounded up inside the array
+            # wgmma is sm_90's (the spec refuses it elsewhere): the module is NVPTX's
+            assert isinstance(kb, NvptxKernel), "a wgmma spec lowers for NVPTX only"
             raw = kb.dynamic_shared_array("gemm_lds", I16, stages * per + WGMMA_ALIGN // 2, 2)
             addr = self.S(kb.shared_address(raw))
             pad = (self.S(c32(WGMMA_ALIGN)) - addr % WGMMA_ALIGN) % WGMMA_ALIGN  # bytes, 0 if aligned

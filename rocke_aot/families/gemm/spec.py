@@ -238,8 +238,7 @@ class GemmSpec:
 
     @classmethod
     def from_dict(cls, d: object) -> GemmSpec:
-        check_known(cls, d, "gemm spec")
-        return cls(**d)
+        return cls(**check_known(cls, d, "gemm spec"))
 
     @property
     def kernel_name(self) -> str:
