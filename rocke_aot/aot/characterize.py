@@ -276,6 +276,7 @@ def _probe_task(call: Callable, prober: LaneProber, processor: str, probe: str) 
     if kind_ == "intrinsic":
         return classify_output(what, out, fmt)
     if kind_ == "feature":
+        assert feature is not None, "a feature probe names its feature (set above)"
         if fam == "nvptx64":
             m = re.search(r"^\.version\s+(\S+)", out.decode("utf-8", "replace"), re.M)
             got = m.group(1) if m else "?"

@@ -212,7 +212,8 @@ def evaluate_case(case: Case, lane: lane_registry.Lane) -> Outcome:
     spec = table.spec_from_dict(case.family, case.spec)
     if spec not in table.enumerate_specs(case.family, case.arch, lane):
         paths = table.path_admissions(case.family, case.arch, lane)
-        why = paths.get(case.spec.get("path"))
+        path = case.spec.get("path")
+        why = paths.get(path) if isinstance(path, str) else None
         reason = why.reason if why is not None and not why.served else "not a point of the lane's grid"
         return Outcome(stage="grid", reason=reason)
     try:
@@ -257,7 +258,9 @@ def summarize(outcomes: Mapping[str, Outcome]) -> dict[str, Any]:
     failed = [o for o in outcomes.values() if not o.ok]
     stages: dict[str, int] = {}
     for o in failed:
-        stages[o.stage] = stages.get(o.stage, 0) + 1
+        stage = o.stage
+        assert stage is not None, "an outcome that is not ok names its stage (Outcome.ok)"
+        stages[stage] = stages.get(stage, 0) + 1
     return {"cases": len(outcomes), "ok_cases": len(ok), "expected_failures": len(failed),
             "failures_by_stage": dict(sorted(stages.items())), "ir_bytes": sum(o.size for o in ok),
             "distinct_ir": len({o.sha256 for o in ok})}

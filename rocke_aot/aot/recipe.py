@@ -270,10 +270,11 @@ class _Scanner:
                     try:
                         mods = self._values(node.args[0])
                     except RecipeError:
-                        if not self._declared():
+                        declared = self._declared()
+                        if not declared:
                             raise
                         # declared: every module of the packages it may import from is covered
-                        mods = [m for pkg in self._declared() for m in self.t.package_modules(pkg)]
+                        mods = [m for pkg in declared for m in self.t.package_modules(pkg)]
                     for mod in mods:
                         if _in_scope(mod):
                             found.update(_with_parents(mod))

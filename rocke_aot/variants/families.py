@@ -71,12 +71,13 @@ import importlib.metadata
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import rocke_aot
 from rocke_aot.errors import FamilyMixError, PluginError, RockeError, SpecError
+from rocke_aot.lanes import Lane
 from rocke_aot.launch import LaunchContract, LaunchFormulas, LaunchPlan
 from rocke_aot.targets import Target
 from rocke_aot.variants._fields import check_known
@@ -234,6 +235,25 @@ class VariantTable(Protocol):
 
     @property
     def check(self) -> Callable[[Any, Target], Any]: ...  # raises SpecError/CapabilityError: the spec cannot run
+
+    # the grid's functions (variants/table.py FamilyTable's fields)
+    @property
+    def baked(self) -> Callable[[Target, Lane], Sequence[Mapping[str, Any]]]: ...
+
+    @property
+    def knobs(self) -> Callable[[Mapping[str, Any], Target, Lane], Mapping[str, Sequence[Any]]]: ...
+
+    @property
+    def make_spec(self) -> Callable[[Mapping[str, Any], Mapping[str, Any]], Any]: ...
+
+    @property
+    def spec_from_dict(self) -> Callable[[Mapping[str, Any]], Any]: ...
+
+    @property
+    def arch_rule(self) -> Callable[[Target, Lane], str | None]: ...
+
+    @property
+    def paths(self) -> Callable[[Target, Lane], Sequence[str]]: ...
 
     def audit(self, spec_type: type, *, grid: bool = True, limit: int = 5) -> list[str]: ...
 

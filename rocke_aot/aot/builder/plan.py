@@ -235,7 +235,7 @@ def _make_plan(
                     plan.layers.extend(layers)
                 else:
                     specs = table.enumerate_specs(fam, target.processor, lane)
-                sjs = map(spec_json, specs)
+                sjs: Iterable[str] = map(spec_json, specs)
                 if where:
                     sjs = [sj for sj in sjs if _matches(json.loads(sj), wants[fam])]
                 jobs.extend(Job(key(sj), fam, sj, target, lane, tc, tpl) for sj in sjs)

@@ -349,7 +349,11 @@ class _Run:
         if hit is not None and self._reuse(job, kernel, hit):
             return
         self.same_ir[ck] = []
-        self.pending[self.submit(job, kernel)] = (job, kernel, ck)
+        self.pending[self._submit(job, kernel)] = (job, kernel, ck)
+
+    def _submit(self, job: Job, kernel) -> Future:
+        assert self.submit is not None, "run() sets the local submitter before it dispatches a job"
+        return self.submit(job, kernel)
 
     def _reuse(self, job: Job, kernel, hit) -> bool:
         """Store ``job`` from a stored code object (True), or say it must be compiled (False)."""
@@ -411,11 +415,12 @@ class _Run:
             hit = self.store.lookup_code_objects([ck]).get(ck)
             if hit is None or not self._reuse(other, other_kernel, hit):
                 self.same_ir[ck] = []
-                self.pending[self.submit(other, other_kernel)] = (other, other_kernel, ck)
+                self.pending[self._submit(other, other_kernel)] = (other, other_kernel, ck)
 
     def _failed(self, job: Job, e: BaseException | None, kernel, *, message: str | None = None) -> None:
         ir = None if kernel is None else kernel.ir_sha256
         if e is None:
+            assert message is not None, "a failure without an exception is given its message"
             self.outcome.failed.append((job, message))
             self.store.put_failure(job.inputs, message, "", ir_sha256=ir)
         elif isinstance(e, RockeError):

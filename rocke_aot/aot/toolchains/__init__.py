@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 import venv
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rocke_aot.aot.compiler.result import CompileResult
@@ -167,7 +167,7 @@ def detect_all() -> list[Toolchain]:
     return found
 
 
-def toolchains_for_lane(lane: Lane, toolchains: list[Toolchain] | None = None,
+def toolchains_for_lane(lane: Lane, toolchains: Sequence[Toolchain] | None = None,
                         consumes: str | None = "llvm-ir") -> list[Toolchain]:
     """Usable toolchains qualified for ``lane`` (validated), in discovery order, that compile
     ``consumes`` input ("llvm-ir", or "triton" for Triton families; None: any)."""
@@ -177,10 +177,11 @@ def toolchains_for_lane(lane: Lane, toolchains: list[Toolchain] | None = None,
 
 
 def toolchain_for(lane: Lane, target: Target | None = None,
-                  toolchains: list[Toolchain] | None = None, consumes: str = "llvm-ir") -> Toolchain:
+                  toolchains: Sequence[Toolchain] | None = None, consumes: str | None = "llvm-ir") -> Toolchain:
     """The toolchain that compiles ``lane`` for ``target``: the first usable toolchain
     qualified for the lane (discovery order) whose detected arches include the target's
-    processor. ``target=None`` asks only whether the lane has any usable toolchain here.
+    processor. ``target=None`` asks only whether the lane has any usable toolchain here;
+    ``consumes=None``: a toolchain of any input.
 
     Both `rocke-aot compile` and the build plan choose through this function, so a
     combination one of them refuses the other refuses too, with the same message.

@@ -73,15 +73,19 @@ def _gemm_static(spec: Any, target: Target, banks: int) -> tuple:
         bw = amd_b_pair_width(spec, g.threads)
         rb, wb, kp, bvpr = 0, 0.0, spec.block_k // 2, spec.block_n // bw
         for e in range(bw):
-            rb, w_e = stage_cost(g.threads, g.wave_size, kp * bvpr, 2, eb,
-                                 lambda c, e=e: spec.lds_b_index(2 * (c % kp), (c // kp) * bw + e), banks)
+            def unit_at(c: int, e: int = e) -> int:
+                return spec.lds_b_index(2 * (c % kp), (c // kp) * bw + e)
+
+            rb, w_e = stage_cost(g.threads, g.wave_size, kp * bvpr, 2, eb, unit_at, banks)
             wb += w_e
         b_stores, rb = rb * bw, rb * 2
     elif spec.b_lds == "nk":  # each staged B vector is vw 16-bit stores, element e to column row v*vw+e
         rb, wb = 0, 0.0
         for e in range(vw):
-            rb, w_e = stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, 1, eb,
-                                 lambda c, e=e: spec.lds_b_index(c // b_vpr, (c % b_vpr) * vw + e), banks)
+            def element_at(c: int, e: int = e) -> int:
+                return spec.lds_b_index(c // b_vpr, (c % b_vpr) * vw + e)
+
+            rb, w_e = stage_cost(g.threads, g.wave_size, spec.block_k * b_vpr, 1, eb, element_at, banks)
             wb += w_e
         b_stores = rb * vw
     elif spec.stages:  # cp.async's order: a 192-column B row in panels (families/gemm/spec.py copy_panel)
@@ -203,8 +207,13 @@ def _gemm_lines(spec: Any, target: Target, k: int, n: int) -> int:
     eb, vw = DTYPE_BYTES[spec.in_dtype], spec.vector_width
     a_vpr, b_vpr = spec.block_k // vw, spec.block_n // vw
     if spec.stages:  # cp.async's order (a 192-column B row in panels; one panel otherwise: the same)
-        at = {w: (lambda c, w=w, ld=(k if w == "A" else n): (lambda r, col: r * ld + col)(
-            *async_copy_chunk(spec, g.threads, w, c))) for w in ("A", "B")}
+        def copy_at(w: str, ld: int) -> Callable[[int], int]:
+            def at(c: int) -> int:  # the c-th copy's offset in the operand (row stride ld)
+                r, col = async_copy_chunk(spec, g.threads, w, c)
+                return r * ld + col
+            return at
+
+        at = {w: copy_at(w, k if w == "A" else n) for w in ("A", "B")}
         return (global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb, at["A"])
                 + global_lines(g.threads, g.wave_size, spec.block_k * b_vpr, vw, eb, at["B"]))
     return (global_lines(g.threads, g.wave_size, spec.block_m * a_vpr, vw, eb,

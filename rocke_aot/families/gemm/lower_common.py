@@ -117,10 +117,17 @@ class GemmLoweringBase:
         self.lda, self.ldb = spec.block_k + spec.lds_row_pad, spec.ldb
         self.fmuladd = self.kb.declare("fmuladd_f32") if self.instr is None else None
 
+    @property
+    def mma_instr(self) -> mma.MmaInstr:
+        """The spec's matrix instruction, which every MMA pipeline has (an fma spec has none and
+        lowers without the warp tiles below)."""
+        assert self.instr is not None, "the warp tiles are the MMA pipelines' (geometry.instr set)"
+        return self.instr
+
     def warp_origin(self) -> tuple[Sym, Sym, Sym]:
         """(lane, first row, first column) of this work-item's wave in the block tile: the waves
         form a waves_m x waves_n grid, each owning tiles_m x tiles_n instruction tiles."""
-        g, ins = self.geo, self.instr
+        g, ins = self.geo, self.mma_instr
         lane, wave = self.tid % g.wave_size, self.tid // g.wave_size
         if self.spec.wgmma:  # warp w of warpgroup q: rows 16 (w % 4) of each of q's m64 tiles
             rows = g.tiles_m * WGMMA_M
@@ -131,7 +138,7 @@ class GemmLoweringBase:
     def row_step(self) -> int:
         """Rows between a warp's tiles along M: the instruction's M (mma.sync: 16), or one m64
         wgmma tile (the warp's 16 rows of each)."""
-        return WGMMA_M if self.spec.wgmma else self.instr.m
+        return WGMMA_M if self.spec.wgmma else self.mma_instr.m
 
     def b_cn(self, lane, j):
         kr, c = self.instr.b_coord(lane, j)
