@@ -263,7 +263,7 @@ class Family:
     """One kernel family: everything about it, found by its name (``get_family(name)``)."""
 
     name: str
-    spec_type: type  # frozen dataclass: to_dict/from_dict, kernel_name, geometry, launch_formulas
+    spec_type: type[Any]  # frozen dataclass: to_dict/from_dict, kernel_name, geometry, launch_formulas
     problem_type: type  # frozen dataclass of the runtime shape
     table: VariantTable  # the knob grid per (arch, lane) and every lane decision (variants/table.py)
     model: Model  # accepts(spec, problem), efficiency (variants/models.py)
@@ -330,12 +330,12 @@ class Family:
         Refuses (SpecError with the reason) a problem the spec cannot run: another baked
         filter or dtype, a tensor over the 32-bit offset limit.
         """
-        spec, problem = self.spec_from(spec), self.problem_from(problem)
-        why = self.model.accepts(spec, problem)
+        sp, pr = self.spec_from(spec), self.problem_from(problem)
+        why = self.model.accepts(sp, pr)
         if why:
-            raise SpecError(f"{spec.kernel_name} cannot run this {self.name} problem: {why}")
-        threads = spec.geometry(Target.parse(target)).threads
-        return LaunchContract.build(spec.kernel_name, spec.launch_formulas(), (threads, 1, 1)).plan(problem)
+            raise SpecError(f"{sp.kernel_name} cannot run this {self.name} problem: {why}")
+        threads = sp.geometry(Target.parse(target)).threads
+        return LaunchContract.build(sp.kernel_name, sp.launch_formulas(), (threads, 1, 1)).plan(pr)
 
 
 def register(family: Family, source: FamilySource | None = None) -> Family:
@@ -363,7 +363,9 @@ def register(family: Family, source: FamilySource | None = None) -> Family:
 
 
 def _frozen_dataclass(cls: object) -> bool:
-    return isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+    # dataclasses keeps the decorator's arguments in __dataclass_params__ (no public accessor)
+    params = getattr(cls, "__dataclass_params__", None)
+    return isinstance(cls, type) and dataclasses.is_dataclass(cls) and params is not None and params.frozen
 
 
 def install(obj: object, source: FamilySource) -> Family:
@@ -470,14 +472,19 @@ def _guarded(family: Family, source: FamilySource) -> Family:
                                   family=family.name) from e
         return guarded
 
-    model = dataclasses.replace(family.model, **{f.name: guard(getattr(family.model, f.name), f"model.{f.name}")
-                                                 for f in dataclasses.fields(family.model)})
-    table = dataclasses.replace(family.table, **{n: guard(getattr(family.table, n), f"table.{n}")
+    model_fns: dict[str, Any] = {f.name: guard(getattr(family.model, f.name), f"model.{f.name}")
+                                 for f in dataclasses.fields(family.model)}
+    model = dataclasses.replace(family.model, **model_fns)
+    # install() admits a variants/table.py FamilyTable only (its audit), a frozen dataclass; this
+    # module names no table type (the table module reads the registry), so it is read as Any here
+    plugin_table: Any = family.table
+    table = dataclasses.replace(plugin_table, **{n: guard(getattr(family.table, n), f"table.{n}")
                                                  for n in _TABLE_FUNCTIONS})
     ref = family.reference
     if ref is not None:
-        ref = dataclasses.replace(ref, **{n: guard(getattr(ref, n), f"reference.{n}")
-                                          for n in ("compute", "flops", "terms", "bound")})
+        ref_fns: dict[str, Any] = {n: guard(getattr(ref, n), f"reference.{n}")
+                                   for n in ("compute", "flops", "terms", "bound")}
+        ref = dataclasses.replace(ref, **ref_fns)
     return dataclasses.replace(family, model=model, table=table, reference=ref)
 
 

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from rocke_aot.candidates import Candidate
+from rocke_aot.candidates import Candidate, Resources
 from rocke_aot.errors import SpecError
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target, compatible
@@ -104,11 +104,26 @@ class Choice(NamedTuple):
         return "measured" if self.measured is not None else self.model
 
     # The candidate's identity, for callers that render rows (service, CLI).
-    key = property(lambda self: self.candidate.key)
-    sha256 = property(lambda self: self.candidate.blob_sha256)
-    arch = property(lambda self: self.candidate.arch)
-    lane = property(lambda self: self.candidate.lane.name)  # the lane's name, as rows render it
-    resources = property(lambda self: self.candidate.resources)
+    @property
+    def key(self) -> str:
+        return self.candidate.key
+
+    @property
+    def sha256(self) -> str:
+        return self.candidate.blob_sha256
+
+    @property
+    def arch(self) -> str:
+        return self.candidate.arch
+
+    @property
+    def lane(self) -> str:
+        """The lane's name, as rows render it."""
+        return self.candidate.lane.name
+
+    @property
+    def resources(self) -> Resources:
+        return self.candidate.resources
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.candidate.as_dict(), "efficiency": self.efficiency.as_dict(), **self.basis_dict()}
@@ -129,10 +144,23 @@ class Rejection(NamedTuple):
     reason: str  # one of the reason constants above
     detail: str
 
-    key = property(lambda self: self.candidate.key)
-    arch = property(lambda self: self.candidate.arch)
-    lane = property(lambda self: self.candidate.lane.name)  # the lane's name, as rows render it
-    spec = property(lambda self: self.candidate.spec)  # the stored mapping
+    @property
+    def key(self) -> str:
+        return self.candidate.key
+
+    @property
+    def arch(self) -> str:
+        return self.candidate.arch
+
+    @property
+    def lane(self) -> str:
+        """The lane's name, as rows render it."""
+        return self.candidate.lane.name
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        """The stored mapping."""
+        return self.candidate.spec
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.candidate.key, "arch": self.candidate.arch, "lane": self.candidate.lane.name,
@@ -411,8 +439,8 @@ def rank(candidates: Iterable[Candidate], problem: Any, device: Target, *,
             continue
         try:
             spec, sid = _spec(c)
-        except SpecError as e:
-            rejected.append(Rejection(c, BAD_SPEC, str(e)))
+        except SpecError as err:
+            rejected.append(Rejection(c, BAD_SPEC, str(err)))
             continue
         e = effs.get(sid)
         if e is None:
@@ -615,7 +643,8 @@ def _why_no_spec(family: str, problem: Any, device: Target, lane: Any, baked: Ma
         points = table.layer_points(family, device, lane, baked)
     else:
         points = ((spec, "admitted") for spec in table.enumerate_specs(family, device, lane))
-    first, admitted, refused = None, [], {}
+    first, admitted = None, []
+    refused: dict[str, int] = {}
     for spec, reason in points:
         if spec is None:
             refused[reason] = refused.get(reason, 0) + 1

@@ -47,7 +47,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rocke_aot.arch import ArchInfo
 from rocke_aot.dtypes import DTYPE_BYTES, POINTEE_BYTES
@@ -169,6 +169,10 @@ class TritonSpecBase:
 
     KERNEL: TritonKernel  # set on the generated class
     compile_input = TRITON_COMPILE_INPUT
+    if TYPE_CHECKING:  # what every generated dataclass declares (_spec_type) and is read here
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+        num_warps: int
+        num_stages: int
 
     @classmethod
     def key_material(cls) -> dict[str, Any]:
@@ -183,9 +187,9 @@ class TritonSpecBase:
 
     @classmethod
     def from_dict(cls, d: object) -> Any:
-        check_known(cls, d, f"{cls.KERNEL.family} spec")
+        known = check_known(cls, d, f"{cls.KERNEL.family} spec")
         try:
-            return cls(**d)
+            return cls(**known)
         except TypeError as e:
             raise SpecError(f"{cls.KERNEL.family} spec: {e}") from None
 
@@ -276,8 +280,11 @@ class TritonSpecBase:
                                    p.access))
         for name in SCRATCH:
             args.append(ArgDef(name, "global_pointer", "f32", "0", "read_write"))
+        grid = tuple(_subst(g, consts) for g in k.grid)
+        if len(grid) != 3:
+            raise SpecError(f"{k.family}: a grid is three formulas (x, y, z), got {k.grid!r}")
         return LaunchFormulas(problem=k.problem, lets=tuple((n, _subst(t, consts)) for n, t in k.lets),
-                              grid=tuple(_subst(g, consts) for g in k.grid), args=tuple(args))
+                              grid=(grid[0], grid[1], grid[2]), args=tuple(args))
 
 
 @dataclass(frozen=True)
@@ -295,7 +302,7 @@ def _subst(text: str, consts: Mapping[str, int]) -> str:
     return " ".join(out)
 
 
-def _spec_type(kernel: TritonKernel) -> type:
+def _spec_type(kernel: TritonKernel) -> type[Any]:
     fields_: list[tuple[str, str]] = []
     for b in sorted({n for d in kernel.baked for n in d}):
         fields_.append((b, "str"))
@@ -326,7 +333,7 @@ def _spec_type(kernel: TritonKernel) -> type:
 # ---------------------------------------------------------------- table and model
 
 
-def _table(kernel: TritonKernel, spec_type: type) -> FamilyTable:
+def _table(kernel: TritonKernel, spec_type: type[Any]) -> FamilyTable:
     def knobs(baked, target, lane):
         # the config list is a list, not a product: one knob whose values are whole configs
         grid = {"config": tuple(tuple(sorted(c.items())) for c in kernel.configs(target))}
@@ -385,9 +392,10 @@ def _model(kernel: TritonKernel) -> Model:
         return kernel.work(spec, problem, target)
 
     counts = None
-    if kernel.counts is not None:
+    kernel_counts = kernel.counts
+    if kernel_counts is not None:
         def counts(spec: Any, problem: Any, target: Target, banks: int = 32) -> Any:
-            return kernel.counts(spec, problem, target, banks)
+            return kernel_counts(spec, problem, target, banks)
 
     return Model(accepts, efficiency, work, counts)
 
@@ -417,7 +425,8 @@ def register_triton(kernel: TritonKernel) -> families.Family:
 
 
 def is_triton(family: object) -> bool:
-    return isinstance(getattr(family, "spec_type", None), type) and issubclass(family.spec_type, TritonSpecBase)
+    spec_type = getattr(family, "spec_type", None)
+    return isinstance(spec_type, type) and issubclass(spec_type, TritonSpecBase)
 
 
 __all__ = ["CLASSES", "SCRATCH", "TritonKernel", "TritonParam", "TritonSpecBase", "is_triton", "register_triton",

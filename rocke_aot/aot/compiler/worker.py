@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rocke_aot.errors import CompileError, CompileTimeout
 
@@ -84,7 +84,7 @@ class Worker:
         self.max_requests = max_requests
         self.stderr_keep = stderr_keep
         self._proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._stderr: IO[bytes] | None = None
         self._served = 0
         self.started = 0  # how many processes this Worker has started (tests, stats)
 
@@ -128,7 +128,8 @@ class Worker:
             proc.wait()
             for stream in (proc.stdin, proc.stdout):
                 try:
-                    stream.close()
+                    if stream is not None:
+                        stream.close()
                 except OSError:
                     pass
         if self._stderr is not None:
@@ -143,17 +144,26 @@ class Worker:
 
     # -------------------------------------------------------------- I/O
 
+    def _live(self) -> tuple[subprocess.Popen, IO[bytes], IO[bytes], IO[bytes]]:
+        """The process of the call in progress with its stdin, stdout and stderr file (_start
+        made them all; close() drops them)."""
+        proc, log = self._proc, self._stderr
+        if proc is None or log is None:
+            raise CompileError(f"{self.spec.describe()} is not running")
+        assert proc.stdin is not None and proc.stdout is not None, "_start opens both pipes"
+        return proc, proc.stdin, proc.stdout, log
+
     def _stderr_size(self) -> int:
-        return os.fstat(self._stderr.fileno()).st_size
+        return os.fstat(self._live()[3].fileno()).st_size
 
     def _stderr_from(self, start: int) -> str:
         size = self._stderr_size() - start
         if size <= 0:
             return ""
-        return os.pread(self._stderr.fileno(), size, start).decode("utf-8", "replace")
+        return os.pread(self._live()[3].fileno(), size, start).decode("utf-8", "replace")
 
     def _read(self, n: int, deadline: float, mark: int) -> bytes:
-        fd = self._proc.stdout.fileno()
+        fd = self._live()[2].fileno()
         buf = bytearray()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
@@ -174,10 +184,11 @@ class Worker:
             header = json.loads(self._read(hlen, deadline, mark))
             blob = self._read(blen, deadline, mark) if blen else None
         except _WorkerDied:
-            self._proc.wait()
+            proc = self._live()[0]
+            proc.wait()
             log = self._stderr_from(mark)
             raise CompileError(
-                f"{self.spec.describe()} died ({_exit_text(self._proc.returncode)}): {llvm_error_summary(log)}", log
+                f"{self.spec.describe()} died ({_exit_text(proc.returncode)}): {llvm_error_summary(log)}", log
             ) from None
         return header, blob
 
@@ -188,17 +199,18 @@ class Worker:
         """Run one request; raises CompileError (worker error or crash) or CompileTimeout."""
         if self._proc is None or self._proc.poll() is not None or self._served >= self.max_requests:
             self._start()
+        proc, stdin, _, stderr = self._live()
         if self._stderr_size() > self.stderr_keep:
             # The worker is idle (blocked on stdin) and shares this file offset.
-            os.ftruncate(self._stderr.fileno(), 0)
-            os.lseek(self._stderr.fileno(), 0, os.SEEK_SET)
+            os.ftruncate(stderr.fileno(), 0)
+            os.lseek(stderr.fileno(), 0, os.SEEK_SET)
         mark = self._stderr_size()
         head = json.dumps({"kind": kind, "payload": payload or {}}).encode()
         body = blob or b""
         deadline = time.monotonic() + timeout
         try:
-            self._proc.stdin.write(len(head).to_bytes(4, "big") + len(body).to_bytes(4, "big") + head + body)
-            self._proc.stdin.flush()
+            stdin.write(len(head).to_bytes(4, "big") + len(body).to_bytes(4, "big") + head + body)
+            stdin.flush()
             header, out = self._recv(deadline, mark)
         except CompileTimeout as e:
             self.close()
@@ -206,7 +218,7 @@ class Worker:
                 f"{kind} in {self.spec.describe()} exceeded {timeout:g}s; worker killed", e.log
             ) from None
         except BrokenPipeError:
-            self._proc.wait()
+            proc.wait()
             log = self._stderr_from(mark)
             self.close()
             raise CompileError(f"{self.spec.describe()} died: {llvm_error_summary(log)}", log) from None
