@@ -14,7 +14,7 @@ quality: lint types layers goldens docs test-fast  ## everything a contributor r
 lint:  ## ruff: pyflakes, import order, pyupgrade, the bugbear rules the code meets
 	$(BIN)/ruff check .
 
-types:  ## mypy over the product (pyproject.toml [tool.mypy], with its shrinking ratchet)
+types:  ## mypy over the product (pyproject.toml [tool.mypy]; no module exempt)
 	$(BIN)/mypy
 
 layers:  ## import-linter's layer contracts (.importlinter)

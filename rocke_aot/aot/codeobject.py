@@ -96,6 +96,7 @@ from typing import Any
 import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import NoteSection, SymbolTableSection
 
 from rocke_aot import record
 from rocke_aot.errors import CodeObjectError, RockeError, SpecError
@@ -246,7 +247,7 @@ def _symbols(elf: ELFFile) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in (".dynsym", ".symtab"):
         sec = elf.get_section_by_name(name)
-        if sec is not None:
+        if isinstance(sec, SymbolTableSection):  # .dynsym and .symtab are (pyelftools)
             for sym in sec.iter_symbols():
                 out.setdefault(sym.name, sym)
     return out
@@ -266,7 +267,7 @@ def _symbol_bytes(elf: ELFFile, sym) -> bytes:
 
 def _metadata(elf: ELFFile) -> dict:
     for sec in elf.iter_sections():
-        if sec["sh_type"] != "SHT_NOTE":
+        if sec["sh_type"] != "SHT_NOTE" or not isinstance(sec, NoteSection):  # pyelftools' SHT_NOTE type
             continue
         for note in sec.iter_notes():
             if note["n_name"] == "AMDGPU" and note["n_type"] in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
@@ -380,6 +381,8 @@ def _validate_hsaco(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
         raise CodeObjectError(f"metadata amdhsa.target {meta_target!r} is not for {target.processor}")
     k = _pick_kernel(meta.get("amdhsa.kernels") or [], kernel)
     name = k.get(".name")
+    if not isinstance(name, str):
+        raise CodeObjectError(f"kernel symbol {name!r} (STT_FUNC) missing")
     symbols = _symbols(elf)
     func, kd_sym = symbols.get(name), symbols.get(k.get(".symbol") or f"{name}.kd")
     if func is None or func["st_info"]["type"] != "STT_FUNC":
@@ -423,13 +426,15 @@ def _check_arch_limits(info: CodeObjectInfo, target: Target) -> None:
     arch = target.info
     if info.wavefront_size != arch.wave_size:
         raise CodeObjectError(f"kernel {info.kernel} uses wave{info.wavefront_size}; {target.processor} runs wave{arch.wave_size}")
-    if info.descriptor.wavefront_size32 != (arch.wave_size == 32):
+    kd = info.descriptor
+    assert kd is not None, "_validate_hsaco decodes the kernel descriptor before these checks"
+    if kd.wavefront_size32 != (arch.wave_size == 32):
         raise CodeObjectError(f"kernel descriptor wave32 bit disagrees with {target.processor}'s wave{arch.wave_size}")
     if info.lds_bytes is None or info.lds_bytes > arch.lds_bytes:
         raise CodeObjectError(f"kernel {info.kernel} needs {info.lds_bytes} bytes of LDS; {target.processor} has {arch.lds_bytes}")
-    if info.descriptor.group_segment_fixed_size != info.lds_bytes:
+    if kd.group_segment_fixed_size != info.lds_bytes:
         raise CodeObjectError("kernel descriptor LDS size disagrees with the metadata")
-    if info.kernarg_size is None or info.descriptor.kernarg_size != info.kernarg_size:
+    if info.kernarg_size is None or kd.kernarg_size != info.kernarg_size:
         raise CodeObjectError("kernel descriptor kernarg size disagrees with the metadata")
     # On the unified-register archs (gfx90a+) .vgpr_count is already the total of VGPRs and
     # AGPRs (LLVM's TotalNumVgprs: 9 VGPRs + 32 AGPRs report 44), so it alone is compared.
@@ -465,6 +470,7 @@ def _validate_cubin(elf: ELFFile, target: Target, kernel: str | None) -> CodeObj
     info = CodeObjectInfo(format="cubin", target=target, kernel=kernel, e_flags=flags,
                           wavefront_size=32, comment=_comment(elf), **res)
     arch = target.info
+    assert info.vgpr_count is not None and info.lds_bytes is not None, "_cubin_resources reads both"
     if info.vgpr_count > arch.max_vgprs:
         raise CodeObjectError(f"kernel {kernel} uses {info.vgpr_count} registers per thread; "
                               f"{target.processor} has {arch.max_vgprs}")
@@ -575,8 +581,8 @@ def _cubin_resources(elf: ELFFile, target: Target, kernel: str) -> dict[str, Any
     """CodeObjectInfo fields from the cubin's .nv.info records and .nv.shared section (module doc)."""
     symtab = elf.get_section_by_name(".symtab")
     index = next((i for i, sym in enumerate(symtab.iter_symbols()) if sym.name == kernel), None) \
-        if symtab is not None else None
-    if index is None:
+        if isinstance(symtab, SymbolTableSection) else None
+    if index is None or not isinstance(symtab, SymbolTableSection):
         raise CodeObjectError(f"kernel {kernel!r} has no .symtab entry")
     shndx = symtab.get_symbol(index)["st_shndx"]
     if not isinstance(shndx, int):
@@ -644,7 +650,7 @@ def _cubin_resources(elf: ELFFile, target: Target, kernel: str) -> dict[str, Any
                               f"{legacy} barriers in the .text section flags")
     barriers = attrs.get(EIATTR_NUM_BARRIERS, legacy or None)
     block = attrs.get(EIATTR_REQNTID) or attrs.get(EIATTR_MAX_THREADS)
-    if EIATTR_REQNTID in attrs and attrs.get(EIATTR_MAX_THREADS, block) < block:
+    if EIATTR_REQNTID in attrs and block is not None and attrs.get(EIATTR_MAX_THREADS, block) < block:
         raise CodeObjectError(f"{name}: .reqntid {attrs[EIATTR_REQNTID]} threads above .maxntid "
                               f"{attrs[EIATTR_MAX_THREADS]}")
 

@@ -59,6 +59,8 @@ class ConvSpecBase:
         dtype: str
         path: str
 
+        def geometry(self, target: Target) -> ConvGeometry: ...
+
     def _check_basics(self) -> None:
         check_types(self, self.family)
         if self.dtype not in DTYPES:

@@ -64,7 +64,7 @@ from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, L
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
 from rocke_aot.targets import Target
-from rocke_aot.variants.conv import ConvGeometry
+from rocke_aot.variants.conv import ConvGeometry, ConvSpecBase
 
 ELEM = {"f16": I16, "bf16": I16, "f32": F32}  # how a tensor element travels (raw bits)
 OUT = {"f16": F16, "bf16": BF16, "f32": F32}
@@ -123,11 +123,11 @@ def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
     ``count`` may be a runtime Sym; the trip test is at the head, so a zero count runs
     nothing. ``body`` may create blocks; it must return one value per carried value.
     """
-    b = kb.builder
+    b = kb.ir_builder()
     pre = b.block
-    head = kb.kernel.append_basic_block(f"{name}_head")
-    body_bb = kb.kernel.append_basic_block(f"{name}_body")
-    done = kb.kernel.append_basic_block(f"{name}_done")
+    head = kb.kernel_function().append_basic_block(f"{name}_head")
+    body_bb = kb.kernel_function().append_basic_block(f"{name}_body")
+    done = kb.kernel_function().append_basic_block(f"{name}_done")
     b.branch(head)
     b.position_at_end(head)
     i_phi = b.phi(I32, name=name)
@@ -158,7 +158,7 @@ class ConvLowering:
     """
 
     FAMILY: str
-    SPEC: type
+    SPEC: type[ConvSpecBase]
     RUNTIME_ARGS: list[str]
 
     @staticmethod
@@ -194,7 +194,7 @@ class ConvLowering:
     # -- small helpers ------------------------------------------------------------------
     @property
     def b(self) -> ir.IRBuilder:
-        return self.kb.builder
+        return self.kb.ir_builder()
 
     def start(self, params: list, lds_name: str, lds_elems: int) -> tuple[list[ir.Argument], Sym]:
         """Define the kernel, its thread id (self.tid) and LDS (self.lds); -> (args, block id)."""
@@ -362,6 +362,7 @@ class ConvLowering:
     def mma_tile(self, i: int) -> tuple[Sym, Sym]:
         """(row0, col0) of the tile this wave computes in its i-th slot."""
         ins = self.instr
+        assert ins is not None, "the wave tiles are the matrix paths' (geometry.instr set)"
         t = self.mma_slot(i)
         if self.spare and (i + 1) * self.waves > self.ntiles:
             t = t % self.ntiles

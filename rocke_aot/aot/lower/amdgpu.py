@@ -49,7 +49,7 @@ class _TaggedFence(ir.Fence):
 class AmdgpuKernel(KernelModule):
     calling_convention = "amdgpu_kernel"
 
-    def __init__(self, name: str, target: Target, lane: Lane | str, block_size: int):
+    def __init__(self, name: str, target: Target, lane: Lane, block_size: int):
         super().__init__(name, target, lane)
         if not self.target.is_amdgpu:
             raise CapabilityError(f"{self.target.id} is not an AMDGPU target")
@@ -61,37 +61,37 @@ class AmdgpuKernel(KernelModule):
         self.uses_matrix = False
 
     def workitem_id(self) -> ir.Value:
-        v = self.builder.call(self.declare("workitem_id_x"), [])
+        v = self.ir_builder().call(self.declare("workitem_id_x"), [])
         return v
 
     def workgroup_id(self) -> ir.Value:
-        return self.builder.call(self.declare("workgroup_id_x"), [])
+        return self.ir_builder().call(self.declare("workgroup_id_x"), [])
 
     def barrier(self) -> None:
         # The fences make LDS writes before the barrier visible to reads after it (as
         # __syncthreads does); s.barrier alone only orders execution.
-        self.builder.fence("release", targetscope="workgroup")
-        self.builder.call(self.declare("s_barrier"), [])
-        self.builder.fence("acquire", targetscope="workgroup")
+        self.ir_builder().fence("release", targetscope="workgroup")
+        self.ir_builder().call(self.declare("s_barrier"), [])
+        self.ir_builder().fence("acquire", targetscope="workgroup")
 
     # The inter-work-group protocol of a last arriver (the split-KV attention's; NvptxKernel's four
     # operations of the same names) in LLVM IR's memory model: AMDGPUUsage's "Memory Model" lowers an
     # agent-scope fence to the waits, L2 write-back and invalidation each processor needs.
     def fence_acq_rel_gpu(self) -> None:
         """fence syncscope("agent") acq_rel: release before the arrival's atomic, acquire after it."""
-        self.builder.fence("acq_rel", targetscope="agent")
+        self.ir_builder().fence("acq_rel", targetscope="agent")
 
     def atomic_add_gpu(self, ptr: ir.Value, value: ir.Value) -> ir.Value:
         """atomicrmw add syncscope("agent") monotonic (the old value): the fences' synchronizing access."""
-        return self.builder.atomic_rmw("add", ptr, value, 'syncscope("agent") monotonic')
+        return self.ir_builder().atomic_rmw("add", ptr, value, 'syncscope("agent") monotonic')
 
     def store_cg_v4f32(self, ptr: ir.Value, vec: ir.Value) -> None:
         """16 bytes to global memory (a plain store: the release fence orders it for other work-groups)."""
-        self.builder.store(vec, ptr, align=16)
+        self.ir_builder().store(vec, ptr, align=16)
 
     def load_cg_v4f32(self, ptr: ir.Value) -> ir.Value:
         """16 bytes from global memory as <4 x float> (after the acquire fence: another work-group's)."""
-        return self.builder.load(ptr, typ=ir.VectorType(ir.FloatType(), 4), align=16)
+        return self.ir_builder().load(ptr, typ=ir.VectorType(ir.FloatType(), 4), align=16)
 
     def barrier_lds(self) -> None:
         """barrier() whose fences order LDS only (MMRA !{"amdgpu-synchronize-as", "local"}, LLVM's
@@ -101,9 +101,9 @@ class AmdgpuKernel(KernelModule):
         tag = self.module.add_metadata(["amdgpu-synchronize-as", "local"])
         for order in ("release", None, "acquire"):
             if order is None:
-                self.builder.call(self.declare("s_barrier"), [])
+                self.ir_builder().call(self.declare("s_barrier"), [])
                 continue
-            fence = self.builder.fence(order, targetscope="workgroup")
+            fence = self.ir_builder().fence(order, targetscope="workgroup")
             fence.__class__ = _TaggedFence  # the same instruction, printed with its metadata
             fence.set_metadata("mmra", tag)
 
@@ -121,24 +121,24 @@ class AmdgpuKernel(KernelModule):
             raise CapabilityError(f"no counter {bad or counters!r}: one or more of {', '.join(WAIT_GFX9)}")
         proc = self.target.processor
         fence = self.declare("sched_barrier")  # the wait is a scheduling fence: nothing crosses it
-        self.builder.call(fence, [ir.Constant(I32, 0)])
+        self.ir_builder().call(fence, [ir.Constant(I32, 0)])
         if proc.startswith("gfx9"):  # one s_waitcnt: the counters' fields at 0 (the AND of the encodings)
             imm = 0xFFFF
             for c in counters:
                 imm &= WAIT_GFX9[c]
-            self.builder.call(self.declare("s_waitcnt"), [ir.Constant(I32, imm)])
+            self.ir_builder().call(self.declare("s_waitcnt"), [ir.Constant(I32, imm)])
         elif proc.startswith("gfx12"):
             for c in counters:
                 key = "s_wait_dscnt" if c == "lds" else "s_wait_loadcnt"
-                self.builder.call(self.declare(key), [ir.Constant(ir.IntType(16), 0)])
+                self.ir_builder().call(self.declare(key), [ir.Constant(ir.IntType(16), 0)])
         else:
             raise CapabilityError(f"{proc}: no counter wait encoding known here (gfx9, gfx12 only)")
-        self.builder.call(fence, [ir.Constant(I32, 0)])
+        self.ir_builder().call(fence, [ir.Constant(I32, 0)])
 
     def shuffle_xor(self, value: ir.Value, lane: ir.Value, mask: int) -> ir.Value:
         """``value`` (f32 or i32) as lane ``lane ^ mask`` of this wave holds it (ds_bpermute_b32,
         every lane of the wave taking part)."""
-        b = self.builder
+        b = self.ir_builder()
         addr = b.shl(b.xor(lane, ir.Constant(I32, mask)), ir.Constant(I32, 2))
         bits = value if value.type == I32 else b.bitcast(value, I32)
         got = b.call(self.declare("ds_bpermute"), [addr, bits])
@@ -151,7 +151,7 @@ class AmdgpuKernel(KernelModule):
         return self.declare(key)
 
     def finish(self) -> str:
-        fn = self.kernel
+        fn = self.kernel_function()
         attrs = fn.attributes
         attrs.add_string("amdgpu-flat-work-group-size", f"{self.block_size},{self.block_size}")
         attrs.add_string("target-cpu", self.target.processor)

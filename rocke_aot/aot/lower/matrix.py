@@ -37,7 +37,7 @@ def _registers(b: ir.IRBuilder, bits: ir.Value, types: list[ir.Type]) -> list[ir
 def call_matrix(kb: KernelModule, fn: ir.Function, instr, a_bits: ir.Value, b_bits: ir.Value,
                 acc: ir.Value) -> ir.Value:
     """acc + A x B for one instruction tile, operands in register form (see module doc)."""
-    b = kb.builder
+    b = kb.ir_builder()
     params = [parse_type(p) for p in kb.profile.intrinsic(instr.key).params]
     if instr.kind == "mfma":
         return b.call(fn, [b.bitcast(a_bits, params[0]), b.bitcast(b_bits, params[1]), acc,

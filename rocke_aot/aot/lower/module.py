@@ -226,6 +226,7 @@ class KernelModule:
     """An ir.Module for one kernel on one (target, lane); subclasses add the target's ABI."""
 
     calling_convention = ""
+    block_size: int  # work-items per work-group, 1-D (each target's constructor sets it)
 
     def __init__(self, name: str, target: Target, lane: lanes.Lane):
         self.target = target
@@ -271,7 +272,7 @@ class KernelModule:
         after a barrier every work-group but the one that saw ``last()`` (the count of the others,
         emitted after the load) returns. The partials stored before it are visible to the one that
         goes on."""
-        b = self.builder
+        b = self.ir_builder()
         with self.if_then(first_thread, "arrive"):
             self.fence_acq_rel_gpu()
             old = self.atomic_add_gpu(counter, ir.Constant(I32, 1))
@@ -303,6 +304,12 @@ class KernelModule:
         if self.builder is None:
             raise ValueError(f"{self.name}: define_kernel first; no kernel body is being built")
         return self.builder
+
+    def kernel_function(self) -> ir.Function:
+        """The kernel's function (define_kernel defines it)."""
+        if self.kernel is None:
+            raise ValueError(f"{self.name}: define_kernel first; no kernel is defined")
+        return self.kernel
 
     def require(self, *, capability: str | None = None, min_lane: str | None = None, op: str) -> None:
         """Refuse ``op`` for this lane now, before any IR for it exists."""
@@ -367,7 +374,7 @@ class KernelModule:
     def if_then(self, pred: ir.Value, name: str = "if") -> Iterator[None]:
         """``if (pred) { body }`` with short block names ("name", "name.end"; llvmlite numbers
         repeats): llvmlite's own if_then nests ".endif" suffixes, which grow with every guard."""
-        b = self.builder
+        b = self.ir_builder()
         then, after = b.append_basic_block(name), b.append_basic_block(f"{name}.end")
         b.cbranch(pred, then, after)
         b.position_at_end(then)
@@ -378,7 +385,7 @@ class KernelModule:
 
     def select_value(self, pred: ir.Value, then_fn, else_fn, name: str = "sel") -> ir.Value:
         """``pred ? then_fn() : else_fn()`` where each arm emits its own code (branches + phi)."""
-        b = self.builder
+        b = self.ir_builder()
         t_blk, e_blk = b.append_basic_block(name), b.append_basic_block(f"{name}.else")
         join = b.append_basic_block(f"{name}.end")
         b.cbranch(pred, t_blk, e_blk)
@@ -400,7 +407,7 @@ class KernelModule:
         ``body(i: Sym, values: list) -> list`` emits one iteration. A runtime loop keeps the
         IR small (LLVM's O3 unrolls what pays); constant trips are fine too.
         """
-        b = self.builder
+        b = self.ir_builder()
         pre = b.block
         head, blk, done = (b.append_basic_block(n) for n in (name, f"{name}.body", f"{name}.end"))
         b.branch(head)
@@ -425,18 +432,18 @@ class KernelModule:
         return phis
 
     def sym(self, value: ir.Value) -> Sym:
-        return Sym(self.builder, value)
+        return Sym(self.ir_builder(), value)
 
     def all_of(self, *preds: ir.Value) -> ir.Value:
         """The AND of one or more i1 predicates (left to right)."""
         out = preds[0]
         for p in preds[1:]:
-            out = self.builder.and_(out, p)
+            out = self.ir_builder().and_(out, p)
         return out
 
     def bits_to_f32(self, bits: ir.Value, dtype: str) -> ir.Value:
         """An element as f32 from how it travels: f32 as is, f16 / bf16 as i16 raw bits."""
-        b = self.builder
+        b = self.ir_builder()
         if dtype == "f32":
             return bits
         if dtype == "f16":

@@ -60,7 +60,7 @@ def wgmma_mnemonic(n: int, in_dtype: str) -> str:
 class NvptxKernel(KernelModule):
     calling_convention = "ptx_kernel"
 
-    def __init__(self, name: str, target: Target, lane: Lane | str, block_size: int):
+    def __init__(self, name: str, target: Target, lane: Lane, block_size: int):
         super().__init__(name, target, lane)
         if self.target.family != "nvptx64":
             raise CapabilityError(f"{self.target.id} is not an NVPTX target")
@@ -70,15 +70,15 @@ class NvptxKernel(KernelModule):
         self.wave_size = self.target.wave_size
 
     def workitem_id(self) -> ir.Value:
-        return self.builder.call(self.declare("tid_x"), [])
+        return self.ir_builder().call(self.declare("tid_x"), [])
 
     def workgroup_id(self) -> ir.Value:
-        return self.builder.call(self.declare("ctaid_x"), [])
+        return self.ir_builder().call(self.declare("ctaid_x"), [])
 
     def barrier(self) -> None:
         fn = self.declare("barrier")
         # LLVM 21+ takes the barrier id (0, the one __syncthreads uses); LLVM 20's barrier0 none.
-        self.builder.call(fn, [ir.Constant(I32, 0) for _ in fn.ftype.args])
+        self.ir_builder().call(fn, [ir.Constant(I32, 0) for _ in fn.ftype.args])
 
     def shared_array(self, name, elem, count, elem_bytes, align=16):
         gv = super().shared_array(name, elem, count, elem_bytes, align)
@@ -119,18 +119,18 @@ class NvptxKernel(KernelModule):
         self.require(capability="async-copy:sm_90", op="cp.async (ignore-src)")
         fty = ir.FunctionType(ir.VoidType(), [dst.type, src.type, ir.IntType(1)])
         asm = ir.InlineAsm(fty, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,b", side_effect=True)
-        self.builder.call(asm, [dst, src, ignore_src])
+        self.ir_builder().call(asm, [dst, src, ignore_src])
 
     def async_commit(self) -> None:
-        self.builder.call(self._async("cp_async_commit", "cp.async.commit_group"), [])
+        self.ir_builder().call(self._async("cp_async_commit", "cp.async.commit_group"), [])
 
     def async_wait(self, pending: int) -> None:
-        self.builder.call(self._async("cp_async_wait", "cp.async.wait_group"), [ir.Constant(I32, pending)])
+        self.ir_builder().call(self._async("cp_async_wait", "cp.async.wait_group"), [ir.Constant(I32, pending)])
 
     def ldmatrix(self, ptr: ir.Value, count: int, trans: bool) -> list[ir.Value]:
         key = {(4, False): "ldmatrix_x4", (4, True): "ldmatrix_x4_trans", (2, True): "ldmatrix_x2_trans"}[count, trans]
-        res = self.builder.call(self._async(key, "ldmatrix"), [ptr])
-        return [self.builder.extract_value(res, i) for i in range(count)]
+        res = self.ir_builder().call(self._async(key, "ldmatrix"), [ptr])
+        return [self.ir_builder().extract_value(res, i) for i in range(count)]
 
     # -- inter-CTA communication (split-K, families/gemm/lower_async.py reduce_split) ------------------
     # Inline PTX, as async_copy16_unless: each is one PTX instruction with no LLVM intrinsic of the
@@ -140,18 +140,18 @@ class NvptxKernel(KernelModule):
         """fence.acq_rel.gpu (PTX ISA 6.0+, sm_70+): with a strong write after it, a release
         pattern; after a strong read, an acquire pattern (the PTX memory consistency model)."""
         fty = ir.FunctionType(ir.VoidType(), [])
-        self.builder.call(ir.InlineAsm(fty, "fence.acq_rel.gpu;", "~{memory}", side_effect=True), [])
+        self.ir_builder().call(ir.InlineAsm(fty, "fence.acq_rel.gpu;", "~{memory}", side_effect=True), [])
 
     def atomic_add_gpu(self, ptr: ir.Value, value: ir.Value) -> ir.Value:
         """atom.relaxed.gpu.global.add.u32: the old value; a strong (morally strong at gpu scope)
         read-modify-write, the synchronizing access of the fences around it."""
         fty = ir.FunctionType(I32, [ptr.type, I32])
         asm = ir.InlineAsm(fty, "atom.relaxed.gpu.global.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}", side_effect=True)
-        return self.builder.call(asm, [ptr, value])
+        return self.ir_builder().call(asm, [ptr, value])
 
     def store_cg_v4f32(self, ptr: ir.Value, vec: ir.Value) -> None:
         """st.global.cg.v4.f32: 16 bytes, cached in L2 only (another CTA reads them)."""
-        b = self.builder
+        b = self.ir_builder()
         fty = ir.FunctionType(ir.VoidType(), [ptr.type, F32, F32, F32, F32])
         asm = ir.InlineAsm(fty, "st.global.cg.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}",
                            side_effect=True)
@@ -160,7 +160,7 @@ class NvptxKernel(KernelModule):
     def load_cg_v4f32(self, ptr: ir.Value) -> ir.Value:
         """ld.global.cg.v4.f32 as a <4 x float>: 16 bytes from L2, never a stale L1 line of
         another CTA's data (the acquire fence orders it; .cg also keeps L1 out of the way)."""
-        b = self.builder
+        b = self.ir_builder()
         sty = ir.LiteralStructType([F32] * 4)
         fty = ir.FunctionType(sty, [ptr.type])
         asm = ir.InlineAsm(fty, "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,~{memory}",
@@ -174,7 +174,7 @@ class NvptxKernel(KernelModule):
     # -- sm_90a warpgroup matrix instructions (capability wgmma:sm_90a) -------------------------
     def _asm(self, text: str, constraints: str = "~{memory}") -> None:
         fty = ir.FunctionType(ir.VoidType(), [])
-        self.builder.call(ir.InlineAsm(fty, text, constraints, side_effect=True), [])
+        self.ir_builder().call(ir.InlineAsm(fty, text, constraints, side_effect=True), [])
 
     def _arch_specific(self, op: str) -> None:
         self.require(capability="wgmma:sm_90a", op=op)
@@ -208,8 +208,8 @@ class NvptxKernel(KernelModule):
         n = len(acc)
         sty = ir.LiteralStructType([F32] * n)
         cons = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["~{memory}"])
-        got = self.builder.call(ir.InlineAsm(ir.FunctionType(sty, [F32] * n), text, cons, side_effect=True), acc)
-        return [self.builder.extract_value(got, i) for i in range(n)]
+        got = self.ir_builder().call(ir.InlineAsm(ir.FunctionType(sty, [F32] * n), text, cons, side_effect=True), acc)
+        return [self.ir_builder().extract_value(got, i) for i in range(n)]
 
     def wgmma(self, n: int, in_dtype: str, acc: list[ir.Value], desc_a: ir.Value, desc_b: ir.Value,
               trans_b: bool) -> list[ir.Value]:
@@ -227,26 +227,27 @@ class NvptxKernel(KernelModule):
         sty = ir.LiteralStructType([F32] * k)
         cons = ",".join(["=f"] * k + ["l", "l"] + [str(i) for i in range(k)] + ["~{memory}"])
         fty = ir.FunctionType(sty, [i64, i64] + [F32] * k)
-        got = self.builder.call(ir.InlineAsm(fty, text, cons, side_effect=True), [desc_a, desc_b] + list(acc))
-        return [self.builder.extract_value(got, i) for i in range(k)]
+        got = self.ir_builder().call(ir.InlineAsm(fty, text, cons, side_effect=True), [desc_a, desc_b] + list(acc))
+        return [self.ir_builder().extract_value(got, i) for i in range(k)]
 
     def shared_address(self, gv: ir.Value) -> ir.Value:
         """The i32 shared-window address of a shared (addrspace 3) array: what a wgmma
         descriptor's start address field (bits 4..17 of it) and the swizzle's address bits read."""
-        return self.builder.trunc(self.builder.ptrtoint(gv, ir.IntType(64)), I32)
+        return self.ir_builder().trunc(self.ir_builder().ptrtoint(gv, ir.IntType(64)), I32)
 
     def trap(self) -> None:
-        self.builder.call(self.declare("trap"), [])
-        self.builder.unreachable()
+        self.ir_builder().call(self.declare("trap"), [])
+        self.ir_builder().unreachable()
 
     arch_specific = False
 
     def finish(self) -> str:
         if self.arch_specific:
             self.module.add_named_metadata(ARCH_SPECIFIC_MD, [ir.MetaDataString(self.module, self.target.processor + "a")])
-        self.kernel.attributes.add("nounwind")
+        kernel = self.kernel_function()
+        kernel.attributes.add("nounwind")
         self.module.add_named_metadata(
             "nvvm.annotations",
-            [self.kernel, ir.MetaDataString(self.module, "maxntidx"), ir.Constant(I32, self.block_size)],
+            [kernel, ir.MetaDataString(self.module, "maxntidx"), ir.Constant(I32, self.block_size)],
         )
         return super().finish()

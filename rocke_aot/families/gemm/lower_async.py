@@ -63,11 +63,13 @@ paired / quad epilogue of this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import llvmlite.ir as ir
 
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import F32, I16, I32, Sym
+from rocke_aot.aot.lower.nvptx import NvptxKernel
 from rocke_aot.dtypes import DTYPE_BYTES
 from rocke_aot.errors import CapabilityError
 from rocke_aot.families.gemm.lower_common import OUT_TYPES, GemmLoweringBase, c32
@@ -101,6 +103,14 @@ class _CopyPlan:
     ops: tuple[_CopyOperand, ...]
 
 
+class Accumulators(Protocol):
+    """What an epilogue reads of a tile's accumulators: a list, or split-K's sums on use."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, f: int, /) -> ir.Value: ...
+
+
 class _SumsOnUse:
     """The split-K tile's sums as the epilogue's accumulator list, each fragment's loads and adds
     emitted where the epilogue first reads it: emitted all before the epilogue, ptxas kept every
@@ -108,7 +118,8 @@ class _SumsOnUse:
     stores (the loads are ordered behind the previous stores by their memory clobber), no spills."""
 
     def __init__(self, emit, count: int):
-        self.emit, self.count, self.done = emit, count, {}
+        self.emit, self.count = emit, count
+        self.done: dict[int, ir.Value] = {}
 
     def __len__(self) -> int:
         return self.count
@@ -122,6 +133,13 @@ class _SumsOnUse:
 class AsyncPipeline(GemmLoweringBase):
     """The asynchronous pipeline (module doc): copy plan, cp.async, ldmatrix, split-K, epilogue."""
 
+    @property
+    def nv(self) -> NvptxKernel:
+        """The kernel module as NVPTX's: cp.async, ldmatrix, split-K and wgmma are sm_90's (the spec
+        gives stages, split_k and wgmma to the mma path only, which is NVIDIA's)."""
+        assert isinstance(self.kb, NvptxKernel), "the asynchronous pipeline lowers for NVPTX only"
+        return self.kb
+
     # -- the asynchronous pipeline (sm_90: cp.async + ldmatrix) ---------------------------
     def _regs_to_bits(self, regs: list[ir.Value]) -> ir.Value:
         vec = ir.Constant(ir.VectorType(I32, len(regs)), None)
@@ -129,11 +147,11 @@ class AsyncPipeline(GemmLoweringBase):
             vec = self.b.insert_element(vec, r, c32(i))
         return self.b.bitcast(vec, ir.VectorType(I16, 2 * len(regs)))
 
-    def epilogue_pairs(self, acc: list[ir.Value]) -> None:
+    def epilogue_pairs(self, acc: Accumulators) -> None:
         """mma.sync results c0,c1 (c2,c3) are columns 2t, 2t+1 of one row: a 2-element store
         (N is even here, so both columns are in or out together and the store is aligned).
         A 2-byte output takes the quad path (``quad_stores``) where the warp's tile allows it."""
-        s, g, ins, b = self.spec, self.geo, self.instr, self.b
+        s, g, ins, b = self.spec, self.geo, self.mma_instr, self.b
         if quad_stores(s, g):
             self.epilogue_quads(acc)
             return
@@ -153,7 +171,7 @@ class AsyncPipeline(GemmLoweringBase):
                             pair = b.insert_element(pair, x if out_ty is F32 else b.fptrunc(x, out_ty), c32(e))
                         b.store(pair, self.gep(self.C, row * self.N + col, out_ty), align=2 * DTYPE_BYTES[s.out_dtype])
 
-    def epilogue_quads(self, acc: list[ir.Value]) -> None:
+    def epilogue_quads(self, acc: Accumulators) -> None:
         """2-byte outputs, two n-tiles (t, t+1) at a time: a lane's pair is 4 bytes, so a
         quad's pairs of one row fill only half of a 32-byte sector per store; the H200 ran the
         f16-output kernels up to 1.3x slower than their f32-output twins (run 13, short K,
@@ -163,7 +181,7 @@ class AsyncPipeline(GemmLoweringBase):
         (32 contiguous bytes a row), half as many stores as pairs. Columns come in groups of 4
         and N % 8 == 0 on this path (build_async traps otherwise), so a group is in or out
         whole; the shuffle runs on every lane, before the bounds check."""
-        s, g, ins, b = self.spec, self.geo, self.instr, self.b
+        s, g, ins, b = self.spec, self.geo, self.mma_instr, self.b
         out_ty = OUT_TYPES[s.out_dtype]
         lane, wm0, wn0 = self.warp_origin()
         odd_s = lane % 2
@@ -238,7 +256,7 @@ class AsyncPipeline(GemmLoweringBase):
         pipeline's last S - 1 iterations) copies 0 bytes of every chunk: zeros into a stage nobody
         reads, in place of a branch that would cut the loop body in two basic blocks (ptxas then
         cannot interleave the copies with the mma.sync of the same iteration)."""
-        s, b, kb = self.spec, self.b, self.kb
+        s, b, kb = self.spec, self.b, self.nv
         k0 = kt * s.block_k
         for op in plan.ops:
             base = op.src + k0 * (1 if op.which == "A" else self.N)
@@ -253,8 +271,10 @@ class AsyncPipeline(GemmLoweringBase):
                     guard = kb.if_then(self.tid.lt(op.chunks - it * self.geo.threads), name="cpa")
                     guard.__enter__()
                 if op.which == "A":
+                    assert op.rem is not None, "copy_plan bounds A's rounds by rem"
                     ok = b.and_(k_ok, b.icmp_signed("<", c32(it * op.dr), op.rem.v))
                 else:
+                    assert k_left is not None, "set above for B"
                     ok = b.and_(k_ok, b.icmp_signed("<", c32(it * op.dr), k_left.v))
                 # no address clamp: a copy that ignores its source reads nothing (PTX ISA cp.async
                 # ignore-src; CUTLASS's zfill and Triton's masked copies pass the address as is),
@@ -271,7 +291,7 @@ class AsyncPipeline(GemmLoweringBase):
         Addresses: one lane pointer per operand and stage (its warp and lane part precomputed),
         every tile and k-step a constant element offset from it, which ptxas folds into the
         ldmatrix's immediate ([R+imm]: no address arithmetic per fragment)."""
-        s, g, ins, kb = self.spec, self.geo, self.instr, self.kb
+        s, g, ins, kb = self.spec, self.geo, self.mma_instr, self.nv
         k0 = ks * ins.k
         a_ptr = self.gep(self.lds, stage_off + self.a_lane)
         b_ptr = self.gep(self.lds, stage_off + self.b_lane)
@@ -307,14 +327,14 @@ class AsyncPipeline(GemmLoweringBase):
         b = self.b
         with self.kb.if_then(b.icmp_unsigned("!=", b.and_(b.or_(self.K.v, self.N.v), c32(7)), c32(0)),
                              name="misaligned"):
-            self.kb.trap()
+            self.nv.trap()
 
     def build_async(self, ktiles: Sym) -> None:
         """The main loop (module doc): invariant copy plan, branch-free copies, fragments of the next
         k-step read while this one's mma.sync issue, one wait + barrier per K-tile placed after the
         tile's last fragment read, so the last k-step's mma.sync run across it. With split_k > 1
         the loop runs this work-group's K slice and reduce_split meets the other slices."""
-        s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
+        s, g, ins, kb, b = self.spec, self.geo, self.mma_instr, self.nv, self.b
         first_kt, ktiles = self.k_slice(ktiles)
         S, KS = s.stages, s.block_k // ins.k
         per = s.block_m * self.lda + s.b_tile_elems  # elements per stage
@@ -356,18 +376,17 @@ class AsyncPipeline(GemmLoweringBase):
                     rd, wr = ring(rd), ring(wr)
                 if ks == KS - 1:
                     nxt = self.load_fragments(rd, 0)  # K-tile kt + 1's first k-step
+                assert nxt is not None, "every k-step but the last loads the next one's; the last, the next tile's"
                 frag = nxt
             return acc + [rd.v, wr.v] + frag[0] + frag[1]
 
         carried = zero + [c32(0), c32((S - 1) * per)] + first[0] + first[1]
         acc = kb.loop(ktiles, carried, k_tile, name="k")[:nt]
         kb.async_wait(0)  # no copy may still target shared memory when the block exits
-        if s.split_k > 1:
-            acc = self.reduce_split(acc)
-        self.epilogue_pairs(acc)
+        self.epilogue_pairs(self.reduce_split(acc) if s.split_k > 1 else acc)
         self.b.ret_void()
 
-    def reduce_split(self, acc: list[ir.Value]) -> list[ir.Value]:
+    def reduce_split(self, acc: list[ir.Value]) -> Accumulators:
         """Split-K's serial reduction (docs/lowering.md "Split-K"); returns the tile's sums in the
         last work-group of the tile to arrive, every other one returns from the kernel.
 
@@ -387,7 +406,7 @@ class AsyncPipeline(GemmLoweringBase):
              finds the workspace as this one did); every thread reads the split_k partials with
              ld.global.cg and adds them in the fixed order z = 0, 1, .. split_k - 1 (its own
              included, read back: the same sum whichever CTA arrives last), then the epilogue."""
-        s, g, ins, kb, b = self.spec, self.geo, self.instr, self.kb, self.b
+        s, g, ins, kb, b = self.spec, self.geo, self.mma_instr, self.nv, self.b
         nt, T = len(acc), g.threads
         if ins.acc_per_lane != 4:  # one 16-byte store / load per fragment and lane (mma.sync m16n8: 4 f32)
             raise CapabilityError(f"gemm split_k: {ins.mnemonic} keeps {ins.acc_per_lane} results a lane, not 4")

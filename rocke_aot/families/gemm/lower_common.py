@@ -147,7 +147,7 @@ class GemmLoweringBase:
     # -- small helpers ----------------------------------------------------------------
     @property
     def b(self) -> ir.IRBuilder:
-        return self.kb.builder
+        return self.kb.ir_builder()
 
     def S(self, v: ir.Value) -> Sym:
         return Sym(self.b, v)

@@ -67,7 +67,7 @@ class WarpgroupPipeline(AsyncPipeline):
              wgmma.fence; per k-step, per m64 tile: wgmma m64nNk16 from the stage's descriptors;
              commit; wait (in_flight pending)
            then wait for every wgmma (the accumulators pass through the wait) and every copy."""
-        s, g, kb, b = self.spec, self.geo, self.kb, self.b
+        s, g, kb, b = self.spec, self.geo, self.nv, self.b
         first_kt, ktiles = self.k_slice(ktiles)
         S, D, W = s.stages, s.copy_ahead, s.wgmma_in_flight
         KS = s.block_k // WGMMA_K
@@ -130,7 +130,5 @@ class WarpgroupPipeline(AsyncPipeline):
                 for r in range(4):
                     v = b.insert_element(v, acc[j * acc_n + 4 * f + r], c32(r))
                 frags.append(v)
-        if s.split_k > 1:
-            frags = self.reduce_split(frags)
-        self.epilogue_pairs(frags)
+        self.epilogue_pairs(self.reduce_split(frags) if s.split_k > 1 else frags)
         self.b.ret_void()
