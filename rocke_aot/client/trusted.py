@@ -307,14 +307,18 @@ class _Online(Accepted):
         self.version = trusted.state()["snapshot_version"]
         self._lock = threading.Lock()
         self._bins: dict[str, Any] = {}  # bin name -> its Targets, verified by verified_bin
+        self._loading: dict[str, threading.Lock] = {}  # bin name -> held while that bin loads
         self._fetch = _SourceFetcher(source)
+
+    _SLOW = object()  # _targetinfo's answer where the layout is not this project's: ngclient's own walk
 
     def _targetinfo(self, path: str):
         """python-tuf's get_targetinfo(path) for this project's layout (the top-level targets
         delegate every path to succinct hashed bins, and a bin delegates nothing further): the
         top-level target, else the target in the one bin the path hashes to, that bin loaded
         once per process by verified_bin and kept where ngclient keeps it (trust dir,
-        "<bin>.json"); any other layout is ngclient's own walk."""
+        "<bin>.json", written under the host's lock); _SLOW for any other layout. Several
+        threads load different bins at once (their downloads overlap); one bin is loaded once."""
         from urllib.parse import quote as q
 
         ts = self.updater._trusted_set  # noqa: SLF001 - read only: what ngclient verified
@@ -324,25 +328,31 @@ class _Online(Accepted):
         if path in top.targets:
             return top.targets[path]
         if succinct is None or delegations.roles:
-            return self.updater.get_targetinfo(path)
+            return self._SLOW
         name = succinct.get_role_for_target(path)
         targets = self._bins.get(name)
         if targets is None:
             meta = ts.snapshot.meta.get(f"{name}.json")
             if meta is None:
-                return self.updater.get_targetinfo(path)  # ngclient names the missing bin
-            if ts.snapshot.is_expired(ts.reference_time):
-                from tuf.api import exceptions as x
+                return self._SLOW  # ngclient names the missing bin
+            with self._lock:
+                one = self._loading.setdefault(name, threading.Lock())
+            with one:
+                targets = self._bins.get(name)
+                if targets is None:
+                    if ts.snapshot.is_expired(ts.reference_time):
+                        from tuf.api import exceptions as x
 
-                raise x.ExpiredMetadataError("snapshot.json is expired")
-            version = f"{meta.version}." if ts.root.consistent_snapshot else ""
-            data = self._fetch.download_bytes(f"{BASE_URL}{version}{q(name, '')}.json",
-                                              meta.length or MAX_TARGETS)
-            targets = verified_bin(top, ts.snapshot, name, data, ts.reference_time)
-            if targets.delegations is not None:  # not this project's layout: ngclient walks it
-                return self.updater.get_targetinfo(path)
-            atomic_write(self.trusted.dir / f"{q(name, '')}.json", data, durable=False)
-            self._bins[name] = targets
+                        raise x.ExpiredMetadataError("snapshot.json is expired")
+                    version = f"{meta.version}." if ts.root.consistent_snapshot else ""
+                    data = self._fetch.download_bytes(f"{BASE_URL}{version}{q(name, '')}.json",
+                                                      meta.length or MAX_TARGETS)
+                    targets = verified_bin(top, ts.snapshot, name, data, ts.reference_time)
+                    if targets.delegations is not None:  # not this project's layout: ngclient walks it
+                        return self._SLOW
+                    with self._lock, exclusive(self.trusted.dir / "lock"):
+                        atomic_write(self.trusted.dir / f"{q(name, '')}.json", data, durable=False)
+                    self._bins[name] = targets
         return targets.targets.get(path)
 
     def kernel(self, key: str) -> dict[str, Any] | None:
@@ -350,13 +360,16 @@ class _Online(Accepted):
 
         from rocke_aot.trust.repo import entry_of
 
-        with self._lock, exclusive(self.trusted.dir / "lock"):
-            try:
-                tf = self._targetinfo(target_path(key))
-            except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
-                raise _translate(e, f"the bin of {key} from {self.source}") from None
-            except x.DownloadError as e:
-                raise _missing(e, self.source) from None
+        path = target_path(key)
+        try:
+            tf = self._targetinfo(path)
+            if tf is self._SLOW:
+                with self._lock, exclusive(self.trusted.dir / "lock"):
+                    tf = self.updater.get_targetinfo(path)
+        except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
+            raise _translate(e, f"the bin of {key} from {self.source}") from None
+        except x.DownloadError as e:
+            raise _missing(e, self.source) from None
         return None if tf is None else entry_of(key, tf)
 
     def bins(self) -> Iterator[dict]:
