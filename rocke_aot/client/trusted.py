@@ -301,6 +301,9 @@ def verified_bin(delegator, snapshot, name: str, data: bytes, now: datetime):
     return md.signed
 
 
+_WALK = object()  # _Online._bin_target's answer where the layout is not this project's: ngclient's own walk
+
+
 class _Online(Accepted):
     def __init__(self, trusted: Trusted, updater, source) -> None:
         self.trusted, self.updater, self.source = trusted, updater, source.url
@@ -310,14 +313,21 @@ class _Online(Accepted):
         self._loading: dict[str, threading.Lock] = {}  # bin name -> held while that bin loads
         self._fetch = _SourceFetcher(source)
 
-    _SLOW = object()  # _targetinfo's answer where the layout is not this project's: ngclient's own walk
+    def targetinfo(self, path: str):
+        """python-tuf's TargetFile of ``path`` (None: no such target): the bin step below for
+        this project's layout, else ngclient's own walk (Updater.get_targetinfo) under the locks."""
+        tf = self._bin_target(path)
+        if tf is _WALK:
+            with self._lock, exclusive(self.trusted.dir / "lock"):
+                tf = self.updater.get_targetinfo(path)
+        return tf
 
-    def _targetinfo(self, path: str):
+    def _bin_target(self, path: str):
         """python-tuf's get_targetinfo(path) for this project's layout (the top-level targets
         delegate every path to succinct hashed bins, and a bin delegates nothing further): the
         top-level target, else the target in the one bin the path hashes to, that bin loaded
         once per process by verified_bin and kept where ngclient keeps it (trust dir,
-        "<bin>.json", written under the host's lock); _SLOW for any other layout. Several
+        "<bin>.json", written under the host's lock); _WALK for any other layout. Several
         threads load different bins at once (their downloads overlap); one bin is loaded once."""
         from urllib.parse import quote as q
 
@@ -328,28 +338,31 @@ class _Online(Accepted):
         if path in top.targets:
             return top.targets[path]
         if succinct is None or delegations.roles:
-            return self._SLOW
+            return _WALK
         name = succinct.get_role_for_target(path)
         targets = self._bins.get(name)
         if targets is None:
             meta = ts.snapshot.meta.get(f"{name}.json")
             if meta is None:
-                return self._SLOW  # ngclient names the missing bin
+                return _WALK  # ngclient names the missing bin
             with self._lock:
                 one = self._loading.setdefault(name, threading.Lock())
             with one:
                 targets = self._bins.get(name)
                 if targets is None:
-                    if ts.snapshot.is_expired(ts.reference_time):
-                        from tuf.api import exceptions as x
+                    from tuf.api import exceptions as x
 
+                    if ts.snapshot.is_expired(ts.reference_time):  # ngclient's _check_final_snapshot
                         raise x.ExpiredMetadataError("snapshot.json is expired")
+                    if ts.snapshot.version != ts.timestamp.snapshot_meta.version:
+                        raise x.BadVersionNumberError(f"Expected snapshot version {ts.timestamp.snapshot_meta.version}, "
+                                                      f"got {ts.snapshot.version}")
                     version = f"{meta.version}." if ts.root.consistent_snapshot else ""
                     data = self._fetch.download_bytes(f"{BASE_URL}{version}{q(name, '')}.json",
                                                       meta.length or MAX_TARGETS)
                     targets = verified_bin(top, ts.snapshot, name, data, ts.reference_time)
                     if targets.delegations is not None:  # not this project's layout: ngclient walks it
-                        return self._SLOW
+                        return _WALK
                     with self._lock, exclusive(self.trusted.dir / "lock"):
                         atomic_write(self.trusted.dir / f"{q(name, '')}.json", data, durable=False)
                     self._bins[name] = targets
@@ -360,12 +373,8 @@ class _Online(Accepted):
 
         from rocke_aot.trust.repo import entry_of
 
-        path = target_path(key)
         try:
-            tf = self._targetinfo(path)
-            if tf is self._SLOW:
-                with self._lock, exclusive(self.trusted.dir / "lock"):
-                    tf = self.updater.get_targetinfo(path)
+            tf = self.targetinfo(target_path(key))
         except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
             raise _translate(e, f"the bin of {key} from {self.source}") from None
         except x.DownloadError as e:
