@@ -6,6 +6,9 @@
                                        over the source's bounded Wire): root chain from the
                                        pin, timestamp, snapshot, top-level targets; then each
                                        kernel asked for loads and verifies only its hashed bin
+                                       (verified_bin: ngclient's checks for a delegated role
+                                       through python-tuf's Metadata API, the signature over the
+                                       file's own signed bytes; any other layout: ngclient's walk)
         the pin: a root public key (ROCKE_AOT_ROOT_KEY="ed25519:<hex>" or a .pub file: the host
         fetches 1.root.json and accepts it only if that key is one of its root keys and signed
         it) or the initial root.json itself (ROCKE_AOT_ROOT_KEY=/path/root.json)
