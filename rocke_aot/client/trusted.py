@@ -360,14 +360,19 @@ class _Online(Accepted):
                     if ts.snapshot.version != ts.timestamp.snapshot_meta.version:
                         raise x.BadVersionNumberError(f"Expected snapshot version {ts.timestamp.snapshot_meta.version}, "
                                                       f"got {ts.snapshot.version}")
-                    version = f"{meta.version}." if ts.root.consistent_snapshot else ""
-                    data = self._fetch.download_bytes(f"{BASE_URL}{version}{q(name, '')}.json",
-                                                      meta.length or MAX_TARGETS)
-                    targets = verified_bin(top, ts.snapshot, name, data, ts.reference_time)
+                    local = self.trusted.dir / f"{q(name, '')}.json"
+                    try:  # the host's copy first, verified again (as ngclient's _load_targets does)
+                        targets = verified_bin(top, ts.snapshot, name, local.read_bytes(), ts.reference_time)
+                    except (OSError, x.RepositoryError):  # none, or not this snapshot's: download it
+                        version = f"{meta.version}." if ts.root.consistent_snapshot else ""
+                        data = self._fetch.download_bytes(f"{BASE_URL}{version}{q(name, '')}.json",
+                                                          meta.length or MAX_TARGETS)
+                        targets = verified_bin(top, ts.snapshot, name, data, ts.reference_time)
+                        if targets.delegations is None:
+                            with self._lock, exclusive(self.trusted.dir / "lock"):
+                                atomic_write(local, data, durable=False)
                     if targets.delegations is not None:  # not this project's layout: ngclient walks it
                         return _WALK
-                    with self._lock, exclusive(self.trusted.dir / "lock"):
-                        atomic_write(self.trusted.dir / f"{q(name, '')}.json", data, durable=False)
                     self._bins[name] = targets
         return targets.targets.get(path)
 
