@@ -221,8 +221,10 @@ SPLIT_LAYOUTS = {
 }
 
 
-def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
-    """The split-KV decode kernels (every sm_90 spec with split_kv 1: 4 layouts x f16/bf16 x head dim x causal),
+@pytest.mark.parametrize("pack", [0, 1], ids=["unpacked", "pack_gqa"])
+def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx, pack):  # noqa: F811
+    """The split-KV decode kernels (every sm_90 spec with split_kv 1: 4 layouts x f16/bf16 x head dim x causal,
+    unpacked and GQA-packed, pack_gqa 1: a tile's rows a KV head's group x seqlen_q),
     lowered and ptxas'd here, launched from their contract (kv_splits chosen at launch, the workspace
     zero-filled) on decode problems of their layout against torch float64 (the LSE against torch.logsumexp);
     each launched twice on the same workspace: the same bits, the arrival counters back at 0."""
@@ -232,7 +234,7 @@ def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
     from rocke_aot.families.attention.reference import packed, packed_lse, padded
     from rocke_aot.variants import table
 
-    specs = [s for s in table.enumerate_specs("attention", "sm_90", "llvm22") if s.split_kv]
+    specs = [s for s in table.enumerate_specs("attention", "sm_90", "llvm22") if s.split_kv and s.pack_gqa == pack]
     assert len(specs) == 48
     checked = 0
     for spec in specs:
@@ -240,7 +242,8 @@ def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
         image, _ = module_image(k.ir)
         for shape in SPLIT_LAYOUTS[(spec.varlen, spec.paged)]:
             p = AttentionProblem(**shape, head_dim=spec.head_dim, dtype=spec.dtype, causal=bool(spec.causal))
-            assert spec.launch_formulas().env(p)["kv_splits"] >= 2
+            env = spec.launch_formulas().env(p)
+            assert env["kv_splits"] >= 2 and env["qtiles"] == p.batch * (p.heads_kv if pack else p.heads_q)
             plan = k.launch.plan(p)
             tensors, vals = _buffers(p, plan, np.random.default_rng(checked))
             launch(image, k.launch, p, tensors)

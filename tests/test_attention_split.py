@@ -172,7 +172,8 @@ def test_admission_and_the_model_prefer_the_split_kernel_where_the_gpu_would_idl
 
     fam = get_family("attention")
     split = next(s for s in table.enumerate_specs("attention", "sm_90", "llvm22")
-                 if s.split_kv and (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False))
+                 if s.split_kv and not s.pack_gqa
+                 and (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False))
     prefill = AttentionProblem(batch=1, seqlen_q=4096, seqlen_k=4096, heads_q=32, heads_kv=8, head_dim=128,
                                causal=True)
     assert "prefill, served by the unsplit kernel" in fam.model.accepts(split, prefill)
@@ -183,8 +184,8 @@ def test_admission_and_the_model_prefer_the_split_kernel_where_the_gpu_would_idl
     assert (env(short)["kv_splits"], env(long)["kv_splits"], env(big)["kv_splits"]) == (2, 19, 1)
     for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm22")):
         info = arch_info(arch)
-        dense = [s for s in table.enumerate_specs("attention", arch, lane)
-                 if (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False)]
+        dense = [s for s in table.enumerate_specs("attention", arch, lane)  # GQA packing: test_attention_gqa_pack
+                 if (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False) and not s.pack_gqa]
 
         def best(p, dense=dense, info=info):
             ok = [s for s in dense if fam.model.accepts(s, p) is None]
@@ -193,4 +194,4 @@ def test_admission_and_the_model_prefer_the_split_kernel_where_the_gpu_would_idl
         one = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=8192, heads_q=32, heads_kv=8, head_dim=128, causal=True)
         assert best(one).split_kv == 1, arch
         assert best(big).split_kv == 0, arch
-        assert sum(s.split_kv for s in table.enumerate_specs("attention", arch, lane)) == 48
+        assert sum(s.split_kv and not s.pack_gqa for s in table.enumerate_specs("attention", arch, lane)) == 48
