@@ -216,7 +216,10 @@ MMA_PATCH = [
     # gfx1250's wmma B transposed (its K-runs of 8), a K tail (45 = 32 + 13), gfx90a's mfma
     ("gfx942", ConvDgradPatchSpec(c=4, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=32, path="mfma"), (1, 31, 43, 77)),
     ("gfx1250", ConvDgradPatchSpec(c=4, p=14, tile_h=2, tile_w=8, r_blk=14, k_chunk=32, path="wmma"), (1, 29, 30, 45)),
-    ("gfx90a", ConvDgradPatchSpec(c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32, path="mfma"), (1, 35, 50, 77)),
+    ("gfx90a", ConvDgradPatchSpec(c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32, path="mfma"), (1, 35, 50, 109)),
+    # gfx9 peels the last whole chunk (_conv_ir.amd_chunks): K 109 above = 3 whole chunks + 13 (the
+    # interior loop twice, the peeled chunk, the tail); K 13 < k_chunk: no whole chunk, the edge alone
+    ("gfx942", ConvDgradPatchSpec(c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32, path="mfma"), (1, 35, 20, 13)),
 ]
 
 
