@@ -1,4 +1,4 @@
-"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table (60: dense, packed
+"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table (68: dense, packed
 varlen, paged), built ahead of time by the host's own Triton (the GPU machine's triton 3.6.0 is the llvm22
 lane's Triton), launched from the stored code object and launch contract (no Triton JIT) on problems of
 its layout (empty sequences, shuffled block tables), outputs NaN-poisoned, against torch in float64 (and
