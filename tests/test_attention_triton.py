@@ -139,17 +139,14 @@ def _lane_site_packages() -> Path:
     return lib.parents[4]  # site-packages/triton/backends/amd/lib/<library>
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """Every case launched by the interpreter: (problems, their inputs by launch name, the outputs)."""
+def _launch_all(pairs, tmp):
+    """Launch every (problem, spec, seed) under the interpreter: (problems, their inputs by launch name,
+    the outputs (O, LSE) per pair)."""
     fam = get_family(FAM)
-    tmp = tmp_path_factory.mktemp("attn_interp")
     arrays, cases, problems, values = {}, [], [], []
-    for i, kw in enumerate(CASES):
-        p = AttentionProblem(**kw)
-        spec = _spec(p)
+    for i, (p, spec, seed) in enumerate(pairs):
         plan = fam.launch(spec, p, "sm_90")
-        rng = np.random.default_rng(100 + i)
+        rng = np.random.default_rng(seed)
         vals, args = {}, []
         for a in plan.args:
             if a.name in ("global_scratch", "profile_scratch"):
@@ -180,7 +177,63 @@ def ran(tmp_path_factory):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     res = dict(np.load(out))
-    return problems, values, [(res[f"{i}:O"], res[f"{i}:LSE"]) for i in range(len(CASES))]
+    return problems, values, [(res[f"{i}:O"], res[f"{i}:LSE"]) for i in range(len(pairs))]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Every case launched by the interpreter: (problems, their inputs by launch name, the outputs)."""
+    pairs = []
+    for i, kw in enumerate(CASES):
+        p = AttentionProblem(**kw)
+        pairs.append((p, _spec(p), 100 + i))
+    return _launch_all(pairs, tmp_path_factory.mktemp("attn_interp"))
+
+
+# head dim 128, several tiles long (causal; a window not causal; both): each run by every dense tile of
+# the sm_90 and the gfx942 tables (128 x 128 on 8 warps, the 16-row decode tile, AMD's 64 x 32 ...)
+TILE_CASES = [
+    dict(batch=1, seqlen_q=300, seqlen_k=300, heads_q=2, heads_kv=1, head_dim=128, causal=True, lse=True),
+    dict(batch=1, seqlen_q=260, seqlen_k=400, heads_q=1, heads_kv=1, head_dim=128, window=150),
+    dict(batch=1, seqlen_q=3, seqlen_k=290, heads_q=2, heads_kv=1, head_dim=128, causal=True, window=200),
+]
+
+
+def _dense_tiles(p: AttentionProblem):
+    """Every spec of the sm_90 and gfx942 tables that accepts ``p``, one per distinct tile."""
+    from rocke_aot.variants import table
+
+    fam, out = get_family(FAM), {}
+    for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm24")):
+        for spec in table.enumerate_specs(FAM, arch, lane):
+            if fam.model.accepts(spec, p) is None:
+                out.setdefault((spec.BLOCK_M, spec.BLOCK_N), spec)
+    return list(out.values())
+
+
+@pytest.fixture(scope="module")
+def ran_tiles(tmp_path_factory):
+    pairs = [(p, spec, 200 + i) for i, kw in enumerate(TILE_CASES)
+             for p in [AttentionProblem(**kw)] for spec in _dense_tiles(p)]
+    return pairs, _launch_all(pairs, tmp_path_factory.mktemp("attn_tiles"))
+
+
+def test_every_dense_tile_matches_the_reference_on_the_interpreter(ran_tiles):
+    pairs, (problems, values, outs) = ran_tiles
+    tiles = {(spec.BLOCK_M, spec.BLOCK_N) for _, spec, _ in pairs}
+    assert {(128, 128), (16, 128), (64, 64), (128, 64), (64, 32)} <= tiles, tiles
+    for (p, spec, _), vals, (o_bits, lse_got) in zip(pairs, values, outs):
+        got = runner_ref.decode(o_bits, p.dtype)
+        want = compute(p, vals)
+        lim = error_bound(p, vals, want, p.dtype)
+        assert np.isfinite(got).all(), f"{spec.config} {p}: unwritten or non-finite outputs"
+        bad = np.abs(got - want) > lim
+        assert not bad.any(), f"{spec.config} {p}: {int(bad.sum())} outside the bound, max {np.abs(got - want).max():.3g}"
+        if p.lse:
+            lse_want = compute_lse(p, vals)
+            fin = np.isfinite(lse_want)
+            assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want))
+            assert (np.abs(lse_got[fin] - lse_want[fin]) <= _lse_bound(p, vals, lse_want)[fin]).all(), spec.config
 
 
 def _lse_bound(p: AttentionProblem, vals, want):
