@@ -14,16 +14,34 @@
 #      row beside it.
 # Each step has its own timeout, all within 320 s of the start (the site install included); everything lands in $OUT/all.tgz (one
 # file: the device returns at most 8), with timeline.txt and summary.txt also beside it.
-# Usage (repository root, the device call carrying .whl from bash scripts/gpu-wheels.sh --tests):
-#   OUT=$OUT bash bench/attention_triton_device.sh
+# Usage (repository root): here `bash scripts/gpu-wheels.sh --tests && bash bench/attention_triton_device.sh --prepare`,
+# then the device call carrying [".whl", ".state/att-tri"]: OUT=$OUT bash bench/attention_triton_device.sh
+if [ "${1:-}" = "--prepare" ]; then  # the CPU side: the carried cache (see below)
+  set -e; mkdir -p .state/att-tri; rm -f .state/att-tri/cache.sqlite*
+  for hd in 128 64; do
+    .venv/bin/python -m rocke_aot.cli build --arch sm_90 --lane llvm22 --family triton_attention --where VARLEN=0 \
+        --where PAGED=0 --where HEAD_DIM=$hd --cache .state/att-tri/cache.sqlite -j "$(nproc)" --json > /dev/null
+  done
+  .venv/bin/python -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
+      .state/att-tri/cache.sqlite
+  echo "carry [\".whl\", \".state/att-tri\"] and run: OUT=\$OUT bash bench/attention_triton_device.sh"; exit 0
+fi
 T0=$(date +%s); source scripts/gpu-site.sh >/dev/null 2>&1; export PATH=$PATH:/usr/local/cuda/bin
 st(){ echo "[$(( $(date +%s)-T0 )) s] $*" | tee -a $OUT/timeline.txt; }
 left(){ echo $(( 320 - ($(date +%s)-T0) )); }
 W=/tmp/att-tri; rm -rf $W; mkdir -p $W; C=$W/cache.sqlite; RA="$PY -m rocke_aot.cli"
 st "site ready; $($PY -c 'import triton, torch; print("triton", triton.__version__, "torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1 | tail -1)"
-B="$RA build --arch sm_90 --lane llvm22 --family triton_attention --cache $C -j 16 --where VARLEN=0 --where PAGED=0"
-timeout 100 $B --where HEAD_DIM=128 --json > $OUT/build-triton-128.json 2> $OUT/build-triton-128.log; st "build d128 rc=$? $(tail -1 $OUT/build-triton-128.log)"
-timeout 60 $B --where HEAD_DIM=64 --where dtype=f16 --where CAUSAL=0 --json > $OUT/build-triton-64.json 2> $OUT/build-triton-64.log; st "build d64 rc=$? $(tail -1 $OUT/build-triton-64.log)"
+# The GPU host registers no Triton lane (its Triton is the system python's), so the triton_attention
+# kernels are built on the CPU side and carried: `bash bench/attention_triton_device.sh --prepare` there
+# (.state/att-tri/cache.sqlite, the dense head dim 128 and 64 sm_90 specs by the llvm22 lane's Triton 3.6,
+# the GPU host's version); this call copies it. Without it, the build below is tried here (and refused).
+if [ -f .state/att-tri/cache.sqlite ]; then
+  cp .state/att-tri/cache.sqlite $C; st "cache carried: $(du -h $C | cut -f1)"
+else
+  B="$RA build --arch sm_90 --lane llvm22 --family triton_attention --cache $C -j 16 --where VARLEN=0 --where PAGED=0"
+  timeout 100 $B --where HEAD_DIM=128 --json > $OUT/build-triton-128.json 2> $OUT/build-triton-128.log; st "build d128 rc=$? $(tail -1 $OUT/build-triton-128.log)"
+  timeout 60 $B --where HEAD_DIM=64 --where dtype=f16 --where CAUSAL=0 --json > $OUT/build-triton-64.json 2> $OUT/build-triton-64.log; st "build d64 rc=$? $(tail -1 $OUT/build-triton-64.log)"
+fi
 $PY - <<'PY'
 import json; d=json.load(open('bench/problems/models/attention.json'))
 for i in (0, 1, 3, 4):
