@@ -8,22 +8,14 @@ model's preference for it on GQA decode."""
 from __future__ import annotations
 
 import pytest
-from test_attention_split import _check, _counters_back_at_zero, _run
+from test_attention_split import _check, _counters_back_at_zero, _run, first_spec
 
 from rocke_aot.families.attention.native import AttentionSpec
 from rocke_aot.families.attention.problem import AttentionProblem
 
 
 def _packed(arch: str, p: AttentionProblem) -> AttentionSpec:
-    from rocke_aot.aot.families import get_family as aot_family
-    from rocke_aot.variants import table
-
-    fam = aot_family("attention")
-    lane = "llvm24" if arch == "gfx1250" else "llvm22"
-    for spec in table.enumerate_specs("attention", arch, lane):
-        if spec.pack_gqa and fam.model.accepts(spec, p) is None:
-            return spec
-    raise AssertionError(f"no GQA-packed attention spec accepts {p} on {arch}")
+    return first_spec(arch, p, "pack_gqa")
 
 
 CASES = [  # (arch, problem): group x seqlen_q rows in one tile, keys split at launch

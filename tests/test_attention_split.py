@@ -18,16 +18,21 @@ from rocke_aot.families.attention.problem import AttentionProblem
 PATHS = {"gfx942": ("mfma", 64), "gfx950": ("mfma", 64), "gfx1250": ("wmma", 32), "sm_90": ("mma", 32)}
 
 
-def _split_spec(arch: str, p: AttentionProblem) -> AttentionSpec:
+def first_spec(arch: str, p: AttentionProblem, knob: str) -> AttentionSpec:
+    """The first spec of the arch's table with ``knob`` set (split_kv, pack_gqa) that accepts ``p``."""
     from rocke_aot.aot.families import get_family as aot_family
     from rocke_aot.variants import table
 
     fam = aot_family("attention")
     lane = "llvm24" if arch == "gfx1250" else "llvm22"
     for spec in table.enumerate_specs("attention", arch, lane):
-        if spec.split_kv and fam.model.accepts(spec, p) is None:
+        if getattr(spec, knob) and fam.model.accepts(spec, p) is None:
             return spec
-    raise AssertionError(f"no split-KV attention spec accepts {p} on {arch}")
+    raise AssertionError(f"no {knob} attention spec accepts {p} on {arch}")
+
+
+def _split_spec(arch: str, p: AttentionProblem) -> AttentionSpec:
+    return first_spec(arch, p, "split_kv")
 
 
 def _run(arch: str, p: AttentionProblem, seed: int, order=None, spec=None):
