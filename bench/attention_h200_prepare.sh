@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU side of the attention run on the NVIDIA GPU machine (issue 38). Run here, from the repository root:
-#   .state/attention-h200/cache.sqlite  triton_attention for sm_90, every spec of its table (60), built by
+#   .state/attention-h200/cache.sqlite  triton_attention for sm_90, every spec of its table (68), built by
 #       Triton 3.6.0 under Python 3.12 (the GPU machine's versions: a host's Triton must equal the
 #       builder's), with no GPU; and the native attention family's sm_90 specs (120 since K/V staging; llvmlite + ptxas)
 #   .whl/  the dependencies the GPU image lacks (bench/triton_h200_prepare.sh's list; run it once first

@@ -13,6 +13,8 @@ fetching the same files (whole process)"):
   2. --fetch keys (100) drawn from the store; each round, interleaved, order alternating:
        plain httpx       python -c: import httpx, one httpx.Client, GET blobs/<sha256>.zst of each
                          key in turn, each written to a file; nothing checked
+       plain, threads    the same GETs from 8 threads sharing one httpx.Client (8 connections): the
+                         concurrent baseline for the verifying client's 8 workers
        verifying, cold   `rocke-aot fetch --mirror URL --root-key root.key.pub --from-file keys.txt`
                          into an empty local store (a fresh host: root, timestamp, snapshot,
                          targets, the bins holding the keys, every blob verified and kept);
@@ -60,6 +62,22 @@ with httpx.Client() as c:
         r.raise_for_status()
         with open(f"{out}/{i}", "wb") as f:
             f.write(r.content)
+'''
+
+PLAIN_THREADS = r'''
+import sys
+from concurrent.futures import ThreadPoolExecutor
+import httpx
+base, out = sys.argv[1], sys.argv[2]
+names = [line.strip() for line in open(sys.argv[3])]
+with httpx.Client(limits=httpx.Limits(max_connections=8)) as c:
+    def one(i):
+        r = c.get(f"{base}/blobs/{names[i]}.zst")
+        r.raise_for_status()
+        with open(f"{out}/{i}", "wb") as f:
+            f.write(r.content)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(len(names))))
 '''
 
 ACCESS_LOG = "access_log {log};"  # nginx's combined format: ... "GET /path HTTP/1.1" status bytes ...
@@ -198,6 +216,8 @@ def main() -> None:
     (work / "blobs.txt").write_text("".join(f"{s}\n" for _, s in asked))
     plain_py = work / "plain.py"
     plain_py.write_text(PLAIN)
+    threads_py = work / "plain_threads.py"
+    threads_py.write_text(PLAIN_THREADS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKE_AOT_") and k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")  # bytecode cached, as an installed wheel's is
     log = work / "access.log"
@@ -217,14 +237,15 @@ def main() -> None:
         full_py = work / "full.py"  # a script: its folder is sys.path[0], not the cwd's rocke_aot
         full_py.write_text("import sys; sys.argv[0] = 'rocke-aot'; from rocke_aot.cli.main import main; main()\n")
 
-        def plain() -> list[str]:
+        def plain(script: Path = plain_py) -> list[str]:
             out = work / "plain-out"
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
-            return [sys.executable, str(plain_py), url, str(out), str(work / "blobs.txt")]
+            return [sys.executable, str(script), url, str(out), str(work / "blobs.txt")]
 
         cases = {
             "plain httpx (GET each blob in turn, write it)": (plain, env),
+            "plain httpx, 8 threads (one Client; GET each blob, write it)": (lambda: plain(threads_py), env),
             "rocke-aot fetch, cold, verifying (default workers)": (lambda: verifying(None), env),
             "rocke-aot fetch, cold, verifying (--workers 1)": (lambda: verifying(1), env),
         }
@@ -263,15 +284,16 @@ def main() -> None:
         b = f"{statistics.median(got[name]):.0f} ({statistics.median(got[name + ' metadata']):.0f})" \
             if name in got else ""
         say(f"| {name} | {cpu * 1e3:.1f} | {wall * 1e3:.1f} | {rss / 1024:.1f} | {b} |")
-    p = med["plain httpx (GET each blob in turn, write it)"]
-    say("")
-    for name in cases:
-        if name.startswith("rocke-aot"):
-            v = med[name]
-            ratios = [pw / vw for (_, pw, _), (_, vw, _) in zip(rows["plain httpx (GET each blob in turn, write it)"],
-                                                                 rows[name], strict=True)]
-            say(f"{name}: throughput ratio (plain wall / verifying wall) {p[1] / v[1]:.3f} (per round: "
-                f"{', '.join(f'{x:.2f}' for x in ratios)}); CPU ratio {p[0] / v[0]:.3f}")
+    for base, label in (("plain httpx (GET each blob in turn, write it)", "plain"),
+                        ("plain httpx, 8 threads (one Client; GET each blob, write it)", "plain, 8 threads")):
+        p = med[base]
+        say("")
+        for name in cases:
+            if name.startswith("rocke-aot"):
+                v = med[name]
+                ratios = [pw / vw for (_, pw, _), (_, vw, _) in zip(rows[base], rows[name], strict=True)]
+                say(f"{name}: throughput ratio ({label} wall / verifying wall) {p[1] / v[1]:.3f} (per round: "
+                    f"{', '.join(f'{x:.2f}' for x in ratios)}); CPU ratio {p[0] / v[0]:.3f}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a") as f:

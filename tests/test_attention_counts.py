@@ -51,7 +51,8 @@ def test_split_kv_first_where_the_sequences_leave_cus_idle_and_not_where_they_fi
     few = _decode(1)
     many = _decode(-(-8 * cus // HEADS_Q))
     assert few.batch * HEADS_KV * 8 <= cus and many.batch * HEADS_Q >= 8 * cus
-    cands = _candidates(arch, "llvm22")
+    every = _candidates(arch, "llvm22")
+    cands = [c for c in every if not c.spec.get("pack_gqa")]  # the packed kernels: the next test
     for p, split_first in ((few, True), (many, False)):
         r = selection.rank(cands, p, Target.parse(arch))
         assert r.model == "hardware", r.note
@@ -61,6 +62,27 @@ def test_split_kv_first_where_the_sequences_leave_cus_idle_and_not_where_they_fi
                                                                           for c in r.accepted[:4]])
         other = min(c.estimate_ms for c in r.accepted if bool(c.spec.split_kv) is not split_first)
         assert other > first.estimate_ms
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx90a", "gfx942", "gfx950"])
+def test_gqa_decode_ranks_a_packed_kernel_first(arch):
+    """GQA decode (32 query heads over 8 KV heads, one token a sequence): a packed work-group stages
+    its KV head once for the group's 4 query heads where every unpacked one stages it per query head,
+    and fills 4 of its 16 rows where an unpacked one fills 1; so from the arch's facts a packed spec
+    ranks first at one sequence and at a batch that fills every CU, and MHA (group 1: nothing to pack)
+    ranks no packed spec above the best unpacked one."""
+    cus = int(hw_model.facts_for(arch).cus)
+    cands = _candidates(arch, "llvm22")
+    assert any(c.spec.get("pack_gqa") for c in cands)
+    for p in (_decode(1), _decode(-(-8 * cus // HEADS_Q))):
+        r = selection.rank(cands, p, Target.parse(arch))
+        assert r.accepted[0].spec.pack_gqa, (arch, p.batch, [(c.spec.kernel_name, c.estimate_ms)
+                                                            for c in r.accepted[:4]])
+    mha = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=8192, heads_q=HEADS_KV, heads_kv=HEADS_KV, head_dim=128,
+                           causal=True)
+    r = selection.rank(cands, mha, Target.parse(arch))
+    best_packed = min((c.estimate_ms for c in r.accepted if c.spec.pack_gqa), default=None)
+    assert best_packed is None or best_packed >= min(c.estimate_ms for c in r.accepted if not c.spec.pack_gqa)
 
 
 def test_a_decode_token_pays_for_the_whole_16_row_tile_and_the_split_for_its_combination():

@@ -1,4 +1,4 @@
-"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table (60: dense, packed
+"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table (68: dense, packed
 varlen, paged), built ahead of time by the host's own Triton (the GPU machine's triton 3.6.0 is the llvm22
 lane's Triton), launched from the stored code object and launch contract (no Triton JIT) on problems of
 its layout (empty sequences, shuffled block tables), outputs NaN-poisoned, against torch in float64 (and
@@ -33,7 +33,10 @@ SHAPES = [dict(batch=2, seqlen_q=77, seqlen_k=131, heads_q=4, heads_kv=2),
 # per triton_attention layout (spec VARLEN, PAGED): the same kinds of problems packed (empty sequences
 # too) and over a paged cache (shuffled block table, block sizes 16/32/64, spare pool blocks), LSE out
 LAYOUTS = {
-    (0, 0): [dict(s, lse=True) for s in SHAPES],
+    # and, dense, several tiles long: key blocks every row sees whole (triton_attention's unmasked loop)
+    # beside the diagonal band, causal tiles heaviest first
+    (0, 0): [dict(s, lse=True) for s in SHAPES] + [dict(batch=1, seqlen_q=600, seqlen_k=600, heads_q=4, heads_kv=1,
+                                                        lse=True)],
     (1, 0): [dict(batch=4, seqlen_q=150, seqlen_k=200, heads_q=4, heads_kv=2, seqlens_q=[150, 0, 1, 77],
                   seqlens_k=[200, 9, 130, 77], lse=True),
              dict(batch=2, seqlen_q=90, seqlen_k=40, heads_q=6, heads_kv=3, window=37, seqlens_q=[90, 5],
@@ -66,7 +69,7 @@ def built(tmp_path_factory):
     url = str(tmp_path_factory.mktemp("attn") / "cache.sqlite")
     with Store.open(url) as store:
         summary = build(arches=[Target.parse("sm_90")], families=["triton_attention"], lanes=["llvm22"], store=store,
-                        toolchains=[tc], jobs=4)
+                        toolchains=[tc], jobs=min(16, os.cpu_count() or 4))
         arts = list(store.find(family="triton_attention"))
         blobs = {a.key: store.get(a.key).code_object for a in arts}
     return summary, arts, blobs
@@ -132,7 +135,7 @@ def test_every_sm90_spec_matches_torch_float64(cuda_ctx, built):  # noqa: F811
     from rocke_aot.launch import LaunchContract
 
     summary, arts, blobs = built
-    assert len(arts) == 60 and not summary["failed"], summary
+    assert len(arts) == 68 and not summary["failed"], summary
     checked = 0
     for art in arts:
         spec = art.spec
@@ -221,8 +224,10 @@ SPLIT_LAYOUTS = {
 }
 
 
-def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
-    """The split-KV decode kernels (every sm_90 spec with split_kv 1: 4 layouts x f16/bf16 x head dim x causal),
+@pytest.mark.parametrize("pack", [0, 1], ids=["unpacked", "pack_gqa"])
+def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx, pack):  # noqa: F811
+    """The split-KV decode kernels (every sm_90 spec with split_kv 1: 4 layouts x f16/bf16 x head dim x causal,
+    unpacked and GQA-packed, pack_gqa 1: a tile's rows a KV head's group x seqlen_q),
     lowered and ptxas'd here, launched from their contract (kv_splits chosen at launch, the workspace
     zero-filled) on decode problems of their layout against torch float64 (the LSE against torch.logsumexp);
     each launched twice on the same workspace: the same bits, the arrival counters back at 0."""
@@ -232,7 +237,7 @@ def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
     from rocke_aot.families.attention.reference import packed, packed_lse, padded
     from rocke_aot.variants import table
 
-    specs = [s for s in table.enumerate_specs("attention", "sm_90", "llvm22") if s.split_kv]
+    specs = [s for s in table.enumerate_specs("attention", "sm_90", "llvm22") if s.split_kv and s.pack_gqa == pack]
     assert len(specs) == 48
     checked = 0
     for spec in specs:
@@ -240,7 +245,8 @@ def test_every_sm90_split_kv_spec_matches_torch_float64(cuda_ctx):  # noqa: F811
         image, _ = module_image(k.ir)
         for shape in SPLIT_LAYOUTS[(spec.varlen, spec.paged)]:
             p = AttentionProblem(**shape, head_dim=spec.head_dim, dtype=spec.dtype, causal=bool(spec.causal))
-            assert spec.launch_formulas().env(p)["kv_splits"] >= 2
+            env = spec.launch_formulas().env(p)
+            assert env["kv_splits"] >= 2 and env["qtiles"] == p.batch * (p.heads_kv if pack else p.heads_q)
             plan = k.launch.plan(p)
             tensors, vals = _buffers(p, plan, np.random.default_rng(checked))
             launch(image, k.launch, p, tensors)

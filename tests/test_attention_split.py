@@ -18,16 +18,21 @@ from rocke_aot.families.attention.problem import AttentionProblem
 PATHS = {"gfx942": ("mfma", 64), "gfx950": ("mfma", 64), "gfx1250": ("wmma", 32), "sm_90": ("mma", 32)}
 
 
-def _split_spec(arch: str, p: AttentionProblem) -> AttentionSpec:
+def first_spec(arch: str, p: AttentionProblem, knob: str) -> AttentionSpec:
+    """The first spec of the arch's table with ``knob`` set (split_kv, pack_gqa) that accepts ``p``."""
     from rocke_aot.aot.families import get_family as aot_family
     from rocke_aot.variants import table
 
     fam = aot_family("attention")
     lane = "llvm24" if arch == "gfx1250" else "llvm22"
     for spec in table.enumerate_specs("attention", arch, lane):
-        if spec.split_kv and fam.model.accepts(spec, p) is None:
+        if getattr(spec, knob) and fam.model.accepts(spec, p) is None:
             return spec
-    raise AssertionError(f"no split-KV attention spec accepts {p} on {arch}")
+    raise AssertionError(f"no {knob} attention spec accepts {p} on {arch}")
+
+
+def _split_spec(arch: str, p: AttentionProblem) -> AttentionSpec:
+    return first_spec(arch, p, "split_kv")
 
 
 def _run(arch: str, p: AttentionProblem, seed: int, order=None, spec=None):
@@ -172,7 +177,8 @@ def test_admission_and_the_model_prefer_the_split_kernel_where_the_gpu_would_idl
 
     fam = get_family("attention")
     split = next(s for s in table.enumerate_specs("attention", "sm_90", "llvm22")
-                 if s.split_kv and (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False))
+                 if s.split_kv and not s.pack_gqa
+                 and (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False))
     prefill = AttentionProblem(batch=1, seqlen_q=4096, seqlen_k=4096, heads_q=32, heads_kv=8, head_dim=128,
                                causal=True)
     assert "prefill, served by the unsplit kernel" in fam.model.accepts(split, prefill)
@@ -183,8 +189,8 @@ def test_admission_and_the_model_prefer_the_split_kernel_where_the_gpu_would_idl
     assert (env(short)["kv_splits"], env(long)["kv_splits"], env(big)["kv_splits"]) == (2, 19, 1)
     for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm22")):
         info = arch_info(arch)
-        dense = [s for s in table.enumerate_specs("attention", arch, lane)
-                 if (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False)]
+        dense = [s for s in table.enumerate_specs("attention", arch, lane)  # GQA packing: test_attention_gqa_pack
+                 if (s.dtype, s.head_dim, s.causal, s.layout) == ("f16", 128, 1, False) and not s.pack_gqa]
 
         def best(p, dense=dense, info=info):
             ok = [s for s in dense if fam.model.accepts(s, p) is None]
@@ -193,4 +199,4 @@ def test_admission_and_the_model_prefer_the_split_kernel_where_the_gpu_would_idl
         one = AttentionProblem(batch=1, seqlen_q=1, seqlen_k=8192, heads_q=32, heads_kv=8, head_dim=128, causal=True)
         assert best(one).split_kv == 1, arch
         assert best(big).split_kv == 0, arch
-        assert sum(s.split_kv for s in table.enumerate_specs("attention", arch, lane)) == 48
+        assert sum(s.split_kv and not s.pack_gqa for s in table.enumerate_specs("attention", arch, lane)) == 48

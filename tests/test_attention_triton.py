@@ -107,7 +107,17 @@ CASES = [
          kv_layout="paged", block_size=32, seqlens_q=[5, 0, 64], seqlens_k=[77, 20, 64], num_blocks=12),
     dict(batch=2, seqlen_q=3, seqlen_k=200, heads_q=2, heads_kv=1, head_dim=128, window=50,
          kv_layout="paged", block_size=64, seqlens_q=[3, 1], seqlens_k=[200, 0]),
+    # longer than a few blocks: tiles with key blocks every row sees whole (the unmasked loop) beside
+    # blocks on the mask's edges (the diagonal band, the window's far edge, the keys' end)
+    dict(batch=1, seqlen_q=300, seqlen_k=300, heads_q=2, heads_kv=1, head_dim=64, causal=True, lse=True),
+    dict(batch=1, seqlen_q=260, seqlen_k=400, heads_q=2, heads_kv=2, head_dim=64, window=150, lse=True),
+    dict(batch=1, seqlen_q=300, seqlen_k=300, heads_q=1, heads_kv=1, head_dim=64, causal=True, window=250),
+    dict(batch=2, seqlen_q=300, seqlen_k=330, heads_q=2, heads_kv=1, head_dim=64, causal=True,
+         seqlens_q=[300, 150], seqlens_k=[330, 200]),
+    dict(batch=2, seqlen_q=130, seqlen_k=260, heads_q=4, heads_kv=2, head_dim=64, causal=True,
+         kv_layout="paged", block_size=16),
 ]
+WHOLE_AND_EDGE = range(8, 13)  # the cases above whose tiles have both kinds of key block
 
 
 def _spec(p: AttentionProblem):
@@ -129,17 +139,14 @@ def _lane_site_packages() -> Path:
     return lib.parents[4]  # site-packages/triton/backends/amd/lib/<library>
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """Every case launched by the interpreter: (problems, their inputs by launch name, the outputs)."""
+def _launch_all(pairs, tmp):
+    """Launch every (problem, spec, seed) under the interpreter: (problems, their inputs by launch name,
+    the outputs (O, LSE) per pair)."""
     fam = get_family(FAM)
-    tmp = tmp_path_factory.mktemp("attn_interp")
     arrays, cases, problems, values = {}, [], [], []
-    for i, kw in enumerate(CASES):
-        p = AttentionProblem(**kw)
-        spec = _spec(p)
+    for i, (p, spec, seed) in enumerate(pairs):
         plan = fam.launch(spec, p, "sm_90")
-        rng = np.random.default_rng(100 + i)
+        rng = np.random.default_rng(seed)
         vals, args = {}, []
         for a in plan.args:
             if a.name in ("global_scratch", "profile_scratch"):
@@ -170,7 +177,63 @@ def ran(tmp_path_factory):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     res = dict(np.load(out))
-    return problems, values, [(res[f"{i}:O"], res[f"{i}:LSE"]) for i in range(len(CASES))]
+    return problems, values, [(res[f"{i}:O"], res[f"{i}:LSE"]) for i in range(len(pairs))]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Every case launched by the interpreter: (problems, their inputs by launch name, the outputs)."""
+    pairs = []
+    for i, kw in enumerate(CASES):
+        p = AttentionProblem(**kw)
+        pairs.append((p, _spec(p), 100 + i))
+    return _launch_all(pairs, tmp_path_factory.mktemp("attn_interp"))
+
+
+# head dim 128, several tiles long (causal; a window not causal; both): each run by every dense tile of
+# the sm_90 and the gfx942 tables (128 x 128 on 8 warps, the 16-row decode tile, AMD's 64 x 32 ...)
+TILE_CASES = [
+    dict(batch=1, seqlen_q=300, seqlen_k=300, heads_q=2, heads_kv=1, head_dim=128, causal=True, lse=True),
+    dict(batch=1, seqlen_q=260, seqlen_k=400, heads_q=1, heads_kv=1, head_dim=128, window=150),
+    dict(batch=1, seqlen_q=3, seqlen_k=290, heads_q=2, heads_kv=1, head_dim=128, causal=True, window=200),
+]
+
+
+def _dense_tiles(p: AttentionProblem):
+    """Every spec of the sm_90 and gfx942 tables that accepts ``p``, one per distinct tile."""
+    from rocke_aot.variants import table
+
+    fam, out = get_family(FAM), {}
+    for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm24")):
+        for spec in table.enumerate_specs(FAM, arch, lane):
+            if fam.model.accepts(spec, p) is None:
+                out.setdefault((spec.BLOCK_M, spec.BLOCK_N), spec)
+    return list(out.values())
+
+
+@pytest.fixture(scope="module")
+def ran_tiles(tmp_path_factory):
+    pairs = [(p, spec, 200 + i) for i, kw in enumerate(TILE_CASES)
+             for p in [AttentionProblem(**kw)] for spec in _dense_tiles(p)]
+    return pairs, _launch_all(pairs, tmp_path_factory.mktemp("attn_tiles"))
+
+
+def test_every_dense_tile_matches_the_reference_on_the_interpreter(ran_tiles):
+    pairs, (problems, values, outs) = ran_tiles
+    tiles = {(spec.BLOCK_M, spec.BLOCK_N) for _, spec, _ in pairs}
+    assert {(128, 128), (16, 128), (64, 64), (128, 64), (64, 32)} <= tiles, tiles
+    for (p, spec, _), vals, (o_bits, lse_got) in zip(pairs, values, outs):
+        got = runner_ref.decode(o_bits, p.dtype)
+        want = compute(p, vals)
+        lim = error_bound(p, vals, want, p.dtype)
+        assert np.isfinite(got).all(), f"{spec.config} {p}: unwritten or non-finite outputs"
+        bad = np.abs(got - want) > lim
+        assert not bad.any(), f"{spec.config} {p}: {int(bad.sum())} outside the bound, max {np.abs(got - want).max():.3g}"
+        if p.lse:
+            lse_want = compute_lse(p, vals)
+            fin = np.isfinite(lse_want)
+            assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want))
+            assert (np.abs(lse_got[fin] - lse_want[fin]) <= _lse_bound(p, vals, lse_want)[fin]).all(), spec.config
 
 
 def _lse_bound(p: AttentionProblem, vals, want):
@@ -239,13 +302,52 @@ def test_the_cases_reach_the_edges_they_name(ran):
     assert (np.abs(o - want) <= lim).all() and (np.abs(o - wrong) > lim).any()
 
 
+def _block_kinds(p: AttentionProblem, bm: int, bn: int) -> set[tuple[str, ...]]:
+    """Per (sequence, query tile): which kinds of key block its rows have, from the mask's definition
+    (the reference's): "whole" (every row of the tile in its sequence sees every key of the block, no
+    key past the end), "edge" (some, not all)."""
+    from rocke_aot.families.attention.reference import _mask
+
+    out = set()
+    lens_q, lens_k = p.lengths()
+    for lq, lk in zip(lens_q, lens_k):
+        keep = _mask(p, lq, lk)
+        for m0 in range(0, lq, bm):
+            kinds = []
+            for n0 in range(0, lk, bn):
+                tile = keep[m0:m0 + bm, n0:n0 + bn]
+                full = tile.all() and n0 + bn <= lk
+                kinds.append("whole" if full else "edge" if tile.any() else "none")
+            out.add(tuple(sorted(set(kinds))))
+    return out
+
+
+def test_the_long_cases_have_tiles_with_whole_and_edge_key_blocks(ran):
+    """The long cases reach both loops of the kernel: some query tile of each (at the tile the case's
+    spec runs) has key blocks all its rows see whole and blocks on the mask's edge."""
+    problems, _, _ = ran
+    for i in WHOLE_AND_EDGE:
+        p = problems[i]
+        spec = _spec(p)
+        kinds = _block_kinds(p, spec.BLOCK_M, spec.BLOCK_N)
+        assert any({"whole", "edge"} <= set(k) for k in kinds), (i, kinds)
+    # and a case whose causal window leaves some tile with no whole block at all (the edges only)
+    assert any(set(k) <= {"edge", "none"} and "edge" in k
+               for k in _block_kinds(problems[10], _spec(problems[10]).BLOCK_M, _spec(problems[10]).BLOCK_N))
+
+
 def test_the_table_serves_every_layout_and_each_spec_refuses_the_others_by_name():
     fam = get_family(FAM)
-    for arch in ("sm_90", "gfx942"):
+    for arch, extra in (("sm_90", 2), ("gfx942", 0)):
         from rocke_aot.families.attention.triton import configs
 
         cfgs = configs(Target.parse(arch))
-        assert len(cfgs) == 30  # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal
+        # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal, and on CUDA 2 more dense tiles at
+        # head dim 128 (x causal)
+        assert len(cfgs) == 30 + 2 * extra
+        dense128 = {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in cfgs
+                    if c["HEAD_DIM"] == 128 and not c["VARLEN"] and not c["PAGED"]}
+        assert len(dense128) == 2 + extra and all(c["BLOCK_N"] <= c["HEAD_DIM"] for c in cfgs)
         assert {(c["VARLEN"], c["PAGED"]) for c in cfgs} == {(0, 0), (1, 0), (0, 1), (1, 1)}
     base = dict(batch=2, seqlen_q=64, seqlen_k=64, heads_q=4, heads_kv=2, head_dim=64)
     dense = fam.spec_from({"dtype": "f16", "HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": 0, "VARLEN": 0,

@@ -13,11 +13,16 @@ of the backward branches' regions holding the most matrix instructions, the tigh
     per operand ceil(units / threads) loads (two a unit for dgrad's transposed B K-row pairs) of
     2 * vw bytes, vw = gcd(c_chunk, 8) (fwd), gcd(k_chunk, 8) (dgrad dY), gcd(P*C, 8) (dgrad W)
     -- computed here from the spec's formulas, not from the lowering;
+  - only 8- and 16-byte LDS reads (ds_read_b64 / read2_b64 / read_b128, gfx1250 ds_load_b128 /
+    2addr_b64): no fragment gathered element by element (dgrad's B is transposed in LDS on mfma
+    and wmma, ConvDgradPatchSpec.lds_b_transposed: p14c4 read 56 ds_read_u16 a chunk before);
   - no spills.
+test_conv_dgrad_lds_reads_every_lane: the same LDS-read and spill checks on llvm23 and llvm24.
 """
 
 from __future__ import annotations
 
+import re
 from math import gcd
 
 import pytest
@@ -28,12 +33,14 @@ from rocke_aot.families.conv_direct_fwd.spec import ConvDirectFwdSpec
 from rocke_aot.targets import Target
 
 # arch, index into CONV_SPECS, matrix, instructions, waits (llvm22; after the waits by need,
-# bench/results/conv-amd-isa-2026-12-06.md: e.g. gfx942 dgrad p14c4 147 / 16 waits -> 145 / 3)
+# bench/results/conv-amd-isa-2026-12-06.md: e.g. gfx942 dgrad p14c4 147 / 16 waits -> 145 / 3; then
+# B transposed at every size, conv-amd-isa-2026-12-06-c.md: p14c4 145 -> 99, gfx1250's 324 -> 158;
+# gfx9's last whole chunk peeled: fwd cc16 68 -> 64 on gfx942, 59 -> 54 on gfx950, p14c3 42 -> 39)
 CEILINGS = [
-    ("gfx942", 1, 18, 68, 11), ("gfx942", 3, 4, 41, 3), ("gfx942", 5, 14, 145, 3), ("gfx942", 6, 3, 42, 3),
-    ("gfx950", 1, 9, 59, 11), ("gfx950", 3, 2, 40, 3), ("gfx950", 6, 3, 42, 3),
-    ("gfx1250", 1, 9, 110, 14), ("gfx1250", 3, 1, 70, 5), ("gfx1250", 5, 7, 324, 5), ("gfx1250", 6, 3, 163, 5),
-    ("gfx90a", 1, 18, 70, 11), ("gfx90a", 3, 4, 44, 3), ("gfx90a", 6, 3, 45, 3),
+    ("gfx942", 1, 18, 64, 11), ("gfx942", 3, 4, 41, 3), ("gfx942", 5, 14, 99, 3), ("gfx942", 6, 3, 39, 3),
+    ("gfx950", 1, 9, 54, 10), ("gfx950", 3, 2, 40, 3), ("gfx950", 5, 14, 99, 3), ("gfx950", 6, 3, 39, 3),
+    ("gfx1250", 1, 9, 110, 14), ("gfx1250", 3, 1, 46, 5), ("gfx1250", 5, 7, 158, 5), ("gfx1250", 6, 3, 97, 5),
+    ("gfx90a", 1, 18, 68, 11), ("gfx90a", 3, 4, 44, 3), ("gfx90a", 5, 14, 102, 3), ("gfx90a", 6, 3, 40, 3),
 ]
 
 
@@ -72,4 +79,28 @@ def test_conv_interior_loop(arch, index, matrix, insts, waits, tmp_path):
     loads, widths = expected_loads(spec, spec.geometry(Target.parse(arch)).threads)
     got = {isa.width_bits(m) // 8 for m in lp["global_load"]}
     assert lp["global_load_n"] == loads and got <= widths, (row["tile"], lp["global_load"], loads, widths)
+    assert wide_lds_reads(lp), (row["tile"], lp["lds_read"])
     assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0)
+
+
+def wide_lds_reads(lp: dict) -> bool:
+    """Every LDS read of the loop moves 8 or 16 bytes an element (and there are some)."""
+    reads = lp.get("lds_read", {})
+    return bool(reads) and all(re.search(r"_b(64|128)$", m) for m in reads)
+
+
+DGRAD = [i for i, (family, _k) in enumerate(load_bench("gemm_amd_isa").CONV_SPECS) if family == "conv_dgrad_patch"
+         and _k["dtype"] == "f16"]
+
+
+@pytest.mark.parametrize("lane", ["llvm23", "llvm24"])
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950", "gfx1250"])
+def test_conv_dgrad_lds_reads_every_lane(arch, lane, tmp_path):
+    isa = load_bench("gemm_amd_isa")
+    if lane not in isa.lanes_here([lane], arch):
+        pytest.fail(f"no {lane} toolchain for {arch} on this host (scripts/setup.sh --only lanes)")
+    for index in DGRAD:
+        family, knobs = isa.CONV_SPECS[index]
+        row = isa.compile_one("native", (0, 0, 0, 0), arch, lane, tmp_path, (knobs["dtype"],) * 2, family, knobs)
+        assert row["scope"] == "loop" and wide_lds_reads(row["loop"]), (row["tile"], row["loop"]["lds_read"])
+        assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0), row["tile"]

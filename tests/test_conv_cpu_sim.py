@@ -211,6 +211,15 @@ MMA_PATCH = [
     # tail (45 = 2 x 16 + 13, 19 = 16 + 3) and border pixels
     ("gfx942", ConvDgradPatchSpec(c=4, p=14, tile_h=4, tile_w=8, r_blk=7, k_chunk=16, path="mfma"), (1, 31, 43, 45)),
     ("gfx950", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=14, k_chunk=16, path="mfma"), (1, 30, 29, 19)),
+    # every size transposed (issue 37, third conv step): the served p14c4 r14 kc32 (25088 staged B
+    # elements, [k_chunk][cols] before) with two interior chunks and a K tail (77 = 2 x 32 + 13), and
+    # gfx1250's wmma B transposed (its K-runs of 8), a K tail (45 = 32 + 13), gfx90a's mfma
+    ("gfx942", ConvDgradPatchSpec(c=4, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=32, path="mfma"), (1, 31, 43, 77)),
+    ("gfx1250", ConvDgradPatchSpec(c=4, p=14, tile_h=2, tile_w=8, r_blk=14, k_chunk=32, path="wmma"), (1, 29, 30, 45)),
+    ("gfx90a", ConvDgradPatchSpec(c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32, path="mfma"), (1, 35, 50, 109)),
+    # gfx9 peels the last whole chunk (_conv_ir.amd_chunks): K 109 above = 3 whole chunks + 13 (the
+    # interior loop twice, the peeled chunk, the tail); K 13 < k_chunk: no whole chunk, the edge alone
+    ("gfx942", ConvDgradPatchSpec(c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32, path="mfma"), (1, 35, 20, 13)),
 ]
 
 

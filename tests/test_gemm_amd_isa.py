@@ -317,25 +317,28 @@ def _notes(tmp_path, family, spec, arch, lane):
             for k in ("vgpr_count", "vgpr_spill_count", "private_segment_fixed_size")}
 
 
-@pytest.mark.parametrize("name", ["conv_dgrad_patch_f16_p14c4_fma_t2x4_r14_kc32",
-                                  "conv_dgrad_patch_f16_p14c3_fma_t2x4_r14_kc32"])
-def test_lane_spill_refusals(name, tmp_path):
+@pytest.mark.parametrize("lane,name,arches", [
+    ("llvm23", "conv_dgrad_patch_f16_p14c4_fma_t2x4_r14_kc32", ("gfx90a", "gfx942", "gfx950", "gfx1250")),
+    ("llvm23", "conv_dgrad_patch_f16_p14c3_fma_t2x4_r14_kc32", ("gfx90a", "gfx942", "gfx950", "gfx1250")),
+    ("llvm20", "conv_dgrad_patch_f16_p14c4_mfma_t4x8_r14_kc32", ("gfx90a", "gfx942", "gfx950")),
+])
+def test_lane_spill_refusals(lane, name, arches, tmp_path):
     from rocke_aot.families.conv_dgrad_patch.table import LANE_SPILL_REFUSALS
     from rocke_aot.variants.table import enumerate_specs, layer_grid
 
-    assert name in LANE_SPILL_REFUSALS["llvm23"]
+    assert name in LANE_SPILL_REFUSALS[lane]
     served22 = {s.kernel_name: s for s in enumerate_specs("conv_dgrad_patch", "gfx942", "llvm22")}
     assert name in served22
-    for arch in ("gfx90a", "gfx942", "gfx950", "gfx1250"):
-        assert name not in {s.kernel_name for s in enumerate_specs("conv_dgrad_patch", arch, "llvm23")}
+    for arch in arches:
+        assert name not in {s.kernel_name for s in enumerate_specs("conv_dgrad_patch", arch, lane)}
     spec = served22[name]
-    grid = layer_grid("conv_dgrad_patch", "gfx942", "llvm23", {"dtype": spec.dtype, "c": spec.c, "p": spec.p})
+    grid = layer_grid("conv_dgrad_patch", "gfx942", lane, {"dtype": spec.dtype, "c": spec.c, "p": spec.p})
     assert any(name in reason and "scratch" in reason for reason, _ in grid.refused)
     from dataclasses import asdict
 
-    on23 = _notes(tmp_path, "conv_dgrad_patch", asdict(spec), "gfx942", "llvm23")
+    on_lane = _notes(tmp_path, "conv_dgrad_patch", asdict(spec), "gfx942", lane)
     on22 = _notes(tmp_path, "conv_dgrad_patch", asdict(spec), "gfx942", "llvm22")
-    assert on23["vgpr_spill_count"] > 0 and on23["private_segment_fixed_size"] > 0, on23
+    assert on_lane["vgpr_spill_count"] > 0 and on_lane["private_segment_fixed_size"] > 0, on_lane
     assert on22["vgpr_spill_count"] == 0 and on22["private_segment_fixed_size"] == 0, on22
 
 

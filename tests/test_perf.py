@@ -195,18 +195,22 @@ def test_patch_dgrad_layout_is_the_lowerers(path, pad):
 
 
 def test_patch_dgrad_b_is_transposed_on_the_amd_matrix_paths():
-    """mfma: B is [cols_padded][k_chunk + B_T_PAD] after A (a lane's B fragment, consecutive K of
-    one column, is contiguous) up to B_T_MAX_ELEMS; mma, fma, wmma and larger B keep
+    """mfma and wmma: B is [cols_padded][k_chunk + B_T_PAD] after A (a lane's B fragment,
+    consecutive K of one column, is contiguous) at every size; mma and fma keep
     [k_chunk][cols_padded + pad]."""
     from rocke_aot.families.conv_dgrad_patch.spec import B_T_PAD
 
     s = ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16, path="mfma")
     assert s.lds_b_transposed
-    for path in ("mma", "wmma", "fma"):
+    assert ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=2, tile_w=8, r_blk=2, k_chunk=32,
+                              path="wmma").lds_b_transposed
+    for path in ("mma", "fma"):
         assert not ConvDgradPatchSpec(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=16,
                                       path=path).lds_b_transposed
+    # the served p14c4 r14 kc32 (25088 staged B elements; [k_chunk][cols] until issue 37's third conv step)
     big = ConvDgradPatchSpec(dtype="f16", c=4, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=32, path="mfma")
-    assert big.k_chunk * big.cols_padded > 12288 and not big.lds_b_transposed
+    assert big.lds_b_transposed and big.lds_b_index(3, 2) == 16 * 32 + 2 * (32 + B_T_PAD) + 3
+    assert big.lds_elems() == 16 * 32 + 784 * (32 + B_T_PAD)
     base = 32 * 16  # A: 32 pixels x 16 channels, unpadded on the AMD paths
     assert s.lds_b_index(0, 0) == base and s.lds_b_index(1, 0) == base + 1
     assert s.lds_b_index(0, 1) == base + 16 + B_T_PAD

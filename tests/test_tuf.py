@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -423,3 +424,107 @@ def test_publish_streams_one_file_per_request_to_a_real_service(world, tmp_path)
         with host(world, tmp_path / "h", [ServiceSource(base)]) as f:
             a = world["store"].find()[0]
             assert f.get(a.key).code_object == world["store"].get(a.key).code_object
+
+
+def _bins_of(metadata: Path):
+    """(top-level Targets, Snapshot, {bin name: the bin file's bytes}) of a served metadata folder."""
+    from tuf.api.metadata import Metadata
+
+    ts = json.loads((metadata / "timestamp.json").read_bytes())
+    sv = ts["signed"]["meta"]["snapshot.json"]["version"]
+    snap = Metadata.from_bytes((metadata / f"{sv}.snapshot.json").read_bytes()).signed
+    top = Metadata.from_bytes((metadata / f"{snap.meta['targets.json'].version}.targets.json").read_bytes()).signed
+    bins = {n[:-5]: (metadata / f"{m.version}.{n}").read_bytes() for n, m in snap.meta.items() if n != "targets.json"}
+    return top, snap, bins
+
+
+def test_a_bin_is_verified_over_its_own_signed_bytes_and_refused_where_python_tuf_refuses(world):
+    """client/trusted.py verified_bin (the host's bin step): every bin reads to the very Targets
+    python-tuf's Metadata API reads; a bin laid out otherwise (indented, so its signed member is
+    no longer the signed bytes) is decided by python-tuf's own canonical path and accepted; a
+    byte changed in the signed member, a second "signed" member after the first, another bin's
+    signature, another version, an expired bin: refused with python-tuf's own errors."""
+    from tuf.api import exceptions as x
+    from tuf.api.metadata import Metadata, MetaFile
+
+    from rocke_aot.client.trusted import _signed_slice, verified_bin
+
+    top, snap, bins = _bins_of(world["d"] / "tree" / "metadata")
+    assert len(bins) >= 2
+    for name, data in bins.items():
+        assert _signed_slice(data) is not None  # the layout the signer writes: the fast path is taken
+        got = verified_bin(top, snap, name, data, NOW)
+        want = Metadata.from_bytes(data)
+        top.verify_delegate(name, want.signed_bytes, want.signatures)  # python-tuf's own check passes
+        assert got == want.signed and got.targets == want.signed.targets and got.targets
+    name, data = next((n, d) for n, d in bins.items() if json.loads(d)["signed"]["targets"])
+    other = next(d for n, d in bins.items() if n != name)
+
+    def sized(body: bytes, version: int | None = None):
+        """The snapshot, its entry for ``name`` naming ``body``'s length (so the bytes reach the signature check)."""
+        s = copy.copy(snap)
+        s.meta = {**snap.meta, f"{name}.json": MetaFile(version=version or snap.meta[f"{name}.json"].version,
+                                                        length=len(body))}
+        return s
+
+    doc = json.loads(data)
+    pretty = json.dumps(doc, indent=2).encode()  # not the signed bytes, but the same signed object
+    assert _signed_slice(pretty) is None
+    assert verified_bin(top, sized(pretty), name, pretty, NOW) == Metadata.from_bytes(data).signed
+    # one byte of the signed member changed (a target's sha256)
+    path = next(iter(doc["signed"]["targets"]))
+    sha = doc["signed"]["targets"][path]["hashes"]["sha256"]
+    evil = data.replace(sha.encode(), (("0" if sha[0] != "0" else "1") + sha[1:]).encode())
+    assert evil != data and len(evil) == len(data)
+    with pytest.raises(x.UnsignedMetadataError):
+        verified_bin(top, sized(evil), name, evil, NOW)
+    # a second "signed" member after the signed one: JSON keeps the last, which nobody signed
+    twice = data[:-1] + b',"signed":' + json.dumps(json.loads(evil)["signed"], separators=(",", ":")).encode() + b"}"
+    assert json.loads(twice)["signed"]["targets"][path]["hashes"]["sha256"] != sha
+    with pytest.raises(x.UnsignedMetadataError):
+        verified_bin(top, sized(twice), name, twice, NOW)
+    # another bin's valid signature over this bin's bytes
+    swapped = json.dumps({"signatures": json.loads(other)["signatures"], "signed": doc["signed"]},
+                         separators=(",", ":"), sort_keys=True).encode()
+    with pytest.raises(x.UnsignedMetadataError):
+        verified_bin(top, sized(swapped), name, swapped, NOW)
+    # the snapshot names another version; the bin expired; the snapshot's length is not the file's
+    with pytest.raises(x.BadVersionNumberError):
+        verified_bin(top, sized(data, version=snap.meta[f"{name}.json"].version + 1), name, data, NOW)
+    with pytest.raises(x.ExpiredMetadataError):
+        verified_bin(top, snap, name, data, NOW + timedelta(days=400))
+    with pytest.raises(x.LengthOrHashMismatchError):
+        verified_bin(top, snap, name, pretty, NOW)
+
+
+def test_many_kernels_at_once_are_the_bytes_one_at_a_time_gives_and_a_tampered_bin_refuses_its_own(world, tree,
+                                                                                                     tmp_path):
+    """get_each with several workers (the bins verified once each, the blobs concurrently): the
+    same verified bytes as one get at a time; a bin whose signed member was changed (its length
+    kept, so the bytes reach the signature) refuses exactly its kernels, nothing of them stored,
+    and the others still come."""
+    store = world["store"]
+    arts = store.find()
+    keys_ = [a.key for a in arts]
+    with nginx(tree) as base, host(world, tmp_path / "h", [base]) as f:
+        got = f.get_each(keys_, workers=4)
+    assert {k: v.code_object for k, v in got.items()} == {k: store.get(k).code_object for k in keys_}
+    with nginx(tree) as base, host(world, tmp_path / "h1", [base]) as f:
+        one = {k: f.get(k).code_object for k in keys_}
+    assert one == {k: v.code_object for k, v in got.items()}
+    metadata = tree / "metadata"
+    top, snap, bins = _bins_of(metadata)
+    bits = top.delegations.succinct_roles.bit_length
+    name = repo.bin_of(f"kernels/{keys_[0]}", bits)
+    path = metadata / f"{snap.meta[name + '.json'].version}.{name}.json"
+    data = path.read_bytes()
+    sha = json.loads(data)["signed"]["targets"][f"kernels/{keys_[0]}"]["hashes"]["sha256"]
+    path.write_bytes(data.replace(sha.encode(), (("0" if sha[0] != "0" else "1") + sha[1:]).encode()))
+    in_bin = {k for k in keys_ if repo.bin_of(f"kernels/{k}", bits) == name}
+    with nginx(tree) as base, host(world, tmp_path / "h2", [base]) as f:
+        got = f.get_each(keys_, workers=4)
+    assert {k for k, v in got.items() if isinstance(v, SignatureError)} == in_bin
+    assert {k: v.code_object for k, v in got.items() if k not in in_bin} == \
+        {k: store.get(k).code_object for k in keys_ if k not in in_bin} and len(in_bin) < len(keys_)
+    kept = {p.name for p in (tmp_path / "h2" / "blobs").rglob("*") if p.is_file()}
+    assert not any(store.get(k).sha256 in n for k in in_bin for n in kept)

@@ -6,7 +6,9 @@
         --target-name P [--target-name P2 ...] --target-base-url TURL --target-dir T download
 
 The same verification path every kernel fetch takes: client/trusted.py's Trusted (python-tuf's
-ngclient.Updater under the host's lock, fed by the project's bounded Wire through a MirrorSource),
+ngclient.Updater under the host's lock, fed by the project's bounded Wire through a MirrorSource;
+a target in a succinct hashed bin is looked up by the host's own bin step, verified_bin, as
+`rocke-aot fetch` looks it up, any other delegation by ngclient's walk),
 with D as its metadata directory; a target's bytes come through the same Wire, bounded by the
 signed length and checked against every signed hash before they are written. Exit 0 on
 success, 1 on any failure (the suite reads only that, D, T and the requests it served).
@@ -52,8 +54,7 @@ def download(metadata_dir: str, metadata_url: str, names: list[str], base: str, 
     targets = MirrorSource(base, retries=0)
     consistent = acc.updater._trusted_set.root.consistent_snapshot  # noqa: SLF001 - read only
     for name in names:
-        with acc._lock:  # noqa: SLF001 - the Accepted's own lock (one Updater)
-            tf = acc.updater.get_targetinfo(name)
+        tf = acc.targetinfo(name)  # the host's own step: its bin verified as a fetch verifies it, else ngclient's walk
         if tf is None:
             raise NotInManifestError(f"{name} is not a target of the signed metadata")
         path = Path(target_dir) / quote(tf.path, "")

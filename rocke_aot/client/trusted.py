@@ -6,6 +6,9 @@
                                        over the source's bounded Wire): root chain from the
                                        pin, timestamp, snapshot, top-level targets; then each
                                        kernel asked for loads and verifies only its hashed bin
+                                       (verified_bin: ngclient's checks for a delegated role
+                                       through python-tuf's Metadata API, the signature over the
+                                       file's own signed bytes; any other layout: ngclient's walk)
         the pin: a root public key (ROCKE_AOT_ROOT_KEY="ed25519:<hex>" or a .pub file: the host
         fetches 1.root.json and accepts it only if that key is one of its root keys and signed
         it) or the initial root.json itself (ROCKE_AOT_ROOT_KEY=/path/root.json)
@@ -235,24 +238,156 @@ def _keys_of(targets: dict) -> list[str]:
     return [p[len(head):] for p in targets if p.startswith(head)]
 
 
+_SIGNATURES, _SIGNED = b'{"signatures":', b',"signed":'
+
+
+def _signed_slice(data: bytes) -> tuple[list, bytes] | None:
+    """(the signatures, the exact bytes of the signed member) of a metadata file that is exactly
+    ``{"signatures":X,"signed":S}`` (X and S each one JSON value, nothing else around them: how
+    python-tuf's compact JSON and this project's signer write a file), else None."""
+    if not data.startswith(_SIGNATURES) or not data.endswith(b"}"):
+        return None
+    try:
+        text = data[: 1 << 20].decode()  # the signatures sit at the head (a few hundred bytes)
+        sigs, end = json.JSONDecoder().raw_decode(text, len(_SIGNATURES))
+    except ValueError:
+        return None
+    end = len(text[:end].encode())
+    if not isinstance(sigs, list) or data[end:end + len(_SIGNED)] != _SIGNED:
+        return None
+    return sigs, data[end + len(_SIGNED):-1]
+
+
+def verified_bin(delegator, snapshot, name: str, data: bytes, now: datetime):
+    """The Targets of hashed bin ``name`` from ``data``, verified as python-tuf's ngclient
+    verifies a delegated role (TrustedMetadataSet.update_delegated_targets: the snapshot's length
+    and hashes, the delegator's keys and threshold, the version the snapshot names, the expiry),
+    through python-tuf's Metadata API. One thing is cheaper: the signature is checked over the
+    file's own signed member, the bytes the release key signed, and the bin is read from those
+    very bytes; python-tuf rebuilds them instead (Metadata.signed_bytes: to_dict, then
+    securesystemslib's canonical encoder, twice per file). A file of another layout, or whose
+    signature does not verify over its own bytes, is decided by python-tuf's own path (the
+    canonical re-encode), so what it refuses is refused with its error."""
+    from tuf.api import exceptions as x
+    from tuf.api.metadata import Metadata, Signature, Targets
+
+    meta = snapshot.meta.get(f"{name}.json")
+    if meta is None:
+        raise x.RepositoryError(f"Snapshot does not contain information for '{name}'")
+    meta.verify_length_and_hashes(data)
+    md = None
+    cut = _signed_slice(data)
+    if cut is not None:
+        sigs, payload = cut
+        try:
+            signed = json.loads(payload)
+            signatures = {}
+            for sd in sigs:
+                sig = Signature.from_dict(dict(sd))
+                if sig.keyid in signatures:
+                    raise ValueError(f"multiple signatures found for keyid {sig.keyid}")
+                signatures[sig.keyid] = sig
+            if delegator.get_verification_result(name, payload, signatures):
+                md = Metadata(Targets.from_dict(signed), signatures)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            md = None  # python-tuf's own path decides below, with its own error
+    if md is None:
+        md = Metadata[Targets].from_bytes(data)
+        if md.signed.type != Targets.type:
+            raise x.RepositoryError(f"Expected 'targets', got '{md.signed.type}'")
+        delegator.verify_delegate(name, md.signed_bytes, md.signatures)
+    if md.signed.type != Targets.type:
+        raise x.RepositoryError(f"Expected 'targets', got '{md.signed.type}'")
+    if md.signed.version != meta.version:
+        raise x.BadVersionNumberError(f"Expected {name} v{meta.version}, got v{md.signed.version}.")
+    if md.signed.is_expired(now):
+        raise x.ExpiredMetadataError(f"New {name} is expired")
+    return md.signed
+
+
+_WALK = object()  # _Online._bin_target's answer where the layout is not this project's: ngclient's own walk
+
+
 class _Online(Accepted):
     def __init__(self, trusted: Trusted, updater, source) -> None:
         self.trusted, self.updater, self.source = trusted, updater, source.url
         self.version = trusted.state()["snapshot_version"]
         self._lock = threading.Lock()
+        self._bins: dict[str, Any] = {}  # bin name -> its Targets, verified by verified_bin
+        self._loading: dict[str, threading.Lock] = {}  # bin name -> held while that bin loads
+        self._fetch = _source_fetcher(source)
+
+    def targetinfo(self, path: str):
+        """python-tuf's TargetFile of ``path`` (None: no such target): the bin step below for
+        this project's layout, else ngclient's own walk (Updater.get_targetinfo) under the locks."""
+        tf = self._bin_target(path)
+        if tf is _WALK:
+            with self._lock, exclusive(self.trusted.dir / "lock"):
+                tf = self.updater.get_targetinfo(path)
+        return tf
+
+    def _bin_target(self, path: str):
+        """python-tuf's get_targetinfo(path) for this project's layout (the top-level targets
+        delegate every path to succinct hashed bins, and a bin delegates nothing further): the
+        top-level target, else the target in the one bin the path hashes to, that bin loaded
+        once per process by verified_bin and kept where ngclient keeps it (trust dir,
+        "<bin>.json", written under the host's lock); _WALK for any other layout. Several
+        threads load different bins at once (their downloads overlap); one bin is loaded once."""
+        from urllib.parse import quote as q
+
+        ts = self.updater._trusted_set  # noqa: SLF001 - read only: what ngclient verified
+        top = ts.targets
+        delegations = top.delegations
+        succinct = delegations.succinct_roles if delegations is not None else None
+        if path in top.targets:
+            return top.targets[path]
+        if succinct is None or delegations.roles:
+            return _WALK
+        name = succinct.get_role_for_target(path)
+        targets = self._bins.get(name)
+        if targets is None:
+            meta = ts.snapshot.meta.get(f"{name}.json")
+            if meta is None:
+                return _WALK  # ngclient names the missing bin
+            with self._lock:
+                one = self._loading.setdefault(name, threading.Lock())
+            with one:
+                targets = self._bins.get(name)
+                if targets is None:
+                    from tuf.api import exceptions as x
+
+                    if ts.snapshot.is_expired(ts.reference_time):  # ngclient's _check_final_snapshot
+                        raise x.ExpiredMetadataError("snapshot.json is expired")
+                    if ts.snapshot.version != ts.timestamp.snapshot_meta.version:
+                        raise x.BadVersionNumberError(f"Expected snapshot version {ts.timestamp.snapshot_meta.version}, "
+                                                      f"got {ts.snapshot.version}")
+                    local = self.trusted.dir / f"{q(name, '')}.json"
+                    try:  # the host's copy first, verified again (as ngclient's _load_targets does)
+                        targets = verified_bin(top, ts.snapshot, name, local.read_bytes(), ts.reference_time)
+                    except (OSError, x.RepositoryError):  # none, or not this snapshot's: download it
+                        version = f"{meta.version}." if ts.root.consistent_snapshot else ""
+                        data = self._fetch.download_bytes(f"{BASE_URL}{version}{q(name, '')}.json",
+                                                          meta.length or MAX_TARGETS)
+                        targets = verified_bin(top, ts.snapshot, name, data, ts.reference_time)
+                        if targets.delegations is None:
+                            with self._lock, exclusive(self.trusted.dir / "lock"):
+                                atomic_write(local, data, durable=False)
+                    if targets.delegations is not None:  # not this project's layout: ngclient walks it
+                        return _WALK
+                    self._bins[name] = targets
+        return targets.targets.get(path)
 
     def kernel(self, key: str) -> dict[str, Any] | None:
         from tuf.api import exceptions as x
 
         from rocke_aot.trust.repo import entry_of
 
-        with self._lock, exclusive(self.trusted.dir / "lock"):
-            try:
-                tf = self.updater.get_targetinfo(target_path(key))
-            except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
-                raise _translate(e, f"the bin of {key} from {self.source}") from None
-            except x.DownloadError as e:
-                raise _missing(e, self.source) from None
+        try:
+            tf = self.targetinfo(target_path(key))
+        except (x.RepositoryError, x.DownloadLengthMismatchError) as e:
+            raise _translate(e, f"the bin of {key} from {self.source}") from None
+        except x.DownloadError as e:
+            raise _missing(e, self.source) from None
         return None if tf is None else entry_of(key, tf)
 
     def bins(self) -> Iterator[dict]:

@@ -29,6 +29,8 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
           interior loop ci < kfull (no bounds test):
               global loads of chunk min(ci + 1, kfull - 1) into registers   (issued first)
               compute (LDS reads, matrix instructions); barrier; registers -> LDS; barrier
+            gfx9: the loop runs ci < kfull - 1 and loads chunk ci + 1 (no clamp: the chunk
+              offsets are its induction), then [kfull > 0: compute the last whole chunk; barrier]
           edge loop ci in kfull .. nchunks: the checked chunk (zero where invalid) -> LDS;
               barrier; compute; barrier
       waits by need (issue 37, as gemm's compute_amd): a step reads every fragment first, then
@@ -318,11 +320,21 @@ class ConvLowering:
         with kb.if_then(self.S(0).lt(kfull), name="pro"):
             self.store_units(self.load_units(ops(False), self.S(0), False))
         self.akb.barrier_lds()
-        last = kfull - 1
+        # gfx9: the interior loop runs kfull - 1 chunks and loads chunk ci + 1 (there always is one:
+        # no clamp, so the chunk offsets are the loop's induction, strength-reduced by LLVM), the last
+        # whole chunk peeled after it (llvm22: conv_fwd cc8 52 -> 47, cc16 68 -> 64 instructions a
+        # chunk on gfx942, dgrad p14c3 42 -> 39). gfx1250 keeps one loop over kfull chunks loading
+        # min(ci + 1, kfull - 1): peeled, LLVM lays its loops out nested (the fwd 110 -> 118)
+        peel = self.target.processor.startswith("gfx9")
+        if peel:
+            trips = self.S(b.select(self.S(0).lt(kfull), (kfull - 1).v, c32(0)))
+        else:
+            trips, last = kfull, kfull - 1
 
         def interior(ci: Sym, acc_i: list[ir.Value]) -> list[ir.Value]:
             nxt = ci + 1
-            nxt = Sym(b, b.select(nxt.lt(kfull), nxt.v, last.v))
+            if not peel:
+                nxt = Sym(b, b.select(nxt.lt(kfull), nxt.v, last.v))
             regs = self.load_units(ops(False), nxt, False)
             acc_i = compute(acc_i)
             self.akb.barrier_lds()
@@ -330,7 +342,20 @@ class ConvLowering:
             self.akb.barrier_lds()
             return acc_i
 
-        acc = loop(kb, kfull, acc, interior, "chunk")
+        acc = loop(kb, trips, acc, interior, "chunk")
+        if peel:
+            pre = b.block
+            with kb.if_then(self.S(0).lt(kfull), name="last"):
+                acc_l = compute(acc)
+                self.akb.barrier_lds()
+                done = b.block
+            merged = []
+            for v0, v1 in zip(acc, acc_l):
+                phi = b.phi(v0.type)
+                phi.add_incoming(v1, done)
+                phi.add_incoming(v0, pre)
+                merged.append(phi)
+            acc = merged
 
         def edge(i: Sym, acc_e: list[ir.Value]) -> list[ir.Value]:
             self.store_units(self.load_units(ops(True), kfull + i, True))

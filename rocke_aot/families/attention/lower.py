@@ -148,7 +148,11 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
     warp = tid // wave
     pid = kb.sym(kb.workgroup_id())
     sq, sk, hq, hkv = (kb.sym(x) for x in (SQ, SK, HQ, HKV))
-    nqb = (sq + (g.block_m - 1)) // g.block_m
+    if spec.pack_gqa:  # a (sequence, KV head)'s rows: its group's query heads x seqlen_q
+        grp = hq // hkv  # query heads per KV head
+        nqb = (sq * grp + (g.block_m - 1)) // g.block_m
+    else:
+        nqb = (sq + (g.block_m - 1)) // g.block_m
     if spec.split_kv:  # work-group pid: split z = pid % kv_splits of query tile pid // kv_splits
         ks = kb.sym(KS)
         z, tile = pid % ks, pid // ks
@@ -156,8 +160,13 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         tile = pid
     qblk = tile % nqb
     bh = tile // nqb
-    bidx, h = bh // hq, bh % hq
-    hk = h // (hq // hkv)
+    if spec.pack_gqa:  # tile: (sequence, KV head); row r is query position r // grp of head hk * grp + r % grp
+        bidx, hk = bh // hkv, bh % hkv
+        h = hk * grp  # the group's first query head
+    else:
+        bidx, h = bh // hq, bh % hq
+        grp = hq // hkv
+        hk = h // grp
     q_stride, kv_stride = hq * D, hkv * D
 
     def ld32(ptr: ir.Value, idx: Sym) -> Sym:
@@ -172,6 +181,29 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         q_start, len_q, k_start, len_k = bidx * sq, sq, bidx * sk, sk
     LQ, LK = len_q.v, len_k.v  # this sequence's lengths (seqlen_q / seqlen_k: the grid's longest)
     q_base = q_start * q_stride + h * D
+
+    @dataclass
+    class QRow:
+        """Tile row ``row``: ok() in this sequence, at() the Q / O offset of its element 0, pos its query
+        position, head its query head; packed (GQA): position row // grp of query head h + row % grp, rows
+        past grp x len_q out (emitted where used, in the unpacked kernel's order)."""
+        row: Sym
+
+        def __post_init__(self) -> None:
+            packed = spec.pack_gqa
+            self.pos: Sym = self.row // grp if packed else self.row
+            self.j: Sym = self.row % grp if packed else self.row  # the head within the group (packed only)
+
+        def ok(self) -> ir.Value:
+            return self.row.lt(len_q * grp) if spec.pack_gqa else self.row.lt(len_q)
+
+        def at(self) -> Sym:
+            return q_base + self.pos * q_stride + self.j * D if spec.pack_gqa else q_base + self.row * q_stride
+
+        @property
+        def head(self) -> Sym:
+            return h + self.j if spec.pack_gqa else h
+
     kv_base = k_start * kv_stride + hk * D
     row0 = qblk * g.block_m + warp * ROWS
     qk_scale = b.fmul(b.bitcast(SB, F32), f32(LOG2E))
@@ -219,20 +251,23 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         els = []
         for j in range(ins.a_per_lane):
             r, c = ins.a_coord(ln, j)
-            row = row0 + r
-            els.append(load16(Qp, q_base + row * q_stride + (kc * ins.k + c), row.lt(len_q)))
+            q = QRow(row0 + r)
+            els.append(load16(Qp, q.at() + (kc * ins.k + c), q.ok()))
         qfrag.append(vec(ins.a_per_lane, els, I16))
 
     # the key range of this block: up to its last row's diagonal when causal
     shift = b.sub(LK, LQ)
-    if spec.causal:
+    if spec.causal and spec.pack_gqa:  # decode: a tile holds every position (accepts), the rows mask their own
+        hi = LK
+    elif spec.causal:
         last = b.add(c32(g.block_m), b.add(b.mul(qblk.v, c32(g.block_m)), shift))
         last = b.select(b.icmp_signed(">", last, c32(0)), last, c32(0))
         hi = b.select(b.icmp_signed("<", last, LK), last, LK)
     else:
         hi = LK
     if spec.varlen:  # a block past its sequence's end: no keys (and nothing stored)
-        hi = b.select(b.icmp_signed("<", b.mul(qblk.v, c32(g.block_m)), LQ), hi, c32(0))
+        hi = b.select(b.icmp_signed("<", b.mul(qblk.v, c32(g.block_m)), (len_q * grp).v if spec.pack_gqa else LQ),
+                      hi, c32(0))
     kstart = None
     if spec.split_kv:  # keys [z * per, min(hi, (z + 1) * per)), per: ceil(seqlen_k / kv_splits) in whole blocks
         per = (((sk + (ks - 1)) // ks) + (BN - 1)) // BN * BN
@@ -247,7 +282,8 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         trips = trips // BN
 
     my_row = ln % ROWS  # the softmax row this lane takes (lanes >= 16 repeat rows and write nothing)
-    qi = row0 + my_row
+    q_mine = QRow(row0 + my_row)
+    qi = q_mine.pos  # the row's query position
     diag = b.add(qi.v, shift)  # signed: the last key row qi sees when causal
     writer = ln.lt(ROWS)
 
@@ -484,7 +520,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             slot = (warp * ROWS + my_row) * BN + c
             s = b.fmul(b.load(b.gep(s_lds, [slot.v], source_etype=F32), typ=F32, align=4), qk_scale)
             key = (k0 + c).v
-            keep = b.and_(b.icmp_signed("<", key, LK), qi.lt(len_q))
+            keep = b.and_(b.icmp_signed("<", key, LK), q_mine.ok())
             if spec.causal:
                 keep = b.and_(keep, b.icmp_signed("<=", key, diag))
             in_win = b.icmp_signed("<", b.sub(diag, key), WIN)
@@ -607,10 +643,14 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         m_fin, l_fin, accs = reduce_splits(m_fin, l_fin, accs)
     if spec.layout:  # the natural log-sum-exp of each row when lse_rows > 0
         lse = natural_lse(m_fin, l_fin)
-        want = kb.all_of(writer, qi.lt(len_q), b.icmp_signed(">", LROWS, c32(0)))
+        want = kb.all_of(writer, q_mine.ok(), b.icmp_signed(">", LROWS, c32(0)))
         with kb.if_then(want, "lse"):
             # dense [batch, heads_q, seqlen_q]; varlen [heads_q, total_q] (flash-attn's softmax_lse layouts)
-            lse_at: Sym = (h * (kb.sym(LROWS) // hq) + q_start + qi) if spec.varlen else bh * sq + qi
+            if not spec.pack_gqa:
+                lse_at: Sym = (h * (kb.sym(LROWS) // hq) + q_start + qi) if spec.varlen else bh * sq + qi
+            else:
+                lse_at = (q_mine.head * (kb.sym(LROWS) // hq) + q_start + qi) if spec.varlen else \
+                    (bidx * hq + q_mine.head) * sq + qi
             b.store(lse, b.gep(LSEp, [lse_at.v], source_etype=F32), align=4)
     # 1 / l per row through LDS (the alpha slots), 0 where a row saw no key
     inv = b.select(b.fcmp_ordered(">", l_fin, f32(0.0)), b.fdiv(f32(1.0), l_fin), f32(0.0))
@@ -624,8 +664,9 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             row = row0 + rr
             scale = b.load(b.gep(a_lds, [(warp * ROWS + rr).v], source_etype=F32), typ=F32, align=4)
             v = to_bits(b.fmul(b.extract_element(acc, c32(r)), scale))
-            with kb.if_then(row.lt(len_q), "st"):
-                idx = q_base + row * q_stride + (dt * ins.n + cc)
+            q = QRow(row)
+            with kb.if_then(q.ok(), "st"):
+                idx = q.at() + (dt * ins.n + cc)
                 b.store(v, b.gep(Op, [idx.v], source_etype=I16), align=2)
     b.ret_void()
     return kb.lowered("attention", {"threads": g.threads, "block_m": g.block_m, "block_n": BN, "instr": ins.key,

@@ -20,6 +20,11 @@
         count a launch integer (SPLIT_MIN_KEYS, SPLIT_TARGET_GROUPS); arguments + kv_splits and the f32
         workspace W; accepts decode only (seqlen_q <= BLOCK_M); efficiency counts its work-groups and
         charges the partials' round trip
+    GQA packing (pack_gqa 1, with split_kv 1; docs/attention.md "GQA-packed decode"): a tile's rows are the
+        (query position, query head) pairs of one KV head's group, row r = position r // group of head
+        kv * group + r % group; grid over KV heads (ceil_div(seqlen_q * heads_q, heads_kv * BLOCK_M) *
+        batch * heads_kv query tiles, each split); accepts a group x seqlen_q that fits one tile;
+        efficiency's row granularity is group x seqlen_q
 
 What this kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; each K/V
 block is copied into LDS by the whole work-group (16-byte global loads through registers; no async copies
@@ -82,6 +87,8 @@ class AttentionSpec:
     varlen: int = 0  # packed sequences (cu_seqlens_q / _k), flash-attn's varlen layout
     paged: int = 0  # K, V in blocks of a pool through a block table
     split_kv: int = 0  # 1: the split-KV decode kernel (module doc "split-KV"); absent from to_dict at 0
+    pack_gqa: int = 0  # 1: a tile's rows are the (query position, query head) pairs of one KV head's group
+    # (module doc "GQA packing"); with split_kv only; absent from to_dict at 0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -94,16 +101,21 @@ class AttentionSpec:
             raise SpecError(f"attention spec warps {self.warps!r} not in {WARPS}")
         if self.path not in SHAPES:
             raise SpecError(f"attention spec path {self.path!r} not in {tuple(SHAPES)}")
-        for name in ("varlen", "paged", "split_kv"):
+        for name in ("varlen", "paged", "split_kv", "pack_gqa"):
             if getattr(self, name) not in (0, 1) or type(getattr(self, name)) is not int:
                 raise SpecError(f"attention spec {name} must be 0 or 1, got {getattr(self, name)!r}")
         if self.block_n not in BLOCK_NS or type(self.block_n) is not int:
             raise SpecError(f"attention spec block_n {self.block_n!r} not in {BLOCK_NS}")
+        if self.pack_gqa and not self.split_kv:
+            raise SpecError("attention spec pack_gqa 1 is built on the split-KV decode kernel (split_kv 1); "
+                            "the unsplit kernels' register softmax (AMDGPU) does not take packed rows")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not self.split_kv:  # the specs from before the split-KV kernel keep their dict (and key)
             del d["split_kv"]
+        if not self.pack_gqa:  # nor do those from before GQA packing
+            del d["pack_gqa"]
         return dict(sorted(d.items()))
 
     @classmethod
@@ -114,7 +126,8 @@ class AttentionSpec:
     @property
     def kernel_name(self) -> str:
         return f"attention_{self.dtype}_d{self.head_dim}_{'causal' if self.causal else 'full'}_{self.path}_w{self.warps}_n{self.block_n}" + \
-            ("_varlen" if self.varlen else "") + ("_paged" if self.paged else "") + ("_splitkv" if self.split_kv else "")
+            ("_varlen" if self.varlen else "") + ("_paged" if self.paged else "") + ("_splitkv" if self.split_kv else "") + \
+            ("_packgqa" if self.pack_gqa else "")
 
     @property
     def block_m(self) -> int:
@@ -196,13 +209,17 @@ class AttentionSpec:
 
     def _unsplit_formulas(self) -> LaunchFormulas:
         bm = self.block_m
+        # query tiles: ceil(seqlen_q / BLOCK_M) per (sequence, query head); packed, ceil(group * seqlen_q /
+        # BLOCK_M) per (sequence, KV head), group = heads_q / heads_kv (a whole number: the problem checks)
+        tiles = (f"ceil_div(seqlen_q * heads_q, heads_kv * {bm}) * batch * heads_kv" if self.pack_gqa
+                 else f"ceil_div(seqlen_q, {bm}) * batch * heads_q")
         if self.layout:
             q = "total_q * heads_q * head_dim"
             kv = "kv_rows * heads_kv * head_dim"
             return LaunchFormulas(
                 problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits",
                          "total_q", "kv_rows", "table_width", "lse_rows", "block_size"),
-                lets=(("tiles", f"ceil_div(seqlen_q, {bm}) * batch * heads_q"),),
+                lets=(("tiles", tiles),),
                 grid=("tiles", "1", "1"),
                 args=(ArgDef("Q", "global_pointer", self.dtype, q, "read_only"),
                       ArgDef("K", "global_pointer", self.dtype, kv, "read_only"),
@@ -219,7 +236,7 @@ class AttentionSpec:
         kv = "batch * seqlen_k * heads_kv * head_dim"
         return LaunchFormulas(
             problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits"),
-            lets=(("tiles", f"ceil_div(seqlen_q, {bm}) * batch * heads_q"),),
+            lets=(("tiles", tiles),),
             grid=("tiles", "1", "1"),
             args=(ArgDef("Q", "global_pointer", self.dtype, q, "read_only"),
                   ArgDef("K", "global_pointer", self.dtype, kv, "read_only"),
@@ -239,7 +256,8 @@ def _gcd(a: int, b: int) -> int:
 def _baked(target: Target, lane: Any) -> list[dict[str, Any]]:
     unsplit = [{"dtype": dt, "head_dim": d, "causal": c, "varlen": vl, "paged": pg}
                for vl, pg in LAYOUTS for dt in DTYPES for d in HEAD_DIMS for c in (0, 1)]
-    return unsplit + [{**b, "split_kv": 1} for b in unsplit]  # the split-KV decode kernels of every layout
+    # the split-KV decode kernels of every layout, then the same with GQA packing
+    return unsplit + [{**b, "split_kv": 1} for b in unsplit] + [{**b, "split_kv": 1, "pack_gqa": 1} for b in unsplit]
 
 
 # (varlen, paged): dense BSHD with the whole knob grid; packed varlen, paged, paged varlen with one tile
@@ -317,6 +335,10 @@ def _split_accepts(spec: AttentionSpec, p: AttentionProblem) -> str | None:
     if p.seqlen_q > spec.block_m:
         return (f"the split-KV decode kernel takes up to {spec.block_m} query rows per sequence (one tile); "
                 f"seqlen_q {p.seqlen_q} is a prefill, served by the unsplit kernel")
+    if spec.pack_gqa and p.group * p.seqlen_q > spec.block_m:
+        return (f"the GQA-packed decode kernel takes a KV head's group x seqlen_q rows in one tile of "
+                f"{spec.block_m}; {p.group} query heads x {p.seqlen_q} positions = {p.group * p.seqlen_q} "
+                "do not fit: served by the unpacked kernels")
     n = spec.launch_formulas().env(p)["tiles"] * spec.workspace_words_per_group * 4
     if n > 2**31 - 1:
         return f"the split-KV workspace of {n} bytes is over the 2 GiB the kernel's 32-bit offsets address"
@@ -326,6 +348,10 @@ def _split_accepts(spec: AttentionSpec, p: AttentionProblem) -> str | None:
 def efficiency(spec: AttentionSpec, p: AttentionProblem, info: ArchInfo) -> Efficiency:
     if not spec.split_kv:
         return combine([dim("seqlen_q", p.seqlen_q, spec.block_m)], spec.launch_formulas().tiles(p), info)
+    # a tile's rows: seqlen_q of one query head, or packed group x seqlen_q of one KV head (decode: 1 of 16
+    # rows busy unpacked, up to 16 packed; K/V read once per KV head instead of once per query head)
+    rows = dim("gqa_rows", p.group * p.seqlen_q, spec.block_m) if spec.pack_gqa else \
+        dim("seqlen_q", p.seqlen_q, spec.block_m)
     # split-KV: its work-groups (query tiles x kv_splits) fill the CUs (the CU granularity, by the arch's
     # CU count), less the reduction's share: each split's partial (block_m x (head_dim + 4) f32) written
     # and read back beside the chunk's K and V reads, and each chunk rounded up to whole key blocks
@@ -336,7 +362,7 @@ def efficiency(spec: AttentionSpec, p: AttentionProblem, info: ArchInfo) -> Effi
     reduce = splits * spec.workspace_words_per_group * 4 * 2  # the round trip runs at one split too
     keys = dim("seqlen_k", max(1, p.seqlen_k), chunk)
     share = DimGranularity("kv_split_reduction", splits, chunk, kv / (kv + reduce))
-    return combine([dim("seqlen_q", p.seqlen_q, spec.block_m), keys, share], env["tiles"], info)
+    return combine([rows, keys, share], env["tiles"], info)
 
 
 def work(spec: AttentionSpec, p: AttentionProblem, target: Any) -> TileWork:

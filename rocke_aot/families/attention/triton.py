@@ -14,8 +14,9 @@ dense BSHD, packed variable lengths (cu_seqlens), paged KV (block table; equal o
 A spec refuses the problems of another layout, each with its reason, in ``accepts``.
 Operation "attention": a select ranks it beside every other attention family on AttentionProblem.
 
-Configs per head dim and backend: dense, both TILES x causal; varlen, the first tile x causal; paged,
-the second (64-row) tile x causal x (equal or variable lengths): 10 per head dim, 60 per arch and lane.
+Configs per head dim and backend: dense, every tile of TILES x causal; varlen, the first tile x causal;
+paged, the second (64-row) tile x causal x (equal or variable lengths): 10 per head dim (16 at head dim
+128 on CUDA: two more dense tiles), x f16/bf16: 60 specs per AMD arch and lane, 68 for sm_90.
 """
 
 from __future__ import annotations
@@ -37,12 +38,16 @@ LANES: dict[str, Serve | Refuse] = {
     "llvm24": Serve("Triton built on LLVM 24 (Triton 3.9)"),
 }
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim and backend. CUDA: the tiles of Triton's
-# fused-attention tutorial, pipelined 2-3 deep through shared memory. HIP: one stage (AMD's
-# software pipelining keeps K/V in LDS; gfx942 has 64 KiB of it), smaller K/V tiles at 256.
-TILES = {
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim and backend. The first tile also serves
+# packed variable lengths, the second paged KV; any further tile is for dense KV only. CUDA: the tiles
+# of Triton's fused-attention tutorial, pipelined 2-3 deep through shared memory; at head dim 128 (the
+# long-prefill models) also 128-key blocks on 8 warps (half the row rescales and reductions per key;
+# 128 x 64 on 4 warps spills on sm_90, ptxas), and a 16-row tile for decode (one to a few query rows:
+# a 64-row tile computes 4x the scores it keeps). HIP: one stage (AMD's software pipelining keeps K/V in LDS; gfx942 has 64 KiB of it),
+# smaller K/V tiles at 256.
+TILES: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "cuda": {64: ((128, 64, 4, 3), (64, 64, 4, 3)),
-             128: ((128, 64, 8, 3), (64, 64, 4, 3)),
+             128: ((128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (16, 128, 4, 3)),
              256: ((64, 64, 4, 2), (128, 32, 8, 2))},
     "hip": {64: ((128, 64, 4, 1), (64, 64, 4, 1)),
             128: ((128, 64, 4, 1), (64, 32, 4, 1)),

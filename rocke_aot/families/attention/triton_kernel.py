@@ -4,7 +4,8 @@ online softmax, in the spirit of Triton's fused-attention tutorial): imports tri
     attention_fwd_kernel   one program per (BLOCK_M query rows, batch x query head): Q tile held in
         registers, K and V tiles of BLOCK_N keys streamed (Triton stages them through shared memory /
         LDS and pipelines num_stages deep), S = Q K^T on the matrix units in f32, the running max
-        m and sum l per row, P rounded to the input dtype for P V, O = acc / l at the end
+        m and sum l per row (the scale, times log2(e), applied as one multiply-add before exp2),
+        P rounded to the input dtype for P V, O = acc / l at the end
     layout  dense (VARLEN 0): Q, O [batch, seqlen_q, heads_q, HEAD_DIM], K, V [batch, seqlen_k,
         heads_kv, HEAD_DIM] (BSHD). VARLEN 1: the sequences packed (flash-attn's varlen layout):
         Q, O [total_q, heads_q, HEAD_DIM], sequence b's rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]
@@ -16,7 +17,11 @@ online softmax, in the spirit of Triton's fused-attention tutorial): imports tri
         Query head h reads KV head h // (heads_q // heads_kv) (MHA/GQA/MQA)
     mask    CAUSAL (constexpr): key j visible to query i when j <= i + len_k - len_q (per sequence);
         window (a runtime int, 0 = none): also i + len_k - len_q - j < window; the loop visits only
-        the key blocks the mask can leave; a row that sees no key writes 0 (and LSE -inf)
+        the key blocks the mask can leave, in two kinds: the blocks every row of the tile sees whole
+        run without a mask (no per-score test, unmasked loads), the blocks on an edge of the mask
+        (the diagonal band, the window's far edge, the keys' end) with it; a row that sees no key
+        writes 0 (and LSE -inf). Causal tiles start heaviest first (the last query block's program
+        runs first), so the grid's last wave is its lightest
     lse     lse_rows > 0 (a runtime int: heads_q * total_q, or 0 for none): also write the natural
         log-sum-exp of every row, f32: dense [batch, heads_q, seqlen_q], VARLEN [heads_q, total_q]
         (flash-attn's softmax_lse layouts)
@@ -32,13 +37,82 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, block_table, b, table_width, block_size, k_start, kv_row, hk,
+               len_k, diag, window, qk_scale, lo, hi, lo2, hi2, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr, PAGED: tl.constexpr, MASKED: tl.constexpr):
+    """Fold the key blocks [lo, hi), then [lo2, hi2) (block starts, multiples of BLOCK_N; one loop) into
+    the running (acc, l, m). MASKED 0: every key of every block is visible to every row of the tile (the
+    caller proved it), so the loads and the scores go unmasked; MASKED 1: the blocks on a mask's edge
+    (the causal diagonal, the window's far edge, the end of the keys), each score tested."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    # dense KV: a block's keys are one strided run, so its addresses are one 64-bit base (a scalar) plus
+    # 32-bit offsets inside the block that no iteration changes (less address arithmetic per load)
+    k_in = offs_n[None, :] * kv_row + offs_d[:, None]  # K as [HEAD_DIM, BLOCK_N]
+    v_in = offs_n[:, None] * kv_row + offs_d[None, :]  # V as [BLOCK_N, HEAD_DIM]
+    first = tl.maximum(hi - lo, 0) // BLOCK_N  # blocks in the first range (lo, hi multiples of BLOCK_N)
+    blocks = first
+    if MASKED:
+        blocks += (tl.maximum(hi2 - lo2, 0) + BLOCK_N - 1) // BLOCK_N
+    for i in range(0, blocks):
+        if MASKED:
+            start_n = tl.where(i < first, lo + i * BLOCK_N, lo2 + (i - first) * BLOCK_N)
+        else:
+            start_n = lo + i * BLOCK_N
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        col_ok = cols < len_k
+        if PAGED:
+            if MASKED:
+                blk = tl.load(block_table + b * table_width + cols // block_size, mask=col_ok, other=0)
+            else:
+                blk = tl.load(block_table + b * table_width + cols // block_size)
+            k_rows = (blk.to(tl.int64) * block_size + cols % block_size) * kv_row + hk * HEAD_DIM
+            k_at = k_ptr + k_rows[None, :] + offs_d[:, None]
+            v_at = v_ptr + k_rows[:, None] + offs_d[None, :]
+        else:
+            base = (k_start + start_n).to(tl.int64) * kv_row + hk * HEAD_DIM
+            k_at = k_ptr + base + k_in
+            v_at = v_ptr + base + v_in
+        if MASKED:
+            k = tl.load(k_at, mask=col_ok[None, :], other=0.0)
+            keep = col_ok[None, :]
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= diag[:, None])
+            keep = keep & ((window <= 0) | (diag[:, None] - cols[None, :] < window))
+            s = tl.where(keep, tl.dot(q, k) * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet
+            p = tl.math.exp2(s - m_use[:, None])
+            v = tl.load(v_at, mask=col_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_at)
+            qk = tl.dot(q, k)
+            # the scale is positive: the row max of the scaled scores is the scaled row max, and
+            # qk * scale - m is one fused multiply-add per score
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_use = m_new  # finite: every row saw a key of this block
+            p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+            v = tl.load(v_at)
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, l_i, m_i
+
+
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "window", "scale_bits", "lse_rows",
                                "block_size", "table_width"])
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_q, cu_seqlens_k, block_table,
                          seqlen_q, seqlen_k, heads_q, heads_kv, window, scale_bits, lse_rows, block_size,
                          table_width, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, VARLEN: tl.constexpr, PAGED: tl.constexpr):
-    start_m = tl.program_id(0)
+    if CAUSAL:
+        # the heaviest query blocks (the most keys under the mask) start first: the last wave is light
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // heads_q
     h = bh % heads_q
@@ -58,8 +132,8 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_q, cu_s
     q_row = heads_q * HEAD_DIM  # elements between two positions of a sequence
     kv_row = heads_kv * HEAD_DIM
 
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < len_q
     q_rows = (q_start + offs_m).to(tl.int64) * q_row + h * HEAD_DIM
@@ -70,38 +144,35 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_q, cu_s
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     shift = len_k - len_q
     diag = offs_m + shift  # the last key each row sees under the causal mask
+    m_last = tl.minimum(m0 + BLOCK_M, len_q) - 1  # the tile's last row in its sequence
 
+    # The keys the tile's rows can see, [lo, hi): the causal mask ends them at the last row's diagonal,
+    # a sliding window starts them at the block of the first row's first visible key. Inside it, the
+    # blocks every row sees whole, [lo_u, hi_u): below the first row's diagonal, within the last row's
+    # window, before the end of the keys. Those run unmasked; the edges [lo, lo_u) and [hi_u, hi) masked.
     hi = len_k
+    hi_u = len_k
     if CAUSAL:
-        hi = tl.minimum(len_k, tl.maximum(0, (start_m + 1) * BLOCK_M + shift))
-    hi = tl.where(start_m * BLOCK_M < len_q, hi, 0)  # a block past its sequence's end: no keys
-    # a sliding window starts at the block of the first row's first visible key
-    lo_w = tl.maximum(0, start_m * BLOCK_M + shift - window + 1)
-    lo = tl.where(window > 0, (lo_w // BLOCK_N) * BLOCK_N, 0)
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_ok = cols < len_k
-        if PAGED:
-            blk = tl.load(block_table + b * table_width + cols // block_size, mask=col_ok, other=0)
-            k_rows = (blk.to(tl.int64) * block_size + cols % block_size) * kv_row + hk * HEAD_DIM
-        else:
-            k_rows = (k_start + cols).to(tl.int64) * kv_row + hk * HEAD_DIM
-        k = tl.load(k_ptr + k_rows[None, :] + offs_d[:, None], mask=col_ok[None, :], other=0.0)
-        s = tl.dot(q, k) * qk_scale
-        keep = col_ok[None, :] & row_ok[:, None]
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= diag[:, None])
-        keep = keep & ((window <= 0) | (diag[:, None] - cols[None, :] < window))
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = tl.load(v_ptr + k_rows[:, None] + offs_d[None, :], mask=col_ok[:, None], other=0.0)
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+        hi = tl.minimum(len_k, tl.maximum(0, m_last + shift + 1))
+        hi_u = tl.minimum(len_k, tl.maximum(0, m0 + shift + 1))
+    hi_u = (hi_u // BLOCK_N) * BLOCK_N
+    lo = tl.where(window > 0, (tl.maximum(0, m0 + shift - window + 1) // BLOCK_N) * BLOCK_N, 0)
+    lo_u = tl.where(window > 0, ((tl.maximum(0, m_last + shift - window + 1) + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, 0)
+    none_whole = lo_u >= hi_u
+    lo_u = tl.where(none_whole, lo, lo_u)
+    hi_u = tl.where(none_whole, lo, hi_u)
+    past_end = m0 >= len_q  # a block past its sequence's end: no keys, writes nothing
+    lo = tl.where(past_end, 0, lo)
+    lo_u = tl.where(past_end, 0, lo_u)
+    hi_u = tl.where(past_end, 0, hi_u)
+    hi = tl.where(past_end, 0, hi)
+
+    acc, l_i, m_i = _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, block_table, b, table_width, block_size, k_start,
+                               kv_row, hk, len_k, diag, window, qk_scale, lo_u, hi_u, 0, 0, HEAD_DIM, BLOCK_N,
+                               CAUSAL, PAGED, 0)
+    acc, l_i, m_i = _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, block_table, b, table_width, block_size, k_start,
+                               kv_row, hk, len_k, diag, window, qk_scale, lo, lo_u, hi_u, hi, HEAD_DIM, BLOCK_N,
+                               CAUSAL, PAGED, 1)
     if lse_rows > 0:
         # natural log: (m + log2 l) / log2(e); a row that saw no key: -inf
         lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(tl.maximum(l_i, 1e-30))) * 0.6931471805599453,

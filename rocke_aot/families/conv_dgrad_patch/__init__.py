@@ -5,7 +5,7 @@
     family half (no compiler, no rocke_aot.aot: what a service host loads)
     spec.py      ConvDgradPatchSpec: baked (dtype, C, P) and tuning knobs, validated;
                  geometry(target), the launch formulas (main and border blocks), the LDS
-                 layout (padded rows on mma, B transposed on mfma) the lowering and counts share
+                 layout (padded rows on mma, B transposed on mfma / wmma) the lowering and counts share
     table.py     the variant table: the main job's patch embeddings x the knob grid, every lane
                  decided, the specs a lane's compiler spills refused by name
     counts.py    what one block issues per dY-channel chunk (KernelCounts)

@@ -14,7 +14,7 @@
     spec.launch_formulas()               grid (main + border blocks), tile count and kernel
                                          arguments as data (rocke_aot/launch.py)
     spec.lds_a_index / lds_b_index       the LDS layout (padded rows on mma, B transposed on
-    spec.lds_a_staged / lds_b_staged     mfma): the lowerer's addresses and the time model's
+    spec.lds_a_staged / lds_b_staged     mfma / wmma): the lowerer's addresses and the time model's
                                          bank count, one definition
 
 Construction checks what does not depend on the arch; ``geometry`` the rest. What both conv
@@ -42,15 +42,18 @@ from rocke_aot.variants.conv import (
 
 PATCH_SIZES = (4, 14, 16)
 COL_TILE = 16  # GEMM columns are padded to whole 16-column tiles
-B_T_PAD = 4  # mfma: elements after each transposed B row (lds_b_transposed)
-# mfma: B is transposed only up to this many staged B elements (k_chunk x
-# cols_padded). Measured on every served f16 mfma spec, both layouts (llvm22, gfx942 and gfx950,
-# bench/results/bench-raw/conv-dgrad-b-layout-{kn,transposed}.jsonl): the interior loop loses
-# 5-25% of its instructions everywhere, but past 16384 elements (r_blk 14 / 16 at k_chunk 32)
-# VGPRs climb to 212-256 and p14c4 r14 kc32 spills (37 VGPRs on gfx942 t4x8, 2 on gfx950 t4x4),
-# and p14c4 r7 kc32 (12800) spills 12-13 SGPRs where it spilled none; up to 12288: at most 182
-# VGPRs, no new spill
-B_T_MAX_ELEMS = 12288
+# The AMD matrix paths (mfma, wmma) store B transposed in LDS, [cols_padded][k_chunk + B_T_PAD]
+# (lds_b_transposed), every spec. Until issue 37's third conv step only up to 12288 staged B
+# elements were (r_blk 14 / 16 at k_chunk 32 spilled with the transposed layout then); with the
+# AMD main loop of _conv_ir.amd_chunks the same specs build transposed at 84-228 VGPRs with no
+# spill on llvm22/23/24, where [k_chunk][cols] read every B element with ds_read_u16 and the
+# t4x8 r14 kc32 specs spilled on every lane (bench/conv_dgrad_sweep.py, raw
+# bench/results/bench-raw/conv-dgrad-b-layout-c-{before,after}.jsonl); gfx1250's wmma too (its
+# p14c4 r14 loop 324 -> 158 instructions, 391 -> 256 VGPRs, llvm22). 4 elements (8 bytes) of
+# padding keep a fragment's reads 8-byte aligned (ds_read_b64 / read2_b64; gfx1250
+# ds_load_2addr_b64 -- 8 would make them b128 at the same count and 11% more LDS) and put the
+# 16 columns an instruction reads on distinct bank pairs (a column row is 18 dwords).
+B_T_PAD = 4
 BORDER_ELEMS_PER_BLOCK = 1024  # border elements one zeroing block covers per pass
 MAX_BORDER_BLOCKS = 65535
 
@@ -125,12 +128,12 @@ class ConvDgradPatchSpec(ConvSpecBase):
 
     @property
     def lds_b_transposed(self) -> bool:
-        """B stored [cols_padded][k_chunk + B_T_PAD] on mfma up to B_T_MAX_ELEMS (issue 37): an
-        mfma lane's B fragment is consecutive K of one column, so each fragment read is one 8- or
-        16-byte LDS read (ds_read_b64 / read2_b64) instead of element reads (ds_read_u16), as
-        gemm's b_lds "nk". NVPTX mma, fma and gfx1250's wmma (measured: its p14c3 r7 loop grew
-        599 -> 719 instructions) keep [k_chunk][cols_padded + pad]."""
-        return self.path == "mfma" and self.k_chunk * self.cols_padded <= B_T_MAX_ELEMS
+        """B stored [cols_padded][k_chunk + B_T_PAD] on the AMD matrix paths (mfma, wmma; issue
+        37): a lane's B fragment is consecutive K of one column, so each fragment read is one 8-
+        or 16-byte LDS read (ds_read_b64 / read2_b64, gfx1250 ds_load_b128 / 2addr_b64) instead
+        of element reads (ds_read_u16), as gemm's b_lds "nk". NVPTX mma and fma keep
+        [k_chunk][cols_padded + pad] (they read B by K rows)."""
+        return self.path in ("mfma", "wmma")
 
     @property
     def lds_b_stride(self) -> int:
