@@ -11,7 +11,7 @@ help:  ## list the targets
 
 quality: lint types layers goldens docs test-fast  ## everything a contributor runs before pushing
 
-lint:  ## ruff: pyflakes, import order, pyupgrade, the bugbear rules the code meets
+lint:  ## ruff: pyflakes, import order, pyupgrade, bugbear, simplify (pyproject.toml names what it leaves out)
 	$(BIN)/ruff check .
 
 types:  ## mypy over the product (pyproject.toml [tool.mypy]; no module exempt)

@@ -137,7 +137,7 @@ def main() -> None:
                     fn()
                     tw.append(time.perf_counter() - t)
                     tc.append(time.thread_time() - c)
-            for i in range(args.iters):  # a loop of its own: it drops every cached list of the store
+            for _ in range(args.iters):  # a loop of its own: it drops every cached list of the store
                 c, t = time.thread_time(), time.perf_counter()
                 uncached()
                 t_unc.append(time.perf_counter() - t)

@@ -263,7 +263,7 @@ def cmd_run(a):
     # per layer kind: each served shape, the op against torch's own
     kinds = defaultdict(lambda: [0.0, 0.0, 0])
     per_shape = []
-    for (device, family, problem), path in list(d.table.items()):
+    for (_device, family, problem), path in list(d.table.items()):
         if not isinstance(path, D.LaunchPath):
             continue
         op, ref_fn = _layer_calls(family, problem)

@@ -168,10 +168,7 @@ def compatible(code: Target | str, device: Target | str) -> bool:
     if code_t.processor != device_t.processor:
         return False
     dev = dict(device_t.features)
-    for name, on in code_t.features:
-        if dev.get(name) is not on:  # None (device unset) or the opposite setting
-            return False
-    return True
+    return all(dev.get(name) is on for name, on in code_t.features)  # not None (unset) nor the opposite
 
 
 def processor_ids(target: Target) -> tuple[str, ...]:

@@ -69,7 +69,7 @@ def test_debian_comgr_is_refused_by_the_lane_registry(comgr):
     with pytest.raises(LaneError, match="LLVM major 15"):
         lane_for_major(info.llvm_major, toolchain="COMGR")
     with pytest.raises(ToolchainRefused, match="LLVM major 15"):
-        comgr.lane
+        _ = comgr.lane
     assert comgr not in tcs.toolchains_for_lane(get_lane("llvm22"), [comgr])
 
 

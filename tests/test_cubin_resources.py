@@ -451,7 +451,7 @@ def test_sm90_resources_and_occupancy_match_the_driver(cuda_ctx):  # noqa: F811
     assert {k: check(cu.cuDeviceGetAttribute(k, dev)) for k in facts} == facts
 
     fa = cu.CUfunction_attribute
-    for fam, spec in [(fam, s) for fam in FAMILIES for s in _sample_specs(fam)] + _edge_specs():
+    for fam, spec in [(f, s) for f in FAMILIES for s in _sample_specs(f)] + _edge_specs():
         k = lower(fam, spec, "sm_90", "llvm22")
         image, how = module_image(k.ir)
         assert how.startswith("cubin"), f"{k.kernel_name}: no ptxas here ({how}); the test reads the cubin"

@@ -59,7 +59,7 @@ def test_golden_file_is_complete_and_consistent(doc):
         assert entry["profile"] == lanes.get_lane(name).profile_name
         full, _ = golden.lane_entries(doc, lanes.get_lane(name))
         assert set(full) == set(doc["cases"])
-        for cid, o in full.items():
+        for o in full.values():
             if "sha256" in o:
                 # the store holds the very IR the hash names (the report's old lines come from it)
                 ir = store[o["sha256"]]

@@ -187,7 +187,7 @@ class Kept:
     def __init__(self, tmp: Path, client: Client | None = None):
         self.tmp = tmp
         if client is not None:
-            client.store  # opened (its schema written) before the call under test
+            _ = client.store  # opened (its schema written) before the call under test
         self.before = self.now()
 
     def now(self):

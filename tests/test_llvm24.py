@@ -106,7 +106,7 @@ def test_missing_library_is_a_refusal_with_the_setup_hint(tmp_path):
 def test_drift_guard_covers_llvm24(llvm24):
     info = llvm24.detect()
     assert info.drift and all(v == "ok" for v in info.drift.values()), info.drift
-    for processor, dl in info.datalayouts.items():
+    for dl in info.datalayouts.values():
         assert dl == lanes.profile_of("llvm24").datalayout("amdgcn")
     # The evidence for a profile of its own: under the LLVM 22-derived llvm23 profile it drifts.
     guarded = apply_drift_guard(dataclasses.replace(info, refusal=None, drift={}),

@@ -82,12 +82,10 @@ def _uses() -> Counter[str]:
     for p in product_files():
         rel = product_rel(p)
         for node in ast.walk(ast.parse(p.read_text(), rel)):
-            if isinstance(node, ast.Attribute) and node.attr == "parse" and \
-                    isinstance(node.value, ast.Name) and node.value.id == "Target":
-                found[rel] += 1
-            elif isinstance(node, ast.Attribute) and node.attr == "get_lane":
-                found[rel] += 1
-            elif isinstance(node, ast.Name) and node.id == "get_lane" and isinstance(node.ctx, ast.Load):
+            target_parse = isinstance(node, ast.Attribute) and node.attr == "parse" and \
+                isinstance(node.value, ast.Name) and node.value.id == "Target"
+            if target_parse or (isinstance(node, ast.Attribute) and node.attr == "get_lane") or \
+                    (isinstance(node, ast.Name) and node.id == "get_lane" and isinstance(node.ctx, ast.Load)):
                 found[rel] += 1
     return found
 

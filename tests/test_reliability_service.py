@@ -270,7 +270,7 @@ def test_server_sigkilled_mid_response(tmp_path, kernel_bundle):  # noqa: F811
     assert good, "no fetch completed"
     for sha, body in good:  # never wrong bytes
         assert hashlib.sha256(body).hexdigest() == sha and body == arts[sha]
-    for sha, e in named:
+    for _sha, e in named:
         assert type(e).__name__ in ("SourceError", "IntegrityError", "RemoteError"), e
     for sha, status, body in streamed:  # a raw stream is complete or broken, never other bytes
         if status == 200:

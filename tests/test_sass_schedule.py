@@ -155,7 +155,7 @@ def _waits(text: str) -> int:
     start = min((lo for lo, hi in loops if lo <= bar <= hi), default=lines[0][0])
     outstanding: dict[str, int] = {}  # register -> position of the LDG that writes it
     waits, last = 0, -1
-    for i, (a, t) in enumerate(x for x in lines if start <= x[0] < bar):
+    for i, (_a, t) in enumerate(x for x in lines if start <= x[0] < bar):
         op, _, rest = re.sub(r"^@!?P\d\s+", "", t).partition(" ")
         fields = [f.strip() for f in rest.split(",")]
         reads = set(re.findall(r"\bR\d+\b", rest if op.startswith("ST") else ",".join(fields[1:])

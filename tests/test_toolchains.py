@@ -69,7 +69,7 @@ def test_unknown_major_toolchain_is_refused(monkeypatch):
     info = LlvmliteToolchain("/fake/python21").detect()
     assert info.lane is None and "LLVM major 21" in info.refusal and "/fake/python21" in info.refusal
     with pytest.raises(ToolchainError, match="LLVM major 21"):
-        LlvmliteToolchain("/fake/python21").lane
+        _ = LlvmliteToolchain("/fake/python21").lane
 
 
 def test_broken_interpreter_is_a_refusal_not_a_crash(tmp_path):

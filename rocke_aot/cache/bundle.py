@@ -360,7 +360,7 @@ def import_bundle(engine: Engine, blobs: Blobs, path: str | os.PathLike, *, chec
                         raise BundleError(f"bundle {path} is tampered or corrupt: blob {sha} stored bytes "
                                           f"do not match the manifest's stored_sha256")
                     dsha = meta.get("dict_sha256")
-                    dict_id, zdict = zdicts[dsha] if dsha in zdicts else (None, None)
+                    dict_id, zdict = zdicts[dsha] if dsha in zdicts else (None, None)  # noqa: SIM401 - typed: dsha may be None
                     if meta.get("dict_sha256") and zdict is None:
                         raise BundleError(f"bundle blob {sha}: its dictionary {meta['dict_sha256']} is not in the bundle")
                     try:  # codec.decode reads the frame's declared size before decompressing

@@ -493,7 +493,7 @@ def _verify(store: LocalStore, origin: str | None) -> tuple[LocalReport, set[str
     referenced: set[str] = set()
     checked = 0
     blob_names = sorted(os.listdir(store.root / "blobs")) if (store.root / "blobs").is_dir() else []
-    for key in store.keys():
+    for key in store.keys():  # noqa: SIM118 - LocalStore.keys(), not a dict's
         rel = f"kernels/{key}.json"
         try:
             rec = json.loads((store.root / rel).read_bytes())

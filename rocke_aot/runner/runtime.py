@@ -96,7 +96,7 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def _events(self) -> Events: ...
 
-    def allow_dynamic_shared(self, fn: Any, nbytes: int) -> None:
+    def allow_dynamic_shared(self, fn: Any, nbytes: int) -> None:  # noqa: B027 - HIP's default: nothing to allow
         """Let ``fn`` launch with ``nbytes`` of dynamic shared memory (CUDA: over 48 KiB needs an
         attribute, as Triton's own launcher sets it; HIP: the LDS limit applies as it is)."""
 

@@ -145,9 +145,9 @@ def _load_lowerer(name: str, source: FamilySource) -> Callable[..., Any]:
 def get_family(name: object) -> Family:
     """The registry's Family, with its aot half attached (a plugin's lowerer loaded on first use)."""
     family = registry.get_family(name)
-    if not registry.has_lowerer(family.name) and family.name not in _LOWERER_ERRORS:
-        if registry.family_source(family.name).kind == "plugin":
-            _attach(family)
+    if (not registry.has_lowerer(family.name) and family.name not in _LOWERER_ERRORS
+            and registry.family_source(family.name).kind == "plugin"):
+        _attach(family)
     err = _LOWERER_ERRORS.get(family.name)
     if err is not None:
         raise err
