@@ -4,7 +4,7 @@
 #   .state/across-h200/cache.sqlite  ONE cache: the sm_90 native gemm (path mma, f16 in and out: what
 #       torch.matmul computes on f16) and every sm_90 triton_matmul config x M/N/K class, built by
 #       Triton 3.6.0 (the llvm22 lane: the H200's Triton; a host's Triton must equal the builder's)
-#   .whl/  the wheels the H200 lacks (bench/triton_h200_prepare.sh makes them; reused when present)
+#   .whl/  the wheels the H200 lacks (bash scripts/gpu-wheels.sh --tests makes them; reused when present)
 set -eo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -26,5 +26,5 @@ python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGM
     "$D/cache.sqlite"
 # the selection step, here, before any GPU time is spent (bench/across_h200.py --no-run)
 "$PY" bench/across_h200.py --cache "$D/cache.sqlite" --out "$D/cpu-check" --no-run
-[ -d .whl ] && compgen -G ".whl/*.whl" >/dev/null || echo "no .whl/: run bench/triton_h200_prepare.sh's wheel step"
+[ -d .whl ] && compgen -G ".whl/*.whl" >/dev/null || echo "no .whl/: run bash scripts/gpu-wheels.sh --tests"
 du -sh "$D/cache.sqlite" .whl 2>/dev/null || true

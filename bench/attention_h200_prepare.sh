@@ -20,7 +20,7 @@ rm -f "$D"/cache.sqlite*
 "${RA[@]}" cache stats --cache "$D/cache.sqlite"
 python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
     "$D/cache.sqlite"
-compgen -G ".whl/*.whl" >/dev/null || echo "no .whl/: run bash bench/triton_h200_prepare.sh once for the wheels"
+compgen -G ".whl/*.whl" >/dev/null || echo "no .whl/: run bash scripts/gpu-wheels.sh --tests for the wheels"
 cat <<'CMD'
 GPU side (one device call, carrying .state/attention-h200 and .whl):
   source scripts/gpu-site.sh && export PATH=$PATH:/usr/local/cuda/bin && \

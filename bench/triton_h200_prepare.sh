@@ -26,10 +26,5 @@ rm -f "$D"/cache.sqlite*
 # a checkpoint of the WAL into the file itself: the device call carries one file
 python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
     "$D/cache.sqlite"
-PKGS=$(.venv/bin/python -m pip freeze 2>/dev/null | grep -i -E "^(fastapi|starlette|pydantic|pydantic.core|uvicorn|sqlalchemy|alembic|mako|markupsafe|annotated.types|annotated.doc|typing.inspection|typing.extensions|greenlet|psycopg|psycopg.binary|zstandard|pyelftools|platformdirs|prometheus.client|httpx|httpcore|h11|anyio|sniffio|idna|certifi|msgpack|rich|markdown.it.py|mdurl|pygments|click|cryptography|cffi|pycparser|httptools|uvloop|opentelemetry.api|importlib.metadata|zipp)==")
-mkdir -p .whl
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64 \
-    -d .whl $PKGS
+bash scripts/gpu-wheels.sh --tests  # the GPU host's missing wheels into .whl/ (one list: scripts/gpu-wheels.sh)
 du -sh "$D/cache.sqlite" .whl
