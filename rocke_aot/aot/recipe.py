@@ -33,7 +33,10 @@ from:
 
 Any byte of any module moves the fingerprint, so a memo is only ever read for the very tree
 it was computed from; one that is unreadable or names a module the tree lacks is ignored and
-the closure is read again. The digest itself is always hashed from the files.
+the closure is read again. The digest itself is always hashed from the files. Within a process,
+what one module imports is memoized by (the tree's file listing, the module, its source's sha256)
+(``_imports``): a tree that differs from one already read by a few files reads only those again
+(what a module imports depends on its source and on which files exist, nothing else).
 
 A family plugin's code lives outside rocke_aot, so the plan key's digest is per family:
 
@@ -113,6 +116,20 @@ class _Tree:
         self.dirs = {k: Path(v) for k, v in package_dirs.items()}
         # longest package prefix first: rocke_aot.aot.x lives in aot/, not rocke_aot/aot/
         self._order = sorted(self.dirs, key=lambda p: -p.count("."))
+        self._listing: str | None = None
+
+    def listing(self) -> str:
+        """sha256 over the folders and the names of every file in them (not their bytes): what
+        ``file``, ``is_package`` and ``package_modules`` answer depends on nothing else."""
+        if self._listing is None:
+            h = hashlib.sha256()
+            for pkg, d in sorted(self.dirs.items()):
+                h.update(f"{pkg}\0{d.resolve()}\0".encode())
+                for root, dirs, files in os.walk(d):
+                    dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+                    h.update("\0".join([str(Path(root).relative_to(d)), *sorted(files)]).encode() + b"\n")
+            self._listing = h.hexdigest()
+        return self._listing
 
     def file(self, module: str) -> Path | None:
         for pkg in self._order:
@@ -169,9 +186,9 @@ def _string_tables(tree: ast.Module) -> dict[str, list[str]]:
 class _Scanner:
     """What one module imports (rocke_aot modules only), by the rule in the module docstring."""
 
-    def __init__(self, tree_map: _Tree, module: str, path: Path):
+    def __init__(self, tree_map: _Tree, module: str, path: Path, src: bytes):
         self.t, self.module, self.path = tree_map, module, path
-        self.src = path.read_bytes()
+        self.src = src
         try:
             self.ast = ast.parse(self.src, filename=str(path))
         except SyntaxError as e:
@@ -294,7 +311,7 @@ def _folder_imports(tree_map: _Tree) -> list[str]:
             continue
         rel = path.relative_to(init.parent).with_suffix("").parts
         mod = ".".join((FAMILY_FOLDERS, *(rel[:-1] if rel[-1] == "__init__" else rel)))
-        out.update(m for m in _Scanner(tree_map, mod, path).imports()
+        out.update(m for m in _imports(tree_map, mod, path)
                    if m != FAMILY_FOLDERS and not m.startswith(FAMILY_FOLDERS + "."))
     return sorted(out)
 
@@ -313,8 +330,26 @@ def _closure(tree_map: _Tree) -> dict[str, Path]:
             raise RecipeError(f"module {mod} is imported on the lowering/compile path but has no source file "
                               f"under the package directories {sorted(map(str, tree_map.dirs.values()))}")
         seen[mod] = path
-        todo.extend(_Scanner(tree_map, mod, path).imports() - seen.keys())
+        todo.extend(_imports(tree_map, mod, path) - seen.keys())
     return seen
+
+
+IMPORTS_MEMO_MAX = 4096  # (listing, module, source) entries kept in a process (a tree holds ~300 modules)
+_IMPORTS_MEMO: dict[tuple[str, str, str], frozenset[str]] = {}
+
+
+def _imports(tree_map: _Tree, mod: str, path: Path) -> frozenset[str]:
+    """What ``mod`` (the file ``path`` of ``tree_map``) imports, memoized in the process by the tree's
+    listing, the module and its source's sha256 (a RecipeError is raised again, never memoized)."""
+    src = path.read_bytes()
+    k = (tree_map.listing(), mod, hashlib.sha256(src).hexdigest())
+    got = _IMPORTS_MEMO.get(k)
+    if got is None:
+        got = frozenset(_Scanner(tree_map, mod, path, src).imports())
+        if len(_IMPORTS_MEMO) >= IMPORTS_MEMO_MAX:
+            _IMPORTS_MEMO.clear()
+        _IMPORTS_MEMO[k] = got
+    return got
 
 
 # One computation at a time: builder and Dask worker threads ask at once, and CPython 3.11's
