@@ -199,13 +199,13 @@ class _Scanner:
         self.bound: dict[str, list[str]] = {}
         for node in ast.walk(self.ast):
             if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name):
-                src = self._table_of(node.iter)
-                if src is not None:
-                    self.bound.setdefault(node.target.id, []).extend(src)
+                table = self._table_of(node.iter)
+                if table is not None:
+                    self.bound.setdefault(node.target.id, []).extend(table)
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                src = self._table_read(node.value)
-                if src is not None:
-                    self.bound.setdefault(node.targets[0].id, []).extend(src)
+                table = self._table_read(node.value)
+                if table is not None:
+                    self.bound.setdefault(node.targets[0].id, []).extend(table)
 
     def _table_of(self, node: ast.AST) -> list[str] | None:
         if isinstance(node, ast.Name):
