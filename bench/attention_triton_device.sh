@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 38, the Triton route's speed on one NVIDIA GPU host (sm_90), one device call under 6 minutes:
 #   1. triton_attention's dense sm_90 specs the benched problems need (head dim 128 causal and not,
-#      f16/bf16: every dense tile; head dim 64 f16 not causal), built there by the host's own Triton
+#      f16/bf16: every dense tile, unpacked and GQA-packed (PACK_GQA 1: the decode batch's candidates
+#      16 x 128 and 16 x 64); head dim 64 f16 not causal), built there by the host's own Triton
 #      (the GPU machine's Triton 3.6 is the llvm22 lane's; a host's Triton must equal the builder's);
 #   2. bench --run-from-cache --candidates all --verify (one run per problem) over
 #      bench/problems/models/attention.json's triton_attention problems 0, 1, 3, 4 (Llama-3-8B and
@@ -69,7 +70,7 @@ try: specs = {e['key']: e.get('spec') for e in json.load(open('$W/ls.json'))}
 except Exception as e: specs = {}; print('no cache listing:', e)
 def cfg(k):
     s = specs.get(k) or {}
-    return ' '.join(f'{n}={s[n]}' for n in ('BLOCK_M', 'BLOCK_N', 'num_warps', 'num_stages', 'path', 'block_n', 'warps', 'split', 'paged', 'varlen') if n in s)
+    return ' '.join(f'{n}={s[n]}' for n in ('BLOCK_M', 'BLOCK_N', 'num_warps', 'num_stages', 'PACK_GQA', 'path', 'block_n', 'warps', 'split', 'paged', 'varlen') if n in s)
 for f in [f'bench-triton_attention-{i}.json' for i in (0, 1, 3, 4)] + ['bench-attention.json']:
     try: d = json.load(open('$OUT/' + f))
     except Exception as e: print(f, 'missing:', e); continue
