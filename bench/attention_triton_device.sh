@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Issue 38, the Triton route's speed on one NVIDIA GPU host (sm_90), one device call under 6 minutes:
 #   1. triton_attention's dense sm_90 specs the benched problems need (head dim 128 causal and not,
-#      f16/bf16: every dense tile; head dim 64 f16 not causal), built there by the host's own Triton
+#      f16/bf16: every dense tile, unpacked and GQA-packed (PACK_GQA 1: the decode batch's candidates
+#      16 x 128 and 16 x 64); head dim 64 f16 not causal), built there by the host's own Triton
 #      (the GPU machine's Triton 3.6 is the llvm22 lane's; a host's Triton must equal the builder's);
 #   2. bench --run-from-cache --candidates all --verify (one run per problem) over
-#      bench/problems/models/attention.json's triton_attention problems 0, 1, 3, 4 (Llama-3-8B and
-#      Qwen2-7B prefill 1 x 4096 causal, ViT-B/16, the decode batch 64 x 1 over 2048) beside torch
+#      bench/problems/models/attention.json's triton_attention problems 0, 1, 3, 4, 5 (Llama-3-8B and
+#      Qwen2-7B prefill 1 x 4096 causal, ViT-B/16, the decode batch 64 x 1 over 2048 and its paged twin,
+#      block 16: no vendor time) beside torch
 #      SDPA (flash / cuDNN, the faster as the vendor), every output checked against the float64
 #      reference;
-#   3. the GPU test of every triton_attention sm_90 spec (dense, packed varlen, paged) against torch
+#   3. the GPU test of every triton_attention sm_90 spec (dense, packed varlen, paged; unpacked and
+#      GQA-packed: 120, built there by the host's Triton, so it may need its own call) against torch
 #      float64 (scripts/gpu-tests.sh: needs the --tests wheels);
 #   4. if time is left: the native attention family on problems 0 and 4 (the same bench), for the
 #      row beside it.
@@ -22,6 +25,10 @@ if [ "${1:-}" = "--prepare" ]; then  # the CPU side: the carried cache (see belo
     .venv/bin/python -m rocke_aot.cli build --arch sm_90 --lane llvm22 --family triton_attention --where VARLEN=0 \
         --where PAGED=0 --where HEAD_DIM=$hd --cache .state/att-tri/cache.sqlite -j "$(nproc)" --json > /dev/null
   done
+  # the paged decode batch (problem 5: f16, head dim 128, causal, equal lengths): its unpacked and packed tiles
+  .venv/bin/python -m rocke_aot.cli build --arch sm_90 --lane llvm22 --family triton_attention --where VARLEN=0 \
+      --where PAGED=1 --where HEAD_DIM=128 --where dtype=f16 --where CAUSAL=1 --cache .state/att-tri/cache.sqlite \
+      -j "$(nproc)" --json > /dev/null
   .venv/bin/python -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
       .state/att-tri/cache.sqlite
   echo "carry [\".whl\", \".state/att-tri\"] and run: OUT=\$OUT bash bench/attention_triton_device.sh"; exit 0
@@ -44,13 +51,14 @@ else
 fi
 $PY - <<'PY'
 import json; d=json.load(open('bench/problems/models/attention.json'))
-for i in (0, 1, 3, 4):
+for i in (0, 1, 3, 4, 5):
     json.dump({"triton_attention": [d["triton_attention"][i]]}, open(f'/tmp/att-tri/triton-{i}.json', 'w'))
 json.dump({"attention": [d["attention"][i] for i in (0, 4)]}, open('/tmp/att-tri/native.json', 'w'))
 PY
 # one bench per problem (each writes its own report: a timeout loses one problem, not all), the most
-# telling first: Llama prefill, the decode batch, ViT, Qwen prefill (bf16)
-for i in 0 4 3 1; do
+# telling first: Llama prefill, the decode batch, its paged twin (no vendor time: SDPA cannot state it), ViT,
+# Qwen prefill (bf16)
+for i in 0 4 5 3 1; do
   T=$(left); [ $T -gt 60 ] && T=60
   [ $T -gt 10 ] || { st "triton bench $i skipped: $T s left"; continue; }
   timeout $T $RA bench --run-from-cache --arch sm_90 --family triton_attention --lane llvm22 --problems $W/triton-$i.json --cache $C --candidates all --verify --out $OUT/bench-triton_attention-$i.json > $OUT/bench-triton_attention-$i.txt 2>&1; st "triton bench problem $i rc=$?"
@@ -69,8 +77,8 @@ try: specs = {e['key']: e.get('spec') for e in json.load(open('$W/ls.json'))}
 except Exception as e: specs = {}; print('no cache listing:', e)
 def cfg(k):
     s = specs.get(k) or {}
-    return ' '.join(f'{n}={s[n]}' for n in ('BLOCK_M', 'BLOCK_N', 'num_warps', 'num_stages', 'path', 'block_n', 'warps', 'split', 'paged', 'varlen') if n in s)
-for f in [f'bench-triton_attention-{i}.json' for i in (0, 1, 3, 4)] + ['bench-attention.json']:
+    return ' '.join(f'{n}={s[n]}' for n in ('BLOCK_M', 'BLOCK_N', 'num_warps', 'num_stages', 'PACK_GQA', 'path', 'block_n', 'warps', 'split', 'paged', 'varlen') if n in s)
+for f in [f'bench-triton_attention-{i}.json' for i in (0, 1, 3, 4, 5)] + ['bench-attention.json']:
     try: d = json.load(open('$OUT/' + f))
     except Exception as e: print(f, 'missing:', e); continue
     print(f, d.get('device'), d.get('triton_version'), d.get('summary'))

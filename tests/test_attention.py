@@ -54,8 +54,9 @@ def test_variants_lists_the_refused_problems_with_their_reasons():
     doc = json.loads(proc.stdout)
     assert {x["problem"]: x["reason"] for x in doc["problem_refusals"]} == REFUSED
     served = {(r["lane"], r["count"]) for r in doc["rows"] if r["served"]}
-    # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal or not x f16/bf16
-    assert served == {("llvm22", 60), ("llvm24", 60)}
+    # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal or not x f16/bf16, and GQA-packed 3 head
+    # dims x 4 layouts (one 16-row tile) x causal or not x f16/bf16
+    assert served == {("llvm22", 60 + 48), ("llvm24", 60 + 48)}
 
 
 def test_problem_validation_and_the_derived_scale():

@@ -1,5 +1,5 @@
-"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table (68: dense, packed
-varlen, paged), built ahead of time by the host's own Triton (the GPU machine's triton 3.6.0 is the llvm22
+"""Attention on an NVIDIA GPU (sm_90). triton_attention: every spec of its sm_90 table (120: dense, packed
+varlen, paged; each unpacked or GQA-packed), built ahead of time by the host's own Triton (the GPU machine's triton 3.6.0 is the llvm22
 lane's Triton), launched from the stored code object and launch contract (no Triton JIT) on problems of
 its layout (empty sequences, shuffled block tables), outputs NaN-poisoned, against torch in float64 (and
 the LSE output against torch.logsumexp). The
@@ -50,6 +50,23 @@ LAYOUTS = {
              dict(batch=2, seqlen_q=1, seqlen_k=257, heads_q=4, heads_kv=4, window=100, kv_layout="paged",
                   block_size=16, seqlens_k=[257, 1])],
 }
+
+# the GQA-packed specs (PACK_GQA 1) per layout: GQA decode and a few speculative tokens whose group x
+# seqlen_q rows fit the 16-row tile (group 4 and 8, MQA 8/1), ragged, sequences with no key, LSE out
+PACKED_LAYOUTS = {
+    (0, 0): [dict(batch=3, seqlen_q=1, seqlen_k=300, heads_q=8, heads_kv=1, lse=True),
+             dict(batch=2, seqlen_q=3, seqlen_k=131, heads_q=12, heads_kv=3, window=37, lse=True)],
+    (1, 0): [dict(batch=4, seqlen_q=4, seqlen_k=200, heads_q=8, heads_kv=2, seqlens_q=[4, 0, 1, 3],
+                  seqlens_k=[200, 9, 0, 2], lse=True)],
+    (0, 1): [dict(batch=3, seqlen_q=1, seqlen_k=300, heads_q=8, heads_kv=2, kv_layout="paged", block_size=16,
+                  lse=True)],
+    (1, 1): [dict(batch=4, seqlen_q=2, seqlen_k=500, heads_q=16, heads_kv=2, kv_layout="paged", block_size=32,
+                  seqlens_q=[1, 2, 0, 2], seqlens_k=[500, 64, 33, 1], lse=True)],
+}
+
+
+def _triton_shapes(spec) -> list[dict]:
+    return (PACKED_LAYOUTS if spec["PACK_GQA"] else LAYOUTS)[(spec["VARLEN"], spec["PAGED"])]
 
 
 @pytest.fixture(scope="module")
@@ -135,11 +152,11 @@ def test_every_sm90_spec_matches_torch_float64(cuda_ctx, built):  # noqa: F811
     from rocke_aot.launch import LaunchContract
 
     summary, arts, blobs = built
-    assert len(arts) == 68 and not summary["failed"], summary
+    assert len(arts) == 120 and not summary["failed"], summary
     checked = 0
     for art in arts:
         spec = art.spec
-        for shape in LAYOUTS[(spec["VARLEN"], spec["PAGED"])]:
+        for shape in _triton_shapes(spec):
             p = AttentionProblem(**shape, head_dim=spec["HEAD_DIM"], dtype=spec["dtype"],
                                  causal=bool(spec["CAUSAL"]))
             rng = np.random.default_rng(checked)
@@ -162,7 +179,7 @@ def test_every_sm90_spec_matches_torch_float64(cuda_ctx, built):  # noqa: F811
                 err = np.abs(lse_got[fin] - lse_want[fin])
                 assert (err <= 1e-4 * (1 + np.abs(lse_want[fin]))).all(), f"{art.spec} {shape}: LSE {err.max():.3g}"
             checked += 1
-    assert checked == sum(len(LAYOUTS[(a.spec["VARLEN"], a.spec["PAGED"])]) for a in arts)
+    assert checked == sum(len(_triton_shapes(a.spec)) for a in arts)
 
 
 def test_every_sm90_native_spec_matches_torch_float64(cuda_ctx):  # noqa: F811

@@ -236,6 +236,88 @@ def test_every_dense_tile_matches_the_reference_on_the_interpreter(ran_tiles):
             assert (np.abs(lse_got[fin] - lse_want[fin]) <= _lse_bound(p, vals, lse_want)[fin]).all(), spec.config
 
 
+# GQA-packed (PACK_GQA 1): a KV head's group of query heads x the query positions in one tile's rows. Decode
+# and a few speculative tokens, every layout: dense (group 4 causal; MQA 16/1 filling the 16-row tile;
+# 12/3 x 3 tokens causal with a window), packed varlen (ragged, an empty sequence, a sequence with no key,
+# causal rows that see no key: more queries than keys), paged (equal lengths, block 16; variable lengths,
+# block 32 / 64, a pool with spare blocks, a window), each with the LSE output; head dims 64, 128, 256.
+PACK_CASES = [
+    dict(batch=3, seqlen_q=1, seqlen_k=150, heads_q=8, heads_kv=2, head_dim=64, causal=True, lse=True),
+    dict(batch=2, seqlen_q=1, seqlen_k=70, heads_q=16, heads_kv=1, head_dim=64, lse=True),
+    dict(batch=2, seqlen_q=3, seqlen_k=200, heads_q=12, heads_kv=3, head_dim=128, causal=True, window=50, lse=True),
+    dict(batch=4, seqlen_q=5, seqlen_k=130, heads_q=6, heads_kv=2, head_dim=64, causal=True, lse=True,
+         seqlens_q=[5, 0, 1, 3], seqlens_k=[130, 5, 0, 2]),
+    dict(batch=3, seqlen_q=1, seqlen_k=150, heads_q=16, heads_kv=2, head_dim=64, causal=True, lse=True,
+         kv_layout="paged", block_size=16),
+    dict(batch=3, seqlen_q=2, seqlen_k=77, heads_q=8, heads_kv=1, head_dim=256, causal=True, lse=True,
+         kv_layout="paged", block_size=32, seqlens_q=[2, 1, 0], seqlens_k=[77, 0, 40], num_blocks=8),
+    dict(batch=2, seqlen_q=4, seqlen_k=200, heads_q=8, heads_kv=2, head_dim=128, window=30, lse=True,
+         kv_layout="paged", block_size=64, seqlens_q=[4, 1], seqlens_k=[200, 3]),
+]
+
+
+def _packed_specs(p: AttentionProblem):
+    """The packed specs of the sm_90 and gfx942 tables that accept ``p``, one per distinct tile."""
+    from rocke_aot.variants import table
+
+    fam, out = get_family(FAM), {}
+    for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm24")):
+        for spec in table.enumerate_specs(FAM, arch, lane):
+            if spec.PACK_GQA and fam.model.accepts(spec, p) is None:
+                out.setdefault((spec.BLOCK_M, spec.BLOCK_N, spec.num_warps), spec)
+    assert out, f"no packed spec accepts {p}"
+    return list(out.values())
+
+
+@pytest.fixture(scope="module")
+def ran_packed(tmp_path_factory):
+    pairs = [(p, spec, 300 + i) for i, kw in enumerate(PACK_CASES)
+             for p in [AttentionProblem(**kw)] for spec in _packed_specs(p)]
+    return pairs, _launch_all(pairs, tmp_path_factory.mktemp("attn_packed"))
+
+
+def _check(p: AttentionProblem, vals, o_bits, lse_got, what: str) -> None:
+    got = runner_ref.decode(o_bits, p.dtype)
+    want = compute(p, vals)
+    lim = error_bound(p, vals, want, p.dtype)
+    assert got.size == want.size == p.total_q * p.heads_q * p.head_dim
+    assert np.isfinite(got).all(), f"{what}: unwritten or non-finite outputs"
+    bad = np.abs(got - want) > lim
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {got.size} outside the bound, max {np.abs(got - want).max():.3g}"
+    if p.lse:
+        lse_want = compute_lse(p, vals)
+        assert lse_got.size == lse_want.size == p.heads_q * p.total_q
+        assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), f"{what}: -inf rows differ"
+        fin = np.isfinite(lse_want)
+        err = np.abs(lse_got[fin] - lse_want[fin])
+        assert (err <= _lse_bound(p, vals, lse_want)[fin]).all(), f"{what}: LSE max err {err.max():.3g}"
+
+
+def test_the_gqa_packed_kernel_matches_the_reference_on_the_interpreter(ran_packed):
+    """Every packed tile of the sm_90 and gfx942 tables on every case of its layout: O and the LSE against
+    the float64 reference, each row's (position, head) written where the reference has it."""
+    pairs, (problems, values, outs) = ran_packed
+    tiles = {(spec.BLOCK_M, spec.BLOCK_N) for _, spec, _ in pairs}
+    assert {(16, 128), (16, 64), (16, 32)} <= tiles, tiles
+    assert {(spec.VARLEN, spec.PAGED) for _, spec, _ in pairs} == {(0, 0), (1, 0), (0, 1), (1, 1)}
+    for (p, spec, _), vals, (o_bits, lse_got) in zip(pairs, values, outs):
+        assert spec.PACK_GQA == 1 and p.group * p.seqlen_q <= spec.BLOCK_M
+        _check(p, vals, o_bits, lse_got, f"{spec.config} w{spec.num_warps} {p}")
+
+
+def test_the_packed_cases_reach_the_edges_they_name(ran_packed):
+    """Rows that see no key (O 0, LSE -inf) under packing; a tile filled to its last row (16/1 decode); a
+    shuffled table; and the packed launch reads each KV head once per group: its grid is batch x heads_kv
+    programs, the unpacked one's batch x heads_q."""
+    pairs, (problems, values, outs) = ran_packed
+    assert any(p.lse and np.isneginf(compute_lse(p, vals)).any() for p, vals in zip(problems, values))
+    assert any(p.group * p.seqlen_q == spec.BLOCK_M for p, spec, _ in pairs)
+    fam = get_family(FAM)
+    for p, spec, _ in pairs:
+        plan = fam.launch(spec, p, "sm_90")
+        assert tuple(plan.grid) == (-(-p.seqlen_q * p.group // spec.BLOCK_M), p.batch * p.heads_kv, 1)
+
+
 def _lse_bound(p: AttentionProblem, vals, want):
     """|LSE - lse| of a correct f32 kernel, per row: the exponents' error (the f32 dot, Higham's gamma_D
     * scale * sum_d |q_d k_d|, and the scale's roundings) plus the f32 sum of L terms (gamma_L), the
@@ -341,14 +423,21 @@ def test_the_table_serves_every_layout_and_each_spec_refuses_the_others_by_name(
     for arch, extra in (("sm_90", 2), ("gfx942", 0)):
         from rocke_aot.families.attention.triton import configs
 
-        cfgs = configs(Target.parse(arch))
+        every = configs(Target.parse(arch))
+        cfgs = [c for c in every if not c["PACK_GQA"]]
         # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal, and on CUDA 2 more dense tiles at
         # head dim 128 (x causal)
         assert len(cfgs) == 30 + 2 * extra
         dense128 = {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in cfgs
                     if c["HEAD_DIM"] == 128 and not c["VARLEN"] and not c["PAGED"]}
-        assert len(dense128) == 2 + extra and all(c["BLOCK_N"] <= c["HEAD_DIM"] for c in cfgs)
+        assert len(dense128) == 2 + extra and all(c["BLOCK_N"] <= c["HEAD_DIM"] for c in every)
         assert {(c["VARLEN"], c["PAGED"]) for c in cfgs} == {(0, 0), (1, 0), (0, 1), (1, 1)}
+        # GQA-packed: 3 head dims x 4 layouts x causal on a 16-row tile, and on CUDA a second dense tile at
+        # head dim 128 (x causal)
+        packed = [c for c in every if c["PACK_GQA"]]
+        assert len(packed) == 24 + extra and {c["BLOCK_M"] for c in packed} == {16}
+        assert {(c["VARLEN"], c["PAGED"], c["CAUSAL"]) for c in packed if c["HEAD_DIM"] == 256} == \
+            {(v, g, c) for v in (0, 1) for g in (0, 1) for c in (0, 1)}
     base = dict(batch=2, seqlen_q=64, seqlen_k=64, heads_q=4, heads_kv=2, head_dim=64)
     dense = fam.spec_from({"dtype": "f16", "HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": 0, "VARLEN": 0,
                            "PAGED": 0, "num_warps": 4, "num_stages": 3})
@@ -362,6 +451,42 @@ def test_the_table_serves_every_layout_and_each_spec_refuses_the_others_by_name(
     assert "contiguous" in fam.model.accepts(paged, pv)
     # the specs differ in their keys (the constexprs are spec fields)
     assert len({dense.to_dict().__repr__(), paged.to_dict().__repr__(), varlen.to_dict().__repr__()}) == 3
+
+
+def test_gqa_packing_is_a_knob_admitted_by_name():
+    """PACK_GQA 1 takes GQA problems whose group x seqlen_q rows fit the tile, in every layout; it refuses
+    MHA (nothing to pack) and rows past the tile (a prefill, or too many speculative tokens) by name, and
+    the unpacked spec of the same tile still takes them. The launch: one program per (sequence, KV head)."""
+    fam = get_family(FAM)
+    spec = fam.spec_from({"dtype": "f16", "HEAD_DIM": 128, "BLOCK_M": 16, "BLOCK_N": 128, "CAUSAL": 1, "VARLEN": 0,
+                          "PAGED": 0, "PACK_GQA": 1, "num_warps": 4, "num_stages": 3})
+    unpacked = fam.spec_from({**spec.to_dict(), "PACK_GQA": 0})
+    base = dict(batch=64, seqlen_q=1, seqlen_k=2048, heads_q=32, heads_kv=8, head_dim=128, causal=True)
+    decode = AttentionProblem(**base)
+    assert fam.model.accepts(spec, decode) is None and fam.model.accepts(unpacked, decode) is None
+    assert fam.model.accepts(spec, AttentionProblem(**{**base, "seqlen_q": 4})) is None  # 4 x 4 = 16 rows
+    mha = AttentionProblem(**{**base, "heads_kv": 32})
+    assert "one query head per KV head" in fam.model.accepts(spec, mha) and fam.model.accepts(unpacked, mha) is None
+    five = AttentionProblem(**{**base, "seqlen_q": 5})
+    assert "4 query heads x 5 positions = 20 do not fit" in fam.model.accepts(spec, five)
+    assert fam.model.accepts(unpacked, five) is None
+    prefill = AttentionProblem(**{**base, "seqlen_q": 2048})
+    assert "served by the unpacked kernels" in fam.model.accepts(spec, prefill)
+    # the other layouts, packed and refusing the others' problems as the unpacked specs do
+    paged = fam.spec_from({**spec.to_dict(), "PAGED": 1})
+    pp = AttentionProblem(**base, kv_layout="paged", block_size=16)
+    assert fam.model.accepts(paged, pp) is None and "paged" in fam.model.accepts(spec, pp)
+    # 64 sequences x 8 KV heads (2048 programs unpacked: one per query head)
+    plan, plan_u = fam.launch(spec, decode, "sm_90"), fam.launch(unpacked, decode, "sm_90")
+    assert tuple(plan.grid) == (1, 512, 1) and tuple(plan_u.grid) == (1, 2048, 1)
+    env = spec.launch_formulas().env(decode)
+    assert (env["pack"], env["rows"], env["tiles"]) == (4, 4, 512)
+    assert unpacked.launch_formulas().env(decode)["tiles"] == 2048
+    # the efficiency model's row granularity: 4 of 16 rows packed, 1 of 16 unpacked
+    from rocke_aot.arch import arch_info
+
+    e, e_u = (fam.model.efficiency(s, decode, arch_info("sm_90")) for s in (spec, unpacked))
+    assert (e.dims[0].size, e_u.dims[0].size) == (4, 1) and e.total == pytest.approx(4 * e_u.total)
 
 
 def test_the_derived_fields_and_the_packed_reference():
@@ -428,3 +553,39 @@ def test_the_bench_runner_fills_the_index_arguments_from_the_family_and_checks_o
     want, lim = sem.expected(p, vals, p.dtype)
     np.testing.assert_array_equal(want, compute(p, vals))
     assert want.size == p.total_q * p.heads_q * p.head_dim and (lim > 0).all()
+
+
+@pytest.mark.parametrize("arch,lane", [("sm_90", "llvm22"), ("gfx90a", "llvm24"), ("gfx942", "llvm24"),
+                                       ("gfx950", "llvm24"), ("gfx1250", "llvm24")])
+def test_selection_ranks_a_packed_spec_first_on_the_gqa_decode_batches(arch, lane):
+    """From the model alone (the hardware-fact model where the arch's facts are public, else the efficiency
+    order; no measured time, nothing hard-coded): on the decode batches of bench/problems/models/
+    attention.json (64 sequences x 1 token, 32/8 heads, dense and paged, equal and ragged lengths) and a
+    4-token speculative step, a packed program stages its KV head once for the group's 4 query heads
+    where the unpacked ones stage it per query head, so a packed spec is ranked first; an MHA decode has
+    no packed candidate (refused by name)."""
+    from datetime import datetime, timezone
+
+    from rocke_aot.candidates import Candidate, Resources
+    from rocke_aot.lanes import get_lane
+    from rocke_aot.variants import selection, table
+
+    t, ln = Target.parse(arch), get_lane(lane)
+    cands = [Candidate(f"{arch}-{i:04d}", "0" * 64, FAM, s.to_dict(), t, ln, "release", "g", True,
+                       Resources(*([None] * 9)), datetime(2026, 12, 6, tzinfo=timezone.utc), "3.6.0")
+             for i, s in enumerate(table.enumerate_specs(FAM, t, ln))]
+    doc = json.loads((Path(__file__).resolve().parents[1] / "bench/problems/models/attention.json").read_text())
+    decodes = [AttentionProblem(**d) for d in doc[FAM] if d["seqlen_q"] == 1 and d["heads_q"] > d["heads_kv"]]
+    assert len(decodes) == 3 and {p.kv_layout for p in decodes} == {"contiguous", "paged"}
+    spec4 = AttentionProblem(batch=64, seqlen_q=4, seqlen_k=2048, heads_q=32, heads_kv=8, head_dim=128, causal=True)
+    for p in [*decodes, spec4]:
+        r = selection.rank(cands, p, t)
+        assert r.model == ("efficiency" if arch == "gfx1250" else "hardware"), r.note
+        top = r.accepted[0]
+        assert top.spec.PACK_GQA == 1, (arch, p, [(c.spec.config, c.estimate_ms) for c in r.accepted[:4]])
+        if top.estimate_ms is not None:
+            assert top.estimate_ms < min(c.estimate_ms for c in r.accepted if not c.spec.PACK_GQA)
+    mha = AttentionProblem(batch=64, seqlen_q=1, seqlen_k=2048, heads_q=32, heads_kv=32, head_dim=128, causal=True)
+    r = selection.rank(cands, mha, t)
+    assert r.accepted and not any(c.spec.PACK_GQA for c in r.accepted)
+    assert any("one query head per KV head" in j.detail for j in r.rejected)

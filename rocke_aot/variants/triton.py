@@ -79,12 +79,17 @@ class TritonParam:
     access: str | None = None
     specialize: bool = True  # int: False = do_not_specialize (Triton passes it as a plain i32/i64)
     label: str = ""  # the launch contract's name of the argument (default: the parameter's name)
+    # constexpr: the value a spec dict without this field reads as (a knob added to a declared kernel:
+    # the dicts written before it, in scripts and stored records, still name a spec); None: required
+    default: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("pointer", "int", "constexpr"):
             raise SpecError(f"Triton parameter {self.name}: kind {self.kind!r} not pointer, int or constexpr")
         if self.kind != "constexpr" and not self.expr:
             raise SpecError(f"Triton parameter {self.name}: a {self.kind} needs a formula (expr)")
+        if self.kind != "constexpr" and self.default is not None:
+            raise SpecError(f"Triton parameter {self.name}: only a constexpr has a default")
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,8 @@ class TritonKernel:
     # triton_softmax's: families/triton_softmax/reference.py)
     reference: str | families.Reference = ""
     operation: str = ""  # Family.operation: what it computes, shared with the families it is ranked beside
-    tiled: tuple[tuple[str, str], ...] = ()  # (problem field, constexpr of its tile): the efficiency dims
+    # (problem field or a name of ``lets``, constexpr of its tile): the efficiency dims
+    tiled: tuple[tuple[str, str], ...] = ()
     accepts: Callable[[Any, Any], str | None] = lambda spec, problem: None
     work: Callable[[Any, Any, Target], TileWork] | None = None
     # (spec, problem, Target, banks) -> KernelCounts for the hardware time model; None: ranked by efficiency
@@ -303,11 +309,12 @@ def _subst(text: str, consts: Mapping[str, int]) -> str:
 
 
 def _spec_type(kernel: TritonKernel) -> type[Any]:
-    fields_: list[tuple[str, str]] = []
+    fields_: list[Any] = []
     for b in sorted({n for d in kernel.baked for n in d}):
         fields_.append((b, "str"))
-    for c in kernel.constexprs:
-        fields_.append((c, "int"))
+    for p in kernel.params:
+        if p.kind == "constexpr":
+            fields_.append((p.name, "int") if p.default is None else (p.name, "int", field(default=p.default)))
     fields_ += [("num_warps", "int"), ("num_stages", "int")]
     fields_ += [(f"{f}_class", "str") for f in kernel.classes]
 
@@ -324,7 +331,8 @@ def _spec_type(kernel: TritonKernel) -> type[Any]:
             raise SpecError(f"{kernel.family} spec num_warps={self.num_warps} / num_stages={self.num_stages} out of range")
 
     name = "TritonSpec_" + kernel.family
-    cls = dataclasses.make_dataclass(name, fields_, bases=(TritonSpecBase,), frozen=True,
+    # keyword-only: a constexpr with a default may precede the required fields (every spec is built by name)
+    cls = dataclasses.make_dataclass(name, fields_, bases=(TritonSpecBase,), frozen=True, kw_only=True,
                                      namespace={"__post_init__": post_init, "KERNEL": kernel,
                                                 "__module__": __name__})
     return cls
@@ -382,8 +390,9 @@ def _model(kernel: TritonKernel) -> Model:
         return kernel.accepts(spec, problem)
 
     def efficiency(spec: Any, problem: Any, info: ArchInfo) -> Efficiency:
-        dims = [dim(f, getattr(problem, f), getattr(spec, c)) for f, c in kernel.tiled]
-        tiles = spec.launch_formulas().tiles(problem)
+        env = spec.launch_formulas().env(problem)  # the problem's fields and the config's lets
+        dims = [dim(f, env[f] if f in env else getattr(problem, f), getattr(spec, c)) for f, c in kernel.tiled]
+        tiles = env["tiles"]
         return combine(dims, tiles, info)
 
     def work(spec: Any, problem: Any, target: Target) -> TileWork:

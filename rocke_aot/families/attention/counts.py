@@ -17,6 +17,10 @@ One step of a program is one K/V block of BLOCK_N keys against its BLOCK_M queri
   transcendental: EXP2_COST vector slots), the row sum, the mask select, the conversion of P; and the
   rescale of the accumulator rows (BLOCK_M x HEAD_DIM) -- all as vector operations (``fma``)
 - causal / window: the key blocks the kernel's loop bounds visit, averaged over the programs (steps())
+- GQA packing (PACK_GQA): a program's step is the same tile's work, but the grid (the launch formulas'
+  ``tiles``, which the time model rounds over the CUs) has one program per KV head and ceil(group x
+  seqlen_q / BLOCK_M) row tiles instead of one per query head and ceil(seqlen_q / BLOCK_M): a GQA decode
+  stages each KV head's K/V once instead of group times
 """
 
 from __future__ import annotations
@@ -55,14 +59,17 @@ def steps(spec: Any, p: Any) -> int:
     """K/V blocks a program visits, averaged over its query blocks (rounded up), as the kernel's loop
     bounds run them: causal up to its last row's diagonal, a window from its first row's first key's
     block (triton_kernel.py). Diagonal blocks are computed whole and masked, so a causal program does
-    a little more than the visible pairs (BLOCK_M / 2 of a block's keys per row more, at most)."""
+    a little more than the visible pairs (BLOCK_M / 2 of a block's keys per row more, at most).
+    GQA-packed (PACK_GQA): a tile's rows are group query heads of each position, row r position
+    r // group, so a tile spans BLOCK_M / group positions (the first and last rows' positions bound it)."""
     bm, bn = spec.BLOCK_M, spec.BLOCK_N
-    blocks_m = ceil_div(p.seqlen_q, bm)
+    g = p.group if getattr(spec, "PACK_GQA", 0) else 1
+    blocks_m = ceil_div(p.seqlen_q * g, bm)
     shift = p.seqlen_k - p.seqlen_q
     total = 0
     for m in range(blocks_m):
-        hi = min(p.seqlen_k, max(0, (m + 1) * bm + shift)) if p.causal else p.seqlen_k
-        lo = max(0, m * bm + shift - p.window + 1) // bn * bn if p.window else 0
+        hi = min(p.seqlen_k, max(0, ((m + 1) * bm - 1) // g + 1 + shift)) if p.causal else p.seqlen_k
+        lo = max(0, m * bm // g + shift - p.window + 1) // bn * bn if p.window else 0
         total += ceil_div(hi - lo, bn) if hi > lo else 0
     return max(1, ceil_div(total, blocks_m))
 

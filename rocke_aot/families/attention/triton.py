@@ -9,14 +9,19 @@ exactly as a user declares their own @triton.jit kernel from their package (docs
                                        ``triton_attention`` names (rocke-aot's pyproject.toml)
 
 Serves head dims 64/128/256, f16/bf16, causal or not, any sliding window and scale, MHA/GQA/MQA, the
-LSE output (a runtime argument: every spec), and per spec (the constexprs VARLEN, PAGED) one KV layout:
+LSE output (a runtime argument: every spec), GQA decode packed or not (the constexpr PACK_GQA: the grid
+over KV heads, the lets ``pack`` and ``rows``), and per spec (the constexprs VARLEN, PAGED) one KV layout:
 dense BSHD, packed variable lengths (cu_seqlens), paged KV (block table; equal or variable lengths).
 A spec refuses the problems of another layout, each with its reason, in ``accepts``.
 Operation "attention": a select ranks it beside every other attention family on AttentionProblem.
 
 Configs per head dim and backend: dense, every tile of TILES x causal; varlen, the first tile x causal;
 paged, the second (64-row) tile x causal x (equal or variable lengths): 10 per head dim (16 at head dim
-128 on CUDA: two more dense tiles), x f16/bf16: 60 specs per AMD arch and lane, 68 for sm_90.
+128 on CUDA: two more dense tiles). GQA-packed (PACK_GQA 1, GQA decode: a KV head's query heads in one
+tile's rows, K/V read once per KV head; accepted where heads_q / heads_kv > 1 and group x seqlen_q fits
+BLOCK_M, refused by name otherwise): the first tile of PACK_TILES in all four layouts x causal, 8 per head
+dim (10 at head dim 128 on CUDA: a second dense tile). x f16/bf16: 108 specs per AMD arch and lane
+(60 unpacked + 48 packed), 120 for sm_90 (68 + 52).
 """
 
 from __future__ import annotations
@@ -55,15 +60,35 @@ TILES: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
 }
 
 
+# The GQA-packed tiles (PACK_GQA 1: a KV head's group of query heads x the query positions in a tile's
+# rows; GQA decode, where group x seqlen_q fits BLOCK_M), per head dim and backend. The first serves every
+# layout (dense, packed varlen, paged, paged varlen), any further one dense KV only. 16 rows: the
+# matrix instructions' least m (a 32/8 decode fills 4 of them, 28/4 7; unpacked, 1). CUDA: the 16-row
+# decode tile's 128-key blocks (64 at head dim 64 and 256: shared memory), and at head dim 128 also 64-key
+# blocks (half the shared memory a stage: two programs an SM); HIP: one stage, as above.
+PACK_TILES: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
+    "cuda": {64: ((16, 64, 4, 3),), 128: ((16, 128, 4, 3), (16, 64, 4, 3)), 256: ((16, 64, 4, 2),)},
+    "hip": {64: ((16, 64, 4, 1),), 128: ((16, 64, 4, 1),), 256: ((16, 32, 4, 1),)},
+}
+
+
+def _layouts(tiles: tuple[tuple[int, int, int, int], ...], varlen_tile: int, paged_tile: int
+             ) -> list[tuple[tuple[int, int, int, int], int, int]]:
+    """(tile, VARLEN, PAGED): every tile dense, tiles[varlen_tile] packed varlen, tiles[paged_tile] paged
+    with equal and with variable lengths."""
+    return [(t, 0, 0) for t in tiles] + [(tiles[varlen_tile], 1, 0), (tiles[paged_tile], 0, 1),
+                                         (tiles[paged_tile], 1, 1)]
+
+
 def configs(target: Target) -> tuple[dict[str, int], ...]:
     backend = "hip" if target.is_amdgpu else "cuda"
     out = []
-    for d in HEAD_DIMS:
-        tiles = TILES[backend][d]
-        layouts = [(t, 0, 0) for t in tiles] + [(tiles[0], 1, 0), (tiles[1], 0, 1), (tiles[1], 1, 1)]
-        for (bm, bn, w, s), varlen, paged in layouts:
-            out += [dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=c, VARLEN=varlen, PAGED=paged, num_warps=w,
-                         num_stages=s) for c in (0, 1)]
+    for pack in (0, 1):
+        for d in HEAD_DIMS:
+            layouts = _layouts(PACK_TILES[backend][d], 0, 0) if pack else _layouts(TILES[backend][d], 0, 1)
+            for (bm, bn, w, s), varlen, paged in layouts:
+                out += [dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=c, VARLEN=varlen, PAGED=paged, PACK_GQA=pack,
+                             num_warps=w, num_stages=s) for c in (0, 1)]
     return tuple(out)
 
 
@@ -78,6 +103,14 @@ def accepts(spec: Any, p: AttentionProblem) -> str | None:
     if p.varlen != bool(spec.VARLEN):
         return (f"the kernel is built for {'variable lengths (packed, cu_seqlens)' if spec.VARLEN else 'equal lengths'}"
                 f"; the problem has {'variable' if p.varlen else 'equal'} lengths")
+    if spec.PACK_GQA:
+        if p.group == 1:
+            return (f"the GQA-packed kernel puts a KV head's query heads in one tile's rows; the problem has one "
+                    f"query head per KV head ({p.heads_q}/{p.heads_kv}): served by the unpacked kernels")
+        if p.group * p.seqlen_q > spec.BLOCK_M:
+            return (f"the GQA-packed kernel takes a KV head's group x seqlen_q rows in one tile of {spec.BLOCK_M} "
+                    f"(decode, a few speculative tokens); {p.group} query heads x {p.seqlen_q} positions = "
+                    f"{p.group * p.seqlen_q} do not fit: served by the unpacked kernels")
     return None
 
 
@@ -117,16 +150,20 @@ KERNEL = TritonKernel(
         _int("lse_rows"), _int("block_size"), _int("table_width"),
         TritonParam("HEAD_DIM", "constexpr"), TritonParam("BLOCK_M", "constexpr"), TritonParam("BLOCK_N", "constexpr"),
         TritonParam("CAUSAL", "constexpr"), TritonParam("VARLEN", "constexpr"), TritonParam("PAGED", "constexpr"),
+        TritonParam("PACK_GQA", "constexpr", default=0),  # added after the others: earlier dicts read 0
     ),
     problem_type=AttentionProblem,
     problem=("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "window", "scale_bits", "total_q",
              "kv_rows", "table_width", "lse_rows", "block_size"),
-    lets=(("tiles", "ceil_div(seqlen_q, BLOCK_M) * batch * heads_q"),),
-    grid=("ceil_div(seqlen_q, BLOCK_M)", "batch * heads_q", "1"),
+    # pack: the query heads one program's rows hold (PACK_GQA: the group, heads_q / heads_kv, a whole number
+    # by the problem's check; else 1); rows: a program's rows of one sequence, all its tiles together
+    lets=(("pack", "PACK_GQA * (heads_q // heads_kv - 1) + 1"), ("rows", "seqlen_q * pack"),
+          ("tiles", "ceil_div(rows, BLOCK_M) * batch * (heads_q // pack)")),
+    grid=("ceil_div(rows, BLOCK_M)", "batch * (heads_q // pack)", "1"),
     configs=configs,
     baked=({"dtype": "f16"}, {"dtype": "bf16"}),
     classes={},
-    lanes=LANES, reference=REFERENCE, operation="attention", tiled=(("seqlen_q", "BLOCK_M"),),
+    lanes=LANES, reference=REFERENCE, operation="attention", tiled=(("rows", "BLOCK_M"),),
     accepts=accepts, work=work, counts=attention_counts, arch_rule=arch_rule,
     description="SDPA forward, flash attention (Triton): BSHD, packed variable lengths or paged KV, MHA/GQA/MQA, "
                 "causal, sliding window, LSE output; head dim 64/128/256, f16/bf16",
@@ -134,4 +171,4 @@ KERNEL = TritonKernel(
 
 FAMILY = triton_family(KERNEL)
 
-__all__ = ["FAMILY", "KERNEL", "LANES", "TILES", "accepts", "configs", "work"]
+__all__ = ["FAMILY", "KERNEL", "LANES", "PACK_TILES", "TILES", "accepts", "configs", "work"]

@@ -1,7 +1,8 @@
 """Flash-attention forward as a @triton.jit kernel, written here from the definition (FlashAttention-2's
 online softmax, in the spirit of Triton's fused-attention tutorial): imports triton and nothing else.
 
-    attention_fwd_kernel   one program per (BLOCK_M query rows, batch x query head): Q tile held in
+    attention_fwd_kernel   one program per (BLOCK_M query rows, batch x query head; or, PACK_GQA, batch x
+        KV head, the rows its query heads' positions: "pack" below): Q tile held in
         registers, K and V tiles of BLOCK_N keys streamed (Triton stages them through shared memory /
         LDS and pipelines num_stages deep), S = Q K^T on the matrix units in f32, the running max
         m and sum l per row (the scale, times log2(e), applied as one multiply-add before exp2),
@@ -15,6 +16,14 @@ online softmax, in the spirit of Triton's fused-attention tutorial): imports tri
         block block_table[b, t // block_size] (i32 [batch, table_width]), row t % block_size; its key
         count cu_seqlens_k[b+1] - cu_seqlens_k[b] (VARLEN) or seqlen_k.
         Query head h reads KV head h // (heads_q // heads_kv) (MHA/GQA/MQA)
+    pack    PACK_GQA 0: one program per (BLOCK_M query positions, batch x query head). PACK_GQA 1 (GQA
+        decode): one program per (BLOCK_M rows, batch x KV head hk), the rows the (query position, query
+        head) pairs of hk's group = heads_q // heads_kv heads, row r position r // group of head
+        hk * group + r % group (position-major: at one query token the rows are the group's heads,
+        consecutive in Q and O); K/V of hk streamed once for the whole group instead of once per query
+        head, and the tile's rows group x seqlen_q instead of seqlen_q. The grid: ceil(seqlen_q x group /
+        BLOCK_M) x batch * heads_kv. The mask, the loop bounds and the LSE index use each row's own
+        position and head (the rows stay in position order)
     mask    CAUSAL (constexpr): key j visible to query i when j <= i + len_k - len_q (per sequence);
         window (a runtime int, 0 = none): also i + len_k - len_q - j < window; the loop visits only
         the key blocks the mask can leave, in two kinds: the blocks every row of the tile sees whole
@@ -107,16 +116,22 @@ def _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, block_table, b, table_width, bloc
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_q, cu_seqlens_k, block_table,
                          seqlen_q, seqlen_k, heads_q, heads_kv, window, scale_bits, lse_rows, block_size,
                          table_width, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         CAUSAL: tl.constexpr, VARLEN: tl.constexpr, PAGED: tl.constexpr):
+                         CAUSAL: tl.constexpr, VARLEN: tl.constexpr, PAGED: tl.constexpr, PACK_GQA: tl.constexpr):
     if CAUSAL:
         # the heaviest query blocks (the most keys under the mask) start first: the last wave is light
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)
     else:
         start_m = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // heads_q
-    h = bh % heads_q
-    hk = h // (heads_q // heads_kv)
+    if PACK_GQA:
+        # one program per (sequence, KV head): its rows are the group's (query position, query head) pairs
+        group = heads_q // heads_kv
+        b = bh // heads_kv
+        hk = bh % heads_kv
+    else:
+        b = bh // heads_q
+        h = bh % heads_q
+        hk = h // (heads_q // heads_kv)
     if VARLEN:
         q_start = tl.load(cu_seqlens_q + b)
         len_q = tl.load(cu_seqlens_q + b + 1) - q_start
@@ -135,33 +150,48 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_q, cu_s
     m0 = start_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < len_q
-    q_rows = (q_start + offs_m).to(tl.int64) * q_row + h * HEAD_DIM
+    if PACK_GQA:
+        # row r: query position r // group of query head hk * group + r % group (position-major: at one
+        # query position the rows are the group's heads, consecutive in Q and O)
+        n_rows = len_q * group
+        offs_q = offs_m // group
+        offs_h = hk * group + offs_m % group
+        t0 = m0 // group  # the tile's first and last rows' positions
+        t_last = (tl.minimum(m0 + BLOCK_M, n_rows) - 1) // group
+    else:
+        n_rows = len_q
+        offs_q = offs_m
+        offs_h = h
+        t0 = m0
+        t_last = tl.minimum(m0 + BLOCK_M, len_q) - 1  # the tile's last row in its sequence
+    row_ok = offs_m < n_rows
+    q_rows = (q_start + offs_q).to(tl.int64) * q_row + offs_h * HEAD_DIM
     q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     shift = len_k - len_q
-    diag = offs_m + shift  # the last key each row sees under the causal mask
-    m_last = tl.minimum(m0 + BLOCK_M, len_q) - 1  # the tile's last row in its sequence
+    diag = offs_q + shift  # the last key each row sees under the causal mask
 
     # The keys the tile's rows can see, [lo, hi): the causal mask ends them at the last row's diagonal,
     # a sliding window starts them at the block of the first row's first visible key. Inside it, the
     # blocks every row sees whole, [lo_u, hi_u): below the first row's diagonal, within the last row's
     # window, before the end of the keys. Those run unmasked; the edges [lo, lo_u) and [hi_u, hi) masked.
+    # (Rows are in position order, packed or not: the first row's position is the least, the last's the
+    # greatest.)
     hi = len_k
     hi_u = len_k
     if CAUSAL:
-        hi = tl.minimum(len_k, tl.maximum(0, m_last + shift + 1))
-        hi_u = tl.minimum(len_k, tl.maximum(0, m0 + shift + 1))
+        hi = tl.minimum(len_k, tl.maximum(0, t_last + shift + 1))
+        hi_u = tl.minimum(len_k, tl.maximum(0, t0 + shift + 1))
     hi_u = (hi_u // BLOCK_N) * BLOCK_N
-    lo = tl.where(window > 0, (tl.maximum(0, m0 + shift - window + 1) // BLOCK_N) * BLOCK_N, 0)
-    lo_u = tl.where(window > 0, ((tl.maximum(0, m_last + shift - window + 1) + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, 0)
+    lo = tl.where(window > 0, (tl.maximum(0, t0 + shift - window + 1) // BLOCK_N) * BLOCK_N, 0)
+    lo_u = tl.where(window > 0, ((tl.maximum(0, t_last + shift - window + 1) + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, 0)
     none_whole = lo_u >= hi_u
     lo_u = tl.where(none_whole, lo, lo_u)
     hi_u = tl.where(none_whole, lo, hi_u)
-    past_end = m0 >= len_q  # a block past its sequence's end: no keys, writes nothing
+    past_end = m0 >= n_rows  # a block past its sequence's end: no keys, writes nothing
     lo = tl.where(past_end, 0, lo)
     lo_u = tl.where(past_end, 0, lo_u)
     hi_u = tl.where(past_end, 0, hi_u)
@@ -178,9 +208,9 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_q, cu_s
         lse = tl.where(l_i > 0.0, (m_i + tl.math.log2(tl.maximum(l_i, 1e-30))) * 0.6931471805599453,
                        float("-inf"))
         if VARLEN:
-            lse_off = h.to(tl.int64) * (lse_rows // heads_q) + q_start + offs_m
+            lse_off = offs_h.to(tl.int64) * (lse_rows // heads_q) + q_start + offs_q
         else:
-            lse_off = bh.to(tl.int64) * seqlen_q + offs_m
+            lse_off = (b * heads_q + offs_h).to(tl.int64) * seqlen_q + offs_q
         tl.store(lse_ptr + lse_off, lse, mask=row_ok)
     l_i = tl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: acc is 0, so O = 0
     out = acc / l_i[:, None]
@@ -192,9 +222,10 @@ def scale_bits(scale: float) -> int:
     return struct.unpack("<i", struct.pack("<f", scale))[0]
 
 
-def attention(q, k, v, causal=False, window=0, scale=None, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2):
+def attention(q, k, v, causal=False, window=0, scale=None, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2,
+              pack_gqa=False):
     """O for torch tensors q [B, Sq, Hq, D], k / v [B, Sk, Hkv, D] (contiguous, dense), as the family
-    launches it."""
+    launches it (``pack_gqa``: one program per KV head, its group's query heads in the tile's rows)."""
     import torch
 
     B, Sq, Hq, D = q.shape
@@ -202,8 +233,9 @@ def attention(q, k, v, causal=False, window=0, scale=None, BLOCK_M=64, BLOCK_N=6
     o = torch.empty_like(q)
     none = torch.empty(1, device=q.device, dtype=torch.int32)  # the unused LSE, cu_seqlens and table
     sc = D ** -0.5 if scale is None else scale
-    grid = (triton.cdiv(Sq, BLOCK_M), B * Hq, 1)
+    pack = Hq // Hkv if pack_gqa else 1
+    grid = (triton.cdiv(Sq * pack, BLOCK_M), B * (Hq // pack), 1)
     attention_fwd_kernel[grid](q, k, v, o, none.float(), none, none, none, Sq, Sk, Hq, Hkv, window, scale_bits(sc),
                                0, 0, 0, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=int(causal), VARLEN=0,
-                               PAGED=0, num_warps=num_warps, num_stages=num_stages)
+                               PAGED=0, PACK_GQA=int(pack_gqa), num_warps=num_warps, num_stages=num_stages)
     return o
