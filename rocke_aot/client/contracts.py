@@ -2,8 +2,9 @@
 
 The Fetcher checks every record's launch contract against its family's formulas
 (variants/contract.py check_record_launch) before a kernel is kept or handed out: a signature
-proves who signed a contract, not that it is right. That check imports the family registry
-(every family's tables and models), most of a warm fetch's cost. Its answer is a pure function
+proves who signed a contract, not that it is right. That check imports the family registry and
+the record's family (its spec, table and model, by name: variants/families.py), most of a warm
+fetch's cost. Its answer is a pure function
 of the record's check inputs (family, spec, arch, metadata) and of the code that checks them, so
 a host that checked a record once may answer from what it wrote down then, as long as neither
 changed:
@@ -14,7 +15,8 @@ changed:
                      interpreter and module search path (h: their hash, rocke_aot/warm.py interpreter)
                      every .py file and folder of the code the check runs: rocke_aot's vocabulary
                      modules (rocke_aot/*.py), rocke_aot/variants/ and rocke_aot/families/, the
-                     package of every plugin family, each sys.path folder (a distribution
+                     package of every family entry point (a plugin's, where its spec type
+                     lives), loaded or not, each sys.path folder (a distribution
                      installed or removed moves its mtime: the entry points); the id
                      hashes them with the interpreter's identity
         <id[:32]>/<digest>   an empty file: the record whose check inputs hash to <digest>
@@ -58,23 +60,25 @@ def inputs_digest(k: Kernel) -> str:
 
 
 def _code_paths() -> list[str]:
-    """Every file and folder of the code a contract check runs (module doc), read after a full
-    check (the registry is loaded: its plugins' packages are known)."""
+    """Every file and folder of the code a contract check runs (module doc), found without loading
+    a family (a check loads only the family it names: variants/families.py, "By name"): the
+    folders of the packages the registry's families come from (family_packages: each family
+    entry point's package, where a plugin's spec type lives), whether loaded or not."""
+    import importlib.util
+
     import rocke_aot
     from rocke_aot.variants import families as registry
 
     root = Path(rocke_aot.__file__).parent
     trees = {root / "variants", root / "families"}
-    for name in registry.family_names():
+    for name in registry.family_packages():
         try:
-            fam = registry.get_family(name)
-        except Exception:  # noqa: BLE001 - a plugin that failed to load: its family has no files to watch
+            spec = importlib.util.find_spec(name)  # a top-level name: found, not imported
+        except (ImportError, ValueError):  # a package that cannot be found: no files to watch
             continue
-        for kind in (fam.spec_type, fam.problem_type):
-            top = sys.modules.get(kind.__module__.split(".")[0])
-            f = getattr(top, "__file__", None)
-            if f and Path(f).parent != root:
-                trees.add(Path(f).parent)
+        origin = getattr(spec, "origin", None)
+        if spec is not None and spec.has_location and origin and Path(origin).parent != root:
+            trees.add(Path(origin).parent)
     out = {str(root)}
     out |= {str(p) for p in root.glob("*.py")}
     for t in trees:
@@ -92,7 +96,8 @@ def check_contract(k: Kernel, what: str) -> None:
     """The launch contract(s) ``k``'s record carries are its family's for its spec and arch
     (rocke_aot/variants/contract.py check_record_launch: the grid, block, every argument's size
     and layout); else LaunchContractError naming ``what``, before the kernel is kept or launched."""
-    from rocke_aot.variants.contract import check_record_launch  # here: it loads every family; a memo hit loads none
+    # here: it loads the record's family only; a memo hit loads none
+    from rocke_aot.variants.contract import check_record_launch
 
     try:
         check_record_launch(k.inputs.family, thaw(k.inputs.spec), k.inputs.arch, thaw(k.metadata))
