@@ -19,7 +19,8 @@
                    rocke-aot), so their grids are not enumerated at install nor their functions
                    guarded (rocke-aot's tests check them)
         plugins    entry points of the group ``rocke_aot.families`` (ENTRY_POINT_GROUP), read
-                   through importlib.metadata once, lazily, on the first lookup below:
+                   through importlib.metadata once, lazily, on the first lookup below (a
+                   lookup by name loads that name's only: "By name" below):
                        [project.entry-points."rocke_aot.families"]
                        rowsoftmax = "rocke_rowsoftmax.family:FAMILY"      (name == Family.name)
                    ep.load() -> install(obj, FamilySource(plugin ...)); a failure is a
