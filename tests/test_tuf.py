@@ -249,8 +249,22 @@ def test_a_batch_writes_its_contract_markers_as_one_list_that_later_processes_re
         cfile, cid, digest = memo.proof(signed[1])
         assert (memo_dir / cid[:32] / digest).is_file() and digest == contracts.inputs_digest(signed[1])
         memo.check(signed[2], "in a batch")
-    assert [p.suffix for p in sorted(folder.iterdir())].count(contracts.BATCH) == 1
+    # a batch of one (signed[2]: signed[1] has its file already) is a marker file too, no list
+    assert sorted(p.name for p in folder.iterdir()) == sorted(contracts.inputs_digest(k) for k in signed[1:3])
     assert calls == [signed[0].key, signed[1].key, signed[2].key]
+    # many lists (one per batch) are merged by the process that reads them: later ones read a few files
+    import secrets
+
+    others = [secrets.token_hex(32) for _ in range(2 * (contracts.MAX_LISTS + 8))]
+    for i in range(0, len(others), 2):
+        (folder / f"x{i}{contracts.BATCH}").write_text(f"{others[i]}\n{others[i + 1]}\n")
+    (folder / f"y{contracts.BATCH}").write_text(f"{contracts.inputs_digest(signed[0])}\n")
+    contracts.ContractMemo(memo_dir).check(signed[0], "from a merged list")
+    lists = sorted(folder.glob(f"*{contracts.BATCH}"))
+    assert len(lists) == 1 and set(lists[0].read_text().split()) == {*others, contracts.inputs_digest(signed[0])}
+    (folder / contracts.inputs_digest(signed[0])).unlink(missing_ok=True)
+    contracts.ContractMemo(memo_dir).check(signed[0], "after the merge")
+    assert calls == [signed[0].key, signed[1].key, signed[2].key]  # answered from the lists both times
 
 
 def test_tampered_blob_and_tampered_bin_are_refused_and_nothing_stored(world, tree, tmp_path):

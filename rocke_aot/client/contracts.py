@@ -21,11 +21,12 @@ changed:
                      hashes them with the interpreter's identity
         <id[:32]>/<digest>   an empty file: the record whose check inputs hash to <digest>
                      passed under code <id>
-        <id[:32]>/<pid>-<thread>-<ns>.batch   the same for many records, one digest a line: what
+        <id[:32]>/<pid>-<thread>-<ns>-<n>.batch   the same for many records, one digest a line: what
                      a batch (ContractMemo.batch: Fetcher.get_each) writes at its end, atomically,
                      instead of one file per record (creating a file costs a fetch about as much
                      as checking the record); read once per process (a line of exactly 64 hex
-                     digits is a marker, anything else none); a warm note's proof is a file
+                     digits is a marker, anything else none); a warm note's proof is a file,
+                     and so is a batch of one; over MAX_LISTS lists, the reader merges them
     check(kernel, what)
         code-<h>.json's entries all stat as written (same interpreter and path) and the marker
         exists ──yes──> nothing to do (no family is imported)
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -125,7 +127,10 @@ def check_contract(k: Kernel, what: str, plain: tuple[str, Any, str, Any] | None
 
 BATCH = ".batch"  # a marker list's suffix (ContractMemo.batch): one digest per line
 MAX_BATCH_FILE = 1 << 20  # a list longer than this is not read (a miss: checked in full)
+MAX_LISTS = 32  # more lists than this in a folder: the process that reads them merges them (ContractMemo._has)
+MERGED_LIST = 8192  # digests per merged list (about 530 KB: under MAX_BATCH_FILE)
 _HEX = frozenset("0123456789abcdef")
+_SEQ = itertools.count()  # list names unique within a process (with its pid, thread and clock)
 
 
 class ContractMemo:
@@ -151,7 +156,14 @@ class ContractMemo:
         """A marker of ``digest`` under code ``cid``: its own file, or a line of a marker list."""
         listed = self._listed.get(cid)
         if listed is None:
-            listed = self._listed[cid] = _read_lists(self.dir / cid[:32])
+            folder = self.dir / cid[:32]
+            names, listed = _read_lists(folder)
+            self._listed[cid] = listed
+            if len(names) > MAX_LISTS:  # many small batches: merged, so later processes read a few files
+                try:
+                    _merge_lists(folder, names, listed)
+                except OSError:
+                    pass
         return digest in listed or self._marker(cid, digest).is_file()
 
     @contextlib.contextmanager
@@ -242,11 +254,10 @@ class ContractMemo:
                     raise
 
     def _write_list(self, digests: list[str]) -> None:
-        from rocke_aot.paths import atomic_write
-
-        folder = self._folder()
-        name = f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}{BATCH}"
-        atomic_write(folder / name, "".join(f"{d}\n" for d in digests).encode(), durable=False, make_parent=True)
+        if len(digests) == 1:  # a batch of one: its own marker file, as outside a batch
+            self._write_marker(digests[0])
+            return
+        _write_list_file(self._folder(), digests)
 
     def _write_code_file(self) -> str:
         """code-<h>.json from the code as it stats now; its id (the markers of an older id removed)."""
@@ -269,15 +280,23 @@ class ContractMemo:
         return cid
 
 
-def _read_lists(folder: Path) -> frozenset[str]:
-    """Every digest the marker lists in ``folder`` hold (ContractMemo.batch): a line of exactly 64
-    lowercase hex digits; anything else, a list longer than MAX_BATCH_FILE or unreadable, is no
-    marker (fail closed: that record is checked in full)."""
+def _write_list_file(folder: Path, digests: list[str]) -> None:
+    from rocke_aot.paths import atomic_write
+
+    name = f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}-{next(_SEQ)}{BATCH}"
+    atomic_write(folder / name, "".join(f"{d}\n" for d in digests).encode(), durable=False, make_parent=True)
+
+
+def _read_lists(folder: Path) -> tuple[list[str], frozenset[str]]:
+    """(the marker lists read whole, every digest they hold) in ``folder`` (ContractMemo.batch): a
+    line of exactly 64 lowercase hex digits; anything else, a list longer than MAX_BATCH_FILE or
+    unreadable, is no marker (fail closed: that record is checked in full)."""
     out: set[str] = set()
+    read: list[str] = []
     try:
         names = [n for n in os.listdir(folder) if n.endswith(BATCH)]
     except OSError:
-        return frozenset()
+        return [], frozenset()
     for n in names:
         try:
             with open(folder / n, "rb") as f:
@@ -286,7 +305,22 @@ def _read_lists(folder: Path) -> frozenset[str]:
             continue
         if len(data) > MAX_BATCH_FILE:
             continue
+        read.append(n)
         for line in data.decode("ascii", "replace").split("\n"):
             if len(line) == 64 and _HEX.issuperset(line):
                 out.add(line)
-    return frozenset(out)
+    return read, frozenset(out)
+
+
+def _merge_lists(folder: Path, names: list[str], digests: frozenset[str]) -> None:
+    """The lists ``names`` (read whole) replaced by lists of at most MERGED_LIST digests holding
+    ``digests``: the new lists are written (atomically) before the old ones are removed, so a
+    reader meanwhile finds every digest in one or the other."""
+    ordered = sorted(digests)
+    for i in range(0, len(ordered), MERGED_LIST):
+        _write_list_file(folder, ordered[i:i + MERGED_LIST])
+    for n in names:
+        try:
+            os.unlink(folder / n)
+        except FileNotFoundError:
+            pass
