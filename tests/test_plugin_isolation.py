@@ -7,6 +7,8 @@ Real distributions (a package beside its dist-info, read by importlib.metadata) 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -75,3 +77,78 @@ def test_spec_owners_rocke_aots_own_family_folders_and_triton_specs_made_for_the
     t_src = FamilySource("plugin", "rocke-aot", "0.1.0", "triton_attention", "rocke_aot.families.attention.triton:FAMILY")
     assert _spec_owner_problem(triton_spec, t_src, "triton_attention") is None
     assert _spec_owner_problem(triton_spec, thief, "attention2") is not None  # made for another family
+
+
+_PLUGIN = '''
+import dataclasses
+from rocke_aot.variants.families import Family
+from rocke_rowsoftmax.family import MODEL, ROWSOFTMAX_TABLE, RowSoftmaxProblem, RowSoftmaxSpec
+{spec}
+
+def family(name):
+    table = dataclasses.replace(ROWSOFTMAX_TABLE, family=name, make_spec=lambda b, k: Spec(**b, **k),
+                                spec_from_dict=Spec.from_dict)
+    return Family(name, Spec, RowSoftmaxProblem, table, MODEL, "a test plugin")
+{tail}
+'''
+_SPEC = "\n\n@dataclasses.dataclass(frozen=True)\nclass Spec(RowSoftmaxSpec):\n    pass\n\n"
+
+_BY_NAME = r'''
+import json, sys
+from rocke_aot.errors import PluginError
+import rocke_aot.variants.families as r
+out = {}
+def ask(name):
+    try:
+        return r.get_family(name).source.as_dict()
+    except PluginError as e:
+        return str(e)
+if sys.argv[1] == "by-name":
+    out["shareb"] = ask("shareb")
+    out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in ("sharepkg", "dupa_plugin", "dupb_plugin",
+                                                                         "rocke_rowsoftmax")
+                           or (m.count(".") == 2 and m.startswith("rocke_aot.families.")))
+    out["dupfam"] = ask("dupfam")
+    out["attention"] = ask("triton_attention")
+else:
+    out["all_first"] = list(r.FAMILIES)
+    out["shareb"], out["dupfam"], out["attention"] = ask("shareb"), ask("dupfam"), ask("triton_attention")
+out["families"] = list(r.FAMILIES)
+out["errors"] = [str(e) for e in r.plugin_errors()]
+out["sharea"] = ask("sharea")
+print(json.dumps(out))
+'''
+
+
+def test_a_lookup_by_name_registers_what_reading_every_entry_point_does(site, tmp_path):
+    """get_family(name) loads that name's entry points (and those sharing its home) only; what it
+    registers, refuses and the registry's order are what reading every entry point first gives:
+    two families of one package sharing a spec type (the first by name wins, either way), one name
+    declared by two distributions (the first distribution wins), rocke-aot's attention folder
+    holding two families."""
+    example, _ = site
+    s = tmp_path / "site"
+    write_dist(s, "rocke-aot-shared", {
+        "sharepkg/__init__.py": _PLUGIN.format(spec=_SPEC, tail=""),
+        "sharepkg/a.py": "from sharepkg import family\nFAMILY = family('sharea')\n",
+        "sharepkg/b.py": "from sharepkg import family\nFAMILY = family('shareb')\n"},
+        {"rocke_aot.families": {"sharea": "sharepkg.a:FAMILY", "shareb": "sharepkg.b:FAMILY"}})
+    for d in ("a", "b"):
+        write_dist(s, f"rocke-aot-dup{d}", {f"dup{d}_plugin.py": _PLUGIN.format(spec=_SPEC, tail="FAMILY = family('dupfam')")},
+                   {"rocke_aot.families": {"dupfam": f"dup{d}_plugin:FAMILY"}})
+    env = plugin_env(example, s, home=tmp_path / "home")
+    got = {}
+    for mode in ("by-name", "all"):
+        res = subprocess.run([sys.executable, "-c", _BY_NAME, mode], env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        got[mode] = json.loads(res.stdout)
+    by, full = got["by-name"], got["all"]
+    # by name: the asked name and its home's other name only (no other plugin, no rocke-aot family)
+    assert by["loaded"] == ["rocke_rowsoftmax", "rocke_rowsoftmax.family", "sharepkg", "sharepkg.a", "sharepkg.b"]
+    assert "spec type Spec belongs to another family" in by["shareb"] and by["shareb"] == full["shareb"]
+    assert by["sharea"]["distribution"] == "rocke-aot-shared"
+    assert by["dupfam"]["distribution"] == "rocke-aot-dupa" and by["dupfam"] == full["dupfam"]
+    assert by["attention"] == full["attention"] and by["attention"]["distribution"] == "rocke-aot"
+    assert by["families"] == full["families"] == full["all_first"]  # the registry's order, whatever came first
+    assert by["errors"] == full["errors"] and len(by["errors"]) == 2
+    assert full["families"].index("sharea") < full["families"].index("triton_attention")

@@ -316,7 +316,10 @@ import rocke_aot.variants.families as r
 out = {"after_import": "rocke_rowsoftmax" in sys.modules}
 r.get_family("triton_matmul")
 out["after_first_lookup"] = "rocke_rowsoftmax" in sys.modules
-fams = r.family_names(); r.family_names(); r.get_family("rowsoftmax"); list(r.FAMILIES)
+out["own_after_first_lookup"] = sorted(m for m in sys.modules if m.count(".") == 2 and m.startswith("rocke_aot.families."))
+fams = r.family_names()
+out["after_names"] = "rocke_rowsoftmax" in sys.modules
+r.family_names(); r.get_family("rowsoftmax"); list(r.FAMILIES)
 out.update(families=list(fams), calls=calls, family_half="rocke_rowsoftmax.family" in sys.modules,
            lower_half="rocke_rowsoftmax.lower" in sys.modules, source=r.get_family("rowsoftmax").source.as_dict())
 print(json.dumps(out))
@@ -326,7 +329,9 @@ print(json.dumps(out))
 def test_the_example_loads_once_lazily_and_its_family_half_needs_no_compiler(example):
     out = _json(run_py(plugin_env(example), _LAZY))
     assert out["after_import"] is False  # nothing read before it is needed ...
-    assert out["after_first_lookup"] is True  # ... and every family is a plugin: the first lookup reads them
+    # ... a lookup by name loads that family only (variants/families.py, "By name") ...
+    assert out["after_first_lookup"] is False and out["own_after_first_lookup"] == ["rocke_aot.families.triton_matmul"]
+    assert out["after_names"] is True  # ... and every family is a plugin: listing them reads them all
     # the entry points by name: rocke-aot's own family folders (every family it ships) like the example
     assert out["families"] == sorted(out["families"])
     assert {"gemm", "conv_direct_fwd", "triton_matmul", "attention", "rowsoftmax"} <= set(out["families"])

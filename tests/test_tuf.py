@@ -181,7 +181,7 @@ def test_a_launch_contract_is_checked_once_per_host_and_code(world, tree, tmp_pa
     # in this process: a spy on the full check; a folder on sys.path that changes moves the code id
     calls: list[str] = []
     full = contracts.check_contract
-    monkeypatch.setattr(contracts, "check_contract", lambda k, what: (calls.append(k.key), full(k, what)))
+    monkeypatch.setattr(contracts, "check_contract", lambda k, what, *plain: (calls.append(k.key), full(k, what, *plain)))
     monkeypatch.syspath_prepend(str(extra))
     signed = fetch.Kernel.from_record({**entry, "key": arts[0].key, "origin": {}})
     contracts.ContractMemo(memo_dir).check(signed, "first")
@@ -207,6 +207,64 @@ def test_a_launch_contract_is_checked_once_per_host_and_code(world, tree, tmp_pa
     assert not memo_dir.exists()
     contracts.ContractMemo(memo_dir).check(signed, "after gc")
     assert calls == [arts[0].key] * 4
+
+
+def test_a_batch_writes_its_contract_markers_as_one_list_that_later_processes_read(world, tree, tmp_path, monkeypatch):
+    """Fetcher.get_each writes the contract markers of its kernels as one list file (client/contracts.py
+    batch) instead of one file each: a later memo answers from it without checking again, a line that
+    is not a digest is no marker, and a warm note's proof still gets a file of its own."""
+    from rocke_aot.client import contracts, fetch
+
+    arts = world["store"].find()
+    assert len(arts) >= 3
+    with nginx(tree) as base, host(world, tmp_path / "h", [base]) as f:
+        got = f.get_each([a.key for a in arts], workers=4)
+        assert all(isinstance(v, fetch.Kernel) for v in got.values())
+        memo_dir = f.trusted.dir / "contracts"
+        entries = [f.accepted().kernel(a.key) for a in arts]
+    (folder,) = [d for d in memo_dir.iterdir() if d.is_dir()]
+    (lst,) = list(folder.iterdir())  # one file for the whole batch, no marker per kernel
+    assert lst.name.endswith(contracts.BATCH)
+    signed = [fetch.Kernel.from_record({**e, "key": a.key, "origin": {}}) for a, e in zip(arts, entries, strict=True)]
+    digests = {contracts.inputs_digest(k) for k in signed}
+    assert set(lst.read_text().split()) == digests
+    calls: list[str] = []
+    full = contracts.check_contract
+    monkeypatch.setattr(contracts, "check_contract", lambda k, what, *plain: (calls.append(k.key), full(k, what, *plain)))
+    for k in signed:
+        contracts.ContractMemo(memo_dir).check(k, "from the list")
+    assert calls == []
+    # a list is read line by line: a damaged line is no marker (that record is checked in full again)
+    first = contracts.inputs_digest(signed[0])
+    lst.write_text(lst.read_text().replace(first, first[:63] + "g"))
+    for k in signed:
+        contracts.ContractMemo(memo_dir).check(k, "damaged")
+    assert calls == [signed[0].key]
+    # in a batch, a kernel's proof (what a warm note names) is a marker file of its own, written then
+    memo = contracts.ContractMemo(memo_dir)
+    shutil.rmtree(folder)
+    with memo.batch():
+        memo.check(signed[1], "in a batch")
+        assert not any(folder.glob("*")) if folder.exists() else True
+        cfile, cid, digest = memo.proof(signed[1])
+        assert (memo_dir / cid[:32] / digest).is_file() and digest == contracts.inputs_digest(signed[1])
+        memo.check(signed[2], "in a batch")
+    # a batch of one (signed[2]: signed[1] has its file already) is a marker file too, no list
+    assert sorted(p.name for p in folder.iterdir()) == sorted(contracts.inputs_digest(k) for k in signed[1:3])
+    assert calls == [signed[0].key, signed[1].key, signed[2].key]
+    # many lists (one per batch) are merged by the process that reads them: later ones read a few files
+    import secrets
+
+    others = [secrets.token_hex(32) for _ in range(2 * (contracts.MAX_LISTS + 8))]
+    for i in range(0, len(others), 2):
+        (folder / f"x{i}{contracts.BATCH}").write_text(f"{others[i]}\n{others[i + 1]}\n")
+    (folder / f"y{contracts.BATCH}").write_text(f"{contracts.inputs_digest(signed[0])}\n")
+    contracts.ContractMemo(memo_dir).check(signed[0], "from a merged list")
+    lists = sorted(folder.glob(f"*{contracts.BATCH}"))
+    assert len(lists) == 1 and set(lists[0].read_text().split()) == {*others, contracts.inputs_digest(signed[0])}
+    (folder / contracts.inputs_digest(signed[0])).unlink(missing_ok=True)
+    contracts.ContractMemo(memo_dir).check(signed[0], "after the merge")
+    assert calls == [signed[0].key, signed[1].key, signed[2].key]  # answered from the lists both times
 
 
 def test_tampered_blob_and_tampered_bin_are_refused_and_nothing_stored(world, tree, tmp_path):

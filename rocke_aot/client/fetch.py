@@ -28,7 +28,8 @@
       nginx's or the service's work, sha256 and zstd (which release the GIL) and the file
       writes overlap, over the sources' kept-alive connections (one connection pool per source).
       The metadata is verified once per Fetcher and bin, never per blob. Every key is tried; the
-      first failure in the order given is raised after the others ended (what verified is kept)
+      first failure in the order given is raised after the others ended (what verified is kept);
+      the launch-contract markers of the batch are written as one list at its end (contracts.py)
     get_each(keys, on_done=)   the same, every key's Kernel or the error that refused it
 
     insecure (no pinned key, insecure=True / ROCKE_AOT_INSECURE=1; warns): the service's
@@ -44,6 +45,7 @@ dependencies) and starts in about the time of the interpreter (bench/bench_start
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -270,12 +272,14 @@ class Fetcher:
                 on_done(k, out)
             return out
 
-        if n == 1 or len(wanted) <= 1:
-            return {k: one(k) for k in wanted}
-        from concurrent.futures import ThreadPoolExecutor  # (with logging: only where threads are used)
+        # the contract markers of these kernels written once, in one list (client/contracts.py batch)
+        with self._memo.batch() if self._memo is not None else contextlib.nullcontext():
+            if n == 1 or len(wanted) <= 1:
+                return {k: one(k) for k in wanted}
+            from concurrent.futures import ThreadPoolExecutor  # (with logging: only where threads are used)
 
-        with ThreadPoolExecutor(max_workers=min(n, len(wanted)), thread_name_prefix="rocke-fetch") as pool:
-            futures = {k: pool.submit(one, k) for k in wanted}
+            with ThreadPoolExecutor(max_workers=min(n, len(wanted)), thread_name_prefix="rocke-fetch") as pool:
+                futures = {k: pool.submit(one, k) for k in wanted}
         return {k: f.result() for k, f in futures.items()}
 
     def resolve(self, key: str) -> str:

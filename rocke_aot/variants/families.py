@@ -19,7 +19,8 @@
                    rocke-aot), so their grids are not enumerated at install nor their functions
                    guarded (rocke-aot's tests check them)
         plugins    entry points of the group ``rocke_aot.families`` (ENTRY_POINT_GROUP), read
-                   through importlib.metadata once, lazily, on the first lookup below:
+                   through importlib.metadata once, lazily, on the first lookup below (a
+                   lookup by name loads that name's only: "By name" below):
                        [project.entry-points."rocke_aot.families"]
                        rowsoftmax = "rocke_rowsoftmax.family:FAMILY"      (name == Family.name)
                    ep.load() -> install(obj, FamilySource(plugin ...)); a failure is a
@@ -42,12 +43,28 @@
         is the Triton kind's (aot/families/triton.py)
 
     get_family(name) -> Family     the one lookup: .spec_type, .problem_type, .table, .model,
-                                   .lowerer, .source, .launch(spec, problem, target), .spec_from(d)
+                                   .lowerer, .source, .launch(spec, problem, target), .spec_from(d);
+                                   a name not registered yet loads the entry points of that name
+                                   only (below, "by name"), every other lookup reads them all
     family_names() / builtin_family_names() / family_for_spec(spec) / problem_from_dict(family, d)
     FAMILIES (read-only mapping)   every lookup reads plugins in first (once per process)
     family_source(name) -> FamilySource    built in, or plugin: entry point, distribution, version
     plugin_errors() -> (PluginError, ...)  the plugins that failed to load, each naming itself
     failed_plugins() -> {name: (FamilySource, PluginError)}   the same, with where each came from
+
+By name: a process that asks for one family by name (a GPU host checking a kernel's launch
+contract: client/contracts.py) imports that family and no other. get_family(name), for a name not
+registered, loads the entry points of ``name`` and of every name whose entry point's home (its
+module's folder under rocke_aot/families/, else its top-level package) is shared with them,
+in the order of the whole read; the first lookup that needs every family (family_names(),
+FAMILIES, an unknown name, ...) reads the rest then. What is registered is what reading them
+all gives, in the same order: the same-name rule (the first of a name wins) sees every entry
+point of that name; a spec type can be shared only by entry points of one home (the owner rule,
+_spec_owner_problem), which load together; the whole read puts the families loaded by name
+back in their entry points' order (FAMILIES' installation order); and an in-process register()
+after a lookup reads them all first, as that lookup would have. One difference remains,
+documented: a plugin whose import itself looks another family up (a lookup inside an import
+reads no entry point, as before) sees what is registered by then, which by name may be less.
 
 Why two registrations for one object: a family has a variants half (its spec, problem, grid
 and model: data and arithmetic, what a service host with no compiler needs) and an aot half
@@ -95,6 +112,9 @@ _FAILED: dict[str, tuple[FamilySource, PluginError]] = {}  # entry point name ->
 _LOCK = threading.Lock()
 _DISCOVERY = threading.RLock()  # re-entrant: a plugin's import may look a family up
 _STATE = ["new"]  # "new" -> "running" -> "done"
+_NAMED: set[str] = set()  # names whose entry points were loaded by name (_discover_named), before the whole read
+_LOOKED = [False]  # a lookup missed (get_family): the whole read would have run then (register() reads it first)
+_EPS: list[list[importlib.metadata.EntryPoint]] = []  # the family entry points, read once per process
 _IMPORTERS: set[int] = set()  # threads importing a plugin (import_entry_point): lookups inside skip the lock
 DEFAULT_IMPORT_TIMEOUT_S = 20.0  # a plugin import that takes longer is a PluginError (ROCKE_AOT_PLUGIN_IMPORT_TIMEOUT_S)
 
@@ -352,6 +372,8 @@ def register(family: Family, source: FamilySource | None = None) -> Family:
     if source is None:
         mod = getattr(family.spec_type, "__module__", "") or ""
         source = BUILTIN if mod.split(".")[0] == "rocke_aot" else FamilySource("registered", "", "", "", mod)
+        if _LOOKED[0]:  # a lookup missed before: reading every entry point would have run then
+            _discover()
     with _LOCK:
         if family.name in _REGISTRY and _REGISTRY[family.name] is not family:
             raise SpecError(f"family {family.name} is already registered ({_SOURCES[family.name].describe()})")
@@ -489,7 +511,8 @@ def _guarded(family: Family, source: FamilySource) -> Family:
 
 
 def _discover() -> None:
-    """Read the ``rocke_aot.families`` entry points once per process (the first lookup does)."""
+    """Read the ``rocke_aot.families`` entry points once per process (the first lookup that needs
+    them all does); the families loaded by name before keep their place in that order."""
     if _STATE[0] == "done":
         return
     if threading.get_ident() in _IMPORTERS:  # a plugin's import looking a family up: what is registered so far
@@ -499,22 +522,91 @@ def _discover() -> None:
             return
         _STATE[0] = "running"
         try:
-            for ep in entry_points(ENTRY_POINT_GROUP):
-                _load(ep)
+            moved: set[str] = set()
+            for ep in _family_entry_points():
+                if ep.name not in _NAMED:
+                    _load(ep)
+                elif ep.name not in moved:  # loaded by name: where reading them all puts it
+                    moved.add(ep.name)
+                    _requeue(ep.name)
         finally:
             _STATE[0] = "done"
 
 
+def _requeue(name: str) -> None:
+    """Move the entry point family ``name`` (and its failure) to the end of the registry's order,
+    as the whole read would have installed it now (an in-process registration keeps its place)."""
+    with _LOCK:
+        if name in _REGISTRY and _SOURCES[name].kind == "plugin":
+            _REGISTRY[name] = _REGISTRY.pop(name)
+        if name in _FAILED:
+            _FAILED[name] = _FAILED.pop(name)
+
+
+def _home(ep: importlib.metadata.EntryPoint) -> str:
+    """Where the spec types of ``ep``'s family may live (the owner rule, _spec_owner_problem): its
+    module's folder under rocke_aot/families/, else its top-level package. Entry points of
+    different homes cannot share a spec type, so their families load in any order alike."""
+    parts = ep.value.split(":", 1)[0].strip().split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["rocke_aot", "families"] and len(parts) > 2 else parts[0]
+
+
+def _discover_named(name: str) -> None:
+    """Load the entry points of ``name`` and of every name sharing a home with them (module doc,
+    "By name"), in the whole read's order; nothing where no entry point has that name (the
+    caller reads them all then) or once every entry point is read."""
+    if _STATE[0] != "new" or threading.get_ident() in _IMPORTERS:
+        return
+    with _DISCOVERY:
+        if _STATE[0] != "new":
+            return
+        _LOOKED[0] = True
+        eps = _family_entry_points()
+        names = {name}
+        while True:  # the names sharing a home with those taken, to a fixed point
+            homes = {_home(ep) for ep in eps if ep.name in names}
+            more = {ep.name for ep in eps if _home(ep) in homes} - names
+            if not more:
+                break
+            names |= more
+        names -= _NAMED
+        try:
+            for ep in eps:
+                if ep.name in names:
+                    _load(ep)
+        finally:
+            _NAMED.update(n for n in names if any(ep.name == n for ep in eps))
+
+
+def _family_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """entry_points(ENTRY_POINT_GROUP), read once per process (by name, then all)."""
+    with _DISCOVERY:
+        if not _EPS:
+            _EPS.append(entry_points(ENTRY_POINT_GROUP))
+        return _EPS[0]
+
+
 def entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
-    """The installed entry points of ``group``, in a stable order (name, then distribution)."""
-    eps = importlib.metadata.entry_points(group=group)
-    return sorted(eps, key=lambda ep: (ep.name, _dist_of(ep)[0], ep.value))
+    """The installed entry points of ``group``, in a stable order (name, then distribution, then
+    value; a distribution's name is read only where two entry points share a name)."""
+    eps = list(importlib.metadata.entry_points(group=group))
+    seen: dict[str, int] = {}
+    for ep in eps:
+        seen[ep.name] = seen.get(ep.name, 0) + 1
+    return sorted(eps, key=lambda ep: (ep.name, _dist_of(ep)[0] if seen[ep.name] > 1 else "", ep.value))
 
 
 def _dist_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
     dist = getattr(ep, "dist", None)
     if dist is None:
         return "?", "?"
+    return _dist_name_version(dist)
+
+
+@functools.cache
+def _dist_name_version(dist: importlib.metadata.Distribution) -> tuple[str, str]:
+    """(Name, Version) of an installed distribution, parsed once per process and distribution (the
+    entry points of one distribution share its object)."""
     return dist.metadata["Name"] or "?", dist.version or "?"
 
 
@@ -633,6 +725,21 @@ def family_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def family_packages() -> tuple[str, ...]:
+    """The top-level packages the families' own code comes from, read without loading a family:
+    the package of every family entry point's module (a plugin's spec type lives there, the
+    owner rule _spec_owner_problem; "rocke_aot" for rocke-aot's own folders) and those of the
+    spec and problem types of the families registered in-process (register()), sorted. What
+    code a launch contract check may run (client/contracts.py watches these folders)."""
+    out = {ep.value.split(":", 1)[0].strip().split(".")[0] for ep in _family_entry_points()}
+    with _LOCK:
+        registered = [f for n, f in _REGISTRY.items() if _SOURCES[n].kind != "plugin"]
+    for fam in registered:
+        for kind in (fam.spec_type, fam.problem_type):
+            out.add((getattr(kind, "__module__", "") or "").split(".")[0])
+    return tuple(sorted(p for p in out if p))
+
+
 def builtin_family_names() -> tuple[str, ...]:
     """The families rocke-aot itself ships (its goldens, characterization and tests cover these): the
     families of rocke_aot/families/ that rocke-aot declares through its own entry points (their
@@ -680,8 +787,11 @@ def get_family(name: object) -> Family:
         raise SpecError(f"a family name must be a string such as 'gemm', got {type(name).__name__} {name!r}")
     family = _REGISTRY.get(name)
     if family is None:
-        _discover()
+        _discover_named(name)  # that name's entry points only (module doc, "By name")
         family = _REGISTRY.get(name)
+        if family is None and name not in _FAILED:
+            _discover()
+            family = _REGISTRY.get(name)
         if family is None:
             if name in _FAILED:
                 raise _FAILED[name][1]
@@ -712,7 +822,8 @@ def problem_from_dict(family: object, d: object) -> Any:
 
 __all__ = ["BUILTIN", "OWN_DISTRIBUTION", "families_for_select", "ENTRY_POINT_GROUP", "FAMILIES", "Family", "FamilySource", "LOWERER_GROUP", "Reference",
            "VariantTable",
-           "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_source",
+           "builtin_family_names", "entry_points", "failed_plugins", "family_for_spec", "family_names", "family_packages",
+           "family_source",
            "get_family", "has_lowerer", "import_entry_point", "install", "installed_builtin_names", "plugin_errors",
            "plugin_source", "problem_from_dict",
            "register", "register_lowerer"]
