@@ -199,16 +199,22 @@ TILE_CASES = [
 ]
 
 
-def _dense_tiles(p: AttentionProblem):
-    """Every spec of the sm_90 and gfx942 tables that accepts ``p``, one per distinct tile."""
+def _table_specs(p: AttentionProblem, packed: bool | None = None, by=("BLOCK_M", "BLOCK_N")):
+    """The specs of the sm_90 and gfx942 tables that accept ``p`` (only packed or unpacked ones where
+    ``packed`` says), one per distinct value of the ``by`` fields."""
     from rocke_aot.variants import table
 
     fam, out = get_family(FAM), {}
     for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm24")):
         for spec in table.enumerate_specs(FAM, arch, lane):
-            if fam.model.accepts(spec, p) is None:
-                out.setdefault((spec.BLOCK_M, spec.BLOCK_N), spec)
+            if (packed is None or bool(spec.PACK_GQA) == packed) and fam.model.accepts(spec, p) is None:
+                out.setdefault(tuple(getattr(spec, f) for f in by), spec)
     return list(out.values())
+
+
+def _dense_tiles(p: AttentionProblem):
+    """Every spec of the sm_90 and gfx942 tables that accepts ``p``, one per distinct tile."""
+    return _table_specs(p)
 
 
 @pytest.fixture(scope="module")
@@ -223,17 +229,7 @@ def test_every_dense_tile_matches_the_reference_on_the_interpreter(ran_tiles):
     tiles = {(spec.BLOCK_M, spec.BLOCK_N) for _, spec, _ in pairs}
     assert {(128, 128), (16, 128), (64, 64), (128, 64), (64, 32)} <= tiles, tiles
     for (p, spec, _), vals, (o_bits, lse_got) in zip(pairs, values, outs):
-        got = runner_ref.decode(o_bits, p.dtype)
-        want = compute(p, vals)
-        lim = error_bound(p, vals, want, p.dtype)
-        assert np.isfinite(got).all(), f"{spec.config} {p}: unwritten or non-finite outputs"
-        bad = np.abs(got - want) > lim
-        assert not bad.any(), f"{spec.config} {p}: {int(bad.sum())} outside the bound, max {np.abs(got - want).max():.3g}"
-        if p.lse:
-            lse_want = compute_lse(p, vals)
-            fin = np.isfinite(lse_want)
-            assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want))
-            assert (np.abs(lse_got[fin] - lse_want[fin]) <= _lse_bound(p, vals, lse_want)[fin]).all(), spec.config
+        _check(p, vals, o_bits, lse_got, f"{spec.config} {p}")
 
 
 # GQA-packed (PACK_GQA 1): a KV head's group of query heads x the query positions in one tile's rows. Decode
@@ -258,15 +254,9 @@ PACK_CASES = [
 
 def _packed_specs(p: AttentionProblem):
     """The packed specs of the sm_90 and gfx942 tables that accept ``p``, one per distinct tile."""
-    from rocke_aot.variants import table
-
-    fam, out = get_family(FAM), {}
-    for arch, lane in (("sm_90", "llvm22"), ("gfx942", "llvm24")):
-        for spec in table.enumerate_specs(FAM, arch, lane):
-            if spec.PACK_GQA and fam.model.accepts(spec, p) is None:
-                out.setdefault((spec.BLOCK_M, spec.BLOCK_N, spec.num_warps), spec)
+    out = _table_specs(p, packed=True, by=("BLOCK_M", "BLOCK_N", "num_warps"))
     assert out, f"no packed spec accepts {p}"
-    return list(out.values())
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -289,6 +279,7 @@ def _check(p: AttentionProblem, vals, o_bits, lse_got, what: str) -> None:
         assert lse_got.size == lse_want.size == p.heads_q * p.total_q
         assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), f"{what}: -inf rows differ"
         fin = np.isfinite(lse_want)
+        assert np.isfinite(lse_got[fin]).all(), f"{what}: a finite LSE row came out non-finite"
         err = np.abs(lse_got[fin] - lse_want[fin])
         assert (err <= _lse_bound(p, vals, lse_want)[fin]).all(), f"{what}: LSE max err {err.max():.3g}"
 
@@ -343,25 +334,9 @@ def test_the_triton_kernel_matches_the_reference_on_the_interpreter(ran, i):
     problems, values, outs = ran
     p, vals = problems[i], values[i]
     o_bits, lse_got = outs[i]
-    got = runner_ref.decode(o_bits, p.dtype)
-    want = compute(p, vals)
-    lim = error_bound(p, vals, want, p.dtype)
-    assert got.size == want.size == p.total_q * p.heads_q * p.head_dim
-    assert np.isfinite(got).all(), f"case {i}: unwritten or non-finite outputs"
-    bad = np.abs(got - want) > lim
-    assert not bad.any(), f"case {i}: {int(bad.sum())} of {got.size} outside the bound, max err " \
-                          f"{np.abs(got - want).max():.3g}"
     if not p.lse:
         assert p.lse_rows == 0
-        return
-    lse_want = compute_lse(p, vals)
-    assert lse_got.size == lse_want.size == p.heads_q * p.total_q
-    # rows that see no key: -inf in both; every other row finite and within the bound
-    assert np.array_equal(np.isneginf(lse_got), np.isneginf(lse_want)), f"case {i}: -inf rows differ"
-    fin = np.isfinite(lse_want)
-    assert np.isfinite(lse_got[fin]).all()
-    err = np.abs(lse_got[fin] - lse_want[fin])
-    assert (err <= _lse_bound(p, vals, lse_want)[fin]).all(), f"case {i}: LSE max err {err.max():.3g}"
+    _check(p, vals, o_bits, lse_got, f"case {i}")
 
 
 def test_the_cases_reach_the_edges_they_name(ran):
