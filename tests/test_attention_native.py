@@ -112,8 +112,11 @@ def test_the_table_refuses_tiles_by_name():
     with pytest.raises(CapabilityError, match="not a multiple of the 32 keys"):
         TABLE.check(AttentionSpec(path="wmma", block_n=16), Target.parse("gfx1250"))
     big = AttentionSpec(path="mma", head_dim=256, warps=4, block_n=64)
-    # K 64 x 264, V^T 256 x 72 (i16), S 64 x 64 (f32), P 64 x 64 (i16), alpha 64 (f32)
-    assert big.lds_bytes() == 64 * 264 * 2 + 256 * 72 * 2 + 64 * 64 * 4 + 64 * 64 * 2 + 64 * 4
+    # K 64 x 264, V^T 256 x 72 (i16); the softmax in registers: no S, P or alpha
+    assert big.lds_bytes() == 64 * 264 * 2 + 256 * 72 * 2
+    # split-KV keeps its softmax in shared memory: S 64 x 64 (f32), P 64 x 64 (i16), alpha 64 (f32) beside them
+    split = AttentionSpec(path="mma", head_dim=256, warps=4, block_n=64, split_kv=1)
+    assert split.lds_bytes() == 64 * 264 * 2 + 256 * 72 * 2 + 64 * 64 * 4 + 64 * 64 * 2 + 64 * 4
     with pytest.raises(CapabilityError, match="exceed the 65536"):
         TABLE.check(AttentionSpec(path="mfma", head_dim=256, warps=4, block_n=64), Target.parse("gfx942"))
     TABLE.check(AttentionSpec(path="mfma", head_dim=256, warps=4, block_n=64), Target.parse("gfx950"))  # 160 KiB
@@ -131,19 +134,28 @@ def test_the_table_refuses_tiles_by_name():
 
 
 def test_register_plan_from_the_instructions_layouts():
-    """AMDGPU's register softmax composes for MFMA 16x16x16 (64 lanes: a row's lanes l, l^16, l^32, l^48;
-    P^T's fragment kc, element j = S^T tile kc's accumulator j) and gfx1250's WMMA 16x16x32 (32 lanes, keys
-    8h + j of tile 2kc and 16 + 8h + j of tile 2kc + 1); mma.sync's D holds two columns a lane: no plan."""
+    """The register softmax composes for MFMA 16x16x16 (S^T = K Q^T, 64 lanes: a row's lanes l, l^16, l^32,
+    l^48; P^T's fragment kc, element j = S^T tile kc's accumulator j), gfx1250's WMMA 16x16x32 (32 lanes,
+    keys 8h + j of tile 2kc and 16 + 8h + j of tile 2kc + 1) and sm_90's mma.sync m16n8k16 (S = Q K^T; by
+    the PTX ISA's fragment tables, g = lane / 4, t = lane % 4: c_r is S[g + 8 (r / 2)][2t + r % 2] of an
+    n8 tile, a_j is P[g + 8 ((j / 2) % 2)][2t + j % 2 + 8 (j / 4)] of a k16 slice: a_0..a_3 are tile 2kc's
+    c_0..c_3, a_4..a_7 tile 2kc + 1's; a lane holds rows g (c_0, c_1) and g + 8 (c_2, c_3), each shared by
+    the quad's lanes l ^ 1, l ^ 2; O's columns 2t, 2t + 1 one 4-byte store)."""
     from rocke_aot import mma
     from rocke_aot.families.attention.lower import register_plan
 
     p = register_plan(mma.select("gfx942", "mfma", "f16", "16x16x16"), 64)
-    assert p.masks == (16, 32) and p.store_run == 4 and p.col_is_lane_mod
+    assert p.transposed and p.masks == (16, 32) and p.store_run == 4 and p.rows == ((0, 1, 2, 3),)
     assert p.gather == tuple(tuple((kc, j) for j in range(4)) for kc in range(4))
     w = register_plan(mma.select("gfx1250", "wmma", "bf16", "16x16x32"), 32)
-    assert w.masks == (16,) and w.store_run == 8
+    assert w.transposed and w.masks == (16,) and w.store_run == 8 and w.rows == (tuple(range(8)),)
     assert w.gather == (tuple((0, j) for j in range(8)) + tuple((1, j) for j in range(8)),)
-    assert register_plan(mma.select("sm_90", "mma", "f16"), 32) is None
+    assert register_plan(mma.select("gfx1250", "wmma", "bf16", "16x16x32"), 16) is None  # half a k32 slice
+    for dt in ("f16", "bf16"):
+        for bn in (16, 32, 64):
+            n = register_plan(mma.select("sm_90", "mma", dt), bn)
+            assert not n.transposed and n.masks == (1, 2) and n.rows == ((0, 1), (2, 3)) and n.store_run == 2
+            assert n.gather == tuple(tuple((2 * kc + j // 4, j % 4) for j in range(8)) for kc in range(bn // 16))
 
 
 def test_a_wrong_scale_is_caught():
@@ -178,10 +190,13 @@ def test_it_compiles_with_the_targets_matrix_instructions(tmp_path, arch, lane, 
     if arch == "sm_90":
         ptx = (tmp_path / "k.ptx").read_text()
         assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16", ptx)) >= 2 and "ex2.approx" in ptx
-        # K/V staged by 16-byte global loads (32 keys x 16 vectors / 128 threads = 4 rounds of K and V)
-        # and the fragments read from shared memory, a pair of elements (32 bits) at a time or more
-        assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b32|u32)", ptx)) == 8, ptx[:2000]
+        # K/V staged by 16-byte global loads (32 keys x 16 vectors / 128 threads = 4 rounds of K and V) in
+        # each of the two loops (unmasked, masked) and the fragments read from shared memory, a pair of
+        # elements (32 bits) at a time or more; the softmax in registers: no S / P / alpha in shared memory
+        # (no f32 shared stores, only the staging's), the row max and sum over a quad by shfl.sync.bfly
+        assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b32|u32)", ptx)) == 16, ptx[:2000]
         assert re.search(r"ld\.shared\.(v\d\.)?(b32|u32)", ptx) and not re.search(r"ld\.shared\.(b16|u16)", ptx)
+        assert not re.search(r"st\.shared\.f32", ptx) and re.search(r"shfl\.sync\.bfly\.b32", ptx)
     else:
         asm = subprocess.run([OBJDUMP, "-d", f"--mcpu={arch}", str(out)], capture_output=True, text=True,
                              check=True).stdout

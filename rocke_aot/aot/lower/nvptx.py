@@ -8,6 +8,8 @@
         .barrier()                 the profile's CTA barrier: llvm.nvvm.barrier0 (LLVM 20) or
                                    llvm.nvvm.barrier.cta.sync.aligned.all(i32 0) (LLVM 21+)
         .shared_array(...)         shared memory, addrspace(3)
+        .shuffle_xor(v, lane, mask) shfl.sync.bfly.b32 over the whole warp (the attention family's
+                                   row reductions in registers)
         .matrix_op(key, cap, op)   capability check + declaration of an mma.sync intrinsic
                                    (llvm.nvvm.mma.m16n8k16.row.col.*; called through
                                    aot/lower/matrix.py call_matrix)
@@ -92,6 +94,17 @@ class NvptxKernel(KernelModule):
                 f"{limit} bytes a kernel may declare on {self.target.id}"
             )
         return gv
+
+    def shuffle_xor(self, value: ir.Value, lane: ir.Value, mask: int) -> ir.Value:
+        """``value`` (f32 or i32) as lane ``lane ^ mask`` of this warp holds it: shfl.sync.bfly.b32 with
+        every lane of the warp taking part (member mask 0xffffffff, clamp 0x1f: the whole warp is one
+        segment; PTX ISA "shfl.sync"). ``lane`` is this lane's id (the butterfly needs none; AMDGPU's
+        ds_bpermute does)."""
+        b = self.ir_builder()
+        bits = value if value.type == I32 else b.bitcast(value, I32)
+        got = b.call(self.declare("shfl_bfly_i32"),
+                     [ir.Constant(I32, -1), bits, ir.Constant(I32, mask), ir.Constant(I32, 0x1F)])
+        return got if value.type == I32 else b.bitcast(got, value.type)
 
     def matrix_op(self, key: str, capability: str, op: str) -> ir.Function:
         """Declare an NVPTX matrix intrinsic (mma.sync) after checking the lane allows it.

@@ -29,6 +29,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from rocke_aot.families.attention.plan import register_plan
 from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP
 from rocke_aot.targets import Target
@@ -122,13 +123,16 @@ def attention_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> Kern
 # - matrix work: every warp computes its 16 query rows of S = Q K^T and O += P V whatever the problem's
 #   query rows (a decode's one token is 1 of the 16 rows the instruction computes: the padding costs as
 #   much as the work)
-# - the softmax through shared memory (sm_90, and split-KV on every target): S stored by the instruction's
+# - the softmax through shared memory (split-KV, on every target): S stored by the instruction's
 #   d_coord (f32), read back by lane l % 16 (one row a lane: block_n loads, each key of the row in turn),
 #   masked, scaled, exp2, P stored (2 bytes) and alpha; the P and V^T fragments read for O += P V, alpha
 #   read once per distinct row of a lane's accumulators; four barriers a step. Bank conflicts of every
 #   access from its lanes' real addresses (variants/counts.py lds_cycles)
-# - the softmax in registers (AMD, unsplit): S^T's accumulators are the lane's row; row max by
-#   ds_bpermute over the lanes of a column (log2(wave / 16) of them); two barriers a step
+# - the softmax in registers (unsplit, plan.py register_plan): AMD's S^T accumulators are the lane's row,
+#   the row max by ds_bpermute over the lanes of a column (log2(wave / 16) of them, LDS accesses); sm_90's
+#   S accumulators are in two rows a lane, each row's max by shfl.sync over its quad (2 a row, no shared
+#   memory); K and V^T fragments the only shared-memory reads, the staging the only stores; two barriers
+#   a step; the masks in the masked loop's steps only (the diagonal's, a ragged tail, any window)
 # - split-KV: kv_splits work-groups per query tile (Efficiency.tiles counts them), each over one chunk of
 #   ceil(seqlen_k / kv_splits) keys in whole blocks; every work-group stores its partial (block_m x
 #   (head_dim + 4) f32), the last arriver of a tile reads kv_splits of them: the bytes averaged over the
@@ -213,18 +217,28 @@ def _native_static(spec: Any, target: Target, banks: int) -> dict[str, float]:
     out["mma"] = 2 * rows * BN * D / (ins.m * ins.n * ins.k)
     lane = range(ins.wave_size)
     reads = read_cyc = 0.0
-    if target.is_amdgpu and not spec.split_kv:  # the register softmax (lower.py registers)
-        tiles_s, tiles_o = BN // ins.m, D // ins.m
-        kr, kc = frag_cost(ins, ins.a_coord, ins.a_per_lane, lambda m_, k_: m_ * ldk + k_, EB,
-                           a_run(ins, ldk), banks)
-        vr, vc = frag_cost(ins, ins.a_coord, ins.a_per_lane, lambda m_, k_: m_ * ldv + k_, EB,
-                           a_run(ins, ldv), banks)
-        shuffles = max(0, (wave // rows).bit_length() - 1)  # lanes of one query row: lane ^ span(masks)
-        reads = tiles_s * (D // ins.k) * kr + tiles_o * (BN // ins.k) * vr + shuffles
-        read_cyc = tiles_s * (D // ins.k) * kc + tiles_o * (BN // ins.k) * vc + shuffles * _lds(
+    plan = None if spec.split_kv else register_plan(ins, BN)
+    if plan is not None:  # the register softmax (lower.py registers)
+        tile = plan.tile(ins)
+        tiles_s, tiles_o = BN // tile, D // tile
+        if plan.transposed:  # K and V^T as A
+            lds_per, lds_coord = ins.a_per_lane, ins.a_coord
+        else:  # as B, stored (n, k)
+            lds_per, lds_coord = ins.b_per_lane, lambda ln, j: ins.b_coord(ln, j)[::-1]
+        kr, kc = frag_cost(ins, lds_coord, lds_per, lambda m_, k_: m_ * ldk + k_, EB,
+                           a_run(ins, ldk, lds_coord, lds_per), banks)
+        vr, vc = frag_cost(ins, lds_coord, lds_per, lambda m_, k_: m_ * ldv + k_, EB,
+                           a_run(ins, ldv, lds_coord, lds_per), banks)
+        nrows = len(plan.rows)  # query rows of one lane
+        shuffles = nrows * len(plan.masks)  # a row's max over its lanes, lane ^ span(masks), per row of a lane
+        # AMDGPU's shuffle is ds_bpermute (an LDS access); sm_90's shfl.sync is no shared-memory access
+        lds_shuffles = shuffles if target.is_amdgpu else 0
+        reads = tiles_s * (D // ins.k) * kr + tiles_o * (BN // ins.k) * vr + lds_shuffles
+        read_cyc = tiles_s * (D // ins.k) * kc + tiles_o * (BN // ins.k) * vc + lds_shuffles * _lds(
             (4 * ln for ln in range(wave)), 4, banks)
-        per_lane = tiles_s * ins.acc_per_lane  # S^T elements of one lane (its query row's keys)
-        out["fma"] = per_lane * (SOFTMAX_FP - 1 + EXP2_COST["hip"]) + shuffles + ROW_FP + EXP2_COST["hip"] \
+        per_lane = tiles_s * ins.acc_per_lane  # S elements of one lane (its query rows' keys)
+        exp = EXP2_COST["hip" if target.is_amdgpu else "cuda"]
+        out["fma"] = per_lane * (SOFTMAX_FP - 1 + exp) + shuffles + nrows * (ROW_FP + exp) \
             + tiles_o * ins.acc_per_lane
         out["cvt"] = per_lane
         out["mask_ops"] = per_lane * (MASK_OPS + CAUSAL_MASK_OPS * spec.causal)  # masked steps only
@@ -274,7 +288,7 @@ def native_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelC
     D, BN, bm = spec.head_dim, g.block_n, g.block_m
     T, wave = g.threads, g.wave
     warps = T // wave
-    registers = target.is_amdgpu and not spec.split_kv
+    registers = not spec.split_kv  # the softmax in registers (register_plan; lower.py refuses a spec without one)
     if spec.split_kv:
         splits = spec.launch_formulas().env(p)["kv_splits"]
         n_steps = max(1, ceil_div(ceil_div(max(1, p.seqlen_k), splits), BN))

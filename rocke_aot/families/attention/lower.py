@@ -10,20 +10,29 @@
                             one global load each, K stored row-major [key][d] (one 16-byte LDS store),
                             V transposed [d][key] (8 two-byte stores); rows past seqlen_k are zeros;
                             each LDS row padded by KV_PAD elements; barrier
-      AMDGPU (mfma / wmma; register_plan): S^T = K Q^T (K fragments A from LDS, Q^T fragments B in
-      registers), so each lane's accumulators are one query row's; the online softmax in registers
-      (v_max_f32, the row max over the lanes of a row by ds_bpermute, v_exp_f32, the row sum per lane
-      until the end), P^T's B fragments are those accumulators converted, O^T += V^T P^T (V^T
-      fragments A from LDS); two barriers a block; blocks every row of the work-group sees whole run
-      a loop without masks or staging guards, the rest (diagonal, tail, any window) a masked loop;
-      O^T stored as each lane's run of head-dim elements. LDS holds K and V^T only. sm_90 (mma):
-        S = Q K^T           instr.n keys at a time, K fragments (B) from LDS, the runs of consecutive
-                            elements one vector read (gemm's a_fragment_run over the (n, k) map)
+      the online softmax in registers (register_plan, plan.py: decided from the instruction's coordinate
+      maps; every unsplit kernel):
+        AMDGPU (mfma / wmma)  S^T = K Q^T (K fragments A from LDS, Q^T fragments B in registers): each
+                            lane's accumulators are one query row's (a D column); P^T's B fragments are
+                            those accumulators converted, O^T += V^T P^T (V^T fragments A from LDS);
+                            v_max_f32, the row max over the lanes of a row by ds_bpermute, v_exp_f32
+        sm_90 (mma.sync m16n8k16)  S = Q K^T (Q fragments A in registers, K fragments B from LDS, runs
+                            of consecutive elements one vector read: gemm's a_fragment_run over the (n, k)
+                            map): each lane's accumulators are in rows lane / 4 and lane / 4 + 8 of the
+                            warp's 16 (c0 c1, c2 c3), the C layout of two adjacent n8 tiles is the A
+                            layout of one k16 slice, so P's A fragments are S's accumulators converted;
+                            O += P V (V^T fragments B from LDS); max.f32, the row max over the quad
+                            (lane ^ 1, lane ^ 2) by shfl.sync.bfly, ex2.approx
+      per row of a lane: scale (x log2 e), mask (keys past seqlen_k, causal at the bottom right, the
+      window), the running max m, alpha = exp2(m_old - m_new), P = exp2(s - m_new), the row sum per lane
+      until the end (reduced once over the row's lanes); two barriers a block; blocks every row of the
+      work-group sees whole run a loop without masks or staging guards, the rest (diagonal, tail, any
+      window) a masked loop; O stored as each lane's runs of head-dim elements. LDS holds K and V^T only.
+    split-KV keeps the softmax through shared memory (step below), on every target:
+        S = Q K^T           instr.n keys at a time, K fragments (B) from LDS
         S -> LDS            by the instruction's d_coord (f32); barrier
-        online softmax      lane l < 16 takes row l: scale (x log2 e), mask (keys past seqlen_k,
-                            causal at the bottom right, the window), the running max m and sum l,
-                            alpha = exp2(m_old - m_new); P = exp2(s - m_new) written back to LDS in
-                            the input dtype, alpha beside it; barrier
+        online softmax      lane l < 16 takes row l: as above; P written back to LDS in the input
+                            dtype, alpha beside it; barrier
         O = O * alpha + P V P fragments (A) and V^T fragments (B) from LDS, vector reads as for K;
                             barrier (every warp is done with K, V, S, P before the next block)
       O = O / l (0 where a row saw no key), stored in the input dtype for rows < seqlen_q
@@ -31,7 +40,7 @@
       work-group g: split z = g % kv_splits of tile g // kv_splits, keys [z per, min(hi, (z + 1) per));
       partial O / m / l to W, arrival on the tile's counter (fence, atomic, fence: the split-K gemm's
       protocol), the last arriver combines z = 0, 1, .. in order and runs the epilogue below
-    LDS: spec.lds_layout() (K, V^T; sm_90 and split-KV also S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
+    LDS: spec.lds_layout() (K, V^T; split-KV also S, P, alpha); static arrays on AMD, one dynamic shared array on sm_90
     (past the 48 KiB of static shared data; the launch contract's dynamic_shared_bytes).
     Every index is 32-bit (accepts refuses tensors over 2 GiB). The 16-byte K/V loads assume 16-byte
     aligned K and V base pointers (every torch allocation is; a row is head_dim >= 64 elements).
@@ -43,66 +52,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import llvmlite.ir as ir
-import numpy as np
 
 from rocke_aot.aot.lower import LoweredKernel, kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, Sym
 from rocke_aot.families.attention.native import KV_PAD, ROWS, AttentionSpec
+from rocke_aot.families.attention.plan import RegisterPlan, register_plan
+from rocke_aot.families.attention.plan import dmap as plan_dmap
 from rocke_aot.families.gemm.lower_common import a_fragment_run
 from rocke_aot.lanes import Lane
 from rocke_aot.targets import Target
 
 LOG2E = 1.4426950408889634
 VEC = 8  # i16 elements a staging copy moves (16 bytes)
-
-
-@dataclass(frozen=True)
-class RegisterPlan:
-    """How S^T's accumulators become P^T's B fragments in the same lane (register_plan)."""
-    gather: tuple[tuple[tuple[int, int], ...], ...]  # [kc][j] -> (S^T tile, accumulator element)
-    masks: tuple[int, ...]  # lane xor masks spanning the lanes of one D column (one query row)
-    col_is_lane_mod: bool  # a lane's D column is lane % 16
-    store_run: int  # consecutive head-dim elements of a lane's O^T accumulators (one vector store)
-
-
-def register_plan(ins, bn: int) -> RegisterPlan | None:
-    """The register softmax's plan for ``ins`` and a block of ``bn`` keys, None where the layouts do
-    not compose; decided from the instruction's own coordinate maps over all lanes (numpy): every D
-    element of a lane is in one column (one query row of S^T = K Q^T); every B element of P^T (keys
-    kc * k + b_k, column b_n) is, in every lane, the same (tile, element) of S^T's accumulators, in
-    the lane's own column; the lanes of one column are a lane ^ span(masks) group."""
-    if ins.n != ROWS or bn % ins.m or bn % ins.k:
-        return None
-    lanes = np.arange(ins.wave_size)
-
-    def d(r: int) -> tuple[np.ndarray, np.ndarray]:
-        return tuple(np.broadcast_to(x, lanes.shape) for x in ins.d_coord(lanes, r))  # type: ignore[return-value]
-
-    col = d(0)[1]
-    if any((d(r)[1] != col).any() for r in range(ins.acc_per_lane)):
-        return None
-    gather = []
-    for kc in range(bn // ins.k):
-        row = []
-        for j in range(ins.b_per_lane):
-            kk, nn = (np.broadcast_to(x, lanes.shape) for x in ins.b_coord(lanes, j))
-            if (nn != col).any():
-                return None
-            hit = [(t, r) for t in range(bn // ins.m) for r in range(ins.acc_per_lane)
-                   if (t * ins.m + d(r)[0] == kc * ins.k + kk).all()]
-            if not hit:
-                return None
-            row.append(hit[0])
-        gather.append(tuple(row))
-    masks = tuple(1 << i for i in range(ins.wave_size.bit_length() - 1) if (col[lanes ^ (1 << i)] == col).all())
-    if 2 ** len(masks) != int((col == col[0]).sum()):
-        return None
-    run = ins.acc_per_lane
-    while run > 1 and not all((d(r)[0] == d(r0)[0] + (r - r0)).all() and (d(r0)[0] % run == 0).all()
-                              for r0 in range(0, ins.acc_per_lane, run) for r in range(r0, r0 + run)):
-        run //= 2
-    return RegisterPlan(tuple(gather), masks, bool((col == lanes % ROWS).all()), run)
 
 
 def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredKernel:
@@ -350,21 +312,29 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             rounds(chunks // VR, "stgv", v_vecs)
 
     def registers(plan: RegisterPlan) -> LoweredKernel:
-        """AMDGPU: S^T = K Q^T and O^T = V^T P^T, so a lane's S^T accumulators are all of one query
-        row (its column) and are, as they stand, its B fragments of P^T (register_plan): the online
-        softmax runs in registers, the row max over the lanes of a column by plan.masks shuffles, the
-        row sum per lane (reduced once, after the loops). Blocks wholly visible to every row of the
-        work-group (below seqlen_k, below the first row's diagonal when causal, no window) run a loop
-        with no masks; the rest a loop with them."""
-        col = ln % ROWS if plan.col_is_lane_mod else None
-        if col is None:
-            raise AssertionError("register_plan admits only D layouts whose column is lane % 16")
-        qrow = row0 + col  # this lane's query row
-        qdiag = b.add(qrow.v, shift)  # signed: the last key it sees when causal
-        tiles_s, tiles_o = BN // ins.m, D // ins.m
-        exp2_hw, vmax = kb.declare("amdgcn_exp2_f32"), kb.declare("maxnum_f32")  # v_exp_f32, v_max_f32
+        """The online softmax in registers (register_plan). AMDGPU (plan.transposed): S^T = K Q^T and
+        O^T = V^T P^T, K and V^T fragments A from LDS, Q^T fragments B in registers, a lane's S^T
+        accumulators all of one query row (its column); sm_90 (mma.sync m16n8k16): S = Q K^T and O = P V,
+        Q fragments A in registers, K and V^T fragments B from LDS, a lane's accumulators in two rows
+        (plan.rows: lane / 4 and lane / 4 + 8). Either way P's fragments are S's accumulators converted, as
+        they stand (plan.gather); the row max over the lanes of a row by plan.masks shuffles (ds_bpermute /
+        shfl.sync.bfly), the row sum per lane (reduced once, after the loops). Blocks wholly visible to every
+        row of the work-group (below seqlen_k, below the first row's diagonal when causal, no window) run a
+        loop with no masks; the rest a loop with them."""
+        tp = plan.transposed
+        tile = plan.tile(ins)
+        dmap = plan_dmap(ins, tp)
+        nrows = len(plan.rows)
+        row_of = {r: c for c, grp in enumerate(plan.rows) for r in grp}
+        qrows = [row0 + dmap(ln, grp[0])[1] for grp in plan.rows]  # this lane's query rows
+        qdiags = [b.add(q.v, shift) for q in qrows]  # signed: the last key each sees when causal
+        tiles_s, tiles_o = BN // tile, D // tile
+        if target.is_amdgpu:  # v_exp_f32, v_max_f32
+            exp2_hw, vmax = kb.declare("amdgcn_exp2_f32"), kb.declare("maxnum_f32")
+        else:  # ex2.approx.f32, max.f32
+            exp2_hw, vmax = exp2, kb.declare("maxnum_f32")
 
-        def bfrag_q(kc: int) -> ir.Value:  # Q^T as B: element j = Q[qrow][kc * k + b_k(j)]
+        def bfrag_q(kc: int) -> ir.Value:  # Q^T as B: element j = Q[row b_n(j)][kc * k + b_k(j)]
             els = []
             for j in range(ins.b_per_lane):
                 kk, nn = ins.b_coord(ln, j)
@@ -372,9 +342,19 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 els.append(load16(Qp, q_base + row * q_stride + (kc * ins.k + kk), row.lt(len_q)))
             return vec(ins.b_per_lane, els, I16)
 
-        qb = [bfrag_q(kc) for kc in range(D // ins.k)]
-        a_k_run = a_fragment_run(ins, LDK)
-        a_v_run = a_fragment_run(ins, LDV)
+        # the operands: S^T = K Q^T (K as A, Q^T as B) or S = Q K^T (Q as A, K as B); K and V^T fragments from
+        # LDS by a (key or head-dim, contiguous index) map and its vector runs
+        if tp:
+            qops = [bfrag_q(kc) for kc in range(D // ins.k)]
+            lds_per, lds_coord = ins.a_per_lane, ins.a_coord
+        else:
+            qops = qfrag
+            lds_per, lds_coord = ins.b_per_lane, b_nk
+        a_k_run = a_fragment_run(ins, LDK, lds_coord, lds_per)
+        a_v_run = a_fragment_run(ins, LDV, lds_coord, lds_per)
+
+        def mm(kv: ir.Value, other: ir.Value, acc: ir.Value) -> ir.Value:  # kv: the K / V^T fragment
+            return call_matrix(kb, mfn, ins, kv, other, acc) if tp else call_matrix(kb, mfn, ins, other, kv, acc)
 
         def reduce(v: ir.Value, op) -> ir.Value:
             for mk in plan.masks:
@@ -385,56 +365,64 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             return b.call(vmax, [x, y])
 
         def step(k0: Sym, carried: list, masked: bool) -> list:
-            m_old, l_old, accs = carried[0], carried[1], carried[2:]
+            m_old, l_old, accs = carried[:nrows], carried[nrows:2 * nrows], carried[2 * nrows:]
             stage(k0, guarded=masked)
             kb.barrier()
-            s_t = []  # S^T tiles: keys t*m .. t*m+m-1 of this block x the warp's 16 query rows
+            s_t = []  # S tiles: keys t * tile .. of this block x the warp's 16 query rows
             for t in range(tiles_s):
                 acc = zero_acc
                 for kc in range(D // ins.k):
-                    kf = lds_fragment(k_lds, ins.a_per_lane, ins.a_coord, a_k_run,
-                                      lambda m_, k_, t=t, kc=kc: (m_ + t * ins.m) * LDK + (k_ + kc * ins.k))
-                    acc = call_matrix(kb, mfn, ins, kf, qb[kc], acc)
+                    kf = lds_fragment(k_lds, lds_per, lds_coord, a_k_run,
+                                      lambda m_, k_, t=t, kc=kc: (m_ + t * tile) * LDK + (k_ + kc * ins.k))
+                    acc = mm(kf, qops[kc], acc)
                 s_t.append(acc)
             vals = {}
-            mx = None
+            mx: list[Any] = [None] * nrows
             for t in range(tiles_s):
                 for r in range(ins.acc_per_lane):
+                    c = row_of[r]
                     x = b.fmul(b.extract_element(s_t[t], c32(r)), qk_scale)
                     if masked:
-                        key = (k0 + t * ins.m + ins.d_coord(ln, r)[0]).v
+                        key = (k0 + t * tile + dmap(ln, r)[0]).v
                         keep = b.icmp_signed("<", key, LK)
                         if spec.causal:
-                            keep = b.and_(keep, b.icmp_signed("<=", key, qdiag))
-                        in_win = b.icmp_signed("<", b.sub(qdiag, key), WIN)
+                            keep = b.and_(keep, b.icmp_signed("<=", key, qdiags[c]))
+                        in_win = b.icmp_signed("<", b.sub(qdiags[c], key), WIN)
                         keep = b.and_(keep, b.or_(b.icmp_signed("<=", WIN, c32(0)), in_win))
                         x = b.select(keep, x, neg_inf)
                     vals[t, r] = x
-                    mx = x if mx is None else fmax(mx, x)
-            m_new = fmax(reduce(mx, fmax), m_old)
-            m_use = b.select(b.fcmp_ordered("==", m_new, neg_inf), f32(0.0), m_new) if masked else m_new
-            alpha = b.call(exp2_hw, [b.fsub(m_old, m_use)])
-            total = None
+                    mx[c] = x if mx[c] is None else fmax(mx[c], x)
+            m_new, m_use, alpha = [], [], []
+            for c in range(nrows):
+                m_new.append(fmax(reduce(mx[c], fmax), m_old[c]))
+                m_use.append(b.select(b.fcmp_ordered("==", m_new[c], neg_inf), f32(0.0), m_new[c])
+                             if masked else m_new[c])
+                alpha.append(b.call(exp2_hw, [b.fsub(m_old[c], m_use[c])]))
+            total: list[Any] = [None] * nrows
             bits = {}
             for (t, r), x in vals.items():
-                p = b.call(exp2_hw, [b.fsub(x, m_use)])
-                total = p if total is None else b.fadd(total, p)
+                c = row_of[r]
+                p = b.call(exp2_hw, [b.fsub(x, m_use[c])])
+                total[c] = p if total[c] is None else b.fadd(total[c], p)
                 bits[t, r] = to_bits(p)
-            l_new = b.fadd(b.fmul(l_old, alpha), total)
-            pb = [vec(ins.b_per_lane, [bits[tr] for tr in plan.gather[kc]], I16) for kc in range(BN // ins.k)]
-            splat = b.insert_element(ir.Constant(zero_acc.type, None), alpha, c32(0))
-            splat = b.shuffle_vector(splat, ir.Constant(zero_acc.type, None),
-                                     ir.Constant(ir.VectorType(I32, ins.acc_per_lane), [0] * ins.acc_per_lane))
+            l_new = [b.fadd(b.fmul(l_old[c], alpha[c]), total[c]) for c in range(nrows)]
+            pb = [vec(len(plan.gather[kc]), [bits[tr] for tr in plan.gather[kc]], I16) for kc in range(BN // ins.k)]
+            if nrows == 1:
+                scale = b.insert_element(ir.Constant(zero_acc.type, None), alpha[0], c32(0))
+                scale = b.shuffle_vector(scale, ir.Constant(zero_acc.type, None),
+                                         ir.Constant(ir.VectorType(I32, ins.acc_per_lane), [0] * ins.acc_per_lane))
+            else:
+                scale = vec(ins.acc_per_lane, [alpha[row_of[r]] for r in range(ins.acc_per_lane)], F32)
             out = []
             for dt in range(tiles_o):
-                acc = b.fmul(accs[dt], splat)
+                acc = b.fmul(accs[dt], scale)
                 for kc in range(BN // ins.k):
-                    vf = lds_fragment(vt_lds, ins.a_per_lane, ins.a_coord, a_v_run,
-                                      lambda m_, k_, dt=dt, kc=kc: (m_ + dt * ins.m) * LDV + (k_ + kc * ins.k))
-                    acc = call_matrix(kb, mfn, ins, vf, pb[kc], acc)
+                    vf = lds_fragment(vt_lds, lds_per, lds_coord, a_v_run,
+                                      lambda m_, k_, dt=dt, kc=kc: (m_ + dt * tile) * LDV + (k_ + kc * ins.k))
+                    acc = mm(vf, pb[kc], acc)
                 out.append(acc)
             kb.barrier()  # every warp has read K and V before the next block is staged
-            return [m_new, l_new, *out]
+            return [*m_new, *l_new, *out]
 
         # blocks every row of the work-group sees whole: below seqlen_k // BN and, when causal, below
         # (first row + shift + 1) // BN; none with a window (it masks keys from below)
@@ -446,29 +434,32 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             full = b.select(b.icmp_unsigned("<", lim, full), lim, full)
         full = b.select(b.icmp_signed("<=", WIN, c32(0)), full, c32(0))
         full = kb.sym(b.select(b.icmp_unsigned("<", full, trips.v), full, trips.v))
-        init = [neg_inf, f32(0.0)] + [zero_acc] * tiles_o
+        init = [neg_inf] * nrows + [f32(0.0)] * nrows + [zero_acc] * tiles_o
         mid = kb.loop(full, init, lambda it, c: step(it * BN, c, False), "kv")
         final = kb.loop(trips - full, mid, lambda it, c: step((full + it) * BN, c, True), "kvm")
-        m_fin, l_fin = final[0], reduce(final[1], b.fadd)
+        fins = [(final[c], reduce(final[nrows + c], b.fadd)) for c in range(nrows)]  # each row's m, l
         first = b.icmp_unsigned("==", b.and_(ln.v, c32(sum(plan.masks))), c32(0))  # one lane per row
-        if spec.layout:
-            lse = natural_lse(m_fin, l_fin)
-            want = kb.all_of(first, qrow.lt(len_q), b.icmp_signed(">", LROWS, c32(0)))
-            with kb.if_then(want, "lse"):
-                lse_at: Sym = (h * (kb.sym(LROWS) // hq) + q_start + qrow) if spec.varlen else bh * sq + qrow
-                b.store(lse, b.gep(LSEp, [lse_at.v], source_etype=F32), align=4)
-        inv = b.select(b.fcmp_ordered(">", l_fin, f32(0.0)), b.fdiv(f32(1.0), l_fin), f32(0.0))
-        with kb.if_then(qrow.lt(len_q), "st"):
-            for dt in range(tiles_o):
-                acc = final[2 + dt]
-                for r0 in range(0, ins.acc_per_lane, plan.store_run):
-                    els = [to_bits(b.fmul(b.extract_element(acc, c32(r)), inv)) for r in range(r0, r0 + plan.store_run)]
-                    at = q_base + qrow * q_stride + (dt * ins.m + ins.d_coord(ln, r0)[0])
-                    if plan.store_run == 1:
-                        b.store(els[0], b.gep(Op, [at.v], source_etype=I16), align=2)
-                    else:
-                        b.store(vec(plan.store_run, els, I16), b.gep(Op, [at.v], source_etype=I16),
-                                align=2 * plan.store_run)
+        for c, grp in enumerate(plan.rows):
+            qrow = qrows[c]
+            m_fin, l_fin = fins[c]
+            if spec.layout:
+                lse = natural_lse(m_fin, l_fin)
+                want = kb.all_of(first, qrow.lt(len_q), b.icmp_signed(">", LROWS, c32(0)))
+                with kb.if_then(want, "lse"):
+                    lse_at: Sym = (h * (kb.sym(LROWS) // hq) + q_start + qrow) if spec.varlen else bh * sq + qrow
+                    b.store(lse, b.gep(LSEp, [lse_at.v], source_etype=F32), align=4)
+            inv = b.select(b.fcmp_ordered(">", l_fin, f32(0.0)), b.fdiv(f32(1.0), l_fin), f32(0.0))
+            with kb.if_then(qrow.lt(len_q), "st"):
+                run = plan.store_run
+                for dt in range(tiles_o):
+                    acc = final[2 * nrows + dt]
+                    for i0 in range(0, len(grp), run):
+                        els = [to_bits(b.fmul(b.extract_element(acc, c32(r)), inv)) for r in grp[i0:i0 + run]]
+                        at = q_base + qrow * q_stride + (dt * tile + dmap(ln, grp[i0])[0])
+                        if run == 1:
+                            b.store(els[0], b.gep(Op, [at.v], source_etype=I16), align=2)
+                        else:
+                            b.store(vec(run, els, I16), b.gep(Op, [at.v], source_etype=I16), align=2 * run)
         b.ret_void()
         return kb.lowered("attention", {"threads": g.threads, "block_m": g.block_m, "block_n": BN, "instr": ins.key,
                                         "k_run": a_k_run, "v_run": a_v_run, "softmax": "registers"})
@@ -490,10 +481,10 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         ln2 = f32(0.6931471805599453)
         return b.select(seen, b.fadd(b.fmul(b.fadd(m_fin, e), ln2), ln_m), neg_inf)
 
-    if spec.path != "mma" and not spec.split_kv:  # AMDGPU: the softmax in registers (below: sm_90's, split-KV's)
+    if not spec.split_kv:  # the softmax in registers (below: split-KV's, through shared memory)
         plan = register_plan(ins, BN)
         if plan is None:
-            raise AssertionError(f"{ins.key}: its D layout does not give P^T's B fragments in registers")
+            raise AssertionError(f"{ins.key}: its D layout does not give P's fragments in registers")
         return registers(plan)
 
     def step(it, carried):
@@ -673,4 +664,4 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                                          "k_run": k_run, "v_run": v_run, "p_run": p_run})
 
 
-__all__ = ["lower_attention"]
+__all__ = ["RegisterPlan", "lower_attention", "register_plan"]

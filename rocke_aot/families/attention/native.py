@@ -28,11 +28,11 @@
 
 What this kernel is (and is not yet): Q's fragments stay in registers for the whole sweep; each K/V
 block is copied into LDS by the whole work-group (16-byte global loads through registers; no async copies
-or double buffering yet) and every warp's K and V fragments are vector reads from there. On AMDGPU the
-online softmax runs in registers (S^T = K Q^T: a lane's accumulators are one query row's, and P^T's
-fragments for O^T = V^T P^T; lower.py register_plan); on sm_90 S goes through shared memory so each lane
-of a warp's first 16 takes one row's online softmax (max, exp2, sum) and writes P back for the P V
-fragments.
+or double buffering yet) and every warp's K and V fragments are vector reads from there. The online
+softmax runs in registers (plan.py register_plan): on AMDGPU S^T = K Q^T (a lane's accumulators are one
+query row's, and P^T's fragments for O^T = V^T P^T), on sm_90 S = Q K^T (mma.sync m16n8k16: a lane's
+accumulators are in two rows, and P's A fragments for O = P V); the split-KV kernels keep S and P in
+shared memory (each lane of a warp's first 16 takes one row's online softmax and writes P back).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from typing import Any
 from rocke_aot.arch import ArchInfo
 from rocke_aot.errors import CapabilityError, SpecError
 from rocke_aot.families.attention.counts import native_counts
+from rocke_aot.families.attention.plan import ROWS  # query rows per warp (every target's instruction has m = 16)
 from rocke_aot.families.attention.problem import DTYPES, HEAD_DIMS, AttentionProblem
 from rocke_aot.families.attention.reference import REFERENCE
 from rocke_aot.launch import ArgDef, LaunchFormulas
@@ -53,7 +54,6 @@ from rocke_aot.variants.models import DimGranularity, Efficiency, Model, combine
 from rocke_aot.variants.perf import TileWork
 from rocke_aot.variants.table import FamilyTable, Refuse, Serve
 
-ROWS = 16  # query rows per warp (every target's instruction has m = 16 in the shape used)
 WARPS = (1, 2, 4)
 BLOCK_NS = (16, 32, 64)  # keys per step (K/V tile rows staged in LDS)
 KV_PAD = 8  # i16 elements of padding after each LDS row of the K and V^T tiles (16 bytes: rows stay
@@ -161,11 +161,11 @@ class AttentionSpec:
 
     def lds_layout(self) -> tuple[tuple[str, int, int], ...]:
         """(name, elements, element bytes) of each LDS array, in allocation order (lower.py): the K and
-        V^T tiles; on sm_90 (mma) also S, P and the rescale factors of the softmax through shared
-        memory (AMDGPU's runs in registers, but for split-KV's)."""
+        V^T tiles; for split-KV also S, P and the rescale factors of its softmax through shared memory
+        (every other kernel's runs in registers, lower.py register_plan)."""
         bn, d, rows = self.block_n, self.head_dim, self.warps * ROWS
         kv = (("attn_k", bn * (d + KV_PAD), 2), ("attn_vt", d * (bn + KV_PAD), 2))
-        if self.path != "mma" and not self.split_kv:  # split-KV keeps the shared-memory softmax (lower.py)
+        if not self.split_kv:  # split-KV keeps the shared-memory softmax (lower.py)
             return kv
         return kv + (("attn_s", rows * bn, 4), ("attn_p", rows * bn, 2), ("attn_alpha", rows, 4))
 
