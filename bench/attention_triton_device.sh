@@ -17,6 +17,9 @@
 #      row beside it.
 # Each step has its own timeout, all within 320 s of the start (the site install included); everything lands in $OUT/all.tgz (one
 # file: the device returns at most 8), with timeline.txt and summary.txt also beside it.
+# Environment (defaults in brackets): TRI_PROBLEMS the triton_attention problems [0 4 5 3 1], NATIVE_PROBLEMS
+# the native ones [0 4], NATIVE_WHERE the native build's filters [head dim 128, f16, causal; "" builds every
+# sm_90 spec], GPU_TEST_K the GPU tests' -k [every_sm90_spec].
 # Usage (repository root): here `bash scripts/gpu-wheels.sh --tests && bash bench/attention_triton_device.sh --prepare`,
 # then the device call carrying [".whl", ".state/att-tri"]: OUT=$OUT bash bench/attention_triton_device.sh
 if [ "${1:-}" = "--prepare" ]; then  # the CPU side: the carried cache (see below)
@@ -53,23 +56,25 @@ $PY - <<'PY'
 import json; d=json.load(open('bench/problems/models/attention.json'))
 for i in (0, 1, 3, 4, 5):
     json.dump({"triton_attention": [d["triton_attention"][i]]}, open(f'/tmp/att-tri/triton-{i}.json', 'w'))
-json.dump({"attention": [d["attention"][i] for i in (0, 4)]}, open('/tmp/att-tri/native.json', 'w'))
+import os; nat = [int(i) for i in os.environ.get("NATIVE_PROBLEMS", "0 4").split()]
+json.dump({"attention": [d["attention"][i] for i in nat]}, open('/tmp/att-tri/native.json', 'w'))
 PY
 # one bench per problem (each writes its own report: a timeout loses one problem, not all), the most
 # telling first: Llama prefill, the decode batch, its paged twin (no vendor time: SDPA cannot state it), ViT,
 # Qwen prefill (bf16)
-for i in 0 4 5 3 1; do
+for i in ${TRI_PROBLEMS:-0 4 5 3 1}; do  # TRI_PROBLEMS: a subset, in order
   T=$(left); [ $T -gt 60 ] && T=60
   [ $T -gt 10 ] || { st "triton bench $i skipped: $T s left"; continue; }
   timeout $T $RA bench --run-from-cache --arch sm_90 --family triton_attention --lane llvm22 --problems $W/triton-$i.json --cache $C --candidates all --verify --out $OUT/bench-triton_attention-$i.json > $OUT/bench-triton_attention-$i.txt 2>&1; st "triton bench problem $i rc=$?"
 done
-T=$(left); [ $T -gt 150 ] && T=150
-if [ $T -gt 30 ]; then timeout $T bash scripts/gpu-tests.sh -q -k "every_sm90_spec" > $OUT/gpu-tests.txt 2>&1; st "gpu test rc=$? $(tail -1 $OUT/gpu-tests.txt)"; else st "gpu test skipped: $T s left"; fi
-T=$(left)
+T=$(left); [ $T -gt 180 ] && T=180
 if [ $T -gt 60 ]; then
-  timeout $(( T / 3 )) $RA build --arch sm_90 --lane llvm22 --family attention --cache $C -j 16 --where head_dim=128 --where dtype=f16 --where causal=1 --json > $OUT/build-native.json 2> $OUT/build-native.log; st "native build rc=$? $(tail -1 $OUT/build-native.log)"
-  T=$(left); [ $T -gt 10 ] && { timeout $T $RA bench --run-from-cache --arch sm_90 --family attention --lane llvm22 --problems $W/native.json --cache $C --candidates all --verify --out $OUT/bench-attention.json > $OUT/bench-attention.txt 2>&1; st "native bench rc=$?"; }
+  timeout $(( T / 3 )) $RA build --arch sm_90 --lane llvm22 --family attention --cache $C -j 16 ${NATIVE_WHERE---where head_dim=128 --where dtype=f16 --where causal=1} --json > $OUT/build-native.json 2> $OUT/build-native.log; st "native build rc=$? $(tail -1 $OUT/build-native.log)"
+  T=$(left); [ $T -gt 150 ] && T=150; [ $T -gt 10 ] && { timeout $T $RA bench --run-from-cache --arch sm_90 --family attention --lane llvm22 --problems $W/native.json --cache $C --candidates all --verify --out $OUT/bench-attention.json > $OUT/bench-attention.txt 2>&1; st "native bench rc=$?"; }
 else st "native skipped: $T s left"; fi
+# the GPU tests last (GPU_TEST_K: the pytest -k expression; every_sm90_native_spec for the native family's)
+T=$(left); [ $T -gt 150 ] && T=150
+if [ $T -gt 30 ]; then timeout $T bash scripts/gpu-tests.sh -q -k "${GPU_TEST_K:-every_sm90_spec}" > $OUT/gpu-tests.txt 2>&1; st "gpu test rc=$? $(tail -1 $OUT/gpu-tests.txt)"; else st "gpu test skipped: $T s left"; fi
 $RA cache ls --cache $C --json > $W/ls.json 2>/dev/null
 $PY - > $OUT/summary.txt 2>&1 <<PY
 import json
