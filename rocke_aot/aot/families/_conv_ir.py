@@ -63,13 +63,14 @@ from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
-from rocke_aot.dtypes import DTYPE_BYTES
+from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import CapabilityError
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvGeometry, ConvSpecBase
 
 ELEM = {"f16": I16, "bf16": I16, "f32": F32}  # how a tensor element travels (raw bits)
 OUT = {"f16": F16, "bf16": BF16, "f32": F32}
+ELEM_INDEX_MASK = (MAX_TENSOR_BYTES + 1) // 2 - 1  # every 16-bit element index of a tensor fits these bits
 
 
 def c32(v: int) -> ir.Constant:
@@ -272,7 +273,18 @@ class ConvLowering:
         for op in ops:
             vty = I16 if op.vw == 1 else ir.VectorType(I16, op.vw)
             zero = ir.Constant(vty, 0 if op.vw == 1 else None)
-            for it in range(-(-op.count // T)):
+            rounds = -(-op.count // T)
+            # Where a work-item loads several vectors of the operand from one chunk base, the
+            # offset's sign bit is stated clear (a tensor holds < 2**30 16-bit elements,
+            # MAX_TENSOR_BYTES): off * 2 then fits 32 bits, so each load takes the saddr form (the
+            # chunk's SGPR base + a 32-bit VGPR offset) with no 64-bit add a load in the loop
+            # (gfx1250 conv_fwd's halo: 4 v_lshl_add_u64 a chunk, their v_nop hazards and
+            # s_wait_xcnt; llvm22 110 -> 100 instructions a chunk). The AND is loop-invariant,
+            # hoisted with the offset. A base one load uses is re-associated by LICM into the
+            # work-item's own 64-bit pointer whatever the offset's range (dgrad's dY), so it is
+            # left as it was.
+            shared = rounds * (2 if op.pair else 1) > 1
+            for it in range(rounds):
                 u = self.tid + it * T
                 if (it + 1) * T > op.count:
                     u = self.smin(u, op.count - 1)
@@ -280,6 +292,8 @@ class ConvLowering:
                 vals = []
                 for un in units:
                     off = un.off if un.ok is None else Sym(b, b.select(un.ok, un.off.v, c32(0)))
+                    if shared:
+                        off = Sym(b, b.and_(off.v, c32(ELEM_INDEX_MASK)))
                     base = b.gep(un.ptr, [b.zext(un.chunk_off.v, ir.IntType(64))], source_etype=I16)
                     v = b.load(b.gep(base, [b.zext(off.v, ir.IntType(64))], source_etype=I16), typ=vty, align=2)
                     if un.ok is not None:
@@ -396,22 +410,43 @@ class ConvLowering:
     def step(self, acc: list[ir.Value], ksteps: int,
              a_addr: Callable[[Sym, Sym | int], Sym], b_addr: Callable[[Sym | int, Sym], Sym]) -> list[ir.Value]:
         """acc += A[:, 0:ksteps] x B[0:ksteps, :] from LDS (this block's ROWS x COLS tile)."""
-        b = self.b
+        return self.steps(acc, ksteps, [(a_addr, b_addr)])
+
+    def steps(self, acc: list[ir.Value], ksteps: int,
+              operands: Sequence[tuple[Callable[[Sym, Sym | int], Sym], Callable[[Sym | int, Sym], Sym]]]
+              ) -> list[ir.Value]:
+        """step() for each (a_addr, b_addr) in turn (conv_direct_fwd's filter taps); on AMD every
+        fragment of every one of them is read before the first matrix instruction, behind ONE wait."""
         out = list(acc)
         if self.instr is None:
-            row, cols = self.fma_coords()
-            for kk in range(ksteps):
-                a = self.to_f32(self.lds_load(self.lds, a_addr(row, kk)))
-                for j, col in enumerate(cols):
-                    bv = self.to_f32(self.lds_load(self.lds, b_addr(kk, col)))
-                    out[j] = b.call(self.fmuladd, [a, bv, out[j]])
+            for a_addr, b_addr in operands:
+                out = self._fma_step(out, ksteps, a_addr, b_addr)
             return out
+        return self._matrix_step(out, ksteps, operands)
+
+    def _fma_step(self, out: list[ir.Value], ksteps: int,
+                  a_addr: Callable[[Sym, Sym | int], Sym], b_addr: Callable[[Sym | int, Sym], Sym]) -> list[ir.Value]:
+        b = self.b
+        row, cols = self.fma_coords()
+        for kk in range(ksteps):
+            a = self.to_f32(self.lds_load(self.lds, a_addr(row, kk)))
+            for j, col in enumerate(cols):
+                bv = self.to_f32(self.lds_load(self.lds, b_addr(kk, col)))
+                out[j] = b.call(self.fmuladd, [a, bv, out[j]])
+        return out
+
+    def _matrix_step(self, out: list[ir.Value], ksteps: int,
+                     operands: Sequence[tuple[Callable[[Sym, Sym | int], Sym], Callable[[Sym | int, Sym], Sym]]]
+                     ) -> list[ir.Value]:
+        b = self.b
         ins = self.instr
+        assert ins is not None
         if ksteps % ins.k:
             raise AssertionError(f"{ksteps} reduction steps are not whole {ins.mnemonic} K={ins.k}")
         lane = self.tid % self.geo.wave_size
 
-        def fragments(ks: int, i: int) -> tuple[ir.Value, ir.Value]:
+        def fragments(o: int, ks: int, i: int) -> tuple[ir.Value, ir.Value]:
+            a_addr, b_addr = operands[o]
             r0, c0 = self.mma_tile(i)
             va = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
             vb = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
@@ -423,10 +458,11 @@ class ConvLowering:
                 vb = b.insert_element(vb, self.lds_load(self.lds, b_addr(kr + ks * ins.k, c0 + c)), c32(j))
             return va, vb
 
-        slots = [(ks, i) for ks in range(ksteps // ins.k) for i in range(self.tiles_per_wave)]
+        slots = [(o, ks, i) for o in range(len(operands)) for ks in range(ksteps // ins.k)
+                 for i in range(self.tiles_per_wave)]
         if not self.target.is_amdgpu:
-            for ks, i in slots:
-                out[i] = call_matrix(self.kb, self.mma_fn, ins, *fragments(ks, i), out[i])
+            for o, ks, i in slots:
+                out[i] = call_matrix(self.kb, self.mma_fn, ins, *fragments(o, ks, i), out[i])
             return out
         # AMD (issue 37, gemm's compute_amd): every fragment read first, the first matrix
         # instruction's last (LDS returns in order), then ONE wait for the reads and the matrix
@@ -439,8 +475,8 @@ class ConvLowering:
         frags = {slot: fragments(*slot) for slot in reversed(slots)}
         if len(slots) > 1 or not self.target.processor.startswith("gfx9"):
             self.akb.wait_zero("lds")
-        for ks, i in slots:
-            out[i] = call_matrix(self.kb, self.mma_fn, ins, *frags[(ks, i)], out[i])
+        for o, ks, i in slots:
+            out[i] = call_matrix(self.kb, self.mma_fn, ins, *frags[(o, ks, i)], out[i])
         return out
 
     def epilogue(self, acc: list[ir.Value], store: Callable[[Sym, Sym, ir.Value], None]) -> None:
