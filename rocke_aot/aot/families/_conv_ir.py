@@ -19,9 +19,10 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
     loop(b, count, carried, body)     a counted loop whose carried values are phis
     the AMD matrix paths' main loop (issue 37; ConvLowering.amd_chunks, the shape of gemm's
     build_amd): the family describes one reduction chunk's staging as Operands -- units of vw
-    contiguous elements (vw from the spec: the key covers it), each a tensor base advanced by
-    a chunk-uniform offset plus a per-unit i32 offset (loop-invariant, hoisted), its LDS index
-    and, on the checked path, one validity predicate for the whole vector --
+    contiguous elements (vw from the spec: the key covers it) of one tensor whose base advances
+    a fixed step a chunk (uniform: a scalar pointer), each unit a per-unit i32 offset
+    (loop-invariant, hoisted), its LDS index and, on the checked path, one validity predicate
+    for the whole vector --
           kfull = the chunks that need no bounds test (the family says: conv_direct_fwd all
                   of them where the block's input halo lies inside the image, else 0;
                   conv_dgrad_patch the whole K chunks, K // k_chunk)
@@ -31,6 +32,8 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
               compute (LDS reads, matrix instructions); barrier; registers -> LDS; barrier
             gfx9: the loop runs ci < kfull - 1 and loads chunk ci + 1 (no clamp: the chunk
               offsets are its induction), then [kfull > 0: compute the last whole chunk; barrier]
+            gfx1250: the loop carries each operand's chunk base, advanced by its step after the
+              stores while ci + 2 < kfull (the clamp as one select a chunk)
           edge loop ci in kfull .. nchunks: the checked chunk (zero where invalid) -> LDS;
               barrier; compute; barrier
       waits by need (issue 37, as gemm's compute_amd): a step reads every fragment first, then
@@ -93,14 +96,13 @@ def wide(n: int) -> int:
 
 @dataclass(frozen=True)
 class Unit:
-    """One staged vector of an Operand: ptr[chunk_off + off + 0..vw-1] -> LDS[lds + e * lds_step].
+    """One staged vector of an Operand: ptr[chunk * step + off + 0..vw-1] -> LDS[lds + e * lds_step]
+    (ptr, step: its Operand's).
 
-    chunk_off is uniform over the block (a scalar base per chunk), off the work-item's i32
-    offset (loop-invariant: hoisted out of the main loop); ``ok`` (the checked path) says the
-    whole vector is valid, else it reads ptr[chunk_off] and stages zeros."""
+    off is the work-item's i32 offset (loop-invariant: hoisted out of the main loop); ``ok`` (the
+    checked path) says the whole vector is valid, else it reads ptr[chunk * step] and stages
+    zeros."""
 
-    ptr: ir.Value
-    chunk_off: Sym
     off: Sym
     ok: ir.Value | None
     lds: Sym
@@ -109,13 +111,16 @@ class Unit:
 
 @dataclass(frozen=True)
 class Operand:
-    """``count`` units of ``vw`` elements a chunk; ``at(unit, chunk, checked)`` -> its Units: one,
-    or two (``pair``: K rows 2r and 2r + 1 of a transposed LDS operand, their elements paired
-    into one 4-byte LDS store each)."""
+    """``count`` units of ``vw`` elements a chunk of tensor ``ptr``, which advances ``step``
+    elements a chunk (the chunk's base is uniform over the block: a scalar pointer);
+    ``at(unit, chunk, checked)`` -> its Units: one, or two (``pair``: K rows 2r and 2r + 1 of a
+    transposed LDS operand, their elements paired into one 4-byte LDS store each)."""
 
     count: int
     vw: int
     at: Callable[[Sym, Sym, bool], list[Unit]]
+    ptr: ir.Value
+    step: int
     pair: bool = False
 
 
@@ -264,13 +269,21 @@ class ConvLowering:
         yv = y.v if isinstance(y, Sym) else c32(y)
         return Sym(self.b, self.b.select(self.b.icmp_unsigned("<", x.v, yv), x.v, yv))
 
-    def load_units(self, ops: list[Operand], chunk: Sym, checked: bool) -> list[tuple]:
+    def chunk_base(self, op: Operand, chunk: Sym) -> ir.Value:
+        """Operand ``op``'s tensor at chunk ``chunk``: ptr + chunk * step (uniform)."""
+        b = self.b
+        return b.gep(op.ptr, [b.zext((chunk * op.step).v, ir.IntType(64))], source_etype=I16)
+
+    def load_units(self, ops: list[Operand], chunk: Sym, checked: bool,
+                   bases: Sequence[ir.Value] | None = None) -> list[tuple]:
         """Every unit work-item tid moves (units tid, tid + T, ...; a work-item past the last unit
         of a round takes the last one again: the same values to the same LDS words, no branch)
-        loaded into registers: [(operand, units, values)]."""
+        loaded into registers: [(operand, units, values)]. ``bases``: each operand's chunk_base,
+        where the caller carries it (the interior loop)."""
         b, T = self.b, self.geo.threads
         out = []
-        for op in ops:
+        for n_op, op in enumerate(ops):
+            base = bases[n_op] if bases is not None else self.chunk_base(op, chunk)
             vty = I16 if op.vw == 1 else ir.VectorType(I16, op.vw)
             zero = ir.Constant(vty, 0 if op.vw == 1 else None)
             rounds = -(-op.count // T)
@@ -294,7 +307,6 @@ class ConvLowering:
                     off = un.off if un.ok is None else Sym(b, b.select(un.ok, un.off.v, c32(0)))
                     if shared:
                         off = Sym(b, b.and_(off.v, c32(ELEM_INDEX_MASK)))
-                    base = b.gep(un.ptr, [b.zext(un.chunk_off.v, ir.IntType(64))], source_etype=I16)
                     v = b.load(b.gep(base, [b.zext(off.v, ir.IntType(64))], source_etype=I16), typ=vty, align=2)
                     if un.ok is not None:
                         v = b.select(un.ok, v, zero if op.vw > 1 else ir.Constant(I16, 0))
@@ -345,18 +357,35 @@ class ConvLowering:
         else:
             trips, last = kfull, kfull - 1
 
-        def interior(ci: Sym, acc_i: list[ir.Value]) -> list[ir.Value]:
-            nxt = ci + 1
-            if not peel:
-                nxt = Sym(b, b.select(nxt.lt(kfull), nxt.v, last.v))
-            regs = self.load_units(ops(False), nxt, False)
+        # gfx1250: each operand's chunk base is carried by the loop, advanced by its step while a
+        # chunk is left to load (the clamp as one uniform select a chunk: llvm22 conv_fwd's
+        # offsets recomputed from the clamped index, 8 scalar instructions a chunk with an
+        # s_wait_kmcnt, -> 4)
+        nacc = len(acc)
+        carried = list(acc)
+        if not peel:
+            first = self.S(b.select(self.S(1).lt(kfull), c32(1), last.v))
+            carried += [self.chunk_base(op, first) for op in ops(False)]
+
+        def interior(ci: Sym, car: list[ir.Value]) -> list[ir.Value]:
+            acc_i, bases = car[:nacc], car[nacc:]
+            if peel:
+                regs = self.load_units(ops(False), ci + 1, False)
+            else:
+                regs = self.load_units(ops(False), ci + 1, False, bases)
             acc_i = compute(acc_i)
             self.akb.barrier_lds()
             self.store_units(regs)
+            if not peel:  # after the loads' wait (a fence): an SGPR base rewritten while a load that
+                # reads it is in flight costs an s_wait_xcnt (gfx1250), two a chunk
+                more = (ci + 2).lt(kfull)
+                i64 = ir.IntType(64)
+                bases = [b.gep(p, [b.select(more, ir.Constant(i64, op.step), ir.Constant(i64, 0))], source_etype=I16)
+                         for p, op in zip(bases, ops(False))]
             self.akb.barrier_lds()
-            return acc_i
+            return acc_i + bases
 
-        acc = loop(kb, trips, acc, interior, "chunk")
+        acc = loop(kb, trips, carried, interior, "chunk")[:nacc]
         if peel:
             pre = b.block
             with kb.if_then(self.S(0).lt(kfull), name="last"):

@@ -120,15 +120,15 @@ class _FwdLowering(ConvLowering):
             iw = self.ow0 * s.stride_w + hx - s.pad_w
             ok = self.kb.all_of(ih.lt(self.H), iw.lt(self.W)) if chk else None
             off = ((self.n * self.H + ih) * self.W + iw) * s.c + cv * vw
-            return [Unit(self.X, ci * s.c_chunk, off, ok, u * vw)]
+            return [Unit(off, ok, u * vw)]
 
         def w_unit(u: Sym, ci: Sym, chk: bool) -> list[Unit]:
             kl, t, cv = u // (rs * cpv), (u // cpv) % rs, u % cpv
             k = self.smin(self.k0 + kl, s.k - 1)  # rows past K: columns never stored
-            return [Unit(self.Wt, ci * s.c_chunk, (k * rs + t) * s.c + cv * vw, None, u * vw + halo)]
+            return [Unit((k * rs + t) * s.c + cv * vw, None, u * vw + halo)]
 
-        return [Operand(s.halo_h * s.halo_w * cpv, vw, x_unit),
-                Operand(s.tile_k * rs * cpv, vw, w_unit)]
+        return [Operand(s.halo_h * s.halo_w * cpv, vw, x_unit, self.X, s.c_chunk),
+                Operand(s.tile_k * rs * cpv, vw, w_unit, self.Wt, s.c_chunk)]
 
     def _chunk_by_element(self, halo: int, taps):
         s, kb = self.spec, self.kb
