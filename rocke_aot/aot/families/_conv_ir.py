@@ -114,7 +114,9 @@ class Operand:
     """``count`` units of ``vw`` elements a chunk of tensor ``ptr``, which advances ``step``
     elements a chunk (the chunk's base is uniform over the block: a scalar pointer);
     ``at(unit, chunk, checked)`` -> its Units: one, or two (``pair``: K rows 2r and 2r + 1 of a
-    transposed LDS operand, their elements paired into one 4-byte LDS store each)."""
+    transposed LDS operand, their elements paired into one 4-byte LDS store each).
+    ``runtime_offsets``: the family says its unit offsets depend on runtime extents (load_units
+    then states their sign bit clear)."""
 
     count: int
     vw: int
@@ -122,6 +124,7 @@ class Operand:
     ptr: ir.Value
     step: int
     pair: bool = False
+    runtime_offsets: bool = False  # its offsets grow with runtime extents (LLVM cannot bound them)
 
 
 def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
@@ -287,16 +290,18 @@ class ConvLowering:
             vty = I16 if op.vw == 1 else ir.VectorType(I16, op.vw)
             zero = ir.Constant(vty, 0 if op.vw == 1 else None)
             rounds = -(-op.count // T)
-            # Where a work-item loads several vectors of the operand from one chunk base, the
-            # offset's sign bit is stated clear (a tensor holds < 2**30 16-bit elements,
+            # An operand whose offsets grow with runtime extents (conv_direct_fwd's input: N, H, W)
+            # has the offset's sign bit stated clear (a tensor holds < 2**30 16-bit elements,
             # MAX_TENSOR_BYTES): off * 2 then fits 32 bits, so each load takes the saddr form (the
             # chunk's SGPR base + a 32-bit VGPR offset) with no 64-bit add a load in the loop
             # (gfx1250 conv_fwd's halo: 4 v_lshl_add_u64 a chunk, their v_nop hazards and
             # s_wait_xcnt; llvm22 110 -> 100 instructions a chunk). The AND is loop-invariant,
-            # hoisted with the offset. A base one load uses is re-associated by LICM into the
-            # work-item's own 64-bit pointer whatever the offset's range (dgrad's dY), so it is
-            # left as it was.
-            shared = rounds * (2 if op.pair else 1) > 1
+            # hoisted with the offset. Offsets LLVM bounds already (the weights: constant extents)
+            # take that form without it; stated there too, it only moved registers (gfx1250 llvm24
+            # dgrad p14c4 205 -> 213 instructions a chunk); and a chunk base one load uses is
+            # re-associated by LICM into the work-item's own 64-bit pointer whatever the range
+            # (conv_dgrad_patch's dY), so dgrad states none
+            shared = op.runtime_offsets and rounds > 1
             for it in range(rounds):
                 u = self.tid + it * T
                 if (it + 1) * T > op.count:

@@ -127,7 +127,7 @@ class _FwdLowering(ConvLowering):
             k = self.smin(self.k0 + kl, s.k - 1)  # rows past K: columns never stored
             return [Unit((k * rs + t) * s.c + cv * vw, None, u * vw + halo)]
 
-        return [Operand(s.halo_h * s.halo_w * cpv, vw, x_unit, self.X, s.c_chunk),
+        return [Operand(s.halo_h * s.halo_w * cpv, vw, x_unit, self.X, s.c_chunk, runtime_offsets=True),
                 Operand(s.tile_k * rs * cpv, vw, w_unit, self.Wt, s.c_chunk)]
 
     def _chunk_by_element(self, halo: int, taps):
