@@ -189,6 +189,12 @@ MMA_FWD = [
     ("gfx950", ConvDirectFwdSpec(c=32, k=32, r=3, s=3, stride_h=2, stride_w=2, pad_h=2, pad_w=2, dil_h=2, dil_w=2,
                                  tile_h=4, tile_w=8, tile_k=32, c_chunk=16, path="mfma"), (1, 21, 37)),
     ("gfx1250", ConvDirectFwdSpec(c=64, k=24, tile_h=2, tile_w=8, tile_k=16, c_chunk=32, path="wmma"), (1, 8, 20)),
+    # gfx1250 reads a filter row's taps (S of them) behind one wait (taps_per_wait): R != S,
+    # stride, dilation and padding through the grouped taps, both loops, a K tail
+    ("gfx1250", ConvDirectFwdSpec(c=64, k=24, r=3, s=2, stride_h=2, stride_w=1, pad_h=2, pad_w=1, dil_h=2, dil_w=2,
+                                  tile_h=2, tile_w=8, tile_k=16, c_chunk=32, path="wmma"), (1, 13, 27)),
+    # 4 C chunks: the carried chunk bases advanced twice, the last prefetch clamped
+    ("gfx1250", ConvDirectFwdSpec(c=128, k=16, tile_h=2, tile_w=8, tile_k=16, c_chunk=32, path="wmma"), (1, 6, 18)),
     ("gfx90a", ConvDirectFwdSpec(c=16, k=32, r=1, s=1, pad_h=0, pad_w=0, tile_h=4, tile_w=8, tile_k=32, c_chunk=8,
                                  path="mfma"), (1, 7, 9)),
 ]
@@ -220,6 +226,9 @@ MMA_PATCH = [
     # gfx9 peels the last whole chunk (_conv_ir.amd_chunks): K 109 above = 3 whole chunks + 13 (the
     # interior loop twice, the peeled chunk, the tail); K 13 < k_chunk: no whole chunk, the edge alone
     ("gfx942", ConvDgradPatchSpec(c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32, path="mfma"), (1, 35, 20, 13)),
+    # gfx1250's interior loop carries each operand's chunk base, advanced while a chunk is left to
+    # load: K 109 = 3 whole chunks (two advances, the last load clamped) + 13
+    ("gfx1250", ConvDgradPatchSpec(c=3, p=16, tile_h=2, tile_w=8, r_blk=2, k_chunk=32, path="wmma"), (1, 35, 20, 109)),
 ]
 
 

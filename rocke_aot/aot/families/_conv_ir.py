@@ -19,9 +19,10 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
     loop(b, count, carried, body)     a counted loop whose carried values are phis
     the AMD matrix paths' main loop (issue 37; ConvLowering.amd_chunks, the shape of gemm's
     build_amd): the family describes one reduction chunk's staging as Operands -- units of vw
-    contiguous elements (vw from the spec: the key covers it), each a tensor base advanced by
-    a chunk-uniform offset plus a per-unit i32 offset (loop-invariant, hoisted), its LDS index
-    and, on the checked path, one validity predicate for the whole vector --
+    contiguous elements (vw from the spec: the key covers it) of one tensor whose base advances
+    a fixed step a chunk (uniform: a scalar pointer), each unit a per-unit i32 offset
+    (loop-invariant, hoisted), its LDS index and, on the checked path, one validity predicate
+    for the whole vector --
           kfull = the chunks that need no bounds test (the family says: conv_direct_fwd all
                   of them where the block's input halo lies inside the image, else 0;
                   conv_dgrad_patch the whole K chunks, K // k_chunk)
@@ -31,6 +32,8 @@ reduction staged through LDS chunk by chunk. The family says where its operands 
               compute (LDS reads, matrix instructions); barrier; registers -> LDS; barrier
             gfx9: the loop runs ci < kfull - 1 and loads chunk ci + 1 (no clamp: the chunk
               offsets are its induction), then [kfull > 0: compute the last whole chunk; barrier]
+            gfx1250: the loop carries each operand's chunk base, advanced by its step after the
+              stores while ci + 2 < kfull (the clamp as one select a chunk)
           edge loop ci in kfull .. nchunks: the checked chunk (zero where invalid) -> LDS;
               barrier; compute; barrier
       waits by need (issue 37, as gemm's compute_amd): a step reads every fragment first, then
@@ -63,13 +66,14 @@ from rocke_aot.aot.lower import kernel_for
 from rocke_aot.aot.lower.amdgpu import AmdgpuKernel
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, KernelModule, LoweredKernel, Sym
-from rocke_aot.dtypes import DTYPE_BYTES
+from rocke_aot.dtypes import DTYPE_BYTES, MAX_TENSOR_BYTES
 from rocke_aot.errors import CapabilityError
 from rocke_aot.targets import Target
 from rocke_aot.variants.conv import ConvGeometry, ConvSpecBase
 
 ELEM = {"f16": I16, "bf16": I16, "f32": F32}  # how a tensor element travels (raw bits)
 OUT = {"f16": F16, "bf16": BF16, "f32": F32}
+ELEM_INDEX_MASK = (MAX_TENSOR_BYTES + 1) // 2 - 1  # every 16-bit element index of a tensor fits these bits
 
 
 def c32(v: int) -> ir.Constant:
@@ -92,14 +96,13 @@ def wide(n: int) -> int:
 
 @dataclass(frozen=True)
 class Unit:
-    """One staged vector of an Operand: ptr[chunk_off + off + 0..vw-1] -> LDS[lds + e * lds_step].
+    """One staged vector of an Operand: ptr[chunk * step + off + 0..vw-1] -> LDS[lds + e * lds_step]
+    (ptr, step: its Operand's).
 
-    chunk_off is uniform over the block (a scalar base per chunk), off the work-item's i32
-    offset (loop-invariant: hoisted out of the main loop); ``ok`` (the checked path) says the
-    whole vector is valid, else it reads ptr[chunk_off] and stages zeros."""
+    off is the work-item's i32 offset (loop-invariant: hoisted out of the main loop); ``ok`` (the
+    checked path) says the whole vector is valid, else it reads ptr[chunk * step] and stages
+    zeros."""
 
-    ptr: ir.Value
-    chunk_off: Sym
     off: Sym
     ok: ir.Value | None
     lds: Sym
@@ -108,14 +111,20 @@ class Unit:
 
 @dataclass(frozen=True)
 class Operand:
-    """``count`` units of ``vw`` elements a chunk; ``at(unit, chunk, checked)`` -> its Units: one,
-    or two (``pair``: K rows 2r and 2r + 1 of a transposed LDS operand, their elements paired
-    into one 4-byte LDS store each)."""
+    """``count`` units of ``vw`` elements a chunk of tensor ``ptr``, which advances ``step``
+    elements a chunk (the chunk's base is uniform over the block: a scalar pointer);
+    ``at(unit, chunk, checked)`` -> its Units: one, or two (``pair``: K rows 2r and 2r + 1 of a
+    transposed LDS operand, their elements paired into one 4-byte LDS store each).
+    ``runtime_offsets``: the family says its unit offsets depend on runtime extents (load_units
+    then states their sign bit clear)."""
 
     count: int
     vw: int
     at: Callable[[Sym, Sym, bool], list[Unit]]
+    ptr: ir.Value
+    step: int
     pair: bool = False
+    runtime_offsets: bool = False  # its offsets grow with runtime extents (LLVM cannot bound them)
 
 
 def loop(kb: KernelModule, count: Sym | int, carried: Sequence[ir.Value],
@@ -263,16 +272,37 @@ class ConvLowering:
         yv = y.v if isinstance(y, Sym) else c32(y)
         return Sym(self.b, self.b.select(self.b.icmp_unsigned("<", x.v, yv), x.v, yv))
 
-    def load_units(self, ops: list[Operand], chunk: Sym, checked: bool) -> list[tuple]:
+    def chunk_base(self, op: Operand, chunk: Sym) -> ir.Value:
+        """Operand ``op``'s tensor at chunk ``chunk``: ptr + chunk * step (uniform)."""
+        b = self.b
+        return b.gep(op.ptr, [b.zext((chunk * op.step).v, ir.IntType(64))], source_etype=I16)
+
+    def load_units(self, ops: list[Operand], chunk: Sym, checked: bool,
+                   bases: Sequence[ir.Value] | None = None) -> list[tuple]:
         """Every unit work-item tid moves (units tid, tid + T, ...; a work-item past the last unit
         of a round takes the last one again: the same values to the same LDS words, no branch)
-        loaded into registers: [(operand, units, values)]."""
+        loaded into registers: [(operand, units, values)]. ``bases``: each operand's chunk_base,
+        where the caller carries it (the interior loop)."""
         b, T = self.b, self.geo.threads
         out = []
-        for op in ops:
+        for n_op, op in enumerate(ops):
+            base = bases[n_op] if bases is not None else self.chunk_base(op, chunk)
             vty = I16 if op.vw == 1 else ir.VectorType(I16, op.vw)
             zero = ir.Constant(vty, 0 if op.vw == 1 else None)
-            for it in range(-(-op.count // T)):
+            rounds = -(-op.count // T)
+            # An operand whose offsets grow with runtime extents (conv_direct_fwd's input: N, H, W)
+            # has the offset's sign bit stated clear (a tensor holds < 2**30 16-bit elements,
+            # MAX_TENSOR_BYTES): off * 2 then fits 32 bits, so each load takes the saddr form (the
+            # chunk's SGPR base + a 32-bit VGPR offset) with no 64-bit add a load in the loop
+            # (gfx1250 conv_fwd's halo: 4 v_lshl_add_u64 a chunk, their v_nop hazards and
+            # s_wait_xcnt; llvm22 110 -> 100 instructions a chunk). The AND is loop-invariant,
+            # hoisted with the offset. Offsets LLVM bounds already (the weights: constant extents)
+            # take that form without it; stated there too, it only moved registers (gfx1250 llvm24
+            # dgrad p14c4 205 -> 213 instructions a chunk); and a chunk base one load uses is
+            # re-associated by LICM into the work-item's own 64-bit pointer whatever the range
+            # (conv_dgrad_patch's dY), so dgrad states none
+            shared = op.runtime_offsets and rounds > 1
+            for it in range(rounds):
                 u = self.tid + it * T
                 if (it + 1) * T > op.count:
                     u = self.smin(u, op.count - 1)
@@ -280,7 +310,8 @@ class ConvLowering:
                 vals = []
                 for un in units:
                     off = un.off if un.ok is None else Sym(b, b.select(un.ok, un.off.v, c32(0)))
-                    base = b.gep(un.ptr, [b.zext(un.chunk_off.v, ir.IntType(64))], source_etype=I16)
+                    if shared:
+                        off = Sym(b, b.and_(off.v, c32(ELEM_INDEX_MASK)))
                     v = b.load(b.gep(base, [b.zext(off.v, ir.IntType(64))], source_etype=I16), typ=vty, align=2)
                     if un.ok is not None:
                         v = b.select(un.ok, v, zero if op.vw > 1 else ir.Constant(I16, 0))
@@ -331,18 +362,35 @@ class ConvLowering:
         else:
             trips, last = kfull, kfull - 1
 
-        def interior(ci: Sym, acc_i: list[ir.Value]) -> list[ir.Value]:
-            nxt = ci + 1
-            if not peel:
-                nxt = Sym(b, b.select(nxt.lt(kfull), nxt.v, last.v))
-            regs = self.load_units(ops(False), nxt, False)
+        # gfx1250: each operand's chunk base is carried by the loop, advanced by its step while a
+        # chunk is left to load (the clamp as one uniform select a chunk: llvm22 conv_fwd's
+        # offsets recomputed from the clamped index, 8 scalar instructions a chunk with an
+        # s_wait_kmcnt, -> 4)
+        nacc = len(acc)
+        carried = list(acc)
+        if not peel:
+            first = self.S(b.select(self.S(1).lt(kfull), c32(1), last.v))
+            carried += [self.chunk_base(op, first) for op in ops(False)]
+
+        def interior(ci: Sym, car: list[ir.Value]) -> list[ir.Value]:
+            acc_i, bases = car[:nacc], car[nacc:]
+            if peel:
+                regs = self.load_units(ops(False), ci + 1, False)
+            else:
+                regs = self.load_units(ops(False), ci + 1, False, bases)
             acc_i = compute(acc_i)
             self.akb.barrier_lds()
             self.store_units(regs)
+            if not peel:  # after the loads' wait (a fence): an SGPR base rewritten while a load that
+                # reads it is in flight costs an s_wait_xcnt (gfx1250), two a chunk
+                more = (ci + 2).lt(kfull)
+                i64 = ir.IntType(64)
+                bases = [b.gep(p, [b.select(more, ir.Constant(i64, op.step), ir.Constant(i64, 0))], source_etype=I16)
+                         for p, op in zip(bases, ops(False))]
             self.akb.barrier_lds()
-            return acc_i
+            return acc_i + bases
 
-        acc = loop(kb, trips, acc, interior, "chunk")
+        acc = loop(kb, trips, carried, interior, "chunk")[:nacc]
         if peel:
             pre = b.block
             with kb.if_then(self.S(0).lt(kfull), name="last"):
@@ -396,22 +444,43 @@ class ConvLowering:
     def step(self, acc: list[ir.Value], ksteps: int,
              a_addr: Callable[[Sym, Sym | int], Sym], b_addr: Callable[[Sym | int, Sym], Sym]) -> list[ir.Value]:
         """acc += A[:, 0:ksteps] x B[0:ksteps, :] from LDS (this block's ROWS x COLS tile)."""
-        b = self.b
+        return self.steps(acc, ksteps, [(a_addr, b_addr)])
+
+    def steps(self, acc: list[ir.Value], ksteps: int,
+              operands: Sequence[tuple[Callable[[Sym, Sym | int], Sym], Callable[[Sym | int, Sym], Sym]]]
+              ) -> list[ir.Value]:
+        """step() for each (a_addr, b_addr) in turn (conv_direct_fwd's filter taps); on AMD every
+        fragment of every one of them is read before the first matrix instruction, behind ONE wait."""
         out = list(acc)
         if self.instr is None:
-            row, cols = self.fma_coords()
-            for kk in range(ksteps):
-                a = self.to_f32(self.lds_load(self.lds, a_addr(row, kk)))
-                for j, col in enumerate(cols):
-                    bv = self.to_f32(self.lds_load(self.lds, b_addr(kk, col)))
-                    out[j] = b.call(self.fmuladd, [a, bv, out[j]])
+            for a_addr, b_addr in operands:
+                out = self._fma_step(out, ksteps, a_addr, b_addr)
             return out
+        return self._matrix_step(out, ksteps, operands)
+
+    def _fma_step(self, out: list[ir.Value], ksteps: int,
+                  a_addr: Callable[[Sym, Sym | int], Sym], b_addr: Callable[[Sym | int, Sym], Sym]) -> list[ir.Value]:
+        b = self.b
+        row, cols = self.fma_coords()
+        for kk in range(ksteps):
+            a = self.to_f32(self.lds_load(self.lds, a_addr(row, kk)))
+            for j, col in enumerate(cols):
+                bv = self.to_f32(self.lds_load(self.lds, b_addr(kk, col)))
+                out[j] = b.call(self.fmuladd, [a, bv, out[j]])
+        return out
+
+    def _matrix_step(self, out: list[ir.Value], ksteps: int,
+                     operands: Sequence[tuple[Callable[[Sym, Sym | int], Sym], Callable[[Sym | int, Sym], Sym]]]
+                     ) -> list[ir.Value]:
+        b = self.b
         ins = self.instr
+        assert ins is not None
         if ksteps % ins.k:
             raise AssertionError(f"{ksteps} reduction steps are not whole {ins.mnemonic} K={ins.k}")
         lane = self.tid % self.geo.wave_size
 
-        def fragments(ks: int, i: int) -> tuple[ir.Value, ir.Value]:
+        def fragments(o: int, ks: int, i: int) -> tuple[ir.Value, ir.Value]:
+            a_addr, b_addr = operands[o]
             r0, c0 = self.mma_tile(i)
             va = ir.Constant(ir.VectorType(I16, ins.a_per_lane), None)
             vb = ir.Constant(ir.VectorType(I16, ins.b_per_lane), None)
@@ -423,10 +492,11 @@ class ConvLowering:
                 vb = b.insert_element(vb, self.lds_load(self.lds, b_addr(kr + ks * ins.k, c0 + c)), c32(j))
             return va, vb
 
-        slots = [(ks, i) for ks in range(ksteps // ins.k) for i in range(self.tiles_per_wave)]
+        slots = [(o, ks, i) for o in range(len(operands)) for ks in range(ksteps // ins.k)
+                 for i in range(self.tiles_per_wave)]
         if not self.target.is_amdgpu:
-            for ks, i in slots:
-                out[i] = call_matrix(self.kb, self.mma_fn, ins, *fragments(ks, i), out[i])
+            for o, ks, i in slots:
+                out[i] = call_matrix(self.kb, self.mma_fn, ins, *fragments(o, ks, i), out[i])
             return out
         # AMD (issue 37, gemm's compute_amd): every fragment read first, the first matrix
         # instruction's last (LDS returns in order), then ONE wait for the reads and the matrix
@@ -439,8 +509,8 @@ class ConvLowering:
         frags = {slot: fragments(*slot) for slot in reversed(slots)}
         if len(slots) > 1 or not self.target.processor.startswith("gfx9"):
             self.akb.wait_zero("lds")
-        for ks, i in slots:
-            out[i] = call_matrix(self.kb, self.mma_fn, ins, *frags[(ks, i)], out[i])
+        for o, ks, i in slots:
+            out[i] = call_matrix(self.kb, self.mma_fn, ins, *frags[(o, ks, i)], out[i])
         return out
 
     def epilogue(self, acc: list[ir.Value], store: Callable[[Sym, Sym, ir.Value], None]) -> None:

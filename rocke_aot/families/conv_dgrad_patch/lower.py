@@ -117,7 +117,7 @@ class _PatchLowering(ConvLowering):
             i, j = self.smin(i, self.Hp - 1), self.smin(j, self.Wp - 1)  # rows past the image: never stored
             ok = (ci * s.k_chunk + kk).lt(self.K) if chk else None
             off = ((self.n * self.Hp + i) * self.Wp + j) * self.K + kk
-            return [Unit(self.dY, ci * s.k_chunk, off, ok, s.lds_a_index(row, kk))]
+            return [Unit(off, ok, s.lds_a_index(row, kk))]
 
         vb = wide(s.p * s.c)
         cpv = s.cols_padded // vb  # vectors a K row
@@ -133,12 +133,12 @@ class _PatchLowering(ConvLowering):
                 kk = kp * 2 + p if pair else kp
                 ok = (ci * s.k_chunk + kk).lt(self.K) if chk else None
                 off = kk * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + colc
-                out.append(Unit(self.Wt, ci * (s.k_chunk * s.p * s.p * s.c), off, ok, s.lds_b_index(kk, col),
-                                s.lds_b_stride if pair else 1))
+                out.append(Unit(off, ok, s.lds_b_index(kk, col), s.lds_b_stride if pair else 1))
             return out
 
         units = s.k_chunk // 2 * cpv if pair else s.k_chunk * cpv
-        return [Operand(s.rows * kpv, va, a_unit), Operand(units, vb, b_unit, pair)]
+        return [Operand(s.rows * kpv, va, a_unit, self.dY, s.k_chunk),
+                Operand(units, vb, b_unit, self.Wt, s.k_chunk * s.p * s.p * s.c, pair)]
 
     def _pixel(self, row: Sym) -> tuple[Sym, Sym]:
         return self.i0 + row // self.spec.tile_w, self.j0 + row % self.spec.tile_w

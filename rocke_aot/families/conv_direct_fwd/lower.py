@@ -66,11 +66,20 @@ class _FwdLowering(ConvLowering):
         self.X, self.Wt = X, Wt
         rs = s.r * s.s
 
+        def operands(t: Sym | int):
+            r, q = t // s.s, t % s.s
+            return (lambda row, kk: s.lds_a_index(row, kk, r, q), lambda kk, col: s.lds_b_index(kk, col, t))
+
+        group = self.taps_per_wait()
+
         def taps(acc_t):
+            if group > 1:  # the taps unrolled here, `group` of them a wait
+                for t0 in range(0, rs, group):
+                    acc_t = self.steps(acc_t, s.c_chunk, [operands(t) for t in range(t0, min(t0 + group, rs))])
+                return acc_t
+
             def tap(t: Sym, acc_i):
-                r, q = t // s.s, t % s.s
-                return self.step(acc_i, s.c_chunk, lambda row, kk: s.lds_a_index(row, kk, r, q),
-                                 lambda kk, col: s.lds_b_index(kk, col, t))
+                return self.steps(acc_i, s.c_chunk, [operands(t)])
 
             return loop(kb, rs, acc_t, tap, "tap")
 
@@ -89,6 +98,14 @@ class _FwdLowering(ConvLowering):
         self.epilogue(acc, self._store)
         self.b.ret_void()
 
+    def taps_per_wait(self) -> int:
+        """The filter taps whose fragments are read before one LDS wait: on gfx1250 a filter row
+        (S taps: 3 waits a chunk of a 3x3 filter where each tap waited, llvm22 100 -> 97
+        instructions and 12 -> 6 waits a chunk, 126 -> 146 VGPRs; the whole filter, 9 taps: 96,
+        4 waits, 242 VGPRs); 1 elsewhere (gfx9 keeps the backend's own wait, which pairs the
+        unrolled taps' reads into ds_read2_b64)."""
+        return self.spec.s if self.amd_path() and not self.target.processor.startswith("gfx9") else 1
+
     def _operands(self, checked: bool) -> list[Operand]:
         """One chunk's staging on the AMD path: the halo [halo_h][halo_w][c_chunk] and the
         weights [tile_k][R*S][c_chunk], vectors of vw channels (LDS index = unit * vw)."""
@@ -103,15 +120,15 @@ class _FwdLowering(ConvLowering):
             iw = self.ow0 * s.stride_w + hx - s.pad_w
             ok = self.kb.all_of(ih.lt(self.H), iw.lt(self.W)) if chk else None
             off = ((self.n * self.H + ih) * self.W + iw) * s.c + cv * vw
-            return [Unit(self.X, ci * s.c_chunk, off, ok, u * vw)]
+            return [Unit(off, ok, u * vw)]
 
         def w_unit(u: Sym, ci: Sym, chk: bool) -> list[Unit]:
             kl, t, cv = u // (rs * cpv), (u // cpv) % rs, u % cpv
             k = self.smin(self.k0 + kl, s.k - 1)  # rows past K: columns never stored
-            return [Unit(self.Wt, ci * s.c_chunk, (k * rs + t) * s.c + cv * vw, None, u * vw + halo)]
+            return [Unit((k * rs + t) * s.c + cv * vw, None, u * vw + halo)]
 
-        return [Operand(s.halo_h * s.halo_w * cpv, vw, x_unit),
-                Operand(s.tile_k * rs * cpv, vw, w_unit)]
+        return [Operand(s.halo_h * s.halo_w * cpv, vw, x_unit, self.X, s.c_chunk, runtime_offsets=True),
+                Operand(s.tile_k * rs * cpv, vw, w_unit, self.Wt, s.c_chunk)]
 
     def _chunk_by_element(self, halo: int, taps):
         s, kb = self.spec, self.kb
