@@ -18,7 +18,7 @@
 # Each step has its own timeout, all within 320 s of the start (the site install included); everything lands in $OUT/all.tgz (one
 # file: the device returns at most 8), with timeline.txt and summary.txt also beside it.
 # Environment (defaults in brackets): TRI_PROBLEMS the triton_attention problems [0 4 5 3 1], NATIVE_PROBLEMS
-# the native ones [0 4], NATIVE_WHERE the native build's filters [head dim 128, f16, causal; "" builds every
+# the native ones [0 4], ATT_BUDGET the seconds of the whole call [320], NATIVE_WHERE the native build's filters [head dim 128, f16, causal; "" builds every
 # sm_90 spec], GPU_TEST_K the GPU tests' -k [every_sm90_spec].
 # Usage (repository root): here `bash scripts/gpu-wheels.sh --tests && bash bench/attention_triton_device.sh --prepare`,
 # then the device call carrying [".whl", ".state/att-tri"]: OUT=$OUT bash bench/attention_triton_device.sh
@@ -38,7 +38,7 @@ if [ "${1:-}" = "--prepare" ]; then  # the CPU side: the carried cache (see belo
 fi
 T0=$(date +%s); source scripts/gpu-site.sh >/dev/null 2>&1; export PATH=$PATH:/usr/local/cuda/bin
 st(){ echo "[$(( $(date +%s)-T0 )) s] $*" | tee -a $OUT/timeline.txt; }
-left(){ echo $(( 320 - ($(date +%s)-T0) )); }
+left(){ echo $(( ${ATT_BUDGET:-320} - ($(date +%s)-T0) )); }  # ATT_BUDGET: seconds for the whole call
 W=/tmp/att-tri; rm -rf $W; mkdir -p $W; C=$W/cache.sqlite; RA="$PY -m rocke_aot.cli"
 st "site ready; $($PY -c 'import triton, torch; print("triton", triton.__version__, "torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1 | tail -1)"
 # The GPU host registers no Triton lane (its Triton is the system python's), so the triton_attention
