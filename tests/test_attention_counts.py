@@ -29,7 +29,7 @@ HEADS_Q, HEADS_KV = 32, 8
 
 def _candidates(arch: str, lane: str) -> list[Candidate]:
     t, ln = Target.parse(arch), get_lane(lane)
-    return [Candidate(f"{arch}-{i:04d}", "0" * 64, "attention", s.to_dict(), t, ln, "release", "g", True,
+    return [Candidate(f"attention-{arch}-{i:04d}", "0" * 64, "attention", s.to_dict(), t, ln, "release", "g", True,
                       Resources(*([None] * 9)), datetime(2026, 12, 6, tzinfo=timezone.utc))
             for i, s in enumerate(table.enumerate_specs("attention", t, ln))]
 

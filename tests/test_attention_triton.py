@@ -546,7 +546,7 @@ def test_selection_ranks_a_packed_spec_first_on_the_gqa_decode_batches(arch, lan
     from rocke_aot.variants import selection, table
 
     t, ln = Target.parse(arch), get_lane(lane)
-    cands = [Candidate(f"{arch}-{i:04d}", "0" * 64, FAM, s.to_dict(), t, ln, "release", "g", True,
+    cands = [Candidate(f"{FAM}-{arch}-{i:04d}", "0" * 64, FAM, s.to_dict(), t, ln, "release", "g", True,
                        Resources(*([None] * 9)), datetime(2026, 12, 6, tzinfo=timezone.utc), "3.6.0")
              for i, s in enumerate(table.enumerate_specs(FAM, t, ln))]
     doc = json.loads((Path(__file__).resolve().parents[1] / "bench/problems/models/attention.json").read_text())
