@@ -212,15 +212,10 @@ def _table_specs(p: AttentionProblem, packed: bool | None = None, by=("BLOCK_M",
     return list(out.values())
 
 
-def _dense_tiles(p: AttentionProblem):
-    """Every spec of the sm_90 and gfx942 tables that accepts ``p``, one per distinct tile."""
-    return _table_specs(p)
-
-
 @pytest.fixture(scope="module")
 def ran_tiles(tmp_path_factory):
     pairs = [(p, spec, 200 + i) for i, kw in enumerate(TILE_CASES)
-             for p in [AttentionProblem(**kw)] for spec in _dense_tiles(p)]
+             for p in [AttentionProblem(**kw)] for spec in _table_specs(p)]
     return pairs, _launch_all(pairs, tmp_path_factory.mktemp("attn_tiles"))
 
 
