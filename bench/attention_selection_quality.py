@@ -1,8 +1,8 @@
 """Selection quality of the attention ranking on recorded H100 runs, offline (no GPU): issue 38's
 "best measured / top-ranked >= 0.95 median, no problem below 0.8".
 
-    PYTHONPATH=$PWD .venv/bin/python bench/attention_selection_quality.py \
-        > bench/results/attention-selection-2026-12-06.txt
+    PYTHONPATH=$PWD .venv/bin/python bench/attention_selection_quality.py --order \
+        > bench/results/attention-selection-2026-12-06-b.txt
 
 Reads the `rocke-aot bench --candidates all` JSON files of the H100 runs (default: RUNS below), and
 for every problem re-ranks the candidates that were measured, with their recorded resources (registers,
@@ -57,6 +57,10 @@ RUNS = (  # (file, family, run label): later runs of a problem's native rows rep
     ("attention-h100-2026-12-06-split/bench-attention-split.json", "attention", "native split-KV call"),
     ("attention-h100-2026-12-06/bench-triton_attention.json", "triton_attention", "triton call 2"),
     ("attention-h100-2026-12-06/rest/bench-triton_attention.json", "triton_attention", "triton call 3"),
+    # the reworked Triton kernel (docs/attention.md "Fourth call"): one file per problem; its rows replace
+    # call 3's of the same problems (Llama and Qwen2 prefill, ViT, the decode batch)
+    *((f"attention-h100-2026-12-06-tri38d/bench-triton_attention-{i}.json", "triton_attention", "triton call 4")
+      for i in (0, 1, 3, 4)),
 )
 EXCLUDED_RUNS = {"attention-h100-2026-12-06/bench-attention.json":
                  "native call 2: only the kernel from before K/V staging in LDS (names without _n)"}
