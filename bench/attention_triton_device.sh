@@ -11,7 +11,7 @@
 #      SDPA (flash / cuDNN, the faster as the vendor), every output checked against the float64
 #      reference;
 #   3. the GPU test of every triton_attention sm_90 spec (dense, packed varlen, paged; unpacked and
-#      GQA-packed: 120, built there by the host's Triton, so it may need its own call) against torch
+#      GQA-packed: 136, built there by the host's Triton, so it may need its own call) against torch
 #      float64 (scripts/gpu-tests.sh: needs the --tests wheels);
 #   4. if time is left: the native attention family on problems 0 and 4 (the same bench), for the
 #      row beside it.
