@@ -1,8 +1,8 @@
 """Selection quality of the attention ranking on recorded H100 runs, offline (no GPU): issue 38's
 "best measured / top-ranked >= 0.95 median, no problem below 0.8".
 
-    PYTHONPATH=$PWD .venv/bin/python bench/attention_selection_quality.py \
-        > bench/results/attention-selection-2026-12-06.txt
+    PYTHONPATH=$PWD .venv/bin/python bench/attention_selection_quality.py --order [--no-phased] \
+        > bench/results/attention-selection-2026-12-06-c.txt
 
 Reads the `rocke-aot bench --candidates all` JSON files of the H100 runs (default: RUNS below), and
 for every problem re-ranks the candidates that were measured, with their recorded resources (registers,
@@ -57,6 +57,10 @@ RUNS = (  # (file, family, run label): later runs of a problem's native rows rep
     ("attention-h100-2026-12-06-split/bench-attention-split.json", "attention", "native split-KV call"),
     ("attention-h100-2026-12-06/bench-triton_attention.json", "triton_attention", "triton call 2"),
     ("attention-h100-2026-12-06/rest/bench-triton_attention.json", "triton_attention", "triton call 3"),
+    # the reworked Triton kernel (docs/attention.md "Fourth call"): one file per problem; its rows replace
+    # call 3's of the same problems (Llama and Qwen2 prefill, ViT, the decode batch)
+    *((f"attention-h100-2026-12-06-tri38d/bench-triton_attention-{i}.json", "triton_attention", "triton call 4")
+      for i in (0, 1, 3, 4)),
 )
 EXCLUDED_RUNS = {"attention-h100-2026-12-06/bench-attention.json":
                  "native call 2: only the kernel from before K/V staging in LDS (names without _n)"}
@@ -90,19 +94,42 @@ def candidate(key: str, family: str, spec: Any, res: Resources, triton: str | No
 
 
 def triton_spec(row: dict[str, Any], problem: AttentionProblem, res: Resources) -> Any:
-    """The table's triton_attention spec whose estimate with the row's resources is the recorded one."""
+    """The table's triton_attention spec whose estimate with the row's resources is the recorded one
+    (the counts as the runs had them: without the phased step, hw_model.step_terms)."""
     est = row.get("estimate_ms")
     if est is None:
         return None
     hits = []
-    for i, spec in enumerate(table.enumerate_specs("triton_attention", DEVICE, LANE)):
-        # a key of its own per trial: selection caches verdicts and estimates by the key
-        ch = candidate(f"{row['key']}?{i}", "triton_attention", spec, res, "3.6.0")
-        got = selection.rank([ch], problem, DEVICE).accepted
-        if got and got[0].estimate_ms is not None and abs(got[0].estimate_ms - est) <= 1e-9 * max(1.0, est):
-            hits.append(spec)
-    selection.clear_verdicts()
+    with phased(False):
+        for i, spec in enumerate(table.enumerate_specs("triton_attention", DEVICE, LANE)):
+            # a key of its own per trial: selection caches verdicts and estimates by the key
+            ch = candidate(f"{row['key']}?{i}", "triton_attention", spec, res, "3.6.0")
+            got = selection.rank([ch], problem, DEVICE).accepted
+            if got and got[0].estimate_ms is not None and abs(got[0].estimate_ms - est) <= 1e-9 * max(1.0, est):
+                hits.append(spec)
     return hits[0] if len(hits) == 1 else None
+
+
+@contextmanager
+def phased(on: bool | None) -> Iterator[None]:
+    """Both attention families' counts with KernelCounts.phased forced to ``on`` (None: as this tree
+    counts them): False is the model before the phased step (variants/hw_model.py step_terms)."""
+    if on is None:
+        yield
+        return
+    fams = [get_family(f) for f in ("attention", "triton_attention")]
+    models = [f.model for f in fams]
+    for fam, model in zip(fams, models):
+        counts = model.counts
+        object.__setattr__(fam, "model", dataclasses.replace(
+            model, counts=lambda *a, _c=counts, **k: dataclasses.replace(_c(*a, **k), phased=on)))
+    selection.clear_verdicts()
+    try:
+        yield
+    finally:
+        for fam, model in zip(fams, models):
+            object.__setattr__(fam, "model", model)
+        selection.clear_verdicts()
 
 
 @contextmanager
@@ -181,11 +208,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=ROOT, help="the bench/results folder")
     ap.add_argument("--json", type=Path, help="also write the per-problem figures here")
     ap.add_argument("--order", action="store_true", help="print every candidate's estimate and median, after")
+    ap.add_argument("--no-phased", action="store_true",
+                    help="the attention counts without the phased step (KernelCounts.phased: a block's matrix and "
+                         "vector work one after the other): the model before it, for the comparison")
     ap.add_argument("--no-schedule", action="store_true",
                     help="drop ptxas's recorded schedule (the counts' own latencies and chain: an artifact built "
                          "without cuobjdump, or an AMD one)")
     a = ap.parse_args(argv)
     problems, left = load(a.results, not a.no_schedule)
+    with phased(False if a.no_phased else None):
+        return report(a, problems, left)
+
+
+def report(a: argparse.Namespace, problems: dict[str, dict[str, Any]], left: list[str]) -> int:
     scopes: dict[str, list[tuple[str, float | None, float, float, str, str, str]]] = {}
     for entry in problems.values():
         p = entry["problem"]
@@ -217,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
           "before K/V staging included); before / after: this script's re-ranking of the rows kept (module doc)")
     print("selection quality on the recorded H100 runs (best measured / measured of the top-ranked), "
           "sm_90 facts, no measurements given to the ranking"
-          + (", without ptxas's recorded schedule" if a.no_schedule else ", with each artifact's recorded schedule"))
+          + (", without ptxas's recorded schedule" if a.no_schedule else ", with each artifact's recorded schedule")
+          + (", attention counts without the phased step" if a.no_phased else ""))
     out: dict[str, Any] = {}
     for name in ("native", "triton", "both"):
         rows = scopes.get(name, [])

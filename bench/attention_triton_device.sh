@@ -11,7 +11,7 @@
 #      SDPA (flash / cuDNN, the faster as the vendor), every output checked against the float64
 #      reference;
 #   3. the GPU test of every triton_attention sm_90 spec (dense, packed varlen, paged; unpacked and
-#      GQA-packed: 120, built there by the host's Triton, so it may need its own call) against torch
+#      GQA-packed: 136, built there by the host's Triton, so it may need its own call) against torch
 #      float64 (scripts/gpu-tests.sh: needs the --tests wheels);
 #   4. if time is left: the native attention family on problems 0 and 4 (the same bench), for the
 #      row beside it.
@@ -19,7 +19,8 @@
 # file: the device returns at most 8), with timeline.txt and summary.txt also beside it.
 # Environment (defaults in brackets): TRI_PROBLEMS the triton_attention problems [0 4 5 3 1], NATIVE_PROBLEMS
 # the native ones [0 4], ATT_BUDGET the seconds of the whole call [320], NATIVE_WHERE the native build's filters [head dim 128, f16, causal; "" builds every
-# sm_90 spec], GPU_TEST_K the GPU tests' -k [every_sm90_spec].
+# sm_90 spec], GPU_TEST_K the GPU tests' -k [every_sm90_spec], TRI_PROBLEM_S one triton bench's cap [100 s: the
+# head dim 128 prefills run 8 candidates since the tutorial's Hopper tiles; the fourth call's 4 took 36 s].
 # Usage (repository root): here `bash scripts/gpu-wheels.sh --tests && bash bench/attention_triton_device.sh --prepare`,
 # then the device call carrying [".whl", ".state/att-tri"]: OUT=$OUT bash bench/attention_triton_device.sh
 if [ "${1:-}" = "--prepare" ]; then  # the CPU side: the carried cache (see below)
@@ -63,7 +64,7 @@ PY
 # telling first: Llama prefill, the decode batch, its paged twin (no vendor time: SDPA cannot state it), ViT,
 # Qwen prefill (bf16)
 for i in ${TRI_PROBLEMS:-0 4 5 3 1}; do  # TRI_PROBLEMS: a subset, in order
-  T=$(left); [ $T -gt 60 ] && T=60
+  T=$(left); [ $T -gt ${TRI_PROBLEM_S:-100} ] && T=${TRI_PROBLEM_S:-100}
   [ $T -gt 10 ] || { st "triton bench $i skipped: $T s left"; continue; }
   timeout $T $RA bench --run-from-cache --arch sm_90 --family triton_attention --lane llvm22 --problems $W/triton-$i.json --cache $C --candidates all --verify --out $OUT/bench-triton_attention-$i.json > $OUT/bench-triton_attention-$i.txt 2>&1; st "triton bench problem $i rc=$?"
 done

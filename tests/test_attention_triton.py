@@ -390,22 +390,26 @@ def test_the_long_cases_have_tiles_with_whole_and_edge_key_blocks(ran):
 
 def test_the_table_serves_every_layout_and_each_spec_refuses_the_others_by_name():
     fam = get_family(FAM)
-    for arch, extra in (("sm_90", 2), ("gfx942", 0)):
+    for arch, extra, pextra in (("sm_90", 6, 2), ("gfx942", 0, 0)):
         from rocke_aot.families.attention.triton import configs
 
         every = configs(Target.parse(arch))
         cfgs = [c for c in every if not c["PACK_GQA"]]
-        # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal, and on CUDA 2 more dense tiles at
+        # 3 head dims x (2 dense + 1 varlen + 2 paged tiles) x causal, and on CUDA 6 more dense tiles at
         # head dim 128 (x causal)
         assert len(cfgs) == 30 + 2 * extra
         dense128 = {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in cfgs
                     if c["HEAD_DIM"] == 128 and not c["VARLEN"] and not c["PAGED"]}
         assert len(dense128) == 2 + extra and all(c["BLOCK_N"] <= c["HEAD_DIM"] for c in every)
+        if arch == "sm_90":
+            # the fused-attention tutorial's Hopper tiles (its autotune space less its 8-warp tiles under
+            # 128 x 128), beside the fourth call's four
+            assert {(128, 128, 8, 3), (64, 128, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3)} < dense128
         assert {(c["VARLEN"], c["PAGED"]) for c in cfgs} == {(0, 0), (1, 0), (0, 1), (1, 1)}
         # GQA-packed: 3 head dims x 4 layouts x causal on a 16-row tile, and on CUDA a second dense tile at
         # head dim 128 (x causal)
         packed = [c for c in every if c["PACK_GQA"]]
-        assert len(packed) == 24 + extra and {c["BLOCK_M"] for c in packed} == {16}
+        assert len(packed) == 24 + pextra and {c["BLOCK_M"] for c in packed} == {16}
         assert {(c["VARLEN"], c["PAGED"], c["CAUSAL"]) for c in packed if c["HEAD_DIM"] == 256} == \
             {(v, g, c) for v in (0, 1) for g in (0, 1) for c in (0, 1)}
     base = dict(batch=2, seqlen_q=64, seqlen_k=64, heads_q=4, heads_kv=2, head_dim=64)

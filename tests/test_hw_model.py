@@ -395,6 +395,47 @@ def test_a_block_alone_takes_its_own_throughput():
     assert three["lds"] == 3 * 32 * 141 and three["latency"] == one["latency"]
 
 
+def test_a_phased_block_adds_its_matrix_and_vector_time():
+    """KernelCounts.phased (attention: S = Q K^T, its softmax, P V in turn, the warps held at one phase by
+    the step's barriers): one block's chain holds its matrix term plus its vector term, by hand from the
+    facts (8 warps of 64 mma.sync m16n8k16 at 6.71 cycles on 4 tensor cores; 256 threads of 256 FMA on 128
+    lanes); unphased, the larger alone. The throughput terms are the same either way, and a second resident
+    block doubles them, not the chain."""
+    f = hw_model.facts_for("sm_90")
+    kw = dict(threads=256, wave_size=32, steps=4, instr="mma_f32_16x8x16_f16", mma=64, lds_reads=0,
+              lds_read_wavefronts=0, fma=256, cvt=0, global_loads=0, lds_writes=0, lds_write_wavefronts=0,
+              global_wavefronts=0, serial_loads=0, int_ops=0, staged_bytes=0, barriers=2, double_buffer=True,
+              store_bytes=0, stores=0, unique_bytes=1, macs=1)
+    matrix, vector = 8 * 64 * 6.71 / 4, 256 * 256 / 128  # 858.88 and 512 cycles of one block
+    issue = 8 * (64 + 256 + 2) / 4
+    assert issue < matrix  # the matrix term is the largest of one block's own
+    chain = 2 * f.barrier_latency + f.lds_latency
+    plain, phased = counts.KernelCounts(**kw), counts.KernelCounts(**kw, phased=True)
+    for g in (1, 2):
+        a, b = hw_model.step_terms(plain, g, f), hw_model.step_terms(phased, g, f)
+        assert a["matrix"] == b["matrix"] == pytest.approx(g * matrix)
+        assert a["vector"] == b["vector"] == pytest.approx(g * vector)
+        assert a["latency"] == pytest.approx(matrix + chain)
+        assert b["latency"] == pytest.approx(matrix + vector + chain)
+        assert {k: a[k] for k in a if k != "latency"} == {k: b[k] for k in b if k != "latency"}
+
+
+def test_attention_counts_are_phased_and_gemm_counts_are_not():
+    from rocke_aot.families.attention.counts import attention_counts, native_counts
+    from rocke_aot.families.attention.native import AttentionSpec
+    from rocke_aot.families.attention.problem import AttentionProblem
+    t = Target.parse("sm_90")
+    p = AttentionProblem(batch=1, seqlen_q=512, seqlen_k=512, heads_q=8, heads_kv=8, head_dim=128, causal=True)
+    tri = next(s for s in table.enumerate_specs("triton_attention", t, get_lane("llvm22"))
+               if s.HEAD_DIM == 128 and s.CAUSAL and not (s.VARLEN or s.PAGED or s.PACK_GQA))
+    assert attention_counts(tri, p, t).phased
+    nat = AttentionSpec(dtype="f16", head_dim=128, causal=1, warps=4, path="mma", block_n=32)
+    assert native_counts(nat, p, t).phased
+    gemm = GemmSpec(in_dtype="f16", out_dtype="f32", block_m=64, block_n=64, block_k=32, waves=4, path="mma",
+                    double_buffer=False, vector_width=4)
+    assert not gcounts.gemm_counts(gemm, GemmProblem(1024, 1024, 1024), t).phased
+
+
 @pytest.mark.parametrize("bm,bn,bk,waves", [(128, 128, 64, 4), (256, 128, 64, 8), (64, 64, 32, 4)])
 def test_async_copies_write_both_operands_into_lds(bm, bn, bk, waves):
     """The cp.async pipeline lands A's and B's tiles in shared memory: per warp and step, the

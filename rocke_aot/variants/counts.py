@@ -134,6 +134,12 @@ class KernelCounts:
     # this is the other (split_k - 1) / split_k: variants/hw_model.py adds it once, after the
     # rounds, at one SM's L2 rate)
     tail_bytes: int = 0
+    # The step's matrix and vector work are one chain (variants/hw_model.py step_terms): the vector
+    # work consumes the matrix results and produces the next matrix operands (attention: S = Q K^T,
+    # the softmax of S, P V), and the step's barriers hold a block's warps at one phase, so a block
+    # runs its matrix time, then its vector time; only other resident blocks fill the idle unit.
+    # False: they overlap within a block (a gemm's matrix work has no vector work between steps).
+    phased: bool = False
 
     @property
     def warps(self) -> int:

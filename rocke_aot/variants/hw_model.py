@@ -31,7 +31,15 @@ in clock cycles:
              slots, data path and units even when no other block is there) where longer, plus
              the global load latency (single-buffered: every step; double-buffered: hidden
              behind the step's issue where it is longer), barriers, and the LDS latency between
-             staging and use
+             staging and use. Where the counts are ``phased`` (attention: S = Q K^T, its softmax,
+             P V, one chain a step, and the step's barriers keep a block's warps at one phase), a
+             block's own matrix and vector terms add up in its chain instead of overlapping: one
+             block alone leaves the tensor cores idle while it computes the softmax and the FMA
+             units while it multiplies; a second resident block fills them (the throughput terms).
+             FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608, "pingpong scheduling") describes
+             the same serialisation within one warpgroup and overlaps two warpgroups' phases by
+             hand; a kernel with one block of two warpgroups (Triton's 128-row tiles on 8 warps)
+             has neither
              (global_latency: the loaded latency of a staging load the L2 serves, as every byte
              but its first touch is; on sm_90 measured by bench/l2_probe.py on the H200; the
              first touches' bandwidth is the HBM floor below)
@@ -228,6 +236,8 @@ def step_terms(c: KernelCounts, groups: int, f: HardwareFacts, resident: int | N
     # ... and a block alone on the CU still shares it among its own warps: its step takes at least
     # its own throughput terms (those of one resident block), whatever the other blocks do.
     alone = max(own, *(terms[k] / g for k in ("issue", "lds", "matrix", "vector", "l2")))
+    if c.phased:  # ... and where its matrix and vector work are one chain (counts.phased), their sum
+        alone = max(alone, (terms["matrix"] + terms["vector"]) / g)
     # chain_ratio > 1 (ptxas's schedule, with_schedule): the chain through the warp's instructions
     # is that much longer than one a clock, on top of the block's own throughput
     terms["latency"] = (alone + instrs * (c.chain_ratio - 1) + c.serial_loads * f.global_latency

@@ -17,6 +17,9 @@ One step of a program is one K/V block of BLOCK_N keys against its BLOCK_M queri
   transcendental: EXP2_COST vector slots), the row sum, the mask select, the conversion of P; and the
   rescale of the accumulator rows (BLOCK_M x HEAD_DIM) -- all as vector operations (``fma``)
 - causal / window: the key blocks the kernel's loop bounds visit, averaged over the programs (steps())
+- phased (KernelCounts.phased, both families): the softmax consumes S and produces P for P V, and the step's
+  barriers keep a program's warps at one phase, so one program's matrix and vector work add up in its chain
+  (variants/hw_model.py step_terms); other resident programs overlap them
 - GQA packing (PACK_GQA): a program's step is the same tile's work, but the grid (the launch formulas'
   ``tiles``, which the time model rounds over the CUs) has one program per KV head and ceil(group x
   seqlen_q / BLOCK_M) row tiles instead of one per query head and ceil(seqlen_q / BLOCK_M): a GQA decode
@@ -108,7 +111,7 @@ def attention_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> Kern
         serial_loads=pipelined_latencies(n_steps, spec.num_stages) if asynchronous else loads,
         int_ops=loads * 2 + bm * bn / threads, staged_bytes=staged, barriers=2, double_buffer=asynchronous,
         store_bytes=bm * d * EB, stores=ceil_div(bm * d * EB, 16 * threads), unique_bytes=2 * q_bytes + kv_bytes,
-        macs=macs)
+        macs=macs, phased=True)
 
 
 # -- the native kernel (native.py / lower.py): ``native_counts``, the attention family's Model.counts ----------
@@ -334,7 +337,8 @@ def native_counts(spec: Any, p: Any, target: Target, banks: int = 32) -> KernelC
         global_wavefronts=staged / 128 / warps, serial_loads=serial, int_ops=int_ops, staged_bytes=staged,
         barriers=int(st["barriers"]), double_buffer=False, store_bytes=store_bytes,
         stores=ceil_div(out_bytes, 2 * T), unique_bytes=2 * q_bytes + kv_bytes + 2 * work_bytes,
-        macs=2 * bm * BN * D, epilogue_latencies=epilogue_latencies, epilogue_instructions=extra, tail_bytes=tail)
+        macs=2 * bm * BN * D, epilogue_latencies=epilogue_latencies, epilogue_instructions=extra, tail_bytes=tail,
+        phased=True)
 
 
 __all__ = ["attention_counts", "native_counts", "native_steps", "steps", "uses_wgmma"]

@@ -16,12 +16,12 @@ A spec refuses the problems of another layout, each with its reason, in ``accept
 Operation "attention": a select ranks it beside every other attention family on AttentionProblem.
 
 Configs per head dim and backend: dense, every tile of TILES x causal; varlen, the first tile x causal;
-paged, the second (64-row) tile x causal x (equal or variable lengths): 10 per head dim (16 at head dim
-128 on CUDA: two more dense tiles). GQA-packed (PACK_GQA 1, GQA decode: a KV head's query heads in one
+paged, the second (64-row) tile x causal x (equal or variable lengths): 10 per head dim (22 at head dim
+128 on CUDA: six more dense tiles). GQA-packed (PACK_GQA 1, GQA decode: a KV head's query heads in one
 tile's rows, K/V read once per KV head; accepted where heads_q / heads_kv > 1 and group x seqlen_q fits
 BLOCK_M, refused by name otherwise): the first tile of PACK_TILES in all four layouts x causal, 8 per head
 dim (10 at head dim 128 on CUDA: a second dense tile). x f16/bf16: 108 specs per AMD arch and lane
-(60 unpacked + 48 packed), 120 for sm_90 (68 + 52).
+(60 unpacked + 48 packed), 136 for sm_90 (84 + 52).
 """
 
 from __future__ import annotations
@@ -48,11 +48,17 @@ LANES: dict[str, Serve | Refuse] = {
 # of Triton's fused-attention tutorial, pipelined 2-3 deep through shared memory; at head dim 128 (the
 # long-prefill models) also 128-key blocks on 8 warps (half the row rescales and reductions per key;
 # 128 x 64 on 4 warps spills on sm_90, ptxas), and a 16-row tile for decode (one to a few query rows:
-# a 64-row tile computes 4x the scores it keeps). HIP: one stage (AMD's software pipelining keeps K/V in LDS; gfx942 has 64 KiB of it),
-# smaller K/V tiles at 256.
+# a 64-row tile computes 4x the scores it keeps); then four more of the tutorial's Hopper autotune space
+# (BLOCK_M 64/128 x BLOCK_N 32/64/128 x 2-4 stages x 4/8 warps, 8 warps only for 128 x 128 on sm_90):
+# 128 x 128 on 8 warps in 3 stages (224 KiB of shared memory; 4 stages ask for 288 KiB, over sm_90's 227,
+# and are refused at build), 64 x 128, 64 x 64 in 2 stages and 64 x 32 on 4 warps (3 blocks an SM), so
+# that a GPU call measures the tutorial's Hopper tiles and the residencies beside the 64 x 64 / 3 stages
+# the fourth call found fastest. HIP: one stage (AMD's software pipelining keeps K/V in LDS; gfx942 has
+# 64 KiB of it), smaller K/V tiles at 256.
 TILES: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "cuda": {64: ((128, 64, 4, 3), (64, 64, 4, 3)),
-             128: ((128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (16, 128, 4, 3)),
+             128: ((128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (16, 128, 4, 3),
+                   (128, 128, 8, 3), (64, 128, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3)),
              256: ((64, 64, 4, 2), (128, 32, 8, 2))},
     "hip": {64: ((128, 64, 4, 1), (64, 64, 4, 1)),
             128: ((128, 64, 4, 1), (64, 32, 4, 1)),
