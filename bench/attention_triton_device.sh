@@ -18,7 +18,7 @@
 # Each step has its own timeout, all within 320 s of the start (the site install included); everything lands in $OUT/all.tgz (one
 # file: the device returns at most 8), with timeline.txt and summary.txt also beside it.
 # Environment (defaults in brackets): TRI_PROBLEMS the triton_attention problems [0 4 5 3 1], NATIVE_PROBLEMS
-# the native ones [0 4], ATT_BUDGET the seconds of the whole call [320], NATIVE_WHERE the native build's filters [head dim 128, f16, causal; "" builds every
+# the native ones [0 4; empty: none], ATT_BUDGET the seconds of the whole call [320], NATIVE_WHERE the native build's filters [head dim 128, f16, causal; "" builds every
 # sm_90 spec], GPU_TEST_K the GPU tests' -k [every_sm90_spec], TRI_PROBLEM_S one triton bench's cap [100 s: the
 # head dim 128 prefills run 8 candidates since the tutorial's Hopper tiles; the fourth call's 4 took 36 s].
 # Usage (repository root): here `bash scripts/gpu-wheels.sh --tests && bash bench/attention_triton_device.sh --prepare`,
@@ -69,7 +69,8 @@ for i in ${TRI_PROBLEMS:-0 4 5 3 1}; do  # TRI_PROBLEMS: a subset, in order
   timeout $T $RA bench --run-from-cache --arch sm_90 --family triton_attention --lane llvm22 --problems $W/triton-$i.json --cache $C --candidates all --verify --out $OUT/bench-triton_attention-$i.json > $OUT/bench-triton_attention-$i.txt 2>&1; st "triton bench problem $i rc=$?"
 done
 T=$(left); [ $T -gt 180 ] && T=180
-if [ $T -gt 60 ]; then
+if [ -z "${NATIVE_PROBLEMS-0 4}" ]; then st "native skipped: NATIVE_PROBLEMS is empty"
+elif [ $T -gt 60 ]; then
   timeout $(( T / 3 )) $RA build --arch sm_90 --lane llvm22 --family attention --cache $C -j 16 ${NATIVE_WHERE---where head_dim=128 --where dtype=f16 --where causal=1} --json > $OUT/build-native.json 2> $OUT/build-native.log; st "native build rc=$? $(tail -1 $OUT/build-native.log)"
   T=$(left); [ $T -gt 150 ] && T=150; [ $T -gt 10 ] && { timeout $T $RA bench --run-from-cache --arch sm_90 --family attention --lane llvm22 --problems $W/native.json --cache $C --candidates all --verify --out $OUT/bench-attention.json > $OUT/bench-attention.txt 2>&1; st "native bench rc=$?"; }
 else st "native skipped: $T s left"; fi
