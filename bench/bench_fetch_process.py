@@ -29,7 +29,7 @@ fetching the same files (whole process)"):
 Bin counts in the same rounds (`--bins 7 --bins 9 --bins 11`): the store is signed once per bin
 count (`trust sign --bins N`: its own keys, root and signed directory under --work, its own
 exported tree and nginx), and each round runs the verifying fetch (default workers) against every
-tree, interleaved with the plain processes (--workers 1 runs for the first bin count only).
+tree, interleaved with the plain processes (--workers 1 and --compare run for the first bin count only).
 """
 
 from __future__ import annotations
