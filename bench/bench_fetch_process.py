@@ -25,11 +25,17 @@ fetching the same files (whole process)"):
   3. medians over the rounds; the ratio plain wall / verifying wall (the throughput ratio:
      >= 0.9 is the goal) and the same for CPU; plus the bytes each process downloaded (nginx's
      access log).
+
+Bin counts in the same rounds (`--bins 7 --bins 9 --bins 11`): the store is signed once per bin
+count (`trust sign --bins N`: its own keys, root and signed directory under --work, its own
+exported tree and nginx), and each round runs the verifying fetch (default workers) against every
+tree, interleaved with the plain processes (--workers 1 and --compare run for the first bin count only).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -156,23 +162,48 @@ def sign_and_export(work: Path, cache: Path, say, bins: int | None = None) -> Pa
     run([exe, "mirror", "export", "--cache", str(cache), "--signed", str(work / "signed"), "--root-key",
          str(work / "root.key.pub"), "-o", str(tree)])
     meta = sum(p.stat().st_size for p in (tree / "metadata").iterdir())
-    bins = sum(1 for p in (tree / "metadata").iterdir() if ".bins-" in p.name)
+    nbins = sum(1 for p in (tree / "metadata").iterdir() if ".bins-" in p.name)
     say(f"signed and exported (trust keygen, root, sign; mirror export): {time.perf_counter() - t:.1f} s; "
-        f"metadata {meta} bytes in {bins} bin files")
+        f"metadata {meta} bytes in {nbins} bin files")
     return tree
 
 
-def make_tree(args, work: Path, say) -> tuple[Path, list[tuple[str, str]]]:
-    """The store, signed and exported: (the served tree, [(key, sha256)])."""
+def label(bins: int | None) -> str:
+    return f"{2 ** bins} bins" if bins else "default bins"
+
+
+def make_trees(args, work: Path, say) -> tuple[dict[int | None, Path], list[tuple[str, str]]]:
+    """The store, signed and exported once per --bins (each in work/b<N>: keys, root, signed
+    directory): ({bins: the served tree}, [(key, sha256)]). A tree a run left for the same
+    --kernels, --size and bin count is reused."""
+    made = work / "made.json"
+    old = json.loads(made.read_text()) if made.exists() else None
+    if not old or (old.get("n"), old.get("size")) != (args.kernels, args.size) or "trees" not in old:
+        old = None
     cache = work / "cache.sqlite"
-    t = time.perf_counter()
-    with Store.open(f"sqlite:///{cache}") as store:
-        kernels = fill(store, args.kernels, args.size)
-    say(f"store: {args.kernels} kernels of {args.size} bytes, {time.perf_counter() - t:.1f} s")
-    tree = sign_and_export(work, cache, say, args.bins)
-    (work / "made.json").write_text(json.dumps({"tree": str(tree), "kernels": kernels, "n": args.kernels,
-                                                "size": args.size, "bins": args.bins}))
-    return tree, kernels
+    if old is None:
+        cache.unlink(missing_ok=True)
+        t = time.perf_counter()
+        with Store.open(f"sqlite:///{cache}") as store:
+            kernels = fill(store, args.kernels, args.size)
+        say(f"store: {args.kernels} kernels of {args.size} bytes, {time.perf_counter() - t:.1f} s")
+        old = {"n": args.kernels, "size": args.size, "kernels": kernels, "trees": {}}
+    else:
+        kernels = [tuple(k) for k in old["kernels"]]
+    trees: dict[int | None, Path] = {}
+    for bins in args.bins:
+        name = str(bins or "default")
+        tree = old["trees"].get(name)
+        if tree and Path(tree).is_dir() and (work / f"b{name}" / "root.key.pub").is_file():
+            say(f"reused the signed tree {tree} ({label(bins)})")
+        else:
+            (work / f"b{name}").mkdir(exist_ok=True)
+            tree = str(sign_and_export(work / f"b{name}", cache, say, bins))
+            old["trees"][name] = tree
+            made.write_text(json.dumps(old))
+        trees[bins] = Path(tree)
+    made.write_text(json.dumps(old))
+    return trees, kernels
 
 
 def main() -> None:
@@ -181,8 +212,9 @@ def main() -> None:
     ap.add_argument("--fetch", type=int, default=100, help="kernels each process fetches")
     ap.add_argument("--size", type=int, default=32768, help="bytes of each code object")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--bins", type=int, default=None, help="`trust sign --bins N` (2**N hashed bins; default: the "
-                    "command's, about 64 kernels a bin)")
+    ap.add_argument("--bins", type=int, action="append", default=None,
+                    help="`trust sign --bins N` (2**N hashed bins; default: the command's, about 64 kernels a bin); "
+                         "repeated: one signed tree per count, each fetched in the same rounds")
     ap.add_argument("--work", default=None, help="keep the store and tree here (reused by a later run with the "
                     "same --kernels and --size; default: a temp dir, removed)")
     ap.add_argument("--out", default=None, help="append the report to this file")
@@ -190,6 +222,7 @@ def main() -> None:
                     help="also time the verifying fetch (default workers) with the rocke_aot of this folder (another "
                          "commit's: `git archive REV rocke_aot | tar -x -C DIR`) first on PYTHONPATH, in the same rounds")
     args = ap.parse_args()
+    args.bins = args.bins or [None]
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-fetch-process-"))
     work.mkdir(parents=True, exist_ok=True)
     exe = str(Path(sys.executable).with_name("rocke-aot"))
@@ -201,16 +234,9 @@ def main() -> None:
 
     head = run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent).strip()
     say(f"# bench_fetch_process {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} tree={head} kernels={args.kernels} "
-        f"fetch={args.fetch} size={args.size} bins={args.bins or 'default'} rounds={args.rounds} python={sys.version.split()[0]} "
+        f"fetch={args.fetch} size={args.size} bins={','.join(str(b or 'default') for b in args.bins)} rounds={args.rounds} python={sys.version.split()[0]} "
         f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
-    made = work / "made.json"
-    old = json.loads(made.read_text()) if made.exists() else None
-    if old and (old["n"], old["size"], old.get("bins")) == (args.kernels, args.size, args.bins) \
-            and Path(old["tree"]).is_dir():
-        tree, kernels = Path(old["tree"]), [tuple(k) for k in old["kernels"]]
-        say(f"reused the signed tree {tree}")
-    else:
-        tree, kernels = make_tree(args, work, say)
+    trees, kernels = make_trees(args, work, say)
     asked = random.Random(7).sample(kernels, args.fetch)
     (work / "keys.txt").write_text("".join(f"{k}\n" for k, _ in asked))
     (work / "blobs.txt").write_text("".join(f"{s}\n" for _, s in asked))
@@ -226,11 +252,16 @@ def main() -> None:
     os.chmod(work, 0o755)
     rows: dict[str, list[tuple[float, float, int]]] = {}
     got: dict[str, list[int]] = {}
-    with nginx(tree, extra=ACCESS_LOG.format(log=log)) as url:
-        def verifying(workers: int | None) -> list[str]:
+    with contextlib.ExitStack() as stack:
+        urls = {bins: stack.enter_context(nginx(tree, extra=ACCESS_LOG.format(log=log))) for bins, tree in trees.items()}
+        first = args.bins[0]
+        url = urls[first]  # the plain processes' (every tree holds the same blobs)
+
+        def verifying(workers: int | None, bins: int | None = first) -> list[str]:
             home = work / "host"
             shutil.rmtree(home, ignore_errors=True)
-            return [exe, "fetch", "--mirror", url, "--root-key", str(work / "root.key.pub"), "--from-file",
+            return [exe, "fetch", "--mirror", urls[bins], "--root-key",
+                    str(work / f"b{bins or 'default'}" / "root.key.pub"), "--from-file",
                     str(work / "keys.txt"), "--local", str(home), "--json",
                     *(["--workers", str(workers)] if workers else [])]
 
@@ -243,17 +274,21 @@ def main() -> None:
             out.mkdir()
             return [sys.executable, str(script), url, str(out), str(work / "blobs.txt")]
 
+        several = len(args.bins) > 1
         cases = {
             "plain httpx (GET each blob in turn, write it)": (plain, env),
             "plain httpx, 8 threads (one Client; GET each blob, write it)": (lambda: plain(threads_py), env),
-            "rocke-aot fetch, cold, verifying (default workers)": (lambda: verifying(None), env),
-            "rocke-aot fetch, cold, verifying (--workers 1)": (lambda: verifying(1), env),
         }
+        for bins in args.bins:
+            cases["rocke-aot fetch, cold, verifying (default workers)" + (f", {label(bins)}" if several else "")] = (
+                lambda bins=bins: verifying(None, bins), env)
+        cases["rocke-aot fetch, cold, verifying (--workers 1)" + (f", {label(first)}" if several else "")] = (
+            lambda: verifying(1), env)
         if args.compare:
-            cases[f"rocke-aot fetch, cold, verifying (default workers), the rocke_aot of {args.compare}"] = (
+            cases[f"rocke-aot fetch, cold, verifying (default workers), the rocke_aot of {args.compare}"
+                  + (f", {label(first)}" if several else "")] = (
                 lambda: [sys.executable, str(full_py), *verifying(None)[1:]], {**env, "PYTHONPATH": args.compare})
-        measure([sys.executable, str(plain_py), url, str(work), str(work / "blobs.txt")], env)  # bytecode written
-        for cmd, cenv in list(cases.values())[1:]:  # bytecode written
+        for cmd, cenv in cases.values():  # bytecode written
             measure(cmd(), cenv)
         for r in range(args.rounds):
             rows.setdefault("baseline: python -c pass", []).append(measure([sys.executable, "-c", "pass"], env)[:3])
@@ -284,15 +319,15 @@ def main() -> None:
         b = f"{statistics.median(got[name]):.0f} ({statistics.median(got[name + ' metadata']):.0f})" \
             if name in got else ""
         say(f"| {name} | {cpu * 1e3:.1f} | {wall * 1e3:.1f} | {rss / 1024:.1f} | {b} |")
-    for base, label in (("plain httpx (GET each blob in turn, write it)", "plain"),
-                        ("plain httpx, 8 threads (one Client; GET each blob, write it)", "plain, 8 threads")):
+    for base, against in (("plain httpx (GET each blob in turn, write it)", "plain"),
+                          ("plain httpx, 8 threads (one Client; GET each blob, write it)", "plain, 8 threads")):
         p = med[base]
         say("")
         for name in cases:
             if name.startswith("rocke-aot"):
                 v = med[name]
                 ratios = [pw / vw for (_, pw, _), (_, vw, _) in zip(rows[base], rows[name], strict=True)]
-                say(f"{name}: throughput ratio ({label} wall / verifying wall) {p[1] / v[1]:.3f} (per round: "
+                say(f"{name}: throughput ratio ({against} wall / verifying wall) {p[1] / v[1]:.3f} (per round: "
                     f"{', '.join(f'{x:.2f}' for x in ratios)}); CPU ratio {p[0] / v[0]:.3f}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -300,7 +335,8 @@ def main() -> None:
             f.write("\n".join(lines) + "\n\n")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(tree, ignore_errors=True)
+        for tree in trees.values():
+            shutil.rmtree(tree, ignore_errors=True)
 
 
 if __name__ == "__main__":

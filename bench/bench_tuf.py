@@ -21,6 +21,10 @@ One run:
        warm online   the same, online                    (timestamp and next root asked, nothing else)
      and the metadata bytes a cold host downloads for 1, 10 and 100 keys, against the
      repository's size (proportional to the bins used, not to the store)
+Bin counts in the same rounds (`--bits 11 --bits 13 --bits 15`): the store is signed once per
+count (2**B hashed bins, each tree in --work/tree-b<B>, served under its own path by the one
+server), and each round runs every row against every tree (the baselines once), the trees'
+order alternating; the rows name their bin count.
 The figures: median of --rounds runs each, printed as a table and written to --out. Every process
 runs with its bytecode cached (PYTHONPYCACHEPREFIX under the work folder, PYTHONDONTWRITEBYTECODE
 dropped), as an installed wheel's is; the baselines of a round run before its fetches.
@@ -120,7 +124,7 @@ def measure(cmd: list[str], env: dict) -> tuple[float, float, int, str]:
         return ru.ru_utime + ru.ru_stime, float(wall), int(rss), out.read()
 
 
-def _make_tree(args, work: Path, tree: Path, say) -> tuple[list[str], int]:
+def _make_tree(args, work: Path, tree: Path, say, bits: int | None = None) -> tuple[list[str], int]:
     """Synthesize --kernels records, sign them into tree/metadata, write the asked kernels' blobs:
     (the 100 asked keys, the repository's metadata bytes)."""
     t = time.perf_counter()
@@ -132,7 +136,8 @@ def _make_tree(args, work: Path, tree: Path, say) -> tuple[list[str], int]:
     rk, rel = keys.load_private(work / "root.key"), keys.load_private(work / "release.key")
     t = time.perf_counter()
     info = repo.write(tree / "metadata", {1: repo.signed_root(1, datetime.now(timezone.utc) + timedelta(days=30),
-                                                             rk, [rel.public])}, kernels, [rel])
+                                                             rk, [rel.public])}, kernels, [rel],
+                      bit_length=bits)
     say(f"signed: {info['bins']} bins (bit_length {info['bit_length']}), {time.perf_counter() - t:.1f} s")
     repo_bytes = sum(p.stat().st_size for p in (tree / "metadata").iterdir())
     say(f"repository metadata: {repo_bytes} bytes ({repo_bytes / args.kernels:.0f} per kernel)")
@@ -146,7 +151,8 @@ def _make_tree(args, work: Path, tree: Path, say) -> tuple[list[str], int]:
         e["sha256"] = hashlib.sha256(raw).hexdigest()
         (tree / "blobs" / f"{e['sha256']}.zst").write_bytes(cz.compress(raw))
     # the asked kernels' sha256 changed: sign once more (only their bins are signed again)
-    info = repo.write(tree / "metadata", {1: (tree / "metadata" / "1.root.json").read_bytes()}, kernels, [rel])
+    info = repo.write(tree / "metadata", {1: (tree / "metadata" / "1.root.json").read_bytes()}, kernels, [rel],
+                      bit_length=bits)
     say(f"re-signed the 100 asked kernels' bins: {info['bins_written']} bins written, {info['bins_kept']} kept")
     return asked, repo_bytes
 
@@ -159,6 +165,9 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="keep the tree here (default: a temp dir, removed); a tree "
                     "a run left there for the same --kernels and --record-bytes is measured again, not re-signed")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--bits", type=int, action="append", default=None,
+                    help="2**B hashed bins (default: trust/repo.py's count for --kernels); repeated: one signed tree "
+                         "per count, all measured in the same rounds")
     ap.add_argument("--compare", default=None, metavar="DIR",
                     help="also time the warm offline fetch with the rocke_aot of this folder (another commit's: "
                          "`git archive REV rocke_aot | tar -x -C DIR`) first on PYTHONPATH, in the same rounds")
@@ -175,19 +184,23 @@ def main() -> None:
         f"record_bytes~{args.record_bytes} rounds={args.rounds} python={sys.version.split()[0]} "
         f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
     work.mkdir(parents=True, exist_ok=True)
-    made = work / f"tree-{args.kernels}-{args.record_bytes}.txt"  # the asked keys, then the repository's bytes
-    tree = work / "tree"
-    if made.exists():
-        *asked, size = made.read_text().split()
-        repo_bytes = int(size)
-        say(f"reused the signed tree in {tree} ({len(asked)} asked keys, {repo_bytes} bytes of metadata)")
-    else:
-        asked, repo_bytes = _make_tree(args, work, tree, say)
-        made.write_text("\n".join([*asked, str(repo_bytes)]) + "\n")
+    several = args.bits is not None and len(args.bits) > 1
+    trees: dict[int | None, tuple[Path, list[str], int]] = {}  # bits -> (tree, asked keys, metadata bytes)
+    for bits in args.bits or [None]:
+        tail = "" if bits is None else f"-b{bits}"
+        made = work / f"tree-{args.kernels}-{args.record_bytes}{tail}.txt"  # the asked keys, then the repository's bytes
+        tree = work / f"tree{tail}"
+        if made.exists():
+            *asked, size = made.read_text().split()
+            repo_bytes = int(size)
+            say(f"reused the signed tree in {tree} ({len(asked)} asked keys, {repo_bytes} bytes of metadata)")
+        else:
+            asked, repo_bytes = _make_tree(args, work, tree, say, bits)
+            made.write_text("\n".join([*asked, str(repo_bytes)]) + "\n")
+        trees[bits] = (tree, asked, repo_bytes)
     log = work / "served.log"
-    srv = subprocess.Popen([sys.executable, "-c", SERVER, str(tree), str(log)], stdout=subprocess.PIPE, text=True)
+    srv = subprocess.Popen([sys.executable, "-c", SERVER, str(work), str(log)], stdout=subprocess.PIPE, text=True)
     port = int(srv.stdout.readline())
-    url = f"http://127.0.0.1:{port}"
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKE_AOT_") and k != "PYTHONDONTWRITEBYTECODE"}
     # bytecode cached, as an installed wheel's is (pip compiles it): the first process writes it
     base_env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
@@ -195,7 +208,7 @@ def main() -> None:
     full_py = work / "full.py"  # a script (its folder is sys.path[0], as the script's is; not the cwd's rocke_aot)
     full_py.write_text(FULL + "\n")
     try:
-        def fetch_cmd(key: str, full: bool = False) -> list[str]:
+        def fetch_cmd(url: str, key: str, full: bool = False) -> list[str]:
             # full: click and the library (cli/main.py), as the script runs when its warm path
             # (cli/entry.py, rocke_aot/warm.py) steps aside, and as a checkout without it runs
             head = [sys.executable, str(full_py)] if full else [exe]
@@ -204,34 +217,44 @@ def main() -> None:
         rows: dict[str, list[tuple[float, float, int]]] = {}
         inproc: dict[str, list[float]] = {}
         for r in range(args.rounds):
-            home = work / f"host{r}"
-            shutil.rmtree(home, ignore_errors=True)
-            env = {**base_env, "ROCKE_AOT_CLIENT_HOME": str(home)}
-            key = asked[r % len(asked)]
-            rows.setdefault("baseline: python -c pass", []).append(measure([sys.executable, "-c", "pass"], env)[:3])
+            env0 = {**base_env, "ROCKE_AOT_CLIENT_HOME": str(work / "host-baseline")}
+            rows.setdefault("baseline: python -c pass", []).append(measure([sys.executable, "-c", "pass"], env0)[:3])
             rows.setdefault("baseline: python -c 'import rocke_aot.client'", []).append(
-                measure([sys.executable, "-c", "import rocke_aot.client"], env)[:3])
-            log.write_text("")
-            rows.setdefault("cold fetch (fresh host)", []).append(measure(fetch_cmd(key), env)[:3])
-            rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1", []).append(
-                measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
-            rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1, the whole command line (click, the library)", []).append(
-                measure(fetch_cmd(key, full=True), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
-            if args.compare:
-                rows.setdefault(f"warm fetch, ROCKE_AOT_OFFLINE=1, the rocke_aot of {args.compare}", []).append(
-                    measure(fetch_cmd(key, full=True), {**env, "ROCKE_AOT_OFFLINE": "1", "PYTHONPATH": args.compare})[:3])
-                rows.setdefault("warm fetch, ROCKE_AOT_OFFLINE=1 (again, after it)", []).append(
-                    measure(fetch_cmd(key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
-            rows.setdefault("warm fetch, online (timestamp checked)", []).append(measure(fetch_cmd(key), env)[:3])
-            lib = ("import sys, time\nt = time.process_time()\nfrom rocke_aot.client.fetch import Fetcher\n"
-                   "from rocke_aot.client.local import LocalStore\nt1 = time.process_time()\n"
-                   "f = Fetcher([], LocalStore(sys.argv[1]), offline=True)\nk = f.get(sys.argv[2])\n"
-                   "print((t1 - t) * 1000, (time.process_time() - t1) * 1000)\n")
-            cpu, wall, rss, out = measure([sys.executable, "-c", lib, str(home), key], {**env, "ROCKE_AOT_OFFLINE": "1"})
-            rows.setdefault("warm fetch, library (Fetcher.get, offline)", []).append((cpu, wall, rss))
-            imp, get = (float(x) for x in out.split())
-            inproc.setdefault("import", []).append(imp)
-            inproc.setdefault("get", []).append(get)
+                measure([sys.executable, "-c", "import rocke_aot.client"], env0)[:3])
+            order = list(trees.items())
+            if r % 2:
+                order.reverse()
+            for bits, (tree, asked, _) in order:
+                url = f"http://127.0.0.1:{port}/{tree.name}"
+                tag = f", 2**{bits} bins" if several else ""
+                home = work / f"host{r}{tree.name[4:]}"
+                shutil.rmtree(home, ignore_errors=True)
+                env = {**base_env, "ROCKE_AOT_CLIENT_HOME": str(home)}
+                key = asked[r % len(asked)]
+                log.write_text("")
+                rows.setdefault(f"cold fetch (fresh host){tag}", []).append(measure(fetch_cmd(url, key), env)[:3])
+                rows.setdefault(f"warm fetch, ROCKE_AOT_OFFLINE=1{tag}", []).append(
+                    measure(fetch_cmd(url, key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
+                rows.setdefault(f"warm fetch, ROCKE_AOT_OFFLINE=1, the whole command line (click, the library){tag}",
+                                []).append(measure(fetch_cmd(url, key, full=True), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
+                if args.compare:
+                    rows.setdefault(f"warm fetch, ROCKE_AOT_OFFLINE=1, the rocke_aot of {args.compare}{tag}", []).append(
+                        measure(fetch_cmd(url, key, full=True),
+                                {**env, "ROCKE_AOT_OFFLINE": "1", "PYTHONPATH": args.compare})[:3])
+                    rows.setdefault(f"warm fetch, ROCKE_AOT_OFFLINE=1 (again, after it){tag}", []).append(
+                        measure(fetch_cmd(url, key), {**env, "ROCKE_AOT_OFFLINE": "1"})[:3])
+                rows.setdefault(f"warm fetch, online (timestamp checked){tag}", []).append(
+                    measure(fetch_cmd(url, key), env)[:3])
+                lib = ("import sys, time\nt = time.process_time()\nfrom rocke_aot.client.fetch import Fetcher\n"
+                       "from rocke_aot.client.local import LocalStore\nt1 = time.process_time()\n"
+                       "f = Fetcher([], LocalStore(sys.argv[1]), offline=True)\nk = f.get(sys.argv[2])\n"
+                       "print((t1 - t) * 1000, (time.process_time() - t1) * 1000)\n")
+                cpu, wall, rss, out = measure([sys.executable, "-c", lib, str(home), key],
+                                              {**env, "ROCKE_AOT_OFFLINE": "1"})
+                rows.setdefault(f"warm fetch, library (Fetcher.get, offline){tag}", []).append((cpu, wall, rss))
+                imp, get = (float(x) for x in out.split())
+                inproc.setdefault(f"import{tag}", []).append(imp)
+                inproc.setdefault(f"get{tag}", []).append(get)
         say("")
         say("| whole process | CPU ms (median) | wall ms | peak RSS MiB |")
         say("| --- | --- | --- | --- |")
@@ -240,23 +263,29 @@ def main() -> None:
             wall = statistics.median(v[1] for v in vals) * 1000
             rss = statistics.median(v[2] for v in vals) / 1024
             say(f"| {name} | {cpu:.1f} | {wall:.1f} | {rss:.1f} |")
-        say(f"in the library process (CPU ms, median): imports {statistics.median(inproc['import']):.1f}, "
-            f"Fetcher + get (state, local bin, blob read and hashed) {statistics.median(inproc['get']):.1f}")
-        say("")
-        say("| keys asked by a fresh host | metadata bytes downloaded | bins | of the repository |")
-        say("| --- | --- | --- | --- |")
-        for n in (1, 10, 100):
-            home = work / f"cold{n}"
-            shutil.rmtree(home, ignore_errors=True)
-            log.write_text("")
-            code = ("import sys\nfrom rocke_aot.client import Fetcher, LocalStore, MirrorSource\n"
-                    "f = Fetcher([MirrorSource(sys.argv[1])], LocalStore(sys.argv[2]))\n"
-                    "f.get_many(sys.argv[3:], workers=1)\n")
-            measure([sys.executable, "-c", code, url, str(home), *asked[:n]], {**base_env})
-            sent = [ln.split() for ln in log.read_text().splitlines()]
-            meta = sum(int(s) for p, s in sent if p.startswith("/metadata/"))
-            bins = sum(1 for p, _ in sent if "bins-" in p)
-            say(f"| {n} | {meta} | {bins} | {meta / repo_bytes:.5f} |")
+        for bits in trees:
+            tag = f", 2**{bits} bins" if several else ""
+            say(f"in the library process (CPU ms, median{tag}): imports {statistics.median(inproc[f'import{tag}']):.1f}, "
+                f"Fetcher + get (state, local bin, blob read and hashed) {statistics.median(inproc[f'get{tag}']):.1f}")
+        for bits, (tree, asked, repo_bytes) in trees.items():
+            url = f"http://127.0.0.1:{port}/{tree.name}"
+            say("")
+            what = f" (2**{bits} bins)" if several else ""
+            say(f"| keys asked by a fresh host{what} | metadata bytes downloaded "
+                "| bins | of the repository |")
+            say("| --- | --- | --- | --- |")
+            for n in (1, 10, 100):
+                home = work / f"cold{n}"
+                shutil.rmtree(home, ignore_errors=True)
+                log.write_text("")
+                code = ("import sys\nfrom rocke_aot.client import Fetcher, LocalStore, MirrorSource\n"
+                        "f = Fetcher([MirrorSource(sys.argv[1])], LocalStore(sys.argv[2]))\n"
+                        "f.get_many(sys.argv[3:], workers=1)\n")
+                measure([sys.executable, "-c", code, url, str(home), *asked[:n]], {**base_env})
+                sent = [ln.split() for ln in log.read_text().splitlines()]
+                meta = sum(int(s) for p, s in sent if "/metadata/" in p)
+                bins = sum(1 for p, _ in sent if "bins-" in p)
+                say(f"| {n} | {meta} | {bins} | {meta / repo_bytes:.5f} |")
     finally:
         srv.terminate()
         srv.wait(10)

@@ -379,3 +379,66 @@ def test_the_trust_commands(world, kernel_bundle, tmp_path):
     assert repo.verify(old, keys.public_key(tmp_path / "root.key.pub")).kernels == v.kernels
     with pytest.raises(NotFoundError):
         raise NotInManifestError("a NotInManifestError is a NotFoundError too")
+
+
+def test_bins_are_sized_per_bin_kept_as_the_store_grows_and_drawn_again_once_outgrown(tmp_path):
+    """`trust sign` sizes its hashed bins for about repo.PER_BIN kernels each (the fewest bins,
+    a power of two, holding the kernels at that average), keeps the count from the directory
+    while the store grows up to 4x what the bins were sized for (bins whose kernels did not
+    change keep their files), and draws the bins again past that ("outgrown": every bin signed
+    again); a count given explicitly is kept. Checked against the signed files themselves and
+    python-tuf's own succinct-role arithmetic, over repo.verify (a host's whole check)."""
+    import math
+
+    from tuf.api.metadata import SuccinctRoles
+
+    keys.generate(tmp_path / "root.key")
+    keys.generate(tmp_path / "release.key")
+    rk, rel = keys.load_private(tmp_path / "root.key"), keys.load_private(tmp_path / "release.key")
+    roots = {1: repo.signed_root(1, NOW + timedelta(days=30), rk, [rel.public])}
+    per = repo.PER_BIN
+
+    def kernels(n: int) -> dict[str, dict]:
+        return {hashlib.sha256(f"k{i}".encode()).hexdigest(): {
+            "sha256": hashlib.sha256(f"blob{i}".encode()).hexdigest(), "size": 1000 + i, "arch": "gfx942",
+            "lane": "llvm22", "family": "gemm", "generation": "g1"} for i in range(n)}
+
+    def expected_bits(n: int) -> int:  # the fewest bins holding n kernels at `per` each on average
+        return max(1, math.ceil(math.log2(n / per)))
+
+    def check(out: Path, n: int, bits: int) -> None:
+        v = repo.verify(out, rk.public)
+        assert v.bit_length == bits and len(v.kernels) == n
+        succinct = SuccinctRoles([], 1, bits, repo.BIN_PREFIX)
+        snap = json.loads((out / f"{v.snapshot_version}.snapshot.json").read_bytes())["signed"]["meta"]
+        assert sorted(snap) == sorted([*(f"{r}.json" for r in succinct.get_roles()), "targets.json"])
+        held = {}
+        for name, m in snap.items():
+            if name != "targets.json":
+                doc = json.loads((out / f"{m['version']}.{name}").read_bytes())
+                for path in doc["signed"]["targets"]:
+                    assert succinct.get_role_for_target(path) == name[:-5]
+                    held[path] = name
+        assert len(held) == n
+
+    out = tmp_path / "signed"
+    n0 = 2 * per + 1  # one more than 2 bins hold: 4 bins
+    info = repo.write(out, roots, kernels(n0), [rel])
+    assert info["bit_length"] == expected_bits(n0) == 2 and info["bins"] == 4
+    check(out, n0, 2)
+    n1 = 4 * per * 4  # 4x what 4 bins were sized for: the count is kept
+    info = repo.write(out, roots, kernels(n1), [rel])
+    assert info["bit_length"] == 2 and expected_bits(n1) == 4
+    check(out, n1, 2)
+    info = repo.write(out, roots, kernels(n1), [rel])  # nothing changed: every bin kept
+    assert (info["bins_written"], info["bins_kept"]) == (0, 4)
+    info = repo.write(out, roots, kernels(n1 + 1), [rel])  # outgrown: drawn again, every bin signed
+    assert info["bit_length"] == expected_bits(n1 + 1) == 5
+    assert (info["bins"], info["bins_written"], info["bins_kept"]) == (32, 32, 0)
+    assert (n1 + 1) / info["bins"] <= per
+    check(out, n1 + 1, 5)
+    explicit = tmp_path / "explicit"  # a count asked for is kept, outgrown or not
+    repo.write(explicit, roots, kernels(n0), [rel], bit_length=1)
+    info = repo.write(explicit, roots, kernels(n1 + 1), [rel], bit_length=1)
+    assert info["bit_length"] == 1
+    check(explicit, n1 + 1, 1)
