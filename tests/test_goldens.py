@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -83,45 +84,67 @@ def test_golden_file_is_complete_and_consistent(doc):
 
 
 def _reference_cover_targets(family, arch, lane):
-    """Recomputed here from the table alone: per (baked, path) group, each knob's extremes."""
+    """Recomputed here from the table alone: per (baked, path) group (a point in the group of the
+    baked set it matches with the most parameters), each knob's extremes."""
     tab = get_family(family).table
     target = table._target(arch)
     lane = table.lane_of(lane)
     specs = [s.to_dict() for s in table.enumerate_specs(family, arch, lane)]
+    bakeds = list(tab.baked(target, lane))
+    members = {}
+    for s in specs:
+        fits = [b for b in bakeds if all(s.get(k) == v for k, v in b.items())]
+        if fits:
+            best = max(len(b) for b in fits)
+            baked = next(b for b in fits if len(b) == best)
+            members.setdefault((json.dumps(sorted(baked.items())), s["path"]), []).append(s)
     need = {}
-    for baked in tab.baked(target, lane):
-        knobs = [k for k in tab.knobs(baked, target, lane) if k != "path"]
-        for path in {s["path"] for s in specs}:
-            group = [s for s in specs if s["path"] == path and all(s[k] == v for k, v in baked.items())]
-            if not group:
-                continue
-            key = (json.dumps(sorted(baked.items())), path)
-            for k in knobs:
-                vals = {s[k] for s in group}
-                if len(vals) > 1:
-                    need.setdefault(key, set()).update({(k, min(vals)), (k, max(vals))})
-            need.setdefault(key, set())
-    return need
+    for (baked_json, path), group in members.items():
+        baked = dict(json.loads(baked_json))
+        need[(baked_json, path)] = set()
+        for k in tab.knobs(baked, target, lane):
+            vals = {s[k] for s in group} if k != "path" else set()
+            if len(vals) > 1:
+                need[(baked_json, path)].update({(k, min(vals)), (k, max(vals))})
+    return need, members
+
+
+def _triples(params):
+    """Every set of one, two or three (name, value) pairs of a group's parameters."""
+    items = sorted((k, repr(v)) for k, v in params.items())
+    return {frozenset(c) for r in (1, 2, 3) for c in itertools.combinations(items, r)}
 
 
 @pytest.mark.parametrize("family,arch,lane", [("gemm", "gfx942", "llvm22"), ("gemm", "gfx1250", "llvm24"),
                                               ("conv_direct_fwd", "gfx950", "llvm20"),
-                                              ("conv_dgrad_patch", "sm_90", "llvm22")])
-def test_selection_covers_every_group_and_every_knob_extreme(family, arch, lane):
+                                              ("conv_dgrad_patch", "sm_90", "llvm22"),
+                                              ("attention", "gfx942", "llvm22"), ("attention", "sm_90", "llvm22")])
+def test_selection_covers_every_triple_of_groups_and_every_knob_extreme(family, arch, lane):
     cases = [c for c in golden.select_cases([family]) if c.arch == arch]
     lane_obj = lanes.get_lane(lane)
     chosen = [c.spec for c in cases if golden.evaluate_case(c, lane_obj).ok]
-    need = _reference_cover_targets(family, arch, lane)
+    need, members = _reference_cover_targets(family, arch, lane)
     assert need, "the table serves this (arch, lane)"
-    for (baked_json, path), targets in need.items():
-        baked = dict(json.loads(baked_json))
-        group = [s for s in chosen if s["path"] == path and all(s[k] == v for k, v in baked.items())]
-        assert group, f"no case for {baked} {path}"
-        for k, v in targets:
-            assert any(s[k] == v for s in group), f"{family} {arch} {baked} {path}: no case with {k}={v}"
+    groups = {key: [s for s in chosen if s in group] for key, group in members.items()}
+    # every value, pair and triple of values that some group's parameters hold is held by a group with
+    # cases (the groups' 3-way cover)
+    held = set()
+    for (baked_json, path), group in groups.items():
+        if group:
+            held |= _triples({**dict(json.loads(baked_json)), "path": path})
+    for baked_json, path in groups:
+        missing = _triples({**dict(json.loads(baked_json)), "path": path}) - held
+        assert not missing, f"{family} {arch}: no case holds {sorted(map(sorted, missing))[:3]}"
+    # a group with cases covers its knobs' extremes
+    for (baked_json, path), group in groups.items():
+        for k, v in need[(baked_json, path)] if group else ():
+            assert any(s[k] == v for s in group), f"{family} {arch} {baked_json} {path}: no case with {k}={v}"
     if family == "gemm":
         assert {s["double_buffer"] for s in chosen} == {False, True}
         assert {(s["in_dtype"], s["out_dtype"]) for s in chosen} == {("f16", "f32"), ("f16", "f16"), ("bf16", "bf16")}
+    if family == "attention":
+        # the cover is a real reduction of the table's singleton groups, not every spec
+        assert len([g for g in groups.values() if g]) < len(groups)
 
 
 def test_representative_cover_on_a_hand_worked_grid():
@@ -349,3 +372,16 @@ def test_the_dev_tool_writes_only_the_directory_it_is_given(tmp_path, monkeypatc
     assert "LaneError" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         goldens_dev.main(["--lane", "llvm24"])  # no --out: nothing defaults into the package
+
+
+def test_group_cover_on_a_hand_worked_grid():
+    # three binary parameters, all eight combinations: a triple names a whole combination, so the 3-way
+    # cover keeps every group; the 2-way cover keeps fewer, each value pair still held by a kept group
+    grid = [{"a": a, "b": b, "c": c} for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+    assert golden.group_cover(grid, 3) == list(range(8))
+    two = golden.group_cover(grid, 2)
+    assert len(two) < 8
+    for x, y in itertools.combinations("abc", 2):
+        assert {(g[x], g[y]) for g in (grid[i] for i in two)} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    # ties go to the earlier group: one parameter with one value -> the first group only
+    assert golden.group_cover([{"a": 1}, {"a": 1}]) == [0]

@@ -2,8 +2,11 @@
 
     select_cases(families)                     the cases, chosen BY RULE from the variant tables:
         per (family, arch, lane the table serves): the admitted grid, grouped by
-        (baked parameter set, path) -- so every dtype, every baked layer and every path --
-        then, per group, a greedy cover of every knob's extremes (min and max of each
+        (baked parameter set, path); the groups a greedy 3-way cover chooses (every value, pair
+        and triple of values of the groups' parameters that some group holds is held by a chosen
+        one: so every dtype, every baked layer and every path, and every combination of three of
+        them that the table serves; ties to the earlier group) -- then, per chosen group, a
+        greedy cover of every knob's extremes (min and max of each
         numeric or boolean knob over the admitted points: block sizes, waves, tiles,
         double_buffer both ways; every value of a non-numeric knob); ties go to the earlier
         point of the table's enumeration order. The union over lanes is the case list.
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -135,19 +139,48 @@ def representative(specs: Sequence[Any], knob_names: Iterable[str]) -> list[Any]
     return [specs[i] for i in sorted(chosen)]
 
 
+COVER_STRENGTH = 3  # the groups' cover: every t-tuple of parameter values that some group holds
+
+
+def value_tuples(params: Mapping[str, Any], strength: int = COVER_STRENGTH) -> set[tuple[tuple[str, str], ...]]:
+    """Every combination of 1 to ``strength`` of a group's (parameter, value) pairs."""
+    items = sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in params.items())
+    return {c for r in range(1, strength + 1) for c in itertools.combinations(items, r)}
+
+
+def group_cover(groups: Sequence[Mapping[str, Any]], strength: int = COVER_STRENGTH) -> list[int]:
+    """Indices (ascending) of a greedy cover of the groups' value tuples (``value_tuples``):
+    repeatedly the group holding the most uncovered tuples, ties to the earlier group."""
+    held = [value_tuples(g, strength) for g in groups]
+    need = set().union(*held) if held else set()
+    chosen: list[int] = []
+    while need:
+        best = max(range(len(groups)), key=lambda i: (len(held[i] & need), -i))
+        chosen.append(best)
+        need -= held[best]
+    return sorted(chosen)
+
+
 def _lane_selection(family: str, target: Target, lane: lane_registry.Lane) -> list[Any]:
     tab = get_family(family).table
     specs = list(table.enumerate_specs(family, target, lane))
-    out: list[Any] = []
-    for baked in tab.baked(target, lane):
+    groups: dict[str, tuple[dict[str, Any], list[Any], list[str]]] = {}
+    bakeds = list(tab.baked(target, lane))
+    for s in specs:
+        d = s.to_dict()
+        # a point's group: the baked set it matches with the most parameters (a split-KV point also
+        # matches its unsplit twin's smaller set), the first of equals
+        matching = [b for b in bakeds if all(d.get(k) == v for k, v in b.items())]
+        if not matching:
+            continue
+        baked = max(matching, key=len)
         knobs = [k for k in tab.knobs(baked, target, lane) if k != "path"]
-        groups: dict[str, list[Any]] = {}
-        for s in specs:
-            d = s.to_dict()
-            if all(d.get(k) == v for k, v in baked.items()):
-                groups.setdefault(_group_key(d, baked), []).append(s)
-        for group in groups.values():
-            out += representative(group, knobs)
+        groups.setdefault(_group_key(d, baked), ({**baked, "path": d.get("path")}, [], knobs))[1].append(s)
+    ordered = list(groups.values())
+    out: list[Any] = []
+    for i in group_cover([params for params, _, _ in ordered]):
+        _, group, knobs = ordered[i]
+        out += representative(group, knobs)
     return out
 
 
