@@ -162,7 +162,7 @@ def test_the_variants_listing_from_the_wheel_is_the_source_trees(installed):
     fam = json.loads(_run(inst, *args).stdout)
     src = json.loads(subprocess.run([str(Path(sys.executable).parent / "rocke-aot"), *args], capture_output=True,
                                     text=True, check=True, cwd=ROOT).stdout)
-    assert [r["count"] for r in fam["rows"]] == [r["count"] for r in src["rows"]] == [120], fam["rows"]  # 60 a lane + 128x128 w8 and the 16-row tile at d 128 on sm_90; GQA-packed 48 + a second d 128 tile
+    assert [r["count"] for r in fam["rows"]] == [r["count"] for r in src["rows"]] == [136], fam["rows"]  # 60 a lane + 128x128 w8 (2 and 3 stages), the 16-row tile and the tutorial's 64x128, 64x64 s2, 64x32 at d 128 on sm_90; GQA-packed 48 + a second d 128 tile
 
 
 def test_the_golden_and_characterization_checks_from_the_wheel(installed):
