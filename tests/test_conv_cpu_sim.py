@@ -235,6 +235,9 @@ MMA_PATCH = [
     # gfx1250's interior loop carries each operand's chunk base, advanced while a chunk is left to
     # load: K 109 = 3 whole chunks (two advances, the last load clamped) + 13
     ("gfx1250", ConvDgradPatchSpec(c=3, p=16, tile_h=2, tile_w=8, r_blk=2, k_chunk=32, path="wmma"), (1, 35, 20, 109)),
+    # ViT-L/14's gfx9 pick (the fifth conv step's served row, k_chunk 32; its 4-byte B loads, P*C = 42):
+    # K 77 = 2 whole chunks (the interior loop once, the peeled chunk) + 13, border pixels
+    ("gfx942", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path="mfma"), (1, 31, 43, 77)),
 ]
 
 
