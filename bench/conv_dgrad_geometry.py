@@ -4,6 +4,12 @@ matrix instruction, waits, VGPRs and spills (issue 37, the fifth conv step), one
     python bench/conv_dgrad_geometry.py --arch gfx942 --arch gfx950 --arch gfx1250 \\
         --lane llvm22 --lane llvm23 --lane llvm24 > out.jsonl
     python bench/conv_dgrad_geometry.py --table out.jsonl          # the markdown table
+    python bench/conv_dgrad_geometry.py --model --arch gfx942 --arch gfx950 --kernel SUFFIX ...
+
+--model: the time model's order (variants/selection.rank, bench/amd_picks.py's candidates: every spec
+the variant table serves the arch on llvm22) for bench/amd_picks.py's patch dgrad problems and the
+ViT-L/14 shape at C = 4 (the p14c4 row): the pick, and the rank and estimate of each kernel whose
+name ends with a --kernel suffix (the in-grid forms of the variants above).
 
 For each served dgrad spec of bench/gemm_amd_isa.py CONV_SPECS (f16; gfx1250 its wmma tile,
 CONV_WMMA) the variants are: "base" (the spec as served); "kc x2" (twice its k_chunk, a knob of the
@@ -114,12 +120,42 @@ def table(recs: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def model_order(arches, suffixes) -> str:
+    import amd_picks
+
+    from rocke_aot.targets import Target
+    from rocke_aot.variants.families import get_family
+    from rocke_aot.variants.selection import rank
+
+    entry = get_family("conv_dgrad_patch")
+    shapes = amd_picks.PATCH + [("ViT-L/14 shape at C=4 n4 224 K1024", dict(n=4, h=224, w=224, c=4, k=1024, p=14))]
+    out = []
+    for arch in arches:
+        pool = amd_picks.table_candidates("conv_dgrad_patch", arch)
+        for name, raw in shapes:
+            r = rank(pool, entry.problem_from(dict(dtype="f16", **raw)), Target.parse(arch))
+            names = [entry.spec_from(dict(c.candidate.spec)).kernel_name for c in r.accepted]
+            est = r.accepted[0].estimate_ms
+            out.append(f"{arch} {name} ({r.model}): pick {names[0]} {est if est is None else round(est, 4)} ms")
+            for suffix in suffixes:
+                for i, n in enumerate(names):
+                    if n.endswith(suffix):
+                        e = r.accepted[i].estimate_ms
+                        out.append(f"    rank {i}: {n} {e if e is None else round(e, 4)} ms {r.accepted[i].bound}")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=("gfx90a", "gfx942", "gfx950", "gfx1250"))
     ap.add_argument("--lane", action="append", choices=isa.ALL_LANES)
     ap.add_argument("--table", type=Path, help="print the markdown table of an earlier run's JSON lines")
+    ap.add_argument("--model", action="store_true", help="the time model's order for the patch problems (--kernel)")
+    ap.add_argument("--kernel", action="append", default=[], help="with --model: a kernel name suffix to place")
     a = ap.parse_args(argv)
+    if a.model:
+        sys.stdout.write(model_order(a.arch or ["gfx942", "gfx950"], a.kernel))
+        return 0
     if a.table:
         sys.stdout.write(table([json.loads(line) for line in a.table.read_text().splitlines() if line.strip()]))
         return 0
