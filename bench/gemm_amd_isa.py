@@ -73,7 +73,9 @@ CONV_SPECS = (
     ("conv_dgrad_patch", dict(dtype="f16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32)),
     ("conv_dgrad_patch", dict(dtype="bf16", c=3, p=16, tile_h=4, tile_w=8, r_blk=2, k_chunk=32)),
     ("conv_dgrad_patch", dict(dtype="f16", c=4, p=14, tile_h=4, tile_w=4, r_blk=14, k_chunk=32)),
-    ("conv_dgrad_patch", dict(dtype="f16", c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=16)),
+    # ViT-L/14: the time model's pick on gfx942 and gfx950 is k_chunk 32 (bench/results/bench-raw/amd-picks.txt;
+    # k_chunk 16 until 2026-12-06 e: 13.0 -> 9.5 instructions a matrix instruction, bench/conv_dgrad_geometry.py)
+    ("conv_dgrad_patch", dict(dtype="f16", c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32)),
 )
 # gfx1250's wmma (16x16x32) tiles none of the tiles above: its picks' tiles (docs/selection.md), r_blk kept
 CONV_WMMA = {"conv_direct_fwd": dict(tile_h=4, tile_w=8, tile_k=16, c_chunk=32),

@@ -39,12 +39,18 @@ from rocke_aot.targets import Target
 # conv-amd-isa-2026-12-06-d.md: gfx1250 fwd's halo loads in the saddr form and a filter row's taps
 # behind one wait, the chunk bases carried by the loop: 110 / 14 waits -> 74 / 5, its C = 64 being two
 # chunks of 32, whose one prefetch (chunk 1) LLVM hoists out of the loop; the steady loop of more chunks
-# is test_gfx1250_fwd_steady_loop's)
+# is test_gfx1250_fwd_steady_loop's; conv-amd-isa-2026-12-06-e.md: conv_direct_fwd cc8's A reads at one base
+# address and each tap's constant offset, paired into ds_read2_b64: 47 / 9 waits -> 41 / 7 on gfx942 and
+# gfx950, 50 / 9 -> 44 / 7 on gfx90a, under Triton 3.6's 4.7 instructions a matrix instruction; then gfx9
+# reads the whole filter's fragments behind one wait (conv_direct_fwd taps_per_wait): cc8 41 / 7 waits ->
+# 37 / 3, cc16 64 / 11 -> 56 / 3 (gfx950 54 / 10 -> 47 / 3); CONV_SPECS[6] is ViT-L/14's pick now, p14c3
+# t2x8 r7 k_chunk 32: 39 instructions / 3 matrix on gfx942 at k_chunk 16 -> 57 / 6)
 CEILINGS = [
-    ("gfx942", 1, 18, 64, 11), ("gfx942", 3, 4, 41, 3), ("gfx942", 5, 14, 99, 3), ("gfx942", 6, 3, 39, 3),
-    ("gfx950", 1, 9, 54, 10), ("gfx950", 3, 2, 40, 3), ("gfx950", 5, 14, 99, 3), ("gfx950", 6, 3, 39, 3),
+    ("gfx942", 0, 9, 37, 3), ("gfx950", 0, 9, 37, 3), ("gfx90a", 0, 9, 40, 3),
+    ("gfx942", 1, 18, 56, 3), ("gfx942", 3, 4, 41, 3), ("gfx942", 5, 14, 99, 3), ("gfx942", 6, 6, 57, 3),
+    ("gfx950", 1, 9, 47, 3), ("gfx950", 3, 2, 40, 3), ("gfx950", 5, 14, 99, 3), ("gfx950", 6, 6, 57, 3),
     ("gfx1250", 1, 9, 74, 5), ("gfx1250", 3, 1, 45, 5), ("gfx1250", 5, 7, 157, 5), ("gfx1250", 6, 3, 95, 5),
-    ("gfx90a", 1, 18, 68, 11), ("gfx90a", 3, 4, 44, 3), ("gfx90a", 5, 14, 102, 3), ("gfx90a", 6, 3, 40, 3),
+    ("gfx90a", 1, 18, 60, 3), ("gfx90a", 3, 4, 44, 3), ("gfx90a", 5, 14, 102, 3), ("gfx90a", 6, 6, 58, 3),
 ]
 
 

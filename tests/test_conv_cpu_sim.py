@@ -197,6 +197,12 @@ MMA_FWD = [
     ("gfx1250", ConvDirectFwdSpec(c=128, k=16, tile_h=2, tile_w=8, tile_k=16, c_chunk=32, path="wmma"), (1, 6, 18)),
     ("gfx90a", ConvDirectFwdSpec(c=16, k=32, r=1, s=1, pad_h=0, pad_w=0, tile_h=4, tile_w=8, tile_k=32, c_chunk=8,
                                  path="mfma"), (1, 7, 9)),
+    # the served gfx9 tile (t8x16x64 cc8): its 9 unrolled taps read A at one base address plus each
+    # tap's constant offset (spec.lds_a_index, the fifth conv step); 4 C chunks, the centre block's
+    # halo inside (the interior loop, the peeled chunk), the others on the padding
+    ("gfx942", ConvDirectFwdSpec(c=32, k=64, tile_h=8, tile_w=16, tile_k=64, c_chunk=8, path="mfma"), (1, 18, 34)),
+    ("gfx950", ConvDirectFwdSpec(c=16, k=64, r=3, s=3, stride_h=2, stride_w=1, pad_h=2, pad_w=2, dil_h=2, dil_w=2,
+                                 tile_h=8, tile_w=16, tile_k=64, c_chunk=8, path="mfma"), (1, 40, 36)),
 ]
 
 
@@ -229,6 +235,9 @@ MMA_PATCH = [
     # gfx1250's interior loop carries each operand's chunk base, advanced while a chunk is left to
     # load: K 109 = 3 whole chunks (two advances, the last load clamped) + 13
     ("gfx1250", ConvDgradPatchSpec(c=3, p=16, tile_h=2, tile_w=8, r_blk=2, k_chunk=32, path="wmma"), (1, 35, 20, 109)),
+    # ViT-L/14's gfx9 pick (the fifth conv step's served row, k_chunk 32; its 4-byte B loads, P*C = 42):
+    # K 77 = 2 whole chunks (the interior loop once, the peeled chunk) + 13, border pixels
+    ("gfx942", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path="mfma"), (1, 31, 43, 77)),
 ]
 
 

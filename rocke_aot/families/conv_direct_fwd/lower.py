@@ -102,9 +102,14 @@ class _FwdLowering(ConvLowering):
         """The filter taps whose fragments are read before one LDS wait: on gfx1250 a filter row
         (S taps: 3 waits a chunk of a 3x3 filter where each tap waited, llvm22 100 -> 97
         instructions and 12 -> 6 waits a chunk, 126 -> 146 VGPRs; the whole filter, 9 taps: 96,
-        4 waits, 242 VGPRs); 1 elsewhere (gfx9 keeps the backend's own wait, which pairs the
-        unrolled taps' reads into ds_read2_b64)."""
-        return self.spec.s if self.amd_path() and not self.target.processor.startswith("gfx9") else 1
+        4 waits, 242 VGPRs); on gfx9 the whole filter (R*S taps; issue 37's fifth conv step: with
+        the taps' A reads at one base address, spec.lds_a_index, they pair into ds_read2_b64 within
+        the group as they did across the backend's own waits; llvm22 gfx942 cc8 41 -> 37
+        instructions and 7 -> 3 waits a chunk, 66 -> 86 VGPRs; cc16 64 -> 56, 11 -> 3, 68 -> 124;
+        gfx950 cc16 54 -> 47, 10 -> 3); 1 on the other paths."""
+        if not self.amd_path():
+            return 1
+        return self.spec.r * self.spec.s if self.target.processor.startswith("gfx9") else self.spec.s
 
     def _operands(self, checked: bool) -> list[Operand]:
         """One chunk's staging on the AMD path: the halo [halo_h][halo_w][c_chunk] and the

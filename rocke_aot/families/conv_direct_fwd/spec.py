@@ -90,6 +90,15 @@ class ConvDirectFwdSpec(ConvSpecBase):
         """Element index of A[row][kk] (output pixel ``row`` of the tile, channel ``kk`` of the
         chunk) at filter tap (r, q): the halo is [halo_h][halo_w][c_chunk]."""
         py, px = row // self.tile_w, row % self.tile_w
+        if self.path in ("mfma", "wmma"):
+            # The AMD matrix paths add the tap's offset last (issue 37, the fifth conv step): once
+            # the taps are unrolled it is a constant the backend folds into the LDS read's
+            # immediate, one base address for every tap and their reads paired into ds_read2_b64
+            # (gfx942 cc8: 14 -> 10 LDS reads, 47 -> 41 instructions a chunk), where the form below
+            # kept a register and a read a tap. NVPTX keeps it: there LLVM pairs the 16-bit
+            # halves of a fragment at one base and +2 only in that form (tests/test_hw_model.py).
+            return (py * self.stride_h * self.halo_w + px * self.stride_w) * self.c_chunk + kk \
+                + (r * self.dil_h * self.halo_w + q * self.dil_w) * self.c_chunk
         return ((py * self.stride_h + r * self.dil_h) * self.halo_w + px * self.stride_w + q * self.dil_w) \
             * self.c_chunk + kk
 
