@@ -72,7 +72,7 @@ CAPABILITIES = MappingProxyType(
         "target:gfx1250": "the code generator knows gfx1250 (LLVM 22 and newer)",
         "target:sm_90": "the NVPTX back end can target sm_90 with PTX 8.0",
         "mfma:f16": "gfx9 MFMA f16 intrinsics (llvm.amdgcn.mfma.f32.*f16)",
-        "mfma:gfx950": "gfx950 MFMA (llvm.amdgcn.mfma.f32.32x32x16.f16/bf16)",
+        "mfma:gfx950": "gfx950 MFMA (llvm.amdgcn.mfma.f32.32x32x16.f16/bf16, 16x16x32.f16/bf16)",
         "wmma:gfx1250": "gfx1250 WMMA (llvm.amdgcn.wmma.f32.16x16x32.f16/bf16)",
         "mma:sm_90": "NVPTX warp-level mma.sync m16n8k16 f16/bf16 -> f32 "
         "(llvm.nvvm.mma.m16n8k16.row.col.f32.f32 / .bf16; measured on LLVM 20.1 and 22.1)",
@@ -127,6 +127,10 @@ _INTRINSICS_COMMON = dict(
                            ("<8 x half>", "<8 x half>", "<16 x float>") + _MFMA_ARGS),
     mfma_f32_32x32x16_bf16=("llvm.amdgcn.mfma.f32.32x32x16.bf16", "<16 x float>",
                             ("<8 x bfloat>", "<8 x bfloat>", "<16 x float>") + _MFMA_ARGS),
+    mfma_f32_16x16x32_f16=("llvm.amdgcn.mfma.f32.16x16x32.f16", "<4 x float>",
+                           ("<8 x half>", "<8 x half>", "<4 x float>") + _MFMA_ARGS),
+    mfma_f32_16x16x32_bf16=("llvm.amdgcn.mfma.f32.16x16x32.bf16", "<4 x float>",
+                            ("<8 x bfloat>", "<8 x bfloat>", "<4 x float>") + _MFMA_ARGS),
     fmuladd_f32=("llvm.fmuladd.f32", "float", ("float", "float", "float")),
     exp2_f32=("llvm.exp2.f32", "float", ("float",)),  # the attention family's online softmax
     # a wave's cross-lane read (ds_bpermute_b32: lane i takes the value of lane addr / 4; the LDS

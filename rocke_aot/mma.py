@@ -18,6 +18,10 @@ Layout sources (wave64 MFMA, one block: G = W // M lane groups, kpl = K // G):
   holds D[4*G*(r//4) + 4*(l//N) + r%4][l%N] (rows in groups of four, 4*G rows apart).
 - gfx950 32x32x16 f16/bf16: the same rule with kpl = 8 (AMD's CDNA4 ISA and the MFMA
   layout rule "K/G consecutive K elements per lane": K_L = K / (64 / M)); result as 32x32x8.
+- gfx950 16x16x32 f16/bf16: the same rule with G = 4, kpl = 8: lane l holds A[l%16][8*(l//16)+j]
+  and B[8*(l//16)+j][l%16] (j < 8, one 128-bit register quad); result as 16x16x16 (register r of
+  lane l holds D[4*(l//16) + r][l%16]). LLVM 22's llc selects llvm.amdgcn.mfma.f32.16x16x32.{f16,bf16}
+  (<8 x half> / <8 x bfloat> operands, <4 x float> accumulator) for gfx950 only ("Cannot select" on gfx942).
 - gfx1250 WMMA 16x16x32 f16/bf16 (wave32, 16 elements per lane): lanes 0-15 hold row
   l%16 with K = 0..7 in VGPRs 0-3 and K = 16..23 in VGPRs 4-7; lanes 16-31 hold K = 8..15
   and 24..31 (AMD's GFX12.5 "16-bit A-matrix 16x32" table): element j is
@@ -125,6 +129,8 @@ INSTRS: Mapping[str, MmaInstr] = MappingProxyType({
               "v_mfma_f32_16x16x16bf16_1k"),
         _mfma("mfma_f32_32x32x16_f16", "v_mfma_f32_32x32x16_f16", 32, 32, 16, "f16", "mfma:gfx950"),
         _mfma("mfma_f32_32x32x16_bf16", "v_mfma_f32_32x32x16_bf16", 32, 32, 16, "bf16", "mfma:gfx950"),
+        _mfma("mfma_f32_16x16x32_f16", "v_mfma_f32_16x16x32_f16", 16, 16, 32, "f16", "mfma:gfx950"),
+        _mfma("mfma_f32_16x16x32_bf16", "v_mfma_f32_16x16x32_bf16", 16, 16, 32, "bf16", "mfma:gfx950"),
         MmaInstr("wmma_f32_16x16x32_f16", "v_wmma_f32_16x16x32_f16", "wmma", 16, 16, 32, 32,
                  "f16", "wmma:gfx1250"),
         MmaInstr("wmma_f32_16x16x32_bf16", "v_wmma_f32_16x16x32_bf16", "wmma", 16, 16, 32, 32,
@@ -144,10 +150,11 @@ _BY_ARCH: Mapping[tuple[str, str, str], Mapping[str, str]] = MappingProxyType({
     **{(p, "mfma", "bf16"): {"32x32x8": "mfma_f32_32x32x8bf16_1k",
                              "16x16x16": "mfma_f32_16x16x16bf16_1k"} for p in ("gfx90a", "gfx942")},
     ("gfx950", "mfma", "f16"): {"32x32x16": "mfma_f32_32x32x16_f16", "32x32x8": "mfma_f32_32x32x8f16",
-                                "16x16x16": "mfma_f32_16x16x16f16"},
+                                "16x16x16": "mfma_f32_16x16x16f16", "16x16x32": "mfma_f32_16x16x32_f16"},
     ("gfx950", "mfma", "bf16"): {"32x32x16": "mfma_f32_32x32x16_bf16",
                                  "32x32x8": "mfma_f32_32x32x8bf16_1k",
-                                 "16x16x16": "mfma_f32_16x16x16bf16_1k"},
+                                 "16x16x16": "mfma_f32_16x16x16bf16_1k",
+                                 "16x16x32": "mfma_f32_16x16x32_bf16"},
     ("gfx1250", "wmma", "f16"): {"16x16x32": "wmma_f32_16x16x32_f16"},
     ("gfx1250", "wmma", "bf16"): {"16x16x32": "wmma_f32_16x16x32_bf16"},
     ("sm_90", "mma", "f16"): {"16x8x16": "mma_f32_16x8x16_f16"},

@@ -23,7 +23,8 @@ Sources, per instruction:
   of a 16x16 tile: rows in groups of 4, group q in lanes 16q..16q+15 (column = lane % 16),
   row i%4 of the group in register i%4. Of a 32x32 tile: rows in groups of 4 alternate
   between the two lane halves (row i in lanes 32*((i//4)%2) + col), register 4*(i//8) + i%4.
-  The bf16 "_1k" forms and gfx950's 32x32x16 f16/bf16 use the same rule (KL = 4 and 8).
+  The bf16 "_1k" forms and gfx950's 32x32x16 and 16x16x32 f16/bf16 use the same rule (KL = 4
+  and 8; CDNA4 ISA guide, "Dense matrix layouts": K_L = K / (64 / M) consecutive K values per lane).
 - gfx1250 WMMA 16x16x32 f16/bf16, wave32 (AMD GFX12.5 ISA, "16-bit A-matrix 16x32" and
   "32-bit C/D matrix 16x16"): row i of A in lanes i and i + 16; lanes 0-15 hold K 0-7 (VGPRs
   0-3, elements 0-7) and K 16-23 (elements 8-15), lanes 16-31 hold K 8-15 and K 24-31. B the
@@ -199,6 +200,8 @@ REFS: dict[str, IsaRef] = {r.intrinsic: r for r in (
     _mfma("llvm.amdgcn.mfma.f32.32x32x8bf16.1k", 32, 8, "bf16"),
     _mfma("llvm.amdgcn.mfma.f32.32x32x16.f16", 32, 16, "f16"),
     _mfma("llvm.amdgcn.mfma.f32.32x32x16.bf16", 32, 16, "bf16"),
+    _mfma("llvm.amdgcn.mfma.f32.16x16x32.f16", 16, 32, "f16"),
+    _mfma("llvm.amdgcn.mfma.f32.16x16x32.bf16", 16, 32, "bf16"),
     _wmma("llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16", "f16"),
     _wmma("llvm.amdgcn.wmma.f32.16x16x32.bf16.v8f32.v16bf16", "bf16"),
     _ptx("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", "f16"),

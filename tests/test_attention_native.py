@@ -79,6 +79,14 @@ CASES = [  # (arch, spec knobs, problem)
                                                   head_dim=64, causal=True)),
     ("gfx950", {"warps": 2, "block_n": 64}, dict(batch=1, seqlen_q=21, seqlen_k=150, heads_q=2, heads_kv=1,
                                                   head_dim=128, dtype="bf16")),
+    # gfx950: block_n 32 / 64 run MFMA 16x16x32 (the paired key order of P^T and V^T), block_n 16 keeps
+    # 16x16x16; causal and not, both dtypes, the unmasked loop and the masked one
+    ("gfx950", {"warps": 4, "block_n": 32}, dict(batch=2, seqlen_q=70, seqlen_k=101, heads_q=2, heads_kv=1,
+                                                  head_dim=64, causal=True, dtype="bf16")),
+    ("gfx950", {"warps": 1, "block_n": 64}, dict(batch=1, seqlen_q=30, seqlen_k=200, heads_q=1, heads_kv=1,
+                                                  head_dim=256)),
+    ("gfx950", {"warps": 2, "block_n": 16}, dict(batch=1, seqlen_q=33, seqlen_k=47, heads_q=2, heads_kv=2,
+                                                  head_dim=64, causal=True)),
     ("gfx1250", {"warps": 2, "block_n": 64}, dict(batch=1, seqlen_q=33, seqlen_k=70, heads_q=1, heads_kv=1,
                                                    head_dim=64, causal=True)),
     ("sm_90", {"warps": 4, "block_n": 64}, dict(batch=1, seqlen_q=65, seqlen_k=99, heads_q=4, heads_kv=2,
@@ -146,7 +154,14 @@ def test_register_plan_from_the_instructions_layouts():
 
     p = register_plan(mma.select("gfx942", "mfma", "f16", "16x16x16"), 64)
     assert p.transposed and p.masks == (16, 32) and p.store_run == 4 and p.rows == ((0, 1, 2, 3),)
-    assert p.gather == tuple(tuple((kc, j) for j in range(4)) for kc in range(4))
+    assert p.gather == tuple(tuple((kc, j) for j in range(4)) for kc in range(4)) and not p.paired
+    # gfx950's 16x16x32: P^T's B lane group g takes contraction indices 8g .. 8g + 7 where S^T's holds keys
+    # 4g .. 4g + 3 of each 16-key tile, so the natural order does not compose; the paired order does: element
+    # j is tile 2kc + j // 4's accumulator j % 4 (key 16 (j // 4) + 4g + j % 4 of the slice), V^T's A the same
+    x = register_plan(mma.select("gfx950", "mfma", "bf16", "16x16x32"), 64)
+    assert x.transposed and x.paired and x.masks == (16, 32) and x.store_run == 4 and x.rows == ((0, 1, 2, 3),)
+    assert x.gather == tuple(tuple((2 * kc + j // 4, j % 4) for j in range(8)) for kc in range(2))
+    assert register_plan(mma.select("gfx950", "mfma", "f16", "16x16x32"), 16) is None  # half a k32 slice
     w = register_plan(mma.select("gfx1250", "wmma", "bf16", "16x16x32"), 32)
     assert w.transposed and w.masks == (16,) and w.store_run == 8 and w.rows == (tuple(range(8)),)
     assert w.gather == (tuple((0, j) for j in range(8)) + tuple((1, j) for j in range(8)),)
@@ -200,7 +215,9 @@ def test_it_compiles_with_the_targets_matrix_instructions(tmp_path, arch, lane, 
     else:
         asm = subprocess.run([OBJDUMP, "-d", f"--mcpu={arch}", str(out)], capture_output=True, text=True,
                              check=True).stdout
-        want = r"v_wmma_f32_16x16x32_" if path == "wmma" else r"v_mfma_f32_16x16x16_?(f16|bf16)"
+        # gfx950 at block_n 32: MFMA 16x16x32 (twice 16x16x16's K); gfx942: 16x16x16
+        want = {"wmma": r"v_wmma_f32_16x16x32_", "gfx950": r"v_mfma_f32_16x16x32_(f16|bf16)"}.get(
+            path if path == "wmma" else arch, r"v_mfma_f32_16x16x16_?(f16|bf16)")
         assert len(re.findall(want, asm)) >= 2 and "v_exp_f32" in asm, asm[:2000]
         # K/V staged by 16-byte global loads, fragments read from LDS 8 or 16 bytes at a time (MFMA runs of 4
         # elements, WMMA 8), never one element

@@ -67,6 +67,37 @@ def test_gfx950_32x32x16_eight_consecutive_k_per_lane():
             assert all((a == b).all() for a, b in zip(ins.d_coord(l, reg), ref.d_coord(l, reg)))
 
 
+def test_gfx950_16x16x32_eight_consecutive_k_per_lane_and_its_matmul():
+    # CDNA4 (composable_kernel's gfx950 16x16x32 traits: kABKPerLane = 8, the C layout of 16x16x16):
+    # lane l holds A[l % 16][8 (l // 16) + j], B[8 (l // 16) + j][l % 16], D[4 (l // 16) + r][l % 16]
+    rng = np.random.default_rng(3)
+    for key in ("mfma_f32_16x16x32_f16", "mfma_f32_16x16x32_bf16"):
+        ins = mma.INSTRS[key]
+        assert (ins.m, ins.n, ins.k, ins.a_per_lane, ins.b_per_lane, ins.acc_per_lane) == (16, 16, 32, 8, 8, 4)
+        assert mma.select("gfx950", "mfma", ins.in_dtype, "16x16x32") is ins
+        with pytest.raises(CapabilityError, match="16x16x32 is not available on gfx942"):
+            mma.select("gfx942", "mfma", ins.in_dtype, "16x16x32")
+        l = LANES64
+        for j in range(8):
+            r, c = ins.a_coord(l, j)
+            assert (r == l % 16).all() and (c == 8 * (l // 16) + j).all()
+            k, n = ins.b_coord(l, j)
+            assert (k == 8 * (l // 16) + j).all() and (n == l % 16).all()
+        for reg in range(4):
+            r, c = ins.d_coord(l, reg)
+            assert (r == 4 * (l // 16) + reg).all() and (c == l % 16).all()
+        # the ISA reference, fed registers packed by the formula above, computes numpy's a @ b + c
+        a, b, c = rng.standard_normal((16, 32)), rng.standard_normal((32, 16)), rng.standard_normal((16, 16))
+        fa = np.array([[a[i % 16, 8 * (i // 16) + j] for j in range(8)] for i in range(64)])
+        fb = np.array([[b[8 * (i // 16) + j, i % 16] for j in range(8)] for i in range(64)])
+        fc = np.array([[c[4 * (i // 16) + r, i % 16] for r in range(4)] for i in range(64)])
+        fd = REFS[_declared(key)].execute(fa, fb, fc)
+        d = a @ b + c
+        want = np.array([[d[4 * (i // 16) + r, i % 16] for r in range(4)] for i in range(64)])
+        np.testing.assert_allclose(fd, want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(mma.execute(ins, fa, fb, fc), want, rtol=1e-12, atol=1e-12)
+
+
 def test_gfx1250_wmma_16x16x32_layout():
     ins = mma.INSTRS["wmma_f32_16x16x32_f16"]
     assert (ins.wave_size, ins.a_per_lane, ins.acc_per_lane) == (32, 16, 8)

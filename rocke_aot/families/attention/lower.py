@@ -350,8 +350,13 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         else:
             qops = qfrag
             lds_per, lds_coord = ins.b_per_lane, b_nk
+        v_coord = lds_coord
+        if plan.paired:  # V^T's element j: the key of P^T's element j (the lane's accumulator gather[0][j])
+            def v_coord(lane_, j):
+                t_, r_ = plan.gather[0][j]
+                return ins.a_coord(lane_, j)[0], t_ * tile + dmap(lane_, r_)[0]
         a_k_run = a_fragment_run(ins, LDK, lds_coord, lds_per)
-        a_v_run = a_fragment_run(ins, LDV, lds_coord, lds_per)
+        a_v_run = a_fragment_run(ins, LDV, v_coord, lds_per)
 
         def mm(kv: ir.Value, other: ir.Value, acc: ir.Value) -> ir.Value:  # kv: the K / V^T fragment
             return call_matrix(kb, mfn, ins, kv, other, acc) if tp else call_matrix(kb, mfn, ins, other, kv, acc)
@@ -417,7 +422,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             for dt in range(tiles_o):
                 acc = b.fmul(accs[dt], scale)
                 for kc in range(BN // ins.k):
-                    vf = lds_fragment(vt_lds, lds_per, lds_coord, a_v_run,
+                    vf = lds_fragment(vt_lds, lds_per, v_coord, a_v_run,
                                       lambda m_, k_, dt=dt, kc=kc: (m_ + dt * tile) * LDV + (k_ + kc * ins.k))
                     acc = mm(vf, pb[kc], acc)
                 out.append(acc)

@@ -2,9 +2,9 @@
 
     AttentionSpec(dtype, head_dim, causal, warps, path, block_n)
         one work-group = ``warps`` warps of 16 query rows each (BLOCK_M = 16 x warps) of one (batch,
-        query head); the matrix instruction of the target (mfma 16x16x16 on gfx90a/gfx942/gfx950, wmma
-        16x16x32 on gfx1250, mma.sync m16n8k16 on sm_90: rows per instruction 16 everywhere, so the
-        launch is target-independent) computes S = Q K^T and O += P V over K/V tiles of block_n keys
+        query head); the matrix instruction of the target (mfma 16x16x16 on gfx90a/gfx942, on gfx950
+        16x16x32 where block_n is a multiple of 32 (else 16x16x16), wmma 16x16x32 on gfx1250, mma.sync
+        m16n8k16 on sm_90: rows per instruction 16 everywhere, so the launch is target-independent) computes S = Q K^T and O += P V over K/V tiles of block_n keys
         (16/32/64) staged in LDS; lower.py is the lowerer half
     table   knobs warps (1, 2, 4) and block_n (16, 32, 64); refused by name: a block_n the instruction
         cannot step (wmma: 32 keys), LDS over the target's (lds_layout), head_dim 256 with block_n > 16
@@ -141,6 +141,9 @@ class AttentionSpec:
         if self.path == "mma":
             ins = mma.select(t.processor, "mma", self.dtype)
         else:
+            if self.path == "mfma" and self.block_n % 32 == 0 and \
+                    "16x16x32" in mma.shapes_for(t.processor, "mfma", self.dtype):
+                shape = "16x16x32"  # gfx950: twice the K of 16x16x16, the same 16 rows (docs/attention.md)
             ins = mma.select(t.processor, self.path, self.dtype, shape)
         if ins.m != ROWS:
             raise CapabilityError(f"{ins.key} has {ins.m} rows; the attention kernel takes 16 per warp")

@@ -20,6 +20,12 @@ class RegisterPlan:
     masks: tuple[int, ...]  # lane xor masks spanning the lanes that hold one query row
     rows: tuple[tuple[int, ...], ...]  # a lane's accumulator elements by query row (the same row in every tile)
     store_run: int  # consecutive head-dim elements of one row in a lane's O accumulators (one vector store)
+    # P V's contraction index is the key in a permuted order (``paired``): the fragment's element j is the
+    # lane's j-th accumulator of its row in the k-slice's tiles, gather[kc][j], and V^T's A element j in lane l
+    # is the key gather[0][j] holds there (tile * tile size + the accumulator's D row): gfx950's MFMA 16x16x32,
+    # whose B lane group g takes contraction indices 8g .. 8g + 7 where S^T's lane group g holds keys
+    # 4g .. 4g + 3 of each 16-key tile. The sum over keys is the same in any order V^T and P^T agree on.
+    paired: bool = False
 
     def tile(self, ins) -> int:
         """Keys of one S tile (head-dim elements of one O tile): D's rows (S^T) or its columns (S)."""
@@ -77,7 +83,8 @@ def _register_plan(ins, bn: int, transposed: bool) -> RegisterPlan | None:
         per, pmap = ins.b_per_lane, ins.b_coord
     else:  # P as A: (row, key) -> (key, row)
         per, pmap = ins.a_per_lane, lambda lane, j: ins.a_coord(lane, j)[::-1]
-    gather = []
+    gather: list[tuple[tuple[int, int], ...]] | None = []
+    paired = False
     for kc in range(bn // ins.k):
         row = []
         for j in range(per):
@@ -85,9 +92,16 @@ def _register_plan(ins, bn: int, transposed: bool) -> RegisterPlan | None:
             hit = [(t, r) for t in range(bn // tile) for r in range(ins.acc_per_lane)
                    if (drow[r] == prow).all() and (t * tile + dx[r] == kc * ins.k + px).all()]
             if not hit:
-                return None
+                gather = None
+                break
             row.append(hit[0])
+        if gather is None:
+            break
         gather.append(tuple(row))
+    if gather is None and transposed:  # the keys of a k-slice in the lane's own accumulator order
+        gather, paired = _paired(ins, bn, tile, dx, drow, lanes, arr), True
+    if gather is None:
+        return None
     first = [drow[g[0]] for g in rows]
     masks = tuple(1 << i for i in range(ins.wave_size.bit_length() - 1)
                   if all((f[lanes ^ (1 << i)] == f).all() for f in first))
@@ -100,7 +114,41 @@ def _register_plan(ins, bn: int, transposed: bool) -> RegisterPlan | None:
             and all((dx[g[i]] == dx[g[i0]] + (i - i0)).all() for i in range(i0, i0 + run))
             for g in rows for i0 in range(0, len(g), run))):
         run //= 2
-    return RegisterPlan(transposed, tuple(gather), masks, tuple(tuple(g) for g in rows), run)
+    return RegisterPlan(transposed, tuple(gather), masks, tuple(tuple(g) for g in rows), run, paired)
+
+
+def _paired(ins, bn: int, tile: int, dx: list, drow: list, lanes: Any, arr) -> list | None:
+    """P^T's B fragments with the contraction index permuted (RegisterPlan.paired), or None: element j of a
+    lane is its j-th unused accumulator (tiles of the k-slice in order, then registers) in the element's
+    query row; composes where that key is one function of the contraction index b_k over every lane (a
+    bijection of the slice) and V^T's A fragment takes the same index as P^T's in every lane (a_k = b_k),
+    so both sides of the product see one order of the keys."""
+    import numpy as np
+
+    if ins.k % tile:
+        return None
+    per = ins.b_per_lane
+    if ins.a_per_lane != per or any((arr(ins.a_coord(lanes, j)[1]) != arr(ins.b_coord(lanes, j)[0])).any()
+                                    for j in range(per)):
+        return None
+    seq: list[tuple[int, int]] = []
+    perm = np.full(ins.k, -1)
+    for j in range(per):
+        pk, prow = (arr(x) for x in ins.b_coord(lanes, j))
+        free = [(t, r) for t in range(ins.k // tile) for r in range(ins.acc_per_lane)
+                if (t, r) not in seq and (drow[r] == prow).all()]
+        if not free:
+            return None
+        t, r = free[0]
+        seq.append((t, r))
+        key = t * tile + dx[r]
+        if ((perm[pk] != -1) & (perm[pk] != key)).any():
+            return None
+        perm[pk] = key
+    if sorted(perm.tolist()) != list(range(ins.k)):
+        return None
+    per_slice = ins.k // tile
+    return [tuple((kc * per_slice + t, r) for t, r in seq) for kc in range(bn // ins.k)]
 
 
 __all__ = ["ROWS", "RegisterPlan", "dmap", "register_plan"]
