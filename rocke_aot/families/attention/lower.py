@@ -15,7 +15,10 @@
         AMDGPU (mfma / wmma)  S^T = K Q^T (K fragments A from LDS, Q^T fragments B in registers): each
                             lane's accumulators are one query row's (a D column); P^T's B fragments are
                             those accumulators converted, O^T += V^T P^T (V^T fragments A from LDS);
-                            v_max_f32, the row max over the lanes of a row by ds_bpermute, v_exp_f32
+                            v_max_f32, the row max over the lanes of a row by ds_bpermute, v_exp_f32;
+                            gfx950's MFMA 16x16x32 (block_n 32 / 64): P^T's fragment element j is the
+                            lane's j-th accumulator of the 32-key slice and V^T's A fragment reads the
+                            same keys (plan.paired: the natural order does not compose with kpl 8)
         sm_90 (mma.sync m16n8k16)  S = Q K^T (Q fragments A in registers, K fragments B from LDS, runs
                             of consecutive elements one vector read: gemm's a_fragment_run over the (n, k)
                             map): each lane's accumulators are in rows lane / 4 and lane / 4 + 8 of the
