@@ -27,27 +27,34 @@ def _layout(instr, coord, count):
 
 
 # -- the documented layouts, written out independently of mma.py (DESIGN.md, AMD docs) ----
-def test_16x16x16_f16_matches_documented_layout():
-    ins = mma.INSTRS["mfma_f32_16x16x16f16"]
+def _assert_wave64_ab(ins, m: int, kpl: int) -> None:
+    """The wave64 MFMA rule for A and B: lane l holds A[l % m][kpl (l // m) + j], B[kpl (l // m) + j][l % m]."""
     l = LANES64
-    for j in range(4):
+    for j in range(kpl):
         r, c = ins.a_coord(l, j)
-        assert (r == l % 16).all() and (c == 4 * (l // 16) + j).all()
+        assert (r == l % m).all() and (c == kpl * (l // m) + j).all()
         k, n = ins.b_coord(l, j)
-        assert (k == 4 * (l // 16) + j).all() and (n == l % 16).all()
+        assert (k == kpl * (l // m) + j).all() and (n == l % m).all()
+
+
+def _assert_16x16_d(ins) -> None:
+    """The 16x16 f32 result: register r of lane l holds D[4 (l // 16) + r][l % 16]."""
+    l = LANES64
     for reg in range(4):
         r, c = ins.d_coord(l, reg)
         assert (r == 4 * (l // 16) + reg).all() and (c == l % 16).all()
 
 
+def test_16x16x16_f16_matches_documented_layout():
+    ins = mma.INSTRS["mfma_f32_16x16x16f16"]
+    _assert_wave64_ab(ins, 16, 4)
+    _assert_16x16_d(ins)
+
+
 def test_32x32x8_f16_matches_documented_layout():
     ins = mma.INSTRS["mfma_f32_32x32x8f16"]
     l = LANES64
-    for j in range(4):
-        r, c = ins.a_coord(l, j)
-        assert (r == l % 32).all() and (c == 4 * (l // 32) + j).all()
-        k, n = ins.b_coord(l, j)
-        assert (k == 4 * (l // 32) + j).all() and (n == l % 32).all()
+    _assert_wave64_ab(ins, 32, 4)
     for reg in range(16):
         r, c = ins.d_coord(l, reg)
         assert (r == 8 * (reg // 4) + 4 * (l // 32) + reg % 4).all() and (c == l % 32).all()
@@ -77,15 +84,8 @@ def test_gfx950_16x16x32_eight_consecutive_k_per_lane_and_its_matmul():
         assert mma.select("gfx950", "mfma", ins.in_dtype, "16x16x32") is ins
         with pytest.raises(CapabilityError, match="16x16x32 is not available on gfx942"):
             mma.select("gfx942", "mfma", ins.in_dtype, "16x16x32")
-        l = LANES64
-        for j in range(8):
-            r, c = ins.a_coord(l, j)
-            assert (r == l % 16).all() and (c == 8 * (l // 16) + j).all()
-            k, n = ins.b_coord(l, j)
-            assert (k == 8 * (l // 16) + j).all() and (n == l % 16).all()
-        for reg in range(4):
-            r, c = ins.d_coord(l, reg)
-            assert (r == 4 * (l // 16) + reg).all() and (c == l % 16).all()
+        _assert_wave64_ab(ins, 16, 8)
+        _assert_16x16_d(ins)
         # the ISA reference, fed registers packed by the formula above, computes numpy's a @ b + c
         a, b, c = rng.standard_normal((16, 32)), rng.standard_normal((32, 16)), rng.standard_normal((16, 16))
         fa = np.array([[a[i % 16, 8 * (i // 16) + j] for j in range(8)] for i in range(64)])
