@@ -11,13 +11,16 @@ of the backward branches' regions holding the most matrix instructions, the tigh
     chunk's loads issued together, ahead of the compute);
   - exactly the global loads the spec's staging implies, each as wide as the spec allows:
     per operand ceil(units / threads) loads (two a unit for dgrad's transposed B K-row pairs) of
-    2 * vw bytes, vw = gcd(c_chunk, 8) (fwd), gcd(k_chunk, 8) (dgrad dY), gcd(P*C, 8) (dgrad W)
+    2 * vw bytes, vw = gcd(c_chunk, 8) (fwd), gcd(k_chunk, 8) (dgrad dY), gcd(P*C, 8) (dgrad W) or
+    the wider vector the block offsets keep aligned (aligned_weight_vectors below)
     -- computed here from the spec's formulas, not from the lowering;
   - only 8- and 16-byte LDS reads (ds_read_b64 / read2_b64 / read_b128, gfx1250 ds_load_b128 /
     2addr_b64): no fragment gathered element by element (dgrad's B is transposed in LDS on mfma
     and wmma, ConvDgradPatchSpec.lds_b_transposed: p14c4 read 56 ds_read_u16 a chunk before);
   - no spills.
-test_conv_dgrad_lds_reads_every_lane: the same LDS-read and spill checks on llvm23 and llvm24.
+  - no global load narrower than 8 bytes (issue 37's goal; p14c3's weights were 4-byte loads before
+    ConvDgradPatchSpec.w_vector);
+test_conv_dgrad_lds_reads_every_lane: the same LDS-read, load-width and spill checks on llvm23 and llvm24.
 """
 
 from __future__ import annotations
@@ -44,12 +47,14 @@ from rocke_aot.targets import Target
 # gfx950, 50 / 9 -> 44 / 7 on gfx90a, under Triton 3.6's 4.7 instructions a matrix instruction; then gfx9
 # reads the whole filter's fragments behind one wait (conv_direct_fwd taps_per_wait): cc8 41 / 7 waits ->
 # 37 / 3, cc16 64 / 11 -> 56 / 3 (gfx950 54 / 10 -> 47 / 3); CONV_SPECS[6] is ViT-L/14's pick now, p14c3
-# t2x8 r7 k_chunk 32: 39 instructions / 3 matrix on gfx942 at k_chunk 16 -> 57 / 6)
+# t2x8 r7 k_chunk 32: 39 instructions / 3 matrix on gfx942 at k_chunk 16 -> 57 / 6; its weights in 8-byte
+# vectors (ConvDgradPatchSpec.w_vector, conv-amd-isa-2026-12-06-f-dgrad.md): 57 -> 54 on gfx942 / gfx950,
+# gfx1250 95 / 5 waits -> 94 / 6)
 CEILINGS = [
     ("gfx942", 0, 9, 37, 3), ("gfx950", 0, 9, 37, 3), ("gfx90a", 0, 9, 40, 3),
-    ("gfx942", 1, 18, 56, 3), ("gfx942", 3, 4, 41, 3), ("gfx942", 5, 14, 99, 3), ("gfx942", 6, 6, 57, 3),
-    ("gfx950", 1, 9, 47, 3), ("gfx950", 3, 2, 40, 3), ("gfx950", 5, 14, 99, 3), ("gfx950", 6, 6, 57, 3),
-    ("gfx1250", 1, 9, 74, 5), ("gfx1250", 3, 1, 45, 5), ("gfx1250", 5, 7, 157, 5), ("gfx1250", 6, 3, 95, 5),
+    ("gfx942", 1, 18, 56, 3), ("gfx942", 3, 4, 41, 3), ("gfx942", 5, 14, 99, 3), ("gfx942", 6, 6, 54, 3),
+    ("gfx950", 1, 9, 47, 3), ("gfx950", 3, 2, 40, 3), ("gfx950", 5, 14, 99, 3), ("gfx950", 6, 6, 54, 3),
+    ("gfx1250", 1, 9, 74, 5), ("gfx1250", 3, 1, 45, 5), ("gfx1250", 5, 7, 157, 5), ("gfx1250", 6, 3, 94, 6),
     ("gfx90a", 1, 18, 60, 3), ("gfx90a", 3, 4, 44, 3), ("gfx90a", 5, 14, 102, 3), ("gfx90a", 6, 6, 58, 3),
 ]
 
@@ -67,11 +72,32 @@ def expected_loads(spec, threads: int) -> tuple[int, set[int]]:
         return _ceil(halo, threads) + _ceil(weights, threads), {2 * vw}
     va, vb = gcd(spec.k_chunk, 8), gcd(spec.p * spec.c, 8)
     a = spec.rows * spec.k_chunk // va
+    per_row = spec.cols_padded // vb
     if spec.lds_b_transposed:  # K-row pairs: two loads a unit
-        b = 2 * _ceil(spec.k_chunk // 2 * spec.cols_padded // vb, threads)
+        wider = aligned_weight_vectors(spec)
+        if wider is not None:
+            vb, per_row = wider
+        b = 2 * _ceil(spec.k_chunk // 2 * per_row, threads)
     else:
-        b = _ceil(spec.k_chunk * spec.cols_padded // vb, threads)
+        b = _ceil(spec.k_chunk * per_row, threads)
     return _ceil(a, threads) + b, {2 * va, 2 * vb}
+
+
+def aligned_weight_vectors(spec) -> tuple[int, int] | None:
+    """(vw, vectors a K row) of the widest weight vector wider than gcd(P*C, 8) whose every load is
+    vw-aligned from W's base (the alignment the block offsets prove): the K row (P*P*C) a multiple
+    of vw; block rb's columns [rb*cols, (rb + 1)*cols) read as the aligned vectors covering them,
+    all inside the K row and, shifted by the block's misalignment, inside B's padded columns
+    (ConvDgradPatchSpec.w_vector's rule, written again here)."""
+    row, cols = spec.p * spec.p * spec.c, spec.r_blk * spec.p * spec.c
+    for vw in (8, 4, 2):
+        if vw <= gcd(spec.p * spec.c, 8) or row % vw:
+            continue
+        starts = [rb * cols // vw * vw for rb in range(spec.p // spec.r_blk)]
+        n = max(_ceil(rb * cols + cols - s, vw) for rb, s in enumerate(starts))
+        if all(s + n * vw <= row and s + n * vw - rb * cols <= spec.cols_padded for rb, s in enumerate(starts)):
+            return vw, spec.cols_padded // vw if cols % vw == 0 else n  # whole vectors: the padded row too
+    return None
 
 
 @pytest.mark.parametrize("arch,index,matrix,insts,waits", CEILINGS, ids=[f"{c[0]}-spec{c[1]}" for c in CEILINGS])
@@ -91,6 +117,7 @@ def test_conv_interior_loop(arch, index, matrix, insts, waits, tmp_path):
         loads = 0  # chunk 1 (the clamp), loop-invariant, so LLVM loads it once before the loop
     got = {isa.width_bits(m) // 8 for m in lp["global_load"]}
     assert lp["global_load_n"] == loads and got <= widths, (row["tile"], lp["global_load"], loads, widths)
+    assert all(w >= 8 for w in got), (row["tile"], lp["global_load"])  # issue 37's goal: 8- or 16-byte loads only
     assert wide_lds_reads(lp), (row["tile"], lp["lds_read"])
     assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0)
 
@@ -131,4 +158,6 @@ def test_conv_dgrad_lds_reads_every_lane(arch, lane, tmp_path):
         family, knobs = isa.CONV_SPECS[index]
         row = isa.compile_one("native", (0, 0, 0, 0), arch, lane, tmp_path, (knobs["dtype"],) * 2, family, knobs)
         assert row["scope"] == "loop" and wide_lds_reads(row["loop"]), (row["tile"], row["loop"]["lds_read"])
+        widths = {isa.width_bits(m) // 8 for m in row["loop"]["global_load"]}
+        assert widths and min(widths) >= 8, (row["tile"], row["loop"]["global_load"])  # 8/16-byte loads only
         assert (row["vgpr_spills"], row["sgpr_spills"], row["scratch_bytes"]) == (0, 0, 0), row["tile"]

@@ -238,6 +238,10 @@ MMA_PATCH = [
     # ViT-L/14's gfx9 pick (the fifth conv step's served row, k_chunk 32; its 4-byte B loads, P*C = 42):
     # K 77 = 2 whole chunks (the interior loop once, the peeled chunk) + 13, border pixels
     ("gfx942", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path="mfma"), (1, 31, 43, 77)),
+    # the sixth conv step: p14c3 r7's weights in 8-byte vectors of the aligned grid (spec.w_vector:
+    # the r0 = 7 blocks start 2 elements into a vector, staged into B's 2 slack columns); gfx1250's
+    # served wmma twin (K 33 above: one whole chunk) with its carried chunk bases, K 77 = 2 whole chunks + 13
+    ("gfx1250", ConvDgradPatchSpec(c=3, p=14, tile_h=2, tile_w=8, r_blk=7, k_chunk=32, path="wmma"), (1, 31, 43, 77)),
 ]
 
 

@@ -24,8 +24,11 @@
             37): every K chunk wholly inside K (k0 + k_chunk <= K) runs without bounds tests, its
             loads issued before the previous chunk's compute; the K tail (one chunk) is the
             checked edge loop. dY is staged in vectors of gcd(k_chunk, 8) channels (one pixel's
-            K is contiguous), W in vectors of gcd(P*C, 8) columns (a patch row's P*C columns
-            are contiguous; transposed B stores K-row pairs as 4-byte words). Rows past the
+            K is contiguous), W in vectors of ConvDgradPatchSpec.w_vector: gcd(P*C, 8) columns
+            (a patch row's P*C columns are contiguous), or wider where every vector stays
+            aligned to its width from W's base (ViT-L/14's p14c3 r7: 4, the blocks of r0 = 7
+            starting 2 elements into one, those 2 staged into B's slack columns); transposed B
+            stores K-row pairs as 4-byte words. Rows past the
             image (i >= Hp or j >= Wp) read the last pixel and padded columns (col >= r_blk*P*C)
             column 0: their products land in rows / columns of the tile that are never stored
             (a row of A reaches only that row of the product, a column of B only that column).
@@ -119,20 +122,37 @@ class _PatchLowering(ConvLowering):
             off = ((self.n * self.Hp + i) * self.Wp + j) * self.K + kk
             return [Unit(off, ok, s.lds_a_index(row, kk))]
 
-        vb = wide(s.p * s.c)
-        cpv = s.cols_padded // vb  # vectors a K row
+        vb, slack = s.w_vector if s.lds_b_transposed else (wide(s.p * s.c), 0)
+        # slack: the block's vectors are the aligned grid's (spec.w_vector), its first one
+        # starting shift = (r0*P*C) % vb elements before its column 0; nvec of them cover its
+        # columns (the padded columns past them are never written: never stored either)
+        cpv = s.cols_padded // vb if not slack else -(-(s.cols + slack) // vb)  # vectors a K row
         pair = s.lds_b_transposed
+        # the block's aligned start r0*P*C - shift, as a mask: non-negative and bounded for LLVM, so
+        # every load keeps the saddr form (r0*P*C + col - shift made half of them 64-bit adds on gfx90a)
+        aligned: tuple[Sym, Sym] | None = None
+        if slack:
+            rpc = self.r0 * (s.p * s.c)
+            aligned = (Sym(b, b.and_(rpc.v, c32(-vb))), rpc % vb)
 
         def b_unit(u: Sym, ci: Sym, chk: bool) -> list[Unit]:
             # pairs walk K first: neighbouring lanes store neighbouring words of a column row
             kp, cv = (u // cpv, u % cpv) if not pair else (u % (s.k_chunk // 2), u // (s.k_chunk // 2))
             col = cv * vb
-            colc = Sym(b, b.select(col.lt(s.cols), col.v, c32(0)))  # padded columns: never stored
+            if aligned is None:
+                colc = Sym(b, b.select(col.lt(s.cols), col.v, c32(0)))  # padded columns: never stored
+            else:
+                start, shift = aligned
+                first = start + col  # a multiple of vb, inside the K row (spec.w_vector)
+                col = col - shift  # its block column: -shift .. -1 the slack columns, past cols - 1 padding
             out = []
             for p in range(2 if pair else 1):
                 kk = kp * 2 + p if pair else kp
                 ok = (ci * s.k_chunk + kk).lt(self.K) if chk else None
-                off = kk * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + colc
+                if aligned is None:
+                    off = kk * (s.p * s.p * s.c) + self.r0 * (s.p * s.c) + colc
+                else:
+                    off = kk * (s.p * s.p * s.c) + first
                 out.append(Unit(off, ok, s.lds_b_index(kk, col), s.lds_b_stride if pair else 1))
             return out
 

@@ -25,6 +25,7 @@ specs share (field checks, canonical form, ConvGeometry) is the conv spec toolki
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 from typing import Any, ClassVar
 
 from rocke_aot.dtypes import DTYPE_BYTES
@@ -140,6 +141,38 @@ class ConvDgradPatchSpec(ConvSpecBase):
         """Elements between two LDS rows of B (a K row; a column when transposed)."""
         return self.k_chunk + B_T_PAD if self.lds_b_transposed else self.cols_padded + self.lds_row_pad
 
+    @property
+    def w_vector(self) -> tuple[int, int]:
+        """(vw, slack): the weight vectors of the AMD matrix paths' staging (lower.py _operands),
+        vw elements (up to 8: 16 bytes) at offsets that are multiples of vw from W's base, and
+        ``slack`` spare B columns before column 0 in LDS (lds_b_index).
+
+        A K row of W is P*P*C elements and a block's columns start at r0*P*C (r0 = rb * r_blk,
+        rb a runtime value). vw must divide the row (so every K row and chunk base keeps the
+        vectors' alignment). Where it also divides the block's column count (r_blk*P*C), each
+        block's columns start on a vector (rb * cols) and its vectors end at its last column:
+        slack 0. Where it does not (ViT-L/14's p14c3 r7: 294 columns, 2 mod 4), the block
+        loads the vectors of the aligned grid covering its columns: its first one starts
+        s = (r0*P*C) % vw elements before its column 0 (s < vw - gcd(cols, vw) + 1), whose
+        elements before column 0 land in the ``slack`` columns (never read); admitted only
+        where every block's vectors stay inside its K row (no read past W's end) and inside
+        the padded columns. Else gcd(P*C, 8): a patch row's contiguous run. lds_b_transposed
+        only (the units' LDS stores are element stores there)."""
+        fallback = gcd(self.p * self.c, 8)
+        if not self.lds_b_transposed:
+            return fallback, 0
+        row, cols = self.p * self.p * self.c, self.cols
+        for vw in (8, 4, 2):
+            if vw <= fallback or row % vw:
+                continue
+            slack = vw - gcd(cols, vw) if cols % vw else 0
+            nvec = ceil_div(cols + slack, vw)
+            if nvec * vw > self.cols_padded:  # s = 0: the last vector's columns
+                continue
+            if all(rb * cols - (rb * cols) % vw + nvec * vw <= row for rb in range(self.p // self.r_blk)):
+                return vw, slack
+        return fallback, 0
+
     def lds_a_index(self, row: Any, kk: Any) -> Any:
         """Element index of A[row][kk]: dY rows [rows][k_chunk + pad]."""
         return row * self.lds_a_stride + kk
@@ -148,7 +181,7 @@ class ConvDgradPatchSpec(ConvSpecBase):
         """Element index of B[kk][col]: weights [k_chunk][cols_padded + pad] after A, or
         [cols_padded][k_chunk + B_T_PAD] (lds_b_transposed)."""
         if self.lds_b_transposed:
-            return self.rows * self.lds_a_stride + col * self.lds_b_stride + kk
+            return self.rows * self.lds_a_stride + (col + self.w_vector[1]) * self.lds_b_stride + kk
         return self.rows * self.lds_a_stride + kk * self.lds_b_stride + col
 
     # The staging copy (lower.py) walks A and B element by element in
@@ -169,7 +202,7 @@ class ConvDgradPatchSpec(ConvSpecBase):
 
     def lds_elems(self) -> int:
         """LDS elements of the block: A and B with their row padding."""
-        b_rows = self.cols_padded if self.lds_b_transposed else self.k_chunk
+        b_rows = self.cols_padded + self.w_vector[1] if self.lds_b_transposed else self.k_chunk
         return self.rows * self.lds_a_stride + b_rows * self.lds_b_stride
 
     def staged_elems(self) -> int:
