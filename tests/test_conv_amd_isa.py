@@ -17,9 +17,9 @@ of the backward branches' regions holding the most matrix instructions, the tigh
   - only 8- and 16-byte LDS reads (ds_read_b64 / read2_b64 / read_b128, gfx1250 ds_load_b128 /
     2addr_b64): no fragment gathered element by element (dgrad's B is transposed in LDS on mfma
     and wmma, ConvDgradPatchSpec.lds_b_transposed: p14c4 read 56 ds_read_u16 a chunk before);
-  - no spills.
   - no global load narrower than 8 bytes (issue 37's goal; p14c3's weights were 4-byte loads before
     ConvDgradPatchSpec.w_vector);
+  - no spills.
 test_conv_dgrad_lds_reads_every_lane: the same LDS-read, load-width and spill checks on llvm23 and llvm24.
 """
 
@@ -84,14 +84,14 @@ def expected_loads(spec, threads: int) -> tuple[int, set[int]]:
 
 
 def aligned_weight_vectors(spec) -> tuple[int, int] | None:
-    """(vw, vectors a K row) of the widest weight vector wider than gcd(P*C, 8) whose every load is
+    """(vw, vectors a K row) of an 8-byte weight vector (vw 4) where gcd(P*C, 8) is less, each load
     vw-aligned from W's base (the alignment the block offsets prove): the K row (P*P*C) a multiple
     of vw; block rb's columns [rb*cols, (rb + 1)*cols) read as the aligned vectors covering them,
     all inside the K row and, shifted by the block's misalignment, inside B's padded columns
     (ConvDgradPatchSpec.w_vector's rule, written again here)."""
     row, cols = spec.p * spec.p * spec.c, spec.r_blk * spec.p * spec.c
-    for vw in (8, 4, 2):
-        if vw <= gcd(spec.p * spec.c, 8) or row % vw:
+    for vw in (4,):  # 8 bytes, where the patch row's run gives less
+        if gcd(spec.p * spec.c, 8) >= vw or row % vw:
             continue
         starts = [rb * cols // vw * vw for rb in range(spec.p // spec.r_blk)]
         n = max(_ceil(rb * cols + cols - s, vw) for rb, s in enumerate(starts))

@@ -144,7 +144,7 @@ class ConvDgradPatchSpec(ConvSpecBase):
     @property
     def w_vector(self) -> tuple[int, int]:
         """(vw, slack): the weight vectors of the AMD matrix paths' staging (lower.py _operands),
-        vw elements (up to 8: 16 bytes) at offsets that are multiples of vw from W's base, and
+        vw elements at offsets that are multiples of vw from W's base, and
         ``slack`` spare B columns before column 0 in LDS (lds_b_index).
 
         A K row of W is P*P*C elements and a block's columns start at r0*P*C (r0 = rb * r_blk,
@@ -156,14 +156,15 @@ class ConvDgradPatchSpec(ConvSpecBase):
         s = (r0*P*C) % vw elements before its column 0 (s < vw - gcd(cols, vw) + 1), whose
         elements before column 0 land in the ``slack`` columns (never read); admitted only
         where every block's vectors stay inside its K row (no read past W's end) and inside
-        the padded columns. Else gcd(P*C, 8): a patch row's contiguous run. lds_b_transposed
+        the padded columns. gcd(P*C, 8) (a patch row's contiguous run) where that is 4 or 8
+        already, or where vw = 4 (8 bytes, issue 37's goal) is not admitted. lds_b_transposed
         only (the units' LDS stores are element stores there)."""
         fallback = gcd(self.p * self.c, 8)
-        if not self.lds_b_transposed:
+        if not self.lds_b_transposed or fallback >= 4:
             return fallback, 0
         row, cols = self.p * self.p * self.c, self.cols
-        for vw in (8, 4, 2):
-            if vw <= fallback or row % vw:
+        for vw in (4,):  # 8 bytes, the goal's width: 16 cost p4c3 r4's gfx942 loop 6 instructions
+            if row % vw:
                 continue
             slack = vw - gcd(cols, vw) if cols % vw else 0
             nvec = ceil_div(cols + slack, vw)
