@@ -150,7 +150,7 @@ def test_register_plan_from_the_instructions_layouts():
     c_0..c_3, a_4..a_7 tile 2kc + 1's; a lane holds rows g (c_0, c_1) and g + 8 (c_2, c_3), each shared by
     the quad's lanes l ^ 1, l ^ 2; O's columns 2t, 2t + 1 one 4-byte store)."""
     from rocke_aot import mma
-    from rocke_aot.families.attention.lower import register_plan
+    from rocke_aot.families.attention.plan import register_plan
 
     p = register_plan(mma.select("gfx942", "mfma", "f16", "16x16x16"), 64)
     assert p.transposed and p.masks == (16, 32) and p.store_run == 4 and p.rows == ((0, 1, 2, 3),)

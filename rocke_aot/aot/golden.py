@@ -174,8 +174,10 @@ def _lane_selection(family: str, target: Target, lane: lane_registry.Lane) -> li
         if not matching:
             continue
         baked = max(matching, key=len)
-        knobs = [k for k in tab.knobs(baked, target, lane) if k != "path"]
-        groups.setdefault(_group_key(d, baked), ({**baked, "path": d.get("path")}, [], knobs))[1].append(s)
+        key = _group_key(d, baked)
+        if key not in groups:
+            groups[key] = ({**baked, "path": d.get("path")}, [], [k for k in tab.knobs(baked, target, lane) if k != "path"])
+        groups[key][1].append(s)
     ordered = list(groups.values())
     out: list[Any] = []
     for i in group_cover([params for params, _, _ in ordered]):

@@ -32,7 +32,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from rocke_aot.families.attention.plan import register_plan
+from rocke_aot.families.attention.plan import b_nk, lds_operand, register_plan
 from rocke_aot.launch import ceil_div
 from rocke_aot.mma import WARPGROUP
 from rocke_aot.targets import Target
@@ -224,10 +224,7 @@ def _native_static(spec: Any, target: Target, banks: int) -> dict[str, float]:
     if plan is not None:  # the register softmax (lower.py registers)
         tile = plan.tile(ins)
         tiles_s, tiles_o = BN // tile, D // tile
-        if plan.transposed:  # K and V^T as A
-            lds_per, lds_coord = ins.a_per_lane, ins.a_coord
-        else:  # as B, stored (n, k)
-            lds_per, lds_coord = ins.b_per_lane, lambda ln, j: ins.b_coord(ln, j)[::-1]
+        lds_per, lds_coord = lds_operand(ins, plan.transposed)  # K and V^T as A, or as B stored (n, k)
         kr, kc = frag_cost(ins, lds_coord, lds_per, lambda m_, k_: m_ * ldk + k_, EB,
                            a_run(ins, ldk, lds_coord, lds_per), banks)
         vr, vc = frag_cost(ins, lds_coord, lds_per, lambda m_, k_: m_ * ldv + k_, EB,
@@ -247,14 +244,11 @@ def _native_static(spec: Any, target: Target, banks: int) -> dict[str, float]:
         out["mask_ops"] = per_lane * (MASK_OPS + CAUSAL_MASK_OPS * spec.causal)  # masked steps only
         out["barriers"] = 2
     else:  # the softmax through shared memory (lower.py step)
-        def b_nk(ln: Any, j: int) -> tuple[Any, Any]:
-            kk, nn = ins.b_coord(ln, j)
-            return nn, kk
-
-        kr, kc = frag_cost(ins, b_nk, ins.b_per_lane, lambda n_, k_: n_ * ldk + k_, EB,
-                           a_run(ins, ldk, b_nk, ins.b_per_lane), banks)
-        vr, vc = frag_cost(ins, b_nk, ins.b_per_lane, lambda n_, k_: n_ * ldv + k_, EB,
-                           a_run(ins, ldv, b_nk, ins.b_per_lane), banks)
+        nk = b_nk(ins)
+        kr, kc = frag_cost(ins, nk, ins.b_per_lane, lambda n_, k_: n_ * ldk + k_, EB,
+                           a_run(ins, ldk, nk, ins.b_per_lane), banks)
+        vr, vc = frag_cost(ins, nk, ins.b_per_lane, lambda n_, k_: n_ * ldv + k_, EB,
+                           a_run(ins, ldv, nk, ins.b_per_lane), banks)
         pr, pc = frag_cost(ins, ins.a_coord, ins.a_per_lane, lambda r_, c_: r_ * BN + c_, EB, a_run(ins, BN), banks)
         # a lane's consecutive S / P elements are one wider access where aligned (LLVM's load/store
         # vectorizer, variants/counts.py merged_run): S stored 2 f32 a lane (the instruction's pairs of

@@ -60,7 +60,7 @@ from rocke_aot.aot.lower import LoweredKernel, kernel_for
 from rocke_aot.aot.lower.matrix import call_matrix
 from rocke_aot.aot.lower.module import BF16, F16, F32, I16, I32, Sym
 from rocke_aot.families.attention.native import KV_PAD, ROWS, AttentionSpec
-from rocke_aot.families.attention.plan import RegisterPlan, register_plan
+from rocke_aot.families.attention.plan import RegisterPlan, b_nk, lds_operand, register_plan
 from rocke_aot.families.attention.plan import dmap as plan_dmap
 from rocke_aot.families.gemm.lower_common import a_fragment_run
 from rocke_aot.lanes import Lane
@@ -200,12 +200,9 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
             els.extend(b.extract_element(v, c32(e)) for e in range(run))
         return vec(per, els, I16)
 
-    def b_nk(lane_, j):  # a B operand stored (n, k) in LDS, k contiguous: K for S, V^T for P V
-        kk, nn = ins.b_coord(lane_, j)
-        return nn, kk
-
-    k_run = a_fragment_run(ins, LDK, b_nk, ins.b_per_lane)
-    v_run = a_fragment_run(ins, LDV, b_nk, ins.b_per_lane)
+    nk = b_nk(ins)  # a B operand stored (n, k) in LDS, k contiguous: K for S, V^T for P V
+    k_run = a_fragment_run(ins, LDK, nk, ins.b_per_lane)
+    v_run = a_fragment_run(ins, LDV, nk, ins.b_per_lane)
     p_run = a_fragment_run(ins, BN)
 
     zero_acc = ir.Constant(ir.VectorType(F32, ins.acc_per_lane), [0.0] * ins.acc_per_lane)
@@ -347,12 +344,8 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
 
         # the operands: S^T = K Q^T (K as A, Q^T as B) or S = Q K^T (Q as A, K as B); K and V^T fragments from
         # LDS by a (key or head-dim, contiguous index) map and its vector runs
-        if tp:
-            qops = [bfrag_q(kc) for kc in range(D // ins.k)]
-            lds_per, lds_coord = ins.a_per_lane, ins.a_coord
-        else:
-            qops = qfrag
-            lds_per, lds_coord = ins.b_per_lane, b_nk
+        qops = [bfrag_q(kc) for kc in range(D // ins.k)] if tp else qfrag
+        lds_per, lds_coord = lds_operand(ins, tp)
         v_coord = lds_coord
         if plan.paired:  # V^T's element j: the key of P^T's element j (the lane's accumulator gather[0][j])
             def v_coord(lane_, j):
@@ -504,7 +497,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
         for nt in range(BN // ins.n):
             acc = zero_acc
             for kc in range(D // ins.k):
-                kf = lds_fragment(k_lds, ins.b_per_lane, b_nk, k_run,
+                kf = lds_fragment(k_lds, ins.b_per_lane, nk, k_run,
                                   lambda n_, k_, nt=nt, kc=kc: (n_ + nt * ins.n) * LDK + (k_ + kc * ins.k))
                 acc = call_matrix(kb, mfn, ins, qfrag[kc], kf, acc)
             for r in range(ins.acc_per_lane):
@@ -555,7 +548,7 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                 a = b.load(b.gep(a_lds, [(warp * ROWS + rr).v], source_etype=F32), typ=F32, align=4)
                 acc = b.insert_element(acc, b.fmul(b.extract_element(acc, c32(r)), a), c32(r))
             for kc in range(BN // ins.k):
-                vf = lds_fragment(vt_lds, ins.b_per_lane, b_nk, v_run,
+                vf = lds_fragment(vt_lds, ins.b_per_lane, nk, v_run,
                                   lambda n_, k_, dt=dt, kc=kc: (n_ + dt * ins.n) * LDV + (k_ + kc * ins.k))
                 acc = call_matrix(kb, mfn, ins, pfrag[kc], vf, acc)
             out.append(acc)
@@ -672,4 +665,4 @@ def lower_attention(spec: AttentionSpec, target: Target, lane: Lane) -> LoweredK
                                          "k_run": k_run, "v_run": v_run, "p_run": p_run})
 
 
-__all__ = ["RegisterPlan", "lower_attention", "register_plan"]
+__all__ = ["lower_attention"]

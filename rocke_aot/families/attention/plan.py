@@ -32,6 +32,21 @@ class RegisterPlan:
         return ins.m if self.transposed else ins.n
 
 
+def b_nk(ins):
+    """A B operand stored (n, k) in shared memory / LDS, k contiguous (K for S = Q K^T, V^T for P V):
+    element j of a lane at (n, k)."""
+    def coord(lane, j):
+        kk, nn = ins.b_coord(lane, j)
+        return nn, kk
+    return coord
+
+
+def lds_operand(ins, transposed: bool):
+    """(elements a lane, (row, contiguous index) of element j) of the K and V^T fragments read from LDS:
+    A (S^T = K Q^T, O^T = V^T P^T) or B stored (n, k) (S = Q K^T, O = P V)."""
+    return (ins.a_per_lane, ins.a_coord) if transposed else (ins.b_per_lane, b_nk(ins))
+
+
 def dmap(ins, transposed: bool):
     """(key or head-dim, query row) of accumulator r: S^T's D is (key, row), S's (row, key)."""
     if transposed:
@@ -151,4 +166,4 @@ def _paired(ins, bn: int, tile: int, dx: list, drow: list, lanes: Any, arr) -> l
     return [tuple((kc * per_slice + t, r) for t, r in seq) for kc in range(bn // ins.k)]
 
 
-__all__ = ["ROWS", "RegisterPlan", "dmap", "register_plan"]
+__all__ = ["ROWS", "RegisterPlan", "b_nk", "dmap", "lds_operand", "register_plan"]
